@@ -1,0 +1,119 @@
+// The fluid flow-level network: concurrent flows share every link max-min fairly.
+//
+// A flow first waits its path latency α (sum of per-hop latencies, SimGrid's convention: no
+// bandwidth is used meanwhile), then enters the fluid system. Rates are re-solved only when a
+// flow enters or leaves, at most once per timestamp (the solve runs in the engine's late
+// phase, after every other event of that instant), and only over the affected component: the
+// flows and links reachable from the changed links through "shares a link with". Flows outside
+// it keep their rates and predicted finishes. One engine event is pending at any time: the
+// earliest predicted finish. A lone flow finishes at α + size/β_bottleneck, exactly as in the
+// analytical model (same transfer_time rounding).
+#pragma once
+
+#include <optional>
+#include <vector>
+
+#include "network/max_min_solver.h"
+#include "network/network_model.h"
+
+namespace parallax {
+
+class FlowNetwork final : public NetworkModel {
+ public:
+  struct Options {
+    /// Check after every solve that no link is over capacity, and at every completion that
+    /// the bytes delivered equal the size (for tests; costs time).
+    bool audit = false;
+  };
+  /// What the audit saw: the worst relative overload of a link and the worst relative
+  /// mismatch between bytes delivered and bytes sent.
+  struct Audit {
+    double worst_overload = 0.0;
+    double worst_bytes_error = 0.0;
+    uint64_t solves_checked = 0;
+  };
+
+  FlowNetwork(Engine& engine, const Topology& topo, const Router& router)
+      : FlowNetwork(engine, topo, router, Options{}) {}
+  FlowNetwork(Engine& engine, const Topology& topo, const Router& router, Options options);
+
+  std::string_view name() const override { return "flow"; }
+
+  /// The current rate of a flow in the fluid phase, or nullopt (still in latency, or done).
+  std::optional<Bandwidth> rate_of(uint64_t flow_id) const;
+  size_t active_flows() const { return active_; }
+  /// Number of re-solves and the total number of flows they covered (incrementality).
+  uint64_t solves() const { return solves_; }
+  uint64_t solved_flow_count() const { return solved_flow_count_; }
+  const Audit& audit() const { return audit_; }
+
+ protected:
+  void begin(FlowStart&& flow) override;
+
+ private:
+  struct Flow {
+    uint64_t id = 0;
+    Time start;
+    FlowCallback on_done;
+    std::vector<uint32_t> resources;
+    std::vector<uint32_t> position;  // index of this flow in each resource's list
+    double size = 0;
+    double remaining = 0;            // bytes left at last_update
+    double delivered = 0;            // audit only
+    Time last_update;
+    double rate = 0;                 // bytes/s
+    Time finish = Time::max();
+    uint32_t version = 0;
+    uint32_t visit = 0;
+    bool in_fluid = false;
+  };
+  struct Resource {
+    std::vector<uint32_t> flows;
+    double capacity = 0;
+    uint32_t visit = 0;
+  };
+  struct Due {
+    int64_t finish;
+    uint64_t flow_id;
+    uint32_t slot;
+    uint32_t version;
+  };
+
+  uint32_t allocate_slot();
+  void enter(uint32_t slot);
+  void leave(uint32_t slot);
+  void mark_dirty(uint32_t resource);
+  void request_solve();
+  void solve();
+  void settle(Flow& f);
+  void on_completion_event();
+  void reschedule_completion();
+  void check_capacity();
+
+  Options options_;
+  std::vector<Flow> flows_;
+  std::vector<uint32_t> free_slots_;
+  std::vector<Resource> resources_;
+  std::vector<uint32_t> dirty_;
+  std::vector<Due> due_;  // min-heap on (finish, flow_id)
+  EventId completion_event_;
+  Time completion_at_ = Time::max();
+  bool solve_pending_ = false;
+  uint32_t visit_epoch_ = 0;
+  size_t active_ = 0;
+  uint64_t solves_ = 0;
+  uint64_t solved_flow_count_ = 0;
+  Audit audit_;
+
+  // Scratch, reused between solves.
+  MaxMinSolver solver_;
+  MaxMinSolver::Problem problem_;
+  std::vector<double> rates_;
+  std::vector<uint32_t> component_flows_;
+  std::vector<uint32_t> component_resources_;
+  std::vector<uint32_t> local_of_resource_;
+  std::vector<uint32_t> stack_;
+  std::vector<uint32_t> local_path_;
+};
+
+}  // namespace parallax

@@ -1,0 +1,67 @@
+// Max-min fair rate allocation by progressive filling (Bertsekas & Gallager, "Data Networks",
+// §6.5.2): every unfrozen flow's rate rises together; when a resource's remaining capacity
+// divided by its unfrozen flows (its fair share) is the smallest, those flows freeze at that
+// share and their consumption is removed from every other resource they cross. The result:
+// no resource is over capacity, and every flow crosses at least one saturated resource on
+// which its rate is the largest (its bottleneck).
+//
+// The solver knows nothing about links or networks: resources are indices with a capacity,
+// flows are lists of resource indices. Shares only grow as filling proceeds, so a heap with
+// lazy invalidation finds each next bottleneck in O(log R); the whole solve is
+// O((F·L + R) log R) for F flows crossing L resources each.
+#pragma once
+
+#include <cstdint>
+#include <limits>
+#include <span>
+#include <vector>
+
+namespace parallax {
+
+class MaxMinSolver {
+ public:
+  /// A problem in compressed rows: flow f crosses resources
+  /// flow_resources[flow_offsets[f] .. flow_offsets[f+1]). Capacities in any consistent unit.
+  struct Problem {
+    std::vector<double> capacity;
+    std::vector<uint32_t> flow_offsets{0};
+    std::vector<uint32_t> flow_resources;
+
+    void clear() {
+      capacity.clear();
+      flow_offsets.assign(1, 0);
+      flow_resources.clear();
+    }
+    uint32_t add_resource(double cap) {
+      capacity.push_back(cap);
+      return static_cast<uint32_t>(capacity.size() - 1);
+    }
+    /// Adds a flow crossing `resources` (each at most once); returns its index.
+    uint32_t add_flow(std::span<const uint32_t> resources) {
+      flow_resources.insert(flow_resources.end(), resources.begin(), resources.end());
+      flow_offsets.push_back(static_cast<uint32_t>(flow_resources.size()));
+      return static_cast<uint32_t>(flow_offsets.size() - 2);
+    }
+    size_t flow_count() const { return flow_offsets.size() - 1; }
+  };
+
+  /// Fills `rates` (one per flow). A flow that crosses no resource gets +infinity.
+  /// Reuses internal buffers between calls; not thread-safe.
+  void solve(const Problem& problem, std::vector<double>& rates);
+
+ private:
+  struct Share {
+    double share;
+    uint32_t resource;
+    uint32_t version;
+  };
+  std::vector<double> remaining_;
+  std::vector<uint32_t> unfrozen_;
+  std::vector<uint32_t> version_;
+  std::vector<uint32_t> resource_offsets_;
+  std::vector<uint32_t> resource_flows_;
+  std::vector<uint8_t> frozen_;
+  std::vector<Share> heap_;
+};
+
+}  // namespace parallax

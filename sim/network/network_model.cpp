@@ -1,0 +1,59 @@
+#include "network/network_model.h"
+
+#include <stdexcept>
+
+#include "network/analytical_network.h"
+#include "network/flow_network.h"
+
+namespace parallax {
+
+NetworkModel::NetworkModel(Engine& engine, const Topology& topo, const Router& router)
+    : engine_(engine), topo_(topo), router_(router), link_bytes_(topo.link_count(), 0.0) {}
+
+uint64_t NetworkModel::start_flow(DeviceId src, DeviceId dst, Bytes size, FlowCallback on_done,
+                                  std::optional<uint64_t> route_key) {
+  uint64_t id = next_flow_id_++;
+  Time now = engine_.now();
+  if (src == dst) {
+    // Data already where it is needed: completes now, after the current event.
+    engine_.schedule_in(Time::zero(), [this, id, now, cb = std::move(on_done)]() mutable {
+      complete(id, now, cb);
+    });
+    return id;
+  }
+  path_buffer_.clear();
+  router_.route(src, dst, route_key.value_or(id), path_buffer_);
+  Time latency;
+  for (LinkId l : path_buffer_) {
+    latency += topo_.link(l).latency;
+    link_bytes_[l.value] += size.value();
+  }
+  begin(FlowStart{id, now, latency, size, &path_buffer_, std::move(on_done)});
+  return id;
+}
+
+void NetworkModel::complete(uint64_t id, Time start, FlowCallback& on_done) {
+  ++completed_;
+  if (on_done) on_done(FlowCompletion{id, start, engine_.now()});
+}
+
+const std::vector<NetworkModelInfo>& network_models() {
+  static const std::vector<NetworkModelInfo> models{
+      {"analytical", "closed form: alpha(path) + bytes / bottleneck bandwidth; flows never contend"},
+      {"flow", "fluid max-min fair sharing of every link among concurrent flows (progressive "
+               "filling), re-solved per timestamp on the affected component; per-hop latency "
+               "before the data flows"},
+  };
+  return models;
+}
+
+std::unique_ptr<NetworkModel> make_network_model(std::string_view name, Engine& engine,
+                                                 const Topology& topo, const Router& router) {
+  if (name == "analytical") return std::make_unique<AnalyticalNetwork>(engine, topo, router);
+  if (name == "flow") return std::make_unique<FlowNetwork>(engine, topo, router);
+  std::string known;
+  for (const auto& m : network_models()) known += (known.empty() ? "" : ", ") + m.name;
+  throw std::invalid_argument("unknown network model \"" + std::string(name) + "\" (expected " + known + ")");
+}
+
+}  // namespace parallax

@@ -1,0 +1,91 @@
+#include "topology/router.h"
+
+#include <stdexcept>
+
+#include <boost/graph/breadth_first_search.hpp>
+#include <boost/graph/filtered_graph.hpp>
+#include <boost/graph/reverse_graph.hpp>
+#include <boost/graph/visitors.hpp>
+
+namespace parallax {
+namespace {
+
+// On the reversed graph, BFS from dst walks original edges backwards. An original edge u→g into
+// a GPU g other than dst would make g a transit hop, so it is filtered out.
+struct NoTransitThroughGpu {
+  const Topology* topo = nullptr;
+  uint32_t dst = 0;
+  template <class Edge>
+  bool operator()(const Edge& e) const {
+    uint32_t target = static_cast<uint32_t>(boost::target(e.underlying_descx, topo->graph()));
+    return target == dst || topo->device(DeviceId{target}).kind != DeviceKind::kGpu;
+  }
+};
+
+uint64_t mix(uint64_t x) {
+  // splitmix64 finaliser: a fixed, platform-independent hash so routes are reproducible.
+  x += 0x9E3779B97F4A7C15ULL;
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ULL;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBULL;
+  return x ^ (x >> 31);
+}
+
+}  // namespace
+
+std::vector<uint16_t> hop_distances_to(const Topology& topo, DeviceId dst) {
+  const auto& g = topo.graph();
+  auto reversed = boost::make_reverse_graph(g);
+  using Reversed = decltype(reversed);
+  NoTransitThroughGpu keep{&topo, dst.value};
+  boost::filtered_graph<Reversed, NoTransitThroughGpu> fg(reversed, keep);
+  std::vector<uint16_t> dist(boost::num_vertices(g), kUnreachable);
+  dist[dst.value] = 0;
+  boost::breadth_first_search(
+      fg, boost::vertex(dst.value, g),
+      boost::visitor(boost::make_bfs_visitor(boost::record_distances(dist.data(), boost::on_tree_edge()))));
+  return dist;
+}
+
+Router::Router(const Topology& topo) : topo_(topo), cache_(topo.device_count()) {}
+
+const std::vector<uint16_t>& Router::distances_to(DeviceId dst) const {
+  auto& slot = cache_[dst.value];
+  if (!slot) slot = std::make_unique<std::vector<uint16_t>>(hop_distances_to(topo_, dst));
+  return *slot;
+}
+
+int Router::hops(DeviceId src, DeviceId dst) const {
+  uint16_t d = distances_to(dst)[src.value];
+  return d == kUnreachable ? kUnreachable : d;
+}
+
+void Router::route(DeviceId src, DeviceId dst, uint64_t flow_key, std::vector<LinkId>& out) const {
+  const auto& dist = distances_to(dst);
+  if (dist[src.value] == kUnreachable) {
+    throw std::invalid_argument("no route from " + topo_.device(src).name + " to " +
+                                topo_.device(dst).name);
+  }
+  DeviceId at = src;
+  auto eligible = [&](LinkId l, uint16_t want) {
+    DeviceId next = topo_.link(l).to;
+    // A GPU other than dst has a distance only as a source; never step onto one.
+    return dist[next.value] == want && (next == dst || topo_.device(next).kind != DeviceKind::kGpu);
+  };
+  while (at != dst) {
+    uint16_t want = static_cast<uint16_t>(dist[at.value] - 1);
+    auto links = topo_.out_links(at);
+    size_t n = 0;
+    for (LinkId l : links) n += eligible(l, want) ? 1 : 0;
+    size_t pick = n <= 1 ? 0 : mix(flow_key ^ mix(at.value)) % n;
+    for (LinkId l : links) {
+      if (!eligible(l, want)) continue;
+      if (pick-- == 0) {
+        out.push_back(l);
+        at = topo_.link(l).to;
+        break;
+      }
+    }
+  }
+}
+
+}  // namespace parallax

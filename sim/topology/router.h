@@ -1,0 +1,47 @@
+// Routes between devices: shortest paths in hops that never pass through a GPU (GPUs are
+// endpoints, they do not forward; a relay through a GPU, as NCCL's PXN does, is the job of the
+// layer that schedules the traffic). Where several next hops are equally short (ECMP), the
+// choice is a deterministic hash of the flow key and the current device. The rail-optimized
+// convention (GPU i of every node on rail i) follows from how the fabric is wired: GPU i's
+// NIC joins rail i's leaf, so same-rail traffic stays under one leaf.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "topology/topology.h"
+
+namespace parallax {
+
+/// Hop distances from every device to `dst` along paths that do not transit a GPU;
+/// kUnreachable where there is none. Uses Boost's BFS on the reversed graph.
+inline constexpr uint16_t kUnreachable = UINT16_MAX;
+std::vector<uint16_t> hop_distances_to(const Topology& topo, DeviceId dst);
+
+class Router {
+ public:
+  /// Keeps a reference to `topo`, which must outlive the router. Caches distance vectors per
+  /// destination (not thread-safe: give each thread its own Router).
+  explicit Router(const Topology& topo);
+
+  /// Appends the links of the path from src to dst chosen for `flow_key` to `out` (nothing
+  /// when src == dst). Throws InternalError-free std::invalid_argument if unreachable.
+  void route(DeviceId src, DeviceId dst, uint64_t flow_key, std::vector<LinkId>& out) const;
+  std::vector<LinkId> route(DeviceId src, DeviceId dst, uint64_t flow_key = 0) const {
+    std::vector<LinkId> out;
+    route(src, dst, flow_key, out);
+    return out;
+  }
+  /// Number of links on a shortest path, or kUnreachable.
+  int hops(DeviceId src, DeviceId dst) const;
+  const Topology& topology() const { return topo_; }
+
+ private:
+  const std::vector<uint16_t>& distances_to(DeviceId dst) const;
+
+  const Topology& topo_;
+  mutable std::vector<std::unique_ptr<std::vector<uint16_t>>> cache_;
+};
+
+}  // namespace parallax

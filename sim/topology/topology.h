@@ -1,0 +1,147 @@
+// The cluster as a graph: devices (GPUs, NICs, switches, CPUs) joined by directed links, each
+// with a bandwidth per direction, a latency and a link class. A full-duplex cable is two
+// directed links with capacity each; a half-duplex one is two directed links that share one
+// capacity resource. Boost.Graph holds the adjacency inside; the API outside speaks in
+// DeviceId and LinkId. The topology knows nothing of collectives or workloads.
+#pragma once
+
+#include <cstdint>
+#include <compare>
+#include <optional>
+#include <span>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include <boost/graph/adjacency_list.hpp>
+
+#include "units/units.h"
+
+namespace parallax {
+
+/// A dense index with a type, so a DeviceId is never passed where a LinkId is meant.
+template <class Tag>
+struct Id {
+  uint32_t value = UINT32_MAX;
+  constexpr auto operator<=>(const Id&) const = default;
+  constexpr bool valid() const { return value != UINT32_MAX; }
+};
+struct DeviceTag {};
+struct LinkTag {};
+using DeviceId = Id<DeviceTag>;
+using LinkId = Id<LinkTag>;
+
+enum class DeviceKind : uint8_t { kGpu, kNic, kSwitch, kCpu };
+enum class SwitchKind : uint8_t { kNone, kNVSwitch, kPcie, kLeaf, kSpine };
+/// What a link is made of: the unit of calibration (one α/β per class).
+enum class LinkClass : uint8_t { kNVLink, kPcie, kNetwork, kCpu, kShm };
+enum class Duplex : uint8_t { kFull, kHalf };
+
+const char* to_string(DeviceKind k);
+const char* to_string(SwitchKind k);
+const char* to_string(LinkClass c);
+std::optional<LinkClass> link_class_from_string(std::string_view s);
+std::optional<SwitchKind> switch_kind_from_string(std::string_view s);
+
+/// Datasheet figures of a GPU model. Peaks are dense (no structured sparsity); a zero peak
+/// means the GPU has no such tensor-core path.
+struct GpuSpec {
+  std::string name;
+  FlopRate fp32, tf32, bf16, fp16, fp8;
+  Bytes memory;
+  Bandwidth memory_bandwidth;
+};
+
+struct Device {
+  std::string name;
+  DeviceKind kind = DeviceKind::kSwitch;
+  SwitchKind switch_kind = SwitchKind::kNone;
+  int node = -1;          ///< server / scale-up domain index; -1 for fabric switches
+  int local_index = -1;   ///< index within the node (GPU i is on rail i)
+  int gpu_spec = -1;      ///< index into Topology::gpu_specs() for GPUs
+  bool nvls = false;      ///< NVSwitch in-network reduction (NVLink SHARP)
+  bool sharp = false;     ///< network switch in-network reduction (SHARP / CollNet)
+};
+
+struct Link {
+  DeviceId from, to;
+  LinkClass link_class = LinkClass::kNetwork;
+  Bandwidth bandwidth;  ///< per direction
+  Time latency;
+  LinkId reverse;       ///< the other direction of the same cable
+  uint32_t resource = 0;  ///< capacity resource: shared by both directions when half duplex
+};
+
+/// Who and what a topology file describes.
+struct TopologyInfo {
+  std::string name;
+  std::string description;
+  std::vector<std::string> sources;
+  std::string file;  ///< where it was loaded from, if anywhere
+};
+
+class Topology {
+ public:
+  using Graph = boost::adjacency_list<boost::vecS, boost::vecS, boost::bidirectionalS,
+                                      boost::no_property, boost::property<boost::edge_index_t, uint32_t>>;
+
+  Topology() = default;
+
+  // ---- building (loaders and tests); finalize() before use ----
+  /// Adds a GPU model; returns its index for Device::gpu_spec.
+  int add_gpu_spec(GpuSpec spec);
+  /// Adds a device; throws std::invalid_argument on a duplicate name.
+  DeviceId add_device(Device d);
+  /// Adds a cable between a and b: two directed links (a→b returned, b→a its reverse).
+  LinkId add_link(DeviceId a, DeviceId b, LinkClass cls, Bandwidth per_direction, Time latency,
+                  Duplex duplex = Duplex::kFull);
+  /// Builds the graph and GPU order, and checks that the graph is connected and that every
+  /// GPU reaches every other without passing through a third GPU. Throws
+  /// std::invalid_argument with the reason.
+  void finalize();
+
+  // ---- queries ----
+  TopologyInfo& info() { return info_; }
+  const TopologyInfo& info() const { return info_; }
+  size_t device_count() const { return devices_.size(); }
+  size_t link_count() const { return links_.size(); }
+  /// Capacity resources (one per full-duplex direction, one per half-duplex cable).
+  size_t resource_count() const { return resource_capacity_.size(); }
+  Bandwidth resource_capacity(uint32_t r) const { return resource_capacity_[r]; }
+  const Device& device(DeviceId id) const { return devices_[id.value]; }
+  const Link& link(LinkId id) const { return links_[id.value]; }
+  std::span<const LinkId> out_links(DeviceId id) const { return out_[id.value]; }
+  std::span<const GpuSpec> gpu_specs() const { return gpu_specs_; }
+  const GpuSpec& gpu_spec_of(DeviceId gpu) const;
+  std::optional<DeviceId> find_device(std::string_view name) const;
+
+  /// GPUs in global rank order: by node, then local index.
+  std::span<const DeviceId> gpus() const { return gpus_; }
+  size_t gpu_count() const { return gpus_.size(); }
+  int node_count() const { return node_count_; }
+  /// GPUs of node n in local order.
+  std::span<const DeviceId> gpus_of_node(int node) const { return node_gpus_[static_cast<size_t>(node)]; }
+  /// True when a and b are in the same node (scale-up domain).
+  bool same_node(DeviceId a, DeviceId b) const { return device(a).node == device(b).node; }
+
+  /// The Boost graph: vertex i is DeviceId{i}, each edge's index property is its LinkId.
+  const Graph& graph() const { return graph_; }
+
+ private:
+  void check_gpus_reach_each_other() const;
+
+  TopologyInfo info_;
+  std::vector<GpuSpec> gpu_specs_;
+  std::vector<Device> devices_;
+  std::vector<Link> links_;
+  std::vector<std::vector<LinkId>> out_;
+  std::vector<Bandwidth> resource_capacity_;
+  std::unordered_map<std::string, DeviceId> by_name_;
+  std::vector<DeviceId> gpus_;
+  std::vector<std::vector<DeviceId>> node_gpus_;
+  int node_count_ = 0;
+  Graph graph_;
+  bool finalized_ = false;
+};
+
+}  // namespace parallax

@@ -1,0 +1,381 @@
+// Compact-form generation follows docs/topology-format.md: per node, GPUs on an NVSwitch (one
+// crossbar vertex) or a PCIe tree; NICs attached to GPUs or PCIe switches; then a one- or
+// two-tier fat tree, rail-optimized or not, with the leaf uplinks cut by the oversubscription.
+#include "topology/topology_loader.h"
+
+#include <cmath>
+#include <stdexcept>
+
+#include "io/json_reader.h"
+
+namespace parallax {
+namespace {
+
+struct LinkSpec {
+  Bandwidth bandwidth;  // per direction
+  Time latency;
+};
+
+// A link object: exactly one of bandwidth_per_direction / bandwidth_bidirectional, and latency.
+LinkSpec read_link_spec(JsonReader& r, bool latency_required = true) {
+  auto per_dir = r.find("bandwidth_per_direction");
+  auto bidir = r.find("bandwidth_bidirectional");
+  if (per_dir && bidir) {
+    r.fail("give either bandwidth_per_direction or bandwidth_bidirectional, not both");
+  }
+  if (!per_dir && !bidir) {
+    r.fail("missing bandwidth: give bandwidth_per_direction (one direction of a full-duplex link) "
+           "or bandwidth_bidirectional (the datasheet's sum of both directions)");
+  }
+  LinkSpec s;
+  s.bandwidth = per_dir ? require_positive(*per_dir, per_dir->as_bandwidth())
+                        : require_positive(*bidir, bidir->as_bandwidth()) / 2.0;
+  if (auto lat = r.find("latency")) s.latency = lat->as_time();
+  else if (latency_required) r.fail("missing required key \"latency\"");
+  return s;
+}
+
+GpuSpec read_gpu_spec(JsonReader r) {
+  GpuSpec g;
+  g.name = r.at("name").as_string();
+  JsonReader peak = r.at("peak");
+  g.fp32 = require_positive(peak.at("fp32"), peak.at("fp32").as_flop_rate());
+  g.bf16 = require_positive(peak.at("bf16"), peak.at("bf16").as_flop_rate());
+  g.fp16 = g.bf16;
+  if (auto v = peak.find("fp16")) g.fp16 = require_positive(*v, v->as_flop_rate());
+  if (auto v = peak.find("tf32")) g.tf32 = require_positive(*v, v->as_flop_rate());
+  if (auto v = peak.find("fp8")) g.fp8 = require_positive(*v, v->as_flop_rate());
+  peak.finish();
+  g.memory = require_positive(r.at("memory"), r.at("memory").as_bytes());
+  g.memory_bandwidth = require_positive(r.at("memory_bandwidth"), r.at("memory_bandwidth").as_bandwidth());
+  r.finish();
+  return g;
+}
+
+int read_positive_int(JsonReader r, int64_t max = 1 << 24) {
+  int64_t v = r.as_int();
+  if (v <= 0) r.fail("must be a positive integer, found " + std::to_string(v));
+  if (v > max) r.fail("is too large (at most " + std::to_string(max) + "), found " + std::to_string(v));
+  return static_cast<int>(v);
+}
+
+void read_info(JsonReader& root, Topology& topo, const std::string& file) {
+  auto& info = topo.info();
+  info.file = file;
+  info.name = root.at("name").as_string();
+  if (auto d = root.find("description")) info.description = d->as_string();
+  if (auto s = root.find("sources")) {
+    for (auto& e : s->elements()) info.sources.push_back(e.as_string());
+  }
+}
+
+// ---------------------------------------------------------------- compact form
+
+enum class ScaleUp { kNVSwitch, kPcie, kNone };
+
+struct PcieTree {
+  int sockets = 1;
+  int switches_per_socket = 1;
+  LinkSpec gpu_link, switch_uplink, inter_socket;
+};
+
+struct FatTree {
+  int tiers = 2;
+  bool rail_optimized = true;
+  int nodes_per_leaf = 32;
+  double oversubscription = 1.0;
+  std::optional<int> spines;
+  Time link_latency;
+  bool sharp = false;
+};
+
+void generate_compact(JsonReader& root, Topology& topo, const TopologyLoadOptions& opt) {
+  int nodes = read_positive_int(root.at("nodes"), 1 << 20);
+  if (opt.nodes) {
+    if (*opt.nodes <= 0) root.fail_at("nodes", "--nodes must be a positive integer");
+    nodes = *opt.nodes;
+  }
+  JsonReader node = root.at("node");
+  int gpus = read_positive_int(node.at("gpus"), 4096);
+  int spec = topo.add_gpu_spec(read_gpu_spec(node.at("gpu")));
+
+  JsonReader up = node.at("scale_up");
+  std::string kind = up.at("kind").as_string();
+  ScaleUp scale_up;
+  LinkSpec nvlink;
+  bool nvls = false;
+  PcieTree pcie;
+  if (kind == "nvswitch") {
+    scale_up = ScaleUp::kNVSwitch;
+    nvlink = read_link_spec(up);
+    if (auto v = up.find("nvls")) nvls = v->as_bool();
+  } else if (kind == "pcie") {
+    scale_up = ScaleUp::kPcie;
+    pcie.sockets = read_positive_int(up.at("sockets"), 64);
+    pcie.switches_per_socket = read_positive_int(up.at("switches_per_socket"), 64);
+    auto gl = up.at("gpu_link");
+    pcie.gpu_link = read_link_spec(gl);
+    gl.finish();
+    auto su = up.at("switch_uplink");
+    pcie.switch_uplink = read_link_spec(su);
+    su.finish();
+    if (pcie.sockets > 1) {
+      auto is = up.at("inter_socket");
+      pcie.inter_socket = read_link_spec(is);
+      is.finish();
+    } else if (auto is = up.find("inter_socket")) {
+      pcie.inter_socket = read_link_spec(*is);
+      is->finish();
+    }
+  } else if (kind == "none") {
+    scale_up = ScaleUp::kNone;
+  } else {
+    up.fail_at("kind", "unknown scale-up kind \"" + kind + "\" (expected nvswitch, pcie or none)");
+  }
+  up.finish();
+
+  int nics = 0;
+  LinkSpec nic_line, nic_attach;
+  if (auto n = node.find("nics")) {
+    nics = read_positive_int(n->at("count"), 4096);
+    nic_line = read_link_spec(*n);
+    auto attach = n->at("attach");
+    nic_attach = read_link_spec(attach);
+    attach.finish();
+    n->finish();
+  }
+  node.finish();
+
+  FatTree tree;
+  std::optional<JsonReader> net = root.find("network");
+  if (net) {
+    std::string nk = net->at("kind").as_string();
+    if (nk != "fat_tree") net->fail_at("kind", "unknown network kind \"" + nk + "\" (expected fat_tree)");
+    tree.tiers = read_positive_int(net->at("tiers"), 2);
+    if (auto v = net->find("rail_optimized")) tree.rail_optimized = v->as_bool();
+    if (auto v = net->find("nodes_per_leaf")) tree.nodes_per_leaf = read_positive_int(*v);
+    if (auto v = net->find("oversubscription")) {
+      tree.oversubscription = v->as_ratio();
+      if (tree.oversubscription < 1.0) v->fail("oversubscription below 1:1 is not a fat tree");
+    }
+    if (auto v = net->find("spines")) tree.spines = read_positive_int(*v, 1 << 16);
+    tree.link_latency = net->at("link_latency").as_time();
+    if (auto v = net->find("sharp")) tree.sharp = v->as_bool();
+    net->finish();
+  }
+  if (nodes > 1 && !net) root.fail("a topology with more than one node needs a \"network\" section");
+  if (nodes > 1 && nics == 0) root.fail_at("node", "a topology with more than one node needs \"nics\"");
+  if (nodes > 1 && scale_up == ScaleUp::kNone && nics < gpus) {
+    root.fail_at("node", "without a scale-up fabric every GPU needs its own NIC (count >= gpus)");
+  }
+
+  // Devices of each node.
+  std::vector<std::vector<DeviceId>> node_nics(static_cast<size_t>(nodes));
+  for (int n = 0; n < nodes; ++n) {
+    std::string p = "n" + std::to_string(n) + ".";
+    std::vector<DeviceId> gpu_ids;
+    for (int i = 0; i < gpus; ++i) {
+      gpu_ids.push_back(topo.add_device(Device{p + "gpu" + std::to_string(i), DeviceKind::kGpu,
+                                               SwitchKind::kNone, n, i, spec, false, false}));
+    }
+    std::vector<DeviceId> pcie_switches;
+    if (scale_up == ScaleUp::kNVSwitch) {
+      DeviceId sw = topo.add_device(Device{p + "nvswitch", DeviceKind::kSwitch, SwitchKind::kNVSwitch,
+                                           n, -1, -1, nvls, false});
+      for (DeviceId g : gpu_ids) topo.add_link(g, sw, LinkClass::kNVLink, nvlink.bandwidth, nvlink.latency);
+    } else if (scale_up == ScaleUp::kPcie) {
+      std::vector<DeviceId> cpus;
+      for (int s = 0; s < pcie.sockets; ++s) {
+        cpus.push_back(topo.add_device(Device{p + "cpu" + std::to_string(s), DeviceKind::kCpu,
+                                              SwitchKind::kNone, n, s, -1, false, false}));
+      }
+      for (int a = 0; a < pcie.sockets; ++a) {
+        for (int b = a + 1; b < pcie.sockets; ++b) {
+          topo.add_link(cpus[static_cast<size_t>(a)], cpus[static_cast<size_t>(b)], LinkClass::kCpu,
+                        pcie.inter_socket.bandwidth, pcie.inter_socket.latency);
+        }
+      }
+      int total = pcie.sockets * pcie.switches_per_socket;
+      for (int j = 0; j < total; ++j) {
+        DeviceId sw = topo.add_device(Device{p + "pcie" + std::to_string(j), DeviceKind::kSwitch,
+                                             SwitchKind::kPcie, n, j, -1, false, false});
+        topo.add_link(sw, cpus[static_cast<size_t>(j / pcie.switches_per_socket)], LinkClass::kPcie,
+                      pcie.switch_uplink.bandwidth, pcie.switch_uplink.latency);
+        pcie_switches.push_back(sw);
+      }
+      for (int i = 0; i < gpus; ++i) {
+        // Spread in order: GPU i on switch floor(i * switches / gpus).
+        auto j = static_cast<size_t>(static_cast<int64_t>(i) * total / gpus);
+        topo.add_link(gpu_ids[static_cast<size_t>(i)], pcie_switches[j], LinkClass::kPcie,
+                      pcie.gpu_link.bandwidth, pcie.gpu_link.latency);
+      }
+    }
+    if (nodes > 1) {
+      for (int k = 0; k < nics; ++k) {
+        DeviceId nic = topo.add_device(Device{p + "nic" + std::to_string(k), DeviceKind::kNic,
+                                              SwitchKind::kNone, n, k, -1, false, false});
+        node_nics[static_cast<size_t>(n)].push_back(nic);
+        if (scale_up == ScaleUp::kPcie) {
+          topo.add_link(nic, pcie_switches[static_cast<size_t>(k) % pcie_switches.size()], LinkClass::kPcie,
+                        nic_attach.bandwidth, nic_attach.latency);
+        } else if (nics >= gpus) {
+          topo.add_link(gpu_ids[static_cast<size_t>(k % gpus)], nic, LinkClass::kPcie,
+                        nic_attach.bandwidth, nic_attach.latency);
+        }
+      }
+      if (scale_up != ScaleUp::kPcie && nics < gpus) {
+        for (int i = 0; i < gpus; ++i) {
+          topo.add_link(gpu_ids[static_cast<size_t>(i)], node_nics[static_cast<size_t>(n)][static_cast<size_t>(i % nics)],
+                        LinkClass::kPcie, nic_attach.bandwidth, nic_attach.latency);
+        }
+      }
+    }
+  }
+  if (nodes == 1) return;
+
+  // The fat tree.
+  auto add_switch = [&](const std::string& name, SwitchKind k) {
+    return topo.add_device(Device{name, DeviceKind::kSwitch, k, -1, -1, -1, false, tree.sharp});
+  };
+  if (tree.tiers == 1) {
+    DeviceId sw = add_switch("leaf.g0", SwitchKind::kLeaf);
+    for (auto& list : node_nics) {
+      for (DeviceId nic : list) topo.add_link(nic, sw, LinkClass::kNetwork, nic_line.bandwidth, nic_line.latency);
+    }
+    return;
+  }
+  int groups = (nodes + tree.nodes_per_leaf - 1) / tree.nodes_per_leaf;
+  int rails = tree.rail_optimized ? nics : 1;
+  // Designed (full-group) ports per leaf, so every leaf has the same uplink whatever the fill.
+  int ports_down = tree.rail_optimized ? tree.nodes_per_leaf : tree.nodes_per_leaf * nics;
+  std::vector<DeviceId> leaves;
+  for (int r = 0; r < rails; ++r) {
+    for (int g = 0; g < groups; ++g) {
+      std::string name = tree.rail_optimized ? "leaf.r" + std::to_string(r) + ".g" + std::to_string(g)
+                                             : "leaf.g" + std::to_string(g);
+      leaves.push_back(add_switch(name, SwitchKind::kLeaf));
+    }
+  }
+  for (int n = 0; n < nodes; ++n) {
+    int g = n / tree.nodes_per_leaf;
+    for (int k = 0; k < nics; ++k) {
+      int r = tree.rail_optimized ? k : 0;
+      DeviceId leaf = leaves[static_cast<size_t>(r * groups + g)];
+      topo.add_link(node_nics[static_cast<size_t>(n)][static_cast<size_t>(k)], leaf, LinkClass::kNetwork,
+                    nic_line.bandwidth, nic_line.latency);
+    }
+  }
+  if (leaves.size() == 1) return;
+  double ideal_spines = std::ceil(ports_down / tree.oversubscription);
+  int spines = tree.spines.value_or(std::max(1, static_cast<int>(ideal_spines)));
+  Bandwidth uplink = nic_line.bandwidth * (ports_down / tree.oversubscription) / static_cast<double>(spines);
+  std::vector<DeviceId> spine_ids;
+  for (int s = 0; s < spines; ++s) spine_ids.push_back(add_switch("spine" + std::to_string(s), SwitchKind::kSpine));
+  for (DeviceId leaf : leaves) {
+    for (DeviceId sp : spine_ids) topo.add_link(leaf, sp, LinkClass::kNetwork, uplink, tree.link_latency);
+  }
+}
+
+// ---------------------------------------------------------------- explicit form
+
+void build_explicit(JsonReader& root, Topology& topo) {
+  std::unordered_map<std::string, int> spec_index;
+  if (auto specs = root.find("gpu_specs")) {
+    for (const auto& key : specs->keys()) spec_index[key] = topo.add_gpu_spec(read_gpu_spec(specs->at(key)));
+  }
+  auto devices = root.at("devices");
+  for (auto& d : devices.elements()) {
+    Device dev;
+    dev.name = d.at("name").as_string();
+    if (dev.name.empty()) d.fail_at("name", "a device name must not be empty");
+    std::string kind = d.at("kind").as_string();
+    if (kind == "gpu") {
+      dev.kind = DeviceKind::kGpu;
+      std::string s = d.at("spec").as_string();
+      auto it = spec_index.find(s);
+      if (it == spec_index.end()) d.fail_at("spec", "no GPU spec named \"" + s + "\" in /gpu_specs");
+      dev.gpu_spec = it->second;
+      dev.node = static_cast<int>(d.at("node").as_int());
+      dev.local_index = static_cast<int>(d.at("local").as_int());
+      if (dev.node < 0) d.fail_at("node", "must be zero or more");
+      if (dev.local_index < 0) d.fail_at("local", "must be zero or more");
+    } else if (kind == "nic" || kind == "cpu") {
+      dev.kind = kind == "nic" ? DeviceKind::kNic : DeviceKind::kCpu;
+      if (auto v = d.find("node")) dev.node = static_cast<int>(v->as_int());
+      if (auto v = d.find("local")) dev.local_index = static_cast<int>(v->as_int());
+    } else if (kind == "switch") {
+      dev.kind = DeviceKind::kSwitch;
+      std::string sk = d.at("switch").as_string();
+      auto k = switch_kind_from_string(sk);
+      if (!k) d.fail_at("switch", "unknown switch kind \"" + sk + "\" (expected nvswitch, pcie, leaf or spine)");
+      dev.switch_kind = *k;
+      if (auto v = d.find("node")) dev.node = static_cast<int>(v->as_int());
+      if (auto v = d.find("nvls")) dev.nvls = v->as_bool();
+      if (auto v = d.find("sharp")) dev.sharp = v->as_bool();
+    } else {
+      d.fail_at("kind", "unknown device kind \"" + kind + "\" (expected gpu, nic, cpu or switch)");
+    }
+    d.finish();
+    if (topo.find_device(dev.name)) d.fail_at("name", "duplicate device name \"" + dev.name + "\"");
+    topo.add_device(std::move(dev));
+  }
+  auto links = root.at("links");
+  for (auto& l : links.elements()) {
+    auto between = l.at("between");
+    auto ends = between.elements();
+    if (ends.size() != 2) between.fail("expected two device names");
+    DeviceId id[2];
+    for (int i = 0; i < 2; ++i) {
+      std::string name = ends[static_cast<size_t>(i)].as_string();
+      auto found = topo.find_device(name);
+      if (!found) ends[static_cast<size_t>(i)].fail("no device named \"" + name + "\" (dangling link endpoint)");
+      id[i] = *found;
+    }
+    if (id[0] == id[1]) between.fail("a link cannot join a device to itself");
+    std::string cls = l.at("class").as_string();
+    auto c = link_class_from_string(cls);
+    if (!c) l.fail_at("class", "unknown link class \"" + cls + "\" (expected nvlink, pcie, network, cpu or shm)");
+    LinkSpec spec = read_link_spec(l);
+    Duplex duplex = Duplex::kFull;
+    if (auto v = l.find("duplex")) {
+      std::string s = v->as_string();
+      if (s == "half") duplex = Duplex::kHalf;
+      else if (s != "full") v->fail("expected \"full\" or \"half\", found \"" + s + "\"");
+    }
+    l.finish();
+    topo.add_link(id[0], id[1], *c, spec.bandwidth, spec.latency, duplex);
+  }
+}
+
+}  // namespace
+
+Topology topology_from_json(const nlohmann::json& doc, const std::string& file,
+                            const TopologyLoadOptions& options) {
+  JsonReader root(doc, file);
+  if (!root.is_object()) root.fail("a topology must be a JSON object");
+  Topology topo;
+  read_info(root, topo, file);
+  bool compact = root.has("node");
+  bool expl = root.has("devices") || root.has("links");
+  if (compact && expl) root.fail("a topology is either compact (\"node\") or explicit (\"devices\", \"links\"), not both");
+  if (!compact && !expl) root.fail("a topology needs \"node\" (compact form) or \"devices\" and \"links\" (explicit form)");
+  if (compact) {
+    generate_compact(root, topo, options);
+  } else {
+    if (options.nodes) root.fail("--nodes applies only to compact topologies; this one lists its devices");
+    build_explicit(root, topo);
+  }
+  root.finish();
+  try {
+    topo.finalize();
+  } catch (const std::invalid_argument& e) {
+    throw InputError(file, compact ? "" : "/links", e.what());
+  }
+  return topo;
+}
+
+Topology load_topology(const std::string& path, const TopologyLoadOptions& options) {
+  return topology_from_json(load_json_file(path), path, options);
+}
+
+}  // namespace parallax

@@ -1,0 +1,13 @@
+// The subcommands of `parallax`: each registers its options on the CLI11 app and runs.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+namespace parallax::cli {
+
+/// `parallax topo show FILE [--nodes N] [--dot FILE] [--json FILE]`
+void add_topo_command(CLI::App& app);
+/// `parallax flows --topology FILE --flows FILE [--model NAME] [--nodes N] [--json FILE]`
+void add_flows_command(CLI::App& app);
+
+}  // namespace parallax::cli
