@@ -1,0 +1,140 @@
+// The max-min solver alone: textbook cases derived by hand, then properties on random
+// problems with fixed, printed seeds.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <random>
+
+#include "network/max_min_solver.h"
+
+namespace parallax {
+namespace {
+
+using Problem = MaxMinSolver::Problem;
+
+std::vector<double> solve(const Problem& p) {
+  MaxMinSolver s;
+  std::vector<double> rates;
+  s.solve(p, rates);
+  return rates;
+}
+
+TEST(MaxMinSolver, TwoFlowsOnOneLinkGetHalfEach) {
+  // One link of capacity 10 shared by two flows: 10 / 2 = 5 each.
+  Problem p;
+  uint32_t link = p.add_resource(10);
+  p.add_flow(std::vector<uint32_t>{link});
+  p.add_flow(std::vector<uint32_t>{link});
+  auto r = solve(p);
+  EXPECT_DOUBLE_EQ(r[0], 5);
+  EXPECT_DOUBLE_EQ(r[1], 5);
+}
+
+TEST(MaxMinSolver, ParkingLot) {
+  // Three links of capacity 1 in a row; a long flow crosses all three, and one short flow
+  // crosses each link. Every link is shared by 2 flows, so all four flows get 1/2.
+  Problem p;
+  uint32_t l0 = p.add_resource(1), l1 = p.add_resource(1), l2 = p.add_resource(1);
+  p.add_flow(std::vector<uint32_t>{l0, l1, l2});
+  p.add_flow(std::vector<uint32_t>{l0});
+  p.add_flow(std::vector<uint32_t>{l1});
+  p.add_flow(std::vector<uint32_t>{l2});
+  auto r = solve(p);
+  for (double x : r) EXPECT_DOUBLE_EQ(x, 0.5);
+}
+
+TEST(MaxMinSolver, ParkingLotWithAWiderLastLink) {
+  // As above but the last link has capacity 2: the long flow is held to 1/2 by l0 and l1,
+  // so the short flow on l2 takes the rest, 2 - 1/2 = 3/2.
+  Problem p;
+  uint32_t l0 = p.add_resource(1), l1 = p.add_resource(1), l2 = p.add_resource(2);
+  p.add_flow(std::vector<uint32_t>{l0, l1, l2});
+  p.add_flow(std::vector<uint32_t>{l0});
+  p.add_flow(std::vector<uint32_t>{l1});
+  p.add_flow(std::vector<uint32_t>{l2});
+  auto r = solve(p);
+  EXPECT_DOUBLE_EQ(r[0], 0.5);
+  EXPECT_DOUBLE_EQ(r[3], 1.5);
+}
+
+TEST(MaxMinSolver, AFlowBottleneckedElsewhereLeavesItsShareToOthers) {
+  // f0 crosses X (capacity 0.5) and Y (capacity 3); f1 and f2 cross only Y. f0 is held to 0.5
+  // by X, so f1 and f2 split what is left of Y: (3 - 0.5) / 2 = 1.25 each, not 3/3 = 1.
+  Problem p;
+  uint32_t x = p.add_resource(0.5), y = p.add_resource(3);
+  p.add_flow(std::vector<uint32_t>{x, y});
+  p.add_flow(std::vector<uint32_t>{y});
+  p.add_flow(std::vector<uint32_t>{y});
+  auto r = solve(p);
+  EXPECT_DOUBLE_EQ(r[0], 0.5);
+  EXPECT_DOUBLE_EQ(r[1], 1.25);
+  EXPECT_DOUBLE_EQ(r[2], 1.25);
+}
+
+TEST(MaxMinSolver, AFlowWithoutResourcesIsUnbounded) {
+  Problem p;
+  p.add_resource(1);
+  p.add_flow(std::vector<uint32_t>{});
+  EXPECT_TRUE(std::isinf(solve(p)[0]));
+}
+
+// Random problem: R resources with capacities in [1, 100], F flows crossing 1..5 distinct
+// resources each.
+Problem random_problem(std::mt19937_64& rng, int resources, int flows) {
+  Problem p;
+  std::uniform_real_distribution<double> cap(1.0, 100.0);
+  for (int r = 0; r < resources; ++r) p.add_resource(cap(rng));
+  std::uniform_int_distribution<int> len(1, std::min(5, resources));
+  std::uniform_int_distribution<uint32_t> pick(0, static_cast<uint32_t>(resources - 1));
+  for (int f = 0; f < flows; ++f) {
+    std::vector<uint32_t> path;
+    int n = len(rng);
+    while (static_cast<int>(path.size()) < n) {
+      uint32_t r = pick(rng);
+      if (std::find(path.begin(), path.end(), r) == path.end()) path.push_back(r);
+    }
+    p.add_flow(path);
+  }
+  return p;
+}
+
+class MaxMinProperties : public ::testing::TestWithParam<uint64_t> {};
+
+TEST_P(MaxMinProperties, CapacityRespectedAndEveryFlowHasABottleneck) {
+  const uint64_t seed = GetParam();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  std::mt19937_64 rng(seed);
+  Problem p = random_problem(rng, 40, 200);
+  auto rates = solve(p);
+  std::vector<double> load(p.capacity.size(), 0.0), max_rate(p.capacity.size(), 0.0);
+  for (size_t f = 0; f < p.flow_count(); ++f) {
+    ASSERT_GT(rates[f], 0.0);
+    for (uint32_t i = p.flow_offsets[f]; i < p.flow_offsets[f + 1]; ++i) {
+      load[p.flow_resources[i]] += rates[f];
+      max_rate[p.flow_resources[i]] = std::max(max_rate[p.flow_resources[i]], rates[f]);
+    }
+  }
+  constexpr double kTol = 1e-9;
+  for (size_t r = 0; r < p.capacity.size(); ++r) EXPECT_LE(load[r], p.capacity[r] * (1 + kTol)) << "resource " << r;
+  // Bottleneck: a saturated resource on the flow's path where no flow is faster.
+  for (size_t f = 0; f < p.flow_count(); ++f) {
+    bool has_bottleneck = false;
+    for (uint32_t i = p.flow_offsets[f]; i < p.flow_offsets[f + 1]; ++i) {
+      uint32_t r = p.flow_resources[i];
+      if (load[r] >= p.capacity[r] * (1 - kTol) && rates[f] >= max_rate[r] * (1 - kTol)) has_bottleneck = true;
+    }
+    EXPECT_TRUE(has_bottleneck) << "flow " << f << " rate " << rates[f];
+  }
+}
+
+TEST_P(MaxMinProperties, SameProblemSameRates) {
+  std::mt19937_64 rng(GetParam());
+  Problem p = random_problem(rng, 30, 100);
+  EXPECT_EQ(solve(p), solve(p));
+}
+
+INSTANTIATE_TEST_SUITE_P(Seeds, MaxMinProperties, ::testing::Values(1u, 2u, 3u, 42u, 1234u, 99991u));
+
+}  // namespace
+}  // namespace parallax

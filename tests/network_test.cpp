@@ -1,0 +1,192 @@
+// Network models: a lone flow takes the same time in every model; contention in the flow model
+// follows max-min sharing (incast, shared links, disjoint rails); properties with fixed seeds.
+#include <gtest/gtest.h>
+
+#include <random>
+
+#include "network/analytical_network.h"
+#include "network/flow_list.h"
+#include "network/flow_network.h"
+#include "test_support.h"
+
+namespace parallax {
+namespace {
+
+using test::load_preset;
+
+struct RunResult {
+  std::vector<Time> finish;
+  uint64_t solves = 0;
+  uint64_t solved_flows = 0;
+  FlowNetwork::Audit audit;
+};
+
+// Runs `flows` (all starting at their start time) on a fresh engine with model `name`.
+RunResult run(const Topology& t, std::string_view name, const std::vector<FlowSpec>& flows, bool audit = false) {
+  Engine engine;
+  Router router(t);
+  std::unique_ptr<NetworkModel> net;
+  if (name == "flow") net = std::make_unique<FlowNetwork>(engine, t, router, FlowNetwork::Options{audit});
+  else net = make_network_model(name, engine, t, router);
+  auto outcomes = run_flow_list(flows, engine, *net);
+  RunResult r;
+  for (const auto& o : outcomes) r.finish.push_back(o.finish);
+  if (auto* f = dynamic_cast<FlowNetwork*>(net.get())) {
+    r.solves = f->solves();
+    r.solved_flows = f->solved_flow_count();
+    r.audit = f->audit();
+  }
+  return r;
+}
+
+FlowSpec flow(const Topology& t, const char* src, const char* dst, Bytes size, Time start = Time::zero()) {
+  return FlowSpec{"", *t.find_device(src), *t.find_device(dst), size, start};
+}
+
+TEST(Network, LoneFlowSameTimeInEveryModel) {
+  // n0.gpu0 -> n1.gpu0 on DGX H100: GPU->NIC (PCIe, 0.3 us, 64 GB/s), NIC->leaf (0.6 us,
+  // 50 GB/s), leaf->NIC (0.6 us), NIC->GPU (0.3 us). α = 1.8 us; β = 50 GB/s (the NIC line);
+  // 1 GiB / 50e9 B/s = 21474836480 ps. Total 1.8e6 + 21474836480 ps.
+  Topology t = load_preset("dgx-h100", 2);
+  std::vector<FlowSpec> f{flow(t, "n0.gpu0", "n1.gpu0", gib(1))};
+  Time expected = Time::ps(1'800'000 + 21'474'836'480);
+  EXPECT_EQ(run(t, "analytical", f).finish[0], expected);
+  EXPECT_EQ(run(t, "flow", f).finish[0], expected);
+}
+
+TEST(Network, TwoFlowsOnOneLinkShareIt) {
+  // Two GPUs send 1 GiB to the same GPU through a star of 100 GB/s links, 1 us per hop: the
+  // switch->receiver link is shared, each flow gets 50 GB/s, both finish at
+  // α + 2·S/β = 2 us + 2 · 1073741824 / 1e11 s = 2e6 + 21474836480 ps.
+  Topology t = test::star(3, gigabytes_per_second(100), Time::us(1));
+  std::vector<FlowSpec> f{flow(t, "g1", "g0", gib(1)), flow(t, "g2", "g0", gib(1))};
+  RunResult r = run(t, "flow", f);
+  EXPECT_EQ(r.finish[0], Time::ps(2'000'000 + 21'474'836'480));
+  EXPECT_EQ(r.finish[1], r.finish[0]);
+  // Without contention (analytical) each would take α + S/β.
+  EXPECT_EQ(run(t, "analytical", f).finish[0], Time::ps(2'000'000 + 10'737'418'240));
+}
+
+TEST(Network, IncastTakesNTimesTheSingleFlowTime) {
+  // N GPUs of a DGX H100 node send 256 MiB each to GPU 0: the NVSwitch->gpu0 link (450 GB/s)
+  // is shared N ways, so all finish at α + N·S/β with α = 2 × 0.35 us.
+  Topology t = load_preset("dgx-h100", 1);
+  const Bytes size = mib(256);
+  const Time alpha = Time::us(0.7);
+  const Bandwidth beta = gigabytes_per_second(450);
+  for (int n : {1, 2, 4, 7}) {
+    std::vector<FlowSpec> f;
+    for (int i = 1; i <= n; ++i) {
+      f.push_back(FlowSpec{"", t.gpus()[static_cast<size_t>(i)], t.gpus()[0], size, Time::zero()});
+    }
+    RunResult r = run(t, "flow", f);
+    for (Time fin : r.finish) {
+      EXPECT_NEAR(static_cast<double>(fin.picoseconds()),
+                  static_cast<double>((alpha + transfer_time(size * n, beta)).picoseconds()), 2.0)
+          << "incast of " << n;
+    }
+  }
+}
+
+TEST(Network, CrossNodeIncastSharesTheReceiverNic) {
+  // 8 GPUs of node 0 each send 64 MiB to n1.gpu0, through 8 different rails: they all meet on
+  // n1.nic0's line (50 GB/s) and its PCIe attach (64 GB/s); the line is the bottleneck:
+  // finish = α + 8 · 64 MiB / 50 GB/s. α of the cross-rail path: 0.3 + 0.6 + 0.6 + 0.6 + 0.6 +
+  // 0.3 = 3.0 us; same rail (gpu0) has α = 1.8 us, but shares the same bottleneck.
+  Topology t = load_preset("dgx-h100", 2);
+  std::vector<FlowSpec> f;
+  for (int i = 0; i < 8; ++i) f.push_back(FlowSpec{"", t.gpus()[static_cast<size_t>(i)], t.gpus()[8], mib(64), Time::zero()});
+  RunResult r = run(t, "flow", f, true);
+  // The same-rail flow enters at 1.8 us, 1.2 us before the others, and runs alone at 50 GB/s
+  // meanwhile; from then on the NIC line is never idle, so the last flow ends at
+  // 1.8 us + 8·S/β.
+  Time last = *std::max_element(r.finish.begin(), r.finish.end());
+  EXPECT_NEAR(static_cast<double>(last.picoseconds()),
+              static_cast<double>((Time::us(1.8) + transfer_time(mib(64) * 8, gigabytes_per_second(50))).picoseconds()),
+              1e3);
+  EXPECT_LE(r.audit.worst_overload, 1e-9);
+}
+
+TEST(Network, DisjointRailsDoNotSlowEachOther) {
+  // n0.gpu_i -> n1.gpu_i for all 8 rails at once: no link is shared, so each takes exactly the
+  // lone-flow time 1.8 us + 1 GiB / 50 GB/s, and each solve covers one flow.
+  Topology t = load_preset("dgx-h100", 2);
+  std::vector<FlowSpec> f;
+  for (int i = 0; i < 8; ++i) f.push_back(FlowSpec{"", t.gpus()[static_cast<size_t>(i)], t.gpus()[static_cast<size_t>(8 + i)], gib(1), Time::us(i)});
+  RunResult r = run(t, "flow", f);
+  for (int i = 0; i < 8; ++i) {
+    EXPECT_EQ(r.finish[static_cast<size_t>(i)], Time::us(i) + Time::ps(1'800'000 + 21'474'836'480));
+  }
+  EXPECT_EQ(r.solved_flows, r.solves);  // every affected component held exactly one flow
+}
+
+TEST(Network, ZeroByteAndLocalFlows) {
+  Topology t = load_preset("dgx-h100", 2);
+  std::vector<FlowSpec> f{flow(t, "n0.gpu0", "n1.gpu0", bytes(0)), flow(t, "n0.gpu0", "n0.gpu0", gib(1))};
+  for (const char* model : {"flow", "analytical"}) {
+    RunResult r = run(t, model, f);
+    EXPECT_EQ(r.finish[0], Time::us(1.8)) << model;  // the latency only
+    EXPECT_EQ(r.finish[1], Time::zero()) << model;   // already there
+  }
+}
+
+class RandomTraffic : public ::testing::TestWithParam<uint64_t> {};
+
+std::vector<FlowSpec> random_flows(const Topology& t, uint64_t seed, int count) {
+  std::mt19937_64 rng(seed);
+  std::uniform_int_distribution<size_t> gpu(0, t.gpu_count() - 1);
+  std::uniform_real_distribution<double> size(1e3, 64e6), start(0, 2e-3);
+  std::vector<FlowSpec> f;
+  while (static_cast<int>(f.size()) < count) {
+    size_t a = gpu(rng), b = gpu(rng);
+    if (a == b) continue;
+    f.push_back(FlowSpec{"", t.gpus()[a], t.gpus()[b], Bytes(std::floor(size(rng))), Time::from_seconds(start(rng))});
+  }
+  return f;
+}
+
+TEST_P(RandomTraffic, CapacityBytesAndLowerBounds) {
+  // Seeded random traffic on 4 DGX H100 nodes (2:1 not needed: ECMP collisions on spines and
+  // shared NICs give contention). Properties: no link ever over capacity, every flow delivers
+  // exactly its bytes, and no flow beats its lone (analytical) time.
+  const uint64_t seed = GetParam();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  Topology t = load_preset("dgx-h100", 4);
+  auto flows = random_flows(t, seed, 300);
+  RunResult fluid = run(t, "flow", flows, true);
+  RunResult alone = run(t, "analytical", flows);
+  EXPECT_LE(fluid.audit.worst_overload, 1e-9);
+  EXPECT_LE(fluid.audit.worst_bytes_error, 1e-6);
+  EXPECT_GT(fluid.audit.solves_checked, 0u);
+  for (size_t i = 0; i < flows.size(); ++i) {
+    EXPECT_GE(fluid.finish[i].picoseconds() + 2, alone.finish[i].picoseconds()) << "flow " << i;
+  }
+  // Determinism: the same inputs give the same completion times to the picosecond.
+  EXPECT_EQ(run(t, "flow", flows).finish, fluid.finish);
+}
+
+TEST_P(RandomTraffic, CompletionTimeGrowsWithSize) {
+  const uint64_t seed = GetParam();
+  Topology t = load_preset("dgx-h100", 2);
+  auto flows = random_flows(t, seed, 50);
+  auto bigger = flows;
+  bigger[0].size = flows[0].size * 2;
+  EXPECT_GE(run(t, "flow", bigger).finish[0], run(t, "flow", flows).finish[0]);
+}
+
+INSTANTIATE_TEST_SUITE_P(Seeds, RandomTraffic, ::testing::Values(7u, 8u, 2024u));
+
+TEST(Network, UnknownModelNameListsTheKnownOnes) {
+  Topology t = load_preset("dgx-h100", 1);
+  Engine e;
+  Router r(t);
+  try {
+    make_network_model("packet", e, t, r);
+    FAIL();
+  } catch (const std::invalid_argument& ex) {
+    EXPECT_NE(std::string(ex.what()).find("analytical, flow"), std::string::npos) << ex.what();
+  }
+}
+
+}  // namespace
+}  // namespace parallax

@@ -1,0 +1,38 @@
+// Helpers shared by the tests: fixture paths from CMake and small topologies built in code.
+#pragma once
+
+#include <string>
+
+#include "topology/topology.h"
+#include "topology/topology_loader.h"
+
+namespace parallax::test {
+
+inline std::string source_path(const std::string& relative) {
+  return std::string(PARALLAX_SOURCE_DIR) + "/" + relative;
+}
+
+inline Topology load_preset(const std::string& name, std::optional<int> nodes = std::nullopt) {
+  return load_topology(source_path("topologies/" + name + ".json"), TopologyLoadOptions{nodes});
+}
+
+inline GpuSpec toy_gpu() {
+  return GpuSpec{"toy", FlopRate(1e12), FlopRate(0), FlopRate(1e12), FlopRate(1e12), FlopRate(0), gib(1),
+                 gigabytes_per_second(100)};
+}
+
+/// `n` GPUs each joined to one switch by a link of `bw` per direction and latency `lat`.
+inline Topology star(int n, Bandwidth bw, Time lat) {
+  Topology t;
+  int spec = t.add_gpu_spec(toy_gpu());
+  DeviceId sw = t.add_device(Device{"sw", DeviceKind::kSwitch, SwitchKind::kNVSwitch, 0, -1, -1, false, false});
+  for (int i = 0; i < n; ++i) {
+    DeviceId g = t.add_device(Device{"g" + std::to_string(i), DeviceKind::kGpu, SwitchKind::kNone, 0, i, spec,
+                                     false, false});
+    t.add_link(g, sw, LinkClass::kNVLink, bw, lat);
+  }
+  t.finalize();
+  return t;
+}
+
+}  // namespace parallax::test

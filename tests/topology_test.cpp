@@ -1,0 +1,207 @@
+// Topologies: every bundled preset loads and its bisection bandwidth matches a hand
+// computation; compact generation, routing (no GPU transit, rails, ECMP) and the explicit form.
+#include <gtest/gtest.h>
+
+#include <set>
+
+#include "io/input_error.h"
+#include "test_support.h"
+#include "topology/router.h"
+#include "topology/topology_metrics.h"
+
+namespace parallax {
+namespace {
+
+using test::load_preset;
+
+struct BisectionCase {
+  const char* preset;
+  int nodes;
+  double expected_gbps;  // GB/s per direction
+  const char* derivation;
+};
+
+// Bisection = max flow from the first half of the GPUs to the second (topology_metrics.h).
+// Multi-node: the cut runs through the NIC line rates of the first half's nodes (the fat trees
+// are non-blocking, rail-optimized with one leaf group at these sizes, so no leaf or spine link
+// is narrower). One node: the GPU↔switch links of half the GPUs (NVSwitch), or the PCIe tree.
+const BisectionCase kBisection[] = {
+    {"dgx-a100", 2, 200, "1 node x 8 NICs x 200 Gb/s (25 GB/s)"},
+    {"dgx-a100", 4, 400, "2 nodes x 8 NICs x 25 GB/s"},
+    {"dgx-a100", 1, 1200, "4 GPUs x 300 GB/s NVLink (600 GB/s bidirectional)"},
+    {"dgx-a100-40gb", 2, 200, "8 NICs x 25 GB/s"},
+    {"dgx-a100-40gb", 4, 400, "16 NICs x 25 GB/s"},
+    {"dgx-h100", 2, 400, "8 NICs x 400 Gb/s (50 GB/s)"},
+    {"dgx-h100", 4, 800, "16 NICs x 50 GB/s"},
+    {"dgx-h100", 1, 1800, "4 GPUs x 450 GB/s NVLink (900 GB/s bidirectional)"},
+    {"hgx-h200", 2, 400, "8 NICs x 50 GB/s"},
+    {"hgx-h200", 4, 800, "16 NICs x 50 GB/s"},
+    {"hgx-h800", 2, 400, "8 NICs x 50 GB/s"},
+    {"hgx-h800", 4, 800, "16 NICs x 50 GB/s"},
+    {"hgx-h800", 1, 800, "4 GPUs x 200 GB/s NVLink (400 GB/s bidirectional)"},
+    {"dgx-b200", 2, 400, "8 NICs x 50 GB/s"},
+    {"dgx-b200", 4, 800, "16 NICs x 50 GB/s"},
+    {"dgx-b300", 2, 800, "8 NICs x 800 Gb/s (100 GB/s)"},
+    {"dgx-b300", 4, 1600, "16 NICs x 100 GB/s"},
+    {"gb200-nvl72", 1, 32400, "36 GPUs x 900 GB/s NVLink (1.8 TB/s bidirectional)"},
+    {"gb200-nvl72", 2, 3600, "72 NICs x 50 GB/s"},
+    {"gb300-nvl72", 1, 32400, "36 GPUs x 900 GB/s"},
+    {"gb300-nvl72", 2, 7200, "72 NICs x 100 GB/s"},
+    {"pcie-8gpu", 2, 100, "4 NICs x 200 Gb/s (25 GB/s)"},
+    {"pcie-8gpu", 4, 200, "8 NICs x 25 GB/s"},
+    {"pcie-8gpu", 1, 64, "2 PCIe switch uplinks x 32 GB/s from GPUs 0-3 to the CPU; the inter-socket link (128 GB/s) is wider"},
+};
+
+class PresetBisection : public ::testing::TestWithParam<BisectionCase> {};
+
+TEST_P(PresetBisection, MatchesHandComputation) {
+  const auto& c = GetParam();
+  SCOPED_TRACE(std::string(c.preset) + " at " + std::to_string(c.nodes) + " nodes: " + c.derivation);
+  Topology t = load_preset(c.preset, c.nodes);
+  EXPECT_EQ(t.node_count(), c.nodes);
+  EXPECT_NEAR(bisection_bandwidth(t).value() / 1e9, c.expected_gbps, 1e-6 * c.expected_gbps);
+}
+
+INSTANTIATE_TEST_SUITE_P(Presets, PresetBisection, ::testing::ValuesIn(kBisection),
+                         [](const auto& param_info) {
+                           std::string n = std::string(param_info.param.preset) + "_" + std::to_string(param_info.param.nodes);
+                           for (char& ch : n) if (ch == '-') ch = '_';
+                           return n;
+                         });
+
+TEST(Topology, DgxH100CompactGeneration) {
+  // 2 nodes of 8 GPUs: 16 GPUs, 16 NICs, 2 NVSwitches; rail-optimized with 32 nodes per leaf:
+  // 8 rails x 1 group = 8 leaves; spines = 32 ports down / 1 = 32.
+  Topology t = load_preset("dgx-h100", 2);
+  int gpus = 0, nics = 0, leaves = 0, spines = 0, nvswitches = 0;
+  for (uint32_t i = 0; i < t.device_count(); ++i) {
+    const Device& d = t.device(DeviceId{i});
+    gpus += d.kind == DeviceKind::kGpu;
+    nics += d.kind == DeviceKind::kNic;
+    leaves += d.switch_kind == SwitchKind::kLeaf;
+    spines += d.switch_kind == SwitchKind::kSpine;
+    nvswitches += d.switch_kind == SwitchKind::kNVSwitch;
+  }
+  EXPECT_EQ(gpus, 16);
+  EXPECT_EQ(nics, 16);
+  EXPECT_EQ(nvswitches, 2);
+  EXPECT_EQ(leaves, 8);
+  EXPECT_EQ(spines, 32);
+  EXPECT_EQ(t.gpu_count(), 16u);
+  EXPECT_EQ(t.device(t.gpus()[9]).name, "n1.gpu1");
+  auto inj = injection_bandwidth(t);
+  EXPECT_DOUBLE_EQ(inj.scale_up.value(), 450e9);  // 900 GB/s bidirectional / 2
+  EXPECT_DOUBLE_EQ(inj.scale_out.value(), 50e9);  // 8 x 400 Gb/s / 8 GPUs
+}
+
+TEST(Topology, OversubscriptionCutsTheSpine) {
+  // 64 nodes, 32 per leaf, 2:1: each leaf has 32 x 50 GB/s down and 800 GB/s up. A cut between
+  // the two leaf groups crosses the uplinks of 8 leaves (one per rail): 8 x 800 GB/s = 6.4 TB/s,
+  // half of the 32 nodes x 8 NICs x 50 GB/s = 12.8 TB/s that the NICs could inject.
+  nlohmann::json doc = nlohmann::json::parse(R"({
+    "name": "oversubscribed", "nodes": 64,
+    "node": { "gpus": 8,
+      "gpu": { "name": "x", "peak": { "fp32": "1 TFLOP/s", "bf16": "2 TFLOP/s" }, "memory": "80 GiB",
+               "memory_bandwidth": "3 TB/s" },
+      "scale_up": { "kind": "nvswitch", "bandwidth_bidirectional": "900 GB/s", "latency": "0.35 us" },
+      "nics": { "count": 8, "bandwidth_per_direction": "400 Gb/s", "latency": "0.6 us",
+                "attach": { "bandwidth_per_direction": "64 GB/s", "latency": "0.3 us" } } },
+    "network": { "kind": "fat_tree", "tiers": 2, "rail_optimized": true, "nodes_per_leaf": 32,
+                 "oversubscription": "2:1", "link_latency": "0.6 us" } })");
+  Topology t = topology_from_json(doc, "inline");
+  EXPECT_NEAR(bisection_bandwidth(t).value(), 6.4e12, 1.0);
+}
+
+TEST(Routing, PathsFollowRailsAndNeverTransitAGpu) {
+  Topology t = load_preset("dgx-h100", 2);
+  Router r(t);
+  auto id = [&](const char* n) { return *t.find_device(n); };
+  // Same node: GPU -> NVSwitch -> GPU.
+  EXPECT_EQ(r.hops(id("n0.gpu0"), id("n0.gpu5")), 2);
+  // Same rail across nodes: GPU -> NIC -> rail-0 leaf -> NIC -> GPU.
+  auto same_rail = r.route(id("n0.gpu3"), id("n1.gpu3"));
+  ASSERT_EQ(same_rail.size(), 4u);
+  EXPECT_EQ(t.device(t.link(same_rail[1]).to).name, "leaf.r3.g0");
+  // Cross rail: up to a spine and down the other rail's leaf.
+  auto cross = r.route(id("n0.gpu0"), id("n1.gpu1"));
+  ASSERT_EQ(cross.size(), 6u);
+  EXPECT_EQ(t.device(t.link(cross[2]).to).switch_kind, SwitchKind::kSpine);
+  for (size_t i = 0; i + 1 < cross.size(); ++i) {
+    EXPECT_NE(t.device(t.link(cross[i]).to).kind, DeviceKind::kGpu);
+  }
+}
+
+TEST(Routing, EcmpIsDeterministicAndSpreadsOverSpines) {
+  // 32 equal spines between the rail-0 and rail-1 leaves; 512 flow keys should use most of
+  // them (a uniform hash leaves a given spine unused with probability (31/32)^512 ≈ 1e-7),
+  // and the same key must always take the same path.
+  Topology t = load_preset("dgx-h100", 2);
+  Router r(t);
+  DeviceId a = *t.find_device("n0.gpu0"), b = *t.find_device("n1.gpu1");
+  std::set<uint32_t> spines;
+  for (uint64_t key = 0; key < 512; ++key) {
+    auto p = r.route(a, b, key);
+    EXPECT_EQ(p, r.route(a, b, key));
+    spines.insert(t.link(p[2]).to.value);
+  }
+  EXPECT_EQ(spines.size(), 32u);
+}
+
+TEST(Topology, ExplicitFormWithHalfDuplexLink) {
+  nlohmann::json doc = nlohmann::json::parse(R"({
+    "name": "pair",
+    "gpu_specs": { "toy": { "name": "toy", "peak": { "fp32": "1 TFLOP/s", "bf16": "2 TFLOP/s" },
+                            "memory": "1 GiB", "memory_bandwidth": "100 GB/s" } },
+    "devices": [ { "name": "a", "kind": "gpu", "spec": "toy", "node": 0, "local": 0 },
+                 { "name": "b", "kind": "gpu", "spec": "toy", "node": 0, "local": 1 } ],
+    "links": [ { "between": ["a", "b"], "class": "pcie", "bandwidth_per_direction": "10 GB/s",
+                 "latency": "1 us", "duplex": "half" } ] })");
+  Topology t = topology_from_json(doc, "inline");
+  ASSERT_EQ(t.link_count(), 2u);
+  EXPECT_EQ(t.resource_count(), 1u);  // both directions share one capacity
+  EXPECT_EQ(t.link(LinkId{0}).resource, t.link(LinkId{1}).resource);
+  EXPECT_DOUBLE_EQ(bisection_bandwidth(t).value(), 10e9);
+}
+
+TEST(Topology, GpusThatOnlyMeetThroughAnotherGpuAreRejected) {
+  // a - sw1 - b - sw2 - c: a reaches c only through GPU b.
+  nlohmann::json doc = nlohmann::json::parse(R"({
+    "name": "chain",
+    "gpu_specs": { "toy": { "name": "toy", "peak": { "fp32": "1 TFLOP/s", "bf16": "2 TFLOP/s" },
+                            "memory": "1 GiB", "memory_bandwidth": "100 GB/s" } },
+    "devices": [ { "name": "a", "kind": "gpu", "spec": "toy", "node": 0, "local": 0 },
+                 { "name": "b", "kind": "gpu", "spec": "toy", "node": 0, "local": 1 },
+                 { "name": "c", "kind": "gpu", "spec": "toy", "node": 0, "local": 2 },
+                 { "name": "sw1", "kind": "switch", "switch": "pcie" },
+                 { "name": "sw2", "kind": "switch", "switch": "pcie" } ],
+    "links": [ { "between": ["a", "sw1"], "class": "pcie", "bandwidth_per_direction": "10 GB/s", "latency": "1 us" },
+               { "between": ["b", "sw1"], "class": "pcie", "bandwidth_per_direction": "10 GB/s", "latency": "1 us" },
+               { "between": ["b", "sw2"], "class": "pcie", "bandwidth_per_direction": "10 GB/s", "latency": "1 us" },
+               { "between": ["c", "sw2"], "class": "pcie", "bandwidth_per_direction": "10 GB/s", "latency": "1 us" } ] })");
+  try {
+    topology_from_json(doc, "chain.json");
+    FAIL() << "expected an InputError";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("only through another GPU"), std::string::npos) << e.what();
+  }
+}
+
+TEST(Topology, DiameterOfPresets) {
+  // DGX H100, 2 nodes: cross-rail GPU->NIC->leaf->spine->leaf->NIC->GPU = 6 hops.
+  EXPECT_EQ(gpu_diameter(load_preset("dgx-h100", 2)), 6);
+  // One NVL72 rack: GPU->NVSwitch->GPU = 2 hops.
+  EXPECT_EQ(gpu_diameter(load_preset("gb200-nvl72", 1)), 2);
+  // PCIe server: GPU->switch->CPU->CPU->switch->GPU = 5 hops.
+  EXPECT_EQ(gpu_diameter(load_preset("pcie-8gpu", 1)), 5);
+}
+
+TEST(Topology, DotRenderingNamesEveryDevice) {
+  Topology t = load_preset("dgx-h100", 2);
+  std::string dot = to_dot(t);
+  EXPECT_EQ(dot.rfind("graph", 0), 0u);
+  EXPECT_NE(dot.find("n1.gpu7"), std::string::npos);
+  EXPECT_NE(dot.find("spine31"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace parallax
