@@ -105,6 +105,7 @@ TEST(Network, CrossNodeIncastSharesTheReceiverNic) {
               static_cast<double>((Time::us(1.8) + transfer_time(mib(64) * 8, gigabytes_per_second(50))).picoseconds()),
               1e3);
   EXPECT_LE(r.audit.worst_overload, 1e-9);
+  EXPECT_EQ(r.audit.flows_without_bottleneck, 0u);
 }
 
 TEST(Network, DisjointRailsDoNotSlowEachOther) {
@@ -157,6 +158,7 @@ TEST_P(RandomTraffic, CapacityBytesAndLowerBounds) {
   RunResult alone = run(t, "analytical", flows);
   EXPECT_LE(fluid.audit.worst_overload, 1e-9);
   EXPECT_LE(fluid.audit.worst_bytes_error, 1e-6);
+  EXPECT_EQ(fluid.audit.flows_without_bottleneck, 0u);  // max-min after every solve
   EXPECT_GT(fluid.audit.solves_checked, 0u);
   for (size_t i = 0; i < flows.size(); ++i) {
     EXPECT_GE(fluid.finish[i].picoseconds() + 2, alone.finish[i].picoseconds()) << "flow " << i;

@@ -22,10 +22,44 @@ EventId Engine::schedule_at(Time at, Handler handler, Phase phase) {
   Slot& s = slots_[slot];
   s.handler = std::move(handler);
   uint64_t order = (static_cast<uint64_t>(phase) << 63) | sequence_++;
-  heap_.push_back(Entry{at.picoseconds(), order, slot, s.generation});
-  std::push_heap(heap_.begin(), heap_.end(), later);
+  heap_push(Entry{at.picoseconds(), order, slot, s.generation});
   ++live_;
   return EventId{slot, s.generation};
+}
+
+void Engine::heap_push(const Entry& e) {
+  size_t i = heap_.size();
+  heap_.push_back(e);
+  while (i > 0) {
+    size_t parent = (i - 1) / 4;
+    if (!earlier(e, heap_[parent])) break;
+    heap_[i] = heap_[parent];
+    i = parent;
+  }
+  heap_[i] = e;
+}
+
+Engine::Entry Engine::heap_pop() {
+  Entry top = heap_.front();
+  Entry last = heap_.back();
+  heap_.pop_back();
+  const size_t n = heap_.size();
+  if (n == 0) return top;
+  size_t i = 0;
+  while (true) {
+    size_t first = 4 * i + 1;
+    if (first >= n) break;
+    size_t best = first;
+    size_t end = std::min(first + 4, n);
+    for (size_t c = first + 1; c < end; ++c) {
+      if (earlier(heap_[c], heap_[best])) best = c;
+    }
+    if (!earlier(heap_[best], last)) break;
+    heap_[i] = heap_[best];
+    i = best;
+  }
+  heap_[i] = last;
+  return top;
 }
 
 void Engine::release(uint32_t slot) {
@@ -51,11 +85,10 @@ bool Engine::is_pending(EventId id) const {
 // Returns false when nothing is left to pop within the limit.
 bool Engine::pop_and_run(int64_t limit) {
   if (heap_.empty() || heap_.front().time > limit) return false;
-  std::pop_heap(heap_.begin(), heap_.end(), later);
-  Entry e = heap_.back();
-  heap_.pop_back();
+  Entry e = heap_pop();
   Slot& s = slots_[e.slot];
   if (s.generation != e.generation) return true;  // cancelled
+  // Moved out before running: the handler may schedule events, which can grow slots_.
   Handler handler = std::move(s.handler);
   release(e.slot);
   now_ = Time::ps(e.time);

@@ -5,7 +5,8 @@
 // timestamp, including those scheduled while that timestamp is being processed; models use it
 // to coalesce work (e.g. one bandwidth re-solve per timestamp). Cancellation is lazy: a
 // cancelled event stays in the heap as a tombstone (its slot's generation moved on) and is
-// skipped when popped, so cancel is O(1).
+// skipped when popped, so cancel is O(1). The queue is a 4-ary implicit heap: half the depth
+// of a binary heap, and the four children of a node share a cache line or two.
 //
 // The engine knows nothing about what events mean. It is a value: pass it by reference to
 // whatever schedules events; one process may hold many engines (sweeps, search).
@@ -72,9 +73,11 @@ class Engine {
     Handler handler;
     uint32_t generation = 0;
   };
-  static bool later(const Entry& a, const Entry& b) {
-    return a.time != b.time ? a.time > b.time : a.order > b.order;
+  static bool earlier(const Entry& a, const Entry& b) {
+    return a.time != b.time ? a.time < b.time : a.order < b.order;
   }
+  void heap_push(const Entry& e);
+  Entry heap_pop();
   void release(uint32_t slot);
   bool pop_and_run(int64_t limit);
 

@@ -108,84 +108,173 @@ void FlowNetwork::settle(Flow& f) {
   f.last_update = now;
 }
 
+// Marks are 64-bit and never reused, so no flow or link carries a stale one by accident.
+uint64_t FlowNetwork::next_mark() { return ++mark_; }
+
+void FlowNetwork::add_to_subset(uint32_t slot, uint64_t subset_mark) {
+  Flow& f = flows_[slot];
+  if (f.in_subset == subset_mark) return;
+  f.in_subset = subset_mark;
+  subset_.push_back(slot);
+}
+
+// Load and fastest rate on resource r, with the tentative rates of the subset's flows.
+void FlowNetwork::compute_stats(uint32_t r, uint64_t subset_mark, uint64_t stats_mark) {
+  Resource& res = resources_[r];
+  if (res.stats == stats_mark) return;
+  res.stats = stats_mark;
+  res.load = 0;
+  res.max_rate = 0;
+  for (uint32_t slot : res.flows) {
+    const Flow& f = flows_[slot];
+    double rate = f.in_subset == subset_mark ? f.tentative : f.rate;
+    res.load += rate;
+    res.max_rate = std::max(res.max_rate, rate);
+  }
+}
+
+bool FlowNetwork::is_bottleneck(uint32_t r, double rate) const {
+  constexpr double kTolerance = 1e-9;
+  const Resource& res = resources_[r];
+  return res.load >= res.capacity * (1 - kTolerance) && rate >= res.max_rate * (1 - kTolerance);
+}
+
+// Max-min by local repair. The max-min fair allocation is the unique feasible one in which every
+// flow crosses a saturated link where no flow is faster (its bottleneck). After flows enter or
+// leave, only the flows on the changed links are re-solved at first (the subset), by
+// progressive filling on what the other flows leave of each link; then every flow whose
+// bottleneck could have moved is checked. Flows that lost their bottleneck, and flows that now
+// outrun a subset flow on its bottleneck, join the subset and it is solved again. When nothing
+// is left to add, every flow has a bottleneck and no link is over capacity: the allocation is
+// exactly the max-min one, found without touching the rest of the network. In the worst case
+// the subset grows to the whole connected component.
 void FlowNetwork::solve() {
   solve_pending_ = false;
-  if (++visit_epoch_ == 0) {  // wrapped: reset marks so stale ones cannot collide
-    for (auto& r : resources_) r.visit = 0;
-    for (auto& f : flows_) f.visit = 0;
-    visit_epoch_ = 1;
-  }
-  const uint32_t epoch = visit_epoch_;
-
-  // The affected component: everything linked to a dirty resource through shared flows.
-  component_flows_.clear();
-  component_resources_.clear();
-  stack_.clear();
+  const uint64_t subset_mark = next_mark();
+  subset_.clear();
   for (uint32_t r : dirty_) {
-    if (resources_[r].visit != epoch) {
-      resources_[r].visit = epoch;
-      stack_.push_back(r);
-    }
+    for (uint32_t slot : resources_[r].flows) add_to_subset(slot, subset_mark);
   }
   dirty_.clear();
-  while (!stack_.empty()) {
-    uint32_t r = stack_.back();
-    stack_.pop_back();
-    component_resources_.push_back(r);
-    for (uint32_t slot : resources_[r].flows) {
-      Flow& f = flows_[slot];
-      if (f.visit == epoch) continue;
-      f.visit = epoch;
-      component_flows_.push_back(slot);
-      for (uint32_t r2 : f.resources) {
-        if (resources_[r2].visit != epoch) {
-          resources_[r2].visit = epoch;
-          stack_.push_back(r2);
-        }
-      }
-    }
-  }
-  if (component_flows_.empty()) {
+  if (subset_.empty()) {
     reschedule_completion();
     return;
   }
-  // Slot order, so the solve does not depend on how the search happened to walk.
-  std::sort(component_flows_.begin(), component_flows_.end());
-  std::sort(component_resources_.begin(), component_resources_.end());
 
-  problem_.clear();
-  for (uint32_t r : component_resources_) local_of_resource_[r] = problem_.add_resource(resources_[r].capacity);
-  for (uint32_t slot : component_flows_) {
-    local_path_.clear();
-    for (uint32_t r : flows_[slot].resources) local_path_.push_back(local_of_resource_[r]);
-    problem_.add_flow(local_path_);
+  constexpr double kTolerance = 1e-9;
+  while (true) {
+    const uint64_t touch_mark = next_mark();
+    const uint64_t stats_mark = touch_mark;
+    touched_.clear();
+    for (uint32_t slot : subset_) {
+      for (uint32_t r : flows_[slot].resources) {
+        if (resources_[r].touched != touch_mark) {
+          resources_[r].touched = touch_mark;
+          touched_.push_back(r);
+        }
+      }
+    }
+    // The subproblem: the subset's flows on what the other flows leave of each touched link.
+    problem_.clear();
+    for (uint32_t r : touched_) {
+      double residual = resources_[r].capacity;
+      for (uint32_t slot : resources_[r].flows) {
+        if (flows_[slot].in_subset != subset_mark) residual -= flows_[slot].rate;
+      }
+      local_of_resource_[r] = problem_.add_resource(std::max(0.0, residual));
+    }
+    for (uint32_t slot : subset_) {
+      local_path_.clear();
+      for (uint32_t r : flows_[slot].resources) local_path_.push_back(local_of_resource_[r]);
+      problem_.add_flow(local_path_);
+    }
+    solver_.solve(problem_, rates_, &bottlenecks_);
+    for (size_t i = 0; i < subset_.size(); ++i) {
+      flows_[subset_[i]].tentative = rates_[i];
+      flows_[subset_[i]].tentative_bottleneck = touched_[bottlenecks_[i]];
+    }
+    for (uint32_t r : touched_) compute_stats(r, subset_mark, stats_mark);
+
+    const size_t before = subset_.size();
+    const uint64_t check_mark = next_mark();
+    // A subset flow must be the fastest on some saturated link; if a flow outside the subset
+    // outruns it on its solver bottleneck, that flow must give way: it joins.
+    for (size_t i = 0; i < before; ++i) {
+      Flow& f = flows_[subset_[i]];
+      if (is_bottleneck(f.tentative_bottleneck, f.tentative)) continue;
+      bool ok = false;
+      for (uint32_t r : f.resources) {
+        if (is_bottleneck(r, f.tentative)) {
+          f.tentative_bottleneck = r;  // remember a link that holds, for later solves
+          ok = true;
+          break;
+        }
+      }
+      if (ok) continue;
+      for (uint32_t slot : resources_[f.tentative_bottleneck].flows) {
+        const Flow& h = flows_[slot];
+        if (h.in_subset != subset_mark && h.rate > f.tentative * (1 + kTolerance)) add_to_subset(slot, subset_mark);
+      }
+    }
+    // A flow outside the subset keeps its rate; it is still right if its bottleneck is
+    // untouched or still a bottleneck for it, or if another of its links now is.
+    for (size_t t = 0; t < touched_.size(); ++t) {
+      for (uint32_t slot : resources_[touched_[t]].flows) {
+        Flow& g = flows_[slot];
+        if (g.in_subset == subset_mark || g.checked == check_mark) continue;
+        g.checked = check_mark;
+        if (resources_[g.bottleneck].touched != touch_mark || is_bottleneck(g.bottleneck, g.rate)) continue;
+        bool ok = false;
+        for (uint32_t r : g.resources) {
+          compute_stats(r, subset_mark, stats_mark);
+          if (is_bottleneck(r, g.rate)) {
+            // Its rate stands, held by another link now: later solves must look there.
+            g.bottleneck = r;
+            ok = true;
+            break;
+          }
+        }
+        if (!ok) add_to_subset(slot, subset_mark);
+      }
+    }
+    if (subset_.size() == before) break;
+    ++repairs_;
   }
-  solver_.solve(problem_, rates_);
   ++solves_;
-  solved_flow_count_ += component_flows_.size();
+  solved_flow_count_ += subset_.size();
 
   Time now = engine_.now();
-  for (size_t i = 0; i < component_flows_.size(); ++i) {
-    uint32_t slot = component_flows_[i];
+  for (uint32_t slot : subset_) {
     Flow& f = flows_[slot];
-    if (rates_[i] == f.rate && f.finish != Time::max()) continue;  // unchanged: finish stands
+    f.bottleneck = f.tentative_bottleneck;
+    if (f.tentative == f.rate && f.finish != Time::max()) continue;  // unchanged: finish stands
     settle(f);
-    f.rate = rates_[i];
+    f.rate = f.tentative;
     PARALLAX_INVARIANT(f.rate > 0, "flow network", now, "a flow got no bandwidth");
     f.finish = now + transfer_time(Bytes(f.remaining), Bandwidth(f.rate));
     ++f.version;
     due_.push_back(Due{f.finish.picoseconds(), f.id, slot, f.version});
     std::push_heap(due_.begin(), due_.end(), due_later<Due, Due>);
   }
-  if (options_.audit) check_capacity();
+  if (options_.audit) check_allocation();
   reschedule_completion();
 }
 
-void FlowNetwork::check_capacity() {
-  for (uint32_t r : component_resources_) {
-    double sum = 0;
-    for (uint32_t slot : resources_[r].flows) sum += flows_[slot].rate;
-    audit_.worst_overload = std::max(audit_.worst_overload, sum / resources_[r].capacity - 1.0);
+// Audit: over every link with flows, the load must not exceed capacity, and every flow must
+// have a bottleneck (the max-min optimality condition), checked from scratch.
+void FlowNetwork::check_allocation() {
+  const uint64_t none = next_mark();  // no flow carries this mark: committed rates are used
+  const uint64_t stats_mark = next_mark();
+  for (uint32_t r = 0; r < resources_.size(); ++r) {
+    if (resources_[r].flows.empty()) continue;
+    compute_stats(r, none, stats_mark);
+    audit_.worst_overload = std::max(audit_.worst_overload, resources_[r].load / resources_[r].capacity - 1.0);
+  }
+  for (const Flow& f : flows_) {
+    if (!f.in_fluid) continue;
+    bool ok = false;
+    for (uint32_t r : f.resources) ok = ok || is_bottleneck(r, f.rate);
+    if (!ok) ++audit_.flows_without_bottleneck;
   }
   ++audit_.solves_checked;
 }

@@ -3,11 +3,16 @@
 // A flow first waits its path latency α (sum of per-hop latencies, SimGrid's convention: no
 // bandwidth is used meanwhile), then enters the fluid system. Rates are re-solved only when a
 // flow enters or leaves, at most once per timestamp (the solve runs in the engine's late
-// phase, after every other event of that instant), and only over the affected component: the
-// flows and links reachable from the changed links through "shares a link with". Flows outside
-// it keep their rates and predicted finishes. One engine event is pending at any time: the
+// phase, after every other event of that instant), and only for the affected flows (below);
+// the others keep their rates and predicted finishes. One engine event is pending at any time: the
 // earliest predicted finish. A lone flow finishes at α + size/β_bottleneck, exactly as in the
 // analytical model (same transfer_time rounding).
+//
+// Re-solving is local: only the flows on the links that changed are solved again at first,
+// and the set grows only as far as the max-min optimality condition (every flow has a
+// bottleneck) is found broken — see solve() in flow_network.cpp. The result is the exact
+// max-min allocation (to a relative tolerance of 1e-9) at a cost that follows the size of the
+// perturbation, not of the network.
 #pragma once
 
 #include <optional>
@@ -30,6 +35,7 @@ class FlowNetwork final : public NetworkModel {
   struct Audit {
     double worst_overload = 0.0;
     double worst_bytes_error = 0.0;
+    uint64_t flows_without_bottleneck = 0;  ///< summed over checks; 0 = always max-min
     uint64_t solves_checked = 0;
   };
 
@@ -42,9 +48,11 @@ class FlowNetwork final : public NetworkModel {
   /// The current rate of a flow in the fluid phase, or nullopt (still in latency, or done).
   std::optional<Bandwidth> rate_of(uint64_t flow_id) const;
   size_t active_flows() const { return active_; }
-  /// Number of re-solves and the total number of flows they covered (incrementality).
+  /// Number of re-solves, the total number of flows they covered, and how many times a
+  /// subset had to grow (incrementality figures).
   uint64_t solves() const { return solves_; }
   uint64_t solved_flow_count() const { return solved_flow_count_; }
+  uint64_t repairs() const { return repairs_; }
   const Audit& audit() const { return audit_; }
 
  protected:
@@ -64,13 +72,20 @@ class FlowNetwork final : public NetworkModel {
     double rate = 0;                 // bytes/s
     Time finish = Time::max();
     uint32_t version = 0;
-    uint32_t visit = 0;
+    uint32_t bottleneck = 0;         // resource where the last solve froze it
+    double tentative = 0;            // rate proposed by the solve in progress
+    uint32_t tentative_bottleneck = 0;
+    uint64_t in_subset = 0;          // marks (compared with mark_ values of the solve)
+    uint64_t checked = 0;
     bool in_fluid = false;
   };
   struct Resource {
     std::vector<uint32_t> flows;
     double capacity = 0;
-    uint32_t visit = 0;
+    double load = 0;                 // scratch of the solve in progress
+    double max_rate = 0;
+    uint64_t touched = 0;            // marks
+    uint64_t stats = 0;
   };
   struct Due {
     int64_t finish;
@@ -85,10 +100,14 @@ class FlowNetwork final : public NetworkModel {
   void mark_dirty(uint32_t resource);
   void request_solve();
   void solve();
+  uint64_t next_mark();
+  void add_to_subset(uint32_t slot, uint64_t subset_mark);
+  void compute_stats(uint32_t r, uint64_t subset_mark, uint64_t stats_mark);
+  bool is_bottleneck(uint32_t r, double rate) const;
   void settle(Flow& f);
   void on_completion_event();
   void reschedule_completion();
-  void check_capacity();
+  void check_allocation();
 
   Options options_;
   std::vector<Flow> flows_;
@@ -99,20 +118,21 @@ class FlowNetwork final : public NetworkModel {
   EventId completion_event_;
   Time completion_at_ = Time::max();
   bool solve_pending_ = false;
-  uint32_t visit_epoch_ = 0;
+  uint64_t mark_ = 0;
   size_t active_ = 0;
   uint64_t solves_ = 0;
   uint64_t solved_flow_count_ = 0;
+  uint64_t repairs_ = 0;
   Audit audit_;
 
   // Scratch, reused between solves.
   MaxMinSolver solver_;
   MaxMinSolver::Problem problem_;
   std::vector<double> rates_;
-  std::vector<uint32_t> component_flows_;
-  std::vector<uint32_t> component_resources_;
+  std::vector<uint32_t> bottlenecks_;
+  std::vector<uint32_t> subset_;
+  std::vector<uint32_t> touched_;
   std::vector<uint32_t> local_of_resource_;
-  std::vector<uint32_t> stack_;
   std::vector<uint32_t> local_path_;
 };
 

@@ -45,9 +45,12 @@ class MaxMinSolver {
     size_t flow_count() const { return flow_offsets.size() - 1; }
   };
 
-  /// Fills `rates` (one per flow). A flow that crosses no resource gets +infinity.
+  /// Fills `rates` (one per flow). A flow that crosses no resource gets +infinity. When
+  /// `bottlenecks` is given, it receives for each flow the resource at which it froze (its
+  /// bottleneck), or UINT32_MAX for a flow without resources.
   /// Reuses internal buffers between calls; not thread-safe.
-  void solve(const Problem& problem, std::vector<double>& rates);
+  void solve(const Problem& problem, std::vector<double>& rates,
+             std::vector<uint32_t>* bottlenecks = nullptr);
 
  private:
   struct Share {
@@ -57,7 +60,10 @@ class MaxMinSolver {
   };
   std::vector<double> remaining_;
   std::vector<uint32_t> unfrozen_;
-  std::vector<uint32_t> version_;
+  static constexpr uint32_t kChanged = UINT32_MAX;  // marks a resource re-keyed this step
+  std::vector<uint32_t> version_;  // heap entries with another version are stale
+  std::vector<uint32_t> changed_;
+  uint32_t stamp_ = 0;
   std::vector<uint32_t> resource_offsets_;
   std::vector<uint32_t> resource_flows_;
   std::vector<uint8_t> frozen_;

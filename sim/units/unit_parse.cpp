@@ -179,6 +179,7 @@ std::string format_bandwidth(Bandwidth bw) {
 }
 
 std::string format_time(Time t) {
+  if (t == Time::zero()) return "0 s";
   double s = t.seconds();
   double a = std::fabs(s);
   if (a >= 1.0) return with_suffix(s, "s");

@@ -1,0 +1,11 @@
+#!/usr/bin/env bash
+# The main job on a bundled example: builds Parallax, then describes a 2-node DGX H100 cluster
+# and runs a set of contending flows on it with the flow-level network model.
+set -euo pipefail
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$root"
+bash tools/build.sh release >/dev/null
+parallax=build/release/tools/parallax
+"$parallax" topo show topologies/dgx-h100.json --nodes 2
+echo
+"$parallax" flows --topology topologies/dgx-h100.json --nodes 2 --flows workloads/flows/dgx-h100-contention.json
