@@ -47,7 +47,8 @@ class JsonReader {
   std::optional<JsonReader> find(const std::string& key);
   /// Elements of an array (fails if this is not an array).
   std::vector<JsonReader> elements() const;
-  /// Keys of an object in document order (fails if this is not an object); marks them read.
+  /// Keys of an object in sorted order, as nlohmann::json stores them (fails if this is not an
+  /// object); marks them read.
   std::vector<std::string> keys();
 
   // Leaf conversions of this value; fail with the expected type in the message.

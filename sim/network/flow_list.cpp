@@ -23,7 +23,8 @@ DeviceId read_endpoint(JsonReader r, const Topology& topo) {
 }  // namespace
 
 std::vector<FlowSpec> flow_list_from_json(const nlohmann::json& doc, const std::string& file,
-                                          const Topology& topo) {
+                                          const Router& router) {
+  const Topology& topo = router.topology();
   JsonReader root(doc, file);
   if (!root.is_object()) root.fail("a flow list must be a JSON object with a \"flows\" array");
   if (auto d = root.find("description")) d->as_string();
@@ -33,6 +34,10 @@ std::vector<FlowSpec> flow_list_from_json(const nlohmann::json& doc, const std::
     if (auto l = f.find("label")) s.label = l->as_string();
     s.src = read_endpoint(f.at("src"), topo);
     s.dst = read_endpoint(f.at("dst"), topo);
+    if (router.hops(s.src, s.dst) == kUnreachable) {
+      f.fail("no route from \"" + topo.device(s.src).name + "\" to \"" + topo.device(s.dst).name +
+             "\" that does not pass through a GPU (GPUs do not forward traffic)");
+    }
     s.size = f.at("bytes").as_bytes();
     if (auto st = f.find("start")) s.start = st->as_time();
     f.finish();
@@ -43,8 +48,8 @@ std::vector<FlowSpec> flow_list_from_json(const nlohmann::json& doc, const std::
   return out;
 }
 
-std::vector<FlowSpec> load_flow_list(const std::string& path, const Topology& topo) {
-  return flow_list_from_json(load_json_file(path), path, topo);
+std::vector<FlowSpec> load_flow_list(const std::string& path, const Router& router) {
+  return flow_list_from_json(load_json_file(path), path, router);
 }
 
 std::vector<FlowOutcome> run_flow_list(const std::vector<FlowSpec>& flows, Engine& engine,

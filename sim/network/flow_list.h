@@ -22,10 +22,11 @@ struct FlowSpec {
   Time start;
 };
 
-/// Reads and validates a flow list against `topo`. Throws InputError.
-std::vector<FlowSpec> load_flow_list(const std::string& path, const Topology& topo);
+/// Reads and validates a flow list against the router's topology: every endpoint must exist and
+/// every destination must be reachable from its source. Throws InputError.
+std::vector<FlowSpec> load_flow_list(const std::string& path, const Router& router);
 std::vector<FlowSpec> flow_list_from_json(const nlohmann::json& doc, const std::string& file,
-                                          const Topology& topo);
+                                          const Router& router);
 
 struct FlowOutcome {
   FlowSpec spec;

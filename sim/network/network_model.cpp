@@ -41,8 +41,8 @@ const std::vector<NetworkModelInfo>& network_models() {
   static const std::vector<NetworkModelInfo> models{
       {"analytical", "closed form: alpha(path) + bytes / bottleneck bandwidth; flows never contend"},
       {"flow", "fluid max-min fair sharing of every link among concurrent flows (progressive "
-               "filling), re-solved per timestamp on the affected component; per-hop latency "
-               "before the data flows"},
+               "filling), re-solved once per timestamp for the flows a change affects; the path "
+               "latency (sum of hops) passes before the data flows"},
   };
   return models;
 }

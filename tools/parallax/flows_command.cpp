@@ -36,9 +36,9 @@ std::string link_name(const Topology& topo, LinkId l) {
 
 void run_flows(const FlowsOptions& o) {
   Topology topo = load_topology(o.topology, TopologyLoadOptions{o.nodes});
-  auto flows = load_flow_list(o.flows, topo);
-  Engine engine;
   Router router(topo);
+  auto flows = load_flow_list(o.flows, router);
+  Engine engine;
   std::unique_ptr<NetworkModel> network;
   try {
     network = make_network_model(o.model, engine, topo, router);

@@ -76,8 +76,12 @@ void run_topo_show(const TopoShowOptions& o) {
   text += "\nper-GPU injection (per direction): scale-up " + format_bandwidth(inject.scale_up) +
           ", scale-out " + (inject.scale_out.value() > 0 ? format_bandwidth(inject.scale_out) : "none (one node)") + "\n";
   size_t half = topo.gpu_count() / 2;
-  text += "bisection bandwidth: " + format_bandwidth(bisection) + " per direction (max flow, GPUs 0-" +
-          std::to_string(half - 1) + " -> " + std::to_string(half) + "-" + std::to_string(2 * half - 1) + ")\n";
+  if (half == 0) {
+    text += "bisection bandwidth: none (a single GPU)\n";
+  } else {
+    text += "bisection bandwidth: " + format_bandwidth(bisection) + " per direction (max flow, GPUs 0-" +
+            std::to_string(half - 1) + " -> " + std::to_string(half) + "-" + std::to_string(2 * half - 1) + ")\n";
+  }
   text += "diameter: " + std::to_string(diameter) + " hops between GPUs\n";
   bool nvls = false, sharp = false;
   for (uint32_t i = 0; i < topo.device_count(); ++i) {
