@@ -4,6 +4,7 @@
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
+echo "building Parallax (release preset; the first build takes a few minutes)..." >&2
 bash tools/build.sh release >/dev/null
 parallax=build/release/tools/parallax
 "$parallax" topo show topologies/dgx-h100.json --nodes 2
