@@ -94,6 +94,9 @@ TEST(Units, TransferTimeRoundsUpToThePicosecond) {
   // 1 byte at 3 B/s = 1/3 s = 333333333333.33 ps → rounds up to ...334.
   EXPECT_EQ(transfer_time(bytes(1), bytes_per_second(3)).picoseconds(), 333'333'333'334);
   EXPECT_EQ(transfer_time(bytes(0), bytes_per_second(3)), Time::zero());
+  // A rate of zero never finishes: Time::max(), not an overflowed integer.
+  EXPECT_EQ(transfer_time(bytes(1), bytes_per_second(0)), Time::max());
+  EXPECT_EQ(compute_time(Flops(1e30), FlopRate(1)), Time::max());
 }
 
 TEST(Units, TimeArithmetic) {

@@ -95,10 +95,12 @@ constexpr FlopRate teraflops_per_second(double v) { return FlopRate(v * 1e12); }
 
 /// Time to move `size` at `rate`, rounded up to the next picosecond so that a transfer never
 /// finishes before the data could have arrived. The single bytes→time conversion of the code.
-/// A zero size takes zero time; a non-positive rate is a bug in the caller (infinite time).
+/// A zero size takes zero time; a non-positive rate, or a time past Time::max(), gives
+/// Time::max() (never reached) rather than an overflowing conversion.
 inline Time transfer_time(Bytes size, Bandwidth rate) {
   if (size.value() <= 0.0) return Time::zero();
   double ps = std::ceil(size.value() / rate.value() * 1e12);
+  if (!(rate.value() > 0.0) || !(ps < 9.2e18)) return Time::max();
   return Time::ps(static_cast<int64_t>(ps));
 }
 
@@ -110,7 +112,9 @@ inline Bytes bytes_moved(Bandwidth rate, Time duration) {
 /// Time to execute `work` at `rate`, rounded up to the next picosecond.
 inline Time compute_time(Flops work, FlopRate rate) {
   if (work.value() <= 0.0) return Time::zero();
-  return Time::ps(static_cast<int64_t>(std::ceil(work.value() / rate.value() * 1e12)));
+  double ps = std::ceil(work.value() / rate.value() * 1e12);
+  if (!(rate.value() > 0.0) || !(ps < 9.2e18)) return Time::max();
+  return Time::ps(static_cast<int64_t>(ps));
 }
 
 /// Rate achieved when `size` moves in `duration`.
