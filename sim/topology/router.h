@@ -26,7 +26,8 @@ class Router {
   explicit Router(const Topology& topo);
 
   /// Appends the links of the path from src to dst chosen for `flow_key` to `out` (nothing
-  /// when src == dst). Throws InternalError-free std::invalid_argument if unreachable.
+  /// when src == dst). Throws std::invalid_argument when dst cannot be reached without passing
+  /// through a GPU (loaders check reachability first, so this means a caller bug).
   void route(DeviceId src, DeviceId dst, uint64_t flow_key, std::vector<LinkId>& out) const;
   std::vector<LinkId> route(DeviceId src, DeviceId dst, uint64_t flow_key = 0) const {
     std::vector<LinkId> out;
