@@ -105,6 +105,19 @@ std::optional<DeviceId> Topology::find_device(std::string_view name) const {
   return it->second;
 }
 
+void Topology::scale_link_bandwidth(LinkClass cls, double factor) {
+  if (!(factor > 0)) throw std::invalid_argument("link bandwidth scale must be positive");
+  std::vector<bool> scaled(resource_capacity_.size(), false);
+  for (Link& l : links_) {
+    if (l.link_class != cls) continue;
+    l.bandwidth = l.bandwidth * factor;
+    if (!scaled[l.resource]) {
+      scaled[l.resource] = true;
+      resource_capacity_[l.resource] = resource_capacity_[l.resource] * factor;
+    }
+  }
+}
+
 void Topology::finalize() {
   if (finalized_) return;
   graph_ = Graph(devices_.size());

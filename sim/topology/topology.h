@@ -99,6 +99,9 @@ class Topology {
   /// GPU reaches every other without passing through a third GPU. Throws
   /// std::invalid_argument with the reason.
   void finalize();
+  /// Multiplies the bandwidth of every link of class `cls` (and its capacity resource) by
+  /// `factor` > 0: how a model states that only a fraction of a line rate is achievable.
+  void scale_link_bandwidth(LinkClass cls, double factor);
 
   // ---- queries ----
   TopologyInfo& info() { return info_; }

@@ -1,0 +1,646 @@
+// Lowering of every algorithm to transfers; see algorithms.h for the conventions.
+#include "collectives/algorithms.h"
+
+#include <algorithm>
+#include <bit>
+#include <cmath>
+#include <set>
+#include <stdexcept>
+
+namespace parallax {
+
+// ---------------------------------------------------------------- communicator
+
+Communicator::Communicator(const Topology& topo, std::vector<DeviceId> ranks) : topo_(topo), ranks_(std::move(ranks)) {
+  if (ranks_.empty()) throw std::invalid_argument("a communicator needs at least one rank");
+  std::set<uint32_t> seen;
+  std::vector<int> node_index_of;  // topology node → index in nodes_
+  for (int r = 0; r < size(); ++r) {
+    const Device& d = topo_.device(ranks_[static_cast<size_t>(r)]);
+    if (d.kind != DeviceKind::kGpu) throw std::invalid_argument("rank " + std::to_string(r) + " (" + d.name + ") is not a GPU");
+    if (!seen.insert(ranks_[static_cast<size_t>(r)].value).second) {
+      throw std::invalid_argument("GPU " + d.name + " is listed twice");
+    }
+    auto node = static_cast<size_t>(std::max(0, d.node));
+    if (node_index_of.size() <= node) node_index_of.resize(node + 1, -1);
+    if (node_index_of[node] < 0) {
+      node_index_of[node] = static_cast<int>(nodes_.size());
+      nodes_.emplace_back();
+    }
+    nodes_[static_cast<size_t>(node_index_of[node])].push_back(r);
+    node_of_.push_back(node_index_of[node]);
+  }
+}
+
+bool Communicator::uniform() const {
+  for (const auto& n : nodes_) {
+    if (n.size() != nodes_.front().size()) return false;
+  }
+  return true;
+}
+
+int Communicator::ranks_per_node() const {
+  size_t most = 0;
+  for (const auto& n : nodes_) most = std::max(most, n.size());
+  return static_cast<int>(most);
+}
+
+Communicator place_ranks(const Topology& topo, int gpus, std::optional<int> per_node) {
+  if (gpus < 1) throw std::invalid_argument("--gpus must be at least 1");
+  if (per_node && *per_node < 1) throw std::invalid_argument("--gpus-per-node must be at least 1");
+  std::vector<DeviceId> ranks;
+  for (int n = 0; n < topo.node_count() && static_cast<int>(ranks.size()) < gpus; ++n) {
+    int taken = 0;
+    for (DeviceId g : topo.gpus_of_node(n)) {
+      if (static_cast<int>(ranks.size()) == gpus || (per_node && taken == *per_node)) break;
+      ranks.push_back(g);
+      ++taken;
+    }
+  }
+  if (static_cast<int>(ranks.size()) < gpus) {
+    throw std::invalid_argument("the topology has room for " + std::to_string(ranks.size()) + " ranks" +
+                                (per_node ? " at " + std::to_string(*per_node) + " per node" : std::string()) +
+                                ", not " + std::to_string(gpus) + " (raise --nodes)");
+  }
+  return Communicator(topo, std::move(ranks));
+}
+
+std::vector<int> ring_order(const Communicator& comm, int channel) {
+  std::vector<int> order;
+  for (size_t k = 0; k < comm.nodes().size(); ++k) {
+    const auto& local = comm.nodes()[k];
+    const size_t m = local.size();
+    std::vector<int> rotated;
+    for (size_t j = 0; j < m; ++j) rotated.push_back(local[(static_cast<size_t>(channel) + j) % m]);
+    if (k % 2 == 1) std::reverse(rotated.begin(), rotated.end());
+    order.insert(order.end(), rotated.begin(), rotated.end());
+  }
+  return order;
+}
+
+// ---------------------------------------------------------------- lowering
+
+namespace {
+
+using RankTasks = std::vector<std::vector<TaskId>>;  // per rank: tasks it must wait for
+
+bool is_power_of_two(int n) { return n > 0 && (n & (n - 1)) == 0; }
+
+// The binary tree NCCL builds over n members (ncclGetBtree's shape): a member's parent flips its
+// lowest set bit and sets the next one up, falling back to just flipping when that overshoots.
+int btree_parent(int r, int n) {
+  if (r == 0) return -1;
+  int bit = r & -r;
+  int up = (r ^ bit) | (bit << 1);
+  return up < n ? up : (r ^ bit);
+}
+
+class Lowering {
+ public:
+  Lowering(const CollectiveSpec& spec, const Communicator& comm, const Router& router, const LoweringOptions& opt)
+      : spec_(spec), comm_(comm), router_(router), opt_(opt), n_(comm.size()),
+        channels_(std::max(1, opt.channels)) {}
+
+  TransferGraph build() {
+    RankTasks none(static_cast<size_t>(n_));
+    const double s = spec_.size.value();
+    switch (spec_.algorithm) {
+      case Algorithm::kRing: ring(none, s); break;
+      case Algorithm::kTree: tree(s); break;
+      case Algorithm::kRecursiveHalvingDoubling: rhd(s); break;
+      case Algorithm::kRecursiveDoubling: recursive_doubling(s); break;
+      case Algorithm::kPairwise: all_to_all(false); break;
+      case Algorithm::kDirect: all_to_all(true); break;
+      case Algorithm::kHierarchical: hierarchical(s); break;
+      case Algorithm::kNvls: nvls(s); break;
+      case Algorithm::kCollNetDirect: collnet(s); break;
+      default: throw std::logic_error("unsupported algorithm reached lowering");
+    }
+    return std::move(graph_);
+  }
+
+ private:
+  DeviceId dev(int rank) const { return comm_.device(rank); }
+  Bytes wire(double payload) const { return Bytes(payload / opt_.wire_efficiency); }
+  Time step_latency(int a, int b) const {
+    return comm_.node_of(a) == comm_.node_of(b) ? opt_.step_latency_intra : opt_.step_latency_inter;
+  }
+  Time path_latency(DeviceId a, DeviceId b) const {
+    Time sum = Time::zero();
+    for (LinkId l : router_.route(a, b)) sum = sum + comm_.topology().link(l).latency;
+    return sum;
+  }
+  // A transfer; the first tasks of the collective also carry its base latency.
+  TaskId send(int a, int b, double payload, Time wait, const std::vector<TaskId>& deps, int channel, int phase) {
+    if (deps.empty()) wait = wait + opt_.base_latency;
+    return graph_.add_transfer(dev(a), dev(b), wire(payload), wait, deps, static_cast<uint16_t>(channel),
+                               static_cast<uint16_t>(phase));
+  }
+  TaskId send_device(DeviceId a, DeviceId b, double wire_bytes, Time wait, const std::vector<TaskId>& deps, int channel,
+                     int phase) {
+    if (deps.empty()) wait = wait + opt_.base_latency;
+    return graph_.add_transfer(a, b, Bytes(wire_bytes), wait, deps, static_cast<uint16_t>(channel),
+                               static_cast<uint16_t>(phase));
+  }
+  bool pipelined(size_t step_transfers) const {
+    switch (opt_.granularity) {
+      case LoweringOptions::Granularity::kSteps: return false;
+      case LoweringOptions::Granularity::kPipelined: return true;
+      case LoweringOptions::Granularity::kAuto: return step_transfers > opt_.max_step_transfers;
+    }
+    return false;
+  }
+  int chunks_for(double bytes_per_channel, size_t transfers_per_chunk) const {
+    double k = std::ceil(bytes_per_channel / std::max(1.0, opt_.pipeline_chunk.value()));
+    k = std::clamp(k, 1.0, static_cast<double>(opt_.max_pipeline_chunks));
+    // Keep the graph within the step budget: fewer, larger chunks on huge communicators.
+    double budget = static_cast<double>(opt_.max_step_transfers) / static_cast<double>(std::max<size_t>(1, transfers_per_chunk));
+    return static_cast<int>(std::max(1.0, std::min(k, std::floor(budget))));
+  }
+
+  // `steps` ring steps over `order` on one channel, every member sending `chunk` payload bytes
+  // to its successor per step. entry[rank] gates each member's first send. Returns, per rank, the
+  // tasks after which the member holds its result (its last send and last receive).
+  RankTasks ring_steps(const std::vector<int>& order, int steps, double chunk, int channel, int phase,
+                       const RankTasks& entry) {
+    const size_t m = order.size();
+    RankTasks exit(static_cast<size_t>(n_));
+    if (m < 2 || steps < 1) {
+      for (int r : order) exit[static_cast<size_t>(r)] = entry[static_cast<size_t>(r)];
+      return exit;
+    }
+    std::vector<TaskId> last(m);
+    if (pipelined(m * static_cast<size_t>(steps) * static_cast<size_t>(channels_))) {
+      for (size_t i = 0; i < m; ++i) {
+        int a = order[i], b = order[(i + 1) % m];
+        Time per_step = step_latency(a, b);
+        Time alpha = path_latency(dev(a), dev(b));
+        // The flow itself pays α once; the other steps' α and every step's latency are waited.
+        Time wait = per_step * steps + alpha * (steps - 1);
+        last[i] = send(a, b, chunk * steps, wait, entry[static_cast<size_t>(a)], channel, phase);
+      }
+    } else {
+      std::vector<TaskId> prev(m);
+      for (int s = 0; s < steps; ++s) {
+        std::vector<TaskId> cur(m);
+        for (size_t i = 0; i < m; ++i) {
+          int a = order[i], b = order[(i + 1) % m];
+          std::vector<TaskId> deps;
+          if (s == 0) {
+            deps = entry[static_cast<size_t>(a)];
+          } else {
+            deps = {prev[i], prev[(i + m - 1) % m]};  // own previous send; the data it forwards
+          }
+          cur[i] = send(a, b, chunk, step_latency(a, b), deps, channel, phase);
+        }
+        prev = std::move(cur);
+      }
+      last = prev;
+    }
+    for (size_t i = 0; i < m; ++i) exit[static_cast<size_t>(order[i])] = {last[i], last[(i + m - 1) % m]};
+    return exit;
+  }
+
+  // A pipelined chain from order[0] to order.back() in k chunks (broadcast; reversed: reduce).
+  void chain(const std::vector<int>& order, double bytes, int channel) {
+    const size_t m = order.size();
+    if (m < 2) return;
+    int k = chunks_for(bytes, (m - 1) * static_cast<size_t>(channels_));
+    if (pipelined((m - 1) * static_cast<size_t>(k) * static_cast<size_t>(channels_))) k = 1;
+    double chunk = bytes / k;
+    std::vector<TaskId> prev_hop(static_cast<size_t>(k));
+    for (size_t h = 0; h + 1 < m; ++h) {
+      int a = order[h], b = order[h + 1];
+      std::vector<TaskId> cur(static_cast<size_t>(k));
+      for (int j = 0; j < k; ++j) {
+        std::vector<TaskId> deps;
+        if (h > 0) deps.push_back(prev_hop[static_cast<size_t>(j)]);
+        if (j > 0) deps.push_back(cur[static_cast<size_t>(j - 1)]);
+        cur[static_cast<size_t>(j)] = send(a, b, chunk, step_latency(a, b), deps, channel, 0);
+      }
+      prev_hop = std::move(cur);
+    }
+  }
+
+  void ring(const RankTasks& entry, double s) {
+    const double n = n_;
+    switch (spec_.op) {
+      case CollectiveOp::kAllReduce:
+        for (int c = 0; c < channels_; ++c) ring_steps(ring_order(comm_, c), 2 * (n_ - 1), s / (n * channels_), c, 0, entry);
+        break;
+      case CollectiveOp::kAllGather:
+      case CollectiveOp::kReduceScatter:
+        for (int c = 0; c < channels_; ++c) ring_steps(ring_order(comm_, c), n_ - 1, s / (n * channels_), c, 0, entry);
+        break;
+      case CollectiveOp::kBroadcast:
+      case CollectiveOp::kReduce:
+        for (int c = 0; c < channels_; ++c) {
+          std::vector<int> order = ring_order(comm_, c);
+          auto at = std::find(order.begin(), order.end(), spec_.root);
+          std::rotate(order.begin(), at, order.end());  // the root first
+          if (spec_.op == CollectiveOp::kReduce) std::rotate(order.begin(), order.begin() + 1, order.end());  // root last
+          chain(order, s / channels_, c);
+        }
+        break;
+      case CollectiveOp::kSendRecv:
+        for (int c = 0; c < channels_; ++c) {
+          for (int r = 0; r < n_; ++r) {
+            int peer = (r + 1) % n_;
+            if (peer != r) send(r, peer, s / channels_, step_latency(r, peer), {}, c, 0);
+          }
+        }
+        break;
+      default: throw std::logic_error("ring lowering reached for an unsupported operation");
+    }
+  }
+
+  // NCCL's double binary tree: a binary tree over nodes (the second tree shifted or mirrored so
+  // that leaves of one are inner members of the other), a chain inside each node; each tree
+  // carries half the data, reduced up and broadcast down in pipelined chunks.
+  void tree(double s) {
+    const int nodes = comm_.node_count();
+    for (int c = 0; c < channels_; ++c) {
+      for (int t = 0; t < 2; ++t) {
+        // parent[r] over ranks: chain inside the node, heads joined by the node tree.
+        std::vector<int> parent(static_cast<size_t>(n_), -1);
+        std::vector<int> head(static_cast<size_t>(nodes));
+        for (int k = 0; k < nodes; ++k) {
+          const auto& local = comm_.nodes()[static_cast<size_t>(k)];
+          const size_t m = local.size();
+          size_t start = (static_cast<size_t>(c) + static_cast<size_t>(t) * m / 2) % m;
+          head[static_cast<size_t>(k)] = local[start];
+          for (size_t j = 1; j < m; ++j) parent[static_cast<size_t>(local[(start + j) % m])] = local[(start + j - 1) % m];
+        }
+        for (int k = 0; k < nodes; ++k) {
+          // Tree 1 renumbers nodes: shifted by one for an even count, mirrored for an odd one.
+          auto map = [&](int x) { return t == 0 ? x : (nodes % 2 == 0 ? (x + 1) % nodes : nodes - 1 - x); };
+          int pk = btree_parent(map(k), nodes);
+          if (pk < 0) continue;
+          int parent_node = -1;
+          for (int q = 0; q < nodes; ++q) {
+            if (map(q) == pk) parent_node = q;
+          }
+          parent[static_cast<size_t>(head[static_cast<size_t>(k)])] = head[static_cast<size_t>(parent_node)];
+        }
+        tree_pipeline(parent, s / (2.0 * channels_), c, t);
+      }
+    }
+  }
+
+  void tree_pipeline(const std::vector<int>& parent, double bytes, int channel, int which) {
+    std::vector<std::vector<int>> children(static_cast<size_t>(n_));
+    int root = -1;
+    for (int r = 0; r < n_; ++r) {
+      if (parent[static_cast<size_t>(r)] < 0) {
+        root = r;
+      } else {
+        children[static_cast<size_t>(parent[static_cast<size_t>(r)])].push_back(r);
+      }
+    }
+    // Members from the leaves up: each after all its children.
+    std::vector<int> up_order;
+    std::vector<int> stack = {root};
+    while (!stack.empty()) {
+      int r = stack.back();
+      stack.pop_back();
+      up_order.push_back(r);
+      for (int ch : children[static_cast<size_t>(r)]) stack.push_back(ch);
+    }
+    std::reverse(up_order.begin(), up_order.end());
+    const int k = chunks_for(bytes, 2 * static_cast<size_t>(n_ - 1) * 2 * static_cast<size_t>(channels_));
+    const double chunk = bytes / k;
+    std::vector<TaskId> up_prev(static_cast<size_t>(n_)), down_prev(static_cast<size_t>(n_));
+    for (int j = 0; j < k; ++j) {
+      std::vector<TaskId> up(static_cast<size_t>(n_), UINT32_MAX);
+      for (int r : up_order) {
+        if (r == root) continue;
+        std::vector<TaskId> deps;
+        for (int ch : children[static_cast<size_t>(r)]) deps.push_back(up[static_cast<size_t>(ch)]);
+        if (j > 0) deps.push_back(up_prev[static_cast<size_t>(r)]);
+        int p = parent[static_cast<size_t>(r)];
+        up[static_cast<size_t>(r)] = send(r, p, chunk, step_latency(r, p), deps, channel, which);
+      }
+      std::vector<TaskId> down(static_cast<size_t>(n_), UINT32_MAX);
+      for (auto it = up_order.rbegin(); it != up_order.rend(); ++it) {
+        int r = *it;
+        if (r == root) continue;
+        int p = parent[static_cast<size_t>(r)];
+        std::vector<TaskId> deps;
+        if (p == root) {
+          for (int ch : children[static_cast<size_t>(root)]) deps.push_back(up[static_cast<size_t>(ch)]);
+        } else {
+          deps.push_back(down[static_cast<size_t>(p)]);
+        }
+        if (j > 0) deps.push_back(down_prev[static_cast<size_t>(r)]);
+        down[static_cast<size_t>(r)] = send(p, r, chunk, step_latency(p, r), deps, channel, 2 + which);
+      }
+      up_prev = std::move(up);
+      down_prev = std::move(down);
+    }
+  }
+
+  // Rabenseifner: reduce-scatter by recursive halving, all-gather by recursive doubling; a
+  // non-power-of-two count first folds the extra ranks into their neighbours (MPICH).
+  void rhd(double s) {
+    for (int c = 0; c < channels_; ++c) {
+      const double bytes = s / channels_;
+      int p2 = static_cast<int>(std::bit_floor(static_cast<unsigned>(n_)));
+      int extra = n_ - p2;
+      std::vector<std::vector<TaskId>> last(static_cast<size_t>(n_));
+      std::vector<int> members;  // ranks taking part in the power-of-two exchange
+      for (int i = 0; i < extra; ++i) {
+        TaskId t = send(2 * i + 1, 2 * i, bytes, step_latency(2 * i + 1, 2 * i), {}, c, 0);
+        last[static_cast<size_t>(2 * i)] = {t};
+        members.push_back(2 * i);
+      }
+      for (int r = 2 * extra; r < n_; ++r) members.push_back(r);
+      auto exchange = [&](int distance, double amount, int phase) {
+        std::vector<std::vector<TaskId>> next(static_cast<size_t>(n_));
+        for (int i = 0; i < p2; ++i) {
+          int a = members[static_cast<size_t>(i)];
+          int b = members[static_cast<size_t>(i ^ distance)];
+          std::vector<TaskId> deps = last[static_cast<size_t>(a)];
+          deps.insert(deps.end(), last[static_cast<size_t>(b)].begin(), last[static_cast<size_t>(b)].end());
+          TaskId t = send(a, b, amount, step_latency(a, b), deps, c, phase);
+          next[static_cast<size_t>(a)].push_back(t);
+          next[static_cast<size_t>(b)].push_back(t);
+        }
+        for (int i = 0; i < p2; ++i) last[static_cast<size_t>(members[static_cast<size_t>(i)])] = next[static_cast<size_t>(members[static_cast<size_t>(i)])];
+      };
+      const bool rs = spec_.op == CollectiveOp::kReduceScatter || spec_.op == CollectiveOp::kAllReduce;
+      const bool ag = spec_.op == CollectiveOp::kAllGather || spec_.op == CollectiveOp::kAllReduce;
+      if (rs) {
+        double amount = bytes;
+        for (int d = p2 / 2; d >= 1; d /= 2) {
+          amount /= 2;
+          exchange(d, amount, 0);
+        }
+      }
+      if (ag) {
+        double amount = bytes / p2;
+        for (int d = 1; d < p2; d *= 2) {
+          exchange(d, amount, 1);
+          amount *= 2;
+        }
+      }
+      for (int i = 0; i < extra; ++i) {
+        send(2 * i, 2 * i + 1, bytes, step_latency(2 * i, 2 * i + 1), last[static_cast<size_t>(2 * i)], c, 1);
+      }
+    }
+  }
+
+  // Recursive doubling: lg p exchanges of the whole vector (all-reduce) or of the data
+  // gathered so far (all-gather). Power-of-two counts only.
+  void recursive_doubling(double s) {
+    for (int c = 0; c < channels_; ++c) {
+      const double bytes = s / channels_;
+      std::vector<std::vector<TaskId>> last(static_cast<size_t>(n_));
+      double amount = spec_.op == CollectiveOp::kAllReduce ? bytes : bytes / n_;
+      for (int d = 1; d < n_; d *= 2) {
+        std::vector<std::vector<TaskId>> next(static_cast<size_t>(n_));
+        for (int a = 0; a < n_; ++a) {
+          int b = a ^ d;
+          std::vector<TaskId> deps = last[static_cast<size_t>(a)];
+          deps.insert(deps.end(), last[static_cast<size_t>(b)].begin(), last[static_cast<size_t>(b)].end());
+          TaskId t = send(a, b, amount, step_latency(a, b), deps, c, 0);
+          next[static_cast<size_t>(a)].push_back(t);
+          next[static_cast<size_t>(b)].push_back(t);
+        }
+        last = std::move(next);
+        if (spec_.op == CollectiveOp::kAllGather) amount *= 2;
+      }
+    }
+  }
+
+  double pair_bytes(int a, int b) const {
+    if (!spec_.matrix.empty()) return spec_.matrix[static_cast<size_t>(a)][static_cast<size_t>(b)];
+    return spec_.size.value() / n_;  // nccl-tests: each rank sends size/n to every rank
+  }
+
+  // All-to-all: direct posts every pair at once (NCCL's grouped send/recv); pairwise runs n−1
+  // shifted steps, each rank exchanging with one peer per step (MPI's pairwise exchange).
+  void all_to_all(bool direct) {
+    std::vector<std::vector<TaskId>> last(static_cast<size_t>(n_));
+    for (int step = 1; step < n_; ++step) {
+      std::vector<std::vector<TaskId>> next(static_cast<size_t>(n_));
+      for (int a = 0; a < n_; ++a) {
+        int b = (a + step) % n_;
+        double bytes = pair_bytes(a, b);
+        if (bytes <= 0) continue;
+        std::vector<TaskId> deps;
+        if (!direct) deps = last[static_cast<size_t>(a)];  // a's previous send and receive
+        for (int c = 0; c < channels_; ++c) {
+          TaskId t = send(a, b, bytes / channels_, step_latency(a, b), deps, c, 0);
+          next[static_cast<size_t>(a)].push_back(t);
+          next[static_cast<size_t>(b)].push_back(t);
+        }
+      }
+      if (!direct) last = std::move(next);
+    }
+  }
+
+  // Intra-node ring reduce-scatter, ring all-reduce across nodes among ranks of the same local
+  // index on 1/ppn of the data, intra-node ring all-gather.
+  void hierarchical(double s) {
+    const int ppn = comm_.ranks_per_node();
+    const int nodes = comm_.node_count();
+    RankTasks entry(static_cast<size_t>(n_));
+    RankTasks after_rs(static_cast<size_t>(n_)), after_ar(static_cast<size_t>(n_));
+    auto merge = [&](RankTasks& into, const RankTasks& from) {
+      for (size_t r = 0; r < into.size(); ++r) into[r].insert(into[r].end(), from[r].begin(), from[r].end());
+    };
+    for (int c = 0; c < channels_; ++c) {
+      for (const auto& local : comm_.nodes()) {
+        std::vector<int> order = local;
+        std::rotate(order.begin(), order.begin() + c % ppn, order.end());
+        merge(after_rs, ring_steps(order, ppn - 1, s / (ppn * channels_), c, 0, entry));
+      }
+    }
+    for (int c = 0; c < channels_; ++c) {
+      for (int g = 0; g < ppn; ++g) {
+        std::vector<int> order;
+        for (int k = 0; k < nodes; ++k) order.push_back(comm_.nodes()[static_cast<size_t>(k)][static_cast<size_t>(g)]);
+        merge(after_ar, ring_steps(order, 2 * (nodes - 1), s / (static_cast<double>(ppn) * nodes * channels_), c, 1,
+                                   after_rs));
+      }
+    }
+    for (int r = 0; r < n_; ++r) {
+      if (after_ar[static_cast<size_t>(r)].empty()) after_ar[static_cast<size_t>(r)] = after_rs[static_cast<size_t>(r)];
+    }
+    for (int c = 0; c < channels_; ++c) {
+      for (const auto& local : comm_.nodes()) {
+        std::vector<int> order = local;
+        std::rotate(order.begin(), order.begin() + c % ppn, order.end());
+        ring_steps(order, ppn - 1, s / (ppn * channels_), c, 2, after_ar);
+      }
+    }
+  }
+
+  // The switch that reduces for `a` and `b`: on the route between them, the reduction-capable
+  // switch farthest from both ends (the top of the path).
+  std::optional<DeviceId> reducing_switch(DeviceId a, DeviceId b, bool nvls) const {
+    std::vector<LinkId> path = router_.route(a, b);
+    std::optional<DeviceId> best;
+    size_t best_depth = 0;
+    for (size_t i = 0; i + 1 < path.size(); ++i) {
+      DeviceId d = comm_.topology().link(path[i]).to;
+      const Device& dev_info = comm_.topology().device(d);
+      bool capable = nvls ? dev_info.nvls : dev_info.sharp;
+      size_t depth = std::min(i + 1, path.size() - 1 - i);
+      if (capable && depth >= best_depth) {
+        best = d;
+        best_depth = depth;
+      }
+    }
+    return best;
+  }
+
+  // Every member sends its data into the switch, which reduces it and multicasts the result
+  // back, in pipelined chunks. Per member S(1 + 1/m) goes up and comes down: the reduction of
+  // the member's own 1/m share (multimem.ld_reduce) and its multicast store (multimem.st).
+  RankTasks switch_all_reduce(const std::vector<int>& members, DeviceId sw, double s, int phase, const RankTasks& entry) {
+    RankTasks exit(static_cast<size_t>(n_));
+    const size_t m = members.size();
+    const double per_member = s * (1.0 + 1.0 / static_cast<double>(m)) / opt_.switch_reduction_efficiency /
+                              opt_.wire_efficiency;
+    const int k = chunks_for(s, 2 * m);
+    std::vector<TaskId> up_prev(m), down_prev(m);
+    for (int j = 0; j < k; ++j) {
+      std::vector<TaskId> ups(m);
+      for (size_t i = 0; i < m; ++i) {
+        int r = members[i];
+        std::vector<TaskId> deps = j == 0 ? entry[static_cast<size_t>(r)] : std::vector<TaskId>{up_prev[i]};
+        ups[i] = send_device(dev(r), sw, per_member / k, opt_.step_latency_intra, deps, 0, phase);
+      }
+      std::vector<TaskId> downs(m);
+      for (size_t i = 0; i < m; ++i) {
+        std::vector<TaskId> deps = ups;
+        if (j > 0) deps.push_back(down_prev[i]);
+        downs[i] = send_device(sw, dev(members[i]), per_member / k, Time::zero(), deps, 0, phase + 1);
+      }
+      up_prev = std::move(ups);
+      down_prev = std::move(downs);
+    }
+    for (size_t i = 0; i < m; ++i) exit[static_cast<size_t>(members[i])] = {up_prev[i], down_prev[i]};
+    return exit;
+  }
+
+  void nvls(double s) {
+    auto sw = reducing_switch(dev(0), dev(1), true);
+    std::vector<int> members(static_cast<size_t>(n_));
+    for (int r = 0; r < n_; ++r) members[static_cast<size_t>(r)] = r;
+    switch_all_reduce(members, *sw, s, 0, RankTasks(static_cast<size_t>(n_)));
+  }
+
+  // CollNet Direct (SHARP): reduce-scatter inside each node, the ranks of one local index
+  // all-reduce their 1/ppn share through the fabric switch, all-gather inside each node.
+  void collnet(double s) {
+    const int ppn = comm_.ranks_per_node();
+    const int nodes = comm_.node_count();
+    RankTasks entry(static_cast<size_t>(n_)), after_rs(static_cast<size_t>(n_)), after_ar(static_cast<size_t>(n_));
+    for (const auto& local : comm_.nodes()) {
+      auto part = ring_steps(local, ppn - 1, s / ppn, 0, 0, entry);
+      for (int r : local) after_rs[static_cast<size_t>(r)] = part[static_cast<size_t>(r)];
+    }
+    for (int g = 0; g < ppn; ++g) {
+      std::vector<int> members;
+      for (int k = 0; k < nodes; ++k) members.push_back(comm_.nodes()[static_cast<size_t>(k)][static_cast<size_t>(g)]);
+      auto sw = reducing_switch(dev(members.front()), dev(members.back()), false);
+      // Through the switch each member sends its share once and gets the sum once.
+      auto part = switch_all_reduce(members, *sw, s / ppn * static_cast<double>(members.size()) /
+                                                     (static_cast<double>(members.size()) + 1.0),
+                                    1, after_rs);
+      for (int r : members) after_ar[static_cast<size_t>(r)] = part[static_cast<size_t>(r)];
+    }
+    for (const auto& local : comm_.nodes()) ring_steps(local, ppn - 1, s / ppn, 0, 3, after_ar);
+  }
+
+  const CollectiveSpec& spec_;
+  const Communicator& comm_;
+  const Router& router_;
+  const LoweringOptions& opt_;
+  const int n_;
+  const int channels_;
+  TransferGraph graph_;
+};
+
+}  // namespace
+
+std::optional<std::string> unsupported_reason(CollectiveOp op, Algorithm algo, const Communicator& comm) {
+  const int n = comm.size();
+  const std::string name(algorithm_name(algo));
+  auto only = [&](std::initializer_list<CollectiveOp> ops) -> std::optional<std::string> {
+    if (std::find(ops.begin(), ops.end(), op) != ops.end()) return std::nullopt;
+    return name + " does not implement " + std::string(op_name(op));
+  };
+  switch (algo) {
+    case Algorithm::kRing:
+      return only({CollectiveOp::kAllReduce, CollectiveOp::kAllGather, CollectiveOp::kReduceScatter,
+                   CollectiveOp::kBroadcast, CollectiveOp::kReduce, CollectiveOp::kSendRecv});
+    case Algorithm::kTree:
+      if (auto r = only({CollectiveOp::kAllReduce})) return r;
+      if (!comm.uniform()) return std::string("tree needs the same number of ranks on every node");
+      return std::nullopt;
+    case Algorithm::kRecursiveHalvingDoubling:
+      if (auto r = only({CollectiveOp::kAllReduce, CollectiveOp::kReduceScatter, CollectiveOp::kAllGather})) return r;
+      if (op != CollectiveOp::kAllReduce && !is_power_of_two(n)) {
+        return name + " " + std::string(op_name(op)) + " needs a power-of-two rank count, not " + std::to_string(n);
+      }
+      return std::nullopt;
+    case Algorithm::kRecursiveDoubling:
+      if (auto r = only({CollectiveOp::kAllReduce, CollectiveOp::kAllGather})) return r;
+      if (!is_power_of_two(n)) return name + " needs a power-of-two rank count, not " + std::to_string(n);
+      return std::nullopt;
+    case Algorithm::kPairwise:
+    case Algorithm::kDirect: return only({CollectiveOp::kAllToAll});
+    case Algorithm::kHierarchical:
+      if (auto r = only({CollectiveOp::kAllReduce})) return r;
+      if (!comm.uniform()) return std::string("hierarchical needs the same number of ranks on every node");
+      return std::nullopt;
+    case Algorithm::kNvls: {
+      if (auto r = only({CollectiveOp::kAllReduce})) return r;
+      if (comm.node_count() != 1) return std::string("nvls is simulated inside one node only (NVLS-Tree across nodes is not)");
+      if (n < 2) return std::string("nvls needs at least 2 ranks");
+      Router router(comm.topology());
+      for (LinkId l : router.route(comm.device(0), comm.device(1))) {
+        if (comm.topology().device(comm.topology().link(l).to).nvls) return std::nullopt;
+      }
+      return std::string("no NVLS-capable NVSwitch joins these GPUs (set \"nvls\": true on the switch)");
+    }
+    case Algorithm::kCollNetDirect: {
+      if (auto r = only({CollectiveOp::kAllReduce})) return r;
+      if (comm.node_count() < 2) return std::string("collnet_direct needs ranks on at least 2 nodes");
+      if (!comm.uniform()) return std::string("collnet_direct needs the same number of ranks on every node");
+      Router router(comm.topology());
+      const auto& nodes = comm.nodes();
+      for (size_t g = 0; g < nodes.front().size(); ++g) {
+        bool found = false;
+        for (LinkId l : router.route(comm.device(nodes.front()[g]), comm.device(nodes.back()[g]))) {
+          found = found || comm.topology().device(comm.topology().link(l).to).sharp;
+        }
+        if (!found) return std::string("no SHARP-capable switch joins the nodes (set \"sharp\": true in the network)");
+      }
+      return std::nullopt;
+    }
+    case Algorithm::kNvlsTree:
+    case Algorithm::kCollNetChain:
+    case Algorithm::kPat: return name + " is in NCCL's cost model but not simulated yet";
+  }
+  return name + " is unknown";
+}
+
+TransferGraph lower_collective(const CollectiveSpec& spec, const Communicator& comm, const Router& router,
+                               const LoweringOptions& options) {
+  if (auto why = unsupported_reason(spec.op, spec.algorithm, comm)) throw std::invalid_argument(*why);
+  if (spec.root < 0 || spec.root >= comm.size()) throw std::invalid_argument("root rank out of range");
+  if (!spec.matrix.empty()) {
+    if (spec.matrix.size() != static_cast<size_t>(comm.size())) throw std::invalid_argument("all-to-all-v matrix needs one row per rank");
+    for (const auto& row : spec.matrix) {
+      if (row.size() != static_cast<size_t>(comm.size())) throw std::invalid_argument("all-to-all-v matrix needs one column per rank");
+    }
+  }
+  if (comm.size() == 1) return TransferGraph{};
+  return Lowering(spec, comm, router, options).build();
+}
+
+}  // namespace parallax

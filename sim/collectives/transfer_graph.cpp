@@ -1,0 +1,137 @@
+// Transfer graphs and their execution on a network model.
+#include "collectives/transfer_graph.h"
+
+#include <numeric>
+
+#include "engine/invariant.h"
+
+namespace parallax {
+
+void TransferGraph::add_edges(TaskId to, std::span<const TaskId> deps) {
+  for (TaskId d : deps) {
+    PARALLAX_INVARIANT(d < to, "transfer graph", Time::zero(), "a dependency must be added before its dependant");
+    edges_.emplace_back(d, to);
+  }
+  dependency_count_.push_back(static_cast<uint32_t>(deps.size()));
+}
+
+TaskId TransferGraph::add_transfer(DeviceId src, DeviceId dst, Bytes bytes, Time wait, std::span<const TaskId> deps,
+                                   uint16_t channel, uint16_t phase) {
+  auto id = static_cast<TaskId>(tasks_.size());
+  Task t;
+  t.kind = Task::Kind::kTransfer;
+  t.src = src;
+  t.dst = dst;
+  t.bytes = bytes;
+  t.wait = wait;
+  t.channel = channel;
+  t.phase = phase;
+  // One connection per (channel, sender, receiver), as NCCL keeps one per peer and channel:
+  // all its steps take the same ECMP path.
+  t.route_key = (static_cast<uint64_t>(channel) << 42) ^ (static_cast<uint64_t>(src.value) << 21) ^ dst.value;
+  tasks_.push_back(t);
+  add_edges(id, deps);
+  return id;
+}
+
+TaskId TransferGraph::add_delay(DeviceId where, Time duration, std::span<const TaskId> deps, uint16_t phase) {
+  auto id = static_cast<TaskId>(tasks_.size());
+  Task t;
+  t.kind = Task::Kind::kDelay;
+  t.src = where;
+  t.dst = where;
+  t.wait = duration;
+  t.phase = phase;
+  tasks_.push_back(t);
+  add_edges(id, deps);
+  return id;
+}
+
+void TransferGraph::build_successors() const {
+  if (built_for_edges_ == edges_.size() && successor_offsets_.size() == tasks_.size() + 1) return;
+  successor_offsets_.assign(tasks_.size() + 1, 0);
+  for (const auto& e : edges_) ++successor_offsets_[e.first + 1];
+  std::partial_sum(successor_offsets_.begin(), successor_offsets_.end(), successor_offsets_.begin());
+  successor_list_.resize(edges_.size());
+  std::vector<uint32_t> fill(successor_offsets_.begin(), successor_offsets_.end() - 1);
+  for (const auto& e : edges_) successor_list_[fill[e.first]++] = e.second;
+  built_for_edges_ = edges_.size();
+}
+
+std::span<const TaskId> TransferGraph::successors(TaskId id) const {
+  build_successors();
+  return std::span<const TaskId>(successor_list_.data() + successor_offsets_[id],
+                                 successor_offsets_[id + 1] - successor_offsets_[id]);
+}
+
+Bytes TransferGraph::total_bytes() const {
+  double sum = 0;
+  for (const Task& t : tasks_) {
+    if (t.kind == Task::Kind::kTransfer) sum += t.bytes.value();
+  }
+  return Bytes(sum);
+}
+
+GraphExecution::GraphExecution(Engine& engine, NetworkModel& network, const TransferGraph& graph)
+    : engine_(engine), network_(network), graph_(graph) {}
+
+void GraphExecution::start(std::function<void()> on_done) {
+  on_done_ = std::move(on_done);
+  started_at_ = finished_at_ = engine_.now();
+  remaining_ = graph_.size();
+  waiting_on_.resize(graph_.size());
+  timings_.assign(graph_.size(), TaskTiming{});
+  for (TaskId id = 0; id < graph_.size(); ++id) waiting_on_[id] = graph_.dependency_count(id);
+  if (remaining_ == 0) {
+    if (on_done_) on_done_();
+    return;
+  }
+  for (TaskId id = 0; id < graph_.size(); ++id) {
+    if (waiting_on_[id] == 0) ready(id);
+  }
+}
+
+void GraphExecution::ready(TaskId id) {
+  const Task& t = graph_.task(id);
+  timings_[id].ready = engine_.now();
+  if (t.kind == Task::Kind::kDelay || t.src == t.dst) {
+    // A delay, or a copy within one device: no network involved.
+    engine_.schedule_in(t.wait, [this, id] {
+      timings_[id].start = engine_.now();
+      finish(id);
+    });
+    return;
+  }
+  auto launch = [this, id] {
+    const Task& task = graph_.task(id);
+    timings_[id].start = engine_.now();
+    network_.start_flow(task.src, task.dst, task.bytes, [this, id](const FlowCompletion&) { finish(id); },
+                        task.route_key);
+  };
+  if (t.wait == Time::zero()) {
+    launch();
+  } else {
+    engine_.schedule_in(t.wait, launch);
+  }
+}
+
+void GraphExecution::finish(TaskId id) {
+  timings_[id].finish = engine_.now();
+  finished_at_ = engine_.now();
+  for (TaskId s : graph_.successors(id)) {
+    if (--waiting_on_[s] == 0) ready(s);
+  }
+  if (--remaining_ == 0 && on_done_) on_done_();
+}
+
+Time run_transfer_graph(Engine& engine, NetworkModel& network, const TransferGraph& graph,
+                        std::vector<TaskTiming>* timings) {
+  GraphExecution exec(engine, network, graph);
+  exec.start();
+  engine.run();
+  PARALLAX_INVARIANT(exec.finished(), "transfer graph", engine.now(), "tasks left unfinished (a dependency cycle?)");
+  if (timings) *timings = exec.timings();
+  return exec.finish_time() - exec.start_time();
+}
+
+}  // namespace parallax
