@@ -6,6 +6,7 @@
 #include <cmath>
 #include <set>
 #include <stdexcept>
+#include <unordered_map>
 
 namespace parallax {
 
@@ -122,8 +123,14 @@ class Lowering {
  private:
   DeviceId dev(int rank) const { return comm_.device(rank); }
   Bytes wire(double payload) const { return Bytes(payload / opt_.wire_efficiency); }
-  Time step_latency(int a, int b) const {
-    return comm_.node_of(a) == comm_.node_of(b) ? opt_.step_latency_intra : opt_.step_latency_inter;
+  // NCCL's per-step latencies already include crossing the wires; the network model adds the
+  // path latency to every flow, so a step waits only for the remainder.
+  Time step_latency(int a, int b) {
+    Time lat = comm_.node_of(a) == comm_.node_of(b) ? opt_.step_latency_intra : opt_.step_latency_inter;
+    uint64_t key = (static_cast<uint64_t>(dev(a).value) << 32) | dev(b).value;
+    auto it = path_latency_cache_.find(key);
+    if (it == path_latency_cache_.end()) it = path_latency_cache_.emplace(key, path_latency(dev(a), dev(b))).first;
+    return lat > it->second ? lat - it->second : Time::zero();
   }
   Time path_latency(DeviceId a, DeviceId b) const {
     Time sum = Time::zero();
@@ -174,7 +181,7 @@ class Lowering {
       for (size_t i = 0; i < m; ++i) {
         int a = order[i], b = order[(i + 1) % m];
         Time per_step = step_latency(a, b);
-        Time alpha = path_latency(dev(a), dev(b));
+        Time alpha = path_latency_cache_.at((static_cast<uint64_t>(dev(a).value) << 32) | dev(b).value);
         // The flow itself pays α once; the other steps' α and every step's latency are waited.
         Time wait = per_step * steps + alpha * (steps - 1);
         last[i] = send(a, b, chunk * steps, wait, entry[static_cast<size_t>(a)], channel, phase);
@@ -216,7 +223,8 @@ class Lowering {
         std::vector<TaskId> deps;
         if (h > 0) deps.push_back(prev_hop[static_cast<size_t>(j)]);
         if (j > 0) deps.push_back(cur[static_cast<size_t>(j - 1)]);
-        cur[static_cast<size_t>(j)] = send(a, b, chunk, step_latency(a, b), deps, channel, 0);
+        // Only the first chunk pays the step's latency; the rest follow it down the pipeline.
+        cur[static_cast<size_t>(j)] = send(a, b, chunk, j == 0 ? step_latency(a, b) : Time::zero(), deps, channel, 0);
       }
       prev_hop = std::move(cur);
     }
@@ -318,7 +326,7 @@ class Lowering {
         for (int ch : children[static_cast<size_t>(r)]) deps.push_back(up[static_cast<size_t>(ch)]);
         if (j > 0) deps.push_back(up_prev[static_cast<size_t>(r)]);
         int p = parent[static_cast<size_t>(r)];
-        up[static_cast<size_t>(r)] = send(r, p, chunk, step_latency(r, p), deps, channel, which);
+        up[static_cast<size_t>(r)] = send(r, p, chunk, j == 0 ? step_latency(r, p) : Time::zero(), deps, channel, which);
       }
       std::vector<TaskId> down(static_cast<size_t>(n_), UINT32_MAX);
       for (auto it = up_order.rbegin(); it != up_order.rend(); ++it) {
@@ -332,7 +340,7 @@ class Lowering {
           deps.push_back(down[static_cast<size_t>(p)]);
         }
         if (j > 0) deps.push_back(down_prev[static_cast<size_t>(r)]);
-        down[static_cast<size_t>(r)] = send(p, r, chunk, step_latency(p, r), deps, channel, 2 + which);
+        down[static_cast<size_t>(r)] = send(p, r, chunk, j == 0 ? step_latency(p, r) : Time::zero(), deps, channel, 2 + which);
       }
       up_prev = std::move(up);
       down_prev = std::move(down);
@@ -510,7 +518,7 @@ class Lowering {
       for (size_t i = 0; i < m; ++i) {
         int r = members[i];
         std::vector<TaskId> deps = j == 0 ? entry[static_cast<size_t>(r)] : std::vector<TaskId>{up_prev[i]};
-        ups[i] = send_device(dev(r), sw, per_member / k, opt_.step_latency_intra, deps, 0, phase);
+        ups[i] = send_device(dev(r), sw, per_member / k, j == 0 ? opt_.step_latency_intra : Time::zero(), deps, 0, phase);
       }
       std::vector<TaskId> downs(m);
       for (size_t i = 0; i < m; ++i) {
@@ -562,6 +570,7 @@ class Lowering {
   const int n_;
   const int channels_;
   TransferGraph graph_;
+  std::unordered_map<uint64_t, Time> path_latency_cache_;
 };
 
 }  // namespace

@@ -25,9 +25,11 @@ inline Time ring_all_reduce(int p, Bytes s, Time alpha, Bandwidth bw) {
 inline Time ring_gather_scatter(int p, Bytes total, Time alpha, Bandwidth bw) {
   return steps(p - 1.0, alpha, total.value() / p, bw);
 }
-/// Pipelined chain (ring broadcast/reduce) in k chunks: (p−1+k−1) steps of S/k.
-inline Time chain(int p, Bytes s, int k, Time alpha, Bandwidth bw) {
-  return steps(p - 2.0 + k, alpha, s.value() / k, bw);
+/// Pipelined chain (ring broadcast/reduce) in k chunks, where only the first chunk pays each
+/// hop's software latency `o` and every chunk pays the wire latency λ: the first chunk crosses
+/// p−1 hops, the other k−1 follow one hop-time apart: (p−1)·o + (p+k−2)(λ + S/(kB)).
+inline Time chain(int p, Bytes s, int k, Time o, Time lambda, Bandwidth bw) {
+  return o * (p - 1) + steps(p - 2.0 + k, lambda, s.value() / k, bw);
 }
 /// Rabenseifner all-reduce for p = 2^q: 2 lg p α + 2(p−1)/p · S/B. For other p the p − 2^⌊lg p⌋
 /// extra ranks fold into neighbours first and get the result back after: two more steps of S.

@@ -9,5 +9,7 @@ namespace parallax::cli {
 void add_topo_command(CLI::App& app);
 /// `parallax flows --topology FILE --flows FILE [--model NAME] [--nodes N] [--json FILE]`
 void add_flows_command(CLI::App& app);
+/// `parallax collective --topology FILE [--op OP] [--gpus G] [-b MIN -e MAX -f F] [--compare LOG] ...`
+void add_collective_command(CLI::App& app);
 
 }  // namespace parallax::cli

@@ -18,6 +18,7 @@ int main(int argc, char** argv) {
   app.set_version_flag("--version", "parallax 0.1.0");
   parallax::cli::add_topo_command(app);
   parallax::cli::add_flows_command(app);
+  parallax::cli::add_collective_command(app);
   app.parse_complete_callback([&] {
     spdlog::set_level(verbose ? spdlog::level::debug : spdlog::level::warn);
     spdlog::set_pattern("[%l] %v");

@@ -1,0 +1,316 @@
+// From a question to a timed collective: NCCL's view of the topology, selection, lowering, run.
+#include "collectives/collective_simulator.h"
+
+#include <algorithm>
+#include <cmath>
+#include <set>
+#include <stdexcept>
+
+#include "collectives/closed_forms.h"
+#include "engine/engine.h"
+#include "network/network_model.h"
+
+namespace parallax {
+namespace {
+
+bool contains(const std::string& haystack, std::initializer_list<const char*> needles) {
+  return std::any_of(needles.begin(), needles.end(), [&](const char* n) { return haystack.find(n) != std::string::npos; });
+}
+
+int compute_capability(GpuArch arch) {
+  switch (arch) {
+    case GpuArch::kVolta: return 70;
+    case GpuArch::kAmpere: return 80;
+    case GpuArch::kHopper: return 90;
+    case GpuArch::kBlackwell: return 100;
+  }
+  return 90;
+}
+
+// NCCL's nvlsEfficiency (tuning.cc): the fraction of NVLink bandwidth NVLS reaches.
+double nvls_efficiency(GpuArch arch) {
+  switch (arch) {
+    case GpuArch::kHopper: return 0.85;
+    case GpuArch::kBlackwell: return 0.74;
+    default: return 1.0;
+  }
+}
+
+bool nccl_models(Algorithm a) {
+  switch (a) {
+    case Algorithm::kRing:
+    case Algorithm::kTree:
+    case Algorithm::kNvls:
+    case Algorithm::kNvlsTree:
+    case Algorithm::kCollNetDirect:
+    case Algorithm::kCollNetChain:
+    case Algorithm::kPat: return true;
+    default: return false;
+  }
+}
+
+struct PathFacts {
+  double bottleneck_gbs = 0;
+  bool all_nvlink = true;
+  std::optional<LinkId> first_network_link;
+};
+
+PathFacts path_facts(const Topology& topo, const Router& router, DeviceId a, DeviceId b) {
+  PathFacts f;
+  f.bottleneck_gbs = INFINITY;
+  for (LinkId l : router.route(a, b)) {
+    const Link& link = topo.link(l);
+    f.bottleneck_gbs = std::min(f.bottleneck_gbs, link.bandwidth.value() / 1e9);
+    f.all_nvlink = f.all_nvlink && link.link_class == LinkClass::kNVLink;
+    if (!f.first_network_link && link.link_class == LinkClass::kNetwork) f.first_network_link = l;
+  }
+  return f;
+}
+
+}  // namespace
+
+GpuArch gpu_arch_of(const GpuSpec& spec) {
+  std::string name;
+  for (char c : spec.name) name.push_back(static_cast<char>(std::toupper(static_cast<unsigned char>(c))));
+  if (contains(name, {"B100", "B200", "B300", "GB200", "GB300", "RTX PRO 6000", "RTX 50"})) return GpuArch::kBlackwell;
+  if (contains(name, {"H100", "H200", "H800", "H20", "GH200"})) return GpuArch::kHopper;
+  if (contains(name, {"V100", "T4", "RTX 20", "2080", "TITAN V", "P100"})) return GpuArch::kVolta;
+  return GpuArch::kAmpere;  // A100/A800/A10/A30/A40, L4/L40/L40S, RTX 30xx/40xx: NCCL's 8.x row
+}
+
+LinkEfficiency LinkEfficiency::defaults_for(GpuArch arch) {
+  LinkEfficiency e;
+  switch (arch) {
+    case GpuArch::kHopper: e.nvlink = 20.6 / 25.0; break;
+    case GpuArch::kBlackwell: e.nvlink = 40.1 / 50.0; break;
+    default: e.nvlink = 20.0 / 25.0; break;
+  }
+  return e;
+}
+
+CollectiveSimulator::CollectiveSimulator(const Topology& topo, int gpus, std::optional<int> per_node,
+                                         std::optional<LinkEfficiency> efficiency)
+    : topo_(std::make_unique<Topology>(topo)) {
+  if (topo_->gpu_count() == 0) throw std::invalid_argument("the topology has no GPUs");
+  arch_ = gpu_arch_of(topo_->gpu_spec_of(topo_->gpus()[0]));
+  LinkEfficiency e = efficiency.value_or(LinkEfficiency::defaults_for(arch_));
+  topo_->scale_link_bandwidth(LinkClass::kNVLink, e.nvlink);
+  topo_->scale_link_bandwidth(LinkClass::kPcie, e.pcie);
+  topo_->scale_link_bandwidth(LinkClass::kNetwork, e.network);
+  topo_->scale_link_bandwidth(LinkClass::kCpu, e.cpu);
+  topo_->scale_link_bandwidth(LinkClass::kShm, e.shm);
+  router_ = std::make_unique<Router>(*topo_);
+  comm_ = std::make_unique<Communicator>(place_ranks(*topo_, gpus, per_node));
+
+  // What NCCL's graph search would find: per-channel bandwidth quantised to its speed arrays,
+  // as many channels as the links carry, then its channel duplication rule.
+  const Communicator& c = *comm_;
+  const auto& nodes = c.nodes();
+  NcclTuningInputs in;
+  in.ranks = c.size();
+  in.nodes = c.node_count();
+  in.arch = arch_;
+  const int cc = compute_capability(arch_);
+  constexpr double kLocalBw = 5000;  // NCCL's LOC_BW: a rank alone in its node
+  intra_gbs_ = kLocalBw;
+  if (nodes.front().size() >= 2) {
+    PathFacts f = path_facts(*topo_, *router_, c.device(nodes.front()[0]), c.device(nodes.front()[1]));
+    intra_gbs_ = f.bottleneck_gbs;
+    in.intra = f.all_nvlink ? NcclLinkType::kNvlink : NcclLinkType::kPci;
+  }
+  NcclGraphBw graph;
+  if (c.node_count() == 1) {
+    // The search keeps the speed that moves the most (channels × speed), channels capped at
+    // MAXCHANNELS/2 before duplication; ties go to the higher speed, tried first.
+    constexpr int kSearchChannels = kNcclMaxChannels / 2;
+    double best_total = 0, best_speed = 0;
+    for (double s : nccl_search_speeds(arch_, false)) {
+      double total = std::min(std::floor(intra_gbs_ / s), static_cast<double>(kSearchChannels)) * s;
+      if (total > best_total) {
+        best_total = total;
+        best_speed = s;
+      }
+    }
+    if (best_speed == 0) best_speed = nccl_search_speed(arch_, false, intra_gbs_);
+    graph.bw_intra_gbs = graph.bw_inter_gbs = best_speed;
+    graph.channels = std::clamp(static_cast<int>(std::floor(intra_gbs_ / best_speed)), 1, kSearchChannels);
+    inter_gbs_ = intra_gbs_;
+  } else {
+    std::set<uint32_t> nics;
+    double nic_gbs = INFINITY;
+    const size_t local = std::min(nodes[0].size(), nodes[1].size());
+    for (size_t g = 0; g < local; ++g) {
+      PathFacts f = path_facts(*topo_, *router_, c.device(nodes[0][g]), c.device(nodes[1][g]));
+      nic_gbs = std::min(nic_gbs, f.bottleneck_gbs);
+      if (f.first_network_link) nics.insert(f.first_network_link->value);
+    }
+    const int nic_count = std::max<int>(1, static_cast<int>(nics.size()));
+    const double speed = nccl_search_speed(arch_, true, std::min(nic_gbs, intra_gbs_));
+    graph.bw_intra_gbs = graph.bw_inter_gbs = speed;
+    graph.channels = std::clamp(nic_count * std::max(1, static_cast<int>(std::floor(nic_gbs / speed))), 1,
+                                kNcclMaxChannels / 2);
+    inter_gbs_ = nic_gbs * nic_count / static_cast<double>(c.ranks_per_node());
+  }
+  graph = nccl_dup_channels(cc, graph, kNcclMaxChannels);
+  in.channels = graph.channels;
+  in.bw_intra_gbs = graph.bw_intra_gbs;
+  in.bw_inter_gbs = graph.bw_inter_gbs;
+  in.nvls_supported = c.uniform() && !unsupported_reason(CollectiveOp::kAllReduce, Algorithm::kNvls, c);
+  // NCCL's NVLS graph: one channel per local GPU (head), each at the speed that fits the GPU's
+  // NVLink bandwidth.
+  in.nvls_channels = c.ranks_per_node();
+  in.nvls_bw_intra_gbs = nccl_search_speed(arch_, false, intra_gbs_ / std::max(1, in.nvls_channels));
+  // On one node NVLS has no network leg, so nothing should cap it at bwInter: with the cap,
+  // NCCL's formula would give 8×H100 NVLS 320 GB/s busbw and never prefer it to Ring, while
+  // NVIDIA measures ~480 (nccl-tests issue 212) — what the uncapped intra formula gives (476).
+  if (in.nodes == 1) in.nvls_bw_inter_gbs = 2 * in.nvls_bw_intra_gbs;
+  in.collnet_supported = !unsupported_reason(CollectiveOp::kAllReduce, Algorithm::kCollNetDirect, c);
+  in.pat_enabled = false;  // not simulated
+  // NCCL's auto-LL128 needs NVLink inside the node (typeIntra ≤ NVB) and Volta or newer.
+  in.ll128_enabled = in.intra == NcclLinkType::kNvlink || c.ranks_per_node() == 1;
+  if (c.size() % c.node_count() != 0) {
+    // NCCL's model assumes a whole number of ranks per node; round as nRanks/nNodes does.
+    in.ranks = c.node_count() * std::max(1, c.size() / c.node_count());
+  }
+  tuning_ = std::make_unique<NcclTuningModel>(in);
+}
+
+CollectiveSimulator::Choice CollectiveSimulator::choose(CollectiveOp op, Bytes size,
+                                                        const CollectiveOptions& options) const {
+  if (op == CollectiveOp::kAllToAll || op == CollectiveOp::kSendRecv) {
+    // NCCL runs these as grouped point-to-point with the Simple protocol; it has no cost model.
+    Algorithm a = options.algorithm.value_or(op == CollectiveOp::kAllToAll ? Algorithm::kDirect : Algorithm::kRing);
+    return Choice{a, options.protocol.value_or(Protocol::kSimple)};
+  }
+  if (options.algorithm && options.protocol) return Choice{*options.algorithm, *options.protocol};
+  if (options.algorithm && !nccl_models(*options.algorithm)) {
+    return Choice{*options.algorithm, options.protocol.value_or(Protocol::kSimple)};
+  }
+  std::vector<Algorithm> algos;
+  if (options.algorithm) {
+    algos.push_back(*options.algorithm);
+  } else {
+    for (Algorithm a : {Algorithm::kRing, Algorithm::kTree, Algorithm::kNvls, Algorithm::kCollNetDirect}) {
+      if (!unsupported_reason(op, a, *comm_)) algos.push_back(a);
+    }
+  }
+  std::vector<Protocol> protos;
+  if (options.protocol) protos.push_back(*options.protocol);
+  auto pick = tuning_->choose(op, size.value(), algos, protos);
+  if (!pick) {
+    if (options.algorithm) return Choice{*options.algorithm, options.protocol.value_or(Protocol::kSimple)};
+    return Choice{Algorithm::kRing, options.protocol.value_or(Protocol::kSimple)};
+  }
+  return Choice{pick->algo, pick->proto};
+}
+
+LoweringOptions CollectiveSimulator::lowering_options(Algorithm algo, Protocol proto, int channels) const {
+  const NcclTuningInputs& in = tuning_->inputs();
+  // MPI-style algorithms take the Ring's latencies: the same kernels move their steps.
+  Algorithm lat_algo = nccl_models(algo) ? algo : Algorithm::kRing;
+  auto us = [](std::optional<double> v) { return Time::us(v.value_or(0.0)); };
+  LoweringOptions o;
+  o.channels = channels;
+  o.base_latency = us(nccl_base_latency_us(lat_algo, proto));
+  NcclHwLink intra = in.intra == NcclLinkType::kNvlink ? NcclHwLink::kNvlink : NcclHwLink::kPci;
+  o.step_latency_intra = us(nccl_hw_latency_us(intra, lat_algo, proto));
+  double inter_us = nccl_hw_latency_us(NcclHwLink::kNet, lat_algo, proto).value_or(0.0) + in.latency_inter_us;
+  if (proto == Protocol::kSimple) inter_us += in.latency_inter_us;
+  o.step_latency_inter = Time::us(inter_us);
+  if (in.nodes > 1 && lat_algo == Algorithm::kRing) {
+    // Ring steps inside a node on a multi-node communicator pay at least the net post overhead.
+    double ovh = (in.cpu == CpuVendor::kAmd ? 2.0 : 1.0) * (proto == Protocol::kSimple ? 3.0 : 1.0);
+    o.step_latency_intra = std::max(o.step_latency_intra, Time::us(ovh));
+  }
+  o.wire_efficiency = protocol_wire_efficiency(proto);
+  o.switch_reduction_efficiency = algo == Algorithm::kNvls ? nvls_efficiency(arch_) : 1.0;
+  return o;
+}
+
+Time CollectiveSimulator::analytical_time(CollectiveOp op, Bytes size, Algorithm algo, Protocol proto,
+                                          int channels) const {
+  if (nccl_models(algo)) {
+    if (auto t = tuning_->time_us(op, algo, proto, size.value())) return Time::us(*t);
+  }
+  // MPI-style algorithms: the classical closed forms with one step's latency and one rank's port.
+  LoweringOptions o = lowering_options(algo, proto, channels);
+  const Communicator& c = *comm_;
+  const bool multi = c.node_count() > 1;
+  Time alpha = (multi ? o.step_latency_inter : o.step_latency_intra) +
+               [&] {
+                 Time sum = Time::zero();
+                 for (LinkId l : router_->route(c.device(0), c.device(c.size() - 1))) sum = sum + topo_->link(l).latency;
+                 return sum;
+               }();
+  Bandwidth port = gigabytes_per_second((multi ? std::min(intra_gbs_, inter_gbs_) : intra_gbs_) * o.wire_efficiency);
+  const int p = c.size();
+  Time t;
+  switch (algo) {
+    case Algorithm::kRecursiveHalvingDoubling:
+      t = op == CollectiveOp::kAllReduce ? closed_form::rhd_all_reduce(p, size, alpha, port)
+                                         : closed_form::recursive_gather_scatter(p, size, alpha, port);
+      break;
+    case Algorithm::kRecursiveDoubling:
+      t = op == CollectiveOp::kAllReduce ? closed_form::recursive_doubling_all_reduce(p, size, alpha, port)
+                                         : closed_form::recursive_gather_scatter(p, size, alpha, port);
+      break;
+    case Algorithm::kPairwise: t = closed_form::pairwise_all_to_all(p, size, alpha, port); break;
+    case Algorithm::kDirect: t = closed_form::direct_all_to_all(p, size, alpha, port); break;
+    case Algorithm::kHierarchical: {
+      const int ppn = c.ranks_per_node();
+      Bandwidth intra = gigabytes_per_second(intra_gbs_ * o.wire_efficiency);
+      Time a_intra = o.step_latency_intra;
+      t = closed_form::ring_gather_scatter(ppn, size, a_intra, intra) * 2 +
+          closed_form::ring_all_reduce(c.node_count(), size * (1.0 / ppn), alpha,
+                                       gigabytes_per_second(inter_gbs_ * ppn / std::max(1, ppn) * o.wire_efficiency));
+      break;
+    }
+    default:  // send/recv on the ring: one message each way
+      t = alpha + transfer_time(size, port);
+      break;
+  }
+  return t + o.base_latency;
+}
+
+CollectiveResult CollectiveSimulator::run(CollectiveOp op, Bytes size, const CollectiveOptions& options) const {
+  if (options.algorithm) {
+    if (auto why = unsupported_reason(op, *options.algorithm, *comm_)) throw std::invalid_argument(*why);
+  }
+  if (options.root < 0 || options.root >= comm_->size()) {
+    throw std::invalid_argument("--root must be a rank between 0 and " + std::to_string(comm_->size() - 1));
+  }
+  Choice choice = choose(op, size, options);
+  CollectiveResult result;
+  result.op = op;
+  result.size = size;
+  result.algorithm = choice.algorithm;
+  result.protocol = choice.protocol;
+  result.channels = options.channels.value_or(
+      choice.algorithm == Algorithm::kRing || choice.algorithm == Algorithm::kTree || choice.algorithm == Algorithm::kHierarchical
+          ? tuning_->inputs().channels
+          : 1);
+  if (options.model == "analytical") {
+    result.time = analytical_time(op, size, choice.algorithm, choice.protocol, result.channels);
+  } else {
+    CollectiveSpec spec;
+    spec.op = op;
+    spec.algorithm = choice.algorithm;
+    spec.size = size;
+    spec.root = options.root;
+    LoweringOptions lowering = lowering_options(choice.algorithm, choice.protocol, result.channels);
+    lowering.granularity = options.granularity;
+    TransferGraph graph = lower_collective(spec, *comm_, *router_, lowering);
+    Engine engine;
+    std::unique_ptr<NetworkModel> network = make_network_model(options.model, engine, *topo_, *router_);
+    result.transfers = graph.size();
+    result.time = run_transfer_graph(engine, *network, graph, options.keep_graph ? &result.timings : nullptr);
+    if (graph.size() == 0) result.time = Time::zero();
+    if (options.keep_graph) result.graph = std::move(graph);
+  }
+  const double seconds = result.time.seconds();
+  result.algbw_gbs = seconds > 0 ? size.value() / seconds / 1e9 : 0.0;
+  result.busbw_gbs = result.algbw_gbs * busbw_factor(op, comm_->size());
+  return result;
+}
+
+}  // namespace parallax

@@ -1,0 +1,96 @@
+// One question of the collectives layer, answered end to end: on this topology, with these
+// ranks, how long does this collective of this size take, by which algorithm and protocol?
+// It derives what NCCL's tuner would see (architecture, link types, channels, per-channel
+// bandwidth), lets NCCL's cost model choose the algorithm and protocol unless they are forced,
+// lowers the choice to transfers with NCCL's latencies and protocol overheads, and plays them on
+// a network model — or, for `analytical`, evaluates the closed form instead.
+#pragma once
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "collectives/algorithms.h"
+#include "collectives/collective.h"
+#include "collectives/nccl_tuning.h"
+#include "collectives/transfer_graph.h"
+#include "topology/router.h"
+#include "topology/topology.h"
+
+namespace parallax {
+
+/// NCCL's compute-capability class of a GPU model, from its name (A100 → Ampere, H100/H200/H800
+/// → Hopper, B200/GB200 → Blackwell, V100/T4/RTX 20xx → Volta row; Ada/RTX 30xx/40xx/L40 →
+/// Ampere row, as NCCL indexes 8.x).
+GpuArch gpu_arch_of(const GpuSpec& spec);
+
+/// The fraction of each link class's line rate that collectives achieve. Defaults are NCCL's
+/// own topology figures over the datasheet's: NVLink 20/25 (A100), 20.6/25 (H100), 40.1/50
+/// (B200) per link; PCIe 24/32 GB/s for Gen4 x16; a 400 Gb/s NIC gives 46–48 of 50 GB/s
+/// (nccl-tests issue 290) → 0.94. Calibration replaces them with fitted values.
+struct LinkEfficiency {
+  double nvlink = 0.8, pcie = 0.75, network = 0.94, cpu = 0.75, shm = 1.0;
+  static LinkEfficiency defaults_for(GpuArch arch);
+  static LinkEfficiency none() { return LinkEfficiency{1, 1, 1, 1, 1}; }
+};
+
+struct CollectiveOptions {
+  std::string model = "flow";              ///< a network model name, or "analytical" (closed form)
+  std::optional<Algorithm> algorithm;      ///< nullopt: chosen by NCCL's cost model
+  std::optional<Protocol> protocol;        ///< nullopt: chosen by NCCL's cost model
+  std::optional<int> channels;             ///< nullopt: as NCCL's search would give
+  int root = 0;
+  LoweringOptions::Granularity granularity = LoweringOptions::Granularity::kAuto;
+  bool keep_graph = false;                 ///< keep the transfer graph and timings (for traces)
+};
+
+struct CollectiveResult {
+  CollectiveOp op = CollectiveOp::kAllReduce;
+  Bytes size;
+  Algorithm algorithm = Algorithm::kRing;
+  Protocol protocol = Protocol::kSimple;
+  int channels = 1;
+  Time time;
+  double algbw_gbs = 0;
+  double busbw_gbs = 0;
+  size_t transfers = 0;      ///< 0 for the analytical answer
+  TransferGraph graph;       ///< when keep_graph
+  std::vector<TaskTiming> timings;
+};
+
+class CollectiveSimulator {
+ public:
+  /// Copies `topo`, scales its links by `efficiency` (defaults for its GPU when nullopt), and
+  /// places `gpus` ranks node after node, at most `per_node` per node.
+  CollectiveSimulator(const Topology& topo, int gpus, std::optional<int> per_node = std::nullopt,
+                      std::optional<LinkEfficiency> efficiency = std::nullopt);
+
+  /// Throws std::invalid_argument when a forced algorithm cannot run the operation here.
+  CollectiveResult run(CollectiveOp op, Bytes size, const CollectiveOptions& options) const;
+
+  const Topology& topology() const { return *topo_; }
+  const Router& router() const { return *router_; }
+  const Communicator& communicator() const { return *comm_; }
+  const NcclTuningModel& tuning() const { return *tuning_; }
+  GpuArch arch() const { return arch_; }
+
+ private:
+  struct Choice {
+    Algorithm algorithm;
+    Protocol protocol;
+  };
+  Choice choose(CollectiveOp op, Bytes size, const CollectiveOptions& options) const;
+  LoweringOptions lowering_options(Algorithm algo, Protocol proto, int channels) const;
+  Time analytical_time(CollectiveOp op, Bytes size, Algorithm algo, Protocol proto, int channels) const;
+
+  std::unique_ptr<Topology> topo_;
+  std::unique_ptr<Router> router_;
+  std::unique_ptr<Communicator> comm_;
+  std::unique_ptr<NcclTuningModel> tuning_;
+  GpuArch arch_ = GpuArch::kHopper;
+  double intra_gbs_ = 0;    ///< per-rank bandwidth inside a node (achievable)
+  double inter_gbs_ = 0;    ///< per-rank bandwidth across nodes (achievable)
+};
+
+}  // namespace parallax

@@ -1,0 +1,318 @@
+// `parallax collective`: predict an nccl-tests sweep on a topology, or compare a measured
+// nccl-tests log with the prediction for the same sweep.
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <optional>
+#include <string>
+
+#include <nlohmann/json.hpp>
+#include <spdlog/spdlog.h>
+
+#include "collectives/collective_simulator.h"
+#include "collectives/nccl_tests_log.h"
+#include "collectives/transfer_trace.h"
+#include "io/atomic_file.h"
+#include "io/input_error.h"
+#include "parallax/commands.h"
+#include "parallax/text_table.h"
+#include "topology/topology_loader.h"
+#include "units/unit_parse.h"
+
+namespace parallax::cli {
+namespace {
+
+struct CollectiveArgs {
+  std::string topology;
+  std::string op = "all_reduce";
+  std::optional<int> gpus, nodes, gpus_per_node;
+  std::string min_bytes = "8", max_bytes = "128M";
+  int64_t step_factor = 2;
+  std::string dtype = "float";
+  std::string algo = "auto", proto = "auto";
+  std::optional<int> channels;
+  int root = 0;
+  std::string model = "flow";
+  std::string granularity = "auto";
+  std::string compare;
+  std::string json, trace;
+};
+
+// nccl-tests' size syntax (-b 8 -e 16G: K, M, G, T are powers of 1024), or a unit string.
+int64_t parse_size(const std::string& text, const std::string& option) {
+  size_t used = 0;
+  try {
+    long long v = std::stoll(text, &used);
+    std::string suffix = text.substr(used);
+    int64_t scale = 1;
+    if (suffix == "K" || suffix == "k") scale = int64_t{1} << 10;
+    else if (suffix == "M" || suffix == "m") scale = int64_t{1} << 20;
+    else if (suffix == "G" || suffix == "g") scale = int64_t{1} << 30;
+    else if (suffix == "T" || suffix == "t") scale = int64_t{1} << 40;
+    else if (!suffix.empty()) throw std::invalid_argument("suffix");
+    if (v < 0) throw InputError("", option, "a size must not be negative: \"" + text + "\"");
+    return v * scale;
+  } catch (const InputError&) {
+    throw;
+  } catch (const std::exception&) {
+    try {
+      return static_cast<int64_t>(std::llround(parse_bytes(text).value()));
+    } catch (const std::exception& e) {
+      throw InputError("", option, "expected a size such as 8, 64K, 16G or \"1 GiB\": " + std::string(e.what()));
+    }
+  }
+}
+
+CollectiveOptions simulation_options(const CollectiveArgs& a) {
+  CollectiveOptions o;
+  o.model = a.model;
+  if (a.algo != "auto") {
+    auto algo = parse_algorithm(a.algo);
+    if (!algo) throw InputError("", "--algo", "unknown algorithm \"" + a.algo + "\" (expected auto, ring, tree, nvls, collnet_direct, rhd, recursive_doubling, pairwise, direct or hierarchical)");
+    o.algorithm = algo;
+  }
+  if (a.proto != "auto") {
+    auto proto = parse_protocol(a.proto);
+    if (!proto) throw InputError("", "--proto", "unknown protocol \"" + a.proto + "\" (expected auto, LL, LL128 or Simple)");
+    o.protocol = proto;
+  }
+  o.channels = a.channels;
+  if (a.channels && *a.channels < 1) throw InputError("", "--channels", "must be at least 1");
+  o.root = a.root;
+  if (a.granularity == "steps") o.granularity = LoweringOptions::Granularity::kSteps;
+  else if (a.granularity == "pipelined") o.granularity = LoweringOptions::Granularity::kPipelined;
+  else if (a.granularity != "auto") throw InputError("", "--granularity", "expected auto, steps or pipelined");
+  if (a.model != "analytical") {
+    bool known = false;
+    for (const auto& m : network_models()) known = known || m.name == a.model;
+    if (!known) throw InputError("", "--model", "unknown model \"" + a.model + "\" (expected flow or analytical)");
+  }
+  return o;
+}
+
+CollectiveOp parse_op_arg(const std::string& text) {
+  auto op = parse_op(text);
+  if (!op) throw InputError("", "--op", "unknown collective \"" + text + "\" (expected all_reduce, all_gather, reduce_scatter, all_to_all, broadcast, reduce or send_recv)");
+  return *op;
+}
+
+// A one-line description of where the ranks sit, for the table's title.
+std::string describe(const CollectiveSimulator& sim, const std::string& model) {
+  const Communicator& c = sim.communicator();
+  const NcclTuningInputs& in = sim.tuning().inputs();
+  return sim.topology().info().name + ": " + std::to_string(c.size()) + " ranks on " + std::to_string(c.node_count()) +
+         " node(s), " + std::to_string(c.ranks_per_node()) + " per node; model " + model + "; NCCL view: " +
+         std::to_string(in.channels) + " channels x " + strprintf("%.1f", in.bw_intra_gbs) + " GB/s intra, " +
+         strprintf("%.1f", in.bw_inter_gbs) + " GB/s inter" + (in.nvls_supported ? ", NVLS" : "") +
+         (in.collnet_supported ? ", SHARP" : "");
+}
+
+std::vector<NcclTestsDevice> devices_of(const CollectiveSimulator& sim) {
+  std::vector<NcclTestsDevice> out;
+  const Communicator& c = sim.communicator();
+  for (int r = 0; r < c.size(); ++r) {
+    const Device& d = sim.topology().device(c.device(r));
+    NcclTestsDevice dev;
+    dev.rank = r;
+    dev.host = "node" + std::to_string(d.node);
+    dev.device = d.local_index;
+    dev.bus_id = strprintf("0000:%02x:00", std::max(0, d.local_index));
+    std::string name = sim.topology().gpu_spec_of(c.device(r)).name;
+    std::replace(name.begin(), name.end(), ' ', '-');
+    dev.name = name;
+    out.push_back(dev);
+  }
+  return out;
+}
+
+nlohmann::ordered_json result_json(const CollectiveResult& r) {
+  nlohmann::ordered_json j;
+  j["size_bytes"] = static_cast<int64_t>(std::llround(r.size.value()));
+  j["time_us"] = r.time.seconds() * 1e6;
+  j["algbw_gbs"] = r.algbw_gbs;
+  j["busbw_gbs"] = r.busbw_gbs;
+  j["algorithm"] = std::string(algorithm_name(r.algorithm));
+  j["protocol"] = std::string(protocol_name(r.protocol));
+  j["channels"] = r.channels;
+  j["transfers"] = r.transfers;
+  return j;
+}
+
+void write_trace(const CollectiveArgs& a, const CollectiveSimulator& sim, CollectiveOp op, int64_t bytes) {
+  CollectiveOptions o = simulation_options(a);
+  if (o.model == "analytical") throw InputError("", "--trace", "a trace needs a simulated model (--model flow)");
+  o.keep_graph = true;
+  CollectiveResult r = sim.run(op, Bytes(static_cast<double>(bytes)), o);
+  std::string title = std::string(op_name(op)) + " " + std::to_string(bytes) + " B, " +
+                      std::string(algorithm_name(r.algorithm)) + "/" + std::string(protocol_name(r.protocol));
+  write_file_atomically(a.trace, transfer_trace_json(sim.topology(), sim.router(), r.graph, r.timings, title));
+}
+
+void run_sweep(const CollectiveArgs& a) {
+  CollectiveOp op = parse_op_arg(a.op);
+  CollectiveOptions options = simulation_options(a);
+  Topology topo = load_topology(a.topology, TopologyLoadOptions{a.nodes});
+  int gpus = a.gpus.value_or(static_cast<int>(topo.gpu_count()));
+  CollectiveSimulator sim(topo, gpus, a.gpus_per_node);
+  int64_t lo = parse_size(a.min_bytes, "-b"), hi = parse_size(a.max_bytes, "-e");
+  if (lo > hi) throw InputError("", "-b", "the smallest size is larger than the largest (-e)");
+  if (a.step_factor < 2) throw InputError("", "-f", "the step factor must be at least 2");
+  auto type_size = nccl_tests_type_size(a.dtype);
+  if (!type_size) throw InputError("", "--dtype", "unknown type \"" + a.dtype + "\" (expected an nccl-tests type such as float, half, bfloat16, int8)");
+
+  NcclTestsTableOptions t;
+  t.op = op;
+  t.dtype = a.dtype;
+  t.root = a.root;
+  t.ranks = sim.communicator().size();
+  t.devices = devices_of(sim);
+  t.min_bytes = lo;
+  t.max_bytes = hi;
+  t.step_factor = a.step_factor;
+  t.title_comment = "Predicted by Parallax (not measured). " + describe(sim, a.model);
+  t.extra_columns = {"algo", "proto"};
+  NcclTestsTableWriter writer(t);
+  std::string text = writer.header();
+  std::vector<NcclTestsRow> rows;
+  nlohmann::ordered_json jrows = nlohmann::ordered_json::array();
+  // Sizes as nccl-tests steps them: rounded down to whole elements (× ranks for AG/RS/A2A).
+  const int64_t grain = static_cast<int64_t>(*type_size) * (size_is_total_buffer(op) ? t.ranks : 1);
+  for (int64_t size = lo; size <= hi; size *= a.step_factor) {
+    int64_t bytes = size / grain * grain;
+    CollectiveResult r = sim.run(op, Bytes(static_cast<double>(bytes)), options);
+    spdlog::info("{} B: {:.2f} us ({} / {}, {} transfers)", bytes, r.time.seconds() * 1e6, algorithm_name(r.algorithm),
+                 protocol_name(r.protocol), r.transfers);
+    NcclTestsRow row = writer.predicted_row(bytes, std::max(r.time.seconds() * 1e6, 1e-9));
+    if (bytes == 0) row.out_of_place = row.in_place = NcclTestsResult{r.time.seconds() * 1e6, 0, 0, "N/A"};
+    text += writer.row(row, {std::string(algorithm_name(r.algorithm)), std::string(protocol_name(r.protocol))});
+    rows.push_back(row);
+    jrows.push_back(result_json(r));
+    if (size == 0) break;
+  }
+  text += writer.footer(average_busbw(rows));
+  std::fputs(text.c_str(), stdout);
+  if (!a.json.empty()) {
+    nlohmann::ordered_json j;
+    j["topology"] = topo.info().name;
+    j["op"] = std::string(op_name(op));
+    j["ranks"] = t.ranks;
+    j["nodes"] = sim.communicator().node_count();
+    j["model"] = a.model;
+    j["rows"] = jrows;
+    write_file_atomically(a.json, j.dump(2) + "\n");
+  }
+  if (!a.trace.empty()) write_trace(a, sim, op, hi / grain * grain);
+}
+
+double median(std::vector<double> v) {
+  if (v.empty()) return NAN;
+  std::sort(v.begin(), v.end());
+  size_t m = v.size() / 2;
+  return v.size() % 2 ? v[m] : 0.5 * (v[m - 1] + v[m]);
+}
+
+void run_compare(const CollectiveArgs& a) {
+  NcclTestsLog log = read_nccl_tests_log(a.compare);
+  std::optional<CollectiveOp> op = log.op;
+  if (a.op != "all_reduce" || !op) op = parse_op_arg(a.op);
+  std::optional<int> ranks = a.gpus ? a.gpus : log.ranks;
+  if (!ranks) throw InputError(a.compare, "", "the log does not list its ranks: give --gpus (and --nodes)");
+  std::optional<int> nodes = a.nodes ? a.nodes : log.nodes;
+  Topology topo = load_topology(a.topology, TopologyLoadOptions{nodes});
+  std::optional<int> per_node = a.gpus_per_node;
+  if (!per_node && nodes && *ranks % *nodes == 0) per_node = *ranks / *nodes;
+  CollectiveSimulator sim(topo, *ranks, per_node);
+  CollectiveOptions options = simulation_options(a);
+
+  std::string text = "measured: " + a.compare + (log.nccl_version.empty() ? "" : " (NCCL " + log.nccl_version + ")") +
+                     "\npredicted: " + describe(sim, a.model) + "\ncollective: " + std::string(op_name(*op)) + "\n\n";
+  using A = TextTable::Align;
+  TextTable table({"size (B)", "meas us", "pred us", "time err", "meas busbw", "pred busbw", "busbw err", "algo", "proto"},
+                  {A::kRight, A::kRight, A::kRight, A::kRight, A::kRight, A::kRight, A::kRight, A::kLeft, A::kLeft});
+  std::vector<double> err_all, err_large, bw_err_all, bw_err_large;
+  nlohmann::ordered_json jrows = nlohmann::ordered_json::array();
+  for (const NcclTestsRow& row : log.rows) {
+    const auto& measured = row.out_of_place ? row.out_of_place : row.in_place;
+    if (!measured || row.size_bytes <= 0 || measured->time_us <= 0) continue;
+    CollectiveResult r = sim.run(*op, Bytes(static_cast<double>(row.size_bytes)), options);
+    const double pred_us = r.time.seconds() * 1e6;
+    const double time_err = (pred_us - measured->time_us) / measured->time_us;
+    const double meas_bus = static_cast<double>(row.size_bytes) / measured->time_us / 1e3 * busbw_factor(*op, *ranks);
+    const double bw_err = meas_bus > 0 ? (r.busbw_gbs - meas_bus) / meas_bus : NAN;
+    err_all.push_back(std::fabs(time_err));
+    bw_err_all.push_back(std::fabs(bw_err));
+    if (row.size_bytes >= (int64_t{1} << 20)) {
+      err_large.push_back(std::fabs(time_err));
+      bw_err_large.push_back(std::fabs(bw_err));
+    }
+    table.add_row({std::to_string(row.size_bytes), strprintf("%.2f", measured->time_us), strprintf("%.2f", pred_us),
+                   strprintf("%+.1f%%", 100 * time_err), strprintf("%.2f", meas_bus), strprintf("%.2f", r.busbw_gbs),
+                   strprintf("%+.1f%%", 100 * bw_err), std::string(algorithm_name(r.algorithm)),
+                   std::string(protocol_name(r.protocol))});
+    nlohmann::ordered_json j = result_json(r);
+    j["measured_time_us"] = measured->time_us;
+    j["measured_busbw_gbs"] = meas_bus;
+    j["time_error"] = time_err;
+    j["busbw_error"] = bw_err;
+    jrows.push_back(j);
+  }
+  if (err_all.empty()) throw InputError(a.compare, "", "no row with a positive size and time to compare");
+  auto max_of = [](const std::vector<double>& v) { return v.empty() ? NAN : *std::max_element(v.begin(), v.end()); };
+  text += table.render() + "\n";
+  text += strprintf("|time error|:  median %.1f%%, max %.1f%% over %zu sizes; sizes >= 1 MiB: median %.1f%%, max %.1f%%\n",
+                    100 * median(err_all), 100 * max_of(err_all), err_all.size(), 100 * median(err_large),
+                    100 * max_of(err_large));
+  text += strprintf("|busbw error|: median %.1f%%, max %.1f%%; sizes >= 1 MiB: median %.1f%%, max %.1f%%\n",
+                    100 * median(bw_err_all), 100 * max_of(bw_err_all), 100 * median(bw_err_large), 100 * max_of(bw_err_large));
+  std::fputs(text.c_str(), stdout);
+  if (!a.json.empty()) {
+    nlohmann::ordered_json j;
+    j["log"] = a.compare;
+    j["topology"] = topo.info().name;
+    j["op"] = std::string(op_name(*op));
+    j["ranks"] = *ranks;
+    j["nodes"] = sim.communicator().node_count();
+    j["model"] = a.model;
+    j["median_abs_time_error"] = median(err_all);
+    j["median_abs_time_error_ge_1MiB"] = median(err_large);
+    j["median_abs_busbw_error"] = median(bw_err_all);
+    j["median_abs_busbw_error_ge_1MiB"] = median(bw_err_large);
+    j["rows"] = jrows;
+    write_file_atomically(a.json, j.dump(2) + "\n");
+  }
+  if (!a.trace.empty() && !log.rows.empty()) write_trace(a, sim, *op, log.rows.back().size_bytes);
+}
+
+}  // namespace
+
+void add_collective_command(CLI::App& app) {
+  auto args = std::make_shared<CollectiveArgs>();
+  CLI::App* cmd = app.add_subcommand("collective", "predict an nccl-tests sweep, or compare with a measured log");
+  cmd->add_option("--topology", args->topology, "topology JSON (a preset from topologies/ or your own)")->required();
+  cmd->add_option("--op", args->op, "all_reduce, all_gather, reduce_scatter, all_to_all, broadcast, reduce, send_recv");
+  cmd->add_option("--gpus,-g", args->gpus, "ranks, placed node after node (default: every GPU)");
+  cmd->add_option("--nodes", args->nodes, "node count of the topology preset");
+  cmd->add_option("--gpus-per-node", args->gpus_per_node, "at most this many ranks per node (mpirun -npernode)");
+  cmd->add_option("-b,--minbytes", args->min_bytes, "smallest size (nccl-tests syntax: 8, 64K, 1M, 16G)");
+  cmd->add_option("-e,--maxbytes", args->max_bytes, "largest size");
+  cmd->add_option("-f,--stepfactor", args->step_factor, "size multiplier between rows");
+  cmd->add_option("-d,--dtype", args->dtype, "nccl-tests data type (float, half, bfloat16, int8, ...)");
+  cmd->add_option("--algo", args->algo, "auto (NCCL's cost model), ring, tree, nvls, collnet_direct, rhd, recursive_doubling, pairwise, direct, hierarchical");
+  cmd->add_option("--proto", args->proto, "auto, LL, LL128, Simple");
+  cmd->add_option("--channels", args->channels, "channels (default: what NCCL's search would give)");
+  cmd->add_option("--root", args->root, "root rank of broadcast and reduce");
+  cmd->add_option("--model", args->model, "flow (max-min fair network simulation) or analytical (closed forms)");
+  cmd->add_option("--granularity", args->granularity, "auto, steps or pipelined (how ring phases become transfers)");
+  cmd->add_option("--compare", args->compare, "an nccl-tests log: predict the same sweep and show the error");
+  cmd->add_option("--json", args->json, "write the results as JSON");
+  cmd->add_option("--trace", args->trace, "write a Chrome/Perfetto trace of the largest size");
+  cmd->callback([args] {
+    if (args->compare.empty()) {
+      run_sweep(*args);
+    } else {
+      run_compare(*args);
+    }
+  });
+}
+
+}  // namespace parallax::cli
