@@ -434,8 +434,8 @@ TEST(NcclTestsLog, ErrorsNameTheLine) {
                          "w.log");
   }, "line 3", "'bad' is neither a number nor N/A");
   // Line 1: no header, and 10 fields fit no layout.
-  expect_input_error([&] { parse_nccl_tests_log("  1024  256  float  sum  -1  1.0  1.0  1.0  0  1.0\n", "x"); }, "line 1",
-                     "no column header");
+  expect_input_error([&] { parse_nccl_tests_log("  1024  256  float  sum  -1  1.0  1.0  1.0  0  1.0\n", "x"); },
+                     "line 1", "no column header");
   // Three lines, none of them a row.
   expect_input_error([&] { parse_nccl_tests_log(header + "# Out of bounds values : 0 OK\n", "empty.log"); }, "line 3",
                      "no nccl-tests data rows");
@@ -540,7 +540,9 @@ void expect_round_trip(const NcclTestsTableOptions& o, const std::vector<NcclTes
                        const std::vector<std::vector<std::string>>& extras) {
   const NcclTestsTableWriter w(o);
   std::string text = w.header();
-  for (size_t i = 0; i < rows.size(); ++i) text += w.row(rows[i], extras.empty() ? std::vector<std::string>{} : extras[i]);
+  for (size_t i = 0; i < rows.size(); ++i) {
+    text += w.row(rows[i], extras.empty() ? std::vector<std::string>{} : extras[i]);
+  }
   text += w.footer(average_busbw(rows));
   SCOPED_TRACE(text);
   const NcclTestsLog log = parse_nccl_tests_log(text, "prediction.txt");
@@ -622,7 +624,10 @@ TEST(NcclTestsWriter, RoundTripRootedOpWithoutDevicesAndMissingBlocks) {
   o.max_bytes = 1 << 20;
   const NcclTestsTableWriter w(o);
   std::vector<NcclTestsRow> rows;
-  for (int64_t size = 8; size <= o.max_bytes; size *= 8) rows.push_back(w.predicted_row(size, 5.0 + 1e-3 * static_cast<double>(size)));
+  // 8 B … 1 MiB by ×8, 5 µs + 1 ns per byte.
+  for (int64_t size = 8; size <= o.max_bytes; size *= 8) {
+    rows.push_back(w.predicted_row(size, 5.0 + 1e-3 * static_cast<double>(size)));
+  }
   // half is 2 bytes and broadcast's size is one buffer: 8 B → 4 elements.
   EXPECT_EQ(rows[0].count, 4);
   rows[1].in_place.reset();      // printed without its in-place block

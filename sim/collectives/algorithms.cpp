@@ -178,15 +178,28 @@ class Lowering {
     }
     std::vector<TaskId> last(m);
     if (pipelined(m * static_cast<size_t>(steps) * static_cast<size_t>(channels_))) {
+      // The last chunk to cross edge i came over the `steps` hops before it, each paying its
+      // step latency and wire latency; the flow pays its own wire latency, so it waits the rest.
+      std::vector<Time> hop(m), alpha(m);
+      Time loop = Time::zero();
       for (size_t i = 0; i < m; ++i) {
         int a = order[i], b = order[(i + 1) % m];
         Time per_step = step_latency(a, b);
-        Time alpha = path_latency_cache_.at((static_cast<uint64_t>(dev(a).value) << 32) | dev(b).value);
-        // The flow itself pays α once; the other steps' α and every step's latency are waited.
-        Time wait = per_step * steps + alpha * (steps - 1);
-        last[i] = send(a, b, chunk * steps, wait, entry[static_cast<size_t>(a)], channel, phase);
+        alpha[i] = path_latency_cache_.at((static_cast<uint64_t>(dev(a).value) << 32) | dev(b).value);
+        hop[i] = per_step + alpha[i];
+        loop = loop + hop[i];
+      }
+      const int full = steps / static_cast<int>(m), rest = steps % static_cast<int>(m);
+      for (size_t i = 0; i < m; ++i) {
+        Time journey = loop * full;
+        for (int j = 0; j < rest; ++j) journey = journey + hop[(i + m - static_cast<size_t>(j) % m) % m];
+        int a = order[i], b = order[(i + 1) % m];
+        last[i] = send(a, b, chunk * steps, journey - alpha[i], entry[static_cast<size_t>(a)], channel, phase);
       }
     } else {
+      // A step waits only for the data it forwards: NCCL keeps several steps of a connection in
+      // flight (NCCL_STEPS slots), so latency is paid along the data's way round the ring, not
+      // once per step on every edge.
       std::vector<TaskId> prev(m);
       for (int s = 0; s < steps; ++s) {
         std::vector<TaskId> cur(m);
@@ -196,7 +209,7 @@ class Lowering {
           if (s == 0) {
             deps = entry[static_cast<size_t>(a)];
           } else {
-            deps = {prev[i], prev[(i + m - 1) % m]};  // own previous send; the data it forwards
+            deps = {prev[(i + m - 1) % m]};
           }
           cur[i] = send(a, b, chunk, step_latency(a, b), deps, channel, phase);
         }

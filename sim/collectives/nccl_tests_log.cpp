@@ -1,5 +1,5 @@
 // Reading nccl-tests logs and printing tables in their layout; the format is described in
-// nccl_tests_log.h and reference/nccl-cost-model.md §3.
+// nccl_tests_log.h and shared/reference/nccl-cost-model.md §3.
 #include "collectives/nccl_tests_log.h"
 
 #include <algorithm>
@@ -296,11 +296,9 @@ class LogParser {
     for (size_t i = 1; i < t.size(); ++i) words.push_back(t[i].text);
     if (words.empty()) return;
 
-    const size_t starting = line.find("Collective test starting:");
-    if (starting != std::string_view::npos) {
+    if (words.size() >= 3 && words[0] == "Collective" && words[1] == "test" && words[2] == "starting:") {
       note_run_start(runs_started_);
-      auto rest = tokenize(line.substr(starting + std::strlen("Collective test starting:")));
-      if (!rest.empty()) op_started_ = parse_op(rest[0].text);
+      if (words.size() >= 4) op_started_ = parse_op(words[3]);
       return;
     }
     if (words[0] == "nThread") {
@@ -446,7 +444,8 @@ class LogParser {
       const bool number = parse_double(text, v);
       if (i == s.wrong_at) {
         if (!number && text != "N/A") {
-          fail(std::string(which) + " " + s.block_names[i] + " '" + std::string(text) + "' is neither a number nor N/A");
+          fail(std::string(which) + " " + s.block_names[i] + " '" + std::string(text) +
+               "' is neither a number nor N/A");
         }
         r.wrong = std::string(text);
         continue;
@@ -733,8 +732,9 @@ std::string NcclTestsTableWriter::header() const {
     units_tail += "  " + std::string(extra_width(c), ' ');
   }
   out += "#\n";
-  std::snprintf(buf, sizeof buf, "# %10s  %12s  %8s  %6s  %6s           out-of-place                       in-place          \n",
-                "", "", "", "", "");
+  std::snprintf(buf, sizeof buf,
+                "# %10s  %12s  %8s  %6s  %6s           out-of-place                       in-place          \n", "",
+                "", "", "", "");
   out += buf;
   if (current) {
     // nccl-tests ends these two lines with " %*s", an empty timestamp column.

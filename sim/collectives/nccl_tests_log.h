@@ -1,21 +1,14 @@
-// nccl-tests' text output, both ways: a reader for real logs (the measurements Parallax is
-// calibrated and checked against) and a writer that prints Parallax's predictions in the same
-// table layout, so a measured and a predicted sweep can be read, diffed and parsed alike.
-//
-// The format (nccl-tests src/util.cu and src/common.cu; reference/nccl-cost-model.md §3):
-//   row      "%12li  %12li  %8s  %6s  %6s" size, count, type, redop, root, then per block
-//            (out-of-place, in-place) "  %7s  %6s  %6s  %6g" time (µs), algbw, busbw (GB/s,
-//            1 GB = 1e9 B), #wrong ("N/A" without validation).
-//   algbw  = size / time, where size is the total buffer (n × per-rank bytes) for all-gather,
-//            reduce-scatter and all-to-all; busbw = algbw × busbw_factor(op, n).
-// Three generations of the layout exist in the wild and are all read:
-//   legacy   (before the 2022 resync, nccl-tests 51af557): no root column (broadcast printed the
-//            root in place of the redop); the last column of a block is a max-delta "error"
-//            printed "%5.0le"; device lines "#  Rank  0 Pid …" have no Group.
-//   classic  (2022–2025): root column; times "%.2f" below 100 µs, "%.1f" below 10 ms, else
-//            "%.0f"; bandwidths "%6.2f"; #wrong "%5g".
-//   current  (2025–): every number is "%.2f", else "%.1f", "%.0f", "%.1e", whichever first fits
-//            its column; #wrong "%6g"; `-I 1` adds i_min i_max i_p99 i_cv% to each block.
+// nccl-tests' text output, both ways: a reader for measured logs and a writer that prints
+// Parallax's predictions in the same table layout, so the two can be read, diffed and parsed
+// alike. algbw = size / time (GB = 1e9 B; size is the total buffer for AG/RS/A2A) and
+// busbw = algbw × busbw_factor(op, n) (shared/reference/nccl-cost-model.md §3).
+// Three generations of the layout are read (nccl-tests src/common.cu, src/util.cu):
+//   legacy   (before the 2022 resync, 51af557): no root column (broadcast printed the root in
+//            the redop's place), a max-delta "error" per block, "#  Rank  0 Pid …" device lines;
+//   classic  (2022–2025): root column; time %.2f below 100 µs, %.1f below 10 ms, else %.0f;
+//            bandwidths %6.2f; #wrong %5g;
+//   current  (2025–): each number the first of %.2f, %.1f, %.0f, %.1e that fits its column;
+//            #wrong %6g; `-I 1` adds i_min i_max i_p99 i_cv% to each block.
 #pragma once
 
 #include <cstdint>
@@ -124,15 +117,16 @@ NcclTestsResult make_result(CollectiveOp op, int ranks, int64_t size_bytes, doub
 /// in-place) of every row; 0 when there are none.
 double average_busbw(const std::vector<NcclTestsRow>& rows);
 
+/// What a table is about; the writer checks it once, in its constructor.
 struct NcclTestsTableOptions {
-  CollectiveOp op = CollectiveOp::kAllReduce;
-  std::string dtype = "float";
+  CollectiveOp op = CollectiveOp::kAllReduce;  ///< names the binary ("all_reduce_perf") and busbw
+  std::string dtype = "float";                 ///< an nccl-tests type name (see nccl_tests_type_size)
   std::string redop = "sum";  ///< printed for reducing ops; the others print "none"
   int root = 0;               ///< printed for broadcast and reduce; the others print -1
-  int ranks = 1;
-  /// One per rank, in rank order; or empty, and a "# ranks: N" comment stands in for them.
+  int ranks = 1;  ///< ranks in the communicator (busbw factor, count of AG/RS/A2A)
+  /// One per rank, in rank order; or empty, and "#  ranks: N (devices not listed)" stands in.
   std::vector<NcclTestsDevice> devices;
-  int64_t min_bytes = 8;
+  int64_t min_bytes = 8;  ///< the sweep's bounds as printed in the nThread line, in bytes
   int64_t max_bytes = 8;
   /// nccl-tests' `-f`: an integer, printed as "step: 2(factor)".
   int64_t step_factor = 2;
@@ -166,7 +160,8 @@ class NcclTestsTableWriter {
   std::string footer(double avg_busbw_gbs) const;
 
   /// A prediction's row: count = size / type size (÷ ranks for AG/RS/A2A), type, redop and root
-  /// from the options, and the same make_result block for out-of-place and in-place.
+  /// from the options, and the same make_result block for out-of-place and in-place. Throws
+  /// std::invalid_argument if dtype is not an nccl-tests type or make_result does.
   NcclTestsRow predicted_row(int64_t size_bytes, double time_us) const;
 
   const NcclTestsTableOptions& options() const { return options_; }

@@ -307,10 +307,15 @@ void add_collective_command(CLI::App& app) {
   cmd->add_option("--json", args->json, "write the results as JSON");
   cmd->add_option("--trace", args->trace, "write a Chrome/Perfetto trace of the largest size");
   cmd->callback([args] {
-    if (args->compare.empty()) {
-      run_sweep(*args);
-    } else {
-      run_compare(*args);
+    try {
+      if (args->compare.empty()) {
+        run_sweep(*args);
+      } else {
+        run_compare(*args);
+      }
+    } catch (const std::invalid_argument& e) {
+      // A layout the topology cannot hold or an algorithm that cannot run here: bad input.
+      throw InputError("", "", e.what());
     }
   });
 }

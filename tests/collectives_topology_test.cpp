@@ -1,0 +1,147 @@
+// Collectives on bundled topologies: NIC-limited hierarchical all-reduce, channels over spare
+// NICs, and contention between concurrent collectives.
+#include <gtest/gtest.h>
+
+#include "collectives/collective_simulator.h"
+#include "network/flow_network.h"
+#include "test_support.h"
+
+namespace parallax {
+namespace {
+
+TEST(HierarchicalAllReduce, TwoDgxH100NodesAreLimitedByTheNics) {
+  // Line rates as the preset says (no efficiency scaling): NVLink 450 GB/s per GPU and
+  // direction, NIC 400 Gb/s = 50 GB/s, PCIe Gen5 GPU–NIC 64 GB/s. For S = 4 GiB on 16 ranks:
+  //   intra reduce-scatter: 7/8 · S over each GPU's NVLink      = 7/8 · 4 GiB / 450 GB/s = 8.35 ms
+  //   inter all-reduce of S/8 between 2 nodes (ring of 2: S/8 out, S/8 in over one NIC)
+  //                                                              = 0.5 GiB / 50 GB/s     = 10.74 ms
+  //   intra all-gather: as the reduce-scatter                   = 8.35 ms
+  // 27.4 ms in all, the NIC phase the largest. Step latencies (Simple: 16 steps of ≤ 14 µs)
+  // add < 1%.
+  Topology topo = test::load_preset("dgx-h100", 2);
+  CollectiveSimulator sim(topo, 16, std::nullopt, LinkEfficiency::none());
+  CollectiveOptions o;
+  o.algorithm = Algorithm::kHierarchical;
+  o.protocol = Protocol::kSimple;
+  const double s = 4.0 * (1 << 30);
+  const double intra = 7.0 / 8 * s / 450e9, inter = s / 8 / 50e9;
+  CollectiveResult r = sim.run(CollectiveOp::kAllReduce, Bytes(s), o);
+  EXPECT_NEAR(r.time.seconds(), 2 * intra + inter, 0.015 * (2 * intra + inter));
+  // And it is the NIC that sets the inter phase: halving the NIC rate adds one more inter phase.
+  Topology slow = topo;
+  slow.scale_link_bandwidth(LinkClass::kNetwork, 0.5);
+  CollectiveSimulator slow_sim(slow, 16, std::nullopt, LinkEfficiency::none());
+  EXPECT_NEAR(slow_sim.run(CollectiveOp::kAllReduce, Bytes(s), o).time.seconds(), 2 * intra + 2 * inter,
+              0.015 * (2 * intra + 2 * inter));
+}
+
+TEST(RingChannels, SpareNicsMakeTwoChannelsTwiceAsFast) {
+  // 16 ranks on 2 DGX H100: one ring leaves each node through one 50 GB/s NIC; a second channel
+  // leaves through another NIC (rails 7,0 vs 0,1), so the NIC-bound busbw doubles. NVLink
+  // (450 GB/s per GPU) is far from saturated by either.
+  Topology topo = test::load_preset("dgx-h100", 2);
+  CollectiveSimulator sim(topo, 16, std::nullopt, LinkEfficiency::none());
+  CollectiveOptions o;
+  o.algorithm = Algorithm::kRing;
+  o.protocol = Protocol::kSimple;
+  o.channels = 1;
+  double one = sim.run(CollectiveOp::kAllReduce, gib(1), o).busbw_gbs;
+  o.channels = 2;
+  double two = sim.run(CollectiveOp::kAllReduce, gib(1), o).busbw_gbs;
+  EXPECT_NEAR(one, 50, 2.5);  // one NIC: 50 GB/s busbw, less a little step latency
+  EXPECT_NEAR(two / one, 2.0, 0.05);
+}
+
+TEST(AllReduce, NeverBeatsTheInjectionLowerBound) {
+  // 2(n−1)/n · S / B_injection, B the sum of every link out of a GPU: NVLink 450 GB/s plus its
+  // PCIe Gen5 link to the NIC, 64 GB/s (a tree that sends through both can beat 450 alone).
+  Topology topo = test::load_preset("dgx-h100", 2);
+  double injection = 0;
+  for (LinkId l : topo.out_links(topo.gpus()[0])) injection += topo.link(l).bandwidth.value();
+  ASSERT_NEAR(injection, 514e9, 1e6);
+  for (int gpus : {8, 16}) {
+    CollectiveSimulator sim(topo, gpus, std::nullopt, LinkEfficiency::none());
+    for (auto algo : {Algorithm::kRing, Algorithm::kTree, Algorithm::kHierarchical}) {
+      CollectiveOptions o;
+      o.algorithm = algo;
+      o.protocol = Protocol::kSimple;
+      Time t = sim.run(CollectiveOp::kAllReduce, gib(1), o).time;
+      EXPECT_GE(t.seconds(), 2.0 * (gpus - 1) / gpus * gib(1).value() / injection) << algorithm_name(algo) << " " << gpus;
+    }
+  }
+}
+
+// Two 2-rank ring all-reduces between 2 PCIe servers run at once. In pcie-8gpu, GPUs 0 and 1
+// share a PCIe switch and its one 200 Gb/s NIC; GPU 2 is behind another switch and NIC.
+struct TwoAllReduces {
+  Topology topo = test::load_preset("pcie-8gpu", 2);
+  Router router{topo};
+  Time alone(int local) {
+    Engine engine;
+    FlowNetwork net(engine, topo, router);
+    TransferGraph g = graph(local);
+    return run_transfer_graph(engine, net, g);
+  }
+  // Makespan of the first all-reduce while the second runs beside it.
+  Time beside(int local, int other) {
+    Engine engine;
+    FlowNetwork net(engine, topo, router);
+    TransferGraph a = graph(local), b = graph(other);
+    GraphExecution ea(engine, net, a), eb(engine, net, b);
+    ea.start();
+    eb.start();
+    engine.run();
+    return ea.finish_time() - ea.start_time();
+  }
+  TransferGraph graph(int local) {
+    Communicator comm(topo, {topo.gpus_of_node(0)[static_cast<size_t>(local)], topo.gpus_of_node(1)[static_cast<size_t>(local)]});
+    CollectiveSpec spec;
+    spec.size = gib(1);
+    LoweringOptions o;
+    return lower_collective(spec, comm, router, o);
+  }
+};
+
+TEST(ConcurrentCollectives, SharingANicSlowsBothOnDisjointLinksNeither) {
+  TwoAllReduces t;
+  Time alone = t.alone(0);
+  // Disjoint switches and NICs: unaffected.
+  EXPECT_NEAR(t.beside(0, 2).seconds(), alone.seconds(), 1e-6 * alone.seconds());
+  // One NIC for both: max-min halves each one's rate through it, so the all-reduce, NIC-bound
+  // alone, takes twice as long.
+  EXPECT_NEAR(t.beside(0, 1).seconds(), 2 * alone.seconds(), 0.01 * alone.seconds());
+}
+
+TEST(Selection, AutoFollowsNcclsCostModelAndForcingWorks) {
+  Topology topo = test::load_preset("dgx-h100", 1);
+  CollectiveSimulator sim(topo, 8);
+  CollectiveOptions o;
+  // NCCL's model on 8×H100: LL for tiny messages (lowest latency), NVLS for huge ones.
+  EXPECT_EQ(sim.run(CollectiveOp::kAllReduce, Bytes(8), o).protocol, Protocol::kLL);
+  EXPECT_EQ(sim.run(CollectiveOp::kAllReduce, gib(1), o).algorithm, Algorithm::kNvls);
+  o.algorithm = Algorithm::kRing;
+  o.protocol = Protocol::kLL128;
+  CollectiveResult forced = sim.run(CollectiveOp::kAllReduce, gib(1), o);
+  EXPECT_EQ(forced.algorithm, Algorithm::kRing);
+  EXPECT_EQ(forced.protocol, Protocol::kLL128);
+  o.algorithm = Algorithm::kCollNetDirect;  // one node: no SHARP path
+  EXPECT_THROW(sim.run(CollectiveOp::kAllReduce, gib(1), o), std::invalid_argument);
+}
+
+TEST(Analytical, AgreesWithSimulationOnAnIdleRing) {
+  // Ring/Simple on one DGX H100: the analytical answer is NCCL's formula (lat + S/(1000·bw)),
+  // the simulation plays the ring on the links. For 1 GiB both are bandwidth-bound at
+  // 12 channels × 30 GB/s (NCCL) vs 450 · 20.6/25 = 370.8 GB/s (links): within 5%.
+  Topology topo = test::load_preset("dgx-h100", 1);
+  CollectiveSimulator sim(topo, 8);
+  CollectiveOptions o;
+  o.algorithm = Algorithm::kRing;
+  o.protocol = Protocol::kSimple;
+  double simulated = sim.run(CollectiveOp::kAllReduce, gib(1), o).time.seconds();
+  o.model = "analytical";
+  double analytical = sim.run(CollectiveOp::kAllReduce, gib(1), o).time.seconds();
+  EXPECT_NEAR(analytical, simulated, 0.05 * simulated);
+}
+
+}  // namespace
+}  // namespace parallax
