@@ -4,6 +4,7 @@
 
 #include <sys/wait.h>
 
+#include <algorithm>
 #include <array>
 #include <cstdio>
 #include <filesystem>
@@ -173,6 +174,33 @@ TEST_F(InputErrors, MissingFile) {
   CliResult r = cli("topo show " + (dir_ / "nope.json").string());
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_NE(r.stderr_text.find("cannot open file"), std::string::npos) << r.stderr_text;
+}
+
+TEST_F(InputErrors, CollectiveCommandRefusesBadArgumentsWithExit2) {
+  const std::string topo = test::source_path("topologies/dgx-h100.json");
+  struct Case {
+    std::string args, expected;
+  };
+  const std::vector<Case> cases = {
+      {"--op allsum", "unknown collective"},
+      {"--algo spiral", "unknown algorithm"},
+      {"--proto LL64", "unknown protocol"},
+      {"--gpus 999", "room for 16 ranks"},
+      {"--gpus 8 --algo collnet_direct", "collnet_direct needs ranks on at least 2 nodes"},
+      {"--op all_gather --algo tree", "tree does not implement all_gather"},
+      {"-b 1G -e 8", "larger than the largest"},
+      {"-e 12parsecs", "expected a size"},
+      {"--model packet", "unknown model"},
+      {"--compare " + test::source_path("tests/data/nccl-tests/missing.txt"), "missing.txt"},
+  };
+  for (const Case& c : cases) {
+    std::string json = (dir_ / "out.json").string();
+    CliResult r = cli("collective --topology " + topo + " --nodes 2 " + c.args + " --json " + json);
+    EXPECT_EQ(r.exit_code, 2) << c.args << ": " << r.stderr_text;
+    EXPECT_NE(r.stderr_text.find(c.expected), std::string::npos) << c.args << ": " << r.stderr_text;
+    EXPECT_EQ(std::count(r.stderr_text.begin(), r.stderr_text.end(), '\n'), 1) << r.stderr_text;
+    EXPECT_FALSE(fs::exists(json)) << c.args;
+  }
 }
 
 }  // namespace

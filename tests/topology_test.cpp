@@ -50,6 +50,17 @@ const BisectionCase kBisection[] = {
     {"pcie-8gpu", 2, 100, "4 NICs x 200 Gb/s (25 GB/s)"},
     {"pcie-8gpu", 4, 200, "8 NICs x 25 GB/s"},
     {"pcie-8gpu", 1, 64, "2 PCIe switch uplinks x 32 GB/s from GPUs 0-3 to the CPU; the inter-socket link (128 GB/s) is wider"},
+    // aws-p5: 32 EFA NICs of 100 Gb/s (12.5 GB/s) per node, NIC k on GPU k mod 8 (4 per GPU), each
+    // attached at 16 GB/s (> 12.5, so the line rate binds); not rail-optimized, 2 nodes per leaf,
+    // 1:1, so a leaf has 64 NIC ports down and 64 spines x 12.5 GB/s up.
+    // 2 nodes: both on one leaf; node 0's GPUs leave only through their own NICs:
+    //   8 GPUs x 4 NICs x 12.5 GB/s = 400 GB/s (node 1's 32 NIC downlinks also take 400).
+    // 4 nodes: nodes 0-1 on leaf 0, 2-3 on leaf 1; the first half's 64 NIC links (64 x 12.5 =
+    //   800 GB/s) and leaf 0's 64 spine uplinks (64 x 12.5 = 800 GB/s) both give 800 GB/s.
+    // 1 node: no NICs; GPUs 0-3's NVSwitch links, 4 x 450 GB/s (900 GB/s bidirectional).
+    {"aws-p5", 2, 400, "32 EFA NICs x 100 Gb/s (12.5 GB/s), 4 per GPU"},
+    {"aws-p5", 4, 800, "64 EFA NICs x 12.5 GB/s = leaf 0's 64 spine uplinks x 12.5 GB/s"},
+    {"aws-p5", 1, 1800, "4 GPUs x 450 GB/s NVLink (900 GB/s bidirectional)"},
 };
 
 class PresetBisection : public ::testing::TestWithParam<BisectionCase> {};
@@ -68,6 +79,25 @@ INSTANTIATE_TEST_SUITE_P(Presets, PresetBisection, ::testing::ValuesIn(kBisectio
                            for (char& ch : n) if (ch == '-') ch = '_';
                            return n;
                          });
+
+// pcie-2gpu-rtx2080ti is in the explicit form (its node count is fixed; --nodes is refused), so
+// it cannot go through PresetBisection, which always passes a node count. Hand computation: the
+// first half is GPU 0; with P2P unsupported the only path to GPU 1 is GPU 0 -> CPU -> GPU 1 over
+// two host-memory (shm) links of 5.7 GB/s per direction (the measured non-P2P copy rate), so the
+// max flow is min(5.7, 5.7) = 5.7 GB/s.
+TEST(ExplicitPresetBisection, Pcie2GpuRtx2080Ti) {
+  Topology t = load_preset("pcie-2gpu-rtx2080ti");
+  EXPECT_EQ(t.node_count(), 1);
+  EXPECT_EQ(t.gpu_count(), 2u);
+  EXPECT_NEAR(bisection_bandwidth(t).value() / 1e9, 5.7, 1e-6 * 5.7);
+  // Every GPU-to-GPU route crosses the CPU: GPU -> CPU -> GPU.
+  Router r(t);
+  EXPECT_EQ(r.hops(*t.find_device("n0.gpu0"), *t.find_device("n0.gpu1")), 2);
+  for (LinkId l : r.route(*t.find_device("n0.gpu0"), *t.find_device("n0.gpu1"))) {
+    EXPECT_EQ(t.link(l).link_class, LinkClass::kShm);
+  }
+  EXPECT_THROW(load_preset("pcie-2gpu-rtx2080ti", 1), InputError);
+}
 
 TEST(Topology, DgxH100CompactGeneration) {
   // 2 nodes of 8 GPUs: 16 GPUs, 16 NICs, 2 NVSwitches; rail-optimized with 32 nodes per leaf:

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The main job on a bundled example: builds Parallax, then describes a 2-node DGX H100 cluster
-# and runs a set of contending flows on it with the flow-level network model.
+# runs a set of contending flows on it with the flow-level network model, and predicts an
+# nccl-tests all_reduce_perf sweep on its 16 GPUs.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
@@ -10,3 +11,5 @@ parallax=build/release/tools/parallax
 "$parallax" topo show topologies/dgx-h100.json --nodes 2
 echo
 "$parallax" flows --topology topologies/dgx-h100.json --nodes 2 --flows workloads/flows/dgx-h100-contention.json
+echo
+"$parallax" collective --topology topologies/dgx-h100.json --nodes 2 --gpus 16 --op all_reduce -b 8 -e 1G -f 4

@@ -218,7 +218,10 @@ void run_compare(const CollectiveArgs& a) {
   std::optional<int> ranks = a.gpus ? a.gpus : log.ranks;
   if (!ranks) throw InputError(a.compare, "", "the log does not list its ranks: give --gpus (and --nodes)");
   std::optional<int> nodes = a.nodes ? a.nodes : log.nodes;
-  Topology topo = load_topology(a.topology, TopologyLoadOptions{nodes});
+  // The log's node count resizes a compact preset; an explicit topology that already has that
+  // many nodes is taken as it is.
+  Topology topo = load_topology(a.topology, TopologyLoadOptions{a.nodes});
+  if (!a.nodes && nodes && topo.node_count() != *nodes) topo = load_topology(a.topology, TopologyLoadOptions{nodes});
   std::optional<int> per_node = a.gpus_per_node;
   if (!per_node && nodes && *ranks % *nodes == 0) per_node = *ranks / *nodes;
   CollectiveSimulator sim(topo, *ranks, per_node);
