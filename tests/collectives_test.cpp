@@ -149,10 +149,10 @@ TEST(AllReduceLowerBound, NoAlgorithmBeatsIt) {
 TEST(Lowering, RefusesWhatAnAlgorithmCannotDo) {
   Star star(6);
   Communicator comm = place_ranks(star.topo, 6);
-  EXPECT_TRUE(unsupported_reason(CollectiveOp::kAllGather, Algorithm::kRecursiveDoubling, comm));  // 6 is not 2^k
-  EXPECT_TRUE(unsupported_reason(CollectiveOp::kAllGather, Algorithm::kTree, comm));
-  EXPECT_TRUE(unsupported_reason(CollectiveOp::kAllReduce, Algorithm::kNvls, comm));  // the toy switch has no NVLS
-  EXPECT_FALSE(unsupported_reason(CollectiveOp::kAllReduce, Algorithm::kRing, comm));
+  EXPECT_TRUE(unsupported_reason(CollectiveOp::kAllGather, Algorithm::kRecursiveDoubling, comm, star.router));  // 6 is not 2^k
+  EXPECT_TRUE(unsupported_reason(CollectiveOp::kAllGather, Algorithm::kTree, comm, star.router));
+  EXPECT_TRUE(unsupported_reason(CollectiveOp::kAllReduce, Algorithm::kNvls, comm, star.router));  // the toy switch has no NVLS
+  EXPECT_FALSE(unsupported_reason(CollectiveOp::kAllReduce, Algorithm::kRing, comm, star.router));
   EXPECT_THROW(lower_collective(spec(CollectiveOp::kAllToAll, Algorithm::kRing, mib(1)), comm, star.router,
                                 Star::default_options()),
                std::invalid_argument);

@@ -123,25 +123,23 @@ class Lowering {
  private:
   DeviceId dev(int rank) const { return comm_.device(rank); }
   Bytes wire(double payload) const { return Bytes(payload / opt_.wire_efficiency); }
+  // Latency of the wires between two ranks, cached: steps cross the same pairs again and again.
+  Time wire_latency(int a, int b) {
+    uint64_t key = (static_cast<uint64_t>(dev(a).value) << 32) | dev(b).value;
+    auto it = wire_latency_.find(key);
+    if (it == wire_latency_.end()) it = wire_latency_.emplace(key, router_.path_latency(dev(a), dev(b))).first;
+    return it->second;
+  }
   // NCCL's per-step latencies already include crossing the wires; the network model adds the
   // path latency to every flow, so a step waits only for the remainder.
   Time step_latency(int a, int b) {
     Time lat = comm_.node_of(a) == comm_.node_of(b) ? opt_.step_latency_intra : opt_.step_latency_inter;
-    uint64_t key = (static_cast<uint64_t>(dev(a).value) << 32) | dev(b).value;
-    auto it = path_latency_cache_.find(key);
-    if (it == path_latency_cache_.end()) it = path_latency_cache_.emplace(key, path_latency(dev(a), dev(b))).first;
-    return lat > it->second ? lat - it->second : Time::zero();
-  }
-  Time path_latency(DeviceId a, DeviceId b) const {
-    Time sum = Time::zero();
-    for (LinkId l : router_.route(a, b)) sum = sum + comm_.topology().link(l).latency;
-    return sum;
+    Time wire = wire_latency(a, b);
+    return lat > wire ? lat - wire : Time::zero();
   }
   // A transfer; the first tasks of the collective also carry its base latency.
   TaskId send(int a, int b, double payload, Time wait, const std::vector<TaskId>& deps, int channel, int phase) {
-    if (deps.empty()) wait = wait + opt_.base_latency;
-    return graph_.add_transfer(dev(a), dev(b), wire(payload), wait, deps, static_cast<uint16_t>(channel),
-                               static_cast<uint16_t>(phase));
+    return send_device(dev(a), dev(b), wire(payload).value(), wait, deps, channel, phase);
   }
   TaskId send_device(DeviceId a, DeviceId b, double wire_bytes, Time wait, const std::vector<TaskId>& deps, int channel,
                      int phase) {
@@ -185,7 +183,7 @@ class Lowering {
       for (size_t i = 0; i < m; ++i) {
         int a = order[i], b = order[(i + 1) % m];
         Time per_step = step_latency(a, b);
-        alpha[i] = path_latency_cache_.at((static_cast<uint64_t>(dev(a).value) << 32) | dev(b).value);
+        alpha[i] = wire_latency(a, b);
         hop[i] = per_step + alpha[i];
         loop = loop + hop[i];
       }
@@ -583,12 +581,13 @@ class Lowering {
   const int n_;
   const int channels_;
   TransferGraph graph_;
-  std::unordered_map<uint64_t, Time> path_latency_cache_;
+  std::unordered_map<uint64_t, Time> wire_latency_;
 };
 
 }  // namespace
 
-std::optional<std::string> unsupported_reason(CollectiveOp op, Algorithm algo, const Communicator& comm) {
+std::optional<std::string> unsupported_reason(CollectiveOp op, Algorithm algo, const Communicator& comm,
+                                              const Router& router) {
   const int n = comm.size();
   const std::string name(algorithm_name(algo));
   auto only = [&](std::initializer_list<CollectiveOp> ops) -> std::optional<std::string> {
@@ -623,7 +622,6 @@ std::optional<std::string> unsupported_reason(CollectiveOp op, Algorithm algo, c
       if (auto r = only({CollectiveOp::kAllReduce})) return r;
       if (comm.node_count() != 1) return std::string("nvls is simulated inside one node only (NVLS-Tree across nodes is not)");
       if (n < 2) return std::string("nvls needs at least 2 ranks");
-      Router router(comm.topology());
       for (LinkId l : router.route(comm.device(0), comm.device(1))) {
         if (comm.topology().device(comm.topology().link(l).to).nvls) return std::nullopt;
       }
@@ -633,7 +631,6 @@ std::optional<std::string> unsupported_reason(CollectiveOp op, Algorithm algo, c
       if (auto r = only({CollectiveOp::kAllReduce})) return r;
       if (comm.node_count() < 2) return std::string("collnet_direct needs ranks on at least 2 nodes");
       if (!comm.uniform()) return std::string("collnet_direct needs the same number of ranks on every node");
-      Router router(comm.topology());
       const auto& nodes = comm.nodes();
       for (size_t g = 0; g < nodes.front().size(); ++g) {
         bool found = false;
@@ -653,7 +650,7 @@ std::optional<std::string> unsupported_reason(CollectiveOp op, Algorithm algo, c
 
 TransferGraph lower_collective(const CollectiveSpec& spec, const Communicator& comm, const Router& router,
                                const LoweringOptions& options) {
-  if (auto why = unsupported_reason(spec.op, spec.algorithm, comm)) throw std::invalid_argument(*why);
+  if (auto why = unsupported_reason(spec.op, spec.algorithm, comm, router)) throw std::invalid_argument(*why);
   if (spec.root < 0 || spec.root >= comm.size()) throw std::invalid_argument("root rank out of range");
   if (!spec.matrix.empty()) {
     if (spec.matrix.size() != static_cast<size_t>(comm.size())) throw std::invalid_argument("all-to-all-v matrix needs one row per rank");

@@ -74,8 +74,10 @@ struct CollectiveSpec {
   std::vector<std::vector<double>> matrix;
 };
 
-/// Why `algo` cannot run `op` on `comm`, or nullopt when it can.
-std::optional<std::string> unsupported_reason(CollectiveOp op, Algorithm algo, const Communicator& comm);
+/// Why `algo` cannot run `op` on `comm`, or nullopt when it can. `router` must route
+/// comm.topology() (NVLS and CollNet look for a reduction-capable switch on the paths).
+std::optional<std::string> unsupported_reason(CollectiveOp op, Algorithm algo, const Communicator& comm,
+                                              const Router& router);
 
 /// The transfer graph of one collective. Throws std::invalid_argument with the reason when
 /// the algorithm cannot run the operation here (see unsupported_reason).

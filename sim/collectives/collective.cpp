@@ -17,14 +17,16 @@ std::string normalize(std::string_view text) {
   return out;
 }
 
-struct OpName {
-  CollectiveOp op;
+// One enum value with its canonical name and the other spellings parse accepts.
+template <typename Value>
+struct Named {
+  Value value;
   std::string_view name;
   std::vector<std::string_view> aliases;
 };
 
-const std::vector<OpName>& op_names() {
-  static const std::vector<OpName> names = {
+const std::vector<Named<CollectiveOp>>& op_names() {
+  static const std::vector<Named<CollectiveOp>> names = {
       {CollectiveOp::kAllReduce, "all_reduce", {"allreduce", "all_reduce_perf"}},
       {CollectiveOp::kAllGather, "all_gather", {"allgather", "all_gather_perf"}},
       {CollectiveOp::kReduceScatter, "reduce_scatter", {"reducescatter", "reduce_scatter_perf"}},
@@ -36,14 +38,8 @@ const std::vector<OpName>& op_names() {
   return names;
 }
 
-struct AlgoName {
-  Algorithm algo;
-  std::string_view name;
-  std::vector<std::string_view> aliases;
-};
-
-const std::vector<AlgoName>& algo_names() {
-  static const std::vector<AlgoName> names = {
+const std::vector<Named<Algorithm>>& algo_names() {
+  static const std::vector<Named<Algorithm>> names = {
       {Algorithm::kRing, "ring", {}},
       {Algorithm::kTree, "tree", {"double_binary_tree"}},
       {Algorithm::kNvls, "nvls", {}},
@@ -60,32 +56,30 @@ const std::vector<AlgoName>& algo_names() {
   return names;
 }
 
-template <typename Table, typename Value>
-std::optional<Value> lookup(const Table& table, std::string_view text, Value Table::value_type::*field) {
+template <typename Value>
+std::optional<Value> lookup(const std::vector<Named<Value>>& table, std::string_view text) {
   const std::string key = normalize(text);
   for (const auto& entry : table) {
     if (entry.name == key || std::find(entry.aliases.begin(), entry.aliases.end(), key) != entry.aliases.end()) {
-      return entry.*field;
+      return entry.value;
     }
   }
   return std::nullopt;
 }
 
+template <typename Value>
+std::string_view name_of(const std::vector<Named<Value>>& table, Value v) {
+  for (const auto& entry : table) {
+    if (entry.value == v) return entry.name;
+  }
+  return "?";
+}
+
 }  // namespace
 
-std::string_view op_name(CollectiveOp op) {
-  for (const auto& n : op_names()) {
-    if (n.op == op) return n.name;
-  }
-  return "?";
-}
+std::string_view op_name(CollectiveOp op) { return name_of(op_names(), op); }
 
-std::string_view algorithm_name(Algorithm algo) {
-  for (const auto& n : algo_names()) {
-    if (n.algo == algo) return n.name;
-  }
-  return "?";
-}
+std::string_view algorithm_name(Algorithm algo) { return name_of(algo_names(), algo); }
 
 std::string_view protocol_name(Protocol proto) {
   switch (proto) {
@@ -96,11 +90,9 @@ std::string_view protocol_name(Protocol proto) {
   return "?";
 }
 
-std::optional<CollectiveOp> parse_op(std::string_view text) { return lookup(op_names(), text, &OpName::op); }
+std::optional<CollectiveOp> parse_op(std::string_view text) { return lookup(op_names(), text); }
 
-std::optional<Algorithm> parse_algorithm(std::string_view text) {
-  return lookup(algo_names(), text, &AlgoName::algo);
-}
+std::optional<Algorithm> parse_algorithm(std::string_view text) { return lookup(algo_names(), text); }
 
 std::optional<Protocol> parse_protocol(std::string_view text) {
   const std::string key = normalize(text);
@@ -121,7 +113,7 @@ const std::vector<CollectiveOp>& all_ops() {
 const std::vector<Algorithm>& all_algorithms() {
   static const std::vector<Algorithm> algos = [] {
     std::vector<Algorithm> out;
-    for (const auto& n : algo_names()) out.push_back(n.algo);
+    for (const auto& n : algo_names()) out.push_back(n.value);
     return out;
   }();
   return algos;

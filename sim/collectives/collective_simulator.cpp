@@ -155,7 +155,7 @@ CollectiveSimulator::CollectiveSimulator(const Topology& topo, int gpus, std::op
   in.channels = graph.channels;
   in.bw_intra_gbs = graph.bw_intra_gbs;
   in.bw_inter_gbs = graph.bw_inter_gbs;
-  in.nvls_supported = c.uniform() && !unsupported_reason(CollectiveOp::kAllReduce, Algorithm::kNvls, c);
+  in.nvls_supported = c.uniform() && !unsupported_reason(CollectiveOp::kAllReduce, Algorithm::kNvls, c, *router_);
   // NCCL's NVLS graph: one channel per local GPU (head), each at the speed that fits the GPU's
   // NVLink bandwidth.
   in.nvls_channels = c.ranks_per_node();
@@ -164,7 +164,7 @@ CollectiveSimulator::CollectiveSimulator(const Topology& topo, int gpus, std::op
   // NCCL's formula would give 8×H100 NVLS 320 GB/s busbw and never prefer it to Ring, while
   // NVIDIA measures ~480 (nccl-tests issue 212) — what the uncapped intra formula gives (476).
   if (in.nodes == 1) in.nvls_bw_inter_gbs = 2 * in.nvls_bw_intra_gbs;
-  in.collnet_supported = !unsupported_reason(CollectiveOp::kAllReduce, Algorithm::kCollNetDirect, c);
+  in.collnet_supported = !unsupported_reason(CollectiveOp::kAllReduce, Algorithm::kCollNetDirect, c, *router_);
   in.pat_enabled = false;  // not simulated
   // NCCL's auto-LL128 needs NVLink inside the node (typeIntra ≤ NVB) and Volta or newer.
   in.ll128_enabled = in.intra == NcclLinkType::kNvlink || c.ranks_per_node() == 1;
@@ -191,7 +191,7 @@ CollectiveSimulator::Choice CollectiveSimulator::choose(CollectiveOp op, Bytes s
     algos.push_back(*options.algorithm);
   } else {
     for (Algorithm a : {Algorithm::kRing, Algorithm::kTree, Algorithm::kNvls, Algorithm::kCollNetDirect}) {
-      if (!unsupported_reason(op, a, *comm_)) algos.push_back(a);
+      if (!unsupported_reason(op, a, *comm_, *router_)) algos.push_back(a);
     }
   }
   std::vector<Protocol> protos;
@@ -237,11 +237,7 @@ Time CollectiveSimulator::analytical_time(CollectiveOp op, Bytes size, Algorithm
   const Communicator& c = *comm_;
   const bool multi = c.node_count() > 1;
   Time alpha = (multi ? o.step_latency_inter : o.step_latency_intra) +
-               [&] {
-                 Time sum = Time::zero();
-                 for (LinkId l : router_->route(c.device(0), c.device(c.size() - 1))) sum = sum + topo_->link(l).latency;
-                 return sum;
-               }();
+               router_->path_latency(c.device(0), c.device(c.size() - 1));
   Bandwidth port = gigabytes_per_second((multi ? std::min(intra_gbs_, inter_gbs_) : intra_gbs_) * o.wire_efficiency);
   const int p = c.size();
   Time t;
@@ -262,7 +258,7 @@ Time CollectiveSimulator::analytical_time(CollectiveOp op, Bytes size, Algorithm
       Time a_intra = o.step_latency_intra;
       t = closed_form::ring_gather_scatter(ppn, size, a_intra, intra) * 2 +
           closed_form::ring_all_reduce(c.node_count(), size * (1.0 / ppn), alpha,
-                                       gigabytes_per_second(inter_gbs_ * ppn / std::max(1, ppn) * o.wire_efficiency));
+                                       gigabytes_per_second(inter_gbs_ * o.wire_efficiency));
       break;
     }
     default:  // send/recv on the ring: one message each way
@@ -274,7 +270,7 @@ Time CollectiveSimulator::analytical_time(CollectiveOp op, Bytes size, Algorithm
 
 CollectiveResult CollectiveSimulator::run(CollectiveOp op, Bytes size, const CollectiveOptions& options) const {
   if (options.algorithm) {
-    if (auto why = unsupported_reason(op, *options.algorithm, *comm_)) throw std::invalid_argument(*why);
+    if (auto why = unsupported_reason(op, *options.algorithm, *comm_, *router_)) throw std::invalid_argument(*why);
   }
   if (options.root < 0 || options.root >= comm_->size()) {
     throw std::invalid_argument("--root must be a rank between 0 and " + std::to_string(comm_->size() - 1));

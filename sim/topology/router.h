@@ -34,6 +34,12 @@ class Router {
     route(src, dst, flow_key, out);
     return out;
   }
+  /// Sum of the link latencies on the path chosen for `flow_key`.
+  Time path_latency(DeviceId src, DeviceId dst, uint64_t flow_key = 0) const {
+    Time sum = Time::zero();
+    for (LinkId l : route(src, dst, flow_key)) sum = sum + topo_.link(l).latency;
+    return sum;
+  }
   /// Number of links on a shortest path, or kUnreachable.
   int hops(DeviceId src, DeviceId dst) const;
   const Topology& topology() const { return topo_; }
