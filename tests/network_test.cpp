@@ -160,6 +160,11 @@ TEST_P(RandomTraffic, CapacityBytesAndLowerBounds) {
   EXPECT_LE(fluid.audit.worst_bytes_error, 1e-6);
   EXPECT_EQ(fluid.audit.flows_without_bottleneck, 0u);  // max-min after every solve
   EXPECT_GT(fluid.audit.solves_checked, 0u);
+  // The incremental solve trusts each flow's recorded bottleneck and each link's maintained
+  // load and fastest rate; the audit recomputes all three from scratch after every solve.
+  EXPECT_EQ(fluid.audit.wrong_recorded_bottlenecks, 0u);
+  EXPECT_EQ(fluid.audit.stale_maxima, 0u);
+  EXPECT_LE(fluid.audit.worst_aggregate_error, 1e-12);
   for (size_t i = 0; i < flows.size(); ++i) {
     EXPECT_GE(fluid.finish[i].picoseconds() + 2, alone.finish[i].picoseconds()) << "flow " << i;
   }

@@ -2,11 +2,15 @@
 
 #include <algorithm>
 #include <cmath>
+#include <utility>
 
 #include "engine/invariant.h"
 
 namespace parallax {
 namespace {
+constexpr double kTolerance = 1e-9;  // relative, for "saturated" and "no flow is faster"
+constexpr double kRateScale = 1024.0;  // fixed-point units per byte/s in link loads
+
 bool due_later(const auto& a, const auto& b) {
   return a.finish != b.finish ? a.finish > b.finish : a.flow_id > b.flow_id;
 }
@@ -69,9 +73,14 @@ void FlowNetwork::enter(uint32_t slot) {
 
 void FlowNetwork::leave(uint32_t slot) {
   Flow& f = flows_[slot];
+  drop_bottleneck(slot);
+  const int64_t rate_fixed = fixed(f.rate);
   for (size_t i = 0; i < f.resources.size(); ++i) {
     uint32_t r = f.resources[i];
-    auto& list = resources_[r].flows;
+    Resource& res = resources_[r];
+    res.load_fixed -= rate_fixed;
+    if (f.rate >= res.max_rate) res.max_stale = true;
+    auto& list = res.flows;
     uint32_t pos = f.position[i];
     uint32_t moved = list.back();
     list[pos] = moved;
@@ -88,6 +97,7 @@ void FlowNetwork::leave(uint32_t slot) {
     mark_dirty(r);
   }
   f.in_fluid = false;
+  f.rate = 0;
   ++f.version;  // invalidates its pending finish
   --active_;
 }
@@ -118,25 +128,85 @@ void FlowNetwork::add_to_subset(uint32_t slot, uint64_t subset_mark) {
   subset_.push_back(slot);
 }
 
-// Load and fastest rate on resource r, with the tentative rates of the subset's flows.
-void FlowNetwork::compute_stats(uint32_t r, uint64_t subset_mark, uint64_t stats_mark) {
+int64_t FlowNetwork::fixed(double rate) { return std::llround(rate * kRateScale); }
+
+double FlowNetwork::committed_max(uint32_t r) {
   Resource& res = resources_[r];
-  if (res.stats == stats_mark) return;
-  res.stats = stats_mark;
-  res.load = 0;
-  res.max_rate = 0;
-  for (uint32_t slot : res.flows) {
-    const Flow& f = flows_[slot];
-    double rate = f.in_subset == subset_mark ? f.tentative : f.rate;
-    res.load += rate;
-    res.max_rate = std::max(res.max_rate, rate);
+  if (res.max_stale) {
+    res.max_rate = 0;
+    for (uint32_t slot : res.flows) res.max_rate = std::max(res.max_rate, flows_[slot].rate);
+    res.max_stale = false;
   }
+  return res.max_rate;
 }
 
-bool FlowNetwork::is_bottleneck(uint32_t r, double rate) const {
-  constexpr double kTolerance = 1e-9;
+// The fastest committed rate on r among flows outside the subset; walks the list only when the
+// link's fastest flow could be a subset flow (whose committed rate no longer counts).
+double FlowNetwork::outside_max(uint32_t r, uint64_t subset_mark, uint64_t round_mark) {
+  Resource& res = resources_[r];
+  if (res.outside_max_mark != round_mark) {
+    res.outside_max_mark = round_mark;
+    res.outside_max = 0;
+    for (uint32_t slot : res.flows) {
+      if (flows_[slot].in_subset != subset_mark) res.outside_max = std::max(res.outside_max, flows_[slot].rate);
+    }
+  }
+  return res.outside_max;
+}
+
+// A link holds a flow at `rate` (is its bottleneck) when it is saturated and no flow on it is
+// faster. These two read the committed state (links no subset flow crosses) and the state the
+// solve in progress proposes (touched links).
+bool FlowNetwork::holds_committed(uint32_t r, double rate) {
   const Resource& res = resources_[r];
-  return res.load >= res.capacity * (1 - kTolerance) && rate >= res.max_rate * (1 - kTolerance);
+  return static_cast<double>(res.load_fixed) / kRateScale >= res.capacity * (1 - kTolerance) &&
+         rate >= committed_max(r) * (1 - kTolerance);
+}
+
+bool FlowNetwork::holds_tentative(uint32_t r, double rate, uint64_t subset_mark, uint64_t round_mark) {
+  const Resource& res = resources_[r];
+  const double load =
+      static_cast<double>(res.load_fixed - res.subset_committed_fixed) / kRateScale + res.subset_tentative_load;
+  if (load < res.capacity * (1 - kTolerance) || rate < res.subset_max_tentative * (1 - kTolerance)) return false;
+  if (rate >= committed_max(r) * (1 - kTolerance)) return true;  // nobody outside is faster either
+  return rate >= outside_max(r, subset_mark, round_mark) * (1 - kTolerance);
+}
+
+void FlowNetwork::commit_rate(Flow& f, double rate) {
+  const int64_t delta = fixed(rate) - fixed(f.rate);
+  for (uint32_t r : f.resources) {
+    Resource& res = resources_[r];
+    res.load_fixed += delta;
+    if (res.max_stale) continue;
+    if (rate >= res.max_rate) {
+      res.max_rate = rate;
+    } else if (f.rate >= res.max_rate) {
+      res.max_stale = true;  // the fastest flow slowed down: the next reader rescans
+    }
+  }
+  f.rate = rate;
+}
+
+void FlowNetwork::set_bottleneck(uint32_t slot, uint32_t r) {
+  Flow& f = flows_[slot];
+  if (f.has_bottleneck && f.bottleneck == r) return;
+  drop_bottleneck(slot);
+  auto& list = resources_[r].bottlenecked;
+  f.bottleneck = r;
+  f.bottleneck_pos = static_cast<uint32_t>(list.size());
+  f.has_bottleneck = true;
+  list.push_back(slot);
+}
+
+void FlowNetwork::drop_bottleneck(uint32_t slot) {
+  Flow& f = flows_[slot];
+  if (!f.has_bottleneck) return;
+  auto& list = resources_[f.bottleneck].bottlenecked;
+  const uint32_t moved = list.back();
+  list[f.bottleneck_pos] = moved;
+  flows_[moved].bottleneck_pos = f.bottleneck_pos;
+  list.pop_back();
+  f.has_bottleneck = false;
 }
 
 // Max-min by local repair. The max-min fair allocation is the unique feasible one in which every
@@ -148,6 +218,12 @@ bool FlowNetwork::is_bottleneck(uint32_t r, double rate) const {
 // is left to add, every flow has a bottleneck and no link is over capacity: the allocation is
 // exactly the max-min one, found without touching the rest of the network. In the worst case
 // the subset grows to the whole connected component.
+//
+// The checks read each link's maintained aggregates (load, fastest rate) plus what the subset
+// changes on it, and only the flows recorded as bottlenecked on a touched link are re-checked:
+// a flow outside the subset keeps its rate, and the links' committed state guaranteed that no
+// other outside flow outruns it there. So a solve costs what the subset's paths cost, not the
+// length of the flow lists of the links it touches.
 void FlowNetwork::solve() {
   solve_pending_ = false;
   const uint64_t subset_mark = next_mark();
@@ -161,27 +237,30 @@ void FlowNetwork::solve() {
     return;
   }
 
-  constexpr double kTolerance = 1e-9;
   while (true) {
-    const uint64_t touch_mark = next_mark();
-    const uint64_t stats_mark = touch_mark;
+    const uint64_t round_mark = next_mark();
     touched_.clear();
     for (uint32_t slot : subset_) {
-      for (uint32_t r : flows_[slot].resources) {
-        if (resources_[r].touched != touch_mark) {
-          resources_[r].touched = touch_mark;
+      const Flow& f = flows_[slot];
+      const int64_t rate_fixed = fixed(f.rate);
+      for (uint32_t r : f.resources) {
+        Resource& res = resources_[r];
+        if (res.touched != round_mark) {
+          res.touched = round_mark;
+          res.subset_committed_fixed = 0;
+          res.subset_tentative_load = 0;
+          res.subset_max_tentative = 0;
           touched_.push_back(r);
         }
+        res.subset_committed_fixed += rate_fixed;
       }
     }
     // The subproblem: the subset's flows on what the other flows leave of each touched link.
     problem_.clear();
     for (uint32_t r : touched_) {
-      double residual = resources_[r].capacity;
-      for (uint32_t slot : resources_[r].flows) {
-        if (flows_[slot].in_subset != subset_mark) residual -= flows_[slot].rate;
-      }
-      local_of_resource_[r] = problem_.add_resource(std::max(0.0, residual));
+      const Resource& res = resources_[r];
+      const double others = static_cast<double>(res.load_fixed - res.subset_committed_fixed) / kRateScale;
+      local_of_resource_[r] = problem_.add_resource(std::max(0.0, res.capacity - others));
     }
     for (uint32_t slot : subset_) {
       local_path_.clear();
@@ -190,10 +269,15 @@ void FlowNetwork::solve() {
     }
     solver_.solve(problem_, rates_, &bottlenecks_);
     for (size_t i = 0; i < subset_.size(); ++i) {
-      flows_[subset_[i]].tentative = rates_[i];
-      flows_[subset_[i]].tentative_bottleneck = touched_[bottlenecks_[i]];
+      Flow& f = flows_[subset_[i]];
+      f.tentative = rates_[i];
+      f.tentative_bottleneck = touched_[bottlenecks_[i]];
+      for (uint32_t r : f.resources) {
+        Resource& res = resources_[r];
+        res.subset_tentative_load += f.tentative;
+        res.subset_max_tentative = std::max(res.subset_max_tentative, f.tentative);
+      }
     }
-    for (uint32_t r : touched_) compute_stats(r, subset_mark, stats_mark);
 
     const size_t before = subset_.size();
     const uint64_t check_mark = next_mark();
@@ -201,10 +285,10 @@ void FlowNetwork::solve() {
     // outruns it on its solver bottleneck, that flow must give way: it joins.
     for (size_t i = 0; i < before; ++i) {
       Flow& f = flows_[subset_[i]];
-      if (is_bottleneck(f.tentative_bottleneck, f.tentative)) continue;
+      if (holds_tentative(f.tentative_bottleneck, f.tentative, subset_mark, round_mark)) continue;
       bool ok = false;
       for (uint32_t r : f.resources) {
-        if (is_bottleneck(r, f.tentative)) {
+        if (holds_tentative(r, f.tentative, subset_mark, round_mark)) {
           f.tentative_bottleneck = r;  // remember a link that holds, for later solves
           ok = true;
           break;
@@ -216,20 +300,31 @@ void FlowNetwork::solve() {
         if (h.in_subset != subset_mark && h.rate > f.tentative * (1 + kTolerance)) add_to_subset(slot, subset_mark);
       }
     }
-    // A flow outside the subset keeps its rate; it is still right if its bottleneck is
-    // untouched or still a bottleneck for it, or if another of its links now is.
+    // A flow outside the subset keeps its rate. Only a flow whose bottleneck is a touched link
+    // can lose it; there, no other outside flow is faster than it (committed state), so the
+    // link still holds it if it stays saturated and no subset flow now outruns it. Otherwise
+    // another of its links may hold it; if none does, it joins.
+    moved_bottlenecks_.clear();
     for (size_t t = 0; t < touched_.size(); ++t) {
-      for (uint32_t slot : resources_[touched_[t]].flows) {
+      const uint32_t r = touched_[t];
+      const Resource& res = resources_[r];
+      const double load =
+          static_cast<double>(res.load_fixed - res.subset_committed_fixed) / kRateScale + res.subset_tentative_load;
+      const bool saturated = load >= res.capacity * (1 - kTolerance);
+      for (uint32_t slot : res.bottlenecked) {
         Flow& g = flows_[slot];
         if (g.in_subset == subset_mark || g.checked == check_mark) continue;
         g.checked = check_mark;
-        if (resources_[g.bottleneck].touched != touch_mark || is_bottleneck(g.bottleneck, g.rate)) continue;
+        if (saturated && g.rate >= res.subset_max_tentative * (1 - kTolerance)) continue;
         bool ok = false;
-        for (uint32_t r : g.resources) {
-          compute_stats(r, subset_mark, stats_mark);
-          if (is_bottleneck(r, g.rate)) {
+        for (uint32_t other : g.resources) {
+          if (other == r) continue;
+          const bool holds = resources_[other].touched == round_mark
+                                 ? holds_tentative(other, g.rate, subset_mark, round_mark)
+                                 : holds_committed(other, g.rate);
+          if (holds) {
             // Its rate stands, held by another link now: later solves must look there.
-            g.bottleneck = r;
+            moved_bottlenecks_.emplace_back(slot, other);
             ok = true;
             break;
           }
@@ -237,6 +332,7 @@ void FlowNetwork::solve() {
         if (!ok) add_to_subset(slot, subset_mark);
       }
     }
+    for (auto [slot, r] : moved_bottlenecks_) set_bottleneck(slot, r);
     if (subset_.size() == before) break;
     ++repairs_;
   }
@@ -246,35 +342,61 @@ void FlowNetwork::solve() {
   Time now = engine_.now();
   for (uint32_t slot : subset_) {
     Flow& f = flows_[slot];
-    f.bottleneck = f.tentative_bottleneck;
+    set_bottleneck(slot, f.tentative_bottleneck);
     if (f.tentative == f.rate && f.finish != Time::max()) continue;  // unchanged: finish stands
     settle(f);
-    f.rate = f.tentative;
+    commit_rate(f, f.tentative);
     PARALLAX_INVARIANT(f.rate > 0, "flow network", now, "a flow got no bandwidth");
     f.finish = now + transfer_time(Bytes(f.remaining), Bandwidth(f.rate));
     ++f.version;
     due_.push_back(Due{f.finish.picoseconds(), f.id, slot, f.version});
     std::push_heap(due_.begin(), due_.end(), due_later<Due, Due>);
   }
+  // Superseded finishes stay in the heap until they surface; when they outnumber the live ones
+  // (a flow's finish moves many times before it surfaces), drop them all at once.
+  if (due_.size() > 4 * active_ + 1024) {
+    std::erase_if(due_, [this](const Due& d) {
+      const Flow& f = flows_[d.slot];
+      return !f.in_fluid || f.version != d.version;
+    });
+    std::make_heap(due_.begin(), due_.end(), due_later<Due, Due>);
+  }
   if (options_.audit) check_allocation();
   reschedule_completion();
 }
 
 // Audit: over every link with flows, the load must not exceed capacity, and every flow must
-// have a bottleneck (the max-min optimality condition), checked from scratch.
+// have a bottleneck (the max-min optimality condition), checked from scratch — not from the
+// maintained aggregates, which this also checks.
 void FlowNetwork::check_allocation() {
-  const uint64_t none = next_mark();  // no flow carries this mark: committed rates are used
-  const uint64_t stats_mark = next_mark();
-  for (uint32_t r = 0; r < resources_.size(); ++r) {
-    if (resources_[r].flows.empty()) continue;
-    compute_stats(r, none, stats_mark);
-    audit_.worst_overload = std::max(audit_.worst_overload, resources_[r].load / resources_[r].capacity - 1.0);
+  for (Resource& res : resources_) {
+    if (res.flows.empty()) continue;
+    res.audit_load = 0;
+    res.audit_max = 0;
+    for (uint32_t slot : res.flows) {
+      res.audit_load += flows_[slot].rate;
+      res.audit_max = std::max(res.audit_max, flows_[slot].rate);
+    }
+    audit_.worst_overload = std::max(audit_.worst_overload, res.audit_load / res.capacity - 1.0);
+    const double aggregate = static_cast<double>(res.load_fixed) / kRateScale;
+    audit_.worst_aggregate_error =
+        std::max(audit_.worst_aggregate_error, std::fabs(aggregate - res.audit_load) / res.capacity);
+    if (!res.max_stale && res.max_rate != res.audit_max) ++audit_.stale_maxima;
   }
-  for (const Flow& f : flows_) {
+  for (uint32_t slot = 0; slot < flows_.size(); ++slot) {
+    const Flow& f = flows_[slot];
     if (!f.in_fluid) continue;
     bool ok = false;
-    for (uint32_t r : f.resources) ok = ok || is_bottleneck(r, f.rate);
+    for (uint32_t r : f.resources) {
+      const Resource& res = resources_[r];
+      ok = ok || (res.audit_load >= res.capacity * (1 - kTolerance) && f.rate >= res.audit_max * (1 - kTolerance));
+    }
     if (!ok) ++audit_.flows_without_bottleneck;
+    // The recorded bottleneck is what later solves trust: it must hold too.
+    const Resource& b = resources_[f.bottleneck];
+    if (!f.has_bottleneck || b.audit_load < b.capacity * (1 - kTolerance) || f.rate < b.audit_max * (1 - kTolerance)) {
+      ++audit_.wrong_recorded_bottlenecks;
+    }
   }
   ++audit_.solves_checked;
 }

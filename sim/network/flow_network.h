@@ -36,6 +36,9 @@ class FlowNetwork final : public NetworkModel {
     double worst_overload = 0.0;
     double worst_bytes_error = 0.0;
     uint64_t flows_without_bottleneck = 0;  ///< summed over checks; 0 = always max-min
+    uint64_t wrong_recorded_bottlenecks = 0;  ///< recorded bottleneck that does not hold
+    uint64_t stale_maxima = 0;              ///< a link's maintained fastest rate was wrong
+    double worst_aggregate_error = 0.0;     ///< maintained load vs recomputed, / capacity
     uint64_t solves_checked = 0;
   };
 
@@ -73,19 +76,34 @@ class FlowNetwork final : public NetworkModel {
     Time finish = Time::max();
     uint32_t version = 0;
     uint32_t bottleneck = 0;         // resource where the last solve froze it
+    uint32_t bottleneck_pos = 0;     // index of this flow in that resource's bottlenecked list
+    bool has_bottleneck = false;     // listed in resources_[bottleneck].bottlenecked
     double tentative = 0;            // rate proposed by the solve in progress
     uint32_t tentative_bottleneck = 0;
     uint64_t in_subset = 0;          // marks (compared with mark_ values of the solve)
     uint64_t checked = 0;
     bool in_fluid = false;
   };
+  // Per-link aggregates of the committed rates are kept up to date as rates change, so that a
+  // solve reads a link's load and fastest flow without walking its flow list. The load is a
+  // fixed-point integer sum (kRateScale units per byte/s): adding and removing rates millions
+  // of times leaves no rounding drift.
   struct Resource {
     std::vector<uint32_t> flows;
+    std::vector<uint32_t> bottlenecked;  // flows whose recorded bottleneck is this link
     double capacity = 0;
-    double load = 0;                 // scratch of the solve in progress
-    double max_rate = 0;
+    int64_t load_fixed = 0;          // Σ committed rates, fixed point
+    double max_rate = 0;             // fastest committed rate, exact unless max_stale
+    bool max_stale = false;
     uint64_t touched = 0;            // marks
-    uint64_t stats = 0;
+    // Scratch of the solve in progress (valid where touched == the round's mark).
+    int64_t subset_committed_fixed = 0;  // Σ committed rates of subset flows on this link
+    double subset_tentative_load = 0;    // Σ tentative rates of subset flows on this link
+    double subset_max_tentative = 0;
+    uint64_t outside_max_mark = 0;
+    double outside_max = 0;              // fastest committed rate of flows outside the subset
+    double audit_load = 0;               // audit only
+    double audit_max = 0;
   };
   struct Due {
     int64_t finish;
@@ -102,8 +120,14 @@ class FlowNetwork final : public NetworkModel {
   void solve();
   uint64_t next_mark();
   void add_to_subset(uint32_t slot, uint64_t subset_mark);
-  void compute_stats(uint32_t r, uint64_t subset_mark, uint64_t stats_mark);
-  bool is_bottleneck(uint32_t r, double rate) const;
+  static int64_t fixed(double rate);
+  double committed_max(uint32_t r);
+  double outside_max(uint32_t r, uint64_t subset_mark, uint64_t round_mark);
+  bool holds_committed(uint32_t r, double rate);
+  bool holds_tentative(uint32_t r, double rate, uint64_t subset_mark, uint64_t round_mark);
+  void commit_rate(Flow& f, double rate);
+  void set_bottleneck(uint32_t slot, uint32_t r);
+  void drop_bottleneck(uint32_t slot);
   void settle(Flow& f);
   void on_completion_event();
   void reschedule_completion();
@@ -134,6 +158,7 @@ class FlowNetwork final : public NetworkModel {
   std::vector<uint32_t> touched_;
   std::vector<uint32_t> local_of_resource_;
   std::vector<uint32_t> local_path_;
+  std::vector<std::pair<uint32_t, uint32_t>> moved_bottlenecks_;  // (slot, link) found this round
 };
 
 }  // namespace parallax
