@@ -1,0 +1,47 @@
+#include "compute/compute_model.h"
+
+#include <algorithm>
+#include <stdexcept>
+
+namespace parallax {
+
+ComputeModel::ComputeModel(GpuSpec gpu, ComputeModelOptions options, std::shared_ptr<const GemmEfficiency> gemm)
+    : gpu_(std::move(gpu)), options_(options), gemm_(std::move(gemm)) {
+  if (!gemm_) gemm_ = std::make_shared<ShapeEfficiency>();
+  auto in_unit = [](double x) { return x > 0 && x <= 1; };
+  if (!in_unit(options_.memory_efficiency) || !in_unit(options_.attention_efficiency)) {
+    throw std::invalid_argument("ComputeModel: efficiencies must be in (0, 1]");
+  }
+  if (options_.kernel_launch_overhead < Time::zero()) {
+    throw std::invalid_argument("ComputeModel: negative kernel launch overhead");
+  }
+  if (!(gpu_.bf16.value() > 0) || !(gpu_.memory_bandwidth.value() > 0)) {
+    throw std::invalid_argument("ComputeModel: GPU \"" + gpu_.name + "\" needs a bf16 peak and a memory bandwidth");
+  }
+}
+
+FlopRate ComputeModel::compute_rate(const OperatorCost& op) const {
+  switch (op.kind) {
+    case OperatorKind::kGemm: return gemm_->achieved_rate(op.shape, op.dtype, gpu_);
+    case OperatorKind::kAttention:
+      return peak_rate(gpu_, op.dtype) * shape_efficiency(options_.attention_efficiency, op.shape, attention_shape_);
+    case OperatorKind::kMemoryBound: return gpu_.fp32.value() > 0 ? gpu_.fp32 : gpu_.bf16;
+  }
+  return gpu_.bf16;
+}
+
+Bandwidth ComputeModel::memory_bandwidth() const { return gpu_.memory_bandwidth * options_.memory_efficiency; }
+
+OperatorTiming ComputeModel::timing(const OperatorCost& op) const {
+  OperatorTiming t;
+  t.rate = compute_rate(op);
+  t.compute = compute_time(op.flops, t.rate);
+  t.memory = transfer_time(op.bytes_read_written, memory_bandwidth());
+  t.launch = options_.kernel_launch_overhead * std::max(0, op.kernels);
+  Time bound = std::max(t.compute, t.memory);
+  // An operator that can never finish (a zero rate) stays at Time::max() instead of overflowing.
+  t.total = bound == Time::max() ? bound : bound + t.launch;
+  return t;
+}
+
+}  // namespace parallax

@@ -1,0 +1,51 @@
+#include "compute/gemm_efficiency.h"
+
+#include <cstdio>
+#include <stdexcept>
+
+namespace parallax {
+
+FlopRate peak_rate(const GpuSpec& gpu, DType dtype) {
+  switch (dtype) {
+    case DType::kFp32: return gpu.fp32;
+    case DType::kTf32: return gpu.tf32.value() > 0 ? gpu.tf32 : gpu.fp32;
+    case DType::kBf16: return gpu.bf16;
+    case DType::kFp16: return gpu.fp16.value() > 0 ? gpu.fp16 : gpu.bf16;
+    case DType::kFp8: return gpu.fp8.value() > 0 ? gpu.fp8 : gpu.bf16;
+  }
+  return gpu.bf16;
+}
+
+double shape_efficiency(double fraction, const GemmShape& shape, const ShapeEfficiencyParams& params) {
+  const double volume = shape.volume();
+  const double d = shape.min_dim();
+  if (!(volume > 0) || !(d > 0)) return 0.0;
+  const double utilisation = d / (d + params.half_min_dim);
+  return fraction * utilisation / (1.0 + utilisation * params.half_volume / volume);
+}
+
+ShapeEfficiency::ShapeEfficiency(ShapeEfficiencyParams params) : params_(params) {
+  if (!(params_.peak_fraction > 0 && params_.peak_fraction <= 1)) {
+    throw std::invalid_argument("ShapeEfficiency: peak_fraction must be in (0, 1]");
+  }
+  if (!(params_.half_volume >= 0) || !(params_.half_min_dim >= 0)) {
+    throw std::invalid_argument("ShapeEfficiency: half-saturation constants must be >= 0");
+  }
+}
+
+double ShapeEfficiency::efficiency(const GemmShape& shape) const {
+  return shape_efficiency(params_.peak_fraction, shape, params_);
+}
+
+FlopRate ShapeEfficiency::achieved_rate(const GemmShape& shape, DType dtype, const GpuSpec& gpu) const {
+  return peak_rate(gpu, dtype) * efficiency(shape);
+}
+
+std::string ShapeEfficiency::describe() const {
+  char buf[160];
+  std::snprintf(buf, sizeof buf, "shape model: %.3g x peak x u/(1+u*%.3g/W), u=d/(d+%.3g)", params_.peak_fraction,
+                params_.half_volume, params_.half_min_dim);
+  return buf;
+}
+
+}  // namespace parallax

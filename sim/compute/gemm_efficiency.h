@@ -1,0 +1,80 @@
+// How fast a GEMM of a given shape runs on a GPU: the achieved-efficiency model.
+//
+// The default, ShapeEfficiency, is a closed form of the shape. A product runs at a fraction
+// F·u of the datasheet dense peak, u being the tile utilisation of its smallest dimension, and
+// pays on top a fixed cost worth W½ multiply-accumulates at the full rate (tile prologue and
+// epilogue, the last partial wave):
+//
+//   time = 2W / (peak · F · u) + 2W½ / (peak · F)
+//   efficiency = 2W / (peak · time) = F · u / (1 + u · W½ / W)
+//   W = m·n·k·batch (multiply-accumulates of the kernel), u = d / (d + d½), d = min(m, n, k)
+//   achieved FLOP/s = peak(dtype) · efficiency
+//
+// - F = 0.80, the fraction of the datasheet dense peak that cuBLASLt reaches on a large square
+//   product. Public measurements: bf16 8192³ on H100/H200 SXM reaches about 790 of 989 TFLOP/s
+//   (Bekman, "Machine Learning Engineering", maximum achievable matmul FLOPS table: H100 SXM
+//   ≈ 794 TFLOP/s, 80 %; A100 SXM ≈ 271 of 312, 87 %). 0.80 is the Hopper figure; Ampere does a
+//   little better and MI300X much worse, so a measured table (MeasuredGemmTable) should replace
+//   it for a real cluster.
+// - W½ = 2³⁰ (a 1024³ product, 2.7 µs at 0.8 × 989 TFLOP/s). A 1024³ bf16 GEMM has 64 output
+//   tiles of 128×128 for 132 SMs, under half a wave, and measures at roughly half the
+//   large-GEMM rate; the form gives 0.49 of F there, 0.977 at 4096³ and 0.994 at 8192³.
+// - d½ = 32. Tensor-core tiles are 64–256 wide; a dimension of 32 leaves about half of each
+//   tile idle (u = 0.5), one of 128 a fifth (0.8), one of 8192 almost none (0.996). Because the
+//   fixed cost is not scaled by u, a skinny product (decode GEMMs, small expert groups) keeps
+//   a compute rate well above what its bytes allow, and the roofline in ComputeModel finds it
+//   memory-bound, as it is on real GPUs.
+// Together: 8192³ bf16 on a 989.4 TFLOP/s H100 → 0.80 · 0.99611 / (1 + 0.99611 · 2⁻⁹) = 0.7953,
+// 786.9 TFLOP/s.
+//
+// A grouped GEMM (batch > 1) fills the GPU with all its groups at once, so W counts every
+// group, while d is the per-group minimum.
+#pragma once
+
+#include <string>
+
+#include "compute/operator_cost.h"
+#include "topology/topology.h"
+
+namespace parallax {
+
+/// The datasheet dense peak of `gpu` for `dtype`. A type the GPU has no tensor-core figure for
+/// falls back: tf32 → fp32, fp8 → bf16 (the kernel would run on that path instead).
+FlopRate peak_rate(const GpuSpec& gpu, DType dtype);
+
+/// The achieved rate of GEMMs by shape; implementations are immutable and thread-safe.
+class GemmEfficiency {
+ public:
+  virtual ~GemmEfficiency() = default;
+  /// Achieved FLOP/s of one GEMM kernel of `shape` in `dtype` on `gpu` (> 0).
+  virtual FlopRate achieved_rate(const GemmShape& shape, DType dtype, const GpuSpec& gpu) const = 0;
+  /// One line naming the model and its constants or data source, for reports.
+  virtual std::string describe() const = 0;
+};
+
+/// The constants of the closed form above.
+struct ShapeEfficiencyParams {
+  double peak_fraction = 0.80;
+  double half_volume = 1073741824.0;  ///< W½ = 2³⁰ multiply-accumulates
+  double half_min_dim = 32.0;         ///< d½
+};
+
+/// F · u / (1 + u · W½ / W) for `shape` with peak fraction F = `fraction`: the closed form of the
+/// file header, shared with the attention model (which has its own F).
+double shape_efficiency(double fraction, const GemmShape& shape, const ShapeEfficiencyParams& params);
+
+/// The closed-form efficiency of the file header.
+class ShapeEfficiency : public GemmEfficiency {
+ public:
+  explicit ShapeEfficiency(ShapeEfficiencyParams params = {});
+  /// The fraction of the dense peak reached by `shape`, in (0, peak_fraction).
+  double efficiency(const GemmShape& shape) const;
+  FlopRate achieved_rate(const GemmShape& shape, DType dtype, const GpuSpec& gpu) const override;
+  std::string describe() const override;
+  const ShapeEfficiencyParams& params() const { return params_; }
+
+ private:
+  ShapeEfficiencyParams params_;
+};
+
+}  // namespace parallax

@@ -1,0 +1,80 @@
+// Measured GEMM rates from the calibration harness, as a replacement for the closed-form
+// efficiency model. The input is the harness's JSON-lines file (calibrate/FORMAT.md): every
+// `"kind":"gemm"` line gives a dtype, a shape m, n, k and the achieved `tflops`; lines of other
+// kinds are skipped.
+//
+// Lookup, per dtype:
+// - a shape that was measured returns its measured rate exactly (several measurements of one
+//   shape are averaged);
+// - any other shape is placed by its volume V = m·n·k·batch: the rate is interpolated linearly
+//   in log V between the two measured volumes around it (measurements of different shapes with
+//   the same volume are averaged into one point), and outside the measured range it is the
+//   rate of the nearest end (no extrapolation);
+// - a dtype with no measurement is answered by the fallback model (by default ShapeEfficiency).
+// What this ignores: two shapes of equal volume but different aspect (8192×8192×128 against
+// 2048³) get the same interpolated rate unless one of them was measured. Measure the shapes the
+// workload uses (the harness's `label` field names them) to make this exact.
+//
+// The rates are absolute: the table describes the GPU it was measured on, and peak_tflops is
+// kept only so that a report can show the measured efficiency.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "compute/gemm_efficiency.h"
+
+namespace parallax {
+
+/// One `"kind":"gemm"` line.
+struct GemmMeasurement {
+  DType dtype = DType::kBf16;
+  GemmShape shape;       ///< batch is 1: the harness measures single products
+  FlopRate achieved;     ///< `tflops`
+  FlopRate peak;         ///< `peak_tflops`, or 0 when the line has none
+  std::string label;
+};
+
+class MeasuredGemmTable : public GemmEfficiency {
+ public:
+  /// `measurements` must be non-empty with positive shapes and rates (std::invalid_argument
+  /// otherwise). `fallback` answers dtypes that were not measured; null means ShapeEfficiency{}.
+  MeasuredGemmTable(std::vector<GemmMeasurement> measurements, std::string source,
+                    std::shared_ptr<const GemmEfficiency> fallback = nullptr);
+
+  FlopRate achieved_rate(const GemmShape& shape, DType dtype, const GpuSpec& gpu) const override;
+  std::string describe() const override;
+
+  const std::vector<GemmMeasurement>& measurements() const { return measurements_; }
+  /// True when at least one line measured `dtype`.
+  bool covers(DType dtype) const { return by_dtype_.count(dtype) != 0; }
+
+ private:
+  struct Point {
+    double log_volume;
+    double rate;  // FLOP/s
+  };
+  struct Curve {
+    std::map<std::tuple<double, double, double>, double> exact;  // (m, n, k) → mean rate
+    std::vector<Point> points;                                   // by log volume, one per volume
+  };
+
+  std::vector<GemmMeasurement> measurements_;
+  std::string source_;
+  std::shared_ptr<const GemmEfficiency> fallback_;
+  std::map<DType, Curve> by_dtype_;
+};
+
+/// Reads the `"kind":"gemm"` lines of a harness file. Blank lines are skipped; a line that does
+/// not parse, lacks `kind`, or is a gemm line with a missing or invalid field throws InputError
+/// naming "file:line" and the JSON pointer. A file without any gemm line is an error too.
+MeasuredGemmTable load_gemm_measurements(const std::string& path,
+                                         std::shared_ptr<const GemmEfficiency> fallback = nullptr);
+/// Same from text; `name` stands for the file in errors.
+MeasuredGemmTable parse_gemm_measurements(const std::string& text, const std::string& name,
+                                          std::shared_ptr<const GemmEfficiency> fallback = nullptr);
+
+}  // namespace parallax

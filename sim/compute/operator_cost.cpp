@@ -1,0 +1,67 @@
+#include "compute/operator_cost.h"
+
+#include <algorithm>
+
+namespace parallax {
+
+const char* to_string(DType d) {
+  switch (d) {
+    case DType::kFp32: return "fp32";
+    case DType::kTf32: return "tf32";
+    case DType::kBf16: return "bf16";
+    case DType::kFp16: return "fp16";
+    case DType::kFp8: return "fp8";
+  }
+  return "?";
+}
+
+std::optional<DType> dtype_from_string(std::string_view s) {
+  for (DType d : {DType::kFp32, DType::kTf32, DType::kBf16, DType::kFp16, DType::kFp8}) {
+    if (s == to_string(d)) return d;
+  }
+  return std::nullopt;
+}
+
+double bytes_per_element(DType d) {
+  switch (d) {
+    case DType::kFp32:
+    case DType::kTf32: return 4.0;
+    case DType::kBf16:
+    case DType::kFp16: return 2.0;
+    case DType::kFp8: return 1.0;
+  }
+  return 2.0;
+}
+
+const char* to_string(OperatorKind k) {
+  switch (k) {
+    case OperatorKind::kGemm: return "gemm";
+    case OperatorKind::kAttention: return "attention";
+    case OperatorKind::kMemoryBound: return "memory_bound";
+  }
+  return "?";
+}
+
+double GemmShape::min_dim() const { return std::min({m, n, k}); }
+
+OperatorCost gemm_cost(const GemmShape& shape, DType dtype) {
+  OperatorCost c;
+  c.kind = OperatorKind::kGemm;
+  c.shape = shape;
+  c.dtype = dtype;
+  c.flops = shape.flops();
+  c.bytes_read_written =
+      Bytes((shape.m * shape.k + shape.k * shape.n + shape.m * shape.n) * shape.batch * bytes_per_element(dtype));
+  return c;
+}
+
+OperatorCost memory_bound_cost(Bytes bytes, Flops flops, DType dtype) {
+  OperatorCost c;
+  c.kind = OperatorKind::kMemoryBound;
+  c.dtype = dtype;
+  c.flops = flops;
+  c.bytes_read_written = bytes;
+  return c;
+}
+
+}  // namespace parallax

@@ -1,0 +1,72 @@
+// The vocabulary of operator costs: data types, operator kinds, GEMM shapes and the
+// device-independent cost of one operator (its FLOPs, the bytes it moves to and from device
+// memory, and the shape the efficiency model looks at). Who produces these (the training and
+// serving layers) knows the model; who times them (ComputeModel) knows the device.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string_view>
+
+#include "units/units.h"
+
+namespace parallax {
+
+/// Element type of an operator's inputs (tensor-core path for GEMMs).
+enum class DType : uint8_t { kFp32, kTf32, kBf16, kFp16, kFp8 };
+
+/// "fp32", "tf32", "bf16", "fp16", "fp8".
+const char* to_string(DType d);
+/// Parses the names of to_string(DType); nullopt for anything else.
+std::optional<DType> dtype_from_string(std::string_view s);
+/// Bytes per element in memory: 4 for fp32 and tf32 (tf32 is stored as fp32), 2, 2, 1.
+double bytes_per_element(DType d);
+
+/// What bounds an operator and which efficiency applies to it.
+enum class OperatorKind : uint8_t {
+  kGemm,         ///< a (possibly grouped) matrix product on tensor cores
+  kAttention,    ///< a fused FlashAttention-style kernel
+  kMemoryBound,  ///< elementwise, normalisation, reductions, copies
+};
+const char* to_string(OperatorKind k);
+
+/// C[m×n] = A[m×k]·B[k×n], repeated `batch` times in one kernel (a batched or grouped GEMM).
+/// Dimensions are doubles because a grouped expert GEMM's rows per group are an average
+/// (routed tokens ÷ local experts) that need not be whole.
+struct GemmShape {
+  double m = 0;
+  double n = 0;
+  double k = 0;
+  double batch = 1;
+
+  /// m·n·k·batch: the multiply-accumulates of the whole kernel.
+  double volume() const { return m * n * k * batch; }
+  /// 2·m·n·k·batch (a multiply-accumulate is two FLOPs).
+  Flops flops() const { return Flops(2.0 * volume()); }
+  /// The smallest of m, n, k: what a tensor-core tile wastes on a skinny product.
+  double min_dim() const;
+};
+
+/// The cost of one operator on one device, independent of the device.
+struct OperatorCost {
+  Flops flops;
+  /// Bytes read from plus bytes written to device memory (HBM), assuming every operand is
+  /// read once and every result written once (no cache reuse across kernels).
+  Bytes bytes_read_written;
+  OperatorKind kind = OperatorKind::kMemoryBound;
+  /// For kGemm and kAttention: the shape that sets the achieved efficiency (for attention, the
+  /// per-head Q·Kᵀ product: m = query tokens, n = key tokens, k = head dim, batch = b·heads).
+  /// With several kernels (a GEMM's backward: data and weight gradients) it is the shape of
+  /// each, and `flops` the sum over all of them.
+  GemmShape shape;
+  DType dtype = DType::kBf16;
+  /// Kernel launches the operator takes; each pays the model's launch overhead.
+  int kernels = 1;
+};
+
+/// A GEMM of `shape`: FLOPs 2·m·n·k·batch, bytes (m·k + k·n + m·n)·batch·element size.
+OperatorCost gemm_cost(const GemmShape& shape, DType dtype);
+/// A memory-bound kernel moving `bytes` and doing `flops` on the vector units.
+OperatorCost memory_bound_cost(Bytes bytes, Flops flops = Flops(0), DType dtype = DType::kBf16);
+
+}  // namespace parallax

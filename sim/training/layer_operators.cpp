@@ -1,0 +1,266 @@
+#include "training/layer_operators.h"
+
+#include <stdexcept>
+
+#include "training/parameter_count.h"
+
+namespace parallax {
+namespace {
+
+// Arithmetic per element of the memory-bound kernels. They only matter if a GPU's vector rate
+// were unusually low; bytes bound these kernels.
+constexpr double kRmsNormFlops = 4;    // square, accumulate, scale, gain
+constexpr double kLayerNormFlops = 7;  // mean, variance (2), normalise (2), gain, bias
+constexpr double kSwigluFlops = 5;     // sigmoid (~3), x·σ, ·up
+constexpr double kGeluFlops = 8;       // tanh approximation
+constexpr double kRotaryFlops = 3;     // two multiplies and an add per rotated element
+constexpr double kSoftmaxFlops = 5;    // max, subtract, exp, sum, divide
+constexpr double kFp32Bytes = 4;
+
+class OperatorList {
+ public:
+  explicit OperatorList(const MicroBatch& batch) : dtype_(batch.dtype), element_(bytes_per_element(batch.dtype)) {}
+
+  double element_bytes() const { return element_; }
+
+  // y[m×n] = x[m×k]·W[k×n], `groups` times in one kernel. The backward is the data gradient
+  // and the weight gradient: two kernels, each with the forward's volume and bytes.
+  void gemm(const std::string& name, double m, double n, double k, double groups = 1) {
+    OperatorCost forward = gemm_cost(GemmShape{m, n, k, groups}, dtype_);
+    OperatorCost backward = forward;
+    backward.flops = forward.flops * 2.0;
+    backward.bytes_read_written = forward.bytes_read_written * 2.0;
+    backward.kernels = 2;
+    ops_.push_back({name, forward, backward});
+  }
+
+  // A kernel moving `bytes` with `flops` of vector arithmetic; its backward moves and computes
+  // `backward_factor` times as much.
+  void memory(const std::string& name, double bytes, double flops, double backward_factor = 2.0) {
+    OperatorCost forward = memory_bound_cost(Bytes(bytes), Flops(flops), dtype_);
+    OperatorCost backward = memory_bound_cost(Bytes(bytes * backward_factor), Flops(flops * backward_factor), dtype_);
+    ops_.push_back({name, forward, backward});
+  }
+
+  void norm(const std::string& name, const ModelConfig& model, double tokens, double width) {
+    const double per_element = model.norm == NormKind::kLayerNorm ? kLayerNormFlops : kRmsNormFlops;
+    memory(name, 2.0 * tokens * width * element_, per_element * tokens * width);
+  }
+
+  // A residual add reads both branches and writes the sum; its gradient is a pass-through
+  // that costs about the same traffic once.
+  void residual(const std::string& name, double tokens, double width) {
+    memory(name, 3.0 * tokens * width * element_, tokens * width, 1.0);
+  }
+
+  // FlashAttention over b sequences: s_q queries of this GPU against s_kv keys, `heads` query
+  // heads, `kv_heads` key/value heads (GQA shares them), per-head dims d_qk and d_v.
+  void attention(double b, double s_q, double s_kv, double heads, double kv_heads, double d_qk, double d_v,
+                 bool causal) {
+    const double mask = causal ? 0.5 : 1.0;
+    const double flops = 2.0 * b * s_q * s_kv * heads * (d_qk + d_v) * mask;
+    const double q = b * s_q * heads * d_qk;
+    const double kv = b * s_kv * kv_heads * (d_qk + d_v);
+    const double o = b * s_q * heads * d_v;
+    const double row_stats = b * s_q * heads * kFp32Bytes;  // log-sum-exp per query row
+    OperatorCost forward;
+    forward.kind = OperatorKind::kAttention;
+    forward.dtype = dtype_;
+    forward.shape = GemmShape{s_q, s_kv, d_qk, b * heads};
+    forward.flops = Flops(flops);
+    forward.bytes_read_written = Bytes((q + kv + o) * element_ + row_stats);
+    OperatorCost backward = forward;
+    backward.flops = Flops(2.5 * flops);
+    // Reads Q, K, V, O, dO and the row statistics; writes dQ, dK, dV (and the dO·O row sums).
+    backward.bytes_read_written = Bytes((2 * q + 2 * kv + 2 * o) * element_ + 2 * row_stats);
+    ops_.push_back({"attention", forward, backward});
+  }
+
+  // An MLP of intermediate size f_local on `rows` rows per group (`groups` experts at once).
+  void mlp(const std::string& prefix, const ModelConfig& model, double rows, double f_local, double hidden,
+           double groups = 1) {
+    const double tokens = rows * groups;
+    if (model.mlp == MlpKind::kGated) {
+      gemm(prefix + "gate_proj", rows, f_local, hidden, groups);
+      gemm(prefix + "up_proj", rows, f_local, hidden, groups);
+      memory(prefix + "activation", 3.0 * tokens * f_local * element_, kSwigluFlops * tokens * f_local);
+    } else {
+      gemm(prefix + "up_proj", rows, f_local, hidden, groups);
+      memory(prefix + "activation", 2.0 * tokens * f_local * element_, kGeluFlops * tokens * f_local);
+    }
+    gemm(prefix + "down_proj", rows, hidden, f_local, groups);
+  }
+
+  std::vector<ModelOperator> take() { return std::move(ops_); }
+
+ private:
+  DType dtype_;
+  double element_;
+  std::vector<ModelOperator> ops_;
+};
+
+// The per-GPU sizes of the file header.
+struct LocalSizes {
+  double b, s, tokens, sp_tokens, hidden, heads, kv_heads;
+  explicit LocalSizes(const ModelConfig& m, const MicroBatch& batch, const ShardingFactors& sh)
+      : b(static_cast<double>(batch.sequences)),
+        s(static_cast<double>(batch.sequence_length)),
+        tokens(b * s / sh.cp),
+        sp_tokens(sh.sp ? tokens / sh.tp : tokens),
+        hidden(static_cast<double>(m.hidden)),
+        heads(static_cast<double>(m.heads) / sh.tp),
+        // Fewer KV heads than TP ranks: each rank keeps (replicates) the one its queries use.
+        kv_heads(m.attention_kv_heads() >= sh.tp ? static_cast<double>(m.attention_kv_heads()) / sh.tp : 1.0) {}
+};
+
+void require_valid(const ModelConfig& model, const MicroBatch& batch, const ShardingFactors& sharding) {
+  if (std::string p = sharding_problem(model, batch, sharding); !p.empty()) throw std::invalid_argument(p);
+}
+
+void add_attention(OperatorList& ops, const ModelConfig& m, const MicroBatch& batch, const LocalSizes& z) {
+  const double e = ops.element_bytes();
+  ops.norm("attention_norm", m, z.sp_tokens, z.hidden);
+  const double rotary = static_cast<double>(m.rotary_dim());
+  if (m.mla) {
+    const MlaConfig& a = *m.mla;
+    const double qk = static_cast<double>(a.qk_nope_head_dim + a.qk_rope_head_dim);
+    const double q_lora = static_cast<double>(a.q_lora_rank);
+    const double kv_lora = static_cast<double>(a.kv_lora_rank);
+    if (a.q_lora_rank > 0) {
+      ops.gemm("q_down_proj", z.sp_tokens, q_lora, z.hidden);
+      ops.norm("q_latent_norm", m, z.sp_tokens, q_lora);
+      ops.gemm("q_up_proj", z.tokens, z.heads * qk, q_lora);
+    } else {
+      ops.gemm("q_proj", z.tokens, z.heads * qk, z.hidden);
+    }
+    ops.gemm("kv_down_proj", z.sp_tokens, kv_lora + static_cast<double>(a.qk_rope_head_dim), z.hidden);
+    ops.norm("kv_latent_norm", m, z.sp_tokens, kv_lora);
+    ops.gemm("kv_up_proj", z.tokens, z.heads * static_cast<double>(a.qk_nope_head_dim + a.v_head_dim), kv_lora);
+    // Rotary on every query head's rope part and on the one shared rope key.
+    const double rotated = z.tokens * (z.heads + 1) * rotary;
+    if (rotary > 0) ops.memory("rotary", 2.0 * rotated * e, kRotaryFlops * rotated);
+  } else {
+    const double d = static_cast<double>(m.head_dim);
+    ops.gemm("qkv_proj", z.tokens, (z.heads + 2 * z.kv_heads) * d, z.hidden);
+    const double qk_elements = z.tokens * (z.heads + z.kv_heads) * d;
+    if (m.qk_norm) ops.memory("qk_norm", 2.0 * qk_elements * e, kRmsNormFlops * qk_elements);
+    if (rotary > 0) ops.memory("rotary", 2.0 * qk_elements * e, kRotaryFlops * qk_elements);
+  }
+  ops.attention(z.b, z.tokens / z.b, z.s, z.heads, z.kv_heads, static_cast<double>(m.qk_head_dim()),
+                static_cast<double>(m.v_head_dim()), batch.causal);
+  ops.gemm("attention_out_proj", z.tokens, z.hidden, z.heads * static_cast<double>(m.v_head_dim()));
+  ops.residual("attention_residual", z.sp_tokens, z.hidden);
+}
+
+void add_moe(OperatorList& ops, const ModelConfig& m, const ShardingFactors& sh, const LocalSizes& z) {
+  const MoeConfig& moe = *m.moe;
+  const double e = ops.element_bytes();
+  const double experts = moe.experts;
+  const double top_k = moe.top_k;
+  ops.gemm("router", z.sp_tokens, experts, z.hidden);
+  // Scores read in fp32; the chosen expert ids and weights written (4 bytes each).
+  ops.memory("router_topk", z.sp_tokens * (experts * kFp32Bytes + top_k * 2 * kFp32Bytes),
+             kSoftmaxFlops * z.sp_tokens * experts);
+  const double slots = z.tokens * top_k;  // routed token-slots this GPU computes, on average
+  ops.memory("moe_permute", (z.tokens + slots) * z.hidden * e, 0.0);
+  const double local_experts = experts / sh.ep;
+  ops.mlp("expert_", m, slots / local_experts, static_cast<double>(moe.expert_ffn) / sh.tp, z.hidden, local_experts);
+  ops.memory("moe_unpermute", (slots + z.tokens) * z.hidden * e, 2.0 * slots * z.hidden);
+  if (moe.shared_experts > 0) {
+    const double f_shared = static_cast<double>(moe.shared_experts * moe.shared_expert_ffn) / sh.tp;
+    ops.mlp("shared_expert_", m, z.tokens, f_shared, z.hidden);
+  }
+}
+
+}  // namespace
+
+std::string sharding_problem(const ModelConfig& m, const MicroBatch& batch, const ShardingFactors& sh) {
+  auto n = [](int64_t v) { return std::to_string(v); };
+  if (std::string p = m.problem(); !p.empty()) return p;
+  if (batch.sequences <= 0) return "the micro-batch needs at least one sequence";
+  if (batch.sequence_length <= 0) return "the sequence length must be positive";
+  if (sh.tp <= 0 || sh.cp <= 0 || sh.ep <= 0) return "tp, cp and ep must be positive";
+  if (m.heads % sh.tp != 0) return "tp=" + n(sh.tp) + " does not divide heads=" + n(m.heads);
+  if (!m.mla && m.kv_heads % sh.tp != 0 && sh.tp % m.kv_heads != 0) {
+    return "tp=" + n(sh.tp) + " and kv_heads=" + n(m.kv_heads) + " do not divide one another";
+  }
+  bool any_dense = false;
+  for (int i = 0; i < m.layers; ++i) any_dense = any_dense || !m.is_moe_layer(i);
+  if (any_dense && m.ffn % sh.tp != 0) return "tp=" + n(sh.tp) + " does not divide ffn=" + n(m.ffn);
+  if (m.moe) {
+    if (m.moe->experts % sh.ep != 0) return "ep=" + n(sh.ep) + " does not divide experts=" + n(m.moe->experts);
+    if (m.moe->expert_ffn % sh.tp != 0) return "tp=" + n(sh.tp) + " does not divide expert_ffn=" + n(m.moe->expert_ffn);
+    const int64_t shared = int64_t{m.moe->shared_experts} * m.moe->shared_expert_ffn;
+    if (shared % sh.tp != 0) return "tp=" + n(sh.tp) + " does not divide the shared experts' ffn=" + n(shared);
+  }
+  // Causal context parallelism splits each sequence into 2·cp chunks (rank i takes chunks i and
+  // 2cp−1−i) so that every rank gets the same share of the triangle.
+  const int64_t chunks = batch.causal && sh.cp > 1 ? 2 * int64_t{sh.cp} : sh.cp;
+  if (batch.sequence_length % chunks != 0) {
+    return "the sequence length " + n(batch.sequence_length) + " is not a multiple of " + n(chunks) +
+           (chunks == sh.cp ? " (cp)" : " (2·cp, for causal load balancing)");
+  }
+  if (sh.sp && (batch.sequences * batch.sequence_length / sh.cp) % sh.tp != 0) {
+    return "sequence parallelism needs the " + n(batch.sequences * batch.sequence_length / sh.cp) +
+           " tokens per GPU to be a multiple of tp=" + n(sh.tp);
+  }
+  return {};
+}
+
+std::vector<ModelOperator> layer_operators(const ModelConfig& m, int layer, const MicroBatch& batch,
+                                           const ShardingFactors& sh) {
+  require_valid(m, batch, sh);
+  if (layer < 0 || layer >= m.layers + m.mtp_layers) {
+    throw std::invalid_argument("layer " + std::to_string(layer) + " is outside the model");
+  }
+  const LocalSizes z(m, batch, sh);
+  OperatorList ops(batch);
+  add_attention(ops, m, batch, z);
+  ops.norm("mlp_norm", m, z.sp_tokens, z.hidden);
+  if (m.is_moe_layer(layer)) {
+    add_moe(ops, m, sh, z);
+  } else {
+    ops.mlp("mlp_", m, z.tokens, static_cast<double>(m.ffn) / sh.tp, z.hidden);
+  }
+  ops.residual("mlp_residual", z.sp_tokens, z.hidden);
+  return ops.take();
+}
+
+std::vector<ModelOperator> embedding_operators(const ModelConfig& m, const MicroBatch& batch,
+                                               const ShardingFactors& sh) {
+  require_valid(m, batch, sh);
+  const LocalSizes z(m, batch, sh);
+  OperatorList ops(batch);
+  const double e = ops.element_bytes();
+  // Vocabulary-parallel lookup: each rank reads the rows in its slice (1/tp of the tokens on
+  // average) and writes a full-size partial result for the reduction across ranks.
+  ops.memory("embedding", z.tokens * z.hidden * e * (1.0 + 1.0 / sh.tp), 0.0);
+  if (m.position == PositionEmbedding::kLearned) {
+    ops.memory("position_embedding", 3.0 * z.sp_tokens * z.hidden * e, z.sp_tokens * z.hidden);
+  }
+  return ops.take();
+}
+
+std::vector<ModelOperator> output_operators(const ModelConfig& m, const MicroBatch& batch, const ShardingFactors& sh) {
+  require_valid(m, batch, sh);
+  const LocalSizes z(m, batch, sh);
+  OperatorList ops(batch);
+  const double e = ops.element_bytes();
+  ops.norm("final_norm", m, z.sp_tokens, z.hidden);
+  const double vocab = static_cast<double>((m.vocab + sh.tp - 1) / sh.tp);
+  ops.gemm("logits", z.tokens, vocab, z.hidden);
+  // Softmax cross-entropy over the vocabulary slice: logits read, fp32 probabilities kept for
+  // the backward, which reads them and writes the logits' gradient.
+  ops.memory("cross_entropy", z.tokens * vocab * (e + kFp32Bytes), kSoftmaxFlops * z.tokens * vocab, 1.0);
+  return ops.take();
+}
+
+Flops model_flops_per_token(const ModelConfig& m, int64_t sequence_length, bool causal) {
+  const double n = static_cast<double>(count_parameters(m).matmul_active);
+  const double mask = causal ? 0.5 : 1.0;
+  const double attention_per_layer = 6.0 * static_cast<double>(sequence_length) * m.heads *
+                                     static_cast<double>(m.qk_head_dim() + m.v_head_dim()) * mask;
+  return Flops(6.0 * n + m.layers * attention_per_layer);
+}
+
+}  // namespace parallax

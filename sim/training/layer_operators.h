@@ -1,0 +1,99 @@
+// The operators of one micro-batch on one GPU, layer by layer, with their forward and backward
+// costs (FLOPs, HBM bytes, GEMM shape) for the compute model; and the model FLOPs per token
+// used for MFU.
+//
+// A micro-batch is b sequences of s tokens. On one GPU, with tensor parallelism t, context
+// parallelism c, expert parallelism e and optional sequence parallelism:
+//   T    = b·s/c                tokens whose activations this GPU computes
+//   T_sp = T/t with SP, else T  tokens of the norms, residuals and other elementwise work
+//   heads H/t (KV heads G/t, or one replicated head when G < t), FFN f/t, vocab ⌈V/t⌉,
+//   routed experts E/e, expert FFN f_e/t (Megatron-core's default expert tensor parallelism = t)
+// GEMM y[m×n] = x[m×k]·W[k×n], FLOPs 2mnk:
+//   qkv_proj           m=T, k=h, n=(H+2G)·d/t
+//   attention_out_proj m=T, k=H·d_v/t, n=h
+//   mlp gate/up/down   m=T, (h → f/t) ×2 gated or ×1 plain, then f/t → h
+//   router             m=T_sp, k=h, n=E  (not split)
+//   experts            grouped: E/e groups of m = T·k_top/(E/e) rows (the GPU receives T·k_top
+//                      routed token-slots on average, whatever e is), h → f_e/t → h
+//   logits             m=T, k=h, n=⌈V/t⌉
+// Attention core, FlashAttention style (never materialises s×s; Dao 2022):
+//   forward  2·b·s_q·s_kv·(H/t)·(d_qk + d_v) · (½ if causal), s_q = s/c, s_kv = s
+//            = 4·b·s²·h_attn (·½) for d_qk = d_v = d, h_attn = H·d
+//            (with context parallelism each rank holds s/c queries against all s keys; the
+//             load-balanced causal split gives every rank the same half)
+//   backward 2.5 × forward (FlashAttention-2: five s×s products against two, the extra one
+//            being the recomputation of Q·Kᵀ)
+// GEMM backward: 2 × forward (data and weight gradients, each a product of the same volume).
+// Memory-bound operators (norms, activations, residual adds, rotary, routing permutations,
+// embedding lookup, cross-entropy): bytes of every tensor read and written once, in the
+// activation dtype; backward moves twice the forward bytes (it reads the saved input and the
+// output gradient and writes the input gradient), except residual adds (gradients pass through).
+// MLA (DeepSeek-V3): the down projections (q_down, kv_down) are replicated across TP ranks and
+// run on the T_sp tokens, the up projections are split by heads; the attention core uses the
+// materialised per-head dims (d_qk = nope + rope = 192, d_v = 128), as training does — the
+// absorbed-weight form of MLA only pays off in decoding.
+// Not modelled: dropout (absent in the bundled modern models; GPT-3 had it), sliding windows,
+// padding of the vocabulary beyond ⌈V/t⌉, load imbalance between experts (the average is used).
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "compute/operator_cost.h"
+#include "units/units.h"
+#include "training/model_config.h"
+
+namespace parallax {
+
+/// b sequences of s tokens, in the dtype of activations and GEMM inputs.
+struct MicroBatch {
+  int64_t sequences = 1;
+  int64_t sequence_length = 0;
+  bool causal = true;
+  DType dtype = DType::kBf16;
+};
+
+/// How a layer's work is split over GPUs. sp is Megatron's sequence parallelism (degree tp).
+struct ShardingFactors {
+  int tp = 1;
+  int cp = 1;
+  int ep = 1;
+  bool sp = false;
+};
+
+/// One operator of the list, with its forward and backward cost on one GPU.
+struct ModelOperator {
+  std::string name;  ///< e.g. "qkv_proj", "attention", "expert_up_proj"
+  OperatorCost forward;
+  OperatorCost backward;
+};
+
+/// Empty when `sharding` fits `model` and `batch`; otherwise the first reason, naming the
+/// numbers ("tp=6 does not divide heads=32"). The operator functions throw
+/// std::invalid_argument with it.
+std::string sharding_problem(const ModelConfig& model, const MicroBatch& batch, const ShardingFactors& sharding);
+
+/// Operators of layer `layer` in execution order of the forward pass. `layer` is 0-based and
+/// below layers + mtp_layers (the indices from `layers` on are DeepSeek's MTP modules' layers,
+/// without their small projection). Throws std::invalid_argument on a bad layer or sharding.
+std::vector<ModelOperator> layer_operators(const ModelConfig& model, int layer, const MicroBatch& batch,
+                                           const ShardingFactors& sharding);
+/// The input side of the model (first pipeline stage): token (and position) embedding.
+std::vector<ModelOperator> embedding_operators(const ModelConfig& model, const MicroBatch& batch,
+                                               const ShardingFactors& sharding);
+/// The output side (last pipeline stage): final norm, logits, cross-entropy.
+std::vector<ModelOperator> output_operators(const ModelConfig& model, const MicroBatch& batch,
+                                            const ShardingFactors& sharding);
+
+/// Model FLOPs per token of one training step (forward + backward), for MFU:
+///   6·N + Σ_layers 6 · s · H · (d_qk + d_v) · (½ if causal)
+/// N = count_parameters().matmul_active (output head included, input embedding excluded). The
+/// attention term: the forward score and value products cost 2·s·H·(d_qk + d_v) per token,
+/// halved when causal; forward plus backward is three times that. This is the
+/// hardware-independent convention: recomputation is excluded and the backward is 2× forward
+/// (FlashAttention's own recomputation inside its backward, the 2.5× above, is not model work).
+/// For d_qk = d_v = d it is 6N + 6·L·s·h_attn causal and 6N + 12·L·s·h_attn non-causal (PaLM's
+/// 6N + 12·L·H·Q·T).
+Flops model_flops_per_token(const ModelConfig& model, int64_t sequence_length, bool causal = true);
+
+}  // namespace parallax

@@ -1,0 +1,36 @@
+#include "training/memory_model.h"
+
+#include <stdexcept>
+
+namespace parallax {
+
+Bytes zero_model_state_bytes(double psi, ZeroStage stage, int n, double k) {
+  if (n < 1) throw std::invalid_argument("zero_model_state_bytes: data_parallel must be at least 1");
+  if (!(psi >= 0) || !(k >= 0)) throw std::invalid_argument("zero_model_state_bytes: negative size");
+  const double dp = n;
+  switch (stage) {
+    case ZeroStage::kStage0: return Bytes((2 + 2 + k) * psi);
+    case ZeroStage::kStage1: return Bytes((2 + 2 + k / dp) * psi);
+    case ZeroStage::kStage2: return Bytes((2 + (2 + k) / dp) * psi);
+    case ZeroStage::kStage3: return Bytes((2 + 2 + k) * psi / dp);
+  }
+  return Bytes((2 + 2 + k) * psi);
+}
+
+Bytes activation_bytes_per_layer(double s, double b, double h, double a, int t, bool sp, Recomputation r) {
+  if (!(s > 0 && b > 0 && h > 0 && a > 0) || t < 1) {
+    throw std::invalid_argument("activation_bytes_per_layer: sizes and t must be positive");
+  }
+  const double sbh = s * b * h;
+  const double tp = t;
+  const double scores = 5.0 * a * s / h;  // the as²b terms over sbh
+  switch (r) {
+    case Recomputation::kFull: return Bytes(2.0 * sbh);
+    case Recomputation::kSelective: return Bytes(sp ? sbh * 34.0 / tp : sbh * (10.0 + 24.0 / tp));
+    case Recomputation::kNone:
+      return Bytes(sp ? sbh * (34.0 + scores) / tp : sbh * (10.0 + 24.0 / tp + scores / tp));
+  }
+  return Bytes(sbh * (34.0 + scores));
+}
+
+}  // namespace parallax

@@ -1,0 +1,93 @@
+// The architecture of a decoder-only transformer, as far as cost and memory depend on it:
+// sizes, attention variant (MHA, GQA/MQA, DeepSeek's MLA), MLP variant (SwiGLU or plain GELU),
+// mixture-of-experts layout, embeddings. Loaders (model_loader.h) fill it from a Hugging Face
+// config.json or from the workloads' own model block; counting (parameter_count.h) and
+// per-operator costs (layer_operators.h) read it. Nothing here knows about parallel layouts.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace parallax {
+
+/// Gated: SwiGLU-style, three matrices (gate, up, down) and act(gate)·up; plain: two matrices
+/// and GELU (GPT-2/3, GPT-NeoX).
+enum class MlpKind : uint8_t { kGated, kPlain };
+/// RMSNorm has a gain vector; LayerNorm a gain and a bias.
+enum class NormKind : uint8_t { kRmsNorm, kLayerNorm };
+/// Rotary embeddings have no parameters; learned ones are a max_sequence × hidden table.
+enum class PositionEmbedding : uint8_t { kRotary, kLearned };
+
+const char* to_string(MlpKind k);
+const char* to_string(NormKind k);
+const char* to_string(PositionEmbedding p);
+
+/// Mixture of experts. A layer is a MoE layer when layer >= first_dense_layers, layer is a
+/// multiple of layer_frequency, and layer is not listed in dense_layers (DeepSeek's rule, with
+/// Qwen's explicit list); other layers have the dense MLP of ModelConfig::ffn.
+struct MoeConfig {
+  int experts = 0;                 ///< routed experts
+  int top_k = 0;                   ///< routed experts per token
+  int shared_experts = 0;          ///< experts every token passes through
+  int64_t expert_ffn = 0;          ///< intermediate size of one routed expert
+  int64_t shared_expert_ffn = 0;   ///< intermediate size of one shared expert
+  int first_dense_layers = 0;
+  int layer_frequency = 1;
+  std::vector<int> dense_layers;
+};
+
+/// DeepSeek-V2/V3 multi-head latent attention: queries through a rank-q_lora_rank bottleneck
+/// (none when 0), keys and values through a shared rank-kv_lora_rank latent plus one shared
+/// rotary key of qk_rope_head_dim. Per head, queries and keys have qk_nope + qk_rope dims and
+/// values v_head_dim.
+struct MlaConfig {
+  int64_t q_lora_rank = 0;
+  int64_t kv_lora_rank = 0;
+  int64_t qk_nope_head_dim = 0;
+  int64_t qk_rope_head_dim = 0;
+  int64_t v_head_dim = 0;
+};
+
+struct ModelConfig {
+  std::string name;
+  std::string source;  ///< file it was read from, if any (for messages)
+  int layers = 0;
+  int64_t hidden = 0;
+  int heads = 0;
+  int kv_heads = 0;      ///< = heads for MHA, 1 for MQA; unused with MLA
+  int64_t head_dim = 0;  ///< query/key/value dim per head (not used by MLA, which has its own)
+  int64_t ffn = 0;       ///< intermediate size of the dense MLP
+  MlpKind mlp = MlpKind::kGated;
+  int64_t vocab = 0;
+  bool tied_embeddings = false;
+  int64_t max_sequence = 0;
+  NormKind norm = NormKind::kRmsNorm;
+  PositionEmbedding position = PositionEmbedding::kRotary;
+  bool qkv_bias = false;               ///< biases on the query/key/value projections
+  bool attention_output_bias = false;  ///< bias on the attention output projection
+  bool mlp_bias = false;               ///< biases on the MLP (and expert) matrices
+  bool qk_norm = false;                ///< per-head RMSNorm of queries and keys (Qwen3)
+  std::optional<MoeConfig> moe;
+  std::optional<MlaConfig> mla;
+  int mtp_layers = 0;  ///< DeepSeek-V3 multi-token-prediction modules (counted apart)
+
+  bool is_moe_layer(int layer) const;
+  int moe_layer_count() const;
+  /// Query/key dim per head: head_dim, or qk_nope + qk_rope with MLA.
+  int64_t qk_head_dim() const;
+  /// Value dim per head: head_dim, or v_head_dim with MLA.
+  int64_t v_head_dim() const;
+  /// Rotary dims per query/key head: head_dim, or qk_rope_head_dim with MLA; 0 if learned.
+  int64_t rotary_dim() const;
+  /// Key/value heads that are materialised for attention: kv_heads, or heads with MLA.
+  int attention_kv_heads() const;
+
+  /// Empty when consistent; otherwise the first problem, naming the fields (e.g. "heads=32 is
+  /// not a multiple of kv_heads=5"). Loaders check the same things with JSON paths; this is
+  /// the last guard for configs built in code.
+  std::string problem() const;
+};
+
+}  // namespace parallax

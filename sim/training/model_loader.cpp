@@ -1,0 +1,503 @@
+#include "training/model_loader.h"
+
+#include <algorithm>
+#include <filesystem>
+#include <optional>
+
+namespace parallax {
+namespace {
+
+namespace fs = std::filesystem;
+
+// Bounds that keep a corrupt file from asking for absurd loops or overflowing products.
+constexpr int64_t kMaxCount = int64_t{1} << 20;  // layers, heads, experts
+constexpr int64_t kMaxSize = int64_t{1} << 40;   // dimensions, vocabulary, sequence length
+
+enum class HfFamily { kLlama, kMistral, kMixtral, kQwen2, kQwen3, kQwen3Moe, kDeepseekV3, kGpt2, kGptNeoX };
+
+struct HfArchitecture {
+  const char* architecture;
+  const char* model_type;
+  HfFamily family;
+};
+
+constexpr HfArchitecture kHfArchitectures[] = {
+    {"LlamaForCausalLM", "llama", HfFamily::kLlama},
+    {"MistralForCausalLM", "mistral", HfFamily::kMistral},
+    {"MixtralForCausalLM", "mixtral", HfFamily::kMixtral},
+    {"Qwen2ForCausalLM", "qwen2", HfFamily::kQwen2},
+    {"Qwen3ForCausalLM", "qwen3", HfFamily::kQwen3},
+    {"Qwen3MoeForCausalLM", "qwen3_moe", HfFamily::kQwen3Moe},
+    {"DeepseekV3ForCausalLM", "deepseek_v3", HfFamily::kDeepseekV3},
+    {"GPT2LMHeadModel", "gpt2", HfFamily::kGpt2},
+    {"GPTNeoXForCausalLM", "gpt_neox", HfFamily::kGptNeoX},
+};
+
+std::string supported_list() {
+  std::string out;
+  for (const auto& a : kHfArchitectures) out += (out.empty() ? "" : ", ") + std::string(a.architecture);
+  return out;
+}
+
+// Reading a config.json, where JSON null means "use the default" (transformers writes
+// `"head_dim": null`, `"n_inner": null`, `"q_lora_rank": null`).
+class HfFields {
+ public:
+  explicit HfFields(JsonReader& root) : root_(root) {}
+
+  bool present(const std::string& key) const { return root_.has(key) && !root_.raw()[key].is_null(); }
+
+  JsonReader at(const std::string& key) { return root_.at(key); }
+
+  int64_t positive(const std::string& key, int64_t max = kMaxSize) {
+    JsonReader v = root_.at(key);
+    return positive_value(v, max);
+  }
+  int64_t positive_or(const std::string& key, int64_t fallback, int64_t max = kMaxSize) {
+    if (!present(key)) return fallback;
+    JsonReader v = root_.at(key);
+    return positive_value(v, max);
+  }
+  int count(const std::string& key) { return static_cast<int>(positive(key, kMaxCount)); }
+  int count_or(const std::string& key, int fallback) { return static_cast<int>(positive_or(key, fallback, kMaxCount)); }
+  int64_t non_negative_or(const std::string& key, int64_t fallback, int64_t max = kMaxSize) {
+    if (!present(key)) return fallback;
+    JsonReader v = root_.at(key);
+    int64_t x = v.as_int();
+    if (x < 0) v.fail("must be zero or more, found " + std::to_string(x));
+    if (x > max) v.fail("is too large (at most " + std::to_string(max) + "), found " + std::to_string(x));
+    return x;
+  }
+  bool flag_or(const std::string& key, bool fallback) {
+    if (!present(key)) return fallback;
+    return root_.at(key).as_bool();
+  }
+  [[noreturn]] void fail_at(const std::string& key, const std::string& reason) const { root_.fail_at(key, reason); }
+
+ private:
+  static int64_t positive_value(const JsonReader& v, int64_t max) {
+    if (v.raw().is_null()) v.fail("expected a positive integer, found null");
+    int64_t x = v.as_int();
+    if (x <= 0) v.fail("must be a positive integer, found " + std::to_string(x));
+    if (x > max) v.fail("is too large (at most " + std::to_string(max) + "), found " + std::to_string(x));
+    return x;
+  }
+  JsonReader& root_;
+};
+
+void require_multiple(HfFields& f, const std::string& key, int64_t value, const std::string& of_key, int64_t of) {
+  if (of == 0 || value % of != 0) {
+    f.fail_at(key, key + "=" + std::to_string(value) + " is not a multiple of " + of_key + "=" + std::to_string(of));
+  }
+}
+
+// The Llama family: Llama, Mistral, Mixtral, Qwen2/3 (dense and MoE) share these keys.
+void read_llama_like(HfFields& f, HfFamily family, ModelConfig& m) {
+  m.layers = f.count("num_hidden_layers");
+  m.hidden = f.positive("hidden_size");
+  m.heads = f.count("num_attention_heads");
+  m.kv_heads = f.count_or("num_key_value_heads", m.heads);
+  require_multiple(f, "num_attention_heads", m.heads, "num_key_value_heads", m.kv_heads);
+  // Qwen3Config's head_dim defaults to 128; the others derive it from the hidden size.
+  if (family == HfFamily::kQwen3) {
+    m.head_dim = f.positive_or("head_dim", 128);
+  } else if (f.present("head_dim")) {
+    m.head_dim = f.positive("head_dim");
+  } else {
+    require_multiple(f, "hidden_size", m.hidden, "num_attention_heads", m.heads);
+    m.head_dim = m.hidden / m.heads;
+  }
+  m.vocab = f.positive("vocab_size");
+  m.max_sequence = f.positive("max_position_embeddings");
+  m.tied_embeddings = f.flag_or("tie_word_embeddings", false);
+  m.mlp = MlpKind::kGated;
+  m.norm = NormKind::kRmsNorm;
+  m.position = PositionEmbedding::kRotary;
+  if (family == HfFamily::kQwen2) {
+    // Qwen2's q/k/v projections always carry biases; its output projection never does.
+    m.qkv_bias = true;
+  } else {
+    m.qkv_bias = m.attention_output_bias = f.flag_or("attention_bias", false);
+  }
+  m.mlp_bias = f.flag_or("mlp_bias", false);
+  m.qk_norm = family == HfFamily::kQwen3 || family == HfFamily::kQwen3Moe;
+}
+
+void read_mixtral_moe(HfFields& f, ModelConfig& m) {
+  MoeConfig moe;
+  moe.experts = f.count("num_local_experts");
+  moe.top_k = f.count("num_experts_per_tok");
+  if (moe.top_k > moe.experts) f.fail_at("num_experts_per_tok", "is larger than num_local_experts");
+  moe.expert_ffn = f.positive("intermediate_size");
+  m.ffn = moe.expert_ffn;
+  m.moe = moe;
+}
+
+void read_qwen3_moe(HfFields& f, ModelConfig& m) {
+  MoeConfig moe;
+  moe.experts = f.count("num_experts");
+  moe.top_k = f.count("num_experts_per_tok");
+  if (moe.top_k > moe.experts) f.fail_at("num_experts_per_tok", "is larger than num_experts");
+  moe.expert_ffn = f.positive("moe_intermediate_size");
+  // Qwen's rule: layer i is sparse when (i + 1) % decoder_sparse_step == 0 and i is not in
+  // mlp_only_layers; both become the explicit dense list.
+  int step = f.count_or("decoder_sparse_step", 1);
+  for (int i = 0; i < m.layers; ++i) {
+    if ((i + 1) % step != 0) moe.dense_layers.push_back(i);
+  }
+  if (f.present("mlp_only_layers")) {
+    for (const JsonReader& e : f.at("mlp_only_layers").elements()) {
+      int64_t i = e.as_int();
+      if (i < 0 || i >= m.layers) {
+        e.fail("layer " + std::to_string(i) + " is outside 0.." + std::to_string(m.layers - 1));
+      }
+      moe.dense_layers.push_back(static_cast<int>(i));
+    }
+  }
+  m.moe = moe;
+  if (m.moe_layer_count() < m.layers) m.ffn = f.positive("intermediate_size");
+}
+
+void read_deepseek_v3(HfFields& f, ModelConfig& m) {
+  m.layers = f.count("num_hidden_layers");
+  m.hidden = f.positive("hidden_size");
+  m.heads = f.count("num_attention_heads");
+  m.kv_heads = f.count_or("num_key_value_heads", m.heads);
+  MlaConfig mla;
+  mla.q_lora_rank = f.non_negative_or("q_lora_rank", 0);
+  mla.kv_lora_rank = f.positive("kv_lora_rank");
+  mla.qk_nope_head_dim = f.non_negative_or("qk_nope_head_dim", -1);
+  if (mla.qk_nope_head_dim < 0) f.at("qk_nope_head_dim").fail("expected a non-negative integer, found null");
+  mla.qk_rope_head_dim = f.positive("qk_rope_head_dim");
+  mla.v_head_dim = f.positive("v_head_dim");
+  m.mla = mla;
+  m.head_dim = mla.qk_nope_head_dim + mla.qk_rope_head_dim;
+  m.vocab = f.positive("vocab_size");
+  m.max_sequence = f.positive("max_position_embeddings");
+  m.tied_embeddings = f.flag_or("tie_word_embeddings", false);
+  m.mlp = MlpKind::kGated;
+  m.norm = NormKind::kRmsNorm;
+  m.position = PositionEmbedding::kRotary;
+  m.qkv_bias = m.attention_output_bias = f.flag_or("attention_bias", false);
+  m.mtp_layers = static_cast<int>(f.non_negative_or("num_nextn_predict_layers", 0, kMaxCount));
+  if (f.present("n_routed_experts")) {
+    MoeConfig moe;
+    moe.experts = f.count("n_routed_experts");
+    moe.top_k = f.count("num_experts_per_tok");
+    if (moe.top_k > moe.experts) f.fail_at("num_experts_per_tok", "is larger than n_routed_experts");
+    moe.expert_ffn = f.positive("moe_intermediate_size");
+    moe.shared_experts = static_cast<int>(f.non_negative_or("n_shared_experts", 0, kMaxCount));
+    moe.shared_expert_ffn = moe.expert_ffn;
+    moe.first_dense_layers = static_cast<int>(f.non_negative_or("first_k_dense_replace", 0, kMaxCount));
+    moe.layer_frequency = f.count_or("moe_layer_freq", 1);
+    m.moe = moe;
+  }
+  if (m.moe_layer_count() < m.layers) m.ffn = f.positive("intermediate_size");
+}
+
+void read_gpt2(HfFields& f, ModelConfig& m) {
+  m.layers = f.count("n_layer");
+  m.hidden = f.positive("n_embd");
+  m.heads = f.count("n_head");
+  m.kv_heads = m.heads;
+  require_multiple(f, "n_embd", m.hidden, "n_head", m.heads);
+  m.head_dim = m.hidden / m.heads;
+  m.ffn = f.positive_or("n_inner", 4 * m.hidden);
+  m.vocab = f.positive("vocab_size");
+  m.max_sequence = f.positive("n_positions");
+  m.tied_embeddings = f.flag_or("tie_word_embeddings", true);
+  m.mlp = MlpKind::kPlain;
+  m.norm = NormKind::kLayerNorm;
+  m.position = PositionEmbedding::kLearned;
+  m.qkv_bias = m.attention_output_bias = m.mlp_bias = true;
+}
+
+void read_gpt_neox(HfFields& f, ModelConfig& m) {
+  m.layers = f.count("num_hidden_layers");
+  m.hidden = f.positive("hidden_size");
+  m.heads = f.count("num_attention_heads");
+  m.kv_heads = m.heads;
+  require_multiple(f, "hidden_size", m.hidden, "num_attention_heads", m.heads);
+  m.head_dim = m.hidden / m.heads;
+  m.ffn = f.positive("intermediate_size");
+  m.vocab = f.positive("vocab_size");
+  m.max_sequence = f.positive("max_position_embeddings");
+  m.tied_embeddings = f.flag_or("tie_word_embeddings", false);
+  m.mlp = MlpKind::kPlain;
+  m.norm = NormKind::kLayerNorm;
+  m.position = PositionEmbedding::kRotary;
+  m.qkv_bias = m.attention_output_bias = f.flag_or("attention_bias", true);
+  m.mlp_bias = true;
+}
+
+std::optional<HfFamily> family_of_architecture(const std::string& a) {
+  for (const auto& e : kHfArchitectures) {
+    if (a == e.architecture) return e.family;
+  }
+  return std::nullopt;
+}
+std::optional<HfFamily> family_of_model_type(const std::string& t) {
+  for (const auto& e : kHfArchitectures) {
+    if (t == e.model_type) return e.family;
+  }
+  return std::nullopt;
+}
+
+bool is_hf_config(const nlohmann::json& doc) {
+  return doc.is_object() && (doc.contains("architectures") || doc.contains("model_type"));
+}
+
+// ------------------------------------------------------------------ the model block
+
+int64_t positive_value(const JsonReader& v, int64_t max) {
+  int64_t x = v.as_int();
+  if (x <= 0) v.fail("must be a positive integer, found " + std::to_string(x));
+  if (x > max) v.fail("is too large (at most " + std::to_string(max) + "), found " + std::to_string(x));
+  return x;
+}
+
+int block_count(JsonReader& r, const std::string& key) {
+  return static_cast<int>(positive_value(r.at(key), kMaxCount));
+}
+int64_t block_size(JsonReader& r, const std::string& key) { return positive_value(r.at(key), kMaxSize); }
+// Optional keys go through find(), so that an unknown-key error lists them as accepted.
+std::optional<int64_t> block_optional(JsonReader& r, const std::string& key, int64_t max) {
+  auto v = r.find(key);
+  if (!v) return std::nullopt;
+  return positive_value(*v, max);
+}
+int64_t block_non_negative(JsonReader& r, const std::string& key, int64_t fallback, int64_t max = kMaxSize) {
+  auto v = r.find(key);
+  if (!v) return fallback;
+  int64_t x = v->as_int();
+  if (x < 0) v->fail("must be zero or more, found " + std::to_string(x));
+  if (x > max) v->fail("is too large (at most " + std::to_string(max) + "), found " + std::to_string(x));
+  return x;
+}
+bool block_flag(JsonReader& r, const std::string& key, bool fallback) {
+  auto v = r.find(key);
+  return v ? v->as_bool() : fallback;
+}
+template <class E>
+E block_choice(JsonReader& r, const std::string& key, E fallback,
+               std::initializer_list<std::pair<const char*, E>> options) {
+  auto v = r.find(key);
+  if (!v) return fallback;
+  std::string s = v->as_string();
+  std::string names;
+  for (const auto& [name, value] : options) {
+    if (s == name) return value;
+    names += (names.empty() ? "\"" : ", \"") + std::string(name) + "\"";
+  }
+  v->fail("unknown value \"" + s + "\" (expected " + names + ")");
+}
+
+MoeConfig read_moe_block(JsonReader r, int layers) {
+  MoeConfig moe;
+  moe.experts = block_count(r, "experts");
+  moe.top_k = block_count(r, "top_k");
+  if (moe.top_k > moe.experts) {
+    r.fail_at("top_k", "top_k=" + std::to_string(moe.top_k) + " is larger than experts=" + std::to_string(moe.experts));
+  }
+  moe.expert_ffn = block_size(r, "expert_ffn");
+  moe.shared_experts = static_cast<int>(block_non_negative(r, "shared_experts", 0, kMaxCount));
+  moe.shared_expert_ffn = block_optional(r, "shared_expert_ffn", kMaxSize).value_or(moe.expert_ffn);
+  moe.first_dense_layers = static_cast<int>(block_non_negative(r, "first_dense_layers", 0, kMaxCount));
+  moe.layer_frequency = static_cast<int>(block_optional(r, "layer_frequency", kMaxCount).value_or(1));
+  if (auto list = r.find("dense_layers")) {
+    for (const JsonReader& e : list->elements()) {
+      int64_t i = e.as_int();
+      if (i < 0 || i >= layers) e.fail("layer " + std::to_string(i) + " is outside 0.." + std::to_string(layers - 1));
+      moe.dense_layers.push_back(static_cast<int>(i));
+    }
+  }
+  r.finish();
+  return moe;
+}
+
+MlaConfig read_mla_block(JsonReader r) {
+  MlaConfig mla;
+  mla.q_lora_rank = block_non_negative(r, "q_lora_rank", 0);
+  mla.kv_lora_rank = block_size(r, "kv_lora_rank");
+  r.at("qk_nope_head_dim");  // required, though zero is allowed
+  mla.qk_nope_head_dim = block_non_negative(r, "qk_nope_head_dim", 0);
+  mla.qk_rope_head_dim = block_size(r, "qk_rope_head_dim");
+  mla.v_head_dim = block_size(r, "v_head_dim");
+  r.finish();
+  return mla;
+}
+
+std::string stem_of(const std::string& path) { return fs::path(path).stem().string(); }
+
+}  // namespace
+
+ModelConfig model_from_hf_config(const nlohmann::json& doc, const std::string& file, const std::string& name) {
+  JsonReader root(doc, file);
+  if (!doc.is_object()) root.fail(std::string("expected an object, found ") + doc.type_name());
+  HfFields f(root);
+  std::optional<HfFamily> family;
+  std::optional<JsonReader> unknown_at;  // where to point if nothing is recognised
+  std::string unknown_name;
+  if (f.present("architectures")) {
+    JsonReader archs = root.at("architectures");
+    auto list = archs.elements();
+    if (list.empty()) archs.fail("is an empty list");
+    unknown_name = list.front().as_string();
+    family = family_of_architecture(unknown_name);
+    if (!family) unknown_at = list.front();
+  }
+  if (!family && f.present("model_type")) {
+    JsonReader type = root.at("model_type");
+    family = family_of_model_type(type.as_string());
+    if (!family && !unknown_at) {
+      unknown_at = type;
+      unknown_name = type.as_string();
+    }
+  }
+  if (!family) {
+    if (!unknown_at) root.fail("neither \"architectures\" nor \"model_type\" says what model this is");
+    unknown_at->fail("unknown architecture \"" + unknown_name + "\" (supported: " + supported_list() + ")");
+  }
+
+  ModelConfig m;
+  m.name = name;
+  m.source = file;
+  switch (*family) {
+    case HfFamily::kLlama:
+    case HfFamily::kMistral:
+    case HfFamily::kQwen2:
+    case HfFamily::kQwen3:
+      read_llama_like(f, *family, m);
+      m.ffn = f.positive("intermediate_size");
+      break;
+    case HfFamily::kMixtral:
+      read_llama_like(f, *family, m);
+      read_mixtral_moe(f, m);
+      break;
+    case HfFamily::kQwen3Moe:
+      read_llama_like(f, *family, m);
+      read_qwen3_moe(f, m);
+      break;
+    case HfFamily::kDeepseekV3: read_deepseek_v3(f, m); break;
+    case HfFamily::kGpt2: read_gpt2(f, m); break;
+    case HfFamily::kGptNeoX: read_gpt_neox(f, m); break;
+  }
+  if (std::string p = m.problem(); !p.empty()) root.fail(p);
+  return m;
+}
+
+ModelConfig model_from_block(JsonReader r) {
+  ModelConfig m;
+  m.source = r.file();
+  m.name = r.at("name").as_string();
+  if (auto d = r.find("description")) d->as_string();
+  m.layers = block_count(r, "layers");
+  m.hidden = block_size(r, "hidden");
+  m.heads = block_count(r, "heads");
+  m.kv_heads = static_cast<int>(block_optional(r, "kv_heads", kMaxCount).value_or(m.heads));
+  if (m.heads % m.kv_heads != 0) {
+    r.fail_at("kv_heads", "heads=" + std::to_string(m.heads) + " is not a multiple of kv_heads=" +
+                              std::to_string(m.kv_heads));
+  }
+  if (auto head_dim = block_optional(r, "head_dim", kMaxSize)) {
+    m.head_dim = *head_dim;
+  } else {
+    if (m.hidden % m.heads != 0) {
+      r.fail_at("heads", "hidden=" + std::to_string(m.hidden) + " is not a multiple of heads=" +
+                             std::to_string(m.heads) + " (give head_dim)");
+    }
+    m.head_dim = m.hidden / m.heads;
+  }
+  m.mlp = block_choice(r, "mlp", MlpKind::kGated, {{"swiglu", MlpKind::kGated}, {"gelu", MlpKind::kPlain}});
+  m.vocab = block_size(r, "vocab");
+  m.tied_embeddings = block_flag(r, "tied_embeddings", false);
+  m.max_sequence = block_size(r, "max_sequence");
+  m.norm = block_choice(r, "norm", NormKind::kRmsNorm,
+                        {{"rmsnorm", NormKind::kRmsNorm}, {"layernorm", NormKind::kLayerNorm}});
+  m.position = block_choice(r, "position_embedding", PositionEmbedding::kRotary,
+                            {{"rotary", PositionEmbedding::kRotary}, {"learned", PositionEmbedding::kLearned}});
+  m.qkv_bias = block_flag(r, "qkv_bias", false);
+  m.attention_output_bias = block_flag(r, "attention_output_bias", false);
+  m.mlp_bias = block_flag(r, "mlp_bias", false);
+  m.qk_norm = block_flag(r, "qk_norm", false);
+  if (auto moe = r.find("moe")) m.moe = read_moe_block(*moe, m.layers);
+  if (auto mla = r.find("mla")) {
+    m.mla = read_mla_block(*mla);
+    m.head_dim = m.qk_head_dim();
+    m.kv_heads = m.heads;
+  }
+  m.mtp_layers = static_cast<int>(block_non_negative(r, "mtp_layers", 0, kMaxCount));
+  if (auto ffn = block_optional(r, "ffn", kMaxSize)) {
+    m.ffn = *ffn;
+  } else if (m.moe_layer_count() < m.layers) {
+    r.fail("missing required key \"ffn\" (some layers have a dense MLP)");
+  }
+  r.finish();
+  if (std::string p = m.problem(); !p.empty()) r.fail(p);
+  return m;
+}
+
+ModelConfig load_model_file(const std::string& path) {
+  nlohmann::json doc = load_json_file(path);
+  if (is_hf_config(doc)) return model_from_hf_config(doc, path, stem_of(path));
+  return model_from_block(JsonReader(doc, path));
+}
+
+std::vector<std::string> bundled_model_names(const std::string& models_dir) {
+  std::vector<std::string> names;
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(models_dir, ec)) {
+    if (entry.path().extension() == ".json") names.push_back(entry.path().stem().string());
+  }
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+std::string bundled_model_path(const std::string& models_dir, const std::string& name) {
+  if (name.empty() || name.find('/') != std::string::npos || name.find('\\') != std::string::npos) return {};
+  fs::path p = fs::path(models_dir) / (name + ".json");
+  std::error_code ec;
+  return fs::is_regular_file(p, ec) ? p.string() : std::string();
+}
+
+namespace {
+std::string bundled_list(const std::string& models_dir) {
+  std::string out;
+  for (const auto& n : bundled_model_names(models_dir)) out += (out.empty() ? "" : ", ") + n;
+  return out.empty() ? "none in " + models_dir : out;
+}
+}  // namespace
+
+ModelConfig load_bundled_model(const std::string& models_dir, const std::string& name) {
+  std::string path = bundled_model_path(models_dir, name);
+  if (path.empty()) {
+    throw InputError("", "", "unknown model \"" + name + "\" (bundled: " + bundled_list(models_dir) + ")");
+  }
+  return load_model_file(path);
+}
+
+ModelConfig read_model(JsonReader value, const std::string& models_dir) {
+  if (value.is_object()) return model_from_block(value);
+  if (!value.is_string()) {
+    value.fail(std::string("expected a model name, a model file path or a model object, found ") +
+               value.raw().type_name());
+  }
+  std::string s = value.as_string();
+  if (std::string path = bundled_model_path(models_dir, s); !path.empty()) return load_model_file(path);
+  if (s.size() > 5 && s.compare(s.size() - 5, 5, ".json") == 0) {
+    fs::path p(s);
+    if (p.is_relative() && !value.file().empty()) p = fs::path(value.file()).parent_path() / p;
+    std::error_code ec;
+    if (!fs::is_regular_file(p, ec)) value.fail("model file " + p.string() + " does not exist");
+    return load_model_file(p.string());
+  }
+  value.fail("unknown model \"" + s + "\" (bundled: " + bundled_list(models_dir) + "; or give a path ending in .json)");
+}
+
+std::vector<std::string> supported_hf_architectures() {
+  std::vector<std::string> out;
+  for (const auto& a : kHfArchitectures) out.emplace_back(a.architecture);
+  return out;
+}
+
+}  // namespace parallax

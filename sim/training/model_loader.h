@@ -1,0 +1,67 @@
+// Reading model architectures into ModelConfig, from three places:
+//
+// 1. A Hugging Face config.json, dispatched on `architectures[0]` (or `model_type` when that is
+//    absent or not one we know): LlamaForCausalLM, MistralForCausalLM, MixtralForCausalLM,
+//    Qwen2ForCausalLM, Qwen3ForCausalLM, Qwen3MoeForCausalLM, DeepseekV3ForCausalLM,
+//    GPT2LMHeadModel, GPTNeoXForCausalLM. Only the keys that shape cost are read and the rest of
+//    the file is ignored (these files carry tokenizer ids, rope scaling, quantisation, …);
+//    defaults are those of the transformers configuration classes (e.g. GPT-2 ties its
+//    embeddings, n_inner null means 4·n_embd; Qwen3 head_dim defaults to 128).
+//    Not modelled: sliding-window attention (Mistral v0.1's 4096 window is read as full
+//    attention), GPT-NeoX's partial rotary (no parameters), DeepSeek's router bias
+//    (e_score_correction_bias, 256 numbers per layer), dropout.
+// 2. The workloads' own model block, strict (an unknown key is an error):
+//      { "name": "tiny", "layers": 2, "hidden": 256, "heads": 4, "kv_heads": 2, "head_dim": 64,
+//        "ffn": 1024, "mlp": "swiglu" | "gelu", "vocab": 32000, "tied_embeddings": false,
+//        "max_sequence": 4096, "norm": "rmsnorm" | "layernorm",
+//        "position_embedding": "rotary" | "learned", "qkv_bias": false,
+//        "attention_output_bias": false, "mlp_bias": false, "qk_norm": false,
+//        "moe": { "experts": 8, "top_k": 2, "expert_ffn": 14336, "shared_experts": 0,
+//                 "shared_expert_ffn": 14336, "first_dense_layers": 0, "layer_frequency": 1,
+//                 "dense_layers": [] },
+//        "mla": { "q_lora_rank": 1536, "kv_lora_rank": 512, "qk_nope_head_dim": 128,
+//                 "qk_rope_head_dim": 64, "v_head_dim": 128 },
+//        "mtp_layers": 0, "description": "free text" }
+//    Required: name, layers, hidden, heads, vocab, max_sequence, and ffn unless every layer is
+//    MoE. Defaults: kv_heads = heads, head_dim = hidden / heads, mlp swiglu, rmsnorm, rotary,
+//    no biases, shared_expert_ffn = expert_ffn. The meanings are those of ModelConfig.
+// 3. A bundled name ("llama3-70b"), which is the file <models_dir>/<name>.json.
+//
+// Every error is an InputError naming the file, the JSON pointer and the reason.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "io/json_reader.h"
+#include "training/model_config.h"
+
+namespace parallax {
+
+/// Loads a model file: a Hugging Face config.json when the document has `architectures` or
+/// `model_type`, otherwise the model block. A config.json's name is the file's stem.
+ModelConfig load_model_file(const std::string& path);
+
+/// A parsed Hugging Face config.json; `file` names it in errors, `name` becomes the model name.
+ModelConfig model_from_hf_config(const nlohmann::json& doc, const std::string& file, const std::string& name);
+
+/// The workloads' model block (schema in the header comment).
+ModelConfig model_from_block(JsonReader block);
+
+/// A workload's "model" value: an inline block (object), a bundled name, or the path of a model
+/// file (a string ending in ".json", relative to the folder of the file being read).
+ModelConfig read_model(JsonReader value, const std::string& models_dir);
+
+/// Names of the bundled models in `models_dir` (the stems of its *.json files), sorted.
+std::vector<std::string> bundled_model_names(const std::string& models_dir);
+/// `<models_dir>/<name>.json` when it exists, else empty.
+std::string bundled_model_path(const std::string& models_dir, const std::string& name);
+/// The bundled model `name`; an unknown name is an InputError listing the bundled ones.
+ModelConfig load_bundled_model(const std::string& models_dir, const std::string& name);
+
+/// The `architectures` values understood by model_from_hf_config.
+std::vector<std::string> supported_hf_architectures();
+
+}  // namespace parallax

@@ -1,0 +1,100 @@
+#include "training/parameter_count.h"
+
+namespace parallax {
+namespace {
+
+int64_t norm_size(const ModelConfig& m, int64_t width) { return m.norm == NormKind::kLayerNorm ? 2 * width : width; }
+
+// Matrices and bias vector of an MLP of intermediate size f.
+int64_t mlp_matrices(const ModelConfig& m, int64_t f) { return (m.mlp == MlpKind::kGated ? 3 : 2) * m.hidden * f; }
+int64_t mlp_biases(const ModelConfig& m, int64_t f) {
+  if (!m.mlp_bias) return 0;
+  return (m.mlp == MlpKind::kGated ? 2 * f : f) + m.hidden;
+}
+
+void count_attention(const ModelConfig& m, LayerParameterCounts& c) {
+  const int64_t h = m.hidden;
+  const int64_t heads = m.heads;
+  if (m.mla) {
+    const MlaConfig& a = *m.mla;
+    const int64_t qk = a.qk_nope_head_dim + a.qk_rope_head_dim;
+    if (a.q_lora_rank > 0) {
+      c.attention += h * a.q_lora_rank + a.q_lora_rank * heads * qk;
+      c.vectors += a.q_lora_rank;  // q_a_layernorm
+    } else {
+      c.attention += h * heads * qk;
+    }
+    c.attention += h * (a.kv_lora_rank + a.qk_rope_head_dim) +
+                   a.kv_lora_rank * heads * (a.qk_nope_head_dim + a.v_head_dim);
+    c.vectors += a.kv_lora_rank;  // kv_a_layernorm
+    c.attention += heads * a.v_head_dim * h;
+    if (m.qkv_bias) c.vectors += heads * qk + a.kv_lora_rank + a.qk_rope_head_dim;
+    if (m.attention_output_bias) c.vectors += h;
+    return;
+  }
+  const int64_t qkv_width = (heads + 2 * int64_t{m.kv_heads}) * m.head_dim;
+  c.attention += h * qkv_width + heads * m.head_dim * h;
+  if (m.qkv_bias) c.vectors += qkv_width;
+  if (m.attention_output_bias) c.vectors += h;
+  if (m.qk_norm) c.vectors += 2 * m.head_dim;
+}
+
+}  // namespace
+
+LayerParameterCounts layer_parameters(const ModelConfig& m, int layer) {
+  LayerParameterCounts c;
+  count_attention(m, c);
+  c.vectors += 2 * norm_size(m, m.hidden);
+  if (m.is_moe_layer(layer)) {
+    const MoeConfig& moe = *m.moe;
+    const int64_t expert = mlp_matrices(m, moe.expert_ffn);
+    c.routed_experts = moe.experts * expert;
+    c.routed_per_token = moe.top_k * expert;
+    c.vectors += moe.experts * mlp_biases(m, moe.expert_ffn);
+    c.router = moe.experts * m.hidden;
+    if (moe.shared_experts > 0) {
+      // Shared experts act as one MLP of shared_experts·f_s intermediate size.
+      const int64_t f_shared = moe.shared_experts * moe.shared_expert_ffn;
+      c.mlp = mlp_matrices(m, f_shared);
+      c.vectors += mlp_biases(m, f_shared);
+    }
+  } else {
+    c.mlp = mlp_matrices(m, m.ffn);
+    c.vectors += mlp_biases(m, m.ffn);
+  }
+  return c;
+}
+
+ParameterCounts count_parameters(const ModelConfig& m) {
+  ParameterCounts p;
+  p.embedding = m.vocab * m.hidden;
+  if (m.position == PositionEmbedding::kLearned) p.embedding += m.max_sequence * m.hidden;
+  const int64_t head = m.vocab * m.hidden;
+  p.output_head = m.tied_embeddings ? 0 : head;
+  p.final_norm = norm_size(m, m.hidden);
+  int64_t layers_active = 0;
+  int64_t layers_matmul = 0;
+  for (int i = 0; i < m.layers; ++i) {
+    LayerParameterCounts c = layer_parameters(m, i);
+    p.attention += c.attention;
+    (m.is_moe_layer(i) ? p.shared_experts : p.dense_mlp) += c.mlp;
+    p.routed_experts += c.routed_experts;
+    p.router += c.router;
+    p.layer_vectors += c.vectors;
+    layers_active += c.active();
+    layers_matmul += c.matmul_active();
+  }
+  const int64_t outside = p.embedding + p.output_head + p.final_norm;
+  p.total = outside + p.attention + p.dense_mlp + p.shared_experts + p.routed_experts + p.router + p.layer_vectors;
+  p.active = outside + layers_active;
+  p.matmul_active = layers_matmul + head;
+  if (m.mtp_layers > 0) {
+    // DeepSeek-V3 MTP module: enorm + hnorm, eh_proj (2h → h), one layer of the model's last
+    // kind (MoE for V3), and the shared head's norm.
+    const LayerParameterCounts mtp_layer = layer_parameters(m, m.layers);
+    p.mtp = m.mtp_layers * (3 * norm_size(m, m.hidden) + 2 * m.hidden * m.hidden + mtp_layer.total());
+  }
+  return p;
+}
+
+}  // namespace parallax

@@ -1,0 +1,67 @@
+// Parameter counts of a ModelConfig, exact from its dimensions, split the way memory and FLOP
+// accounting need them: matrices (which take part in GEMMs) apart from vectors (biases, norm
+// gains), routed experts apart from the rest, embeddings and the output head apart.
+//
+// Per layer (h hidden, H heads, G kv heads, d head dim, f ffn, E experts, k top-k):
+//   attention  h·(H + 2G)·d + H·d·h                       (+ (H+2G)·d, + h biases)
+//   MLA        h·q_lora + q_lora·H·(nope+rope)            (or h·H·(nope+rope) without q_lora)
+//              + h·(kv_lora + rope) + kv_lora·H·(nope+v) + H·v·h   (+ q_lora + kv_lora norm gains)
+//   MLP        3·h·f gated, 2·h·f plain                    (+ 2f + h, or f + h, biases)
+//   MoE        E·(3·h·f_e) routed, shared·3·h·f_s, router E·h
+//   norms      two per layer: h each (RMSNorm) or 2h (LayerNorm); Qwen3's q/k norms 2·d
+// Model: token embedding V·h (+ learned positions max_sequence·h), output head V·h unless tied,
+// final norm. DeepSeek-V3's multi-token-prediction modules are counted apart (mtp) and left
+// out of total, as DeepSeek's own 671 B excludes them: each is two norms, a 2h×h projection,
+// one more MoE layer and a norm; it shares the embedding and head.
+#pragma once
+
+#include <cstdint>
+
+#include "training/model_config.h"
+
+namespace parallax {
+
+/// The parameters of one transformer layer.
+struct LayerParameterCounts {
+  int64_t attention = 0;         ///< attention matrices
+  int64_t mlp = 0;               ///< dense MLP matrices, or the shared experts' in a MoE layer
+  int64_t routed_experts = 0;    ///< matrices of all routed experts
+  int64_t routed_per_token = 0;  ///< matrices of the top-k experts one token uses
+  int64_t router = 0;            ///< router matrix
+  int64_t vectors = 0;           ///< biases and norm gains
+
+  int64_t total() const { return attention + mlp + routed_experts + router + vectors; }
+  /// What one token touches: the unselected routed experts left out.
+  int64_t active() const { return attention + mlp + routed_per_token + router + vectors; }
+  /// Matrices one token is multiplied by (the N of 6N, per layer).
+  int64_t matmul_active() const { return attention + mlp + routed_per_token + router; }
+};
+
+/// Parameters of layer `layer` (0-based) of `model`.
+LayerParameterCounts layer_parameters(const ModelConfig& model, int layer);
+
+struct ParameterCounts {
+  int64_t embedding = 0;     ///< token embedding (and learned positions)
+  int64_t output_head = 0;   ///< the unembedding matrix; 0 when tied to the embedding
+  int64_t final_norm = 0;
+  int64_t attention = 0;     ///< attention matrices, all layers
+  int64_t dense_mlp = 0;     ///< MLP matrices of dense layers
+  int64_t shared_experts = 0;
+  int64_t routed_experts = 0;
+  int64_t router = 0;
+  int64_t layer_vectors = 0; ///< biases and norm gains inside the layers
+  int64_t total = 0;         ///< every parameter once, MTP modules excluded
+  int64_t active = 0;        ///< touched by one token: total minus the unselected routed experts
+  /// Matrices one token is multiplied by: the layers' matmul_active plus the output head (even
+  /// when tied, since the logits GEMM runs either way); no input embedding (a lookup), no
+  /// biases or norm gains. The N of "6·N" model FLOPs.
+  int64_t matmul_active = 0;
+  int64_t mtp = 0;           ///< DeepSeek-V3 multi-token-prediction modules, not in total
+
+  /// active minus the input embedding: DeepSeek's "activated parameters" convention.
+  int64_t active_without_embedding() const { return active - embedding; }
+};
+
+ParameterCounts count_parameters(const ModelConfig& model);
+
+}  // namespace parallax

@@ -1,0 +1,244 @@
+// The compute model against its roofline: huge GEMMs run at peak × efficiency, elementwise
+// kernels at the achievable HBM bandwidth; the closed-form efficiency's documented anchor
+// (8192³ bf16 ≈ 790 TFLOP/s on H100); and the measured-table replacement, which must give back
+// the measured points exactly.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "compute/compute_model.h"
+#include "compute/measured_gemm_table.h"
+#include "io/input_error.h"
+#include "test_support.h"
+
+namespace parallax {
+namespace {
+
+// H100 SXM5 datasheet figures (dense), as in topologies/dgx-h100.json.
+GpuSpec h100() {
+  GpuSpec g;
+  g.name = "H100-SXM5-80GB";
+  g.fp32 = teraflops_per_second(67);
+  g.tf32 = teraflops_per_second(494.7);
+  g.bf16 = teraflops_per_second(989.4);
+  g.fp16 = teraflops_per_second(989.4);
+  g.fp8 = teraflops_per_second(1978.9);
+  g.memory = gib(80);
+  g.memory_bandwidth = gigabytes_per_second(3350);
+  return g;
+}
+
+constexpr double kPeakBf16 = 989.4e12;
+constexpr double kHbm = 3.35e12;
+const Time kLaunch = Time::us(2);
+
+// ceil(x · 1e12) picoseconds: the rounding of compute_time and transfer_time.
+Time seconds_rounded_up(double s) { return Time::ps(static_cast<int64_t>(std::ceil(s * 1e12))); }
+
+GemmShape cube(double n) { return GemmShape{n, n, n, 1}; }
+
+// The closed form of gemm_efficiency.h, written out again: F · u / (1 + u · 2³⁰ / W), with
+// u = d / (d + 32), W = m·n·k·batch, d = min(m, n, k).
+double closed_form(double fraction, double m, double n, double k, double batch = 1) {
+  const double d = std::min({m, n, k});
+  const double u = d / (d + 32.0);
+  return fraction * u / (1.0 + u * std::pow(2.0, 30) / (m * n * k * batch));
+}
+
+TEST(ShapeEfficiency, LargeSquareBf16GemmReachesTheDocumentedRate) {
+  // 8192³: u = 8192/8224 = 0.99611, W½/W = 2⁻⁹ → 0.80 · 0.99611 / 1.001946 = 0.7953;
+  // × 989.4 TFLOP/s = 786.9 TFLOP/s, within 1 % of the ~790 that public benchmarks measure.
+  ShapeEfficiency model;
+  const double u = 8192.0 / 8224.0;
+  EXPECT_DOUBLE_EQ(model.efficiency(cube(8192)), 0.80 * u / (1.0 + u / 512.0));
+  EXPECT_NEAR(model.achieved_rate(cube(8192), DType::kBf16, h100()).value(), 790e12, 0.01 * 790e12);
+}
+
+TEST(ShapeEfficiency, SmallAndSkinnyProductsAreLessEfficient) {
+  ShapeEfficiency model;
+  EXPECT_LT(model.efficiency(cube(128)), model.efficiency(cube(1024)));
+  EXPECT_LT(model.efficiency(cube(1024)), model.efficiency(cube(4096)));
+  EXPECT_LT(model.efficiency(cube(4096)), model.efficiency(cube(8192)));
+  // 1024³ is the half-volume point: u = 1024/1056, 0.80 · u / (1 + u) = 0.3939 (about half of F).
+  const double u = 1024.0 / 1056.0;
+  EXPECT_DOUBLE_EQ(model.efficiency(cube(1024)), 0.80 * u / (1.0 + u));
+  // Same volume (2³³), one dimension of 16 instead of 2048: lower, by the closed form.
+  GemmShape square = cube(2048);
+  GemmShape skinny{16, 2048, 2048 * 128, 1};
+  ASSERT_DOUBLE_EQ(square.volume(), skinny.volume());
+  EXPECT_LT(model.efficiency(skinny), 0.5 * model.efficiency(square));
+  EXPECT_DOUBLE_EQ(model.efficiency(skinny), closed_form(0.80, 16, 2048, 2048 * 128));
+  // Grouped products count every group's volume.
+  EXPECT_GT(model.efficiency(GemmShape{1024, 1024, 1024, 8}), model.efficiency(cube(1024)));
+  EXPECT_DOUBLE_EQ(model.efficiency(GemmShape{1024, 1024, 1024, 8}), closed_form(0.80, 1024, 1024, 1024, 8));
+}
+
+TEST(ComputeModel, HugeGemmIsComputeBoundAtPeakTimesEfficiency) {
+  ComputeModel model(h100());
+  const OperatorCost op = gemm_cost(cube(32768), DType::kBf16);
+  // FLOPs 2·32768³ = 7.037e13; efficiency 0.80 · u / (1 + u · 2⁻¹⁵), u = 32768/32800 → 0.79920.
+  const double flops = 2.0 * std::pow(32768.0, 3);
+  ASSERT_DOUBLE_EQ(op.flops.value(), flops);
+  const double eff = closed_form(0.80, 32768, 32768, 32768);
+  const OperatorTiming t = model.timing(op);
+  EXPECT_FALSE(t.memory_bound());
+  EXPECT_NEAR(t.rate.value(), kPeakBf16 * eff, kPeakBf16 * 1e-12);
+  EXPECT_EQ(t.total, seconds_rounded_up(flops / (kPeakBf16 * eff)) + kLaunch);
+  // Bytes: 3 · 32768² · 2 = 6.4 GB at 0.9 · 3.35 TB/s = 2.1 ms, against 89 ms of compute.
+  EXPECT_LT(t.memory.seconds(), 0.05 * t.compute.seconds());
+  // Never faster than the datasheet peak, and at least 79 % of it.
+  EXPECT_GT(t.compute.seconds(), flops / kPeakBf16);
+  EXPECT_LT(t.compute.seconds(), flops / (0.79 * kPeakBf16));
+}
+
+TEST(ComputeModel, ElementwiseOpIsMemoryBoundAtHbmBandwidth) {
+  ComputeModel model(h100());
+  // A residual add on 2²⁸ bf16 elements: read two, write one → 3 · 2²⁸ · 2 B = 1.5 GiB, one
+  // FLOP per element. Memory: 1.61e9 B / (0.9 · 3.35e12 B/s) = 534 µs; the FLOPs take 4 µs at
+  // the 67 TFLOP/s vector peak.
+  const double elements = std::pow(2.0, 28);
+  const double bytes = 3 * elements * 2;
+  const OperatorCost op = memory_bound_cost(Bytes(bytes), Flops(elements));
+  const OperatorTiming t = model.timing(op);
+  EXPECT_TRUE(t.memory_bound());
+  EXPECT_EQ(t.memory, seconds_rounded_up(bytes / (0.9 * kHbm)));
+  EXPECT_EQ(t.total, t.memory + kLaunch);
+  EXPECT_DOUBLE_EQ(model.memory_bandwidth().value(), 0.9 * kHbm);
+}
+
+TEST(ComputeModel, DecodeGemmIsMemoryBound) {
+  ComputeModel model(h100());
+  // 1 × 8192 × 8192 bf16 (one token through a square weight): bytes (8192 + 8192² + 8192) · 2
+  // = 1.3425e8 take 44.5 µs at 0.9 · 3.35 TB/s. Compute: W = 2²⁶, u = 1/33,
+  // η = 0.8 · u / (1 + 16u) = 0.01633 → 16.2 TFLOP/s, 1.34e8 FLOPs in 8.3 µs. Memory wins.
+  const OperatorCost op = gemm_cost(GemmShape{1, 8192, 8192, 1}, DType::kBf16);
+  const OperatorTiming t = model.timing(op);
+  EXPECT_TRUE(t.memory_bound());
+  const double bytes = (8192.0 + 8192.0 * 8192.0 + 8192.0) * 2.0;
+  EXPECT_EQ(t.total, seconds_rounded_up(bytes / (0.9 * kHbm)) + kLaunch);
+  EXPECT_NEAR(t.rate.value(), kPeakBf16 * closed_form(0.80, 1, 8192, 8192), 1.0);
+}
+
+TEST(ComputeModel, AttentionUsesTheAttentionEfficiency) {
+  ComputeModel model(h100());
+  // Per-head Q·Kᵀ of 4096 × 4096 × 128 for 2 sequences × 32 heads: W = 2¹²·2¹²·2⁷·2⁶ = 2³⁷,
+  // u = 128/160 = 0.8 → 0.55 · 0.8 / (1 + 0.8 · 2⁻⁷) = 0.4373 of the bf16 peak.
+  OperatorCost op;
+  op.kind = OperatorKind::kAttention;
+  op.shape = GemmShape{4096, 4096, 128, 64};
+  op.flops = Flops(4.0 * 2 * 4096.0 * 4096.0 * 4096.0 * 0.5);
+  const double expected_rate = kPeakBf16 * 0.55 * 0.8 / (1.0 + 0.8 / 128.0);
+  EXPECT_NEAR(model.compute_rate(op).value(), expected_rate, expected_rate * 1e-12);
+}
+
+TEST(ComputeModel, LaunchOverheadIsPaidPerKernel) {
+  ComputeModel model(h100());
+  OperatorCost op = memory_bound_cost(Bytes(0));
+  op.kernels = 3;
+  EXPECT_EQ(model.time(op), Time::us(6));
+  op.kernels = 0;
+  EXPECT_EQ(model.time(op), Time::zero());
+  ComputeModelOptions graphs;
+  graphs.kernel_launch_overhead = Time::zero();
+  op.kernels = 3;
+  EXPECT_EQ(ComputeModel(h100(), graphs).time(op), Time::zero());
+}
+
+TEST(ComputeModel, MissingTensorCorePathsFallBack) {
+  GpuSpec g = h100();
+  g.fp8 = FlopRate(0);
+  g.tf32 = FlopRate(0);
+  EXPECT_EQ(peak_rate(g, DType::kFp8), g.bf16);
+  EXPECT_EQ(peak_rate(g, DType::kTf32), g.fp32);
+  EXPECT_EQ(peak_rate(h100(), DType::kFp8), h100().fp8);
+}
+
+TEST(ComputeModel, RejectsNonsenseOptions) {
+  ComputeModelOptions bad;
+  bad.memory_efficiency = 1.5;
+  EXPECT_THROW(ComputeModel(h100(), bad), std::invalid_argument);
+  GpuSpec no_hbm = h100();
+  no_hbm.memory_bandwidth = Bandwidth(0);
+  EXPECT_THROW(ComputeModel{no_hbm}, std::invalid_argument);
+}
+
+// ---------------------------------------------------------------- measured table
+
+MeasuredGemmTable fixture_table() {
+  return load_gemm_measurements(test::source_path("tests/data/compute/gemm-h100.jsonl"));
+}
+
+TEST(MeasuredGemmTable, ReproducesEveryMeasuredPointExactly) {
+  MeasuredGemmTable table = fixture_table();
+  // Six gemm lines; the meta, collective and memcpy lines and the blank line are skipped.
+  ASSERT_EQ(table.measurements().size(), 6u);
+  for (const GemmMeasurement& m : table.measurements()) {
+    SCOPED_TRACE(std::string(to_string(m.dtype)) + " " + std::to_string(m.shape.m) + "x" +
+                 std::to_string(m.shape.n) + "x" + std::to_string(m.shape.k));
+    const FlopRate rate = table.achieved_rate(m.shape, m.dtype, h100());
+    EXPECT_EQ(rate.value(), m.achieved.value());
+    // The efficiency the harness reports, tflops / peak_tflops, comes back against the GPU's
+    // own peak (the fixture's peak_tflops are the H100 datasheet's).
+    EXPECT_DOUBLE_EQ(rate / peak_rate(h100(), m.dtype), m.achieved / m.peak);
+  }
+  EXPECT_EQ(table.achieved_rate(cube(8192), DType::kBf16, h100()).value(), 791e12);
+  EXPECT_EQ(table.achieved_rate(GemmShape{16, 8192, 4096, 1}, DType::kBf16, h100()).value(), 95e12);
+}
+
+TEST(MeasuredGemmTable, InterpolatesInLogVolumeAndClampsOutside) {
+  MeasuredGemmTable table = fixture_table();
+  const GpuSpec gpu = h100();
+  // 2048 × 2048 × 1024 = 2³² lies between the 1024³ (2³⁰, 420) and 2048³ (2³³, 610) points,
+  // two thirds of the way in log volume: 420 + ⅔ · 190 = 546.67 TFLOP/s.
+  EXPECT_NEAR(table.achieved_rate(GemmShape{2048, 2048, 1024, 1}, DType::kBf16, gpu).value(),
+              (420.0 + 2.0 / 3.0 * 190.0) * 1e12, 1e3);
+  // Beyond the largest volume: the 8192³ rate; below the smallest (2²⁹): the skinny point's.
+  EXPECT_EQ(table.achieved_rate(cube(16384), DType::kBf16, gpu).value(), 791e12);
+  EXPECT_EQ(table.achieved_rate(cube(8), DType::kBf16, gpu).value(), 95e12);
+  // fp8 has one point: every fp8 shape gets it.
+  EXPECT_EQ(table.achieved_rate(cube(1024), DType::kFp8, gpu).value(), 1350e12);
+  // fp16 was not measured: the closed-form fallback answers.
+  EXPECT_FALSE(table.covers(DType::kFp16));
+  EXPECT_EQ(table.achieved_rate(cube(4096), DType::kFp16, gpu).value(),
+            ShapeEfficiency().achieved_rate(cube(4096), DType::kFp16, gpu).value());
+}
+
+TEST(MeasuredGemmTable, ReplacesTheEfficiencyModelOfTheComputeModel) {
+  auto table = std::make_shared<MeasuredGemmTable>(fixture_table());
+  ComputeModel model(h100(), {}, table);
+  // 4096³ measured at 745 TFLOP/s: 2 · 4096³ / 745e12 = 184.5 µs, plus the launch.
+  const OperatorCost op = gemm_cost(cube(4096), DType::kBf16);
+  EXPECT_EQ(model.time(op), seconds_rounded_up(2.0 * std::pow(4096.0, 3) / 745e12) + kLaunch);
+  EXPECT_NE(model.gemm_efficiency().describe().find("measured GEMM table"), std::string::npos);
+}
+
+void expect_input_error(const std::string& text, const std::string& where, const std::string& pointer,
+                        const std::string& reason_part) {
+  try {
+    parse_gemm_measurements(text, "bench.jsonl");
+    FAIL() << "no error for: " << text;
+  } catch (const InputError& e) {
+    EXPECT_EQ(e.file(), where);
+    EXPECT_EQ(e.pointer(), pointer);
+    EXPECT_NE(e.reason().find(reason_part), std::string::npos) << e.what();
+  }
+}
+
+TEST(MeasuredGemmTable, BadLinesNameTheFileLineAndField) {
+  const std::string good = R"({"kind":"gemm","dtype":"bf16","m":1024,"n":1024,"k":1024,"tflops":420.0})";
+  expect_input_error(good + "\n{\"kind\":\"gemm\",", "bench.jsonl:2", "", "malformed JSON");
+  expect_input_error(good + "\n\n" + R"({"kind":"gemm","dtype":"bf16","n":1,"k":1,"tflops":1})", "bench.jsonl:3", "",
+                     "missing required key \"m\"");
+  expect_input_error(R"({"kind":"gemm","dtype":"bf16","m":"1024","n":1,"k":1,"tflops":1})", "bench.jsonl:1", "/m",
+                     "expected an integer");
+  expect_input_error(R"({"kind":"gemm","dtype":"int4","m":1,"n":1,"k":1,"tflops":1})", "bench.jsonl:1", "/dtype",
+                     "unknown dtype");
+  expect_input_error(R"({"kind":"gemm","dtype":"bf16","m":1,"n":1,"k":1,"tflops":0})", "bench.jsonl:1", "/tflops",
+                     "greater than zero");
+  expect_input_error(R"({"dtype":"bf16"})", "bench.jsonl:1", "", "missing required key \"kind\"");
+  expect_input_error(R"({"kind":"meta"})", "bench.jsonl", "", "no \"kind\":\"gemm\" measurements");
+}
+
+}  // namespace
+}  // namespace parallax

@@ -1,0 +1,310 @@
+// Model architectures: the bundled configs' parameter counts against the published figures,
+// every supported Hugging Face architecture's defaults, the workloads' model block, and the
+// loader's errors (file, JSON pointer, reason).
+#include <gtest/gtest.h>
+
+#include <functional>
+
+#include "io/input_error.h"
+#include "training/model_loader.h"
+#include "training/parameter_count.h"
+#include "test_support.h"
+
+namespace parallax {
+namespace {
+
+std::string models_dir() { return test::source_path("workloads/models"); }
+ParameterCounts bundled(const std::string& name) { return count_parameters(load_bundled_model(models_dir(), name)); }
+
+// Published totals are given to 3–4 significant digits; 1 % covers the rounding and nothing else.
+void expect_within_percent(int64_t counted, double published, double percent) {
+  EXPECT_NEAR(static_cast<double>(counted), published, published * percent / 100.0)
+      << "counted " << static_cast<double>(counted) / 1e9 << " B, published " << published / 1e9 << " B";
+}
+
+TEST(BundledModels, AllSixAreThere) {
+  EXPECT_EQ(bundled_model_names(models_dir()),
+            (std::vector<std::string>{"deepseek-v3", "gpt3-175b", "llama3-405b", "llama3-70b", "llama3-8b",
+                                      "mixtral-8x7b"}));
+}
+
+TEST(BundledModels, Llama3_8B) {
+  // Per layer: attention 2·4096² + 2·4096·1024 (GQA, 8 KV heads of 128) = 41,943,040;
+  // SwiGLU 3·4096·14336 = 176,160,768; two RMSNorms 8,192 → 218,112,000 × 32 = 6,979,584,000.
+  // Untied embedding and head 2·128256·4096 = 1,050,673,152; final norm 4,096.
+  // Total 8,030,261,248: Meta's "8.03B".
+  ParameterCounts p = bundled("llama3-8b");
+  EXPECT_EQ(p.total, 8'030'261'248);
+  EXPECT_EQ(p.embedding, 525'336'576);
+  EXPECT_EQ(p.output_head, 525'336'576);
+  EXPECT_EQ(p.active, p.total);
+  expect_within_percent(p.total, 8.03e9, 1);
+}
+
+TEST(BundledModels, Llama3_70B) {
+  // Per layer: 2·8192² + 2·8192·1024 = 150,994,944; 3·8192·28672 = 704,643,072; norms 16,384
+  // → 855,654,400 × 80 = 68,452,352,000; embeddings 2·128256·8192 = 2,101,346,304; norm 8,192.
+  // Total 70,553,706,496: the published 70.55 B.
+  ParameterCounts p = bundled("llama3-70b");
+  EXPECT_EQ(p.total, 70'553'706'496);
+  expect_within_percent(p.total, 70.55e9, 1);
+}
+
+TEST(BundledModels, Llama3_405B) {
+  // Per layer: 2·16384² + 2·16384·1024 = 570,425,344; 3·16384·53248 = 2,617,245,696;
+  // norms 32,768 → 3,187,703,808 × 126 = 401,650,679,808; embeddings 2·128256·16384 =
+  // 4,202,692,608; norm 16,384. Total 405,853,388,800: the published 405.8 B.
+  ParameterCounts p = bundled("llama3-405b");
+  EXPECT_EQ(p.total, 405'853'388'800);
+  expect_within_percent(p.total, 405.8e9, 1);
+}
+
+TEST(BundledModels, Gpt3_175B) {
+  // GPT-2 layout, h = 12288: per layer 12h² (QKV 3h², out h², MLP 8h²) + 13h (biases 9h, two
+  // LayerNorms 4h) = 1,812,099,072 × 96 = 173,961,510,912; tied token embedding 50257·h =
+  // 617,558,016; learned positions 2048·h = 25,165,824; final LayerNorm 2h = 24,576.
+  // Total 174,604,259,328 ≈ 174.6 B (the "175B" of Brown et al.).
+  ParameterCounts p = bundled("gpt3-175b");
+  EXPECT_EQ(p.total, 174'604'259'328);
+  EXPECT_EQ(p.output_head, 0);
+  EXPECT_EQ(p.embedding, 617'558'016 + 25'165'824);
+  expect_within_percent(p.total, 174.6e9, 1);
+  // The dense closed form 12·L·h² + embeddings, without biases and norms: 174.60 B as well.
+  const double closed = 12.0 * 96 * 12288.0 * 12288.0 + 617'558'016 + 25'165'824;
+  EXPECT_NEAR(static_cast<double>(p.total), closed, 0.0001 * closed);
+}
+
+TEST(BundledModels, Mixtral8x7B) {
+  // Per layer: attention 41,943,040 (as Llama-3 8B); 8 experts of 3·4096·14336 = 176,160,768
+  // → 1,409,286,144; router 8·4096 = 32,768; norms 8,192 → 1,451,270,144 × 32 = 46,440,644,608.
+  // Embeddings 2·32000·4096 = 262,144,000; final norm 4,096. Total 46,702,792,704 (46.7 B).
+  // Active: 2 of 8 experts → per layer 41,943,040 + 352,321,536 + 32,768 + 8,192 = 394,305,536
+  // × 32 = 12,617,777,152, + 262,148,096 = 12,879,925,248 (12.9 B, embeddings included).
+  ParameterCounts p = bundled("mixtral-8x7b");
+  EXPECT_EQ(p.total, 46'702'792'704);
+  EXPECT_EQ(p.active, 12'879'925'248);
+  EXPECT_EQ(p.routed_experts, 32 * int64_t{1'409'286'144});
+  expect_within_percent(p.total, 46.7e9, 1);
+  expect_within_percent(p.active, 12.9e9, 1);
+}
+
+TEST(BundledModels, DeepSeekV3) {
+  // MLA per layer (h 7168, 128 heads, q_lora 1536, kv_lora 512, nope 128, rope 64, v 128):
+  //   q: 7168·1536 + 1536·128·192 = 48,758,784;  kv: 7168·576 + 512·128·256 = 20,905,984;
+  //   out: 128·128·7168 = 117,440,512 → 187,105,280 matrices + 2,048 latent-norm gains.
+  // Dense layers (3): SwiGLU 3·7168·18432 = 396,361,728. MoE layers (58): 256 routed + 1 shared
+  // experts of 3·7168·2048 = 44,040,192, router 256·7168 = 1,835,008. Two norms 14,336 a layer.
+  // Embedding and head 2·129280·7168 = 1,853,358,080; final norm 7,168.
+  // Total 671,026,404,352: DeepSeek's 671 B (which leaves out the 11.5 B MTP module).
+  // Active: 8 of 256 routed experts → 37,552,282,624; without the input embedding (926,679,040)
+  // 36,625,603,584: DeepSeek's "36.6 B (including 0.9 B for the output head)", rounded to 37 B.
+  ParameterCounts p = bundled("deepseek-v3");
+  EXPECT_EQ(p.total, 671'026'404'352);
+  EXPECT_EQ(p.active, 37'552'282'624);
+  expect_within_percent(p.total, 671e9, 1);
+  expect_within_percent(p.active_without_embedding(), 36.6e9, 1);
+  expect_within_percent(p.active, 37e9, 2);
+  // MTP: 3 norms + 2h·h projection + one MoE layer (11,507,286,016) = 11,610,067,968; DeepSeek
+  // says 11.5 B of unique MTP parameters — within 1 %, the remainder being how they round.
+  EXPECT_EQ(p.mtp, 11'610'067'968);
+  expect_within_percent(p.mtp, 11.5e9, 1.5);
+}
+
+TEST(BundledModels, LayerKindsFollowTheConfig) {
+  ModelConfig ds = load_bundled_model(models_dir(), "deepseek-v3");
+  EXPECT_FALSE(ds.is_moe_layer(2));
+  EXPECT_TRUE(ds.is_moe_layer(3));
+  EXPECT_EQ(ds.moe_layer_count(), 58);
+  ASSERT_TRUE(ds.mla.has_value());
+  EXPECT_EQ(ds.qk_head_dim(), 192);
+  EXPECT_EQ(ds.v_head_dim(), 128);
+  ModelConfig mixtral = load_bundled_model(models_dir(), "mixtral-8x7b");
+  EXPECT_EQ(mixtral.moe_layer_count(), 32);
+  ModelConfig gpt3 = load_bundled_model(models_dir(), "gpt3-175b");
+  EXPECT_EQ(gpt3.ffn, 4 * 12288);  // n_inner: null → 4·n_embd
+  EXPECT_TRUE(gpt3.tied_embeddings);
+  EXPECT_EQ(gpt3.mlp, MlpKind::kPlain);
+  EXPECT_EQ(gpt3.name, "gpt3-175b");
+}
+
+// ---------------------------------------------------------------- other architectures
+
+ModelConfig hf(const std::string& text) {
+  return model_from_hf_config(parse_json_text(text, "config.json"), "config.json", "m");
+}
+
+TEST(HfConfig, Qwen3DefaultsHeadDimTo128AndHasQkNorms) {
+  // Qwen3-8B's shape without head_dim: 4096 hidden, 32 heads → head_dim 128 by Qwen3Config's
+  // default (not hidden/heads, which happens to agree here), q/k RMSNorms of 128 each.
+  ModelConfig m = hf(R"({"architectures":["Qwen3ForCausalLM"],"hidden_size":4096,"num_hidden_layers":36,
+    "num_attention_heads":32,"num_key_value_heads":8,"intermediate_size":12288,"vocab_size":151936,
+    "max_position_embeddings":40960,"tie_word_embeddings":false})");
+  EXPECT_EQ(m.head_dim, 128);
+  EXPECT_TRUE(m.qk_norm);
+  // Qwen3-8B: per layer 2·4096·4096 + 2·4096·1024 + 3·4096·12288 + 2·4096 + 2·128 =
+  // 41,943,040 + 150,994,944 + 8,192 + 256 = 192,946,432 × 36 = 6,946,071,552; embeddings
+  // 2·151936·4096 = 1,244,659,712; norm 4,096 → 8,190,735,360 (Qwen's "8.2B").
+  EXPECT_EQ(count_parameters(m).total, 8'190'735'360);
+}
+
+TEST(HfConfig, Qwen2HasQkvBiases) {
+  // Qwen2.5-7B: 28 layers, 3584 hidden, 28 heads, 4 KV heads, 18944 ffn, vocab 152064.
+  // Per layer: 2·3584² + 2·3584·512 + 3·3584·18944 + qkv bias (3584 + 2·512) + norms 7168
+  // = 25,690,112 + 3,670,016 + 203,685,888 + 4,608 + 7,168 = 233,057,792 × 28 = 6,525,618,176;
+  // embeddings 2·152064·3584 = 1,089,994,752; norm 3,584 → 7,615,616,512 (Qwen's "7.61B").
+  ModelConfig m = hf(R"({"architectures":["Qwen2ForCausalLM"],"hidden_size":3584,"num_hidden_layers":28,
+    "num_attention_heads":28,"num_key_value_heads":4,"intermediate_size":18944,"vocab_size":152064,
+    "max_position_embeddings":131072,"tie_word_embeddings":false})");
+  EXPECT_TRUE(m.qkv_bias);
+  EXPECT_FALSE(m.attention_output_bias);
+  EXPECT_EQ(count_parameters(m).total, 7'615'616'512);
+}
+
+TEST(HfConfig, MistralAndLlamaShareTheLayout) {
+  // Mistral-7B-v0.1: 32 layers, 4096 hidden, 32 heads, 8 KV heads, 14336 ffn, vocab 32000.
+  // 218,112,000 per layer (as Llama-3 8B) × 32 + 2·32000·4096 + 4096 = 7,241,732,096 ("7.24B").
+  ModelConfig m = hf(R"({"architectures":["MistralForCausalLM"],"hidden_size":4096,"num_hidden_layers":32,
+    "num_attention_heads":32,"num_key_value_heads":8,"intermediate_size":14336,"vocab_size":32000,
+    "max_position_embeddings":32768,"sliding_window":4096})");
+  EXPECT_EQ(count_parameters(m).total, 7'241'732'096);
+}
+
+TEST(HfConfig, GptNeoXHasBiasesEverywhereAndUntiedEmbeddings) {
+  // Pythia-160M-like: 12 layers, 768 hidden, 12 heads, 3072 ffn, vocab 50304.
+  // Per layer 12h² + 13h = 7,077,888 + 9,984 = 7,087,872 × 12 = 85,054,464; untied embeddings
+  // 2·50304·768 = 77,266,944; final LayerNorm 1,536 → 162,322,944 (Pythia-160M's 162.3 M).
+  ModelConfig m = hf(R"({"architectures":["GPTNeoXForCausalLM"],"hidden_size":768,"num_hidden_layers":12,
+    "num_attention_heads":12,"intermediate_size":3072,"vocab_size":50304,"max_position_embeddings":2048})");
+  EXPECT_EQ(m.position, PositionEmbedding::kRotary);
+  EXPECT_EQ(count_parameters(m).total, 162'322'944);
+}
+
+TEST(HfConfig, Gpt2SmallMatchesItsPublishedCount) {
+  // GPT-2 small: 12 layers of 12h² + 13h (h = 768) = 85,054,464; tied wte 50257·768 =
+  // 38,597,376; wpe 1024·768 = 786,432; ln_f 1,536 → 124,439,808 (the well-known 124 M).
+  ModelConfig m = hf(R"({"architectures":["GPT2LMHeadModel"],"n_embd":768,"n_layer":12,"n_head":12,
+    "n_positions":1024,"vocab_size":50257})");
+  EXPECT_EQ(count_parameters(m).total, 124'439'808);
+}
+
+TEST(HfConfig, Qwen3MoeSparseStepAndDenseListBecomeDenseLayers) {
+  // 6 layers, decoder_sparse_step 2: sparse where (i+1) % 2 == 0 → 1, 3, 5; mlp_only_layers [3]
+  // makes 3 dense again → MoE layers 1 and 5.
+  ModelConfig m = hf(R"({"model_type":"qwen3_moe","hidden_size":256,"num_hidden_layers":6,
+    "num_attention_heads":4,"num_key_value_heads":2,"head_dim":64,"intermediate_size":512,"moe_intermediate_size":128,
+    "num_experts":8,"num_experts_per_tok":2,"decoder_sparse_step":2,"mlp_only_layers":[3],"vocab_size":1000,
+    "max_position_embeddings":512})");
+  std::vector<int> moe_layers;
+  for (int i = 0; i < m.layers; ++i) {
+    if (m.is_moe_layer(i)) moe_layers.push_back(i);
+  }
+  EXPECT_EQ(moe_layers, (std::vector<int>{1, 5}));
+}
+
+TEST(ModelBlock, Llama3_8BWrittenAsABlockCountsLikeItsConfigJson) {
+  const nlohmann::json doc = parse_json_text(R"({"model":{"name":"llama3-8b-block","layers":32,"hidden":4096,
+    "heads":32,"kv_heads":8,"ffn":14336,"mlp":"swiglu","vocab":128256,"max_sequence":8192}})", "w.json");
+  JsonReader root(doc, "w.json");
+  ModelConfig m = read_model(root.at("model"), models_dir());
+  EXPECT_EQ(m.name, "llama3-8b-block");
+  EXPECT_EQ(m.head_dim, 128);
+  EXPECT_EQ(count_parameters(m).total, bundled("llama3-8b").total);
+}
+
+TEST(ModelBlock, InlineMoeBlockFromAFile) {
+  // tiny-moe: 4 layers, h 512, 8 heads, 2 KV heads (head_dim 64), first layer dense (ffn 2048),
+  // three MoE layers of 4 experts (top-2, f_e 256) and 1 shared expert of 256.
+  // Attention 2·512² + 2·512·128 = 655,360; norms 1,024 per layer.
+  //   dense layer: 3·512·2048 = 3,145,728 → 3,802,112
+  //   MoE layer: routed 4·393,216 = 1,572,864, shared 393,216, router 2,048 → 2,624,512
+  // Layers 3,802,112 + 3·2,624,512 = 11,675,648; embeddings 2·1000·512 = 1,024,000; norm 512
+  // → 12,700,160. Active per MoE layer: 2 routed → 1,838,080; → 3,802,112 + 3·1,838,080 +
+  // 1,024,512 = 10,340,864.
+  const std::string path = test::source_path("tests/data/training/workload-inline-model.json");
+  const nlohmann::json doc = load_json_file(path);
+  JsonReader root(doc, path);
+  ModelConfig m = read_model(root.at("model"), models_dir());
+  ParameterCounts p = count_parameters(m);
+  EXPECT_EQ(p.total, 12'700'160);
+  EXPECT_EQ(p.active, 10'340'864);
+}
+
+// ---------------------------------------------------------------- errors
+
+void expect_error(const std::function<void()>& load, const std::string& file, const std::string& pointer,
+                  const std::string& reason_part) {
+  try {
+    load();
+    FAIL() << "no error";
+  } catch (const InputError& e) {
+    EXPECT_EQ(e.file(), file) << e.what();
+    EXPECT_EQ(e.pointer(), pointer) << e.what();
+    EXPECT_NE(e.reason().find(reason_part), std::string::npos) << e.what();
+  }
+}
+
+TEST(ModelLoaderErrors, UnknownArchitectureNamesTheFileAndPointer) {
+  const std::string path = test::source_path("tests/data/training/unknown-architecture.json");
+  expect_error([&] { load_model_file(path); }, path, "/architectures/0",
+               "unknown architecture \"FalconForCausalLM\" (supported: LlamaForCausalLM,");
+}
+
+TEST(ModelLoaderErrors, MissingFieldNamesTheKey) {
+  const std::string path = test::source_path("tests/data/training/missing-field.json");
+  expect_error([&] { load_model_file(path); }, path, "", "missing required key \"num_hidden_layers\"");
+}
+
+TEST(ModelLoaderErrors, WrongTypeNamesThePointer) {
+  const std::string path = test::source_path("tests/data/training/wrong-type.json");
+  expect_error([&] { load_model_file(path); }, path, "/num_local_experts", "expected an integer, found string");
+}
+
+TEST(ModelLoaderErrors, ModelFileNamedByAWorkloadReportsItsOwnPath) {
+  // The workload points at missing-field.json; the error names that file, where the bad key is.
+  const std::string workload = test::source_path("tests/data/training/workload-model-path.json");
+  const nlohmann::json doc = load_json_file(workload);
+  JsonReader root(doc, workload);
+  expect_error([&] { read_model(root.at("model"), models_dir()); },
+               test::source_path("tests/data/training/missing-field.json"), "", "num_hidden_layers");
+}
+
+TEST(ModelLoaderErrors, BlockErrorsCarryTheirJsonPath) {
+  auto block = [](const std::string& model) {
+    return [model] {
+      const nlohmann::json doc = parse_json_text("{\"model\":" + model + "}", "w.json");
+      JsonReader root(doc, "w.json");
+      read_model(root.at("model"), test::source_path("workloads/models"));
+    };
+  };
+  const std::string base = R"("name":"x","layers":2,"hidden":256,"heads":4,"vocab":100,"max_sequence":64)";
+  expect_error(block("{" + base + R"(,"ffn":512,"hiden":3})"), "w.json", "/model/hiden", "unknown key \"hiden\"");
+  expect_error(block("{" + base + R"(,"ffn":512,"kv_heads":3})"), "w.json", "/model/kv_heads",
+               "heads=4 is not a multiple of kv_heads=3");
+  expect_error(block("{" + base + R"(,"ffn":"512"})"), "w.json", "/model/ffn", "expected an integer");
+  expect_error(block("{" + base + "}"), "w.json", "/model", "missing required key \"ffn\"");
+  expect_error(block("{" + base + R"(,"moe":{"experts":4,"top_k":5,"expert_ffn":64}})"), "w.json", "/model/moe/top_k",
+               "top_k=5 is larger than experts=4");
+  expect_error(block("{" + base + R"(,"ffn":512,"mlp":"relu"})"), "w.json", "/model/mlp",
+               "unknown value \"relu\" (expected \"swiglu\", \"gelu\")");
+  expect_error(block(R"("llama-9000")"), "w.json", "/model", "unknown model \"llama-9000\" (bundled: deepseek-v3,");
+  expect_error(block("42"), "w.json", "/model", "expected a model name");
+}
+
+TEST(ModelLoaderErrors, HfConsistencyErrorsNameTheKey) {
+  expect_error(
+      [] {
+        hf(R"({"architectures":["LlamaForCausalLM"],"hidden_size":4096,"num_hidden_layers":2,
+               "num_attention_heads":32,"num_key_value_heads":5,"intermediate_size":1,"vocab_size":1,
+               "max_position_embeddings":1})");
+      },
+      "config.json", "/num_attention_heads", "num_attention_heads=32 is not a multiple of num_key_value_heads=5");
+  expect_error([] { hf(R"({"architectures":["LlamaForCausalLM"],"num_hidden_layers":2,"hidden_size":-1})"); },
+               "config.json", "/hidden_size", "must be a positive integer");
+  expect_error([] { hf(R"({"architectures":["LlamaForCausalLM"],"num_hidden_layers":1099511627776})"); },
+               "config.json", "/num_hidden_layers", "is too large");
+  expect_error([] { hf(R"({"hidden_size":1})"); }, "config.json", "", "neither \"architectures\" nor \"model_type\"");
+  expect_error([] { load_bundled_model(models_dir(), "gpt-5"); }, "", "", "unknown model \"gpt-5\"");
+}
+
+}  // namespace
+}  // namespace parallax
