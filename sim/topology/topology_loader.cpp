@@ -67,6 +67,9 @@ void read_info(JsonReader& root, Topology& topo, const std::string& file) {
   if (auto s = root.find("sources")) {
     for (auto& e : s->elements()) info.sources.push_back(e.as_string());
   }
+  // Written by `parallax calibrate fit` and read by the calibration layer, which validates it;
+  // the topology itself is the datasheet's.
+  (void)root.find("calibration");
 }
 
 // ---------------------------------------------------------------- compact form

@@ -11,5 +11,7 @@ void add_topo_command(CLI::App& app);
 void add_flows_command(CLI::App& app);
 /// `parallax collective --topology FILE [--op OP] [--gpus G] [-b MIN -e MAX -f F] [--compare LOG] ...`
 void add_collective_command(CLI::App& app);
+/// `parallax calibrate fit|compare MEASUREMENTS... --topology FILE [-o FILE] [--plot DIR] ...`
+void add_calibrate_command(CLI::App& app);
 
 }  // namespace parallax::cli

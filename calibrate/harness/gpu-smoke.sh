@@ -1,0 +1,150 @@
+#!/usr/bin/env bash
+# One pass of parallax-nccl-bench on a borrowed GPU machine, in under 6 minutes:
+#   1. the machine: nvidia-smi, the binary's libraries (libnccl.so.2 and libcublasLt are looked
+#      for where CUDA, the system and Python wheels keep them, and LD_LIBRARY_PATH is set);
+#   2. collectives on the `self` group (one GPU: launch overhead), every collective, 8 B … 1 GiB ×2,
+#      -w 5 -n 20;
+#   3. the cuBLASLt GEMM sweep (bf16, and fp8 where the GPU has it);
+#   4. the memcpy sweep (d2d, h2d, d2h; 1 MiB … 4 GiB).
+# Each part has its own --time-limit (it stops cleanly and keeps what it measured) and a hard
+# `timeout` behind it; a part that fails does not stop the others. Everything lands in OUT_DIR:
+# measurements.jsonl (all parts, FORMAT.md lines), <part>.txt (the tables), <part>.log (stderr),
+# machine.txt, summary.txt.
+# Usage: gpu-smoke.sh PATH/TO/parallax-nccl-bench OUT_DIR
+set -u
+
+if [ $# -ne 2 ]; then
+  echo "usage: $0 PATH/TO/parallax-nccl-bench OUT_DIR" >&2
+  exit 2
+fi
+bin=$1
+out=$2
+mkdir -p "$out" || exit 2
+start=$(date +%s)
+budget=350  # seconds for the whole script: 6 minutes less a margin
+results=()
+
+log() { echo "[gpu-smoke +$(($(date +%s) - start))s] $*" | tee -a "$out/summary.txt" >&2; }
+left() { echo $((budget - ($(date +%s) - start))); }
+
+if [ ! -x "$bin" ]; then
+  log "not an executable: $bin"
+  exit 2
+fi
+
+# ---- 1. the machine and the libraries ---------------------------------------------------------
+{
+  echo "== date: $(date -u +%Y-%m-%dT%H:%M:%SZ)  host: $(hostname)"
+  echo "== uname: $(uname -a)"
+  echo "== glibc: $(ldd --version 2>&1 | head -1)"
+  echo "== nvidia-smi"
+  timeout 30 nvidia-smi 2>&1 || echo "(nvidia-smi failed or is missing)"
+  echo "== nvidia-smi topo -m"
+  timeout 30 nvidia-smi topo -m 2>&1 || true
+  echo "== /proc/driver/nvidia/version"
+  cat /proc/driver/nvidia/version 2>&1 || true
+} >"$out/machine.txt" 2>&1
+cat "$out/machine.txt" >&2
+
+# The directory of a library the binary needs: from Python's NVIDIA wheels (nvidia/nccl/lib,
+# nvidia/cublas/lib, nvidia/cu13/lib, ...), the loader cache, or a bounded search of the usual
+# roots; empty when nowhere to be found.
+find_library_dir() {
+  local name=$1 py nv hit
+  for py in python3 /opt/torch/.venv/bin/python3 /opt/*/.venv/bin/python3 /usr/local/bin/python3; do
+    command -v "$py" >/dev/null 2>&1 || continue
+    nv=$(timeout 20 "$py" -c 'import nvidia; print(list(nvidia.__path__)[0])' 2>/dev/null) || continue
+    [ -n "$nv" ] || continue
+    hit=$(find "$nv" -maxdepth 4 -name "$name*" \( -type f -o -type l \) -print -quit 2>/dev/null)
+    if [ -n "$hit" ]; then
+      dirname "$hit"
+      return
+    fi
+  done
+  hit=$(ldconfig -p 2>/dev/null | awk -v n="$name" '$1 == n { print $NF; exit }')
+  if [ -n "$hit" ]; then
+    dirname "$hit"
+    return
+  fi
+  local roots=()
+  for r in /usr/local/cuda/lib64 /usr/local/cuda/lib /usr/lib/x86_64-linux-gnu /usr/lib64 /opt /usr/local /usr/lib \
+           /root /home; do
+    [ -d "$r" ] && roots+=("$r")
+  done
+  hit=$(timeout 40 find "${roots[@]}" -maxdepth 8 -name "$name*" \( -type f -o -type l \) -print -quit 2>/dev/null)
+  [ -n "$hit" ] && dirname "$hit"
+}
+
+missing=$(ldd "$bin" 2>/dev/null | awk '/not found/ { print $1 }')
+for lib in $missing; do
+  dir=$(find_library_dir "$lib")
+  if [ -n "$dir" ]; then
+    log "found $lib in $dir"
+    export LD_LIBRARY_PATH="$dir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  else
+    log "did not find $lib anywhere (looked in Python wheels, the loader cache, /usr/local/cuda, /opt, /usr, /root, /home)"
+  fi
+done
+{
+  echo "== LD_LIBRARY_PATH=${LD_LIBRARY_PATH:-}"
+  echo "== ldd $bin"
+  ldd "$bin" 2>&1
+  echo "== $bin --version"
+  "$bin" --version 2>&1
+} >>"$out/machine.txt" 2>&1
+tail -n 20 "$out/machine.txt" >&2
+if ldd "$bin" 2>/dev/null | grep -q "not found"; then
+  log "the binary still misses libraries (see machine.txt); trying anyway"
+fi
+
+# NCCL says why it fails at WARN; the setting is recorded in the meta line's env.
+export NCCL_DEBUG=${NCCL_DEBUG:-WARN}
+
+# ---- 2-4. the measurements ------------------------------------------------------------------
+# part NAME PLANNED_SECONDS ARGS...: runs the binary with --time-limit min(PLANNED, what is left
+# less a grace), SIGINT at the limit + 20 s (it stops after the current point), KILL 15 s later.
+part() {
+  local name=$1 planned=$2
+  shift 2
+  local remaining limit status
+  remaining=$(left)
+  limit=$((remaining - 40 < planned ? remaining - 40 : planned))
+  if [ "$limit" -lt 10 ]; then
+    log "$name: skipped, only ${remaining}s left"
+    results+=("$name: skipped (no time left)")
+    return
+  fi
+  log "$name: starting (--time-limit $limit): $bin $* -o $out/measurements.jsonl"
+  timeout -s INT -k 15 $((limit + 20)) "$bin" "$@" --time-limit "$limit" -o "$out/measurements.jsonl" \
+    >"$out/$name.txt" 2>"$out/$name.log"
+  status=$?
+  tail -n 5 "$out/$name.log" >&2
+  case $status in
+    0) results+=("$name: ok") ;;
+    124 | 130) results+=("$name: stopped by its time guard (exit $status); what it measured is kept") ;;
+    137) results+=("$name: killed after its time guard (exit 137)") ;;
+    3) results+=("$name: no GPU visible (exit 3)") ;;
+    *) results+=("$name: FAILED (exit $status; see $name.log)") ;;
+  esac
+  log "$name: exit $status"
+}
+
+part collectives 100 --groups self --ops all -b 8 -e 1G -f 2 -w 5 -n 20
+part gemm 150 --no-collectives --gemm -w 5 -n 20
+part memcpy 70 --no-collectives --memcpy --memcpy-max 4G -w 3 -n 10
+
+# ---- summary ----------------------------------------------------------------------------------
+{
+  echo "== results"
+  printf '%s\n' "${results[@]}"
+  if [ -f "$out/measurements.jsonl" ]; then
+    for kind in meta collective gemm memcpy; do
+      echo "$kind lines: $(grep -c "\"kind\":\"$kind\"" "$out/measurements.jsonl")"
+    done
+  fi
+  echo "elapsed: $(($(date +%s) - start)) s"
+} | tee -a "$out/summary.txt" >&2
+for r in "${results[@]}"; do
+  case "$r" in *FAILED* | *"no GPU"* | *killed*) exit 1 ;; esac
+done
+exit 0

@@ -1,0 +1,121 @@
+#!/usr/bin/env bash
+# CTest checks of parallax-mpi-bench over shared memory on one host (calibrate/FORMAT.md lines):
+#   np2     2 ranks, 7 collectives × 9 sizes (8 B … 512 KiB, ×4) × out/in-place = 126 lines, a meta
+#           line, every line JSON, one line per point, and nccl-tests tables on stdout;
+#   resume  the same command twice: the second run appends a meta line and no collective line;
+#   repair  a file cut mid-line (a killed run) with its last points missing: the partial line is
+#           dropped, the missing points measured, none twice;
+#   np4     4 ranks over groups all, pair-intra, one-per-node, self (see the count below).
+# Usage: mpi-bench-test.sh MODE MPIEXEC BENCH SCRATCH_DIR
+set -euo pipefail
+mode=$1
+mpiexec=$2
+bench=$3
+scratch=$4
+rm -rf "$scratch"
+mkdir -p "$scratch"
+out=$scratch/measurements.jsonl
+
+# In sanitized builds: Open MPI's own leaks from MPI_Init/MPI_Finalize are suppressed (see the
+# file); full unwinding lets the suppressions see through its frame-pointer-less libraries.
+export LSAN_OPTIONS="${LSAN_OPTIONS:+$LSAN_OPTIONS:}suppressions=$(cd "$(dirname "$0")" && pwd)/lsan-mpi.supp"
+export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}fast_unwind_on_malloc=0"
+
+launcher=("$mpiexec")
+if "$mpiexec" --version 2>&1 | grep -Eq "Open MPI|OpenRTE"; then
+  launcher+=(--allow-run-as-root --oversubscribe)
+  # Containers often forbid the cross-memory attach Open MPI's shared-memory transport uses.
+  export OMPI_MCA_btl_vader_single_copy_mechanism=none
+fi
+
+run() {  # run NP [ARGS...]: the sweep of this test, into $out
+  local np=$1
+  shift
+  "${launcher[@]}" -np "$np" "$bench" -n 5 -w 2 -o "$out" "$@" >"$scratch/stdout" 2>"$scratch/stderr" || {
+    echo "parallax-mpi-bench failed (exit $?); stderr:" >&2
+    cat "$scratch/stderr" >&2
+    exit 1
+  }
+}
+fail() {
+  echo "FAIL: $*" >&2
+  echo "--- stderr of the last run:" >&2
+  cat "$scratch/stderr" >&2
+  exit 1
+}
+count() { grep -c "\"kind\":\"$1\"" "$out" || true; }
+expect_lines() {  # expect_lines KIND N
+  local got
+  got=$(count "$1")
+  [ "$got" -eq "$2" ] || fail "$got $1 lines in $out, expected $2"
+}
+# One line per point: the lines less their run id and measured values must all differ.
+expect_unique() {
+  local dups
+  dups=$(grep '"kind":"collective"' "$out" | sed -e 's/"run":"[^"]*",//' -e 's/,"warmup".*//' | sort | uniq -d)
+  [ -z "$dups" ] || fail "points measured twice: $dups"
+}
+expect_json() {
+  if command -v python3 >/dev/null; then
+    python3 -c 'import json,sys
+for n, line in enumerate(open(sys.argv[1]), 1):
+    assert line.endswith("\n"), f"line {n} has no newline"
+    json.loads(line)' "$out" || fail "a line is not JSON"
+  fi
+}
+
+sweep2=(-b 8 -e 1M -f 4)
+case "$mode" in
+  np2)
+    run 2 "${sweep2[@]}"
+    expect_lines meta 1
+    expect_lines collective 126
+    expect_unique
+    expect_json
+    grep -q '"mpi":"' "$out" || fail "the meta line names no MPI library"
+    grep -q '"cpu":"' "$out" || fail "the meta line names no CPU"
+    grep -q "^# Collective test starting: all_reduce_perf" "$scratch/stdout" || fail "no nccl-tests table on stdout"
+    [ "$(grep -c '^ *524288 ' "$scratch/stdout")" -eq 7 ] || fail "expected one 512 KiB row per collective"
+    ;;
+  resume)
+    run 2 "${sweep2[@]}"
+    run 2 "${sweep2[@]}"
+    expect_lines meta 2
+    expect_lines collective 126
+    expect_unique
+    grep -q "resuming" "$scratch/stderr" || fail "the second run did not say it resumed"
+    grep -q "measured 0 points" "$scratch/stderr" || fail "the second run measured something"
+    ;;
+  repair)
+    run 2 "${sweep2[@]}"
+    # Keep all but the last 20 points, then half of the next line without its newline.
+    total=$(grep -c '' "$out")
+    head -n $((total - 20)) "$out" >"$scratch/cut"
+    sed -n "$((total - 19))p" "$out" | head -c 60 >>"$scratch/cut"
+    mv "$scratch/cut" "$out"
+    run 2 "${sweep2[@]}"
+    grep -q "partial last line" "$scratch/stderr" || fail "the partial line was not reported"
+    grep -q "measured 20 points" "$scratch/stderr" || fail "expected the 20 missing points to be measured"
+    expect_lines meta 2
+    expect_lines collective 126
+    expect_unique
+    expect_json
+    ;;
+  np4)
+    # Sizes 8 B … 4 KiB ×8 (4). Groups: all (4 ranks), pair-intra (2), self (1); one-per-node needs
+    # two hosts and is skipped. 7 ops × 4 sizes × 2 = 56 points per group, less all_gather,
+    # reduce_scatter and all_to_all at 8 B on 4 ranks (8/4/4 = 0 floats per rank) on all:
+    # 3 ops × 2 placements = 6. 50 + 56 + 56 = 162.
+    run 4 -b 8 -e 4K -f 8 --groups all,pair-intra,one-per-node,self
+    grep -q "skipping group one-per-node" "$scratch/stderr" || fail "one-per-node should be skipped on one host"
+    expect_lines meta 1
+    expect_lines collective 162
+    expect_unique
+    expect_json
+    ;;
+  *)
+    echo "unknown mode $mode" >&2
+    exit 2
+    ;;
+esac
+echo "ok: $mode: $(count collective) collective lines in $out"

@@ -1,0 +1,488 @@
+#include "collective_fit.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <stdexcept>
+#include <tuple>
+
+namespace parallax {
+namespace {
+
+std::string proto_key(Protocol p, int regime) {
+  std::string s(protocol_name(p));
+  std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  return s + std::string(static_cast<size_t>(std::max(0, regime)), '+');
+}
+
+int log2_floor(int n) {
+  int l = 0;
+  while ((1 << (l + 1)) <= n) ++l;
+  return l;
+}
+
+// The link class that bounds the path between two GPUs: the class of its slowest link.
+std::string bottleneck_class(const Topology& topo, const Router& router, DeviceId a, DeviceId b) {
+  std::vector<LinkId> path;
+  router.route(a, b, 0, path);
+  if (path.empty()) return "local";
+  const Link* slowest = &topo.link(path.front());
+  for (LinkId l : path) {
+    if (topo.link(l).bandwidth < slowest->bandwidth) slowest = &topo.link(l);
+  }
+  return to_string(slowest->link_class);
+}
+
+}  // namespace
+
+std::string launch_parameter(Protocol p, int regime) { return "launch." + proto_key(p, regime); }
+std::string alpha_parameter(const std::string& link_class, Protocol p, int regime) {
+  return "alpha." + link_class + "." + proto_key(p, regime);
+}
+std::string inverse_bandwidth_parameter(const std::string& link_class, Protocol p, int regime) {
+  return "inverse_bandwidth." + link_class + "." + proto_key(p, regime);
+}
+
+std::vector<std::pair<std::string, double>> CollectiveTerms::coefficients() const {
+  std::vector<std::pair<std::string, double>> c;
+  c.emplace_back(launch_parameter(protocol, regime), 1.0);
+  if (intra_steps > 0) c.emplace_back(alpha_parameter(intra_class, protocol, regime), intra_steps);
+  if (inter_steps > 0) c.emplace_back(alpha_parameter("network", protocol, regime), inter_steps);
+  if (bus_bytes > 0) c.emplace_back(inverse_bandwidth_parameter(bandwidth_class, protocol, regime), bus_bytes);
+  return c;
+}
+
+CollectiveTermModel::CollectiveTermModel(const Topology& base) : base_(base) {}
+
+const CollectiveSimulator& CollectiveTermModel::simulator(int ranks, int ranks_per_node) {
+  auto key = std::make_pair(ranks, ranks_per_node);
+  auto it = simulators_.find(key);
+  if (it == simulators_.end()) {
+    it = simulators_.emplace(key, std::make_unique<CollectiveSimulator>(base_, ranks, ranks_per_node)).first;
+  }
+  return *it->second;
+}
+
+CollectiveTerms CollectiveTermModel::terms(const CollectiveMeasurement& m, bool nccl) {
+  CollectiveTerms t;
+  const int n = m.ranks;
+  const int nodes = m.nodes;
+  const int ppn = std::max(1, m.ranks_per_node);
+  const double S = m.size.value();
+  if (n == 1) {
+    // One rank: NCCL copies (out of place) or does nothing; what is left is the launch and a
+    // local copy through device memory.
+    t.protocol = Protocol::kSimple;
+    t.bandwidth_class = "local";
+    t.bus_bytes = m.in_place ? 0.0 : S;
+    return t;
+  }
+  const CollectiveSimulator& sim = simulator(n, ppn);
+  const Communicator& comm = sim.communicator();
+  // Intra class: between the first two ranks of the fullest node; bandwidth class: the network
+  // once the ranks span nodes.
+  for (const auto& node_ranks : comm.nodes()) {
+    if (node_ranks.size() >= 2) {
+      t.intra_class = bottleneck_class(sim.topology(), sim.router(), comm.device(node_ranks[0]), comm.device(node_ranks[1]));
+      break;
+    }
+  }
+  t.bandwidth_class = nodes > 1 ? std::string("network") : t.intra_class;
+
+  if (nccl) {
+    CollectiveOptions opt;
+    opt.model = "analytical";
+    if (m.algo != "auto") {
+      opt.algorithm = parse_algorithm(m.algo);
+      if (!opt.algorithm) throw std::invalid_argument("unknown algorithm \"" + m.algo + "\"");
+    }
+    if (m.proto != "auto") {
+      opt.protocol = parse_protocol(m.proto);
+      if (!opt.protocol) throw std::invalid_argument("unknown protocol \"" + m.proto + "\"");
+    }
+    CollectiveResult r = sim.run(m.op, m.size, opt);
+    t.algorithm = r.algorithm;
+    t.protocol = r.protocol;
+  }
+
+  // Latency steps (NCCL's latency table, reference §2.4) and bus bytes (§2.3's algBw ratios).
+  const double nsteps = m.op == CollectiveOp::kAllReduce                                        ? 2.0 * (n - 1)
+                        : (m.op == CollectiveOp::kAllGather || m.op == CollectiveOp::kReduceScatter) ? n - 1.0
+                                                                                                  : 1.0 * n;
+  double inter = 0;
+  double steps = nsteps;
+  double bus = S * nsteps / n;
+  switch (t.algorithm) {
+    case Algorithm::kTree:
+      steps = 2.0 * ((ppn - 1) + log2_floor(nodes));
+      inter = 2.0 * log2_floor(nodes);
+      bus = 2.0 * S;
+      break;
+    case Algorithm::kNvls:
+    case Algorithm::kNvlsTree:
+      // The reduction runs in the NVSwitch: its bandwidth is the switch's, not a GPU link's.
+      steps = nodes > 1 ? 2.0 : 1.0;
+      inter = nodes > 1 ? 1.0 : 0.0;
+      if (nodes == 1) t.bandwidth_class = "nvls";
+      break;
+    case Algorithm::kCollNetDirect:
+    case Algorithm::kCollNetChain:
+      steps = 2.0 * (ppn - 1) + 1.0;
+      inter = 1.0;
+      t.bandwidth_class = "collnet";
+      break;
+    default:
+      if (m.op == CollectiveOp::kAllToAll) {
+        steps = n - 1.0;
+        inter = nodes > 1 ? n - ppn : 0.0;
+        bus = S * (n - 1.0) / n;
+      } else if (m.op == CollectiveOp::kSendRecv) {
+        steps = 1.0;
+        inter = nodes > 1 ? 1.0 : 0.0;
+        bus = S;
+      } else if (m.op == CollectiveOp::kBroadcast || m.op == CollectiveOp::kReduce) {
+        steps = n - 1.0;
+        inter = nodes > 1 ? nodes - 1.0 : 0.0;
+        bus = S;
+      } else {
+        inter = nodes > 1 ? (m.op == CollectiveOp::kAllReduce ? 2.0 * (nodes - 1) : nodes - 1.0) : 0.0;
+      }
+      break;
+  }
+  if (!nccl) {
+    // MPI picks its algorithm per collective (and per size, within the regimes the fit finds):
+    // each collective gets its own α and β on the link class.
+    const std::string suffix = ":" + std::string(op_name(m.op));
+    if (!t.intra_class.empty()) t.intra_class += suffix;
+    t.bandwidth_class += suffix;
+  }
+  t.inter_steps = inter;
+  t.intra_steps = t.intra_class.empty() ? 0.0 : std::max(0.0, steps - inter);
+  if (t.intra_class.empty()) t.inter_steps = steps;  // one rank per node: every step crosses
+  t.bus_bytes = bus;
+  return t;
+}
+
+const FittedParameter* CollectiveFit::find(const std::string& name) const {
+  for (const FittedParameter& p : parameters) {
+    if (p.name == name) return &p;
+  }
+  return nullptr;
+}
+
+std::optional<Time> CollectiveFit::predict(const CollectiveTerms& terms) const {
+  double seconds = 0;
+  for (const auto& [name, coefficient] : terms.coefficients()) {
+    const FittedParameter* p = find(name);
+    if (!p) return std::nullopt;
+    seconds += coefficient * p->value;
+  }
+  if (!(seconds > 0)) return std::nullopt;
+  return Time::from_seconds(seconds);
+  // (Folded parameters are listed with value 0, so a term that needs one still predicts.)
+}
+
+namespace {
+
+// Rank test by modified Gram–Schmidt on the rows used, in the order columns are preferred: a
+// column whose part orthogonal to the kept ones is below 1e-9 of its norm adds nothing.
+std::vector<bool> independent_columns(const std::vector<std::vector<double>>& columns) {
+  std::vector<std::vector<double>> basis;
+  std::vector<bool> keep(columns.size(), false);
+  for (size_t j = 0; j < columns.size(); ++j) {
+    std::vector<double> v = columns[j];
+    double norm0 = 0;
+    for (double x : v) norm0 += x * x;
+    norm0 = std::sqrt(norm0);
+    if (norm0 == 0) continue;
+    for (auto& x : v) x /= norm0;
+    for (int pass = 0; pass < 2; ++pass) {
+      for (const auto& b : basis) {
+        double dot = 0;
+        for (size_t i = 0; i < v.size(); ++i) dot += v[i] * b[i];
+        for (size_t i = 0; i < v.size(); ++i) v[i] -= dot * b[i];
+      }
+    }
+    double norm = 0;
+    for (double x : v) norm += x * x;
+    norm = std::sqrt(norm);
+    if (norm < 1e-9) continue;
+    for (auto& x : v) x /= norm;
+    basis.push_back(std::move(v));
+    keep[j] = true;
+  }
+  return keep;
+}
+
+int preference(const std::string& name) {
+  if (name.rfind("inverse_bandwidth.", 0) == 0) return 0;
+  if (name.rfind("alpha.network.", 0) == 0) return 1;
+  if (name.rfind("alpha.", 0) == 0) return 2;
+  return 3;
+}
+
+}  // namespace
+
+CollectiveFit fit_collectives(const std::vector<CollectiveMeasurement>& measurements,
+                              const std::vector<CollectiveTerms>& terms, const std::vector<bool>& use,
+                              const RobustFitOptions& options) {
+  std::vector<size_t> rows;
+  for (size_t i = 0; i < measurements.size(); ++i) {
+    if (use.empty() || use[i]) rows.push_back(i);
+  }
+  // Every parameter any used row needs, in order of preference then name (deterministic).
+  std::vector<std::string> names;
+  for (size_t i : rows) {
+    for (const auto& [name, c] : terms[i].coefficients()) {
+      if (std::find(names.begin(), names.end(), name) == names.end()) names.push_back(name);
+    }
+  }
+  std::sort(names.begin(), names.end(), [](const std::string& a, const std::string& b) {
+    return std::make_tuple(preference(a), a) < std::make_tuple(preference(b), b);
+  });
+  if (names.empty() || rows.empty()) throw UnderdeterminedFitError("", "no collective measurement to fit");
+  // Columns scaled by the row's 1/t (the criterion is relative), so the rank test sees what the
+  // solver will.
+  std::vector<std::vector<double>> columns(names.size(), std::vector<double>(rows.size(), 0.0));
+  for (size_t r = 0; r < rows.size(); ++r) {
+    const double t = measurements[rows[r]].typical_time().seconds();
+    for (const auto& [name, c] : terms[rows[r]].coefficients()) {
+      const size_t j = static_cast<size_t>(std::find(names.begin(), names.end(), name) - names.begin());
+      columns[j][r] = c / t;
+    }
+  }
+  const std::vector<bool> keep = independent_columns(columns);
+  CollectiveFit fit;
+  std::vector<std::string> kept;
+  for (size_t j = 0; j < names.size(); ++j) {
+    if (keep[j]) {
+      kept.push_back(names[j]);
+    } else {
+      fit.folded.push_back(names[j] + ": not separable from the other terms by these measurements (taken as 0)");
+    }
+  }
+  LinearFitProblem problem(kept);
+  std::vector<double> row(kept.size());
+  for (size_t r : rows) {
+    std::fill(row.begin(), row.end(), 0.0);
+    for (const auto& [name, c] : terms[r].coefficients()) {
+      auto it = std::find(kept.begin(), kept.end(), name);
+      if (it != kept.end()) row[static_cast<size_t>(it - kept.begin())] = c;
+    }
+    problem.add_row(row, measurements[r].typical_time().seconds());
+  }
+  fit.raw = fit_robust(problem, options);
+  for (size_t j = 0; j < names.size(); ++j) {
+    FittedParameter p;
+    p.name = names[j];
+    if (keep[j]) {
+      const size_t k = fit.raw.index(names[j]);
+      p.value = fit.raw.theta[k];
+      p.standard_error = fit.raw.standard_error[k];
+      p.at_bound = fit.raw.at_bound[k];
+    } else {
+      p.identifiable = false;
+      p.standard_error = std::numeric_limits<double>::quiet_NaN();
+    }
+    fit.parameters.push_back(p);
+  }
+  return fit;
+}
+
+CollectiveFit fit_collectives_with_regimes(const std::vector<CollectiveMeasurement>& measurements,
+                                           std::vector<CollectiveTerms>& terms, const std::vector<bool>& use,
+                                           const RobustFitOptions& options) {
+  // Series of automatic choices, each with its sorted distinct sizes and candidate protocols.
+  using Key = std::tuple<std::string, int, std::string, int, int>;
+  struct Series {
+    std::vector<double> sizes;
+    std::vector<Protocol> candidates;  // in NCCL's order of growing size
+    std::vector<size_t> rows;
+  };
+  std::map<Key, Series> series;
+  for (size_t i = 0; i < measurements.size(); ++i) {
+    const CollectiveMeasurement& m = measurements[i];
+    if (m.algo != "auto" || m.proto != "auto" || m.ranks < 2) continue;
+    Series& s = series[Key{m.source.file, static_cast<int>(m.op), m.group, m.ranks, m.nodes}];
+    s.sizes.push_back(m.size.value());
+    s.rows.push_back(i);
+    if (std::find(s.candidates.begin(), s.candidates.end(), terms[i].protocol) == s.candidates.end()) {
+      s.candidates.push_back(terms[i].protocol);
+    }
+  }
+  // Mean |relative residual| over the used rows of one series (the one being searched).
+  auto score_rows = [&](const CollectiveFit& fit, const std::vector<size_t>& rows) {
+    double sum = 0;
+    size_t n = 0;
+    for (size_t i : rows) {
+      if (!use.empty() && !use[i]) continue;
+      std::optional<Time> p = fit.predict(terms[i]);
+      const double t = measurements[i].typical_time().seconds();
+      sum += p ? std::fabs(p->seconds() - t) / t : 1.0;
+      ++n;
+    }
+    return n ? sum / static_cast<double>(n) : 0.0;
+  };
+  for (auto& [key, s] : series) {
+    std::sort(s.sizes.begin(), s.sizes.end());
+    s.sizes.erase(std::unique(s.sizes.begin(), s.sizes.end()), s.sizes.end());
+    std::sort(s.candidates.begin(), s.candidates.end(),
+              [](Protocol a, Protocol b) { return static_cast<int>(a) < static_cast<int>(b); });
+  }
+  // Coordinate search, one series at a time (usually there is one per file).
+  for (auto& [key, s] : series) {
+    if (s.candidates.size() < 2) continue;
+    const size_t k = s.sizes.size();
+    auto assign = [&](size_t b1, size_t b2) {
+      // sizes [0, b1) take candidates[0], [b1, b2) candidates[1], [b2, k) the last.
+      for (size_t i : s.rows) {
+        const size_t pos = static_cast<size_t>(
+            std::lower_bound(s.sizes.begin(), s.sizes.end(), measurements[i].size.value()) - s.sizes.begin());
+        const size_t regime = pos < b1 ? 0 : pos < b2 ? 1 : 2;
+        terms[i].protocol = s.candidates[std::min(regime, s.candidates.size() - 1)];
+      }
+    };
+    double best = std::numeric_limits<double>::infinity();
+    std::pair<size_t, size_t> best_split{0, 0};
+    const bool three = s.candidates.size() >= 3;
+    for (size_t b1 = 0; b1 <= k; ++b1) {
+      for (size_t b2 = three ? b1 : k; b2 <= k; ++b2) {
+        assign(b1, b2);
+        try {
+          const double v = score_rows(fit_collectives(measurements, terms, use, options), s.rows);
+          if (v < best - 1e-12) {
+            best = v;
+            best_split = {b1, b2};
+          }
+        } catch (const std::invalid_argument&) {
+          // This split leaves a regime without enough points: not a candidate.
+        }
+      }
+    }
+    assign(best_split.first, best_split.second);
+  }
+  // Bandwidth steps inside the largest protocol's sizes (more channels, another algorithm, or —
+  // for MPI over shared memory — eager vs rendezvous and cache-resident vs memory-bound copies):
+  // up to two more breakpoints, each kept only if it cuts the mean residual by a fifth.
+  for (auto& [key, s] : series) {
+    const size_t k = s.sizes.size();
+    if (k < 8) continue;
+    auto position = [&](size_t i) {
+      return static_cast<size_t>(std::lower_bound(s.sizes.begin(), s.sizes.end(), measurements[i].size.value()) -
+                                 s.sizes.begin());
+    };
+    Protocol largest = terms[s.rows.front()].protocol;
+    for (size_t i : s.rows) {
+      if (position(i) == k - 1) largest = terms[i].protocol;
+    }
+    size_t first = k;
+    for (size_t i : s.rows) {
+      if (terms[i].protocol == largest) first = std::min(first, position(i));
+    }
+    auto assign = [&](size_t b1, size_t b2) {
+      for (size_t i : s.rows) {
+        const size_t pos = position(i);
+        terms[i].regime = terms[i].protocol != largest ? 0 : pos >= b2 ? 2 : pos >= b1 ? 1 : 0;
+      }
+    };
+    auto try_split = [&](size_t b1, size_t b2) {
+      assign(b1, b2);
+      try {
+        return score_rows(fit_collectives(measurements, terms, use, options), s.rows);
+      } catch (const std::invalid_argument&) {
+        return std::numeric_limits<double>::infinity();
+      }
+    };
+    constexpr size_t kMinRegime = 3;  // sizes per regime: enough for launch/α and β with a spare
+    const double none = try_split(k, k);
+    double one = none;
+    size_t one_b = k;
+    for (size_t b = first + kMinRegime; b + kMinRegime <= k; ++b) {
+      const double v = try_split(b, k);
+      if (v < one - 1e-12) {
+        one = v;
+        one_b = b;
+      }
+    }
+    double two = one;
+    std::pair<size_t, size_t> two_b{one_b, k};
+    if (one < 0.8 * none) {
+      for (size_t b1 = first + kMinRegime; b1 + 2 * kMinRegime <= k; ++b1) {
+        for (size_t b2 = b1 + kMinRegime; b2 + kMinRegime <= k; ++b2) {
+          const double v = try_split(b1, b2);
+          if (v < two - 1e-12) {
+            two = v;
+            two_b = {b1, b2};
+          }
+        }
+      }
+    }
+    if (two < 0.8 * one && one < 0.8 * none) {
+      assign(two_b.first, two_b.second);
+    } else if (one < 0.8 * none) {
+      assign(one_b, k);
+    } else {
+      assign(k, k);
+    }
+  }
+  return fit_collectives(measurements, terms, use, options);
+}
+
+std::vector<bool> alternate_sizes_split(const std::vector<CollectiveMeasurement>& measurements) {
+  using Key = std::tuple<std::string, int, std::string, int, int, bool, std::string, std::string>;
+  std::map<Key, std::vector<double>> sizes;
+  auto key_of = [](const CollectiveMeasurement& m) {
+    return Key{m.source.file, static_cast<int>(m.op), m.group, m.ranks, m.nodes, m.in_place, m.algo, m.proto};
+  };
+  for (const auto& m : measurements) sizes[key_of(m)].push_back(m.size.value());
+  for (auto& [k, v] : sizes) {
+    std::sort(v.begin(), v.end());
+    v.erase(std::unique(v.begin(), v.end()), v.end());
+  }
+  std::vector<bool> use(measurements.size());
+  for (size_t i = 0; i < measurements.size(); ++i) {
+    const auto& v = sizes[key_of(measurements[i])];
+    const auto pos = std::lower_bound(v.begin(), v.end(), measurements[i].size.value()) - v.begin();
+    use[i] = pos % 2 == 0;
+  }
+  return use;
+}
+
+double quantile_of(std::vector<double> v, double q) {
+  if (v.empty()) return std::numeric_limits<double>::quiet_NaN();
+  std::sort(v.begin(), v.end());
+  const double pos = q * static_cast<double>(v.size() - 1);
+  const size_t lo = static_cast<size_t>(std::floor(pos));
+  const size_t hi = std::min(v.size() - 1, lo + 1);
+  return v[lo] + (pos - static_cast<double>(lo)) * (v[hi] - v[lo]);
+}
+
+double median_of(std::vector<double> v) { return quantile_of(std::move(v), 0.5); }
+
+double PredictionErrors::median_time() const { return median_of(time); }
+double PredictionErrors::median_busbw_large() const { return median_of(busbw_large); }
+double PredictionErrors::p90_time() const { return quantile_of(time, 0.9); }
+
+PredictionErrors prediction_errors(const std::vector<CollectiveMeasurement>& measurements,
+                                   const std::vector<CollectiveTerms>& terms, const CollectiveFit& fit,
+                                   const std::vector<bool>& rows) {
+  PredictionErrors e;
+  for (size_t i = 0; i < measurements.size(); ++i) {
+    if (!rows.empty() && !rows[i]) continue;
+    std::optional<Time> predicted = fit.predict(terms[i]);
+    if (!predicted) {
+      ++e.unpredicted;
+      continue;
+    }
+    const double measured = measurements[i].typical_time().seconds();
+    const double err = std::fabs(predicted->seconds() - measured) / measured;
+    e.time.push_back(err);
+    // busbw ∝ 1/t at a fixed size, so its relative error is |t_meas/t_pred − 1|.
+    if (measurements[i].size.value() >= 1024.0 * 1024.0) {
+      e.busbw_large.push_back(std::fabs(measured / predicted->seconds() - 1.0));
+    }
+  }
+  return e;
+}
+
+}  // namespace parallax

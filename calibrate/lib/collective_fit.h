@@ -1,0 +1,134 @@
+// The α/β calibration of collectives: what each measured point implies about the link classes it
+// crossed (its terms), the robust fit of latency and bandwidth per link class and protocol over
+// many points, and the prediction of any point from the fitted values.
+//
+// The model is NCCL's own (reference/nccl-cost-model.md §2): a collective of size S run by
+// algorithm a with protocol p takes
+//
+//     t = launch_p + n_intra·α_{intra class, p} + n_inter·α_{network, p} + B(S)·(1/β_{class, p})
+//
+// where n_intra/n_inter are the algorithm's latency steps inside and across nodes (NCCL's
+// latency table), B(S) the bytes its bus bandwidth must carry (S·nsteps/n for the ring family,
+// 2S for the tree all-reduce, S·(n−1)/n for all-to-all, S for send/recv), and the class of β the
+// bottleneck: the network when the ranks span nodes, else the link class between two ranks of a
+// node. The algorithm and protocol are those forced by the measurement (NCCL_ALGO/NCCL_PROTO), or
+// what NCCL's cost model picks on the uncalibrated topology — what NCCL itself would run.
+// Every term is linear in (launch, α, 1/β), so the fit is a linear robust least squares.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "collectives/collective_simulator.h"
+#include "measurement_set.h"
+#include "robust_fit.h"
+
+namespace parallax {
+
+/// The coefficients of one measurement in the linear model above.
+struct CollectiveTerms {
+  Algorithm algorithm = Algorithm::kRing;
+  Protocol protocol = Protocol::kSimple;
+  std::string intra_class;      ///< link class between ranks of one node ("" for one rank per node)
+  std::string bandwidth_class;  ///< the class whose β bounds the transfer ("local" for one rank)
+  double intra_steps = 0;
+  double inter_steps = 0;
+  double bus_bytes = 0;
+  /// 0, or 1–2 for the larger sizes of a series whose bandwidth regime changes within the
+  /// protocol (NCCL adds channels or switches algorithm; MPI switches eager → rendezvous, and
+  /// copies fall out of cache): own launch, α and β.
+  int regime = 0;
+
+  /// (parameter name, coefficient) pairs, zero coefficients left out.
+  std::vector<std::pair<std::string, double>> coefficients() const;
+};
+
+/// Parameter names: "launch.<proto>" (s), "alpha.<class>.<proto>" (s per step),
+/// "inverse_bandwidth.<class>.<proto>" (s per byte).
+/// "simple", "ll128", "ll"; "simple+" for regime 1, "simple++" for regime 2.
+std::string launch_parameter(Protocol p, int regime = 0);
+std::string alpha_parameter(const std::string& link_class, Protocol p, int regime = 0);
+std::string inverse_bandwidth_parameter(const std::string& link_class, Protocol p, int regime = 0);
+
+/// Derives the terms of measurements on one base topology. Measurements from the MPI harness
+/// (no NCCL) count as ring/simple: MPI's algorithms are not NCCL's, but on a given group the
+/// step count only rescales α.
+class CollectiveTermModel {
+ public:
+  explicit CollectiveTermModel(const Topology& base);
+  /// Throws std::invalid_argument when the measurement cannot be placed on the topology (more
+  /// ranks or nodes than it has) or its forced algorithm cannot run there.
+  CollectiveTerms terms(const CollectiveMeasurement& m, bool nccl = true);
+
+ private:
+  const CollectiveSimulator& simulator(int ranks, int ranks_per_node);
+  const Topology& base_;
+  std::map<std::pair<int, int>, std::unique_ptr<CollectiveSimulator>> simulators_;
+};
+
+/// A parameter's fitted value, or why it has none.
+struct FittedParameter {
+  std::string name;
+  double value = 0;                  ///< SI units (s, s per step, s per byte)
+  double standard_error = 0;         ///< NaN when at the bound or without degrees of freedom
+  bool at_bound = false;             ///< held at 0 by the non-negativity constraint
+  bool identifiable = true;          ///< false: no measurement separates it from the others
+};
+
+struct CollectiveFit {
+  std::vector<FittedParameter> parameters;
+  RobustFitResult raw;               ///< the solver's answer over the identifiable columns
+  std::vector<std::string> folded;   ///< parameters dropped as not identifiable, with the reason
+
+  const FittedParameter* find(const std::string& name) const;
+  /// The predicted time, or nullopt when a term needs a parameter the fit could not determine
+  /// (e.g. a protocol no measurement used).
+  std::optional<Time> predict(const CollectiveTerms& terms) const;
+};
+
+/// Fits launch/α/β to the measurements whose `use` flag is set (all when empty), robustly, on
+/// relative time error. Columns no row separates from the others (e.g. launch and α when every
+/// point has the same step count) are folded: bandwidth first, then α (network, then intra), and
+/// launch last are kept. Throws UnderdeterminedFitError when nothing can be fitted.
+CollectiveFit fit_collectives(const std::vector<CollectiveMeasurement>& measurements,
+                              const std::vector<CollectiveTerms>& terms, const std::vector<bool>& use = {},
+                              const RobustFitOptions& options = {});
+
+/// The fit with data-driven protocol regimes. For every series measured with NCCL's automatic
+/// choice (algo and proto "auto"), the protocol of each size is not taken from the uncalibrated
+/// model but found: NCCL switches LL → LL128 → Simple as sizes grow, so the sizes of a series
+/// (file, op, group, ranks, nodes) split at two breakpoints, searched exhaustively for the
+/// smallest mean |relative residual| of the fitted model over the rows used. Only the protocols
+/// NCCL's model would use somewhere in that series are candidates. Then the largest-size regime
+/// may split up to twice more (regimes 1, 2: own launch, α, β), each split kept only where it
+/// lowers the mean residual by a fifth or more — the data then shows a bandwidth step that no
+/// protocol explains. `terms` is updated in place
+/// (for every row, used or held out: a held-out size takes the regime its neighbours imply).
+CollectiveFit fit_collectives_with_regimes(const std::vector<CollectiveMeasurement>& measurements,
+                                           std::vector<CollectiveTerms>& terms, const std::vector<bool>& use = {},
+                                           const RobustFitOptions& options = {});
+
+/// Held-out split: within each series (file, op, group, ranks, in-place), the sizes in sorted
+/// order alternate fit / hold-out, so that both halves span the whole range. true = used to fit.
+std::vector<bool> alternate_sizes_split(const std::vector<CollectiveMeasurement>& measurements);
+
+/// Relative errors of predictions against measurements (rows without a prediction are skipped).
+struct PredictionErrors {
+  std::vector<double> time;           ///< |pred − meas| / meas, every predicted row
+  std::vector<double> busbw_large;    ///< the same on bus bandwidth, sizes ≥ 1 MiB
+  size_t unpredicted = 0;
+  double median_time() const;
+  double median_busbw_large() const;
+  double p90_time() const;
+};
+PredictionErrors prediction_errors(const std::vector<CollectiveMeasurement>& measurements,
+                                   const std::vector<CollectiveTerms>& terms, const CollectiveFit& fit,
+                                   const std::vector<bool>& rows);
+
+double median_of(std::vector<double> v);
+double quantile_of(std::vector<double> v, double q);
+
+}  // namespace parallax

@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# The whole calibration loop on real data any machine can measure: parallax-mpi-bench with 2
+# ranks over shared memory (a short sweep), `parallax calibrate fit` on every other size, and the
+# error on the held-out sizes. Thresholds are loose (a shared 2-core CI machine is noisy), but a
+# broken fit — wrong terms, a lost bandwidth or latency, a solver that does not converge — misses
+# them by far.
+# usage: mpi-loop-check.sh MPIEXEC MPI_BENCH PARALLAX TOPOLOGY SCRATCH_DIR
+set -euo pipefail
+mpiexec=$1 bench=$2 cli=$3 topology=$4 scratch=$5
+rm -rf "$scratch" && mkdir -p "$scratch"
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+"$mpiexec" --oversubscribe -np 2 "$bench" --ops all_reduce,send_recv --groups all -b 8 -e 4M -f 2 -w 5 -n 40 \
+  -o "$scratch/mpi.jsonl" > "$scratch/bench.txt"
+"$cli" calibrate fit "$scratch/mpi.jsonl" --topology "$topology" -o "$scratch/calibrated.json" --json "$scratch/fit.json" \
+  | tee "$scratch/fit.txt"
+"$cli" calibrate compare "$scratch/mpi.jsonl" --topology "$scratch/calibrated.json" --json "$scratch/compare.json" > "$scratch/compare.txt"
+python3 - "$scratch/fit.json" "$scratch/compare.json" <<'PY'
+import json, sys
+fit = json.load(open(sys.argv[1]))
+held = fit["cross_validation"]["held_out_alternate_sizes"]
+cmp = json.load(open(sys.argv[2]))
+t = held["time_median_abs_error"]
+print("held-out time median |err| %.1f%% over %d rows; calibrated compare median %.1f%%"
+      % (100 * t, held["rows"], 100 * cmp["time_median_abs_error"]))
+ok = held["rows"] >= 20 and t <= 0.30 and cmp["time_median_abs_error"] <= 0.30
+bw = [p for p in fit["parameters"] if p["name"].startswith("inverse_bandwidth.") and p.get("identifiable")]
+ok = ok and len(bw) > 0 and all(p["value_si"] > 0 for p in bw)
+sys.exit(0 if ok else 1)
+PY

@@ -1,0 +1,79 @@
+# Tests of calibrate/: included from tests/CMakeLists.txt (after calibrate/ is configured, so its
+# targets exist here). Each part keeps to its own block.
+
+# ---- Calibration library (calibrate/lib/): measurement sets, robust fitting ----------------------
+# (Restored by the harness author after overwriting this file by mistake; reconstructed from the
+# build trees' CTestTestfile/flags: two GoogleTest executables linking parallax_calibration.)
+parallax_test(measurement_set_test measurement_set_test.cpp)
+target_link_libraries(measurement_set_test PRIVATE parallax_calibration)
+parallax_test(robust_fit_test robust_fit_test.cpp)
+target_link_libraries(robust_fit_test PRIVATE parallax_calibration)
+# ---- end of the calibration library block ---------------------------------------------------------
+
+# ---- Harnesses (calibrate/harness/): parallax-nccl-bench, parallax-mpi-bench ----------------------
+# The shared harness code on a fake backend (no GPU, no MPI needed).
+if(TARGET parallax_harness)
+  parallax_test(harness_test ${PROJECT_SOURCE_DIR}/calibrate/harness/harness_test.cpp)
+  target_link_libraries(harness_test PRIVATE parallax_harness)
+endif()
+
+set(harness_dir ${PROJECT_SOURCE_DIR}/calibrate/harness)
+set(harness_scratch ${CMAKE_CURRENT_BINARY_DIR}/harness-scratch)
+
+# Without a GPU (CUDA_VISIBLE_DEVICES empty hides any there is), one line on stderr and exit 3;
+# bad arguments are refused with 2 before any GPU is looked for.
+if(TARGET parallax-nccl-bench)
+  add_test(NAME harness.nccl_bench.no_gpu_exits_3
+           COMMAND bash ${harness_dir}/check-exit.sh 3 "no CUDA GPU visible .*; nothing measured"
+                   env CUDA_VISIBLE_DEVICES= $<TARGET_FILE:parallax-nccl-bench> --groups self -e 1M)
+  add_test(NAME harness.nccl_bench.bad_size_exits_2
+           COMMAND bash ${harness_dir}/check-exit.sh 2 "-e: .*expected a size"
+                   $<TARGET_FILE:parallax-nccl-bench> -e 12Q)
+  # The CUDA driver maps memory where ASan's shadow gap would be (harmless without a GPU).
+  set_tests_properties(harness.nccl_bench.no_gpu_exits_3 harness.nccl_bench.bad_size_exits_2 PROPERTIES
+                       ENVIRONMENT "ASAN_OPTIONS=protect_shadow_gap=0")
+endif()
+if(TARGET parallax-nccl-bench-mpi)
+  add_test(NAME harness.nccl_bench_mpi.no_gpu_exits_3
+           COMMAND bash ${harness_dir}/check-exit.sh 3 "no CUDA GPU visible .*; nothing measured"
+                   env CUDA_VISIBLE_DEVICES= $<TARGET_FILE:parallax-nccl-bench-mpi> --groups self -e 1M)
+  set_tests_properties(harness.nccl_bench_mpi.no_gpu_exits_3 PROPERTIES ENVIRONMENT "ASAN_OPTIONS=protect_shadow_gap=0")
+endif()
+
+# MPI over shared memory on this host: the lines written, resume, and repair of a cut file.
+if(TARGET parallax-mpi-bench)
+  foreach(check np2 resume repair np4)
+    add_test(NAME harness.mpi_bench.${check}
+             COMMAND bash ${harness_dir}/mpi-bench-test.sh ${check} ${MPIEXEC_EXECUTABLE}
+                     $<TARGET_FILE:parallax-mpi-bench> ${harness_scratch}/mpi_${check})
+    set_tests_properties(harness.mpi_bench.${check} PROPERTIES TIMEOUT 60 RUN_SERIAL TRUE)
+  endforeach()
+endif()
+# ---- end of the harness block ---------------------------------------------------------------------
+
+# ---- Collective α/β fit (calibrate/lib/collective_fit.h) --------------------------------------------
+parallax_test(collective_fit_test collective_fit_test.cpp)
+target_link_libraries(collective_fit_test PRIVATE parallax_calibration)
+# ---- end of the collective fit block ----------------------------------------------------------------
+
+# ---- parallax calibrate fit|compare through the CLI ---------------------------------------------------
+# A real nccl-tests log: fit, then compare it with the calibrated topology (plots need gnuplot,
+# which tools/install-deps.sh installs).
+set(calibrate_scratch ${CMAKE_CURRENT_BINARY_DIR}/calibrate-scratch)
+file(MAKE_DIRECTORY ${calibrate_scratch})
+add_test(NAME example.calibrate.fit_crusoe
+         COMMAND parallax calibrate fit ${PROJECT_SOURCE_DIR}/tests/data/nccl-tests/crusoe-a100-80gb-2node-16gpu-ib-allreduce.txt
+                 --topology ${PROJECT_SOURCE_DIR}/topologies/dgx-a100.json -o ${calibrate_scratch}/crusoe-calibrated.json)
+add_test(NAME example.calibrate.compare_crusoe
+         COMMAND parallax calibrate compare ${PROJECT_SOURCE_DIR}/tests/data/nccl-tests/crusoe-a100-80gb-2node-16gpu-ib-allreduce.txt
+                 --topology ${calibrate_scratch}/crusoe-calibrated.json --plot ${calibrate_scratch}/crusoe-plots)
+set_tests_properties(example.calibrate.compare_crusoe PROPERTIES DEPENDS example.calibrate.fit_crusoe)
+# The whole loop on data measured here: MPI over shared memory, fit on half the sizes, held-out error.
+if(TARGET parallax-mpi-bench)
+  add_test(NAME calibrate.mpi_loop_2_ranks
+           COMMAND bash ${PROJECT_SOURCE_DIR}/calibrate/scripts/mpi-loop-check.sh ${MPIEXEC_EXECUTABLE}
+                   $<TARGET_FILE:parallax-mpi-bench> $<TARGET_FILE:parallax>
+                   ${PROJECT_SOURCE_DIR}/topologies/host-shm-4ranks.json ${calibrate_scratch}/mpi-loop)
+  set_tests_properties(calibrate.mpi_loop_2_ranks PROPERTIES TIMEOUT 120 RUN_SERIAL TRUE)
+endif()
+# ---- end of the calibrate CLI block -------------------------------------------------------------------

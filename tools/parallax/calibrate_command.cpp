@@ -1,0 +1,411 @@
+// `parallax calibrate fit|compare`: fit launch/α/β per link class and protocol to measurements
+// (harness JSON lines, nccl-tests logs), write them into a topology file with their provenance,
+// and compare any measurements with what a (calibrated) topology predicts, with plots.
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <optional>
+#include <string>
+
+#include <nlohmann/json.hpp>
+#include <spdlog/spdlog.h>
+
+#include "collective_fit.h"
+#include "io/atomic_file.h"
+#include "io/input_error.h"
+#include "parallax/commands.h"
+#include "parallax/text_table.h"
+#include "topology/topology_loader.h"
+
+namespace parallax::cli {
+namespace {
+
+struct CalibrateArgs {
+  std::vector<std::string> inputs;
+  std::string topology;
+  std::optional<int> gpus, nodes;
+  std::string op;
+  std::string output;
+  std::string json;
+  std::string plot_dir;
+};
+
+nlohmann::ordered_json read_json_file(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) throw InputError(path, "", "cannot open the file");
+  try {
+    return nlohmann::ordered_json::parse(in);
+  } catch (const nlohmann::json::exception& e) {
+    throw InputError(path, "", std::string("not valid JSON: ") + e.what());
+  }
+}
+
+// Reads every input; a bad line is reported with its file and line, and the good lines before it
+// are still used.
+MeasurementSet read_inputs(const CalibrateArgs& a) {
+  MeasurementReadOptions o;
+  o.ranks = a.gpus;
+  o.nodes = a.nodes;
+  if (!a.op.empty()) {
+    o.op = parse_op(a.op);
+    if (!o.op) throw InputError("", "--op", "unknown collective \"" + a.op + "\"");
+  }
+  ReadOutcome in = read_measurements(a.inputs, o);
+  for (const ReadProblem& p : in.problems) {
+    std::fprintf(stderr, "parallax: warning: %s (the lines before it are used)\n", p.message().c_str());
+  }
+  if (in.set.collectives.empty()) throw InputError(a.inputs.front(), "", "no collective measurement in the input");
+  return std::move(in.set);
+}
+
+Topology load_for(const std::string& path, const MeasurementSet& set) {
+  int nodes = 1;
+  for (const auto& m : set.collectives) nodes = std::max(nodes, m.nodes);
+  TopologyLoadOptions load;
+  if (nodes > 1) load.nodes = nodes;
+  return load_topology(path, load);
+}
+
+bool from_mpi(const CollectiveMeasurement& m, const MeasurementSet& set) {
+  for (const RunMetadata& r : set.runs) {
+    if (r.run == m.run) return r.harness == "parallax-mpi-bench";
+  }
+  return false;
+}
+
+std::vector<CollectiveTerms> terms_of(const MeasurementSet& set, CollectiveTermModel& model) {
+  std::vector<CollectiveTerms> terms;
+  for (const auto& m : set.collectives) {
+    try {
+      terms.push_back(model.terms(m, !from_mpi(m, set)));
+    } catch (const std::invalid_argument& e) {
+      throw InputError(m.source.file, "line " + std::to_string(m.source.line), e.what());
+    }
+  }
+  return terms;
+}
+
+std::string human(const FittedParameter& p, double value) {
+  if (p.name.rfind("inverse_bandwidth.", 0) == 0) return value > 0 ? strprintf("%.2f GB/s", 1e-9 / value) : "unbounded";
+  return strprintf("%.3f us", value * 1e6);
+}
+
+std::string series_name(const CollectiveMeasurement& m) {
+  return strprintf("%s %s %s n=%d nodes=%d%s", std::filesystem::path(m.source.file).filename().c_str(),
+                   std::string(op_name(m.op)).c_str(), m.group.c_str(), m.ranks, m.nodes, m.in_place ? " in-place" : "");
+}
+
+nlohmann::ordered_json errors_json(const PredictionErrors& e) {
+  nlohmann::ordered_json j;
+  j["rows"] = e.time.size();
+  j["time_median_abs_error"] = e.median_time();
+  j["time_p90_abs_error"] = e.p90_time();
+  j["busbw_median_abs_error_ge_1MiB"] = e.busbw_large.empty() ? nlohmann::ordered_json() : nlohmann::ordered_json(e.median_busbw_large());
+  j["unpredicted"] = e.unpredicted;
+  return j;
+}
+
+void run_fit(const CalibrateArgs& a) {
+  MeasurementSet set = read_inputs(a);
+  Topology base = load_for(a.topology, set);
+  CollectiveTermModel model(base);
+  const auto& ms = set.collectives;
+
+  // Cross-validation first (it reassigns regimes on its own copy of the terms).
+  std::vector<CollectiveTerms> cv_terms = terms_of(set, model);
+  std::vector<bool> half = alternate_sizes_split(ms);
+  CollectiveFit half_fit = fit_collectives_with_regimes(ms, cv_terms, half);
+  std::vector<bool> held(half.size());
+  for (size_t i = 0; i < half.size(); ++i) held[i] = !half[i];
+  PredictionErrors held_errors = prediction_errors(ms, cv_terms, half_fit, held);
+
+  // Leave-one-group-out: fit on every group but "all", predict "all".
+  std::optional<PredictionErrors> logo;
+  std::vector<bool> others(ms.size()), whole(ms.size());
+  bool have_all = false, have_others = false;
+  for (size_t i = 0; i < ms.size(); ++i) {
+    whole[i] = ms[i].group == "all";
+    others[i] = !whole[i];
+    have_all = have_all || whole[i];
+    have_others = have_others || others[i];
+  }
+  if (have_all && have_others) {
+    std::vector<CollectiveTerms> logo_terms = terms_of(set, model);
+    try {
+      CollectiveFit f = fit_collectives_with_regimes(ms, logo_terms, others);
+      logo = prediction_errors(ms, logo_terms, f, whole);
+    } catch (const std::invalid_argument& e) {
+      spdlog::warn("leave-one-group-out skipped: {}", e.what());
+    }
+  }
+
+  std::vector<CollectiveTerms> terms = terms_of(set, model);
+  CollectiveFit fit = fit_collectives_with_regimes(ms, terms);
+  PredictionErrors in_sample = prediction_errors(ms, terms, fit, {});
+
+  std::printf("# Parallax calibration fit: %zu collective measurements from %zu file(s) on %s\n", ms.size(),
+              set.files.size(), base.info().name.c_str());
+  TextTable t({"parameter", "value", "std. error", "note"},
+              {TextTable::Align::kLeft, TextTable::Align::kRight, TextTable::Align::kRight, TextTable::Align::kLeft});
+  for (const FittedParameter& p : fit.parameters) {
+    if (!p.identifiable) continue;
+    std::string se = std::isnan(p.standard_error) ? "-" : strprintf("%.3g%%", 100 * p.standard_error / std::max(p.value, 1e-300));
+    std::string shown = p.name;
+    if (shown.rfind("inverse_bandwidth.", 0) == 0) shown = "beta." + shown.substr(18);
+    t.add_row({shown, human(p, p.value), se, p.at_bound ? "at bound 0" : ""});
+  }
+  std::printf("%s", t.render().c_str());
+  for (const std::string& f : fit.folded) std::printf("  folded: %s\n", f.c_str());
+  std::printf("  rejected as outliers: %zu of %zu rows\n", fit.raw.rejected_rows.size(), ms.size());
+  std::printf("  in-sample: time median |err| %.1f%%, p90 %.1f%%\n", 100 * in_sample.median_time(), 100 * in_sample.p90_time());
+  std::printf("  held-out sizes (fit on every other size): time median |err| %.1f%%, busbw >= 1 MiB median |err| %.1f%%\n",
+              100 * held_errors.median_time(), 100 * held_errors.median_busbw_large());
+  if (logo) {
+    std::printf("  leave-one-group-out (fit without group \"all\", predict it): time median |err| %.1f%%, busbw >= 1 MiB %.1f%%\n",
+                100 * logo->median_time(), 100 * logo->median_busbw_large());
+  }
+
+  // The calibrated topology: the base file as written, plus the calibration block.
+  nlohmann::ordered_json out = read_json_file(a.topology);
+  nlohmann::ordered_json cal;
+  cal["format"] = 1;
+  cal["model"] = "t = launch_p + n_intra*alpha_intra_p + n_inter*alpha_network_p + bus_bytes/beta_class_p (calibrate/lib/collective_fit.h)";
+  nlohmann::ordered_json inputs = nlohmann::ordered_json::array();
+  for (const std::string& f : set.files) inputs.push_back(f);
+  cal["provenance"]["inputs"] = inputs;
+  nlohmann::ordered_json runs = nlohmann::ordered_json::array();
+  for (const RunMetadata& r : set.runs) {
+    nlohmann::ordered_json j;
+    j["run"] = r.run;
+    if (!r.harness.empty()) j["harness"] = r.harness;
+    if (!r.date.empty()) j["date"] = r.date;
+    if (!r.gpu.empty()) j["gpu"] = r.gpu;
+    if (!r.nccl.empty()) j["nccl"] = r.nccl;
+    if (!r.cuda_runtime.empty()) j["cuda_runtime"] = r.cuda_runtime;
+    if (!r.mpi.empty()) j["mpi"] = r.mpi;
+    if (!r.hosts.empty()) j["hosts"] = r.hosts;
+    runs.push_back(j);
+  }
+  cal["provenance"]["runs"] = runs;
+  cal["provenance"]["fitted_by"] = "parallax 0.1.0 calibrate fit";
+  nlohmann::ordered_json params = nlohmann::ordered_json::array();
+  for (const FittedParameter& p : fit.parameters) {
+    nlohmann::ordered_json j;
+    j["name"] = p.name;
+    j["identifiable"] = p.identifiable;
+    if (p.identifiable) {
+      j["value"] = human(p, p.value);
+      j["value_si"] = p.value;
+      j["standard_error_si"] = std::isnan(p.standard_error) ? nlohmann::ordered_json() : nlohmann::ordered_json(p.standard_error);
+      j["at_bound"] = p.at_bound;
+    }
+    params.push_back(j);
+  }
+  cal["parameters"] = params;
+  nlohmann::ordered_json residuals;
+  residuals["in_sample"] = errors_json(in_sample);
+  nlohmann::ordered_json rejected = nlohmann::ordered_json::array();
+  for (size_t r : fit.raw.rejected_rows) rejected.push_back(ms[r].source.file + ":" + std::to_string(ms[r].source.line));
+  residuals["rejected_rows"] = rejected;
+  cal["residuals"] = residuals;
+  cal["cross_validation"]["held_out_alternate_sizes"] = errors_json(held_errors);
+  if (logo) cal["cross_validation"]["leave_one_group_out"] = errors_json(*logo);
+  out["calibration"] = cal;
+  write_file_atomically(a.output, out.dump(2) + "\n");
+  if (!a.json.empty()) write_file_atomically(a.json, cal.dump(2) + "\n");
+  std::printf("  wrote %s\n", a.output.c_str());
+}
+
+// The calibrated parameters of a topology file, or nullopt when it has none.
+std::optional<CollectiveFit> calibration_of(const std::string& path) {
+  nlohmann::ordered_json j = read_json_file(path);
+  if (!j.contains("calibration")) return std::nullopt;
+  CollectiveFit fit;
+  const auto& params = j["calibration"].value("parameters", nlohmann::ordered_json::array());
+  for (size_t i = 0; i < params.size(); ++i) {
+    const auto& p = params[i];
+    const std::string where = "/calibration/parameters/" + std::to_string(i);
+    if (!p.contains("name") || !p["name"].is_string()) throw InputError(path, where + "/name", "expected a parameter name");
+    FittedParameter f;
+    f.name = p["name"].get<std::string>();
+    f.identifiable = p.value("identifiable", true);
+    if (f.identifiable) {  // a folded parameter was taken as 0 by the fit
+      if (!p.contains("value_si") || !p["value_si"].is_number()) throw InputError(path, where + "/value_si", "expected a number");
+      f.value = p["value_si"].get<double>();
+    }
+    fit.parameters.push_back(f);
+  }
+  return fit;
+}
+
+// NCCL's own choice is what ran; with the calibrated parameters the closest stand-in is the
+// fastest regime the fit knows for the forced (or any) protocol.
+std::optional<Time> predict_calibrated(const CollectiveFit& fit, CollectiveTerms t, const CollectiveMeasurement& m) {
+  std::optional<Time> best;
+  for (Protocol p : {Protocol::kLL, Protocol::kLL128, Protocol::kSimple}) {
+    if (m.proto != "auto" && parse_protocol(m.proto) != p) continue;
+    for (int regime : {0, 1, 2}) {
+      t.protocol = p;
+      t.regime = regime;
+      std::optional<Time> v = fit.predict(t);
+      if (v && (!best || *v < *best)) best = v;
+    }
+  }
+  return best;
+}
+
+void plot(const std::string& dir, const std::vector<std::pair<std::string, std::vector<std::array<double, 3>>>>& series,
+          const std::vector<std::array<double, 3>>& scaling) {
+  if (std::system("command -v gnuplot > /dev/null 2>&1") != 0) {
+    throw InputError("", "--plot", "gnuplot is not installed (Debian: apt-get install gnuplot-nox)");
+  }
+  std::filesystem::create_directories(dir);
+  std::string script =
+      "set terminal pngcairo size 1000,650 noenhanced\nset logscale x 2\nset format x '%.0b%B'\nset key left top\nset grid\n";
+  script += "set xlabel 'size (bytes)'\nset ylabel 'busbw (GB/s)'\n";
+  for (size_t s = 0; s < series.size(); ++s) {
+    const std::string data = dir + "/busbw-" + std::to_string(s) + ".dat";
+    std::ofstream d(data);
+    for (const auto& r : series[s].second) d << r[0] << " " << r[1] << " " << r[2] << "\n";
+    script += "set output '" + dir + "/busbw-" + std::to_string(s) + ".png'\nset title \"" + series[s].first + "\"\n";
+    script += "plot '" + data + "' using 1:2 with linespoints title 'measured', '' using 1:3 with lines title 'predicted'\n";
+  }
+  if (scaling.size() >= 2) {
+    const std::string data = dir + "/scaling.dat";
+    std::ofstream d(data);
+    for (const auto& r : scaling) d << r[0] << " " << r[1] << " " << r[2] << "\n";
+    script += "set output '" + dir + "/scaling.png'\nunset logscale x\nset format x '%g'\nset xlabel 'ranks'\nset title 'busbw at the largest size vs ranks'\n";
+    script += "plot '" + data + "' using 1:2 with points pt 7 title 'measured', '' using 1:3 with linespoints title 'predicted'\n";
+  }
+  const std::string gp = dir + "/plots.gp";
+  std::ofstream(gp) << script;
+  if (std::system(("gnuplot '" + gp + "'").c_str()) != 0) throw std::runtime_error("gnuplot failed on " + gp);
+}
+
+void run_compare(const CalibrateArgs& a) {
+  MeasurementSet set = read_inputs(a);
+  Topology topo = load_for(a.topology, set);
+  std::optional<CollectiveFit> fit = calibration_of(a.topology);
+  CollectiveTermModel model(topo);
+  std::vector<CollectiveTerms> terms = terms_of(set, model);
+  const auto& ms = set.collectives;
+  std::map<std::pair<int, int>, std::unique_ptr<CollectiveSimulator>> sims;
+
+  std::printf("# Parallax calibrate compare: %s (%s)\n", a.topology.c_str(),
+              fit ? "calibrated" : "uncalibrated: NCCL's model on the datasheet topology");
+  std::printf("# measured time: the median iteration where the file gives it, else the mean\n");
+  std::vector<double> time_err, busbw_err;
+  std::map<std::string, std::vector<size_t>> by_series;
+  std::vector<std::string> order;
+  for (size_t i = 0; i < ms.size(); ++i) {
+    std::string s = series_name(ms[i]);
+    if (!by_series.count(s)) order.push_back(s);
+    by_series[s].push_back(i);
+  }
+  std::vector<std::pair<std::string, std::vector<std::array<double, 3>>>> plots;
+  std::map<int, std::array<double, 3>> scaling;  // ranks → (ranks, measured, predicted) at the largest size
+  nlohmann::ordered_json jrows = nlohmann::ordered_json::array();
+  for (const std::string& s : order) {
+    std::printf("\n## %s\n", s.c_str());
+    TextTable t({"size", "time_us", "pred_us", "err", "busbw", "pred_busbw", "err"});
+    std::vector<std::array<double, 3>> curve;
+    for (size_t i : by_series[s]) {
+      const CollectiveMeasurement& m = ms[i];
+      std::optional<Time> p;
+      if (fit) {
+        p = predict_calibrated(*fit, terms[i], m);
+      } else {
+        auto key = std::make_pair(m.ranks, m.ranks_per_node);
+        if (!sims.count(key)) sims[key] = std::make_unique<CollectiveSimulator>(topo, m.ranks, m.ranks_per_node);
+        CollectiveOptions o;
+        o.model = "analytical";
+        p = sims[key]->run(m.op, m.size, o).time;
+      }
+      const double factor = busbw_factor(m.op, m.ranks);
+      const double meas_bus = m.size.value() / m.typical_time().seconds() * factor / 1e9;
+      if (!p || p->seconds() <= 0) {
+        t.add_row({strprintf("%.0f", m.size.value()), strprintf("%.2f", m.typical_time().seconds() * 1e6), "-", "-",
+                   strprintf("%.2f", meas_bus), "-", "-"});
+        continue;
+      }
+      const double pred_bus = m.size.value() / p->seconds() * factor / 1e9;
+      const double te = (p->seconds() - m.typical_time().seconds()) / m.typical_time().seconds();
+      const double be = m.size.value() > 0 ? (pred_bus - meas_bus) / meas_bus : 0.0;
+      time_err.push_back(std::fabs(te));
+      if (m.size.value() >= 1 << 20) busbw_err.push_back(std::fabs(be));
+      t.add_row({strprintf("%.0f", m.size.value()), strprintf("%.2f", m.typical_time().seconds() * 1e6),
+                 strprintf("%.2f", p->seconds() * 1e6), strprintf("%+.1f%%", 100 * te), strprintf("%.2f", meas_bus),
+                 strprintf("%.2f", pred_bus), m.size.value() > 0 ? strprintf("%+.1f%%", 100 * be) : "-"});
+      if (m.size.value() > 0) curve.push_back({m.size.value(), meas_bus, pred_bus});
+      auto& sc = scaling[m.ranks];
+      if (!m.in_place && m.op == ms.front().op && m.size.value() >= sc[0]) sc = {m.size.value(), meas_bus, pred_bus};
+      nlohmann::ordered_json j;
+      j["file"] = m.source.file;
+      j["line"] = m.source.line;
+      j["op"] = op_name(m.op);
+      j["group"] = m.group;
+      j["ranks"] = m.ranks;
+      j["size_bytes"] = m.size.value();
+      j["in_place"] = m.in_place;
+      j["measured_time_us"] = m.typical_time().seconds() * 1e6;
+      j["predicted_time_us"] = p->seconds() * 1e6;
+      j["time_error"] = te;
+      j["measured_busbw_gbs"] = meas_bus;
+      j["predicted_busbw_gbs"] = pred_bus;
+      jrows.push_back(j);
+    }
+    std::printf("%s", t.render().c_str());
+    plots.emplace_back(s, curve);
+  }
+  std::printf("\n# summary: time |err| median %.1f%%, p90 %.1f%% over %zu rows; busbw >= 1 MiB |err| median %.1f%%, p90 %.1f%%\n",
+              100 * median_of(time_err), 100 * quantile_of(time_err, 0.9), time_err.size(),
+              100 * median_of(busbw_err), 100 * quantile_of(busbw_err, 0.9));
+  if (!a.json.empty()) {
+    nlohmann::ordered_json j;
+    j["topology"] = a.topology;
+    j["calibrated"] = fit.has_value();
+    j["rows"] = jrows;
+    j["time_median_abs_error"] = median_of(time_err);
+    j["time_p90_abs_error"] = quantile_of(time_err, 0.9);
+    j["busbw_median_abs_error_ge_1MiB"] = median_of(busbw_err);
+    write_file_atomically(a.json, j.dump(2) + "\n");
+  }
+  if (!a.plot_dir.empty()) {
+    std::vector<std::array<double, 3>> sc;
+    for (const auto& [ranks, v] : scaling) sc.push_back({static_cast<double>(ranks), v[1], v[2]});
+    plot(a.plot_dir, plots, sc);
+    std::printf("# plots: %s/busbw-*.png%s\n", a.plot_dir.c_str(), sc.size() >= 2 ? ", scaling.png" : "");
+  }
+}
+
+void common_options(CLI::App* cmd, CalibrateArgs& a) {
+  cmd->add_option("measurements", a.inputs, "harness JSON-lines files and nccl-tests logs")->required();
+  cmd->add_option("--topology", a.topology, "the topology the measurements ran on")->required();
+  cmd->add_option("--gpus,-g", a.gpus, "ranks of logs that do not list their devices");
+  cmd->add_option("--nodes", a.nodes, "nodes of logs that do not list their devices");
+  cmd->add_option("--op", a.op, "the collective of logs that do not say it");
+  cmd->add_option("--json", a.json, "write the report as JSON");
+}
+
+}  // namespace
+
+void add_calibrate_command(CLI::App& app) {
+  auto* cmd = app.add_subcommand("calibrate", "fit the model to measurements and compare predictions with them");
+  cmd->require_subcommand(1);
+  auto args = std::make_shared<CalibrateArgs>();
+  auto* fit = cmd->add_subcommand("fit", "fit launch/alpha/beta per link class and protocol; write a calibrated topology");
+  common_options(fit, *args);
+  fit->add_option("-o,--output", args->output, "the calibrated topology to write")->required();
+  fit->callback([args] { run_fit(*args); });
+  auto* compare = cmd->add_subcommand("compare", "measured vs predicted per size, with summary errors and plots");
+  common_options(compare, *args);
+  compare->add_option("--plot", args->plot_dir, "draw busbw and scaling plots (PNG, gnuplot) into this folder");
+  compare->callback([args] { run_compare(*args); });
+}
+
+}  // namespace parallax::cli
