@@ -68,6 +68,18 @@ add_test(NAME example.calibrate.compare_crusoe
          COMMAND parallax calibrate compare ${PROJECT_SOURCE_DIR}/tests/data/nccl-tests/crusoe-a100-80gb-2node-16gpu-ib-allreduce.txt
                  --topology ${calibrate_scratch}/crusoe-calibrated.json --plot ${calibrate_scratch}/crusoe-plots)
 set_tests_properties(example.calibrate.compare_crusoe PROPERTIES DEPENDS example.calibrate.fit_crusoe)
+# The calibrated topology is a topology: `parallax collective` predicts with its fitted parameters.
+add_test(NAME example.calibrate.collective_on_calibrated
+         COMMAND parallax collective --topology ${calibrate_scratch}/crusoe-calibrated.json --gpus 16
+                 --model analytical -b 8 -e 1G -f 8)
+set_tests_properties(example.calibrate.collective_on_calibrated PROPERTIES DEPENDS example.calibrate.fit_crusoe
+                     PASS_REGULAR_EXPRESSION "with the topology's calibrated parameters")
+# A bad line: reported with its file and line, and the lines before it are fitted.
+add_test(NAME example.calibrate.bad_line_keeps_good_lines
+         COMMAND parallax calibrate fit ${PROJECT_SOURCE_DIR}/tests/data/calibration/bad-line-sweep.jsonl
+                 --topology ${PROJECT_SOURCE_DIR}/topologies/hgx-h200.json -o ${calibrate_scratch}/bad-line.json)
+set_tests_properties(example.calibrate.bad_line_keeps_good_lines PROPERTIES
+                     PASS_REGULAR_EXPRESSION "bad-line-sweep.jsonl:4: /time_us: .*the lines before it are used.*2 collective measurements")
 # The whole loop on data measured here: MPI over shared memory, fit on half the sizes, held-out error.
 if(TARGET parallax-mpi-bench)
   add_test(NAME calibrate.mpi_loop_2_ranks

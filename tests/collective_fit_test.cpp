@@ -120,6 +120,36 @@ TEST(CollectiveFit, FoldsTermsTheDataCannotSeparate) {
   EXPECT_NEAR(fit.find("alpha.nvlink.simple")->value * 14, 10e-6, 1e-9);
 }
 
+TEST(CalibratedModel, TheSimulatorPredictsWithTheFittedParameters) {
+  // Fit the Crusoe 2×8 A100 log, hand the parameters to a topology as `calibrate fit` does, and
+  // ask the simulator (analytical) for a size the log measured: it must give the fit's own
+  // prediction for NCCL's algorithm with the fastest fitted protocol, and say it is calibrated.
+  ReadOutcome in = read_measurements(kSource + "/tests/data/nccl-tests/crusoe-a100-80gb-2node-16gpu-ib-allreduce.txt");
+  ASSERT_TRUE(in.ok());
+  const auto& ms = in.set.collectives;
+  Topology topo = load_topology(kSource + "/topologies/dgx-a100.json", TopologyLoadOptions{2});
+  CollectiveTermModel model(topo);
+  std::vector<CollectiveTerms> ts;
+  for (const auto& m : ms) ts.push_back(model.terms(m));
+  CollectiveFit fit = fit_collectives_with_regimes(ms, ts);
+  Topology calibrated = topo;
+  calibrated.info().calibration = fit.model().parameters();
+  CollectiveSimulator sim(calibrated, 16, 8);
+  CollectiveOptions o;
+  o.model = "analytical";
+  for (double size : {1024.0, 1048576.0, 268435456.0}) {
+    CollectiveResult r = sim.run(CollectiveOp::kAllReduce, Bytes(size), o);
+    EXPECT_TRUE(r.calibrated);
+    CollectiveTerms t = collective_terms(sim, CollectiveOp::kAllReduce, Bytes(size), false, r.algorithm, r.protocol);
+    auto best = fit.model().fastest(t);
+    ASSERT_TRUE(best.has_value());
+    EXPECT_EQ(r.time, best->first) << size;
+  }
+  // Without the parameters the same question takes NCCL's uncalibrated formula.
+  CollectiveSimulator plain(topo, 16, 8);
+  EXPECT_FALSE(plain.run(CollectiveOp::kAllReduce, Bytes(1048576.0), o).calibrated);
+}
+
 struct LogCase {
   const char* log;
   const char* preset;

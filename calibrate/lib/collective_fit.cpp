@@ -7,50 +7,6 @@
 #include <tuple>
 
 namespace parallax {
-namespace {
-
-std::string proto_key(Protocol p, int regime) {
-  std::string s(protocol_name(p));
-  std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
-  return s + std::string(static_cast<size_t>(std::max(0, regime)), '+');
-}
-
-int log2_floor(int n) {
-  int l = 0;
-  while ((1 << (l + 1)) <= n) ++l;
-  return l;
-}
-
-// The link class that bounds the path between two GPUs: the class of its slowest link.
-std::string bottleneck_class(const Topology& topo, const Router& router, DeviceId a, DeviceId b) {
-  std::vector<LinkId> path;
-  router.route(a, b, 0, path);
-  if (path.empty()) return "local";
-  const Link* slowest = &topo.link(path.front());
-  for (LinkId l : path) {
-    if (topo.link(l).bandwidth < slowest->bandwidth) slowest = &topo.link(l);
-  }
-  return to_string(slowest->link_class);
-}
-
-}  // namespace
-
-std::string launch_parameter(Protocol p, int regime) { return "launch." + proto_key(p, regime); }
-std::string alpha_parameter(const std::string& link_class, Protocol p, int regime) {
-  return "alpha." + link_class + "." + proto_key(p, regime);
-}
-std::string inverse_bandwidth_parameter(const std::string& link_class, Protocol p, int regime) {
-  return "inverse_bandwidth." + link_class + "." + proto_key(p, regime);
-}
-
-std::vector<std::pair<std::string, double>> CollectiveTerms::coefficients() const {
-  std::vector<std::pair<std::string, double>> c;
-  c.emplace_back(launch_parameter(protocol, regime), 1.0);
-  if (intra_steps > 0) c.emplace_back(alpha_parameter(intra_class, protocol, regime), intra_steps);
-  if (inter_steps > 0) c.emplace_back(alpha_parameter("network", protocol, regime), inter_steps);
-  if (bus_bytes > 0) c.emplace_back(inverse_bandwidth_parameter(bandwidth_class, protocol, regime), bus_bytes);
-  return c;
-}
 
 CollectiveTermModel::CollectiveTermModel(const Topology& base) : base_(base) {}
 
@@ -64,34 +20,14 @@ const CollectiveSimulator& CollectiveTermModel::simulator(int ranks, int ranks_p
 }
 
 CollectiveTerms CollectiveTermModel::terms(const CollectiveMeasurement& m, bool nccl) {
-  CollectiveTerms t;
-  const int n = m.ranks;
-  const int nodes = m.nodes;
-  const int ppn = std::max(1, m.ranks_per_node);
-  const double S = m.size.value();
-  if (n == 1) {
-    // One rank: NCCL copies (out of place) or does nothing; what is left is the launch and a
-    // local copy through device memory.
-    t.protocol = Protocol::kSimple;
-    t.bandwidth_class = "local";
-    t.bus_bytes = m.in_place ? 0.0 : S;
-    return t;
-  }
-  const CollectiveSimulator& sim = simulator(n, ppn);
-  const Communicator& comm = sim.communicator();
-  // Intra class: between the first two ranks of the fullest node; bandwidth class: the network
-  // once the ranks span nodes.
-  for (const auto& node_ranks : comm.nodes()) {
-    if (node_ranks.size() >= 2) {
-      t.intra_class = bottleneck_class(sim.topology(), sim.router(), comm.device(node_ranks[0]), comm.device(node_ranks[1]));
-      break;
-    }
-  }
-  t.bandwidth_class = nodes > 1 ? std::string("network") : t.intra_class;
-
-  if (nccl) {
+  const CollectiveSimulator& sim = simulator(m.ranks, std::max(1, m.ranks_per_node));
+  Algorithm algo = Algorithm::kRing;
+  Protocol proto = Protocol::kSimple;
+  if (nccl && m.ranks > 1) {
+    // What NCCL ran: the forced algorithm/protocol, or its cost model's choice.
     CollectiveOptions opt;
     opt.model = "analytical";
+    opt.use_calibration = false;
     if (m.algo != "auto") {
       opt.algorithm = parse_algorithm(m.algo);
       if (!opt.algorithm) throw std::invalid_argument("unknown algorithm \"" + m.algo + "\"");
@@ -101,66 +37,10 @@ CollectiveTerms CollectiveTermModel::terms(const CollectiveMeasurement& m, bool 
       if (!opt.protocol) throw std::invalid_argument("unknown protocol \"" + m.proto + "\"");
     }
     CollectiveResult r = sim.run(m.op, m.size, opt);
-    t.algorithm = r.algorithm;
-    t.protocol = r.protocol;
+    algo = r.algorithm;
+    proto = r.protocol;
   }
-
-  // Latency steps (NCCL's latency table, reference §2.4) and bus bytes (§2.3's algBw ratios).
-  const double nsteps = m.op == CollectiveOp::kAllReduce                                        ? 2.0 * (n - 1)
-                        : (m.op == CollectiveOp::kAllGather || m.op == CollectiveOp::kReduceScatter) ? n - 1.0
-                                                                                                  : 1.0 * n;
-  double inter = 0;
-  double steps = nsteps;
-  double bus = S * nsteps / n;
-  switch (t.algorithm) {
-    case Algorithm::kTree:
-      steps = 2.0 * ((ppn - 1) + log2_floor(nodes));
-      inter = 2.0 * log2_floor(nodes);
-      bus = 2.0 * S;
-      break;
-    case Algorithm::kNvls:
-    case Algorithm::kNvlsTree:
-      // The reduction runs in the NVSwitch: its bandwidth is the switch's, not a GPU link's.
-      steps = nodes > 1 ? 2.0 : 1.0;
-      inter = nodes > 1 ? 1.0 : 0.0;
-      if (nodes == 1) t.bandwidth_class = "nvls";
-      break;
-    case Algorithm::kCollNetDirect:
-    case Algorithm::kCollNetChain:
-      steps = 2.0 * (ppn - 1) + 1.0;
-      inter = 1.0;
-      t.bandwidth_class = "collnet";
-      break;
-    default:
-      if (m.op == CollectiveOp::kAllToAll) {
-        steps = n - 1.0;
-        inter = nodes > 1 ? n - ppn : 0.0;
-        bus = S * (n - 1.0) / n;
-      } else if (m.op == CollectiveOp::kSendRecv) {
-        steps = 1.0;
-        inter = nodes > 1 ? 1.0 : 0.0;
-        bus = S;
-      } else if (m.op == CollectiveOp::kBroadcast || m.op == CollectiveOp::kReduce) {
-        steps = n - 1.0;
-        inter = nodes > 1 ? nodes - 1.0 : 0.0;
-        bus = S;
-      } else {
-        inter = nodes > 1 ? (m.op == CollectiveOp::kAllReduce ? 2.0 * (nodes - 1) : nodes - 1.0) : 0.0;
-      }
-      break;
-  }
-  if (!nccl) {
-    // MPI picks its algorithm per collective (and per size, within the regimes the fit finds):
-    // each collective gets its own α and β on the link class.
-    const std::string suffix = ":" + std::string(op_name(m.op));
-    if (!t.intra_class.empty()) t.intra_class += suffix;
-    t.bandwidth_class += suffix;
-  }
-  t.inter_steps = inter;
-  t.intra_steps = t.intra_class.empty() ? 0.0 : std::max(0.0, steps - inter);
-  if (t.intra_class.empty()) t.inter_steps = steps;  // one rank per node: every step crosses
-  t.bus_bytes = bus;
-  return t;
+  return collective_terms(sim, m.op, m.size, m.in_place, algo, proto, !nccl);
 }
 
 const FittedParameter* CollectiveFit::find(const std::string& name) const {
@@ -170,17 +50,13 @@ const FittedParameter* CollectiveFit::find(const std::string& name) const {
   return nullptr;
 }
 
-std::optional<Time> CollectiveFit::predict(const CollectiveTerms& terms) const {
-  double seconds = 0;
-  for (const auto& [name, coefficient] : terms.coefficients()) {
-    const FittedParameter* p = find(name);
-    if (!p) return std::nullopt;
-    seconds += coefficient * p->value;
-  }
-  if (!(seconds > 0)) return std::nullopt;
-  return Time::from_seconds(seconds);
-  // (Folded parameters are listed with value 0, so a term that needs one still predicts.)
+CalibratedCollectiveModel CollectiveFit::model() const {
+  std::map<std::string, double> values;
+  for (const FittedParameter& p : parameters) values[p.name] = p.value;  // folded ones are 0
+  return CalibratedCollectiveModel(std::move(values));
 }
+
+std::optional<Time> CollectiveFit::predict(const CollectiveTerms& terms) const { return model().predict(terms); }
 
 namespace {
 

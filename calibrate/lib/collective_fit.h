@@ -1,19 +1,11 @@
-// The α/β calibration of collectives: what each measured point implies about the link classes it
-// crossed (its terms), the robust fit of latency and bandwidth per link class and protocol over
-// many points, and the prediction of any point from the fitted values.
+// The α/β calibration of collectives: the terms of each measured point (the model and its
+// terms are in sim/collectives/calibrated_model.h), the robust fit of launch, latency and
+// bandwidth per link class and protocol over many points, with data-driven protocol and
+// bandwidth regimes, held-out splits and prediction errors.
 //
-// The model is NCCL's own (reference/nccl-cost-model.md §2): a collective of size S run by
-// algorithm a with protocol p takes
-//
-//     t = launch_p + n_intra·α_{intra class, p} + n_inter·α_{network, p} + B(S)·(1/β_{class, p})
-//
-// where n_intra/n_inter are the algorithm's latency steps inside and across nodes (NCCL's
-// latency table), B(S) the bytes its bus bandwidth must carry (S·nsteps/n for the ring family,
-// 2S for the tree all-reduce, S·(n−1)/n for all-to-all, S for send/recv), and the class of β the
-// bottleneck: the network when the ranks span nodes, else the link class between two ranks of a
-// node. The algorithm and protocol are those forced by the measurement (NCCL_ALGO/NCCL_PROTO), or
-// what NCCL's cost model picks on the uncalibrated topology — what NCCL itself would run.
-// Every term is linear in (launch, α, 1/β), so the fit is a linear robust least squares.
+// The algorithm and protocol of a point are those forced by the measurement (NCCL_ALGO /
+// NCCL_PROTO), or what NCCL's cost model picks on the uncalibrated topology — what NCCL itself
+// would run; MPI measurements count as ring/simple with per-collective link classes.
 #pragma once
 
 #include <map>
@@ -22,36 +14,12 @@
 #include <string>
 #include <vector>
 
+#include "collectives/calibrated_model.h"
 #include "collectives/collective_simulator.h"
 #include "measurement_set.h"
 #include "robust_fit.h"
 
 namespace parallax {
-
-/// The coefficients of one measurement in the linear model above.
-struct CollectiveTerms {
-  Algorithm algorithm = Algorithm::kRing;
-  Protocol protocol = Protocol::kSimple;
-  std::string intra_class;      ///< link class between ranks of one node ("" for one rank per node)
-  std::string bandwidth_class;  ///< the class whose β bounds the transfer ("local" for one rank)
-  double intra_steps = 0;
-  double inter_steps = 0;
-  double bus_bytes = 0;
-  /// 0, or 1–2 for the larger sizes of a series whose bandwidth regime changes within the
-  /// protocol (NCCL adds channels or switches algorithm; MPI switches eager → rendezvous, and
-  /// copies fall out of cache): own launch, α and β.
-  int regime = 0;
-
-  /// (parameter name, coefficient) pairs, zero coefficients left out.
-  std::vector<std::pair<std::string, double>> coefficients() const;
-};
-
-/// Parameter names: "launch.<proto>" (s), "alpha.<class>.<proto>" (s per step),
-/// "inverse_bandwidth.<class>.<proto>" (s per byte).
-/// "simple", "ll128", "ll"; "simple+" for regime 1, "simple++" for regime 2.
-std::string launch_parameter(Protocol p, int regime = 0);
-std::string alpha_parameter(const std::string& link_class, Protocol p, int regime = 0);
-std::string inverse_bandwidth_parameter(const std::string& link_class, Protocol p, int regime = 0);
 
 /// Derives the terms of measurements on one base topology. Measurements from the MPI harness
 /// (no NCCL) count as ring/simple: MPI's algorithms are not NCCL's, but on a given group the
@@ -87,6 +55,8 @@ struct CollectiveFit {
   /// The predicted time, or nullopt when a term needs a parameter the fit could not determine
   /// (e.g. a protocol no measurement used).
   std::optional<Time> predict(const CollectiveTerms& terms) const;
+  /// The fitted values as the simulator uses them (folded parameters as 0).
+  CalibratedCollectiveModel model() const;
 };
 
 /// Fits launch/α/β to the measurements whose `use` flag is set (all when empty), robustly, on

@@ -90,7 +90,7 @@ LinkEfficiency LinkEfficiency::defaults_for(GpuArch arch) {
 
 CollectiveSimulator::CollectiveSimulator(const Topology& topo, int gpus, std::optional<int> per_node,
                                          std::optional<LinkEfficiency> efficiency)
-    : topo_(std::make_unique<Topology>(topo)) {
+    : topo_(std::make_unique<Topology>(topo)), calibrated_(topo.info().calibration) {
   if (topo_->gpu_count() == 0) throw std::invalid_argument("the topology has no GPUs");
   arch_ = gpu_arch_of(topo_->gpu_spec_of(topo_->gpus()[0]));
   LinkEfficiency e = efficiency.value_or(LinkEfficiency::defaults_for(arch_));
@@ -285,7 +285,24 @@ CollectiveResult CollectiveSimulator::run(CollectiveOp op, Bytes size, const Col
       choice.algorithm == Algorithm::kRing || choice.algorithm == Algorithm::kTree || choice.algorithm == Algorithm::kHierarchical
           ? tuning_->inputs().channels
           : 1);
-  if (options.model == "analytical") {
+  if (options.model == "analytical" && options.use_calibration && !calibrated_.empty()) {
+    // The topology carries fitted parameters: NCCL's algorithm choice stands, and the protocol
+    // is the fastest the fit knows (the fit's regimes split each protocol's size range). MPI
+    // fits name their classes per collective; those are the fallback.
+    std::optional<std::pair<Time, CollectiveTerms>> fit;
+    for (bool per_collective : {false, true}) {
+      if (fit) break;
+      fit = calibrated_.fastest(collective_terms(*this, op, size, false, choice.algorithm, choice.protocol, per_collective),
+                                options.protocol);
+    }
+    if (fit) {
+      result.time = fit->first;
+      result.protocol = fit->second.protocol;
+      result.calibrated = true;
+    } else {
+      result.time = analytical_time(op, size, choice.algorithm, choice.protocol, result.channels);
+    }
+  } else if (options.model == "analytical") {
     result.time = analytical_time(op, size, choice.algorithm, choice.protocol, result.channels);
   } else {
     CollectiveSpec spec;

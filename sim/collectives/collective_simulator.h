@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "collectives/algorithms.h"
+#include "collectives/calibrated_model.h"
 #include "collectives/collective.h"
 #include "collectives/nccl_tuning.h"
 #include "collectives/transfer_graph.h"
@@ -43,6 +44,9 @@ struct CollectiveOptions {
   int root = 0;
   LoweringOptions::Granularity granularity = LoweringOptions::Granularity::kAuto;
   bool keep_graph = false;                 ///< keep the transfer graph and timings (for traces)
+  /// With `analytical`, use the topology's fitted parameters (its `calibration` block) when it
+  /// has them. The fit itself turns this off: it needs NCCL's own, uncalibrated choice.
+  bool use_calibration = true;
 };
 
 struct CollectiveResult {
@@ -55,6 +59,7 @@ struct CollectiveResult {
   double algbw_gbs = 0;
   double busbw_gbs = 0;
   size_t transfers = 0;      ///< 0 for the analytical answer
+  bool calibrated = false;   ///< the time came from the topology's fitted parameters
   TransferGraph graph;       ///< when keep_graph
   std::vector<TaskTiming> timings;
 };
@@ -88,6 +93,7 @@ class CollectiveSimulator {
   std::unique_ptr<Router> router_;
   std::unique_ptr<Communicator> comm_;
   std::unique_ptr<NcclTuningModel> tuning_;
+  CalibratedCollectiveModel calibrated_;  ///< the topology's fitted parameters (empty: none)
   GpuArch arch_ = GpuArch::kHopper;
   double intra_gbs_ = 0;    ///< per-rank bandwidth inside a node (achievable)
   double inter_gbs_ = 0;    ///< per-rank bandwidth across nodes (achievable)

@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <compare>
+#include <map>
 #include <optional>
 #include <span>
 #include <string>
@@ -78,6 +79,9 @@ struct TopologyInfo {
   std::string description;
   std::vector<std::string> sources;
   std::string file;  ///< where it was loaded from, if anywhere
+  /// Fitted model parameters (name → SI value) from the file's `calibration` block, written by
+  /// `parallax calibrate fit`. Opaque here: the collectives layer knows what the names mean.
+  std::map<std::string, double> calibration;
 };
 
 class Topology {

@@ -67,9 +67,19 @@ void read_info(JsonReader& root, Topology& topo, const std::string& file) {
   if (auto s = root.find("sources")) {
     for (auto& e : s->elements()) info.sources.push_back(e.as_string());
   }
-  // Written by `parallax calibrate fit` and read by the calibration layer, which validates it;
-  // the topology itself is the datasheet's.
-  (void)root.find("calibration");
+  // Written by `parallax calibrate fit`: the datasheet topology stays as it is, and the fitted
+  // parameters ride along for the layers that use them. Only the values are read here; the
+  // provenance and residuals are for people.
+  if (auto cal = root.find("calibration")) {
+    if (auto params = cal->find("parameters")) {
+      for (auto& p : params->elements()) {
+        const std::string name = p.at("name").as_string();
+        const bool identifiable = p.find("identifiable") ? p.at("identifiable").as_bool() : true;
+        // A parameter the measurements could not separate from the others was taken as 0.
+        info.calibration[name] = identifiable ? p.at("value_si").as_number() : 0.0;
+      }
+    }
+  }
 }
 
 // ---------------------------------------------------------------- compact form

@@ -95,6 +95,8 @@ std::string human(const FittedParameter& p, double value) {
   return strprintf("%.3f us", value * 1e6);
 }
 
+std::string percent(double fraction) { return std::isnan(fraction) ? "n/a" : strprintf("%.1f%%", 100 * fraction); }
+
 std::string series_name(const CollectiveMeasurement& m) {
   return strprintf("%s %s %s n=%d nodes=%d%s", std::filesystem::path(m.source.file).filename().c_str(),
                    std::string(op_name(m.op)).c_str(), m.group.c_str(), m.ranks, m.nodes, m.in_place ? " in-place" : "");
@@ -162,12 +164,13 @@ void run_fit(const CalibrateArgs& a) {
   std::printf("%s", t.render().c_str());
   for (const std::string& f : fit.folded) std::printf("  folded: %s\n", f.c_str());
   std::printf("  rejected as outliers: %zu of %zu rows\n", fit.raw.rejected_rows.size(), ms.size());
-  std::printf("  in-sample: time median |err| %.1f%%, p90 %.1f%%\n", 100 * in_sample.median_time(), 100 * in_sample.p90_time());
-  std::printf("  held-out sizes (fit on every other size): time median |err| %.1f%%, busbw >= 1 MiB median |err| %.1f%%\n",
-              100 * held_errors.median_time(), 100 * held_errors.median_busbw_large());
+  std::printf("  in-sample: time median |err| %s, p90 %s\n", percent(in_sample.median_time()).c_str(),
+              percent(in_sample.p90_time()).c_str());
+  std::printf("  held-out sizes (fit on every other size): time median |err| %s, busbw >= 1 MiB median |err| %s\n",
+              percent(held_errors.median_time()).c_str(), percent(held_errors.median_busbw_large()).c_str());
   if (logo) {
-    std::printf("  leave-one-group-out (fit without group \"all\", predict it): time median |err| %.1f%%, busbw >= 1 MiB %.1f%%\n",
-                100 * logo->median_time(), 100 * logo->median_busbw_large());
+    std::printf("  leave-one-group-out (fit without group \"all\", predict it): time median |err| %s, busbw >= 1 MiB %s\n",
+                percent(logo->median_time()).c_str(), percent(logo->median_busbw_large()).c_str());
   }
 
   // The calibrated topology: the base file as written, plus the calibration block.
@@ -213,50 +216,28 @@ void run_fit(const CalibrateArgs& a) {
   for (size_t r : fit.raw.rejected_rows) rejected.push_back(ms[r].source.file + ":" + std::to_string(ms[r].source.line));
   residuals["rejected_rows"] = rejected;
   cal["residuals"] = residuals;
+  // Compute efficiency: the measured GEMMs are the table the compute model interpolates
+  // (sim/compute/measured_gemm_table.h); they travel with the calibration as measured.
+  if (!set.gemms.empty()) {
+    nlohmann::ordered_json gemms = nlohmann::ordered_json::array();
+    for (const GemmMeasurement& g : set.gemms) {
+      nlohmann::ordered_json j;
+      j["dtype"] = g.dtype;
+      j["m"] = g.m;
+      j["n"] = g.n;
+      j["k"] = g.k;
+      j["tflops"] = g.achieved().value() / 1e12;
+      if (g.peak) j["efficiency"] = g.achieved().value() / g.peak->value();
+      gemms.push_back(j);
+    }
+    cal["compute_efficiency"] = gemms;
+  }
   cal["cross_validation"]["held_out_alternate_sizes"] = errors_json(held_errors);
   if (logo) cal["cross_validation"]["leave_one_group_out"] = errors_json(*logo);
   out["calibration"] = cal;
   write_file_atomically(a.output, out.dump(2) + "\n");
   if (!a.json.empty()) write_file_atomically(a.json, cal.dump(2) + "\n");
   std::printf("  wrote %s\n", a.output.c_str());
-}
-
-// The calibrated parameters of a topology file, or nullopt when it has none.
-std::optional<CollectiveFit> calibration_of(const std::string& path) {
-  nlohmann::ordered_json j = read_json_file(path);
-  if (!j.contains("calibration")) return std::nullopt;
-  CollectiveFit fit;
-  const auto& params = j["calibration"].value("parameters", nlohmann::ordered_json::array());
-  for (size_t i = 0; i < params.size(); ++i) {
-    const auto& p = params[i];
-    const std::string where = "/calibration/parameters/" + std::to_string(i);
-    if (!p.contains("name") || !p["name"].is_string()) throw InputError(path, where + "/name", "expected a parameter name");
-    FittedParameter f;
-    f.name = p["name"].get<std::string>();
-    f.identifiable = p.value("identifiable", true);
-    if (f.identifiable) {  // a folded parameter was taken as 0 by the fit
-      if (!p.contains("value_si") || !p["value_si"].is_number()) throw InputError(path, where + "/value_si", "expected a number");
-      f.value = p["value_si"].get<double>();
-    }
-    fit.parameters.push_back(f);
-  }
-  return fit;
-}
-
-// NCCL's own choice is what ran; with the calibrated parameters the closest stand-in is the
-// fastest regime the fit knows for the forced (or any) protocol.
-std::optional<Time> predict_calibrated(const CollectiveFit& fit, CollectiveTerms t, const CollectiveMeasurement& m) {
-  std::optional<Time> best;
-  for (Protocol p : {Protocol::kLL, Protocol::kLL128, Protocol::kSimple}) {
-    if (m.proto != "auto" && parse_protocol(m.proto) != p) continue;
-    for (int regime : {0, 1, 2}) {
-      t.protocol = p;
-      t.regime = regime;
-      std::optional<Time> v = fit.predict(t);
-      if (v && (!best || *v < *best)) best = v;
-    }
-  }
-  return best;
 }
 
 void plot(const std::string& dir, const std::vector<std::pair<std::string, std::vector<std::array<double, 3>>>>& series,
@@ -290,7 +271,8 @@ void plot(const std::string& dir, const std::vector<std::pair<std::string, std::
 void run_compare(const CalibrateArgs& a) {
   MeasurementSet set = read_inputs(a);
   Topology topo = load_for(a.topology, set);
-  std::optional<CollectiveFit> fit = calibration_of(a.topology);
+  const CalibratedCollectiveModel calibrated(topo.info().calibration);
+  const bool fit = !calibrated.empty();
   CollectiveTermModel model(topo);
   std::vector<CollectiveTerms> terms = terms_of(set, model);
   const auto& ms = set.collectives;
@@ -318,7 +300,10 @@ void run_compare(const CalibrateArgs& a) {
       const CollectiveMeasurement& m = ms[i];
       std::optional<Time> p;
       if (fit) {
-        p = predict_calibrated(*fit, terms[i], m);
+        // NCCL's choice of protocol is closest to the fastest regime the fit knows.
+        std::optional<Protocol> forced;
+        if (m.proto != "auto") forced = parse_protocol(m.proto);
+        if (auto best = calibrated.fastest(terms[i], forced)) p = best->first;
       } else {
         auto key = std::make_pair(m.ranks, m.ranks_per_node);
         if (!sims.count(key)) sims[key] = std::make_unique<CollectiveSimulator>(topo, m.ranks, m.ranks_per_node);
@@ -362,13 +347,13 @@ void run_compare(const CalibrateArgs& a) {
     std::printf("%s", t.render().c_str());
     plots.emplace_back(s, curve);
   }
-  std::printf("\n# summary: time |err| median %.1f%%, p90 %.1f%% over %zu rows; busbw >= 1 MiB |err| median %.1f%%, p90 %.1f%%\n",
-              100 * median_of(time_err), 100 * quantile_of(time_err, 0.9), time_err.size(),
-              100 * median_of(busbw_err), 100 * quantile_of(busbw_err, 0.9));
+  std::printf("\n# summary: time |err| median %s, p90 %s over %zu rows; busbw >= 1 MiB |err| median %s, p90 %s\n",
+              percent(median_of(time_err)).c_str(), percent(quantile_of(time_err, 0.9)).c_str(), time_err.size(),
+              percent(median_of(busbw_err)).c_str(), percent(quantile_of(busbw_err, 0.9)).c_str());
   if (!a.json.empty()) {
     nlohmann::ordered_json j;
     j["topology"] = a.topology;
-    j["calibrated"] = fit.has_value();
+    j["calibrated"] = fit;
     j["rows"] = jrows;
     j["time_median_abs_error"] = median_of(time_err);
     j["time_p90_abs_error"] = quantile_of(time_err, 0.9);

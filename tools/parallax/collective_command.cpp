@@ -100,8 +100,13 @@ CollectiveOp parse_op_arg(const std::string& text) {
 std::string describe(const CollectiveSimulator& sim, const std::string& model) {
   const Communicator& c = sim.communicator();
   const NcclTuningInputs& in = sim.tuning().inputs();
+  const bool calibrated = !sim.topology().info().calibration.empty();
+  const std::string model_note = !calibrated ? model
+                                 : model == "analytical"
+                                     ? model + " with the topology's calibrated parameters"
+                                     : model + " (the topology's calibrated parameters apply to --model analytical only)";
   return sim.topology().info().name + ": " + std::to_string(c.size()) + " ranks on " + std::to_string(c.node_count()) +
-         " node(s), " + std::to_string(c.ranks_per_node()) + " per node; model " + model + "; NCCL view: " +
+         " node(s), " + std::to_string(c.ranks_per_node()) + " per node; model " + model_note + "; NCCL view: " +
          std::to_string(in.channels) + " channels x " + strprintf("%.1f", in.bw_intra_gbs) + " GB/s intra, " +
          strprintf("%.1f", in.bw_inter_gbs) + " GB/s inter" + (in.nvls_supported ? ", NVLS" : "") +
          (in.collnet_supported ? ", SHARP" : "");
