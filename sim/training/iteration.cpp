@@ -1,0 +1,549 @@
+// One training iteration: per-stage stream graph built from the schedule, run on the engine,
+// then breakdown, throughput and memory (the model is described in iteration.h).
+#include "training/iteration.h"
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <memory>
+#include <numeric>
+#include <stdexcept>
+#include <tuple>
+
+#include "engine/engine.h"
+#include "engine/invariant.h"
+#include "io/input_error.h"
+#include "training/layer_operators.h"
+#include "training/memory_model.h"
+#include "training/parameter_count.h"
+#include "training/pipeline_schedule.h"
+
+namespace parallax {
+namespace {
+
+constexpr double kGradientBytes = 2.0;  // gradients reduced in bf16
+constexpr double kParameterBytes = 2.0; // bf16 working copy of the parameters
+
+size_t kind_index(WorkKind k) { return static_cast<size_t>(k); }
+
+// A layer, the embedding or the output layer of one virtual stage, on one GPU.
+struct Unit {
+  Time forward;
+  Time backward;  // recomputation included
+  Flops forward_flops;
+  Flops backward_flops;
+  double parameters = 0;  // held by this GPU (TP and EP shards)
+  bool transformer_layer = false;
+};
+
+struct OperatorSums {
+  Time forward, backward, attention_forward;
+  Flops forward_flops, backward_flops, attention_forward_flops;
+};
+
+OperatorSums sum_operators(const ComputeModel& cm, const std::vector<ModelOperator>& ops) {
+  OperatorSums s;
+  for (const ModelOperator& op : ops) {
+    s.forward += cm.time(op.forward);
+    s.backward += cm.time(op.backward);
+    s.forward_flops += op.forward.flops;
+    s.backward_flops += op.backward.flops;
+    if (op.name == "attention") {
+      s.attention_forward += cm.time(op.forward);
+      s.attention_forward_flops += op.forward.flops;
+    }
+  }
+  return s;
+}
+
+Unit unit_from(const OperatorSums& s, Recomputation recompute, bool transformer_layer, bool timed) {
+  Unit u;
+  u.transformer_layer = transformer_layer;
+  if (!timed) return u;
+  u.forward = s.forward;
+  u.backward = s.backward;
+  u.forward_flops = s.forward_flops;
+  u.backward_flops = s.backward_flops;
+  if (transformer_layer && recompute == Recomputation::kFull) {
+    u.backward += s.forward;
+    u.backward_flops += s.forward_flops;
+  } else if (transformer_layer && recompute == Recomputation::kSelective) {
+    u.backward += s.attention_forward;
+    u.backward_flops += s.attention_forward_flops;
+  }
+  return u;
+}
+
+// Bytes one GPU sends in a bandwidth-optimal collective of nccl-tests size S over n ranks.
+Bytes bytes_sent(CollectiveOp op, int n, Bytes size) {
+  const double share = static_cast<double>(n - 1) / n;
+  switch (op) {
+    case CollectiveOp::kAllReduce: return size * (2.0 * share);
+    case CollectiveOp::kAllGather:
+    case CollectiveOp::kReduceScatter:
+    case CollectiveOp::kAllToAll: return size * share;
+    default: return size;
+  }
+}
+
+// Times collectives on groups of global ranks, one CollectiveSimulator per group shape.
+class CollectiveTimer {
+ public:
+  CollectiveTimer(const Topology& topo, const IterationOptions& options) : topo_(topo), options_(options) {}
+
+  Time time(CollectiveOp op, Bytes size, const std::vector<int>& ranks) {
+    if (options_.free_communication || ranks.size() < 2 || size.value() <= 0) return Time::zero();
+    // Placement: as many nodes as the group spans, as many ranks per node as its fullest one.
+    std::map<int, int> per_node;
+    for (int r : ranks) ++per_node[topo_.device(topo_.gpus()[static_cast<size_t>(r)]).node];
+    int most = 0;
+    for (const auto& [node, count] : per_node) most = std::max(most, count);
+    const auto shape = std::make_pair(static_cast<int>(ranks.size()), most);
+    auto key = std::make_tuple(shape.first, shape.second, static_cast<int>(op), size.value());
+    if (auto it = times_.find(key); it != times_.end()) return it->second;
+    auto& sim = simulators_[shape];
+    if (!sim) sim = std::make_unique<CollectiveSimulator>(topo_, shape.first, shape.second, options_.link_efficiency);
+    CollectiveOptions co;
+    co.model = options_.collective_model;
+    const Time t = sim->run(op, size, co).time;
+    times_[key] = t;
+    return t;
+  }
+
+ private:
+  const Topology& topo_;
+  const IterationOptions& options_;
+  std::map<std::pair<int, int>, std::unique_ptr<CollectiveSimulator>> simulators_;
+  std::map<std::tuple<int, int, int, double>, Time> times_;
+};
+
+// The per-rank breakdown by a sweep over the start and end of every task the rank takes part in.
+RankBreakdown breakdown(const std::vector<std::tuple<Time, Time, WorkKind>>& intervals, Time pipeline_end,
+                        Time iteration_end) {
+  struct Edge {
+    Time at;
+    int delta;
+    WorkKind kind;
+  };
+  std::vector<Edge> edges;
+  for (const auto& [start, finish, kind] : intervals) {
+    if (finish <= start) continue;
+    edges.push_back({start, +1, kind});
+    edges.push_back({finish, -1, kind});
+  }
+  edges.push_back({iteration_end, 0, WorkKind::kCompute});
+  std::sort(edges.begin(), edges.end(), [](const Edge& a, const Edge& b) { return a.at < b.at; });
+  std::array<int, kWorkKinds> active{};
+  constexpr WorkKind kPriority[] = {WorkKind::kTpComm, WorkKind::kCpComm, WorkKind::kEpComm, WorkKind::kPpComm,
+                                    WorkKind::kDpComm};
+  RankBreakdown b;
+  Time t = Time::zero();
+  auto attribute = [&](Time from, Time to) {
+    if (to <= from) return;
+    if (active[kind_index(WorkKind::kCompute)] > 0) {
+      b.compute += to - from;
+      return;
+    }
+    for (WorkKind k : kPriority) {
+      if (active[kind_index(k)] > 0) {
+        b.exposed[kind_index(k)] += to - from;
+        return;
+      }
+    }
+    // Split a quiet stretch at the end of the pipeline: bubble before, idle after.
+    const Time split = std::clamp(pipeline_end, from, to);
+    b.bubble += split - from;
+    b.idle += to - split;
+  };
+  for (const Edge& e : edges) {
+    attribute(t, e.at);
+    t = e.at;
+    active[kind_index(e.kind)] += e.delta;
+  }
+  return b;
+}
+
+}  // namespace
+
+Time RankBreakdown::exposed_communication() const {
+  Time sum;
+  for (Time t : exposed) sum += t;
+  return sum;
+}
+
+IterationResult simulate_iteration(const ModelConfig& model, const ParallelLayout& layout, const Topology& topo,
+                                   const IterationOptions& options) {
+  validate(layout, model, static_cast<int>(topo.gpu_count()));
+  if (layout.cp > 1) {
+    throw InputError("", "/parallel/cp",
+                     "context parallelism (cp=" + std::to_string(layout.cp) +
+                         ") is not modelled by the iteration simulation yet (ring attention is still to come)");
+  }
+  if (layout.ep > 1) {
+    throw InputError("", "/parallel/ep",
+                     "expert parallelism (ep=" + std::to_string(layout.ep) +
+                         ") is not modelled by the iteration simulation yet (dispatch/combine all-to-all)");
+  }
+  const GpuSpec& gpu = topo.gpu_spec_of(topo.gpus()[0]);
+  const FlopRate peak = peak_rate(gpu, layout.dtype);
+  if (!(peak.value() > 0)) {
+    throw std::invalid_argument(gpu.name + " has no " + to_string(layout.dtype) + " peak for MFU");
+  }
+  const ComputeModel cm(gpu, options.compute);
+  const int p = layout.pp, v = layout.virtual_stages, t = layout.tp;
+  const int m = static_cast<int>(layout.micro_batches());
+  const int world = layout.world_size();
+  const MicroBatch batch{layout.micro_batch, layout.sequence_length, true, layout.dtype};
+  const ShardingFactors sharding{t, layout.cp, layout.ep, layout.sequence_parallel};
+  const RankMapping ranks(layout);
+  const ParameterCounts counts = count_parameters(model);
+  const PipelineSchedule schedule = make_pipeline_schedule(layout.schedule, p, m, v);
+  const bool timed_ends = !options.transformer_layers_only;
+
+  // ---- units of each virtual stage -----------------------------------------------------------
+  const std::vector<int> vs_layers = virtual_stage_layers(layout, model);
+  std::vector<std::vector<Unit>> units(static_cast<size_t>(p * v));
+  std::map<bool, OperatorSums> layer_sums;  // layers differ in cost only by dense vs MoE
+  int first_layer = 0;
+  for (int vs = 0; vs < p * v; ++vs) {
+    auto& list = units[static_cast<size_t>(vs)];
+    if (vs == 0) {
+      Unit u = unit_from(sum_operators(cm, embedding_operators(model, batch, sharding)), layout.recompute, false, timed_ends);
+      u.parameters = static_cast<double>(counts.embedding) / t;
+      list.push_back(u);
+    }
+    for (int l = first_layer; l < first_layer + vs_layers[static_cast<size_t>(vs)]; ++l) {
+      const bool moe = model.is_moe_layer(l);
+      if (!layer_sums.count(moe)) layer_sums[moe] = sum_operators(cm, layer_operators(model, l, batch, sharding));
+      Unit u = unit_from(layer_sums[moe], layout.recompute, true, true);
+      const LayerParameterCounts lp = layer_parameters(model, l);
+      u.parameters = static_cast<double>(lp.attention + lp.mlp) / t +
+                     static_cast<double>(lp.routed_experts) / (t * layout.ep) + static_cast<double>(lp.router + lp.vectors);
+      list.push_back(u);
+    }
+    first_layer += vs_layers[static_cast<size_t>(vs)];
+    if (vs == p * v - 1) {
+      Unit u = unit_from(sum_operators(cm, output_operators(model, batch, sharding)), layout.recompute, false, timed_ends);
+      // A tied head is the embedding matrix; a separate last stage keeps its own copy of it.
+      const double head = model.tied_embeddings ? (p * v > 1 ? static_cast<double>(counts.embedding) : 0.0)
+                                                : static_cast<double>(counts.output_head);
+      u.parameters = head / t + static_cast<double>(counts.final_norm);
+      list.push_back(u);
+    }
+  }
+
+  // ---- communication sizes and times ------------------------------------------------------
+  CollectiveTimer timer(topo, options);
+  const double element = bytes_per_element(layout.dtype);
+  const Bytes activation_message(static_cast<double>(layout.micro_batch) *
+                                 static_cast<double>(layout.sequence_length / layout.cp) *
+                                 static_cast<double>(model.hidden) * element);  // S = b·(s/cp)·h
+  const Bytes pp_message = layout.sequence_parallel ? activation_message / t : activation_message;
+  auto stage_rank = [&](int s) { return ranks.rank_of(RankCoords{0, 0, 0, s}); };
+
+  struct CommTask {
+    Time time;
+    Bytes sent;
+    int collectives = 0;
+  };
+  auto collective = [&](CollectiveOp op, Bytes size, const std::vector<int>& group) {
+    const int n = static_cast<int>(group.size());
+    if (n < 2) return CommTask{};
+    return CommTask{timer.time(op, size, group), bytes_sent(op, n, size), 1};
+  };
+  auto twice = [](CommTask c) { return CommTask{c.time + c.time, c.sent + c.sent, 2 * c.collectives}; };
+  auto plus = [](CommTask a, CommTask b) { return CommTask{a.time + b.time, a.sent + b.sent, a.collectives + b.collectives}; };
+
+  std::vector<CommTask> tp_forward(static_cast<size_t>(p)), tp_backward(static_cast<size_t>(p));
+  std::vector<CommTask> pp_send_forward(static_cast<size_t>(p)), pp_send_backward(static_cast<size_t>(p));
+  std::vector<std::vector<int>> dp_group(static_cast<size_t>(p));
+  for (int s = 0; s < p; ++s) {
+    const std::vector<int> tp_group = ranks.group(ParallelDim::kTp, stage_rank(s));
+    const CommTask one_block = layout.sequence_parallel
+                                   ? plus(collective(CollectiveOp::kAllGather, activation_message, tp_group),
+                                          collective(CollectiveOp::kReduceScatter, activation_message, tp_group))
+                                   : collective(CollectiveOp::kAllReduce, activation_message, tp_group);
+    tp_forward[static_cast<size_t>(s)] = twice(one_block);  // attention block and MLP block
+    tp_backward[static_cast<size_t>(s)] = layout.recompute == Recomputation::kFull
+                                              ? twice(tp_forward[static_cast<size_t>(s)])
+                                              : tp_forward[static_cast<size_t>(s)];
+    if (p > 1) {
+      pp_send_forward[static_cast<size_t>(s)] =
+          collective(CollectiveOp::kSendRecv, pp_message, {stage_rank(s), stage_rank((s + 1) % p)});
+      pp_send_backward[static_cast<size_t>(s)] =
+          collective(CollectiveOp::kSendRecv, pp_message, {stage_rank(s), stage_rank((s + p - 1) % p)});
+    }
+    dp_group[static_cast<size_t>(s)] = ranks.group(ParallelDim::kDp, stage_rank(s));
+  }
+  const int dp = layout.dp;
+  const ZeroStage zero = layout.zero_stage;
+  auto gradient_reduction = [&](int s, const Unit& u) {
+    const Bytes grads(u.parameters * kGradientBytes);
+    return collective(zero == ZeroStage::kStage0 ? CollectiveOp::kAllReduce : CollectiveOp::kReduceScatter, grads,
+                      dp_group[static_cast<size_t>(s)]);
+  };
+  auto parameter_gather = [&](int s, const Unit& u) {
+    return collective(CollectiveOp::kAllGather, Bytes(u.parameters * kParameterBytes), dp_group[static_cast<size_t>(s)]);
+  };
+
+  // ---- the stream graph --------------------------------------------------------------------
+  StreamGraph graph;
+  struct StageStreams {
+    StreamId compute, tp, pp, dp;
+  };
+  std::vector<StageStreams> streams;
+  for (int s = 0; s < p; ++s) {
+    streams.push_back({graph.add_stream(s, "compute"), graph.add_stream(s, "tp"), graph.add_stream(s, "pp"),
+                       graph.add_stream(s, "dp")});
+  }
+  std::vector<StageResult> stages(static_cast<size_t>(p));
+  auto add_comm = [&](int s, StreamId stream, const CommTask& c, WorkKind kind, std::span<const WorkId> deps,
+                      int peer = -1) {
+    auto& volume = stages[static_cast<size_t>(s)].communication[kind_index(kind)];
+    volume.sent += c.sent;
+    volume.collectives += c.collectives;
+    return graph.add(stream, c.time, kind, deps, peer);
+  };
+  std::vector<std::optional<WorkId>> last_compute(static_cast<size_t>(p));
+  auto add_compute = [&](int s, Time duration, WorkKind kind, std::span<const WorkId> deps) {
+    const WorkId id = graph.add(streams[static_cast<size_t>(s)].compute, duration, kind, deps);
+    last_compute[static_cast<size_t>(s)] = id;
+    return id;
+  };
+
+  // ZeRO 1/2 with prefetch: the parameter gathers lead the iteration, one per bucket.
+  const bool zero12 = zero == ZeroStage::kStage1 || zero == ZeroStage::kStage2;
+  const bool zero3 = zero == ZeroStage::kStage3;
+  const bool dp_comm = dp > 1;
+  std::map<std::pair<int, size_t>, WorkId> prefetched;  // (virtual stage, unit) → gather
+  if (zero12 && dp_comm && layout.param_gather_prefetch) {
+    for (int s = 0; s < p; ++s) {
+      for (int c = 0; c < v; ++c) {
+        const int vs = c * p + s;
+        for (size_t k = 0; k < units[static_cast<size_t>(vs)].size(); ++k) {
+          prefetched[{vs, k}] = add_comm(s, streams[static_cast<size_t>(s)].dp,
+                                         parameter_gather(s, units[static_cast<size_t>(vs)][k]), WorkKind::kDpComm, {});
+        }
+      }
+    }
+  }
+  // The micro-batch of each (stage, chunk)'s last backward: where ZeRO 0/1 reduce.
+  std::map<std::pair<int, int>, int> last_backward;
+  for (int s = 0; s < p; ++s) {
+    for (const PipelineOp& op : schedule.per_stage[static_cast<size_t>(s)]) {
+      if (op.kind == PassKind::kBackward) last_backward[{s, op.chunk}] = op.micro_batch;
+    }
+  }
+
+  struct PassTasks {
+    std::vector<WorkId> done;
+    std::optional<WorkId> send;
+  };
+  std::map<std::tuple<int, PipelineOp>, PassTasks> passes;
+  std::vector<WorkId> backward_ends;
+  std::vector<WorkId> reductions;
+  for (auto [s, position] : pipeline_pass_order(schedule)) {
+    const PipelineOp& op = schedule.per_stage[static_cast<size_t>(s)][position];
+    const StageStreams& st = streams[static_cast<size_t>(s)];
+    StageResult& stage = stages[static_cast<size_t>(s)];
+    const int vs = op.chunk * p + s;
+    const auto& list = units[static_cast<size_t>(vs)];
+    const bool forward = op.kind == PassKind::kForward;
+
+    std::vector<WorkId> input;
+    if (auto dep = pipeline_dependency(schedule, s, op)) {
+      const PassTasks& before = passes.at({dep->stage, dep->op});
+      if (dep->stage != s) {
+        input.push_back(*before.send);
+      } else {
+        input = before.done;
+      }
+    }
+    const bool reducing = dp_comm && (zero == ZeroStage::kStage2 || zero3 ||
+                                      (!forward && last_backward.at({s, op.chunk}) == op.micro_batch));
+    const std::optional<WorkId> before_pass = last_compute[static_cast<size_t>(s)];
+    std::vector<WorkId> prev = input;
+    std::vector<WorkId> compute_ids;  // of this pass, in execution order
+    const size_t n = list.size();
+    for (size_t step = 0; step < n; ++step) {
+      const size_t k = forward ? step : n - 1 - step;
+      const Unit& u = list[k];
+      std::vector<WorkId> deps = prev;
+      if (zero3 && dp_comm) {
+        // Issued when the layer before the previous one is done (prefetch: it overlaps the
+        // previous layer) or when the previous one is done.
+        std::vector<WorkId> when;
+        const size_t lag = layout.param_gather_prefetch ? 2 : 1;
+        if (step >= lag) {
+          when.push_back(compute_ids[step - lag]);
+        } else if (layout.param_gather_prefetch) {
+          if (before_pass) when.push_back(*before_pass);
+        } else {
+          when = input;
+          if (before_pass) when.push_back(*before_pass);
+        }
+        deps.push_back(add_comm(s, st.dp, parameter_gather(s, u), WorkKind::kDpComm, when));
+      }
+      if (forward && prefetched.count({vs, k})) deps.push_back(prefetched.at({vs, k}));
+      const WorkId c = add_compute(s, forward ? u.forward : u.backward, WorkKind::kCompute, deps);
+      stage.hardware_flops += forward ? u.forward_flops : u.backward_flops;
+      compute_ids.push_back(c);
+      prev = {c};
+      if (u.transformer_layer && t > 1) {
+        const CommTask& tp = forward ? tp_forward[static_cast<size_t>(s)] : tp_backward[static_cast<size_t>(s)];
+        if (layout.tp_comm_overlap) {
+          prev.push_back(add_comm(s, st.tp, tp, WorkKind::kTpComm, deps));
+        } else {
+          auto& volume = stage.communication[kind_index(WorkKind::kTpComm)];
+          volume.sent += tp.sent;
+          volume.collectives += tp.collectives;
+          prev = {add_compute(s, tp.time, WorkKind::kTpComm, {})};
+        }
+      }
+      if (!forward && reducing && layout.grad_reduce_overlap) {
+        reductions.push_back(add_comm(s, st.dp, gradient_reduction(s, u), WorkKind::kDpComm, prev));
+      }
+    }
+    if (!forward && reducing && !layout.grad_reduce_overlap) {
+      for (size_t step = 0; step < n; ++step) {
+        reductions.push_back(add_comm(s, st.dp, gradient_reduction(s, list[n - 1 - step]), WorkKind::kDpComm, prev));
+      }
+    }
+    PassTasks tasks;
+    tasks.done = prev;
+    if (forward && vs < p * v - 1) {
+      const int next = (s + 1) % p;
+      tasks.send = add_comm(s, st.pp, pp_send_forward[static_cast<size_t>(s)], WorkKind::kPpComm, prev, next);
+    } else if (!forward && vs > 0) {
+      const int next = (s + p - 1) % p;
+      tasks.send = add_comm(s, st.pp, pp_send_backward[static_cast<size_t>(s)], WorkKind::kPpComm, prev, next);
+    }
+    if (!forward) backward_ends.insert(backward_ends.end(), prev.begin(), prev.end());
+    passes[{s, op}] = std::move(tasks);
+  }
+
+  // Global barrier (gradient-norm all-reduce), optimizer step, ZeRO 1/2 parameter gathers.
+  const StreamId barrier_stream = graph.add_stream(-1, "barrier");
+  std::vector<WorkId> before_step = backward_ends;
+  before_step.insert(before_step.end(), reductions.begin(), reductions.end());
+  const WorkId barrier = graph.add(barrier_stream, Time::zero(), WorkKind::kCompute, before_step);
+  for (int s = 0; s < p; ++s) {
+    double parameters = 0;
+    for (int c = 0; c < v; ++c) {
+      for (const Unit& u : units[static_cast<size_t>(c * p + s)]) parameters += u.parameters;
+    }
+    StageResult& stage = stages[static_cast<size_t>(s)];
+    stage.parameters = parameters;
+    const double shard = zero == ZeroStage::kStage0 ? parameters : parameters / dp;
+    const Time step = cm.time(memory_bound_cost(Bytes(shard * options.optimizer_bytes_per_parameter)));
+    const WorkId optimizer = add_compute(s, step, WorkKind::kCompute, std::vector<WorkId>{barrier});
+    if (zero12 && dp_comm && !layout.param_gather_prefetch) {
+      for (int c = 0; c < v; ++c) {
+        for (const Unit& u : units[static_cast<size_t>(c * p + s)]) {
+          add_comm(s, streams[static_cast<size_t>(s)].dp, parameter_gather(s, u), WorkKind::kDpComm,
+                   std::vector<WorkId>{optimizer});
+        }
+      }
+    }
+  }
+
+  // ---- run ---------------------------------------------------------------------------------
+  Engine engine;
+  const std::vector<WorkTiming> timings = run_stream_graph(engine, graph);
+  IterationResult result;
+  result.tasks = graph.size();
+  for (const WorkTiming& w : timings) result.iteration_time = std::max(result.iteration_time, w.finish);
+  for (WorkId id : backward_ends) result.pipeline_end = std::max(result.pipeline_end, timings[id].finish);
+
+  // ---- breakdown -----------------------------------------------------------------------------
+  std::vector<std::vector<std::tuple<Time, Time, WorkKind>>> intervals(static_cast<size_t>(p));
+  for (WorkId id = 0; id < graph.size(); ++id) {
+    const StreamTask& task = graph.task(id);
+    const int rank = graph.stream(task.stream).rank;
+    if (rank >= 0) intervals[static_cast<size_t>(rank)].emplace_back(timings[id].start, timings[id].finish, task.kind);
+    if (task.peer_rank >= 0 && task.peer_rank != rank) {
+      intervals[static_cast<size_t>(task.peer_rank)].emplace_back(timings[id].start, timings[id].finish, task.kind);
+    }
+  }
+  Time bubble_total;
+  for (int s = 0; s < p; ++s) {
+    StageResult& stage = stages[static_cast<size_t>(s)];
+    stage.stage = s;
+    stage.time = breakdown(intervals[static_cast<size_t>(s)], result.pipeline_end, result.iteration_time);
+    bubble_total += stage.time.bubble;
+    for (int c = 0; c < v; ++c) {
+      const int vs = c * p + s;
+      stage.layers += vs_layers[static_cast<size_t>(vs)];
+      for (const Unit& u : units[static_cast<size_t>(vs)]) {
+        stage.forward_compute += u.forward;
+        stage.backward_compute += u.backward;
+      }
+    }
+  }
+  result.pipeline_bubble_fraction =
+      result.pipeline_end > Time::zero() ? bubble_total.seconds() / (p * result.pipeline_end.seconds()) : 0.0;
+
+  // ---- memory --------------------------------------------------------------------------------
+  const Bytes activation_per_layer = activation_bytes_per_layer(
+      static_cast<double>(layout.sequence_length / layout.cp), static_cast<double>(layout.micro_batch),
+      static_cast<double>(model.hidden), static_cast<double>(model.heads), t, layout.sequence_parallel, layout.recompute);
+  const int data_parallel = dp * layout.cp;  // ranks sharing the model states
+  for (int s = 0; s < p; ++s) {
+    StageResult& stage = stages[static_cast<size_t>(s)];
+    const double psi = stage.parameters;
+    MemoryBreakdown& mem = stage.memory;
+    const double n = data_parallel;
+    mem.parameters = Bytes(kParameterBytes * psi / (zero3 ? n : 1.0));
+    mem.gradients = Bytes(kGradientBytes * psi / (zero == ZeroStage::kStage2 || zero3 ? n : 1.0));
+    mem.optimizer_states = Bytes(kAdamOptimizerBytesPerParameter * psi / (zero == ZeroStage::kStage0 ? 1.0 : n));
+    // The same total as the ZeRO paper's formula, split by what it holds.
+    const Bytes states = zero_model_state_bytes(psi, zero, data_parallel);
+    PARALLAX_INVARIANT(std::abs((mem.parameters + mem.gradients + mem.optimizer_states - states).value()) <=
+                           1e-6 * states.value() + 1.0,
+                       "training/iteration", Time::zero(), "model-state split disagrees with the ZeRO formula");
+    std::vector<double> chunk_layers;
+    for (int c = 0; c < v; ++c) chunk_layers.push_back(vs_layers[static_cast<size_t>(c * p + s)]);
+    const double held_layers = peak_in_flight(schedule, s, chunk_layers);
+    stage.in_flight_micro_batches = stage.layers > 0 ? held_layers / stage.layers : 0.0;
+    mem.activations = activation_per_layer * held_layers;
+    double largest_unit = 0;
+    for (int c = 0; c < v; ++c) {
+      for (const Unit& u : units[static_cast<size_t>(c * p + s)]) largest_unit = std::max(largest_unit, u.parameters);
+    }
+    Bytes buffers;
+    if (p > 1) buffers += pp_message * 2.0;  // one send and one receive in flight
+    if (dp_comm) buffers += Bytes(largest_unit * kGradientBytes);
+    if (zero3 && dp_comm) buffers += Bytes(largest_unit * kParameterBytes * (layout.param_gather_prefetch ? 2.0 : 1.0));
+    mem.communication_buffers = buffers;
+    result.peak_memory = std::max(result.peak_memory, mem.total());
+  }
+  result.gpu_memory = gpu.memory;
+  result.out_of_memory = result.peak_memory > gpu.memory;
+
+  // ---- throughput and utilisation ------------------------------------------------------------
+  const double seconds = result.iteration_time.seconds();
+  const double tokens = static_cast<double>(layout.global_batch) * static_cast<double>(layout.sequence_length);
+  result.gpus = world;
+  result.simulated_ranks = p;
+  result.tokens_per_second = seconds > 0 ? tokens / seconds : 0.0;
+  result.tokens_per_second_per_gpu = result.tokens_per_second / world;
+  result.model_flops_per_token = model_flops_per_token(model, layout.sequence_length, true);
+  const double capacity = seconds * world * peak.value();
+  result.mfu = capacity > 0 ? result.model_flops_per_token.value() * tokens / capacity : 0.0;
+  // Every stage's rank stands for dp·tp·cp GPUs doing the same FLOPs.
+  double hardware = 0;
+  for (const StageResult& stage : stages) hardware += stage.hardware_flops.value() * dp * t * layout.cp;
+  result.hfu = capacity > 0 ? hardware / capacity : 0.0;
+  result.flop_convention =
+      "MFU: model FLOPs per token 6N + 6·L·s·H·(d_qk+d_v)/2 (causal, no recomputation, backward = 2× forward) "
+      "× tokens / (iteration time × GPUs × dense " + std::string(to_string(layout.dtype)) +
+      " peak); HFU: FLOPs of the simulated kernels, recomputation and FlashAttention's 2.5× backward included, "
+      "optimizer excluded, over the same peak";
+  result.symmetry = "one rank per pipeline stage simulated (" + std::to_string(p) + " of " + std::to_string(world) +
+                    " GPUs); each stands for the " + std::to_string(dp * t * layout.cp) +
+                    " GPUs of its stage (tp·cp·dp), which run the same work at the same times";
+  result.stages = std::move(stages);
+  return result;
+}
+
+}  // namespace parallax

@@ -1,0 +1,159 @@
+// One training iteration of a transformer under a parallel layout, simulated on the engine:
+// the work of each pipeline stage as a graph of compute kernels and communication on in-order
+// streams (stream_graph.h), ordered by the pipeline schedule (pipeline_schedule.h), timed by
+// the compute model and the collectives layer; then time, throughput, MFU/HFU, a breakdown of
+// each simulated rank's time and its peak memory.
+//
+// Symmetry: ONE pipeline is simulated, one rank per stage. Stage s's rank stands for the
+// tp·cp·dp GPUs of that stage, which run the same kernels at the same times (TP and CP peers
+// hold equal shards; DP replicas differ only in data). Communication is timed on the groups
+// that rank belongs to (TP = consecutive ranks per the rank order, DP, the stage pairs of PP),
+// so where a group falls on the topology (in a node, across nodes) matters; that the other
+// groups run the same collectives at the same time on other links does not (no contention).
+//
+// What each pass does (per micro-batch and model chunk, layer by layer):
+//   compute  forward and backward of layer_operators on the ComputeModel, with ShardingFactors
+//            {tp, cp, ep, sp}; the first virtual stage adds the embedding, the last the output
+//            layer (final norm, logits, loss). Recomputation adds to the backward: the whole
+//            forward (full) or the attention core's forward (selective).
+//   TP       Megatron (Shoeybi et al. 2019): 2 all-reduces of S = b·(s/cp)·h elements forward,
+//            2 backward; with SP (Korthikanti et al. 2023) each becomes an all-gather plus a
+//            reduce-scatter of the same S. Full recomputation repeats the forward's. On the
+//            compute stream after the layer's kernels, or beside them on a TP stream with
+//            tp_comm_overlap (the next layer waits for both).
+//   PP       one send of the activations (S elements, S/tp with SP: Megatron's scatter-gather)
+//            to the next virtual stage after each forward, and of their gradient back after
+//            each backward, on the sender's PP stream; the receiver's pass waits for it.
+//   DP       per bucket (one layer; the embedding and the output layer are buckets too),
+//            gradients in bf16 over the DP group: all-reduce (ZeRO 0) or reduce-scatter
+//            (ZeRO ≥ 1) in the last micro-batch's backward (ZeRO 0/1: gradients accumulate
+//            locally) or in every micro-batch's (ZeRO 2/3: only a shard of the gradients is
+//            kept). grad_reduce_overlap starts a bucket's reduction when its backward ends;
+//            without it, when the whole backward pass ends. ZeRO 1/2 all-gather the updated
+//            parameters after the optimizer, or at the start of the iteration before each
+//            bucket's first forward with param_gather_prefetch (the previous step's gather,
+//            Megatron's overlap_param_gather). ZeRO 3 all-gathers a layer's parameters before
+//            its forward and again before its backward, in every micro-batch, issued when the
+//            layer before it starts (param_gather_prefetch) or when it ends.
+//   step     the optimizer waits for every stage (Megatron's global gradient-norm all-reduce
+//            for clipping, whose own time is left out), then runs as a memory-bound kernel
+//            over the rank's parameter shard: 28 bytes per parameter (read and write an fp32
+//            master weight, Adam's two moments and a bf16 weight/gradient).
+// Collective times: CollectiveSimulator on the group's GPUs (placed with the group's GPUs per
+// node; the model is "analytical" unless options say otherwise), NCCL's choice of algorithm.
+// Bytes sent per GPU, counted per collective as the bandwidth-optimal volume: all-reduce
+// 2(n−1)/n·S, all-gather and reduce-scatter (n−1)/n·S (S the full buffer), send S.
+//
+// Breakdown of a simulated rank's time over [0, iteration time]: a moment when a compute
+// kernel runs counts as compute; otherwise when communication the rank takes part in is in
+// flight, as exposed communication of its kind (tp before cp, ep, pp, dp when several are);
+// otherwise as bubble before the last backward of the pipeline ends and idle after it.
+//
+// Memory per GPU: model states by ZeRO (zero_model_state_bytes; the DP group shards them),
+// activations by Korthikanti et al. per layer × the layers of each chunk × the micro-batches
+// in flight on that stage (peak_in_flight of the schedule: p−s on stage s for 1F1B, m for
+// GPipe), and communication buffers (PP send and receive, one DP gradient bucket, ZeRO-3's
+// gathered layers: two with prefetch). Not counted: logits and loss buffers, allocator
+// fragmentation, CUDA context, workspace.
+//
+// Not modelled yet: context parallelism (cp > 1) and expert parallelism (ep > 1) are refused
+// with an InputError; TP communication of the embedding and output layers; contention
+// between concurrent collectives; zero-bubble schedules.
+#pragma once
+
+#include <array>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "collectives/collective_simulator.h"
+#include "compute/compute_model.h"
+#include "topology/topology.h"
+#include "training/model_config.h"
+#include "training/parallel_layout.h"
+#include "training/stream_graph.h"
+
+namespace parallax {
+
+struct IterationOptions {
+  /// The collectives' network model: "analytical" (closed forms) or a NetworkModel name.
+  std::string collective_model = "analytical";
+  /// Every communication takes zero time (its bytes are still counted): the pipeline alone.
+  bool free_communication = false;
+  /// Leave out the embedding and the output layer, so that equal stages carry equal work (to
+  /// hold the pipeline to its closed forms); the model's parameters still count in memory.
+  bool transformer_layers_only = false;
+  ComputeModelOptions compute;
+  /// Link efficiencies for the collectives; nullopt: LinkEfficiency::defaults_for the GPU.
+  std::optional<LinkEfficiency> link_efficiency;
+  /// Bytes the optimizer reads and writes per parameter it updates.
+  double optimizer_bytes_per_parameter = 28.0;
+};
+
+/// Bytes one GPU sends and collectives it joins, per iteration, for one kind of communication.
+struct CommunicationVolume {
+  Bytes sent;
+  int64_t collectives = 0;
+};
+
+/// Where a simulated rank's iteration time went; the parts add up to the iteration time.
+struct RankBreakdown {
+  Time compute;
+  std::array<Time, kWorkKinds> exposed{};  ///< indexed by WorkKind; kCompute's entry is 0
+  Time bubble;
+  Time idle;
+  Time exposed_communication() const;
+};
+
+struct MemoryBreakdown {
+  Bytes parameters;
+  Bytes gradients;
+  Bytes optimizer_states;
+  Bytes activations;
+  Bytes communication_buffers;
+  Bytes total() const { return parameters + gradients + optimizer_states + activations + communication_buffers; }
+};
+
+/// One pipeline stage's simulated rank.
+struct StageResult {
+  int stage = 0;
+  int layers = 0;                ///< transformer layers over all its chunks
+  double parameters = 0;         ///< parameters this GPU holds before ZeRO sharding
+  Time forward_compute;          ///< one micro-batch's forward kernels over all chunks
+  Time backward_compute;         ///< ... backward, recomputation included
+  Flops hardware_flops;          ///< FLOPs it executes per iteration (recomputation included)
+  double in_flight_micro_batches = 0;  ///< peak, in micro-batches of the whole stage
+  RankBreakdown time;
+  MemoryBreakdown memory;
+  std::array<CommunicationVolume, kWorkKinds> communication{};  ///< indexed by WorkKind
+};
+
+struct IterationResult {
+  Time iteration_time;
+  double tokens_per_second = 0;
+  double tokens_per_second_per_gpu = 0;
+  double mfu = 0;  ///< model FLOPs per second over the GPUs' dense peak in the layout's dtype
+  double hfu = 0;  ///< hardware FLOPs (recomputation, FlashAttention's 2.5× backward) likewise
+  Flops model_flops_per_token;
+  std::string flop_convention;  ///< states the MFU/HFU conventions
+  /// Σ_stages bubble / (p × end of the last backward): the pipeline's own idle share.
+  double pipeline_bubble_fraction = 0;
+  Time pipeline_end;            ///< when the last backward ends
+  std::vector<StageResult> stages;
+  Bytes peak_memory;            ///< the largest stage's total
+  Bytes gpu_memory;             ///< GpuSpec memory
+  bool out_of_memory = false;
+  int gpus = 0;
+  int simulated_ranks = 0;      ///< pp: one per stage
+  std::string symmetry;         ///< what the simulated ranks stand for
+  size_t tasks = 0;             ///< tasks in the stream graph
+};
+
+/// Simulates one iteration. `topology` must have exactly dp·tp·pp·cp GPUs; global rank r is its
+/// r-th GPU. Throws InputError (validate's, with pointer "/parallel/...") on a bad layout, and
+/// for cp > 1 or ep > 1, which are not modelled yet; std::invalid_argument when the GPU lacks
+/// a peak for the layout's dtype (peak_rate of gemm_efficiency.h, with its fallbacks).
+IterationResult simulate_iteration(const ModelConfig& model, const ParallelLayout& layout, const Topology& topology,
+                                   const IterationOptions& options = {});
+
+}  // namespace parallax

@@ -1,0 +1,260 @@
+// Validation of a parallel layout and the rank ↔ coordinates maps of its rank order.
+#include "training/parallel_layout.h"
+
+#include <algorithm>
+#include <numeric>
+#include <stdexcept>
+
+#include "io/input_error.h"
+#include "training/layer_operators.h"
+
+namespace parallax {
+namespace {
+
+constexpr std::array<ParallelDim, 5> kAllDims = {ParallelDim::kTp, ParallelDim::kCp, ParallelDim::kEp,
+                                                 ParallelDim::kDp, ParallelDim::kPp};
+
+size_t index(ParallelDim d) { return static_cast<size_t>(d); }
+
+std::string num(int64_t v) { return std::to_string(v); }
+
+}  // namespace
+
+const char* to_string(PipelineScheduleKind k) {
+  switch (k) {
+    case PipelineScheduleKind::kGpipe: return "gpipe";
+    case PipelineScheduleKind::kOneFOneB: return "1f1b";
+    case PipelineScheduleKind::kInterleavedOneFOneB: return "interleaved_1f1b";
+  }
+  return "?";
+}
+
+const char* to_string(ParallelDim d) {
+  switch (d) {
+    case ParallelDim::kTp: return "tp";
+    case ParallelDim::kCp: return "cp";
+    case ParallelDim::kEp: return "ep";
+    case ParallelDim::kDp: return "dp";
+    case ParallelDim::kPp: return "pp";
+  }
+  return "?";
+}
+
+std::vector<ParallelDim> parse_rank_order(const std::string& order) {
+  std::vector<ParallelDim> dims;
+  size_t begin = 0;
+  while (begin <= order.size()) {
+    size_t end = order.find('-', begin);
+    if (end == std::string::npos) end = order.size();
+    const std::string name = order.substr(begin, end - begin);
+    auto it = std::find_if(kAllDims.begin(), kAllDims.end(), [&](ParallelDim d) { return name == to_string(d); });
+    if (it == kAllDims.end()) {
+      throw std::invalid_argument("unknown dimension \"" + name + "\" (expected tp, cp, ep, dp, pp joined by '-')");
+    }
+    if (std::find(dims.begin(), dims.end(), *it) != dims.end()) {
+      throw std::invalid_argument("dimension " + name + " is listed twice");
+    }
+    dims.push_back(*it);
+    begin = end + 1;
+  }
+  for (ParallelDim required : {ParallelDim::kTp, ParallelDim::kDp, ParallelDim::kPp}) {
+    if (std::find(dims.begin(), dims.end(), required) == dims.end()) {
+      throw std::invalid_argument(std::string("the order must list ") + to_string(required));
+    }
+  }
+  return dims;
+}
+
+RankMapping::RankMapping(const ParallelLayout& layout) {
+  std::vector<ParallelDim> listed = parse_rank_order(layout.rank_order);
+  order_ = listed;
+  for (ParallelDim d : kAllDims) {
+    if (std::find(order_.begin(), order_.end(), d) == order_.end()) order_.push_back(d);
+  }
+  if (layout.ep < 1 || layout.dp * layout.cp % layout.ep != 0) {
+    throw std::invalid_argument("ep=" + num(layout.ep) + " does not divide dp·cp=" + num(layout.dp * layout.cp));
+  }
+  dense_ = {layout.tp, layout.cp, 1, layout.dp, layout.pp};
+  expert_ = {layout.tp, 1, layout.ep, layout.dp * layout.cp / layout.ep, layout.pp};
+  for (ParallelDim d : kAllDims) {
+    const bool missing = std::find(listed.begin(), listed.end(), d) == listed.end();
+    if (missing && (dense_[index(d)] > 1 || expert_[index(d)] > 1)) {
+      throw std::invalid_argument(std::string("the order must list ") + to_string(d) + ", whose degree is above 1");
+    }
+  }
+  world_ = layout.world_size();
+}
+
+int RankMapping::compose(const Grid& sizes, const Grid& coords) const {
+  int rank = 0, stride = 1;
+  for (ParallelDim d : order_) {
+    const size_t i = index(d);
+    if (coords[i] < 0 || coords[i] >= sizes[i]) {
+      throw std::invalid_argument(std::string("coordinate ") + to_string(d) + "=" + num(coords[i]) +
+                                  " is outside 0.." + num(sizes[i] - 1));
+    }
+    rank += coords[i] * stride;
+    stride *= sizes[i];
+  }
+  return rank;
+}
+
+RankMapping::Grid RankMapping::decompose(const Grid& sizes, int rank) const {
+  if (rank < 0 || rank >= world_) {
+    throw std::invalid_argument("rank " + num(rank) + " is outside 0.." + num(world_ - 1));
+  }
+  Grid coords{};
+  for (ParallelDim d : order_) {
+    const size_t i = index(d);
+    coords[i] = rank % sizes[i];
+    rank /= sizes[i];
+  }
+  return coords;
+}
+
+int RankMapping::rank_of(const RankCoords& c) const { return compose(dense_, {c.tp, c.cp, 0, c.dp, c.pp}); }
+
+RankCoords RankMapping::coords_of(int rank) const {
+  Grid g = decompose(dense_, rank);
+  return RankCoords{g[index(ParallelDim::kTp)], g[index(ParallelDim::kCp)], g[index(ParallelDim::kDp)],
+                    g[index(ParallelDim::kPp)]};
+}
+
+int RankMapping::expert_rank_of(const ExpertRankCoords& c) const {
+  return compose(expert_, {c.tp, 0, c.ep, c.expert_dp, c.pp});
+}
+
+ExpertRankCoords RankMapping::expert_coords_of(int rank) const {
+  Grid g = decompose(expert_, rank);
+  return ExpertRankCoords{g[index(ParallelDim::kTp)], g[index(ParallelDim::kEp)], g[index(ParallelDim::kDp)],
+                          g[index(ParallelDim::kPp)]};
+}
+
+std::vector<int> RankMapping::group(ParallelDim dim, int rank) const {
+  const Grid& sizes = dim == ParallelDim::kEp ? expert_ : dense_;
+  Grid coords = decompose(sizes, rank);
+  std::vector<int> ranks;
+  ranks.reserve(static_cast<size_t>(sizes[index(dim)]));
+  for (int k = 0; k < sizes[index(dim)]; ++k) {
+    coords[index(dim)] = k;
+    ranks.push_back(compose(sizes, coords));
+  }
+  return ranks;
+}
+
+int rank_of(const ParallelLayout& layout, const RankCoords& coords) { return RankMapping(layout).rank_of(coords); }
+RankCoords coords_of(const ParallelLayout& layout, int rank) { return RankMapping(layout).coords_of(rank); }
+
+std::vector<int> virtual_stage_layers(const ParallelLayout& layout, const ModelConfig& model) {
+  if (!layout.stage_layers.empty()) return layout.stage_layers;
+  const int parts = layout.pp * layout.virtual_stages;
+  return std::vector<int>(static_cast<size_t>(parts), parts > 0 ? model.layers / parts : 0);
+}
+
+void validate(const ParallelLayout& l, const ModelConfig& model, int gpus, const std::string& file,
+              const std::string& pointer) {
+  auto fail = [&](const std::string& field, const std::string& reason) {
+    throw InputError(file, field.empty() ? pointer : pointer + "/" + field, reason);
+  };
+  if (std::string p = model.problem(); !p.empty()) fail("", "the model is inconsistent: " + p);
+  const std::pair<const char*, int> degrees[] = {{"dp", l.dp}, {"tp", l.tp}, {"pp", l.pp},
+                                                 {"virtual_stages", l.virtual_stages}, {"cp", l.cp}, {"ep", l.ep}};
+  for (const auto& [name, value] : degrees) {
+    if (value < 1) fail(name, "must be at least 1, got " + num(value));
+  }
+  if (l.micro_batch < 1) fail("micro_batch", "must be at least 1, got " + num(l.micro_batch));
+  if (l.global_batch < 1) fail("global_batch", "must be at least 1, got " + num(l.global_batch));
+  if (l.sequence_length < 1) fail("sequence_length", "must be at least 1, got " + num(l.sequence_length));
+
+  // Tensor parallelism splits heads, KV heads and the FFN.
+  if (model.heads % l.tp != 0) fail("tp", num(l.tp) + " does not divide num_heads=" + num(model.heads));
+  if (!model.mla && model.kv_heads % l.tp != 0 && l.tp % model.kv_heads != 0) {
+    fail("tp", num(l.tp) + " and num_kv_heads=" + num(model.kv_heads) +
+                   " do not divide one another (KV heads are split over tp, or replicated when fewer)");
+  }
+  bool any_dense = false;
+  for (int i = 0; i < model.layers; ++i) any_dense = any_dense || !model.is_moe_layer(i);
+  if (any_dense && model.ffn % l.tp != 0) fail("tp", num(l.tp) + " does not divide ffn=" + num(model.ffn));
+  if (model.moe && model.moe->expert_ffn % l.tp != 0) {
+    fail("tp", num(l.tp) + " does not divide expert_ffn=" + num(model.moe->expert_ffn) +
+                   " (expert tensor parallelism equals tp)");
+  }
+
+  const int64_t world = int64_t{l.dp} * l.tp * l.pp * l.cp;
+  if (world != gpus) {
+    fail("", "dp·tp·pp·cp = " + num(l.dp) + "·" + num(l.tp) + "·" + num(l.pp) + "·" + num(l.cp) + " = " +
+                 num(world) + " does not equal the " + num(gpus) + " GPUs");
+  }
+
+  if (l.ep > 1) {
+    if (!model.moe) fail("ep", num(l.ep) + " needs a mixture-of-experts model; " + model.name + " has no experts");
+    if (model.moe->experts % l.ep != 0) {
+      fail("ep", num(l.ep) + " does not divide num_experts=" + num(model.moe->experts));
+    }
+    if ((l.dp * l.cp) % l.ep != 0) {
+      fail("ep", num(l.ep) + " does not divide dp·cp=" + num(l.dp * l.cp) +
+                     " (expert-parallel groups are taken from the data- and context-parallel ranks)");
+    }
+  }
+
+  if (l.global_batch % (int64_t{l.dp} * l.micro_batch) != 0) {
+    fail("global_batch", num(l.global_batch) + " is not divisible by dp·micro_batch=" + num(l.dp) + "·" +
+                             num(l.micro_batch) + "=" + num(int64_t{l.dp} * l.micro_batch));
+  }
+  const int64_t m = l.micro_batches();
+
+  const bool interleaved = l.schedule == PipelineScheduleKind::kInterleavedOneFOneB;
+  if (interleaved && l.virtual_stages < 2) {
+    fail("virtual_stages", "interleaved_1f1b needs at least 2 model chunks per stage, got " + num(l.virtual_stages));
+  }
+  if (!interleaved && l.virtual_stages != 1) {
+    fail("virtual_stages", num(l.virtual_stages) + " model chunks per stage need schedule interleaved_1f1b, not " +
+                               to_string(l.schedule));
+  }
+  if (interleaved && l.pp < 2) fail("pp", "interleaved_1f1b needs pp ≥ 2, got " + num(l.pp));
+  if (interleaved && m % l.pp != 0) {
+    fail("global_batch", "interleaved_1f1b needs the micro-batches per iteration (" + num(m) +
+                             ") to be a multiple of pp=" + num(l.pp));
+  }
+
+  const int parts = l.pp * l.virtual_stages;
+  if (l.stage_layers.empty()) {
+    if (model.layers % parts != 0) {
+      fail(l.virtual_stages > 1 ? "virtual_stages" : "pp",
+           (l.virtual_stages > 1 ? "pp·virtual_stages=" + num(parts) : num(l.pp)) + " does not divide num_layers=" +
+               num(model.layers) + " (give stage_layers for an uneven split)");
+    }
+  } else {
+    if (static_cast<int>(l.stage_layers.size()) != parts) {
+      fail("stage_layers", "has " + num(static_cast<int64_t>(l.stage_layers.size())) +
+                               " entries; pp·virtual_stages=" + num(parts) + " are needed");
+    }
+    for (size_t i = 0; i < l.stage_layers.size(); ++i) {
+      if (l.stage_layers[i] < 1) {
+        fail("stage_layers/" + std::to_string(i), "must be at least 1, got " + num(l.stage_layers[i]));
+      }
+    }
+    const int64_t sum = std::accumulate(l.stage_layers.begin(), l.stage_layers.end(), int64_t{0});
+    if (sum != model.layers) {
+      fail("stage_layers", "sums to " + num(sum) + ", not num_layers=" + num(model.layers));
+    }
+  }
+
+  const int64_t chunks = l.cp > 1 ? 2 * int64_t{l.cp} : 1;  // causal load balancing: 2·cp chunks
+  if (l.sequence_length % chunks != 0) {
+    fail("sequence_length", num(l.sequence_length) + " is not a multiple of 2·cp=" + num(chunks) +
+                                " (causal load balancing gives each CP rank two chunks)");
+  }
+  if (l.sequence_parallel && (l.micro_batch * l.sequence_length / l.cp) % l.tp != 0) {
+    fail("sequence_parallel", "needs the " + num(l.micro_batch * l.sequence_length / l.cp) +
+                                  " tokens of a micro-batch per CP rank to be a multiple of tp=" + num(l.tp));
+  }
+
+  try {
+    RankMapping mapping(l);
+  } catch (const std::invalid_argument& e) {
+    fail("rank_order", "\"" + l.rank_order + "\": " + e.what());
+  }
+}
+
+}  // namespace parallax

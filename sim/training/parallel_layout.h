@@ -1,0 +1,138 @@
+// How a training job is split over GPUs: the degrees of data, tensor, pipeline, context and
+// expert parallelism, ZeRO sharding, batch sizes, recomputation, pipeline schedule, overlap
+// switches and the rank order; its validation against a model and a GPU count; and the map
+// between a global rank and its coordinates.
+//
+// Rank order (Megatron-core's RankGenerator): the order string lists the dimensions innermost
+// first, e.g. "tp-cp-ep-dp-pp", and rank = Σ coordinate_d · stride_d with stride_d the product
+// of the sizes of the dimensions listed before d. With TP innermost, a TP group is tp
+// consecutive ranks, i.e. GPUs of one node when tp ≤ GPUs per node (global rank r is the
+// topology's r-th GPU, node after node).
+// Two decompositions share the order (as in Megatron-core):
+//   dense layers    sizes {tp, cp, ep=1, dp, pp}           world = tp·cp·dp·pp
+//   expert layers   sizes {tp, cp=1, ep, dp·cp/ep, pp}     expert tensor parallelism = tp
+// so an expert-parallel group is ep ranks taken from the dp·cp ranks of a stage that share a TP
+// coordinate, and the rule is: ep divides dp·cp (Megatron's "dp·cp·tp divisible by
+// ep·expert_tp" with expert_tp = tp, the expert TP that layer_operators assumes).
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "compute/operator_cost.h"
+#include "training/memory_model.h"
+#include "training/model_config.h"
+
+namespace parallax {
+
+enum class PipelineScheduleKind : uint8_t { kGpipe, kOneFOneB, kInterleavedOneFOneB };
+/// "gpipe", "1f1b", "interleaved_1f1b".
+const char* to_string(PipelineScheduleKind k);
+
+/// The dimensions of the rank grid, in the spelling of the order string.
+enum class ParallelDim : uint8_t { kTp, kCp, kEp, kDp, kPp };
+/// "tp", "cp", "ep", "dp", "pp".
+const char* to_string(ParallelDim d);
+
+struct ParallelLayout {
+  int dp = 1;
+  int tp = 1;
+  int pp = 1;
+  int virtual_stages = 1;  ///< model chunks per pipeline stage (v); > 1 only with interleaving
+  int cp = 1;
+  int ep = 1;
+  bool sequence_parallel = false;  ///< Megatron SP over the TP group
+  ZeroStage zero_stage = ZeroStage::kStage0;  ///< kStage3 is FSDP
+  int64_t micro_batch = 1;       ///< sequences per micro-batch
+  int64_t global_batch = 1;      ///< sequences per iteration, over all DP replicas
+  int64_t sequence_length = 0;   ///< tokens per sequence
+  Recomputation recompute = Recomputation::kNone;
+  PipelineScheduleKind schedule = PipelineScheduleKind::kOneFOneB;
+  DType dtype = DType::kBf16;    ///< GEMM inputs and activations
+  bool grad_reduce_overlap = true;    ///< gradient buckets reduced during the backward pass
+  bool param_gather_prefetch = true;  ///< ZeRO parameter all-gathers issued one layer ahead
+  bool tp_comm_overlap = false;       ///< TP collectives run beside the GEMMs, not before/after
+  std::string rank_order = "tp-cp-ep-dp-pp";  ///< innermost first
+  /// Layers of each virtual stage, pp·v entries in model order (virtual stage c·pp + s is chunk
+  /// c of stage s); empty: layers / (pp·v) each.
+  std::vector<int> stage_layers;
+
+  /// Micro-batches per iteration on one pipeline: global_batch / (dp · micro_batch).
+  int64_t micro_batches() const { return global_batch / (int64_t{dp} * micro_batch); }
+  int world_size() const { return dp * tp * pp * cp; }
+  /// The DP degree of the expert layers: dp·cp / ep.
+  int expert_data_parallel() const { return dp * cp / ep; }
+};
+
+/// Throws InputError(file, pointer + "/field", reason) at the first problem, e.g.
+/// "/parallel/tp: 6 does not divide num_heads=32". Checks: every degree ≥ 1; tp divides the
+/// heads and the ffn, and tp and the KV heads divide one another (fewer KV heads than tp are
+/// replicated, as layer_operators does); dp·tp·pp·cp = gpus; ep divides the experts and dp·cp
+/// (ep > 1 needs a MoE model); global_batch divisible by dp·micro_batch; pp·v divides the
+/// layers unless stage_layers gives the split; v > 1 exactly with interleaved_1f1b, which also
+/// needs pp > 1 and micro-batches a multiple of pp; the sequence length splits over cp (2·cp
+/// chunks when causal) and, with SP, the tokens over tp; the rank order is a permutation of
+/// tp, cp, ep, dp, pp (cp and ep may be left out when their degree is 1).
+void validate(const ParallelLayout& layout, const ModelConfig& model, int gpus, const std::string& file = "",
+              const std::string& pointer = "/parallel");
+
+/// A rank's place in the dense grid.
+struct RankCoords {
+  int tp = 0;
+  int cp = 0;
+  int dp = 0;
+  int pp = 0;
+  auto operator<=>(const RankCoords&) const = default;
+};
+
+/// A rank's place in the expert grid: expert_dp runs over dp·cp/ep.
+struct ExpertRankCoords {
+  int tp = 0;
+  int ep = 0;
+  int expert_dp = 0;
+  int pp = 0;
+  auto operator<=>(const ExpertRankCoords&) const = default;
+};
+
+/// The rank ↔ coordinates maps of a layout, with its order string parsed once. Throws
+/// std::invalid_argument on a bad order string (validate() reports it as an InputError).
+class RankMapping {
+ public:
+  explicit RankMapping(const ParallelLayout& layout);
+
+  int world_size() const { return world_; }
+  int rank_of(const RankCoords& c) const;
+  RankCoords coords_of(int rank) const;
+  int expert_rank_of(const ExpertRankCoords& c) const;
+  ExpertRankCoords expert_coords_of(int rank) const;
+  /// The ranks of the group of `dim` that holds `rank`, in order of their coordinate along
+  /// `dim` (kEp uses the expert grid; the others the dense grid).
+  std::vector<int> group(ParallelDim dim, int rank) const;
+
+ private:
+  // Sizes and strides indexed by ParallelDim.
+  using Grid = std::array<int, 5>;
+  int compose(const Grid& sizes, const Grid& coords) const;
+  Grid decompose(const Grid& sizes, int rank) const;
+
+  std::vector<ParallelDim> order_;  // innermost first, all five dims (missing ones appended)
+  Grid dense_{};
+  Grid expert_{};
+  int world_ = 1;
+};
+
+/// The order string as dimensions, innermost first; missing dims are appended (size-1 dims
+/// are anywhere). Throws std::invalid_argument naming an unknown or repeated name, or a
+/// missing tp, dp or pp.
+std::vector<ParallelDim> parse_rank_order(const std::string& order);
+
+/// Convenience over RankMapping for one query.
+int rank_of(const ParallelLayout& layout, const RankCoords& coords);
+RankCoords coords_of(const ParallelLayout& layout, int rank);
+
+/// Layers of each virtual stage (pp·v entries): stage_layers, or the even split.
+std::vector<int> virtual_stage_layers(const ParallelLayout& layout, const ModelConfig& model);
+
+}  // namespace parallax

@@ -1,0 +1,104 @@
+// Pipeline-parallel schedules: for p stages, m micro-batches and v model chunks per stage, the
+// ordered list of forward and backward passes each stage runs, their dependencies, and a
+// free-communication executor on the engine whose bubbles come out of the schedule.
+//
+// Model chunks: the model is cut into p·v virtual stages in order; virtual stage c·p + s is
+// chunk c of stage s (Megatron-LM's interleaving; v = 1 is the plain pipeline).
+// Dependencies (what pipeline_dependency returns):
+//   F(mb, c, s) after F(mb, c, s−1), or after F(mb, c−1, p−1) when s = 0 and c > 0
+//   B(mb, c, s) after B(mb, c, s+1), or after B(mb, c+1, 0) when s = p−1 and c < v−1,
+//               or after F(mb, v−1, p−1) on the last virtual stage
+// Orders:
+//   GPipe (Huang et al. 2019): every forward, then every backward, in micro-batch order.
+//   1F1B (PipeDream-Flush, Narayanan et al. 2021): stage s runs min(p−s−1, m) warm-up
+//     forwards, then alternates one forward and one backward, then the remaining backwards.
+//   Interleaved 1F1B (Narayanan et al., SC'21 §2.2; Megatron-LM's
+//     forward_backward_pipelining_with_interleaving): the k-th forward of a stage is
+//     micro-batch ⌊k/(p·v)⌋·p + k mod p in chunk ⌊(k mod p·v)/p⌋, backwards the same with chunk
+//     v−1−⌊(k mod p·v)/p⌋; warm-up min((p−s−1)·2 + (v−1)·p, m·v) forwards, then 1F1B, then
+//     cool-down. Needs m a multiple of p.
+// Bubble with free communication, each forward taking t_f/v and each backward t_b/v on every
+// stage, and bubble fraction = idle time / (p × makespan):
+//   GPipe, 1F1B   (p−1)/(m+p−1)      makespan (m+p−1)(t_f+t_b)
+//   interleaved   (p−1)/(v·m+p−1)    makespan (m+(p−1)/v)(t_f+t_b)
+// These hold exactly for any ratio t_b/t_f (the tests use 1:2, 1:1, 1:3 and 2:1), because
+// every stage is equally loaded: they fail as soon as stages differ (the embedding on the
+// first stage, the logits on the last) or communication takes time.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "training/parallel_layout.h"
+#include "units/units.h"
+
+namespace parallax {
+
+enum class PassKind : uint8_t { kForward, kBackward };
+
+struct PipelineOp {
+  PassKind kind = PassKind::kForward;
+  int micro_batch = 0;
+  int chunk = 0;
+  auto operator<=>(const PipelineOp&) const = default;
+};
+
+/// "F3.1": kind, micro-batch, chunk (chunk left out when v = 1).
+std::string to_string(const PipelineOp& op, bool with_chunk = true);
+
+struct PipelineSchedule {
+  PipelineScheduleKind kind = PipelineScheduleKind::kOneFOneB;
+  int stages = 1;        ///< p
+  int micro_batches = 1; ///< m
+  int chunks = 1;        ///< v
+  std::vector<std::vector<PipelineOp>> per_stage;  ///< p lists, each of 2·m·v passes
+};
+
+/// The schedule of `kind` for p stages, m micro-batches and v chunks. Throws
+/// std::invalid_argument when p, m or v < 1, v > 1 without interleaving, or interleaving with
+/// m not a multiple of p.
+PipelineSchedule make_pipeline_schedule(PipelineScheduleKind kind, int stages, int micro_batches, int chunks = 1);
+
+/// The pass (and its stage) that `op` on `stage` waits for; nullopt for the first forward of
+/// the first virtual stage.
+struct StagedOp {
+  int stage = 0;
+  PipelineOp op;
+};
+std::optional<StagedOp> pipeline_dependency(const PipelineSchedule& schedule, int stage, const PipelineOp& op);
+
+/// Empty when every stage lists each (kind, micro-batch, chunk) exactly once and the lists
+/// can run to the end under the dependencies (no stage waits forever); otherwise the first
+/// problem ("stage 1 is stuck at B0 waiting for B0 on stage 2 ...").
+std::string schedule_problem(const PipelineSchedule& schedule);
+
+/// Every stage's passes as (stage, position in its list), in one sequence where each pass comes
+/// after its dependency and after the earlier passes of its stage: the order in which a
+/// builder adds them to a StreamGraph. Throws std::invalid_argument with schedule_problem's text.
+std::vector<std::pair<int, size_t>> pipeline_pass_order(const PipelineSchedule& schedule);
+
+/// The most (micro-batch, chunk) passes whose forward has run on `stage` and whose backward has
+/// not, over the stage's list: the activations it must hold. Chunk c counts chunk_weights[c]
+/// (e.g. its layers); empty weights count 1 each. 1F1B gives min(p−s, m) on stage s, GPipe m.
+double peak_in_flight(const PipelineSchedule& schedule, int stage, const std::vector<double>& chunk_weights = {});
+
+/// The outcome of the free-communication executor.
+struct PipelineRun {
+  Time makespan;
+  std::vector<Time> busy;  ///< per stage
+  Time idle;               ///< Σ_stages (makespan − busy)
+  /// idle / (p · makespan)
+  double bubble_fraction() const;
+  /// Per stage, per pass of its list: start and finish.
+  std::vector<std::vector<std::pair<Time, Time>>> timings;
+};
+
+/// Runs `schedule` on the engine with free communication: every forward takes forward/v and
+/// every backward backward/v on its stage (`forward` and `backward` are one micro-batch's
+/// passes over the whole stage). Throws std::invalid_argument when forward or backward is not
+/// a multiple of v picoseconds, or when the schedule has a problem.
+PipelineRun run_pipeline(const PipelineSchedule& schedule, Time forward, Time backward);
+
+}  // namespace parallax

@@ -1,0 +1,189 @@
+#include "training/published_runs.h"
+
+#include <fstream>
+#include <stdexcept>
+
+#include <nlohmann/json.hpp>
+
+#include "io/input_error.h"
+
+namespace parallax {
+namespace {
+
+// A row field failed: carries the JSON pointer below the row.
+struct RowError : std::runtime_error {
+  RowError(const std::string& where, const std::string& why) : std::runtime_error(where + ": " + why) {}
+};
+
+const nlohmann::json& member(const nlohmann::json& obj, const std::string& key, const std::string& where) {
+  if (!obj.is_object()) throw RowError(where, "expected an object");
+  auto it = obj.find(key);
+  if (it == obj.end()) throw RowError(where + "/" + key, "missing");
+  return *it;
+}
+
+// Absent and null mean the same: unknown, take the format's default.
+std::optional<int64_t> opt_int(const nlohmann::json& obj, const std::string& key, const std::string& where) {
+  if (!obj.is_object()) throw RowError(where, "expected an object");
+  auto it = obj.find(key);
+  if (it == obj.end() || it->is_null()) return std::nullopt;
+  const nlohmann::json& v = *it;
+  if (!v.is_number_integer()) throw RowError(where + "/" + key, "expected an integer or null, found " + v.dump());
+  if (v.get<int64_t>() < 1) throw RowError(where + "/" + key, "must be at least 1, found " + v.dump());
+  return v.get<int64_t>();
+}
+
+int64_t req_int(const nlohmann::json& obj, const std::string& key, const std::string& where) {
+  member(obj, key, where);  // missing is its own error
+  auto v = opt_int(obj, key, where);
+  if (!v) throw RowError(where + "/" + key, "must not be null");
+  return *v;
+}
+
+std::optional<std::string> opt_string(const nlohmann::json& obj, const std::string& key, const std::string& where) {
+  auto it = obj.find(key);
+  if (it == obj.end() || it->is_null()) return std::nullopt;
+  if (!it->is_string()) throw RowError(where + "/" + key, "expected a string or null, found " + it->dump());
+  return it->get<std::string>();
+}
+
+ModelConfig model_of(const nlohmann::json& m, const std::string& where) {
+  ModelConfig c;
+  c.name = opt_string(m, "name", where).value_or("unnamed");
+  c.layers = static_cast<int>(req_int(m, "num_layers", where));
+  c.hidden = req_int(m, "hidden_size", where);
+  c.heads = static_cast<int>(req_int(m, "num_attention_heads", where));
+  c.kv_heads = static_cast<int>(opt_int(m, "num_kv_heads", where).value_or(c.heads));
+  c.ffn = opt_int(m, "ffn_hidden_size", where).value_or(4 * c.hidden);
+  c.vocab = req_int(m, "vocab_size", where);
+  c.max_sequence = req_int(m, "seq_length", where);
+  if (c.hidden % c.heads != 0) throw RowError(where + "/hidden_size", "not a multiple of num_attention_heads");
+  c.head_dim = c.hidden / c.heads;
+  // The MLP decides the family: GELU/ReLU² models are GPT/Megatron style (LayerNorm with
+  // biases, learned positions, tied embeddings); SwiGLU models are Llama style (RMSNorm, no
+  // biases, rotary, separate output head).
+  const std::string mlp = opt_string(m, "mlp", where).value_or("gelu");
+  if (mlp == "gelu" || mlp == "relu2") {
+    c.mlp = MlpKind::kPlain;
+    c.norm = NormKind::kLayerNorm;
+    c.position = PositionEmbedding::kLearned;
+    c.tied_embeddings = true;
+    c.qkv_bias = c.attention_output_bias = c.mlp_bias = true;
+  } else if (mlp == "swiglu") {
+    c.mlp = MlpKind::kGated;
+    c.norm = NormKind::kRmsNorm;
+    c.position = PositionEmbedding::kRotary;
+  } else {
+    throw RowError(where + "/mlp", "unknown MLP \"" + mlp + "\" (expected gelu, swiglu, relu2 or null)");
+  }
+  if (auto experts = opt_int(m, "num_experts", where)) {
+    MoeConfig moe;
+    moe.experts = static_cast<int>(*experts);
+    moe.top_k = static_cast<int>(opt_int(m, "moe_top_k", where).value_or(1));
+    moe.expert_ffn = opt_int(m, "moe_ffn_hidden_size", where).value_or(c.ffn);
+    auto shared_it = m.find("num_shared_experts");
+    if (shared_it != m.end() && shared_it->is_number_integer()) moe.shared_experts = shared_it->get<int>();
+    moe.shared_expert_ffn = moe.expert_ffn;
+    c.moe = moe;
+  }
+  if (std::string why = c.problem(); !why.empty()) throw RowError(where, why);
+  return c;
+}
+
+PublishedLayout layout_of(const nlohmann::json& l, int gpus, const std::string& where) {
+  PublishedLayout p;
+  p.tp = static_cast<int>(opt_int(l, "tp", where).value_or(1));
+  p.pp = static_cast<int>(opt_int(l, "pp", where).value_or(1));
+  p.cp = static_cast<int>(opt_int(l, "cp", where).value_or(1));
+  p.ep = static_cast<int>(opt_int(l, "ep", where).value_or(1));
+  p.vpp = static_cast<int>(opt_int(l, "vpp", where).value_or(1));
+  const int model_parallel = p.tp * p.pp * p.cp;
+  if (auto dp = opt_int(l, "dp", where)) {
+    p.dp = static_cast<int>(*dp);
+  } else {
+    if (gpus % model_parallel != 0) {
+      throw RowError(where + "/dp", "null, and tp·pp·cp = " + std::to_string(model_parallel) + " does not divide " +
+                                        std::to_string(gpus) + " GPUs");
+    }
+    p.dp = gpus / model_parallel;
+  }
+  auto fsdp = l.find("fsdp");  // absent or null: not fully sharded
+  p.fsdp = fsdp != l.end() && fsdp->is_boolean() && fsdp->get<bool>();
+  auto zero = l.find("zero_stage");
+  if (zero != l.end() && !zero->is_null()) {
+    if (!zero->is_number_integer() || zero->get<int>() < 0 || zero->get<int>() > 3) {
+      throw RowError(where + "/zero_stage", "expected 0–3 or null, found " + zero->dump());
+    }
+    p.zero_stage = zero->get<int>();
+  }
+  if (p.fsdp) p.zero_stage = 3;
+  auto mb = opt_int(l, "micro_batch_size", where);
+  p.micro_batch = static_cast<int>(mb.value_or(1));
+  p.micro_batch_assumed = !mb.has_value();
+  p.global_batch = static_cast<int>(req_int(l, "global_batch_size", where));
+  auto sp = l.find("sequence_parallel");
+  p.sequence_parallel = (sp != l.end() && sp->is_boolean()) ? sp->get<bool>() : p.tp > 1;
+  p.recompute = opt_string(l, "activation_recompute", where).value_or("none");
+  if (p.recompute != "none" && p.recompute != "selective" && p.recompute != "full") {
+    throw RowError(where + "/activation_recompute", "expected none, selective, full or null, found \"" + p.recompute + "\"");
+  }
+  return p;
+}
+
+}  // namespace
+
+std::optional<std::string> preset_for_gpu(const std::string& gpu) {
+  static const std::pair<const char*, const char*> kPresets[] = {
+      {"A100-40GB", "dgx-a100-40gb"}, {"A100-80GB", "dgx-a100"}, {"H100-80GB", "dgx-h100"},
+      {"H800-80GB", "hgx-h800"},      {"B200", "dgx-b200"},      {"B300", "dgx-b300"},
+      {"GB200", "gb200-nvl72"},       {"GB300", "gb300-nvl72"},
+  };
+  for (const auto& [name, preset] : kPresets) {
+    if (gpu == name) return std::string(preset);
+  }
+  return std::nullopt;
+}
+
+std::vector<PublishedRun> read_published_runs(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) throw InputError(path, "", "cannot open the file");
+  nlohmann::json doc;
+  try {
+    doc = nlohmann::json::parse(in);
+  } catch (const nlohmann::json::exception& e) {
+    throw InputError(path, "", std::string("not valid JSON: ") + e.what());
+  }
+  if (!doc.is_array()) throw InputError(path, "", "expected an array of runs");
+  std::vector<PublishedRun> runs;
+  for (size_t i = 0; i < doc.size(); ++i) {
+    const nlohmann::json& row = doc[i];
+    const std::string where = "/" + std::to_string(i);
+    PublishedRun run;
+    try {
+      run.id = opt_string(row, "id", where).value_or("row " + std::to_string(i));
+      run.source = opt_string(row, "source", where).value_or("");
+      const nlohmann::json& cluster = member(row, "cluster", where);
+      run.gpu = opt_string(cluster, "gpu", where + "/cluster").value_or("");
+      auto preset = preset_for_gpu(run.gpu);
+      if (!preset) throw RowError(where + "/cluster/gpu", "unknown GPU type \"" + run.gpu + "\"");
+      run.preset = *preset;
+      run.gpus = static_cast<int>(req_int(cluster, "num_gpus", where + "/cluster"));
+      run.precision = opt_string(row, "precision", where).value_or("bf16");
+      run.model = model_of(member(row, "model", where), where + "/model");
+      run.sequence = static_cast<int>(run.model.max_sequence);
+      run.layout = layout_of(member(row, "layout", where), run.gpus, where + "/layout");
+      const nlohmann::json& expected = member(row, "expected", where);
+      const nlohmann::json& tps = member(expected, "tokens_per_sec_per_gpu", where + "/expected");
+      if (!tps.is_number() || tps.get<double>() <= 0) {
+        throw RowError(where + "/expected/tokens_per_sec_per_gpu", "expected a positive number");
+      }
+      run.expected_tokens_per_sec_per_gpu = tps.get<double>();
+    } catch (const RowError& e) {
+      run.error = e.what();
+    }
+    runs.push_back(std::move(run));
+  }
+  return runs;
+}
+
+}  // namespace parallax

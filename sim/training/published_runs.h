@@ -1,0 +1,54 @@
+// Published training runs as validation rows (format: workloads/validation/README.md): what was
+// trained, on what, under which layout, and how fast it went. Each row becomes a model, a
+// cluster (a bundled preset per GPU type and a node count) and a layout with every unknown
+// filled by a documented default — or a per-row error, never a silent drop.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "training/model_config.h"
+
+namespace parallax {
+
+/// A row's layout, defaults applied (README of the format): null sizes are 1, dp is
+/// GPUs / (tp·pp·cp), ZeRO null is 0 (stage 3 with fsdp), micro-batch null is 1, sequence
+/// parallel null is tp > 1, recomputation null is none.
+struct PublishedLayout {
+  int tp = 1, pp = 1, dp = 1, cp = 1, ep = 1, vpp = 1;
+  int zero_stage = 0;
+  bool fsdp = false;
+  int micro_batch = 1;
+  bool micro_batch_assumed = false;  ///< the source did not say: 1 was chosen
+  int global_batch = 1;
+  bool sequence_parallel = false;
+  std::string recompute = "none";   ///< none, selective, full
+};
+
+struct PublishedRun {
+  std::string id;
+  std::string source;
+  std::string gpu;            ///< as published: "A100-40GB", "H100-80GB", …
+  std::string preset;         ///< the bundled topology for it ("dgx-a100-40gb", …)
+  int gpus = 0;
+  std::string precision;      ///< bf16, fp8, fp4
+  int sequence = 0;
+  ModelConfig model;
+  PublishedLayout layout;
+  double expected_tokens_per_sec_per_gpu = 0;
+  /// Empty when the row can be simulated; else why not (it is reported, not dropped).
+  std::string error;
+};
+
+/// The bundled preset for a GPU type of the format (A100-40GB → dgx-a100-40gb, A100-80GB →
+/// dgx-a100, H100-80GB → dgx-h100, H800-80GB → hgx-h800, B200 → dgx-b200, B300 → dgx-b300,
+/// GB200 → gb200-nvl72, GB300 → gb300-nvl72), or nullopt for another name.
+std::optional<std::string> preset_for_gpu(const std::string& gpu);
+
+/// Reads every row of `path` (a JSON array). A row with a bad or missing field gets `error`
+/// naming its JSON path ("/12/layout/tp: expected an integer"); the file itself being
+/// unreadable or not an array is an InputError.
+std::vector<PublishedRun> read_published_runs(const std::string& path);
+
+}  // namespace parallax

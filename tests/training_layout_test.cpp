@@ -1,0 +1,254 @@
+// Parallel layouts: every validation error names its JSON path and reason, and the rank order
+// maps ranks to coordinates as Megatron-core's RankGenerator does (TP innermost → consecutive).
+#include <gtest/gtest.h>
+
+#include <set>
+
+#include "io/input_error.h"
+#include "training/model_loader.h"
+#include "training/parallel_layout.h"
+#include "test_support.h"
+
+namespace parallax {
+namespace {
+
+ModelConfig bundled(const std::string& name) {
+  return load_bundled_model(test::source_path("workloads/models"), name);
+}
+
+// Llama-3-8B (32 layers, 32 heads, 8 KV heads, ffn 14336) on 64 GPUs: tp 8, pp 2, dp 4.
+ParallelLayout llama_layout() {
+  ParallelLayout l;
+  l.tp = 8;
+  l.pp = 2;
+  l.dp = 4;
+  l.micro_batch = 1;
+  l.global_batch = 64;
+  l.sequence_length = 8192;
+  return l;
+}
+
+// Expects validate() to throw an InputError at `pointer` whose reason contains `reason`.
+void expect_error(const ParallelLayout& l, const ModelConfig& m, int gpus, const std::string& pointer,
+                  const std::string& reason) {
+  try {
+    validate(l, m, gpus, "job.json");
+    ADD_FAILURE() << "no error; expected " << pointer << ": " << reason;
+  } catch (const InputError& e) {
+    EXPECT_EQ(e.file(), "job.json");
+    EXPECT_EQ(e.pointer(), pointer) << e.what();
+    EXPECT_NE(e.reason().find(reason), std::string::npos) << e.what();
+  }
+}
+
+TEST(LayoutValidation, AcceptsAGoodLayout) {
+  EXPECT_NO_THROW(validate(llama_layout(), bundled("llama3-8b"), 64));
+}
+
+TEST(LayoutValidation, TensorParallelMustDivideHeads) {
+  ParallelLayout l = llama_layout();
+  l.tp = 6;
+  l.dp = 1;
+  l.pp = 1;
+  try {
+    validate(l, bundled("llama3-8b"), 6, "job.json");
+    FAIL();
+  } catch (const InputError& e) {
+    EXPECT_STREQ(e.what(), "job.json: /parallel/tp: 6 does not divide num_heads=32");
+  }
+}
+
+TEST(LayoutValidation, TensorParallelAndKvHeadsMustDivideOneAnother) {
+  ModelConfig m = bundled("llama3-8b");
+  m.heads = 48;  // 48 heads, 8 KV heads: tp 12 divides the heads, but 12 ∤ 8 and 8 ∤ 12
+  ParallelLayout l = llama_layout();
+  l.tp = 12;
+  l.dp = 1;
+  l.pp = 1;
+  expect_error(l, m, 12, "/parallel/tp", "num_kv_heads=8 do not divide one another");
+  // More TP ranks than KV heads is accepted: the heads are replicated.
+  l.tp = 16;
+  m.heads = 32;
+  EXPECT_NO_THROW(validate(l, m, 16));
+}
+
+TEST(LayoutValidation, TensorParallelMustDivideTheFfn) {
+  ModelConfig m = bundled("llama3-8b");
+  m.ffn = 14340;  // 14340 / 8 is not whole
+  expect_error(llama_layout(), m, 64, "/parallel/tp", "does not divide ffn=14340");
+}
+
+TEST(LayoutValidation, DegreesMustMultiplyToTheGpuCount) {
+  // 4·8·2·1 = 64 ≠ 32.
+  expect_error(llama_layout(), bundled("llama3-8b"), 32, "/parallel",
+               "dp·tp·pp·cp = 4·8·2·1 = 64 does not equal the 32 GPUs");
+}
+
+TEST(LayoutValidation, DegreesMustBePositive) {
+  ParallelLayout l = llama_layout();
+  l.cp = 0;
+  expect_error(l, bundled("llama3-8b"), 64, "/parallel/cp", "must be at least 1");
+  l = llama_layout();
+  l.micro_batch = 0;
+  expect_error(l, bundled("llama3-8b"), 64, "/parallel/micro_batch", "must be at least 1");
+  l = llama_layout();
+  l.sequence_length = 0;
+  expect_error(l, bundled("llama3-8b"), 64, "/parallel/sequence_length", "must be at least 1");
+}
+
+TEST(LayoutValidation, GlobalBatchMustSplitIntoMicroBatches) {
+  ParallelLayout l = llama_layout();
+  l.micro_batch = 3;  // 64 sequences over dp 4 · 3 = 12
+  expect_error(l, bundled("llama3-8b"), 64, "/parallel/global_batch",
+               "64 is not divisible by dp·micro_batch=4·3=12");
+}
+
+TEST(LayoutValidation, PipelineMustDivideTheLayersUnlessSplitIsGiven) {
+  ParallelLayout l = llama_layout();
+  l.pp = 3;  // 3 ∤ 32 layers
+  l.dp = 1;
+  l.tp = 8;
+  l.global_batch = 3;
+  expect_error(l, bundled("llama3-8b"), 24, "/parallel/pp", "3 does not divide num_layers=32");
+  l.stage_layers = {11, 11, 10};
+  EXPECT_NO_THROW(validate(l, bundled("llama3-8b"), 24));
+  l.stage_layers = {11, 11, 11};
+  expect_error(l, bundled("llama3-8b"), 24, "/parallel/stage_layers", "sums to 33, not num_layers=32");
+  l.stage_layers = {16, 16};
+  expect_error(l, bundled("llama3-8b"), 24, "/parallel/stage_layers", "has 2 entries; pp·virtual_stages=3");
+  l.stage_layers = {32, 0, 0};
+  expect_error(l, bundled("llama3-8b"), 24, "/parallel/stage_layers/1", "must be at least 1");
+}
+
+TEST(LayoutValidation, VirtualStagesNeedTheInterleavedSchedule) {
+  ParallelLayout l = llama_layout();
+  l.virtual_stages = 2;
+  expect_error(l, bundled("llama3-8b"), 64, "/parallel/virtual_stages", "need schedule interleaved_1f1b, not 1f1b");
+  l.schedule = PipelineScheduleKind::kInterleavedOneFOneB;
+  EXPECT_NO_THROW(validate(l, bundled("llama3-8b"), 64));  // 2·2 | 32 layers, m = 16 is a multiple of 2
+  l.virtual_stages = 1;
+  expect_error(l, bundled("llama3-8b"), 64, "/parallel/virtual_stages", "needs at least 2 model chunks");
+  l.virtual_stages = 3;  // 2·3 = 6 ∤ 32
+  expect_error(l, bundled("llama3-8b"), 64, "/parallel/virtual_stages", "pp·virtual_stages=6 does not divide");
+  l.virtual_stages = 2;
+  l.pp = 4;
+  l.dp = 2;
+  l.global_batch = 6;  // m = 3, not a multiple of pp = 4
+  expect_error(l, bundled("llama3-8b"), 64, "/parallel/global_batch", "(3) to be a multiple of pp=4");
+  l.pp = 1;
+  l.dp = 8;
+  l.global_batch = 64;
+  expect_error(l, bundled("llama3-8b"), 64, "/parallel/pp", "needs pp ≥ 2");
+}
+
+TEST(LayoutValidation, ExpertParallelRules) {
+  ModelConfig mixtral = bundled("mixtral-8x7b");  // 8 experts
+  ParallelLayout l = llama_layout();
+  l.ep = 2;
+  expect_error(l, bundled("llama3-8b"), 64, "/parallel/ep", "needs a mixture-of-experts model");
+  l.ep = 3;
+  expect_error(l, mixtral, 64, "/parallel/ep", "3 does not divide num_experts=8");
+  l.ep = 8;  // dp·cp = 4
+  expect_error(l, mixtral, 64, "/parallel/ep", "8 does not divide dp·cp=4");
+  l.ep = 4;
+  EXPECT_NO_THROW(validate(l, mixtral, 64));
+}
+
+TEST(LayoutValidation, SequenceMustSplitOverContextAndTensorRanks) {
+  ParallelLayout l = llama_layout();
+  l.dp = 2;
+  l.cp = 2;
+  l.sequence_length = 8190;  // not a multiple of 2·cp = 4
+  expect_error(l, bundled("llama3-8b"), 64, "/parallel/sequence_length", "8190 is not a multiple of 2·cp=4");
+  l = llama_layout();
+  l.sequence_parallel = true;
+  l.sequence_length = 8188;  // 8188 tokens, not a multiple of tp = 8
+  expect_error(l, bundled("llama3-8b"), 64, "/parallel/sequence_parallel", "multiple of tp=8");
+}
+
+TEST(LayoutValidation, RankOrderMustNameTheDimensions) {
+  ParallelLayout l = llama_layout();
+  l.rank_order = "tp-xp-dp-pp";
+  expect_error(l, bundled("llama3-8b"), 64, "/parallel/rank_order", "unknown dimension \"xp\"");
+  l.rank_order = "tp-dp-tp-pp";
+  expect_error(l, bundled("llama3-8b"), 64, "/parallel/rank_order", "tp is listed twice");
+  l.rank_order = "tp-dp";
+  expect_error(l, bundled("llama3-8b"), 64, "/parallel/rank_order", "must list pp");
+  l.rank_order = "tp-dp-pp";  // cp and ep may be left out at degree 1
+  EXPECT_NO_THROW(validate(l, bundled("llama3-8b"), 64));
+  l.dp = 2;
+  l.cp = 2;
+  expect_error(l, bundled("llama3-8b"), 64, "/parallel/rank_order", "must list cp, whose degree is above 1");
+}
+
+TEST(RankMapping, TensorParallelRanksAreConsecutive) {
+  // Order tp-cp-ep-dp-pp with tp 8, dp 4, pp 2: rank = tp + 8·dp + 32·pp.
+  ParallelLayout l = llama_layout();
+  RankMapping map(l);
+  EXPECT_EQ(map.rank_of({3, 0, 2, 1}), 3 + 8 * 2 + 32 * 1);
+  EXPECT_EQ(map.coords_of(43), (RankCoords{3, 0, 1, 1}));  // 43 = 3 + 8·1 + 32·1
+  EXPECT_EQ(map.group(ParallelDim::kTp, 43), (std::vector<int>{40, 41, 42, 43, 44, 45, 46, 47}));
+  EXPECT_EQ(map.group(ParallelDim::kDp, 43), (std::vector<int>{35, 43, 51, 59}));
+  EXPECT_EQ(map.group(ParallelDim::kPp, 43), (std::vector<int>{11, 43}));
+  EXPECT_EQ(rank_of(l, coords_of(l, 17)), 17);
+}
+
+TEST(RankMapping, IsABijectionForEveryOrder) {
+  ParallelLayout l = llama_layout();
+  l.tp = 2;
+  l.cp = 2;
+  l.dp = 3;
+  l.pp = 2;
+  for (const char* order : {"tp-cp-ep-dp-pp", "tp-pp-dp-cp", "pp-dp-cp-tp", "dp-tp-cp-pp"}) {
+    SCOPED_TRACE(order);
+    l.rank_order = order;
+    RankMapping map(l);
+    std::set<RankCoords> seen;
+    for (int r = 0; r < 24; ++r) {
+      RankCoords c = map.coords_of(r);
+      EXPECT_EQ(map.rank_of(c), r);
+      seen.insert(c);
+    }
+    EXPECT_EQ(seen.size(), 24u);
+  }
+  // "pp-dp-cp-tp" puts stages next to each other: rank = pp + 2·dp + 6·cp + 12·tp.
+  l.rank_order = "pp-dp-cp-tp";
+  EXPECT_EQ(RankMapping(l).rank_of({1, 1, 2, 1}), 1 + 2 * 2 + 6 * 1 + 12 * 1);
+  EXPECT_EQ(RankMapping(l).group(ParallelDim::kTp, 0), (std::vector<int>{0, 12}));
+}
+
+TEST(RankMapping, ExpertGroupsComeFromTheDataAndContextRanks) {
+  // tp 2, cp 2, dp 4, pp 2, ep 4 in order tp-cp-ep-dp-pp (Megatron-core):
+  //   dense  rank = tp + 2·cp + 4·dp + 16·pp
+  //   expert rank = tp + 2·ep + 8·edp + 16·pp   with edp over dp·cp/ep = 2
+  ParallelLayout l;
+  l.tp = 2;
+  l.cp = 2;
+  l.dp = 4;
+  l.pp = 2;
+  l.ep = 4;
+  RankMapping map(l);
+  EXPECT_EQ(map.group(ParallelDim::kEp, 0), (std::vector<int>{0, 2, 4, 6}));
+  EXPECT_EQ(map.group(ParallelDim::kEp, 9), (std::vector<int>{9, 11, 13, 15}));  // 9 = tp 1 + 8·edp 1
+  EXPECT_EQ(map.expert_coords_of(27), (ExpertRankCoords{1, 1, 1, 1}));           // 27 = 1 + 2 + 8 + 16
+  EXPECT_EQ(map.group(ParallelDim::kCp, 0), (std::vector<int>{0, 2}));
+  // Every expert group stays inside one pipeline stage and one TP coordinate.
+  for (int r = 0; r < 32; ++r) {
+    for (int peer : map.group(ParallelDim::kEp, r)) {
+      EXPECT_EQ(map.coords_of(peer).pp, map.coords_of(r).pp);
+      EXPECT_EQ(map.coords_of(peer).tp, map.coords_of(r).tp);
+    }
+  }
+}
+
+TEST(RankMapping, VirtualStageLayersSplitEvenlyOrAsGiven) {
+  ParallelLayout l = llama_layout();
+  l.schedule = PipelineScheduleKind::kInterleavedOneFOneB;
+  l.virtual_stages = 4;
+  EXPECT_EQ(virtual_stage_layers(l, bundled("llama3-8b")), std::vector<int>(8, 4));  // 32 / (2·4)
+  l.stage_layers = {5, 3, 4, 4, 4, 4, 4, 4};
+  EXPECT_EQ(virtual_stage_layers(l, bundled("llama3-8b")), l.stage_layers);
+}
+
+}  // namespace
+}  // namespace parallax

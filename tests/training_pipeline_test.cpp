@@ -1,0 +1,187 @@
+// Pipeline schedules: the orders of GPipe, 1F1B and interleaved 1F1B, their dependency check,
+// in-flight micro-batches, and the bubble fraction that the engine-driven executor produces
+// with free communication against the closed forms (p−1)/(m+p−1) and (p−1)/(v·m+p−1).
+#include <gtest/gtest.h>
+
+#include <numeric>
+
+#include "training/pipeline_schedule.h"
+#include "training/stream_graph.h"
+
+namespace parallax {
+namespace {
+
+std::string listing(const std::vector<PipelineOp>& ops, bool with_chunk = false) {
+  std::string s;
+  for (const PipelineOp& op : ops) s += (s.empty() ? "" : " ") + to_string(op, with_chunk);
+  return s;
+}
+
+// Exact check of idle / (p·makespan) = num/den in integer picoseconds.
+void expect_bubble(const PipelineRun& run, int64_t num, int64_t den) {
+  const auto p = static_cast<int64_t>(run.busy.size());
+  EXPECT_EQ(run.idle.picoseconds() * den, num * p * run.makespan.picoseconds())
+      << "bubble " << run.bubble_fraction() << " expected " << static_cast<double>(num) / static_cast<double>(den);
+}
+
+TEST(PipelineSchedule, GpipeRunsAllForwardsThenAllBackwards) {
+  PipelineSchedule s = make_pipeline_schedule(PipelineScheduleKind::kGpipe, 3, 3);
+  for (const auto& stage : s.per_stage) EXPECT_EQ(listing(stage), "F0 F1 F2 B0 B1 B2");
+}
+
+TEST(PipelineSchedule, OneFOneBHasWarmUpSteadyStateAndCoolDown) {
+  // p = 4, m = 6: stage s warms up with p−s−1 forwards.
+  PipelineSchedule s = make_pipeline_schedule(PipelineScheduleKind::kOneFOneB, 4, 6);
+  EXPECT_EQ(listing(s.per_stage[0]), "F0 F1 F2 F3 B0 F4 B1 F5 B2 B3 B4 B5");
+  EXPECT_EQ(listing(s.per_stage[1]), "F0 F1 F2 B0 F3 B1 F4 B2 F5 B3 B4 B5");
+  EXPECT_EQ(listing(s.per_stage[3]), "F0 B0 F1 B1 F2 B2 F3 B3 F4 B4 F5 B5");
+  // Fewer micro-batches than stages: the warm-up is cut at m.
+  PipelineSchedule short_one = make_pipeline_schedule(PipelineScheduleKind::kOneFOneB, 4, 2);
+  EXPECT_EQ(listing(short_one.per_stage[0]), "F0 F1 B0 B1");
+}
+
+TEST(PipelineSchedule, InterleavedFollowsMegatron) {
+  // p = 2, m = 4, v = 2. Forward k: micro-batch ⌊k/4⌋·2 + k mod 2, chunk ⌊(k mod 4)/2⌋:
+  //   k = 0..7 → F0.0 F1.0 F0.1 F1.1 F2.0 F3.0 F2.1 F3.1; backwards the same with chunk 1−c.
+  // Warm-up: stage 0 (2−0−1)·2 + (2−1)·2 = 4, stage 1 (0)·2 + 2 = 2.
+  PipelineSchedule s = make_pipeline_schedule(PipelineScheduleKind::kInterleavedOneFOneB, 2, 4, 2);
+  EXPECT_EQ(listing(s.per_stage[0], true), "F0.0 F1.0 F0.1 F1.1 F2.0 B0.1 F3.0 B1.1 F2.1 B0.0 F3.1 B1.0 B2.1 B3.1 B2.0 B3.0");
+  EXPECT_EQ(listing(s.per_stage[1], true), "F0.0 F1.0 F0.1 B0.1 F1.1 B1.1 F2.0 B0.0 F3.0 B1.0 F2.1 B2.1 F3.1 B3.1 B2.0 B3.0");
+  EXPECT_TRUE(schedule_problem(s).empty());
+  EXPECT_THROW(make_pipeline_schedule(PipelineScheduleKind::kInterleavedOneFOneB, 4, 6, 2), std::invalid_argument);
+  EXPECT_THROW(make_pipeline_schedule(PipelineScheduleKind::kOneFOneB, 4, 8, 2), std::invalid_argument);
+}
+
+TEST(PipelineSchedule, DependenciesFollowTheVirtualStages) {
+  PipelineSchedule s = make_pipeline_schedule(PipelineScheduleKind::kInterleavedOneFOneB, 4, 4, 2);
+  using K = PassKind;
+  // F on stage 0 of chunk 1 waits for chunk 0 on the last stage.
+  auto d = pipeline_dependency(s, 0, {K::kForward, 2, 1});
+  ASSERT_TRUE(d);
+  EXPECT_EQ(d->stage, 3);
+  EXPECT_EQ(d->op, (PipelineOp{K::kForward, 2, 0}));
+  EXPECT_FALSE(pipeline_dependency(s, 0, {K::kForward, 2, 0}));
+  // B on the last stage of chunk 0 waits for chunk 1's backward on stage 0.
+  d = pipeline_dependency(s, 3, {K::kBackward, 1, 0});
+  EXPECT_EQ(d->stage, 0);
+  EXPECT_EQ(d->op, (PipelineOp{K::kBackward, 1, 1}));
+  // The last virtual stage turns around: its backward waits for its own forward.
+  d = pipeline_dependency(s, 3, {K::kBackward, 1, 1});
+  EXPECT_EQ(d->stage, 3);
+  EXPECT_EQ(d->op, (PipelineOp{K::kForward, 1, 1}));
+  d = pipeline_dependency(s, 1, {K::kBackward, 1, 1});
+  EXPECT_EQ(d->stage, 2);
+}
+
+TEST(PipelineSchedule, ProblemsAreFound) {
+  for (auto kind : {PipelineScheduleKind::kGpipe, PipelineScheduleKind::kOneFOneB}) {
+    for (int p : {1, 2, 3, 8}) {
+      for (int m : {1, 2, 5, 16}) EXPECT_EQ(schedule_problem(make_pipeline_schedule(kind, p, m)), "");
+    }
+  }
+  PipelineSchedule s = make_pipeline_schedule(PipelineScheduleKind::kOneFOneB, 2, 2);
+  // Stage 1 runs B1 before F1, but B1 on the last stage needs F1: stuck.
+  s.per_stage[1] = {{PassKind::kForward, 0, 0}, {PassKind::kBackward, 1, 0}, {PassKind::kForward, 1, 0},
+                    {PassKind::kBackward, 0, 0}};
+  EXPECT_EQ(schedule_problem(s),
+            "deadlock: stage 0 is stuck at B0, waiting for B0 on stage 1; stage 1 is stuck at B1, waiting for F1 on "
+            "stage 1");
+  s.per_stage[1][1] = {PassKind::kForward, 0, 0};
+  EXPECT_EQ(schedule_problem(s), "stage 1 lists F0 twice");
+  s.per_stage[1].pop_back();
+  s.per_stage[1][1] = {PassKind::kBackward, 1, 0};
+  EXPECT_EQ(schedule_problem(s), "stage 1 lists 3 passes, not 2·m·v=4");
+}
+
+TEST(PipelineSchedule, InFlightMicroBatches) {
+  // 1F1B holds min(p−s, m) micro-batches on stage s; GPipe holds all m.
+  PipelineSchedule s = make_pipeline_schedule(PipelineScheduleKind::kOneFOneB, 4, 8);
+  for (int stage = 0; stage < 4; ++stage) EXPECT_EQ(peak_in_flight(s, stage), 4 - stage);
+  EXPECT_EQ(peak_in_flight(make_pipeline_schedule(PipelineScheduleKind::kOneFOneB, 4, 2), 0), 2);
+  EXPECT_EQ(peak_in_flight(make_pipeline_schedule(PipelineScheduleKind::kGpipe, 4, 8), 3), 8);
+  // Interleaved p = 2, m = 4, v = 2, stage 0: warm-up of 4 chunk-passes, then one more forward
+  // before the first backward → 5 chunk-passes (Megatron: warm-up + 1).
+  EXPECT_EQ(peak_in_flight(make_pipeline_schedule(PipelineScheduleKind::kInterleavedOneFOneB, 2, 4, 2), 0), 5);
+}
+
+TEST(PipelineBubble, GpipeAndOneFOneBMatchTheClosedForm) {
+  // t_f = 1 ms, t_b = 2 ms. Makespan (m+p−1)(t_f+t_b): the last micro-batch's forward leaves
+  // the first stage after m·t_f, reaches the last after (p−1) more forwards, and the backward
+  // chain then needs p backwards, with the first stage busy m(t_f+t_b) in all. Every stage is
+  // busy m(t_f+t_b), so idle/(p·makespan) = (p−1)/(m+p−1):
+  //   p=4 m=8 → 3/11; p=2 m=1 → 1/2; p=8 m=16 → 7/23; p=4 m=3 → 3/6; p=1 m=4 → 0.
+  const Time tf = Time::ms(1), tb = Time::ms(2);
+  for (auto kind : {PipelineScheduleKind::kGpipe, PipelineScheduleKind::kOneFOneB}) {
+    for (auto [p, m] : {std::pair{4, 8}, {2, 1}, {8, 16}, {4, 3}, {1, 4}}) {
+      SCOPED_TRACE(std::string(to_string(kind)) + " p=" + std::to_string(p) + " m=" + std::to_string(m));
+      PipelineRun run = run_pipeline(make_pipeline_schedule(kind, p, m), tf, tb);
+      expect_bubble(run, p - 1, m + p - 1);
+      EXPECT_EQ(run.makespan, (tf + tb) * (m + p - 1));
+    }
+  }
+}
+
+TEST(PipelineBubble, InterleavedMatchesTheClosedForm) {
+  // Each chunk pass takes t_f/v or t_b/v. Narayanan et al.: the bubble shrinks to
+  // (p−1)(t_f+t_b)/v, the ideal time stays m(t_f+t_b), so the makespan is
+  // (m + (p−1)/v)(t_f+t_b) and idle/(p·makespan) = (p−1)/(v·m+p−1):
+  //   p=2 m=4 v=2 → 1/9; p=4 m=8 v=2 → 3/19; p=4 m=4 v=2 → 3/11; p=4 m=8 v=4 → 3/35;
+  //   p=8 m=16 v=2 → 7/39; p=3 m=6 v=3 → 2/20.
+  const Time tf = Time::ms(12), tb = Time::ms(24);  // multiples of every v below
+  for (auto [p, m, v] : {std::tuple{2, 4, 2}, {4, 8, 2}, {4, 4, 2}, {4, 8, 4}, {8, 16, 2}, {3, 6, 3}}) {
+    SCOPED_TRACE("p=" + std::to_string(p) + " m=" + std::to_string(m) + " v=" + std::to_string(v));
+    PipelineRun run = run_pipeline(make_pipeline_schedule(PipelineScheduleKind::kInterleavedOneFOneB, p, m, v), tf, tb);
+    expect_bubble(run, p - 1, int64_t{v} * m + p - 1);
+  }
+}
+
+TEST(PipelineBubble, HoldsForAnyBackwardToForwardRatio) {
+  // The closed forms need only equal stages: t_b/t_f = 1, 3 and 1/2 give the same fractions.
+  for (auto [tf, tb] : {std::pair{Time::ms(4), Time::ms(4)}, {Time::ms(4), Time::ms(12)}, {Time::ms(8), Time::ms(4)}}) {
+    expect_bubble(run_pipeline(make_pipeline_schedule(PipelineScheduleKind::kOneFOneB, 4, 8), tf, tb), 3, 11);
+    expect_bubble(run_pipeline(make_pipeline_schedule(PipelineScheduleKind::kGpipe, 4, 8), tf, tb), 3, 11);
+    expect_bubble(run_pipeline(make_pipeline_schedule(PipelineScheduleKind::kInterleavedOneFOneB, 4, 8, 2), tf, tb),
+                  3, 19);
+  }
+}
+
+TEST(PipelineBubble, RejectsTimesThatDoNotSplitIntoChunks) {
+  PipelineSchedule s = make_pipeline_schedule(PipelineScheduleKind::kInterleavedOneFOneB, 2, 2, 2);
+  EXPECT_THROW(run_pipeline(s, Time::ps(3), Time::ps(4)), std::invalid_argument);
+}
+
+TEST(StreamGraph, StreamsRunInOrderAndWaitForDependencies) {
+  // Stream a: x (3 ps) then y (1 ps); stream b: z (2 ps) waits for x. y starts at 3, z at 3.
+  StreamGraph g;
+  StreamId a = g.add_stream(0, "a"), b = g.add_stream(1, "b");
+  WorkId x = g.add(a, Time::ps(3), WorkKind::kCompute, {});
+  WorkId z = g.add(b, Time::ps(2), WorkKind::kPpComm, {x});
+  WorkId y = g.add(a, Time::ps(1), WorkKind::kCompute, {});
+  Engine engine;
+  auto t = run_stream_graph(engine, g);
+  EXPECT_EQ(t[x].finish, Time::ps(3));
+  EXPECT_EQ(t[y].start, Time::ps(3));
+  EXPECT_EQ(t[z].start, Time::ps(3));
+  EXPECT_EQ(t[z].finish, Time::ps(5));
+  EXPECT_THROW(g.add(a, Time::ps(1), WorkKind::kCompute, {WorkId{7}}), std::invalid_argument);
+}
+
+TEST(StreamGraph, EveryTaskRunsOnceAndTheLastFinishesAtTheCriticalPath) {
+  // Two ranks, each a compute stream and a send stream; a chain of 4 computes alternates ranks
+  // through 1-ps sends: critical path 4·5 + 3·1 = 23 ps.
+  StreamGraph g;
+  StreamId compute[2] = {g.add_stream(0, "compute"), g.add_stream(1, "compute")};
+  StreamId send[2] = {g.add_stream(0, "pp"), g.add_stream(1, "pp")};
+  WorkId last = g.add(compute[0], Time::ps(5), WorkKind::kCompute, {});
+  for (int k = 1; k < 4; ++k) {
+    WorkId s = g.add(send[(k - 1) % 2], Time::ps(1), WorkKind::kPpComm, {last}, k % 2);
+    last = g.add(compute[k % 2], Time::ps(5), WorkKind::kCompute, {s});
+  }
+  Engine engine;
+  auto t = run_stream_graph(engine, g);
+  EXPECT_EQ(t[last].finish, Time::ps(23));
+  for (const WorkTiming& w : t) EXPECT_LT(w.finish, Time::max());
+}
+
+}  // namespace
+}  // namespace parallax
