@@ -14,3 +14,26 @@ endforeach()
 # ---- published training runs (validation rows) ------------------------------------------------
 parallax_test(training_published_runs_test training_published_runs_test.cpp)
 target_link_libraries(training_published_runs_test PRIVATE parallax_training)
+
+# ---- parallax train / validate through the CLI ----------------------------------------------------
+file(GLOB train_workloads CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/workloads/train/*.json)
+foreach(workload ${train_workloads})
+  get_filename_component(workload_name ${workload} NAME_WE)
+  add_test(NAME example.train.${workload_name} COMMAND parallax train ${workload})
+  set_tests_properties(example.train.${workload_name} PROPERTIES PASS_REGULAR_EXPRESSION "MFU / HFU")
+endforeach()
+# What-if flags override the file; a layout that cannot run is refused before anything runs.
+add_test(NAME example.train.what_if_flags
+         COMMAND parallax train ${PROJECT_SOURCE_DIR}/workloads/train/llama3-70b-64xdgx-h100.json --pp 8 --nodes 32
+                 --schedule interleaved_1f1b --vpp 2 --zero 3)
+set_tests_properties(example.train.what_if_flags PROPERTIES PASS_REGULAR_EXPRESSION "tp 8 · pp 8 · dp 4 · vpp 2")
+add_test(NAME train.bad_tp_is_refused
+         COMMAND bash -c "! \"$0\" train \"$1\" --tp 6" $<TARGET_FILE:parallax>
+                 ${PROJECT_SOURCE_DIR}/workloads/train/llama3-70b-64xdgx-h100.json)
+set_tests_properties(train.bad_tp_is_refused PROPERTIES PASS_REGULAR_EXPRESSION "/parallel/tp: 6 does not divide")
+# Every published run of the dev set is predicted or reported with its reason.
+set(train_scratch ${CMAKE_CURRENT_BINARY_DIR}/train-scratch)
+file(MAKE_DIRECTORY ${train_scratch})
+add_test(NAME example.validate.dev_runs
+         COMMAND bash -c "\"$0\" validate \"$1\" --json \"$2\" && python3 -c 'import json,sys; rows=json.load(open(sys.argv[1])); assert len(rows)==108; assert all((\"error\" in r) != (\"error_message\" in r) for r in rows); assert all(\"predicted_tokens_per_sec_per_gpu\" in r for r in rows if \"error\" in r)' \"$2\""
+                 $<TARGET_FILE:parallax> ${PROJECT_SOURCE_DIR}/workloads/validation/dev-runs.json ${train_scratch}/dev-runs.json)

@@ -13,5 +13,7 @@ void add_flows_command(CLI::App& app);
 void add_collective_command(CLI::App& app);
 /// `parallax calibrate fit|compare MEASUREMENTS... --topology FILE [-o FILE] [--plot DIR] ...`
 void add_calibrate_command(CLI::App& app);
+/// `parallax train WORKLOAD.json [--tp N --pp N ...]` and `parallax validate RUNS.json`
+void add_train_command(CLI::App& app);
 
 }  // namespace parallax::cli

@@ -1,0 +1,390 @@
+// `parallax train WORKLOAD.json` (one iteration of a training job: time, MFU, breakdown,
+// memory) and `parallax validate RUNS.json` (published runs: predicted vs published tokens/s).
+// Thin: the workload file is read here, the simulation is sim/training/iteration.h.
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <map>
+#include <optional>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "io/atomic_file.h"
+#include "io/input_error.h"
+#include "io/json_reader.h"
+#include "parallax/commands.h"
+#include "parallax/text_table.h"
+#include "topology/topology_loader.h"
+#include "training/iteration.h"
+#include "training/model_loader.h"
+#include "training/parameter_count.h"
+#include "training/published_runs.h"
+
+namespace parallax::cli {
+namespace {
+
+namespace fs = std::filesystem;
+
+const std::string kModelsDir = std::string(PARALLAX_SOURCE_DIR) + "/workloads/models";
+const std::string kTopologiesDir = std::string(PARALLAX_SOURCE_DIR) + "/topologies";
+
+struct TrainArgs {
+  std::string workload;
+  std::optional<int> tp, pp, dp, vpp, cp, ep, zero, nodes;
+  std::optional<int64_t> micro_batch, global_batch, sequence;
+  std::string schedule, recompute, dtype;
+  std::string json;
+};
+
+PipelineScheduleKind schedule_from(const std::string& s, const std::string& file, const std::string& where) {
+  if (s == "gpipe") return PipelineScheduleKind::kGpipe;
+  if (s == "1f1b") return PipelineScheduleKind::kOneFOneB;
+  if (s == "interleaved_1f1b" || s == "interleaved") return PipelineScheduleKind::kInterleavedOneFOneB;
+  throw InputError(file, where, "unknown schedule \"" + s + "\" (expected gpipe, 1f1b or interleaved_1f1b)");
+}
+
+Recomputation recompute_from(const std::string& s, const std::string& file, const std::string& where) {
+  if (s == "none") return Recomputation::kNone;
+  if (s == "selective") return Recomputation::kSelective;
+  if (s == "full") return Recomputation::kFull;
+  throw InputError(file, where, "unknown recomputation \"" + s + "\" (expected none, selective or full)");
+}
+
+DType dtype_from(const std::string& s, const std::string& file, const std::string& where) {
+  auto d = dtype_from_string(s);
+  if (!d || (*d != DType::kBf16 && *d != DType::kFp8 && *d != DType::kFp16)) {
+    throw InputError(file, where, "unknown or unsupported dtype \"" + s + "\" (expected bf16, fp16 or fp8)");
+  }
+  return *d;
+}
+
+ZeroStage zero_from(int64_t z, const std::string& file, const std::string& where) {
+  if (z < 0 || z > 3) throw InputError(file, where, "ZeRO stage must be 0, 1, 2 or 3, found " + std::to_string(z));
+  return static_cast<ZeroStage>(z);
+}
+
+struct Job {
+  ModelConfig model;
+  Topology topology;
+  ParallelLayout layout;
+  std::string topology_file;
+  bool dp_given = false;
+};
+
+// The topology of a workload: {"preset": name} (a bundled file) or {"file": path, relative to
+// the workload}, with "nodes".
+Topology read_topology(JsonReader t, const std::string& workload, std::optional<int> nodes_flag, std::string& file) {
+  if (t.is_string()) {
+    file = kTopologiesDir + "/" + t.as_string() + ".json";
+  } else if (auto preset = t.find("preset")) {
+    file = kTopologiesDir + "/" + preset->as_string() + ".json";
+  } else {
+    fs::path p = t.at("file").as_string();
+    file = p.is_absolute() ? p.string() : (fs::path(workload).parent_path() / p).lexically_normal().string();
+  }
+  if (!fs::exists(file)) throw InputError(workload, t.pointer(), "no topology file " + file);
+  TopologyLoadOptions load;
+  if (!t.is_string()) {
+    if (auto n = t.find("nodes")) load.nodes = static_cast<int>(n->as_int());
+    t.finish();
+  }
+  if (nodes_flag) load.nodes = nodes_flag;
+  return load_topology(file, load);
+}
+
+Job read_job(const TrainArgs& a) {
+  nlohmann::json doc = load_json_file(a.workload);
+  JsonReader root(doc, a.workload);
+  if (auto d = root.find("description")) (void)d->as_string();
+  Job job{read_model(root.at("model"), kModelsDir), Topology{}, ParallelLayout{}, "", false};
+  job.topology = read_topology(root.at("topology"), a.workload, a.nodes, job.topology_file);
+  ParallelLayout& l = job.layout;
+  JsonReader p = root.at("parallel");
+  auto int_field = [&](const char* key, auto& field) {
+    if (auto v = p.find(key)) field = static_cast<std::remove_reference_t<decltype(field)>>(v->as_int());
+  };
+  auto bool_field = [&](const char* key, bool& field) {
+    if (auto v = p.find(key)) field = v->as_bool();
+  };
+  int_field("tp", l.tp);
+  int_field("pp", l.pp);
+  int_field("vpp", l.virtual_stages);
+  int_field("cp", l.cp);
+  int_field("ep", l.ep);
+  if (auto v = p.find("dp")) {
+    l.dp = static_cast<int>(v->as_int());
+    job.dp_given = true;
+  }
+  if (auto v = p.find("zero_stage")) l.zero_stage = zero_from(v->as_int(), a.workload, v->pointer());
+  int_field("micro_batch", l.micro_batch);
+  int_field("global_batch", l.global_batch);
+  bool_field("sequence_parallel", l.sequence_parallel);
+  if (auto v = p.find("recompute")) l.recompute = recompute_from(v->as_string(), a.workload, v->pointer());
+  if (auto v = p.find("schedule")) l.schedule = schedule_from(v->as_string(), a.workload, v->pointer());
+  if (auto v = p.find("dtype")) l.dtype = dtype_from(v->as_string(), a.workload, v->pointer());
+  bool_field("grad_reduce_overlap", l.grad_reduce_overlap);
+  bool_field("param_gather_prefetch", l.param_gather_prefetch);
+  bool_field("tp_comm_overlap", l.tp_comm_overlap);
+  if (auto v = p.find("rank_order")) l.rank_order = v->as_string();
+  p.finish();
+  l.sequence_length = job.model.max_sequence;
+  if (auto v = root.find("sequence_length")) l.sequence_length = v->as_int();
+  root.finish();
+
+  // Command-line overrides, for what-if questions without editing the file.
+  if (a.tp) l.tp = *a.tp;
+  if (a.pp) l.pp = *a.pp;
+  if (a.vpp) l.virtual_stages = *a.vpp;
+  if (a.cp) l.cp = *a.cp;
+  if (a.ep) l.ep = *a.ep;
+  if (a.dp) {
+    l.dp = *a.dp;
+    job.dp_given = true;
+  }
+  if (a.zero) l.zero_stage = zero_from(*a.zero, "", "--zero");
+  if (a.micro_batch) l.micro_batch = *a.micro_batch;
+  if (a.global_batch) l.global_batch = *a.global_batch;
+  if (a.sequence) l.sequence_length = *a.sequence;
+  if (!a.schedule.empty()) l.schedule = schedule_from(a.schedule, "", "--schedule");
+  if (!a.recompute.empty()) l.recompute = recompute_from(a.recompute, "", "--recompute");
+  if (!a.dtype.empty()) l.dtype = dtype_from(a.dtype, "", "--dtype");
+  // dp not given: whatever the other dimensions leave of the cluster.
+  const int gpus = static_cast<int>(job.topology.gpu_count());
+  const int model_parallel = l.tp * l.pp * l.cp;
+  // (When tp·pp·cp does not divide the GPUs, validate() names the first field at fault.)
+  if (!job.dp_given) l.dp = std::max(1, gpus / model_parallel);
+  if (l.virtual_stages > 1 && l.schedule != PipelineScheduleKind::kInterleavedOneFOneB) {
+    l.schedule = PipelineScheduleKind::kInterleavedOneFOneB;  // v chunks only exist interleaved
+  }
+  validate(l, job.model, gpus, a.workload);
+  return job;
+}
+
+std::string seconds_text(Time t) {
+  const double s = t.seconds();
+  return s >= 1 ? strprintf("%.3f s", s) : strprintf("%.2f ms", s * 1e3);
+}
+std::string gib(Bytes b) { return strprintf("%.1f GiB", b.value() / (1024.0 * 1024 * 1024)); }
+
+std::string layout_text(const ParallelLayout& l) {
+  std::string s = strprintf("tp %d · pp %d · dp %d", l.tp, l.pp, l.dp);
+  if (l.virtual_stages > 1) s += strprintf(" · vpp %d", l.virtual_stages);
+  if (l.cp > 1) s += strprintf(" · cp %d", l.cp);
+  if (l.ep > 1) s += strprintf(" · ep %d", l.ep);
+  s += strprintf(", %s, ZeRO-%d, mbs %lld, gbs %lld, seq %lld, %s%s", to_string(l.schedule), static_cast<int>(l.zero_stage),
+                 static_cast<long long>(l.micro_batch), static_cast<long long>(l.global_batch),
+                 static_cast<long long>(l.sequence_length), to_string(l.dtype), l.sequence_parallel ? ", SP" : "");
+  if (l.recompute != Recomputation::kNone) s += l.recompute == Recomputation::kFull ? ", full recompute" : ", selective recompute";
+  return s;
+}
+
+nlohmann::ordered_json result_json(const Job& job, const IterationResult& r) {
+  nlohmann::ordered_json j;
+  j["model"] = job.model.name;
+  j["topology"] = job.topology_file;
+  j["gpus"] = r.gpus;
+  j["layout"] = layout_text(job.layout);
+  j["iteration_time_s"] = r.iteration_time.seconds();
+  j["tokens_per_second"] = r.tokens_per_second;
+  j["tokens_per_second_per_gpu"] = r.tokens_per_second_per_gpu;
+  j["mfu"] = r.mfu;
+  j["hfu"] = r.hfu;
+  j["flop_convention"] = r.flop_convention;
+  j["model_flops_per_token"] = r.model_flops_per_token.value();
+  j["pipeline_bubble_fraction"] = r.pipeline_bubble_fraction;
+  j["peak_memory_bytes"] = r.peak_memory.value();
+  j["gpu_memory_bytes"] = r.gpu_memory.value();
+  j["out_of_memory"] = r.out_of_memory;
+  j["simulated_ranks"] = r.simulated_ranks;
+  j["symmetry"] = r.symmetry;
+  nlohmann::ordered_json stages = nlohmann::ordered_json::array();
+  for (const StageResult& s : r.stages) {
+    nlohmann::ordered_json st;
+    st["stage"] = s.stage;
+    st["layers"] = s.layers;
+    st["compute_s"] = s.time.compute.seconds();
+    nlohmann::ordered_json exposed;
+    for (int k = 1; k < kWorkKinds; ++k) exposed[to_string(static_cast<WorkKind>(k))] = s.time.exposed[static_cast<size_t>(k)].seconds();
+    st["exposed_communication_s"] = exposed;
+    st["bubble_s"] = s.time.bubble.seconds();
+    st["idle_s"] = s.time.idle.seconds();
+    nlohmann::ordered_json mem;
+    mem["parameters"] = s.memory.parameters.value();
+    mem["gradients"] = s.memory.gradients.value();
+    mem["optimizer_states"] = s.memory.optimizer_states.value();
+    mem["activations"] = s.memory.activations.value();
+    mem["communication_buffers"] = s.memory.communication_buffers.value();
+    mem["total"] = s.memory.total().value();
+    st["memory_bytes"] = mem;
+    nlohmann::ordered_json sent;
+    for (int k = 1; k < kWorkKinds; ++k) {
+      sent[to_string(static_cast<WorkKind>(k))] = s.communication[static_cast<size_t>(k)].sent.value();
+    }
+    st["bytes_sent"] = sent;
+    stages.push_back(st);
+  }
+  j["stages"] = stages;
+  return j;
+}
+
+void run_train(const TrainArgs& a) {
+  Job job = read_job(a);
+  IterationResult r = simulate_iteration(job.model, job.layout, job.topology);
+  const auto params = count_parameters(job.model);
+  std::printf("# Parallax train: %s (%.1f B parameters) on %s, %d GPUs\n", job.model.name.c_str(),
+              static_cast<double>(params.total) / 1e9, job.topology.info().name.c_str(), r.gpus);
+  std::printf("# layout: %s\n\n", layout_text(job.layout).c_str());
+  std::printf("  iteration time       %s\n", seconds_text(r.iteration_time).c_str());
+  std::printf("  tokens/s             %.0f (%.1f per GPU)\n", r.tokens_per_second, r.tokens_per_second_per_gpu);
+  std::printf("  MFU / HFU            %.1f%% / %.1f%%\n", 100 * r.mfu, 100 * r.hfu);
+  std::printf("  pipeline bubble      %.1f%%\n", 100 * r.pipeline_bubble_fraction);
+  std::printf("  peak memory per GPU  %s of %s: %s\n\n", gib(r.peak_memory).c_str(), gib(r.gpu_memory).c_str(),
+              r.out_of_memory ? "OUT OF MEMORY" : "fits");
+  TextTable t({"stage", "layers", "compute", "TP", "DP", "PP", "bubble", "idle", "params+grads+optim", "activations", "memory"});
+  for (const StageResult& s : r.stages) {
+    auto exposed = [&](WorkKind k) { return seconds_text(s.time.exposed[static_cast<size_t>(k)]); };
+    t.add_row({std::to_string(s.stage), std::to_string(s.layers), seconds_text(s.time.compute), exposed(WorkKind::kTpComm),
+               exposed(WorkKind::kDpComm), exposed(WorkKind::kPpComm), seconds_text(s.time.bubble), seconds_text(s.time.idle),
+               gib(s.memory.parameters + s.memory.gradients + s.memory.optimizer_states), gib(s.memory.activations),
+               gib(s.memory.total())});
+  }
+  std::printf("per pipeline stage (time columns: exposed, per iteration):\n%s\n", t.render().c_str());
+  std::printf("%s\n%s\n", r.flop_convention.c_str(), r.symmetry.c_str());
+  if (!a.json.empty()) write_file_atomically(a.json, result_json(job, r).dump(2) + "\n");
+}
+
+// ---------------------------------------------------------------- validate
+
+struct ValidateArgs {
+  std::string runs;
+  std::string json;
+};
+
+void run_validate(const ValidateArgs& a) {
+  std::vector<PublishedRun> runs = read_published_runs(a.runs);
+  TextTable t({"id", "gpu", "gpus", "layout", "published", "predicted", "error", "note"},
+              {TextTable::Align::kLeft, TextTable::Align::kLeft, TextTable::Align::kRight, TextTable::Align::kLeft,
+               TextTable::Align::kRight, TextTable::Align::kRight, TextTable::Align::kRight, TextTable::Align::kLeft});
+  nlohmann::ordered_json out = nlohmann::ordered_json::array();
+  std::vector<double> errors;
+  std::map<std::string, std::vector<double>> by_gpu;
+  std::map<std::string, Topology> topologies;
+  size_t done = 0;
+  for (const PublishedRun& run : runs) {
+    ++done;
+    std::fprintf(stderr, "\rparallax validate: %zu/%zu %-40s", done, runs.size(), run.id.c_str());
+    nlohmann::ordered_json j;
+    j["id"] = run.id;
+    j["gpu"] = run.gpu;
+    j["gpus"] = run.gpus;
+    j["expected_tokens_per_sec_per_gpu"] = run.expected_tokens_per_sec_per_gpu;
+    std::string problem = run.error;
+    std::string layout;
+    std::string note;
+    if (problem.empty()) {
+      try {
+        if (run.precision == "fp4") throw InputError("", "/precision", "fp4 GEMMs are not modelled");
+        ParallelLayout l;
+        l.tp = run.layout.tp;
+        l.pp = run.layout.pp;
+        l.dp = run.layout.dp;
+        l.cp = run.layout.cp;
+        l.ep = run.layout.ep;
+        l.virtual_stages = run.layout.vpp;
+        l.schedule = run.layout.vpp > 1 ? PipelineScheduleKind::kInterleavedOneFOneB : PipelineScheduleKind::kOneFOneB;
+        l.zero_stage = static_cast<ZeroStage>(run.layout.zero_stage);
+        l.micro_batch = run.layout.micro_batch;
+        l.global_batch = run.layout.global_batch;
+        l.sequence_parallel = run.layout.sequence_parallel;
+        l.recompute = run.layout.recompute == "full"        ? Recomputation::kFull
+                      : run.layout.recompute == "selective" ? Recomputation::kSelective
+                                                            : Recomputation::kNone;
+        l.dtype = run.precision == "fp8" ? DType::kFp8 : DType::kBf16;
+        l.sequence_length = run.sequence;
+        layout = layout_text(l);
+        if (run.layout.micro_batch_assumed) note = "micro-batch unknown: 1";
+        // The vendor's standard node, as many as the GPUs fill.
+        const std::string file = kTopologiesDir + "/" + run.preset + ".json";
+        auto it = topologies.find(file);
+        if (it == topologies.end()) it = topologies.emplace(file, load_topology(file, TopologyLoadOptions{1})).first;
+        const int per_node = static_cast<int>(it->second.gpus_of_node(0).size());
+        if (run.gpus % per_node != 0) {
+          throw InputError("", "/cluster/num_gpus", strprintf("%d GPUs do not fill whole %d-GPU nodes", run.gpus, per_node));
+        }
+        Topology topo = load_topology(file, TopologyLoadOptions{run.gpus / per_node});
+        IterationResult r = simulate_iteration(run.model, l, topo);
+        const double predicted = r.tokens_per_second_per_gpu;
+        const double error = predicted / run.expected_tokens_per_sec_per_gpu - 1.0;
+        if (r.out_of_memory) note += std::string(note.empty() ? "" : "; ") + "predicted OOM (" + gib(r.peak_memory) + ")";
+        j["predicted_tokens_per_sec_per_gpu"] = predicted;
+        j["error"] = error;
+        j["mfu"] = r.mfu;
+        if (r.out_of_memory) j["out_of_memory"] = true;
+        errors.push_back(std::fabs(error));
+        by_gpu[run.gpu].push_back(std::fabs(error));
+        t.add_row({run.id, run.gpu, std::to_string(run.gpus), layout, strprintf("%.0f", run.expected_tokens_per_sec_per_gpu),
+                   strprintf("%.0f", predicted), strprintf("%+.1f%%", 100 * error), note});
+      } catch (const std::exception& e) {
+        problem = e.what();
+      }
+    }
+    if (!problem.empty()) {
+      j["error_message"] = problem;
+      t.add_row({run.id, run.gpu, std::to_string(run.gpus), layout, strprintf("%.0f", run.expected_tokens_per_sec_per_gpu), "-",
+                 "-", "not simulated: " + problem});
+    }
+    out.push_back(j);
+  }
+  std::fprintf(stderr, "\n");
+  std::printf("# Parallax validate: %s (%zu runs)\n%s\n", a.runs.c_str(), runs.size(), t.render().c_str());
+  auto mean = [](const std::vector<double>& v) {
+    double s = 0;
+    for (double x : v) s += x;
+    return v.empty() ? std::nan("") : s / static_cast<double>(v.size());
+  };
+  auto median = [](std::vector<double> v) {
+    if (v.empty()) return std::nan("");
+    std::sort(v.begin(), v.end());
+    return v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
+  };
+  std::printf("tokens/s per GPU, |predicted/published - 1| over %zu simulated rows (%zu not simulated): median %.1f%%, mean (MAPE) %.1f%%\n",
+              errors.size(), runs.size() - errors.size(), 100 * median(errors), 100 * mean(errors));
+  for (const auto& [gpu, v] : by_gpu) {
+    std::printf("  %-10s %3zu rows: median %.1f%%, mean %.1f%%\n", gpu.c_str(), v.size(), 100 * median(v), 100 * mean(v));
+  }
+  if (!a.json.empty()) write_file_atomically(a.json, out.dump(2) + "\n");
+}
+
+}  // namespace
+
+void add_train_command(CLI::App& app) {
+  auto args = std::make_shared<TrainArgs>();
+  auto* cmd = app.add_subcommand("train", "simulate one training iteration: time, MFU, breakdown, memory per GPU");
+  cmd->add_option("workload", args->workload, "workload JSON (model, topology, parallel layout)")->required();
+  cmd->add_option("--tp", args->tp, "override the tensor-parallel size");
+  cmd->add_option("--pp", args->pp, "override the pipeline-parallel size");
+  cmd->add_option("--dp", args->dp, "override the data-parallel size (default: what the cluster leaves)");
+  cmd->add_option("--vpp", args->vpp, "virtual stages per pipeline stage (interleaved 1F1B)");
+  cmd->add_option("--cp", args->cp, "context-parallel size");
+  cmd->add_option("--ep", args->ep, "expert-parallel size");
+  cmd->add_option("--zero", args->zero, "ZeRO stage 0-3 (3 = FSDP)");
+  cmd->add_option("--mbs,--micro-batch", args->micro_batch, "micro-batch size (sequences)");
+  cmd->add_option("--gbs,--global-batch", args->global_batch, "global batch size (sequences)");
+  cmd->add_option("--seq", args->sequence, "sequence length (tokens)");
+  cmd->add_option("--nodes", args->nodes, "node count of the topology");
+  cmd->add_option("--schedule", args->schedule, "gpipe, 1f1b or interleaved_1f1b");
+  cmd->add_option("--recompute", args->recompute, "none, selective or full");
+  cmd->add_option("--dtype", args->dtype, "bf16 or fp8");
+  cmd->add_option("--json", args->json, "write the full result as JSON");
+  cmd->callback([args] { run_train(*args); });
+
+  auto vargs = std::make_shared<ValidateArgs>();
+  auto* v = app.add_subcommand("validate", "predict published training runs and report the error per row");
+  v->add_option("runs", vargs->runs, "runs file (format: workloads/validation/README.md)")->required();
+  v->add_option("--json", vargs->json, "write one object per row (id, predicted, expected, error or error_message)");
+  v->callback([vargs] { run_validate(*vargs); });
+}
+
+}  // namespace parallax::cli
