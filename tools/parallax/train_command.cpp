@@ -35,6 +35,7 @@ struct TrainArgs {
   std::optional<int> tp, pp, dp, vpp, cp, ep, zero, nodes;
   std::optional<int64_t> micro_batch, global_batch, sequence;
   std::string schedule, recompute, dtype;
+  std::string network = "analytical";
   std::string json;
 };
 
@@ -128,6 +129,9 @@ Job read_job(const TrainArgs& a) {
   bool_field("param_gather_prefetch", l.param_gather_prefetch);
   bool_field("tp_comm_overlap", l.tp_comm_overlap);
   if (auto v = p.find("rank_order")) l.rank_order = v->as_string();
+  if (auto v = p.find("stage_layers")) {
+    for (auto& e : v->elements()) l.stage_layers.push_back(static_cast<int>(e.as_int()));
+  }
   p.finish();
   l.sequence_length = job.model.max_sequence;
   if (auto v = root.find("sequence_length")) l.sequence_length = v->as_int();
@@ -231,7 +235,9 @@ nlohmann::ordered_json result_json(const Job& job, const IterationResult& r) {
 
 void run_train(const TrainArgs& a) {
   Job job = read_job(a);
-  IterationResult r = simulate_iteration(job.model, job.layout, job.topology);
+  IterationOptions options;
+  options.collective_model = a.network;
+  IterationResult r = simulate_iteration(job.model, job.layout, job.topology, options);
   const auto params = count_parameters(job.model);
   std::printf("# Parallax train: %s (%.1f B parameters) on %s, %d GPUs\n", job.model.name.c_str(),
               static_cast<double>(params.total) / 1e9, job.topology.info().name.c_str(), r.gpus);
@@ -377,6 +383,8 @@ void add_train_command(CLI::App& app) {
   cmd->add_option("--schedule", args->schedule, "gpipe, 1f1b or interleaved_1f1b");
   cmd->add_option("--recompute", args->recompute, "none, selective or full");
   cmd->add_option("--dtype", args->dtype, "bf16 or fp8");
+  cmd->add_option("--network", args->network, "how collectives are timed: analytical (closed forms) or flow")
+      ->check(CLI::IsMember({"analytical", "flow"}));
   cmd->add_option("--json", args->json, "write the full result as JSON");
   cmd->callback([args] { run_train(*args); });
 
