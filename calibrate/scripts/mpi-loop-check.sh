@@ -9,6 +9,10 @@ set -euo pipefail
 mpiexec=$1 bench=$2 cli=$3 topology=$4 scratch=$5
 rm -rf "$scratch" && mkdir -p "$scratch"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+# Sanitized builds: Open MPI's own leaks in MPI_Init/MPI_Finalize are suppressed, as in the
+# harness tests (calibrate/harness/lsan-mpi.supp); full unwinding lets the suppressions match.
+export LSAN_OPTIONS="${LSAN_OPTIONS:+$LSAN_OPTIONS:}suppressions=$(cd "$(dirname "$0")/../harness" && pwd)/lsan-mpi.supp"
+export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}fast_unwind_on_malloc=0"
 "$mpiexec" --oversubscribe -np 2 "$bench" --ops all_reduce,send_recv --groups all -b 8 -e 4M -f 2 -w 5 -n 40 \
   -o "$scratch/mpi.jsonl" > "$scratch/bench.txt"
 "$cli" calibrate fit "$scratch/mpi.jsonl" --topology "$topology" -o "$scratch/calibrated.json" --json "$scratch/fit.json" \
