@@ -237,7 +237,13 @@ void run_train(const TrainArgs& a) {
   Job job = read_job(a);
   IterationOptions options;
   options.collective_model = a.network;
-  IterationResult r = simulate_iteration(job.model, job.layout, job.topology, options);
+  IterationResult r;
+  try {
+    r = simulate_iteration(job.model, job.layout, job.topology, options);
+  } catch (const InputError& e) {
+    if (!e.file().empty()) throw;
+    throw InputError(a.workload, e.pointer(), e.reason());  // the layout came from this file
+  }
   const auto params = count_parameters(job.model);
   std::printf("# Parallax train: %s (%.1f B parameters) on %s, %d GPUs\n", job.model.name.c_str(),
               static_cast<double>(params.total) / 1e9, job.topology.info().name.c_str(), r.gpus);
