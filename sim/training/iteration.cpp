@@ -33,7 +33,11 @@ struct Unit {
   Flops forward_flops;
   Flops backward_flops;
   double parameters = 0;  // held by this GPU (TP and EP shards)
+  // Of them, the routed experts' when ep > 1: reduced and sharded over the expert-DP group.
+  // With ep = 1 that group is the DP group, so they stay with the rest (one bucket, as dense).
+  double expert_parameters = 0;
   bool transformer_layer = false;
+  bool moe_layer = false;
 };
 
 struct OperatorSums {
@@ -72,6 +76,80 @@ Unit unit_from(const OperatorSums& s, Recomputation recompute, bool transformer_
     u.backward_flops += s.attention_forward_flops;
   }
   return u;
+}
+
+// The router's spread of a MoE layer's token-slots, in units of the uniform share: expert i
+// gets uᵢ = E·wᵢ/Σw (1 each when uniform) and processes qᵢ = min(uᵢ, c) under capacity factor c.
+struct Routing {
+  double pace = 1;           // max qᵢ: the busiest expert sets the grouped GEMMs' rows
+  double processed = 1;      // Σqᵢ/E: share of the slots computed (and sent)
+  double busiest_rank = 1;   // max over EP ranks of its experts' mean qᵢ: its all-to-all share
+};
+
+Routing route(const MoeConfig& moe, int ep, const IterationOptions& options) {
+  const int experts = moe.experts;
+  const ExpertLoad& load = options.expert_load;
+  if (!load.relative.empty() && static_cast<int>(load.relative.size()) != experts) {
+    throw std::invalid_argument("expert_load has " + std::to_string(load.relative.size()) + " loads for " +
+                                std::to_string(experts) + " experts");
+  }
+  if (!std::isfinite(load.zipf_exponent) || load.zipf_exponent < 0) {
+    throw std::invalid_argument("expert_load's Zipf exponent must be finite and >= 0");
+  }
+  const std::optional<double> capacity = options.moe_capacity_factor;
+  if (capacity && !(std::isfinite(*capacity) && *capacity > 0)) {
+    throw std::invalid_argument("moe_capacity_factor must be > 0");
+  }
+  std::vector<double> w(static_cast<size_t>(experts));
+  for (int i = 0; i < experts; ++i) {
+    const double wi = load.relative.empty() ? std::pow(i + 1.0, -load.zipf_exponent) : load.relative[static_cast<size_t>(i)];
+    if (!std::isfinite(wi) || wi < 0) throw std::invalid_argument("expert_load's loads must be finite and >= 0");
+    w[static_cast<size_t>(i)] = wi;
+  }
+  const double total = std::accumulate(w.begin(), w.end(), 0.0);
+  if (!(total > 0)) throw std::invalid_argument("expert_load's loads are all zero");
+  Routing r;
+  r.pace = r.busiest_rank = 0;
+  double processed = 0, rank_sum = 0;
+  const int local = experts / ep;
+  for (int i = 0; i < experts; ++i) {
+    const double u = static_cast<double>(experts) * w[static_cast<size_t>(i)] / total;
+    const double q = capacity ? std::min(u, *capacity) : u;
+    r.pace = std::max(r.pace, q);
+    processed += q;
+    rank_sum += q;
+    if ((i + 1) % local == 0) {
+      r.busiest_rank = std::max(r.busiest_rank, rank_sum / local);
+      rank_sum = 0;
+    }
+  }
+  r.processed = processed / experts;
+  return r;
+}
+
+// The routed experts' operators ("expert_…" of layer_operators) with `factor` times their
+// average rows: the GEMMs re-shaped (backward as layer_operators builds it: data and weight
+// gradients, each the forward's volume), the activation's bytes and FLOPs scaled.
+std::vector<ModelOperator> scale_experts(std::vector<ModelOperator> ops, double factor, DType dtype) {
+  for (ModelOperator& op : ops) {
+    if (op.name.rfind("expert_", 0) != 0) continue;
+    if (op.forward.kind == OperatorKind::kGemm) {
+      GemmShape shape = op.forward.shape;
+      shape.m *= factor;
+      const int backward_kernels = op.backward.kernels;
+      op.forward = gemm_cost(shape, dtype);
+      op.backward = op.forward;
+      op.backward.flops = op.forward.flops * 2.0;
+      op.backward.bytes_read_written = op.forward.bytes_read_written * 2.0;
+      op.backward.kernels = backward_kernels;
+    } else {
+      for (OperatorCost* c : {&op.forward, &op.backward}) {
+        c->flops = c->flops * factor;
+        c->bytes_read_written = c->bytes_read_written * factor;
+      }
+    }
+  }
+  return ops;
 }
 
 // Bytes one GPU sends in a bandwidth-optimal collective of nccl-tests size S over n ranks.
@@ -179,11 +257,6 @@ IterationResult simulate_iteration(const ModelConfig& model, const ParallelLayou
                      "context parallelism (cp=" + std::to_string(layout.cp) +
                          ") is not modelled by the iteration simulation yet (ring attention is still to come)");
   }
-  if (layout.ep > 1) {
-    throw InputError("", "/parallel/ep",
-                     "expert parallelism (ep=" + std::to_string(layout.ep) +
-                         ") is not modelled by the iteration simulation yet (dispatch/combine all-to-all)");
-  }
   const GpuSpec& gpu = topo.gpu_spec_of(topo.gpus()[0]);
   const FlopRate peak = peak_rate(gpu, layout.dtype);
   if (!(peak.value() > 0)) {
@@ -199,11 +272,25 @@ IterationResult simulate_iteration(const ModelConfig& model, const ParallelLayou
   const ParameterCounts counts = count_parameters(model);
   const PipelineSchedule schedule = make_pipeline_schedule(layout.schedule, p, m, v);
   const bool timed_ends = !options.transformer_layers_only;
+  const bool expert_parallel = layout.ep > 1;
+  const Routing routing = model.moe ? route(*model.moe, layout.ep, options) : Routing{};
 
   // ---- units of each virtual stage -----------------------------------------------------------
   const std::vector<int> vs_layers = virtual_stage_layers(layout, model);
   std::vector<std::vector<Unit>> units(static_cast<size_t>(p * v));
   std::map<bool, OperatorSums> layer_sums;  // layers differ in cost only by dense vs MoE
+  auto sums_of = [&](int l, bool moe) {
+    const std::vector<ModelOperator> ops = layer_operators(model, l, batch, sharding);
+    if (!moe) return sum_operators(cm, ops);
+    // Time at the busiest expert's pace, FLOPs of the slots actually processed.
+    OperatorSums s = sum_operators(cm, scale_experts(ops, routing.pace, layout.dtype));
+    const OperatorSums work = sum_operators(cm, scale_experts(ops, routing.processed, layout.dtype));
+    s.forward_flops = work.forward_flops;
+    s.backward_flops = work.backward_flops;
+    s.attention_forward_flops = work.attention_forward_flops;
+    return s;
+  };
+  int moe_layers = 0;
   int first_layer = 0;
   for (int vs = 0; vs < p * v; ++vs) {
     auto& list = units[static_cast<size_t>(vs)];
@@ -214,11 +301,14 @@ IterationResult simulate_iteration(const ModelConfig& model, const ParallelLayou
     }
     for (int l = first_layer; l < first_layer + vs_layers[static_cast<size_t>(vs)]; ++l) {
       const bool moe = model.is_moe_layer(l);
-      if (!layer_sums.count(moe)) layer_sums[moe] = sum_operators(cm, layer_operators(model, l, batch, sharding));
+      if (!layer_sums.count(moe)) layer_sums[moe] = sums_of(l, moe);
       Unit u = unit_from(layer_sums[moe], layout.recompute, true, true);
+      u.moe_layer = moe;
+      moe_layers += moe ? 1 : 0;
       const LayerParameterCounts lp = layer_parameters(model, l);
-      u.parameters = static_cast<double>(lp.attention + lp.mlp) / t +
-                     static_cast<double>(lp.routed_experts) / (t * layout.ep) + static_cast<double>(lp.router + lp.vectors);
+      const double experts = static_cast<double>(lp.routed_experts) / (t * layout.ep);
+      u.parameters = static_cast<double>(lp.attention + lp.mlp) / t + experts + static_cast<double>(lp.router + lp.vectors);
+      u.expert_parameters = expert_parallel ? experts : 0.0;
       list.push_back(u);
     }
     first_layer += vs_layers[static_cast<size_t>(vs)];
@@ -256,8 +346,26 @@ IterationResult simulate_iteration(const ModelConfig& model, const ParallelLayou
 
   std::vector<CommTask> tp_forward(static_cast<size_t>(p)), tp_backward(static_cast<size_t>(p));
   std::vector<CommTask> pp_send_forward(static_cast<size_t>(p)), pp_send_backward(static_cast<size_t>(p));
-  std::vector<std::vector<int>> dp_group(static_cast<size_t>(p));
+  std::vector<CommTask> ep_forward(static_cast<size_t>(p)), ep_backward(static_cast<size_t>(p));
+  std::vector<std::vector<int>> dp_group(static_cast<size_t>(p)), expert_dp_group(static_cast<size_t>(p));
   for (int s = 0; s < p; ++s) {
+    if (expert_parallel && moe_layers > 0) {
+      // Every GPU dispatches T_sp·top_k slots (pp_message holds T_sp tokens); the slowest rank
+      // receives busiest_rank times the average, the average GPU sends the processed share.
+      const std::vector<int> ep_group = ranks.group(ParallelDim::kEp, stage_rank(s));
+      const Bytes buffer = pp_message * static_cast<double>(model.moe->top_k);
+      const CommTask a2a{timer.time(CollectiveOp::kAllToAll, buffer * routing.busiest_rank, ep_group),
+                         bytes_sent(CollectiveOp::kAllToAll, layout.ep, buffer * routing.processed), 1};
+      ep_forward[static_cast<size_t>(s)] = twice(a2a);  // dispatch and combine
+      ep_backward[static_cast<size_t>(s)] = layout.recompute == Recomputation::kFull
+                                                ? twice(ep_forward[static_cast<size_t>(s)])
+                                                : ep_forward[static_cast<size_t>(s)];
+      // The expert-DP group: the stage's ranks of this TP and EP coordinate in the expert grid.
+      ExpertRankCoords c = ranks.expert_coords_of(stage_rank(s));
+      for (c.expert_dp = 0; c.expert_dp < layout.expert_data_parallel(); ++c.expert_dp) {
+        expert_dp_group[static_cast<size_t>(s)].push_back(ranks.expert_rank_of(c));
+      }
+    }
     const std::vector<int> tp_group = ranks.group(ParallelDim::kTp, stage_rank(s));
     const CommTask one_block = layout.sequence_parallel
                                    ? plus(collective(CollectiveOp::kAllGather, activation_message, tp_group),
@@ -277,13 +385,22 @@ IterationResult simulate_iteration(const ModelConfig& model, const ParallelLayou
   }
   const int dp = layout.dp;
   const ZeroStage zero = layout.zero_stage;
+  // A bucket's collective over the DP group, plus one over the expert-DP group for its experts.
+  auto per_bucket = [&](int s, const Unit& u, CollectiveOp op, double bytes_per_parameter) {
+    CommTask c = collective(op, Bytes((u.parameters - u.expert_parameters) * bytes_per_parameter),
+                            dp_group[static_cast<size_t>(s)]);
+    if (u.expert_parameters > 0) {
+      c = plus(c, collective(op, Bytes(u.expert_parameters * bytes_per_parameter),
+                             expert_dp_group[static_cast<size_t>(s)]));
+    }
+    return c;
+  };
   auto gradient_reduction = [&](int s, const Unit& u) {
-    const Bytes grads(u.parameters * kGradientBytes);
-    return collective(zero == ZeroStage::kStage0 ? CollectiveOp::kAllReduce : CollectiveOp::kReduceScatter, grads,
-                      dp_group[static_cast<size_t>(s)]);
+    return per_bucket(s, u, zero == ZeroStage::kStage0 ? CollectiveOp::kAllReduce : CollectiveOp::kReduceScatter,
+                      kGradientBytes);
   };
   auto parameter_gather = [&](int s, const Unit& u) {
-    return collective(CollectiveOp::kAllGather, Bytes(u.parameters * kParameterBytes), dp_group[static_cast<size_t>(s)]);
+    return per_bucket(s, u, CollectiveOp::kAllGather, kParameterBytes);
   };
 
   // ---- the stream graph --------------------------------------------------------------------
@@ -389,6 +506,14 @@ IterationResult simulate_iteration(const ModelConfig& model, const ParallelLayou
       stage.hardware_flops += forward ? u.forward_flops : u.backward_flops;
       compute_ids.push_back(c);
       prev = {c};
+      if (u.moe_layer && expert_parallel) {
+        // Dispatch and combine on the compute stream, in line with the layer's kernels.
+        const CommTask& ep = forward ? ep_forward[static_cast<size_t>(s)] : ep_backward[static_cast<size_t>(s)];
+        auto& volume = stage.communication[kind_index(WorkKind::kEpComm)];
+        volume.sent += ep.sent;
+        volume.collectives += ep.collectives;
+        prev = {add_compute(s, ep.time, WorkKind::kEpComm, {})};
+      }
       if (u.transformer_layer && t > 1) {
         const CommTask& tp = forward ? tp_forward[static_cast<size_t>(s)] : tp_backward[static_cast<size_t>(s)];
         if (layout.tp_comm_overlap) {
@@ -427,14 +552,20 @@ IterationResult simulate_iteration(const ModelConfig& model, const ParallelLayou
   std::vector<WorkId> before_step = backward_ends;
   before_step.insert(before_step.end(), reductions.begin(), reductions.end());
   const WorkId barrier = graph.add(barrier_stream, Time::zero(), WorkKind::kCompute, before_step);
+  const int expert_dp = layout.expert_data_parallel();
+  std::vector<double> stage_expert_parameters(static_cast<size_t>(p));
   for (int s = 0; s < p; ++s) {
-    double parameters = 0;
+    double parameters = 0, experts = 0;
     for (int c = 0; c < v; ++c) {
-      for (const Unit& u : units[static_cast<size_t>(c * p + s)]) parameters += u.parameters;
+      for (const Unit& u : units[static_cast<size_t>(c * p + s)]) {
+        parameters += u.parameters;
+        experts += u.expert_parameters;
+      }
     }
     StageResult& stage = stages[static_cast<size_t>(s)];
     stage.parameters = parameters;
-    const double shard = zero == ZeroStage::kStage0 ? parameters : parameters / dp;
+    stage_expert_parameters[static_cast<size_t>(s)] = experts;
+    const double shard = zero == ZeroStage::kStage0 ? parameters : (parameters - experts) / dp + experts / expert_dp;
     const Time step = cm.time(memory_bound_cost(Bytes(shard * options.optimizer_bytes_per_parameter)));
     const WorkId optimizer = add_compute(s, step, WorkKind::kCompute, std::vector<WorkId>{barrier});
     if (zero12 && dp_comm && !layout.param_gather_prefetch) {
@@ -490,14 +621,18 @@ IterationResult simulate_iteration(const ModelConfig& model, const ParallelLayou
   const int data_parallel = dp * layout.cp;  // ranks sharing the model states
   for (int s = 0; s < p; ++s) {
     StageResult& stage = stages[static_cast<size_t>(s)];
-    const double psi = stage.parameters;
+    const double psi_experts = stage_expert_parameters[static_cast<size_t>(s)];
+    const double psi = stage.parameters - psi_experts;
     MemoryBreakdown& mem = stage.memory;
-    const double n = data_parallel;
-    mem.parameters = Bytes(kParameterBytes * psi / (zero3 ? n : 1.0));
-    mem.gradients = Bytes(kGradientBytes * psi / (zero == ZeroStage::kStage2 || zero3 ? n : 1.0));
-    mem.optimizer_states = Bytes(kAdamOptimizerBytesPerParameter * psi / (zero == ZeroStage::kStage0 ? 1.0 : n));
+    const double n = data_parallel, ne = expert_dp;
+    mem.parameters = Bytes(kParameterBytes * (psi / (zero3 ? n : 1.0) + psi_experts / (zero3 ? ne : 1.0)));
+    const bool sharded_gradients = zero == ZeroStage::kStage2 || zero3;
+    mem.gradients = Bytes(kGradientBytes * (psi / (sharded_gradients ? n : 1.0) + psi_experts / (sharded_gradients ? ne : 1.0)));
+    const bool zero0 = zero == ZeroStage::kStage0;
+    mem.optimizer_states =
+        Bytes(kAdamOptimizerBytesPerParameter * (psi / (zero0 ? 1.0 : n) + psi_experts / (zero0 ? 1.0 : ne)));
     // The same total as the ZeRO paper's formula, split by what it holds.
-    const Bytes states = zero_model_state_bytes(psi, zero, data_parallel);
+    const Bytes states = zero_model_state_bytes(psi, zero, data_parallel) + zero_model_state_bytes(psi_experts, zero, expert_dp);
     PARALLAX_INVARIANT(std::abs((mem.parameters + mem.gradients + mem.optimizer_states - states).value()) <=
                            1e-6 * states.value() + 1.0,
                        "training/iteration", Time::zero(), "model-state split disagrees with the ZeRO formula");
@@ -542,6 +677,16 @@ IterationResult simulate_iteration(const ModelConfig& model, const ParallelLayou
   result.symmetry = "one rank per pipeline stage simulated (" + std::to_string(p) + " of " + std::to_string(world) +
                     " GPUs); each stands for the " + std::to_string(dp * t * layout.cp) +
                     " GPUs of its stage (tp·cp·dp), which run the same work at the same times";
+  if (expert_parallel && moe_layers > 0) {
+    result.symmetry += "; under router skew the slowest rank of each EP group (" + std::to_string(layout.ep) +
+                       " ranks) stands for it";
+  }
+  if (model.moe) {
+    result.moe_expert_pace = routing.pace;
+    result.moe_dropped_fraction = 1.0 - routing.processed;
+    result.moe_dropped_token_slots =
+        result.moe_dropped_fraction * tokens * static_cast<double>(model.moe->top_k) * moe_layers;
+  }
   result.stages = std::move(stages);
   return result;
 }

@@ -6,8 +6,10 @@
 //
 // Symmetry: ONE pipeline is simulated, one rank per stage. Stage s's rank stands for the
 // tp·cp·dp GPUs of that stage, which run the same kernels at the same times (TP and CP peers
-// hold equal shards; DP replicas differ only in data). Communication is timed on the groups
-// that rank belongs to (TP = consecutive ranks per the rank order, DP, the stage pairs of PP),
+// hold equal shards; DP replicas differ only in data; under router skew EP peers do not, and
+// the rank is the slowest of its EP group, see routing). Communication is timed on the groups
+// that rank belongs to (TP = consecutive ranks per the rank order, DP, EP and expert DP per
+// the expert rank grid, the stage pairs of PP),
 // so where a group falls on the topology (in a node, across nodes) matters; that the other
 // groups run the same collectives at the same time on other links does not (no contention).
 //
@@ -24,8 +26,28 @@
 //   PP       one send of the activations (S elements, S/tp with SP: Megatron's scatter-gather)
 //            to the next virtual stage after each forward, and of their gradient back after
 //            each backward, on the sender's PP stream; the receiver's pass waits for it.
+//   EP       Megatron-core's all-to-all token dispatcher with expert TP = tp (layer_operators'
+//            assumption), per MoE layer: a dispatch all-to-all before the expert GEMMs and a
+//            combine after them in the forward, the same two in the backward (four with full
+//            recomputation, which re-runs the dispatcher). Each GPU sends its T_sp = b·(s/cp)
+//            tokens (/tp with SP: the dispatcher permutes the sequence-parallel shard and the
+//            TP all-gather that follows stands in for the MLP block's SP all-gather, already
+//            counted under TP; without SP every TP rank dispatches all T tokens) × top_k slots:
+//            a buffer of T_sp·top_k·h·bytes_per_element (nccl-tests' all-to-all size), of which
+//            (ep−1)/ep leaves the GPU. Timed on the EP group (the ranks sharing a stage and TP
+//            coordinate per Megatron's expert rank generator) on the compute stream, since the
+//            expert GEMMs wait for it: kind ep.
+//   routing  expert_load gives each expert's share of the routed slots; experts sit E/ep in a
+//            row per EP rank (Megatron's placement). A capacity factor c caps every expert at
+//            c·T·top_k/E of the T·top_k slots of its EP group (Megatron's token-drop, counted
+//            per iteration in the result); dropped slots are neither sent nor computed. The
+//            simulated rank stands for the SLOWEST rank of its EP group: its grouped expert
+//            GEMMs run at the pace of the busiest expert (rows per expert = the busiest
+//            expert's processed slots, for every local expert), and its all-to-all buffer is
+//            the busiest EP rank's received share. Hardware FLOPs count the processed slots.
 //   DP       per bucket (one layer; the embedding and the output layer are buckets too),
-//            gradients in bf16 over the DP group: all-reduce (ZeRO 0) or reduce-scatter
+//            gradients in bf16 over the DP group (a MoE layer's routed-expert gradients over
+//            the expert-DP group of dp·cp/ep ranks instead, when ep > 1): all-reduce (ZeRO 0) or reduce-scatter
 //            (ZeRO ≥ 1) in the last micro-batch's backward (ZeRO 0/1: gradients accumulate
 //            locally) or in every micro-batch's (ZeRO 2/3: only a shard of the gradients is
 //            kept). grad_reduce_overlap starts a bucket's reduction when its backward ends;
@@ -49,16 +71,20 @@
 // flight, as exposed communication of its kind (tp before cp, ep, pp, dp when several are);
 // otherwise as bubble before the last backward of the pipeline ends and idle after it.
 //
-// Memory per GPU: model states by ZeRO (zero_model_state_bytes; the DP group shards them),
+// Memory per GPU: model states by ZeRO (zero_model_state_bytes; the DP group shards them, the
+// expert-DP group the routed experts' when ep > 1),
 // activations by Korthikanti et al. per layer × the layers of each chunk × the micro-batches
 // in flight on that stage (peak_in_flight of the schedule: p−s on stage s for 1F1B, m for
 // GPipe), and communication buffers (PP send and receive, one DP gradient bucket, ZeRO-3's
 // gathered layers: two with prefetch). Not counted: logits and loss buffers, allocator
 // fragmentation, CUDA context, workspace.
 //
-// Not modelled yet: context parallelism (cp > 1) and expert parallelism (ep > 1) are refused
-// with an InputError; TP communication of the embedding and output layers; contention
-// between concurrent collectives; zero-bubble schedules.
+// Not modelled yet: context parallelism (cp > 1) is refused with an InputError; TP
+// communication of the embedding and output layers; contention between concurrent
+// collectives; zero-bubble schedules; for MoE: the imbalance of the all-to-all's senders
+// (only the busiest receiver is modelled), expert routing that varies by layer or
+// micro-batch, the all-to-all's buffers and the MoE activations in memory, overlap of the
+// all-to-all with computation (DeepEP, 1F1B A2A overlap), the auxiliary losses.
 #pragma once
 
 #include <array>
@@ -75,6 +101,15 @@
 
 namespace parallax {
 
+/// How the router spreads token-slots over the routed experts: expert i gets the share
+/// wᵢ/Σw, wᵢ = relative[i] when `relative` is given (one entry per expert, ≥ 0, not all 0),
+/// else wᵢ = (i+1)^−zipf_exponent (Zipf; 0 is uniform). Expert i lives on EP rank
+/// ⌊i/(E/ep)⌋, so a Zipf skew loads the first EP rank most.
+struct ExpertLoad {
+  std::vector<double> relative;
+  double zipf_exponent = 0;
+};
+
 struct IterationOptions {
   /// The collectives' network model: "analytical" (closed forms) or a NetworkModel name.
   std::string collective_model = "analytical";
@@ -88,6 +123,11 @@ struct IterationOptions {
   std::optional<LinkEfficiency> link_efficiency;
   /// Bytes the optimizer reads and writes per parameter it updates.
   double optimizer_bytes_per_parameter = 28.0;
+  /// Router skew over the routed experts; uniform by default.
+  ExpertLoad expert_load;
+  /// Capacity factor c > 0: each expert processes at most c·T·top_k/E of the T·top_k slots
+  /// routed in its EP group, the others are dropped. nullopt: dropless.
+  std::optional<double> moe_capacity_factor;
 };
 
 /// Bytes one GPU sends and collectives it joins, per iteration, for one kind of communication.
@@ -147,12 +187,20 @@ struct IterationResult {
   int simulated_ranks = 0;      ///< pp: one per stage
   std::string symmetry;         ///< what the simulated ranks stand for
   size_t tasks = 0;             ///< tasks in the stream graph
+  /// MoE routing (1, 0, 0 for a dense model): the busiest expert's processed slots over the
+  /// uniform share T·top_k/E, the pace factor of the grouped expert GEMMs; the share of the
+  /// routed slots dropped by the capacity factor; and those slots per iteration, over all
+  /// GPUs and MoE layers (global tokens × top_k × MoE layers × the share).
+  double moe_expert_pace = 1;
+  double moe_dropped_fraction = 0;
+  double moe_dropped_token_slots = 0;
 };
 
 /// Simulates one iteration. `topology` must have exactly dp·tp·pp·cp GPUs; global rank r is its
 /// r-th GPU. Throws InputError (validate's, with pointer "/parallel/...") on a bad layout, and
-/// for cp > 1 or ep > 1, which are not modelled yet; std::invalid_argument when the GPU lacks
-/// a peak for the layout's dtype (peak_rate of gemm_efficiency.h, with its fallbacks).
+/// for cp > 1, which is not modelled yet; std::invalid_argument when the GPU lacks a peak for
+/// the layout's dtype (peak_rate of gemm_efficiency.h, with its fallbacks), or on a bad
+/// expert_load (wrong length, a negative or non-finite weight, all zero) or capacity factor.
 IterationResult simulate_iteration(const ModelConfig& model, const ParallelLayout& layout, const Topology& topology,
                                    const IterationOptions& options = {});
 

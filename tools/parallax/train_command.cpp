@@ -254,11 +254,11 @@ void run_train(const TrainArgs& a) {
   std::printf("  pipeline bubble      %.1f%%\n", 100 * r.pipeline_bubble_fraction);
   std::printf("  peak memory per GPU  %s of %s: %s\n\n", gib(r.peak_memory).c_str(), gib(r.gpu_memory).c_str(),
               r.out_of_memory ? "OUT OF MEMORY" : "fits");
-  TextTable t({"stage", "layers", "compute", "TP", "DP", "PP", "bubble", "idle", "params+grads+optim", "activations", "memory"});
+  TextTable t({"stage", "layers", "compute", "TP", "EP", "DP", "PP", "bubble", "idle", "params+grads+optim", "activations", "memory"});
   for (const StageResult& s : r.stages) {
     auto exposed = [&](WorkKind k) { return seconds_text(s.time.exposed[static_cast<size_t>(k)]); };
     t.add_row({std::to_string(s.stage), std::to_string(s.layers), seconds_text(s.time.compute), exposed(WorkKind::kTpComm),
-               exposed(WorkKind::kDpComm), exposed(WorkKind::kPpComm), seconds_text(s.time.bubble), seconds_text(s.time.idle),
+               exposed(WorkKind::kEpComm), exposed(WorkKind::kDpComm), exposed(WorkKind::kPpComm), seconds_text(s.time.bubble), seconds_text(s.time.idle),
                gib(s.memory.parameters + s.memory.gradients + s.memory.optimizer_states), gib(s.memory.activations),
                gib(s.memory.total())});
   }

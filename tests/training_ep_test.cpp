@@ -1,0 +1,228 @@
+// Expert parallelism in the simulated iteration: the dispatch/combine all-to-all volumes of
+// Megatron's token dispatcher, ep = 1 adding nothing to the pre-EP model, expert-data-parallel
+// gradient reduction, router skew (explicit loads, Zipf) and the capacity factor's drops, and a
+// Mixtral-8x7B layout with ep 8 end to end.
+#include <gtest/gtest.h>
+
+#include <iostream>
+#include <stdexcept>
+
+#include "compute/compute_model.h"
+#include "training/iteration.h"
+#include "training/layer_operators.h"
+#include "training/model_loader.h"
+#include "training/parameter_count.h"
+#include "test_support.h"
+
+namespace parallax {
+namespace {
+
+constexpr size_t kEp = static_cast<size_t>(WorkKind::kEpComm);
+constexpr size_t kDp = static_cast<size_t>(WorkKind::kDpComm);
+
+// The tiny Llama-style model of training_iteration_test (8 layers, hidden 256, 4 heads of 64,
+// vocab 1024) with every MLP a MoE of 4 routed experts, top-2, expert FFN 512.
+ModelConfig tiny_moe() {
+  ModelConfig m;
+  m.name = "tiny-moe";
+  m.layers = 8;
+  m.hidden = 256;
+  m.heads = m.kv_heads = 4;
+  m.head_dim = 64;
+  m.ffn = 1024;
+  m.vocab = 1024;
+  m.max_sequence = 1024;
+  m.moe = MoeConfig{4, 2, 0, 512, 0, 0, 1, {}};
+  return m;
+}
+
+// n toy GPUs (1 TFLOP/s bf16, 100 GB/s HBM, 1 GiB) on one 100 GB/s switch.
+Topology toy_cluster(int n) { return test::star(n, gigabytes_per_second(100), Time::us(1)); }
+
+// dp ranks, one micro-batch of one 512-token sequence per rank, bf16.
+ParallelLayout moe_layout(int dp, int ep) {
+  ParallelLayout l;
+  l.dp = dp;
+  l.ep = ep;
+  l.micro_batch = 1;
+  l.global_batch = dp;
+  l.sequence_length = 512;
+  return l;
+}
+
+void expect_parts_add_up(const IterationResult& r) {
+  for (const StageResult& s : r.stages) {
+    EXPECT_EQ(s.time.compute + s.time.exposed_communication() + s.time.bubble + s.time.idle, r.iteration_time)
+        << "stage " << s.stage;
+  }
+}
+
+TEST(IterationExpertParallel, DispatchSendsTokensTimesTopKTimesHidden) {
+  // Uniform routing, tp = 1, no SP: each GPU dispatches T = b·s = 512 tokens × top_k = 2
+  // slots of h = 256 bf16 elements; an all-to-all keeps 1/ep of it, so per direction
+  //   D = 512·2·256·2·(ep−1)/ep bytes.
+  // 8 MoE layers, m = 1 micro-batch, 4 all-to-alls each (dispatch + combine, forward and
+  // backward): EP bytes = 32·D, 32 collectives.
+  const ModelConfig model = tiny_moe();
+  const Topology topo = toy_cluster(4);
+  for (int ep : {2, 4}) {
+    SCOPED_TRACE(ep);
+    const double per_direction = 512.0 * 2 * 256 * 2 * (ep - 1) / ep;
+    const IterationResult r = simulate_iteration(model, moe_layout(4, ep), topo);
+    const CommunicationVolume& volume = r.stages[0].communication[kEp];
+    EXPECT_EQ(volume.collectives, 32);
+    EXPECT_NEAR(volume.sent.value(), 32 * per_direction, 1e-9 * per_direction);
+    EXPECT_GT(r.stages[0].time.exposed[kEp], Time::zero());
+    EXPECT_EQ(r.moe_dropped_token_slots, 0.0);
+    expect_parts_add_up(r);
+  }
+  // Full recomputation re-runs the forward's dispatcher in the backward: 6 per layer.
+  ParallelLayout full = moe_layout(4, 2);
+  full.recompute = Recomputation::kFull;
+  EXPECT_EQ(simulate_iteration(model, full, topo).stages[0].communication[kEp].collectives, 48);
+}
+
+TEST(IterationExpertParallel, ExpertGradientsReduceOverTheExpertDataParallelGroup) {
+  // dp 4, ep 2, ZeRO 0: the routed experts' gradients (Ψₑ = 8 layers × routed / ep per GPU)
+  // all-reduce over dp·cp/ep = 2 ranks, the rest (Ψ − Ψₑ) over the 4 DP ranks, bf16:
+  //   DP bytes = 2·(3/4)·2(Ψ − Ψₑ) + 2·(1/2)·2Ψₑ.
+  const ModelConfig model = tiny_moe();
+  const IterationResult r = simulate_iteration(model, moe_layout(4, 2), toy_cluster(4));
+  const double total = static_cast<double>(count_parameters(model).total);
+  const double experts = 8.0 * static_cast<double>(layer_parameters(model, 0).routed_experts) / 2;
+  const double psi = total - experts;  // this GPU holds half of the routed experts
+  EXPECT_NEAR(r.stages[0].parameters, psi, 1e-6);
+  const double expected = 2 * 0.75 * 2 * (psi - experts) + 2 * 0.5 * 2 * experts;
+  EXPECT_NEAR(r.stages[0].communication[kDp].sent.value(), expected, 1e-9 * expected);
+}
+
+TEST(IterationExpertParallel, EpOneAddsNothingToThePreEpModel) {
+  // One GPU, ep = 1: the iteration is the pre-EP model's, every unit's forward then backward
+  // on the compute stream, then the optimizer (28 bytes per parameter):
+  //   embedding + 8 MoE layers + output layer, forward and backward, + optimizer.
+  const ModelConfig model = tiny_moe();
+  const Topology topo = toy_cluster(1);
+  const IterationResult r = simulate_iteration(model, moe_layout(1, 1), topo);
+  const ComputeModel cm(topo.gpu_specs()[0]);
+  const MicroBatch mb{1, 512, true, DType::kBf16};
+  Time expected;
+  auto add = [&](const std::vector<ModelOperator>& ops, int times) {
+    for (const ModelOperator& op : ops) expected += (cm.time(op.forward) + cm.time(op.backward)) * times;
+  };
+  add(embedding_operators(model, mb, {}), 1);
+  add(layer_operators(model, 0, mb, {}), 8);
+  add(output_operators(model, mb, {}), 1);
+  expected += cm.time(memory_bound_cost(Bytes(28 * static_cast<double>(count_parameters(model).total))));
+  EXPECT_EQ(r.iteration_time, expected);
+  EXPECT_EQ(r.stages[0].communication[kEp].collectives, 0);
+  EXPECT_EQ(r.stages[0].communication[kEp].sent.value(), 0.0);
+  EXPECT_EQ(r.moe_expert_pace, 1.0);
+  // Uniform loads given explicitly are the default.
+  IterationOptions uniform;
+  uniform.expert_load.relative = {3, 3, 3, 3};
+  const IterationResult dp4 = simulate_iteration(model, moe_layout(4, 1), toy_cluster(4));
+  EXPECT_EQ(simulate_iteration(model, moe_layout(4, 1), toy_cluster(4), uniform).iteration_time, dp4.iteration_time);
+  EXPECT_EQ(dp4.stages[0].communication[kEp].sent.value(), 0.0);
+}
+
+TEST(IterationExpertParallel, CapacityFactorDropsTheOverflowOfSkewedExperts) {
+  // Loads 4:2:1:1 over E = 4 experts are uᵢ = E·wᵢ/Σw = 2, 1, ½, ½ times the uniform share.
+  // Capacity factor 1 caps each at 1: processed 1, 1, ½, ½ → ¾ of the slots, ¼ dropped:
+  //   global tokens 4·512 × top_k 2 × 8 MoE layers × ¼ = 8192 dropped slots per iteration.
+  // The busiest expert then runs the uniform rows (pace 1), and the all-to-all sends ¾ of D.
+  const ModelConfig model = tiny_moe();
+  const Topology topo = toy_cluster(4);
+  IterationOptions skewed;
+  skewed.expert_load.relative = {4, 2, 1, 1};
+  IterationOptions capped = skewed;
+  capped.moe_capacity_factor = 1.0;
+  const IterationResult uniform = simulate_iteration(model, moe_layout(4, 2), topo);
+  const IterationResult dropped = simulate_iteration(model, moe_layout(4, 2), topo, capped);
+  EXPECT_DOUBLE_EQ(dropped.moe_dropped_fraction, 0.25);
+  EXPECT_DOUBLE_EQ(dropped.moe_dropped_token_slots, 8192);
+  EXPECT_DOUBLE_EQ(dropped.moe_expert_pace, 1.0);
+  EXPECT_NEAR(dropped.stages[0].communication[kEp].sent.value(),
+              0.75 * uniform.stages[0].communication[kEp].sent.value(), 1e-6);
+  // Fewer expert FLOPs than uniform routing, at the same pace.
+  EXPECT_LT(dropped.stages[0].hardware_flops, uniform.stages[0].hardware_flops);
+  // Dropless, the busiest expert takes 2× the uniform rows and sets the pace: slower.
+  const IterationResult paced = simulate_iteration(model, moe_layout(4, 2), topo, skewed);
+  EXPECT_DOUBLE_EQ(paced.moe_expert_pace, 2.0);
+  EXPECT_EQ(paced.moe_dropped_token_slots, 0.0);
+  EXPECT_GT(paced.iteration_time, uniform.iteration_time);
+  // Zipf(1): wᵢ = 1, ½, ⅓, ¼, Σ = 25/12, the busiest u₁ = 4·12/25 = 1.92.
+  IterationOptions zipf;
+  zipf.expert_load.zipf_exponent = 1.0;
+  const IterationResult z = simulate_iteration(model, moe_layout(4, 2), topo, zipf);
+  EXPECT_NEAR(z.moe_expert_pace, 1.92, 1e-12);
+  EXPECT_GT(z.iteration_time, uniform.iteration_time);
+  EXPECT_LT(z.iteration_time, paced.iteration_time);
+  expect_parts_add_up(z);
+}
+
+TEST(IterationExpertParallel, BadRoutingOptionsAreRefused) {
+  const ModelConfig model = tiny_moe();
+  IterationOptions o;
+  o.expert_load.relative = {1, 1};  // 2 loads for 4 experts
+  EXPECT_THROW(simulate_iteration(model, moe_layout(4, 2), toy_cluster(4), o), std::invalid_argument);
+  o = {};
+  o.moe_capacity_factor = 0.0;
+  EXPECT_THROW(simulate_iteration(model, moe_layout(4, 2), toy_cluster(4), o), std::invalid_argument);
+}
+
+// Mixtral 8x7B on 64 H100s (8 DGX nodes): tp 2 with SP, pp 4, dp 8, ep 8, ZeRO 1, selective
+// recomputation, s = 4096, 128 sequences per step.
+ParallelLayout mixtral_layout() {
+  ParallelLayout l;
+  l.tp = 2;
+  l.pp = 4;
+  l.dp = 8;
+  l.ep = 8;
+  l.sequence_parallel = true;
+  l.zero_stage = ZeroStage::kStage1;
+  l.micro_batch = 1;
+  l.global_batch = 128;
+  l.sequence_length = 4096;
+  l.recompute = Recomputation::kSelective;
+  return l;
+}
+
+TEST(IterationExpertParallel, Mixtral8x7bWithEp8RunsEndToEnd) {
+  // The EP group of a rank is 8 ranks 2 apart (tp innermost): 16 consecutive GPUs, two nodes,
+  // so the all-to-all crosses the network and shows as exposed EP time on every stage.
+  // Per direction per GPU: T_sp = 4096/2 tokens × top_k 2 × h 4096 × 2 bytes × 7/8.
+  const ModelConfig model = load_bundled_model(test::source_path("workloads/models"), "mixtral-8x7b");
+  const Topology topo = test::load_preset("dgx-h100", 8);
+  const ParallelLayout l = mixtral_layout();
+  const IterationResult r = simulate_iteration(model, l, topo);
+  const double per_direction = 2048.0 * 2 * 4096 * 2 * 7 / 8;
+  const int64_t m = 128 / 8;
+  for (const StageResult& s : r.stages) {
+    EXPECT_GT(s.time.exposed[kEp], Time::zero()) << "stage " << s.stage;
+    EXPECT_EQ(s.communication[kEp].collectives, 8 * m * 4);  // 8 MoE layers per stage
+    EXPECT_NEAR(s.communication[kEp].sent.value(), 8.0 * m * 4 * per_direction, 1e-9 * per_direction * 8 * m * 4);
+  }
+  EXPECT_GT(r.mfu, 0.05);
+  EXPECT_LT(r.mfu, 0.75);
+  expect_parts_add_up(r);
+  std::cout << "mixtral-8x7b on 64 H100 (tp 2, pp 4, dp 8, ep 8): iteration " << r.iteration_time.seconds()
+            << " s, MFU " << r.mfu << ", EP exposed on stage 0 " << r.stages[0].time.exposed[kEp].seconds()
+            << " s, peak memory " << r.peak_memory.value() / 1e9 << " GB\n";
+}
+
+TEST(IterationExpertParallel, IsDeterministic) {
+  const ModelConfig model = load_bundled_model(test::source_path("workloads/models"), "mixtral-8x7b");
+  const Topology topo = test::load_preset("dgx-h100", 8);
+  IterationOptions zipf;
+  zipf.expert_load.zipf_exponent = 1.2;
+  zipf.moe_capacity_factor = 1.25;
+  const IterationResult a = simulate_iteration(model, mixtral_layout(), topo, zipf);
+  const IterationResult b = simulate_iteration(model, mixtral_layout(), topo, zipf);
+  EXPECT_EQ(a.iteration_time, b.iteration_time);
+  EXPECT_EQ(a.stages[2].time.exposed[kEp], b.stages[2].time.exposed[kEp]);
+  EXPECT_EQ(a.moe_dropped_token_slots, b.moe_dropped_token_slots);
+  EXPECT_GT(a.moe_dropped_token_slots, 0.0);
+}
+
+}  // namespace
+}  // namespace parallax
