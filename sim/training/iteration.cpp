@@ -583,6 +583,16 @@ IterationResult simulate_iteration(const ModelConfig& model, const ParallelLayou
   const std::vector<WorkTiming> timings = run_stream_graph(engine, graph);
   IterationResult result;
   result.tasks = graph.size();
+  if (options.keep_timeline) {
+    result.timeline.reserve(graph.size());
+    for (WorkId id = 0; id < graph.size(); ++id) {
+      const StreamTask& task = graph.task(id);
+      const Stream& stream = graph.stream(task.stream);
+      if (timings[id].finish > timings[id].start) {
+        result.timeline.push_back(TimelineSpan{stream.rank, stream.name, task.kind, timings[id].start, timings[id].finish});
+      }
+    }
+  }
   for (const WorkTiming& w : timings) result.iteration_time = std::max(result.iteration_time, w.finish);
   for (WorkId id : backward_ends) result.pipeline_end = std::max(result.pipeline_end, timings[id].finish);
 

@@ -123,11 +123,22 @@ struct IterationOptions {
   std::optional<LinkEfficiency> link_efficiency;
   /// Bytes the optimizer reads and writes per parameter it updates.
   double optimizer_bytes_per_parameter = 28.0;
+  /// Keep every task's place and time (IterationResult::timeline), for traces.
+  bool keep_timeline = false;
   /// Router skew over the routed experts; uniform by default.
   ExpertLoad expert_load;
   /// Capacity factor c > 0: each expert processes at most c·T·top_k/E of the T·top_k slots
   /// routed in its EP group, the others are dropped. nullopt: dropless.
   std::optional<double> moe_capacity_factor;
+};
+
+/// One task of a simulated rank: on which stream, what kind of work, when.
+struct TimelineSpan {
+  int rank = 0;        ///< the simulated rank (pipeline stage)
+  std::string stream;  ///< "compute", "pp", "dp", …
+  WorkKind kind = WorkKind::kCompute;
+  Time start;
+  Time finish;
 };
 
 /// Bytes one GPU sends and collectives it joins, per iteration, for one kind of communication.
@@ -187,6 +198,8 @@ struct IterationResult {
   int simulated_ranks = 0;      ///< pp: one per stage
   std::string symmetry;         ///< what the simulated ranks stand for
   size_t tasks = 0;             ///< tasks in the stream graph
+  /// Every task of the simulated ranks, when IterationOptions::keep_timeline.
+  std::vector<TimelineSpan> timeline;
   /// MoE routing (1, 0, 0 for a dense model): the busiest expert's processed slots over the
   /// uniform share T·top_k/E, the pace factor of the grouped expert GEMMs; the share of the
   /// routed slots dropped by the capacity factor; and those slots per iteration, over all

@@ -37,6 +37,7 @@ struct TrainArgs {
   std::string schedule, recompute, dtype;
   std::string network = "analytical";
   std::string json;
+  std::string trace;
 };
 
 PipelineScheduleKind schedule_from(const std::string& s, const std::string& file, const std::string& where) {
@@ -233,10 +234,58 @@ nlohmann::ordered_json result_json(const Job& job, const IterationResult& r) {
   return j;
 }
 
+// Chrome trace-event JSON (Perfetto, chrome://tracing): one process per simulated pipeline
+// stage, one thread per stream; the gaps on the compute thread are the pipeline bubbles.
+std::string training_trace_json(const Job& job, const IterationResult& r) {
+  nlohmann::ordered_json events = nlohmann::ordered_json::array();
+  std::map<std::pair<int, std::string>, int> threads;
+  for (const TimelineSpan& span : r.timeline) {
+    auto key = std::make_pair(span.rank, span.stream);
+    if (!threads.count(key)) {
+      const int tid = static_cast<int>(threads.size()) + 1;
+      threads[key] = tid;
+      nlohmann::ordered_json meta;
+      meta["ph"] = "M";
+      meta["name"] = "thread_name";
+      meta["pid"] = span.rank;
+      meta["tid"] = tid;
+      meta["args"]["name"] = span.stream;
+      events.push_back(meta);
+    }
+  }
+  for (size_t s = 0; s < r.stages.size(); ++s) {
+    nlohmann::ordered_json meta;
+    meta["ph"] = "M";
+    meta["name"] = "process_name";
+    meta["pid"] = static_cast<int>(s);
+    meta["args"]["name"] = strprintf("pipeline stage %zu (%d layers)", s, r.stages[s].layers);
+    events.push_back(meta);
+  }
+  for (const TimelineSpan& span : r.timeline) {
+    nlohmann::ordered_json e;
+    e["ph"] = "X";
+    e["name"] = to_string(span.kind);
+    e["cat"] = span.stream;
+    e["pid"] = span.rank;
+    e["tid"] = threads[std::make_pair(span.rank, span.stream)];
+    e["ts"] = span.start.seconds() * 1e6;
+    e["dur"] = (span.finish - span.start).seconds() * 1e6;
+    events.push_back(e);
+  }
+  nlohmann::ordered_json doc;
+  doc["displayTimeUnit"] = "ms";
+  doc["otherData"]["model"] = job.model.name;
+  doc["otherData"]["layout"] = layout_text(job.layout);
+  doc["otherData"]["symmetry"] = r.symmetry;
+  doc["traceEvents"] = events;
+  return doc.dump() + "\n";
+}
+
 void run_train(const TrainArgs& a) {
   Job job = read_job(a);
   IterationOptions options;
   options.collective_model = a.network;
+  options.keep_timeline = !a.trace.empty();
   IterationResult r;
   try {
     r = simulate_iteration(job.model, job.layout, job.topology, options);
@@ -265,6 +314,7 @@ void run_train(const TrainArgs& a) {
   std::printf("per pipeline stage (time columns: exposed, per iteration):\n%s\n", t.render().c_str());
   std::printf("%s\n%s\n", r.flop_convention.c_str(), r.symmetry.c_str());
   if (!a.json.empty()) write_file_atomically(a.json, result_json(job, r).dump(2) + "\n");
+  if (!a.trace.empty()) write_file_atomically(a.trace, training_trace_json(job, r));
 }
 
 // ---------------------------------------------------------------- validate
@@ -392,6 +442,7 @@ void add_train_command(CLI::App& app) {
   cmd->add_option("--network", args->network, "how collectives are timed: analytical (closed forms) or flow")
       ->check(CLI::IsMember({"analytical", "flow"}));
   cmd->add_option("--json", args->json, "write the full result as JSON");
+  cmd->add_option("--trace", args->trace, "write a Chrome/Perfetto trace: one process per pipeline stage, one thread per stream");
   cmd->callback([args] { run_train(*args); });
 
   auto vargs = std::make_shared<ValidateArgs>();
