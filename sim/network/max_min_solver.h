@@ -61,6 +61,9 @@ class MaxMinSolver {
   std::vector<double> remaining_;
   std::vector<uint32_t> unfrozen_;
   static constexpr uint32_t kChanged = UINT32_MAX;  // marks a resource re-keyed this step
+  static constexpr uint32_t kIdle = UINT32_MAX - 1;  // a resource that can never saturate
+  static constexpr double kNeverFull = 1e-9;         // relative margin for "cannot saturate"
+  std::vector<double> bound_;  // most its flows could take: Σ of each one's tightest capacity
   std::vector<uint32_t> version_;  // heap entries with another version are stale
   std::vector<uint32_t> changed_;
   uint32_t stamp_ = 0;
@@ -68,6 +71,9 @@ class MaxMinSolver {
   std::vector<uint32_t> resource_flows_;
   std::vector<uint8_t> frozen_;
   std::vector<Share> heap_;
+  static constexpr size_t kScanLimit = 256;  // candidates up to which a linear scan is used
+  std::vector<uint32_t> candidates_;         // resources that may still become a bottleneck
+  std::vector<double> share_;                // scan path: remaining / unfrozen per candidate
 };
 
 }  // namespace parallax
