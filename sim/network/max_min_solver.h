@@ -73,7 +73,7 @@ class MaxMinSolver {
   std::vector<uint32_t> resource_flows_;
   std::vector<uint8_t> frozen_;
   std::vector<Share> heap_;
-  static constexpr size_t kScanLimit = 256;  // candidates up to which a linear scan is used
+  static constexpr size_t kScanLimit = 1024;  // candidates up to which a linear scan is used
   std::vector<uint32_t> candidates_;         // resources that may still become a bottleneck
   std::vector<double> share_;                // scan path: remaining / unfrozen per candidate
 };
