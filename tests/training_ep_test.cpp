@@ -12,10 +12,13 @@
 #include "training/layer_operators.h"
 #include "training/model_loader.h"
 #include "training/parameter_count.h"
-#include "test_support.h"
+#include "training_test_support.h"
 
 namespace parallax {
 namespace {
+
+using test::expect_parts_add_up;
+using test::toy_cluster;
 
 constexpr size_t kEp = static_cast<size_t>(WorkKind::kEpComm);
 constexpr size_t kDp = static_cast<size_t>(WorkKind::kDpComm);
@@ -36,9 +39,6 @@ ModelConfig tiny_moe() {
   return m;
 }
 
-// n toy GPUs (1 TFLOP/s bf16, 100 GB/s HBM, 1 GiB) on one 100 GB/s switch.
-Topology toy_cluster(int n) { return test::star(n, gigabytes_per_second(100), Time::us(1)); }
-
 // dp ranks, one micro-batch of one 512-token sequence per rank, bf16.
 ParallelLayout moe_layout(int dp, int ep) {
   ParallelLayout l;
@@ -50,12 +50,6 @@ ParallelLayout moe_layout(int dp, int ep) {
   return l;
 }
 
-void expect_parts_add_up(const IterationResult& r) {
-  for (const StageResult& s : r.stages) {
-    EXPECT_EQ(s.time.compute + s.time.exposed_communication() + s.time.bubble + s.time.idle, r.iteration_time)
-        << "stage " << s.stage;
-  }
-}
 
 TEST(IterationExpertParallel, DispatchSendsTokensTimesTopKTimesHidden) {
   // Uniform routing, tp = 1, no SP: each GPU dispatches T = b·s = 512 tokens × top_k = 2

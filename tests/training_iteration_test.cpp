@@ -1,8 +1,8 @@
 // The simulated training iteration: with free communication the pipeline's bubble equals the
 // closed forms; the bytes sent by DP (all-reduce, ZeRO 1/2/3) and TP (Megatron, with and
 // without SP) match their textbook volumes; a two-stage 1F1B iteration equals its timeline
-// worked out by hand; memory, OOM, overlap switches and the refusals of what is not modelled
-// (expert parallelism: training_ep_test).
+// worked out by hand; memory, OOM, overlap switches and bad layouts (expert parallelism:
+// training_ep_test; context parallelism: training_cp_test).
 #include <gtest/gtest.h>
 
 #include "collectives/collective_simulator.h"
@@ -12,10 +12,13 @@
 #include "training/layer_operators.h"
 #include "training/model_loader.h"
 #include "training/parameter_count.h"
-#include "test_support.h"
+#include "training_test_support.h"
 
 namespace parallax {
 namespace {
+
+using test::expect_parts_add_up;
+using test::toy_cluster;
 
 // A small Llama-style model: 8 layers, hidden 256, 4 heads of 64, SwiGLU 1024, vocab 1024.
 ModelConfig tiny(int layers = 8) {
@@ -31,8 +34,6 @@ ModelConfig tiny(int layers = 8) {
   return m;
 }
 
-// n toy GPUs (1 TFLOP/s bf16, 100 GB/s HBM, 1 GiB) on one 100 GB/s switch.
-Topology toy_cluster(int n) { return test::star(n, gigabytes_per_second(100), Time::us(1)); }
 
 ParallelLayout layout(int dp, int tp, int pp, int64_t global_batch) {
   ParallelLayout l;
@@ -51,12 +52,6 @@ Time sum_time(const ComputeModel& cm, const std::vector<ModelOperator>& ops, boo
   return t;
 }
 
-void expect_parts_add_up(const IterationResult& r) {
-  for (const StageResult& s : r.stages) {
-    EXPECT_EQ(s.time.compute + s.time.exposed_communication() + s.time.bubble + s.time.idle, r.iteration_time)
-        << "stage " << s.stage;
-  }
-}
 
 TEST(IterationBubble, FreeCommunicationGivesTheClosedForms) {
   // Equal stages (transformer layers only), every communication free: the pipeline phase is
@@ -278,7 +273,7 @@ TEST(IterationOverlap, SwitchesHideCommunication) {
   expect_parts_add_up(prefetched);
 }
 
-TEST(IterationErrors, BadLayoutsAndUnmodelledParallelismAreRefused) {
+TEST(IterationErrors, BadLayoutsAreRefused) {
   const Topology topo = toy_cluster(4);
   ParallelLayout l = layout(2, 1, 1, 4);  // 2 GPUs of 4
   try {
@@ -287,14 +282,18 @@ TEST(IterationErrors, BadLayoutsAndUnmodelledParallelismAreRefused) {
   } catch (const InputError& e) {
     EXPECT_EQ(e.pointer(), "/parallel");
   }
-  l = layout(2, 1, 1, 4);
-  l.cp = 2;
+  // Ulysses hands each CP rank whole heads: 4 heads over cp=8 cannot be split.
+  l = layout(1, 1, 1, 1);
+  l.cp = 4;
+  l.cp_comm = ContextParallelComm::kUlysses;
+  EXPECT_NO_THROW(simulate_iteration(tiny(), l, topo));
+  l.cp = 8;
   try {
-    simulate_iteration(tiny(), l, topo);
+    simulate_iteration(tiny(), l, toy_cluster(8));
     FAIL();
   } catch (const InputError& e) {
     EXPECT_EQ(e.pointer(), "/parallel/cp");
-    EXPECT_NE(e.reason().find("not modelled"), std::string::npos);
+    EXPECT_NE(e.reason().find("ring"), std::string::npos) << e.reason();
   }
   // Expert parallelism on a dense model is a bad layout (training_ep_test covers MoE models).
   l = layout(4, 1, 1, 4);

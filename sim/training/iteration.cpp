@@ -26,10 +26,20 @@ constexpr double kParameterBytes = 2.0; // bf16 working copy of the parameters
 
 size_t kind_index(WorkKind k) { return static_cast<size_t>(k); }
 
+// A stretch of one pass's compute; the attention core is its own segment under context
+// parallelism, where communication interleaves with it.
+enum class AttentionPass : uint8_t { kNone, kForward, kBackward };
+struct Segment {
+  Time compute;
+  AttentionPass attention = AttentionPass::kNone;
+};
+
 // A layer, the embedding or the output layer of one virtual stage, on one GPU.
 struct Unit {
   Time forward;
   Time backward;  // recomputation included
+  std::vector<Segment> forward_segments;   // add up to forward
+  std::vector<Segment> backward_segments;  // add up to backward
   Flops forward_flops;
   Flops backward_flops;
   double parameters = 0;  // held by this GPU (TP and EP shards)
@@ -41,29 +51,45 @@ struct Unit {
 };
 
 struct OperatorSums {
-  Time forward, backward, attention_forward;
+  Time forward, backward, attention_forward, attention_backward;
+  Time forward_before_attention, backward_before_attention;  // the operators ahead of the core
   Flops forward_flops, backward_flops, attention_forward_flops;
 };
 
 OperatorSums sum_operators(const ComputeModel& cm, const std::vector<ModelOperator>& ops) {
   OperatorSums s;
+  bool before = true;
   for (const ModelOperator& op : ops) {
-    s.forward += cm.time(op.forward);
-    s.backward += cm.time(op.backward);
+    const Time forward = cm.time(op.forward), backward = cm.time(op.backward);
+    s.forward += forward;
+    s.backward += backward;
     s.forward_flops += op.forward.flops;
     s.backward_flops += op.backward.flops;
     if (op.name == "attention") {
-      s.attention_forward += cm.time(op.forward);
+      before = false;
+      s.attention_forward += forward;
+      s.attention_backward += backward;
       s.attention_forward_flops += op.forward.flops;
+    } else if (before) {
+      s.forward_before_attention += forward;
+      s.backward_before_attention += backward;
     }
   }
   return s;
 }
 
-Unit unit_from(const OperatorSums& s, Recomputation recompute, bool transformer_layer, bool timed) {
+// With `split_attention` (context parallelism) a transformer layer's passes are cut around
+// the attention core: forward = before, core, after; backward = after, core, before, in
+// reverse, with selective recomputation re-running the core's forward ahead of its backward
+// and full recomputation the whole forward ahead of the backward.
+Unit unit_from(const OperatorSums& s, Recomputation recompute, bool transformer_layer, bool timed,
+               bool split_attention) {
   Unit u;
   u.transformer_layer = transformer_layer;
-  if (!timed) return u;
+  if (!timed) {
+    u.forward_segments = u.backward_segments = {{Time::zero()}};
+    return u;
+  }
   u.forward = s.forward;
   u.backward = s.backward;
   u.forward_flops = s.forward_flops;
@@ -75,6 +101,19 @@ Unit unit_from(const OperatorSums& s, Recomputation recompute, bool transformer_
     u.backward += s.attention_forward;
     u.backward_flops += s.attention_forward_flops;
   }
+  if (!(split_attention && transformer_layer)) {
+    u.forward_segments = {{u.forward}};
+    u.backward_segments = {{u.backward}};
+    return u;
+  }
+  u.forward_segments = {{s.forward_before_attention},
+                        {s.attention_forward, AttentionPass::kForward},
+                        {s.forward - s.forward_before_attention - s.attention_forward}};
+  if (recompute == Recomputation::kFull) u.backward_segments = u.forward_segments;
+  u.backward_segments.push_back({s.backward - s.backward_before_attention - s.attention_backward});
+  if (recompute == Recomputation::kSelective) u.backward_segments.push_back({s.attention_forward, AttentionPass::kForward});
+  u.backward_segments.push_back({s.attention_backward, AttentionPass::kBackward});
+  u.backward_segments.push_back({s.backward_before_attention});
   return u;
 }
 
@@ -252,11 +291,6 @@ Time RankBreakdown::exposed_communication() const {
 IterationResult simulate_iteration(const ModelConfig& model, const ParallelLayout& layout, const Topology& topo,
                                    const IterationOptions& options) {
   validate(layout, model, static_cast<int>(topo.gpu_count()));
-  if (layout.cp > 1) {
-    throw InputError("", "/parallel/cp",
-                     "context parallelism (cp=" + std::to_string(layout.cp) +
-                         ") is not modelled by the iteration simulation yet (ring attention is still to come)");
-  }
   const GpuSpec& gpu = topo.gpu_spec_of(topo.gpus()[0]);
   const FlopRate peak = peak_rate(gpu, layout.dtype);
   if (!(peak.value() > 0)) {
@@ -273,6 +307,8 @@ IterationResult simulate_iteration(const ModelConfig& model, const ParallelLayou
   const PipelineSchedule schedule = make_pipeline_schedule(layout.schedule, p, m, v);
   const bool timed_ends = !options.transformer_layers_only;
   const bool expert_parallel = layout.ep > 1;
+  const int cp = layout.cp;
+  const bool ring_attention = cp > 1 && layout.cp_comm == ContextParallelComm::kRing;
   const Routing routing = model.moe ? route(*model.moe, layout.ep, options) : Routing{};
 
   // ---- units of each virtual stage -----------------------------------------------------------
@@ -295,14 +331,14 @@ IterationResult simulate_iteration(const ModelConfig& model, const ParallelLayou
   for (int vs = 0; vs < p * v; ++vs) {
     auto& list = units[static_cast<size_t>(vs)];
     if (vs == 0) {
-      Unit u = unit_from(sum_operators(cm, embedding_operators(model, batch, sharding)), layout.recompute, false, timed_ends);
+      Unit u = unit_from(sum_operators(cm, embedding_operators(model, batch, sharding)), layout.recompute, false, timed_ends, false);
       u.parameters = static_cast<double>(counts.embedding) / t;
       list.push_back(u);
     }
     for (int l = first_layer; l < first_layer + vs_layers[static_cast<size_t>(vs)]; ++l) {
       const bool moe = model.is_moe_layer(l);
       if (!layer_sums.count(moe)) layer_sums[moe] = sums_of(l, moe);
-      Unit u = unit_from(layer_sums[moe], layout.recompute, true, true);
+      Unit u = unit_from(layer_sums[moe], layout.recompute, true, true, cp > 1);
       u.moe_layer = moe;
       moe_layers += moe ? 1 : 0;
       const LayerParameterCounts lp = layer_parameters(model, l);
@@ -313,7 +349,7 @@ IterationResult simulate_iteration(const ModelConfig& model, const ParallelLayou
     }
     first_layer += vs_layers[static_cast<size_t>(vs)];
     if (vs == p * v - 1) {
-      Unit u = unit_from(sum_operators(cm, output_operators(model, batch, sharding)), layout.recompute, false, timed_ends);
+      Unit u = unit_from(sum_operators(cm, output_operators(model, batch, sharding)), layout.recompute, false, timed_ends, false);
       // A tied head is the embedding matrix; a separate last stage keeps its own copy of it.
       const double head = model.tied_embeddings ? (p * v > 1 ? static_cast<double>(counts.embedding) : 0.0)
                                                 : static_cast<double>(counts.output_head);
@@ -348,7 +384,36 @@ IterationResult simulate_iteration(const ModelConfig& model, const ParallelLayou
   std::vector<CommTask> pp_send_forward(static_cast<size_t>(p)), pp_send_backward(static_cast<size_t>(p));
   std::vector<CommTask> ep_forward(static_cast<size_t>(p)), ep_backward(static_cast<size_t>(p));
   std::vector<std::vector<int>> dp_group(static_cast<size_t>(p)), expert_dp_group(static_cast<size_t>(p));
+  // Context parallelism, per micro-batch and CP rank of T_cp = b·s/cp tokens: ring attention
+  // passes K/V blocks of T_cp·kv·(d_qk + d_v) elements (kv the KV heads of a TP rank); Ulysses
+  // sends Q, K and V (T_cp·(H/t·d_qk + kv·(d_qk + d_v))) to their head owners and the output
+  // (T_cp·H/t·d_v) back.
+  const double cp_tokens = static_cast<double>(layout.micro_batch) * static_cast<double>(layout.sequence_length / cp);
+  const double local_heads = static_cast<double>(model.heads / t);
+  const double local_kv_heads = std::max(1.0, static_cast<double>(model.attention_kv_heads() / t));
+  const double d_qk = static_cast<double>(model.qk_head_dim()), d_v = static_cast<double>(model.v_head_dim());
+  const Bytes kv_block(cp_tokens * local_kv_heads * (d_qk + d_v) * element);
+  const Bytes ulysses_qkv(cp_tokens * (local_heads * d_qk + local_kv_heads * (d_qk + d_v)) * element);
+  const Bytes ulysses_output(cp_tokens * local_heads * d_v * element);
+  std::vector<CommTask> cp_ring_step(static_cast<size_t>(p));
+  std::vector<CommTask> cp_scatter_heads(static_cast<size_t>(p)), cp_gather_heads(static_cast<size_t>(p));
   for (int s = 0; s < p; ++s) {
+    if (cp > 1) {
+      const std::vector<int> cp_group = ranks.group(ParallelDim::kCp, stage_rank(s));
+      if (ring_attention) {
+        // All ranks pass their block at once; the ring moves at its slowest pair's pace.
+        CommTask step;
+        for (int i = 0; i < cp; ++i) {
+          const CommTask pair = collective(CollectiveOp::kSendRecv, kv_block,
+                                           {cp_group[static_cast<size_t>(i)], cp_group[static_cast<size_t>((i + 1) % cp)]});
+          if (i == 0 || pair.time > step.time) step = pair;
+        }
+        cp_ring_step[static_cast<size_t>(s)] = step;
+      } else {
+        cp_scatter_heads[static_cast<size_t>(s)] = collective(CollectiveOp::kAllToAll, ulysses_qkv, cp_group);
+        cp_gather_heads[static_cast<size_t>(s)] = collective(CollectiveOp::kAllToAll, ulysses_output, cp_group);
+      }
+    }
     if (expert_parallel && moe_layers > 0) {
       // Every GPU dispatches T_sp·top_k slots (pp_message holds T_sp tokens); the slowest rank
       // receives busiest_rank times the average, the average GPU sends the processed share.
@@ -381,9 +446,13 @@ IterationResult simulate_iteration(const ModelConfig& model, const ParallelLayou
       pp_send_backward[static_cast<size_t>(s)] =
           collective(CollectiveOp::kSendRecv, pp_message, {stage_rank(s), stage_rank((s + p - 1) % p)});
     }
-    dp_group[static_cast<size_t>(s)] = ranks.group(ParallelDim::kDp, stage_rank(s));
+    // CP ranks hold the same parameters: gradients and ZeRO shards span dp·cp ranks.
+    for (int c = 0; c < cp; ++c) {
+      for (int d = 0; d < layout.dp; ++d) dp_group[static_cast<size_t>(s)].push_back(ranks.rank_of(RankCoords{0, c, d, s}));
+    }
   }
   const int dp = layout.dp;
+  const int data_parallel = dp * cp;  // ranks sharing the model states
   const ZeroStage zero = layout.zero_stage;
   // A bucket's collective over the DP group, plus one over the expert-DP group for its experts.
   auto per_bucket = [&](int s, const Unit& u, CollectiveOp op, double bytes_per_parameter) {
@@ -406,12 +475,12 @@ IterationResult simulate_iteration(const ModelConfig& model, const ParallelLayou
   // ---- the stream graph --------------------------------------------------------------------
   StreamGraph graph;
   struct StageStreams {
-    StreamId compute, tp, pp, dp;
+    StreamId compute, tp, pp, dp, cp;
   };
   std::vector<StageStreams> streams;
   for (int s = 0; s < p; ++s) {
     streams.push_back({graph.add_stream(s, "compute"), graph.add_stream(s, "tp"), graph.add_stream(s, "pp"),
-                       graph.add_stream(s, "dp")});
+                       graph.add_stream(s, "dp"), ring_attention ? graph.add_stream(s, "cp") : StreamId{}});
   }
   std::vector<StageResult> stages(static_cast<size_t>(p));
   auto add_comm = [&](int s, StreamId stream, const CommTask& c, WorkKind kind, std::span<const WorkId> deps,
@@ -428,10 +497,58 @@ IterationResult simulate_iteration(const ModelConfig& model, const ParallelLayou
     return id;
   };
 
+  // Communication on the compute stream (the kernels after it need its result): counted
+  // here, since add_comm's stream is its own.
+  auto add_blocking_comm = [&](int s, const CommTask& c, WorkKind kind) {
+    auto& volume = stages[static_cast<size_t>(s)].communication[kind_index(kind)];
+    volume.sent += c.sent;
+    volume.collectives += c.collectives;
+    return add_compute(s, c.time, kind, {});
+  };
+  // One pass of a unit: its segments in order; returns the task that ends it. Ring attention
+  // splits the core into cp blocks: block i waits for the i-th K/V block to arrive, which the
+  // CP stream forwards while the previous block computes (backward: with the dK/dV of the
+  // block just computed, and after the last block those go home to their owner before the
+  // input-side backward can run). Ulysses brackets the core with its two all-to-alls.
+  auto add_segments = [&](int s, const std::vector<Segment>& segments, std::vector<WorkId> deps) {
+    std::optional<WorkId> end;
+    for (const Segment& seg : segments) {
+      if (seg.attention == AttentionPass::kNone || cp == 1) {
+        end = add_compute(s, seg.compute, WorkKind::kCompute, deps);
+      } else if (ring_attention) {
+        const bool backward = seg.attention == AttentionPass::kBackward;
+        const CommTask& kv = cp_ring_step[static_cast<size_t>(s)];
+        const CommTask step = backward ? twice(kv) : kv;
+        const Time block = Time::ps(seg.compute.picoseconds() / cp);
+        std::optional<WorkId> block_done;
+        for (int i = 0; i < cp; ++i) {
+          std::vector<WorkId> need = block_done ? std::vector<WorkId>{*block_done} : deps;
+          if (i > 0) {
+            need.push_back(add_comm(s, streams[static_cast<size_t>(s)].cp, step, WorkKind::kCpComm,
+                                    backward ? std::vector<WorkId>{*block_done} : deps));
+          }
+          block_done = add_compute(s, block, WorkKind::kCompute, need);
+        }
+        end = backward ? add_comm(s, streams[static_cast<size_t>(s)].cp, kv, WorkKind::kCpComm,
+                                  std::vector<WorkId>{*block_done})
+                       : *block_done;
+      } else {
+        const bool forward = seg.attention == AttentionPass::kForward;
+        const CommTask& into = forward ? cp_scatter_heads[static_cast<size_t>(s)] : cp_gather_heads[static_cast<size_t>(s)];
+        const CommTask& back = forward ? cp_gather_heads[static_cast<size_t>(s)] : cp_scatter_heads[static_cast<size_t>(s)];
+        add_blocking_comm(s, into, WorkKind::kCpComm);
+        add_compute(s, seg.compute, WorkKind::kCompute, deps);
+        end = add_blocking_comm(s, back, WorkKind::kCpComm);
+      }
+      deps = {*end};
+    }
+    return *end;
+  };
+
   // ZeRO 1/2 with prefetch: the parameter gathers lead the iteration, one per bucket.
   const bool zero12 = zero == ZeroStage::kStage1 || zero == ZeroStage::kStage2;
   const bool zero3 = zero == ZeroStage::kStage3;
-  const bool dp_comm = dp > 1;
+  const bool dp_comm = data_parallel > 1;
   std::map<std::pair<int, size_t>, WorkId> prefetched;  // (virtual stage, unit) → gather
   if (zero12 && dp_comm && layout.param_gather_prefetch) {
     for (int s = 0; s < p; ++s) {
@@ -502,27 +619,21 @@ IterationResult simulate_iteration(const ModelConfig& model, const ParallelLayou
         deps.push_back(add_comm(s, st.dp, parameter_gather(s, u), WorkKind::kDpComm, when));
       }
       if (forward && prefetched.count({vs, k})) deps.push_back(prefetched.at({vs, k}));
-      const WorkId c = add_compute(s, forward ? u.forward : u.backward, WorkKind::kCompute, deps);
+      const WorkId c = add_segments(s, forward ? u.forward_segments : u.backward_segments, deps);
       stage.hardware_flops += forward ? u.forward_flops : u.backward_flops;
       compute_ids.push_back(c);
       prev = {c};
       if (u.moe_layer && expert_parallel) {
         // Dispatch and combine on the compute stream, in line with the layer's kernels.
-        const CommTask& ep = forward ? ep_forward[static_cast<size_t>(s)] : ep_backward[static_cast<size_t>(s)];
-        auto& volume = stage.communication[kind_index(WorkKind::kEpComm)];
-        volume.sent += ep.sent;
-        volume.collectives += ep.collectives;
-        prev = {add_compute(s, ep.time, WorkKind::kEpComm, {})};
+        prev = {add_blocking_comm(s, forward ? ep_forward[static_cast<size_t>(s)] : ep_backward[static_cast<size_t>(s)],
+                                  WorkKind::kEpComm)};
       }
       if (u.transformer_layer && t > 1) {
         const CommTask& tp = forward ? tp_forward[static_cast<size_t>(s)] : tp_backward[static_cast<size_t>(s)];
         if (layout.tp_comm_overlap) {
           prev.push_back(add_comm(s, st.tp, tp, WorkKind::kTpComm, deps));
         } else {
-          auto& volume = stage.communication[kind_index(WorkKind::kTpComm)];
-          volume.sent += tp.sent;
-          volume.collectives += tp.collectives;
-          prev = {add_compute(s, tp.time, WorkKind::kTpComm, {})};
+          prev = {add_blocking_comm(s, tp, WorkKind::kTpComm)};
         }
       }
       if (!forward && reducing && layout.grad_reduce_overlap) {
@@ -565,7 +676,8 @@ IterationResult simulate_iteration(const ModelConfig& model, const ParallelLayou
     StageResult& stage = stages[static_cast<size_t>(s)];
     stage.parameters = parameters;
     stage_expert_parameters[static_cast<size_t>(s)] = experts;
-    const double shard = zero == ZeroStage::kStage0 ? parameters : (parameters - experts) / dp + experts / expert_dp;
+    const double shard =
+        zero == ZeroStage::kStage0 ? parameters : (parameters - experts) / data_parallel + experts / expert_dp;
     const Time step = cm.time(memory_bound_cost(Bytes(shard * options.optimizer_bytes_per_parameter)));
     const WorkId optimizer = add_compute(s, step, WorkKind::kCompute, std::vector<WorkId>{barrier});
     if (zero12 && dp_comm && !layout.param_gather_prefetch) {
@@ -628,7 +740,6 @@ IterationResult simulate_iteration(const ModelConfig& model, const ParallelLayou
   const Bytes activation_per_layer = activation_bytes_per_layer(
       static_cast<double>(layout.sequence_length / layout.cp), static_cast<double>(layout.micro_batch),
       static_cast<double>(model.hidden), static_cast<double>(model.heads), t, layout.sequence_parallel, layout.recompute);
-  const int data_parallel = dp * layout.cp;  // ranks sharing the model states
   for (int s = 0; s < p; ++s) {
     StageResult& stage = stages[static_cast<size_t>(s)];
     const double psi_experts = stage_expert_parameters[static_cast<size_t>(s)];
@@ -659,6 +770,9 @@ IterationResult simulate_iteration(const ModelConfig& model, const ParallelLayou
     if (p > 1) buffers += pp_message * 2.0;  // one send and one receive in flight
     if (dp_comm) buffers += Bytes(largest_unit * kGradientBytes);
     if (zero3 && dp_comm) buffers += Bytes(largest_unit * kParameterBytes * (layout.param_gather_prefetch ? 2.0 : 1.0));
+    // The K/V block being sent and the one arriving; Ulysses' head-sharded Q, K, V.
+    if (ring_attention) buffers += kv_block * 2.0;
+    if (cp > 1 && !ring_attention) buffers += ulysses_qkv;
     mem.communication_buffers = buffers;
     result.peak_memory = std::max(result.peak_memory, mem.total());
   }

@@ -29,6 +29,14 @@ const char* to_string(PipelineScheduleKind k) {
   return "?";
 }
 
+const char* to_string(ContextParallelComm c) { return c == ContextParallelComm::kUlysses ? "ulysses" : "ring"; }
+
+std::optional<ContextParallelComm> context_parallel_comm_from(const std::string& name) {
+  if (name == "ring" || name == "p2p") return ContextParallelComm::kRing;
+  if (name == "ulysses" || name == "a2a") return ContextParallelComm::kUlysses;
+  return std::nullopt;
+}
+
 const char* to_string(ParallelDim d) {
   switch (d) {
     case ParallelDim::kTp: return "tp";
@@ -244,6 +252,15 @@ void validate(const ParallelLayout& l, const ModelConfig& model, int gpus, const
   if (l.sequence_length % chunks != 0) {
     fail("sequence_length", num(l.sequence_length) + " is not a multiple of 2·cp=" + num(chunks) +
                                 " (causal load balancing gives each CP rank two chunks)");
+  }
+  if (l.cp > 1 && l.cp_comm == ContextParallelComm::kUlysses) {
+    // The all-to-all hands each CP rank whole heads of the full sequence.
+    const int heads = model.heads / l.tp;
+    const int kv_heads = model.mla ? heads : std::max(1, model.kv_heads / l.tp);
+    if (heads % l.cp != 0 || kv_heads % l.cp != 0) {
+      fail("cp", "Ulysses needs cp=" + num(l.cp) + " to divide the " + num(heads) + " query and " + num(kv_heads) +
+                     " KV heads of each TP rank; use cp_comm \"ring\"");
+    }
   }
   if (l.sequence_parallel && (l.micro_batch * l.sequence_length / l.cp) % l.tp != 0) {
     fail("sequence_parallel", "needs the " + num(l.micro_batch * l.sequence_length / l.cp) +

@@ -18,6 +18,7 @@
 
 #include <array>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -31,6 +32,15 @@ enum class PipelineScheduleKind : uint8_t { kGpipe, kOneFOneB, kInterleavedOneFO
 /// "gpipe", "1f1b", "interleaved_1f1b".
 const char* to_string(PipelineScheduleKind k);
 
+/// How context parallelism exchanges what attention needs across the CP group: ring attention
+/// (K/V blocks passed around the ring, overlapped with blockwise attention; Megatron's "p2p")
+/// or Ulysses (all-to-all from sequence shards to head shards and back; Megatron's "a2a").
+enum class ContextParallelComm : uint8_t { kRing, kUlysses };
+/// "ring", "ulysses".
+const char* to_string(ContextParallelComm c);
+/// Parses "ring" (or "p2p") and "ulysses" (or "a2a"); nullopt otherwise.
+std::optional<ContextParallelComm> context_parallel_comm_from(const std::string& name);
+
 /// The dimensions of the rank grid, in the spelling of the order string.
 enum class ParallelDim : uint8_t { kTp, kCp, kEp, kDp, kPp };
 /// "tp", "cp", "ep", "dp", "pp".
@@ -42,6 +52,7 @@ struct ParallelLayout {
   int pp = 1;
   int virtual_stages = 1;  ///< model chunks per pipeline stage (v); > 1 only with interleaving
   int cp = 1;
+  ContextParallelComm cp_comm = ContextParallelComm::kRing;
   int ep = 1;
   bool sequence_parallel = false;  ///< Megatron SP over the TP group
   ZeroStage zero_stage = ZeroStage::kStage0;  ///< kStage3 is FSDP
@@ -73,7 +84,8 @@ struct ParallelLayout {
 /// (ep > 1 needs a MoE model); global_batch divisible by dp·micro_batch; pp·v divides the
 /// layers unless stage_layers gives the split; v > 1 exactly with interleaved_1f1b, which also
 /// needs pp > 1 and micro-batches a multiple of pp; the sequence length splits over cp (2·cp
-/// chunks when causal) and, with SP, the tokens over tp; the rank order is a permutation of
+/// chunks when causal) and, with SP, the tokens over tp; Ulysses CP needs cp to divide the
+/// heads (and the KV heads) of a TP rank; the rank order is a permutation of
 /// tp, cp, ep, dp, pp (cp and ep may be left out when their degree is 1).
 void validate(const ParallelLayout& layout, const ModelConfig& model, int gpus, const std::string& file = "",
               const std::string& pointer = "/parallel");

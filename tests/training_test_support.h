@@ -1,0 +1,22 @@
+// Helpers shared by the training-iteration tests.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include "test_support.h"
+#include "training/iteration.h"
+
+namespace parallax::test {
+
+/// n toy GPUs (1 TFLOP/s bf16, 100 GB/s HBM, 1 GiB) on one 100 GB/s switch.
+inline Topology toy_cluster(int n) { return star(n, gigabytes_per_second(100), Time::us(1)); }
+
+/// Every simulated rank's breakdown adds up to the iteration time.
+inline void expect_parts_add_up(const IterationResult& r) {
+  for (const StageResult& s : r.stages) {
+    EXPECT_EQ(s.time.compute + s.time.exposed_communication() + s.time.bubble + s.time.idle, r.iteration_time)
+        << "stage " << s.stage;
+  }
+}
+
+}  // namespace parallax::test
