@@ -6,7 +6,7 @@ foreach(training_test compute_model_test training_model_test training_operators_
 endforeach()
 
 # ---- training job: parallel layout, pipeline schedules, simulated iteration ----------------
-foreach(training_test training_layout_test training_pipeline_test training_iteration_test)
+foreach(training_test training_layout_test training_pipeline_test training_iteration_test training_cp_test)
   parallax_test(${training_test} ${training_test}.cpp)
   target_link_libraries(${training_test} PRIVATE parallax_training)
 endforeach()
@@ -45,3 +45,15 @@ target_link_libraries(training_ep_test PRIVATE parallax_training)
 add_test(NAME example.train.trace
          COMMAND bash -c "\"$0\" train \"$1\" --trace \"$2\" > /dev/null && python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); ev=d[\"traceEvents\"]; x=[e for e in ev if e[\"ph\"]==\"X\"]; assert {e[\"pid\"] for e in x}=={0,1,2,3}; assert {\"compute\",\"tp\",\"pp\",\"dp\"} <= {e[\"name\"] for e in x}; assert all(e[\"dur\"]>0 for e in x)' \"$2\""
                  $<TARGET_FILE:parallax> ${PROJECT_SOURCE_DIR}/workloads/train/llama3-70b-64xdgx-h100.json ${train_scratch}/trace.json)
+
+# ---- context parallelism through the CLI ---------------------------------------------------------
+# --cp-comm switches the bundled ring-attention workload to Ulysses where the heads allow it...
+add_test(NAME example.train.cp_ulysses
+         COMMAND parallax train ${PROJECT_SOURCE_DIR}/workloads/train/llama3-70b-seq64k-cp8-32xdgx-h100.json
+                 --cp-comm ulysses --tp 4 --cp 2 --gbs 64)
+set_tests_properties(example.train.cp_ulysses PROPERTIES PASS_REGULAR_EXPRESSION "cp 2 \\(ulysses\\)")
+# ...and refuses it, naming the field, where cp does not divide a TP rank's heads.
+add_test(NAME train.ulysses_needs_divisible_heads
+         COMMAND bash -c "! \"$0\" train \"$1\" --cp-comm ulysses" $<TARGET_FILE:parallax>
+                 ${PROJECT_SOURCE_DIR}/workloads/train/llama3-70b-seq64k-cp8-32xdgx-h100.json)
+set_tests_properties(train.ulysses_needs_divisible_heads PROPERTIES PASS_REGULAR_EXPRESSION "/parallel/cp: Ulysses needs cp=8")

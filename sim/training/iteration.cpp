@@ -506,10 +506,12 @@ IterationResult simulate_iteration(const ModelConfig& model, const ParallelLayou
     return add_compute(s, c.time, kind, {});
   };
   // One pass of a unit: its segments in order; returns the task that ends it. Ring attention
-  // splits the core into cp blocks: block i waits for the i-th K/V block to arrive, which the
-  // CP stream forwards while the previous block computes (backward: with the dK/dV of the
-  // block just computed, and after the last block those go home to their owner before the
-  // input-side backward can run). Ulysses brackets the core with its two all-to-alls.
+  // (TransformerEngine's schedule) splits the core into cp blocks; step i computes on the i-th
+  // K/V block while the CP stream passes it on to the next rank, and step i+1 waits for that.
+  // Forward: cp−1 passes of a K/V block. Backward: the pass of step i also carries the dK/dV
+  // summed so far, so it waits for step i−1's block: K/V at step 0, K/V + dK/dV at steps
+  // 1..cp−2, dK/dV alone at step cp−1 — 2(cp−1) blocks. Ulysses brackets the core with its
+  // two all-to-alls.
   auto add_segments = [&](int s, const std::vector<Segment>& segments, std::vector<WorkId> deps) {
     std::optional<WorkId> end;
     for (const Segment& seg : segments) {
@@ -518,20 +520,21 @@ IterationResult simulate_iteration(const ModelConfig& model, const ParallelLayou
       } else if (ring_attention) {
         const bool backward = seg.attention == AttentionPass::kBackward;
         const CommTask& kv = cp_ring_step[static_cast<size_t>(s)];
-        const CommTask step = backward ? twice(kv) : kv;
+        const StreamId stream = streams[static_cast<size_t>(s)].cp;
         const Time block = Time::ps(seg.compute.picoseconds() / cp);
-        std::optional<WorkId> block_done;
+        std::optional<WorkId> computed, passed;
         for (int i = 0; i < cp; ++i) {
-          std::vector<WorkId> need = block_done ? std::vector<WorkId>{*block_done} : deps;
-          if (i > 0) {
-            need.push_back(add_comm(s, streams[static_cast<size_t>(s)].cp, step, WorkKind::kCpComm,
-                                    backward ? std::vector<WorkId>{*block_done} : deps));
+          std::vector<WorkId> ready = deps;
+          if (computed) ready = {*computed, *passed};
+          if (backward) {
+            passed = add_comm(s, stream, i == 0 || i == cp - 1 ? kv : twice(kv), WorkKind::kCpComm,
+                              computed ? std::vector<WorkId>{*computed} : deps);
+          } else if (i < cp - 1) {
+            passed = add_comm(s, stream, kv, WorkKind::kCpComm, deps);
           }
-          block_done = add_compute(s, block, WorkKind::kCompute, need);
+          computed = add_compute(s, block, WorkKind::kCompute, ready);
         }
-        end = backward ? add_comm(s, streams[static_cast<size_t>(s)].cp, kv, WorkKind::kCpComm,
-                                  std::vector<WorkId>{*block_done})
-                       : *block_done;
+        end = backward ? add_compute(s, Time::zero(), WorkKind::kCompute, std::vector<WorkId>{*computed, *passed}) : *computed;
       } else {
         const bool forward = seg.attention == AttentionPass::kForward;
         const CommTask& into = forward ? cp_scatter_heads[static_cast<size_t>(s)] : cp_gather_heads[static_cast<size_t>(s)];

@@ -45,8 +45,21 @@
 //            GEMMs run at the pace of the busiest expert (rows per expert = the busiest
 //            expert's processed slots, for every local expert), and its all-to-all buffer is
 //            the busiest EP rank's received share. Hardware FLOPs count the processed slots.
+//   CP       the attention core of each layer is cut out of its pass (the operators before
+//            and after it run as before). Ring attention (TransformerEngine's p2p schedule):
+//            cp blocks; block i computes while the CP stream passes the K/V block
+//            (T_cp·kv·(d_qk + d_v) elements, T_cp = b·s/cp, kv the KV heads of a TP rank) to the
+//            next rank of the CP ring, and block i+1 waits for both — cp−1 passes forward;
+//            backward 2(cp−1) blocks (K/V, then K/V with the dK/dV summed so far, then dK/dV),
+//            each pass also waiting for the previous block's compute. The ring moves at its
+//            slowest pair's send/recv time. Selective recomputation re-runs the core's forward
+//            with its ring; full recomputation the whole forward. Ulysses (DeepSpeed): an
+//            all-to-all of Q, K, V (T_cp·(H/t·d_qk + kv·(d_qk + d_v))) to head shards before
+//            the core and one of the output (T_cp·H/t·d_v) after it, and the same two in the
+//            backward, on the compute stream (exposed); cp must divide a TP rank's heads.
+//            Gradients and ZeRO shards span the dp·cp ranks that hold the same parameters.
 //   DP       per bucket (one layer; the embedding and the output layer are buckets too),
-//            gradients in bf16 over the DP group (a MoE layer's routed-expert gradients over
+//            gradients in bf16 over the dp·cp group (a MoE layer's routed-expert gradients over
 //            the expert-DP group of dp·cp/ep ranks instead, when ep > 1): all-reduce (ZeRO 0) or reduce-scatter
 //            (ZeRO ≥ 1) in the last micro-batch's backward (ZeRO 0/1: gradients accumulate
 //            locally) or in every micro-batch's (ZeRO 2/3: only a shard of the gradients is
@@ -71,15 +84,15 @@
 // flight, as exposed communication of its kind (tp before cp, ep, pp, dp when several are);
 // otherwise as bubble before the last backward of the pipeline ends and idle after it.
 //
-// Memory per GPU: model states by ZeRO (zero_model_state_bytes; the DP group shards them, the
-// expert-DP group the routed experts' when ep > 1),
-// activations by Korthikanti et al. per layer × the layers of each chunk × the micro-batches
-// in flight on that stage (peak_in_flight of the schedule: p−s on stage s for 1F1B, m for
-// GPipe), and communication buffers (PP send and receive, one DP gradient bucket, ZeRO-3's
-// gathered layers: two with prefetch). Not counted: logits and loss buffers, allocator
-// fragmentation, CUDA context, workspace.
+// Memory per GPU: model states by ZeRO (zero_model_state_bytes; the dp·cp group shards them,
+// the expert-DP group the routed experts' when ep > 1), activations by Korthikanti et al. of
+// s/cp tokens per layer × the layers of each chunk × the micro-batches in flight on that stage
+// (peak_in_flight of the schedule: p−s on stage s for 1F1B, m for GPipe), and communication
+// buffers (PP send and receive, one DP gradient bucket, ZeRO-3's gathered layers: two with
+// prefetch; CP's two K/V blocks, or Ulysses' Q, K, V). Not counted: logits and loss buffers,
+// allocator fragmentation, CUDA context, workspace.
 //
-// Not modelled yet: context parallelism (cp > 1) is refused with an InputError; TP
+// Not modelled yet: TP
 // communication of the embedding and output layers; contention between concurrent
 // collectives; zero-bubble schedules; for MoE: the imbalance of the all-to-all's senders
 // (only the busiest receiver is modelled), expert routing that varies by layer or
@@ -210,8 +223,8 @@ struct IterationResult {
 };
 
 /// Simulates one iteration. `topology` must have exactly dp·tp·pp·cp GPUs; global rank r is its
-/// r-th GPU. Throws InputError (validate's, with pointer "/parallel/...") on a bad layout, and
-/// for cp > 1, which is not modelled yet; std::invalid_argument when the GPU lacks a peak for
+/// r-th GPU. Throws InputError (validate's, with pointer "/parallel/...") on a bad layout;
+/// std::invalid_argument when the GPU lacks a peak for
 /// the layout's dtype (peak_rate of gemm_efficiency.h, with its fallbacks), or on a bad
 /// expert_load (wrong length, a negative or non-finite weight, all zero) or capacity factor.
 IterationResult simulate_iteration(const ModelConfig& model, const ParallelLayout& layout, const Topology& topology,

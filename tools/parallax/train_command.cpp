@@ -34,11 +34,16 @@ struct TrainArgs {
   std::string workload;
   std::optional<int> tp, pp, dp, vpp, cp, ep, zero, nodes;
   std::optional<int64_t> micro_batch, global_batch, sequence;
-  std::string schedule, recompute, dtype;
+  std::string schedule, recompute, dtype, cp_comm;
   std::string network = "analytical";
   std::string json;
   std::string trace;
 };
+
+ContextParallelComm cp_comm_from(const std::string& s, const std::string& file, const std::string& where) {
+  if (auto c = context_parallel_comm_from(s)) return *c;
+  throw InputError(file, where, "unknown context-parallel communication \"" + s + "\" (expected ring or ulysses)");
+}
 
 PipelineScheduleKind schedule_from(const std::string& s, const std::string& file, const std::string& where) {
   if (s == "gpipe") return PipelineScheduleKind::kGpipe;
@@ -114,6 +119,7 @@ Job read_job(const TrainArgs& a) {
   int_field("pp", l.pp);
   int_field("vpp", l.virtual_stages);
   int_field("cp", l.cp);
+  if (auto v = p.find("cp_comm")) l.cp_comm = cp_comm_from(v->as_string(), a.workload, v->pointer());
   int_field("ep", l.ep);
   if (auto v = p.find("dp")) {
     l.dp = static_cast<int>(v->as_int());
@@ -143,6 +149,7 @@ Job read_job(const TrainArgs& a) {
   if (a.pp) l.pp = *a.pp;
   if (a.vpp) l.virtual_stages = *a.vpp;
   if (a.cp) l.cp = *a.cp;
+  if (!a.cp_comm.empty()) l.cp_comm = cp_comm_from(a.cp_comm, "", "--cp-comm");
   if (a.ep) l.ep = *a.ep;
   if (a.dp) {
     l.dp = *a.dp;
@@ -176,7 +183,7 @@ std::string gib(Bytes b) { return strprintf("%.1f GiB", b.value() / (1024.0 * 10
 std::string layout_text(const ParallelLayout& l) {
   std::string s = strprintf("tp %d · pp %d · dp %d", l.tp, l.pp, l.dp);
   if (l.virtual_stages > 1) s += strprintf(" · vpp %d", l.virtual_stages);
-  if (l.cp > 1) s += strprintf(" · cp %d", l.cp);
+  if (l.cp > 1) s += strprintf(" · cp %d (%s)", l.cp, to_string(l.cp_comm));
   if (l.ep > 1) s += strprintf(" · ep %d", l.ep);
   s += strprintf(", %s, ZeRO-%d, mbs %lld, gbs %lld, seq %lld, %s%s", to_string(l.schedule), static_cast<int>(l.zero_stage),
                  static_cast<long long>(l.micro_batch), static_cast<long long>(l.global_batch),
@@ -303,11 +310,12 @@ void run_train(const TrainArgs& a) {
   std::printf("  pipeline bubble      %.1f%%\n", 100 * r.pipeline_bubble_fraction);
   std::printf("  peak memory per GPU  %s of %s: %s\n\n", gib(r.peak_memory).c_str(), gib(r.gpu_memory).c_str(),
               r.out_of_memory ? "OUT OF MEMORY" : "fits");
-  TextTable t({"stage", "layers", "compute", "TP", "EP", "DP", "PP", "bubble", "idle", "params+grads+optim", "activations", "memory"});
+  TextTable t({"stage", "layers", "compute", "TP", "CP", "EP", "DP", "PP", "bubble", "idle", "params+grads+optim", "activations",
+               "memory"});
   for (const StageResult& s : r.stages) {
     auto exposed = [&](WorkKind k) { return seconds_text(s.time.exposed[static_cast<size_t>(k)]); };
     t.add_row({std::to_string(s.stage), std::to_string(s.layers), seconds_text(s.time.compute), exposed(WorkKind::kTpComm),
-               exposed(WorkKind::kEpComm), exposed(WorkKind::kDpComm), exposed(WorkKind::kPpComm), seconds_text(s.time.bubble), seconds_text(s.time.idle),
+               exposed(WorkKind::kCpComm), exposed(WorkKind::kEpComm), exposed(WorkKind::kDpComm), exposed(WorkKind::kPpComm), seconds_text(s.time.bubble), seconds_text(s.time.idle),
                gib(s.memory.parameters + s.memory.gradients + s.memory.optimizer_states), gib(s.memory.activations),
                gib(s.memory.total())});
   }
@@ -430,6 +438,7 @@ void add_train_command(CLI::App& app) {
   cmd->add_option("--dp", args->dp, "override the data-parallel size (default: what the cluster leaves)");
   cmd->add_option("--vpp", args->vpp, "virtual stages per pipeline stage (interleaved 1F1B)");
   cmd->add_option("--cp", args->cp, "context-parallel size");
+  cmd->add_option("--cp-comm", args->cp_comm, "context-parallel attention: ring (K/V blocks passed around) or ulysses (all-to-all)");
   cmd->add_option("--ep", args->ep, "expert-parallel size");
   cmd->add_option("--zero", args->zero, "ZeRO stage 0-3 (3 = FSDP)");
   cmd->add_option("--mbs,--micro-batch", args->micro_batch, "micro-batch size (sequences)");
