@@ -189,10 +189,11 @@ TEST(IterationTime, TwoStageOneFOneBMatchesTheHandTimeline) {
 
 TEST(IterationMemory, ActivationsFollowTheScheduleAndStatesFollowZero) {
   // Stage 0 of 1F1B holds p = 4 micro-batches of its 2 layers, GPipe all m = 8:
-  //   activations = in-flight × layers × Korthikanti's sbh(34 + 5as/h) for t = 1.
+  //   activations = in-flight × layers × Korthikanti's sbh·34 for t = 1, plus FlashAttention's
+  //   softmax statistics 4·a·s·b (no s×s scores are kept).
   const Topology topo = toy_cluster(4);
   ParallelLayout l = layout(1, 1, 4, 8);
-  const Bytes per_layer = activation_bytes_per_layer(512, 1, 256, 4, 1, false, Recomputation::kNone);
+  const Bytes per_layer(512.0 * 256 * 34 + 4.0 * 4 * 512);
   IterationResult r = simulate_iteration(tiny(), l, topo);
   EXPECT_DOUBLE_EQ(r.stages[0].memory.activations.value(), 4 * 2 * per_layer.value());
   EXPECT_DOUBLE_EQ(r.stages[3].memory.activations.value(), 1 * 2 * per_layer.value());

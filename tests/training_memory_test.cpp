@@ -73,5 +73,16 @@ TEST(ActivationMemory, Gpt3OnEightWayTensorParallelism) {
   EXPECT_NEAR(none / selective, 114.0 / 34.0, 1e-12);
 }
 
+TEST(ActivationMemory, FlashAttentionKeepsNoScores) {
+  // GPT-3 layer, s = 2048, b = 1, t = 8, SP: FlashAttention keeps sbh·34/t plus one fp32
+  // log-sum-exp per token and head, 4·a·s·b/t = 4·96·2048/8 = 98,304 bytes: 106,954,752 +
+  // 98,304 = 107,053,056 bytes, against 358.6 MB when the scores are stored.
+  const double flash = flash_activation_bytes_per_layer(2048, 1, 12288, 96, 8, true, Recomputation::kNone).value();
+  EXPECT_DOUBLE_EQ(flash, 107'053'056.0);
+  EXPECT_DOUBLE_EQ(flash_activation_bytes_per_layer(2048, 1, 12288, 96, 8, true, Recomputation::kSelective).value(), flash);
+  EXPECT_DOUBLE_EQ(flash_activation_bytes_per_layer(2048, 1, 12288, 96, 8, true, Recomputation::kFull).value(),
+                   2.0 * 2048 * 12288);
+}
+
 }  // namespace
 }  // namespace parallax

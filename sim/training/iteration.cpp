@@ -740,7 +740,8 @@ IterationResult simulate_iteration(const ModelConfig& model, const ParallelLayou
       result.pipeline_end > Time::zero() ? bubble_total.seconds() / (p * result.pipeline_end.seconds()) : 0.0;
 
   // ---- memory --------------------------------------------------------------------------------
-  const Bytes activation_per_layer = activation_bytes_per_layer(
+  // The attention core is FlashAttention (its cost in layer_operators), so no s×s scores are kept.
+  const Bytes activation_per_layer = flash_activation_bytes_per_layer(
       static_cast<double>(layout.sequence_length / layout.cp), static_cast<double>(layout.micro_batch),
       static_cast<double>(model.hidden), static_cast<double>(model.heads), t, layout.sequence_parallel, layout.recompute);
   for (int s = 0; s < p; ++s) {

@@ -86,7 +86,7 @@
 //
 // Memory per GPU: model states by ZeRO (zero_model_state_bytes; the dp·cp group shards them,
 // the expert-DP group the routed experts' when ep > 1), activations by Korthikanti et al. of
-// s/cp tokens per layer × the layers of each chunk × the micro-batches in flight on that stage
+// s/cp tokens per layer, FlashAttention's form (no s×s scores; flash_activation_bytes_per_layer) × the layers of each chunk × the micro-batches in flight on that stage
 // (peak_in_flight of the schedule: p−s on stage s for 1F1B, m for GPipe), and communication
 // buffers (PP send and receive, one DP gradient bucket, ZeRO-3's gathered layers: two with
 // prefetch; CP's two K/V blocks, or Ulysses' Q, K, V). Not counted: logits and loss buffers,

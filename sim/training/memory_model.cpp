@@ -33,4 +33,10 @@ Bytes activation_bytes_per_layer(double s, double b, double h, double a, int t, 
   return Bytes(sbh * (34.0 + scores));
 }
 
+Bytes flash_activation_bytes_per_layer(double s, double b, double h, double a, int t, bool sp, Recomputation r) {
+  if (r == Recomputation::kFull) return activation_bytes_per_layer(s, b, h, a, t, sp, r);
+  const double statistics = 4.0 * a * s * b / t;
+  return activation_bytes_per_layer(s, b, h, a, t, sp, Recomputation::kSelective) + Bytes(statistics);
+}
+
 }  // namespace parallax

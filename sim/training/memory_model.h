@@ -60,4 +60,12 @@ enum class Recomputation : uint8_t { kNone, kSelective, kFull };
 Bytes activation_bytes_per_layer(double s, double b, double h, double a, int t, bool sequence_parallel,
                                  Recomputation recomputation);
 
+/// The same layer with FlashAttention (Dao et al. 2022), whose kernel never writes the s×s
+/// scores, their softmax or its dropout mask: it keeps its output and the softmax's row
+/// statistics (one fp32 log-sum-exp per token and head, 4·a·s·b/t bytes). So without
+/// recomputation a layer holds selective recomputation's sbh·(10 + 24/t) (sbh·34/t with SP)
+/// plus those statistics; selective recomputation saves nothing more; full is unchanged.
+Bytes flash_activation_bytes_per_layer(double s, double b, double h, double a, int t, bool sequence_parallel,
+                                       Recomputation recomputation);
+
 }  // namespace parallax
