@@ -6,7 +6,8 @@ foreach(training_test compute_model_test training_model_test training_operators_
 endforeach()
 
 # ---- training job: parallel layout, pipeline schedules, simulated iteration ----------------
-foreach(training_test training_layout_test training_pipeline_test training_iteration_test training_cp_test)
+foreach(training_test training_layout_test training_pipeline_test training_iteration_test training_cp_test
+                      training_symmetry_test)
   parallax_test(${training_test} ${training_test}.cpp)
   target_link_libraries(${training_test} PRIVATE parallax_training)
 endforeach()

@@ -365,7 +365,13 @@ IterationResult simulate_iteration(const ModelConfig& model, const ParallelLayou
                                  static_cast<double>(layout.sequence_length / layout.cp) *
                                  static_cast<double>(model.hidden) * element);  // S = b·(s/cp)·h
   const Bytes pp_message = layout.sequence_parallel ? activation_message / t : activation_message;
-  auto stage_rank = [&](int s) { return ranks.rank_of(RankCoords{0, 0, 0, s}); };
+  const RankCoords replica = options.replica;
+  if (replica.tp < 0 || replica.tp >= t || replica.cp < 0 || replica.cp >= cp || replica.dp < 0 ||
+      replica.dp >= layout.dp) {
+    throw std::invalid_argument("replica (tp " + std::to_string(replica.tp) + ", cp " + std::to_string(replica.cp) +
+                                ", dp " + std::to_string(replica.dp) + ") is outside the layout");
+  }
+  auto stage_rank = [&](int s) { return ranks.rank_of(RankCoords{replica.tp, replica.cp, replica.dp, s}); };
 
   struct CommTask {
     Time time;
@@ -448,7 +454,7 @@ IterationResult simulate_iteration(const ModelConfig& model, const ParallelLayou
     }
     // CP ranks hold the same parameters: gradients and ZeRO shards span dp·cp ranks.
     for (int c = 0; c < cp; ++c) {
-      for (int d = 0; d < layout.dp; ++d) dp_group[static_cast<size_t>(s)].push_back(ranks.rank_of(RankCoords{0, c, d, s}));
+      for (int d = 0; d < layout.dp; ++d) dp_group[static_cast<size_t>(s)].push_back(ranks.rank_of(RankCoords{replica.tp, c, d, s}));
     }
   }
   const int dp = layout.dp;

@@ -138,6 +138,11 @@ struct IterationOptions {
   double optimizer_bytes_per_parameter = 28.0;
   /// Keep every task's place and time (IterationResult::timeline), for traces.
   bool keep_timeline = false;
+  /// Which replica's pipeline is simulated: its TP, CP and DP coordinates (pp is ignored). The
+  /// communication of each stage is timed on the groups of that replica's ranks. Any replica
+  /// gives the same result where the groups of all replicas sit alike on the topology (tests
+  /// check this against every replica of 64-GPU layouts).
+  RankCoords replica;
   /// Router skew over the routed experts; uniform by default.
   ExpertLoad expert_load;
   /// Capacity factor c > 0: each expert processes at most c·T·top_k/E of the T·top_k slots
@@ -226,7 +231,8 @@ struct IterationResult {
 /// r-th GPU. Throws InputError (validate's, with pointer "/parallel/...") on a bad layout;
 /// std::invalid_argument when the GPU lacks a peak for
 /// the layout's dtype (peak_rate of gemm_efficiency.h, with its fallbacks), or on a bad
-/// expert_load (wrong length, a negative or non-finite weight, all zero) or capacity factor.
+/// expert_load (wrong length, a negative or non-finite weight, all zero) or capacity factor,
+/// or a replica outside the layout.
 IterationResult simulate_iteration(const ModelConfig& model, const ParallelLayout& layout, const Topology& topology,
                                    const IterationOptions& options = {});
 
