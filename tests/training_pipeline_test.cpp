@@ -183,5 +183,29 @@ TEST(StreamGraph, EveryTaskRunsOnceAndTheLastFinishesAtTheCriticalPath) {
   for (const WorkTiming& w : t) EXPECT_LT(w.finish, Time::max());
 }
 
+TEST(StreamGraph, TasksOfAChannelShareIt) {
+  // Processor sharing on one channel. Stream a: x (10 µs); stream b: y (30 µs), both from 0:
+  // each runs at half speed until x has done its 10 µs of work at 20 µs; y has then 20 µs of
+  // work left, alone: it ends at 40 µs — the 40 µs of work, back to back. Stream c: z (10 µs)
+  // on no channel runs its solo time beside them.
+  StreamGraph g;
+  const StreamId a = g.add_stream(0, "a"), b = g.add_stream(0, "b"), c = g.add_stream(0, "c");
+  const ChannelId nic = g.add_channel();
+  const WorkId x = g.add(a, Time::us(10), WorkKind::kDpComm, {}, -1, nic);
+  const WorkId y = g.add(b, Time::us(30), WorkKind::kPpComm, {}, -1, nic);
+  const WorkId z = g.add(c, Time::us(10), WorkKind::kTpComm, {});
+  // w joins the channel at 20 µs (after x), when y has 20 µs left: both at half speed, w's
+  // 5 µs of work end at 30 µs, then y's remaining 15 µs alone end at 45 µs.
+  const WorkId w = g.add(a, Time::us(5), WorkKind::kDpComm, {}, -1, nic);
+  Engine engine;
+  auto t = run_stream_graph(engine, g);
+  EXPECT_EQ(t[x].finish, Time::us(20));
+  EXPECT_EQ(t[z].finish, Time::us(10));
+  EXPECT_EQ(t[w].start, Time::us(20));
+  EXPECT_EQ(t[w].finish, Time::us(30));
+  EXPECT_EQ(t[y].finish, Time::us(45));
+  EXPECT_THROW(g.add(a, Time::us(1), WorkKind::kDpComm, {}, -1, ChannelId{5}), std::invalid_argument);
+}
+
 }  // namespace
 }  // namespace parallax

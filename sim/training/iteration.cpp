@@ -377,14 +377,23 @@ IterationResult simulate_iteration(const ModelConfig& model, const ParallelLayou
     Time time;
     Bytes sent;
     int collectives = 0;
+    bool across_nodes = false;  // its group spans nodes: it goes through the NICs
+  };
+  auto spans_nodes = [&](const std::vector<int>& group) {
+    auto node = [&](int r) { return topo.device(topo.gpus()[static_cast<size_t>(r)]).node; };
+    return std::any_of(group.begin(), group.end(), [&](int r) { return node(r) != node(group.front()); });
   };
   auto collective = [&](CollectiveOp op, Bytes size, const std::vector<int>& group) {
     const int n = static_cast<int>(group.size());
     if (n < 2) return CommTask{};
-    return CommTask{timer.time(op, size, group), bytes_sent(op, n, size), 1};
+    return CommTask{timer.time(op, size, group), bytes_sent(op, n, size), 1, spans_nodes(group)};
   };
-  auto twice = [](CommTask c) { return CommTask{c.time + c.time, c.sent + c.sent, 2 * c.collectives}; };
-  auto plus = [](CommTask a, CommTask b) { return CommTask{a.time + b.time, a.sent + b.sent, a.collectives + b.collectives}; };
+  auto twice = [](CommTask c) {
+    return CommTask{c.time + c.time, c.sent + c.sent, 2 * c.collectives, c.across_nodes};
+  };
+  auto plus = [](CommTask a, CommTask b) {
+    return CommTask{a.time + b.time, a.sent + b.sent, a.collectives + b.collectives, a.across_nodes || b.across_nodes};
+  };
 
   std::vector<CommTask> tp_forward(static_cast<size_t>(p)), tp_backward(static_cast<size_t>(p));
   std::vector<CommTask> pp_send_forward(static_cast<size_t>(p)), pp_send_backward(static_cast<size_t>(p));
@@ -426,7 +435,8 @@ IterationResult simulate_iteration(const ModelConfig& model, const ParallelLayou
       const std::vector<int> ep_group = ranks.group(ParallelDim::kEp, stage_rank(s));
       const Bytes buffer = pp_message * static_cast<double>(model.moe->top_k);
       const CommTask a2a{timer.time(CollectiveOp::kAllToAll, buffer * routing.busiest_rank, ep_group),
-                         bytes_sent(CollectiveOp::kAllToAll, layout.ep, buffer * routing.processed), 1};
+                         bytes_sent(CollectiveOp::kAllToAll, layout.ep, buffer * routing.processed), 1,
+                         spans_nodes(ep_group)};
       ep_forward[static_cast<size_t>(s)] = twice(a2a);  // dispatch and combine
       ep_backward[static_cast<size_t>(s)] = layout.recompute == Recomputation::kFull
                                                 ? twice(ep_forward[static_cast<size_t>(s)])
@@ -480,25 +490,34 @@ IterationResult simulate_iteration(const ModelConfig& model, const ParallelLayou
 
   // ---- the stream graph --------------------------------------------------------------------
   StreamGraph graph;
+  // Each simulated GPU's communication shares two channels: its NVLink ports (groups inside
+  // a node) and its NICs (groups across nodes). Collectives that overlap on one share it.
   struct StageStreams {
     StreamId compute, tp, pp, dp, cp;
+    ChannelId scale_up, scale_out;
   };
   std::vector<StageStreams> streams;
   for (int s = 0; s < p; ++s) {
     streams.push_back({graph.add_stream(s, "compute"), graph.add_stream(s, "tp"), graph.add_stream(s, "pp"),
-                       graph.add_stream(s, "dp"), ring_attention ? graph.add_stream(s, "cp") : StreamId{}});
+                       graph.add_stream(s, "dp"), ring_attention ? graph.add_stream(s, "cp") : StreamId{},
+                       graph.add_channel(), graph.add_channel()});
   }
+  auto channel_of = [&](int s, const CommTask& c) {
+    if (!options.communication_contention) return kNoChannel;
+    return c.across_nodes ? streams[static_cast<size_t>(s)].scale_out : streams[static_cast<size_t>(s)].scale_up;
+  };
   std::vector<StageResult> stages(static_cast<size_t>(p));
   auto add_comm = [&](int s, StreamId stream, const CommTask& c, WorkKind kind, std::span<const WorkId> deps,
                       int peer = -1) {
     auto& volume = stages[static_cast<size_t>(s)].communication[kind_index(kind)];
     volume.sent += c.sent;
     volume.collectives += c.collectives;
-    return graph.add(stream, c.time, kind, deps, peer);
+    return graph.add(stream, c.time, kind, deps, peer, channel_of(s, c));
   };
   std::vector<std::optional<WorkId>> last_compute(static_cast<size_t>(p));
-  auto add_compute = [&](int s, Time duration, WorkKind kind, std::span<const WorkId> deps) {
-    const WorkId id = graph.add(streams[static_cast<size_t>(s)].compute, duration, kind, deps);
+  auto add_compute = [&](int s, Time duration, WorkKind kind, std::span<const WorkId> deps,
+                         ChannelId channel = kNoChannel) {
+    const WorkId id = graph.add(streams[static_cast<size_t>(s)].compute, duration, kind, deps, -1, channel);
     last_compute[static_cast<size_t>(s)] = id;
     return id;
   };
@@ -509,7 +528,7 @@ IterationResult simulate_iteration(const ModelConfig& model, const ParallelLayou
     auto& volume = stages[static_cast<size_t>(s)].communication[kind_index(kind)];
     volume.sent += c.sent;
     volume.collectives += c.collectives;
-    return add_compute(s, c.time, kind, {});
+    return add_compute(s, c.time, kind, {}, channel_of(s, c));
   };
   // One pass of a unit: its segments in order; returns the task that ends it. Ring attention
   // (TransformerEngine's schedule) splits the core into cp blocks; step i computes on the i-th

@@ -11,7 +11,10 @@
 // that rank belongs to (TP = consecutive ranks per the rank order, DP, EP and expert DP per
 // the expert rank grid, the stage pairs of PP),
 // so where a group falls on the topology (in a node, across nodes) matters; that the other
-// groups run the same collectives at the same time on other links does not (no contention).
+// groups run the same collectives at the same time on other links does not. A simulated GPU's
+// own concurrent communication does contend: what it sends inside its node shares its NVLink
+// ports, what crosses nodes its NICs (processor sharing, stream_graph.h; a PP send loads the
+// sender's side only). Communication kernels do not slow the compute kernels beside them.
 //
 // What each pass does (per micro-batch and model chunk, layer by layer):
 //   compute  forward and backward of layer_operators on the ComputeModel, with ShardingFactors
@@ -92,9 +95,8 @@
 // prefetch; CP's two K/V blocks, or Ulysses' Q, K, V). Not counted: logits and loss buffers,
 // allocator fragmentation, CUDA context, workspace.
 //
-// Not modelled yet: TP
-// communication of the embedding and output layers; contention between concurrent
-// collectives; zero-bubble schedules; for MoE: the imbalance of the all-to-all's senders
+// Not modelled yet: TP communication of the embedding and output layers; contention with
+// other replicas' traffic on shared switches; zero-bubble schedules; for MoE: the imbalance of the all-to-all's senders
 // (only the busiest receiver is modelled), expert routing that varies by layer or
 // micro-batch, the all-to-all's buffers and the MoE activations in memory, overlap of the
 // all-to-all with computation (DeepEP, 1F1B A2A overlap), the auxiliary losses.
@@ -138,6 +140,10 @@ struct IterationOptions {
   double optimizer_bytes_per_parameter = 28.0;
   /// Keep every task's place and time (IterationResult::timeline), for traces.
   bool keep_timeline = false;
+  /// Concurrent communication of a simulated GPU shares its links: its collectives and sends
+  /// inside a node share its NVLink ports, those across nodes its NICs (processor sharing,
+  /// stream_graph.h). false: each is timed as if alone.
+  bool communication_contention = true;
   /// Which replica's pipeline is simulated: its TP, CP and DP coordinates (pp is ignored). The
   /// communication of each stage is timed on the groups of that replica's ranks. Any replica
   /// gives the same result where the groups of all replicas sit alike on the topology (tests

@@ -1,6 +1,8 @@
 // In-order streams with cross-stream dependencies, executed on the engine.
 #include "training/stream_graph.h"
 
+#include <algorithm>
+#include <cmath>
 #include <stdexcept>
 
 #include "engine/invariant.h"
@@ -24,8 +26,12 @@ StreamId StreamGraph::add_stream(int rank, std::string name) {
   return static_cast<StreamId>(streams_.size() - 1);
 }
 
-WorkId StreamGraph::add(StreamId stream, Time duration, WorkKind kind, std::span<const WorkId> deps, int peer_rank) {
+ChannelId StreamGraph::add_channel() { return static_cast<ChannelId>(channels_++); }
+
+WorkId StreamGraph::add(StreamId stream, Time duration, WorkKind kind, std::span<const WorkId> deps, int peer_rank,
+                        ChannelId channel) {
   if (stream >= streams_.size()) throw std::invalid_argument("no stream " + std::to_string(stream));
+  if (channel != kNoChannel && channel >= channels_) throw std::invalid_argument("no channel " + std::to_string(channel));
   if (duration < Time::zero()) throw std::invalid_argument("a task cannot take negative time");
   const auto id = static_cast<WorkId>(tasks_.size());
   for (WorkId d : deps) {
@@ -33,7 +39,7 @@ WorkId StreamGraph::add(StreamId stream, Time duration, WorkKind kind, std::span
     dep_list_.push_back(d);
   }
   dep_offsets_.push_back(static_cast<uint32_t>(dep_list_.size()));
-  tasks_.push_back(StreamTask{stream, duration, kind, peer_rank});
+  tasks_.push_back(StreamTask{stream, duration, kind, peer_rank, channel});
   streams_[stream].tasks.push_back(id);
   return id;
 }
@@ -49,7 +55,7 @@ class StreamExecution {
   StreamExecution(Engine& engine, const StreamGraph& graph)
       : engine_(engine), graph_(graph), timings_(graph.size()), waiting_(graph.size()),
         position_(graph.stream_count(), 0), busy_(graph.stream_count(), false),
-        offsets_(graph.size() + 1, 0) {
+        offsets_(graph.size() + 1, 0), channels_(graph.channel_count()) {
     // Successors in compressed rows, for releasing dependants at completion.
     for (WorkId id = 0; id < graph.size(); ++id) {
       waiting_[id] = static_cast<uint32_t>(graph.dependencies(id).size());
@@ -87,7 +93,61 @@ class StreamExecution {
     if (waiting_[id] != 0) return;
     busy_[s] = true;
     timings_[id].start = engine_.now();
-    engine_.schedule_in(graph_.task(id).duration, [this, id] { finish(id); });
+    const ChannelId c = graph_.task(id).channel;
+    if (c == kNoChannel) {
+      engine_.schedule_in(graph_.task(id).duration, [this, id] { finish(id); });
+      return;
+    }
+    settle(c);
+    channels_[c].active.push_back({id, static_cast<double>(graph_.task(id).duration.picoseconds())});
+    reschedule(c);
+  }
+
+  // Processor sharing: while n tasks are in flight on a channel, each gets 1/n of it.
+  struct InFlight {
+    WorkId id;
+    double remaining;  // picoseconds of solo work left
+  };
+  struct Channel {
+    std::vector<InFlight> active;
+    Time since;  // when `remaining` was last brought up to date
+    EventId next;
+  };
+
+  void settle(ChannelId c) {
+    Channel& ch = channels_[c];
+    const double done = static_cast<double>((engine_.now() - ch.since).picoseconds());
+    if (!ch.active.empty() && done > 0) {
+      const double share = done / static_cast<double>(ch.active.size());
+      for (InFlight& f : ch.active) f.remaining -= share;
+    }
+    ch.since = engine_.now();
+  }
+
+  void reschedule(ChannelId c) {
+    Channel& ch = channels_[c];
+    engine_.cancel(ch.next);
+    if (ch.active.empty()) return;
+    double least = ch.active.front().remaining;
+    for (const InFlight& f : ch.active) least = std::min(least, f.remaining);
+    const double wait = std::max(0.0, least) * static_cast<double>(ch.active.size());
+    ch.next = engine_.schedule_in(Time::ps(static_cast<int64_t>(std::ceil(wait))), [this, c] { channel_done(c); });
+  }
+
+  // Completes the channel's tasks whose work is done (within rounding to whole picoseconds).
+  void channel_done(ChannelId c) {
+    settle(c);
+    Channel& ch = channels_[c];
+    std::vector<WorkId> done;
+    const double slack = static_cast<double>(ch.active.size());  // the ceil above, per task
+    std::erase_if(ch.active, [&](const InFlight& f) {
+      if (f.remaining > slack) return false;
+      done.push_back(f.id);
+      return true;
+    });
+    std::sort(done.begin(), done.end());  // same-instant completions in a fixed order
+    reschedule(c);
+    for (WorkId id : done) finish(id);
   }
 
   void finish(WorkId id) {
@@ -110,6 +170,7 @@ class StreamExecution {
   std::vector<bool> busy_;
   std::vector<uint32_t> offsets_;
   std::vector<WorkId> successors_;
+  std::vector<Channel> channels_;
 };
 
 }  // namespace

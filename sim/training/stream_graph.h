@@ -6,9 +6,12 @@
 // data-parallel reductions are all tasks; what differs is the stream they use and their kind,
 // which the breakdown of a rank's time reads.
 //
-// Durations are fixed when the graph is built (from the compute model and the collectives
-// layer's closed forms), so two collectives on different streams that share a link do not slow
-// each other down here; flows on a network model are the later, contention-aware fidelity.
+// A task's duration is what it takes alone (from the compute model and the collectives layer).
+// Tasks may name a channel — what a GPU's communication goes through, e.g. its NVLink ports or
+// its NIC — and the tasks of one channel that run at the same time share it equally
+// (processor sharing): each progresses at 1/n of its solo speed while n are in flight, so two
+// equal transfers that overlap both finish after twice their solo time, and work is conserved.
+// Tasks without a channel take exactly their duration.
 #pragma once
 
 #include <cstdint>
@@ -30,13 +33,16 @@ const char* to_string(WorkKind k);
 
 using StreamId = uint32_t;
 using WorkId = uint32_t;
+using ChannelId = uint32_t;
+inline constexpr ChannelId kNoChannel = UINT32_MAX;
 
 struct StreamTask {
   StreamId stream = 0;
-  Time duration;
+  Time duration;  ///< alone on its channel
   WorkKind kind = WorkKind::kCompute;
   /// A second rank that the task also occupies (the receiver of a pipeline send), or -1.
   int peer_rank = -1;
+  ChannelId channel = kNoChannel;
 };
 
 struct Stream {
@@ -48,18 +54,23 @@ struct Stream {
 class StreamGraph {
  public:
   StreamId add_stream(int rank, std::string name);
+  /// A channel that concurrent tasks share (see the file comment).
+  ChannelId add_channel();
   /// Appends a task to `stream`; `deps` must name tasks already added (so the graph is a DAG).
   /// Throws std::invalid_argument on a bad stream, a dependency not yet added or a negative
   /// duration.
-  WorkId add(StreamId stream, Time duration, WorkKind kind, std::span<const WorkId> deps, int peer_rank = -1);
-  WorkId add(StreamId stream, Time duration, WorkKind kind, std::initializer_list<WorkId> deps, int peer_rank = -1) {
-    return add(stream, duration, kind, std::span<const WorkId>(deps.begin(), deps.size()), peer_rank);
+  WorkId add(StreamId stream, Time duration, WorkKind kind, std::span<const WorkId> deps, int peer_rank = -1,
+             ChannelId channel = kNoChannel);
+  WorkId add(StreamId stream, Time duration, WorkKind kind, std::initializer_list<WorkId> deps, int peer_rank = -1,
+             ChannelId channel = kNoChannel) {
+    return add(stream, duration, kind, std::span<const WorkId>(deps.begin(), deps.size()), peer_rank, channel);
   }
 
   size_t size() const { return tasks_.size(); }
   const StreamTask& task(WorkId id) const { return tasks_[id]; }
   std::span<const WorkId> dependencies(WorkId id) const;
   size_t stream_count() const { return streams_.size(); }
+  size_t channel_count() const { return channels_; }
   const Stream& stream(StreamId id) const { return streams_[id]; }
 
  private:
@@ -67,6 +78,7 @@ class StreamGraph {
   std::vector<uint32_t> dep_offsets_{0};
   std::vector<WorkId> dep_list_;
   std::vector<Stream> streams_;
+  size_t channels_ = 0;
 };
 
 struct WorkTiming {
@@ -74,7 +86,8 @@ struct WorkTiming {
   Time finish = Time::max();
 };
 
-/// Plays `graph` on `engine` from engine.now(): one event per task completion. Returns the
+/// Plays `graph` on `engine` from engine.now(): one event per task completion (per channel,
+/// one pending event for its earliest completion, moved as tasks join and leave). Returns the
 /// timings, indexed by WorkId. A task's dependencies and its stream predecessors were all
 /// added before it, so waits point to lower ids and every graph runs to the end (an invariant
 /// checks it).
