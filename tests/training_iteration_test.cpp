@@ -113,24 +113,36 @@ TEST(IterationCommunication, TensorParallelSendsFourAllReducesPerLayer) {
   // Megatron: 2 all-reduces forward and 2 backward per layer, each of S = b·s·h·2 bytes; a ring
   // all-reduce sends 2(t−1)/t·S per GPU. t = 4, 8 layers, m = 2 micro-batches:
   //   collectives 4·8·2 = 64, bytes 64 · 2·3/4 · S.
-  // With SP each all-reduce becomes all-gather + reduce-scatter: 128 collectives, same bytes.
-  // Full recomputation repeats the forward's 2: 6 per layer → 96.
+  // The vocabulary-parallel ends add per micro-batch: the embedding's all-reduce (forward), the
+  // output layer's input-gradient all-reduce (backward), both of S, and the cross-entropy's 3
+  // all-reduces of s·4 bytes (fp32 per token): 5 collectives, 2·1.5·S + 3·1.5·s·4 bytes.
+  // With SP each all-reduce becomes all-gather + reduce-scatter (128 in the layers); the ends
+  // reduce-scatter/all-gather S once per pass each (4, sending 3/4·S each: the same 3S) plus
+  // the cross-entropy's 3: 142 collectives, the same bytes.
+  // Full recomputation repeats the layers' forward 2: 6 per layer → 96, plus the ends' 10.
   const double S = 1 * 512 * 256 * 2.0;
+  const double ends = 2 * (2 * 1.5 * S + 3 * 1.5 * 512 * 4.0);
   const Topology topo = toy_cluster(4);
   ParallelLayout l = layout(1, 4, 1, 2);
   auto tp_of = [&](const ParallelLayout& lay) {
     return simulate_iteration(tiny(), lay, topo).stages[0].communication[static_cast<size_t>(WorkKind::kTpComm)];
   };
   auto plain = tp_of(l);
-  EXPECT_EQ(plain.collectives, 64);
-  EXPECT_NEAR(plain.sent.value(), 64 * 1.5 * S, 1e-6);
+  EXPECT_EQ(plain.collectives, 64 + 10);
+  EXPECT_NEAR(plain.sent.value(), 64 * 1.5 * S + ends, 1e-6);
   l.sequence_parallel = true;
   auto sp = tp_of(l);
-  EXPECT_EQ(sp.collectives, 128);
-  EXPECT_NEAR(sp.sent.value(), 64 * 1.5 * S, 1e-6);
+  EXPECT_EQ(sp.collectives, 128 + 14);
+  EXPECT_NEAR(sp.sent.value(), 64 * 1.5 * S + ends, 1e-6);
   l.sequence_parallel = false;
   l.recompute = Recomputation::kFull;
-  EXPECT_EQ(tp_of(l).collectives, 96);
+  EXPECT_EQ(tp_of(l).collectives, 96 + 10);
+  // Without the ends (transformer layers only), exactly the layers' 64.
+  IterationOptions layers_only;
+  layers_only.transformer_layers_only = true;
+  l.recompute = Recomputation::kNone;
+  EXPECT_EQ(simulate_iteration(tiny(), l, topo, layers_only).stages[0].communication[static_cast<size_t>(WorkKind::kTpComm)].collectives,
+            64);
 }
 
 TEST(IterationTime, TwoStageOneFOneBMatchesTheHandTimeline) {

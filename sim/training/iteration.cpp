@@ -48,6 +48,8 @@ struct Unit {
   double expert_parameters = 0;
   bool transformer_layer = false;
   bool moe_layer = false;
+  bool embedding = false;     // the input side of the first virtual stage
+  bool output_layer = false;  // the output side of the last one
 };
 
 struct OperatorSums {
@@ -333,6 +335,7 @@ IterationResult simulate_iteration(const ModelConfig& model, const ParallelLayou
     if (vs == 0) {
       Unit u = unit_from(sum_operators(cm, embedding_operators(model, batch, sharding)), layout.recompute, false, timed_ends, false);
       u.parameters = static_cast<double>(counts.embedding) / t;
+      u.embedding = timed_ends;
       list.push_back(u);
     }
     for (int l = first_layer; l < first_layer + vs_layers[static_cast<size_t>(vs)]; ++l) {
@@ -354,6 +357,7 @@ IterationResult simulate_iteration(const ModelConfig& model, const ParallelLayou
       const double head = model.tied_embeddings ? (p * v > 1 ? static_cast<double>(counts.embedding) : 0.0)
                                                 : static_cast<double>(counts.output_head);
       u.parameters = head / t + static_cast<double>(counts.final_norm);
+      u.output_layer = timed_ends;
       list.push_back(u);
     }
   }
@@ -396,6 +400,8 @@ IterationResult simulate_iteration(const ModelConfig& model, const ParallelLayou
   };
 
   std::vector<CommTask> tp_forward(static_cast<size_t>(p)), tp_backward(static_cast<size_t>(p));
+  std::vector<CommTask> embedding_tp_forward(static_cast<size_t>(p)), embedding_tp_backward(static_cast<size_t>(p));
+  std::vector<CommTask> output_tp_forward(static_cast<size_t>(p)), output_tp_backward(static_cast<size_t>(p));
   std::vector<CommTask> pp_send_forward(static_cast<size_t>(p)), pp_send_backward(static_cast<size_t>(p));
   std::vector<CommTask> ep_forward(static_cast<size_t>(p)), ep_backward(static_cast<size_t>(p));
   std::vector<std::vector<int>> dp_group(static_cast<size_t>(p)), expert_dp_group(static_cast<size_t>(p));
@@ -452,6 +458,26 @@ IterationResult simulate_iteration(const ModelConfig& model, const ParallelLayou
                                    ? plus(collective(CollectiveOp::kAllGather, activation_message, tp_group),
                                           collective(CollectiveOp::kReduceScatter, activation_message, tp_group))
                                    : collective(CollectiveOp::kAllReduce, activation_message, tp_group);
+    // The vocabulary-parallel ends (Megatron): the embedding's partial lookups are summed
+    // (all-reduce; reduce-scatter onto the SP shard with SP, whose backward all-gathers); the
+    // output layer gathers the SP shard before the logits and reduce-scatters its gradient
+    // (without SP: its input gradient is all-reduced); the cross-entropy all-reduces, in fp32
+    // per token, the logits' max, the sum of exponentials and the target's logit.
+    const Bytes cross_entropy_message(static_cast<double>(layout.micro_batch) *
+                                      static_cast<double>(layout.sequence_length / cp) * 4.0);
+    const CommTask cross_entropy = plus(twice(collective(CollectiveOp::kAllReduce, cross_entropy_message, tp_group)),
+                                        collective(CollectiveOp::kAllReduce, cross_entropy_message, tp_group));
+    if (layout.sequence_parallel) {
+      embedding_tp_forward[static_cast<size_t>(s)] = collective(CollectiveOp::kReduceScatter, activation_message, tp_group);
+      embedding_tp_backward[static_cast<size_t>(s)] = collective(CollectiveOp::kAllGather, activation_message, tp_group);
+      output_tp_forward[static_cast<size_t>(s)] =
+          plus(collective(CollectiveOp::kAllGather, activation_message, tp_group), cross_entropy);
+      output_tp_backward[static_cast<size_t>(s)] = collective(CollectiveOp::kReduceScatter, activation_message, tp_group);
+    } else {
+      embedding_tp_forward[static_cast<size_t>(s)] = collective(CollectiveOp::kAllReduce, activation_message, tp_group);
+      output_tp_forward[static_cast<size_t>(s)] = cross_entropy;
+      output_tp_backward[static_cast<size_t>(s)] = collective(CollectiveOp::kAllReduce, activation_message, tp_group);
+    }
     tp_forward[static_cast<size_t>(s)] = twice(one_block);  // attention block and MLP block
     tp_backward[static_cast<size_t>(s)] = layout.recompute == Recomputation::kFull
                                               ? twice(tp_forward[static_cast<size_t>(s)])
@@ -655,6 +681,13 @@ IterationResult simulate_iteration(const ModelConfig& model, const ParallelLayou
         // Dispatch and combine on the compute stream, in line with the layer's kernels.
         prev = {add_blocking_comm(s, forward ? ep_forward[static_cast<size_t>(s)] : ep_backward[static_cast<size_t>(s)],
                                   WorkKind::kEpComm)};
+      }
+      if ((u.embedding || u.output_layer) && t > 1) {
+        // In line with the kernels that need them (the next layer's input, the logits).
+        const size_t i = static_cast<size_t>(s);
+        const CommTask& tp = u.embedding ? (forward ? embedding_tp_forward[i] : embedding_tp_backward[i])
+                                         : (forward ? output_tp_forward[i] : output_tp_backward[i]);
+        if (tp.collectives > 0) prev = {add_blocking_comm(s, tp, WorkKind::kTpComm)};
       }
       if (u.transformer_layer && t > 1) {
         const CommTask& tp = forward ? tp_forward[static_cast<size_t>(s)] : tp_backward[static_cast<size_t>(s)];

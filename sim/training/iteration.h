@@ -25,7 +25,11 @@
 //            2 backward; with SP (Korthikanti et al. 2023) each becomes an all-gather plus a
 //            reduce-scatter of the same S. Full recomputation repeats the forward's. On the
 //            compute stream after the layer's kernels, or beside them on a TP stream with
-//            tp_comm_overlap (the next layer waits for both).
+//            tp_comm_overlap (the next layer waits for both). The vocabulary-parallel ends:
+//            the embedding's all-reduce (with SP: reduce-scatter, all-gather backward), the
+//            output layer's all-gather of the SP shard and reduce-scatter of its gradient
+//            (without SP: the gradient's all-reduce), and the cross-entropy's three fp32
+//            all-reduces per token (max, Σexp, target logit), on the compute stream.
 //   PP       one send of the activations (S elements, S/tp with SP: Megatron's scatter-gather)
 //            to the next virtual stage after each forward, and of their gradient back after
 //            each backward, on the sender's PP stream; the receiver's pass waits for it.
@@ -95,8 +99,7 @@
 // prefetch; CP's two K/V blocks, or Ulysses' Q, K, V). Not counted: logits and loss buffers,
 // allocator fragmentation, CUDA context, workspace.
 //
-// Not modelled yet: TP communication of the embedding and output layers; contention with
-// other replicas' traffic on shared switches; zero-bubble schedules; for MoE: the imbalance of the all-to-all's senders
+// Not modelled yet: contention with other replicas' traffic on shared switches; zero-bubble schedules; for MoE: the imbalance of the all-to-all's senders
 // (only the busiest receiver is modelled), expert routing that varies by layer or
 // micro-batch, the all-to-all's buffers and the MoE activations in memory, overlap of the
 // all-to-all with computation (DeepEP, 1F1B A2A overlap), the auxiliary losses.
