@@ -145,6 +145,38 @@ TEST(PipelineBubble, HoldsForAnyBackwardToForwardRatio) {
   }
 }
 
+TEST(PipelineBubble, ZeroBubbleH1SplitsTheBackwardAndFillsTheBubbles) {
+  // t_f = 1 ms, B = W = 1 ms (the backward's halves). With m = p the paper's ZB-H1 makespan is
+  // (3m + p − 1)·t_f: every stage idles only (p−1)(t_f + t_b − t_w) = (p−1) ms, so the bubble
+  // is (p−1)/(3m+p−1): p=2 → 1/7, p=4 → 3/15, p=8 → 7/31 (1F1B: (p−1)/(m+p−1) = 1/3, 3/7, 7/15).
+  const Time tf = Time::ms(1), tb = Time::ms(2), tw = Time::ms(1);
+  for (int p : {2, 4, 8}) {
+    SCOPED_TRACE("p=" + std::to_string(p));
+    const PipelineSchedule s = make_pipeline_schedule(PipelineScheduleKind::kZeroBubbleH1, p, p);
+    EXPECT_EQ(schedule_problem(s), "");
+    const PipelineRun run = run_pipeline(s, tf, tb, tw);
+    expect_bubble(run, p - 1, 3 * p + p - 1);
+    EXPECT_EQ(run.makespan, tf * (3 * p + p - 1));
+  }
+  // For m > p the greedy order stays between the ideal 3m + p − 1 and 1F1B's 3(m + p − 1):
+  // p = 4, m = 8: 27 ≤ 29 < 33 ms.
+  const PipelineSchedule s = make_pipeline_schedule(PipelineScheduleKind::kZeroBubbleH1, 4, 8);
+  EXPECT_EQ(run_pipeline(s, tf, tb, tw).makespan, Time::ms(29));
+  EXPECT_EQ(run_pipeline(make_pipeline_schedule(PipelineScheduleKind::kOneFOneB, 4, 8), tf, tb).makespan, Time::ms(33));
+  // Memory: never more than p micro-batches between F and W, 1F1B's peak on stage 0.
+  for (int stage = 0; stage < 4; ++stage) EXPECT_LE(peak_in_flight(s, stage), 4);
+  // Each stage lists F, B and W of every micro-batch; W follows B on the same stage.
+  EXPECT_EQ(s.per_stage[0].size(), 24u);
+  const auto dep = pipeline_dependency(s, 2, PipelineOp{PassKind::kWeight, 5, 0});
+  ASSERT_TRUE(dep);
+  EXPECT_EQ(dep->stage, 2);
+  EXPECT_EQ(to_string(dep->op, false), "B5");
+  // A W in a schedule that does not split the backward is a problem.
+  PipelineSchedule bad = make_pipeline_schedule(PipelineScheduleKind::kOneFOneB, 2, 2);
+  bad.per_stage[0].back() = PipelineOp{PassKind::kWeight, 1, 0};
+  EXPECT_NE(schedule_problem(bad).find("does not split the backward"), std::string::npos) << schedule_problem(bad);
+}
+
 TEST(PipelineBubble, RejectsTimesThatDoNotSplitIntoChunks) {
   PipelineSchedule s = make_pipeline_schedule(PipelineScheduleKind::kInterleavedOneFOneB, 2, 2, 2);
   EXPECT_THROW(run_pipeline(s, Time::ps(3), Time::ps(4)), std::invalid_argument);

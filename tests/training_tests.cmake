@@ -58,3 +58,7 @@ add_test(NAME train.ulysses_needs_divisible_heads
          COMMAND bash -c "! \"$0\" train \"$1\" --cp-comm ulysses" $<TARGET_FILE:parallax>
                  ${PROJECT_SOURCE_DIR}/workloads/train/llama3-70b-seq64k-cp8-32xdgx-h100.json)
 set_tests_properties(train.ulysses_needs_divisible_heads PROPERTIES PASS_REGULAR_EXPRESSION "/parallel/cp: Ulysses needs cp=8")
+# The zero-bubble schedule through the CLI.
+add_test(NAME example.train.zero_bubble
+         COMMAND parallax train ${PROJECT_SOURCE_DIR}/workloads/train/llama3-70b-64xdgx-h100.json --schedule zb_h1)
+set_tests_properties(example.train.zero_bubble PROPERTIES PASS_REGULAR_EXPRESSION "zb_h1, ZeRO-1")

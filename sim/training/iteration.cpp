@@ -40,6 +40,11 @@ struct Unit {
   Time backward;  // recomputation included
   std::vector<Segment> forward_segments;   // add up to forward
   std::vector<Segment> backward_segments;  // add up to backward
+  // Zero-bubble schedules split the backward: B (input gradients) and W (the GEMMs' weight
+  // gradients, each the volume of its forward, so timed as the forward GEMM).
+  std::vector<Segment> input_gradient_segments;  // add up to backward − weight_gradient
+  Time weight_gradient;
+  Flops weight_gradient_flops;
   Flops forward_flops;
   Flops backward_flops;
   double parameters = 0;  // held by this GPU (TP and EP shards)
@@ -55,7 +60,8 @@ struct Unit {
 struct OperatorSums {
   Time forward, backward, attention_forward, attention_backward;
   Time forward_before_attention, backward_before_attention;  // the operators ahead of the core
-  Flops forward_flops, backward_flops, attention_forward_flops;
+  Time weight_before_attention, weight_after_attention;      // the GEMMs' weight gradients
+  Flops forward_flops, backward_flops, attention_forward_flops, weight_flops;
 };
 
 OperatorSums sum_operators(const ComputeModel& cm, const std::vector<ModelOperator>& ops) {
@@ -67,6 +73,10 @@ OperatorSums sum_operators(const ComputeModel& cm, const std::vector<ModelOperat
     s.backward += backward;
     s.forward_flops += op.forward.flops;
     s.backward_flops += op.backward.flops;
+    if (op.forward.kind == OperatorKind::kGemm) {
+      (before ? s.weight_before_attention : s.weight_after_attention) += forward;
+      s.weight_flops += op.forward.flops;
+    }
     if (op.name == "attention") {
       before = false;
       s.attention_forward += forward;
@@ -89,9 +99,11 @@ Unit unit_from(const OperatorSums& s, Recomputation recompute, bool transformer_
   Unit u;
   u.transformer_layer = transformer_layer;
   if (!timed) {
-    u.forward_segments = u.backward_segments = {{Time::zero()}};
+    u.forward_segments = u.backward_segments = u.input_gradient_segments = {{Time::zero()}};
     return u;
   }
+  u.weight_gradient = s.weight_before_attention + s.weight_after_attention;
+  u.weight_gradient_flops = s.weight_flops;
   u.forward = s.forward;
   u.backward = s.backward;
   u.forward_flops = s.forward_flops;
@@ -106,16 +118,22 @@ Unit unit_from(const OperatorSums& s, Recomputation recompute, bool transformer_
   if (!(split_attention && transformer_layer)) {
     u.forward_segments = {{u.forward}};
     u.backward_segments = {{u.backward}};
+    u.input_gradient_segments = {{u.backward - u.weight_gradient}};
     return u;
   }
   u.forward_segments = {{s.forward_before_attention},
                         {s.attention_forward, AttentionPass::kForward},
                         {s.forward - s.forward_before_attention - s.attention_forward}};
-  if (recompute == Recomputation::kFull) u.backward_segments = u.forward_segments;
-  u.backward_segments.push_back({s.backward - s.backward_before_attention - s.attention_backward});
-  if (recompute == Recomputation::kSelective) u.backward_segments.push_back({s.attention_forward, AttentionPass::kForward});
-  u.backward_segments.push_back({s.attention_backward, AttentionPass::kBackward});
-  u.backward_segments.push_back({s.backward_before_attention});
+  // Backward and its B part, side by side: B leaves out each side's weight gradients.
+  for (const bool whole : {true, false}) {
+    std::vector<Segment>& list = whole ? u.backward_segments : u.input_gradient_segments;
+    if (recompute == Recomputation::kFull) list = u.forward_segments;
+    list.push_back({s.backward - s.backward_before_attention - s.attention_backward -
+                    (whole ? Time::zero() : s.weight_after_attention)});
+    if (recompute == Recomputation::kSelective) list.push_back({s.attention_forward, AttentionPass::kForward});
+    list.push_back({s.attention_backward, AttentionPass::kBackward});
+    list.push_back({s.backward_before_attention - (whole ? Time::zero() : s.weight_before_attention)});
+  }
   return u;
 }
 
@@ -306,7 +324,6 @@ IterationResult simulate_iteration(const ModelConfig& model, const ParallelLayou
   const ShardingFactors sharding{t, layout.cp, layout.ep, layout.sequence_parallel};
   const RankMapping ranks(layout);
   const ParameterCounts counts = count_parameters(model);
-  const PipelineSchedule schedule = make_pipeline_schedule(layout.schedule, p, m, v);
   const bool timed_ends = !options.transformer_layers_only;
   const bool expert_parallel = layout.ep > 1;
   const int cp = layout.cp;
@@ -361,6 +378,18 @@ IterationResult simulate_iteration(const ModelConfig& model, const ParallelLayou
       list.push_back(u);
     }
   }
+
+  // ZB-H1's order follows each stage's pass times (its compute; communication left out).
+  std::vector<StagePassTimes> pass_times(static_cast<size_t>(p));
+  for (int vs = 0; vs < p * v; ++vs) {
+    StagePassTimes& times = pass_times[static_cast<size_t>(vs % p)];
+    for (const Unit& u : units[static_cast<size_t>(vs)]) {
+      times.forward += u.forward;
+      times.input_backward += u.backward - u.weight_gradient;
+      times.weight += u.weight_gradient;
+    }
+  }
+  const PipelineSchedule schedule = make_pipeline_schedule(layout.schedule, p, m, v, pass_times);
 
   // ---- communication sizes and times ------------------------------------------------------
   CollectiveTimer timer(topo, options);
@@ -615,11 +644,14 @@ IterationResult simulate_iteration(const ModelConfig& model, const ParallelLayou
       }
     }
   }
-  // The micro-batch of each (stage, chunk)'s last backward: where ZeRO 0/1 reduce.
+  // The pass that yields the weight gradients: the backward, or W when it is split. The
+  // micro-batch of each (stage, chunk)'s last such pass is where ZeRO 0/1 reduce.
+  const bool split = schedule.split_backward();
+  const PassKind gradient_kind = split ? PassKind::kWeight : PassKind::kBackward;
   std::map<std::pair<int, int>, int> last_backward;
   for (int s = 0; s < p; ++s) {
     for (const PipelineOp& op : schedule.per_stage[static_cast<size_t>(s)]) {
-      if (op.kind == PassKind::kBackward) last_backward[{s, op.chunk}] = op.micro_batch;
+      if (op.kind == gradient_kind) last_backward[{s, op.chunk}] = op.micro_batch;
     }
   }
 
@@ -637,6 +669,8 @@ IterationResult simulate_iteration(const ModelConfig& model, const ParallelLayou
     const int vs = op.chunk * p + s;
     const auto& list = units[static_cast<size_t>(vs)];
     const bool forward = op.kind == PassKind::kForward;
+    const bool weight = op.kind == PassKind::kWeight;  // W: no communication but the reduction
+    const bool gradients = op.kind == gradient_kind;
 
     std::vector<WorkId> input;
     if (auto dep = pipeline_dependency(schedule, s, op)) {
@@ -647,8 +681,8 @@ IterationResult simulate_iteration(const ModelConfig& model, const ParallelLayou
         input = before.done;
       }
     }
-    const bool reducing = dp_comm && (zero == ZeroStage::kStage2 || zero3 ||
-                                      (!forward && last_backward.at({s, op.chunk}) == op.micro_batch));
+    const bool reducing = dp_comm && gradients &&
+                          (zero == ZeroStage::kStage2 || zero3 || last_backward.at({s, op.chunk}) == op.micro_batch);
     const std::optional<WorkId> before_pass = last_compute[static_cast<size_t>(s)];
     std::vector<WorkId> prev = input;
     std::vector<WorkId> compute_ids;  // of this pass, in execution order
@@ -657,7 +691,7 @@ IterationResult simulate_iteration(const ModelConfig& model, const ParallelLayou
       const size_t k = forward ? step : n - 1 - step;
       const Unit& u = list[k];
       std::vector<WorkId> deps = prev;
-      if (zero3 && dp_comm) {
+      if (zero3 && dp_comm && !weight) {
         // Issued when the layer before the previous one is done (prefetch: it overlaps the
         // previous layer) or when the previous one is done.
         std::vector<WorkId> when;
@@ -673,23 +707,32 @@ IterationResult simulate_iteration(const ModelConfig& model, const ParallelLayou
         deps.push_back(add_comm(s, st.dp, parameter_gather(s, u), WorkKind::kDpComm, when));
       }
       if (forward && prefetched.count({vs, k})) deps.push_back(prefetched.at({vs, k}));
-      const WorkId c = add_segments(s, forward ? u.forward_segments : u.backward_segments, deps);
-      stage.hardware_flops += forward ? u.forward_flops : u.backward_flops;
+      const std::vector<Segment> weight_segments{{u.weight_gradient}};
+      const WorkId c = add_segments(s,
+                                    forward  ? u.forward_segments
+                                    : weight ? weight_segments
+                                    : split  ? u.input_gradient_segments
+                                             : u.backward_segments,
+                                    deps);
+      stage.hardware_flops += forward  ? u.forward_flops
+                              : weight ? u.weight_gradient_flops
+                              : split  ? u.backward_flops - u.weight_gradient_flops
+                                       : u.backward_flops;
       compute_ids.push_back(c);
       prev = {c};
-      if (u.moe_layer && expert_parallel) {
+      if (u.moe_layer && expert_parallel && !weight) {
         // Dispatch and combine on the compute stream, in line with the layer's kernels.
         prev = {add_blocking_comm(s, forward ? ep_forward[static_cast<size_t>(s)] : ep_backward[static_cast<size_t>(s)],
                                   WorkKind::kEpComm)};
       }
-      if ((u.embedding || u.output_layer) && t > 1) {
+      if ((u.embedding || u.output_layer) && t > 1 && !weight) {
         // In line with the kernels that need them (the next layer's input, the logits).
         const size_t i = static_cast<size_t>(s);
         const CommTask& tp = u.embedding ? (forward ? embedding_tp_forward[i] : embedding_tp_backward[i])
                                          : (forward ? output_tp_forward[i] : output_tp_backward[i]);
         if (tp.collectives > 0) prev = {add_blocking_comm(s, tp, WorkKind::kTpComm)};
       }
-      if (u.transformer_layer && t > 1) {
+      if (u.transformer_layer && t > 1 && !weight) {
         const CommTask& tp = forward ? tp_forward[static_cast<size_t>(s)] : tp_backward[static_cast<size_t>(s)];
         if (layout.tp_comm_overlap) {
           prev.push_back(add_comm(s, st.tp, tp, WorkKind::kTpComm, deps));
@@ -697,11 +740,11 @@ IterationResult simulate_iteration(const ModelConfig& model, const ParallelLayou
           prev = {add_blocking_comm(s, tp, WorkKind::kTpComm)};
         }
       }
-      if (!forward && reducing && layout.grad_reduce_overlap) {
+      if (reducing && layout.grad_reduce_overlap) {
         reductions.push_back(add_comm(s, st.dp, gradient_reduction(s, u), WorkKind::kDpComm, prev));
       }
     }
-    if (!forward && reducing && !layout.grad_reduce_overlap) {
+    if (reducing && !layout.grad_reduce_overlap) {
       for (size_t step = 0; step < n; ++step) {
         reductions.push_back(add_comm(s, st.dp, gradient_reduction(s, list[n - 1 - step]), WorkKind::kDpComm, prev));
       }
@@ -711,7 +754,7 @@ IterationResult simulate_iteration(const ModelConfig& model, const ParallelLayou
     if (forward && vs < p * v - 1) {
       const int next = (s + 1) % p;
       tasks.send = add_comm(s, st.pp, pp_send_forward[static_cast<size_t>(s)], WorkKind::kPpComm, prev, next);
-    } else if (!forward && vs > 0) {
+    } else if (op.kind == PassKind::kBackward && vs > 0) {
       const int next = (s + p - 1) % p;
       tasks.send = add_comm(s, st.pp, pp_send_backward[static_cast<size_t>(s)], WorkKind::kPpComm, prev, next);
     }

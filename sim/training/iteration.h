@@ -33,6 +33,11 @@
 //   PP       one send of the activations (S elements, S/tp with SP: Megatron's scatter-gather)
 //            to the next virtual stage after each forward, and of their gradient back after
 //            each backward, on the sender's PP stream; the receiver's pass waits for it.
+//            ZB-H1 (pipeline_schedule.h) splits each backward into B — the backward less the
+//            GEMMs' weight gradients, which TP, EP, ZeRO-3 and the PP send go with — and W,
+//            the weight gradients (each timed as its GEMM's forward), after which the DP
+//            reduction of that layer starts; its order is list-scheduled on the stages' own
+//            F, B and W compute times.
 //   EP       Megatron-core's all-to-all token dispatcher with expert TP = tp (layer_operators'
 //            assumption), per MoE layer: a dispatch all-to-all before the expert GEMMs and a
 //            combine after them in the forward, the same two in the backward (four with full
@@ -99,7 +104,8 @@
 // prefetch; CP's two K/V blocks, or Ulysses' Q, K, V). Not counted: logits and loss buffers,
 // allocator fragmentation, CUDA context, workspace.
 //
-// Not modelled yet: contention with other replicas' traffic on shared switches; zero-bubble schedules; for MoE: the imbalance of the all-to-all's senders
+// Not modelled yet: contention with other replicas' traffic on shared switches; zero-bubble
+// schedules beyond ZB-H1 (ZB-H2, ZB-V); for MoE: the imbalance of the all-to-all's senders
 // (only the busiest receiver is modelled), expert routing that varies by layer or
 // micro-batch, the all-to-all's buffers and the MoE activations in memory, overlap of the
 // all-to-all with computation (DeepEP, 1F1B A2A overlap), the auxiliary losses.

@@ -25,6 +25,7 @@ const char* to_string(PipelineScheduleKind k) {
     case PipelineScheduleKind::kGpipe: return "gpipe";
     case PipelineScheduleKind::kOneFOneB: return "1f1b";
     case PipelineScheduleKind::kInterleavedOneFOneB: return "interleaved_1f1b";
+    case PipelineScheduleKind::kZeroBubbleH1: return "zb_h1";
   }
   return "?";
 }

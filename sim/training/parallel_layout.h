@@ -28,8 +28,8 @@
 
 namespace parallax {
 
-enum class PipelineScheduleKind : uint8_t { kGpipe, kOneFOneB, kInterleavedOneFOneB };
-/// "gpipe", "1f1b", "interleaved_1f1b".
+enum class PipelineScheduleKind : uint8_t { kGpipe, kOneFOneB, kInterleavedOneFOneB, kZeroBubbleH1 };
+/// "gpipe", "1f1b", "interleaved_1f1b", "zb_h1".
 const char* to_string(PipelineScheduleKind k);
 
 /// How context parallelism exchanges what attention needs across the CP group: ring attention

@@ -1,9 +1,11 @@
-// Pipeline schedules (GPipe, 1F1B, interleaved 1F1B), their dependency check and the
+// Pipeline schedules (GPipe, 1F1B, interleaved 1F1B, ZB-H1), their dependency check and the
 // free-communication executor.
 #include "training/pipeline_schedule.h"
 
 #include <algorithm>
 #include <map>
+#include <set>
+#include <tuple>
 #include <stdexcept>
 
 #include "engine/engine.h"
@@ -51,6 +53,74 @@ std::vector<PipelineOp> interleaved_stage(int p, int m, int v, int s) {
   return ops;
 }
 
+// ZB-H1 by list scheduling (the rules are in the header), played in continuous time with each
+// stage's pass times: a stage that is free picks its next pass from what has finished by then,
+// or waits for the next pass to finish anywhere.
+std::vector<std::vector<PipelineOp>> zero_bubble_h1(int p, int m, const std::vector<StagePassTimes>& times) {
+  const Time never = Time::max();
+  const size_t stages = static_cast<size_t>(p), mbs = static_cast<size_t>(m);
+  std::vector<std::vector<Time>> f_done(stages, std::vector<Time>(mbs, never)), b_done = f_done;
+  std::vector<std::vector<PipelineOp>> order(stages);
+  std::vector<int> f(stages, 0), b(stages, 0), w(stages, 0);
+  std::vector<Time> free_at(stages, Time::zero());
+  std::vector<bool> waiting(stages, false);
+  std::set<Time> finishes;                   // every pass's end, to wake waiting stages
+  auto finished = [](Time at, Time now) { return at != Time::max() && at <= now; };
+  while (true) {
+    // The stage with work left that is free first; on ties, one that has not just found
+    // nothing to do, then the lowest index.
+    int s = -1;
+    auto key = [&](int i) {
+      return std::make_tuple(free_at[static_cast<size_t>(i)], waiting[static_cast<size_t>(i)], i);
+    };
+    for (int i = 0; i < p; ++i) {
+      if (w[static_cast<size_t>(i)] < m && (s < 0 || key(i) < key(s))) s = i;
+    }
+    if (s < 0) break;
+    const size_t i = static_cast<size_t>(s);
+    const Time now = free_at[i];
+    const bool b_ready = b[i] < m && finished(f_done[i][static_cast<size_t>(b[i])], now) &&
+                         (s == p - 1 || finished(b_done[i + 1][static_cast<size_t>(b[i])], now));
+    const bool f_ready = f[i] < m && (s == 0 || finished(f_done[i - 1][static_cast<size_t>(f[i])], now));
+    const bool w_pending = w[i] < b[i] && finished(b_done[i][static_cast<size_t>(w[i])], now);
+    const bool at_limit = f[i] - w[i] >= p;
+    const StagePassTimes& t = times[i];
+    Time took = Time::zero();
+    if (b_ready) {
+      took = t.input_backward;
+      b_done[i][static_cast<size_t>(b[i])] = now + took;
+      order[i].push_back({PassKind::kBackward, b[i]++, 0});
+    } else if (at_limit && w_pending) {
+      took = t.weight;
+      order[i].push_back({PassKind::kWeight, w[i]++, 0});
+    } else if (f_ready && !at_limit) {
+      took = t.forward;
+      f_done[i][static_cast<size_t>(f[i])] = now + took;
+      order[i].push_back({PassKind::kForward, f[i]++, 0});
+    } else if (w_pending) {
+      took = t.weight;
+      order[i].push_back({PassKind::kWeight, w[i]++, 0});
+    } else {
+      // Nothing can start: wait for the next pass to end anywhere, or another stage to move.
+      auto later = finishes.upper_bound(now);
+      Time next = later == finishes.end() ? never : *later;
+      for (int o = 0; o < p; ++o) {
+        const size_t j = static_cast<size_t>(o);
+        const bool may_act = free_at[j] > now || (free_at[j] == now && !waiting[j]);
+        if (o != s && w[j] < m && may_act) next = std::min(next, free_at[j]);
+      }
+      if (next == never) throw std::logic_error("zb_h1: the list scheduler is stuck");
+      waiting[i] = next == now;  // another stage acts at this instant first
+      free_at[i] = next;
+      continue;
+    }
+    waiting[i] = false;
+    free_at[i] = now + took;
+    finishes.insert(now + took);
+  }
+  return order;
+}
+
 // A stage-and-position pair in an order where every pass comes after its dependency and after
 // the earlier passes of its stage; `problem` says why no such order exists.
 struct AdditionOrder {
@@ -61,7 +131,8 @@ struct AdditionOrder {
 AdditionOrder addition_order(const PipelineSchedule& sch) {
   AdditionOrder out;
   const int p = sch.stages;
-  const size_t per_stage = 2 * static_cast<size_t>(sch.micro_batches) * static_cast<size_t>(sch.chunks);
+  const size_t per_stage = static_cast<size_t>(sch.passes_per_micro_batch()) *
+                           static_cast<size_t>(sch.micro_batches) * static_cast<size_t>(sch.chunks);
   // Each stage must list every pass once.
   for (int s = 0; s < p; ++s) {
     const auto& ops = sch.per_stage[static_cast<size_t>(s)];
@@ -79,9 +150,18 @@ AdditionOrder addition_order(const PipelineSchedule& sch) {
       }
     }
     if (ops.size() != per_stage) {
-      out.problem = "stage " + std::to_string(s) + " lists " + std::to_string(ops.size()) + " passes, not 2·m·v=" +
-                    std::to_string(per_stage);
+      out.problem = "stage " + std::to_string(s) + " lists " + std::to_string(ops.size()) + " passes, not " +
+                    std::to_string(sch.passes_per_micro_batch()) + "·m·v=" + std::to_string(per_stage);
       return out;
+    }
+    if (!sch.split_backward()) {
+      for (const PipelineOp& op : ops) {
+        if (op.kind == PassKind::kWeight) {
+          out.problem = "stage " + std::to_string(s) + " lists " + to_string(op, sch.chunks > 1) +
+                        ", but " + to_string(sch.kind) + " does not split the backward";
+          return out;
+        }
+      }
     }
   }
   std::vector<size_t> next(static_cast<size_t>(p), 0);
@@ -120,14 +200,29 @@ AdditionOrder addition_order(const PipelineSchedule& sch) {
 }  // namespace
 
 std::string to_string(const PipelineOp& op, bool with_chunk) {
-  std::string s = (op.kind == PassKind::kForward ? "F" : "B") + std::to_string(op.micro_batch);
+  const char* kind = op.kind == PassKind::kForward ? "F" : op.kind == PassKind::kBackward ? "B" : "W";
+  std::string s = kind + std::to_string(op.micro_batch);
   if (with_chunk) s += "." + std::to_string(op.chunk);
   return s;
 }
 
-PipelineSchedule make_pipeline_schedule(PipelineScheduleKind kind, int p, int m, int v) {
+PipelineSchedule make_pipeline_schedule(PipelineScheduleKind kind, int p, int m, int v,
+                                        const std::vector<StagePassTimes>& times) {
   if (p < 1 || m < 1 || v < 1) throw std::invalid_argument("stages, micro-batches and chunks must be at least 1");
   const bool interleaved = kind == PipelineScheduleKind::kInterleavedOneFOneB;
+  if (kind == PipelineScheduleKind::kZeroBubbleH1) {
+    if (v != 1) throw std::invalid_argument("zb_h1 runs one model chunk per stage, not " + std::to_string(v));
+    PipelineSchedule sch;
+    sch.kind = kind;
+    sch.stages = p;
+    sch.micro_batches = m;
+    if (!times.empty() && static_cast<int>(times.size()) != p) {
+      throw std::invalid_argument("zb_h1 needs the pass times of all " + std::to_string(p) + " stages");
+    }
+    const StagePassTimes unit{Time::ps(1), Time::ps(1), Time::ps(1)};
+    sch.per_stage = zero_bubble_h1(p, m, times.empty() ? std::vector<StagePassTimes>(static_cast<size_t>(p), unit) : times);
+    return sch;
+  }
   if (!interleaved && v != 1) {
     throw std::invalid_argument(std::string(to_string(kind)) + " runs one model chunk per stage, not " + std::to_string(v));
   }
@@ -145,6 +240,7 @@ PipelineSchedule make_pipeline_schedule(PipelineScheduleKind kind, int p, int m,
       case PipelineScheduleKind::kGpipe: sch.per_stage.push_back(gpipe_stage(m)); break;
       case PipelineScheduleKind::kOneFOneB: sch.per_stage.push_back(one_f_one_b_stage(p, m, s)); break;
       case PipelineScheduleKind::kInterleavedOneFOneB: sch.per_stage.push_back(interleaved_stage(p, m, v, s)); break;
+      case PipelineScheduleKind::kZeroBubbleH1: break;  // built above
     }
   }
   return sch;
@@ -152,6 +248,7 @@ PipelineSchedule make_pipeline_schedule(PipelineScheduleKind kind, int p, int m,
 
 std::optional<StagedOp> pipeline_dependency(const PipelineSchedule& sch, int s, const PipelineOp& op) {
   const int p = sch.stages, v = sch.chunks;
+  if (op.kind == PassKind::kWeight) return StagedOp{s, {PassKind::kBackward, op.micro_batch, op.chunk}};
   if (op.kind == PassKind::kForward) {
     if (s > 0) return StagedOp{s - 1, op};
     if (op.chunk > 0) return StagedOp{p - 1, {PassKind::kForward, op.micro_batch, op.chunk - 1}};
@@ -179,7 +276,9 @@ double peak_in_flight(const PipelineSchedule& sch, int stage, const std::vector<
   double now = 0, peak = 0;
   for (const PipelineOp& op : sch.per_stage.at(static_cast<size_t>(stage))) {
     const double w = chunk_weights.empty() ? 1.0 : chunk_weights.at(static_cast<size_t>(op.chunk));
-    now += op.kind == PassKind::kForward ? w : -w;
+    const PassKind releases = sch.split_backward() ? PassKind::kWeight : PassKind::kBackward;
+    if (op.kind == PassKind::kForward) now += w;
+    if (op.kind == releases) now -= w;
     peak = std::max(peak, now);
   }
   return peak;
@@ -190,14 +289,19 @@ double PipelineRun::bubble_fraction() const {
   return total > 0 ? idle.seconds() / total : 0.0;
 }
 
-PipelineRun run_pipeline(const PipelineSchedule& sch, Time forward, Time backward) {
+PipelineRun run_pipeline(const PipelineSchedule& sch, Time forward, Time backward, Time weight) {
   const int64_t v = sch.chunks;
-  if (forward.picoseconds() % v != 0 || backward.picoseconds() % v != 0) {
-    throw std::invalid_argument("the forward and backward times must be multiples of v=" + std::to_string(v) +
+  if (forward.picoseconds() % v != 0 || backward.picoseconds() % v != 0 || weight.picoseconds() % v != 0) {
+    throw std::invalid_argument("the forward, backward and weight times must be multiples of v=" + std::to_string(v) +
                                 " picoseconds, so that every chunk takes the same whole time");
   }
+  if (weight < Time::zero() || weight > backward) {
+    throw std::invalid_argument("the weight-gradient time must be between 0 and the backward time");
+  }
   const Time f = Time::ps(forward.picoseconds() / v);
-  const Time b = Time::ps(backward.picoseconds() / v);
+  const Time w = sch.split_backward() ? Time::ps(weight.picoseconds() / v) : Time::zero();
+  const Time b = Time::ps(backward.picoseconds() / v) - w;
+  auto duration = [&](PassKind k) { return k == PassKind::kForward ? f : k == PassKind::kBackward ? b : w; };
 
   // One compute stream per stage; passes are added in an order where dependencies come first.
   StreamGraph graph;
@@ -209,7 +313,7 @@ PipelineRun run_pipeline(const PipelineSchedule& sch, Time forward, Time backwar
     const PipelineOp& op = sch.per_stage[static_cast<size_t>(s)][i];
     std::vector<WorkId> deps;
     if (auto dep = pipeline_dependency(sch, s, op)) deps.push_back(ids[static_cast<size_t>(dep->stage)].at(dep->op));
-    const WorkId id = graph.add(static_cast<StreamId>(s), op.kind == PassKind::kForward ? f : b, WorkKind::kCompute, deps);
+    const WorkId id = graph.add(static_cast<StreamId>(s), duration(op.kind), WorkKind::kCompute, deps);
     ids[static_cast<size_t>(s)][op] = id;
     by_position[static_cast<size_t>(s)][i] = id;
   }

@@ -17,10 +17,23 @@
 //     micro-batch ⌊k/(p·v)⌋·p + k mod p in chunk ⌊(k mod p·v)/p⌋, backwards the same with chunk
 //     v−1−⌊(k mod p·v)/p⌋; warm-up min((p−s−1)·2 + (v−1)·p, m·v) forwards, then 1F1B, then
 //     cool-down. Needs m a multiple of p.
+//   ZB-H1 (Qi et al., "Zero Bubble Pipeline Parallelism", ICLR 2024): the backward is split
+//     into B (input gradients, which the previous stage waits for) and W (weight gradients,
+//     which nothing downstream waits for), and W passes fill what would be bubbles. Built by
+//     list scheduling with the stages' pass times (F = B = W when none are given) and the
+//     paper's memory rule for ZB-H1: a stage
+//     never holds more than p micro-batches whose F has run and W has not (1F1B's peak, on
+//     stage 0). When free, a stage runs B if its dependency is met; else W when it is at that
+//     limit; else F if its dependency is met and the limit allows; else a pending W; else it
+//     waits. With F = B = W = 1 this reaches the paper's makespan 3m + p − 1 (bubble
+//     (p−1)(F + B − W)) when m = p; for m > p the greedy order is a few slots longer (p = 4,
+//     m = 8: 29 against 27; 1F1B with the backward whole takes 33), not the paper's
+//     hand-made order.
 // Bubble with free communication, each forward taking t_f/v and each backward t_b/v on every
 // stage, and bubble fraction = idle time / (p × makespan):
 //   GPipe, 1F1B   (p−1)/(m+p−1)      makespan (m+p−1)(t_f+t_b)
 //   interleaved   (p−1)/(v·m+p−1)    makespan (m+(p−1)/v)(t_f+t_b)
+//   ZB-H1, t_f = t_b/2 = t_w, m = p   (p−1)/(3m+p−1)   makespan (3m+p−1)·t_f
 // These hold exactly for any ratio t_b/t_f (the tests use 1:2, 1:1, 1:3 and 2:1), because
 // every stage is equally loaded: they fail as soon as stages differ (the embedding on the
 // first stage, the logits on the last) or communication takes time.
@@ -36,7 +49,9 @@
 
 namespace parallax {
 
-enum class PassKind : uint8_t { kForward, kBackward };
+/// kBackward is the whole backward, or under zero-bubble schedules its input-gradient half (B);
+/// kWeight is then the weight-gradient half (W), which waits only for B on its own stage.
+enum class PassKind : uint8_t { kForward, kBackward, kWeight };
 
 struct PipelineOp {
   PassKind kind = PassKind::kForward;
@@ -45,7 +60,7 @@ struct PipelineOp {
   auto operator<=>(const PipelineOp&) const = default;
 };
 
-/// "F3.1": kind, micro-batch, chunk (chunk left out when v = 1).
+/// "F3.1", "B3.1", "W3.1": kind, micro-batch, chunk (chunk left out when v = 1).
 std::string to_string(const PipelineOp& op, bool with_chunk = true);
 
 struct PipelineSchedule {
@@ -53,13 +68,25 @@ struct PipelineSchedule {
   int stages = 1;        ///< p
   int micro_batches = 1; ///< m
   int chunks = 1;        ///< v
-  std::vector<std::vector<PipelineOp>> per_stage;  ///< p lists, each of 2·m·v passes
+  std::vector<std::vector<PipelineOp>> per_stage;  ///< p lists, each of passes_per_micro_batch()·m·v passes
+  /// Whether the backward is split into B and W passes (zero-bubble schedules).
+  bool split_backward() const { return kind == PipelineScheduleKind::kZeroBubbleH1; }
+  int passes_per_micro_batch() const { return split_backward() ? 3 : 2; }
 };
 
-/// The schedule of `kind` for p stages, m micro-batches and v chunks. Throws
-/// std::invalid_argument when p, m or v < 1, v > 1 without interleaving, or interleaving with
-/// m not a multiple of p.
-PipelineSchedule make_pipeline_schedule(PipelineScheduleKind kind, int stages, int micro_batches, int chunks = 1);
+/// One micro-batch's pass times on a stage: what ZB-H1's list scheduler orders by.
+struct StagePassTimes {
+  Time forward;
+  Time input_backward;  ///< B
+  Time weight;          ///< W
+};
+
+/// The schedule of `kind` for p stages, m micro-batches and v chunks. ZB-H1 is ordered with
+/// `times` (one entry per stage), or with F = B = W when empty. Throws std::invalid_argument
+/// when p, m or v < 1, v > 1 without interleaving, interleaving with m not a multiple of p, or
+/// times of the wrong length.
+PipelineSchedule make_pipeline_schedule(PipelineScheduleKind kind, int stages, int micro_batches, int chunks = 1,
+                                        const std::vector<StagePassTimes>& times = {});
 
 /// The pass (and its stage) that `op` on `stage` waits for; nullopt for the first forward of
 /// the first virtual stage.
@@ -79,8 +106,8 @@ std::string schedule_problem(const PipelineSchedule& schedule);
 /// builder adds them to a StreamGraph. Throws std::invalid_argument with schedule_problem's text.
 std::vector<std::pair<int, size_t>> pipeline_pass_order(const PipelineSchedule& schedule);
 
-/// The most (micro-batch, chunk) passes whose forward has run on `stage` and whose backward has
-/// not, over the stage's list: the activations it must hold. Chunk c counts chunk_weights[c]
+/// The most (micro-batch, chunk) passes whose forward has run on `stage` and whose backward (W
+/// when the backward is split) has not, over the stage's list: the activations it must hold. Chunk c counts chunk_weights[c]
 /// (e.g. its layers); empty weights count 1 each. 1F1B gives min(p−s, m) on stage s, GPipe m.
 double peak_in_flight(const PipelineSchedule& schedule, int stage, const std::vector<double>& chunk_weights = {});
 
@@ -97,8 +124,9 @@ struct PipelineRun {
 
 /// Runs `schedule` on the engine with free communication: every forward takes forward/v and
 /// every backward backward/v on its stage (`forward` and `backward` are one micro-batch's
-/// passes over the whole stage). Throws std::invalid_argument when forward or backward is not
-/// a multiple of v picoseconds, or when the schedule has a problem.
-PipelineRun run_pipeline(const PipelineSchedule& schedule, Time forward, Time backward);
+/// passes over the whole stage); when the backward is split, W takes `weight`/v of it and B the
+/// rest. Throws std::invalid_argument when a time is not a multiple of v picoseconds, weight
+/// exceeds backward, or the schedule has a problem.
+PipelineRun run_pipeline(const PipelineSchedule& schedule, Time forward, Time backward, Time weight = Time::zero());
 
 }  // namespace parallax

@@ -49,7 +49,8 @@ PipelineScheduleKind schedule_from(const std::string& s, const std::string& file
   if (s == "gpipe") return PipelineScheduleKind::kGpipe;
   if (s == "1f1b") return PipelineScheduleKind::kOneFOneB;
   if (s == "interleaved_1f1b" || s == "interleaved") return PipelineScheduleKind::kInterleavedOneFOneB;
-  throw InputError(file, where, "unknown schedule \"" + s + "\" (expected gpipe, 1f1b or interleaved_1f1b)");
+  if (s == "zb_h1" || s == "zero_bubble") return PipelineScheduleKind::kZeroBubbleH1;
+  throw InputError(file, where, "unknown schedule \"" + s + "\" (expected gpipe, 1f1b, interleaved_1f1b or zb_h1)");
 }
 
 Recomputation recompute_from(const std::string& s, const std::string& file, const std::string& where) {
@@ -445,7 +446,7 @@ void add_train_command(CLI::App& app) {
   cmd->add_option("--gbs,--global-batch", args->global_batch, "global batch size (sequences)");
   cmd->add_option("--seq", args->sequence, "sequence length (tokens)");
   cmd->add_option("--nodes", args->nodes, "node count of the topology");
-  cmd->add_option("--schedule", args->schedule, "gpipe, 1f1b or interleaved_1f1b");
+  cmd->add_option("--schedule", args->schedule, "gpipe, 1f1b, interleaved_1f1b or zb_h1 (zero bubble)");
   cmd->add_option("--recompute", args->recompute, "none, selective or full");
   cmd->add_option("--dtype", args->dtype, "bf16 or fp8");
   cmd->add_option("--network", args->network, "how collectives are timed: analytical (closed forms) or flow")
