@@ -15,24 +15,11 @@ namespace parallax {
 namespace {
 
 using test::expect_parts_add_up;
+using test::tiny;
 using test::toy_cluster;
 
 constexpr size_t kCp = static_cast<size_t>(WorkKind::kCpComm);
 constexpr size_t kDp = static_cast<size_t>(WorkKind::kDpComm);
-
-// A small Llama-style model: hidden 256, 4 heads (and 4 KV heads) of 64, SwiGLU 1024.
-ModelConfig tiny(int layers = 8) {
-  ModelConfig m;
-  m.name = "tiny";
-  m.layers = layers;
-  m.hidden = 256;
-  m.heads = m.kv_heads = 4;
-  m.head_dim = 64;
-  m.ffn = 1024;
-  m.vocab = 1024;
-  m.max_sequence = 1024;
-  return m;
-}
 
 // cp ranks (tp = dp = pp = 1), micro-batches of one 512-token sequence.
 ParallelLayout cp_layout(int cp, int64_t micro_batches, ContextParallelComm comm = ContextParallelComm::kRing) {

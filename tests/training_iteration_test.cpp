@@ -18,22 +18,8 @@ namespace parallax {
 namespace {
 
 using test::expect_parts_add_up;
+using test::tiny;
 using test::toy_cluster;
-
-// A small Llama-style model: 8 layers, hidden 256, 4 heads of 64, SwiGLU 1024, vocab 1024.
-ModelConfig tiny(int layers = 8) {
-  ModelConfig m;
-  m.name = "tiny";
-  m.layers = layers;
-  m.hidden = 256;
-  m.heads = m.kv_heads = 4;
-  m.head_dim = 64;
-  m.ffn = 1024;
-  m.vocab = 1024;
-  m.max_sequence = 1024;
-  return m;
-}
-
 
 ParallelLayout layout(int dp, int tp, int pp, int64_t global_batch) {
   ParallelLayout l;
@@ -51,7 +37,6 @@ Time sum_time(const ComputeModel& cm, const std::vector<ModelOperator>& ops, boo
   for (const auto& op : ops) t += cm.time(backward ? op.backward : op.forward);
   return t;
 }
-
 
 TEST(IterationBubble, FreeCommunicationGivesTheClosedForms) {
   // Equal stages (transformer layers only), every communication free: the pipeline phase is

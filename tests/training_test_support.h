@@ -11,6 +11,21 @@ namespace parallax::test {
 /// n toy GPUs (1 TFLOP/s bf16, 100 GB/s HBM, 1 GiB) on one 100 GB/s switch.
 inline Topology toy_cluster(int n) { return star(n, gigabytes_per_second(100), Time::us(1)); }
 
+/// A small Llama-style model: hidden 256, 4 heads (and 4 KV heads) of 64, SwiGLU 1024, vocab
+/// 1024.
+inline ModelConfig tiny(int layers = 8) {
+  ModelConfig m;
+  m.name = "tiny";
+  m.layers = layers;
+  m.hidden = 256;
+  m.heads = m.kv_heads = 4;
+  m.head_dim = 64;
+  m.ffn = 1024;
+  m.vocab = 1024;
+  m.max_sequence = 1024;
+  return m;
+}
+
 /// Every simulated rank's breakdown adds up to the iteration time.
 inline void expect_parts_add_up(const IterationResult& r) {
   for (const StageResult& s : r.stages) {
