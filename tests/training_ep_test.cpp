@@ -23,18 +23,11 @@ using test::toy_cluster;
 constexpr size_t kEp = static_cast<size_t>(WorkKind::kEpComm);
 constexpr size_t kDp = static_cast<size_t>(WorkKind::kDpComm);
 
-// The tiny Llama-style model of training_iteration_test (8 layers, hidden 256, 4 heads of 64,
+// The tiny Llama-style model of the iteration tests (8 layers, hidden 256, 4 heads of 64,
 // vocab 1024) with every MLP a MoE of 4 routed experts, top-2, expert FFN 512.
 ModelConfig tiny_moe() {
-  ModelConfig m;
+  ModelConfig m = test::tiny(8);
   m.name = "tiny-moe";
-  m.layers = 8;
-  m.hidden = 256;
-  m.heads = m.kv_heads = 4;
-  m.head_dim = 64;
-  m.ffn = 1024;
-  m.vocab = 1024;
-  m.max_sequence = 1024;
   m.moe = MoeConfig{4, 2, 0, 512, 0, 0, 1, {}};
   return m;
 }
