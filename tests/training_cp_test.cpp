@@ -7,6 +7,7 @@
 
 #include "collectives/collective_simulator.h"
 #include "compute/compute_model.h"
+#include "io/input_error.h"
 #include "training/iteration.h"
 #include "training/layer_operators.h"
 #include "training_test_support.h"
@@ -68,6 +69,27 @@ TEST(IterationContextParallel, UlyssesSendsQkvAndOutputThroughAllToAlls) {
   const IterationResult r = simulate_iteration(tiny(), cp_layout(4, 2, ContextParallelComm::kUlysses), topo);
   EXPECT_DOUBLE_EQ(sent(r, kCp), 8 * 2 * 2 * 0.75 * (196'608 + 65'536));
   expect_parts_add_up(r);
+}
+
+TEST(IterationContextParallel, UlyssesReplicatesKvHeadsFewerThanCp) {
+  // One KV head (MQA) over cp = 4: each CP rank receives one replica, so the Q, K, V
+  // all-to-all carries T·(4·64 + 4·128) elements as with 4 KV heads — the same bytes as the
+  // multi-head test above.
+  ModelConfig mqa = tiny();
+  mqa.kv_heads = 1;
+  const IterationResult r = simulate_iteration(mqa, cp_layout(4, 2, ContextParallelComm::kUlysses), toy_cluster(4));
+  EXPECT_DOUBLE_EQ(sent(r, kCp), 8 * 2 * 2 * 0.75 * (196'608 + 65'536));
+  // 3 KV heads neither divide cp = 2 nor are divided by it: refused, naming the field.
+  ModelConfig gqa = tiny();
+  gqa.heads = 12;
+  gqa.kv_heads = 3;
+  try {
+    simulate_iteration(gqa, cp_layout(2, 2, ContextParallelComm::kUlysses), toy_cluster(2));
+    FAIL();
+  } catch (const InputError& e) {
+    EXPECT_EQ(e.pointer(), "/parallel/cp");
+    EXPECT_NE(e.reason().find("3 KV heads"), std::string::npos) << e.reason();
+  }
 }
 
 struct OneLayer {

@@ -55,9 +55,9 @@ add_test(NAME example.train.cp_ulysses
 set_tests_properties(example.train.cp_ulysses PROPERTIES PASS_REGULAR_EXPRESSION "cp 2 \\(ulysses\\)")
 # ...and refuses it, naming the field, where cp does not divide a TP rank's heads.
 add_test(NAME train.ulysses_needs_divisible_heads
-         COMMAND bash -c "! \"$0\" train \"$1\" --cp-comm ulysses" $<TARGET_FILE:parallax>
+         COMMAND bash -c "! \"$0\" train \"$1\" --cp-comm ulysses --cp 16 --pp 2" $<TARGET_FILE:parallax>
                  ${PROJECT_SOURCE_DIR}/workloads/train/llama3-70b-seq64k-cp8-32xdgx-h100.json)
-set_tests_properties(train.ulysses_needs_divisible_heads PROPERTIES PASS_REGULAR_EXPRESSION "/parallel/cp: Ulysses needs cp=8")
+set_tests_properties(train.ulysses_needs_divisible_heads PROPERTIES PASS_REGULAR_EXPRESSION "/parallel/cp: Ulysses needs cp=16")
 # The zero-bubble schedule through the CLI.
 add_test(NAME example.train.zero_bubble
          COMMAND parallax train ${PROJECT_SOURCE_DIR}/workloads/train/llama3-70b-64xdgx-h100.json --schedule zb_h1)

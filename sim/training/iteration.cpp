@@ -443,7 +443,9 @@ IterationResult simulate_iteration(const ModelConfig& model, const ParallelLayou
   const double local_kv_heads = std::max(1.0, static_cast<double>(model.attention_kv_heads() / t));
   const double d_qk = static_cast<double>(model.qk_head_dim()), d_v = static_cast<double>(model.v_head_dim());
   const Bytes kv_block(cp_tokens * local_kv_heads * (d_qk + d_v) * element);
-  const Bytes ulysses_qkv(cp_tokens * (local_heads * d_qk + local_kv_heads * (d_qk + d_v)) * element);
+  // Ulysses replicates KV heads fewer than cp so that each CP rank receives one.
+  const Bytes ulysses_qkv(cp_tokens * (local_heads * d_qk + std::max(local_kv_heads, static_cast<double>(cp)) * (d_qk + d_v)) *
+                          element);
   const Bytes ulysses_output(cp_tokens * local_heads * d_v * element);
   std::vector<CommTask> cp_ring_step(static_cast<size_t>(p));
   std::vector<CommTask> cp_scatter_heads(static_cast<size_t>(p)), cp_gather_heads(static_cast<size_t>(p));

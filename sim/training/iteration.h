@@ -68,7 +68,8 @@
 //            with its ring; full recomputation the whole forward. Ulysses (DeepSpeed): an
 //            all-to-all of Q, K, V (T_cp·(H/t·d_qk + kv·(d_qk + d_v))) to head shards before
 //            the core and one of the output (T_cp·H/t·d_v) after it, and the same two in the
-//            backward, on the compute stream (exposed); cp must divide a TP rank's heads.
+//            backward, on the compute stream (exposed); cp must divide a TP rank's heads,
+//            and KV heads fewer than cp are replicated to one per CP rank (kv → cp above).
 //            Gradients and ZeRO shards span the dp·cp ranks that hold the same parameters.
 //   DP       per bucket (one layer; the embedding and the output layer are buckets too),
 //            gradients in bf16 over the dp·cp group (a MoE layer's routed-expert gradients over

@@ -255,12 +255,13 @@ void validate(const ParallelLayout& l, const ModelConfig& model, int gpus, const
                                 " (causal load balancing gives each CP rank two chunks)");
   }
   if (l.cp > 1 && l.cp_comm == ContextParallelComm::kUlysses) {
-    // The all-to-all hands each CP rank whole heads of the full sequence.
+    // The all-to-all hands each CP rank whole heads of the full sequence; KV heads fewer than
+    // cp are replicated (each CP rank gets one), which needs cp to be a multiple of them.
     const int heads = model.heads / l.tp;
     const int kv_heads = model.mla ? heads : std::max(1, model.kv_heads / l.tp);
-    if (heads % l.cp != 0 || kv_heads % l.cp != 0) {
-      fail("cp", "Ulysses needs cp=" + num(l.cp) + " to divide the " + num(heads) + " query and " + num(kv_heads) +
-                     " KV heads of each TP rank; use cp_comm \"ring\"");
+    if (heads % l.cp != 0 || (kv_heads % l.cp != 0 && l.cp % kv_heads != 0)) {
+      fail("cp", "Ulysses needs cp=" + num(l.cp) + " to divide the " + num(heads) + " query heads of each TP rank" +
+                     " and to divide or be a multiple of its " + num(kv_heads) + " KV heads; use cp_comm \"ring\"");
     }
   }
   if (l.sequence_parallel && (l.micro_batch * l.sequence_length / l.cp) % l.tp != 0) {

@@ -85,7 +85,7 @@ struct ParallelLayout {
 /// layers unless stage_layers gives the split; v > 1 exactly with interleaved_1f1b, which also
 /// needs pp > 1 and micro-batches a multiple of pp; the sequence length splits over cp (2·cp
 /// chunks when causal) and, with SP, the tokens over tp; Ulysses CP needs cp to divide the
-/// heads (and the KV heads) of a TP rank; the rank order is a permutation of
+/// heads of a TP rank and to divide, or be a multiple of, its KV heads; the rank order is a permutation of
 /// tp, cp, ep, dp, pp (cp and ep may be left out when their degree is 1).
 void validate(const ParallelLayout& layout, const ModelConfig& model, int gpus, const std::string& file = "",
               const std::string& pointer = "/parallel");
