@@ -75,7 +75,8 @@ class MaxMinSolver {
   std::vector<Share> heap_;
   static constexpr size_t kScanLimit = 1024;  // candidates up to which a linear scan is used
   std::vector<uint32_t> candidates_;         // resources that may still become a bottleneck
-  std::vector<double> share_;                // scan path: remaining / unfrozen per candidate
+  std::vector<double> share_;                // scan path: remaining / unfrozen, by candidate slot
+  std::vector<uint32_t> position_;           // scan path: a candidate resource's slot
 };
 
 }  // namespace parallax
