@@ -62,44 +62,46 @@ class FlowNetwork final : public NetworkModel {
   void begin(FlowStart&& flow) override;
 
  private:
+  // Fields in the order the solve touches them: the first 64 bytes of each record hold what
+  // every repair round reads, the rest what only starts, completions and audits use.
   struct Flow {
-    uint64_t id = 0;
-    Time start;
-    FlowCallback on_done;
     std::vector<uint32_t> resources;
+    double rate = 0;                 // bytes/s
+    double tentative = 0;            // rate proposed by the solve in progress
+    uint64_t in_subset = 0;          // marks (compared with mark_ values of the solve)
+    uint32_t tentative_bottleneck = 0;
+    uint32_t bottleneck = 0;         // resource where the last solve froze it
+    uint64_t checked = 0;
+    uint32_t bottleneck_pos = 0;     // index of this flow in that resource's bottlenecked list
+    bool has_bottleneck = false;     // listed in resources_[bottleneck].bottlenecked
+    bool in_fluid = false;
+    uint32_t version = 0;
     std::vector<uint32_t> position;  // index of this flow in each resource's list
     double size = 0;
     double remaining = 0;            // bytes left at last_update
     double delivered = 0;            // audit only
     Time last_update;
-    double rate = 0;                 // bytes/s
     Time finish = Time::max();
-    uint32_t version = 0;
-    uint32_t bottleneck = 0;         // resource where the last solve froze it
-    uint32_t bottleneck_pos = 0;     // index of this flow in that resource's bottlenecked list
-    bool has_bottleneck = false;     // listed in resources_[bottleneck].bottlenecked
-    double tentative = 0;            // rate proposed by the solve in progress
-    uint32_t tentative_bottleneck = 0;
-    uint64_t in_subset = 0;          // marks (compared with mark_ values of the solve)
-    uint64_t checked = 0;
-    bool in_fluid = false;
+    uint64_t id = 0;
+    Time start;
+    FlowCallback on_done;
   };
   // Per-link aggregates of the committed rates are kept up to date as rates change, so that a
   // solve reads a link's load and fastest flow without walking its flow list. The load is a
   // fixed-point integer sum (kRateScale units per byte/s): adding and removing rates millions
   // of times leaves no rounding drift.
   struct Resource {
-    std::vector<uint32_t> flows;
-    std::vector<uint32_t> bottlenecked;  // flows whose recorded bottleneck is this link
-    double capacity = 0;
-    int64_t load_fixed = 0;          // Σ committed rates, fixed point
-    double max_rate = 0;             // fastest committed rate, exact unless max_stale
-    bool max_stale = false;
     uint64_t touched = 0;            // marks
     // Scratch of the solve in progress (valid where touched == the round's mark).
     int64_t subset_committed_fixed = 0;  // Σ committed rates of subset flows on this link
     double subset_tentative_load = 0;    // Σ tentative rates of subset flows on this link
     double subset_max_tentative = 0;
+    int64_t load_fixed = 0;          // Σ committed rates, fixed point
+    double capacity = 0;
+    double max_rate = 0;             // fastest committed rate, exact unless max_stale
+    bool max_stale = false;
+    std::vector<uint32_t> bottlenecked;  // flows whose recorded bottleneck is this link
+    std::vector<uint32_t> flows;
     uint64_t outside_max_mark = 0;
     double outside_max = 0;              // fastest committed rate of flows outside the subset
     double audit_load = 0;               // audit only
