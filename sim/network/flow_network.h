@@ -8,9 +8,9 @@
 // earliest predicted finish. A lone flow finishes at α + size/β_bottleneck, exactly as in the
 // analytical model (same transfer_time rounding).
 //
-// Re-solving is local: only the flows on the links that changed are solved again at first,
-// and the set grows only as far as the max-min optimality condition (every flow has a
-// bottleneck) is found broken — see solve() in flow_network.cpp. The result is the exact
+// Re-solving is local: only the new flows and those held by a link that changed are solved
+// again at first, and the set grows only as far as the max-min optimality condition (every
+// flow has a bottleneck) is found broken — see solve() in flow_network.cpp. The result is the exact
 // max-min allocation (to a relative tolerance of 1e-9) at a cost that follows the size of the
 // perturbation, not of the network.
 #pragma once
@@ -140,6 +140,7 @@ class FlowNetwork final : public NetworkModel {
   std::vector<uint32_t> free_slots_;
   std::vector<Resource> resources_;
   std::vector<uint32_t> dirty_;
+  std::vector<uint32_t> entering_;
   std::vector<Due> due_;  // min-heap on (finish, flow_id)
   EventId completion_event_;
   Time completion_at_ = Time::max();

@@ -83,10 +83,14 @@ void MaxMinSolver::solve(const Problem& p, std::vector<double>& rates, std::vect
 
   // Few candidates (the usual local repair): a scan for the smallest share beats a heap, whose
   // re-keyed entries mostly go stale before they surface (measured: 9 pops per freeze).
-  // The candidates' shares sit side by side with their indices, so the scan reads two arrays
-  // in order; a candidate whose flows are all frozen is swapped out.
+  // The shares sit in one array in resource order, so the smallest is found by a branch-free
+  // minimum over four independent lanes and then its first occurrence — the lowest resource
+  // among equal shares, as the heap breaks ties. A candidate whose flows are all frozen gets an
+  // infinite share and stays in place; the array is compacted, in order, once half of it is
+  // such.
   if (candidates_.size() <= kScanLimit) {
-    const size_t n = candidates_.size();
+    constexpr double kDone = std::numeric_limits<double>::infinity();
+    size_t n = candidates_.size();
     share_.resize(n);
     position_.resize(nr);
     for (size_t i = 0; i < n; ++i) {
@@ -96,21 +100,39 @@ void MaxMinSolver::solve(const Problem& p, std::vector<double>& rates, std::vect
     }
     size_t live = n;
     while (live > 0) {
-      size_t best = 0;
-      for (size_t i = 1; i < live; ++i) {
-        if (share_[i] < share_[best] || (share_[i] == share_[best] && candidates_[i] < candidates_[best])) best = i;
+      if (2 * live < n) {
+        size_t kept = 0;
+        for (size_t i = 0; i < n; ++i) {
+          if (unfrozen_[candidates_[i]] == 0) continue;
+          candidates_[kept] = candidates_[i];
+          share_[kept] = share_[i];
+          position_[candidates_[kept]] = static_cast<uint32_t>(kept);
+          ++kept;
+        }
+        n = kept;
       }
-      freeze(candidates_[best], share_[best]);
+      const double* s = share_.data();
+      double m0 = kDone, m1 = kDone, m2 = kDone, m3 = kDone;
+      size_t i = 0;
+      for (; i + 4 <= n; i += 4) {
+        m0 = s[i] < m0 ? s[i] : m0;
+        m1 = s[i + 1] < m1 ? s[i + 1] : m1;
+        m2 = s[i + 2] < m2 ? s[i + 2] : m2;
+        m3 = s[i + 3] < m3 ? s[i + 3] : m3;
+      }
+      for (; i < n; ++i) m0 = s[i] < m0 ? s[i] : m0;
+      const double level = std::min(std::min(m0, m1), std::min(m2, m3));
+      if (level == kDone) break;  // only with infinite capacities: nothing left to fill
+      size_t best = 0;
+      while (s[best] != level) ++best;
+      freeze(candidates_[best], level);
       for (uint32_t r : changed_) {
         version_[r] = 0;
-        const uint32_t at = position_[r];
         if (unfrozen_[r] > 0) {
-          share_[at] = remaining_[r] / unfrozen_[r];
+          share_[position_[r]] = remaining_[r] / unfrozen_[r];
         } else {
-          const uint32_t last = candidates_[--live];
-          candidates_[at] = last;
-          share_[at] = share_[live];
-          position_[last] = at;
+          share_[position_[r]] = kDone;
+          --live;
         }
       }
     }
