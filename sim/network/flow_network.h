@@ -102,6 +102,7 @@ class FlowNetwork final : public NetworkModel {
     bool max_stale = false;
     std::vector<uint32_t> bottlenecked;  // flows whose recorded bottleneck is this link
     std::vector<uint32_t> flows;
+    uint64_t expanded = 0;               // marks: its held flows are in the subset
     uint64_t outside_max_mark = 0;
     double outside_max = 0;              // fastest committed rate of flows outside the subset
     double audit_load = 0;               // audit only
@@ -122,6 +123,7 @@ class FlowNetwork final : public NetworkModel {
   void solve();
   uint64_t next_mark();
   void add_to_subset(uint32_t slot, uint64_t subset_mark);
+  void add_held_closure(size_t from, uint64_t subset_mark);
   static int64_t fixed(double rate);
   double committed_max(uint32_t r);
   double outside_max(uint32_t r, uint64_t subset_mark, uint64_t round_mark);
