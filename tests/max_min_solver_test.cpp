@@ -132,9 +132,10 @@ TEST_P(MaxMinProperties, CapacityRespectedAndEveryFlowHasABottleneck) {
   std::mt19937_64 rng(seed);
   // Dense: every resource is contended.
   expect_max_min(random_problem(rng, 40, 200));
-  // Sparse: most resources carry one or two flows and cannot saturate (the solver leaves them
-  // out of the filling).
+  // Sparse: most resources carry one or two flows and cannot saturate; small, then above the
+  // solver's scan limit of resources, where it leaves those out of the filling.
   expect_max_min(random_problem(rng, 400, 150));
+  expect_max_min(random_problem(rng, 4000, 1500));
   // Large: more than the solver's scan limit of candidate resources (its heap path).
   expect_max_min(random_problem(rng, 3000, 4000));
 }

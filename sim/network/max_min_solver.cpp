@@ -40,19 +40,24 @@ void MaxMinSolver::solve(const Problem& p, std::vector<double>& rates, std::vect
   // A resource that its flows could not fill even if each ran at the capacity of the tightest
   // resource on its path never saturates, so it can never be a bottleneck: leave it out of the
   // filling. (Every flow keeps its tightest resource, whose bound includes that flow's own
-  // capacity, so each flow stays capped; the rates are the same max-min rates.)
-  bound_.assign(nr, 0.0);
-  for (uint32_t f = 0; f < nf; ++f) {
-    double tightest = std::numeric_limits<double>::infinity();
-    for (uint32_t i = p.flow_offsets[f]; i < p.flow_offsets[f + 1]; ++i) {
-      tightest = std::min(tightest, remaining_[p.flow_resources[i]]);
+  // capacity, so each flow stays capped; the rates are the same max-min rates.) It pays on
+  // large problems only: on the flow model's small repairs, computing the bounds cost more
+  // than the scans it saved (measured: rail shifts −8% without it).
+  const bool prune = nr > kScanLimit;
+  if (prune) {
+    bound_.assign(nr, 0.0);
+    for (uint32_t f = 0; f < nf; ++f) {
+      double tightest = std::numeric_limits<double>::infinity();
+      for (uint32_t i = p.flow_offsets[f]; i < p.flow_offsets[f + 1]; ++i) {
+        tightest = std::min(tightest, remaining_[p.flow_resources[i]]);
+      }
+      for (uint32_t i = p.flow_offsets[f]; i < p.flow_offsets[f + 1]; ++i) bound_[p.flow_resources[i]] += tightest;
     }
-    for (uint32_t i = p.flow_offsets[f]; i < p.flow_offsets[f + 1]; ++i) bound_[p.flow_resources[i]] += tightest;
   }
   candidates_.clear();
   for (uint32_t r = 0; r < nr; ++r) {
     if (unfrozen_[r] == 0) continue;
-    if (bound_[r] < remaining_[r] * (1 - kNeverFull)) {
+    if (prune && bound_[r] < remaining_[r] * (1 - kNeverFull)) {
       version_[r] = kIdle;
       continue;
     }

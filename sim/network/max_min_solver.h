@@ -6,8 +6,8 @@
 // which its rate is the largest (its bottleneck).
 //
 // The solver knows nothing about links or networks: resources are indices with a capacity,
-// flows are lists of resource indices. Resources that their flows could not fill are left out
-// first. Shares only grow as filling proceeds, so a heap with lazy invalidation finds each
+// flows are lists of resource indices. On large problems, resources that their flows could
+// not fill are left out first. Shares only grow as filling proceeds, so a heap with lazy invalidation finds each
 // next bottleneck in O(log R) — the whole solve is O((F·L + R) log R) for F flows crossing L
 // resources each — except on small problems (the local repairs of the flow model), where a
 // linear scan of the candidates is faster.
