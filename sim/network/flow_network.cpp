@@ -268,7 +268,10 @@ void FlowNetwork::solve() {
 
   while (true) {
     const uint64_t round_mark = next_mark();
+    // The subproblem, built in one pass over the subset's paths: the subset's flows on what the
+    // other flows leave of each link they touch.
     touched_.clear();
+    problem_.clear();
     for (uint32_t slot : subset_) {
       const Flow& f = flows_[slot];
       const int64_t rate_fixed = fixed(f.rate);
@@ -279,22 +282,18 @@ void FlowNetwork::solve() {
           res.subset_committed_fixed = 0;
           res.subset_tentative_load = 0;
           res.subset_max_tentative = 0;
+          local_of_resource_[r] = static_cast<uint32_t>(touched_.size());
           touched_.push_back(r);
         }
         res.subset_committed_fixed += rate_fixed;
+        problem_.flow_resources.push_back(local_of_resource_[r]);
       }
+      problem_.flow_offsets.push_back(static_cast<uint32_t>(problem_.flow_resources.size()));
     }
-    // The subproblem: the subset's flows on what the other flows leave of each touched link.
-    problem_.clear();
     for (uint32_t r : touched_) {
       const Resource& res = resources_[r];
       const double others = static_cast<double>(res.load_fixed - res.subset_committed_fixed) / kRateScale;
-      local_of_resource_[r] = problem_.add_resource(std::max(0.0, res.capacity - others));
-    }
-    for (uint32_t slot : subset_) {
-      local_path_.clear();
-      for (uint32_t r : flows_[slot].resources) local_path_.push_back(local_of_resource_[r]);
-      problem_.add_flow(local_path_);
+      problem_.add_resource(std::max(0.0, res.capacity - others));
     }
     solver_.solve(problem_, rates_, &bottlenecks_);
     for (size_t i = 0; i < subset_.size(); ++i) {

@@ -162,7 +162,6 @@ class FlowNetwork final : public NetworkModel {
   std::vector<uint32_t> subset_;
   std::vector<uint32_t> touched_;
   std::vector<uint32_t> local_of_resource_;
-  std::vector<uint32_t> local_path_;
   std::vector<std::pair<uint32_t, uint32_t>> moved_bottlenecks_;  // (slot, link) found this round
 };
 
