@@ -50,16 +50,17 @@ const BisectionCase kBisection[] = {
     {"pcie-8gpu", 2, 100, "4 NICs x 200 Gb/s (25 GB/s)"},
     {"pcie-8gpu", 4, 200, "8 NICs x 25 GB/s"},
     {"pcie-8gpu", 1, 64, "2 PCIe switch uplinks x 32 GB/s from GPUs 0-3 to the CPU; the inter-socket link (128 GB/s) is wider"},
-    // aws-p5: 32 EFA NICs of 100 Gb/s (12.5 GB/s) per node, NIC k on GPU k mod 8 (4 per GPU), each
-    // attached at 16 GB/s (> 12.5, so the line rate binds); not rail-optimized, 2 nodes per leaf,
-    // 1:1, so a leaf has 64 NIC ports down and 64 spines x 12.5 GB/s up.
-    // 2 nodes: both on one leaf; node 0's GPUs leave only through their own NICs:
-    //   8 GPUs x 4 NICs x 12.5 GB/s = 400 GB/s (node 1's 32 NIC downlinks also take 400).
-    // 4 nodes: nodes 0-1 on leaf 0, 2-3 on leaf 1; the first half's 64 NIC links (64 x 12.5 =
-    //   800 GB/s) and leaf 0's 64 spine uplinks (64 x 12.5 = 800 GB/s) both give 800 GB/s.
+    // aws-p5: 8 multi-rail EFA devices of 400 Gb/s (50 GB/s; each 4 EFAs of 100 Gb/s striped by
+    // aws-ofi-nccl) per node, one per GPU, attached at 64 GB/s (> 50, so the line rate binds);
+    // not rail-optimized, 2 nodes per leaf, 1:1, so a leaf has 16 ports down and 16 spines x
+    // 50 GB/s up.
+    // 2 nodes: both on one leaf; node 0's GPUs leave only through their own devices:
+    //   8 x 50 GB/s = 400 GB/s (node 1's 8 downlinks also take 400).
+    // 4 nodes: nodes 0-1 on leaf 0, 2-3 on leaf 1; the first half's 16 device links (16 x 50 =
+    //   800 GB/s) and leaf 0's 16 spine uplinks (16 x 50 = 800 GB/s) both give 800 GB/s.
     // 1 node: no NICs; GPUs 0-3's NVSwitch links, 4 x 450 GB/s (900 GB/s bidirectional).
-    {"aws-p5", 2, 400, "32 EFA NICs x 100 Gb/s (12.5 GB/s), 4 per GPU"},
-    {"aws-p5", 4, 800, "64 EFA NICs x 12.5 GB/s = leaf 0's 64 spine uplinks x 12.5 GB/s"},
+    {"aws-p5", 2, 400, "8 multi-rail EFA devices x 400 Gb/s (50 GB/s), one per GPU"},
+    {"aws-p5", 4, 800, "16 EFA devices x 50 GB/s = leaf 0's 16 spine uplinks x 50 GB/s"},
     {"aws-p5", 1, 1800, "4 GPUs x 450 GB/s NVLink (900 GB/s bidirectional)"},
 };
 
