@@ -169,14 +169,7 @@ double FlowNetwork::outside_max(uint32_t r, uint64_t subset_mark, uint64_t round
 }
 
 // A link holds a flow at `rate` (is its bottleneck) when it is saturated and no flow on it is
-// faster. These two read the committed state (links no subset flow crosses) and the state the
-// solve in progress proposes (touched links).
-bool FlowNetwork::holds_committed(uint32_t r, double rate) {
-  const Resource& res = resources_[r];
-  return static_cast<double>(res.load_fixed) / kRateScale >= res.capacity * (1 - kTolerance) &&
-         rate >= committed_max(r) * (1 - kTolerance);
-}
-
+// faster; this reads the state that the solve in progress proposes on a touched link.
 bool FlowNetwork::holds_tentative(uint32_t r, double rate, uint64_t subset_mark, uint64_t round_mark) {
   const Resource& res = resources_[r];
   const double load =
@@ -224,20 +217,22 @@ void FlowNetwork::drop_bottleneck(uint32_t slot) {
 }
 
 // Max-min by local repair. The max-min fair allocation is the unique feasible one in which every
-// flow crosses a saturated link where no flow is faster (its bottleneck). After flows enter or
-// leave, only the new flows and the flows held by a changed link are re-solved at first (the
-// subset), by progressive filling on what the other flows leave of each link; then every flow whose
-// bottleneck could have moved is checked. Flows that lost their bottleneck, and flows that now
-// outrun a subset flow on its bottleneck, join the subset and it is solved again. When nothing
-// is left to add, every flow has a bottleneck and no link is over capacity: the allocation is
-// exactly the max-min one, found without touching the rest of the network. In the worst case
-// the subset grows to the whole connected component.
+// flow crosses a saturated link where no flow is faster (its bottleneck). Each flow records the
+// link that holds it, and each link lists the flows it holds. After flows enter or leave, the
+// subset to re-solve is the new flows and the flows held by a changed link, closed over the
+// flows held by every link a subset flow crosses: a subset flow may change rate, and with it
+// the state of each of its links. The subset is solved by progressive filling on what the
+// other flows leave of each link. A flow outside it keeps its rate and its bottleneck — a link
+// no subset flow crosses, whose state is unchanged. What can break is a subset flow's
+// bottleneck: a flow outside the subset may be faster there. Such flows must give way, so they
+// join (with the closure of what their links hold) and the subset is solved again. When none
+// joins, every flow has a bottleneck and no link is over capacity: the allocation is exactly
+// the max-min one, found without touching the rest of the network. In the worst case the
+// subset grows to the whole connected component.
 //
 // The checks read each link's maintained aggregates (load, fastest rate) plus what the subset
-// changes on it, and only the flows recorded as bottlenecked on a touched link are re-checked:
-// a flow outside the subset keeps its rate, and the links' committed state guaranteed that no
-// other outside flow outruns it there. So a solve costs what the subset's paths cost, not the
-// length of the flow lists of the links it touches.
+// changes on it, so a solve costs what the subset's paths cost, not the length of the flow
+// lists of the links it touches.
 void FlowNetwork::solve() {
   solve_pending_ = false;
   const uint64_t subset_mark = next_mark();
@@ -308,7 +303,6 @@ void FlowNetwork::solve() {
     }
 
     const size_t before = subset_.size();
-    const uint64_t check_mark = next_mark();
     // A subset flow must be the fastest on some saturated link; if a flow outside the subset
     // outruns it on its solver bottleneck, that flow must give way: it joins.
     for (size_t i = 0; i < before; ++i) {
@@ -328,39 +322,9 @@ void FlowNetwork::solve() {
         if (h.in_subset != subset_mark && h.rate > f.tentative * (1 + kTolerance)) add_to_subset(slot, subset_mark);
       }
     }
-    // A flow outside the subset keeps its rate. Only a flow whose bottleneck is a touched link
-    // can lose it; there, no other outside flow is faster than it (committed state), so the
-    // link still holds it if it stays saturated and no subset flow now outruns it. Otherwise
-    // another of its links may hold it; if none does, it joins.
-    moved_bottlenecks_.clear();
-    for (size_t t = 0; t < touched_.size(); ++t) {
-      const uint32_t r = touched_[t];
-      const Resource& res = resources_[r];
-      const double load =
-          static_cast<double>(res.load_fixed - res.subset_committed_fixed) / kRateScale + res.subset_tentative_load;
-      const bool saturated = load >= res.capacity * (1 - kTolerance);
-      for (uint32_t slot : res.bottlenecked) {
-        Flow& g = flows_[slot];
-        if (g.in_subset == subset_mark || g.checked == check_mark) continue;
-        g.checked = check_mark;
-        if (saturated && g.rate >= res.subset_max_tentative * (1 - kTolerance)) continue;
-        bool ok = false;
-        for (uint32_t other : g.resources) {
-          if (other == r) continue;
-          const bool holds = resources_[other].touched == round_mark
-                                 ? holds_tentative(other, g.rate, subset_mark, round_mark)
-                                 : holds_committed(other, g.rate);
-          if (holds) {
-            // Its rate stands, held by another link now: later solves must look there.
-            moved_bottlenecks_.emplace_back(slot, other);
-            ok = true;
-            break;
-          }
-        }
-        if (!ok) add_to_subset(slot, subset_mark);
-      }
-    }
-    for (auto [slot, r] : moved_bottlenecks_) set_bottleneck(slot, r);
+    // A flow outside the subset keeps its rate, and its recorded bottleneck still holds it:
+    // the subset is closed over the flows that the links it touches hold, so that bottleneck is
+    // a link no subset flow crosses, whose load and flows this solve leaves as they were.
     if (subset_.size() == before) break;
     // A flow that joins will change rate, so the flows held by its links may too: bring them
     // in now, and theirs in turn, rather than one round later each.

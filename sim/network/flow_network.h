@@ -71,7 +71,6 @@ class FlowNetwork final : public NetworkModel {
     uint64_t in_subset = 0;          // marks (compared with mark_ values of the solve)
     uint32_t tentative_bottleneck = 0;
     uint32_t bottleneck = 0;         // resource where the last solve froze it
-    uint64_t checked = 0;
     uint32_t bottleneck_pos = 0;     // index of this flow in that resource's bottlenecked list
     bool has_bottleneck = false;     // listed in resources_[bottleneck].bottlenecked
     bool in_fluid = false;
@@ -127,7 +126,6 @@ class FlowNetwork final : public NetworkModel {
   static int64_t fixed(double rate);
   double committed_max(uint32_t r);
   double outside_max(uint32_t r, uint64_t subset_mark, uint64_t round_mark);
-  bool holds_committed(uint32_t r, double rate);
   bool holds_tentative(uint32_t r, double rate, uint64_t subset_mark, uint64_t round_mark);
   void commit_rate(Flow& f, double rate);
   void set_bottleneck(uint32_t slot, uint32_t r);
@@ -162,7 +160,6 @@ class FlowNetwork final : public NetworkModel {
   std::vector<uint32_t> subset_;
   std::vector<uint32_t> touched_;
   std::vector<uint32_t> local_of_resource_;
-  std::vector<std::pair<uint32_t, uint32_t>> moved_bottlenecks_;  // (slot, link) found this round
 };
 
 }  // namespace parallax
