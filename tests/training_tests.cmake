@@ -38,6 +38,11 @@ file(MAKE_DIRECTORY ${train_scratch})
 add_test(NAME example.validate.dev_runs
          COMMAND bash -c "\"$0\" validate \"$1\" --json \"$2\" && python3 -c 'import json,sys; rows=json.load(open(sys.argv[1])); assert len(rows)==108; assert all((\"error\" in r) != (\"error_message\" in r) for r in rows); assert all(\"predicted_tokens_per_sec_per_gpu\" in r for r in rows if \"error\" in r)' \"$2\""
                  $<TARGET_FILE:parallax> ${PROJECT_SOURCE_DIR}/workloads/validation/dev-runs.json ${train_scratch}/dev-runs.json)
+# The per-source summary names each publication by the start of its source text and counts its
+# rows (22 from Narayanan et al. 2021's two tables).
+add_test(NAME example.validate.per_source
+         COMMAND bash -c "\"$0\" validate \"$1\" 2>/dev/null | grep -E '^  Narayanan et al\\. 2021 +22 rows: median [+-][0-9.]+%, mean \\|error\\| [0-9.]+%$'"
+                 $<TARGET_FILE:parallax> ${PROJECT_SOURCE_DIR}/workloads/validation/dev-runs.json)
 
 # ---- expert parallelism in the simulated iteration --------------------------------------------
 parallax_test(training_ep_test training_ep_test.cpp)
