@@ -5,6 +5,9 @@
 // training_ep_test; context parallelism: training_cp_test).
 #include <gtest/gtest.h>
 
+#include <fstream>
+#include <nlohmann/json.hpp>
+
 #include "collectives/collective_simulator.h"
 #include "compute/compute_model.h"
 #include "io/input_error.h"
@@ -369,6 +372,50 @@ TEST(IterationTime, IsDeterministic) {
   const IterationResult b = simulate_iteration(tiny(), l, topo);
   EXPECT_EQ(a.iteration_time, b.iteration_time);
   EXPECT_EQ(a.stages[1].time.bubble, b.stages[1].time.bubble);
+}
+
+}  // namespace
+}  // namespace parallax
+
+namespace parallax {
+namespace {
+
+// A bundled preset with its fabric's oversubscription replaced.
+Topology fabric(const std::string& preset, int nodes, const std::string& oversubscription) {
+  std::ifstream in(test::source_path("topologies/" + preset + ".json"));
+  nlohmann::json doc = nlohmann::json::parse(in);
+  doc["network"]["oversubscription"] = oversubscription;
+  return topology_from_json(doc, preset + ".json", TopologyLoadOptions{nodes});
+}
+
+TEST(IterationTime, SiblingDataParallelRingsShareAnOversubscribedLeaf) {
+  // Llama-3 8B on 8 AWS p5 nodes, TP 8 in a node, DP 8: the DP group of TP rank r is GPU r of
+  // every node, and the 8 groups all-reduce their gradients at once (not overlapped with the
+  // backward here, so the all-reduce is exposed whole). The p5 fabric is not rail-optimized:
+  // all 8 NICs of a node sit on its leaf (2 nodes per leaf). Each ring crosses a leaf boundary
+  // once per leaf, so a leaf sends one 50 GB/s pair of each of the 8 rings up
+  // (sibling_contention_test): 400 GB/s, within 1:1's 800 GB/s of uplinks, twice 4:1's 200.
+  // At 4:1 each bucket's all-reduce runs as one of twice the bytes: its bandwidth term
+  // doubles, its latency terms do not. On EFA those are large (~13 µs a hop, 2·7 ring steps
+  // per bucket, about a tenth of a bucket's time here), so the ratio is below 2 but well above
+  // 1.8. At 1:1, or timed alone (replica_contention off), the siblings change nothing.
+  const ModelConfig model = load_bundled_model(test::source_path("workloads/models"), "llama3-8b");
+  ParallelLayout l = layout(8, 8, 1, 8);
+  l.sequence_length = 2048;
+  l.grad_reduce_overlap = false;
+  IterationOptions alone;
+  alone.replica_contention = false;
+  auto exposed_dp = [](const IterationResult& r) {
+    return r.stages[0].time.exposed[static_cast<size_t>(WorkKind::kDpComm)].seconds();
+  };
+  const Topology blocking = fabric("aws-p5", 8, "4:1"), non_blocking = fabric("aws-p5", 8, "1:1");
+  const double shared = exposed_dp(simulate_iteration(model, l, blocking));
+  const double by_itself = exposed_dp(simulate_iteration(model, l, blocking, alone));
+  ASSERT_GT(by_itself, 0.01);
+  EXPECT_GT(shared / by_itself, 1.8);
+  EXPECT_LE(shared / by_itself, 2.0);
+  EXPECT_DOUBLE_EQ(exposed_dp(simulate_iteration(model, l, non_blocking)),
+                   exposed_dp(simulate_iteration(model, l, non_blocking, alone)));
 }
 
 }  // namespace

@@ -13,6 +13,8 @@
 #include "engine/engine.h"
 #include "engine/invariant.h"
 #include "io/input_error.h"
+#include "collectives/sibling_contention.h"
+#include "topology/router.h"
 #include "training/layer_operators.h"
 #include "training/memory_model.h"
 #include "training/parameter_count.h"
@@ -230,12 +232,7 @@ class CollectiveTimer {
 
   Time time(CollectiveOp op, Bytes size, const std::vector<int>& ranks) {
     if (options_.free_communication || ranks.size() < 2 || size.value() <= 0) return Time::zero();
-    // Placement: as many nodes as the group spans, as many ranks per node as its fullest one.
-    std::map<int, int> per_node;
-    for (int r : ranks) ++per_node[topo_.device(topo_.gpus()[static_cast<size_t>(r)]).node];
-    int most = 0;
-    for (const auto& [node, count] : per_node) most = std::max(most, count);
-    const auto shape = std::make_pair(static_cast<int>(ranks.size()), most);
+    const auto shape = shape_of(ranks);
     auto key = std::make_tuple(shape.first, shape.second, static_cast<int>(op), size.value());
     if (auto it = times_.find(key); it != times_.end()) return it->second;
     auto& sim = simulators_[shape];
@@ -247,7 +244,22 @@ class CollectiveTimer {
     return t;
   }
 
+  /// Where the group's collectives are timed: its shape placed from the first node on.
+  std::vector<DeviceId> placement(const std::vector<int>& ranks) const {
+    const auto [n, per_node] = shape_of(ranks);
+    return place_ranks(topo_, n, per_node).devices();
+  }
+
  private:
+  // Placement: as many nodes as the group spans, as many ranks per node as its fullest one.
+  std::pair<int, int> shape_of(const std::vector<int>& ranks) const {
+    std::map<int, int> per_node;
+    for (int r : ranks) ++per_node[topo_.device(topo_.gpus()[static_cast<size_t>(r)]).node];
+    int most = 0;
+    for (const auto& [node, count] : per_node) most = std::max(most, count);
+    return {static_cast<int>(ranks.size()), most};
+  }
+
   const Topology& topo_;
   const IterationOptions& options_;
   std::map<std::pair<int, int>, std::unique_ptr<CollectiveSimulator>> simulators_;
@@ -406,6 +418,42 @@ IterationResult simulate_iteration(const ModelConfig& model, const ParallelLayou
   }
   auto stage_rank = [&](int s) { return ranks.rank_of(RankCoords{replica.tp, replica.cp, replica.dp, s}); };
 
+  // Every replica runs the same collectives at the same moments, so the simulated replica's
+  // are slowed by what its siblings put on the links they share, and by where the group
+  // really sits rather than where its time was taken (sibling_contention.h). A collective
+  // slowed n-fold is timed as one of n times the bytes: latency-bound sizes barely change.
+  std::unique_ptr<Router> contention_router;
+  std::unique_ptr<SiblingContention> contention;
+  if (options.replica_contention && !options.free_communication) {
+    contention_router = std::make_unique<Router>(topo);
+    contention = std::make_unique<SiblingContention>(topo, *contention_router);
+  }
+  // The slowdown of `own`, stage s's group of the simulated replica, among the groups that
+  // `group_of` gives every rank of stage s (each group once).
+  auto sibling_slowdown = [&](int s, const std::vector<int>& own, const auto& group_of, TrafficPattern pattern) {
+    if (!contention || own.size() < 2) return 1.0;
+    std::map<int, std::vector<int>> by_lowest_rank;
+    for (int tp_rank = 0; tp_rank < t; ++tp_rank) {
+      for (int c = 0; c < cp; ++c) {
+        for (int d = 0; d < layout.dp; ++d) {
+          std::vector<int> group = group_of(ranks.rank_of(RankCoords{tp_rank, c, d, s}));
+          const int lowest = *std::min_element(group.begin(), group.end());
+          by_lowest_rank.emplace(lowest, std::move(group));
+        }
+      }
+    }
+    const int own_lowest = *std::min_element(own.begin(), own.end());
+    std::vector<std::vector<DeviceId>> groups;
+    size_t own_index = 0;
+    for (const auto& [lowest, group] : by_lowest_rank) {
+      if (lowest == own_lowest) own_index = groups.size();
+      std::vector<DeviceId> devices;
+      for (int r : group) devices.push_back(topo.gpus()[static_cast<size_t>(r)]);
+      groups.push_back(std::move(devices));
+    }
+    return contention->slowdown(groups, own_index, timer.placement(own), pattern);
+  };
+
   struct CommTask {
     Time time;
     Bytes sent;
@@ -416,10 +464,10 @@ IterationResult simulate_iteration(const ModelConfig& model, const ParallelLayou
     auto node = [&](int r) { return topo.device(topo.gpus()[static_cast<size_t>(r)]).node; };
     return std::any_of(group.begin(), group.end(), [&](int r) { return node(r) != node(group.front()); });
   };
-  auto collective = [&](CollectiveOp op, Bytes size, const std::vector<int>& group) {
+  auto collective = [&](CollectiveOp op, Bytes size, const std::vector<int>& group, double slowdown = 1.0) {
     const int n = static_cast<int>(group.size());
     if (n < 2) return CommTask{};
-    return CommTask{timer.time(op, size, group), bytes_sent(op, n, size), 1, spans_nodes(group)};
+    return CommTask{timer.time(op, size * slowdown, group), bytes_sent(op, n, size), 1, spans_nodes(group)};
   };
   auto twice = [](CommTask c) {
     return CommTask{c.time + c.time, c.sent + c.sent, 2 * c.collectives, c.across_nodes};
@@ -449,21 +497,42 @@ IterationResult simulate_iteration(const ModelConfig& model, const ParallelLayou
   const Bytes ulysses_output(cp_tokens * local_heads * d_v * element);
   std::vector<CommTask> cp_ring_step(static_cast<size_t>(p));
   std::vector<CommTask> cp_scatter_heads(static_cast<size_t>(p)), cp_gather_heads(static_cast<size_t>(p));
+  std::vector<double> dp_slowdown(static_cast<size_t>(p), 1.0), expert_dp_slowdown(static_cast<size_t>(p), 1.0);
+  auto group_in = [&](ParallelDim dim) { return [&ranks, dim](int r) { return ranks.group(dim, r); }; };
+  // The DP group of a rank: its stage's ranks of its TP coordinate (all CP and DP ones).
+  auto dp_group_of = [&](int r) {
+    const RankCoords at = ranks.coords_of(r);
+    std::vector<int> group;
+    for (int c = 0; c < cp; ++c) {
+      for (int d = 0; d < layout.dp; ++d) group.push_back(ranks.rank_of(RankCoords{at.tp, c, d, at.pp}));
+    }
+    return group;
+  };
+  // The expert-DP group of a rank: the stage's ranks of its TP and EP coordinate in the expert grid.
+  auto expert_dp_group_of = [&](int r) {
+    ExpertRankCoords c = ranks.expert_coords_of(r);
+    std::vector<int> group;
+    for (c.expert_dp = 0; c.expert_dp < layout.expert_data_parallel(); ++c.expert_dp) group.push_back(ranks.expert_rank_of(c));
+    return group;
+  };
   for (int s = 0; s < p; ++s) {
     if (cp > 1) {
       const std::vector<int> cp_group = ranks.group(ParallelDim::kCp, stage_rank(s));
       if (ring_attention) {
         // All ranks pass their block at once; the ring moves at its slowest pair's pace.
+        const double slowdown = sibling_slowdown(s, cp_group, group_in(ParallelDim::kCp), TrafficPattern::kRing);
         CommTask step;
         for (int i = 0; i < cp; ++i) {
           const CommTask pair = collective(CollectiveOp::kSendRecv, kv_block,
-                                           {cp_group[static_cast<size_t>(i)], cp_group[static_cast<size_t>((i + 1) % cp)]});
+                                           {cp_group[static_cast<size_t>(i)], cp_group[static_cast<size_t>((i + 1) % cp)]},
+                                           slowdown);
           if (i == 0 || pair.time > step.time) step = pair;
         }
         cp_ring_step[static_cast<size_t>(s)] = step;
       } else {
-        cp_scatter_heads[static_cast<size_t>(s)] = collective(CollectiveOp::kAllToAll, ulysses_qkv, cp_group);
-        cp_gather_heads[static_cast<size_t>(s)] = collective(CollectiveOp::kAllToAll, ulysses_output, cp_group);
+        const double slowdown = sibling_slowdown(s, cp_group, group_in(ParallelDim::kCp), TrafficPattern::kAllPairs);
+        cp_scatter_heads[static_cast<size_t>(s)] = collective(CollectiveOp::kAllToAll, ulysses_qkv, cp_group, slowdown);
+        cp_gather_heads[static_cast<size_t>(s)] = collective(CollectiveOp::kAllToAll, ulysses_output, cp_group, slowdown);
       }
     }
     if (expert_parallel && moe_layers > 0) {
@@ -471,24 +540,25 @@ IterationResult simulate_iteration(const ModelConfig& model, const ParallelLayou
       // receives busiest_rank times the average, the average GPU sends the processed share.
       const std::vector<int> ep_group = ranks.group(ParallelDim::kEp, stage_rank(s));
       const Bytes buffer = pp_message * static_cast<double>(model.moe->top_k);
-      const CommTask a2a{timer.time(CollectiveOp::kAllToAll, buffer * routing.busiest_rank, ep_group),
+      const double slowdown = sibling_slowdown(s, ep_group, group_in(ParallelDim::kEp), TrafficPattern::kAllPairs);
+      const CommTask a2a{timer.time(CollectiveOp::kAllToAll, buffer * routing.busiest_rank * slowdown, ep_group),
                          bytes_sent(CollectiveOp::kAllToAll, layout.ep, buffer * routing.processed), 1,
                          spans_nodes(ep_group)};
       ep_forward[static_cast<size_t>(s)] = twice(a2a);  // dispatch and combine
       ep_backward[static_cast<size_t>(s)] = layout.recompute == Recomputation::kFull
                                                 ? twice(ep_forward[static_cast<size_t>(s)])
                                                 : ep_forward[static_cast<size_t>(s)];
-      // The expert-DP group: the stage's ranks of this TP and EP coordinate in the expert grid.
-      ExpertRankCoords c = ranks.expert_coords_of(stage_rank(s));
-      for (c.expert_dp = 0; c.expert_dp < layout.expert_data_parallel(); ++c.expert_dp) {
-        expert_dp_group[static_cast<size_t>(s)].push_back(ranks.expert_rank_of(c));
-      }
+      expert_dp_group[static_cast<size_t>(s)] = expert_dp_group_of(stage_rank(s));
+      expert_dp_slowdown[static_cast<size_t>(s)] =
+          sibling_slowdown(s, expert_dp_group[static_cast<size_t>(s)], expert_dp_group_of, TrafficPattern::kRing);
     }
     const std::vector<int> tp_group = ranks.group(ParallelDim::kTp, stage_rank(s));
+    const double tp_slowdown = sibling_slowdown(s, tp_group, group_in(ParallelDim::kTp), TrafficPattern::kRing);
+    auto tp_collective = [&](CollectiveOp op, Bytes size) { return collective(op, size, tp_group, tp_slowdown); };
     const CommTask one_block = layout.sequence_parallel
-                                   ? plus(collective(CollectiveOp::kAllGather, activation_message, tp_group),
-                                          collective(CollectiveOp::kReduceScatter, activation_message, tp_group))
-                                   : collective(CollectiveOp::kAllReduce, activation_message, tp_group);
+                                   ? plus(tp_collective(CollectiveOp::kAllGather, activation_message),
+                                          tp_collective(CollectiveOp::kReduceScatter, activation_message))
+                                   : tp_collective(CollectiveOp::kAllReduce, activation_message);
     // The vocabulary-parallel ends (Megatron): the embedding's partial lookups are summed
     // (all-reduce; reduce-scatter onto the SP shard with SP, whose backward all-gathers); the
     // output layer gathers the SP shard before the logits and reduce-scatters its gradient
@@ -496,33 +566,41 @@ IterationResult simulate_iteration(const ModelConfig& model, const ParallelLayou
     // per token, the logits' max, the sum of exponentials and the target's logit.
     const Bytes cross_entropy_message(static_cast<double>(layout.micro_batch) *
                                       static_cast<double>(layout.sequence_length / cp) * 4.0);
-    const CommTask cross_entropy = plus(twice(collective(CollectiveOp::kAllReduce, cross_entropy_message, tp_group)),
-                                        collective(CollectiveOp::kAllReduce, cross_entropy_message, tp_group));
+    const CommTask cross_entropy = plus(twice(tp_collective(CollectiveOp::kAllReduce, cross_entropy_message)),
+                                        tp_collective(CollectiveOp::kAllReduce, cross_entropy_message));
     if (layout.sequence_parallel) {
-      embedding_tp_forward[static_cast<size_t>(s)] = collective(CollectiveOp::kReduceScatter, activation_message, tp_group);
-      embedding_tp_backward[static_cast<size_t>(s)] = collective(CollectiveOp::kAllGather, activation_message, tp_group);
+      embedding_tp_forward[static_cast<size_t>(s)] = tp_collective(CollectiveOp::kReduceScatter, activation_message);
+      embedding_tp_backward[static_cast<size_t>(s)] = tp_collective(CollectiveOp::kAllGather, activation_message);
       output_tp_forward[static_cast<size_t>(s)] =
-          plus(collective(CollectiveOp::kAllGather, activation_message, tp_group), cross_entropy);
-      output_tp_backward[static_cast<size_t>(s)] = collective(CollectiveOp::kReduceScatter, activation_message, tp_group);
+          plus(tp_collective(CollectiveOp::kAllGather, activation_message), cross_entropy);
+      output_tp_backward[static_cast<size_t>(s)] = tp_collective(CollectiveOp::kReduceScatter, activation_message);
     } else {
-      embedding_tp_forward[static_cast<size_t>(s)] = collective(CollectiveOp::kAllReduce, activation_message, tp_group);
+      embedding_tp_forward[static_cast<size_t>(s)] = tp_collective(CollectiveOp::kAllReduce, activation_message);
       output_tp_forward[static_cast<size_t>(s)] = cross_entropy;
-      output_tp_backward[static_cast<size_t>(s)] = collective(CollectiveOp::kAllReduce, activation_message, tp_group);
+      output_tp_backward[static_cast<size_t>(s)] = tp_collective(CollectiveOp::kAllReduce, activation_message);
     }
     tp_forward[static_cast<size_t>(s)] = twice(one_block);  // attention block and MLP block
     tp_backward[static_cast<size_t>(s)] = layout.recompute == Recomputation::kFull
                                               ? twice(tp_forward[static_cast<size_t>(s)])
                                               : tp_forward[static_cast<size_t>(s)];
     if (p > 1) {
-      pp_send_forward[static_cast<size_t>(s)] =
-          collective(CollectiveOp::kSendRecv, pp_message, {stage_rank(s), stage_rank((s + 1) % p)});
-      pp_send_backward[static_cast<size_t>(s)] =
-          collective(CollectiveOp::kSendRecv, pp_message, {stage_rank(s), stage_rank((s + p - 1) % p)});
+      // Every rank of the stage sends to its peer of the next (previous) stage at once.
+      auto send = [&](int to) {
+        auto pair_of = [&](int r) {
+          RankCoords peer = ranks.coords_of(r);
+          peer.pp = to;
+          return std::vector<int>{r, ranks.rank_of(peer)};
+        };
+        const std::vector<int> pair = pair_of(stage_rank(s));
+        return collective(CollectiveOp::kSendRecv, pp_message, pair,
+                          sibling_slowdown(s, pair, pair_of, TrafficPattern::kRing));
+      };
+      pp_send_forward[static_cast<size_t>(s)] = send((s + 1) % p);
+      pp_send_backward[static_cast<size_t>(s)] = send((s + p - 1) % p);
     }
     // CP ranks hold the same parameters: gradients and ZeRO shards span dp·cp ranks.
-    for (int c = 0; c < cp; ++c) {
-      for (int d = 0; d < layout.dp; ++d) dp_group[static_cast<size_t>(s)].push_back(ranks.rank_of(RankCoords{replica.tp, c, d, s}));
-    }
+    dp_group[static_cast<size_t>(s)] = dp_group_of(stage_rank(s));
+    dp_slowdown[static_cast<size_t>(s)] = sibling_slowdown(s, dp_group[static_cast<size_t>(s)], dp_group_of, TrafficPattern::kRing);
   }
   const int dp = layout.dp;
   const int data_parallel = dp * cp;  // ranks sharing the model states
@@ -530,10 +608,10 @@ IterationResult simulate_iteration(const ModelConfig& model, const ParallelLayou
   // A bucket's collective over the DP group, plus one over the expert-DP group for its experts.
   auto per_bucket = [&](int s, const Unit& u, CollectiveOp op, double bytes_per_parameter) {
     CommTask c = collective(op, Bytes((u.parameters - u.expert_parameters) * bytes_per_parameter),
-                            dp_group[static_cast<size_t>(s)]);
+                            dp_group[static_cast<size_t>(s)], dp_slowdown[static_cast<size_t>(s)]);
     if (u.expert_parameters > 0) {
       c = plus(c, collective(op, Bytes(u.expert_parameters * bytes_per_parameter),
-                             expert_dp_group[static_cast<size_t>(s)]));
+                             expert_dp_group[static_cast<size_t>(s)], expert_dp_slowdown[static_cast<size_t>(s)]));
     }
     return c;
   };

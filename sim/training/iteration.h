@@ -154,6 +154,11 @@ struct IterationOptions {
   /// inside a node share its NVLink ports, those across nodes its NICs (processor sharing,
   /// stream_graph.h). false: each is timed as if alone.
   bool communication_contention = true;
+  /// Every replica runs the same collectives at the same moments: the simulated replica's are
+  /// slowed by the load its siblings put on shared links (an oversubscribed spine, the leaf of
+  /// a fabric that is not rail-optimized) and by where its groups really sit
+  /// (collectives/sibling_contention.h). false: each group is timed alone, placed from node 0.
+  bool replica_contention = true;
   /// Which replica's pipeline is simulated: its TP, CP and DP coordinates (pp is ignored). The
   /// communication of each stage is timed on the groups of that replica's ranks. Any replica
   /// gives the same result where the groups of all replicas sit alike on the topology (tests

@@ -1,0 +1,141 @@
+#include "collectives/sibling_contention.h"
+
+#include <algorithm>
+#include <limits>
+#include <map>
+#include <stdexcept>
+#include <string>
+
+namespace parallax {
+
+SiblingContention::SiblingContention(const Topology& topo, const Router& router) : topo_(topo), router_(router) {
+  // Pools: a leaf's uplinks (to any spine) are one; the downlinks into a leaf (from any spine)
+  // another; every other resource is its own.
+  const uint32_t resources = static_cast<uint32_t>(topo.resource_count());
+  pool_of_resource_.assign(resources, UINT32_MAX);
+  std::map<std::pair<int, uint32_t>, uint32_t> pools;  // (0 up / 1 down, leaf) → pool
+  for (uint32_t l = 0; l < topo.link_count(); ++l) {
+    const Link& link = topo.link(LinkId{l});
+    const SwitchKind from = topo.device(link.from).switch_kind, to = topo.device(link.to).switch_kind;
+    if (pool_of_resource_[link.resource] != UINT32_MAX) continue;
+    if (from == SwitchKind::kLeaf && to == SwitchKind::kSpine) {
+      pools.emplace(std::make_pair(0, link.from.value), 0);
+    } else if (from == SwitchKind::kSpine && to == SwitchKind::kLeaf) {
+      pools.emplace(std::make_pair(1, link.to.value), 0);
+    }
+  }
+  uint32_t next = resources;
+  for (auto& [key, id] : pools) id = next++;
+  pool_capacity_.assign(next, 0.0);
+  for (uint32_t l = 0; l < topo.link_count(); ++l) {
+    const Link& link = topo.link(LinkId{l});
+    if (pool_of_resource_[link.resource] != UINT32_MAX) continue;
+    const SwitchKind from = topo.device(link.from).switch_kind, to = topo.device(link.to).switch_kind;
+    uint32_t pool = link.resource;
+    if (from == SwitchKind::kLeaf && to == SwitchKind::kSpine) {
+      pool = pools.at(std::make_pair(0, link.from.value));
+    } else if (from == SwitchKind::kSpine && to == SwitchKind::kLeaf) {
+      pool = pools.at(std::make_pair(1, link.to.value));
+    }
+    pool_of_resource_[link.resource] = pool;
+    pool_capacity_[pool] += topo.resource_capacity(link.resource).value();
+  }
+  load_.assign(next, 0.0);
+
+  // Non-blocking: each NIC's only non-fabric neighbour is one GPU, and each leaf's uplinks
+  // carry at least the sum of its links from NICs.
+  non_blocking_ = true;
+  std::map<uint32_t, double> leaf_down, leaf_up;  // by leaf: capacity from NICs, to spines
+  for (uint32_t d = 0; d < topo.device_count(); ++d) {
+    const Device& device = topo.device(DeviceId{d});
+    if (device.kind != DeviceKind::kNic) continue;
+    int gpus = 0, others = 0;
+    for (LinkId l : topo.out_links(DeviceId{d})) {
+      const Link& link = topo.link(l);
+      const Device& peer = topo.device(link.to);
+      if (peer.kind == DeviceKind::kGpu) {
+        ++gpus;
+      } else if (peer.switch_kind == SwitchKind::kLeaf) {
+        leaf_down[link.to.value] += link.bandwidth.value();
+      } else {
+        ++others;
+      }
+    }
+    if (gpus != 1 || others != 0) non_blocking_ = false;
+  }
+  for (uint32_t l = 0; l < topo.link_count(); ++l) {
+    const Link& link = topo.link(LinkId{l});
+    if (topo.device(link.from).switch_kind == SwitchKind::kLeaf && topo.device(link.to).switch_kind == SwitchKind::kSpine) {
+      leaf_up[link.from.value] += link.bandwidth.value();
+    }
+  }
+  for (const auto& [leaf, down] : leaf_down) {
+    if (leaf_up[leaf] < down * (1 - 1e-9) && leaf_up[leaf] > 0) non_blocking_ = false;
+  }
+}
+
+double SiblingContention::slowdown(const std::vector<std::vector<DeviceId>>& groups, size_t own,
+                                   const std::vector<DeviceId>& reference, TrafficPattern pattern) {
+  if (own >= groups.size()) {
+    throw std::invalid_argument("sibling contention: group " + std::to_string(own) + " of " +
+                                std::to_string(groups.size()));
+  }
+  if (non_blocking_) return 1.0;
+  // Each pair of the pattern offers its standalone rate to every pool on its path.
+  auto offer = [&](const std::vector<DeviceId>& group) {
+    const size_t n = group.size();
+    auto pair = [&](DeviceId src, DeviceId dst) {
+      path_.clear();
+      router_.route(src, dst, 0, path_);
+      double rate = std::numeric_limits<double>::infinity();
+      for (LinkId l : path_) rate = std::min(rate, topo_.resource_capacity(topo_.link(l).resource).value());
+      for (LinkId l : path_) {
+        const uint32_t pool = pool_of_resource_[topo_.link(l).resource];
+        if (load_[pool] == 0.0) touched_.push_back(pool);
+        load_[pool] += rate;
+      }
+    };
+    if (n < 2) return;
+    for (size_t i = 0; i < n; ++i) {
+      if (pattern == TrafficPattern::kRing) {
+        pair(group[i], group[(i + 1) % n]);
+      } else {
+        for (size_t j = 0; j < n; ++j) {
+          if (i != j) pair(group[i], group[j]);
+        }
+      }
+    }
+  };
+  // The most loaded pool on `group`'s paths, as a multiple of its capacity (at least 1).
+  auto peak = [&](const std::vector<DeviceId>& group) {
+    double worst = 1.0;
+    const size_t n = group.size();
+    for (size_t i = 0; i < n && n >= 2; ++i) {
+      for (size_t j = 0; j < n; ++j) {
+        if (j == i || (pattern == TrafficPattern::kRing && j != (i + 1) % n)) continue;
+        path_.clear();
+        router_.route(group[i], group[j], 0, path_);
+        for (LinkId l : path_) {
+          const uint32_t pool = pool_of_resource_[topo_.link(l).resource];
+          worst = std::max(worst, load_[pool] / pool_capacity_[pool]);
+        }
+      }
+    }
+    return worst;
+  };
+  auto clear = [&] {
+    for (uint32_t pool : touched_) load_[pool] = 0.0;
+    touched_.clear();
+  };
+  for (const auto& group : groups) offer(group);
+  const double with = peak(groups[own]);
+  clear();
+  offer(reference);
+  const double alone = peak(reference);
+  clear();
+  const double slowdown = with / alone;
+  // Loads are sums of the same rates in another order: within rounding of 1, it is 1.
+  return slowdown < 1.0 + 1e-9 ? 1.0 : slowdown;
+}
+
+}  // namespace parallax

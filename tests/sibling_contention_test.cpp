@@ -1,0 +1,115 @@
+// The sibling-contention estimate against hand-computed link loads on bundled fabrics.
+#include "collectives/sibling_contention.h"
+
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "test_support.h"
+
+namespace parallax {
+namespace {
+
+// A bundled preset with its fabric's oversubscription replaced.
+Topology preset_with(const std::string& name, int nodes, const std::string& oversubscription) {
+  std::ifstream in(test::source_path("topologies/" + name + ".json"));
+  nlohmann::json doc = nlohmann::json::parse(in);
+  doc["network"]["oversubscription"] = oversubscription;
+  return topology_from_json(doc, name + ".json", TopologyLoadOptions{nodes});
+}
+
+// GPU `gpu` of each node in `nodes`, in that order: a ring with one rank per node.
+std::vector<DeviceId> rail_ring(const Topology& topo, int gpu, const std::vector<int>& nodes) {
+  std::vector<DeviceId> ring;
+  for (int n : nodes) ring.push_back(topo.gpus_of_node(n)[static_cast<size_t>(gpu)]);
+  return ring;
+}
+
+std::vector<int> in_order(int n) {
+  std::vector<int> v;
+  for (int i = 0; i < n; ++i) v.push_back(i);
+  return v;
+}
+
+TEST(SiblingContention, RailOptimizedNonBlockingFabricSeparatesTheRails) {
+  // 64 DGX H100 nodes, 32 per leaf and rail, 1:1. Eight DP rings, ring r over GPU r of every
+  // node in order. Each pair offers its NIC's 50 GB/s: every NIC uplink carries one pair
+  // (load 1.0), the two pairs that cross leaves (31→32, 63→0) load rail r's leaf uplinks with
+  // 50 of 32 × 50 GB/s, and the rails' leaves are distinct: with the siblings, load 1.0 — as
+  // alone. Slowdown 1.
+  Topology topo = test::load_preset("dgx-h100", 64);
+  Router router(topo);
+  std::vector<std::vector<DeviceId>> rings;
+  for (int r = 0; r < 8; ++r) rings.push_back(rail_ring(topo, r, in_order(64)));
+  SiblingContention contention(topo, router);
+  EXPECT_TRUE(contention.non_blocking());  // one GPU per NIC, 1:1 leaves: known without routing
+  for (size_t own : {0u, 5u}) EXPECT_DOUBLE_EQ(contention.slowdown(rings, own, rings[0], TrafficPattern::kRing), 1.0);
+}
+
+TEST(SiblingContention, APlacementAcrossAnOversubscribedSpineIsSlowerThanTheReference) {
+  // Same fabric at 4:1: a leaf has 32 NIC downlinks and 32 / 4 = 8 spine uplinks of 50 GB/s,
+  // 400 GB/s up. A ring that alternates leaves (nodes 0, 32, 1, 33, …) sends all 32 of its
+  // leaf-0 ranks' pairs up: 32 × 50 = 1,600 GB/s on 400, load 4. The reference — the same
+  // ring over nodes in order, where the collective was timed — crosses once per leaf: 50 on
+  // 400, so its NICs (load 1) are its peak. Slowdown 4 / 1 = 4.
+  Topology topo = preset_with("dgx-h100", 64, "4:1");
+  Router router(topo);
+  std::vector<int> alternating;
+  for (int i = 0; i < 32; ++i) {
+    alternating.push_back(i);
+    alternating.push_back(32 + i);
+  }
+  std::vector<std::vector<DeviceId>> groups{rail_ring(topo, 0, alternating)};
+  SiblingContention contention(topo, router);
+  EXPECT_FALSE(contention.non_blocking());
+  EXPECT_NEAR(contention.slowdown(groups, 0, rail_ring(topo, 0, in_order(64)), TrafficPattern::kRing), 4.0, 1e-12);
+  // In order it is its own reference: 1.
+  groups[0] = rail_ring(topo, 0, in_order(64));
+  EXPECT_DOUBLE_EQ(contention.slowdown(groups, 0, groups[0], TrafficPattern::kRing), 1.0);
+}
+
+TEST(SiblingContention, SiblingRingsShareTheUplinksOfALeafThatIsNotRailOptimized) {
+  // AWS p5 preset: 8 NICs of 50 GB/s per node, all on the node's leaf, 2 nodes per leaf (16
+  // downlinks, 800 GB/s). Eight nodes, four leaves; ring r over GPU r of nodes 0..7 crosses a
+  // leaf boundary after nodes 1, 3, 5 and 7, so each leaf sends one pair of each ring up.
+  // - 1:1 (16 uplinks, 800 GB/s): 8 rings × 50 = 400 GB/s, load 0.5; the NICs' 1.0 is the
+  //   peak, with or without the siblings: slowdown 1.
+  // - 4:1 (16 / 4 = 4 uplinks, 200 GB/s): alone 50 / 200 = 0.25 (the NICs' 1.0 dominates);
+  //   with the 8 rings, 400 / 200 = 2. Slowdown 2.
+  for (const auto& [ratio, expected] : {std::pair<std::string, double>{"1:1", 1.0}, {"4:1", 2.0}}) {
+    SCOPED_TRACE(ratio);
+    Topology topo = preset_with("aws-p5", 8, ratio);
+    Router router(topo);
+    std::vector<std::vector<DeviceId>> rings;
+    for (int r = 0; r < 8; ++r) rings.push_back(rail_ring(topo, r, in_order(8)));
+    SiblingContention contention(topo, router);
+    EXPECT_EQ(contention.non_blocking(), ratio == "1:1");
+    EXPECT_NEAR(contention.slowdown(rings, 3, rings[3], TrafficPattern::kRing), expected, 1e-12);
+  }
+}
+
+TEST(SiblingContention, AllToAllGroupsLoadTheSpineWithEveryPair) {
+  // AWS p5 at 4:1, 8 nodes (leaves of 2 nodes, 200 GB/s up each). Eight all-to-all groups,
+  // group r over GPU r of the 8 nodes. Each rank sends 7 pairs of 50 GB/s through its own NIC
+  // (load 7 × 50 / 50 = 7; its 64 GB/s attach link: 350 / 64 ≈ 5.5), 6 of them to other
+  // leaves, so a leaf sends 2 × 6 = 12 pairs per group up: 600 / 200 = 3. Alone, the NICs'
+  // load 7 is the peak. With the 8 groups the leaf sends 96 pairs up: 4,800 / 200 = 24.
+  // Slowdown 24 / 7.
+  Topology topo = preset_with("aws-p5", 8, "4:1");
+  Router router(topo);
+  std::vector<std::vector<DeviceId>> groups;
+  for (int r = 0; r < 8; ++r) groups.push_back(rail_ring(topo, r, in_order(8)));
+  SiblingContention contention(topo, router);
+  EXPECT_NEAR(contention.slowdown(groups, 0, groups[0], TrafficPattern::kAllPairs), 24.0 / 7.0, 1e-12);
+}
+
+TEST(SiblingContention, RefusesAGroupOutOfRange) {
+  Topology topo = test::load_preset("dgx-h100", 2);
+  Router router(topo);
+  SiblingContention contention(topo, router);
+  EXPECT_THROW(contention.slowdown({}, 0, {}, TrafficPattern::kRing), std::invalid_argument);
+}
+
+}  // namespace
+}  // namespace parallax
