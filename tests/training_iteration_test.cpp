@@ -409,7 +409,11 @@ TEST(IterationTime, SiblingDataParallelRingsShareAnOversubscribedLeaf) {
     return r.stages[0].time.exposed[static_cast<size_t>(WorkKind::kDpComm)].seconds();
   };
   const Topology blocking = fabric("aws-p5", 8, "4:1"), non_blocking = fabric("aws-p5", 8, "1:1");
-  const double shared = exposed_dp(simulate_iteration(model, l, blocking));
+  const IterationResult slowed = simulate_iteration(model, l, blocking);
+  // The slowdown itself, reported per kind: 400 / 200 over the NICs' 1 (sibling_contention_test).
+  EXPECT_NEAR(slowed.stages[0].communication[static_cast<size_t>(WorkKind::kDpComm)].replica_slowdown, 2.0, 1e-12);
+  EXPECT_EQ(slowed.stages[0].communication[static_cast<size_t>(WorkKind::kTpComm)].replica_slowdown, 1.0);
+  const double shared = exposed_dp(slowed);
   const double by_itself = exposed_dp(simulate_iteration(model, l, blocking, alone));
   ASSERT_GT(by_itself, 0.01);
   EXPECT_GT(shared / by_itself, 1.8);

@@ -3,6 +3,7 @@
 #include "training/iteration.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <map>
 #include <memory>
@@ -498,6 +499,14 @@ IterationResult simulate_iteration(const ModelConfig& model, const ParallelLayou
   std::vector<CommTask> cp_ring_step(static_cast<size_t>(p));
   std::vector<CommTask> cp_scatter_heads(static_cast<size_t>(p)), cp_gather_heads(static_cast<size_t>(p));
   std::vector<double> dp_slowdown(static_cast<size_t>(p), 1.0), expert_dp_slowdown(static_cast<size_t>(p), 1.0);
+  // The largest slowdown applied per stage and kind, for the report.
+  std::vector<std::array<double, kWorkKinds>> slowdown_of(static_cast<size_t>(p));
+  for (auto& kinds : slowdown_of) kinds.fill(1.0);
+  auto note_slowdown = [&](int s, WorkKind kind, double slowdown) {
+    double& worst = slowdown_of[static_cast<size_t>(s)][static_cast<size_t>(kind)];
+    worst = std::max(worst, slowdown);
+    return slowdown;
+  };
   auto group_in = [&](ParallelDim dim) { return [&ranks, dim](int r) { return ranks.group(dim, r); }; };
   // The DP group of a rank: its stage's ranks of its TP coordinate (all CP and DP ones).
   auto dp_group_of = [&](int r) {
@@ -520,7 +529,8 @@ IterationResult simulate_iteration(const ModelConfig& model, const ParallelLayou
       const std::vector<int> cp_group = ranks.group(ParallelDim::kCp, stage_rank(s));
       if (ring_attention) {
         // All ranks pass their block at once; the ring moves at its slowest pair's pace.
-        const double slowdown = sibling_slowdown(s, cp_group, group_in(ParallelDim::kCp), TrafficPattern::kRing);
+        const double slowdown =
+            note_slowdown(s, WorkKind::kCpComm, sibling_slowdown(s, cp_group, group_in(ParallelDim::kCp), TrafficPattern::kRing));
         CommTask step;
         for (int i = 0; i < cp; ++i) {
           const CommTask pair = collective(CollectiveOp::kSendRecv, kv_block,
@@ -530,7 +540,8 @@ IterationResult simulate_iteration(const ModelConfig& model, const ParallelLayou
         }
         cp_ring_step[static_cast<size_t>(s)] = step;
       } else {
-        const double slowdown = sibling_slowdown(s, cp_group, group_in(ParallelDim::kCp), TrafficPattern::kAllPairs);
+        const double slowdown = note_slowdown(
+            s, WorkKind::kCpComm, sibling_slowdown(s, cp_group, group_in(ParallelDim::kCp), TrafficPattern::kAllPairs));
         cp_scatter_heads[static_cast<size_t>(s)] = collective(CollectiveOp::kAllToAll, ulysses_qkv, cp_group, slowdown);
         cp_gather_heads[static_cast<size_t>(s)] = collective(CollectiveOp::kAllToAll, ulysses_output, cp_group, slowdown);
       }
@@ -540,7 +551,8 @@ IterationResult simulate_iteration(const ModelConfig& model, const ParallelLayou
       // receives busiest_rank times the average, the average GPU sends the processed share.
       const std::vector<int> ep_group = ranks.group(ParallelDim::kEp, stage_rank(s));
       const Bytes buffer = pp_message * static_cast<double>(model.moe->top_k);
-      const double slowdown = sibling_slowdown(s, ep_group, group_in(ParallelDim::kEp), TrafficPattern::kAllPairs);
+      const double slowdown = note_slowdown(
+          s, WorkKind::kEpComm, sibling_slowdown(s, ep_group, group_in(ParallelDim::kEp), TrafficPattern::kAllPairs));
       const CommTask a2a{timer.time(CollectiveOp::kAllToAll, buffer * routing.busiest_rank * slowdown, ep_group),
                          bytes_sent(CollectiveOp::kAllToAll, layout.ep, buffer * routing.processed), 1,
                          spans_nodes(ep_group)};
@@ -549,11 +561,13 @@ IterationResult simulate_iteration(const ModelConfig& model, const ParallelLayou
                                                 ? twice(ep_forward[static_cast<size_t>(s)])
                                                 : ep_forward[static_cast<size_t>(s)];
       expert_dp_group[static_cast<size_t>(s)] = expert_dp_group_of(stage_rank(s));
-      expert_dp_slowdown[static_cast<size_t>(s)] =
-          sibling_slowdown(s, expert_dp_group[static_cast<size_t>(s)], expert_dp_group_of, TrafficPattern::kRing);
+      expert_dp_slowdown[static_cast<size_t>(s)] = note_slowdown(
+          s, WorkKind::kDpComm,
+          sibling_slowdown(s, expert_dp_group[static_cast<size_t>(s)], expert_dp_group_of, TrafficPattern::kRing));
     }
     const std::vector<int> tp_group = ranks.group(ParallelDim::kTp, stage_rank(s));
-    const double tp_slowdown = sibling_slowdown(s, tp_group, group_in(ParallelDim::kTp), TrafficPattern::kRing);
+    const double tp_slowdown =
+        note_slowdown(s, WorkKind::kTpComm, sibling_slowdown(s, tp_group, group_in(ParallelDim::kTp), TrafficPattern::kRing));
     auto tp_collective = [&](CollectiveOp op, Bytes size) { return collective(op, size, tp_group, tp_slowdown); };
     const CommTask one_block = layout.sequence_parallel
                                    ? plus(tp_collective(CollectiveOp::kAllGather, activation_message),
@@ -593,14 +607,15 @@ IterationResult simulate_iteration(const ModelConfig& model, const ParallelLayou
         };
         const std::vector<int> pair = pair_of(stage_rank(s));
         return collective(CollectiveOp::kSendRecv, pp_message, pair,
-                          sibling_slowdown(s, pair, pair_of, TrafficPattern::kRing));
+                          note_slowdown(s, WorkKind::kPpComm, sibling_slowdown(s, pair, pair_of, TrafficPattern::kRing)));
       };
       pp_send_forward[static_cast<size_t>(s)] = send((s + 1) % p);
       pp_send_backward[static_cast<size_t>(s)] = send((s + p - 1) % p);
     }
     // CP ranks hold the same parameters: gradients and ZeRO shards span dp·cp ranks.
     dp_group[static_cast<size_t>(s)] = dp_group_of(stage_rank(s));
-    dp_slowdown[static_cast<size_t>(s)] = sibling_slowdown(s, dp_group[static_cast<size_t>(s)], dp_group_of, TrafficPattern::kRing);
+    dp_slowdown[static_cast<size_t>(s)] = note_slowdown(
+        s, WorkKind::kDpComm, sibling_slowdown(s, dp_group[static_cast<size_t>(s)], dp_group_of, TrafficPattern::kRing));
   }
   const int dp = layout.dp;
   const int data_parallel = dp * cp;  // ranks sharing the model states
@@ -642,6 +657,11 @@ IterationResult simulate_iteration(const ModelConfig& model, const ParallelLayou
     return c.across_nodes ? streams[static_cast<size_t>(s)].scale_out : streams[static_cast<size_t>(s)].scale_up;
   };
   std::vector<StageResult> stages(static_cast<size_t>(p));
+  for (int s = 0; s < p; ++s) {
+    for (size_t k = 0; k < kWorkKinds; ++k) {
+      stages[static_cast<size_t>(s)].communication[k].replica_slowdown = slowdown_of[static_cast<size_t>(s)][k];
+    }
+  }
   auto add_comm = [&](int s, StreamId stream, const CommTask& c, WorkKind kind, std::span<const WorkId> deps,
                       int peer = -1) {
     auto& volume = stages[static_cast<size_t>(s)].communication[kind_index(kind)];

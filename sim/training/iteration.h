@@ -184,6 +184,9 @@ struct TimelineSpan {
 struct CommunicationVolume {
   Bytes sent;
   int64_t collectives = 0;
+  /// How much the sibling replicas' load on shared links slowed these collectives (the
+  /// largest factor among them; 1 = not at all). See IterationOptions::replica_contention.
+  double replica_slowdown = 1.0;
 };
 
 /// Where a simulated rank's iteration time went; the parts add up to the iteration time.

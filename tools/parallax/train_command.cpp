@@ -236,6 +236,11 @@ nlohmann::ordered_json result_json(const Job& job, const IterationResult& r) {
       sent[to_string(static_cast<WorkKind>(k))] = s.communication[static_cast<size_t>(k)].sent.value();
     }
     st["bytes_sent"] = sent;
+    nlohmann::ordered_json slowdown;
+    for (int k = 1; k < kWorkKinds; ++k) {
+      slowdown[to_string(static_cast<WorkKind>(k))] = s.communication[static_cast<size_t>(k)].replica_slowdown;
+    }
+    st["replica_slowdown"] = slowdown;
     stages.push_back(st);
   }
   j["stages"] = stages;
@@ -321,6 +326,15 @@ void run_train(const TrainArgs& a) {
                gib(s.memory.total())});
   }
   std::printf("per pipeline stage (time columns: exposed, per iteration):\n%s\n", t.render().c_str());
+  // Where the other replicas' traffic on shared links slowed a kind of collective.
+  std::string slowed;
+  for (const StageResult& s : r.stages) {
+    for (int k = 1; k < kWorkKinds; ++k) {
+      const double f = s.communication[static_cast<size_t>(k)].replica_slowdown;
+      if (f > 1.0) slowed += strprintf("%sstage %d %s x%.2f", slowed.empty() ? "" : ", ", s.stage, to_string(static_cast<WorkKind>(k)), f);
+    }
+  }
+  if (!slowed.empty()) std::printf("slowed by the other replicas' traffic on shared links: %s\n\n", slowed.c_str());
   std::printf("%s\n%s\n", r.flop_convention.c_str(), r.symmetry.c_str());
   if (!a.json.empty()) write_file_atomically(a.json, result_json(job, r).dump(2) + "\n");
   if (!a.trace.empty()) write_file_atomically(a.trace, training_trace_json(job, r));
