@@ -3,21 +3,10 @@
 
 #include <gtest/gtest.h>
 
-#include <fstream>
-#include <nlohmann/json.hpp>
-
 #include "test_support.h"
 
 namespace parallax {
 namespace {
-
-// A bundled preset with its fabric's oversubscription replaced.
-Topology preset_with(const std::string& name, int nodes, const std::string& oversubscription) {
-  std::ifstream in(test::source_path("topologies/" + name + ".json"));
-  nlohmann::json doc = nlohmann::json::parse(in);
-  doc["network"]["oversubscription"] = oversubscription;
-  return topology_from_json(doc, name + ".json", TopologyLoadOptions{nodes});
-}
 
 // GPU `gpu` of each node in `nodes`, in that order: a ring with one rank per node.
 std::vector<DeviceId> rail_ring(const Topology& topo, int gpu, const std::vector<int>& nodes) {
@@ -53,7 +42,7 @@ TEST(SiblingContention, APlacementAcrossAnOversubscribedSpineIsSlowerThanTheRefe
   // leaf-0 ranks' pairs up: 32 × 50 = 1,600 GB/s on 400, load 4. The reference — the same
   // ring over nodes in order, where the collective was timed — crosses once per leaf: 50 on
   // 400, so its NICs (load 1) are its peak. Slowdown 4 / 1 = 4.
-  Topology topo = preset_with("dgx-h100", 64, "4:1");
+  Topology topo = test::load_preset_oversubscribed("dgx-h100", 64, "4:1");
   Router router(topo);
   std::vector<int> alternating;
   for (int i = 0; i < 32; ++i) {
@@ -79,7 +68,7 @@ TEST(SiblingContention, SiblingRingsShareTheUplinksOfALeafThatIsNotRailOptimized
   //   with the 8 rings, 400 / 200 = 2. Slowdown 2.
   for (const auto& [ratio, expected] : {std::pair<std::string, double>{"1:1", 1.0}, {"4:1", 2.0}}) {
     SCOPED_TRACE(ratio);
-    Topology topo = preset_with("aws-p5", 8, ratio);
+    Topology topo = test::load_preset_oversubscribed("aws-p5", 8, ratio);
     Router router(topo);
     std::vector<std::vector<DeviceId>> rings;
     for (int r = 0; r < 8; ++r) rings.push_back(rail_ring(topo, r, in_order(8)));
@@ -96,7 +85,7 @@ TEST(SiblingContention, AllToAllGroupsLoadTheSpineWithEveryPair) {
   // leaves, so a leaf sends 2 × 6 = 12 pairs per group up: 600 / 200 = 3. Alone, the NICs'
   // load 7 is the peak. With the 8 groups the leaf sends 96 pairs up: 4,800 / 200 = 24.
   // Slowdown 24 / 7.
-  Topology topo = preset_with("aws-p5", 8, "4:1");
+  Topology topo = test::load_preset_oversubscribed("aws-p5", 8, "4:1");
   Router router(topo);
   std::vector<std::vector<DeviceId>> groups;
   for (int r = 0; r < 8; ++r) groups.push_back(rail_ring(topo, r, in_order(8)));

@@ -1,6 +1,8 @@
 // Helpers shared by the tests: fixture paths from CMake and small topologies built in code.
 #pragma once
 
+#include <fstream>
+#include <nlohmann/json.hpp>
 #include <string>
 
 #include "topology/topology.h"
@@ -14,6 +16,14 @@ inline std::string source_path(const std::string& relative) {
 
 inline Topology load_preset(const std::string& name, std::optional<int> nodes = std::nullopt) {
   return load_topology(source_path("topologies/" + name + ".json"), TopologyLoadOptions{nodes});
+}
+
+/// A bundled preset with its fabric's `oversubscription` replaced ("4:1").
+inline Topology load_preset_oversubscribed(const std::string& name, int nodes, const std::string& oversubscription) {
+  std::ifstream in(source_path("topologies/" + name + ".json"));
+  nlohmann::json doc = nlohmann::json::parse(in);
+  doc["network"]["oversubscription"] = oversubscription;
+  return topology_from_json(doc, name + ".json", TopologyLoadOptions{nodes});
 }
 
 inline GpuSpec toy_gpu() {

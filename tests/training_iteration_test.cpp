@@ -5,9 +5,6 @@
 // training_ep_test; context parallelism: training_cp_test).
 #include <gtest/gtest.h>
 
-#include <fstream>
-#include <nlohmann/json.hpp>
-
 #include "collectives/collective_simulator.h"
 #include "compute/compute_model.h"
 #include "io/input_error.h"
@@ -380,14 +377,6 @@ TEST(IterationTime, IsDeterministic) {
 namespace parallax {
 namespace {
 
-// A bundled preset with its fabric's oversubscription replaced.
-Topology fabric(const std::string& preset, int nodes, const std::string& oversubscription) {
-  std::ifstream in(test::source_path("topologies/" + preset + ".json"));
-  nlohmann::json doc = nlohmann::json::parse(in);
-  doc["network"]["oversubscription"] = oversubscription;
-  return topology_from_json(doc, preset + ".json", TopologyLoadOptions{nodes});
-}
-
 TEST(IterationTime, SiblingDataParallelRingsShareAnOversubscribedLeaf) {
   // Llama-3 8B on 8 AWS p5 nodes, TP 8 in a node, DP 8: the DP group of TP rank r is GPU r of
   // every node, and the 8 groups all-reduce their gradients at once (not overlapped with the
@@ -408,7 +397,8 @@ TEST(IterationTime, SiblingDataParallelRingsShareAnOversubscribedLeaf) {
   auto exposed_dp = [](const IterationResult& r) {
     return r.stages[0].time.exposed[static_cast<size_t>(WorkKind::kDpComm)].seconds();
   };
-  const Topology blocking = fabric("aws-p5", 8, "4:1"), non_blocking = fabric("aws-p5", 8, "1:1");
+  const Topology blocking = test::load_preset_oversubscribed("aws-p5", 8, "4:1"),
+                 non_blocking = test::load_preset_oversubscribed("aws-p5", 8, "1:1");
   const IterationResult slowed = simulate_iteration(model, l, blocking);
   // The slowdown itself, reported per kind: 400 / 200 over the NICs' 1 (sibling_contention_test).
   EXPECT_NEAR(slowed.stages[0].communication[static_cast<size_t>(WorkKind::kDpComm)].replica_slowdown, 2.0, 1e-12);
