@@ -93,6 +93,20 @@ TEST(SiblingContention, AllToAllGroupsLoadTheSpineWithEveryPair) {
   EXPECT_NEAR(contention.slowdown(groups, 0, groups[0], TrafficPattern::kAllPairs), 24.0 / 7.0, 1e-12);
 }
 
+TEST(SiblingContention, GpusThatShareANicSlowEachOther) {
+  // pcie-8gpu: 2 GPUs per PCIe switch (Gen4, 32 GB/s), one 200 Gb/s (25 GB/s) NIC per switch.
+  // Two nodes; ring r is GPU r of both. Rings 0 and 1 both leave through NIC 0: its uplink
+  // carries 2 × 25 GB/s on 25 (load 2; the switch → NIC link, 50 on 32, less). Alone, ring 0
+  // loads it to 1. Slowdown 2. The node has PCIe switches, so nothing is assumed non-blocking.
+  Topology topo = test::load_preset("pcie-8gpu", 2);
+  Router router(topo);
+  std::vector<std::vector<DeviceId>> rings;
+  for (int r = 0; r < 8; ++r) rings.push_back(rail_ring(topo, r, in_order(2)));
+  SiblingContention contention(topo, router);
+  EXPECT_FALSE(contention.non_blocking());
+  EXPECT_NEAR(contention.slowdown(rings, 0, rings[0], TrafficPattern::kRing), 2.0, 1e-12);
+}
+
 TEST(SiblingContention, RefusesAGroupOutOfRange) {
   Topology topo = test::load_preset("dgx-h100", 2);
   Router router(topo);

@@ -17,7 +17,6 @@ SiblingContention::SiblingContention(const Topology& topo, const Router& router)
   for (uint32_t l = 0; l < topo.link_count(); ++l) {
     const Link& link = topo.link(LinkId{l});
     const SwitchKind from = topo.device(link.from).switch_kind, to = topo.device(link.to).switch_kind;
-    if (pool_of_resource_[link.resource] != UINT32_MAX) continue;
     if (from == SwitchKind::kLeaf && to == SwitchKind::kSpine) {
       pools.emplace(std::make_pair(0, link.from.value), 0);
     } else if (from == SwitchKind::kSpine && to == SwitchKind::kLeaf) {
@@ -42,12 +41,14 @@ SiblingContention::SiblingContention(const Topology& topo, const Router& router)
   }
   load_.assign(next, 0.0);
 
-  // Non-blocking: each NIC's only non-fabric neighbour is one GPU, and each leaf's uplinks
-  // carry at least the sum of its links from NICs.
+  // Non-blocking: no PCIe switch or CPU that GPUs could share inside a node, each NIC's only
+  // non-fabric neighbour is one GPU, and each leaf's uplinks carry at least the sum of its
+  // links from NICs.
   non_blocking_ = true;
   std::map<uint32_t, double> leaf_down, leaf_up;  // by leaf: capacity from NICs, to spines
   for (uint32_t d = 0; d < topo.device_count(); ++d) {
     const Device& device = topo.device(DeviceId{d});
+    if (device.kind == DeviceKind::kCpu || device.switch_kind == SwitchKind::kPcie) non_blocking_ = false;
     if (device.kind != DeviceKind::kNic) continue;
     int gpus = 0, others = 0;
     for (LinkId l : topo.out_links(DeviceId{d})) {

@@ -18,10 +18,11 @@
 // the pooling, the one path a hash picks per pair would pile some spines up and leave others
 // idle, and a non-blocking fabric would look oversubscribed.
 //
-// Where every NIC serves one GPU and every leaf's uplinks carry at least what its NICs can
-// send (a non-blocking fat tree), a leaf pool is never loaded above the busiest NIC under it,
-// and siblings of the same shape load their own NICs alike: the slowdown is 1 without routing
-// a pair. The estimate is made only on other fabrics, where it routes every sibling pair.
+// Where GPUs share no PCIe switch or CPU, every NIC serves one GPU and every leaf's uplinks
+// carry at least what its NICs can send (NVSwitch nodes on a non-blocking fat tree), a leaf
+// pool is never loaded above the busiest NIC under it, and siblings of the same shape load
+// their own NICs alike: the slowdown is 1 without routing a pair. The estimate is made only on
+// other fabrics, where it routes every sibling pair.
 #pragma once
 
 #include <cstddef>

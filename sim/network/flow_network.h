@@ -9,10 +9,10 @@
 // analytical model (same transfer_time rounding).
 //
 // Re-solving is local: only the new flows and those held by a link that changed are solved
-// again at first, and the set grows only as far as the max-min optimality condition (every
-// flow has a bottleneck) is found broken — see solve() in flow_network.cpp. The result is the exact
-// max-min allocation (to a relative tolerance of 1e-9) at a cost that follows the size of the
-// perturbation, not of the network.
+// again at first (with the flows that their links hold in turn), and the set grows only as far
+// as the max-min optimality condition (every flow has a bottleneck) is found broken — see
+// solve() in flow_network.cpp. The result is the exact max-min allocation (to a relative
+// tolerance of 1e-9) at a cost that follows the size of the perturbation, not of the network.
 #pragma once
 
 #include <optional>
