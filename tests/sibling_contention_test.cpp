@@ -3,6 +3,9 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <random>
+
 #include "test_support.h"
 
 namespace parallax {
@@ -105,6 +108,29 @@ TEST(SiblingContention, GpusThatShareANicSlowEachOther) {
   SiblingContention contention(topo, router);
   EXPECT_FALSE(contention.non_blocking());
   EXPECT_NEAR(contention.slowdown(rings, 0, rings[0], TrafficPattern::kRing), 2.0, 1e-12);
+}
+
+TEST(SiblingContention, SkippingFarPairsChangesNothing) {
+  // Random partitions of the GPUs into groups (rings and all-to-alls) on two 4:1 fabrics: the
+  // slowdown with the far sibling pairs skipped equals the one with every pair routed.
+  for (const std::string preset : {"dgx-h100", "aws-p5"}) {
+    Topology topo = test::load_preset_oversubscribed(preset, 8, "4:1");
+    Router router(topo);
+    SiblingContention skipping(topo, router), routing_all(topo, router, SiblingContention::Options{false});
+    std::mt19937_64 rng(7);
+    for (int trial = 0; trial < 20; ++trial) {
+      std::vector<DeviceId> gpus(topo.gpus().begin(), topo.gpus().end());
+      std::shuffle(gpus.begin(), gpus.end(), rng);
+      const size_t size = size_t{2} << (trial % 4);  // 2, 4, 8, 16
+      std::vector<std::vector<DeviceId>> groups;
+      for (size_t i = 0; i + size <= gpus.size(); i += size) groups.emplace_back(gpus.begin() + i, gpus.begin() + i + size);
+      const auto pattern = trial % 2 ? TrafficPattern::kAllPairs : TrafficPattern::kRing;
+      const size_t own = static_cast<size_t>(trial) % groups.size();
+      SCOPED_TRACE(preset + " trial " + std::to_string(trial));
+      EXPECT_DOUBLE_EQ(skipping.slowdown(groups, own, groups[own], pattern),
+                       routing_all.slowdown(groups, own, groups[own], pattern));
+    }
+  }
 }
 
 TEST(SiblingContention, RefusesAGroupOutOfRange) {

@@ -8,7 +8,8 @@
 
 namespace parallax {
 
-SiblingContention::SiblingContention(const Topology& topo, const Router& router) : topo_(topo), router_(router) {
+SiblingContention::SiblingContention(const Topology& topo, const Router& router, Options options)
+    : topo_(topo), router_(router) {
   // Pools: a leaf's uplinks (to any spine) are one; the downlinks into a leaf (from any spine)
   // another; every other resource is its own.
   const uint32_t resources = static_cast<uint32_t>(topo.resource_count());
@@ -73,6 +74,44 @@ SiblingContention::SiblingContention(const Topology& topo, const Router& router)
   for (const auto& [leaf, down] : leaf_down) {
     if (leaf_up[leaf] < down * (1 - 1e-9) && leaf_up[leaf] > 0) non_blocking_ = false;
   }
+
+  // A two-tier fat tree: the fabric switches are leaves and spines, joined leaf to spine only,
+  // and a leaf's other links go to NICs. What each GPU reaches without passing another GPU or
+  // a spine: the devices of its node on its way out, and the leaves next to its NICs.
+  two_tier_ = true;
+  for (uint32_t l = 0; l < topo.link_count(); ++l) {
+    const Link& link = topo.link(LinkId{l});
+    const Device& from = topo.device(link.from);
+    const Device& to = topo.device(link.to);
+    const bool fabric_from = from.switch_kind == SwitchKind::kLeaf || from.switch_kind == SwitchKind::kSpine;
+    const bool fabric_to = to.switch_kind == SwitchKind::kLeaf || to.switch_kind == SwitchKind::kSpine;
+    if (fabric_from && fabric_to && from.switch_kind == to.switch_kind) two_tier_ = false;
+    if (from.switch_kind == SwitchKind::kSpine && !fabric_to) two_tier_ = false;
+    if (from.switch_kind == SwitchKind::kLeaf && !fabric_to && to.kind != DeviceKind::kNic) two_tier_ = false;
+    if (!fabric_from && !fabric_to && from.node != to.node) two_tier_ = false;
+  }
+  if (!options.skip_far_pairs) two_tier_ = false;
+  access_.assign(topo.device_count(), {});
+  if (two_tier_) {
+    for (DeviceId gpu : topo.gpus()) {
+      std::vector<DeviceId> frontier{gpu};
+      std::vector<char> seen(topo.device_count(), 0);
+      seen[gpu.value] = 1;
+      while (!frontier.empty()) {
+        const DeviceId at = frontier.back();
+        frontier.pop_back();
+        for (LinkId l : topo.out_links(at)) {
+          const DeviceId neighbour = topo.link(l).to;
+          const Device& device = topo.device(neighbour);
+          if (seen[neighbour.value]) continue;
+          seen[neighbour.value] = 1;
+          if (device.kind == DeviceKind::kGpu || device.switch_kind == SwitchKind::kSpine) continue;
+          access_[gpu.value].push_back(neighbour.value);
+          if (device.switch_kind != SwitchKind::kLeaf) frontier.push_back(neighbour);
+        }
+      }
+    }
+  }
 }
 
 double SiblingContention::slowdown(const std::vector<std::vector<DeviceId>>& groups, size_t own,
@@ -82,56 +121,76 @@ double SiblingContention::slowdown(const std::vector<std::vector<DeviceId>>& gro
                                 std::to_string(groups.size()));
   }
   if (non_blocking_) return 1.0;
-  // Each pair of the pattern offers its standalone rate to every pool on its path.
-  auto offer = [&](const std::vector<DeviceId>& group) {
+  // The pairs of a group's pattern, in order.
+  auto for_each_pair = [&](const std::vector<DeviceId>& group, const auto& visit) {
     const size_t n = group.size();
-    auto pair = [&](DeviceId src, DeviceId dst) {
-      path_.clear();
-      router_.route(src, dst, 0, path_);
-      double rate = std::numeric_limits<double>::infinity();
-      for (LinkId l : path_) rate = std::min(rate, topo_.resource_capacity(topo_.link(l).resource).value());
-      for (LinkId l : path_) {
-        const uint32_t pool = pool_of_resource_[topo_.link(l).resource];
-        if (load_[pool] == 0.0) touched_.push_back(pool);
-        load_[pool] += rate;
+    for (size_t i = 0; i < n && n >= 2; ++i) {
+      for (size_t j = 0; j < n; ++j) {
+        if (j == i || (pattern == TrafficPattern::kRing && j != (i + 1) % n)) continue;
+        visit(group[i], group[j]);
       }
-    };
-    if (n < 2) return;
-    for (size_t i = 0; i < n; ++i) {
-      if (pattern == TrafficPattern::kRing) {
-        pair(group[i], group[(i + 1) % n]);
-      } else {
-        for (size_t j = 0; j < n; ++j) {
-          if (i != j) pair(group[i], group[j]);
-        }
-      }
+    }
+  };
+  // A pair offers its standalone rate to every pool on its path.
+  auto offer = [&](DeviceId src, DeviceId dst) {
+    path_.clear();
+    router_.route(src, dst, 0, path_);
+    double rate = std::numeric_limits<double>::infinity();
+    for (LinkId l : path_) rate = std::min(rate, topo_.resource_capacity(topo_.link(l).resource).value());
+    for (LinkId l : path_) {
+      const uint32_t pool = pool_of_resource_[topo_.link(l).resource];
+      if (load_[pool] == 0.0) touched_.push_back(pool);
+      load_[pool] += rate;
     }
   };
   // The most loaded pool on `group`'s paths, as a multiple of its capacity (at least 1).
   auto peak = [&](const std::vector<DeviceId>& group) {
     double worst = 1.0;
-    const size_t n = group.size();
-    for (size_t i = 0; i < n && n >= 2; ++i) {
-      for (size_t j = 0; j < n; ++j) {
-        if (j == i || (pattern == TrafficPattern::kRing && j != (i + 1) % n)) continue;
-        path_.clear();
-        router_.route(group[i], group[j], 0, path_);
-        for (LinkId l : path_) {
-          const uint32_t pool = pool_of_resource_[topo_.link(l).resource];
-          worst = std::max(worst, load_[pool] / pool_capacity_[pool]);
-        }
+    for_each_pair(group, [&](DeviceId src, DeviceId dst) {
+      path_.clear();
+      router_.route(src, dst, 0, path_);
+      for (LinkId l : path_) {
+        const uint32_t pool = pool_of_resource_[topo_.link(l).resource];
+        worst = std::max(worst, load_[pool] / pool_capacity_[pool]);
       }
-    }
+    });
     return worst;
   };
   auto clear = [&] {
     for (uint32_t pool : touched_) load_[pool] = 0.0;
     touched_.clear();
   };
-  for (const auto& group : groups) offer(group);
+
+  // On a two-tier fat tree a sibling pair can load a pool on the group's paths only if one of
+  // its ends reaches, inside its node or at the first leaf, a device those paths cross: the
+  // fabric's pools are per leaf, and nothing transits a GPU. Route only those pairs.
+  std::vector<char> on_own_paths;
+  if (two_tier_) {
+    on_own_paths.assign(topo_.device_count(), 0);
+    for_each_pair(groups[own], [&](DeviceId src, DeviceId dst) {
+      path_.clear();
+      router_.route(src, dst, 0, path_);
+      for (LinkId l : path_) {
+        for (DeviceId d : {topo_.link(l).from, topo_.link(l).to}) {
+          if (topo_.device(d).kind != DeviceKind::kGpu) on_own_paths[d.value] = 1;
+        }
+      }
+    });
+  }
+  auto near = [&](DeviceId gpu) {
+    for (uint32_t device : access_[gpu.value]) {
+      if (on_own_paths[device]) return true;
+    }
+    return false;
+  };
+  for (size_t g = 0; g < groups.size(); ++g) {
+    for_each_pair(groups[g], [&](DeviceId src, DeviceId dst) {
+      if (g == own || !two_tier_ || near(src) || near(dst)) offer(src, dst);
+    });
+  }
   const double with = peak(groups[own]);
   clear();
-  offer(reference);
+  for_each_pair(reference, offer);
   const double alone = peak(reference);
   clear();
   const double slowdown = with / alone;

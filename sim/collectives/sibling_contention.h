@@ -22,7 +22,9 @@
 // carry at least what its NICs can send (NVSwitch nodes on a non-blocking fat tree), a leaf
 // pool is never loaded above the busiest NIC under it, and siblings of the same shape load
 // their own NICs alike: the slowdown is 1 without routing a pair. The estimate is made only on
-// other fabrics, where it routes every sibling pair.
+// other fabrics. On a two-tier fat tree it routes only the sibling pairs that could reach a
+// pool on the group's paths (an end that reaches, in its node or at its first leaf, a device
+// those paths cross); elsewhere it routes every sibling pair.
 #pragma once
 
 #include <cstddef>
@@ -41,8 +43,14 @@ enum class TrafficPattern {
 /// Keeps the link pools of a topology; not thread-safe (scratch is reused between calls).
 class SiblingContention {
  public:
+  struct Options {
+    /// On a two-tier fat tree, skip the sibling pairs that cannot reach the group's paths
+    /// (false: route them all; tests compare the two).
+    bool skip_far_pairs = true;
+  };
   /// Keeps references to `topo` and `router`, which must outlive it.
-  SiblingContention(const Topology& topo, const Router& router);
+  SiblingContention(const Topology& topo, const Router& router) : SiblingContention(topo, router, Options{}) {}
+  SiblingContention(const Topology& topo, const Router& router, Options options);
 
   /// True when the fabric cannot slow a group by its siblings (see above).
   bool non_blocking() const { return non_blocking_; }
@@ -58,6 +66,8 @@ class SiblingContention {
   const Topology& topo_;
   const Router& router_;
   bool non_blocking_ = false;  // dedicated NICs, leaves not oversubscribed: the slowdown is 1
+  bool two_tier_ = false;      // leaves and spines only: far sibling pairs can be skipped
+  std::vector<std::vector<uint32_t>> access_;  // by GPU device: what it reaches up to its leaves
   std::vector<uint32_t> pool_of_resource_;
   std::vector<double> pool_capacity_;
   std::vector<double> load_;  // bytes/s offered, by pool

@@ -326,13 +326,24 @@ void run_train(const TrainArgs& a) {
                gib(s.memory.total())});
   }
   std::printf("per pipeline stage (time columns: exposed, per iteration):\n%s\n", t.render().c_str());
-  // Where the other replicas' traffic on shared links slowed a kind of collective.
+  // Where the other replicas' traffic on shared links slowed a kind of collective: one entry
+  // per kind when every stage has the same factor, else one per stage.
   std::string slowed;
-  for (const StageResult& s : r.stages) {
-    for (int k = 1; k < kWorkKinds; ++k) {
+  for (int k = 1; k < kWorkKinds; ++k) {
+    const char* kind = to_string(static_cast<WorkKind>(k));
+    std::vector<std::pair<int, double>> factors;
+    for (const StageResult& s : r.stages) {
       const double f = s.communication[static_cast<size_t>(k)].replica_slowdown;
-      if (f > 1.0) slowed += strprintf("%sstage %d %s x%.2f", slowed.empty() ? "" : ", ", s.stage, to_string(static_cast<WorkKind>(k)), f);
+      if (f > 1.0) factors.emplace_back(s.stage, f);
     }
+    if (factors.empty()) continue;
+    const bool uniform = factors.size() == r.stages.size() &&
+                         std::all_of(factors.begin(), factors.end(), [&](const auto& e) { return e.second == factors[0].second; });
+    if (uniform && r.stages.size() > 1) {
+      slowed += strprintf("%s%s x%.2f (every stage)", slowed.empty() ? "" : ", ", kind, factors[0].second);
+      continue;
+    }
+    for (const auto& [stage, f] : factors) slowed += strprintf("%sstage %d %s x%.2f", slowed.empty() ? "" : ", ", stage, kind, f);
   }
   if (!slowed.empty()) std::printf("slowed by the other replicas' traffic on shared links: %s\n\n", slowed.c_str());
   std::printf("%s\n%s\n", r.flop_convention.c_str(), r.symmetry.c_str());
