@@ -24,6 +24,13 @@ std::vector<int> in_order(int n) {
   return v;
 }
 
+// The 8 sibling rings of an 8-GPU-per-node cluster: ring r over GPU r of nodes 0..nodes-1.
+std::vector<std::vector<DeviceId>> every_rail(const Topology& topo, int nodes) {
+  std::vector<std::vector<DeviceId>> rings;
+  for (int r = 0; r < 8; ++r) rings.push_back(rail_ring(topo, r, in_order(nodes)));
+  return rings;
+}
+
 TEST(SiblingContention, RailOptimizedNonBlockingFabricSeparatesTheRails) {
   // 64 DGX H100 nodes, 32 per leaf and rail, 1:1. Eight DP rings, ring r over GPU r of every
   // node in order. Each pair offers its NIC's 50 GB/s: every NIC uplink carries one pair
@@ -32,8 +39,7 @@ TEST(SiblingContention, RailOptimizedNonBlockingFabricSeparatesTheRails) {
   // alone. Slowdown 1.
   Topology topo = test::load_preset("dgx-h100", 64);
   Router router(topo);
-  std::vector<std::vector<DeviceId>> rings;
-  for (int r = 0; r < 8; ++r) rings.push_back(rail_ring(topo, r, in_order(64)));
+  const std::vector<std::vector<DeviceId>> rings = every_rail(topo, 64);
   SiblingContention contention(topo, router);
   EXPECT_TRUE(contention.non_blocking());  // one GPU per NIC, 1:1 leaves: known without routing
   for (size_t own : {0u, 5u}) EXPECT_DOUBLE_EQ(contention.slowdown(rings, own, rings[0], TrafficPattern::kRing), 1.0);
@@ -73,8 +79,7 @@ TEST(SiblingContention, SiblingRingsShareTheUplinksOfALeafThatIsNotRailOptimized
     SCOPED_TRACE(ratio);
     Topology topo = test::load_preset_oversubscribed("aws-p5", 8, ratio);
     Router router(topo);
-    std::vector<std::vector<DeviceId>> rings;
-    for (int r = 0; r < 8; ++r) rings.push_back(rail_ring(topo, r, in_order(8)));
+    const std::vector<std::vector<DeviceId>> rings = every_rail(topo, 8);
     SiblingContention contention(topo, router);
     EXPECT_EQ(contention.non_blocking(), ratio == "1:1");
     EXPECT_NEAR(contention.slowdown(rings, 3, rings[3], TrafficPattern::kRing), expected, 1e-12);
@@ -90,8 +95,7 @@ TEST(SiblingContention, AllToAllGroupsLoadTheSpineWithEveryPair) {
   // Slowdown 24 / 7.
   Topology topo = test::load_preset_oversubscribed("aws-p5", 8, "4:1");
   Router router(topo);
-  std::vector<std::vector<DeviceId>> groups;
-  for (int r = 0; r < 8; ++r) groups.push_back(rail_ring(topo, r, in_order(8)));
+  const std::vector<std::vector<DeviceId>> groups = every_rail(topo, 8);
   SiblingContention contention(topo, router);
   EXPECT_NEAR(contention.slowdown(groups, 0, groups[0], TrafficPattern::kAllPairs), 24.0 / 7.0, 1e-12);
 }
@@ -103,8 +107,7 @@ TEST(SiblingContention, GpusThatShareANicSlowEachOther) {
   // loads it to 1. Slowdown 2. The node has PCIe switches, so nothing is assumed non-blocking.
   Topology topo = test::load_preset("pcie-8gpu", 2);
   Router router(topo);
-  std::vector<std::vector<DeviceId>> rings;
-  for (int r = 0; r < 8; ++r) rings.push_back(rail_ring(topo, r, in_order(2)));
+  const std::vector<std::vector<DeviceId>> rings = every_rail(topo, 2);
   SiblingContention contention(topo, router);
   EXPECT_FALSE(contention.non_blocking());
   EXPECT_NEAR(contention.slowdown(rings, 0, rings[0], TrafficPattern::kRing), 2.0, 1e-12);

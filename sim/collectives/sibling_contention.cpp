@@ -92,19 +92,22 @@ SiblingContention::SiblingContention(const Topology& topo, const Router& router,
   }
   if (!options.skip_far_pairs) two_tier_ = false;
   access_.assign(topo.device_count(), {});
-  if (two_tier_) {
+  if (two_tier_ && !non_blocking_) {  // a non-blocking fabric never routes a pair
+    // seen[d] == the search's stamp: one array for every GPU's search, never cleared.
+    std::vector<uint32_t> seen(topo.device_count(), 0);
+    uint32_t stamp = 0;
     for (DeviceId gpu : topo.gpus()) {
       std::vector<DeviceId> frontier{gpu};
-      std::vector<char> seen(topo.device_count(), 0);
-      seen[gpu.value] = 1;
+      ++stamp;
+      seen[gpu.value] = stamp;
       while (!frontier.empty()) {
         const DeviceId at = frontier.back();
         frontier.pop_back();
         for (LinkId l : topo.out_links(at)) {
           const DeviceId neighbour = topo.link(l).to;
           const Device& device = topo.device(neighbour);
-          if (seen[neighbour.value]) continue;
-          seen[neighbour.value] = 1;
+          if (seen[neighbour.value] == stamp) continue;
+          seen[neighbour.value] = stamp;
           if (device.kind == DeviceKind::kGpu || device.switch_kind == SwitchKind::kSpine) continue;
           access_[gpu.value].push_back(neighbour.value);
           if (device.switch_kind != SwitchKind::kLeaf) frontier.push_back(neighbour);

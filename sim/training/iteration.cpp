@@ -11,10 +11,10 @@
 #include <stdexcept>
 #include <tuple>
 
+#include "collectives/sibling_contention.h"
 #include "engine/engine.h"
 #include "engine/invariant.h"
 #include "io/input_error.h"
-#include "collectives/sibling_contention.h"
 #include "topology/router.h"
 #include "training/layer_operators.h"
 #include "training/memory_model.h"
@@ -432,7 +432,7 @@ IterationResult simulate_iteration(const ModelConfig& model, const ParallelLayou
   // The slowdown of `own`, stage s's group of the simulated replica, among the groups that
   // `group_of` gives every rank of stage s (each group once).
   auto sibling_slowdown = [&](int s, const std::vector<int>& own, const auto& group_of, TrafficPattern pattern) {
-    if (!contention || own.size() < 2) return 1.0;
+    if (!contention || contention->non_blocking() || own.size() < 2) return 1.0;  // no groups to build
     std::map<int, std::vector<int>> by_lowest_rank;
     for (int tp_rank = 0; tp_rank < t; ++tp_rank) {
       for (int c = 0; c < cp; ++c) {
