@@ -7,6 +7,7 @@
 #include "network/analytical_network.h"
 #include "network/flow_list.h"
 #include "network/flow_network.h"
+#include "io/input_error.h"
 #include "test_support.h"
 
 namespace parallax {
@@ -22,12 +23,17 @@ struct RunResult {
 };
 
 // Runs `flows` (all starting at their start time) on a fresh engine with model `name`.
-RunResult run(const Topology& t, std::string_view name, const std::vector<FlowSpec>& flows, bool audit = false) {
+RunResult run(const Topology& t, std::string_view name, const std::vector<FlowSpec>& flows, bool audit = false,
+              bool skip_redundant_links = true) {
   Engine engine;
   Router router(t);
   std::unique_ptr<NetworkModel> net;
-  if (name == "flow") net = std::make_unique<FlowNetwork>(engine, t, router, FlowNetwork::Options{audit});
-  else net = make_network_model(name, engine, t, router);
+  if (name == "flow") {
+    net = std::make_unique<FlowNetwork>(engine, t, router, FlowNetwork::Options{audit, skip_redundant_links});
+  }
+  else {
+    net = make_network_model(name, engine, t, router);
+  }
   auto outcomes = run_flow_list(flows, engine, *net);
   RunResult r;
   for (const auto& o : outcomes) r.finish.push_back(o.finish);
@@ -182,6 +188,62 @@ TEST_P(RandomTraffic, CompletionTimeGrowsWithSize) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Seeds, RandomTraffic, ::testing::Values(7u, 8u, 2024u));
+
+class RedundantLinks : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(RedundantLinks, LeavingThemOutChangesNoFinish) {
+  // The flow model drops links that another link on every one of their flows' paths dominates
+  // (a NIC's PCIe attach behind its line); the max-min rates must be exactly those of the full
+  // problem. Seeded random traffic, solved with and without them: the finishes agree to the
+  // rounding of the sums (the solver sees the links in another order), and both audits pass.
+  Topology t = load_preset(GetParam(), 4);
+  for (uint64_t seed : {11u, 12u}) {
+    SCOPED_TRACE("seed " + std::to_string(seed));
+    auto flows = random_flows(t, seed, 200);
+    RunResult reduced = run(t, "flow", flows, true, true);
+    RunResult full = run(t, "flow", flows, true, false);
+    EXPECT_EQ(reduced.audit.flows_without_bottleneck + full.audit.flows_without_bottleneck, 0u);
+    EXPECT_LE(std::max(reduced.audit.worst_overload, full.audit.worst_overload), 1e-9);
+    for (size_t i = 0; i < flows.size(); ++i) {
+      EXPECT_NEAR(static_cast<double>(reduced.finish[i].picoseconds()), static_cast<double>(full.finish[i].picoseconds()),
+                  1e-9 * static_cast<double>(full.finish[i].picoseconds()) + 2)
+          << "flow " << i;
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Presets, RedundantLinks, ::testing::Values("dgx-h100", "aws-p5", "pcie-8gpu", "gb200-nvl72"));
+
+TEST(Network, RedundantLinksAreTheNicAttachesBehindFasterLines) {
+  // DGX H100: each GPU reaches its own NIC over PCIe Gen5 (64 GB/s per direction) and the NIC
+  // reaches its leaf at 400 Gb/s = 50 GB/s. Both attach directions are dominated by the line
+  // (up: every flow goes on to the leaf; down: every flow came from it): 2 per GPU, and
+  // nothing else (the line itself is the tighter link; leaves and NVSwitches have many ports).
+  Topology t = load_preset("dgx-h100", 2);
+  Engine engine;
+  Router router(t);
+  EXPECT_EQ(FlowNetwork(engine, t, router).redundant_resource_count(), 2 * t.gpu_count());
+  FlowNetwork::Options keep;
+  keep.skip_redundant_links = false;
+  EXPECT_EQ(FlowNetwork(engine, t, router, keep).redundant_resource_count(), 0u);
+}
+
+TEST(Network, FlowsCannotEndAtANic) {
+  // NICs only forward; the redundant-link rule relies on no flow ending there.
+  Topology t = load_preset("dgx-h100", 2);
+  Engine engine;
+  Router router(t);
+  FlowNetwork net(engine, t, router);
+  EXPECT_THROW(net.start_flow(*t.find_device("n0.gpu0"), *t.find_device("n1.nic0"), mib(1), nullptr), std::invalid_argument);
+  nlohmann::json doc = {{"flows", {{{"src", "n0.gpu0"}, {"dst", "n1.nic0"}, {"bytes", "1 MiB"}}}}};
+  try {
+    flow_list_from_json(doc, "flows.json", router);
+    FAIL();
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("flows.json: /flows/0/dst"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("is a NIC"), std::string::npos) << e.what();
+  }
+}
 
 TEST(Network, UnknownModelNameListsTheKnownOnes) {
   Topology t = load_preset("dgx-h100", 1);

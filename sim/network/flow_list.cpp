@@ -17,6 +17,9 @@ DeviceId read_endpoint(JsonReader r, const Topology& topo) {
   std::string name = r.as_string();
   auto id = topo.find_device(name);
   if (!id) r.fail("no device named \"" + name + "\" in the topology");
+  if (topo.device(*id).kind == DeviceKind::kNic) {
+    r.fail("\"" + name + "\" is a NIC, which only forwards data: name a GPU, CPU or switch");
+  }
   return *id;
 }
 

@@ -29,6 +29,9 @@ class FlowNetwork final : public NetworkModel {
     /// Check after every solve that no link is over capacity, and at every completion that
     /// the bytes delivered equal the size (for tests; costs time).
     bool audit = false;
+    /// Leave out of the sharing the links that can never be a flow's only bottleneck (see
+    /// redundant_resources() in flow_network.cpp); off only to test that it changes nothing.
+    bool skip_redundant_links = true;
   };
   /// What the audit saw: the worst relative overload of a link and the worst relative
   /// mismatch between bytes delivered and bytes sent.
@@ -51,6 +54,8 @@ class FlowNetwork final : public NetworkModel {
   /// The current rate of a flow in the fluid phase, or nullopt (still in latency, or done).
   std::optional<Bandwidth> rate_of(uint64_t flow_id) const;
   size_t active_flows() const { return active_; }
+  /// How many capacity resources the sharing leaves out as redundant.
+  size_t redundant_resource_count() const;
   /// Number of re-solves, the total number of flows they covered, and how many times a
   /// subset had to grow (incrementality figures).
   uint64_t solves() const { return solves_; }
@@ -139,6 +144,7 @@ class FlowNetwork final : public NetworkModel {
   std::vector<Flow> flows_;
   std::vector<uint32_t> free_slots_;
   std::vector<Resource> resources_;
+  std::vector<uint8_t> redundant_;  // per resource: never a flow's only bottleneck
   std::vector<uint32_t> dirty_;
   std::vector<uint32_t> entering_;
   std::vector<Due> due_;  // min-heap on (finish, flow_id)

@@ -12,6 +12,14 @@ NetworkModel::NetworkModel(Engine& engine, const Topology& topo, const Router& r
 
 uint64_t NetworkModel::start_flow(DeviceId src, DeviceId dst, Bytes size, FlowCallback on_done,
                                   std::optional<uint64_t> route_key) {
+  // Data lives in GPU, host or switch memory; a NIC only forwards it (and the flow model
+  // relies on that: see redundant_resources() in flow_network.cpp).
+  for (DeviceId end : {src, dst}) {
+    if (topo_.device(end).kind == DeviceKind::kNic) {
+      throw std::invalid_argument("a flow cannot start or end at NIC \"" + topo_.device(end).name +
+                                  "\": NICs only forward data between GPUs, CPUs and switches");
+    }
+  }
   uint64_t id = next_flow_id_++;
   Time now = engine_.now();
   if (src == dst) {
