@@ -11,10 +11,6 @@ namespace {
 constexpr double kTolerance = 1e-9;  // relative, for "saturated" and "no flow is faster"
 constexpr double kRateScale = 1024.0;  // fixed-point units per byte/s in link loads
 
-bool due_later(const auto& a, const auto& b) {
-  return a.finish != b.finish ? a.finish > b.finish : a.flow_id > b.flow_id;
-}
-
 // A link A is redundant when another link B carries every flow that A carries, at no more
 // capacity: A's load never exceeds B's, and when A is saturated so is B with the same flows,
 // so whatever A holds B holds too. Dropping A from every path leaves the max-min allocation
@@ -155,7 +151,7 @@ void FlowNetwork::leave(uint32_t slot) {
   }
   f.in_fluid = false;
   f.rate = 0;
-  ++f.version;  // invalidates its pending finish
+  due_.erase(slot);
   --active_;
 }
 
@@ -399,18 +395,7 @@ void FlowNetwork::solve() {
     commit_rate(f, f.tentative);
     PARALLAX_INVARIANT(f.rate > 0, "flow network", now, "a flow got no bandwidth");
     f.finish = now + transfer_time(Bytes(f.remaining), Bandwidth(f.rate));
-    ++f.version;
-    due_.push_back(Due{f.finish.picoseconds(), f.id, slot, f.version});
-    std::push_heap(due_.begin(), due_.end(), due_later<Due, Due>);
-  }
-  // Superseded finishes stay in the heap until they surface; when they outnumber the live ones
-  // (a flow's finish moves many times before it surfaces), drop them all at once.
-  if (due_.size() > 4 * active_ + 1024) {
-    std::erase_if(due_, [this](const Due& d) {
-      const Flow& f = flows_[d.slot];
-      return !f.in_fluid || f.version != d.version;
-    });
-    std::make_heap(due_.begin(), due_.end(), due_later<Due, Due>);
+    due_.set(slot, f.finish.picoseconds(), f.id);
   }
   if (options_.audit) check_allocation();
   reschedule_completion();
@@ -453,14 +438,7 @@ void FlowNetwork::check_allocation() {
 }
 
 void FlowNetwork::reschedule_completion() {
-  while (!due_.empty()) {
-    const Due& top = due_.front();
-    const Flow& f = flows_[top.slot];
-    if (f.in_fluid && f.version == top.version) break;
-    std::pop_heap(due_.begin(), due_.end(), due_later<Due, Due>);
-    due_.pop_back();
-  }
-  Time want = due_.empty() ? Time::max() : Time::ps(due_.front().finish);
+  Time want = due_.empty() ? Time::max() : Time::ps(due_.top_finish());
   if (want == completion_at_ && engine_.is_pending(completion_event_)) return;
   engine_.cancel(completion_event_);
   completion_at_ = want;
@@ -476,19 +454,16 @@ void FlowNetwork::on_completion_event() {
     FlowCallback cb;
   };
   std::vector<Done> done;
-  while (!due_.empty() && due_.front().finish <= now) {
-    Due top = due_.front();
-    std::pop_heap(due_.begin(), due_.end(), due_later<Due, Due>);
-    due_.pop_back();
-    Flow& f = flows_[top.slot];
-    if (!f.in_fluid || f.version != top.version) continue;
+  while (!due_.empty() && due_.top_finish() <= now) {
+    const uint32_t slot = due_.top_slot();
+    Flow& f = flows_[slot];
     if (options_.audit) {
       settle(f);
       audit_.worst_bytes_error = std::max(audit_.worst_bytes_error, std::fabs(f.delivered - f.size) / f.size);
     }
-    leave(top.slot);
+    leave(slot);
     done.push_back(Done{f.id, f.start, std::move(f.on_done)});
-    free_slots_.push_back(top.slot);
+    free_slots_.push_back(slot);
   }
   if (!dirty_.empty() || !entering_.empty()) request_solve();
   for (Done& d : done) complete(d.id, d.start, d.cb);

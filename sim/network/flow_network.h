@@ -18,6 +18,7 @@
 #include <optional>
 #include <vector>
 
+#include "network/completion_heap.h"
 #include "network/max_min_solver.h"
 #include "network/network_model.h"
 
@@ -79,7 +80,6 @@ class FlowNetwork final : public NetworkModel {
     uint32_t bottleneck_pos = 0;     // index of this flow in that resource's bottlenecked list
     bool has_bottleneck = false;     // listed in resources_[bottleneck].bottlenecked
     bool in_fluid = false;
-    uint32_t version = 0;
     std::vector<uint32_t> position;  // index of this flow in each resource's list
     double size = 0;
     double remaining = 0;            // bytes left at last_update
@@ -112,12 +112,6 @@ class FlowNetwork final : public NetworkModel {
     double audit_load = 0;               // audit only
     double audit_max = 0;
   };
-  struct Due {
-    int64_t finish;
-    uint64_t flow_id;
-    uint32_t slot;
-    uint32_t version;
-  };
 
   uint32_t allocate_slot();
   void enter(uint32_t slot);
@@ -147,7 +141,7 @@ class FlowNetwork final : public NetworkModel {
   std::vector<uint8_t> redundant_;  // per resource: never a flow's only bottleneck
   std::vector<uint32_t> dirty_;
   std::vector<uint32_t> entering_;
-  std::vector<Due> due_;  // min-heap on (finish, flow_id)
+  CompletionHeap due_;  // every fluid flow's predicted finish
   EventId completion_event_;
   Time completion_at_ = Time::max();
   bool solve_pending_ = false;

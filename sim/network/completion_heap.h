@@ -1,0 +1,98 @@
+// The flow model's pending finishes: a binary min-heap of flow slots on (finish, flow id) that
+// knows where each slot sits, so a finish that moves is re-keyed in place and a flow that leaves
+// is taken out. A lazy heap (push the new finish, skip the stale one when it surfaces) pushed
+// and popped ~6.6 M dead entries on the 100k-flow benchmark, for ~46 re-keys per re-solve.
+// Keys live in the heap entries and positions in a dense array, so sifting touches neither the
+// flow records nor more than two small arrays.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+namespace parallax {
+
+class CompletionHeap {
+ public:
+  static constexpr uint32_t kAbsent = UINT32_MAX;
+
+  bool empty() const { return heap_.empty(); }
+  size_t size() const { return heap_.size(); }
+  /// The slot with the earliest (finish, id) and its finish; only when not empty.
+  uint32_t top_slot() const { return heap_.front().slot; }
+  int64_t top_finish() const { return heap_.front().finish; }
+  bool contains(uint32_t slot) const { return slot < position_.size() && position_[slot] != kAbsent; }
+
+  /// Inserts `slot` or moves it to its new key.
+  void set(uint32_t slot, int64_t finish, uint64_t id) {
+    if (slot >= position_.size()) position_.resize(slot + 1, kAbsent);
+    uint32_t at = position_[slot];
+    if (at == kAbsent) {
+      at = static_cast<uint32_t>(heap_.size());
+      heap_.push_back(Entry{finish, id, slot});
+      position_[slot] = at;
+      sift_up(at);
+      return;
+    }
+    const Entry old = heap_[at];
+    heap_[at].finish = finish;
+    heap_[at].id = id;
+    if (earlier(heap_[at], old)) sift_up(at);
+    else sift_down(at);
+  }
+
+  /// Takes `slot` out if it is in.
+  void erase(uint32_t slot) {
+    if (!contains(slot)) return;
+    const uint32_t at = position_[slot];
+    position_[slot] = kAbsent;
+    const Entry last = heap_.back();
+    heap_.pop_back();
+    if (at == heap_.size()) return;
+    heap_[at] = last;
+    position_[last.slot] = at;
+    if (at > 0 && earlier(heap_[at], heap_[(at - 1) / 2])) sift_up(at);
+    else sift_down(at);
+  }
+
+ private:
+  struct Entry {
+    int64_t finish;
+    uint64_t id;
+    uint32_t slot;
+  };
+  static bool earlier(const Entry& a, const Entry& b) {
+    return a.finish != b.finish ? a.finish < b.finish : a.id < b.id;
+  }
+  void place(uint32_t at, const Entry& e) {
+    heap_[at] = e;
+    position_[e.slot] = at;
+  }
+  void sift_up(uint32_t at) {
+    const Entry e = heap_[at];
+    while (at > 0) {
+      const uint32_t parent = (at - 1) / 2;
+      if (!earlier(e, heap_[parent])) break;
+      place(at, heap_[parent]);
+      at = parent;
+    }
+    place(at, e);
+  }
+  void sift_down(uint32_t at) {
+    const Entry e = heap_[at];
+    const uint32_t n = static_cast<uint32_t>(heap_.size());
+    while (true) {
+      uint32_t child = 2 * at + 1;
+      if (child >= n) break;
+      if (child + 1 < n && earlier(heap_[child + 1], heap_[child])) ++child;
+      if (!earlier(heap_[child], e)) break;
+      place(at, heap_[child]);
+      at = child;
+    }
+    place(at, e);
+  }
+
+  std::vector<Entry> heap_;
+  std::vector<uint32_t> position_;  // per slot: index in heap_, or kAbsent
+};
+
+}  // namespace parallax
