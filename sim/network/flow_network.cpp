@@ -194,7 +194,9 @@ void FlowNetwork::add_held_closure(size_t from, uint64_t subset_mark) {
   }
 }
 
-int64_t FlowNetwork::fixed(double rate) { return std::llround(rate * kRateScale); }
+// Rates are never negative, so adding a half and truncating rounds to nearest (ties up) without
+// a call into libm.
+int64_t FlowNetwork::fixed(double rate) { return static_cast<int64_t>(rate * kRateScale + 0.5); }
 
 double FlowNetwork::committed_max(uint32_t r) {
   Resource& res = resources_[r];
