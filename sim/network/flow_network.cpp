@@ -181,17 +181,10 @@ void FlowNetwork::add_to_subset(uint32_t slot, uint64_t subset_mark) {
   subset_.push_back(slot);
 }
 
-// Adds the flows held by the links of subset_[from..], and theirs in turn, walking each link's
-// list once per solve.
-void FlowNetwork::add_held_closure(size_t from, uint64_t subset_mark) {
-  for (size_t i = from; i < subset_.size(); ++i) {
-    for (uint32_t r : flows_[subset_[i]].resources) {
-      Resource& res = resources_[r];
-      if (res.expanded == subset_mark) continue;
-      res.expanded = subset_mark;
-      for (uint32_t slot : res.bottlenecked) add_to_subset(slot, subset_mark);
-    }
-  }
+void FlowNetwork::add_held(Resource& res, uint64_t subset_mark) {
+  if (res.expanded == subset_mark) return;
+  res.expanded = subset_mark;
+  for (uint32_t slot : res.bottlenecked) add_to_subset(slot, subset_mark);
 }
 
 // Rates are never negative, so adding a half and truncating rounds to nearest (ties up) without
@@ -302,14 +295,8 @@ void FlowNetwork::solve() {
     if (flows_[slot].in_fluid) add_to_subset(slot, subset_mark);
   }
   entering_.clear();
-  for (uint32_t r : dirty_) {
-    Resource& res = resources_[r];
-    if (res.expanded == subset_mark) continue;
-    res.expanded = subset_mark;
-    for (uint32_t slot : res.bottlenecked) add_to_subset(slot, subset_mark);
-  }
+  for (uint32_t r : dirty_) add_held(resources_[r], subset_mark);
   dirty_.clear();
-  add_held_closure(0, subset_mark);
   if (subset_.empty()) {
     reschedule_completion();
     return;
@@ -318,14 +305,17 @@ void FlowNetwork::solve() {
   while (true) {
     const uint64_t round_mark = next_mark();
     // The subproblem, built in one pass over the subset's paths: the subset's flows on what the
-    // other flows leave of each link they touch.
+    // other flows leave of each link they touch. The same pass closes the subset: the flows
+    // held by each link it meets join at the end and are walked in turn (each link's held list
+    // once per solve).
     touched_.clear();
     problem_.clear();
-    for (uint32_t slot : subset_) {
-      const Flow& f = flows_[slot];
+    for (size_t i = 0; i < subset_.size(); ++i) {
+      const Flow& f = flows_[subset_[i]];
       const int64_t rate_fixed = fixed(f.rate);
       for (uint32_t r : f.resources) {
         Resource& res = resources_[r];
+        add_held(res, subset_mark);
         if (res.touched != round_mark) {
           res.touched = round_mark;
           res.subset_committed_fixed = 0;
@@ -380,9 +370,8 @@ void FlowNetwork::solve() {
     // the subset is closed over the flows that the links it touches hold, so that bottleneck is
     // a link no subset flow crosses, whose load and flows this solve leaves as they were.
     if (subset_.size() == before) break;
-    // A flow that joins will change rate, so the flows held by its links may too: bring them
-    // in now, and theirs in turn, rather than one round later each.
-    add_held_closure(before, subset_mark);
+    // A flow that joins will change rate, so the flows held by its links may too: the next
+    // round's build brings them in, and theirs in turn, rather than one round later each.
     ++repairs_;
   }
   ++solves_;
