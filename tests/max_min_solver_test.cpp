@@ -118,6 +118,12 @@ void expect_max_min(const Problem& p) {
   }
   constexpr double kTol = 1e-9;
   for (size_t r = 0; r < p.capacity.size(); ++r) EXPECT_LE(load[r], p.capacity[r] * (1 + kTol)) << "resource " << r;
+  // The per-resource load and fastest rate the solver reports (the flow model's checks read
+  // them) match the ones recomputed here.
+  for (size_t r = 0; r < p.capacity.size(); ++r) {
+    EXPECT_NEAR(solver.resource_load()[r], load[r], 1e-12 * p.capacity[r]) << "resource " << r;
+    EXPECT_EQ(solver.resource_fastest()[r], max_rate[r]) << "resource " << r;
+  }
   for (size_t f = 0; f < p.flow_count(); ++f) {
     const uint32_t r = bottlenecks[f];
     ASSERT_LT(r, p.capacity.size()) << "flow " << f;

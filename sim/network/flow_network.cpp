@@ -61,8 +61,7 @@ std::vector<uint8_t> redundant_resources(const Topology& topo) {
 }  // namespace
 
 FlowNetwork::FlowNetwork(Engine& engine, const Topology& topo, const Router& router, Options options)
-    : NetworkModel(engine, topo, router), options_(options), resources_(topo.resource_count()),
-      local_of_resource_(topo.resource_count(), 0) {
+    : NetworkModel(engine, topo, router), options_(options), resources_(topo.resource_count()) {
   for (uint32_t r = 0; r < resources_.size(); ++r) resources_[r].capacity = topo.resource_capacity(r).value();
   redundant_ = options_.skip_redundant_links ? redundant_resources(topo) : std::vector<uint8_t>(resources_.size(), 0);
 }
@@ -220,8 +219,10 @@ double FlowNetwork::outside_max(uint32_t r, uint64_t subset_mark, uint64_t round
 bool FlowNetwork::holds_tentative(uint32_t r, double rate, uint64_t subset_mark, uint64_t round_mark) {
   const Resource& res = resources_[r];
   const double load =
-      static_cast<double>(res.load_fixed - res.subset_committed_fixed) / kRateScale + res.subset_tentative_load;
-  if (load < res.capacity * (1 - kTolerance) || rate < res.subset_max_tentative * (1 - kTolerance)) return false;
+      static_cast<double>(res.load_fixed - res.subset_committed_fixed) / kRateScale + solver_.resource_load()[res.local];
+  if (load < res.capacity * (1 - kTolerance) || rate < solver_.resource_fastest()[res.local] * (1 - kTolerance)) {
+    return false;
+  }
   if (rate >= committed_max(r) * (1 - kTolerance)) return true;  // nobody outside is faster either
   return rate >= outside_max(r, subset_mark, round_mark) * (1 - kTolerance);
 }
@@ -319,13 +320,11 @@ void FlowNetwork::solve() {
         if (res.touched != round_mark) {
           res.touched = round_mark;
           res.subset_committed_fixed = 0;
-          res.subset_tentative_load = 0;
-          res.subset_max_tentative = 0;
-          local_of_resource_[r] = static_cast<uint32_t>(touched_.size());
+          res.local = static_cast<uint32_t>(touched_.size());
           touched_.push_back(r);
         }
         res.subset_committed_fixed += rate_fixed;
-        problem_.flow_resources.push_back(local_of_resource_[r]);
+        problem_.flow_resources.push_back(res.local);
       }
       problem_.flow_offsets.push_back(static_cast<uint32_t>(problem_.flow_resources.size()));
     }
@@ -339,11 +338,6 @@ void FlowNetwork::solve() {
       Flow& f = flows_[subset_[i]];
       f.tentative = rates_[i];
       f.tentative_bottleneck = touched_[bottlenecks_[i]];
-      for (uint32_t r : f.resources) {
-        Resource& res = resources_[r];
-        res.subset_tentative_load += f.tentative;
-        res.subset_max_tentative = std::max(res.subset_max_tentative, f.tentative);
-      }
     }
 
     const size_t before = subset_.size();

@@ -95,18 +95,17 @@ class FlowNetwork final : public NetworkModel {
   // fixed-point integer sum (kRateScale units per byte/s): adding and removing rates millions
   // of times leaves no rounding drift.
   struct Resource {
-    uint64_t touched = 0;            // marks
+    uint64_t touched = 0;                // marks
+    uint64_t expanded = 0;               // marks: its held flows are in the subset
     // Scratch of the solve in progress (valid where touched == the round's mark).
     int64_t subset_committed_fixed = 0;  // Σ committed rates of subset flows on this link
-    double subset_tentative_load = 0;    // Σ tentative rates of subset flows on this link
-    double subset_max_tentative = 0;
-    int64_t load_fixed = 0;          // Σ committed rates, fixed point
-    double capacity = 0;
-    double max_rate = 0;             // fastest committed rate, exact unless max_stale
+    uint32_t local = 0;                  // index in the round's subproblem
     bool max_stale = false;
+    int64_t load_fixed = 0;              // Σ committed rates, fixed point
+    double capacity = 0;
+    double max_rate = 0;                 // fastest committed rate, exact unless max_stale
     std::vector<uint32_t> bottlenecked;  // flows whose recorded bottleneck is this link
     std::vector<uint32_t> flows;
-    uint64_t expanded = 0;               // marks: its held flows are in the subset
     uint64_t outside_max_mark = 0;
     double outside_max = 0;              // fastest committed rate of flows outside the subset
     double audit_load = 0;               // audit only
@@ -159,7 +158,6 @@ class FlowNetwork final : public NetworkModel {
   std::vector<uint32_t> bottlenecks_;
   std::vector<uint32_t> subset_;
   std::vector<uint32_t> touched_;
-  std::vector<uint32_t> local_of_resource_;
 };
 
 }  // namespace parallax

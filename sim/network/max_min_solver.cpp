@@ -17,6 +17,8 @@ void MaxMinSolver::solve(const Problem& p, std::vector<double>& rates, std::vect
   rates.assign(nf, std::numeric_limits<double>::infinity());
   if (bottlenecks) bottlenecks->assign(nf, UINT32_MAX);
   remaining_.assign(p.capacity.begin(), p.capacity.end());
+  used_.assign(nr, 0.0);
+  fastest_.assign(nr, 0.0);
   unfrozen_.assign(nr, 0);
   version_.assign(nr, 0);
   frozen_.assign(nf, 0);
@@ -77,6 +79,8 @@ void MaxMinSolver::solve(const Problem& p, std::vector<double>& rates, std::vect
       for (uint32_t i = p.flow_offsets[f]; i < p.flow_offsets[f + 1]; ++i) {
         uint32_t r = p.flow_resources[i];
         remaining_[r] = std::max(0.0, remaining_[r] - level);
+        used_[r] += level;
+        fastest_[r] = level;
         --unfrozen_[r];
         if (version_[r] != kChanged && version_[r] != kIdle) {
           version_[r] = kChanged;

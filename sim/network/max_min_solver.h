@@ -54,6 +54,12 @@ class MaxMinSolver {
   void solve(const Problem& problem, std::vector<double>& rates,
              std::vector<uint32_t>* bottlenecks = nullptr);
 
+  /// After solve(), per resource: the sum of its flows' rates, and the fastest of them (flows
+  /// freeze at non-decreasing levels, so the last level seen is the largest). Valid until
+  /// the next solve.
+  std::span<const double> resource_load() const { return used_; }
+  std::span<const double> resource_fastest() const { return fastest_; }
+
  private:
   struct Share {
     double share;
@@ -61,6 +67,8 @@ class MaxMinSolver {
     uint32_t version;
   };
   std::vector<double> remaining_;
+  std::vector<double> used_;
+  std::vector<double> fastest_;
   std::vector<uint32_t> unfrozen_;
   static constexpr uint32_t kChanged = UINT32_MAX;  // marks a resource re-keyed this step
   static constexpr uint32_t kIdle = UINT32_MAX - 1;  // a resource that can never saturate
