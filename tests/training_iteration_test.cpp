@@ -198,6 +198,20 @@ TEST(IterationMemory, ActivationsFollowTheScheduleAndStatesFollowZero) {
   l.schedule = PipelineScheduleKind::kGpipe;
   r = simulate_iteration(tiny(), l, topo);
   EXPECT_DOUBLE_EQ(r.stages[0].memory.activations.value(), 8 * 2 * per_layer.value());
+  // The unfused attention core keeps the scores: Korthikanti's sbh·(34 + 5as/h) with a = 4
+  // heads, s = 512, h = 256 (and no softmax statistics); selective recomputation drops the
+  // as² terms again, back to sbh·34.
+  l.schedule = PipelineScheduleKind::kOneFOneB;
+  l.attention = AttentionKernel::kUnfused;
+  const double sbh = 512.0 * 256;
+  r = simulate_iteration(tiny(), l, topo);
+  EXPECT_DOUBLE_EQ(r.stages[3].memory.activations.value(), 1 * 2 * sbh * (34 + 5.0 * 4 * 512 / 256));
+  l.recompute = Recomputation::kSelective;
+  r = simulate_iteration(tiny(), l, topo);
+  EXPECT_DOUBLE_EQ(r.stages[3].memory.activations.value(), 1 * 2 * sbh * 34);
+  l.recompute = Recomputation::kNone;
+  l.attention = AttentionKernel::kFlash;
+  r = simulate_iteration(tiny(), l, topo);
   // Model states: 2Ψ + 2Ψ + 12Ψ for ZeRO 0 with one DP rank.
   const double psi = r.stages[1].parameters;
   EXPECT_DOUBLE_EQ((r.stages[1].memory.parameters + r.stages[1].memory.gradients +
@@ -292,6 +306,16 @@ TEST(IterationErrors, BadLayoutsAreRefused) {
   } catch (const InputError& e) {
     EXPECT_EQ(e.pointer(), "/parallel/cp");
     EXPECT_NE(e.reason().find("ring"), std::string::npos) << e.reason();
+  }
+  // Context parallelism passes K/V blocks to a blockwise kernel; the unfused core has none.
+  l = layout(1, 1, 1, 1);
+  l.cp = 4;
+  l.attention = AttentionKernel::kUnfused;
+  try {
+    simulate_iteration(tiny(), l, topo);
+    FAIL();
+  } catch (const InputError& e) {
+    EXPECT_EQ(e.pointer(), "/parallel/attention");
   }
   // Expert parallelism on a dense model is a bad layout (training_ep_test covers MoE models).
   l = layout(4, 1, 1, 4);

@@ -128,6 +128,42 @@ TEST(MoeLayerFlops, DeepSeekV3MlaLayerWithSharedExpertMatchesTheClosedForm) {
   EXPECT_DOUBLE_EQ(matmul_flops(dense), mla + attention + 2 * T * 3 * h * 18432);
 }
 
+TEST(AttentionKernels, UnfusedCoreMaterialisesEveryScore) {
+  // GPT layer h = 768, 12 heads of d = 64, b = 2, s = 1024, causal. Unfused, the scores are
+  // computed in full (the mask is applied after): Q·Kᵀ and P·V are each 2·b·a·s²·d FLOPs in
+  // b·a groups; the fused softmax reads and writes the b·a·s² bf16 scores (2 bytes each), and
+  // its backward reads probabilities and gradient and writes a gradient (1.5×). FlashAttention
+  // skips the masked half: its forward is half of the two products together.
+  const double b = 2, a = 12, s = 1024, d = 64;
+  MicroBatch mb = batch(2, 1024);
+  const auto flash = layer_operators(gpt(768, 12), 0, mb, {});
+  mb.attention = AttentionKernel::kUnfused;
+  const auto unfused = layer_operators(gpt(768, 12), 0, mb, {});
+  const double product = 2 * b * a * s * s * d;
+  EXPECT_DOUBLE_EQ(flops_of(unfused, "attention_scores"), product);
+  EXPECT_DOUBLE_EQ(flops_of(unfused, "attention_context"), product);
+  EXPECT_DOUBLE_EQ(flops_of(flash, "attention"), 0.5 * 2 * product);
+  const GemmShape scores = find(unfused, "attention_scores").forward.shape;
+  EXPECT_EQ(scores.batch, b * a);
+  EXPECT_EQ(scores.m, s);
+  EXPECT_EQ(scores.n, s);
+  EXPECT_EQ(scores.k, d);
+  const ModelOperator& softmax = find(unfused, "attention_softmax");
+  EXPECT_DOUBLE_EQ(softmax.forward.bytes_read_written.value(), 2 * b * a * s * s * 2);
+  EXPECT_DOUBLE_EQ(softmax.backward.bytes_read_written.value(), 1.5 * 2 * b * a * s * s * 2);
+  EXPECT_DOUBLE_EQ(find(unfused, "attention_context").backward.flops.value(), 2 * product);
+  // The core is exactly these three (and FlashAttention's one kernel); the rest is unchanged.
+  std::vector<std::string> core;
+  for (const auto& op : unfused) {
+    if (op.attention_core) core.push_back(op.name);
+  }
+  EXPECT_EQ(core, (std::vector<std::string>{"attention_scores", "attention_softmax", "attention_context"}));
+  EXPECT_TRUE(find(flash, "attention").attention_core);
+  EXPECT_DOUBLE_EQ(matmul_flops(unfused) - 2 * product, matmul_flops(flash) - flops_of(flash, "attention"));
+  EXPECT_EQ(attention_kernel_from("unfused"), AttentionKernel::kUnfused);
+  EXPECT_EQ(attention_kernel_from("eager"), std::nullopt);
+}
+
 TEST(LayerFlops, GemmFlopsAreTwiceTokensTimesActiveMatrices) {
   // Every GEMM multiplies each token by each active weight once: forward GEMM FLOPs of a layer
   // = 2 · T · matmul_active(layer), for every bundled model and both layer kinds.

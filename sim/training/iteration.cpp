@@ -76,11 +76,11 @@ OperatorSums sum_operators(const ComputeModel& cm, const std::vector<ModelOperat
     s.backward += backward;
     s.forward_flops += op.forward.flops;
     s.backward_flops += op.backward.flops;
-    if (op.forward.kind == OperatorKind::kGemm) {
+    if (op.forward.kind == OperatorKind::kGemm && !op.attention_core) {
       (before ? s.weight_before_attention : s.weight_after_attention) += forward;
       s.weight_flops += op.forward.flops;
     }
-    if (op.name == "attention") {
+    if (op.attention_core) {
       before = false;
       s.attention_forward += forward;
       s.attention_backward += backward;
@@ -333,7 +333,7 @@ IterationResult simulate_iteration(const ModelConfig& model, const ParallelLayou
   const int p = layout.pp, v = layout.virtual_stages, t = layout.tp;
   const int m = static_cast<int>(layout.micro_batches());
   const int world = layout.world_size();
-  const MicroBatch batch{layout.micro_batch, layout.sequence_length, true, layout.dtype};
+  const MicroBatch batch{layout.micro_batch, layout.sequence_length, true, layout.dtype, layout.attention};
   const ShardingFactors sharding{t, layout.cp, layout.ep, layout.sequence_parallel};
   const RankMapping ranks(layout);
   const ParameterCounts counts = count_parameters(model);
@@ -941,8 +941,11 @@ IterationResult simulate_iteration(const ModelConfig& model, const ParallelLayou
       result.pipeline_end > Time::zero() ? bubble_total.seconds() / (p * result.pipeline_end.seconds()) : 0.0;
 
   // ---- memory --------------------------------------------------------------------------------
-  // The attention core is FlashAttention (its cost in layer_operators), so no s×s scores are kept.
-  const Bytes activation_per_layer = flash_activation_bytes_per_layer(
+  // FlashAttention keeps no s×s scores; the unfused core keeps Korthikanti et al.'s 5as²b (the
+  // scores' softmax, its dropout mask and output) unless selective recomputation drops them.
+  const auto activation_bytes =
+      layout.attention == AttentionKernel::kUnfused ? activation_bytes_per_layer : flash_activation_bytes_per_layer;
+  const Bytes activation_per_layer = activation_bytes(
       static_cast<double>(layout.sequence_length / layout.cp), static_cast<double>(layout.micro_batch),
       static_cast<double>(model.hidden), static_cast<double>(model.heads), t, layout.sequence_parallel, layout.recompute);
   for (int s = 0; s < p; ++s) {

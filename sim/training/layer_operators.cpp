@@ -73,7 +73,17 @@ class OperatorList {
     backward.flops = Flops(2.5 * flops);
     // Reads Q, K, V, O, dO and the row statistics; writes dQ, dK, dV (and the dO·O row sums).
     backward.bytes_read_written = Bytes((2 * q + 2 * kv + 2 * o) * element_ + 2 * row_stats);
-    ops_.push_back({"attention", forward, backward});
+    ops_.push_back({"attention", forward, backward, true});
+  }
+
+  // The unfused core of the header: scores, softmax and context, every score materialised.
+  void unfused_attention(double b, double s_q, double s_kv, double heads, double d_qk, double d_v) {
+    const double groups = b * heads;
+    gemm("attention_scores", s_q, s_kv, d_qk, groups);
+    const double scores = groups * s_q * s_kv;
+    memory("attention_softmax", 2.0 * scores * element_, kSoftmaxFlops * scores, 1.5);
+    gemm("attention_context", s_q, d_v, s_kv, groups);
+    for (size_t i = ops_.size() - 3; i < ops_.size(); ++i) ops_[i].attention_core = true;
   }
 
   // An MLP of intermediate size f_local on `rows` rows per group (`groups` experts at once).
@@ -146,8 +156,13 @@ void add_attention(OperatorList& ops, const ModelConfig& m, const MicroBatch& ba
     if (m.qk_norm) ops.memory("qk_norm", 2.0 * qk_elements * e, kRmsNormFlops * qk_elements);
     if (rotary > 0) ops.memory("rotary", 2.0 * qk_elements * e, kRotaryFlops * qk_elements);
   }
-  ops.attention(z.b, z.tokens / z.b, z.s, z.heads, z.kv_heads, static_cast<double>(m.qk_head_dim()),
-                static_cast<double>(m.v_head_dim()), batch.causal);
+  if (batch.attention == AttentionKernel::kUnfused) {
+    ops.unfused_attention(z.b, z.tokens / z.b, z.s, z.heads, static_cast<double>(m.qk_head_dim()),
+                          static_cast<double>(m.v_head_dim()));
+  } else {
+    ops.attention(z.b, z.tokens / z.b, z.s, z.heads, z.kv_heads, static_cast<double>(m.qk_head_dim()),
+                  static_cast<double>(m.v_head_dim()), batch.causal);
+  }
   ops.gemm("attention_out_proj", z.tokens, z.hidden, z.heads * static_cast<double>(m.v_head_dim()));
   ops.residual("attention_residual", z.sp_tokens, z.hidden);
 }
@@ -173,6 +188,14 @@ void add_moe(OperatorList& ops, const ModelConfig& m, const ShardingFactors& sh,
 }
 
 }  // namespace
+
+const char* to_string(AttentionKernel k) { return k == AttentionKernel::kUnfused ? "unfused" : "flash"; }
+
+std::optional<AttentionKernel> attention_kernel_from(const std::string& name) {
+  if (name == "flash") return AttentionKernel::kFlash;
+  if (name == "unfused") return AttentionKernel::kUnfused;
+  return std::nullopt;
+}
 
 std::string sharding_problem(const ModelConfig& m, const MicroBatch& batch, const ShardingFactors& sh) {
   auto n = [](int64_t v) { return std::to_string(v); };

@@ -23,6 +23,15 @@
 //             load-balanced causal split gives every rank the same half)
 //   backward 2.5 × forward (FlashAttention-2: five s×s products against two, the extra one
 //            being the recomputation of Q·Kᵀ)
+// Attention core, unfused (Megatron-LM before FlashAttention; "eager" attention elsewhere): the
+// scores are materialised per head, so a causal mask saves nothing —
+//   attention_scores   batched GEMM Q·Kᵀ, b·H/t groups of m=s_q, n=s_kv, k=d_qk
+//   attention_softmax  scale, mask and softmax fused in one kernel (Megatron's
+//                      scaled_masked_softmax): reads and writes the b·(H/t)·s_q·s_kv scores;
+//                      its backward reads the probabilities and their gradient and writes the
+//                      scores' gradient (1.5 × the forward bytes)
+//   attention_context  batched GEMM P·V, b·H/t groups of m=s_q, n=d_v, k=s_kv
+// with GEMM backwards as above. Attention dropout is not modelled (see below).
 // GEMM backward: 2 × forward (data and weight gradients, each a product of the same volume).
 // Memory-bound operators (norms, activations, residual adds, rotary, routing permutations,
 // embedding lookup, cross-entropy): bytes of every tensor read and written once, in the
@@ -36,6 +45,7 @@
 // padding of the vocabulary beyond ⌈V/t⌉, load imbalance between experts (the average is used).
 #pragma once
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -46,11 +56,20 @@
 namespace parallax {
 
 /// b sequences of s tokens, in the dtype of activations and GEMM inputs.
+/// How the attention core runs: one FlashAttention kernel, or the unfused scores, softmax and
+/// context of the file header.
+enum class AttentionKernel : uint8_t { kFlash, kUnfused };
+/// "flash" or "unfused".
+const char* to_string(AttentionKernel k);
+/// Parses "flash" and "unfused"; nullopt otherwise.
+std::optional<AttentionKernel> attention_kernel_from(const std::string& name);
+
 struct MicroBatch {
   int64_t sequences = 1;
   int64_t sequence_length = 0;
   bool causal = true;
   DType dtype = DType::kBf16;
+  AttentionKernel attention = AttentionKernel::kFlash;
 };
 
 /// How a layer's work is split over GPUs. sp is Megatron's sequence parallelism (degree tp).
@@ -66,6 +85,9 @@ struct ModelOperator {
   std::string name;  ///< e.g. "qkv_proj", "attention", "expert_up_proj"
   OperatorCost forward;
   OperatorCost backward;
+  /// Part of the attention core (what selective recomputation re-runs and context parallelism
+  /// splits around); its GEMMs have no weights.
+  bool attention_core = false;
 };
 
 /// Empty when `sharding` fits `model` and `batch`; otherwise the first reason, naming the

@@ -254,6 +254,10 @@ void validate(const ParallelLayout& l, const ModelConfig& model, int gpus, const
     fail("sequence_length", num(l.sequence_length) + " is not a multiple of 2·cp=" + num(chunks) +
                                 " (causal load balancing gives each CP rank two chunks)");
   }
+  if (l.cp > 1 && l.attention == AttentionKernel::kUnfused) {
+    fail("attention", "context parallelism (cp=" + num(l.cp) +
+                          ") needs a blockwise FlashAttention-style kernel, not the unfused one");
+  }
   if (l.cp > 1 && l.cp_comm == ContextParallelComm::kUlysses) {
     // The all-to-all hands each CP rank whole heads of the full sequence; KV heads fewer than
     // cp are replicated (each CP rank gets one), which needs cp to be a multiple of them.

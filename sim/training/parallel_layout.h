@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "compute/operator_cost.h"
+#include "training/layer_operators.h"
 #include "training/memory_model.h"
 #include "training/model_config.h"
 
@@ -62,6 +63,7 @@ struct ParallelLayout {
   Recomputation recompute = Recomputation::kNone;
   PipelineScheduleKind schedule = PipelineScheduleKind::kOneFOneB;
   DType dtype = DType::kBf16;    ///< GEMM inputs and activations
+  AttentionKernel attention = AttentionKernel::kFlash;  ///< how the attention core runs
   bool grad_reduce_overlap = true;    ///< gradient buckets reduced during the backward pass
   bool param_gather_prefetch = true;  ///< ZeRO parameter all-gathers issued one layer ahead
   bool tp_comm_overlap = false;       ///< TP collectives run beside the GEMMs, not before/after

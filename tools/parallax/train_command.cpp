@@ -34,7 +34,7 @@ struct TrainArgs {
   std::string workload;
   std::optional<int> tp, pp, dp, vpp, cp, ep, zero, nodes;
   std::optional<int64_t> micro_batch, global_batch, sequence;
-  std::string schedule, recompute, dtype, cp_comm;
+  std::string schedule, recompute, dtype, cp_comm, attention;
   std::string network = "analytical";
   std::string json;
   std::string trace;
@@ -51,6 +51,11 @@ PipelineScheduleKind schedule_from(const std::string& s, const std::string& file
   if (s == "interleaved_1f1b" || s == "interleaved") return PipelineScheduleKind::kInterleavedOneFOneB;
   if (s == "zb_h1" || s == "zero_bubble") return PipelineScheduleKind::kZeroBubbleH1;
   throw InputError(file, where, "unknown schedule \"" + s + "\" (expected gpipe, 1f1b, interleaved_1f1b or zb_h1)");
+}
+
+AttentionKernel attention_from(const std::string& s, const std::string& file, const std::string& where) {
+  if (auto k = attention_kernel_from(s)) return *k;
+  throw InputError(file, where, "unknown attention kernel \"" + s + "\" (expected flash or unfused)");
 }
 
 Recomputation recompute_from(const std::string& s, const std::string& file, const std::string& where) {
@@ -133,6 +138,7 @@ Job read_job(const TrainArgs& a) {
   if (auto v = p.find("recompute")) l.recompute = recompute_from(v->as_string(), a.workload, v->pointer());
   if (auto v = p.find("schedule")) l.schedule = schedule_from(v->as_string(), a.workload, v->pointer());
   if (auto v = p.find("dtype")) l.dtype = dtype_from(v->as_string(), a.workload, v->pointer());
+  if (auto v = p.find("attention")) l.attention = attention_from(v->as_string(), a.workload, v->pointer());
   bool_field("grad_reduce_overlap", l.grad_reduce_overlap);
   bool_field("param_gather_prefetch", l.param_gather_prefetch);
   bool_field("tp_comm_overlap", l.tp_comm_overlap);
@@ -163,6 +169,7 @@ Job read_job(const TrainArgs& a) {
   if (!a.schedule.empty()) l.schedule = schedule_from(a.schedule, "", "--schedule");
   if (!a.recompute.empty()) l.recompute = recompute_from(a.recompute, "", "--recompute");
   if (!a.dtype.empty()) l.dtype = dtype_from(a.dtype, "", "--dtype");
+  if (!a.attention.empty()) l.attention = attention_from(a.attention, "", "--attention");
   // dp not given: whatever the other dimensions leave of the cluster.
   const int gpus = static_cast<int>(job.topology.gpu_count());
   const int model_parallel = l.tp * l.pp * l.cp;
@@ -190,6 +197,7 @@ std::string layout_text(const ParallelLayout& l) {
                  static_cast<long long>(l.micro_batch), static_cast<long long>(l.global_batch),
                  static_cast<long long>(l.sequence_length), to_string(l.dtype), l.sequence_parallel ? ", SP" : "");
   if (l.recompute != Recomputation::kNone) s += l.recompute == Recomputation::kFull ? ", full recompute" : ", selective recompute";
+  if (l.attention == AttentionKernel::kUnfused) s += ", unfused attention";
   return s;
 }
 
@@ -411,6 +419,9 @@ void run_validate(const ValidateArgs& a) {
                                                             : Recomputation::kNone;
         l.dtype = run.precision == "fp8" ? DType::kFp8 : DType::kBf16;
         l.sequence_length = run.sequence;
+        // Selective recomputation (Korthikanti et al.) re-runs the materialised scores, softmax
+        // and dropout: a run that used it had the unfused attention core.
+        if (l.recompute == Recomputation::kSelective) l.attention = AttentionKernel::kUnfused;
         layout = layout_text(l);
         if (run.layout.micro_batch_assumed) note = "micro-batch unknown: 1";
         // The vendor's standard node, as many as the GPUs fill.
@@ -494,6 +505,8 @@ void add_train_command(CLI::App& app) {
   cmd->add_option("--seq", args->sequence, "sequence length (tokens)");
   cmd->add_option("--nodes", args->nodes, "node count of the topology");
   cmd->add_option("--schedule", args->schedule, "gpipe, 1f1b, interleaved_1f1b or zb_h1 (zero bubble)");
+  cmd->add_option("--attention", args->attention,
+                  "attention core: flash (one FlashAttention kernel) or unfused (scores, softmax and context materialised)");
   cmd->add_option("--recompute", args->recompute, "none, selective or full");
   cmd->add_option("--dtype", args->dtype, "bf16 or fp8");
   cmd->add_option("--network", args->network, "how collectives are timed: analytical (closed forms) or flow")
