@@ -1004,8 +1004,10 @@ IterationResult simulate_iteration(const ModelConfig& model, const ParallelLayou
   result.flop_convention =
       "MFU: model FLOPs per token 6N + 6·L·s·H·(d_qk+d_v)/2 (causal, no recomputation, backward = 2× forward) "
       "× tokens / (iteration time × GPUs × dense " + std::string(to_string(layout.dtype)) +
-      " peak); HFU: FLOPs of the simulated kernels, recomputation and FlashAttention's 2.5× backward included, "
-      "optimizer excluded, over the same peak";
+      " peak); HFU: FLOPs of the simulated kernels, recomputation and " +
+      (layout.attention == AttentionKernel::kUnfused ? std::string("the unfused attention's full s×s products")
+                                                     : std::string("FlashAttention's 2.5× backward")) +
+      " included, optimizer excluded, over the same peak";
   result.symmetry = "one rank per pipeline stage simulated (" + std::to_string(p) + " of " + std::to_string(world) +
                     " GPUs); each stands for the " + std::to_string(dp * t * layout.cp) +
                     " GPUs of its stage (tp·cp·dp), which run the same work at the same times";
