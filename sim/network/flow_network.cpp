@@ -303,22 +303,24 @@ void FlowNetwork::solve() {
     return;
   }
 
+  // The subproblem, built in one pass over the subset's paths: the subset's flows on what the
+  // other flows leave of each link they touch. The same pass closes the subset: the flows held
+  // by each link it meets join at the end and are walked in turn (each link's held list once
+  // per solve). A repair round adds only the joiners' rows; the capacities of every touched link
+  // are then recomputed, since the joiners' committed rates no longer count as the others'.
+  touched_.clear();
+  problem_.clear();
+  size_t built = 0;  // subset_[0, built) have their rows in problem_
   while (true) {
     const uint64_t round_mark = next_mark();
-    // The subproblem, built in one pass over the subset's paths: the subset's flows on what the
-    // other flows leave of each link they touch. The same pass closes the subset: the flows
-    // held by each link it meets join at the end and are walked in turn (each link's held list
-    // once per solve).
-    touched_.clear();
-    problem_.clear();
-    for (size_t i = 0; i < subset_.size(); ++i) {
+    for (size_t i = built; i < subset_.size(); ++i) {
       const Flow& f = flows_[subset_[i]];
       const int64_t rate_fixed = fixed(f.rate);
       for (uint32_t r : f.resources) {
         Resource& res = resources_[r];
         add_held(res, subset_mark);
-        if (res.touched != round_mark) {
-          res.touched = round_mark;
+        if (res.touched != subset_mark) {
+          res.touched = subset_mark;
           res.subset_committed_fixed = 0;
           res.local = static_cast<uint32_t>(touched_.size());
           touched_.push_back(r);
@@ -328,6 +330,8 @@ void FlowNetwork::solve() {
       }
       problem_.flow_offsets.push_back(static_cast<uint32_t>(problem_.flow_resources.size()));
     }
+    built = subset_.size();
+    problem_.capacity.clear();
     for (uint32_t r : touched_) {
       const Resource& res = resources_[r];
       const double others = static_cast<double>(res.load_fixed - res.subset_committed_fixed) / kRateScale;

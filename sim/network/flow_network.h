@@ -97,7 +97,7 @@ class FlowNetwork final : public NetworkModel {
   struct Resource {
     uint64_t touched = 0;                // marks
     uint64_t expanded = 0;               // marks: its held flows are in the subset
-    // Scratch of the solve in progress (valid where touched == the round's mark).
+    // Scratch of the solve in progress (valid where touched == the solve's subset mark).
     int64_t subset_committed_fixed = 0;  // Σ committed rates of subset flows on this link
     uint32_t local = 0;                  // index in the round's subproblem
     bool max_stale = false;
