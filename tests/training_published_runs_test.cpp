@@ -2,8 +2,10 @@
 // documented defaults are applied, and a bad row is reported by its JSON path, not dropped.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <fstream>
 
+#include "io/input_error.h"
 #include "training/parameter_count.h"
 #include "training/published_runs.h"
 
@@ -39,6 +41,35 @@ TEST(PublishedRuns, DefaultsAndBadRows) {
   EXPECT_EQ(runs[0].model.kv_heads, 24);            // null: as many as heads
   EXPECT_EQ(runs[1].error, "/1/layout/tp: expected an integer or null, found \"two\"");
   EXPECT_EQ(runs[2].error, "/2/cluster/gpu: unknown GPU type \"V100\"");
+}
+
+TEST(PublishedRuns, LayoutOfARow) {
+  auto runs = read_published_runs(kSource + "/workloads/validation/dev-runs.json");
+  // Korthikanti et al.'s 22B with SP and selective recomputation: tp 8, one micro-batch of 4
+  // sequences of 2048, bf16; selective recomputation implies the unfused attention core.
+  const auto selective = std::find_if(runs.begin(), runs.end(),
+                                      [](const PublishedRun& r) { return r.id == "korthikanti2022_t5_22B_sp_selective"; });
+  ASSERT_NE(selective, runs.end());
+  ParallelLayout l = parallel_layout_of(*selective);
+  EXPECT_EQ(l.tp, 8);
+  EXPECT_EQ(l.dp, 1);
+  EXPECT_EQ(l.micro_batch, 4);
+  EXPECT_EQ(l.sequence_length, 2048);
+  EXPECT_TRUE(l.sequence_parallel);
+  EXPECT_EQ(l.recompute, Recomputation::kSelective);
+  EXPECT_EQ(l.attention, AttentionKernel::kUnfused);
+  EXPECT_EQ(l.schedule, PipelineScheduleKind::kOneFOneB);
+  EXPECT_EQ(l.dtype, DType::kBf16);
+  // Its full-recomputation twin keeps FlashAttention (the format does not say otherwise).
+  PublishedRun full = *selective;
+  full.layout.recompute = "full";
+  EXPECT_EQ(parallel_layout_of(full).attention, AttentionKernel::kFlash);
+  full.layout.vpp = 2;
+  full.precision = "fp8";
+  EXPECT_EQ(parallel_layout_of(full).schedule, PipelineScheduleKind::kInterleavedOneFOneB);
+  EXPECT_EQ(parallel_layout_of(full).dtype, DType::kFp8);
+  full.precision = "fp4";
+  EXPECT_THROW(parallel_layout_of(full), InputError);
 }
 
 TEST(PublishedRuns, EveryGpuTypeOfTheFormatHasAPreset) {

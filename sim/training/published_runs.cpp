@@ -132,6 +132,29 @@ PublishedLayout layout_of(const nlohmann::json& l, int gpus, const std::string& 
 
 }  // namespace
 
+ParallelLayout parallel_layout_of(const PublishedRun& run) {
+  if (run.precision == "fp4") throw InputError("", "/precision", "fp4 GEMMs are not modelled");
+  ParallelLayout l;
+  l.tp = run.layout.tp;
+  l.pp = run.layout.pp;
+  l.dp = run.layout.dp;
+  l.cp = run.layout.cp;
+  l.ep = run.layout.ep;
+  l.virtual_stages = run.layout.vpp;
+  l.schedule = run.layout.vpp > 1 ? PipelineScheduleKind::kInterleavedOneFOneB : PipelineScheduleKind::kOneFOneB;
+  l.zero_stage = static_cast<ZeroStage>(run.layout.zero_stage);
+  l.micro_batch = run.layout.micro_batch;
+  l.global_batch = run.layout.global_batch;
+  l.sequence_parallel = run.layout.sequence_parallel;
+  l.recompute = run.layout.recompute == "full"        ? Recomputation::kFull
+                : run.layout.recompute == "selective" ? Recomputation::kSelective
+                                                      : Recomputation::kNone;
+  l.dtype = run.precision == "fp8" ? DType::kFp8 : DType::kBf16;
+  l.sequence_length = run.sequence;
+  if (l.recompute == Recomputation::kSelective) l.attention = AttentionKernel::kUnfused;
+  return l;
+}
+
 std::optional<std::string> preset_for_gpu(const std::string& gpu) {
   static const std::pair<const char*, const char*> kPresets[] = {
       {"A100-40GB", "dgx-a100-40gb"}, {"A100-80GB", "dgx-a100"}, {"H100-80GB", "dgx-h100"},

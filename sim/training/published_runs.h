@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "training/model_config.h"
+#include "training/parallel_layout.h"
 
 namespace parallax {
 
@@ -45,6 +46,12 @@ struct PublishedRun {
 /// dgx-a100, H100-80GB → dgx-h100, H800-80GB → hgx-h800, B200 → dgx-b200, B300 → dgx-b300,
 /// GB200 → gb200-nvl72, GB300 → gb300-nvl72), or nullopt for another name.
 std::optional<std::string> preset_for_gpu(const std::string& gpu);
+
+/// The layout a row runs under: its sizes and batches, 1F1B (interleaved when vpp > 1), its ZeRO
+/// stage, SP and recomputation, fp8 GEMMs when its precision says so, and the attention core —
+/// unfused with selective recomputation (which exists to re-run the materialised scores),
+/// FlashAttention otherwise. Throws InputError at "/precision" for fp4, which is not modelled.
+ParallelLayout parallel_layout_of(const PublishedRun& run);
 
 /// Reads every row of `path` (a JSON array). A row with a bad or missing field gets `error`
 /// naming its JSON path ("/12/layout/tp: expected an integer"); the file itself being

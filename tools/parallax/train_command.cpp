@@ -401,27 +401,7 @@ void run_validate(const ValidateArgs& a) {
     std::string note;
     if (problem.empty()) {
       try {
-        if (run.precision == "fp4") throw InputError("", "/precision", "fp4 GEMMs are not modelled");
-        ParallelLayout l;
-        l.tp = run.layout.tp;
-        l.pp = run.layout.pp;
-        l.dp = run.layout.dp;
-        l.cp = run.layout.cp;
-        l.ep = run.layout.ep;
-        l.virtual_stages = run.layout.vpp;
-        l.schedule = run.layout.vpp > 1 ? PipelineScheduleKind::kInterleavedOneFOneB : PipelineScheduleKind::kOneFOneB;
-        l.zero_stage = static_cast<ZeroStage>(run.layout.zero_stage);
-        l.micro_batch = run.layout.micro_batch;
-        l.global_batch = run.layout.global_batch;
-        l.sequence_parallel = run.layout.sequence_parallel;
-        l.recompute = run.layout.recompute == "full"        ? Recomputation::kFull
-                      : run.layout.recompute == "selective" ? Recomputation::kSelective
-                                                            : Recomputation::kNone;
-        l.dtype = run.precision == "fp8" ? DType::kFp8 : DType::kBf16;
-        l.sequence_length = run.sequence;
-        // Selective recomputation (Korthikanti et al.) re-runs the materialised scores, softmax
-        // and dropout: a run that used it had the unfused attention core.
-        if (l.recompute == Recomputation::kSelective) l.attention = AttentionKernel::kUnfused;
+        const ParallelLayout l = parallel_layout_of(run);
         layout = layout_text(l);
         if (run.layout.micro_batch_assumed) note = "micro-batch unknown: 1";
         // The vendor's standard node, as many as the GPUs fill.
