@@ -51,6 +51,9 @@ struct GpuSpec {
   FlopRate fp32, tf32, bf16, fp16, fp8;
   Bytes memory;
   Bandwidth memory_bandwidth;
+  /// Streaming multiprocessors, 0 when not given. NCCL runs one thread block per channel, each
+  /// on an SM of its own, so a collective takes SMs from the kernels it overlaps.
+  int sms = 0;
 };
 
 struct Device {

@@ -35,6 +35,13 @@ LinkSpec read_link_spec(JsonReader& r, bool latency_required = true) {
   return s;
 }
 
+int read_positive_int(JsonReader r, int64_t max = 1 << 24) {
+  int64_t v = r.as_int();
+  if (v <= 0) r.fail("must be a positive integer, found " + std::to_string(v));
+  if (v > max) r.fail("is too large (at most " + std::to_string(max) + "), found " + std::to_string(v));
+  return static_cast<int>(v);
+}
+
 GpuSpec read_gpu_spec(JsonReader r) {
   GpuSpec g;
   g.name = r.at("name").as_string();
@@ -48,16 +55,11 @@ GpuSpec read_gpu_spec(JsonReader r) {
   peak.finish();
   g.memory = require_positive(r.at("memory"), r.at("memory").as_bytes());
   g.memory_bandwidth = require_positive(r.at("memory_bandwidth"), r.at("memory_bandwidth").as_bandwidth());
+  if (auto v = r.find("sms")) g.sms = read_positive_int(*v, 4096);
   r.finish();
   return g;
 }
 
-int read_positive_int(JsonReader r, int64_t max = 1 << 24) {
-  int64_t v = r.as_int();
-  if (v <= 0) r.fail("must be a positive integer, found " + std::to_string(v));
-  if (v > max) r.fail("is too large (at most " + std::to_string(max) + "), found " + std::to_string(v));
-  return static_cast<int>(v);
-}
 
 void read_info(JsonReader& root, Topology& topo, const std::string& file) {
   auto& info = topo.info();
