@@ -357,6 +357,37 @@ TEST(IterationTime, OverlappingCollectivesShareTheirLinks) {
   }
 }
 
+TEST(IterationTime, CollectivesBesideComputeTakeTheirSms) {
+  // Llama-3-8B with ZeRO-3 on 2 DGX H100 nodes (dp 16): the prefetched parameter gathers and
+  // the gradient reduce-scatters run beside the kernels and hold one of the H100's 132 SMs per
+  // NCCL channel, so the compute stretches by the SM-time they take; the collectives
+  // themselves are timed as before. Without the SM count, or with the switch off, nothing
+  // stretches and the compute column is the kernels' solo time.
+  const ModelConfig model = load_bundled_model(test::source_path("workloads/models"), "llama3-8b");
+  const Topology topo = test::load_preset("dgx-h100", 2);
+  ASSERT_EQ(topo.gpu_spec_of(topo.gpus()[0]).sms, 132);
+  ParallelLayout l = layout(16, 1, 1, 32);
+  l.sequence_length = 4096;
+  l.zero_stage = ZeroStage::kStage3;
+  IterationOptions off;
+  off.sm_contention = false;
+  const IterationResult with = simulate_iteration(model, l, topo);
+  const IterationResult without = simulate_iteration(model, l, topo, off);
+  const Time stretch = with.stages[0].compute_slowed_by_communication;
+  EXPECT_GT(stretch, Time::zero());
+  EXPECT_EQ(without.stages[0].compute_slowed_by_communication, Time::zero());
+  // The stretch is all in the compute column (to rounding of the shared SM pool).
+  EXPECT_NEAR(static_cast<double>((with.stages[0].time.compute - without.stages[0].time.compute).picoseconds()),
+              static_cast<double>(stretch.picoseconds()), 1e3);
+  EXPECT_GE(with.iteration_time, without.iteration_time);
+  // Bounded by the SM-time the collectives could have taken: Σ their spans × channels / 132.
+  EXPECT_LT(stretch.seconds(), with.iteration_time.seconds() * 32.0 / 132);
+  for (size_t k = 0; k < kWorkKinds; ++k) {
+    EXPECT_EQ(with.stages[0].communication[k].sent, without.stages[0].communication[k].sent);
+  }
+  expect_parts_add_up(with);
+}
+
 TEST(IterationBubble, ZeroBubbleSplitsTheBackwardAndShrinksTheBubble) {
   // ZB-H1 splits each backward into B and W (the GEMMs' weight gradients, timed as their
   // forward) without changing the work: the same compute and FLOPs per stage, a smaller bubble

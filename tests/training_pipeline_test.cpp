@@ -242,5 +242,34 @@ TEST(StreamGraph, TasksOfAChannelShareIt) {
   EXPECT_THROW(g.add(a, Time::us(1), WorkKind::kDpComm, {}, -1, ChannelId{5}), std::invalid_argument);
 }
 
+TEST(StreamGraph, CommunicationHoldingSmsSlowsTheComputeBesideIt) {
+  // A GPU of S = 100 SMs. Compute k1 (100 µs) runs from 0; collective c1 holds 20 SMs from 0
+  // for 30 µs, so k1 runs at 80/100 meanwhile: after 30 µs it has 76 µs of work left and ends
+  // at 106 µs — D + C·k/S = 100 + 30·20/100. k2 (10 µs) follows at full speed; collective c2
+  // (holding 50 SMs) starts at 110 µs, with k2 at 4 of its 10 µs: the last 6 µs run at 1/2,
+  // to 122 µs. A collective outside the pool slows nothing.
+  StreamGraph g;
+  const StreamId compute = g.add_stream(0, "compute"), dp = g.add_stream(0, "dp"), other = g.add_stream(1, "dp");
+  const ChannelId sms = g.add_sm_pool(100);
+  const WorkId k1 = g.add(compute, Time::us(100), WorkKind::kCompute, {}, -1, sms);
+  const WorkId k2 = g.add(compute, Time::us(10), WorkKind::kCompute, {}, -1, sms);
+  const WorkId c1 = g.add(dp, Time::us(30), WorkKind::kDpComm, {});
+  g.occupy(c1, sms, 20);
+  const WorkId gap = g.add(dp, Time::us(80), WorkKind::kDpComm, {});
+  const WorkId c2 = g.add(dp, Time::us(50), WorkKind::kDpComm, {});
+  g.occupy(c2, sms, 50);
+  const WorkId elsewhere = g.add(other, Time::us(200), WorkKind::kDpComm, {});
+  Engine engine;
+  auto t = run_stream_graph(engine, g);
+  EXPECT_EQ(t[c1].finish, Time::us(30));
+  EXPECT_EQ(t[gap].finish, Time::us(110));
+  EXPECT_EQ(t[k1].finish, Time::us(106));
+  EXPECT_EQ(t[k2].finish, Time::us(122));
+  EXPECT_EQ(t[c2].finish, Time::us(160));  // communication itself is not slowed
+  EXPECT_EQ(t[elsewhere].finish, Time::us(200));
+  EXPECT_THROW(g.add_sm_pool(0), std::invalid_argument);
+  EXPECT_THROW(g.occupy(c1, ChannelId{99}, 1), std::invalid_argument);
+}
+
 }  // namespace
 }  // namespace parallax

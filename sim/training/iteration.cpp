@@ -231,8 +231,13 @@ class CollectiveTimer {
  public:
   CollectiveTimer(const Topology& topo, const IterationOptions& options) : topo_(topo), options_(options) {}
 
-  Time time(CollectiveOp op, Bytes size, const std::vector<int>& ranks) {
-    if (options_.free_communication || ranks.size() < 2 || size.value() <= 0) return Time::zero();
+  /// The collective's time and the NCCL channels it runs on (one SM each).
+  struct Timing {
+    Time time;
+    int channels = 0;
+  };
+  Timing timing(CollectiveOp op, Bytes size, const std::vector<int>& ranks) {
+    if (options_.free_communication || ranks.size() < 2 || size.value() <= 0) return {};
     const auto shape = shape_of(ranks);
     auto key = std::make_tuple(shape.first, shape.second, static_cast<int>(op), size.value());
     if (auto it = times_.find(key); it != times_.end()) return it->second;
@@ -240,10 +245,12 @@ class CollectiveTimer {
     if (!sim) sim = std::make_unique<CollectiveSimulator>(topo_, shape.first, shape.second, options_.link_efficiency);
     CollectiveOptions co;
     co.model = options_.collective_model;
-    const Time t = sim->run(op, size, co).time;
+    const CollectiveResult r = sim->run(op, size, co);
+    const Timing t{r.time, r.channels};
     times_[key] = t;
     return t;
   }
+  Time time(CollectiveOp op, Bytes size, const std::vector<int>& ranks) { return timing(op, size, ranks).time; }
 
   /// Where the group's collectives are timed: its shape placed from the first node on.
   std::vector<DeviceId> placement(const std::vector<int>& ranks) const {
@@ -264,7 +271,7 @@ class CollectiveTimer {
   const Topology& topo_;
   const IterationOptions& options_;
   std::map<std::pair<int, int>, std::unique_ptr<CollectiveSimulator>> simulators_;
-  std::map<std::tuple<int, int, int, double>, Time> times_;
+  std::map<std::tuple<int, int, int, double>, Timing> times_;
 };
 
 // The per-rank breakdown by a sweep over the start and end of every task the rank takes part in.
@@ -460,6 +467,7 @@ IterationResult simulate_iteration(const ModelConfig& model, const ParallelLayou
     Bytes sent;
     int collectives = 0;
     bool across_nodes = false;  // its group spans nodes: it goes through the NICs
+    int sms = 0;                // SMs its kernels hold (NCCL channels), the most of its parts
   };
   auto spans_nodes = [&](const std::vector<int>& group) {
     auto node = [&](int r) { return topo.device(topo.gpus()[static_cast<size_t>(r)]).node; };
@@ -468,13 +476,15 @@ IterationResult simulate_iteration(const ModelConfig& model, const ParallelLayou
   auto collective = [&](CollectiveOp op, Bytes size, const std::vector<int>& group, double slowdown = 1.0) {
     const int n = static_cast<int>(group.size());
     if (n < 2) return CommTask{};
-    return CommTask{timer.time(op, size * slowdown, group), bytes_sent(op, n, size), 1, spans_nodes(group)};
+    const CollectiveTimer::Timing timed = timer.timing(op, size * slowdown, group);
+    return CommTask{timed.time, bytes_sent(op, n, size), 1, spans_nodes(group), timed.channels};
   };
   auto twice = [](CommTask c) {
-    return CommTask{c.time + c.time, c.sent + c.sent, 2 * c.collectives, c.across_nodes};
+    return CommTask{c.time + c.time, c.sent + c.sent, 2 * c.collectives, c.across_nodes, c.sms};
   };
   auto plus = [](CommTask a, CommTask b) {
-    return CommTask{a.time + b.time, a.sent + b.sent, a.collectives + b.collectives, a.across_nodes || b.across_nodes};
+    return CommTask{a.time + b.time, a.sent + b.sent, a.collectives + b.collectives, a.across_nodes || b.across_nodes,
+                    std::max(a.sms, b.sms)};
   };
 
   std::vector<CommTask> tp_forward(static_cast<size_t>(p)), tp_backward(static_cast<size_t>(p));
@@ -553,9 +563,10 @@ IterationResult simulate_iteration(const ModelConfig& model, const ParallelLayou
       const Bytes buffer = pp_message * static_cast<double>(model.moe->top_k);
       const double slowdown = note_slowdown(
           s, WorkKind::kEpComm, sibling_slowdown(s, ep_group, group_in(ParallelDim::kEp), TrafficPattern::kAllPairs));
-      const CommTask a2a{timer.time(CollectiveOp::kAllToAll, buffer * routing.busiest_rank * slowdown, ep_group),
-                         bytes_sent(CollectiveOp::kAllToAll, layout.ep, buffer * routing.processed), 1,
-                         spans_nodes(ep_group)};
+      const CollectiveTimer::Timing timed =
+          timer.timing(CollectiveOp::kAllToAll, buffer * routing.busiest_rank * slowdown, ep_group);
+      const CommTask a2a{timed.time, bytes_sent(CollectiveOp::kAllToAll, layout.ep, buffer * routing.processed), 1,
+                         spans_nodes(ep_group), timed.channels};
       ep_forward[static_cast<size_t>(s)] = twice(a2a);  // dispatch and combine
       ep_backward[static_cast<size_t>(s)] = layout.recompute == Recomputation::kFull
                                                 ? twice(ep_forward[static_cast<size_t>(s)])
@@ -642,15 +653,17 @@ IterationResult simulate_iteration(const ModelConfig& model, const ParallelLayou
   StreamGraph graph;
   // Each simulated GPU's communication shares two channels: its NVLink ports (groups inside
   // a node) and its NICs (groups across nodes). Collectives that overlap on one share it.
+  // Its compute kernels run on its SMs, of which the collectives beside them hold some.
   struct StageStreams {
     StreamId compute, tp, pp, dp, cp;
-    ChannelId scale_up, scale_out;
+    ChannelId scale_up, scale_out, sms;
   };
   std::vector<StageStreams> streams;
+  const bool sm_pools = options.sm_contention && gpu.sms > 0;
   for (int s = 0; s < p; ++s) {
     streams.push_back({graph.add_stream(s, "compute"), graph.add_stream(s, "tp"), graph.add_stream(s, "pp"),
                        graph.add_stream(s, "dp"), ring_attention ? graph.add_stream(s, "cp") : StreamId{},
-                       graph.add_channel(), graph.add_channel()});
+                       graph.add_channel(), graph.add_channel(), sm_pools ? graph.add_sm_pool(gpu.sms) : kNoChannel});
   }
   auto channel_of = [&](int s, const CommTask& c) {
     if (!options.communication_contention) return kNoChannel;
@@ -667,11 +680,15 @@ IterationResult simulate_iteration(const ModelConfig& model, const ParallelLayou
     auto& volume = stages[static_cast<size_t>(s)].communication[kind_index(kind)];
     volume.sent += c.sent;
     volume.collectives += c.collectives;
-    return graph.add(stream, c.time, kind, deps, peer, channel_of(s, c));
+    const WorkId id = graph.add(stream, c.time, kind, deps, peer, channel_of(s, c));
+    const ChannelId pool = streams[static_cast<size_t>(s)].sms;
+    if (pool != kNoChannel && c.sms > 0) graph.occupy(id, pool, c.sms);
+    return id;
   };
   std::vector<std::optional<WorkId>> last_compute(static_cast<size_t>(p));
   auto add_compute = [&](int s, Time duration, WorkKind kind, std::span<const WorkId> deps,
                          ChannelId channel = kNoChannel) {
+    if (kind == WorkKind::kCompute && channel == kNoChannel) channel = streams[static_cast<size_t>(s)].sms;
     const WorkId id = graph.add(streams[static_cast<size_t>(s)].compute, duration, kind, deps, -1, channel);
     last_compute[static_cast<size_t>(s)] = id;
     return id;
@@ -917,6 +934,10 @@ IterationResult simulate_iteration(const ModelConfig& model, const ParallelLayou
   for (WorkId id = 0; id < graph.size(); ++id) {
     const StreamTask& task = graph.task(id);
     const int rank = graph.stream(task.stream).rank;
+    if (rank >= 0 && task.channel != kNoChannel && task.channel == streams[static_cast<size_t>(rank)].sms) {
+      stages[static_cast<size_t>(rank)].compute_slowed_by_communication +=
+          timings[id].finish - timings[id].start - task.duration;
+    }
     if (rank >= 0) intervals[static_cast<size_t>(rank)].emplace_back(timings[id].start, timings[id].finish, task.kind);
     if (task.peer_rank >= 0 && task.peer_rank != rank) {
       intervals[static_cast<size_t>(task.peer_rank)].emplace_back(timings[id].start, timings[id].finish, task.kind);

@@ -154,6 +154,10 @@ struct IterationOptions {
   /// inside a node share its NVLink ports, those across nodes its NICs (processor sharing,
   /// stream_graph.h). false: each is timed as if alone.
   bool communication_contention = true;
+  /// A collective's NCCL kernels hold one SM per channel while they run, and the compute kernels
+  /// beside them get the SMs left (stream_graph.h); needs the GPU spec's SM count. false:
+  /// overlapped communication costs the compute nothing.
+  bool sm_contention = true;
   /// Every replica runs the same collectives at the same moments: the simulated replica's are
   /// slowed by the load its siblings put on shared links (an oversubscribed spine, the leaf of
   /// a fabric that is not rail-optimized) and by where its groups really sit
@@ -219,6 +223,9 @@ struct StageResult {
   RankBreakdown time;
   MemoryBreakdown memory;
   std::array<CommunicationVolume, kWorkKinds> communication{};  ///< indexed by WorkKind
+  /// How much longer its compute kernels ran than alone, because collectives beside them held
+  /// SMs (IterationOptions::sm_contention), per iteration.
+  Time compute_slowed_by_communication;
 };
 
 struct IterationResult {

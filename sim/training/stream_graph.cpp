@@ -26,7 +26,24 @@ StreamId StreamGraph::add_stream(int rank, std::string name) {
   return static_cast<StreamId>(streams_.size() - 1);
 }
 
-ChannelId StreamGraph::add_channel() { return static_cast<ChannelId>(channels_++); }
+ChannelId StreamGraph::add_channel() {
+  pool_sms_.push_back(0);
+  return static_cast<ChannelId>(channels_++);
+}
+
+ChannelId StreamGraph::add_sm_pool(int sms) {
+  if (sms <= 0) throw std::invalid_argument("an SM pool needs a positive SM count");
+  pool_sms_.push_back(sms);
+  return static_cast<ChannelId>(channels_++);
+}
+
+void StreamGraph::occupy(WorkId id, ChannelId pool, int sms) {
+  if (id >= tasks_.size()) throw std::invalid_argument("no task " + std::to_string(id));
+  if (pool_sms(pool) == 0) throw std::invalid_argument("channel " + std::to_string(pool) + " is not an SM pool");
+  if (sms < 0) throw std::invalid_argument("a task cannot hold a negative count of SMs");
+  tasks_[id].sm_pool = pool;
+  tasks_[id].sms = sms;
+}
 
 WorkId StreamGraph::add(StreamId stream, Time duration, WorkKind kind, std::span<const WorkId> deps, int peer_rank,
                         ChannelId channel) {
@@ -93,6 +110,7 @@ class StreamExecution {
     if (waiting_[id] != 0) return;
     busy_[s] = true;
     timings_[id].start = engine_.now();
+    occupy(id, +1);
     const ChannelId c = graph_.task(id).channel;
     if (c == kNoChannel) {
       engine_.schedule_in(graph_.task(id).duration, [this, id] { finish(id); });
@@ -112,13 +130,31 @@ class StreamExecution {
     std::vector<InFlight> active;
     Time since;  // when `remaining` was last brought up to date
     EventId next;
+    int occupied = 0;  // SMs held by running tasks (SM pools only)
   };
+
+  // The channel's speed: 1, or for an SM pool the share of SMs left (at least one SM's worth).
+  double speed(ChannelId c) const {
+    const int sms = graph_.pool_sms(c);
+    if (sms == 0) return 1.0;
+    return static_cast<double>(std::max(1, sms - channels_[c].occupied)) / static_cast<double>(sms);
+  }
+
+  // A task that holds SMs of a pool takes them at its start and gives them back at its end; the
+  // pool's tasks are brought up to date at the old speed first.
+  void occupy(WorkId id, int sign) {
+    const StreamTask& task = graph_.task(id);
+    if (task.sm_pool == kNoChannel || task.sms == 0) return;
+    settle(task.sm_pool);
+    channels_[task.sm_pool].occupied += sign * task.sms;
+    reschedule(task.sm_pool);
+  }
 
   void settle(ChannelId c) {
     Channel& ch = channels_[c];
     const double done = static_cast<double>((engine_.now() - ch.since).picoseconds());
     if (!ch.active.empty() && done > 0) {
-      const double share = done / static_cast<double>(ch.active.size());
+      const double share = done * speed(c) / static_cast<double>(ch.active.size());
       for (InFlight& f : ch.active) f.remaining -= share;
     }
     ch.since = engine_.now();
@@ -130,7 +166,7 @@ class StreamExecution {
     if (ch.active.empty()) return;
     double least = ch.active.front().remaining;
     for (const InFlight& f : ch.active) least = std::min(least, f.remaining);
-    const double wait = std::max(0.0, least) * static_cast<double>(ch.active.size());
+    const double wait = std::max(0.0, least) * static_cast<double>(ch.active.size()) / speed(c);
     ch.next = engine_.schedule_in(Time::ps(static_cast<int64_t>(std::ceil(wait))), [this, c] { channel_done(c); });
   }
 
@@ -153,6 +189,7 @@ class StreamExecution {
   void finish(WorkId id) {
     const StreamId s = graph_.task(id).stream;
     timings_[id].finish = engine_.now();
+    occupy(id, -1);
     busy_[s] = false;
     ++position_[s];
     for (uint32_t k = offsets_[id]; k < offsets_[id + 1]; ++k) {

@@ -12,6 +12,12 @@
 // (processor sharing): each progresses at 1/n of its solo speed while n are in flight, so two
 // equal transfers that overlap both finish after twice their solo time, and work is conserved.
 // Tasks without a channel take exactly their duration.
+//
+// A channel may also be a GPU's pool of streaming multiprocessors (add_sm_pool): tasks that
+// occupy SMs of it while they run (a collective's NCCL kernels hold one SM per channel) slow
+// the tasks on it (the compute kernels) to the share of SMs left, (S − occupied)/S. A kernel of
+// solo duration D overlapped for C by a collective holding k of S SMs thus ends at D + C·k/S:
+// the SM-time the collective took.
 #pragma once
 
 #include <cstdint>
@@ -43,6 +49,9 @@ struct StreamTask {
   /// A second rank that the task also occupies (the receiver of a pipeline send), or -1.
   int peer_rank = -1;
   ChannelId channel = kNoChannel;
+  /// An SM pool the task holds `sms` SMs of while it runs (see the file comment).
+  ChannelId sm_pool = kNoChannel;
+  int sms = 0;
 };
 
 struct Stream {
@@ -56,6 +65,14 @@ class StreamGraph {
   StreamId add_stream(int rank, std::string name);
   /// A channel that concurrent tasks share (see the file comment).
   ChannelId add_channel();
+  /// A GPU's `sms` streaming multiprocessors as a channel: the tasks on it run at the share of
+  /// SMs that the occupying tasks leave. Throws std::invalid_argument unless sms > 0.
+  ChannelId add_sm_pool(int sms);
+  /// Makes task `id` hold `sms` SMs of `pool` while it runs. Throws std::invalid_argument on a
+  /// channel that is not an SM pool or a negative count.
+  void occupy(WorkId id, ChannelId pool, int sms);
+  /// The SMs of a pool; 0 for a plain channel.
+  int pool_sms(ChannelId c) const { return c < pool_sms_.size() ? pool_sms_[c] : 0; }
   /// Appends a task to `stream`; `deps` must name tasks already added (so the graph is a DAG).
   /// Throws std::invalid_argument on a bad stream, a dependency not yet added or a negative
   /// duration.
@@ -79,6 +96,7 @@ class StreamGraph {
   std::vector<WorkId> dep_list_;
   std::vector<Stream> streams_;
   size_t channels_ = 0;
+  std::vector<int> pool_sms_;  // per channel: SMs of a pool, 0 for a plain channel
 };
 
 struct WorkTiming {

@@ -226,6 +226,7 @@ nlohmann::ordered_json result_json(const Job& job, const IterationResult& r) {
     st["stage"] = s.stage;
     st["layers"] = s.layers;
     st["compute_s"] = s.time.compute.seconds();
+    st["compute_slowed_by_communication_s"] = s.compute_slowed_by_communication.seconds();
     nlohmann::ordered_json exposed;
     for (int k = 1; k < kWorkKinds; ++k) exposed[to_string(static_cast<WorkKind>(k))] = s.time.exposed[static_cast<size_t>(k)].seconds();
     st["exposed_communication_s"] = exposed;
@@ -354,6 +355,17 @@ void run_train(const TrainArgs& a) {
     for (const auto& [stage, f] : factors) slowed += strprintf("%sstage %d %s x%.2f", slowed.empty() ? "" : ", ", stage, kind, f);
   }
   if (!slowed.empty()) std::printf("slowed by the other replicas' traffic on shared links: %s\n\n", slowed.c_str());
+  // Compute stretched by the SMs that overlapped collectives held (part of the compute column).
+  std::string stretched;
+  for (const StageResult& s : r.stages) {
+    if (s.compute_slowed_by_communication <= Time::zero()) continue;
+    stretched += strprintf("%sstage %d +%s", stretched.empty() ? "" : ", ", s.stage,
+                           seconds_text(s.compute_slowed_by_communication).c_str());
+  }
+  if (!stretched.empty()) {
+    std::printf("compute slowed by the SMs of the collectives beside it (in the compute column): %s\n\n",
+                stretched.c_str());
+  }
   std::printf("%s\n%s\n", r.flop_convention.c_str(), r.symmetry.c_str());
   if (!a.json.empty()) write_file_atomically(a.json, result_json(job, r).dump(2) + "\n");
   if (!a.trace.empty()) write_file_atomically(a.trace, training_trace_json(job, r));
