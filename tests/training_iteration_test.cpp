@@ -413,6 +413,16 @@ TEST(IterationBubble, ZeroBubbleSplitsTheBackwardAndShrinksTheBubble) {
       EXPECT_LE(zero_bubble.stages[i].in_flight_micro_batches, 4.0);
     }
     expect_parts_add_up(zero_bubble);
+    // ZB-H2 may hold up to 2p − 1 = 7 micro-batches for a bubble no larger than ZB-H1's.
+    l.schedule = PipelineScheduleKind::kZeroBubbleH2;
+    const IterationResult h2 = simulate_iteration(tiny(), l, topo, free);
+    EXPECT_LE(h2.iteration_time, zero_bubble.iteration_time);
+    EXPECT_LE(h2.stages[0].in_flight_micro_batches, 7.0);
+    EXPECT_EQ(h2.stages[0].time.compute, one_f_one_b.stages[0].time.compute);
+    if (m >= 8) {
+      EXPECT_GT(h2.stages[0].in_flight_micro_batches, 4.0);
+    }
+    expect_parts_add_up(h2);
   }
 }
 

@@ -180,6 +180,36 @@ TEST(PipelineBubble, ZeroBubbleH1SplitsTheBackwardAndFillsTheBubbles) {
   EXPECT_NE(schedule_problem(bad).find("does not split the backward"), std::string::npos) << schedule_problem(bad);
 }
 
+TEST(PipelineBubble, ZeroBubbleH2ReachesTheStartUpBound) {
+  // No schedule of one iteration ends before (p−1)·t_f + m·(t_f + t_b): the last stage cannot
+  // start before the first micro-batch's forward has crossed the p−1 stages ahead of it, and
+  // then has m·(F + B + W) of work. With F = B = W = 1 ms, ZB-H2 (up to 2p − 1 micro-batches
+  // in flight) reaches it for every m: 3m + p − 1 ms, where ZB-H1 (p in flight) loses two
+  // slots once m > p. (The paper's ZB-H2 bubble (p−1)(F + B − 2W) = 0 also overlaps the next
+  // iteration through its optimizer post-validation, which one iteration here does not.)
+  const Time tf = Time::ms(1), tb = Time::ms(2), tw = Time::ms(1);
+  for (int p : {2, 4, 8}) {
+    for (int m : {p, 2 * p, 4 * p}) {
+      SCOPED_TRACE("p=" + std::to_string(p) + " m=" + std::to_string(m));
+      const PipelineSchedule h2 = make_pipeline_schedule(PipelineScheduleKind::kZeroBubbleH2, p, m);
+      EXPECT_EQ(schedule_problem(h2), "");
+      EXPECT_EQ(run_pipeline(h2, tf, tb, tw).makespan, tf * (3 * m + p - 1));
+      for (int stage = 0; stage < p; ++stage) EXPECT_LE(peak_in_flight(h2, stage), 2 * p - 1);
+      if (m >= 2 * p) {
+        EXPECT_EQ(peak_in_flight(h2, 0), 2 * p - 1);  // it uses the memory it may
+      }
+    }
+  }
+  // Unequal passes (F 2, B 3, W 1 ms; p = 4, m = 16): bound (p−1)·2 + 16·6 = 102 ms; ZB-H2 ends
+  // at 105, ZB-H1 at 131 (where its memory limit forces Ws before the Fs downstream waits for).
+  const Time f2 = Time::ms(2), b4 = Time::ms(4);
+  const Time h2 = run_pipeline(make_pipeline_schedule(PipelineScheduleKind::kZeroBubbleH2, 4, 16), f2, b4, tw).makespan;
+  const Time h1 = run_pipeline(make_pipeline_schedule(PipelineScheduleKind::kZeroBubbleH1, 4, 16), f2, b4, tw).makespan;
+  EXPECT_GE(h2, Time::ms(102));
+  EXPECT_EQ(h2, Time::ms(105));
+  EXPECT_EQ(h1, Time::ms(131));
+}
+
 TEST(PipelineBubble, RejectsTimesThatDoNotSplitIntoChunks) {
   PipelineSchedule s = make_pipeline_schedule(PipelineScheduleKind::kInterleavedOneFOneB, 2, 2, 2);
   EXPECT_THROW(run_pipeline(s, Time::ps(3), Time::ps(4)), std::invalid_argument);

@@ -26,6 +26,7 @@ const char* to_string(PipelineScheduleKind k) {
     case PipelineScheduleKind::kOneFOneB: return "1f1b";
     case PipelineScheduleKind::kInterleavedOneFOneB: return "interleaved_1f1b";
     case PipelineScheduleKind::kZeroBubbleH1: return "zb_h1";
+    case PipelineScheduleKind::kZeroBubbleH2: return "zb_h2";
   }
   return "?";
 }

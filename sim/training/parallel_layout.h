@@ -29,7 +29,7 @@
 
 namespace parallax {
 
-enum class PipelineScheduleKind : uint8_t { kGpipe, kOneFOneB, kInterleavedOneFOneB, kZeroBubbleH1 };
+enum class PipelineScheduleKind : uint8_t { kGpipe, kOneFOneB, kInterleavedOneFOneB, kZeroBubbleH1, kZeroBubbleH2 };
 /// "gpipe", "1f1b", "interleaved_1f1b", "zb_h1".
 const char* to_string(PipelineScheduleKind k);
 

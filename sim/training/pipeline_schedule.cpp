@@ -53,10 +53,11 @@ std::vector<PipelineOp> interleaved_stage(int p, int m, int v, int s) {
   return ops;
 }
 
-// ZB-H1 by list scheduling (the rules are in the header), played in continuous time with each
-// stage's pass times: a stage that is free picks its next pass from what has finished by then,
-// or waits for the next pass to finish anywhere.
-std::vector<std::vector<PipelineOp>> zero_bubble_h1(int p, int m, const std::vector<StagePassTimes>& times) {
+// ZB-H1 and ZB-H2 by list scheduling (the rules are in the header), played in continuous time
+// with each stage's pass times: a stage that is free picks its next pass from what has finished
+// by then, or waits for the next pass to finish anywhere. `limit`: micro-batches a stage may
+// hold (F run, W not): p for ZB-H1, 2p − 1 for ZB-H2.
+std::vector<std::vector<PipelineOp>> zero_bubble(int p, int m, int limit, const std::vector<StagePassTimes>& times) {
   const Time never = Time::max();
   const size_t stages = static_cast<size_t>(p), mbs = static_cast<size_t>(m);
   std::vector<std::vector<Time>> f_done(stages, std::vector<Time>(mbs, never)), b_done = f_done;
@@ -83,7 +84,7 @@ std::vector<std::vector<PipelineOp>> zero_bubble_h1(int p, int m, const std::vec
                          (s == p - 1 || finished(b_done[i + 1][static_cast<size_t>(b[i])], now));
     const bool f_ready = f[i] < m && (s == 0 || finished(f_done[i - 1][static_cast<size_t>(f[i])], now));
     const bool w_pending = w[i] < b[i] && finished(b_done[i][static_cast<size_t>(w[i])], now);
-    const bool at_limit = f[i] - w[i] >= p;
+    const bool at_limit = f[i] - w[i] >= limit;
     const StagePassTimes& t = times[i];
     Time took = Time::zero();
     if (b_ready) {
@@ -109,7 +110,7 @@ std::vector<std::vector<PipelineOp>> zero_bubble_h1(int p, int m, const std::vec
         const bool may_act = free_at[j] > now || (free_at[j] == now && !waiting[j]);
         if (o != s && w[j] < m && may_act) next = std::min(next, free_at[j]);
       }
-      if (next == never) throw std::logic_error("zb_h1: the list scheduler is stuck");
+      if (next == never) throw std::logic_error("zero bubble: the list scheduler is stuck");
       waiting[i] = next == now;  // another stage acts at this instant first
       free_at[i] = next;
       continue;
@@ -210,17 +211,20 @@ PipelineSchedule make_pipeline_schedule(PipelineScheduleKind kind, int p, int m,
                                         const std::vector<StagePassTimes>& times) {
   if (p < 1 || m < 1 || v < 1) throw std::invalid_argument("stages, micro-batches and chunks must be at least 1");
   const bool interleaved = kind == PipelineScheduleKind::kInterleavedOneFOneB;
-  if (kind == PipelineScheduleKind::kZeroBubbleH1) {
-    if (v != 1) throw std::invalid_argument("zb_h1 runs one model chunk per stage, not " + std::to_string(v));
+  if (kind == PipelineScheduleKind::kZeroBubbleH1 || kind == PipelineScheduleKind::kZeroBubbleH2) {
+    const std::string name = to_string(kind);
+    if (v != 1) throw std::invalid_argument(name + " runs one model chunk per stage, not " + std::to_string(v));
     PipelineSchedule sch;
     sch.kind = kind;
     sch.stages = p;
     sch.micro_batches = m;
     if (!times.empty() && static_cast<int>(times.size()) != p) {
-      throw std::invalid_argument("zb_h1 needs the pass times of all " + std::to_string(p) + " stages");
+      throw std::invalid_argument(name + " needs the pass times of all " + std::to_string(p) + " stages");
     }
     const StagePassTimes unit{Time::ps(1), Time::ps(1), Time::ps(1)};
-    sch.per_stage = zero_bubble_h1(p, m, times.empty() ? std::vector<StagePassTimes>(static_cast<size_t>(p), unit) : times);
+    const int limit = kind == PipelineScheduleKind::kZeroBubbleH1 ? p : 2 * p - 1;
+    sch.per_stage =
+        zero_bubble(p, m, limit, times.empty() ? std::vector<StagePassTimes>(static_cast<size_t>(p), unit) : times);
     return sch;
   }
   if (!interleaved && v != 1) {
@@ -240,7 +244,8 @@ PipelineSchedule make_pipeline_schedule(PipelineScheduleKind kind, int p, int m,
       case PipelineScheduleKind::kGpipe: sch.per_stage.push_back(gpipe_stage(m)); break;
       case PipelineScheduleKind::kOneFOneB: sch.per_stage.push_back(one_f_one_b_stage(p, m, s)); break;
       case PipelineScheduleKind::kInterleavedOneFOneB: sch.per_stage.push_back(interleaved_stage(p, m, v, s)); break;
-      case PipelineScheduleKind::kZeroBubbleH1: break;  // built above
+      case PipelineScheduleKind::kZeroBubbleH1:
+      case PipelineScheduleKind::kZeroBubbleH2: break;  // built above
     }
   }
   return sch;

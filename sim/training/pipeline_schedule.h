@@ -29,6 +29,9 @@
 //     (p−1)(F + B − W)) when m = p; for m > p the greedy order is a few slots longer (p = 4,
 //     m = 8: 29 against 27; 1F1B with the backward whole takes 33), not the paper's
 //     hand-made order.
+//   ZB-H2 (same paper): the same list scheduler with the limit raised to 2p − 1 micro-batches
+//     in flight, the paper's ZB-H2 memory: the extra warm-up forwards fill the start-up
+//     bubble, so with F = B = W a stage is never idle after its first forward.
 // Bubble with free communication, each forward taking t_f/v and each backward t_b/v on every
 // stage, and bubble fraction = idle time / (p × makespan):
 //   GPipe, 1F1B   (p−1)/(m+p−1)      makespan (m+p−1)(t_f+t_b)
@@ -70,7 +73,9 @@ struct PipelineSchedule {
   int chunks = 1;        ///< v
   std::vector<std::vector<PipelineOp>> per_stage;  ///< p lists, each of passes_per_micro_batch()·m·v passes
   /// Whether the backward is split into B and W passes (zero-bubble schedules).
-  bool split_backward() const { return kind == PipelineScheduleKind::kZeroBubbleH1; }
+  bool split_backward() const {
+    return kind == PipelineScheduleKind::kZeroBubbleH1 || kind == PipelineScheduleKind::kZeroBubbleH2;
+  }
   int passes_per_micro_batch() const { return split_backward() ? 3 : 2; }
 };
 

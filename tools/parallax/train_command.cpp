@@ -50,7 +50,8 @@ PipelineScheduleKind schedule_from(const std::string& s, const std::string& file
   if (s == "1f1b") return PipelineScheduleKind::kOneFOneB;
   if (s == "interleaved_1f1b" || s == "interleaved") return PipelineScheduleKind::kInterleavedOneFOneB;
   if (s == "zb_h1" || s == "zero_bubble") return PipelineScheduleKind::kZeroBubbleH1;
-  throw InputError(file, where, "unknown schedule \"" + s + "\" (expected gpipe, 1f1b, interleaved_1f1b or zb_h1)");
+  if (s == "zb_h2") return PipelineScheduleKind::kZeroBubbleH2;
+  throw InputError(file, where, "unknown schedule \"" + s + "\" (expected gpipe, 1f1b, interleaved_1f1b, zb_h1 or zb_h2)");
 }
 
 AttentionKernel attention_from(const std::string& s, const std::string& file, const std::string& where) {
@@ -496,7 +497,7 @@ void add_train_command(CLI::App& app) {
   cmd->add_option("--gbs,--global-batch", args->global_batch, "global batch size (sequences)");
   cmd->add_option("--seq", args->sequence, "sequence length (tokens)");
   cmd->add_option("--nodes", args->nodes, "node count of the topology");
-  cmd->add_option("--schedule", args->schedule, "gpipe, 1f1b, interleaved_1f1b or zb_h1 (zero bubble)");
+  cmd->add_option("--schedule", args->schedule, "gpipe, 1f1b, interleaved_1f1b, zb_h1 or zb_h2 (zero bubble at 1F1B's memory, or with up to 2p-1 micro-batches in flight)");
   cmd->add_option("--attention", args->attention,
                   "attention core: flash (one FlashAttention kernel) or unfused (scores, softmax and context materialised)");
   cmd->add_option("--recompute", args->recompute, "none, selective or full");
