@@ -160,6 +160,12 @@ TEST_F(InputErrors, BadFlowList) {
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_NE(r.stderr_text.find(flows + ": /flows/0/dst: no device named \"n7.gpu0\""), std::string::npos) << r.stderr_text;
   EXPECT_FALSE(fs::exists(out));
+  // A NIC only forwards data; a flow cannot start or end there.
+  flows = write("nic-flows.json", R"({ "flows": [ { "src": "n0.gpu0", "dst": "n1.nic0", "bytes": "1 MiB" } ] })");
+  r = cli("flows --topology " + topo + " --flows " + flows + " --json " + out);
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.stderr_text.find(flows + ": /flows/0/dst: \"n1.nic0\" is a NIC"), std::string::npos) << r.stderr_text;
+  EXPECT_FALSE(fs::exists(out));
 }
 
 TEST_F(InputErrors, UnknownNetworkModel) {
