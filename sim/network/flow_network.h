@@ -121,6 +121,7 @@ class FlowNetwork final : public NetworkModel {
   uint64_t next_mark();
   void add_to_subset(uint32_t slot, uint64_t subset_mark);
   void add_held(Resource& res, uint64_t subset_mark);
+  void add_predicted_givers(uint32_t slot, uint64_t subset_mark);
   static int64_t fixed(double rate);
   double committed_max(uint32_t r);
   double outside_max(uint32_t r, uint64_t subset_mark, uint64_t round_mark);
