@@ -433,6 +433,8 @@ void run_validate(const ValidateArgs& a) {
         j["predicted_tokens_per_sec_per_gpu"] = predicted;
         j["error"] = error;
         j["mfu"] = r.mfu;
+        j["peak_memory_bytes"] = r.peak_memory.value();
+        j["gpu_memory_bytes"] = r.gpu_memory.value();
         if (r.out_of_memory) j["out_of_memory"] = true;
         errors.push_back(std::fabs(error));
         by_gpu[run.gpu].push_back(std::fabs(error));
