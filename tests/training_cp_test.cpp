@@ -175,10 +175,13 @@ TEST(IterationContextParallel, GradientsAreReducedOverDpTimesCp) {
 }
 
 TEST(IterationContextParallel, ActivationsHoldTheRanksShareOfTheSequence) {
-  // One stage (pp 1) holds one micro-batch's activations of every layer, per Korthikanti et
-  // al. (FlashAttention's form) with s/cp = 256 tokens of the 512: 256·256·34 + 4·4·256 bytes.
+  // One stage (pp 1) holds one micro-batch's activations of every layer with s/cp = 256 tokens
+  // of the 512: tiny()'s 40·sbh + FlashAttention's 4·a·s·b per layer (see
+  // IterationMemory.ActivationsFollowTheScheduleAndStatesFollowZero), and the output side's
+  // 4sbh + 4·s·b·V, all with s = 256.
   const IterationResult r = simulate_iteration(tiny(), cp_layout(2, 2), toy_cluster(2));
-  EXPECT_DOUBLE_EQ(r.stages[0].memory.activations.value(), (256.0 * 256 * 34 + 4.0 * 4 * 256) * 8);
+  EXPECT_DOUBLE_EQ(r.stages[0].memory.activations.value(),
+                   (256.0 * 256 * 40 + 4.0 * 4 * 256) * 8 + 4 * 256.0 * 256 + 4.0 * 256 * 1024);
 }
 
 }  // namespace

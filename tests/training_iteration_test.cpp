@@ -185,30 +185,42 @@ TEST(IterationTime, TwoStageOneFOneBMatchesTheHandTimeline) {
 }
 
 TEST(IterationMemory, ActivationsFollowTheScheduleAndStatesFollowZero) {
-  // Stage 0 of 1F1B holds p = 4 micro-batches of its 2 layers, GPipe all m = 8:
-  //   activations = in-flight × layers × Korthikanti's sbh·34 for t = 1, plus FlashAttention's
-  //   softmax statistics 4·a·s·b (no s×s scores are kept).
+  // Stage 0 of 1F1B holds p = 4 micro-batches of its 2 layers, GPipe all m = 8. A layer of
+  // tiny() (s = 512, b = 1, h = 256, a = 4 heads of 64, SwiGLU f = 4h, no dropout) keeps, in
+  // 16-bit sbh units: two norm inputs 4, the QKV input 2, Q, K, V 6, the output projection's
+  // input 2, the MLP input 2, gate and up outputs 2·2·4 = 16, their product 2·4 = 8: 40·sbh,
+  // plus FlashAttention's fp32 row statistics 4·a·s·b. (Korthikanti's GPT layer is 34: a GELU
+  // MLP keeps 8 + 8 where SwiGLU keeps 16 + 8, and its two dropout masks add 2.)
   const Topology topo = toy_cluster(4);
   ParallelLayout l = layout(1, 1, 4, 8);
-  const Bytes per_layer(512.0 * 256 * 34 + 4.0 * 4 * 512);
+  const double sbh = 512.0 * 256;
+  const Bytes per_layer(sbh * 40 + 4.0 * 4 * 512);
+  // The last stage also keeps the output side of its one micro-batch in flight: the final
+  // norm's and the logits' inputs (2sbh each) and the cross-entropy's fp32 softmax, 4·s·b·V.
+  const double output = 4 * sbh + 4.0 * 512 * 1024;
   IterationResult r = simulate_iteration(tiny(), l, topo);
   EXPECT_DOUBLE_EQ(r.stages[0].memory.activations.value(), 4 * 2 * per_layer.value());
-  EXPECT_DOUBLE_EQ(r.stages[3].memory.activations.value(), 1 * 2 * per_layer.value());
+  EXPECT_DOUBLE_EQ(r.stages[3].memory.activations.value(), 1 * 2 * per_layer.value() + output);
   EXPECT_DOUBLE_EQ(r.stages[0].in_flight_micro_batches, 4);
   l.schedule = PipelineScheduleKind::kGpipe;
   r = simulate_iteration(tiny(), l, topo);
   EXPECT_DOUBLE_EQ(r.stages[0].memory.activations.value(), 8 * 2 * per_layer.value());
-  // The unfused attention core keeps the scores: Korthikanti's sbh·(34 + 5as/h) with a = 4
-  // heads, s = 512, h = 256 (and no softmax statistics); selective recomputation drops the
-  // as² terms again, back to sbh·34.
+  // GPipe runs every forward first: the last stage holds all m = 8 micro-batches' output side.
+  EXPECT_DOUBLE_EQ(r.stages[3].memory.activations.value(), 8 * 2 * per_layer.value() + 8 * output);
+  // The unfused attention core keeps the softmax output instead of the row statistics, 2as²b
+  // (no dropout: Korthikanti's 5as²b less the mask and the dropout output), with a = 4, s =
+  // 512, h = 256; selective recomputation drops it again, back to 40·sbh.
   l.schedule = PipelineScheduleKind::kOneFOneB;
   l.attention = AttentionKernel::kUnfused;
-  const double sbh = 512.0 * 256;
   r = simulate_iteration(tiny(), l, topo);
-  EXPECT_DOUBLE_EQ(r.stages[3].memory.activations.value(), 1 * 2 * sbh * (34 + 5.0 * 4 * 512 / 256));
+  EXPECT_DOUBLE_EQ(r.stages[3].memory.activations.value(), 1 * 2 * sbh * (40 + 2.0 * 4 * 512 / 256) + output);
   l.recompute = Recomputation::kSelective;
   r = simulate_iteration(tiny(), l, topo);
-  EXPECT_DOUBLE_EQ(r.stages[3].memory.activations.value(), 1 * 2 * sbh * 34);
+  EXPECT_DOUBLE_EQ(r.stages[3].memory.activations.value(), 1 * 2 * sbh * 40 + output);
+  // Full recomputation keeps each layer's input, 2sbh; the output side is not recomputed.
+  l.recompute = Recomputation::kFull;
+  r = simulate_iteration(tiny(), l, topo);
+  EXPECT_DOUBLE_EQ(r.stages[3].memory.activations.value(), 1 * 2 * sbh * 2 + output);
   l.recompute = Recomputation::kNone;
   l.attention = AttentionKernel::kFlash;
   r = simulate_iteration(tiny(), l, topo);

@@ -185,6 +185,28 @@ TEST(HfConfig, Gpt2SmallMatchesItsPublishedCount) {
   ModelConfig m = hf(R"({"architectures":["GPT2LMHeadModel"],"n_embd":768,"n_layer":12,"n_head":12,
     "n_positions":1024,"vocab_size":50257})");
   EXPECT_EQ(count_parameters(m).total, 124'439'808);
+  // GPT2Config's dropout defaults, 0.1 on the probabilities and the residual branches, unless
+  // the file sets them.
+  EXPECT_DOUBLE_EQ(m.attention_dropout, 0.1);
+  EXPECT_DOUBLE_EQ(m.hidden_dropout, 0.1);
+  m = hf(R"({"architectures":["GPT2LMHeadModel"],"n_embd":768,"n_layer":12,"n_head":12,
+    "n_positions":1024,"vocab_size":50257,"attn_pdrop":0.0,"resid_pdrop":0.2})");
+  EXPECT_DOUBLE_EQ(m.attention_dropout, 0.0);
+  EXPECT_DOUBLE_EQ(m.hidden_dropout, 0.2);
+}
+
+TEST(HfConfig, DropoutKeysOfTheOtherFamilies) {
+  // Llama-style configs carry attention_dropout (0.0 in the released models); GPT-NeoX both.
+  ModelConfig llama = hf(R"({"architectures":["LlamaForCausalLM"],"hidden_size":256,"num_hidden_layers":2,
+    "num_attention_heads":4,"intermediate_size":512,"vocab_size":100,"max_position_embeddings":64,
+    "attention_dropout":0.05})");
+  EXPECT_DOUBLE_EQ(llama.attention_dropout, 0.05);
+  EXPECT_DOUBLE_EQ(llama.hidden_dropout, 0.0);
+  ModelConfig neox = hf(R"({"architectures":["GPTNeoXForCausalLM"],"hidden_size":256,"num_hidden_layers":2,
+    "num_attention_heads":4,"intermediate_size":512,"vocab_size":100,"max_position_embeddings":64,
+    "attention_dropout":0.1,"hidden_dropout":0.1})");
+  EXPECT_DOUBLE_EQ(neox.attention_dropout, 0.1);
+  EXPECT_DOUBLE_EQ(neox.hidden_dropout, 0.1);
 }
 
 TEST(HfConfig, Qwen3MoeSparseStepAndDenseListBecomeDenseLayers) {
@@ -286,6 +308,8 @@ TEST(ModelLoaderErrors, BlockErrorsCarryTheirJsonPath) {
                "top_k=5 is larger than experts=4");
   expect_error(block("{" + base + R"(,"ffn":512,"mlp":"relu"})"), "w.json", "/model/mlp",
                "unknown value \"relu\" (expected \"swiglu\", \"gelu\")");
+  expect_error(block("{" + base + R"(,"ffn":512,"hidden_dropout":1.0})"), "w.json", "/model/hidden_dropout",
+               "must be a probability in [0, 1), found 1.0");
   expect_error(block(R"("llama-9000")"), "w.json", "/model", "unknown model \"llama-9000\" (bundled: deepseek-v3,");
   expect_error(block("42"), "w.json", "/model", "expected a model name");
 }
@@ -303,6 +327,12 @@ TEST(ModelLoaderErrors, HfConsistencyErrorsNameTheKey) {
   expect_error([] { hf(R"({"architectures":["LlamaForCausalLM"],"num_hidden_layers":1099511627776})"); },
                "config.json", "/num_hidden_layers", "is too large");
   expect_error([] { hf(R"({"hidden_size":1})"); }, "config.json", "", "neither \"architectures\" nor \"model_type\"");
+  expect_error(
+      [] {
+        hf(R"({"architectures":["GPT2LMHeadModel"],"n_embd":768,"n_layer":12,"n_head":12,"n_positions":1024,
+               "vocab_size":50257,"attn_pdrop":-0.1})");
+      },
+      "config.json", "/attn_pdrop", "must be a probability in [0, 1), found -0.1");
   expect_error([] { load_bundled_model(models_dir(), "gpt-5"); }, "", "", "unknown model \"gpt-5\"");
 }
 

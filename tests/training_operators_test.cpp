@@ -9,6 +9,7 @@
 #include "compute/compute_model.h"
 #include "training/layer_operators.h"
 #include "training/model_loader.h"
+#include "training/memory_model.h"
 #include "training/parameter_count.h"
 #include "test_support.h"
 
@@ -162,6 +163,86 @@ TEST(AttentionKernels, UnfusedCoreMaterialisesEveryScore) {
   EXPECT_DOUBLE_EQ(matmul_flops(unfused) - 2 * product, matmul_flops(flash) - flops_of(flash, "attention"));
   EXPECT_EQ(attention_kernel_from("unfused"), AttentionKernel::kUnfused);
   EXPECT_EQ(attention_kernel_from("eager"), std::nullopt);
+}
+
+// ---- activations each operator keeps for the backward (the memory model's input) ---------
+
+TEST(SavedActivations, GptLayerWithDropoutIsKorthikantisFormula) {
+  // GPT-3's layer shape scaled down: h = 1024, a = 16 heads, MLP 4h, LayerNorm, dropout 0.1 on
+  // the probabilities and after each residual branch; s = 2048, b = 2. Korthikanti et al.
+  // (Table 2; memory_model.h): sbh·(10 + 24/t + 5as/(ht)) without recomputation and with the
+  // unfused core, /t for the 10 with sequence parallelism, the 5as/h dropped by selective
+  // recomputation; FlashAttention keeps the selective form plus 4·a·s·b/t of row statistics.
+  ModelConfig m = gpt(1024, 16);
+  m.attention_dropout = m.hidden_dropout = 0.1;
+  const double s = 2048, b = 2, h = 1024, a = 16;
+  for (int t : {1, 2, 4, 8}) {
+    for (bool sp : {false, true}) {
+      SCOPED_TRACE(std::to_string(t) + (sp ? " SP" : ""));
+      MicroBatch mb = batch(2, 2048);
+      mb.attention = AttentionKernel::kUnfused;
+      const ShardingFactors sh{t, 1, 1, sp};
+      const auto unfused = layer_operators(m, 0, mb, sh);
+      EXPECT_DOUBLE_EQ(saved_activation_bytes(unfused, false).value(),
+                       activation_bytes_per_layer(s, b, h, a, t, sp, Recomputation::kNone).value());
+      EXPECT_DOUBLE_EQ(saved_activation_bytes(unfused, true).value(),
+                       activation_bytes_per_layer(s, b, h, a, t, sp, Recomputation::kSelective).value());
+      const auto flash = layer_operators(m, 0, batch(2, 2048), sh);
+      EXPECT_DOUBLE_EQ(saved_activation_bytes(flash, false).value(),
+                       flash_activation_bytes_per_layer(s, b, h, a, t, sp, Recomputation::kNone).value());
+    }
+  }
+}
+
+TEST(SavedActivations, WithoutDropoutTheMasksGo) {
+  // The same layer without dropout (t = 1): the two sbh masks go (34 → 32) and of the unfused
+  // core's 5as²b only the softmax output's 2as²b stays (the product reads it directly).
+  const ModelConfig m = gpt(1024, 16);
+  const double sbh = 2048.0 * 2 * 1024, as2b = 16.0 * 2048 * 2048 * 2;
+  MicroBatch mb = batch(2, 2048);
+  mb.attention = AttentionKernel::kUnfused;
+  const auto ops = layer_operators(m, 0, mb, {});
+  EXPECT_DOUBLE_EQ(saved_activation_bytes(ops, false).value(), 32 * sbh + 2 * as2b);
+  EXPECT_DOUBLE_EQ(saved_activation_bytes(ops, true).value(), 32 * sbh);
+  // Dropout also costs traffic: the unfused core's dropout kernel reads the probabilities and
+  // writes the output and the mask, 5 bytes per score.
+  ModelConfig with = m;
+  with.attention_dropout = 0.1;
+  EXPECT_DOUBLE_EQ(find(layer_operators(with, 0, mb, {}), "attention_dropout").forward.bytes_read_written.value(),
+                   5 * as2b);
+}
+
+TEST(SavedActivations, Llama3_8BLayerKeepsItsGatedMlpAndGroupedKv) {
+  // Llama-3 8B: h = 4096, 32 heads and 8 KV heads of 128, SwiGLU f = 14336, no dropout;
+  // b = 1, s = T = 8192, tp 1, FlashAttention. 16-bit tensors kept, in elements:
+  //   norm inputs 2·T·h, QKV input T·h, Q T·h, K and V 2·T·8·128 = T·h/2, output projection
+  //   input T·h, MLP input T·h, gate and up outputs 2·T·f, product T·f
+  // = T·(6.5h + 3f); plus the row statistics, 4·T·32 bytes.
+  const double T = 8192, h = 4096, f = 14336;
+  const auto ops = layer_operators(bundled("llama3-8b"), 0, batch(1, 8192), {});
+  EXPECT_DOUBLE_EQ(saved_activation_bytes(ops, false).value(), 2 * T * (6.5 * h + 3 * f) + 4 * T * 32);
+}
+
+TEST(SavedActivations, MixtralLayerKeepsEveryRoutedSlot) {
+  // Mixtral (h = 4096, 32 heads, 8 KV heads of 128, 8 experts of f_e = 14336, top-2), b = 1,
+  // s = T = 4096, tp 1, ep 1. In 16-bit elements: attention norm input T·h, QKV input T·h,
+  // Q T·h, K and V T·h/2, output projection input T·h, MLP norm input T·h, router input T·h
+  // (6.5·T·h); per routed slot (2T of them) its input h, gate and up outputs 2f_e, product
+  // f_e and output h.
+  // fp32: the router's 8 probabilities and 2 chosen weights per token; row statistics 4·T·32.
+  const double T = 4096, h = 4096, f = 14336;
+  const auto ops = layer_operators(bundled("mixtral-8x7b"), 0, batch(1, 4096), {});
+  const double elements = T * 6.5 * h + 2 * T * (2 * h + 3 * f);
+  EXPECT_DOUBLE_EQ(saved_activation_bytes(ops, false).value(), 2 * elements + 4 * T * (8 + 2) + 4 * T * 32);
+}
+
+TEST(SavedActivations, OutputSideKeepsTheFp32Softmax) {
+  // Final norm input and logits input, 2·T·h each, and the cross-entropy's fp32 softmax over
+  // this rank's vocabulary slice, 4·T·⌈V/t⌉: Llama-3 8B (V = 128256), T = 8192, tp 2 with SP
+  // (the two h-wide inputs split too).
+  const double T = 8192, h = 4096;
+  const auto ops = output_operators(bundled("llama3-8b"), batch(1, 8192), {2, 1, 1, true});
+  EXPECT_DOUBLE_EQ(saved_activation_bytes(ops, false).value(), 2 * 2 * T * h / 2 + 4 * T * 64128);
 }
 
 TEST(LayerFlops, GemmFlopsAreTwiceTokensTimesActiveMatrices) {

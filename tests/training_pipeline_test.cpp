@@ -168,6 +168,11 @@ TEST(PipelineBubble, ZeroBubbleH1SplitsTheBackwardAndFillsTheBubbles) {
   EXPECT_EQ(run_pipeline(make_pipeline_schedule(PipelineScheduleKind::kOneFOneB, 4, 8), tf, tb).makespan, Time::ms(33));
   // Memory: never more than p micro-batches between F and W, 1F1B's peak on stage 0.
   for (int stage = 0; stage < 4; ++stage) EXPECT_LE(peak_in_flight(s, stage), 4);
+  // W waits, B does not: the last stage runs each micro-batch's B right after its F, so only
+  // one is ever between the two, while more wait for their W there (the deferred W is what
+  // fills the bubbles).
+  EXPECT_EQ(peak_in_flight(s, 3, {}, true), 1);
+  EXPECT_GT(peak_in_flight(s, 3), 1);
   // Each stage lists F, B and W of every micro-batch; W follows B on the same stage.
   EXPECT_EQ(s.per_stage[0].size(), 24u);
   const auto dep = pipeline_dependency(s, 2, PipelineOp{PassKind::kWeight, 5, 0});

@@ -27,6 +27,10 @@ TEST(PublishedRuns, TheDevSetReadsWhole) {
   EXPECT_TRUE(r.layout.micro_batch_assumed);  // null in the source: 1, and said so
   EXPECT_EQ(r.model.ffn, 4 * 2304);           // 9216, as published
   EXPECT_EQ(r.model.mlp, MlpKind::kPlain);
+  // The GELU family's defaults are Megatron-LM's: dropout 0.1 on the probabilities and after
+  // each residual branch.
+  EXPECT_DOUBLE_EQ(r.model.attention_dropout, 0.1);
+  EXPECT_DOUBLE_EQ(r.model.hidden_dropout, 0.1);
   // Megatron's count for this model: 12·l·h²(1 + 13/12h) + V·h + s·h ≈ 1.7 B (the row's name).
   const double params = static_cast<double>(count_parameters(r.model).total);
   EXPECT_NEAR(params / 1e9, 1.7, 0.1);

@@ -57,7 +57,9 @@ struct Unit {
   bool transformer_layer = false;
   bool moe_layer = false;
   bool embedding = false;     // the input side of the first virtual stage
-  bool output_layer = false;  // the output side of the last one
+  bool output_layer = false;  // the output side of the last one (when timed)
+  bool output_side = false;   // the output side, timed or not
+  Bytes activations;          // kept from one micro-batch's forward for its backward
 };
 
 struct OperatorSums {
@@ -65,6 +67,7 @@ struct OperatorSums {
   Time forward_before_attention, backward_before_attention;  // the operators ahead of the core
   Time weight_before_attention, weight_after_attention;      // the GEMMs' weight gradients
   Flops forward_flops, backward_flops, attention_forward_flops, weight_flops;
+  Bytes saved, saved_scores;  // activations kept for the backward (layer_operators.h)
 };
 
 OperatorSums sum_operators(const ComputeModel& cm, const std::vector<ModelOperator>& ops) {
@@ -76,6 +79,8 @@ OperatorSums sum_operators(const ComputeModel& cm, const std::vector<ModelOperat
     s.backward += backward;
     s.forward_flops += op.forward.flops;
     s.backward_flops += op.backward.flops;
+    s.saved += op.saved;
+    s.saved_scores += op.saved_scores;
     if (op.forward.kind == OperatorKind::kGemm && !op.attention_core) {
       (before ? s.weight_before_attention : s.weight_after_attention) += forward;
       s.weight_flops += op.forward.flops;
@@ -101,6 +106,8 @@ Unit unit_from(const OperatorSums& s, Recomputation recompute, bool transformer_
                bool split_attention) {
   Unit u;
   u.transformer_layer = transformer_layer;
+  // Full recomputation keeps only the layer's input (set by the caller, who knows its size).
+  u.activations = s.saved + (recompute == Recomputation::kSelective && transformer_layer ? Bytes() : s.saved_scores);
   if (!timed) {
     u.forward_segments = u.backward_segments = u.input_gradient_segments = {{Time::zero()}};
     return u;
@@ -191,10 +198,12 @@ Routing route(const MoeConfig& moe, int ep, const IterationOptions& options) {
 
 // The routed experts' operators ("expert_…" of layer_operators) with `factor` times their
 // average rows: the GEMMs re-shaped (backward as layer_operators builds it: data and weight
-// gradients, each the forward's volume), the activation's bytes and FLOPs scaled.
+// gradients, each the forward's volume), the activation's bytes and FLOPs scaled, and so
+// the activations they keep.
 std::vector<ModelOperator> scale_experts(std::vector<ModelOperator> ops, double factor, DType dtype) {
   for (ModelOperator& op : ops) {
     if (op.name.rfind("expert_", 0) != 0) continue;
+    op.saved = op.saved * factor;
     if (op.forward.kind == OperatorKind::kGemm) {
       GemmShape shape = op.forward.shape;
       shape.m *= factor;
@@ -367,6 +376,7 @@ IterationResult simulate_iteration(const ModelConfig& model, const ParallelLayou
   };
   int moe_layers = 0;
   int first_layer = 0;
+  const double layer_input_tokens = static_cast<double>(layout.micro_batch) * static_cast<double>(layout.sequence_length / layout.cp);
   for (int vs = 0; vs < p * v; ++vs) {
     auto& list = units[static_cast<size_t>(vs)];
     if (vs == 0) {
@@ -379,6 +389,8 @@ IterationResult simulate_iteration(const ModelConfig& model, const ParallelLayou
       const bool moe = model.is_moe_layer(l);
       if (!layer_sums.count(moe)) layer_sums[moe] = sums_of(l, moe);
       Unit u = unit_from(layer_sums[moe], layout.recompute, true, true, cp > 1);
+      // Full recomputation keeps the layer's 16-bit input, 2sbh (Korthikanti et al.; s per CP rank).
+      if (layout.recompute == Recomputation::kFull) u.activations = Bytes(2.0 * layer_input_tokens * static_cast<double>(model.hidden));
       u.moe_layer = moe;
       moe_layers += moe ? 1 : 0;
       const LayerParameterCounts lp = layer_parameters(model, l);
@@ -395,6 +407,7 @@ IterationResult simulate_iteration(const ModelConfig& model, const ParallelLayou
                                                 : static_cast<double>(counts.output_head);
       u.parameters = head / t + static_cast<double>(counts.final_norm);
       u.output_layer = timed_ends;
+      u.output_side = true;
       list.push_back(u);
     }
   }
@@ -962,13 +975,11 @@ IterationResult simulate_iteration(const ModelConfig& model, const ParallelLayou
       result.pipeline_end > Time::zero() ? bubble_total.seconds() / (p * result.pipeline_end.seconds()) : 0.0;
 
   // ---- memory --------------------------------------------------------------------------------
-  // FlashAttention keeps no s×s scores; the unfused core keeps Korthikanti et al.'s 5as²b (the
-  // scores' softmax, its dropout mask and output) unless selective recomputation drops them.
-  const auto activation_bytes =
-      layout.attention == AttentionKernel::kUnfused ? activation_bytes_per_layer : flash_activation_bytes_per_layer;
-  const Bytes activation_per_layer = activation_bytes(
-      static_cast<double>(layout.sequence_length / layout.cp), static_cast<double>(layout.micro_batch),
-      static_cast<double>(model.hidden), static_cast<double>(model.heads), t, layout.sequence_parallel, layout.recompute);
+  // Activations: what each operator keeps for its backward (layer_operators.h; for a GPT layer
+  // Korthikanti et al.'s sbh·(34 + 5as/h) form), per micro-batch in flight. A stage's layers
+  // are counted at their mean (dense and MoE layers differ); the output side's (the fp32
+  // softmax of the cross-entropy, above all) at the peak number of micro-batches in flight in
+  // the last virtual stage until their B, 1 in 1F1B and the zero-bubble schedules, m in GPipe.
   for (int s = 0; s < p; ++s) {
     StageResult& stage = stages[static_cast<size_t>(s)];
     const double psi_experts = stage_expert_parameters[static_cast<size_t>(s)];
@@ -990,7 +1001,20 @@ IterationResult simulate_iteration(const ModelConfig& model, const ParallelLayou
     for (int c = 0; c < v; ++c) chunk_layers.push_back(vs_layers[static_cast<size_t>(c * p + s)]);
     const double held_layers = peak_in_flight(schedule, s, chunk_layers);
     stage.in_flight_micro_batches = stage.layers > 0 ? held_layers / stage.layers : 0.0;
-    mem.activations = activation_per_layer * held_layers;
+    Bytes layer_activations, output_activations;
+    for (int c = 0; c < v; ++c) {
+      for (const Unit& u : units[static_cast<size_t>(c * p + s)]) {
+        if (u.transformer_layer) layer_activations += u.activations;
+        if (u.output_side) output_activations += u.activations;
+      }
+    }
+    mem.activations = stage.layers > 0 ? layer_activations * (held_layers / stage.layers) : Bytes();
+    if (output_activations > Bytes()) {
+      std::vector<double> last_chunk(static_cast<size_t>(v), 0.0);
+      last_chunk.back() = 1.0;
+      // Its bulk, the softmax, is read by the logits' input gradient (B), not by W.
+      mem.activations += output_activations * peak_in_flight(schedule, s, last_chunk, true);
+    }
     double largest_unit = 0;
     for (int c = 0; c < v; ++c) {
       for (const Unit& u : units[static_cast<size_t>(c * p + s)]) largest_unit = std::max(largest_unit, u.parameters);

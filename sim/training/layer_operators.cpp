@@ -16,6 +16,8 @@ constexpr double kGeluFlops = 8;       // tanh approximation
 constexpr double kRotaryFlops = 3;     // two multiplies and an add per rotated element
 constexpr double kSoftmaxFlops = 5;    // max, subtract, exp, sum, divide
 constexpr double kFp32Bytes = 4;
+constexpr double kActivationBytes = 2;  // saved activations are kept in 16 bits
+constexpr double kMaskBytes = 1;        // a dropout mask, one byte per element
 
 class OperatorList {
  public:
@@ -31,7 +33,7 @@ class OperatorList {
     backward.flops = forward.flops * 2.0;
     backward.bytes_read_written = forward.bytes_read_written * 2.0;
     backward.kernels = 2;
-    ops_.push_back({name, forward, backward});
+    ops_.push_back({name, forward, backward, false, Bytes(), Bytes()});
   }
 
   // A kernel moving `bytes` with `flops` of vector arithmetic; its backward moves and computes
@@ -39,18 +41,23 @@ class OperatorList {
   void memory(const std::string& name, double bytes, double flops, double backward_factor = 2.0) {
     OperatorCost forward = memory_bound_cost(Bytes(bytes), Flops(flops), dtype_);
     OperatorCost backward = memory_bound_cost(Bytes(bytes * backward_factor), Flops(flops * backward_factor), dtype_);
-    ops_.push_back({name, forward, backward});
+    ops_.push_back({name, forward, backward, false, Bytes(), Bytes()});
   }
 
+  // Keeps its input for the backward.
   void norm(const std::string& name, const ModelConfig& model, double tokens, double width) {
     const double per_element = model.norm == NormKind::kLayerNorm ? kLayerNormFlops : kRmsNormFlops;
     memory(name, 2.0 * tokens * width * element_, per_element * tokens * width);
+    keep(tokens * width);
   }
 
   // A residual add reads both branches and writes the sum; its gradient is a pass-through
-  // that costs about the same traffic once.
-  void residual(const std::string& name, double tokens, double width) {
-    memory(name, 3.0 * tokens * width * element_, tokens * width, 1.0);
+  // that costs about the same traffic once. With dropout on the branch, fused in: the mask is
+  // written too, kept, and read by the backward.
+  void residual(const std::string& name, double tokens, double width, bool dropout) {
+    const double mask = dropout ? kMaskBytes : 0.0;
+    memory(name, (3.0 * element_ + mask) * tokens * width, tokens * width, 1.0);
+    if (dropout) keep(tokens * width, kMaskBytes);
   }
 
   // FlashAttention over b sequences: s_q queries of this GPU against s_kv keys, `heads` query
@@ -73,33 +80,59 @@ class OperatorList {
     backward.flops = Flops(2.5 * flops);
     // Reads Q, K, V, O, dO and the row statistics; writes dQ, dK, dV (and the dO·O row sums).
     backward.bytes_read_written = Bytes((2 * q + 2 * kv + 2 * o) * element_ + 2 * row_stats);
-    ops_.push_back({"attention", forward, backward, true});
+    ops_.push_back({"attention", forward, backward, true, Bytes(), Bytes()});
+    // Q, K and V of this GPU's tokens (context parallelism passes the others' blocks again in
+    // the backward) and the row statistics; O is kept by the output projection.
+    keep(q + b * s_q * kv_heads * (d_qk + d_v));
+    keep(row_stats, 1.0);
   }
 
   // The unfused core of the header: scores, softmax and context, every score materialised.
-  void unfused_attention(double b, double s_q, double s_kv, double heads, double d_qk, double d_v) {
+  // Keys and values are expanded to every query head (GQA) before the products.
+  void unfused_attention(double b, double s_q, double s_kv, double heads, double d_qk, double d_v, bool dropout) {
+    const size_t first = ops_.size();
     const double groups = b * heads;
     gemm("attention_scores", s_q, s_kv, d_qk, groups);
+    keep(groups * (s_q + s_kv) * d_qk);  // Q and K
     const double scores = groups * s_q * s_kv;
     memory("attention_softmax", 2.0 * scores * element_, kSoftmaxFlops * scores, 1.5);
+    keep_scores(scores * kActivationBytes);  // its output, which its backward reads
+    if (dropout) {
+      memory("attention_dropout", (2.0 * element_ + kMaskBytes) * scores, scores, 1.0);
+      keep_scores(scores * (kMaskBytes + kActivationBytes));  // the mask and the product's input
+    }
     gemm("attention_context", s_q, d_v, s_kv, groups);
-    for (size_t i = ops_.size() - 3; i < ops_.size(); ++i) ops_[i].attention_core = true;
+    keep(groups * s_kv * d_v);  // V
+    for (size_t i = first; i < ops_.size(); ++i) ops_[i].attention_core = true;
   }
 
   // An MLP of intermediate size f_local on `rows` rows per group (`groups` experts at once).
+  // `kept_input`: the elements of its input that it keeps (0 when another operator keeps the
+  // same tensor).
   void mlp(const std::string& prefix, const ModelConfig& model, double rows, double f_local, double hidden,
-           double groups = 1) {
+           double kept_input, double groups = 1) {
     const double tokens = rows * groups;
     if (model.mlp == MlpKind::kGated) {
       gemm(prefix + "gate_proj", rows, f_local, hidden, groups);
+      keep(kept_input);
       gemm(prefix + "up_proj", rows, f_local, hidden, groups);
       memory(prefix + "activation", 3.0 * tokens * f_local * element_, kSwigluFlops * tokens * f_local);
+      keep(2.0 * tokens * f_local);  // gate and up outputs
     } else {
       gemm(prefix + "up_proj", rows, f_local, hidden, groups);
+      keep(kept_input);
       memory(prefix + "activation", 2.0 * tokens * f_local * element_, kGeluFlops * tokens * f_local);
+      keep(tokens * f_local);  // the GELU's input
     }
     gemm(prefix + "down_proj", rows, hidden, f_local, groups);
+    keep(tokens * f_local);  // the activation's output
   }
+
+  // Activations the operator just added keeps for its backward (see the header).
+  void keep(double elements, double bytes_per_element = kActivationBytes) {
+    ops_.back().saved += Bytes(elements * bytes_per_element);
+  }
+  void keep_scores(double bytes) { ops_.back().saved_scores += Bytes(bytes); }
 
   std::vector<ModelOperator> take() { return std::move(ops_); }
 
@@ -138,33 +171,42 @@ void add_attention(OperatorList& ops, const ModelConfig& m, const MicroBatch& ba
     const double kv_lora = static_cast<double>(a.kv_lora_rank);
     if (a.q_lora_rank > 0) {
       ops.gemm("q_down_proj", z.sp_tokens, q_lora, z.hidden);
+      ops.keep(z.sp_tokens * z.hidden);  // the norm's output, shared with kv_down_proj
       ops.norm("q_latent_norm", m, z.sp_tokens, q_lora);
       ops.gemm("q_up_proj", z.tokens, z.heads * qk, q_lora);
+      ops.keep(z.tokens * q_lora);
     } else {
       ops.gemm("q_proj", z.tokens, z.heads * qk, z.hidden);
+      ops.keep(z.sp_tokens * z.hidden);
     }
     ops.gemm("kv_down_proj", z.sp_tokens, kv_lora + static_cast<double>(a.qk_rope_head_dim), z.hidden);
     ops.norm("kv_latent_norm", m, z.sp_tokens, kv_lora);
     ops.gemm("kv_up_proj", z.tokens, z.heads * static_cast<double>(a.qk_nope_head_dim + a.v_head_dim), kv_lora);
+    ops.keep(z.tokens * kv_lora);
     // Rotary on every query head's rope part and on the one shared rope key.
     const double rotated = z.tokens * (z.heads + 1) * rotary;
     if (rotary > 0) ops.memory("rotary", 2.0 * rotated * e, kRotaryFlops * rotated);
   } else {
     const double d = static_cast<double>(m.head_dim);
     ops.gemm("qkv_proj", z.tokens, (z.heads + 2 * z.kv_heads) * d, z.hidden);
+    ops.keep(z.sp_tokens * z.hidden);
     const double qk_elements = z.tokens * (z.heads + z.kv_heads) * d;
-    if (m.qk_norm) ops.memory("qk_norm", 2.0 * qk_elements * e, kRmsNormFlops * qk_elements);
+    if (m.qk_norm) {
+      ops.memory("qk_norm", 2.0 * qk_elements * e, kRmsNormFlops * qk_elements);
+      ops.keep(qk_elements);
+    }
     if (rotary > 0) ops.memory("rotary", 2.0 * qk_elements * e, kRotaryFlops * qk_elements);
   }
   if (batch.attention == AttentionKernel::kUnfused) {
     ops.unfused_attention(z.b, z.tokens / z.b, z.s, z.heads, static_cast<double>(m.qk_head_dim()),
-                          static_cast<double>(m.v_head_dim()));
+                          static_cast<double>(m.v_head_dim()), m.attention_dropout > 0);
   } else {
     ops.attention(z.b, z.tokens / z.b, z.s, z.heads, z.kv_heads, static_cast<double>(m.qk_head_dim()),
                   static_cast<double>(m.v_head_dim()), batch.causal);
   }
   ops.gemm("attention_out_proj", z.tokens, z.hidden, z.heads * static_cast<double>(m.v_head_dim()));
-  ops.residual("attention_residual", z.sp_tokens, z.hidden);
+  ops.keep(z.tokens * z.heads * static_cast<double>(m.v_head_dim()));
+  ops.residual("attention_residual", z.sp_tokens, z.hidden, m.hidden_dropout > 0);
 }
 
 void add_moe(OperatorList& ops, const ModelConfig& m, const ShardingFactors& sh, const LocalSizes& z) {
@@ -173,17 +215,21 @@ void add_moe(OperatorList& ops, const ModelConfig& m, const ShardingFactors& sh,
   const double experts = moe.experts;
   const double top_k = moe.top_k;
   ops.gemm("router", z.sp_tokens, experts, z.hidden);
+  ops.keep(z.sp_tokens * z.hidden);  // the norm's output, which the shared experts read too
   // Scores read in fp32; the chosen expert ids and weights written (4 bytes each).
   ops.memory("router_topk", z.sp_tokens * (experts * kFp32Bytes + top_k * 2 * kFp32Bytes),
              kSoftmaxFlops * z.sp_tokens * experts);
+  ops.keep(z.sp_tokens * (experts + top_k), kFp32Bytes);  // probabilities and chosen weights
   const double slots = z.tokens * top_k;  // routed token-slots this GPU computes, on average
   ops.memory("moe_permute", (z.tokens + slots) * z.hidden * e, 0.0);
   const double local_experts = experts / sh.ep;
-  ops.mlp("expert_", m, slots / local_experts, static_cast<double>(moe.expert_ffn) / sh.tp, z.hidden, local_experts);
+  ops.mlp("expert_", m, slots / local_experts, static_cast<double>(moe.expert_ffn) / sh.tp, z.hidden,
+          slots * z.hidden, local_experts);
   ops.memory("moe_unpermute", (slots + z.tokens) * z.hidden * e, 2.0 * slots * z.hidden);
+  ops.keep(slots * z.hidden);  // the experts' outputs, for the gradient of the routing weights
   if (moe.shared_experts > 0) {
     const double f_shared = static_cast<double>(moe.shared_experts * moe.shared_expert_ffn) / sh.tp;
-    ops.mlp("shared_expert_", m, z.tokens, f_shared, z.hidden);
+    ops.mlp("shared_expert_", m, z.tokens, f_shared, z.hidden, 0.0);
   }
 }
 
@@ -243,9 +289,9 @@ std::vector<ModelOperator> layer_operators(const ModelConfig& m, int layer, cons
   if (m.is_moe_layer(layer)) {
     add_moe(ops, m, sh, z);
   } else {
-    ops.mlp("mlp_", m, z.tokens, static_cast<double>(m.ffn) / sh.tp, z.hidden);
+    ops.mlp("mlp_", m, z.tokens, static_cast<double>(m.ffn) / sh.tp, z.hidden, z.sp_tokens * z.hidden);
   }
-  ops.residual("mlp_residual", z.sp_tokens, z.hidden);
+  ops.residual("mlp_residual", z.sp_tokens, z.hidden, m.hidden_dropout > 0);
   return ops.take();
 }
 
@@ -272,10 +318,21 @@ std::vector<ModelOperator> output_operators(const ModelConfig& m, const MicroBat
   ops.norm("final_norm", m, z.sp_tokens, z.hidden);
   const double vocab = static_cast<double>((m.vocab + sh.tp - 1) / sh.tp);
   ops.gemm("logits", z.tokens, vocab, z.hidden);
+  ops.keep(z.sp_tokens * z.hidden);
   // Softmax cross-entropy over the vocabulary slice: logits read, fp32 probabilities kept for
   // the backward, which reads them and writes the logits' gradient.
   ops.memory("cross_entropy", z.tokens * vocab * (e + kFp32Bytes), kSoftmaxFlops * z.tokens * vocab, 1.0);
+  ops.keep(z.tokens * vocab, kFp32Bytes);
   return ops.take();
+}
+
+Bytes saved_activation_bytes(const std::vector<ModelOperator>& ops, bool selective) {
+  Bytes sum;
+  for (const ModelOperator& op : ops) {
+    sum += op.saved;
+    if (!selective) sum += op.saved_scores;
+  }
+  return sum;
 }
 
 Flops model_flops_per_token(const ModelConfig& m, int64_t sequence_length, bool causal) {

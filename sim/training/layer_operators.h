@@ -31,7 +31,7 @@
 //                      its backward reads the probabilities and their gradient and writes the
 //                      scores' gradient (1.5 × the forward bytes)
 //   attention_context  batched GEMM P·V, b·H/t groups of m=s_q, n=d_v, k=s_kv
-// with GEMM backwards as above. Attention dropout is not modelled (see below).
+// with GEMM backwards as above; dropout, when the model has it, as below.
 // GEMM backward: 2 × forward (data and weight gradients, each a product of the same volume).
 // Memory-bound operators (norms, activations, residual adds, rotary, routing permutations,
 // embedding lookup, cross-entropy): bytes of every tensor read and written once, in the
@@ -41,8 +41,26 @@
 // run on the T_sp tokens, the up projections are split by heads; the attention core uses the
 // materialised per-head dims (d_qk = nope + rope = 192, d_v = 128), as training does — the
 // absorbed-weight form of MLA only pays off in decoding.
-// Not modelled: dropout (absent in the bundled modern models; GPT-3 had it), sliding windows,
-// padding of the vocabulary beyond ⌈V/t⌉, load imbalance between experts (the average is used).
+// Dropout (ModelConfig::attention_dropout, hidden_dropout > 0): in the unfused core a kernel of
+// its own on the probabilities (reads them, writes the output and a 1-byte mask; its backward
+// reads the gradient and the mask and writes the gradient); in FlashAttention it runs inside
+// the kernel and its random-number cost is not modelled; after each residual branch it is
+// fused into the residual add, which then also writes (and its backward reads) a 1-byte mask.
+// Saved activations (for the memory model), 16-bit whatever the GEMM dtype, per GPU:
+//   each norm its input; the first projection of a block its input (the norm's output: T_sp
+//   rows, as Megatron keeps the sequence-parallel shard and gathers it again); q/k/v the
+//   attention core (FlashAttention: Q, K, V and the fp32 row statistics; unfused: Q, K and V
+//   expanded to every head, the softmax output, the dropout mask and output); the output
+//   projection its input; each residual add its dropout mask; a plain MLP the GELU's input and
+//   output, a gated one the gate and up outputs and the product; a MoE layer the router's
+//   fp32 probabilities and chosen weights, the routed token-slots' inputs and outputs and the
+//   experts' MLP tensors (shared experts as a dense MLP on the same input); MLA its latent
+//   vectors (before and after their norms). The output side: the final norm's input, the
+//   logits' input and the fp32 softmax of the cross-entropy. For a GPT layer (MLP 4h, GELU,
+//   dropout, unfused) this is Korthikanti et al.'s sbh·(10 + 24/t + 5as/(ht)) exactly (see
+//   memory_model.h); without dropout the masks go (2sbh, and 3as²b of the 5).
+// Not modelled: embedding dropout, sliding windows, padding of the vocabulary beyond ⌈V/t⌉,
+// load imbalance between experts (the average is used).
 #pragma once
 
 #include <optional>
@@ -88,7 +106,18 @@ struct ModelOperator {
   /// Part of the attention core (what selective recomputation re-runs and context parallelism
   /// splits around); its GEMMs have no weights.
   bool attention_core = false;
+  /// Activation bytes kept from the forward for this operator's backward (one micro-batch, this
+  /// GPU), unless the layer is fully recomputed: the tensors its backward reads, each counted
+  /// once, at the first operator that needs it (see "Saved activations" above).
+  Bytes saved;
+  /// The unfused core's s×s tensors (softmax output, dropout mask and output), kept only
+  /// without recomputation: selective recomputation re-creates them in the backward.
+  Bytes saved_scores;
 };
+
+/// The activation bytes one micro-batch of `ops` keeps on this GPU: every operator's `saved`,
+/// plus `saved_scores` unless `selective` recomputation is on.
+Bytes saved_activation_bytes(const std::vector<ModelOperator>& ops, bool selective);
 
 /// Empty when `sharding` fits `model` and `batch`; otherwise the first reason, naming the
 /// numbers ("tp=6 does not divide heads=32"). The operator functions throw

@@ -61,6 +61,8 @@ std::string ModelConfig::problem() const {
     if (moe->layer_frequency <= 0) return "moe.layer_frequency must be positive";
   }
   if (mtp_layers < 0) return "mtp_layers must be zero or more";
+  if (!(attention_dropout >= 0 && attention_dropout < 1)) return "attention_dropout must be in [0, 1)";
+  if (!(hidden_dropout >= 0 && hidden_dropout < 1)) return "hidden_dropout must be in [0, 1)";
   return {};
 }
 

@@ -69,6 +69,12 @@ struct ModelConfig {
   bool attention_output_bias = false;  ///< bias on the attention output projection
   bool mlp_bias = false;               ///< biases on the MLP (and expert) matrices
   bool qk_norm = false;                ///< per-head RMSNorm of queries and keys (Qwen3)
+  /// Dropout probabilities in training, in [0, 1). Above 0 a mask is kept for the backward:
+  /// one byte per attention score (a kernel of its own in the unfused core; inside
+  /// FlashAttention's kernel it regenerates from the seed) and one per element after each
+  /// residual branch (fused into the residual add, as Megatron's bias-dropout-add).
+  double attention_dropout = 0;
+  double hidden_dropout = 0;
   std::optional<MoeConfig> moe;
   std::optional<MlaConfig> mla;
   int mtp_layers = 0;  ///< DeepSeek-V3 multi-token-prediction modules (counted apart)

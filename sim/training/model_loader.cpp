@@ -72,6 +72,14 @@ class HfFields {
     if (!present(key)) return fallback;
     return root_.at(key).as_bool();
   }
+  // A dropout probability: a number in [0, 1).
+  double probability_or(const std::string& key, double fallback) {
+    if (!present(key)) return fallback;
+    JsonReader v = root_.at(key);
+    const double x = v.as_number();
+    if (!(x >= 0 && x < 1)) v.fail("must be a probability in [0, 1), found " + v.raw().dump());
+    return x;
+  }
   [[noreturn]] void fail_at(const std::string& key, const std::string& reason) const { root_.fail_at(key, reason); }
 
  private:
@@ -121,6 +129,7 @@ void read_llama_like(HfFields& f, HfFamily family, ModelConfig& m) {
   }
   m.mlp_bias = f.flag_or("mlp_bias", false);
   m.qk_norm = family == HfFamily::kQwen3 || family == HfFamily::kQwen3Moe;
+  m.attention_dropout = f.probability_or("attention_dropout", 0.0);
 }
 
 void read_mixtral_moe(HfFields& f, ModelConfig& m) {
@@ -180,6 +189,7 @@ void read_deepseek_v3(HfFields& f, ModelConfig& m) {
   m.position = PositionEmbedding::kRotary;
   m.qkv_bias = m.attention_output_bias = f.flag_or("attention_bias", false);
   m.mtp_layers = static_cast<int>(f.non_negative_or("num_nextn_predict_layers", 0, kMaxCount));
+  m.attention_dropout = f.probability_or("attention_dropout", 0.0);
   if (f.present("n_routed_experts")) {
     MoeConfig moe;
     moe.experts = f.count("n_routed_experts");
@@ -210,6 +220,9 @@ void read_gpt2(HfFields& f, ModelConfig& m) {
   m.norm = NormKind::kLayerNorm;
   m.position = PositionEmbedding::kLearned;
   m.qkv_bias = m.attention_output_bias = m.mlp_bias = true;
+  // GPT2Config's defaults: 0.1 on the attention probabilities and on each residual branch.
+  m.attention_dropout = f.probability_or("attn_pdrop", 0.1);
+  m.hidden_dropout = f.probability_or("resid_pdrop", 0.1);
 }
 
 void read_gpt_neox(HfFields& f, ModelConfig& m) {
@@ -228,6 +241,8 @@ void read_gpt_neox(HfFields& f, ModelConfig& m) {
   m.position = PositionEmbedding::kRotary;
   m.qkv_bias = m.attention_output_bias = f.flag_or("attention_bias", true);
   m.mlp_bias = true;
+  m.attention_dropout = f.probability_or("attention_dropout", 0.0);
+  m.hidden_dropout = f.probability_or("hidden_dropout", 0.0);
 }
 
 std::optional<HfFamily> family_of_architecture(const std::string& a) {
@@ -277,6 +292,13 @@ int64_t block_non_negative(JsonReader& r, const std::string& key, int64_t fallba
 bool block_flag(JsonReader& r, const std::string& key, bool fallback) {
   auto v = r.find(key);
   return v ? v->as_bool() : fallback;
+}
+double block_probability(JsonReader& r, const std::string& key) {
+  auto v = r.find(key);
+  if (!v) return 0.0;
+  const double x = v->as_number();
+  if (!(x >= 0 && x < 1)) v->fail("must be a probability in [0, 1), found " + v->raw().dump());
+  return x;
 }
 template <class E>
 E block_choice(JsonReader& r, const std::string& key, E fallback,
@@ -420,6 +442,8 @@ ModelConfig model_from_block(JsonReader r) {
   m.attention_output_bias = block_flag(r, "attention_output_bias", false);
   m.mlp_bias = block_flag(r, "mlp_bias", false);
   m.qk_norm = block_flag(r, "qk_norm", false);
+  m.attention_dropout = block_probability(r, "attention_dropout");
+  m.hidden_dropout = block_probability(r, "hidden_dropout");
   if (auto moe = r.find("moe")) m.moe = read_moe_block(*moe, m.layers);
   if (auto mla = r.find("mla")) {
     m.mla = read_mla_block(*mla);

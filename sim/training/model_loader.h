@@ -9,13 +9,17 @@
 //    embeddings, n_inner null means 4·n_embd; Qwen3 head_dim defaults to 128).
 //    Not modelled: sliding-window attention (Mistral v0.1's 4096 window is read as full
 //    attention), GPT-NeoX's partial rotary (no parameters), DeepSeek's router bias
-//    (e_score_correction_bias, 256 numbers per layer), dropout.
+//    (e_score_correction_bias, 256 numbers per layer), embedding dropout. Dropout
+//    probabilities: attn_pdrop / resid_pdrop (GPT-2, default 0.1 each, as GPT2Config),
+//    attention_dropout / hidden_dropout (GPT-NeoX), attention_dropout (the Llama family and
+//    DeepSeek-V3); absent means 0.
 // 2. The workloads' own model block, strict (an unknown key is an error):
 //      { "name": "tiny", "layers": 2, "hidden": 256, "heads": 4, "kv_heads": 2, "head_dim": 64,
 //        "ffn": 1024, "mlp": "swiglu" | "gelu", "vocab": 32000, "tied_embeddings": false,
 //        "max_sequence": 4096, "norm": "rmsnorm" | "layernorm",
 //        "position_embedding": "rotary" | "learned", "qkv_bias": false,
 //        "attention_output_bias": false, "mlp_bias": false, "qk_norm": false,
+//        "attention_dropout": 0.0, "hidden_dropout": 0.0,
 //        "moe": { "experts": 8, "top_k": 2, "expert_ffn": 14336, "shared_experts": 0,
 //                 "shared_expert_ffn": 14336, "first_dense_layers": 0, "layer_frequency": 1,
 //                 "dense_layers": [] },
@@ -24,7 +28,7 @@
 //        "mtp_layers": 0, "description": "free text" }
 //    Required: name, layers, hidden, heads, vocab, max_sequence, and ffn unless every layer is
 //    MoE. Defaults: kv_heads = heads, head_dim = hidden / heads, mlp swiglu, rmsnorm, rotary,
-//    no biases, shared_expert_ffn = expert_ffn. The meanings are those of ModelConfig.
+//    no biases, no dropout, shared_expert_ffn = expert_ffn. The meanings are those of ModelConfig.
 // 3. A bundled name ("llama3-70b"), which is the file <models_dir>/<name>.json.
 //
 // Every error is an InputError naming the file, the JSON pointer and the reason.

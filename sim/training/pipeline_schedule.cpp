@@ -277,11 +277,12 @@ std::vector<std::pair<int, size_t>> pipeline_pass_order(const PipelineSchedule& 
   return addition_order(schedule).order;
 }
 
-double peak_in_flight(const PipelineSchedule& sch, int stage, const std::vector<double>& chunk_weights) {
+double peak_in_flight(const PipelineSchedule& sch, int stage, const std::vector<double>& chunk_weights,
+                      bool until_input_gradient) {
   double now = 0, peak = 0;
+  const PassKind releases = sch.split_backward() && !until_input_gradient ? PassKind::kWeight : PassKind::kBackward;
   for (const PipelineOp& op : sch.per_stage.at(static_cast<size_t>(stage))) {
     const double w = chunk_weights.empty() ? 1.0 : chunk_weights.at(static_cast<size_t>(op.chunk));
-    const PassKind releases = sch.split_backward() ? PassKind::kWeight : PassKind::kBackward;
     if (op.kind == PassKind::kForward) now += w;
     if (op.kind == releases) now -= w;
     peak = std::max(peak, now);

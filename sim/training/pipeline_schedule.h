@@ -114,7 +114,10 @@ std::vector<std::pair<int, size_t>> pipeline_pass_order(const PipelineSchedule& 
 /// The most (micro-batch, chunk) passes whose forward has run on `stage` and whose backward (W
 /// when the backward is split) has not, over the stage's list: the activations it must hold. Chunk c counts chunk_weights[c]
 /// (e.g. its layers); empty weights count 1 each. 1F1B gives min(p−s, m) on stage s, GPipe m.
-double peak_in_flight(const PipelineSchedule& schedule, int stage, const std::vector<double>& chunk_weights = {});
+/// `until_input_gradient`: count each pass until its B even when W comes later (for tensors
+/// that only the input gradient reads, such as the cross-entropy's softmax).
+double peak_in_flight(const PipelineSchedule& schedule, int stage, const std::vector<double>& chunk_weights = {},
+                      bool until_input_gradient = false);
 
 /// The outcome of the free-communication executor.
 struct PipelineRun {

@@ -60,8 +60,10 @@ ModelConfig model_of(const nlohmann::json& m, const std::string& where) {
   if (c.hidden % c.heads != 0) throw RowError(where + "/hidden_size", "not a multiple of num_attention_heads");
   c.head_dim = c.hidden / c.heads;
   // The MLP decides the family: GELU/ReLU² models are GPT/Megatron style (LayerNorm with
-  // biases, learned positions, tied embeddings); SwiGLU models are Llama style (RMSNorm, no
-  // biases, rotary, separate output head).
+  // biases, learned positions, tied embeddings, dropout 0.1 on the attention probabilities and
+  // the residual branches: Megatron-LM's and GPT2Config's defaults); SwiGLU models are Llama
+  // style (RMSNorm, no biases, rotary, separate output head, no dropout). The format has no
+  // field for these; MPT, a GELU model without biases or dropout, takes the GPT defaults.
   const std::string mlp = opt_string(m, "mlp", where).value_or("gelu");
   if (mlp == "gelu" || mlp == "relu2") {
     c.mlp = MlpKind::kPlain;
@@ -69,6 +71,7 @@ ModelConfig model_of(const nlohmann::json& m, const std::string& where) {
     c.position = PositionEmbedding::kLearned;
     c.tied_embeddings = true;
     c.qkv_bias = c.attention_output_bias = c.mlp_bias = true;
+    c.attention_dropout = c.hidden_dropout = 0.1;
   } else if (mlp == "swiglu") {
     c.mlp = MlpKind::kGated;
     c.norm = NormKind::kRmsNorm;
