@@ -94,6 +94,31 @@ TEST(IterationCommunication, DataParallelSendsTheZeroVolumes) {
   }
 }
 
+TEST(IterationCommunication, Fp32GradientsDoubleTheReductionAndTheirMemory) {
+  // Megatron's main_grad (grad_reduce_in_fp32): ZeRO 0's all-reduce moves 2(N−1)/N · 4Ψ, twice
+  // the bf16 volume, and the gradients held grow from 2Ψ to 4Ψ (ZeRO 0: 2 + 4 + 12 = 18Ψ of
+  // model states). Reducing after the whole backward instead of per bucket moves the same bytes.
+  const ModelConfig model = tiny();
+  const double psi = static_cast<double>(count_parameters(model).total);
+  const Topology topo = toy_cluster(4);
+  ParallelLayout l = layout(4, 1, 1, 4);
+  const IterationResult bf16 = simulate_iteration(model, l, topo);
+  l.grad_reduce_in_fp32 = true;
+  for (bool overlap : {true, false}) {
+    l.grad_reduce_overlap = overlap;
+    const IterationResult fp32 = simulate_iteration(model, l, topo);
+    const auto sent = [](const IterationResult& r) {
+      return r.stages[0].communication[static_cast<size_t>(WorkKind::kDpComm)].sent.value();
+    };
+    EXPECT_NEAR(sent(fp32), 2.0 * 3.0 / 4.0 * psi * 4.0, 1e-9 * sent(fp32));
+    EXPECT_NEAR(sent(fp32), 2 * sent(bf16), 1e-9 * sent(fp32));
+    EXPECT_DOUBLE_EQ(fp32.stages[0].memory.gradients.value(), 4 * psi);
+    EXPECT_DOUBLE_EQ((fp32.stages[0].memory.parameters + fp32.stages[0].memory.gradients +
+                      fp32.stages[0].memory.optimizer_states).value(), 18 * psi);
+    expect_parts_add_up(fp32);
+  }
+}
+
 TEST(IterationCommunication, TensorParallelSendsFourAllReducesPerLayer) {
   // Megatron: 2 all-reduces forward and 2 backward per layer, each of S = b·s·h·2 bytes; a ring
   // all-reduce sends 2(t−1)/t·S per GPU. t = 4, 8 layers, m = 2 micro-batches:

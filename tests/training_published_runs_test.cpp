@@ -64,6 +64,20 @@ TEST(PublishedRuns, LayoutOfARow) {
   EXPECT_EQ(l.attention, AttentionKernel::kUnfused);
   EXPECT_EQ(l.schedule, PipelineScheduleKind::kOneFOneB);
   EXPECT_EQ(l.dtype, DType::kBf16);
+  // zero_stage null: a Megatron-style run, with Megatron-LM's data-parallel defaults (fp32
+  // gradients, reduced after the backward); MPT's FSDP rows keep bf16 gradients, overlapped.
+  EXPECT_TRUE(selective->layout.megatron_style);
+  EXPECT_TRUE(l.grad_reduce_in_fp32);
+  EXPECT_FALSE(l.grad_reduce_overlap);
+  const auto mpt = std::find_if(runs.begin(), runs.end(), [](const PublishedRun& r) { return r.layout.fsdp; });
+  ASSERT_NE(mpt, runs.end());
+  EXPECT_FALSE(mpt->layout.megatron_style);
+  EXPECT_FALSE(parallel_layout_of(*mpt).grad_reduce_in_fp32);
+  EXPECT_TRUE(parallel_layout_of(*mpt).grad_reduce_overlap);
+  const auto zero3 = std::find_if(runs.begin(), runs.end(),
+                                  [](const PublishedRun& r) { return r.layout.zero_stage == 3 && !r.layout.fsdp; });
+  ASSERT_NE(zero3, runs.end());  // Narayanan et al.'s DeepSpeed ZeRO-3 rows name their stage
+  EXPECT_FALSE(zero3->layout.megatron_style);
   // Its full-recomputation twin keeps FlashAttention (the format does not say otherwise).
   PublishedRun full = *selective;
   full.layout.recompute = "full";

@@ -24,7 +24,7 @@
 namespace parallax {
 namespace {
 
-constexpr double kGradientBytes = 2.0;  // gradients reduced in bf16
+constexpr double kGradientBytes = 2.0;  // gradients reduced in bf16 (4 with grad_reduce_in_fp32)
 constexpr double kParameterBytes = 2.0; // bf16 working copy of the parameters
 
 size_t kind_index(WorkKind k) { return static_cast<size_t>(k); }
@@ -644,6 +644,7 @@ IterationResult simulate_iteration(const ModelConfig& model, const ParallelLayou
   const int dp = layout.dp;
   const int data_parallel = dp * cp;  // ranks sharing the model states
   const ZeroStage zero = layout.zero_stage;
+  const double gradient_bytes = layout.grad_reduce_in_fp32 ? 4.0 : kGradientBytes;
   // A bucket's collective over the DP group, plus one over the expert-DP group for its experts.
   auto per_bucket = [&](int s, const Unit& u, CollectiveOp op, double bytes_per_parameter) {
     CommTask c = collective(op, Bytes((u.parameters - u.expert_parameters) * bytes_per_parameter),
@@ -656,7 +657,7 @@ IterationResult simulate_iteration(const ModelConfig& model, const ParallelLayou
   };
   auto gradient_reduction = [&](int s, const Unit& u) {
     return per_bucket(s, u, zero == ZeroStage::kStage0 ? CollectiveOp::kAllReduce : CollectiveOp::kReduceScatter,
-                      kGradientBytes);
+                      gradient_bytes);
   };
   auto parameter_gather = [&](int s, const Unit& u) {
     return per_bucket(s, u, CollectiveOp::kAllGather, kParameterBytes);
@@ -988,12 +989,13 @@ IterationResult simulate_iteration(const ModelConfig& model, const ParallelLayou
     const double n = data_parallel, ne = expert_dp;
     mem.parameters = Bytes(kParameterBytes * (psi / (zero3 ? n : 1.0) + psi_experts / (zero3 ? ne : 1.0)));
     const bool sharded_gradients = zero == ZeroStage::kStage2 || zero3;
-    mem.gradients = Bytes(kGradientBytes * (psi / (sharded_gradients ? n : 1.0) + psi_experts / (sharded_gradients ? ne : 1.0)));
+    mem.gradients = Bytes(gradient_bytes * (psi / (sharded_gradients ? n : 1.0) + psi_experts / (sharded_gradients ? ne : 1.0)));
     const bool zero0 = zero == ZeroStage::kStage0;
     mem.optimizer_states =
         Bytes(kAdamOptimizerBytesPerParameter * (psi / (zero0 ? 1.0 : n) + psi_experts / (zero0 ? 1.0 : ne)));
-    // The same total as the ZeRO paper's formula, split by what it holds.
-    const Bytes states = zero_model_state_bytes(psi, zero, data_parallel) + zero_model_state_bytes(psi_experts, zero, expert_dp);
+    // The same total as the ZeRO paper's formula (2-byte gradients), split by what it holds.
+    const Bytes states = zero_model_state_bytes(psi, zero, data_parallel) + zero_model_state_bytes(psi_experts, zero, expert_dp) +
+                         mem.gradients * ((gradient_bytes - kGradientBytes) / gradient_bytes);
     PARALLAX_INVARIANT(std::abs((mem.parameters + mem.gradients + mem.optimizer_states - states).value()) <=
                            1e-6 * states.value() + 1.0,
                        "training/iteration", Time::zero(), "model-state split disagrees with the ZeRO formula");
@@ -1021,7 +1023,7 @@ IterationResult simulate_iteration(const ModelConfig& model, const ParallelLayou
     }
     Bytes buffers;
     if (p > 1) buffers += pp_message * 2.0;  // one send and one receive in flight
-    if (dp_comm) buffers += Bytes(largest_unit * kGradientBytes);
+    if (dp_comm) buffers += Bytes(largest_unit * gradient_bytes);
     if (zero3 && dp_comm) buffers += Bytes(largest_unit * kParameterBytes * (layout.param_gather_prefetch ? 2.0 : 1.0));
     // The K/V block being sent and the one arriving; Ulysses' head-sharded Q, K, V.
     if (ring_attention) buffers += kv_block * 2.0;

@@ -72,7 +72,7 @@
 //            and KV heads fewer than cp are replicated to one per CP rank (kv → cp above).
 //            Gradients and ZeRO shards span the dp·cp ranks that hold the same parameters.
 //   DP       per bucket (one layer; the embedding and the output layer are buckets too),
-//            gradients in bf16 over the dp·cp group (a MoE layer's routed-expert gradients over
+//            gradients in bf16 (fp32 with grad_reduce_in_fp32) over the dp·cp group (a MoE layer's routed-expert gradients over
 //            the expert-DP group of dp·cp/ep ranks instead, when ep > 1): all-reduce (ZeRO 0) or reduce-scatter
 //            (ZeRO ≥ 1) in the last micro-batch's backward (ZeRO 0/1: gradients accumulate
 //            locally) or in every micro-batch's (ZeRO 2/3: only a shard of the gradients is

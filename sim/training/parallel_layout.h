@@ -65,6 +65,9 @@ struct ParallelLayout {
   DType dtype = DType::kBf16;    ///< GEMM inputs and activations
   AttentionKernel attention = AttentionKernel::kFlash;  ///< how the attention core runs
   bool grad_reduce_overlap = true;    ///< gradient buckets reduced during the backward pass
+  /// Gradients accumulated and reduced in fp32 (Megatron's main_grad buffers, its default with
+  /// bf16 and NeMo's grad_reduce_in_fp32): 4 bytes per parameter kept and sent instead of 2.
+  bool grad_reduce_in_fp32 = false;
   bool param_gather_prefetch = true;  ///< ZeRO parameter all-gathers issued one layer ahead
   bool tp_comm_overlap = false;       ///< TP collectives run beside the GEMMs, not before/after
   std::string rank_order = "tp-cp-ep-dp-pp";  ///< innermost first

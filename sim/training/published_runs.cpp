@@ -113,6 +113,7 @@ PublishedLayout layout_of(const nlohmann::json& l, int gpus, const std::string& 
   auto fsdp = l.find("fsdp");  // absent or null: not fully sharded
   p.fsdp = fsdp != l.end() && fsdp->is_boolean() && fsdp->get<bool>();
   auto zero = l.find("zero_stage");
+  p.megatron_style = (zero == l.end() || zero->is_null()) && !p.fsdp;
   if (zero != l.end() && !zero->is_null()) {
     if (!zero->is_number_integer() || zero->get<int>() < 0 || zero->get<int>() > 3) {
       throw RowError(where + "/zero_stage", "expected 0–3 or null, found " + zero->dump());
@@ -155,6 +156,10 @@ ParallelLayout parallel_layout_of(const PublishedRun& run) {
   l.dtype = run.precision == "fp8" ? DType::kFp8 : DType::kBf16;
   l.sequence_length = run.sequence;
   if (l.recompute == Recomputation::kSelective) l.attention = AttentionKernel::kUnfused;
+  if (run.layout.megatron_style) {
+    l.grad_reduce_in_fp32 = true;
+    l.grad_reduce_overlap = false;
+  }
   return l;
 }
 

@@ -20,6 +20,9 @@ struct PublishedLayout {
   int tp = 1, pp = 1, dp = 1, cp = 1, ep = 1, vpp = 1;
   int zero_stage = 0;
   bool fsdp = false;
+  /// zero_stage null: the format's "Megatron-style run" (ZeRO 0 unless the source says
+  /// otherwise).
+  bool megatron_style = false;
   int micro_batch = 1;
   bool micro_batch_assumed = false;  ///< the source did not say: 1 was chosen
   int global_batch = 1;
@@ -50,7 +53,10 @@ std::optional<std::string> preset_for_gpu(const std::string& gpu);
 /// The layout a row runs under: its sizes and batches, 1F1B (interleaved when vpp > 1), its ZeRO
 /// stage, SP and recomputation, fp8 GEMMs when its precision says so, and the attention core —
 /// unfused with selective recomputation (which exists to re-run the materialised scores),
-/// FlashAttention otherwise. Throws InputError at "/precision" for fp4, which is not modelled.
+/// FlashAttention otherwise. A Megatron-style row (zero_stage null) takes Megatron-LM's
+/// defaults for data parallelism: gradients accumulated and reduced in fp32 (bf16 training's
+/// main_grad) after the backward pass (overlap_grad_reduce off). Throws InputError at
+/// "/precision" for fp4, which is not modelled.
 ParallelLayout parallel_layout_of(const PublishedRun& run);
 
 /// Reads every row of `path` (a JSON array). A row with a bad or missing field gets `error`

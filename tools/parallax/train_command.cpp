@@ -141,6 +141,7 @@ Job read_job(const TrainArgs& a) {
   if (auto v = p.find("dtype")) l.dtype = dtype_from(v->as_string(), a.workload, v->pointer());
   if (auto v = p.find("attention")) l.attention = attention_from(v->as_string(), a.workload, v->pointer());
   bool_field("grad_reduce_overlap", l.grad_reduce_overlap);
+  bool_field("grad_reduce_in_fp32", l.grad_reduce_in_fp32);
   bool_field("param_gather_prefetch", l.param_gather_prefetch);
   bool_field("tp_comm_overlap", l.tp_comm_overlap);
   if (auto v = p.find("rank_order")) l.rank_order = v->as_string();
@@ -199,6 +200,10 @@ std::string layout_text(const ParallelLayout& l) {
                  static_cast<long long>(l.sequence_length), to_string(l.dtype), l.sequence_parallel ? ", SP" : "");
   if (l.recompute != Recomputation::kNone) s += l.recompute == Recomputation::kFull ? ", full recompute" : ", selective recompute";
   if (l.attention == AttentionKernel::kUnfused) s += ", unfused attention";
+  if (l.dp * l.cp > 1 && (l.grad_reduce_in_fp32 || !l.grad_reduce_overlap)) {
+    s += strprintf(", %s gradients reduced %s", l.grad_reduce_in_fp32 ? "fp32" : "bf16",
+                   l.grad_reduce_overlap ? "during the backward" : "after the backward");
+  }
   return s;
 }
 
