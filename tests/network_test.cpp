@@ -73,6 +73,37 @@ TEST(Network, TwoFlowsOnOneLinkShareIt) {
   EXPECT_EQ(run(t, "analytical", f).finish[0], Time::ps(2'000'000 + 10'737'418'240));
 }
 
+TEST(Network, LongPathsShareTheirLinksToo) {
+  // Two GPUs at each end of a chain of 8 switches: 9 links a path, more than the flow record
+  // holds inline. Both flows cross the 7 switch-to-switch links; the GPU links (100 GB/s) are
+  // their own. With the chain at 200 GB/s each flow is held by its GPU link at 100 GB/s and
+  // finishes as a lone flow would: α = 9 hops · 1 us, then 1 GiB / 100 GB/s. Make the chain's
+  // last link — the ninth resource of the path's ten devices, past what fits inline — 150 GB/s
+  // and the flows share it, 75 GB/s each.
+  for (double last_gbps : {200.0, 150.0}) {
+    SCOPED_TRACE(last_gbps);
+    Topology t;
+    const int spec = t.add_gpu_spec(test::toy_gpu());
+    std::vector<DeviceId> sw;
+    for (int i = 0; i < 8; ++i) {
+      sw.push_back(t.add_device(Device{"sw" + std::to_string(i), DeviceKind::kSwitch, SwitchKind::kLeaf, 0, -1, -1, false, false}));
+      if (i == 0) continue;
+      t.add_link(sw[static_cast<size_t>(i - 1)], sw.back(), LinkClass::kNetwork,
+                 gigabytes_per_second(i == 7 ? last_gbps : 200.0), Time::us(1));
+    }
+    for (int g = 0; g < 4; ++g) {
+      DeviceId d = t.add_device(Device{"g" + std::to_string(g), DeviceKind::kGpu, SwitchKind::kNone, 0, g, spec, false, false});
+      t.add_link(d, g < 2 ? sw.front() : sw.back(), LinkClass::kNVLink, gigabytes_per_second(100), Time::us(1));
+    }
+    t.finalize();
+    std::vector<FlowSpec> f{flow(t, "g0", "g2", gib(1)), flow(t, "g1", "g3", gib(1))};
+    const RunResult r = run(t, "flow", f);
+    const Time expected = Time::us(9) + transfer_time(gib(1), gigabytes_per_second(last_gbps == 200.0 ? 100 : 75));
+    EXPECT_EQ(r.finish[0], expected);
+    EXPECT_EQ(r.finish[1], expected);
+  }
+}
+
 TEST(Network, IncastTakesNTimesTheSingleFlowTime) {
   // N GPUs of a DGX H100 node send 256 MiB each to GPU 0: the NVSwitch->gpu0 link (450 GB/s)
   // is shared N ways, so all finish at α + N·S/β with α = 2 × 0.35 us.

@@ -87,12 +87,15 @@ void FlowNetwork::begin(FlowStart&& start) {
   f.id = start.id;
   f.start = start.start;
   f.on_done = std::move(start.on_done);
-  f.resources.clear();
+  f.long_path.clear();
+  f.path_size = 0;
   for (LinkId l : *start.path) {
     const uint32_t r = topo_.link(l).resource;
-    if (!redundant_[r]) f.resources.push_back(r);
+    if (!redundant_[r]) f.long_path.push_back(r);
   }
-  f.position.assign(f.resources.size(), 0);
+  f.path_size = static_cast<uint32_t>(f.long_path.size());
+  if (f.path_size <= kInlinePath) std::copy(f.long_path.begin(), f.long_path.end(), f.short_path.begin());
+  f.position.assign(f.path_size, 0);
   f.size = f.remaining = start.size.value();
   f.delivered = 0;
   f.rate = 0;
@@ -114,11 +117,11 @@ void FlowNetwork::enter(uint32_t slot) {
   f.in_fluid = true;
   f.last_update = engine_.now();
   ++active_;
-  for (size_t i = 0; i < f.resources.size(); ++i) {
-    auto& list = resources_[f.resources[i]].flows;
+  for (size_t i = 0; i < f.path_size; ++i) {
+    auto& list = resources_[f.resources()[i]].flows;
     f.position[i] = static_cast<uint32_t>(list.size());
     list.push_back(slot);
-    mark_dirty(f.resources[i]);
+    mark_dirty(f.resources()[i]);
   }
   entering_.push_back(slot);
   request_solve();
@@ -128,8 +131,8 @@ void FlowNetwork::leave(uint32_t slot) {
   Flow& f = flows_[slot];
   drop_bottleneck(slot);
   const int64_t rate_fixed = fixed(f.rate);
-  for (size_t i = 0; i < f.resources.size(); ++i) {
-    uint32_t r = f.resources[i];
+  for (size_t i = 0; i < f.path_size; ++i) {
+    uint32_t r = f.resources()[i];
     Resource& res = resources_[r];
     res.load_fixed -= rate_fixed;
     if (f.rate >= res.max_rate) res.max_stale = true;
@@ -140,8 +143,8 @@ void FlowNetwork::leave(uint32_t slot) {
     list.pop_back();
     if (moved != slot) {
       Flow& m = flows_[moved];
-      for (size_t j = 0; j < m.resources.size(); ++j) {
-        if (m.resources[j] == r) {
+      for (size_t j = 0; j < m.path_size; ++j) {
+        if (m.resources()[j] == r) {
           m.position[j] = pos;
           break;
         }
@@ -199,7 +202,7 @@ void FlowNetwork::add_held(Resource& res, uint64_t subset_mark) {
 void FlowNetwork::add_predicted_givers(uint32_t slot, uint64_t subset_mark) {
   double lowest = std::numeric_limits<double>::infinity();
   uint32_t tightest = 0;
-  for (uint32_t r : flows_[slot].resources) {
+  for (uint32_t r : flows_[slot].resources()) {
     const Resource& res = resources_[r];
     double level = res.capacity / static_cast<double>(res.flows.size());
     for (size_t pass = 0; pass < res.flows.size(); ++pass) {
@@ -270,7 +273,7 @@ bool FlowNetwork::holds_tentative(uint32_t r, double rate, uint64_t subset_mark,
 
 void FlowNetwork::commit_rate(Flow& f, double rate) {
   const int64_t delta = fixed(rate) - fixed(f.rate);
-  for (uint32_t r : f.resources) {
+  for (uint32_t r : f.resources()) {
     Resource& res = resources_[r];
     res.load_fixed += delta;
     if (res.max_stale) continue;
@@ -359,7 +362,7 @@ void FlowNetwork::solve() {
     for (size_t i = built; i < subset_.size(); ++i) {
       const Flow& f = flows_[subset_[i]];
       const int64_t rate_fixed = fixed(f.rate);
-      for (uint32_t r : f.resources) {
+      for (uint32_t r : f.resources()) {
         Resource& res = resources_[r];
         add_held(res, subset_mark);
         if (res.touched != subset_mark) {
@@ -394,7 +397,7 @@ void FlowNetwork::solve() {
       Flow& f = flows_[subset_[i]];
       if (holds_tentative(f.tentative_bottleneck, f.tentative, subset_mark, round_mark)) continue;
       bool ok = false;
-      for (uint32_t r : f.resources) {
+      for (uint32_t r : f.resources()) {
         if (holds_tentative(r, f.tentative, subset_mark, round_mark)) {
           f.tentative_bottleneck = r;  // remember a link that holds, for later solves
           ok = true;
@@ -455,7 +458,7 @@ void FlowNetwork::check_allocation() {
     const Flow& f = flows_[slot];
     if (!f.in_fluid) continue;
     bool ok = false;
-    for (uint32_t r : f.resources) {
+    for (uint32_t r : f.resources()) {
       const Resource& res = resources_[r];
       ok = ok || (res.audit_load >= res.capacity * (1 - kTolerance) && f.rate >= res.audit_max * (1 - kTolerance));
     }

@@ -15,7 +15,9 @@
 // tolerance of 1e-9) at a cost that follows the size of the perturbation, not of the network.
 #pragma once
 
+#include <array>
 #include <optional>
+#include <span>
 #include <vector>
 
 #include "network/completion_heap.h"
@@ -70,8 +72,16 @@ class FlowNetwork final : public NetworkModel {
  private:
   // Fields in the order the solve touches them: the first 64 bytes of each record hold what
   // every repair round reads, the rest what only starts, completions and audits use.
+  static constexpr size_t kInlinePath = 6;  // resources held in the record itself
   struct Flow {
-    std::vector<uint32_t> resources;
+    // The resources of the path: inline up to kInlinePath (a fabric flow has 4 once the
+    // redundant links are left out), else in `long_path`.
+    std::span<const uint32_t> resources() const {
+      return path_size <= kInlinePath ? std::span<const uint32_t>(short_path.data(), path_size)
+                                      : std::span<const uint32_t>(long_path);
+    }
+    uint32_t path_size = 0;
+    std::array<uint32_t, kInlinePath> short_path{};
     double rate = 0;                 // bytes/s
     double tentative = 0;            // rate proposed by the solve in progress
     uint64_t in_subset = 0;          // marks (compared with mark_ values of the solve)
@@ -89,6 +99,7 @@ class FlowNetwork final : public NetworkModel {
     uint64_t id = 0;
     Time start;
     FlowCallback on_done;
+    std::vector<uint32_t> long_path;  // the path when longer (and where begin() builds it)
   };
   // Per-link aggregates of the committed rates are kept up to date as rates change, so that a
   // solve reads a link's load and fastest flow without walking its flow list. The load is a
