@@ -198,7 +198,7 @@ void FlowNetwork::add_held(Resource& res, uint64_t subset_mark) {
 // likely bottleneck, and the flows there faster than it must slow down: they join now. A
 // prediction only: a subset may be any superset of what it must hold, so a wrong one costs
 // time, never exactness. (Measured on 100k rail-shift flows: repairs 71.5k → 47.3k, flows per
-// solve 50.7 → 45.8, 0.95× wall; seeding every flow on the new flow's links instead: 2.2×.)
+// solve 50.7 → 45.8, 0.93× paired; seeding every flow on the new flow's links instead: 2.2×.)
 void FlowNetwork::add_predicted_givers(uint32_t slot, uint64_t subset_mark) {
   double lowest = std::numeric_limits<double>::infinity();
   uint32_t tightest = 0;

@@ -33,6 +33,9 @@
 // t = 1 gives the no-parallelism rows. The paper's full-recomputation row is 2sbh whatever t;
 // with SP, Megatron keeps the sequence-parallel shard of the input, 2sbh/t — this function
 // follows the paper. Context parallelism divides s: pass s/cp.
+// These closed forms hold for a GPT layer only. The iteration sums what each operator keeps
+// (ModelOperator::saved in layer_operators.h), which covers gated MLPs, GQA, MoE and MLA too
+// and equals these forms for a GPT layer with dropout (tested): they are its reference.
 #pragma once
 
 #include <cstdint>
