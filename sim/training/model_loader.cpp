@@ -39,6 +39,13 @@ std::string supported_list() {
   return out;
 }
 
+// A dropout probability: a number in [0, 1).
+double probability_value(const JsonReader& v) {
+  const double x = v.as_number();
+  if (!(x >= 0 && x < 1)) v.fail("must be a probability in [0, 1), found " + v.raw().dump());
+  return x;
+}
+
 // Reading a config.json, where JSON null means "use the default" (transformers writes
 // `"head_dim": null`, `"n_inner": null`, `"q_lora_rank": null`).
 class HfFields {
@@ -72,13 +79,8 @@ class HfFields {
     if (!present(key)) return fallback;
     return root_.at(key).as_bool();
   }
-  // A dropout probability: a number in [0, 1).
   double probability_or(const std::string& key, double fallback) {
-    if (!present(key)) return fallback;
-    JsonReader v = root_.at(key);
-    const double x = v.as_number();
-    if (!(x >= 0 && x < 1)) v.fail("must be a probability in [0, 1), found " + v.raw().dump());
-    return x;
+    return present(key) ? probability_value(root_.at(key)) : fallback;
   }
   [[noreturn]] void fail_at(const std::string& key, const std::string& reason) const { root_.fail_at(key, reason); }
 
@@ -295,10 +297,7 @@ bool block_flag(JsonReader& r, const std::string& key, bool fallback) {
 }
 double block_probability(JsonReader& r, const std::string& key) {
   auto v = r.find(key);
-  if (!v) return 0.0;
-  const double x = v->as_number();
-  if (!(x >= 0 && x < 1)) v->fail("must be a probability in [0, 1), found " + v->raw().dump());
-  return x;
+  return v ? probability_value(*v) : 0.0;
 }
 template <class E>
 E block_choice(JsonReader& r, const std::string& key, E fallback,
