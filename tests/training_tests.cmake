@@ -36,7 +36,7 @@ set_tests_properties(train.bad_tp_is_refused PROPERTIES PASS_REGULAR_EXPRESSION 
 set(train_scratch ${CMAKE_CURRENT_BINARY_DIR}/train-scratch)
 file(MAKE_DIRECTORY ${train_scratch})
 add_test(NAME example.validate.dev_runs
-         COMMAND bash -c "\"$0\" validate \"$1\" --json \"$2\" && python3 -c 'import json,sys; rows=json.load(open(sys.argv[1])); assert len(rows)==108; assert all((\"error\" in r) != (\"error_message\" in r) for r in rows); assert all(\"predicted_tokens_per_sec_per_gpu\" in r for r in rows if \"error\" in r); assert all(0 < r[\"peak_memory_bytes\"] and r[\"gpu_memory_bytes\"] in (40 * 2**30, 80 * 2**30) for r in rows if \"error\" in r)' \"$2\""
+         COMMAND bash -c "\"$0\" validate \"$1\" --json \"$2\" && python3 -c 'import json,sys; rows=json.load(open(sys.argv[1])); assert len(rows)==108; assert all((\"error\" in r) != (\"error_message\" in r) for r in rows); assert all(\"predicted_tokens_per_sec_per_gpu\" in r for r in rows if \"error\" in r); assert all(0 < r[\"iteration_time_s\"] and 0 <= r[\"pipeline_bubble_fraction\"] < 1 and 0 <= r[\"exposed_communication_s\"] < r[\"iteration_time_s\"] for r in rows if \"error\" in r); assert all(0 < r[\"peak_memory_bytes\"] and r[\"gpu_memory_bytes\"] in (40 * 2**30, 80 * 2**30) for r in rows if \"error\" in r)' \"$2\""
                  $<TARGET_FILE:parallax> ${PROJECT_SOURCE_DIR}/workloads/validation/dev-runs.json ${train_scratch}/dev-runs.json)
 # The per-source summary names each publication by the start of its source text and counts its
 # rows (22 from Narayanan et al. 2021's two tables).

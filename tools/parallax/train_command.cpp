@@ -438,6 +438,13 @@ void run_validate(const ValidateArgs& a) {
         j["predicted_tokens_per_sec_per_gpu"] = predicted;
         j["error"] = error;
         j["mfu"] = r.mfu;
+        // Where the predicted time goes, for looking into a row's error: the iteration, its
+        // pipeline bubble, and the most communication any stage leaves exposed.
+        j["iteration_time_s"] = r.iteration_time.seconds();
+        j["pipeline_bubble_fraction"] = r.pipeline_bubble_fraction;
+        Time exposed;
+        for (const StageResult& stage : r.stages) exposed = std::max(exposed, stage.time.exposed_communication());
+        j["exposed_communication_s"] = exposed.seconds();
         j["peak_memory_bytes"] = r.peak_memory.value();
         j["gpu_memory_bytes"] = r.gpu_memory.value();
         if (r.out_of_memory) j["out_of_memory"] = true;
