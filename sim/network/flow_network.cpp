@@ -440,34 +440,35 @@ void FlowNetwork::solve() {
 // have a bottleneck (the max-min optimality condition), checked from scratch — not from the
 // maintained aggregates, which this also checks.
 void FlowNetwork::check_allocation() {
-  for (Resource& res : resources_) {
+  audit_totals_.resize(resources_.size());
+  for (uint32_t r = 0; r < resources_.size(); ++r) {
+    const Resource& res = resources_[r];
+    AuditTotals& sums = audit_totals_[r];
+    sums = AuditTotals{};
     if (res.flows.empty()) continue;
-    res.audit_load = 0;
-    res.audit_max = 0;
     for (uint32_t slot : res.flows) {
-      res.audit_load += flows_[slot].rate;
-      res.audit_max = std::max(res.audit_max, flows_[slot].rate);
+      sums.load += flows_[slot].rate;
+      sums.max = std::max(sums.max, flows_[slot].rate);
     }
-    audit_.worst_overload = std::max(audit_.worst_overload, res.audit_load / res.capacity - 1.0);
+    audit_.worst_overload = std::max(audit_.worst_overload, sums.load / res.capacity - 1.0);
     const double aggregate = static_cast<double>(res.load_fixed) / kRateScale;
     audit_.worst_aggregate_error =
-        std::max(audit_.worst_aggregate_error, std::fabs(aggregate - res.audit_load) / res.capacity);
-    if (!res.max_stale && res.max_rate != res.audit_max) ++audit_.stale_maxima;
+        std::max(audit_.worst_aggregate_error, std::fabs(aggregate - sums.load) / res.capacity);
+    if (!res.max_stale && res.max_rate != sums.max) ++audit_.stale_maxima;
   }
+  // A resource holds a flow at `rate` when it is saturated and no flow on it is faster.
+  auto holds = [&](uint32_t r, double rate) {
+    const AuditTotals& sums = audit_totals_[r];
+    return sums.load >= resources_[r].capacity * (1 - kTolerance) && rate >= sums.max * (1 - kTolerance);
+  };
   for (uint32_t slot = 0; slot < flows_.size(); ++slot) {
     const Flow& f = flows_[slot];
     if (!f.in_fluid) continue;
     bool ok = false;
-    for (uint32_t r : f.resources()) {
-      const Resource& res = resources_[r];
-      ok = ok || (res.audit_load >= res.capacity * (1 - kTolerance) && f.rate >= res.audit_max * (1 - kTolerance));
-    }
+    for (uint32_t r : f.resources()) ok = ok || holds(r, f.rate);
     if (!ok) ++audit_.flows_without_bottleneck;
     // The recorded bottleneck is what later solves trust: it must hold too.
-    const Resource& b = resources_[f.bottleneck];
-    if (!f.has_bottleneck || b.audit_load < b.capacity * (1 - kTolerance) || f.rate < b.audit_max * (1 - kTolerance)) {
-      ++audit_.wrong_recorded_bottlenecks;
-    }
+    if (!f.has_bottleneck || !holds(f.bottleneck, f.rate)) ++audit_.wrong_recorded_bottlenecks;
   }
   ++audit_.solves_checked;
 }

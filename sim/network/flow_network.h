@@ -119,8 +119,6 @@ class FlowNetwork final : public NetworkModel {
     std::vector<uint32_t> flows;
     uint64_t outside_max_mark = 0;
     double outside_max = 0;              // fastest committed rate of flows outside the subset
-    double audit_load = 0;               // audit only
-    double audit_max = 0;
   };
 
   uint32_t allocate_slot();
@@ -149,6 +147,12 @@ class FlowNetwork final : public NetworkModel {
   std::vector<Flow> flows_;
   std::vector<uint32_t> free_slots_;
   std::vector<Resource> resources_;
+  // The audit's own sums per resource, apart so that the records the solves walk stay small.
+  struct AuditTotals {
+    double load = 0;
+    double max = 0;
+  };
+  std::vector<AuditTotals> audit_totals_;
   std::vector<uint8_t> redundant_;  // per resource: never a flow's only bottleneck
   std::vector<uint32_t> dirty_;
   std::vector<uint32_t> entering_;
