@@ -95,7 +95,7 @@ void FlowNetwork::begin(FlowStart&& start) {
   }
   f.path_size = static_cast<uint32_t>(f.long_path.size());
   if (f.path_size <= kInlinePath) std::copy(f.long_path.begin(), f.long_path.end(), f.short_path.begin());
-  f.position.assign(f.path_size, 0);
+  if (f.path_size > kInlinePath) f.long_position.assign(f.path_size, 0);
   f.size = f.remaining = start.size.value();
   f.delivered = 0;
   f.rate = 0;
@@ -119,7 +119,7 @@ void FlowNetwork::enter(uint32_t slot) {
   ++active_;
   for (size_t i = 0; i < f.path_size; ++i) {
     auto& list = resources_[f.resources()[i]].flows;
-    f.position[i] = static_cast<uint32_t>(list.size());
+    f.position(i) = static_cast<uint32_t>(list.size());
     list.push_back(slot);
     mark_dirty(f.resources()[i]);
   }
@@ -137,7 +137,7 @@ void FlowNetwork::leave(uint32_t slot) {
     res.load_fixed -= rate_fixed;
     if (f.rate >= res.max_rate) res.max_stale = true;
     auto& list = res.flows;
-    uint32_t pos = f.position[i];
+    uint32_t pos = f.position(i);
     uint32_t moved = list.back();
     list[pos] = moved;
     list.pop_back();
@@ -145,7 +145,7 @@ void FlowNetwork::leave(uint32_t slot) {
       Flow& m = flows_[moved];
       for (size_t j = 0; j < m.path_size; ++j) {
         if (m.resources()[j] == r) {
-          m.position[j] = pos;
+          m.position(j) = pos;
           break;
         }
       }

@@ -90,7 +90,10 @@ class FlowNetwork final : public NetworkModel {
     uint32_t bottleneck_pos = 0;     // index of this flow in that resource's bottlenecked list
     bool has_bottleneck = false;     // listed in resources_[bottleneck].bottlenecked
     bool in_fluid = false;
-    std::vector<uint32_t> position;  // index of this flow in each resource's list
+    // Index of this flow in each resource's list, inline like the path.
+    uint32_t& position(size_t i) { return path_size <= kInlinePath ? short_position[i] : long_position[i]; }
+    std::array<uint32_t, kInlinePath> short_position{};
+    std::vector<uint32_t> long_position;
     double size = 0;
     double remaining = 0;            // bytes left at last_update
     double delivered = 0;            // audit only
