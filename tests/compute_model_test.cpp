@@ -74,8 +74,15 @@ TEST(ShapeEfficiency, SmallAndSkinnyProductsAreLessEfficient) {
   EXPECT_DOUBLE_EQ(model.efficiency(GemmShape{1024, 1024, 1024, 8}), closed_form(0.80, 1024, 1024, 1024, 8));
 }
 
+// The kernel model alone, as a benchmark would see each kernel (σ = 1).
+ComputeModelOptions standalone() {
+  ComputeModelOptions o;
+  o.sustained_fraction = 1.0;
+  return o;
+}
+
 TEST(ComputeModel, HugeGemmIsComputeBoundAtPeakTimesEfficiency) {
-  ComputeModel model(h100());
+  ComputeModel model(h100(), standalone());
   const OperatorCost op = gemm_cost(cube(32768), DType::kBf16);
   // FLOPs 2·32768³ = 7.037e13; efficiency 0.80 · u / (1 + u · 2⁻¹⁵), u = 32768/32800 → 0.79920.
   const double flops = 2.0 * std::pow(32768.0, 3);
@@ -93,7 +100,7 @@ TEST(ComputeModel, HugeGemmIsComputeBoundAtPeakTimesEfficiency) {
 }
 
 TEST(ComputeModel, ElementwiseOpIsMemoryBoundAtHbmBandwidth) {
-  ComputeModel model(h100());
+  ComputeModel model(h100(), standalone());
   // A residual add on 2²⁸ bf16 elements: read two, write one → 3 · 2²⁸ · 2 B = 1.5 GiB, one
   // FLOP per element. Memory: 1.61e9 B / (0.9 · 3.35e12 B/s) = 534 µs; the FLOPs take 4 µs at
   // the 67 TFLOP/s vector peak.
@@ -108,7 +115,7 @@ TEST(ComputeModel, ElementwiseOpIsMemoryBoundAtHbmBandwidth) {
 }
 
 TEST(ComputeModel, DecodeGemmIsMemoryBound) {
-  ComputeModel model(h100());
+  ComputeModel model(h100(), standalone());
   // 1 × 8192 × 8192 bf16 (one token through a square weight): bytes (8192 + 8192² + 8192) · 2
   // = 1.3425e8 take 44.5 µs at 0.9 · 3.35 TB/s. Compute: W = 2²⁶, u = 1/33,
   // η = 0.8 · u / (1 + 16u) = 0.01633 → 16.2 TFLOP/s, 1.34e8 FLOPs in 8.3 µs. Memory wins.
@@ -118,6 +125,26 @@ TEST(ComputeModel, DecodeGemmIsMemoryBound) {
   const double bytes = (8192.0 + 8192.0 * 8192.0 + 8192.0) * 2.0;
   EXPECT_EQ(t.total, seconds_rounded_up(bytes / (0.9 * kHbm)) + kLaunch);
   EXPECT_NEAR(t.rate.value(), kPeakBf16 * closed_form(0.80, 1, 8192, 8192), 1.0);
+}
+
+TEST(ComputeModel, SustainedFractionSlowsEveryKernelButNotItsLaunch) {
+  ComputeModel alone(h100(), standalone());
+  ComputeModel in_step(h100());  // σ = 0.80 by default
+  EXPECT_DOUBLE_EQ(in_step.options().sustained_fraction, 0.80);
+  // Compute-bound (8192³) and memory-bound (a 1 GiB copy) alike: the kernel's own time is
+  // divided by σ (to the picosecond the rounding allows); the launch gap is not.
+  for (const OperatorCost& op : {gemm_cost(cube(8192), DType::kBf16), memory_bound_cost(gib(1.0))}) {
+    const OperatorTiming a = alone.timing(op), s = in_step.timing(op);
+    const double kernel_alone = std::max(a.compute, a.memory).seconds();
+    EXPECT_NEAR((s.total - kLaunch).seconds(), kernel_alone / 0.80, 2e-12);
+    EXPECT_EQ(s.launch, a.launch);
+    EXPECT_EQ(s.rate, a.rate);  // the stand-alone rate is what the report shows
+  }
+  ComputeModelOptions bad;
+  bad.sustained_fraction = 0.0;
+  EXPECT_THROW(ComputeModel(h100(), bad), std::invalid_argument);
+  bad.sustained_fraction = 1.5;
+  EXPECT_THROW(ComputeModel(h100(), bad), std::invalid_argument);
 }
 
 TEST(ComputeModel, AttentionUsesTheAttentionEfficiency) {
@@ -206,7 +233,7 @@ TEST(MeasuredGemmTable, InterpolatesInLogVolumeAndClampsOutside) {
 
 TEST(MeasuredGemmTable, ReplacesTheEfficiencyModelOfTheComputeModel) {
   auto table = std::make_shared<MeasuredGemmTable>(fixture_table());
-  ComputeModel model(h100(), {}, table);
+  ComputeModel model(h100(), standalone(), table);
   // 4096³ measured at 745 TFLOP/s: 2 · 4096³ / 745e12 = 184.5 µs, plus the launch.
   const OperatorCost op = gemm_cost(cube(4096), DType::kBf16);
   EXPECT_EQ(model.time(op), seconds_rounded_up(2.0 * std::pow(4096.0, 3) / 745e12) + kLaunch);

@@ -68,6 +68,29 @@ TEST(IterationBubble, FreeCommunicationGivesTheClosedForms) {
   }
 }
 
+TEST(IterationTime, SustainedFractionStretchesEveryKernel) {
+  // Free communication and no launch gaps: the iteration is kernels and bubbles only, and every
+  // kernel takes its stand-alone time / σ. At σ = 0.5 each kernel takes twice as long (up to
+  // its own picosecond of rounding up), so the iteration does too, and the pipeline's shape —
+  // its bubble fraction, 3/11 for p = 4, m = 8 — stays the same.
+  IterationOptions alone;
+  alone.free_communication = true;
+  alone.transformer_layers_only = true;
+  alone.compute.kernel_launch_overhead = Time::zero();
+  alone.compute.sustained_fraction = 1.0;
+  IterationOptions half = alone;
+  half.compute.sustained_fraction = 0.5;
+  const Topology topo = toy_cluster(4);
+  const ParallelLayout l = layout(1, 1, 4, 8);
+  const IterationResult a = simulate_iteration(tiny(), l, topo, alone);
+  const IterationResult h = simulate_iteration(tiny(), l, topo, half);
+  // Kernels per iteration: far below 10⁴, so the rounding is under 10 ns of a multi-ms step.
+  EXPECT_NEAR(h.iteration_time.seconds(), 2 * a.iteration_time.seconds(), 1e-8);
+  EXPECT_GT(h.iteration_time, a.iteration_time + a.iteration_time - Time::ns(10));
+  EXPECT_NEAR(h.pipeline_bubble_fraction, 3.0 / 11.0, 1e-9);
+  EXPECT_NEAR(h.mfu, a.mfu / 2, a.mfu * 1e-6);
+}
+
 TEST(IterationCommunication, DataParallelSendsTheZeroVolumes) {
   // One micro-batch per step (global batch = dp), N = 4 ranks, Ψ parameters, bf16 gradients:
   //   ZeRO 0: all-reduce                       2(N−1)/N · 2Ψ

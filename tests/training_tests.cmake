@@ -67,3 +67,23 @@ set_tests_properties(train.ulysses_needs_divisible_heads PROPERTIES PASS_REGULAR
 add_test(NAME example.train.zero_bubble
          COMMAND parallax train ${PROJECT_SOURCE_DIR}/workloads/train/llama3-70b-64xdgx-h100.json --schedule zb_h1)
 set_tests_properties(example.train.zero_bubble PROPERTIES PASS_REGULAR_EXPRESSION "zb_h1, ZeRO-1")
+
+# ---- the compute model of a workload ---------------------------------------------------------------
+# A workload's compute block names a harness file of measured GEMMs (relative to the workload);
+# the report says which model timed the GEMMs and at what sustained fraction.
+add_test(NAME example.train.measured_gemm_table
+         COMMAND parallax train ${PROJECT_SOURCE_DIR}/tests/data/training/measured-gemms.json)
+set_tests_properties(example.train.measured_gemm_table PROPERTIES PASS_REGULAR_EXPRESSION
+                     "GEMMs by the measured GEMM table \\(6 shapes, bf16, fp8\\).*kernels at 1.00 of their stand-alone speed")
+# --sustained-fraction overrides the default 0.80 and is checked like the file's key.
+add_test(NAME example.train.sustained_fraction_flag
+         COMMAND parallax train ${PROJECT_SOURCE_DIR}/workloads/train/llama3-70b-64xdgx-h100.json --sustained-fraction 0.9)
+set_tests_properties(example.train.sustained_fraction_flag PROPERTIES PASS_REGULAR_EXPRESSION "kernels at 0.90 of their")
+add_test(NAME train.bad_sustained_fraction_is_refused
+         COMMAND bash -c "! \"$0\" train \"$1\"" $<TARGET_FILE:parallax> ${PROJECT_SOURCE_DIR}/tests/data/training/bad-sustained-fraction.json)
+set_tests_properties(train.bad_sustained_fraction_is_refused PROPERTIES PASS_REGULAR_EXPRESSION
+                     "bad-sustained-fraction.json: /compute/sustained_fraction: must be in \\(0, 1\\], found 1.2")
+# The hold-out set (H100 rows that played no part in choosing the defaults) is predicted whole.
+add_test(NAME example.validate.h100_holdout
+         COMMAND bash -c "\"$0\" validate \"$1\" --json \"$2\" > /dev/null && python3 -c 'import json,sys; rows=json.load(open(sys.argv[1])); assert len(rows)==15 and all(\"error\" in r for r in rows)' \"$2\""
+                 $<TARGET_FILE:parallax> ${PROJECT_SOURCE_DIR}/workloads/validation/mpt-h100-holdout.json ${train_scratch}/h100-holdout.json)

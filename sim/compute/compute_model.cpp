@@ -9,8 +9,9 @@ ComputeModel::ComputeModel(GpuSpec gpu, ComputeModelOptions options, std::shared
     : gpu_(std::move(gpu)), options_(options), gemm_(std::move(gemm)) {
   if (!gemm_) gemm_ = std::make_shared<ShapeEfficiency>();
   auto in_unit = [](double x) { return x > 0 && x <= 1; };
-  if (!in_unit(options_.memory_efficiency) || !in_unit(options_.attention_efficiency)) {
-    throw std::invalid_argument("ComputeModel: efficiencies must be in (0, 1]");
+  if (!in_unit(options_.memory_efficiency) || !in_unit(options_.attention_efficiency) ||
+      !in_unit(options_.sustained_fraction)) {
+    throw std::invalid_argument("ComputeModel: efficiencies and the sustained fraction must be in (0, 1]");
   }
   if (options_.kernel_launch_overhead < Time::zero()) {
     throw std::invalid_argument("ComputeModel: negative kernel launch overhead");
@@ -35,8 +36,8 @@ Bandwidth ComputeModel::memory_bandwidth() const { return gpu_.memory_bandwidth 
 OperatorTiming ComputeModel::timing(const OperatorCost& op) const {
   OperatorTiming t;
   t.rate = compute_rate(op);
-  t.compute = compute_time(op.flops, t.rate);
-  t.memory = transfer_time(op.bytes_read_written, memory_bandwidth());
+  t.compute = compute_time(op.flops, t.rate * options_.sustained_fraction);
+  t.memory = transfer_time(op.bytes_read_written, memory_bandwidth() * options_.sustained_fraction);
   t.launch = options_.kernel_launch_overhead * std::max(0, op.kernels);
   Time bound = std::max(t.compute, t.memory);
   // An operator that can never finish (a zero rate) stays at Time::max() instead of overflowing.

@@ -345,7 +345,7 @@ IterationResult simulate_iteration(const ModelConfig& model, const ParallelLayou
   if (!(peak.value() > 0)) {
     throw std::invalid_argument(gpu.name + " has no " + to_string(layout.dtype) + " peak for MFU");
   }
-  const ComputeModel cm(gpu, options.compute);
+  const ComputeModel cm(gpu, options.compute, options.gemm_efficiency);
   const int p = layout.pp, v = layout.virtual_stages, t = layout.tp;
   const int m = static_cast<int>(layout.micro_batches());
   const int world = layout.world_size();

@@ -113,6 +113,7 @@
 #pragma once
 
 #include <array>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -144,6 +145,9 @@ struct IterationOptions {
   /// hold the pipeline to its closed forms); the model's parameters still count in memory.
   bool transformer_layers_only = false;
   ComputeModelOptions compute;
+  /// GEMM rates: null means the closed-form ShapeEfficiency; a MeasuredGemmTable from the
+  /// calibration harness replaces it with the cluster's own measurements.
+  std::shared_ptr<const GemmEfficiency> gemm_efficiency;
   /// Link efficiencies for the collectives; nullopt: LinkEfficiency::defaults_for the GPU.
   std::optional<LinkEfficiency> link_efficiency;
   /// Bytes the optimizer reads and writes per parameter it updates.

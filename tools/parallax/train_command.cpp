@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 
@@ -16,6 +17,7 @@
 #include "io/json_reader.h"
 #include "parallax/commands.h"
 #include "parallax/text_table.h"
+#include "compute/measured_gemm_table.h"
 #include "topology/topology_loader.h"
 #include "training/iteration.h"
 #include "training/model_loader.h"
@@ -38,6 +40,8 @@ struct TrainArgs {
   std::string network = "analytical";
   std::string json;
   std::string trace;
+  std::string gemm_table;
+  std::optional<double> sustained_fraction;
 };
 
 ContextParallelComm cp_comm_from(const std::string& s, const std::string& file, const std::string& where) {
@@ -85,7 +89,35 @@ struct Job {
   ParallelLayout layout;
   std::string topology_file;
   bool dp_given = false;
+  ComputeModelOptions compute;
+  std::shared_ptr<const GemmEfficiency> gemm;  // null: the closed form
 };
+
+// A fraction in (0, 1] at `v`, or an error naming its path.
+double unit_fraction(JsonReader& v) {
+  const double x = v.as_number();
+  if (!(x > 0 && x <= 1)) v.fail("must be in (0, 1], found " + v.raw().dump());
+  return x;
+}
+
+// The compute model of a workload (all keys optional): {"sustained_fraction": σ,
+// "memory_efficiency": η, "attention_efficiency": η, "kernel_launch_overhead": "2 us",
+// "gemm_table": harness JSON lines, relative to the workload}.
+void read_compute(JsonReader c, const std::string& workload, Job& job) {
+  if (auto v = c.find("sustained_fraction")) job.compute.sustained_fraction = unit_fraction(*v);
+  if (auto v = c.find("memory_efficiency")) job.compute.memory_efficiency = unit_fraction(*v);
+  if (auto v = c.find("attention_efficiency")) job.compute.attention_efficiency = unit_fraction(*v);
+  if (auto v = c.find("kernel_launch_overhead")) {
+    job.compute.kernel_launch_overhead = v->as_time();
+    if (job.compute.kernel_launch_overhead < Time::zero()) v->fail("must not be negative");
+  }
+  if (auto v = c.find("gemm_table")) {
+    fs::path p = v->as_string();
+    const std::string file = p.is_absolute() ? p.string() : (fs::path(workload).parent_path() / p).lexically_normal().string();
+    job.gemm = std::make_shared<MeasuredGemmTable>(load_gemm_measurements(file));
+  }
+  c.finish();
+}
 
 // The topology of a workload: {"preset": name} (a bundled file) or {"file": path, relative to
 // the workload}, with "nodes".
@@ -112,7 +144,7 @@ Job read_job(const TrainArgs& a) {
   nlohmann::json doc = load_json_file(a.workload);
   JsonReader root(doc, a.workload);
   if (auto d = root.find("description")) (void)d->as_string();
-  Job job{read_model(root.at("model"), kModelsDir), Topology{}, ParallelLayout{}, "", false};
+  Job job{read_model(root.at("model"), kModelsDir), Topology{}, ParallelLayout{}, "", false, ComputeModelOptions{}, nullptr};
   job.topology = read_topology(root.at("topology"), a.workload, a.nodes, job.topology_file);
   ParallelLayout& l = job.layout;
   JsonReader p = root.at("parallel");
@@ -151,7 +183,15 @@ Job read_job(const TrainArgs& a) {
   p.finish();
   l.sequence_length = job.model.max_sequence;
   if (auto v = root.find("sequence_length")) l.sequence_length = v->as_int();
+  if (auto c = root.find("compute")) read_compute(*c, a.workload, job);
   root.finish();
+  if (!a.gemm_table.empty()) job.gemm = std::make_shared<MeasuredGemmTable>(load_gemm_measurements(a.gemm_table));
+  if (a.sustained_fraction) {
+    if (!(*a.sustained_fraction > 0 && *a.sustained_fraction <= 1)) {
+      throw InputError("", "--sustained-fraction", strprintf("must be in (0, 1], found %g", *a.sustained_fraction));
+    }
+    job.compute.sustained_fraction = *a.sustained_fraction;
+  }
 
   // Command-line overrides, for what-if questions without editing the file.
   if (a.tp) l.tp = *a.tp;
@@ -314,6 +354,8 @@ void run_train(const TrainArgs& a) {
   IterationOptions options;
   options.collective_model = a.network;
   options.keep_timeline = !a.trace.empty();
+  options.compute = job.compute;
+  options.gemm_efficiency = job.gemm;
   IterationResult r;
   try {
     r = simulate_iteration(job.model, job.layout, job.topology, options);
@@ -373,6 +415,9 @@ void run_train(const TrainArgs& a) {
                 stretched.c_str());
   }
   std::printf("%s\n%s\n", r.flop_convention.c_str(), r.symmetry.c_str());
+  std::printf("compute: GEMMs by the %s; kernels at %.2f of their stand-alone speed (sustained fraction)\n",
+              job.gemm ? job.gemm->describe().c_str() : ShapeEfficiency().describe().c_str(),
+              job.compute.sustained_fraction);
   if (!a.json.empty()) write_file_atomically(a.json, result_json(job, r).dump(2) + "\n");
   if (!a.trace.empty()) write_file_atomically(a.trace, training_trace_json(job, r));
 }
@@ -382,6 +427,7 @@ void run_train(const TrainArgs& a) {
 struct ValidateArgs {
   std::string runs;
   std::string json;
+  double sustained_fraction = ComputeModelOptions{}.sustained_fraction;
 };
 
 // A short name for a row's source: its text up to the first comma, parenthesis or dash clause
@@ -431,7 +477,9 @@ void run_validate(const ValidateArgs& a) {
           throw InputError("", "/cluster/num_gpus", strprintf("%d GPUs do not fill whole %d-GPU nodes", run.gpus, per_node));
         }
         Topology topo = load_topology(file, TopologyLoadOptions{run.gpus / per_node});
-        IterationResult r = simulate_iteration(run.model, l, topo);
+        IterationOptions options;
+        options.compute.sustained_fraction = a.sustained_fraction;
+        IterationResult r = simulate_iteration(run.model, l, topo, options);
         const double predicted = r.tokens_per_second_per_gpu;
         const double error = predicted / run.expected_tokens_per_sec_per_gpu - 1.0;
         if (r.out_of_memory) note += std::string(note.empty() ? "" : "; ") + "predicted OOM (" + gib(r.peak_memory) + ")";
@@ -520,12 +568,19 @@ void add_train_command(CLI::App& app) {
       ->check(CLI::IsMember({"analytical", "flow"}));
   cmd->add_option("--json", args->json, "write the full result as JSON");
   cmd->add_option("--trace", args->trace, "write a Chrome/Perfetto trace: one process per pipeline stage, one thread per stream");
+  cmd->add_option("--gemm-table", args->gemm_table,
+                  "GEMM rates measured by the calibration harness (its JSON-lines file) instead of the closed form");
+  cmd->add_option("--sustained-fraction", args->sustained_fraction,
+                  "fraction of their stand-alone speed that kernels keep in a training step (default 0.80; 1 = the kernel model alone)");
   cmd->callback([args] { run_train(*args); });
 
   auto vargs = std::make_shared<ValidateArgs>();
   auto* v = app.add_subcommand("validate", "predict published training runs and report the error per row");
   v->add_option("runs", vargs->runs, "runs file (format: workloads/validation/README.md)")->required();
   v->add_option("--json", vargs->json, "write one object per row (id, predicted, expected, error or error_message)");
+  v->add_option("--sustained-fraction", vargs->sustained_fraction,
+                "fraction of their stand-alone speed that kernels keep in a training step (default 0.80; 1 = the kernel model alone)")
+      ->check(CLI::Range(1e-9, 1.0));
   v->callback([vargs] { run_validate(*vargs); });
 }
 
