@@ -513,7 +513,8 @@ void run_validate(const ValidateArgs& a) {
     out.push_back(j);
   }
   std::fprintf(stderr, "\n");
-  std::printf("# Parallax validate: %s (%zu runs)\n%s\n", a.runs.c_str(), runs.size(), t.render().c_str());
+  std::printf("# Parallax validate: %s (%zu runs; kernels at %.2f of their stand-alone speed)\n%s\n", a.runs.c_str(),
+              runs.size(), a.sustained_fraction, t.render().c_str());
   auto mean = [](const std::vector<double>& v) {
     double s = 0;
     for (double x : v) s += x;
