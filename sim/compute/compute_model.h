@@ -26,8 +26,8 @@
 // published runs of workloads/validation/dev-runs.json (A100, 2021–2024, Megatron-LM, DeepSpeed
 // and PyTorch FSDP): fitted on any two of its three sources it is 0.78–0.82, and the third
 // source's error falls with it; on H100 runs outside that set it halves the error too (README,
-// "Performance", the sustained fraction). σ = 1 gives the stand-alone kernel model; a cluster's own measured iteration
-// gives the figure for its software stack.
+// "Performance", the sustained fraction). σ = 1 gives the stand-alone kernel model; a
+// cluster's own measured iteration gives the figure for its software stack.
 #pragma once
 
 #include <memory>

@@ -12,12 +12,12 @@
 
 #include <nlohmann/json.hpp>
 
+#include "compute/measured_gemm_table.h"
 #include "io/atomic_file.h"
 #include "io/input_error.h"
 #include "io/json_reader.h"
 #include "parallax/commands.h"
 #include "parallax/text_table.h"
-#include "compute/measured_gemm_table.h"
 #include "topology/topology_loader.h"
 #include "training/iteration.h"
 #include "training/model_loader.h"
@@ -93,6 +93,12 @@ struct Job {
   std::shared_ptr<const GemmEfficiency> gemm;  // null: the closed form
 };
 
+// A path given in a workload: absolute, or relative to the workload's folder.
+std::string beside_workload(const std::string& workload, const std::string& path) {
+  fs::path p = path;
+  return p.is_absolute() ? p.string() : (fs::path(workload).parent_path() / p).lexically_normal().string();
+}
+
 // A fraction in (0, 1] at `v`, or an error naming its path.
 double unit_fraction(JsonReader& v) {
   const double x = v.as_number();
@@ -112,9 +118,7 @@ void read_compute(JsonReader c, const std::string& workload, Job& job) {
     if (job.compute.kernel_launch_overhead < Time::zero()) v->fail("must not be negative");
   }
   if (auto v = c.find("gemm_table")) {
-    fs::path p = v->as_string();
-    const std::string file = p.is_absolute() ? p.string() : (fs::path(workload).parent_path() / p).lexically_normal().string();
-    job.gemm = std::make_shared<MeasuredGemmTable>(load_gemm_measurements(file));
+    job.gemm = std::make_shared<MeasuredGemmTable>(load_gemm_measurements(beside_workload(workload, v->as_string())));
   }
   c.finish();
 }
@@ -127,8 +131,7 @@ Topology read_topology(JsonReader t, const std::string& workload, std::optional<
   } else if (auto preset = t.find("preset")) {
     file = kTopologiesDir + "/" + preset->as_string() + ".json";
   } else {
-    fs::path p = t.at("file").as_string();
-    file = p.is_absolute() ? p.string() : (fs::path(workload).parent_path() / p).lexically_normal().string();
+    file = beside_workload(workload, t.at("file").as_string());
   }
   if (!fs::exists(file)) throw InputError(workload, t.pointer(), "no topology file " + file);
   TopologyLoadOptions load;
@@ -247,6 +250,8 @@ std::string layout_text(const ParallelLayout& l) {
   return s;
 }
 
+std::string gemm_model_text(const Job& job) { return job.gemm ? job.gemm->describe() : ShapeEfficiency().describe(); }
+
 nlohmann::ordered_json result_json(const Job& job, const IterationResult& r) {
   nlohmann::ordered_json j;
   j["model"] = job.model.name;
@@ -266,6 +271,8 @@ nlohmann::ordered_json result_json(const Job& job, const IterationResult& r) {
   j["out_of_memory"] = r.out_of_memory;
   j["simulated_ranks"] = r.simulated_ranks;
   j["symmetry"] = r.symmetry;
+  j["compute"]["gemm_model"] = gemm_model_text(job);
+  j["compute"]["sustained_fraction"] = job.compute.sustained_fraction;
   nlohmann::ordered_json stages = nlohmann::ordered_json::array();
   for (const StageResult& s : r.stages) {
     nlohmann::ordered_json st;
@@ -416,8 +423,7 @@ void run_train(const TrainArgs& a) {
   }
   std::printf("%s\n%s\n", r.flop_convention.c_str(), r.symmetry.c_str());
   std::printf("compute: GEMMs by the %s; kernels at %.2f of their stand-alone speed (sustained fraction)\n",
-              job.gemm ? job.gemm->describe().c_str() : ShapeEfficiency().describe().c_str(),
-              job.compute.sustained_fraction);
+              gemm_model_text(job).c_str(), job.compute.sustained_fraction);
   if (!a.json.empty()) write_file_atomically(a.json, result_json(job, r).dump(2) + "\n");
   if (!a.trace.empty()) write_file_atomically(a.trace, training_trace_json(job, r));
 }
