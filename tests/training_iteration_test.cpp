@@ -91,6 +91,30 @@ TEST(IterationTime, SustainedFractionStretchesEveryKernel) {
   EXPECT_NEAR(h.mfu, a.mfu / 2, a.mfu * 1e-6);
 }
 
+TEST(IterationTime, SustainedFractionIsRecoveredFromAMeasuredStep) {
+  // A step "measured" as the simulation at σ = 0.7 (two stages, DP 2 on 4 toy GPUs, with its
+  // communication) gives σ = 0.7 back: the bisection stops within 1e-4 of the largest σ whose
+  // step still takes that long, and the time is strictly falling in σ here (compute is never
+  // fully hidden), so that σ is 0.7 itself.
+  const Topology topo = toy_cluster(4);
+  const ParallelLayout l = layout(2, 1, 2, 4);
+  IterationOptions options;
+  options.compute.sustained_fraction = 0.7;
+  const Time measured = simulate_iteration(tiny(), l, topo, options).iteration_time;
+  options.compute.sustained_fraction = 0.3;  // ignored by the fit
+  const double sigma = fit_sustained_fraction(tiny(), l, topo, options, measured);
+  EXPECT_NEAR(sigma, 0.7, 1e-4);
+  // A step faster than every kernel at its stand-alone speed cannot be fitted, nor one slower
+  // than σ = 0.05 allows.
+  options.compute.sustained_fraction = 1.0;
+  const Time fastest = simulate_iteration(tiny(), l, topo, options).iteration_time;
+  EXPECT_THROW(fit_sustained_fraction(tiny(), l, topo, options, fastest - Time::ns(1)), std::invalid_argument);
+  EXPECT_DOUBLE_EQ(fit_sustained_fraction(tiny(), l, topo, options, fastest), 1.0);
+  // At σ = 0.05 the kernels take 14× their time at 0.7, the communication no longer: under
+  // 15× the measured step.
+  EXPECT_THROW(fit_sustained_fraction(tiny(), l, topo, options, measured * 15), std::invalid_argument);
+}
+
 TEST(IterationCommunication, DataParallelSendsTheZeroVolumes) {
   // One micro-batch per step (global batch = dp), N = 4 ranks, Ψ parameters, bf16 gradients:
   //   ZeRO 0: all-reduce                       2(N−1)/N · 2Ψ

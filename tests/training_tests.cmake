@@ -87,3 +87,14 @@ set_tests_properties(train.bad_sustained_fraction_is_refused PROPERTIES PASS_REG
 add_test(NAME example.validate.h100_holdout
          COMMAND bash -c "\"$0\" validate \"$1\" --json \"$2\" > /dev/null && python3 -c 'import json,sys; rows=json.load(open(sys.argv[1])); assert len(rows)==15 and all(\"error\" in r for r in rows)' \"$2\""
                  $<TARGET_FILE:parallax> ${PROJECT_SOURCE_DIR}/workloads/validation/mpt-h100-holdout.json ${train_scratch}/h100-holdout.json)
+# --measured-step fits σ to a step timed on the user's cluster and reports at it: the reported
+# iteration is the measured one (to the bisection's 1e-4 on σ: well under 10 ms of 21 s).
+add_test(NAME example.train.measured_step
+         COMMAND parallax train ${PROJECT_SOURCE_DIR}/workloads/train/llama3-70b-64xdgx-h100.json --measured-step "21 s")
+set_tests_properties(example.train.measured_step PROPERTIES PASS_REGULAR_EXPRESSION
+                     "fitted to the measured step of 21.000 s: 0\\.[0-9]+.*iteration time +21\\.00[0-9] s")
+add_test(NAME train.measured_step_faster_than_the_kernels_is_refused
+         COMMAND bash -c "! \"$0\" train \"$1\" --measured-step '5 s'" $<TARGET_FILE:parallax>
+                 ${PROJECT_SOURCE_DIR}/workloads/train/llama3-70b-64xdgx-h100.json)
+set_tests_properties(train.measured_step_faster_than_the_kernels_is_refused PROPERTIES PASS_REGULAR_EXPRESSION
+                     "--measured-step: the measured step \\(5.000 s\\) is shorter than the simulated one")

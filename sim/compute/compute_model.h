@@ -27,7 +27,8 @@
 // and PyTorch FSDP): fitted on any two of its three sources it is 0.78–0.82, and the third
 // source's error falls with it; on H100 runs outside that set it halves the error too (README,
 // "Performance", the sustained fraction). σ = 1 gives the stand-alone kernel model; a
-// cluster's own measured iteration gives the figure for its software stack.
+// cluster's own measured iteration gives the figure for its software stack
+// (fit_sustained_fraction in training/iteration.h, `parallax train --measured-step`).
 #pragma once
 
 #include <memory>

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <cstdio>
 #include <map>
 #include <memory>
 #include <numeric>
@@ -1070,6 +1071,43 @@ IterationResult simulate_iteration(const ModelConfig& model, const ParallelLayou
   }
   result.stages = std::move(stages);
   return result;
+}
+
+double fit_sustained_fraction(const ModelConfig& model, const ParallelLayout& layout, const Topology& topology,
+                              IterationOptions options, Time measured) {
+  constexpr double kSlowest = 0.05, kFastest = 1.0, kResolution = 1e-4;
+  auto time_at = [&](double sigma) {
+    options.compute.sustained_fraction = sigma;
+    return simulate_iteration(model, layout, topology, options).iteration_time;
+  };
+  auto text = [](Time t) {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%.3f s", t.seconds());
+    return std::string(buf);
+  };
+  const Time fastest = time_at(kFastest);
+  if (measured < fastest) {
+    throw std::invalid_argument("the measured step (" + text(measured) + ") is shorter than the simulated one with every " +
+                                "kernel at its stand-alone speed (" + text(fastest) + ", σ = 1): the kernel model is " +
+                                "slower than this stack; measure its GEMMs (--gemm-table) rather than fit σ");
+  }
+  if (fastest == measured) return kFastest;
+  const Time slowest = time_at(kSlowest);
+  if (measured > slowest) {
+    throw std::invalid_argument("the measured step (" + text(measured) + ") is longer than the simulated one at σ = " +
+                                "0.05 (" + text(slowest) + "): something other than kernel speed dominates it");
+  }
+  // Invariant: time_at(lo) >= measured > time_at(hi).
+  double lo = kSlowest, hi = kFastest;
+  while (hi - lo > kResolution) {
+    const double mid = 0.5 * (lo + hi);
+    if (time_at(mid) >= measured) {
+      lo = mid;
+    } else {
+      hi = mid;
+    }
+  }
+  return lo;
 }
 
 }  // namespace parallax

@@ -271,4 +271,15 @@ struct IterationResult {
 IterationResult simulate_iteration(const ModelConfig& model, const ParallelLayout& layout, const Topology& topology,
                                    const IterationOptions& options = {});
 
+/// The sustained fraction σ (compute_model.h) at which the simulated iteration takes `measured`:
+/// a software stack's σ from one step timed on the user's cluster. The iteration time never
+/// grows as σ rises (kernels only get faster), so σ is found by bisection on [0.05, 1] to
+/// 1e-4; where communication hides the compute and the time is flat in σ, the largest σ that
+/// still takes `measured` is returned. `options.compute.sustained_fraction` is ignored.
+/// Throws std::invalid_argument, naming both times, when `measured` is shorter than the
+/// iteration at σ = 1 (the kernel model alone is already too slow for this stack) or longer
+/// than at σ = 0.05; and what simulate_iteration throws.
+double fit_sustained_fraction(const ModelConfig& model, const ParallelLayout& layout, const Topology& topology,
+                              IterationOptions options, Time measured);
+
 }  // namespace parallax

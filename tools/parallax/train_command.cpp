@@ -23,6 +23,7 @@
 #include "training/model_loader.h"
 #include "training/parameter_count.h"
 #include "training/published_runs.h"
+#include "units/unit_parse.h"
 
 namespace parallax::cli {
 namespace {
@@ -42,6 +43,7 @@ struct TrainArgs {
   std::string trace;
   std::string gemm_table;
   std::optional<double> sustained_fraction;
+  std::string measured_step;  // a time string: fit σ to it
 };
 
 ContextParallelComm cp_comm_from(const std::string& s, const std::string& file, const std::string& where) {
@@ -363,6 +365,25 @@ void run_train(const TrainArgs& a) {
   options.keep_timeline = !a.trace.empty();
   options.compute = job.compute;
   options.gemm_efficiency = job.gemm;
+  if (!a.measured_step.empty()) {
+    // σ for this stack from one timed step; the report below is then at that σ.
+    Time measured;
+    try {
+      measured = parse_time(a.measured_step);
+    } catch (const UnitError& e) {
+      throw InputError("", "--measured-step", e.what());
+    }
+    if (measured <= Time::zero()) throw InputError("", "--measured-step", "must be greater than zero");
+    try {
+      options.compute.sustained_fraction = job.compute.sustained_fraction =
+          fit_sustained_fraction(job.model, job.layout, job.topology, options, measured);
+    } catch (const std::invalid_argument& e) {
+      throw InputError("", "--measured-step", e.what());
+    }
+    std::printf("# sustained fraction fitted to the measured step of %s: %.4f (default %.2f); put it in the workload's\n"
+                "# \"compute\" block as \"sustained_fraction\" to predict other layouts on this stack\n",
+                seconds_text(measured).c_str(), job.compute.sustained_fraction, ComputeModelOptions{}.sustained_fraction);
+  }
   IterationResult r;
   try {
     r = simulate_iteration(job.model, job.layout, job.topology, options);
@@ -579,6 +600,8 @@ void add_train_command(CLI::App& app) {
                   "GEMM rates measured by the calibration harness (its JSON-lines file) instead of the closed form");
   cmd->add_option("--sustained-fraction", args->sustained_fraction,
                   "fraction of their stand-alone speed that kernels keep in a training step (default 0.80; 1 = the kernel model alone)");
+  cmd->add_option("--measured-step", args->measured_step,
+                  "a step time measured on your cluster (\"9.5 s\"): fit the sustained fraction to it, then report at that fraction");
   cmd->callback([args] { run_train(*args); });
 
   auto vargs = std::make_shared<ValidateArgs>();
