@@ -88,14 +88,16 @@ void FlowNetwork::begin(FlowStart&& start) {
   f.start = start.start;
   f.on_done = std::move(start.on_done);
   f.long_path.clear();
-  f.path_size = 0;
   for (LinkId l : *start.path) {
     const uint32_t r = topo_.link(l).resource;
     if (!redundant_[r]) f.long_path.push_back(r);
   }
   f.path_size = static_cast<uint32_t>(f.long_path.size());
-  if (f.path_size <= kInlinePath) std::copy(f.long_path.begin(), f.long_path.end(), f.short_path.begin());
-  if (f.path_size > kInlinePath) f.long_position.assign(f.path_size, 0);
+  if (f.path_size <= kInlinePath) {
+    std::copy(f.long_path.begin(), f.long_path.end(), f.short_path.begin());
+  } else {
+    f.long_position.assign(f.path_size, 0);
+  }
   f.size = f.remaining = start.size.value();
   f.delivered = 0;
   f.rate = 0;
