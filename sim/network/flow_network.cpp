@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <span>
 #include <utility>
 
 #include "engine/invariant.h"
@@ -62,7 +63,10 @@ std::vector<uint8_t> redundant_resources(const Topology& topo) {
 }  // namespace
 
 FlowNetwork::FlowNetwork(Engine& engine, const Topology& topo, const Router& router, Options options)
-    : NetworkModel(engine, topo, router), options_(options), resources_(topo.resource_count()) {
+    : NetworkModel(engine, topo, router),
+      options_(options),
+      resources_(topo.resource_count()),
+      touched_(topo.resource_count() + 1) {
   for (uint32_t r = 0; r < resources_.size(); ++r) resources_[r].capacity = topo.resource_capacity(r).value();
   redundant_ = options_.skip_redundant_links ? redundant_resources(topo) : std::vector<uint8_t>(resources_.size(), 0);
 }
@@ -278,12 +282,12 @@ void FlowNetwork::commit_rate(Flow& f, double rate) {
   for (uint32_t r : f.resources()) {
     Resource& res = resources_[r];
     res.load_fixed += delta;
-    if (res.max_stale) continue;
-    if (rate >= res.max_rate) {
-      res.max_rate = rate;
-    } else if (f.rate >= res.max_rate) {
-      res.max_stale = true;  // the fastest flow slowed down: the next reader rescans
-    }
+    // Without branches (which way they go is a coin toss here): the maximum goes stale when
+    // the fastest flow slows down, and the next reader rescans; a stale maximum's value is
+    // never read, so raising it meanwhile is harmless.
+    const double max = res.max_rate;
+    res.max_stale = res.max_stale | ((rate < max) & (f.rate >= max));
+    res.max_rate = std::max(rate, max);
   }
   f.rate = rate;
 }
@@ -356,7 +360,7 @@ void FlowNetwork::solve() {
   // by each link it meets join at the end and are walked in turn (each link's held list once
   // per solve). A repair round adds only the joiners' rows; the capacities of every touched link
   // are then recomputed, since the joiners' committed rates no longer count as the others'.
-  touched_.clear();
+  uint32_t touched = 0;  // touched_[0, touched): the links of the subproblem, by local index
   problem_.clear();
   size_t built = 0;  // subset_[0, built) have their rows in problem_
   while (true) {
@@ -364,23 +368,25 @@ void FlowNetwork::solve() {
     for (size_t i = built; i < subset_.size(); ++i) {
       const Flow& f = flows_[subset_[i]];
       const int64_t rate_fixed = fixed(f.rate);
+      const uint32_t first_new = touched;
       for (uint32_t r : f.resources()) {
         Resource& res = resources_[r];
-        add_held(res, subset_mark);
-        if (res.touched != subset_mark) {
-          res.touched = subset_mark;
-          res.subset_committed_fixed = 0;
-          res.local = static_cast<uint32_t>(touched_.size());
-          touched_.push_back(r);
-        }
-        res.subset_committed_fixed += rate_fixed;
+        // Without a branch (whether a link is new to this solve is a coin toss): a link is
+        // written at the end of the list every time and counted only the first time.
+        const uint32_t fresh = static_cast<uint32_t>(res.touched != subset_mark);
+        res.touched = subset_mark;
+        touched_[touched] = r;
+        res.local += fresh * (touched - res.local);  // arithmetic: GCC turns a ?: here into a branch
+        res.subset_committed_fixed = res.subset_committed_fixed * (1 - fresh) + rate_fixed;
+        touched += fresh;
         problem_.flow_resources.push_back(res.local);
       }
+      for (uint32_t t = first_new; t < touched; ++t) add_held(resources_[touched_[t]], subset_mark);
       problem_.flow_offsets.push_back(static_cast<uint32_t>(problem_.flow_resources.size()));
     }
     built = subset_.size();
     problem_.capacity.clear();
-    for (uint32_t r : touched_) {
+    for (uint32_t r : std::span<const uint32_t>(touched_.data(), touched)) {
       const Resource& res = resources_[r];
       const double others = static_cast<double>(res.load_fixed - res.subset_committed_fixed) / kRateScale;
       problem_.add_resource(std::max(0.0, res.capacity - others));

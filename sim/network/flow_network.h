@@ -176,7 +176,7 @@ class FlowNetwork final : public NetworkModel {
   std::vector<double> rates_;
   std::vector<uint32_t> bottlenecks_;
   std::vector<uint32_t> subset_;
-  std::vector<uint32_t> touched_;
+  std::vector<uint32_t> touched_;  // one slot per resource and one spare (written branch-free)
 };
 
 }  // namespace parallax

@@ -1,6 +1,7 @@
 #include "network/max_min_solver.h"
 
 #include <algorithm>
+#include <span>
 
 namespace parallax {
 namespace {
@@ -68,8 +69,13 @@ void MaxMinSolver::solve(const Problem& p, std::vector<double>& rates, std::vect
 
   // Freezes every unfrozen flow of `bottleneck` at `level` and collects, once each, the other
   // candidate resources they cross (their shares changed).
+  // The changed resources are collected without a branch (a resource is written at the end of
+  // the list every time and counted only the first): whether it was seen is a coin toss, and
+  // a mispredicted branch there cost more than the store.
+  if (changed_.size() <= p.flow_resources.size()) changed_.resize(p.flow_resources.size() + 1);
+  size_t changed_count = 0;
   auto freeze = [&](uint32_t bottleneck, double level) {
-    changed_.clear();
+    changed_count = 0;
     for (uint32_t k = resource_offsets_[bottleneck]; k < resource_offsets_[bottleneck + 1]; ++k) {
       uint32_t f = resource_flows_[k];
       if (frozen_[f]) continue;
@@ -82,13 +88,15 @@ void MaxMinSolver::solve(const Problem& p, std::vector<double>& rates, std::vect
         used_[r] += level;
         fastest_[r] = level;
         --unfrozen_[r];
-        if (version_[r] != kChanged && version_[r] != kIdle) {
-          version_[r] = kChanged;
-          changed_.push_back(r);
-        }
+        const uint32_t version = version_[r];
+        const uint32_t first = static_cast<uint32_t>(version != kChanged) & static_cast<uint32_t>(version != kIdle);
+        changed_[changed_count] = r;
+        changed_count += first;
+        version_[r] = std::max(version, first * kChanged);  // kChanged is above kIdle and every version
       }
     }
   };
+  auto changed = [&] { return std::span<const uint32_t>(changed_.data(), changed_count); };
 
   // Few candidates (the usual local repair): a scan for the smallest share beats a heap, whose
   // re-keyed entries mostly go stale before they surface (measured: 9 pops per freeze).
@@ -99,6 +107,7 @@ void MaxMinSolver::solve(const Problem& p, std::vector<double>& rates, std::vect
   // such.
   if (candidates_.size() <= kScanLimit) {
     constexpr double kDone = std::numeric_limits<double>::infinity();
+    constexpr double kDoneOffset[2] = {0.0, kDone};
     size_t n = candidates_.size();
     share_.resize(n);
     position_.resize(nr);
@@ -110,13 +119,14 @@ void MaxMinSolver::solve(const Problem& p, std::vector<double>& rates, std::vect
     size_t live = n;
     while (live > 0) {
       if (2 * live < n) {
+        // Branch-free: every candidate is copied down, and only a live one advances `kept`.
         size_t kept = 0;
         for (size_t i = 0; i < n; ++i) {
-          if (unfrozen_[candidates_[i]] == 0) continue;
-          candidates_[kept] = candidates_[i];
+          const uint32_t r = candidates_[i];
+          candidates_[kept] = r;
           share_[kept] = share_[i];
-          position_[candidates_[kept]] = static_cast<uint32_t>(kept);
-          ++kept;
+          position_[r] = static_cast<uint32_t>(kept);
+          kept += unfrozen_[r] != 0 ? 1 : 0;
         }
         n = kept;
       }
@@ -135,14 +145,13 @@ void MaxMinSolver::solve(const Problem& p, std::vector<double>& rates, std::vect
       size_t best = 0;
       while (s[best] != level) ++best;
       freeze(candidates_[best], level);
-      for (uint32_t r : changed_) {
+      for (uint32_t r : changed()) {
         version_[r] = 0;
-        if (unfrozen_[r] > 0) {
-          share_[position_[r]] = remaining_[r] / unfrozen_[r];
-        } else {
-          share_[position_[r]] = kDone;
-          --live;
-        }
+        const uint32_t unfrozen = unfrozen_[r];
+        const uint32_t done = static_cast<uint32_t>(unfrozen == 0);
+        // +infinity once every flow of r is frozen, by a table rather than a branch
+        share_[position_[r]] = remaining_[r] / static_cast<double>(unfrozen + done) + kDoneOffset[done];
+        live -= done;
       }
     }
     return;
@@ -158,7 +167,7 @@ void MaxMinSolver::solve(const Problem& p, std::vector<double>& rates, std::vect
     heap_.pop_back();
     if (top.version != version_[top.resource] || unfrozen_[top.resource] == 0) continue;
     freeze(top.resource, top.share);
-    for (uint32_t r : changed_) {
+    for (uint32_t r : changed()) {
       version_[r] = ++stamp_;
       if (unfrozen_[r] > 0 && r != top.resource) {
         heap_.push_back({remaining_[r] / unfrozen_[r], r, version_[r]});
