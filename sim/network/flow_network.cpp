@@ -256,10 +256,13 @@ double FlowNetwork::outside_max(uint32_t r, uint64_t subset_mark, uint64_t round
   Resource& res = resources_[r];
   if (res.outside_max_mark != round_mark) {
     res.outside_max_mark = round_mark;
-    res.outside_max = 0;
+    double fastest = 0;
     for (uint32_t slot : res.flows) {
-      if (flows_[slot].in_subset != subset_mark) res.outside_max = std::max(res.outside_max, flows_[slot].rate);
+      const Flow& h = flows_[slot];
+      const double outside = static_cast<double>(h.in_subset != subset_mark);  // 0 or 1: no branch
+      fastest = std::max(fastest, h.rate * outside);
     }
+    res.outside_max = fastest;
   }
   return res.outside_max;
 }

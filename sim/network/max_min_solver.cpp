@@ -92,7 +92,7 @@ void MaxMinSolver::solve(const Problem& p, std::vector<double>& rates, std::vect
         const uint32_t first = static_cast<uint32_t>(version != kChanged) & static_cast<uint32_t>(version != kIdle);
         changed_[changed_count] = r;
         changed_count += first;
-        version_[r] = std::max(version, first * kChanged);  // kChanged is above kIdle and every version
+        version_[r] = version | (0u - first);  // kChanged is all ones
       }
     }
   };
