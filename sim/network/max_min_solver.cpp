@@ -1,7 +1,12 @@
 #include "network/max_min_solver.h"
 
 #include <algorithm>
+#include <limits>
 #include <span>
+
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
 
 namespace parallax {
 namespace {
@@ -9,6 +14,47 @@ namespace {
 // order — and with it the floating-point result — is deterministic.
 bool later(const auto& a, const auto& b) {
   return a.share != b.share ? a.share > b.share : a.resource > b.resource;
+}
+
+// The share arrays are padded with +infinity to a multiple of this, so that the search below
+// reads whole blocks.
+constexpr size_t kBlock = 8;
+size_t padded(size_t n) { return (n + kBlock - 1) / kBlock * kBlock; }
+
+// The smallest of shares[0, n) (padded to a multiple of kBlock with +infinity) into `level`, and
+// the first position that holds it: the lowest resource among equal shares, as the heap breaks
+// ties. Two doubles at a time where SSE2 is there (every x86-64), four scalar lanes elsewhere.
+size_t first_minimum(const double* shares, size_t n, double& level) {
+  const size_t end = padded(n);
+#if defined(__SSE2__)
+  __m128d a = _mm_set1_pd(std::numeric_limits<double>::infinity()), b = a, c = a, d = a;
+  for (size_t i = 0; i < end; i += kBlock) {
+    a = _mm_min_pd(a, _mm_loadu_pd(shares + i));
+    b = _mm_min_pd(b, _mm_loadu_pd(shares + i + 2));
+    c = _mm_min_pd(c, _mm_loadu_pd(shares + i + 4));
+    d = _mm_min_pd(d, _mm_loadu_pd(shares + i + 6));
+  }
+  a = _mm_min_pd(_mm_min_pd(a, b), _mm_min_pd(c, d));
+  level = _mm_cvtsd_f64(_mm_min_sd(a, _mm_unpackhi_pd(a, a)));
+  const __m128d wanted = _mm_set1_pd(level);
+  for (size_t i = 0; i < end; i += 2) {
+    const int equal = _mm_movemask_pd(_mm_cmpeq_pd(_mm_loadu_pd(shares + i), wanted));
+    if (equal != 0) return i + ((equal & 1) != 0 ? 0 : 1);
+  }
+  return 0;  // level is +infinity and no share is finite: the caller stops
+#else
+  double m0 = shares[0], m1 = shares[1], m2 = shares[2], m3 = shares[3];
+  for (size_t i = 4; i < end; i += 4) {
+    m0 = shares[i] < m0 ? shares[i] : m0;
+    m1 = shares[i + 1] < m1 ? shares[i + 1] : m1;
+    m2 = shares[i + 2] < m2 ? shares[i + 2] : m2;
+    m3 = shares[i + 3] < m3 ? shares[i + 3] : m3;
+  }
+  level = std::min(std::min(m0, m1), std::min(m2, m3));
+  size_t best = 0;
+  while (best < end && shares[best] != level) ++best;
+  return best < end ? best : 0;
+#endif
 }
 }  // namespace
 
@@ -101,15 +147,16 @@ void MaxMinSolver::solve(const Problem& p, std::vector<double>& rates, std::vect
   // Few candidates (the usual local repair): a scan for the smallest share beats a heap, whose
   // re-keyed entries mostly go stale before they surface (measured: 9 pops per freeze).
   // The shares sit in one array in resource order, so the smallest is found by a branch-free
-  // minimum over four independent lanes and then its first occurrence — the lowest resource
-  // among equal shares, as the heap breaks ties. A candidate whose flows are all frozen gets an
+  // minimum and then its first occurrence (first_minimum) — the lowest resource among equal
+  // shares, as the heap breaks ties. A candidate whose flows are all frozen gets an
   // infinite share and stays in place; the array is compacted, in order, once half of it is
   // such.
   if (candidates_.size() <= kScanLimit) {
     constexpr double kDone = std::numeric_limits<double>::infinity();
     constexpr double kDoneOffset[2] = {0.0, kDone};
     size_t n = candidates_.size();
-    share_.resize(n);
+    share_.resize(padded(n));
+    std::fill(share_.begin() + static_cast<std::ptrdiff_t>(n), share_.end(), kDone);
     position_.resize(nr);
     for (size_t i = 0; i < n; ++i) {
       const uint32_t r = candidates_[i];
@@ -128,22 +175,12 @@ void MaxMinSolver::solve(const Problem& p, std::vector<double>& rates, std::vect
           position_[r] = static_cast<uint32_t>(kept);
           kept += unfrozen_[r] != 0 ? 1 : 0;
         }
+        std::fill(share_.begin() + static_cast<std::ptrdiff_t>(kept), share_.begin() + static_cast<std::ptrdiff_t>(padded(kept)), kDone);
         n = kept;
       }
-      const double* s = share_.data();
-      double m0 = kDone, m1 = kDone, m2 = kDone, m3 = kDone;
-      size_t i = 0;
-      for (; i + 4 <= n; i += 4) {
-        m0 = s[i] < m0 ? s[i] : m0;
-        m1 = s[i + 1] < m1 ? s[i + 1] : m1;
-        m2 = s[i + 2] < m2 ? s[i + 2] : m2;
-        m3 = s[i + 3] < m3 ? s[i + 3] : m3;
-      }
-      for (; i < n; ++i) m0 = s[i] < m0 ? s[i] : m0;
-      const double level = std::min(std::min(m0, m1), std::min(m2, m3));
+      double level;
+      const size_t best = first_minimum(share_.data(), n, level);
       if (level == kDone) break;  // only with infinite capacities: nothing left to fill
-      size_t best = 0;
-      while (s[best] != level) ++best;
       freeze(candidates_[best], level);
       for (uint32_t r : changed()) {
         version_[r] = 0;
