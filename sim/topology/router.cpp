@@ -46,13 +46,7 @@ std::vector<uint16_t> hop_distances_to(const Topology& topo, DeviceId dst) {
   return dist;
 }
 
-Router::Router(const Topology& topo) : topo_(topo), cache_(topo.device_count()), link_to_(topo.link_count()) {
-  for (uint32_t l = 0; l < topo.link_count(); ++l) {
-    const DeviceId to = topo.link(LinkId{l}).to;
-    link_to_[l] = to.value;
-    if (topo.device(to).kind == DeviceKind::kGpu) link_to_[l] |= kIntoGpu;
-  }
-}
+Router::Router(const Topology& topo) : topo_(topo), cache_(topo.device_count()) {}
 
 const std::vector<uint16_t>& Router::distances_to(DeviceId dst) const {
   auto& slot = cache_[dst.value];
@@ -71,22 +65,26 @@ void Router::route(DeviceId src, DeviceId dst, uint64_t flow_key, std::vector<Li
     throw std::invalid_argument("no route from " + topo_.device(src).name + " to " +
                                 topo_.device(dst).name);
   }
-  // One pass per hop over the device's links, on the router's compact copy of where each link
-  // goes: the topology's records are larger, and a route is asked for every flow.
-  uint32_t at = src.value;
-  while (at != dst.value) {
-    const uint16_t want = static_cast<uint16_t>(dist[at] - 1);
-    eligible_.clear();
-    for (LinkId l : topo_.out_links(DeviceId{at})) {
-      const uint32_t to = link_to_[l.value];
-      const uint32_t next = to & ~kIntoGpu;
-      // A GPU other than dst has a distance only as a source; never step onto one.
-      if (dist[next] == want && (next == dst.value || (to & kIntoGpu) == 0)) eligible_.push_back(l);
+  DeviceId at = src;
+  auto eligible = [&](LinkId l, uint16_t want) {
+    DeviceId next = topo_.link(l).to;
+    // A GPU other than dst has a distance only as a source; never step onto one.
+    return dist[next.value] == want && (next == dst || topo_.device(next).kind != DeviceKind::kGpu);
+  };
+  while (at != dst) {
+    uint16_t want = static_cast<uint16_t>(dist[at.value] - 1);
+    auto links = topo_.out_links(at);
+    size_t n = 0;
+    for (LinkId l : links) n += eligible(l, want) ? 1 : 0;
+    size_t pick = n <= 1 ? 0 : mix(flow_key ^ mix(at.value)) % n;
+    for (LinkId l : links) {
+      if (!eligible(l, want)) continue;
+      if (pick-- == 0) {
+        out.push_back(l);
+        at = topo_.link(l).to;
+        break;
+      }
     }
-    const size_t n = eligible_.size();
-    const LinkId chosen = eligible_[n <= 1 ? 0 : mix(flow_key ^ mix(at)) % n];
-    out.push_back(chosen);
-    at = link_to_[chosen.value] & ~kIntoGpu;
   }
 }
 

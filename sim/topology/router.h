@@ -49,10 +49,6 @@ class Router {
 
   const Topology& topo_;
   mutable std::vector<std::unique_ptr<std::vector<uint16_t>>> cache_;
-  // Per link: the device it goes to, with kIntoGpu set when that device is a GPU.
-  static constexpr uint32_t kIntoGpu = 1u << 31;
-  std::vector<uint32_t> link_to_;
-  mutable std::vector<LinkId> eligible_;  // scratch of route()
 };
 
 }  // namespace parallax
