@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <random>
+#include <string>
 
 #include "network/max_min_solver.h"
 
@@ -77,6 +78,35 @@ TEST(MaxMinSolver, AFlowWithoutResourcesIsUnbounded) {
   p.add_resource(1);
   p.add_flow(std::vector<uint32_t>{});
   EXPECT_TRUE(std::isinf(solve(p)[0]));
+}
+
+// Equal shares freeze at the lowest resource index, on both search paths: the scan (up to 1,024
+// candidates, searched in blocks of 8 shares) and the heap (above). The flow under test crosses
+// two resources of capacity 10, listed high index first; every other resource carries one flow
+// of its own at capacity 100. Both of its resources then offer a share of 10 / 1 = 10, the
+// smallest, so it freezes at 10 — at the lower of the two indices, which must be reported as its
+// bottleneck whatever order its path lists them in and wherever they sit in the share array.
+void expect_tie_to_lowest(uint32_t resources, uint32_t low) {
+  SCOPED_TRACE(std::to_string(resources) + " resources, tie at " + std::to_string(low));
+  Problem p;
+  for (uint32_t r = 0; r < resources; ++r) p.add_resource(r == low || r == low + 1 ? 10 : 100);
+  const uint32_t tied = p.add_flow(std::vector<uint32_t>{low + 1, low});
+  for (uint32_t r = 0; r < resources; ++r) {
+    if (r != low && r != low + 1) p.add_flow(std::vector<uint32_t>{r});
+  }
+  MaxMinSolver solver;
+  std::vector<double> rates;
+  std::vector<uint32_t> bottlenecks;
+  solver.solve(p, rates, &bottlenecks);
+  EXPECT_DOUBLE_EQ(rates[tied], 10);
+  EXPECT_EQ(bottlenecks[tied], low);
+}
+
+TEST(MaxMinSolver, EqualSharesFreezeAtTheLowestResource) {
+  expect_tie_to_lowest(12, 0);      // first pair of the first block
+  expect_tie_to_lowest(12, 9);      // inside the second block, which is padded with +infinity
+  expect_tie_to_lowest(12, 7);      // across the boundary between two blocks
+  expect_tie_to_lowest(1100, 1090);  // more candidates than the scan takes: the heap
 }
 
 // Random problem: R resources with capacities in [1, 100], F flows crossing 1..5 distinct
