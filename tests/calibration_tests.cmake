@@ -24,7 +24,7 @@ set(harness_scratch ${CMAKE_CURRENT_BINARY_DIR}/harness-scratch)
 # bad arguments are refused with 2 before any GPU is looked for.
 if(TARGET parallax-nccl-bench)
   add_test(NAME harness.nccl_bench.no_gpu_exits_3
-           COMMAND bash ${harness_dir}/check-exit.sh 3 "no CUDA GPU visible .*; nothing measured"
+           COMMAND bash ${harness_dir}/check-exit.sh 3 "no usable GPU: .*; nothing measured"
                    env CUDA_VISIBLE_DEVICES= $<TARGET_FILE:parallax-nccl-bench> --groups self -e 1M)
   add_test(NAME harness.nccl_bench.bad_size_exits_2
            COMMAND bash ${harness_dir}/check-exit.sh 2 "-e: .*expected a size"
@@ -35,19 +35,28 @@ if(TARGET parallax-nccl-bench)
 endif()
 if(TARGET parallax-nccl-bench-mpi)
   add_test(NAME harness.nccl_bench_mpi.no_gpu_exits_3
-           COMMAND bash ${harness_dir}/check-exit.sh 3 "no CUDA GPU visible .*; nothing measured"
+           COMMAND bash ${harness_dir}/check-exit.sh 3 "no usable GPU: .*; nothing measured"
                    env CUDA_VISIBLE_DEVICES= $<TARGET_FILE:parallax-nccl-bench-mpi> --groups self -e 1M)
   set_tests_properties(harness.nccl_bench_mpi.no_gpu_exits_3 PROPERTIES ENVIRONMENT "ASAN_OPTIONS=protect_shadow_gap=0")
 endif()
 
-# MPI over shared memory on this host: the lines written, resume, and repair of a cut file.
+# MPI over shared memory on this host: the lines written, resume, repair of a cut file, and a
+# failed warm-up on one rank (the coordinator both harnesses share).
 if(TARGET parallax-mpi-bench)
-  foreach(check np2 resume repair np4)
+  foreach(check np2 resume repair np4 fault)
     add_test(NAME harness.mpi_bench.${check}
              COMMAND bash ${harness_dir}/mpi-bench-test.sh ${check} ${MPIEXEC_EXECUTABLE}
                      $<TARGET_FILE:parallax-mpi-bench> ${harness_scratch}/mpi_${check})
     set_tests_properties(harness.mpi_bench.${check} PROPERTIES TIMEOUT 60 RUN_SERIAL TRUE)
   endforeach()
+endif()
+# The GPU smoke script with a stand-in binary: its output files, part logs and point timeout.
+add_test(NAME harness.gpu_smoke.script
+         COMMAND bash ${harness_dir}/gpu-smoke-test.sh ${harness_dir}/gpu-smoke.sh ${harness_scratch}/gpu_smoke)
+# The GPU harness's host code that needs no GPU (built only where CUDA and NCCL are found).
+if(TARGET parallax_harness_gpu)
+  parallax_test(harness_gpu_test ${harness_dir}/harness_gpu_test.cpp)
+  target_link_libraries(harness_gpu_test PRIVATE parallax_harness_gpu)
 endif()
 # ---- end of the harness block ---------------------------------------------------------------------
 
@@ -74,12 +83,12 @@ add_test(NAME example.calibrate.collective_on_calibrated
                  --model analytical -b 8 -e 1G -f 8)
 set_tests_properties(example.calibrate.collective_on_calibrated PROPERTIES DEPENDS example.calibrate.fit_crusoe
                      PASS_REGULAR_EXPRESSION "with the topology's calibrated parameters")
-# A bad line: reported with its file and line, and the lines before it are fitted.
+# A bad line: reported with its file and line and skipped; the lines before and after it are fitted.
 add_test(NAME example.calibrate.bad_line_keeps_good_lines
          COMMAND parallax calibrate fit ${PROJECT_SOURCE_DIR}/tests/data/calibration/bad-line-sweep.jsonl
                  --topology ${PROJECT_SOURCE_DIR}/topologies/hgx-h200.json -o ${calibrate_scratch}/bad-line.json)
 set_tests_properties(example.calibrate.bad_line_keeps_good_lines PROPERTIES
-                     PASS_REGULAR_EXPRESSION "bad-line-sweep.jsonl:4: /time_us: .*the lines before it are used.*2 collective measurements")
+                     PASS_REGULAR_EXPRESSION "bad-line-sweep.jsonl:4: /time_us: .*line skipped.*3 collective measurements")
 # The whole loop on data measured here: MPI over shared memory, fit on half the sizes, held-out error.
 if(TARGET parallax-mpi-bench)
   add_test(NAME calibrate.mpi_loop_2_ranks

@@ -240,6 +240,24 @@ TEST(MeasuredGemmTable, ReplacesTheEfficiencyModelOfTheComputeModel) {
   EXPECT_NE(model.gemm_efficiency().describe().find("measured GEMM table"), std::string::npos);
 }
 
+TEST(MeasuredGemmTable, Fp8FastAndPreciseAccumulationMakeOneTrainingRate) {
+  // 4096³ at 1500 TFLOP/s with fast accumulation and 1000 without: the forward GEMM takes t/1500,
+  // the two backward ones 2t/1000, so three GEMMs run at 3 / (1/1500 + 2/1000) = 1125 TFLOP/s.
+  const std::string text =
+      R"({"kind":"gemm","dtype":"fp8","m":4096,"n":4096,"k":4096,"fast_accum":true,"tflops":1500})" "\n"
+      R"({"kind":"gemm","dtype":"fp8","m":4096,"n":4096,"k":4096,"tflops":1000})" "\n"
+      R"({"kind":"gemm","dtype":"bf16","m":128,"n":4096,"k":7168,"batch":8,"tflops":300})" "\n"
+      R"({"kind":"gemm","dtype":"bf16","m":1024,"n":4096,"k":7168,"tflops":600})" "\n";
+  const MeasuredGemmTable table = parse_gemm_measurements(text, "moe.jsonl");
+  EXPECT_NEAR(table.achieved_rate(cube(4096), DType::kFp8, h100()).value(), 1125e12, 1e3);
+  // A grouped shape is its own point: 8 experts of 128 tokens is not one product of 1024 tokens,
+  // though both have the same volume.
+  EXPECT_EQ(table.achieved_rate(GemmShape{128, 4096, 7168, 8}, DType::kBf16, h100()).value(), 300e12);
+  EXPECT_EQ(table.achieved_rate(GemmShape{1024, 4096, 7168, 1}, DType::kBf16, h100()).value(), 600e12);
+  // Between them in volume the curve has one point for that volume: their mean.
+  EXPECT_EQ(table.achieved_rate(GemmShape{2048, 2048, 7168, 1}, DType::kBf16, h100()).value(), 450e12);
+}
+
 void expect_input_error(const std::string& text, const std::string& where, const std::string& pointer,
                         const std::string& reason_part) {
   try {

@@ -1,5 +1,5 @@
 // Measurement files: the JSON-lines fixtures under tests/data/calibration (a complete sweep, a
-// sweep cut mid-line, a sweep with a bad line in the middle), the nccl-tests logs under
+// sweep cut mid-line, a sweep with a bad line in the middle, skipped), the nccl-tests logs under
 // tests/data/nccl-tests, bad values line by line, and merging several files.
 #include <gtest/gtest.h>
 
@@ -137,25 +137,58 @@ TEST(MeasurementSet, TruncatedLastLineKeepsTheLinesBeforeIt) {
   EXPECT_EQ(out.set.collectives[1].size, mib(1));
 }
 
-TEST(MeasurementSet, BadLineInTheMiddleStopsTheReadThere) {
-  // Line 4 has time_us -8.5; line 5 is good but comes after it, so it is not read.
+TEST(MeasurementSet, BadLineInTheMiddleIsSkippedAndTheLinesAfterItKept) {
+  // Line 4 has time_us -8.5; line 5 is good and comes after it: it is read too.
   const std::string path = calibration_fixture("bad-line-sweep.jsonl");
   ReadOutcome out = read_measurements(path);
   ASSERT_EQ(out.problems.size(), 1u);
   EXPECT_EQ(out.problems[0].line, 4);
   EXPECT_EQ(out.problems[0].message(),
             path + ":4: /time_us: must be a positive time in microseconds, found -8.5");
-  ASSERT_EQ(out.set.collectives.size(), 2u);
+  ASSERT_EQ(out.set.collectives.size(), 3u);
   EXPECT_EQ(out.set.collectives[0].op, CollectiveOp::kSendRecv);
   EXPECT_EQ(out.set.collectives[0].group, "one-per-node");
   EXPECT_EQ(out.set.collectives[1].size, kib(1));
+  EXPECT_EQ(out.set.collectives[2].size, mib(1));
+  EXPECT_EQ(out.set.collectives[2].source.line, 5);
   // The collective lines give no "run": they belong to the meta line above them.
   EXPECT_EQ(out.set.collectives[1].run, "run-b");
   EXPECT_EQ(out.set.runs.at(0).cpu, "AMD EPYC 9654");
   EXPECT_TRUE(out.set.runs.at(0).gpu.empty());
 }
 
-// Each bad line after one good line: the good line survives and the reason names the key.
+// What a one-rank in-place point used to write (a 0 µs iteration: the host gap between two
+// events at the timer's resolution), then the GEMM and memcpy lines of the same run: the bad
+// line costs only itself.
+TEST(MeasurementSet, AZeroTimeLineCostsOnlyItself) {
+  const std::string text =
+      R"({"kind":"meta","run":"r1","harness":"parallax-nccl-bench"})" "\n"
+      R"({"kind":"collective","op":"all_reduce","group":"self","ranks":1,"nodes":1,"size_bytes":8,"in_place":false,"time_us":4.1,"time_us_min":3.9,"time_us_max":4.5})" "\n"
+      R"({"kind":"collective","op":"all_reduce","group":"self","ranks":1,"nodes":1,"size_bytes":8,"in_place":true,"time_us":1.2,"time_us_min":0,"time_us_max":2.5})" "\n"
+      R"({"kind":"gemm","dtype":"bf16","m":4096,"n":4096,"k":4096,"time_us":210,"tflops":654.5})" "\n"
+      R"({"kind":"gemm","dtype":"fp8","m":4096,"n":4096,"k":4096,"fast_accum":true,"time_us":120,"tflops":1145.3})" "\n"
+      R"({"kind":"gemm","dtype":"bf16","m":128,"n":4096,"k":7168,"batch":8,"time_us":100,"tflops":75.2})" "\n"
+      R"({"kind":"memcpy","what":"h2d","size_bytes":1073741824,"time_us":20000})" "\n"
+      R"({"kind":"memcpy","what":"d2d","size_bytes":1073741824,"time_us":500})" "\n";
+  ReadOutcome out = parse_measurement_lines(text, "smoke.jsonl");
+  ASSERT_EQ(out.problems.size(), 1u);
+  EXPECT_EQ(out.problems[0].message(), "smoke.jsonl:3: /time_us_min: must be a positive time in microseconds, found 0");
+  EXPECT_EQ(out.set.collectives.size(), 1u);
+  ASSERT_EQ(out.set.gemms.size(), 3u);
+  ASSERT_EQ(out.set.memcpys.size(), 2u);
+  EXPECT_EQ(out.set.gemms[0].run, "r1");
+  EXPECT_FALSE(out.set.gemms[0].fast_accum);
+  EXPECT_TRUE(out.set.gemms[1].fast_accum);
+  // 8 experts × 2·128·4096·7168 FLOP = 60.1 GFLOP in 100 µs = 601 TFLOP/s.
+  EXPECT_EQ(out.set.gemms[2].batch, 8);
+  EXPECT_NEAR(out.set.gemms[2].achieved().value() / 1e12, 8 * 2.0 * 128 * 4096 * 7168 / 100e-6 / 1e12, 1e-6);
+  // A host copy is one way over the link: 1 GiB / 20 ms = 53.7 GB/s; a device copy reads and
+  // writes: 2 GiB / 500 µs = 4295 GB/s.
+  EXPECT_NEAR(out.set.memcpys[0].achieved().value() / 1e9, 1073741824.0 / 20000e-6 / 1e9, 1e-9);
+  EXPECT_NEAR(out.set.memcpys[1].achieved().value() / 1e9, 2 * 1073741824.0 / 500e-6 / 1e9, 1e-9);
+}
+
+// Each bad line between two good lines: both good lines survive and the reason names the key.
 TEST(MeasurementSet, BadValuesNameTheLineAndTheKey) {
   const std::string good =
       R"({"kind":"collective","op":"all_reduce","group":"all","ranks":4,"nodes":2,"size_bytes":64,"time_us":9.5})";
@@ -193,7 +226,7 @@ TEST(MeasurementSet, BadValuesNameTheLineAndTheKey) {
     ASSERT_EQ(out.problems.size(), 1u) << c.line;
     EXPECT_EQ(out.problems[0].line, 3) << c.line;
     EXPECT_TRUE(contains(out.problems[0].message(), "inline.jsonl:3: " + c.reason)) << out.problems[0].message();
-    EXPECT_EQ(out.set.collectives.size(), 1u) << c.line;
+    EXPECT_EQ(out.set.collectives.size(), 2u) << c.line;  // the good lines either side
     EXPECT_TRUE(out.set.gemms.empty()) << c.line;
   }
 }
@@ -414,8 +447,8 @@ TEST(MeasurementSet, ManyFilesMergeInOrderAndCollectProblems) {
                                           calibration_fixture("truncated-sweep.jsonl")};
   ReadOutcome out = read_measurements(paths);
   EXPECT_EQ(out.set.files, paths);
-  // 3 + 2 + 2·32 + 2 collectives; 1 + 1 + 1 + 1 runs.
-  EXPECT_EQ(out.set.collectives.size(), 3u + 2u + 64u + 2u);
+  // 3 + 3 (the bad line 4 skipped) + 2·32 + 2 collectives; 1 + 1 + 1 + 1 runs.
+  EXPECT_EQ(out.set.collectives.size(), 3u + 3u + 64u + 2u);
   EXPECT_EQ(out.set.runs.size(), 4u);
   EXPECT_EQ(out.set.gemms.size(), 1u);
   ASSERT_EQ(out.problems.size(), 2u);
@@ -424,7 +457,7 @@ TEST(MeasurementSet, ManyFilesMergeInOrderAndCollectProblems) {
   EXPECT_EQ(out.problems[1].file, paths[3]);
   EXPECT_EQ(out.problems[1].line, 4);
   EXPECT_EQ(out.set.collectives[3].source.file, paths[1]);
-  EXPECT_EQ(out.set.collectives[5].source.file, paths[2]);
+  EXPECT_EQ(out.set.collectives[6].source.file, paths[2]);
 }
 
 }  // namespace

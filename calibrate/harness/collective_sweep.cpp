@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <iostream>
 #include <sstream>
 #include <stdexcept>
@@ -44,11 +45,7 @@ class SweepRunner {
       }
       groups.push_back(std::move(g));
     }
-    int per_sweep = 0;
-    for (CollectiveOp op : o_.collectives) {
-      per_sweep += static_cast<int>((reduces(op) ? o_.redops.size() : 1) * o_.sizes.size() * o_.in_place_modes.size());
-    }
-    total_ = per_sweep * static_cast<int>(groups.size() * c_.forcings.size());
+    for (const RankGroup& group : groups) total_ += points_of(group) * static_cast<int>(c_.forcings.size());
 
     for (const RankGroup& group : groups) {
       for (const Forcing& forcing : c_.forcings) {
@@ -101,6 +98,21 @@ class SweepRunner {
     return end;
   }
 
+  // The points of one sweep of `group` that are measured (or found in the file).
+  int points_of(const RankGroup& group) const {
+    const int n = static_cast<int>(group.ranks.size());
+    int points = 0;
+    for (CollectiveOp op : o_.collectives) {
+      int per_redop = 0;
+      for (int64_t size : o_.sizes) {
+        if (size_to_count(op, size, type_size_, n).count == 0) continue;
+        for (bool in_place : o_.in_place_modes) per_redop += measures_nothing(op, n, in_place) ? 0 : 1;
+      }
+      points += per_redop * static_cast<int>(redops_of(op).size());
+    }
+    return points;
+  }
+
   std::vector<std::string> redops_of(CollectiveOp op) const {
     return reduces(op) ? o_.redops : std::vector<std::string>{"none"};
   }
@@ -138,6 +150,7 @@ class SweepRunner {
           const SizedCount sized = size_to_count(op, size, type_size_, n);
           if (sized.count == 0) continue;
           for (bool in_place : o_.in_place_modes) {
+            if (measures_nothing(op, n, in_place)) continue;
             if (!c_.log->find(measurement_key(identity(group, forcing, op, redop, sized, in_place)))) return false;
           }
         }
@@ -197,6 +210,7 @@ class SweepRunner {
       if (sized.count == 0) continue;
       NcclTestsRow row = empty_row(group, op, redop, sized);
       for (bool in_place : o_.in_place_modes) {
+        if (measures_nothing(op, static_cast<int>(group.ranks.size()), in_place)) continue;
         ++index_;
         ++summary_.resumed;
         if (const auto* done = c_.log->find(measurement_key(identity(group, forcing, op, redop, sized, in_place)))) {
@@ -239,6 +253,10 @@ class SweepRunner {
     if (root_) {
       table = make_table(group, forcing, op, redop);
       print_header(table);
+      if (measures_nothing(op, n, true) && o_.in_place_modes.back()) {
+        note() << op_name(op) << " in place on one rank moves nothing (send and receive buffers are one); "
+               << "in-place points skipped\n";
+      }
     }
     std::vector<NcclTestsRow> rows;
     // The cost of the next point is guessed from the last one of this op, scaled by size: a
@@ -250,7 +268,7 @@ class SweepRunner {
       const SizedCount sized = size_to_count(op, size, type_size_, n);
       NcclTestsRow row = empty_row(group, op, redop, sized);
       for (bool in_place : o_.in_place_modes) {
-        ++index_;
+        if (sized.count > 0 && !measures_nothing(op, n, in_place)) ++index_;
         nlohmann::ordered_json line;
         int64_t decision = kMeasure;
         if (root_) {
@@ -262,9 +280,11 @@ class SweepRunner {
           if (sized.count == 0) {
             decision = kSkip;
             if (in_place == o_.in_place_modes.front()) {
-              note() << op_name(op) << " on " << n << " ranks: " << size << " B is less than one " << o_.dtype
-                     << " per rank; skipped\n";
+              note() << op_name(op) << " on " << n << (n == 1 ? " rank: " : " ranks: ") << size << " B is less than "
+                     << (size_is_total_buffer(op) ? "16 B" : "one " + o_.dtype) << " per rank; skipped\n";
             }
+          } else if (measures_nothing(op, n, in_place)) {
+            decision = kSkip;
           } else if (c_.log && (done = c_.log->find(measurement_key(line))) != nullptr) {
             decision = kSkip;
             ++summary_.resumed;
@@ -292,12 +312,15 @@ class SweepRunner {
         const auto started = std::chrono::steady_clock::now();
         std::optional<TimeStats> local;
         std::string error;
+        bool peer_failed = false;
         try {
           local = c_.backend->measure(point);
+        } catch (const PeerFailure&) {
+          peer_failed = true;
         } catch (const std::exception& e) {
           error = e.what();
         }
-        if (coord_.any(!error.empty())) {
+        if (coord_.any(peer_failed || !error.empty())) {
           std::ostringstream what;
           what << op_name(op) << " " << sized.size_bytes << " B " << (in_place ? "in-place" : "out-of-place");
           report_failure(group, forcing, what.str(), error);
@@ -323,6 +346,7 @@ class SweepRunner {
   void write_point(nlohmann::ordered_json& line, CollectiveOp op, const RankGroup& group, const SizedCount& sized,
                    const TimeStats& t) {
     const int n = static_cast<int>(group.ranks.size());
+    if (const std::string via = c_.backend->implementation(op); !via.empty()) line["via"] = via;
     line["warmup"] = o_.warmup;
     line["iters"] = o_.iters;
     line["time_us"] = round_decimals(t.mean_us, 3);
@@ -394,11 +418,65 @@ TimeStats slowest(const TimeStats& a, const TimeStats& b) {
 
 SizedCount size_to_count(CollectiveOp op, int64_t requested_bytes, int type_size, int ranks) {
   if (type_size < 1 || ranks < 1) throw std::invalid_argument("size_to_count: type size and ranks must be positive");
-  const int64_t parts = size_is_total_buffer(op) ? ranks : 1;
+  const bool total = size_is_total_buffer(op);
+  const int64_t parts = total ? ranks : 1;
   SizedCount s;
   s.count = requested_bytes / type_size / parts;
+  // nccl-tests: base = (count / nranks) & ~(16 / eltSize − 1), so that every rank's block starts
+  // 16-byte aligned; types wider than 16 B (none today) keep whole elements.
+  if (total && type_size <= 16) s.count &= ~(int64_t{16 / type_size} - 1);
   s.size_bytes = s.count * type_size * parts;
   return s;
+}
+
+bool measures_nothing(CollectiveOp op, int ranks, bool in_place) {
+  if (ranks != 1 || !in_place) return false;
+  switch (op) {
+    case CollectiveOp::kAllReduce:
+    case CollectiveOp::kAllGather:
+    case CollectiveOp::kReduceScatter:
+    case CollectiveOp::kBroadcast:
+    case CollectiveOp::kReduce:
+      return true;
+    default:
+      return false;
+  }
+}
+
+namespace {
+
+// PARALLAX_BENCH_FAULT=warmup:R: the world rank whose warm-up is made to fail, or -1.
+int injected_warmup_fault() {
+  const char* spec = std::getenv("PARALLAX_BENCH_FAULT");
+  if (!spec) return -1;
+  const std::string text = spec;
+  const std::string prefix = "warmup:";
+  if (text.rfind(prefix, 0) != 0) return -1;
+  const std::string rank = text.substr(prefix.size());
+  if (rank.empty() || rank.find_first_not_of("0123456789") != std::string::npos || rank.size() > 9) return -1;
+  return std::stoi(rank);
+}
+
+}  // namespace
+
+void warm_up_together(Coordinator& coordinator, const std::vector<int>& world_ranks,
+                      const std::function<void()>& warmup) {
+  std::string error;
+  try {
+    if (warmup) warmup();
+    const int fault = injected_warmup_fault();
+    if (fault >= 0 && std::find(world_ranks.begin(), world_ranks.end(), fault) != world_ranks.end()) {
+      throw std::runtime_error("warm-up of rank " + std::to_string(fault) +
+                               ": fault injected by PARALLAX_BENCH_FAULT");
+    }
+  } catch (const std::exception& e) {
+    error = e.what();
+  }
+  // The agreement is the barrier before the timed loop: every process reaches it, failed or not.
+  if (coordinator.any(!error.empty())) {
+    if (!error.empty()) throw std::runtime_error(error);
+    throw PeerFailure("another rank's warm-up failed");
+  }
 }
 
 SweepSummary run_collective_sweeps(const SweepContext& context) {

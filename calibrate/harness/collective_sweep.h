@@ -1,13 +1,16 @@
 // The collective sweep both harnesses run: groups × forced algorithm/protocol × collectives ×
 // reduction operators × sizes × out-of-place/in-place. It owns everything that is not how a
-// collective is called: which points to measure (resume, sizes rounded to whole elements per
-// rank as nccl-tests does), when to stop (time limit, signals), how the ranks agree (every
-// decision is rank 0's, broadcast), the JSON line of each point and the nccl-tests table.
+// collective is called: which points to measure (resume, sizes rounded as nccl-tests rounds
+// them, in-place points that measure nothing left out), when to stop (time limit, signals), how
+// the ranks agree (every decision is rank 0's, broadcast; a warm-up that fails on one rank is
+// agreed on by all), the JSON line of each point and the nccl-tests table.
 // A program supplies a Coordinator (one process, or MPI) and a CollectiveBackend (NCCL or MPI).
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <optional>
+#include <stdexcept>
 #include <ostream>
 #include <string>
 #include <vector>
@@ -50,6 +53,24 @@ class SingleProcess final : public Coordinator {
   std::vector<std::string> all_gather(const std::string& local) override { return {local}; }
   void barrier() override {}
 };
+
+/// Thrown by a backend on the processes whose own part of a point went well when another
+/// process's part failed: the point is abandoned everywhere and only the failing process says why.
+class PeerFailure : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+/// Runs `warmup` (a point's untimed iterations and the wait for them) and then makes every
+/// process agree on its outcome, so that a process whose warm-up failed still meets the others
+/// before the timed loop instead of leaving them in a barrier it never enters. Processes that
+/// drive no member of the group call it too, with an empty `warmup`. Rethrows this process's
+/// error, or throws PeerFailure when only another process failed.
+///
+/// Fault injection for tests of this path: PARALLAX_BENCH_FAULT=warmup:R makes the warm-up of
+/// world rank R fail (R among `world_ranks`, the ranks this process drives in the group).
+void warm_up_together(Coordinator& coordinator, const std::vector<int>& world_ranks,
+                      const std::function<void()>& warmup);
 
 /// Times of one point, in µs: the mean of the timed iterations, their min and max, and their
 /// median (what a fit should trust on a noisy machine: one descheduled iteration moves the mean,
@@ -96,11 +117,14 @@ class CollectiveBackend {
   /// failing call.
   virtual void open(const RankGroup& group, const Forcing& forcing, int64_t max_bytes) = 0;
   /// Runs `warmup` then `iters` timed iterations. Processes that drive no member also call it
-  /// (they join the barrier before the timed loop) and get nullopt; the others get the slowest
-  /// of their ranks. Throws std::runtime_error naming the failing call.
+  /// (they join warm_up_together before the timed loop) and get nullopt; the others get the
+  /// slowest of their ranks. Throws std::runtime_error naming the failing call, or PeerFailure.
   virtual std::optional<TimeStats> measure(const CollectivePoint& point) = 0;
   /// Releases the group. `failed`: a call failed, so communicators are aborted, not drained.
   virtual void close(bool failed) noexcept = 0;
+  /// The library call that runs `op` when there is a choice (recorded as the line's "via"),
+  /// or empty.
+  virtual std::string implementation(CollectiveOp) const { return ""; }
 };
 
 /// Everything a sweep needs; the references must outlive run_collective_sweeps.
@@ -133,12 +157,19 @@ struct SweepSummary {
 SweepSummary run_collective_sweeps(const SweepContext& context);
 
 /// The elements per rank (per peer for all-to-all) of an nccl-tests size on `ranks` ranks, and
-/// the size actually moved: nccl-tests rounds a total-buffer size (all-gather, reduce-scatter,
-/// all-to-all) down to a whole number of elements per rank. Count 0: the point is skipped.
+/// the size actually moved. As current nccl-tests does, a total-buffer size (all-gather,
+/// reduce-scatter, all-to-all) is divided among the ranks and each rank's share rounded down to
+/// a multiple of 16 bytes (count & ~(16/type_size − 1)); the other ops take whole elements.
+/// Count 0: the point is skipped.
 struct SizedCount {
   int64_t count = 0;
   int64_t size_bytes = 0;
 };
 SizedCount size_to_count(CollectiveOp op, int64_t requested_bytes, int type_size, int ranks);
+
+/// True for the points a sweep leaves out because they time no GPU work: on one rank, NCCL's
+/// in-place all-reduce, all-gather, reduce-scatter, broadcast and reduce have nothing to move
+/// (send and receive buffers are one), so their time is the host gap between two events.
+bool measures_nothing(CollectiveOp op, int ranks, bool in_place);
 
 }  // namespace parallax::harness

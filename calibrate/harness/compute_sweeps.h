@@ -34,13 +34,15 @@ struct ComputeRun {
 };
 
 /// GEMM sweep for each of `dtypes` ("bf16"; "fp8" = e4m3 inputs, needs compute capability
-/// 8.9+, skipped with a note below). D (bf16) = Aᵀ·B in cuBLASLt's "TN" layout, which fp8
-/// requires; inputs pseudo-random (fixed seed, generated on the host), since zeros run faster;
-/// the heuristic's first algorithm with a 64 MiB workspace.
+/// 8.9+, skipped with a note below, measured with and without fast accumulation). D (bf16) =
+/// Aᵀ·B in cuBLASLt's "TN" layout, which fp8 requires; inputs pseudo-random (fixed seed,
+/// generated on the host), since zeros run faster; the heuristic's first algorithm with a
+/// 64 MiB workspace. About a second of untimed large products comes first (clock ramp-up).
 RunTally run_gemm_sweep(const ComputeRun& run, const std::vector<std::string>& dtypes);
 
 /// cudaMemcpyAsync device→device, host→device and device→host (pinned host memory) for
-/// 1 MiB … `max_bytes` (×2), capped by the memory the GPU and host can give.
+/// 1 MiB … `max_bytes` (×2), capped by the memory the GPU and host can give. gbs as
+/// memcpy_line (compute_plan.h) counts it: 2 × size for d2d, size for h2d and d2h.
 RunTally run_memcpy_sweep(const ComputeRun& run, int64_t max_bytes);
 
 }  // namespace parallax::harness

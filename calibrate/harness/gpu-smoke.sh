@@ -1,15 +1,30 @@
 #!/usr/bin/env bash
-# One pass of parallax-nccl-bench on a borrowed GPU machine, in under 6 minutes:
+# One pass of parallax-nccl-bench on a borrowed GPU machine:
 #   1. the machine: nvidia-smi, the binary's libraries (libnccl.so.2 and libcublasLt are looked
 #      for where CUDA, the system and Python wheels keep them, and LD_LIBRARY_PATH is set);
-#   2. collectives on the `self` group (one GPU: launch overhead), every collective, 8 B … 1 GiB ×2,
-#      -w 5 -n 20;
-#   3. the cuBLASLt GEMM sweep (bf16, and fp8 where the GPU has it);
+#   2. collectives on the `self` group (one GPU: NCCL's launch cost), every collective,
+#      8 B … 1 GiB ×2, -w 5 -n 20, out of place only (in place, one rank moves nothing);
+#   3. the cuBLASLt GEMM sweep (bf16, and fp8 with and without fast accumulation where the GPU
+#      has it), after ~1 s of untimed products that bring the clocks up;
 #   4. the memcpy sweep (d2d, h2d, d2h; 1 MiB … 4 GiB).
-# Each part has its own --time-limit (it stops cleanly and keeps what it measured) and a hard
-# `timeout` behind it; a part that fails does not stop the others. Everything lands in OUT_DIR:
-# measurements.jsonl (all parts, FORMAT.md lines), <part>.txt (the tables), <part>.log (stderr),
-# machine.txt, summary.txt.
+# After each part, the SM and memory clocks, power, temperature and throttle reasons go into
+# machine.txt, so that a slow point can be told from a throttled GPU.
+#
+# Time on one H200: about 1.5 minutes (collectives ~15 s, GEMMs ~60 s, copies ~10 s, from the
+# FLOPs and bytes of the sweeps at datasheet-like rates; not yet timed on one). Hard ceiling:
+# under 6 minutes (every part has its own --time-limit and a `timeout` behind it inside
+# a 350 s budget, and stops cleanly keeping what it measured); a part that fails does not stop
+# the others. A collective point still running after 20 s (--point-timeout) is reported by name
+# as a hang and its communicator aborted, well inside its part's budget.
+#
+# What the output calibrates: the GEMM efficiency table (bf16, fp8 fast and precise, transformer
+# and MoE shapes; `parallax train --gemm-table`), HBM bandwidth (d2d) and host-copy bandwidth
+# over PCIe or C2C (h2d, d2h), and NCCL's one-rank launch cost. What it cannot: any NVLink,
+# NVLS or network α/β — those need two or more GPUs (pair-intra, node) or nodes (one-per-node).
+#
+# Everything lands in OUT_DIR, six files at most: measurements.jsonl (every part, FORMAT.md
+# lines), collectives.txt, gemm.txt, memcpy.txt (each part's tables and messages, stdout and
+# stderr together), machine.txt, summary.txt.
 # Usage: gpu-smoke.sh PATH/TO/parallax-nccl-bench OUT_DIR
 set -u
 
@@ -22,6 +37,7 @@ out=$2
 mkdir -p "$out" || exit 2
 start=$(date +%s)
 budget=350  # seconds for the whole script: 6 minutes less a margin
+point_timeout=20
 results=()
 
 log() { echo "[gpu-smoke +$(($(date +%s) - start))s] $*" | tee -a "$out/summary.txt" >&2; }
@@ -31,6 +47,18 @@ if [ ! -x "$bin" ]; then
   log "not an executable: $bin"
   exit 2
 fi
+
+# The GPUs' clocks, power, temperature and throttle reasons, appended to machine.txt.
+# nvidia-smi renamed clocks_throttle_reasons to clocks_event_reasons; either is asked for.
+record_clocks() {
+  local fields=index,name,clocks.sm,clocks.max.sm,clocks.mem,power.draw,power.limit,temperature.gpu
+  {
+    echo "== clocks $1: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
+    timeout 10 nvidia-smi --query-gpu="$fields,clocks_event_reasons.active" --format=csv 2>/dev/null ||
+      timeout 10 nvidia-smi --query-gpu="$fields,clocks_throttle_reasons.active" --format=csv 2>&1 ||
+      echo "(nvidia-smi failed or is missing)"
+  } >>"$out/machine.txt" 2>&1
+}
 
 # ---- 1. the machine and the libraries ---------------------------------------------------------
 {
@@ -45,6 +73,7 @@ fi
   cat /proc/driver/nvidia/version 2>&1 || true
 } >"$out/machine.txt" 2>&1
 cat "$out/machine.txt" >&2
+record_clocks "before the run (idle)"
 
 # The directory of a library the binary needs: from Python's NVIDIA wheels (nvidia/nccl/lib,
 # nvidia/cublas/lib, nvidia/cu13/lib, ...), the loader cache, or a bounded search of the usual
@@ -102,7 +131,8 @@ export NCCL_DEBUG=${NCCL_DEBUG:-WARN}
 
 # ---- 2-4. the measurements ------------------------------------------------------------------
 # part NAME PLANNED_SECONDS ARGS...: runs the binary with --time-limit min(PLANNED, what is left
-# less a grace), SIGINT at the limit + 20 s (it stops after the current point), KILL 15 s later.
+# less a grace), SIGINT at the limit + 20 s (it stops after the current point), KILL 15 s later;
+# its stdout and stderr go to NAME.txt.
 part() {
   local name=$1 planned=$2
   shift 2
@@ -116,20 +146,22 @@ part() {
   fi
   log "$name: starting (--time-limit $limit): $bin $* -o $out/measurements.jsonl"
   timeout -s INT -k 15 $((limit + 20)) "$bin" "$@" --time-limit "$limit" -o "$out/measurements.jsonl" \
-    >"$out/$name.txt" 2>"$out/$name.log"
+    >"$out/$name.txt" 2>&1
   status=$?
-  tail -n 5 "$out/$name.log" >&2
+  tail -n 5 "$out/$name.txt" >&2
   case $status in
     0) results+=("$name: ok") ;;
     124 | 130) results+=("$name: stopped by its time guard (exit $status); what it measured is kept") ;;
     137) results+=("$name: killed after its time guard (exit 137)") ;;
-    3) results+=("$name: no GPU visible (exit 3)") ;;
-    *) results+=("$name: FAILED (exit $status; see $name.log)") ;;
+    3) results+=("$name: no usable GPU (exit 3; see $name.txt)") ;;
+    *) results+=("$name: FAILED (exit $status; see $name.txt)") ;;
   esac
   log "$name: exit $status"
+  record_clocks "after $name (exit $status)"
 }
 
-part collectives 100 --groups self --ops all -b 8 -e 1G -f 2 -w 5 -n 20
+part collectives 100 --groups self --placement out --ops all -b 8 -e 1G -f 2 -w 5 -n 20 \
+  --point-timeout "$point_timeout"
 part gemm 150 --no-collectives --gemm -w 5 -n 20
 part memcpy 70 --no-collectives --memcpy --memcpy-max 4G -w 3 -n 10
 
@@ -145,6 +177,6 @@ part memcpy 70 --no-collectives --memcpy --memcpy-max 4G -w 3 -n 10
   echo "elapsed: $(($(date +%s) - start)) s"
 } | tee -a "$out/summary.txt" >&2
 for r in "${results[@]}"; do
-  case "$r" in *FAILED* | *"no GPU"* | *killed*) exit 1 ;; esac
+  case "$r" in *FAILED* | *"no usable GPU"* | *killed*) exit 1 ;; esac
 done
 exit 0

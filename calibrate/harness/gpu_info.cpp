@@ -32,11 +32,33 @@ int visible_gpu_count(std::string& why_not) {
     hint = *visible ? std::string("; CUDA_VISIBLE_DEVICES=") + visible : "; CUDA_VISIBLE_DEVICES is empty";
   }
   if (status != cudaSuccess) {
-    why_not = std::string("cudaGetDeviceCount: ") + cudaGetErrorName(status) + ": " + cudaGetErrorString(status) + hint;
+    why_not = gpu_absence_reason(status, cuda_driver_version(), cuda_runtime_version()) + "; cudaGetDeviceCount: " +
+              cudaGetErrorName(status) + hint;
     return 0;
   }
   if (count == 0) why_not = "cudaGetDeviceCount found 0 devices" + hint;
   return count;
+}
+
+std::string gpu_absence_reason(cudaError_t status, const std::string& driver_cuda, const std::string& runtime_cuda) {
+  switch (status) {
+    case cudaErrorInsufficientDriver:
+      // The runtime says the same when there is no driver at all; the driver's own version
+      // (0 without one) tells the two apart.
+      if (driver_cuda.empty()) return "no NVIDIA driver is loaded (no GPU, or its driver is not installed)";
+      return "the NVIDIA driver is too old for this binary: it supports CUDA " + driver_cuda +
+             ", the binary needs CUDA " + runtime_cuda + "; update the driver (or build against an older CUDA)";
+    case cudaErrorNoDevice:
+      return "no GPU visible";
+    case cudaErrorCompatNotSupportedOnDevice:
+    case cudaErrorSystemDriverMismatch:
+      return "the CUDA user-mode driver and the kernel driver do not match (a forward-compatibility package on a "
+             "GPU or driver that does not allow it?)";
+    case cudaErrorDevicesUnavailable:
+      return "the GPUs are busy or unavailable (exclusive-process mode, or taken by another process)";
+    default:
+      return std::string("CUDA cannot start: ") + cudaGetErrorString(status);
+  }
 }
 
 std::string driver_version() {

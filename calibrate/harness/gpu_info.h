@@ -2,6 +2,8 @@
 // names and PCI ids, compute capability, and the driver, CUDA and NCCL versions.
 #pragma once
 
+#include <cuda_runtime_api.h>
+
 #include <cstdint>
 #include <string>
 
@@ -22,6 +24,12 @@ GpuInfo gpu_info(int device);
 /// The number of GPUs CUDA sees; 0 with `why_not` set when there are none or CUDA cannot
 /// start (no driver, CUDA_VISIBLE_DEVICES empty, driver too old for this runtime, …).
 int visible_gpu_count(std::string& why_not);
+
+/// Why CUDA sees no GPU, in words, for cudaGetDeviceCount's `status` and the CUDA versions of
+/// the driver ("" when there is no driver) and the runtime: no driver, a driver older than the
+/// runtime (both versions named), no device, a user-mode/kernel driver mismatch, busy devices,
+/// or CUDA's own text.
+std::string gpu_absence_reason(cudaError_t status, const std::string& driver_cuda, const std::string& runtime_cuda);
 
 /// The kernel driver's version ("580.159.03") from /proc/driver/nvidia/version, or empty.
 std::string driver_version();

@@ -5,6 +5,7 @@
 
 #include <unistd.h>
 
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -169,12 +170,83 @@ TEST(HarnessSweep, SizesRoundDownToWholeElementsPerRank) {
   // all_reduce: size is the per-rank buffer; 8 B of float = 2 elements.
   EXPECT_EQ(size_to_count(CollectiveOp::kAllReduce, 8, 4, 3).count, 2);
   EXPECT_EQ(size_to_count(CollectiveOp::kAllReduce, 8, 4, 3).size_bytes, 8);
+  EXPECT_EQ(size_to_count(CollectiveOp::kAllReduce, 12, 4, 8).count, 3);  // no 16 B rounding
   // all_gather on 3 ranks: 8 B / 4 B / 3 = 0 elements per rank → skipped.
   EXPECT_EQ(size_to_count(CollectiveOp::kAllGather, 8, 4, 3).count, 0);
-  // 1024 B / 4 / 3 = 85 per rank → 85·4·3 = 1020 B moved.
-  EXPECT_EQ(size_to_count(CollectiveOp::kAllGather, 1024, 4, 3).count, 85);
-  EXPECT_EQ(size_to_count(CollectiveOp::kAllGather, 1024, 4, 3).size_bytes, 1020);
+  // As nccl-tests: 1024 B / 4 / 3 = 85 floats per rank, rounded down to a multiple of 16 B
+  // (4 floats): 84 → 84·4·3 = 1008 B moved.
+  EXPECT_EQ(size_to_count(CollectiveOp::kAllGather, 1024, 4, 3).count, 84);
+  EXPECT_EQ(size_to_count(CollectiveOp::kAllGather, 1024, 4, 3).size_bytes, 1008);
+  // 32 B on 3 ranks: 2 floats per rank, less than 16 B → nothing.
+  EXPECT_EQ(size_to_count(CollectiveOp::kAllGather, 32, 4, 3).count, 0);
   EXPECT_EQ(size_to_count(CollectiveOp::kAllToAll, 1024, 2, 2).count, 256);
+  // bfloat16 reduce-scatter, 48 B on 2 ranks: 12 per rank → 8 (16 B) → 32 B.
+  EXPECT_EQ(size_to_count(CollectiveOp::kReduceScatter, 48, 2, 2).count, 8);
+  EXPECT_EQ(size_to_count(CollectiveOp::kReduceScatter, 48, 2, 2).size_bytes, 32);
+  // double all-gather, 40 B on 2 ranks: 2 per rank, already 16 B.
+  EXPECT_EQ(size_to_count(CollectiveOp::kAllGather, 40, 8, 2).count, 2);
+}
+
+TEST(HarnessSweep, InPlaceOnOneRankMeasuresNothing) {
+  for (CollectiveOp op : {CollectiveOp::kAllReduce, CollectiveOp::kAllGather, CollectiveOp::kReduceScatter,
+                          CollectiveOp::kBroadcast, CollectiveOp::kReduce}) {
+    EXPECT_TRUE(measures_nothing(op, 1, true)) << op_name(op);
+    EXPECT_FALSE(measures_nothing(op, 1, false)) << op_name(op);
+    EXPECT_FALSE(measures_nothing(op, 2, true)) << op_name(op);
+  }
+  EXPECT_FALSE(measures_nothing(CollectiveOp::kAllToAll, 1, true));
+  EXPECT_FALSE(measures_nothing(CollectiveOp::kSendRecv, 1, true));
+}
+
+// A coordinator of a run in which another process always fails.
+class PeerAlwaysFails final : public Coordinator {
+ public:
+  bool is_root() const override { return true; }
+  int64_t broadcast(int64_t value) override { return value; }
+  std::string broadcast(const std::string& bytes) override { return bytes; }
+  bool any(bool) override {
+    ++agreements;
+    return true;
+  }
+  std::vector<double> reduce_max(const std::vector<double>& local) override { return local; }
+  std::vector<std::string> all_gather(const std::string& local) override { return {local}; }
+  void barrier() override { ++barriers; }
+  int agreements = 0, barriers = 0;
+};
+
+TEST(HarnessSweep, AFailedWarmUpIsAgreedOnByEveryProcess) {
+  SingleProcess alone;
+  int warmups = 0;
+  warm_up_together(alone, {0}, [&] { ++warmups; });
+  EXPECT_EQ(warmups, 1);
+  // This process's own error comes back as it was; it still reached the agreement.
+  PeerAlwaysFails world;
+  try {
+    warm_up_together(world, {3}, [] { throw std::runtime_error("ncclAllReduce failed: unhandled cuda error"); });
+    FAIL() << "no error";
+  } catch (const PeerFailure&) {
+    FAIL() << "this process's own error must not read as a peer's";
+  } catch (const std::runtime_error& e) {
+    EXPECT_STREQ(e.what(), "ncclAllReduce failed: unhandled cuda error");
+  }
+  EXPECT_EQ(world.agreements, 1);
+  // Only another process failed: PeerFailure, after the same one agreement.
+  EXPECT_THROW(warm_up_together(world, {3}, [] {}), PeerFailure);
+  EXPECT_THROW(warm_up_together(world, {}, nullptr), PeerFailure);  // a process that drives no member
+  EXPECT_EQ(world.agreements, 3);
+  EXPECT_EQ(world.barriers, 0);
+
+  // PARALLAX_BENCH_FAULT=warmup:R fails the warm-up of world rank R, and of no other.
+  ASSERT_EQ(setenv("PARALLAX_BENCH_FAULT", "warmup:2", 1), 0);
+  EXPECT_NO_THROW(warm_up_together(alone, {0, 1}, [] {}));
+  try {
+    warm_up_together(alone, {1, 2}, [] {});
+    FAIL() << "no injected fault";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("fault injected by PARALLAX_BENCH_FAULT"), std::string::npos) << e.what();
+  }
+  unsetenv("PARALLAX_BENCH_FAULT");
+  EXPECT_NO_THROW(warm_up_together(alone, {1, 2}, [] {}));
 }
 
 TEST(HarnessSweep, StatsTakeTheSlowestRank) {
@@ -308,17 +380,23 @@ TEST(HarnessSweep, WritesOneLinePerPointAndResumes) {
     MeasurementLog log(path, notes);
     const SweepSummary s = f.run(&log);
     // Groups: all (3 ranks), pair-intra (2), self (1); one-per-node needs two nodes.
-    // Points per group: 3 ops × 4 sizes × 2 placements = 24, less all_gather's sizes with
-    // fewer than one float per rank: 8 B on 3 ranks (8/4/3 = 0) and on 2 ranks (8/4/2 = 1, kept).
-    // all: 24 − 2 = 22; pair-intra: 24; self: 24. Total 70.
-    EXPECT_EQ(s.measured, 70);
+    // Points per group: 3 ops × 4 sizes × 2 placements = 24, less all_gather's sizes with less
+    // than 16 B per rank (nccl-tests' rounding): 8 and 32 B on 3 ranks, 8 B on 2 and on 1; and
+    // on one rank every in-place point (all three ops move nothing in place there).
+    // all: 24 − 4 = 20; pair-intra: 24 − 2 = 22; self: 24 − 12 − 1 = 11. Total 53.
+    EXPECT_EQ(s.measured, 53);
     EXPECT_EQ(s.resumed, 0);
     EXPECT_FALSE(s.stopped);
     EXPECT_EQ(f.backend.opens, 3);
   }
   EXPECT_NE(f.progress.str().find("skipping group one-per-node"), std::string::npos);
   const std::string text = read_all(path);
-  EXPECT_EQ(count_kind(text, "collective"), 70);
+  EXPECT_EQ(count_kind(text, "collective"), 53);
+  EXPECT_EQ(text.find("\"group\":\"self\",\"ranks\":1,\"nodes\":1,\"ranks_per_node\":1,\"members\":[\"node0:0\"],"
+                      "\"size_bytes\":8,\"count\":2,\"dtype\":\"float\",\"redop\":\"sum\",\"root\":-1,\"algo\":\"auto\","
+                      "\"proto\":\"auto\",\"in_place\":true"),
+            std::string::npos);
+  EXPECT_NE(f.progress.str().find("in place on one rank moves nothing"), std::string::npos);
 
   // The first line is all_reduce on all 3 ranks, 8 B out-of-place: count 2, time 10.002 µs.
   const auto first = nlohmann::json::parse(text.substr(0, text.find('\n')));
@@ -340,10 +418,10 @@ TEST(HarnessSweep, WritesOneLinePerPointAndResumes) {
     MeasurementLog log(path, notes);
     const SweepSummary s = again.run(&log);
     EXPECT_EQ(s.measured, 0);
-    EXPECT_EQ(s.resumed, 70);
+    EXPECT_EQ(s.resumed, 53);
     EXPECT_EQ(again.backend.opens, 0);
   }
-  EXPECT_EQ(count_kind(read_all(path), "collective"), 70);
+  EXPECT_EQ(count_kind(read_all(path), "collective"), 53);
   // … and still prints the tables, from the file.
   EXPECT_EQ(again.table.str(), f.table.str());
 }
@@ -370,7 +448,7 @@ TEST(HarnessSweep, AFailingSweepIsReportedAndTheNextRuns) {
   EXPECT_EQ(s.failed_sweeps, 1);
   EXPECT_EQ(f.backend.closed_failed, 1);
   EXPECT_EQ(f.backend.opens, 3);  // pair-intra and self still ran
-  EXPECT_EQ(s.measured, 2 + 24 + 24);
+  EXPECT_EQ(s.measured, 2 + 22 + 11);
 }
 
 TEST(HarnessSweep, TimeLimitStopsCleanly) {
@@ -384,16 +462,27 @@ TEST(HarnessSweep, TimeLimitStopsCleanly) {
 
 TEST(HarnessCompute, ShapesPeaksAndLines) {
   const auto shapes = gemm_shapes();
-  // 3 hidden sizes × 4 token counts × 5 layers + 6 squares, less the 3 squares that equal an
-  // attention-output shape (t = h: 4096³, 8192³, 16384³), which carry both labels.
-  EXPECT_EQ(shapes.size(), 3u * 4u * 5u + 6u - 3u);
-  bool qkv = false, merged = false;
+  // 3 hidden sizes × 4 token counts × 6 layers, 14 MoE expert shapes (4 + 3 token counts × up
+  // and down) and 6 squares, less the 3 squares that equal an attention-output shape (t = h:
+  // 4096³, 8192³, 16384³), which carry both labels.
+  EXPECT_EQ(shapes.size(), 3u * 4u * 6u + 14u + 6u - 3u);
+  bool qkv = false, gqa = false, merged = false, moe = false;
   for (const auto& s : shapes) {
-    if (s.label == "h4096.qkv" && s.m == 2048) qkv = s.n == 12288 && s.k == 4096;
+    if (s.label == "h4096.qkv" && s.m == 2048) qkv = s.n == 12288 && s.k == 4096 && s.batch == 1;
+    // Llama-3 70B: 64 query heads and 8 KV heads of 128: (64 + 16)·128 = 10240 = 1.25h.
+    if (s.label == "h8192.qkv_gqa" && s.m == 4096) gqa = s.n == 10240 && s.k == 8192;
     if (s.m == 8192 && s.n == 8192 && s.k == 8192) merged = s.label == "h8192.attn_out+square";
+    if (s.label == "dsv3.moe_up" && s.m == 128) moe = s.n == 4096 && s.k == 7168 && s.batch == 8;
   }
   EXPECT_TRUE(qkv);
+  EXPECT_TRUE(gqa);
   EXPECT_TRUE(merged);
+  EXPECT_TRUE(moe);
+  const auto variants = gemm_variants({"bf16", "fp8"});
+  ASSERT_EQ(variants.size(), 3u);
+  EXPECT_FALSE(variants[0].fast_accum);
+  EXPECT_TRUE(variants[1].fast_accum && variants[1].dtype == "fp8");
+  EXPECT_FALSE(variants[2].fast_accum);
 
   EXPECT_EQ(peak_tflops("NVIDIA H200", "bf16"), 989.0);
   EXPECT_EQ(peak_tflops("NVIDIA H100 80GB HBM3", "fp8"), 1979.0);
@@ -405,15 +494,35 @@ TEST(HarnessCompute, ShapesPeaksAndLines) {
 
   // FORMAT.md's examples: 2·8192³ FLOP in 1390 µs = 791.0 TFLOP/s; a 1 GiB copy in 500 µs
   // moves 2 GiB = 4294.967 GB/s.
-  const auto g = gemm_line("r", "bf16", GemmShape{"square", 8192, 8192, 8192}, 5, 20,
-                           TimeStats{1390, 1385.2, 1401.7}, peak_tflops("NVIDIA H200", "bf16"));
+  const GemmVariant bf16{"bf16", false}, fp8_fast{"fp8", true}, fp8{"fp8", false};
+  const auto g = gemm_line("r", bf16, GemmShape{"square", 8192, 8192, 8192}, 5, 20, TimeStats{1390, 1385.2, 1401.7},
+                           peak_tflops("NVIDIA H200", "bf16"));
   EXPECT_NEAR(g["tflops"].get<double>(), 791.0, 0.05);
   EXPECT_EQ(g["peak_tflops"], 989.0);
-  const auto none = gemm_line("r", "bf16", GemmShape{"square", 8, 8, 8}, 5, 20, TimeStats{1, 1, 1}, std::nullopt);
+  EXPECT_FALSE(g.contains("batch"));
+  EXPECT_FALSE(g.contains("fast_accum"));
+  const auto none = gemm_line("r", bf16, GemmShape{"square", 8, 8, 8}, 5, 20, TimeStats{1, 1, 1}, std::nullopt);
   EXPECT_FALSE(none.contains("peak_tflops"));
+  // 8 experts × 2·128·4096·7168 FLOP in 100 µs = 601.3 TFLOP/s.
+  const GemmShape experts{"dsv3.moe_up", 128, 4096, 7168, 8};
+  const auto grouped = gemm_line("r", fp8_fast, experts, 5, 20, TimeStats{100, 99, 101}, std::nullopt);
+  EXPECT_NEAR(grouped["tflops"].get<double>(), 8 * 2.0 * 128 * 4096 * 7168 / 100.0 / 1e6, 1e-3);
+  EXPECT_EQ(grouped["batch"], 8);
+  EXPECT_EQ(grouped["fast_accum"], true);
+  // The two fp8 variants of one shape are two points; the line's key is the identity's.
+  EXPECT_NE(measurement_key(gemm_identity(fp8_fast, experts)), measurement_key(gemm_identity(fp8, experts)));
+  EXPECT_EQ(measurement_key(nlohmann::json(grouped)), measurement_key(gemm_identity(fp8_fast, experts)));
+  // A line written before batch and fast_accum existed is the single precise product.
+  EXPECT_EQ(measurement_key({{"kind", "gemm"}, {"dtype", "fp8"}, {"m", 1}, {"n", 2}, {"k", 3}}),
+            measurement_key(gemm_identity(fp8, GemmShape{"x", 1, 2, 3})));
   const auto m = memcpy_line("r", "d2d", int64_t{1} << 30, 3, 10, TimeStats{500, 490, 510});
   EXPECT_NEAR(m["gbs"].get<double>(), 4294.967, 1e-3);
   EXPECT_EQ(measurement_key(nlohmann::json(m)), measurement_key(memcpy_identity("d2d", int64_t{1} << 30)));
+  // A host copy counts the bytes over the link once: 1 GiB in 20 ms = 53.687 GB/s.
+  EXPECT_NEAR(memcpy_line("r", "h2d", int64_t{1} << 30, 3, 10, TimeStats{20000, 19900, 20100})["gbs"].get<double>(),
+              53.687, 1e-3);
+  EXPECT_NEAR(memcpy_line("r", "d2h", int64_t{1} << 30, 3, 10, TimeStats{20000, 19900, 20100})["gbs"].get<double>(),
+              53.687, 1e-3);
   EXPECT_EQ(memcpy_sizes(int64_t{4} << 30).size(), 13u);  // 1 MiB … 4 GiB
 }
 

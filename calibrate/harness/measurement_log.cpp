@@ -41,8 +41,10 @@ std::string measurement_key(const nlohmann::json& line) {
            text_field(line, "in_place", "false");
   }
   if (kind == "gemm") {
+    // batch and fast_accum were added later; a line without them is the single, precise product.
     return kind + "|" + text_field(line, "dtype", "?") + "|" + number_field(line, "m") + "|" +
-           number_field(line, "n") + "|" + number_field(line, "k");
+           number_field(line, "n") + "|" + number_field(line, "k") + "|" + text_field(line, "batch", "1") + "|" +
+           text_field(line, "fast_accum", "false");
   }
   if (kind == "memcpy") return kind + "|" + text_field(line, "what", "?") + "|" + number_field(line, "size_bytes");
   return "";

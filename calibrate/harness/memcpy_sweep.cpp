@@ -1,6 +1,6 @@
 // Memory-copy sweep (compute_sweeps.h): one cudaMemcpyAsync per iteration, timed by events.
-// gbs counts bytes read plus bytes written (FORMAT.md), so a host↔device copy at gbs moves
-// gbs/2 GB/s over PCIe or C2C in one direction.
+// gbs (FORMAT.md) is bytes read plus bytes written for a device copy, and the one-way bytes over
+// PCIe or C2C for a host copy.
 #include <cstdio>
 #include <cstring>
 
@@ -51,11 +51,13 @@ RunTally run_memcpy_sweep(const ComputeRun& run, int64_t max_bytes) {
     const auto random = random_block(pattern.size(), "bits", kSeed);
     PX_CHECK(cudaMemcpy(pattern.get(), random.data(), random.size(), cudaMemcpyHostToDevice));
     tile_fill(src.get(), src.size(), pattern, stream.get());
-    PX_CHECK(cudaMemset(dst.get(), 0, dst.size()));
+    PX_CHECK(cudaMemsetAsync(dst.get(), 0, dst.size(), stream.get()));
+    PX_CHECK(cudaStreamSynchronize(stream.get()));
     if (host_cap > 0) std::memset(host.get(), 0, host.size());  // touch every page before timing
 
     *run.table << "# memcpy on GPU " << run.device << " (" << run.gpu_name
-               << "): cudaMemcpyAsync, host memory pinned; GB/s = (bytes read + bytes written) / time = 2 x size / time;"
+               << "): cudaMemcpyAsync, host memory pinned; GB/s: d2d 2 x size / time (read + write), h2d and d2h"
+               << " size / time (one way over the link);"
                << " warmup " << run.warmup << ", iters " << run.iters << "\n";
     char buf[256];
     std::snprintf(buf, sizeof buf, "# %4s  %12s  %10s  %10s\n", "what", "size(B)", "time(us)", "GB/s");

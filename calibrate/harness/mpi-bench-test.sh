@@ -1,11 +1,15 @@
 #!/usr/bin/env bash
 # CTest checks of parallax-mpi-bench over shared memory on one host (calibrate/FORMAT.md lines):
-#   np2     2 ranks, 7 collectives × 9 sizes (8 B … 512 KiB, ×4) × out/in-place = 126 lines, a meta
-#           line, every line JSON, one line per point, and nccl-tests tables on stdout;
+#   np2     2 ranks, 7 collectives × 9 sizes (8 B … 512 KiB, ×4) × out/in-place = 126 points, less
+#           all_gather, reduce_scatter and all_to_all at 8 B (4 B per rank is under nccl-tests'
+#           16 B) in both placements: 120 lines, a meta line, every line JSON, one line per point,
+#           and nccl-tests tables on stdout;
 #   resume  the same command twice: the second run appends a meta line and no collective line;
 #   repair  a file cut mid-line (a killed run) with its last points missing: the partial line is
 #           dropped, the missing points measured, none twice;
-#   np4     4 ranks over groups all, pair-intra, one-per-node, self (see the count below).
+#   np4     4 ranks over groups all, pair-intra, one-per-node, self (see the count below);
+#   fault   rank 1's warm-up fails (PARALLAX_BENCH_FAULT): the run ends with exit 1 instead of
+#           hanging, names the fault, abandons the group, and still measures rank 0 alone.
 # Usage: mpi-bench-test.sh MODE MPIEXEC BENCH SCRATCH_DIR
 set -euo pipefail
 mode=$1
@@ -69,7 +73,7 @@ case "$mode" in
   np2)
     run 2 "${sweep2[@]}"
     expect_lines meta 1
-    expect_lines collective 126
+    expect_lines collective 120
     expect_unique
     expect_json
     grep -q '"mpi":"' "$out" || fail "the meta line names no MPI library"
@@ -81,7 +85,7 @@ case "$mode" in
     run 2 "${sweep2[@]}"
     run 2 "${sweep2[@]}"
     expect_lines meta 2
-    expect_lines collective 126
+    expect_lines collective 120
     expect_unique
     grep -q "resuming" "$scratch/stderr" || fail "the second run did not say it resumed"
     grep -q "measured 0 points" "$scratch/stderr" || fail "the second run measured something"
@@ -97,21 +101,39 @@ case "$mode" in
     grep -q "partial last line" "$scratch/stderr" || fail "the partial line was not reported"
     grep -q "measured 20 points" "$scratch/stderr" || fail "expected the 20 missing points to be measured"
     expect_lines meta 2
-    expect_lines collective 126
+    expect_lines collective 120
     expect_unique
     expect_json
     ;;
   np4)
     # Sizes 8 B … 4 KiB ×8 (4). Groups: all (4 ranks), pair-intra (2), self (1); one-per-node needs
     # two hosts and is skipped. 7 ops × 4 sizes × 2 = 56 points per group, less all_gather,
-    # reduce_scatter and all_to_all at 8 B on 4 ranks (8/4/4 = 0 floats per rank) on all:
-    # 3 ops × 2 placements = 6. 50 + 56 + 56 = 162.
+    # reduce_scatter and all_to_all at 8 B (under 16 B per rank) in both placements, 6 per group;
+    # and on self the in-place points of the 5 ops that move nothing there on one rank: 5 × 4 =
+    # 20, of which the 2 at 8 B (all_gather, reduce_scatter) are already gone. 50 + 50 + 32 = 132.
     run 4 -b 8 -e 4K -f 8 --groups all,pair-intra,one-per-node,self
     grep -q "skipping group one-per-node" "$scratch/stderr" || fail "one-per-node should be skipped on one host"
     expect_lines meta 1
-    expect_lines collective 162
+    expect_lines collective 132
     expect_unique
     expect_json
+    ;;
+  fault)
+    # Before warm-ups were agreed on, the failing rank skipped the barrier the other waited in
+    # and the run hung: the timeout's 124 is the failure this checks for.
+    export PARALLAX_BENCH_FAULT=warmup:1
+    forward=()
+    if "$mpiexec" --version 2>&1 | grep -Eq "Open MPI|OpenRTE"; then forward=(-x PARALLAX_BENCH_FAULT); fi
+    status=0
+    timeout -k 5 40 "${launcher[@]}" "${forward[@]}" -np 2 "$bench" -n 5 -w 2 -o "$out" --groups all,self \
+      --ops all_reduce -b 8 -e 512 -f 4 >"$scratch/stdout" 2>"$scratch/stderr" || status=$?
+    [ "$status" -ne 124 ] && [ "$status" -ne 137 ] || fail "the run hung after a failed warm-up (exit $status)"
+    [ "$status" -eq 1 ] || fail "exit $status after a failed warm-up, expected 1"
+    grep -q "fault injected by PARALLAX_BENCH_FAULT" "$scratch/stderr" || fail "the failing rank's error was not reported"
+    grep -q "abandoning group all" "$scratch/stderr" || fail "the group of the failed warm-up was not abandoned"
+    grep -q "another rank's warm-up failed" "$scratch/stderr" && fail "a rank reported its peer's failure as its own"
+    # self is rank 0 alone: all_reduce out of place at 8, 32, 128 and 512 B (in place moves nothing).
+    expect_lines collective 4
     ;;
   *)
     echo "unknown mode $mode" >&2

@@ -114,16 +114,17 @@ void MpiCollectives::call(const CollectivePoint& p, MPI_Datatype type, MPI_Op op
 
 std::optional<TimeStats> MpiCollectives::measure(const CollectivePoint& p) {
   if (comm_ == MPI_COMM_NULL) {
-    world_.barrier();
+    warm_up_together(world_, {}, nullptr);
     return std::nullopt;
   }
   const auto type = mpi_datatype(p.dtype);
   const auto op = mpi_op(p.redop == "none" ? "sum" : p.redop);
   const auto type_size = nccl_tests_type_size(p.dtype);
-  if (!type || !op || !type_size) throw std::runtime_error("MPI has no type " + p.dtype + " or operator " + p.redop);
-  if (p.count > INT_MAX) throw std::runtime_error("count " + std::to_string(p.count) + " exceeds MPI's int counts");
-  for (int i = 0; i < p.warmup; ++i) call(p, *type, *op);
-  world_.barrier();
+  warm_up_together(world_, {world_.rank()}, [&] {
+    if (!type || !op || !type_size) throw std::runtime_error("MPI has no type " + p.dtype + " or operator " + p.redop);
+    if (p.count > INT_MAX) throw std::runtime_error("count " + std::to_string(p.count) + " exceeds MPI's int counts");
+    for (int i = 0; i < p.warmup; ++i) call(p, *type, *op);
+  });
   std::vector<double> times;
   times.reserve(static_cast<size_t>(p.iters));
   for (int i = 0; i < p.iters; ++i) {

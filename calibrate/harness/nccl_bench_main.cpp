@@ -42,7 +42,7 @@ struct GpuArgs {
   std::string memcpy_max = "4G";
   int64_t memcpy_max_bytes = 0;
   bool no_collectives = false;
-  double point_timeout_s = 300;
+  double point_timeout_s = 300;  ///< also the deadline of a multi-process communicator's set-up
   int device = 0;
 };
 
@@ -303,7 +303,8 @@ int main(int argc, char** argv) {
   app.add_flag("--memcpy", g.memcpy, "run the memory-copy sweep (device-to-device, host-to-device, device-to-host)");
   app.add_option("--memcpy-max", g.memcpy_max, "largest copy (1 MiB ... this, x2)")->capture_default_str();
   app.add_flag("--no-collectives", g.no_collectives, "skip the collective sweep (compute sweeps only)");
-  app.add_option("--point-timeout", g.point_timeout_s, "seconds a collective point may take before it counts as hung")
+  app.add_option("--point-timeout", g.point_timeout_s,
+                 "seconds a collective point (or, under MPI, a communicator set-up) may take before it counts as hung")
       ->capture_default_str();
   app.add_option("--device", g.device, "GPU of the compute sweeps (single process; under MPI, rank 0's GPU)")
       ->capture_default_str();
@@ -338,7 +339,7 @@ int main(int argc, char** argv) {
   std::string why_not;
   const int gpu_count = visible_gpu_count(why_not);
   if (gpu_count == 0) {
-    std::fprintf(stderr, "%s: no CUDA GPU visible (%s); nothing measured\n", kHarness, why_not.c_str());
+    std::fprintf(stderr, "%s: no usable GPU: %s; nothing measured\n", kHarness, why_not.c_str());
     return kExitNoDevice;
   }
   install_stop_handlers();

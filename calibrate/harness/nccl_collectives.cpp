@@ -11,8 +11,25 @@
 #include "collectives/nccl_tests_log.h"
 #include "harness/gpu_check.h"
 
+#if defined(NCCL_VERSION_CODE) && NCCL_VERSION_CODE >= NCCL_VERSION(2, 28, 0)
+// Weak, as nccl-tests declares it: a binary built against 2.28 headers still loads an older
+// libnccl, where the symbol resolves to null and all-to-all falls back to grouped send/recv.
+#pragma weak ncclAlltoAll
+#define PARALLAX_NCCL_HAS_ALLTOALL_HEADER 1
+#endif
+
 namespace parallax::harness {
 namespace {
+
+// ncclInProgress is what a non-blocking communicator answers while NCCL still works on a call
+// (its initialisation, a group's connection set-up, finalisation); settle() waits it out.
+void check_enqueued(ncclResult_t status, const char* call) {
+#if defined(NCCL_VERSION_CODE) && NCCL_VERSION_CODE >= NCCL_VERSION(2, 14, 0)
+  if (status == ncclInProgress) return;
+#endif
+  check_call(status, call);
+}
+#define PX_ENQUEUED(call) check_enqueued((call), #call)
 
 void set_or_unset(const char* name, const std::string& value) {
   if (value.empty()) {
@@ -35,7 +52,17 @@ void grouped(Enqueue&& enqueue) {
     ncclGroupEnd();
     throw;
   }
-  PX_CHECK(ncclGroupEnd());
+  PX_ENQUEUED(ncclGroupEnd());
+}
+
+// True when the NCCL loaded at run time has ncclAlltoAll (2.28+), as nccl-tests decides.
+bool loaded_nccl_has_alltoall() {
+#ifdef PARALLAX_NCCL_HAS_ALLTOALL_HEADER
+  int version = 0;
+  return &ncclAlltoAll != nullptr && ncclGetVersion(&version) == ncclSuccess && version >= NCCL_VERSION(2, 28, 0);
+#else
+  return false;
+#endif
 }
 
 bool still_running(ncclResult_t async) {
@@ -78,7 +105,12 @@ std::optional<ncclRedOp_t> nccl_redop(const std::string& redop) {
 NcclCollectives::NcclCollectives(Coordinator& coordinator, std::vector<LocalRank> local, bool multi_process,
                                  double point_timeout_s)
     : coordinator_(coordinator), local_(std::move(local)), multi_process_(multi_process),
-      point_timeout_s_(point_timeout_s) {}
+      point_timeout_s_(point_timeout_s), native_alltoall_(loaded_nccl_has_alltoall()) {}
+
+std::string NcclCollectives::implementation(CollectiveOp op) const {
+  if (op != CollectiveOp::kAllToAll) return "";
+  return native_alltoall_ ? "ncclAlltoAll" : "ncclSend/ncclRecv";
+}
 
 void NcclCollectives::open(const RankGroup& group, const Forcing& forcing, int64_t max_bytes) {
   close(false);
@@ -156,7 +188,35 @@ void NcclCollectives::create_communicators() {
   std::memcpy(id.internal, id_bytes.data(), sizeof id.internal);
   for (Slot& s : slots_) {
     PX_CHECK(cudaSetDevice(s.device));
+#if defined(NCCL_VERSION_CODE) && NCCL_VERSION_CODE >= NCCL_VERSION(2, 14, 0)
+    // Non-blocking, so that a rank whose peers never arrive gives up after --point-timeout
+    // (its communicator aborted) instead of waiting in ncclCommInitRank forever.
+    ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+    config.blocking = 0;
+    PX_ENQUEUED(ncclCommInitRankConfig(&s.comm, group_size_, id, s.group_rank, &config));
+#else
     PX_CHECK(ncclCommInitRank(&s.comm, group_size_, id, s.group_rank));
+#endif
+  }
+  settle("ncclCommInitRankConfig");
+}
+
+void NcclCollectives::settle(const std::string& what) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(point_timeout_s_);
+  for (const Slot& s : slots_) {
+    if (!s.comm) continue;
+    for (;;) {
+      ncclResult_t async = ncclSuccess;
+      PX_CHECK(ncclCommGetAsyncError(s.comm, &async));
+      if (!still_running(async)) PX_CHECK(async);
+      if (async == ncclSuccess) break;
+      if (std::chrono::steady_clock::now() > deadline) {
+        throw std::runtime_error("rank " + std::to_string(s.world_rank) + " (GPU " + std::to_string(s.device) + "): " +
+                                 what + " not done after " + std::to_string(static_cast<int>(point_timeout_s_)) +
+                                 " s (--point-timeout); a peer that never came?");
+      }
+      std::this_thread::sleep_for(std::chrono::microseconds(50));
+    }
   }
 }
 
@@ -174,10 +234,19 @@ void NcclCollectives::close(bool failed) noexcept {
       for (const Slot& s : slots_) {
         if (s.comm && r == ncclSuccess) r = ncclCommFinalize(s.comm);
       }
-      const ncclResult_t end = ncclGroupEnd();
+      ncclResult_t end = ncclGroupEnd();
+      if (r == ncclInProgress) r = ncclSuccess;
+      if (end == ncclInProgress) end = ncclSuccess;
       if (r != ncclSuccess || end != ncclSuccess) {
         report("ncclCommFinalize", ncclGetErrorString(r != ncclSuccess ? r : end));
         failed = true;
+      } else {
+        try {
+          settle("ncclCommFinalize");
+        } catch (const std::exception& e) {
+          report("ncclCommFinalize", e.what());
+          failed = true;
+        }
       }
     }
 #endif
@@ -185,7 +254,7 @@ void NcclCollectives::close(bool failed) noexcept {
   for (Slot& s : slots_) {
     if (s.comm) {
       const ncclResult_t r = failed ? ncclCommAbort(s.comm) : ncclCommDestroy(s.comm);
-      if (r != ncclSuccess) report(failed ? "ncclCommAbort" : "ncclCommDestroy", ncclGetErrorString(r));
+      if (r != ncclSuccess && r != ncclInProgress) report(failed ? "ncclCommAbort" : "ncclCommDestroy", ncclGetErrorString(r));
     }
     if (cudaSetDevice(s.device) != cudaSuccess) continue;
     for (cudaEvent_t e : s.events) cudaEventDestroy(e);
@@ -216,6 +285,12 @@ void NcclCollectives::enqueue(const Slot& s, const CollectivePoint& p, ncclDataT
     case CollectiveOp::kAllToAll: {
       // nccl-tests' alltoall in place passes one buffer as both (its in-place offsets are 0).
       void* from = p.in_place ? recv : send;
+#ifdef PARALLAX_NCCL_HAS_ALLTOALL_HEADER
+      if (native_alltoall_) {
+        PX_CHECK(ncclAlltoAll(from, recv, count, type, s.comm, s.stream));
+        break;
+      }
+#endif
       grouped([&] {
         for (int peer = 0; peer < n; ++peer) {
           PX_CHECK(ncclSend(at(from, peer * block), count, type, peer, s.comm, s.stream));
@@ -246,6 +321,9 @@ void NcclCollectives::launch(const CollectivePoint& p, ncclDataType_t type, nccl
   grouped([&] {
     for (const Slot& s : slots_) enqueue(s, p, type, op, type_size);
   });
+  // A non-blocking communicator may still be connecting when the group returns; no call may
+  // follow on it before that is done.
+  if (multi_process_) settle("ncclGroupEnd");
 }
 
 void NcclCollectives::wait_all() {
@@ -273,17 +351,21 @@ void NcclCollectives::wait_all() {
 
 std::optional<TimeStats> NcclCollectives::measure(const CollectivePoint& p) {
   if (slots_.empty()) {
-    coordinator_.barrier();
+    warm_up_together(coordinator_, {}, nullptr);
     return std::nullopt;
   }
   const auto type = nccl_datatype(p.dtype);
   const auto op = nccl_redop(p.redop == "none" ? "sum" : p.redop);
   const auto type_size = nccl_tests_type_size(p.dtype);
-  if (!type || !op || !type_size) throw std::runtime_error("NCCL has no type " + p.dtype + " or operator " + p.redop);
-
-  for (int i = 0; i < p.warmup; ++i) launch(p, *type, *op, *type_size);
-  wait_all();
-  coordinator_.barrier();
+  std::vector<int> mine;
+  for (const Slot& s : slots_) mine.push_back(s.world_rank);
+  // A rank whose warm-up fails (or whose peers' kernels never complete: wait_all's deadline)
+  // still meets the others, so that no process is left in a barrier alone.
+  warm_up_together(coordinator_, mine, [&] {
+    if (!type || !op || !type_size) throw std::runtime_error("NCCL has no type " + p.dtype + " or operator " + p.redop);
+    for (int i = 0; i < p.warmup; ++i) launch(p, *type, *op, *type_size);
+    wait_all();
+  });
 
   const auto events = static_cast<size_t>(p.iters) + 1;
   for (Slot& s : slots_) {

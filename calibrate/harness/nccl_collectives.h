@@ -1,6 +1,7 @@
 // NCCL collectives as a CollectiveBackend, called as nccl-tests calls them (same buffers, same
-// in-place offsets; all-to-all as grouped ncclSend/ncclRecv to every peer; send/recv as the
-// ring neighbour exchange of sendrecv_perf). One process may drive every rank of a group
+// in-place offsets; all-to-all as ncclAlltoAll where the loaded NCCL has it (2.28+), else as
+// grouped ncclSend/ncclRecv to every peer; send/recv as the ring neighbour exchange of
+// sendrecv_perf). One process may drive every rank of a group
 // (ncclCommInitAll) or one rank among many processes (ncclCommInitRank with a unique id that the
 // Coordinator broadcasts).
 //
@@ -46,6 +47,7 @@ class NcclCollectives final : public CollectiveBackend {
   void open(const RankGroup& group, const Forcing& forcing, int64_t max_bytes) override;
   std::optional<TimeStats> measure(const CollectivePoint& point) override;
   void close(bool failed) noexcept override;
+  std::string implementation(CollectiveOp op) const override;
 
  private:
   struct Slot {
@@ -64,6 +66,10 @@ class NcclCollectives final : public CollectiveBackend {
   void launch(const CollectivePoint& p, ncclDataType_t type, ncclRedOp_t op, int type_size);
   void enqueue(const Slot& s, const CollectivePoint& p, ncclDataType_t type, ncclRedOp_t op, int type_size);
   void wait_all();
+  /// Waits until no communicator of this process answers ncclInProgress (non-blocking
+  /// initialisation, connection set-up, finalisation), at most --point-timeout; throws naming
+  /// `what` on an error or at the deadline.
+  void settle(const std::string& what);
 
   Coordinator& coordinator_;
   std::vector<LocalRank> local_;
@@ -71,6 +77,7 @@ class NcclCollectives final : public CollectiveBackend {
   double point_timeout_s_;
   std::vector<Slot> slots_;  ///< the members of the open group that this process drives
   int group_size_ = 0;
+  bool native_alltoall_ = false;  ///< the loaded NCCL has ncclAlltoAll
 };
 
 }  // namespace parallax::harness

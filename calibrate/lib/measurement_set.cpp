@@ -1,5 +1,6 @@
 // Reading measurement files: JSON lines (calibrate/FORMAT.md) and nccl-tests logs, both into a
-// MeasurementSet, stopping at the first bad line but keeping every good line before it.
+// MeasurementSet. A bad JSON line is skipped and reported, and every good line around it kept;
+// an nccl-tests log stops at its first bad row.
 #include "measurement_set.h"
 
 #include <algorithm>
@@ -18,12 +19,15 @@
 namespace parallax {
 
 Flops GemmMeasurement::flops() const {
-  return Flops(2.0 * static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k));
+  return Flops(2.0 * static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k) *
+               static_cast<double>(batch));
 }
 
 FlopRate GemmMeasurement::achieved() const { return FlopRate(flops().value() / time.seconds()); }
 
-Bandwidth MemcpyMeasurement::achieved() const { return Bandwidth(2.0 * size.value() / time.seconds()); }
+Bandwidth MemcpyMeasurement::achieved() const {
+  return Bandwidth((what == "d2d" ? 2.0 : 1.0) * size.value() / time.seconds());
+}
 
 void MeasurementSet::append(MeasurementSet other) {
   auto move_all = [](auto& into, auto& from) {
@@ -199,6 +203,8 @@ GemmMeasurement read_gemm(LineFields& f, JsonReader& line, const std::string& la
   g.m = f.integer_at_least("m", 1);
   g.n = f.integer_at_least("n", 1);
   g.k = f.integer_at_least("k", 1);
+  g.batch = f.optional_integer_at_least("batch", 1).value_or(1);
+  if (auto v = f.find("fast_accum")) g.fast_accum = v->as_bool();
   g.label = f.string_or("label", "");
   g.warmup = f.optional_small_integer_at_least("warmup", 0);
   g.iters = f.optional_small_integer_at_least("iters", 1);
@@ -463,12 +469,12 @@ ReadOutcome parse_measurement_lines(const std::string& text, const std::string& 
       read_line(line, file, line_number, run, parsed);
     } catch (const LineError& e) {
       out.problems.push_back(ReadProblem{file, line_number, e.reason});
-      break;
+      continue;
     } catch (const InputError& e) {
       // JsonReader's own failures (missing key, wrong type) carry the key's pointer.
       out.problems.push_back(
           ReadProblem{file, line_number, (e.pointer().empty() ? "" : e.pointer() + ": ") + e.reason()});
-      break;
+      continue;
     }
     latest_run = run;
     parsed.files.clear();

@@ -2,11 +2,12 @@
 // (calibrate/FORMAT.md) and nccl-tests logs, turned into one typed MeasurementSet.
 //
 // A harness flushes one line per measurement, so an interrupted or still-running sweep leaves a
-// file whose last line may be cut short. The reader therefore never throws away what it has:
-// it stops at the first bad line and returns every good line before it together with a
-// "FILE:LINE: reason" problem, and the caller decides whether to warn or to refuse. Only a file
-// that cannot be read at all (or an nccl-tests log whose ranks, nodes or operation nobody can
-// tell) is an InputError.
+// file whose last line may be cut short, and one bad point (a zero time) must not cost the
+// points after it. The reader therefore never throws away what it has: a bad JSON line is
+// skipped with a "FILE:LINE: reason" problem and every good line before and after it is kept
+// (an nccl-tests log, whose rows are one table, stops at its first bad row), and the caller
+// decides whether to warn or to refuse. Only a file that cannot be read at all (or an
+// nccl-tests log whose ranks, nodes or operation nobody can tell) is an InputError.
 #pragma once
 
 #include <cstdint>
@@ -62,10 +63,12 @@ struct CollectiveMeasurement {
   MeasurementSource source;
 };
 
-/// One cuBLASLt matrix product shape (`kind: "gemm"`): 2·m·n·k FLOP in `time`.
+/// One cuBLASLt matrix product shape (`kind: "gemm"`): 2·m·n·k·batch FLOP in `time`.
 struct GemmMeasurement {
   std::string dtype;  ///< "bf16", "fp8", …
   int64_t m = 0, n = 0, k = 0;
+  int64_t batch = 1;        ///< products in one strided-batched call (a balanced grouped GEMM)
+  bool fast_accum = false;  ///< fp8 with cuBLASLt's fast accumulation (forward GEMMs in TE)
   std::string label;  ///< what the shape stands for ("mlp_up"); empty when not given
   std::optional<int> warmup, iters;
   Time time;  ///< mean time per product (> 0)
@@ -90,7 +93,8 @@ struct MemcpyMeasurement {
   std::string run;
   MeasurementSource source;
 
-  /// Bytes read plus bytes written (2 × size) over time, as STREAM and FORMAT.md count it.
+  /// As FORMAT.md counts it: bytes read plus bytes written (2 × size) over time for d2d, and
+  /// the one-way bytes over the link (size) for h2d and d2h.
   Bandwidth achieved() const;
 };
 
@@ -139,8 +143,8 @@ struct ReadProblem {
   std::string message() const;
 };
 
-/// What a read produced: every good record, and the problems that stopped a file early (at most
-/// one per file). A caller may warn about the problems and still use the set.
+/// What a read produced: every good record, and a problem per skipped line (JSON lines) or per
+/// log cut short (nccl-tests), in file and line order. A caller may warn and still use the set.
 struct ReadOutcome {
   MeasurementSet set;
   std::vector<ReadProblem> problems;
@@ -158,8 +162,9 @@ struct MeasurementReadOptions {
 
 /// Reads one file, JSON lines when its first non-blank character is '{', else an nccl-tests
 /// log (one CollectiveMeasurement per printed out-of-place and in-place block, group "all").
-/// Blank lines are skipped. The first line that does not parse, lacks a required field or holds
-/// a bad value ends the read: its problem is returned with every record before it.
+/// Blank lines are skipped. A JSON line that does not parse, lacks a required field or holds a
+/// bad value adds nothing and one problem; the lines after it are still read. In an nccl-tests
+/// log the first bad row ends the read, with every row before it kept.
 ///
 /// For an nccl-tests log, ranks, nodes and op come from the options when given, else from the
 /// log; an option that contradicts the log's own device lines (or its stated op) is refused.
@@ -168,7 +173,7 @@ struct MeasurementReadOptions {
 /// or is an nccl-tests log whose ranks, nodes or op are neither stated nor given.
 ReadOutcome read_measurements(const std::string& path, const MeasurementReadOptions& options = {});
 
-/// Reads every file in order and merges them; problems are collected, one per bad file.
+/// Reads every file in order and merges them; problems are collected in order.
 /// Throws InputError as the one-file form does, at the first unreadable file.
 ReadOutcome read_measurements(const std::vector<std::string>& paths, const MeasurementReadOptions& options = {});
 

@@ -20,25 +20,40 @@ MeasuredGemmTable::MeasuredGemmTable(std::vector<GemmMeasurement> measurements, 
   struct Sum {
     double total = 0;
     int count = 0;
+    double mean() const { return total / count; }
   };
-  std::map<DType, std::map<std::tuple<double, double, double>, Sum>> by_shape;
-  std::map<DType, std::map<double, Sum>> by_volume;
+  struct Variants {
+    Sum fast, precise;
+    double rate() const {
+      if (fast.count == 0) return precise.mean();
+      if (precise.count == 0) return fast.mean();
+      // One forward GEMM with fast accumulation, two backward ones without (header).
+      return 3.0 / (1.0 / fast.mean() + 2.0 / precise.mean());
+    }
+  };
+  std::map<DType, std::map<ShapeKey, Variants>> by_shape;
   for (const auto& m : measurements_) {
     const GemmShape& s = m.shape;
     if (!(s.m > 0 && s.n > 0 && s.k > 0 && s.batch > 0) || !(m.achieved.value() > 0)) {
       throw std::invalid_argument("MeasuredGemmTable: shapes and rates must be positive");
     }
-    Sum& e = by_shape[m.dtype][{s.m, s.n, s.k}];
+    Variants& v = by_shape[m.dtype][{s.m, s.n, s.k, s.batch}];
+    Sum& e = m.fast_accum ? v.fast : v.precise;
     e.total += m.achieved.value();
     ++e.count;
-    Sum& v = by_volume[m.dtype][s.volume()];
-    v.total += m.achieved.value();
-    ++v.count;
   }
   for (auto& [dtype, shapes] : by_shape) {
     Curve& c = by_dtype_[dtype];
-    for (auto& [key, sum] : shapes) c.exact[key] = sum.total / sum.count;
-    for (auto& [volume, sum] : by_volume[dtype]) c.points.push_back({std::log(volume), sum.total / sum.count});
+    std::map<double, Sum> by_volume;
+    for (auto& [key, variants] : shapes) {
+      const double rate = variants.rate();
+      c.exact[key] = rate;
+      const auto& [m, n, k, batch] = key;
+      Sum& v = by_volume[m * n * k * batch];
+      v.total += rate;
+      ++v.count;
+    }
+    for (auto& [volume, sum] : by_volume) c.points.push_back({std::log(volume), sum.mean()});
   }
 }
 
@@ -46,9 +61,7 @@ FlopRate MeasuredGemmTable::achieved_rate(const GemmShape& shape, DType dtype, c
   auto it = by_dtype_.find(dtype);
   if (it == by_dtype_.end()) return fallback_->achieved_rate(shape, dtype, gpu);
   const Curve& c = it->second;
-  if (shape.batch == 1) {
-    if (auto e = c.exact.find({shape.m, shape.n, shape.k}); e != c.exact.end()) return FlopRate(e->second);
-  }
+  if (auto e = c.exact.find({shape.m, shape.n, shape.k, shape.batch}); e != c.exact.end()) return FlopRate(e->second);
   if (!(shape.volume() > 0)) return FlopRate(c.points.front().rate);
   double x = std::log(shape.volume());
   const auto& pts = c.points;
@@ -113,6 +126,8 @@ MeasuredGemmTable parse_gemm_measurements(const std::string& text, const std::st
     m.shape.m = positive_dimension(line, "m");
     m.shape.n = positive_dimension(line, "n");
     m.shape.k = positive_dimension(line, "k");
+    if (line.has("batch")) m.shape.batch = positive_dimension(line, "batch");
+    if (auto fast = line.find("fast_accum")) m.fast_accum = fast->as_bool();
     m.achieved = teraflops_per_second(positive_number(line, "tflops"));
     if (line.has("peak_tflops")) m.peak = teraflops_per_second(positive_number(line, "peak_tflops"));
     if (auto label = line.find("label")) m.label = label->as_string();

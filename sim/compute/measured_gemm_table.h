@@ -5,7 +5,11 @@
 //
 // Lookup, per dtype:
 // - a shape that was measured returns its measured rate exactly (several measurements of one
-//   shape are averaged);
+//   shape are averaged; `batch`, when a line gives it, is part of the shape);
+// - fp8 measured both with cuBLASLt's fast accumulation and without (the harness measures
+//   both) gives a training step's rate: TransformerEngine runs the forward GEMM with fast
+//   accumulation and the two backward GEMMs (dgrad, wgrad) without, so the time of the three
+//   is t_fast + 2·t_precise and the rate 3 / (1/r_fast + 2/r_precise);
 // - any other shape is placed by its volume V = m·n·k·batch: the rate is interpolated linearly
 //   in log V between the two measured volumes around it (measurements of different shapes with
 //   the same volume are averaged into one point), and outside the measured range it is the
@@ -32,7 +36,8 @@ namespace parallax {
 /// One `"kind":"gemm"` line.
 struct GemmMeasurement {
   DType dtype = DType::kBf16;
-  GemmShape shape;       ///< batch is 1: the harness measures single products
+  GemmShape shape;       ///< batch > 1: a strided batch (a balanced grouped GEMM)
+  bool fast_accum = false;  ///< fp8 with fast accumulation
   FlopRate achieved;     ///< `tflops`
   FlopRate peak;         ///< `peak_tflops`, or 0 when the line has none
   std::string label;
@@ -57,9 +62,10 @@ class MeasuredGemmTable : public GemmEfficiency {
     double log_volume;
     double rate;  // FLOP/s
   };
+  using ShapeKey = std::tuple<double, double, double, double>;  // (m, n, k, batch)
   struct Curve {
-    std::map<std::tuple<double, double, double>, double> exact;  // (m, n, k) → mean rate
-    std::vector<Point> points;                                   // by log volume, one per volume
+    std::map<ShapeKey, double> exact;  // a shape's rate (fp8: fast and precise combined)
+    std::vector<Point> points;         // by log volume, one per volume
   };
 
   std::vector<GemmMeasurement> measurements_;

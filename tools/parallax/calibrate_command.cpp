@@ -45,8 +45,23 @@ nlohmann::ordered_json read_json_file(const std::string& path) {
   }
 }
 
-// Reads every input; a bad line is reported with its file and line, and the good lines before it
-// are still used.
+// Reads every input; a bad line is reported with its file and line and skipped, and every good
+// line is still used. Past a few warnings per file the rest are counted, not printed.
+void warn_about(const std::vector<ReadProblem>& problems) {
+  constexpr int kShownPerFile = 5;
+  std::map<std::string, int> per_file;
+  for (const ReadProblem& p : problems) {
+    if (++per_file[p.file] <= kShownPerFile) {
+      std::fprintf(stderr, "parallax: warning: %s (line skipped; the others are used)\n", p.message().c_str());
+    }
+  }
+  for (const auto& [file, n] : per_file) {
+    if (n > kShownPerFile) {
+      std::fprintf(stderr, "parallax: warning: %s: %d more bad lines skipped\n", file.c_str(), n - kShownPerFile);
+    }
+  }
+}
+
 MeasurementSet read_inputs(const CalibrateArgs& a) {
   MeasurementReadOptions o;
   o.ranks = a.gpus;
@@ -56,9 +71,7 @@ MeasurementSet read_inputs(const CalibrateArgs& a) {
     if (!o.op) throw InputError("", "--op", "unknown collective \"" + a.op + "\"");
   }
   ReadOutcome in = read_measurements(a.inputs, o);
-  for (const ReadProblem& p : in.problems) {
-    std::fprintf(stderr, "parallax: warning: %s (the lines before it are used)\n", p.message().c_str());
-  }
+  warn_about(in.problems);
   if (in.set.collectives.empty()) throw InputError(a.inputs.front(), "", "no collective measurement in the input");
   return std::move(in.set);
 }
@@ -226,6 +239,8 @@ void run_fit(const CalibrateArgs& a) {
       j["m"] = g.m;
       j["n"] = g.n;
       j["k"] = g.k;
+      if (g.batch != 1) j["batch"] = g.batch;
+      if (g.fast_accum) j["fast_accum"] = true;
       j["tflops"] = g.achieved().value() / 1e12;
       if (g.peak) j["efficiency"] = g.achieved().value() / g.peak->value();
       gemms.push_back(j);
