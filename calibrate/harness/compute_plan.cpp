@@ -41,13 +41,15 @@ std::vector<GemmShape> gemm_shapes() {
       add(prefix + "logits", t, kVocab, h);
     }
   }
+  for (int64_t s = 512; s <= 16384; s *= 2) add("square", s, s, s);
+  // Last: should a cuBLASLt reject batched products, three failures in a row end the sweep only
+  // after every single product is measured.
   for (const Moe& moe : moes) {
     for (int64_t m : moe.tokens_per_expert) {
       add(std::string(moe.name) + ".moe_up", m, 2 * moe.expert_ffn, moe.hidden, moe.experts_per_gpu);
       add(std::string(moe.name) + ".moe_down", m, moe.hidden, moe.expert_ffn, moe.experts_per_gpu);
     }
   }
-  for (int64_t s = 512; s <= 16384; s *= 2) add("square", s, s, s);
   return shapes;
 }
 

@@ -11,13 +11,13 @@
 //   mlp_up    m=t n=2f          k=h   (gated MLP: up and gate projections fused)
 //   mlp_down  m=t n=h           k=f
 //   logits    m=t n=128256      k=h   (Llama-3 vocabulary)
-// then MoE experts as grouped GEMMs at small M: `batch` experts on one GPU, each with m tokens
+// then squares 512…16384 (×2), then MoE experts as grouped GEMMs at small M: `batch` experts on one GPU, each with m tokens
 // (a balanced routing: tokens·top-k / experts), run as one strided-batched product:
 //   DeepSeek-V3-like (h 7168, expert width 2048, 8 experts per GPU at EP 32),
 //     m ∈ {128, 256, 512, 1024}: moe_up n=4096 k=7168, moe_down n=7168 k=2048;
 //   Mixtral-8x7B-like (h 4096, width 14336, 2 experts per GPU at EP 4),
-//     m ∈ {1024, 2048, 4096}: moe_up n=28672 k=4096, moe_down n=4096 k=14336;
-// plus squares 512…16384 (×2). A shape met twice keeps one entry with both labels.
+//     m ∈ {1024, 2048, 4096}: moe_up n=28672 k=4096, moe_down n=4096 k=14336.
+// A shape met twice keeps one entry with both labels.
 #pragma once
 
 #include <cstdint>
@@ -47,7 +47,8 @@ struct GemmVariant {
 /// The variants of `dtypes`, in order: bf16 → {bf16}; fp8 → {fp8 fast, fp8 precise}.
 std::vector<GemmVariant> gemm_variants(const std::vector<std::string>& dtypes);
 
-/// The shapes above, transformer layers first (by hidden size, then tokens), then squares.
+/// The shapes above, transformer layers first (by hidden size, then tokens), then squares, then
+/// MoE experts.
 std::vector<GemmShape> gemm_shapes();
 
 /// Dense datasheet peak in TFLOP/s for a GPU name (as cudaGetDeviceProperties reports it) and a

@@ -21,8 +21,8 @@
 namespace parallax::harness {
 namespace {
 
-// ncclInProgress is what a non-blocking communicator answers while NCCL still works on a call
-// (its initialisation, a group's connection set-up, finalisation); settle() waits it out.
+// ncclInProgress is what the non-blocking set-up communicator answers while NCCL still works on
+// a call (its initialisation, the split, finalisation); settle_setup() waits it out.
 void check_enqueued(ncclResult_t status, const char* call) {
 #if defined(NCCL_VERSION_CODE) && NCCL_VERSION_CODE >= NCCL_VERSION(2, 14, 0)
   if (status == ncclInProgress) return;
@@ -52,7 +52,7 @@ void grouped(Enqueue&& enqueue) {
     ncclGroupEnd();
     throw;
   }
-  PX_ENQUEUED(ncclGroupEnd());
+  PX_CHECK(ncclGroupEnd());
 }
 
 // True when the NCCL loaded at run time has ncclAlltoAll (2.28+), as nccl-tests decides.
@@ -61,6 +61,15 @@ bool loaded_nccl_has_alltoall() {
   int version = 0;
   return &ncclAlltoAll != nullptr && ncclGetVersion(&version) == ncclSuccess && version >= NCCL_VERSION(2, 28, 0);
 #else
+  return false;
+#endif
+}
+
+bool in_progress(ncclResult_t r) {
+#if defined(NCCL_VERSION_CODE) && NCCL_VERSION_CODE >= NCCL_VERSION(2, 14, 0)
+  return r == ncclInProgress;
+#else
+  (void)r;
   return false;
 #endif
 }
@@ -186,30 +195,52 @@ void NcclCollectives::create_communicators() {
   }
   ncclUniqueId id;
   std::memcpy(id.internal, id_bytes.data(), sizeof id.internal);
+#if defined(NCCL_VERSION_CODE) && NCCL_VERSION_CODE >= NCCL_VERSION(2, 18, 0)
+  // The set-up communicator is non-blocking, so that a rank whose peers never arrive gives up
+  // after --point-timeout (its communicator aborted) instead of waiting in ncclCommInitRank
+  // forever. The timed one is split from it as a blocking communicator: on a non-blocking one,
+  // every ncclGroupEnd hands the launch to a new thread that must be polled for, which would put
+  // tens of microseconds of host time into every small collective.
   for (Slot& s : slots_) {
     PX_CHECK(cudaSetDevice(s.device));
-#if defined(NCCL_VERSION_CODE) && NCCL_VERSION_CODE >= NCCL_VERSION(2, 14, 0)
-    // Non-blocking, so that a rank whose peers never arrive gives up after --point-timeout
-    // (its communicator aborted) instead of waiting in ncclCommInitRank forever.
     ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
     config.blocking = 0;
-    PX_ENQUEUED(ncclCommInitRankConfig(&s.comm, group_size_, id, s.group_rank, &config));
-#else
-    PX_CHECK(ncclCommInitRank(&s.comm, group_size_, id, s.group_rank));
-#endif
+    PX_ENQUEUED(ncclCommInitRankConfig(&s.setup_comm, group_size_, id, s.group_rank, &config));
   }
-  settle("ncclCommInitRankConfig");
+  settle_setup("ncclCommInitRankConfig");
+  for (Slot& s : slots_) {
+    PX_CHECK(cudaSetDevice(s.device));
+    ncclConfig_t timed = NCCL_CONFIG_INITIALIZER;
+    timed.blocking = 1;
+    PX_ENQUEUED(ncclCommSplit(s.setup_comm, 0, s.group_rank, &s.comm, &timed));
+  }
+  // The split runs as a job of the (non-blocking) parent: the parent reads ncclSuccess once the
+  // child is made.
+  settle_setup("ncclCommSplit");
+  for (const Slot& s : slots_) {
+    ncclResult_t child = ncclSuccess;
+    PX_CHECK(ncclCommGetAsyncError(s.comm, &child));
+    PX_CHECK(child);
+  }
+  release_setup();
+#else
+  for (Slot& s : slots_) {
+    PX_CHECK(cudaSetDevice(s.device));
+    PX_CHECK(ncclCommInitRank(&s.comm, group_size_, id, s.group_rank));
+  }
+#endif
 }
 
-void NcclCollectives::settle(const std::string& what) {
+void NcclCollectives::settle_setup(const std::string& what) {
+#if defined(NCCL_VERSION_CODE) && NCCL_VERSION_CODE >= NCCL_VERSION(2, 14, 0)
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(point_timeout_s_);
   for (const Slot& s : slots_) {
-    if (!s.comm) continue;
+    if (!s.setup_comm) continue;
     for (;;) {
       ncclResult_t async = ncclSuccess;
-      PX_CHECK(ncclCommGetAsyncError(s.comm, &async));
-      if (!still_running(async)) PX_CHECK(async);
+      PX_CHECK(ncclCommGetAsyncError(s.setup_comm, &async));
       if (async == ncclSuccess) break;
+      if (!in_progress(async)) PX_CHECK(async);
       if (std::chrono::steady_clock::now() > deadline) {
         throw std::runtime_error("rank " + std::to_string(s.world_rank) + " (GPU " + std::to_string(s.device) + "): " +
                                  what + " not done after " + std::to_string(static_cast<int>(point_timeout_s_)) +
@@ -218,12 +249,38 @@ void NcclCollectives::settle(const std::string& what) {
       std::this_thread::sleep_for(std::chrono::microseconds(50));
     }
   }
+#else
+  (void)what;
+#endif
+}
+
+void NcclCollectives::release_setup() {
+#if defined(NCCL_VERSION_CODE) && NCCL_VERSION_CODE >= NCCL_VERSION(2, 14, 0)
+  // Finalised together (one group; non-blocking, so polled), then destroyed.
+  PX_CHECK(ncclGroupStart());
+  ncclResult_t first = ncclSuccess;
+  for (const Slot& s : slots_) {
+    if (!s.setup_comm) continue;
+    const ncclResult_t r = ncclCommFinalize(s.setup_comm);
+    if (first == ncclSuccess && !in_progress(r)) first = r;
+  }
+  PX_ENQUEUED(ncclGroupEnd());
+  PX_CHECK(first);
+  settle_setup("ncclCommFinalize of the set-up communicator");
+  for (Slot& s : slots_) {
+    if (!s.setup_comm) continue;
+    PX_ENQUEUED(ncclCommDestroy(s.setup_comm));
+    s.setup_comm = nullptr;
+  }
+#endif
 }
 
 void NcclCollectives::close(bool failed) noexcept {
   auto report = [](const char* what, const std::string& detail) {
     std::cerr << "parallax-nccl-bench: warning: " << what << ": " << detail << "\n";
   };
+  // A set-up communicator still here means open() failed halfway: nothing to drain.
+  for (Slot& s : slots_) failed = failed || s.setup_comm;
   if (!failed) {
     // Finalizing flushes outstanding work; the communicators of one process finalize together.
     bool any = false;
@@ -234,28 +291,26 @@ void NcclCollectives::close(bool failed) noexcept {
       for (const Slot& s : slots_) {
         if (s.comm && r == ncclSuccess) r = ncclCommFinalize(s.comm);
       }
-      ncclResult_t end = ncclGroupEnd();
-      if (r == ncclInProgress) r = ncclSuccess;
-      if (end == ncclInProgress) end = ncclSuccess;
+      const ncclResult_t end = ncclGroupEnd();
       if (r != ncclSuccess || end != ncclSuccess) {
         report("ncclCommFinalize", ncclGetErrorString(r != ncclSuccess ? r : end));
         failed = true;
-      } else {
-        try {
-          settle("ncclCommFinalize");
-        } catch (const std::exception& e) {
-          report("ncclCommFinalize", e.what());
-          failed = true;
-        }
       }
     }
 #endif
   }
+  // Every communicator goes before any buffer: in one process, a rank's kernels may write into
+  // another rank's buffers until that rank's communicator is aborted too.
   for (Slot& s : slots_) {
-    if (s.comm) {
-      const ncclResult_t r = failed ? ncclCommAbort(s.comm) : ncclCommDestroy(s.comm);
-      if (r != ncclSuccess && r != ncclInProgress) report(failed ? "ncclCommAbort" : "ncclCommDestroy", ncclGetErrorString(r));
+    for (ncclComm_t* comm : {&s.comm, &s.setup_comm}) {
+      if (!*comm) continue;
+      const bool abort = failed || comm == &s.setup_comm;
+      const ncclResult_t r = abort ? ncclCommAbort(*comm) : ncclCommDestroy(*comm);
+      if (r != ncclSuccess && !in_progress(r)) report(abort ? "ncclCommAbort" : "ncclCommDestroy", ncclGetErrorString(r));
+      *comm = nullptr;
     }
+  }
+  for (Slot& s : slots_) {
     if (cudaSetDevice(s.device) != cudaSuccess) continue;
     for (cudaEvent_t e : s.events) cudaEventDestroy(e);
     if (s.send) cudaFree(s.send);
@@ -321,9 +376,6 @@ void NcclCollectives::launch(const CollectivePoint& p, ncclDataType_t type, nccl
   grouped([&] {
     for (const Slot& s : slots_) enqueue(s, p, type, op, type_size);
   });
-  // A non-blocking communicator may still be connecting when the group returns; no call may
-  // follow on it before that is done.
-  if (multi_process_) settle("ncclGroupEnd");
 }
 
 void NcclCollectives::wait_all() {

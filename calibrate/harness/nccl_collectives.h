@@ -5,9 +5,13 @@
 // (ncclCommInitAll) or one rank among many processes (ncclCommInitRank with a unique id that the
 // Coordinator broadcasts).
 //
-// Timing: after the warm-up and a barrier, a CUDA event is recorded on each rank's stream
-// before every iteration and after the last; an iteration's time on a rank is the elapsed time
-// between its events, and the point's stats are the slowest rank's (collective_sweep.h).
+// Across processes, the communicator is first made non-blocking, so that its set-up has a
+// deadline (--point-timeout), then split into the blocking one that is timed.
+//
+// Timing: after the warm-up and an agreement of every process (warm_up_together), a CUDA event
+// is recorded on each rank's stream before every iteration and after the last; an iteration's
+// time on a rank is the elapsed time between its events, and the point's stats are the slowest
+// rank's (collective_sweep.h).
 // NCCL_ALGO/NCCL_PROTO are set (or unset) before each group's communicator is created, since
 // NCCL reads them when it tunes a new communicator, and stay so while it is used.
 #pragma once
@@ -54,7 +58,8 @@ class NcclCollectives final : public CollectiveBackend {
     int world_rank = 0;
     int group_rank = 0;
     int device = 0;
-    ncclComm_t comm = nullptr;
+    ncclComm_t comm = nullptr;        ///< blocking: the one collectives are timed on
+    ncclComm_t setup_comm = nullptr;  ///< multi-process: non-blocking, during open() only
     cudaStream_t stream = nullptr;
     void* send = nullptr;
     void* recv = nullptr;
@@ -66,10 +71,12 @@ class NcclCollectives final : public CollectiveBackend {
   void launch(const CollectivePoint& p, ncclDataType_t type, ncclRedOp_t op, int type_size);
   void enqueue(const Slot& s, const CollectivePoint& p, ncclDataType_t type, ncclRedOp_t op, int type_size);
   void wait_all();
-  /// Waits until no communicator of this process answers ncclInProgress (non-blocking
-  /// initialisation, connection set-up, finalisation), at most --point-timeout; throws naming
-  /// `what` on an error or at the deadline.
-  void settle(const std::string& what);
+  /// Waits until no set-up communicator of this process answers ncclInProgress (non-blocking
+  /// initialisation, split, finalisation), at most --point-timeout; throws naming `what` on an
+  /// error or at the deadline.
+  void settle_setup(const std::string& what);
+  /// Finalises and destroys the set-up communicators once the timed ones are split from them.
+  void release_setup();
 
   Coordinator& coordinator_;
   std::vector<LocalRank> local_;
