@@ -9,7 +9,7 @@
 #include "compute/compute_model.h"
 #include "io/input_error.h"
 #include "training/iteration.h"
-#include "training/layer_operators.h"
+#include "model/layer_operators.h"
 #include "training_test_support.h"
 
 namespace parallax {

@@ -9,9 +9,9 @@
 #include "compute/compute_model.h"
 #include "io/input_error.h"
 #include "training/iteration.h"
-#include "training/layer_operators.h"
-#include "training/model_loader.h"
-#include "training/parameter_count.h"
+#include "model/layer_operators.h"
+#include "model/model_loader.h"
+#include "model/parameter_count.h"
 #include "training_test_support.h"
 
 namespace parallax {

@@ -5,7 +5,7 @@
 #include <set>
 
 #include "io/input_error.h"
-#include "training/model_loader.h"
+#include "model/model_loader.h"
 #include "training/parallel_layout.h"
 #include "test_support.h"
 

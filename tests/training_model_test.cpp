@@ -6,8 +6,8 @@
 #include <functional>
 
 #include "io/input_error.h"
-#include "training/model_loader.h"
-#include "training/parameter_count.h"
+#include "model/model_loader.h"
+#include "model/parameter_count.h"
 #include "test_support.h"
 
 namespace parallax {

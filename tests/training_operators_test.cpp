@@ -7,10 +7,10 @@
 #include <cmath>
 
 #include "compute/compute_model.h"
-#include "training/layer_operators.h"
-#include "training/model_loader.h"
+#include "model/layer_operators.h"
+#include "model/model_loader.h"
 #include "training/memory_model.h"
-#include "training/parameter_count.h"
+#include "model/parameter_count.h"
 #include "test_support.h"
 
 namespace parallax {

@@ -6,7 +6,7 @@
 #include <fstream>
 
 #include "io/input_error.h"
-#include "training/parameter_count.h"
+#include "model/parameter_count.h"
 #include "training/published_runs.h"
 
 namespace parallax {

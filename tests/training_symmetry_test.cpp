@@ -7,7 +7,7 @@
 #include <gtest/gtest.h>
 
 #include "training/iteration.h"
-#include "training/model_loader.h"
+#include "model/model_loader.h"
 #include "training_test_support.h"
 
 namespace parallax {

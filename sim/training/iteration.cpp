@@ -17,9 +17,9 @@
 #include "engine/invariant.h"
 #include "io/input_error.h"
 #include "topology/router.h"
-#include "training/layer_operators.h"
+#include "model/layer_operators.h"
 #include "training/memory_model.h"
-#include "training/parameter_count.h"
+#include "model/parameter_count.h"
 #include "training/pipeline_schedule.h"
 
 namespace parallax {

@@ -121,7 +121,7 @@
 #include "collectives/collective_simulator.h"
 #include "compute/compute_model.h"
 #include "topology/topology.h"
-#include "training/model_config.h"
+#include "model/model_config.h"
 #include "training/parallel_layout.h"
 #include "training/stream_graph.h"
 

@@ -6,7 +6,7 @@
 #include <stdexcept>
 
 #include "io/input_error.h"
-#include "training/layer_operators.h"
+#include "model/layer_operators.h"
 
 namespace parallax {
 namespace {

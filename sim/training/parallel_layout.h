@@ -23,9 +23,9 @@
 #include <vector>
 
 #include "compute/operator_cost.h"
-#include "training/layer_operators.h"
+#include "model/layer_operators.h"
 #include "training/memory_model.h"
-#include "training/model_config.h"
+#include "model/model_config.h"
 
 namespace parallax {
 

@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "training/model_config.h"
+#include "model/model_config.h"
 #include "training/parallel_layout.h"
 
 namespace parallax {

@@ -20,8 +20,8 @@
 #include "parallax/text_table.h"
 #include "topology/topology_loader.h"
 #include "training/iteration.h"
-#include "training/model_loader.h"
-#include "training/parameter_count.h"
+#include "model/model_loader.h"
+#include "model/parameter_count.h"
 #include "training/published_runs.h"
 #include "units/unit_parse.h"
 

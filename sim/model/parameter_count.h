@@ -17,7 +17,7 @@
 
 #include <cstdint>
 
-#include "training/model_config.h"
+#include "model/model_config.h"
 
 namespace parallax {
 

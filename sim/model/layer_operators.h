@@ -1,8 +1,15 @@
-// The operators of one micro-batch on one GPU, layer by layer, with their forward and backward
-// costs (FLOPs, HBM bytes, GEMM shape) for the compute model; and the model FLOPs per token
-// used for MFU.
+// The operators of one batch on one GPU, layer by layer, with their forward and backward costs
+// (FLOPs, HBM bytes, GEMM shape) for the compute model; and the model FLOPs per token used for
+// MFU. Training and serving both use them.
 //
-// A micro-batch is b sequences of s tokens. On one GPU, with tensor parallelism t, context
+// Two kinds of batch. A training micro-batch (MicroBatch) is b sequences of s tokens. A serving
+// step's ragged batch (RaggedBatch) is a list of sequences, each with q new tokens (a prefill
+// chunk, or 1 for a decode step) after kv − q tokens already in its KV cache: its GEMMs run on
+// T = Σq rows, its attention reads Σkv keys' K and V, and causal attention computes
+// Σ q·(kv − q) + q·(q + 1)/2 query-key pairs (new token i sees the cached keys and the new ones
+// up to itself); only the sequences that sample a token run the output head.
+//
+// For a micro-batch: On one GPU, with tensor parallelism t, context
 // parallelism c, expert parallelism e and optional sequence parallelism:
 //   T    = b·s/c                tokens whose activations this GPU computes
 //   T_sp = T/t with SP, else T  tokens of the norms, residuals and other elementwise work
@@ -69,11 +76,10 @@
 
 #include "compute/operator_cost.h"
 #include "units/units.h"
-#include "training/model_config.h"
+#include "model/model_config.h"
 
 namespace parallax {
 
-/// b sequences of s tokens, in the dtype of activations and GEMM inputs.
 /// How the attention core runs: one FlashAttention kernel, or the unfused scores, softmax and
 /// context of the file header.
 enum class AttentionKernel : uint8_t { kFlash, kUnfused };
@@ -82,6 +88,7 @@ const char* to_string(AttentionKernel k);
 /// Parses "flash" and "unfused"; nullopt otherwise.
 std::optional<AttentionKernel> attention_kernel_from(const std::string& name);
 
+/// b sequences of s tokens, in the dtype of activations and GEMM inputs.
 struct MicroBatch {
   int64_t sequences = 1;
   int64_t sequence_length = 0;
@@ -89,6 +96,39 @@ struct MicroBatch {
   DType dtype = DType::kBf16;
   AttentionKernel attention = AttentionKernel::kFlash;
 };
+
+/// One sequence of a serving step: q_len new tokens after kv_len − q_len cached ones
+/// (1 ≤ q_len ≤ kv_len). `samples`: this step ends its prompt or is a decode step, so the
+/// output head runs on its last token.
+struct SequenceChunk {
+  int64_t q_len = 1;
+  int64_t kv_len = 1;
+  bool samples = true;
+};
+
+/// The sequences of one engine step (forward only), in the dtype of activations and GEMMs.
+struct RaggedBatch {
+  std::vector<SequenceChunk> sequences;
+  DType dtype = DType::kBf16;
+  AttentionKernel attention = AttentionKernel::kFlash;
+};
+
+/// The attention core's work on one GPU, summed over a batch's sequences (before the split of
+/// heads): sequences, query tokens (Σq), key tokens whose K and V are read (Σkv), query-key
+/// pairs computed, and the mean lengths that give the kernel's shape.
+struct AttentionWork {
+  double sequences = 0;
+  double query_tokens = 0;
+  double key_tokens = 0;
+  double score_pairs = 0;
+  double s_q = 0;
+  double s_kv = 0;
+};
+
+/// A ragged batch's attention work (the pairs of the file header).
+AttentionWork ragged_attention_work(const RaggedBatch& batch);
+/// The sequences of `batch` that sample a token.
+int64_t sampled_rows(const RaggedBatch& batch);
 
 /// How a layer's work is split over GPUs. sp is Megatron's sequence parallelism (degree tp).
 struct ShardingFactors {
@@ -123,6 +163,8 @@ Bytes saved_activation_bytes(const std::vector<ModelOperator>& ops, bool selecti
 /// numbers ("tp=6 does not divide heads=32"). The operator functions throw
 /// std::invalid_argument with it.
 std::string sharding_problem(const ModelConfig& model, const MicroBatch& batch, const ShardingFactors& sharding);
+/// The same for a serving batch: sequences with 1 ≤ q ≤ kv, no context parallelism.
+std::string sharding_problem(const ModelConfig& model, const RaggedBatch& batch, const ShardingFactors& sharding);
 
 /// Operators of layer `layer` in execution order of the forward pass. `layer` is 0-based and
 /// below layers + mtp_layers (the indices from `layers` on are DeepSeek's MTP modules' layers,
@@ -134,6 +176,16 @@ std::vector<ModelOperator> embedding_operators(const ModelConfig& model, const M
                                                const ShardingFactors& sharding);
 /// The output side (last pipeline stage): final norm, logits, cross-entropy.
 std::vector<ModelOperator> output_operators(const ModelConfig& model, const MicroBatch& batch,
+                                            const ShardingFactors& sharding);
+
+/// The same three for one serving step (forward costs are what serving reads; the backward
+/// ones are filled but mean nothing there). The output side of a ragged batch is the final
+/// norm on every token, then logits and sampling on the sampled rows only.
+std::vector<ModelOperator> layer_operators(const ModelConfig& model, int layer, const RaggedBatch& batch,
+                                           const ShardingFactors& sharding);
+std::vector<ModelOperator> embedding_operators(const ModelConfig& model, const RaggedBatch& batch,
+                                               const ShardingFactors& sharding);
+std::vector<ModelOperator> output_operators(const ModelConfig& model, const RaggedBatch& batch,
                                             const ShardingFactors& sharding);
 
 /// Model FLOPs per token of one training step (forward + backward), for MFU:

@@ -40,7 +40,7 @@
 #include <nlohmann/json.hpp>
 
 #include "io/json_reader.h"
-#include "training/model_config.h"
+#include "model/model_config.h"
 
 namespace parallax {
 

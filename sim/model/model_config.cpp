@@ -1,4 +1,4 @@
-#include "training/model_config.h"
+#include "model/model_config.h"
 
 #include <algorithm>
 

@@ -1,4 +1,4 @@
-#include "training/parameter_count.h"
+#include "model/parameter_count.h"
 
 namespace parallax {
 namespace {

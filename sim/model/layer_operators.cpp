@@ -1,8 +1,8 @@
-#include "training/layer_operators.h"
+#include "model/layer_operators.h"
 
 #include <stdexcept>
 
-#include "training/parameter_count.h"
+#include "model/parameter_count.h"
 
 namespace parallax {
 namespace {
@@ -21,7 +21,7 @@ constexpr double kMaskBytes = 1;        // a dropout mask, one byte per element
 
 class OperatorList {
  public:
-  explicit OperatorList(const MicroBatch& batch) : dtype_(batch.dtype), element_(bytes_per_element(batch.dtype)) {}
+  explicit OperatorList(DType dtype) : dtype_(dtype), element_(bytes_per_element(dtype)) {}
 
   double element_bytes() const { return element_; }
 
@@ -60,20 +60,18 @@ class OperatorList {
     if (dropout) keep(tokens * width, kMaskBytes);
   }
 
-  // FlashAttention over b sequences: s_q queries of this GPU against s_kv keys, `heads` query
-  // heads, `kv_heads` key/value heads (GQA shares them), per-head dims d_qk and d_v.
-  void attention(double b, double s_q, double s_kv, double heads, double kv_heads, double d_qk, double d_v,
-                 bool causal) {
-    const double mask = causal ? 0.5 : 1.0;
-    const double flops = 2.0 * b * s_q * s_kv * heads * (d_qk + d_v) * mask;
-    const double q = b * s_q * heads * d_qk;
-    const double kv = b * s_kv * kv_heads * (d_qk + d_v);
-    const double o = b * s_q * heads * d_v;
-    const double row_stats = b * s_q * heads * kFp32Bytes;  // log-sum-exp per query row
+  // FlashAttention over the batch's attention work `w`: `heads` query heads, `kv_heads`
+  // key/value heads (GQA shares them), per-head dims d_qk and d_v.
+  void attention(const AttentionWork& w, double heads, double kv_heads, double d_qk, double d_v) {
+    const double flops = 2.0 * w.score_pairs * heads * (d_qk + d_v);
+    const double q = w.query_tokens * heads * d_qk;
+    const double kv = w.key_tokens * kv_heads * (d_qk + d_v);
+    const double o = w.query_tokens * heads * d_v;
+    const double row_stats = w.query_tokens * heads * kFp32Bytes;  // log-sum-exp per query row
     OperatorCost forward;
     forward.kind = OperatorKind::kAttention;
     forward.dtype = dtype_;
-    forward.shape = GemmShape{s_q, s_kv, d_qk, b * heads};
+    forward.shape = GemmShape{w.s_q, w.s_kv, d_qk, w.sequences * heads};
     forward.flops = Flops(flops);
     forward.bytes_read_written = Bytes((q + kv + o) * element_ + row_stats);
     OperatorCost backward = forward;
@@ -83,7 +81,7 @@ class OperatorList {
     ops_.push_back({"attention", forward, backward, true, Bytes(), Bytes()});
     // Q, K and V of this GPU's tokens (context parallelism passes the others' blocks again in
     // the backward) and the row statistics; O is kept by the output projection.
-    keep(q + b * s_q * kv_heads * (d_qk + d_v));
+    keep(q + w.query_tokens * kv_heads * (d_qk + d_v));
     keep(row_stats, 1.0);
   }
 
@@ -142,25 +140,40 @@ class OperatorList {
   std::vector<ModelOperator> ops_;
 };
 
-// The per-GPU sizes of the file header.
+// The per-GPU sizes of the file header, for a uniform micro-batch or a ragged batch.
 struct LocalSizes {
-  double b, s, tokens, sp_tokens, hidden, heads, kv_heads;
-  explicit LocalSizes(const ModelConfig& m, const MicroBatch& batch, const ShardingFactors& sh)
-      : b(static_cast<double>(batch.sequences)),
-        s(static_cast<double>(batch.sequence_length)),
-        tokens(b * s / sh.cp),
-        sp_tokens(sh.sp ? tokens / sh.tp : tokens),
-        hidden(static_cast<double>(m.hidden)),
+  double tokens = 0, sp_tokens = 0, hidden = 0, heads = 0, kv_heads = 0;
+  AttentionWork work;
+
+  LocalSizes(const ModelConfig& m, const ShardingFactors& sh)
+      : hidden(static_cast<double>(m.hidden)),
         heads(static_cast<double>(m.heads) / sh.tp),
         // Fewer KV heads than TP ranks: each rank keeps (replicates) the one its queries use.
         kv_heads(m.attention_kv_heads() >= sh.tp ? static_cast<double>(m.attention_kv_heads()) / sh.tp : 1.0) {}
+
+  LocalSizes(const ModelConfig& m, const MicroBatch& batch, const ShardingFactors& sh) : LocalSizes(m, sh) {
+    const double b = static_cast<double>(batch.sequences);
+    const double s = static_cast<double>(batch.sequence_length);
+    tokens = b * s / sh.cp;
+    sp_tokens = sh.sp ? tokens / sh.tp : tokens;
+    // Each rank's s/c queries against all s keys; the load-balanced causal split gives every
+    // rank the same half of the triangle.
+    work = AttentionWork{b, tokens, b * s, b * (tokens / b) * s * (batch.causal ? 0.5 : 1.0), tokens / b, s};
+  }
+
+  LocalSizes(const ModelConfig& m, const RaggedBatch& batch, const ShardingFactors& sh) : LocalSizes(m, sh) {
+    work = ragged_attention_work(batch);
+    tokens = work.query_tokens;
+    sp_tokens = sh.sp ? tokens / sh.tp : tokens;
+  }
 };
 
-void require_valid(const ModelConfig& model, const MicroBatch& batch, const ShardingFactors& sharding) {
+template <typename Batch>
+void require_valid(const ModelConfig& model, const Batch& batch, const ShardingFactors& sharding) {
   if (std::string p = sharding_problem(model, batch, sharding); !p.empty()) throw std::invalid_argument(p);
 }
 
-void add_attention(OperatorList& ops, const ModelConfig& m, const MicroBatch& batch, const LocalSizes& z) {
+void add_attention(OperatorList& ops, const ModelConfig& m, AttentionKernel attention, const LocalSizes& z) {
   const double e = ops.element_bytes();
   ops.norm("attention_norm", m, z.sp_tokens, z.hidden);
   const double rotary = static_cast<double>(m.rotary_dim());
@@ -197,12 +210,12 @@ void add_attention(OperatorList& ops, const ModelConfig& m, const MicroBatch& ba
     }
     if (rotary > 0) ops.memory("rotary", 2.0 * qk_elements * e, kRotaryFlops * qk_elements);
   }
-  if (batch.attention == AttentionKernel::kUnfused) {
-    ops.unfused_attention(z.b, z.tokens / z.b, z.s, z.heads, static_cast<double>(m.qk_head_dim()),
+  if (attention == AttentionKernel::kUnfused) {
+    // A ragged batch runs it at its mean lengths (the kernels' shapes); training is uniform.
+    ops.unfused_attention(z.work.sequences, z.work.s_q, z.work.s_kv, z.heads, static_cast<double>(m.qk_head_dim()),
                           static_cast<double>(m.v_head_dim()), m.attention_dropout > 0);
   } else {
-    ops.attention(z.b, z.tokens / z.b, z.s, z.heads, z.kv_heads, static_cast<double>(m.qk_head_dim()),
-                  static_cast<double>(m.v_head_dim()), batch.causal);
+    ops.attention(z.work, z.heads, z.kv_heads, static_cast<double>(m.qk_head_dim()), static_cast<double>(m.v_head_dim()));
   }
   ops.gemm("attention_out_proj", z.tokens, z.hidden, z.heads * static_cast<double>(m.v_head_dim()));
   ops.keep(z.tokens * z.heads * static_cast<double>(m.v_head_dim()));
@@ -276,15 +289,15 @@ std::string sharding_problem(const ModelConfig& m, const MicroBatch& batch, cons
   return {};
 }
 
-std::vector<ModelOperator> layer_operators(const ModelConfig& m, int layer, const MicroBatch& batch,
-                                           const ShardingFactors& sh) {
-  require_valid(m, batch, sh);
+namespace {
+
+std::vector<ModelOperator> layer_ops(const ModelConfig& m, int layer, const LocalSizes& z, DType dtype,
+                                     AttentionKernel attention, const ShardingFactors& sh) {
   if (layer < 0 || layer >= m.layers + m.mtp_layers) {
     throw std::invalid_argument("layer " + std::to_string(layer) + " is outside the model");
   }
-  const LocalSizes z(m, batch, sh);
-  OperatorList ops(batch);
-  add_attention(ops, m, batch, z);
+  OperatorList ops(dtype);
+  add_attention(ops, m, attention, z);
   ops.norm("mlp_norm", m, z.sp_tokens, z.hidden);
   if (m.is_moe_layer(layer)) {
     add_moe(ops, m, sh, z);
@@ -295,11 +308,9 @@ std::vector<ModelOperator> layer_operators(const ModelConfig& m, int layer, cons
   return ops.take();
 }
 
-std::vector<ModelOperator> embedding_operators(const ModelConfig& m, const MicroBatch& batch,
-                                               const ShardingFactors& sh) {
-  require_valid(m, batch, sh);
-  const LocalSizes z(m, batch, sh);
-  OperatorList ops(batch);
+std::vector<ModelOperator> embedding_ops(const ModelConfig& m, const LocalSizes& z, DType dtype,
+                                         const ShardingFactors& sh) {
+  OperatorList ops(dtype);
   const double e = ops.element_bytes();
   // Vocabulary-parallel lookup: each rank reads the rows in its slice (1/tp of the tokens on
   // average) and writes a full-size partial result for the reduction across ranks.
@@ -310,13 +321,43 @@ std::vector<ModelOperator> embedding_operators(const ModelConfig& m, const Micro
   return ops.take();
 }
 
+double vocab_slice(const ModelConfig& m, const ShardingFactors& sh) {
+  return static_cast<double>((m.vocab + sh.tp - 1) / sh.tp);
+}
+
+}  // namespace
+
+std::vector<ModelOperator> layer_operators(const ModelConfig& m, int layer, const MicroBatch& batch,
+                                           const ShardingFactors& sh) {
+  require_valid(m, batch, sh);
+  return layer_ops(m, layer, LocalSizes(m, batch, sh), batch.dtype, batch.attention, sh);
+}
+
+std::vector<ModelOperator> layer_operators(const ModelConfig& m, int layer, const RaggedBatch& batch,
+                                           const ShardingFactors& sh) {
+  require_valid(m, batch, sh);
+  return layer_ops(m, layer, LocalSizes(m, batch, sh), batch.dtype, batch.attention, sh);
+}
+
+std::vector<ModelOperator> embedding_operators(const ModelConfig& m, const MicroBatch& batch,
+                                               const ShardingFactors& sh) {
+  require_valid(m, batch, sh);
+  return embedding_ops(m, LocalSizes(m, batch, sh), batch.dtype, sh);
+}
+
+std::vector<ModelOperator> embedding_operators(const ModelConfig& m, const RaggedBatch& batch,
+                                               const ShardingFactors& sh) {
+  require_valid(m, batch, sh);
+  return embedding_ops(m, LocalSizes(m, batch, sh), batch.dtype, sh);
+}
+
 std::vector<ModelOperator> output_operators(const ModelConfig& m, const MicroBatch& batch, const ShardingFactors& sh) {
   require_valid(m, batch, sh);
   const LocalSizes z(m, batch, sh);
-  OperatorList ops(batch);
+  OperatorList ops(batch.dtype);
   const double e = ops.element_bytes();
   ops.norm("final_norm", m, z.sp_tokens, z.hidden);
-  const double vocab = static_cast<double>((m.vocab + sh.tp - 1) / sh.tp);
+  const double vocab = vocab_slice(m, sh);
   ops.gemm("logits", z.tokens, vocab, z.hidden);
   ops.keep(z.sp_tokens * z.hidden);
   // Softmax cross-entropy over the vocabulary slice: logits read, fp32 probabilities kept for
@@ -324,6 +365,63 @@ std::vector<ModelOperator> output_operators(const ModelConfig& m, const MicroBat
   ops.memory("cross_entropy", z.tokens * vocab * (e + kFp32Bytes), kSoftmaxFlops * z.tokens * vocab, 1.0);
   ops.keep(z.tokens * vocab, kFp32Bytes);
   return ops.take();
+}
+
+std::vector<ModelOperator> output_operators(const ModelConfig& m, const RaggedBatch& batch, const ShardingFactors& sh) {
+  require_valid(m, batch, sh);
+  const LocalSizes z(m, batch, sh);
+  OperatorList ops(batch.dtype);
+  const double e = ops.element_bytes();
+  // The final norm runs on every token; the head only on the rows that sample a token (the last
+  // position of a finished prompt, every decode step), as vLLM and SGLang select them first.
+  ops.norm("final_norm", m, z.sp_tokens, z.hidden);
+  const double rows = static_cast<double>(sampled_rows(batch));
+  if (rows > 0) {
+    const double vocab = vocab_slice(m, sh);
+    ops.gemm("logits", rows, vocab, z.hidden);
+    // Softmax and sampling over the slice: logits read, fp32 probabilities written.
+    ops.memory("sampling", rows * vocab * (e + kFp32Bytes), kSoftmaxFlops * rows * vocab, 1.0);
+  }
+  return ops.take();
+}
+
+AttentionWork ragged_attention_work(const RaggedBatch& batch) {
+  AttentionWork w;
+  for (const SequenceChunk& c : batch.sequences) {
+    const double q = static_cast<double>(c.q_len), kv = static_cast<double>(c.kv_len);
+    w.sequences += 1;
+    w.query_tokens += q;
+    w.key_tokens += kv;
+    // New token i (0-based) sees the kv − q cached keys and the new ones up to itself.
+    w.score_pairs += q * (kv - q) + q * (q + 1) / 2;
+  }
+  if (w.sequences > 0) {
+    w.s_q = w.query_tokens / w.sequences;
+    w.s_kv = w.key_tokens / w.sequences;
+  }
+  return w;
+}
+
+int64_t sampled_rows(const RaggedBatch& batch) {
+  int64_t rows = 0;
+  for (const SequenceChunk& c : batch.sequences) rows += c.samples ? 1 : 0;
+  return rows;
+}
+
+std::string sharding_problem(const ModelConfig& m, const RaggedBatch& batch, const ShardingFactors& sh) {
+  if (std::string p = m.problem(); !p.empty()) return p;
+  if (batch.sequences.empty()) return "the batch has no sequence";
+  for (size_t i = 0; i < batch.sequences.size(); ++i) {
+    const SequenceChunk& c = batch.sequences[i];
+    if (c.q_len < 1 || c.kv_len < c.q_len) {
+      return "sequence " + std::to_string(i) + ": " + std::to_string(c.q_len) + " new tokens with " +
+             std::to_string(c.kv_len) + " in its context (need 1 <= new <= context)";
+    }
+  }
+  if (sh.cp != 1) return "a serving batch has no context parallelism (cp=" + std::to_string(sh.cp) + ")";
+  MicroBatch probe;  // the divisibility rules of the model's split are the same
+  probe.sequence_length = 1;
+  return sharding_problem(m, probe, ShardingFactors{sh.tp, 1, sh.ep, false});
 }
 
 Bytes saved_activation_bytes(const std::vector<ModelOperator>& ops, bool selective) {

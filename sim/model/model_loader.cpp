@@ -1,4 +1,4 @@
-#include "training/model_loader.h"
+#include "model/model_loader.h"
 
 #include <algorithm>
 #include <filesystem>

@@ -1,0 +1,109 @@
+// The per-layer operators of a serving step's ragged batch (model/layer_operators.h) against
+// their closed forms: a prefill of one whole prompt has the training micro-batch's GEMMs, a
+// prefill chunk after cached tokens and a decode batch have the causal pairs and the K/V bytes
+// of the header, the head runs on sampled rows only, and bad batches are refused.
+#include <gtest/gtest.h>
+
+#include "model/layer_operators.h"
+#include "model/model_loader.h"
+#include "test_support.h"
+
+namespace parallax {
+namespace {
+
+ModelConfig llama(const std::string& name) { return load_bundled_model(test::source_path("workloads/models"), name); }
+
+const ModelOperator& find(const std::vector<ModelOperator>& ops, const std::string& name) {
+  for (const ModelOperator& op : ops) {
+    if (op.name == name) return op;
+  }
+  throw std::runtime_error("no operator " + name);
+}
+
+RaggedBatch batch_of(std::vector<SequenceChunk> chunks) {
+  RaggedBatch b;
+  b.sequences = std::move(chunks);
+  return b;
+}
+
+TEST(RaggedBatch, AWholePromptHasTheMicroBatchGemms) {
+  const ModelConfig m = llama("llama3-8b");
+  MicroBatch micro;
+  micro.sequences = 1;
+  micro.sequence_length = 4096;
+  const ShardingFactors tp2{2, 1, 1, false};
+  const auto training = layer_operators(m, 0, micro, tp2);
+  const auto serving = layer_operators(m, 0, batch_of({{4096, 4096, true}}), tp2);
+  ASSERT_EQ(training.size(), serving.size());
+  for (size_t i = 0; i < training.size(); ++i) {
+    EXPECT_EQ(training[i].name, serving[i].name);
+    if (training[i].name == "attention") continue;  // s²/2 pairs against the exact s(s+1)/2
+    EXPECT_EQ(training[i].forward.flops.value(), serving[i].forward.flops.value()) << training[i].name;
+    EXPECT_EQ(training[i].forward.bytes_read_written.value(), serving[i].forward.bytes_read_written.value())
+        << training[i].name;
+  }
+  // Llama-3 8B: 32 heads of 128 over TP 2 = 16 per GPU; causal pairs 4096·4097/2.
+  const double pairs = 4096.0 * 4097.0 / 2.0;
+  EXPECT_DOUBLE_EQ(find(serving, "attention").forward.flops.value(), 2.0 * pairs * 16 * (128 + 128));
+  EXPECT_DOUBLE_EQ(find(training, "attention").forward.flops.value(), 2.0 * 4096.0 * 4096.0 / 2.0 * 16 * 256);
+}
+
+TEST(RaggedBatch, APrefillChunkAfterCachedTokensAttendsToThemAll) {
+  const ModelConfig m = llama("llama3-70b");
+  // 512 new tokens after 1536 cached: token i sees 1536 + i + 1 keys, 512·1536 + 512·513/2 pairs.
+  const RaggedBatch chunk = batch_of({{512, 2048, false}});
+  const AttentionWork w = ragged_attention_work(chunk);
+  EXPECT_DOUBLE_EQ(w.score_pairs, 512.0 * 1536.0 + 512.0 * 513.0 / 2.0);
+  EXPECT_DOUBLE_EQ(w.query_tokens, 512);
+  EXPECT_DOUBLE_EQ(w.key_tokens, 2048);
+  const auto ops = layer_operators(m, 0, chunk, ShardingFactors{8, 1, 1, false});
+  // 64 query heads / 8 = 8 per GPU; 8 KV heads / 8 = 1; d = 128.
+  const OperatorCost& a = find(ops, "attention").forward;
+  EXPECT_DOUBLE_EQ(a.flops.value(), 2.0 * w.score_pairs * 8 * 256);
+  // Q and O of the 512 new tokens, K and V of all 2048, and fp32 row statistics, in bf16.
+  const double q = 512.0 * 8 * 128, kv = 2048.0 * 1 * 256, o = 512.0 * 8 * 128;
+  EXPECT_DOUBLE_EQ(a.bytes_read_written.value(), (q + kv + o) * 2 + 512.0 * 8 * 4);
+  // The GEMMs run on the 512 new rows: qkv is 512 × (8 + 2·1)·128 × 8192.
+  EXPECT_DOUBLE_EQ(find(ops, "qkv_proj").forward.flops.value(), 2.0 * 512 * 10 * 128 * 8192);
+  // A chunk that does not end its prompt samples nothing: no logits.
+  const auto out = output_operators(m, chunk, ShardingFactors{8, 1, 1, false});
+  EXPECT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[0].name, "final_norm");
+}
+
+TEST(RaggedBatch, ADecodeStepReadsEveryCachedKeyOnce) {
+  const ModelConfig m = llama("llama3-8b");
+  // 64 sequences, one new token each, 1000 and 3000 tokens of context alternately.
+  std::vector<SequenceChunk> decode;
+  for (int i = 0; i < 64; ++i) decode.push_back({1, i % 2 ? 3000 : 1000, true});
+  const RaggedBatch batch = batch_of(decode);
+  const AttentionWork w = ragged_attention_work(batch);
+  // One new token sees its whole context: q·(kv − q) + q(q+1)/2 = kv.
+  EXPECT_DOUBLE_EQ(w.score_pairs, 32.0 * 1000 + 32.0 * 3000);
+  const auto ops = layer_operators(m, 0, batch, ShardingFactors{1, 1, 1, false});
+  // K and V of 128,000 cached tokens × 8 KV heads × 2·128, in bf16, dominate the bytes.
+  const double kv_bytes = 128000.0 * 8 * 256 * 2;
+  const OperatorCost& a = find(ops, "attention").forward;
+  EXPECT_DOUBLE_EQ(a.bytes_read_written.value(), kv_bytes + (64.0 * 32 * 128 * 2) * 2 + 64.0 * 32 * 4);
+  // The head runs on the 64 sampled rows: 64 × 128256 × 4096.
+  const auto out = output_operators(m, batch, ShardingFactors{1, 1, 1, false});
+  EXPECT_DOUBLE_EQ(find(out, "logits").forward.flops.value(), 2.0 * 64 * 128256 * 4096);
+  EXPECT_EQ(sampled_rows(batch), 64);
+}
+
+TEST(RaggedBatch, BadBatchesAreRefused) {
+  const ModelConfig m = llama("llama3-8b");
+  EXPECT_NE(sharding_problem(m, RaggedBatch{}, ShardingFactors{}), "");
+  EXPECT_NE(sharding_problem(m, batch_of({{5, 4, true}}), ShardingFactors{}).find("need 1 <= new <= context"),
+            std::string::npos);
+  EXPECT_NE(sharding_problem(m, batch_of({{0, 4, true}}), ShardingFactors{}), "");
+  EXPECT_NE(sharding_problem(m, batch_of({{1, 4, true}}), ShardingFactors{3, 1, 1, false}).find("tp=3"),
+            std::string::npos);
+  EXPECT_NE(sharding_problem(m, batch_of({{1, 4, true}}), ShardingFactors{1, 2, 1, false}).find("context parallelism"),
+            std::string::npos);
+  EXPECT_EQ(sharding_problem(m, batch_of({{1, 4, true}, {7, 7, false}}), ShardingFactors{8, 1, 1, false}), "");
+  EXPECT_THROW(layer_operators(m, 0, batch_of({{5, 4, true}}), ShardingFactors{}), std::invalid_argument);
+}
+
+}  // namespace
+}  // namespace parallax
