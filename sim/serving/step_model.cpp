@@ -1,0 +1,161 @@
+// One engine step of a serving instance (step_model.h).
+#include "serving/step_model.h"
+
+#include <algorithm>
+#include <stdexcept>
+
+namespace parallax {
+namespace {
+
+// Sums operators' forward times by kind into `b`; returns their total.
+Time add_forward(const ComputeModel& cm, const std::vector<ModelOperator>& ops, StepBreakdown& b) {
+  Time sum = Time::zero();
+  for (const ModelOperator& op : ops) {
+    const Time t = cm.time(op.forward);
+    sum += t;
+    b.flops += op.forward.flops;
+    b.hbm_bytes += op.forward.bytes_read_written;
+    switch (op.forward.kind) {
+      case OperatorKind::kGemm: b.gemm += t; break;
+      case OperatorKind::kAttention: b.attention += t; break;
+      default: b.other += t; break;
+    }
+  }
+  return sum;
+}
+
+int gpus_per_node(const Topology& topo) {
+  return topo.node_count() > 0 ? static_cast<int>(topo.gpus_of_node(0).size()) : static_cast<int>(topo.gpu_count());
+}
+
+}  // namespace
+
+std::vector<int> split_layers(int layers, int stages) {
+  if (stages < 1 || stages > layers) {
+    throw std::invalid_argument("pp=" + std::to_string(stages) + " cannot split " + std::to_string(layers) + " layers");
+  }
+  std::vector<int> out(static_cast<size_t>(stages), layers / stages);
+  for (int i = 0; i < layers % stages; ++i) ++out[static_cast<size_t>(i)];
+  return out;
+}
+
+StepModel::StepModel(ModelConfig model, const Topology& topology, InstanceShape shape, StepModelOptions options)
+    : model_(std::move(model)), shape_(shape), options_(std::move(options)),
+      compute_(topology.gpu_spec_of(topology.gpus().front()), options_.compute, options_.gemm) {
+  if (shape_.tp < 1 || shape_.pp < 1) throw std::invalid_argument("tp and pp must be at least 1");
+  const int gpus = shape_.tp * shape_.pp;
+  if (gpus > static_cast<int>(topology.gpu_count())) {
+    throw std::invalid_argument("an instance of tp=" + std::to_string(shape_.tp) + " x pp=" + std::to_string(shape_.pp) +
+                                " needs " + std::to_string(gpus) + " GPUs; the topology has " +
+                                std::to_string(topology.gpu_count()));
+  }
+  RaggedBatch probe;
+  probe.sequences = {SequenceChunk{}};
+  if (std::string p = sharding_problem(model_, probe, ShardingFactors{shape_.tp, 1, 1, false}); !p.empty()) {
+    throw std::invalid_argument(p);
+  }
+  stage_layers_ = split_layers(model_.layers, shape_.pp);
+  const int per_node = gpus_per_node(topology);
+  if (shape_.tp > 1) {
+    tp_group_ = std::make_unique<CollectiveSimulator>(topology, shape_.tp, std::min(shape_.tp, per_node));
+  }
+  // Stage s holds ranks s·tp … (s+1)·tp − 1; its hand-off goes from rank (s+1)·tp − 1's peer
+  // position, rank s·tp, to rank (s+1)·tp: on one node when both sit in the same one.
+  std::shared_ptr<CollectiveSimulator> same, across;
+  for (int s = 0; s + 1 < shape_.pp; ++s) {
+    const bool one_node = (s * shape_.tp) / per_node == ((s + 1) * shape_.tp) / per_node;
+    auto& sim = one_node ? same : across;
+    if (!sim) sim = std::make_shared<CollectiveSimulator>(topology, 2, one_node ? 2 : 1);
+    handoffs_.push_back(sim);
+  }
+}
+
+Time StepModel::all_reduce(Bytes size) const {
+  if (!tp_group_ || size.value() <= 0) return Time::zero();
+  CollectiveOptions o;
+  o.model = options_.collective_model;
+  return tp_group_->run(CollectiveOp::kAllReduce, size, o).time;
+}
+
+Time StepModel::handoff(int stage, Bytes size) const {
+  CollectiveOptions o;
+  o.model = options_.collective_model;
+  return handoffs_.at(static_cast<size_t>(stage))->run(CollectiveOp::kSendRecv, size, o).time;
+}
+
+StepBreakdown StepModel::step(const RaggedBatch& batch_in) const {
+  RaggedBatch batch = batch_in;
+  batch.dtype = options_.dtype;
+  const ShardingFactors sharding{shape_.tp, 1, 1, false};
+  if (std::string p = sharding_problem(model_, batch, sharding); !p.empty()) throw std::invalid_argument(p);
+  StepBreakdown b;
+  b.sequences = static_cast<int64_t>(batch.sequences.size());
+  for (const SequenceChunk& c : batch.sequences) b.new_tokens += c.q_len;
+  const Bytes activations(static_cast<double>(b.new_tokens) * static_cast<double>(model_.hidden) *
+                          bytes_per_element(batch.dtype));
+  const Time layer_all_reduce = all_reduce(activations);
+
+  int first_layer = 0;
+  for (int s = 0; s < shape_.pp; ++s) {
+    Time stage = Time::zero();
+    int all_reduces = 0;
+    if (s == 0) {
+      stage += add_forward(compute_, embedding_operators(model_, batch, sharding), b);
+      all_reduces += 1;  // the vocabulary-parallel embedding's partial sums
+    }
+    const int layers = stage_layers_[static_cast<size_t>(s)];
+    // Layers differ only in being dense or MoE: one of each is costed, then counted.
+    int moe = 0;
+    for (int l = first_layer; l < first_layer + layers; ++l) moe += model_.is_moe_layer(l) ? 1 : 0;
+    for (const bool is_moe : {false, true}) {
+      const int count = is_moe ? moe : layers - moe;
+      if (count == 0) continue;
+      int example = first_layer;
+      while (model_.is_moe_layer(example) != is_moe) ++example;
+      StepBreakdown one;
+      const Time t = add_forward(compute_, layer_operators(model_, example, batch, sharding), one);
+      stage += t * count;
+      b.gemm += one.gemm * count;
+      b.attention += one.attention * count;
+      b.other += one.other * count;
+      b.flops += one.flops * static_cast<double>(count);
+      b.hbm_bytes += one.hbm_bytes * static_cast<double>(count);
+    }
+    all_reduces += 2 * layers;
+    if (s == shape_.pp - 1) stage += add_forward(compute_, output_operators(model_, batch, sharding), b);
+    const Time tp = layer_all_reduce * all_reduces;
+    b.tp_communication += tp;
+    b.bottleneck_stage = std::max(b.bottleneck_stage, stage + tp);
+    b.total += stage + tp;
+    if (s + 1 < shape_.pp) {
+      const Time h = handoff(s, activations);
+      b.pp_handoff += h;
+      b.total += h;
+    }
+    first_layer += layers;
+  }
+  b.overhead = options_.step_overhead;
+  b.total += b.overhead;
+  return b;
+}
+
+nlohmann::ordered_json to_json(const StepBreakdown& b) {
+  auto ms = [](Time t) { return t.seconds() * 1e3; };
+  nlohmann::ordered_json j;
+  j["step_time_ms"] = ms(b.total);
+  j["gemm_ms"] = ms(b.gemm);
+  j["attention_ms"] = ms(b.attention);
+  j["other_kernels_ms"] = ms(b.other);
+  j["tp_communication_ms"] = ms(b.tp_communication);
+  j["pp_handoff_ms"] = ms(b.pp_handoff);
+  j["overhead_ms"] = ms(b.overhead);
+  j["bottleneck_stage_ms"] = ms(b.bottleneck_stage);
+  j["flops_per_gpu"] = b.flops.value();
+  j["hbm_bytes_per_gpu"] = b.hbm_bytes.value();
+  j["sequences"] = b.sequences;
+  j["new_tokens"] = b.new_tokens;
+  j["tokens_per_s"] = b.total > Time::zero() ? static_cast<double>(b.new_tokens) / b.total.seconds() : 0.0;
+  return j;
+}
+
+}  // namespace parallax

@@ -1,0 +1,108 @@
+// The time of one engine step of a model-parallel serving instance (TP × PP GPUs running one
+// copy of the model): the ragged batch's operators (model/layer_operators.h) on the compute
+// model of the instance's GPU, the TP all-reduces of every layer on the instance's TP group
+// (the collective model of the topology, so NVLink against cross-node TP shows), the hand-offs
+// between pipeline stages, and a per-step framework overhead.
+//
+// Per stage s (layers split evenly, the first stages taking the remainder; the embedding on the
+// first, the output head on the last):
+//   compute_s = Σ operators' forward time, each max(FLOPs / achieved rate, bytes / HBM) + launch
+//   tp_s      = (2 · its layers + [embedding]) all-reduces of T·h activation bytes on tp ranks
+//               (after the attention output projection and after the MLP; Megatron-style TP),
+//               0 when tp = 1
+// step = Σ_s (compute_s + tp_s) + (pp − 1) hand-offs of T·h bytes between neighbouring stages
+//        + framework overhead
+// with T = Σ new tokens of the batch. This is the latency of one batch through the instance;
+// with pp > 1 an engine keeps up to pp batches in flight (vLLM's virtual engines), so its
+// throughput is set by the slowest stage, reported as `bottleneck_stage`.
+//
+// Not modelled: CUDA graphs (folded into the overhead term), speculative decoding, EP for MoE
+// layers (experts split by TP), communication overlapped with compute.
+#pragma once
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "collectives/collective_simulator.h"
+#include "compute/compute_model.h"
+#include "model/layer_operators.h"
+#include "model/model_config.h"
+#include "topology/topology.h"
+
+namespace parallax {
+
+struct InstanceShape {
+  int tp = 1;
+  int pp = 1;
+};
+
+struct StepModelOptions {
+  ComputeModelOptions compute;
+  std::shared_ptr<const GemmEfficiency> gemm;  ///< null: the shape model
+  /// CPU and framework time per engine step (scheduling, input preparation, sampling on the
+  /// host, launches outside CUDA graphs). Not fitted: a placeholder of the order vLLM V1 shows
+  /// on a recent host; set it from a measured step of your engine.
+  Time step_overhead = Time::us(500);
+  std::string collective_model = "analytical";  ///< the TP collectives' network model
+  DType dtype = DType::kBf16;
+};
+
+/// Where one step's time went (the instance's per-GPU view: every rank of a stage does the same).
+struct StepBreakdown {
+  Time total;
+  Time gemm;              ///< GEMM kernels (projections, MLP, experts, head)
+  Time attention;         ///< the attention core
+  Time other;             ///< memory-bound kernels (norms, activations, rotary, sampling, …)
+  Time tp_communication;  ///< TP all-reduces, all stages
+  Time pp_handoff;        ///< activations sent between stages
+  Time overhead;          ///< the framework term
+  Time bottleneck_stage;  ///< the slowest stage's compute + TP time
+  Flops flops;            ///< per GPU, summed over stages
+  Bytes hbm_bytes;        ///< per GPU, summed over stages
+  int64_t new_tokens = 0;
+  int64_t sequences = 0;
+};
+
+class StepModel {
+ public:
+  /// The instance occupies tp·pp GPUs from the first of `topology`, TP innermost. Throws
+  /// std::invalid_argument when the shape does not fit the model (heads, layers) or the
+  /// topology's GPUs.
+  StepModel(ModelConfig model, const Topology& topology, InstanceShape shape, StepModelOptions options = {});
+
+  /// Throws std::invalid_argument when the batch is not valid for the model and shape.
+  StepBreakdown step(const RaggedBatch& batch) const;
+
+  /// Layers of each stage.
+  const std::vector<int>& stage_layers() const { return stage_layers_; }
+  const ComputeModel& compute() const { return compute_; }
+  const ModelConfig& model() const { return model_; }
+  InstanceShape shape() const { return shape_; }
+
+ private:
+  Time all_reduce(Bytes size) const;
+  Time handoff(int stage, Bytes size) const;
+
+  ModelConfig model_;
+  InstanceShape shape_;
+  StepModelOptions options_;
+  ComputeModel compute_;
+  std::vector<int> stage_layers_;
+  std::unique_ptr<CollectiveSimulator> tp_group_;
+  /// Per stage boundary: the two ranks' send/recv (same node or not).
+  std::vector<std::shared_ptr<CollectiveSimulator>> handoffs_;
+};
+
+/// The breakdown as JSON: step_time_ms and each part in ms, flops and hbm_bytes per GPU, the
+/// batch's sequences and new tokens, and tokens_per_s (new tokens over the step time).
+nlohmann::ordered_json to_json(const StepBreakdown& b);
+
+/// Layers per pipeline stage: `layers` split into `stages` parts, the first `layers % stages`
+/// one larger. Throws std::invalid_argument when stages < 1 or stages > layers.
+std::vector<int> split_layers(int layers, int stages);
+
+}  // namespace parallax

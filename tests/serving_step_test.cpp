@@ -1,0 +1,130 @@
+// One engine step of a serving instance (serving/step_model.h) against closed forms: a decode
+// step is memory-bound and costs its bytes at the compute model's HBM bandwidth, a long prefill
+// is compute-bound and scales with its FLOPs, TP adds 2 all-reduces per layer (and one for the
+// embedding) of T·h activations, and PP splits the layers and adds the hand-offs.
+#include <gtest/gtest.h>
+
+#include "model/model_loader.h"
+#include "model/parameter_count.h"
+#include "serving/step_model.h"
+#include "test_support.h"
+#include "topology/topology_loader.h"
+
+namespace parallax {
+namespace {
+
+ModelConfig llama(const std::string& name) { return load_bundled_model(test::source_path("workloads/models"), name); }
+Topology dgx_h100(int nodes = 1) {
+  return load_topology(test::source_path("topologies/dgx-h100.json"), TopologyLoadOptions{nodes});
+}
+
+RaggedBatch decode_batch(int sequences, int64_t context) {
+  RaggedBatch b;
+  for (int i = 0; i < sequences; ++i) b.sequences.push_back({1, context, true});
+  return b;
+}
+
+RaggedBatch prefill_batch(int sequences, int64_t length) {
+  RaggedBatch b;
+  for (int i = 0; i < sequences; ++i) b.sequences.push_back({length, length, true});
+  return b;
+}
+
+TEST(ServingStep, ADecodeStepCostsItsBytesAtTheHbmBandwidth) {
+  const ModelConfig m = llama("llama3-8b");
+  StepModelOptions o;
+  o.step_overhead = Time::zero();
+  const StepModel model(m, dgx_h100(), InstanceShape{1, 1}, o);
+  const RaggedBatch batch = decode_batch(32, 2048);
+  const StepBreakdown b = model.step(batch);
+  // Every GEMM and the attention core are memory-bound at 32 rows, and so is everything else:
+  // the step is its bytes at B_HBM·η·σ, plus one launch per kernel (to a picosecond each).
+  int kernels = 0;
+  double bytes = 0;
+  auto count = [&](const std::vector<ModelOperator>& ops, int times) {
+    for (const ModelOperator& op : ops) {
+      EXPECT_TRUE(model.compute().timing(op.forward).memory_bound()) << op.name;
+      kernels += op.forward.kernels * times;
+      bytes += op.forward.bytes_read_written.value() * times;
+    }
+  };
+  const ShardingFactors one{1, 1, 1, false};
+  count(embedding_operators(m, batch, one), 1);
+  count(layer_operators(m, 0, batch, one), m.layers);
+  count(output_operators(m, batch, one), 1);
+  const double bandwidth = model.compute().memory_bandwidth().value() * ComputeModelOptions{}.sustained_fraction;
+  const double expected = bytes / bandwidth + kernels * ComputeModelOptions{}.kernel_launch_overhead.seconds();
+  EXPECT_NEAR(b.total.seconds(), expected, 200e-12 * kernels);
+  EXPECT_DOUBLE_EQ(b.hbm_bytes.value(), bytes);
+  // The bytes are the weights once (bf16, every matrix but the input embedding, which is only
+  // looked up) plus K and V of every cached token in every layer, plus small activations:
+  // 32 · 2048 tokens · 32 layers · 8 KV heads · (128 + 128) · 2 B = 8.6 GB of KV.
+  const double weights = 2.0 * static_cast<double>(count_parameters(m).matmul_active);
+  const double kv = 32.0 * 2048 * 32 * 8 * 256 * 2;
+  EXPECT_GT(bytes, weights + kv);
+  EXPECT_LT(bytes, 1.03 * (weights + kv));
+}
+
+TEST(ServingStep, ALongPrefillIsComputeBoundAndScalesWithItsFlops) {
+  const ModelConfig m = llama("llama3-8b");
+  StepModelOptions o;
+  o.step_overhead = Time::zero();
+  const StepModel model(m, dgx_h100(), InstanceShape{1, 1}, o);
+  // 4 and 8 prompts of 4096: the same per-sequence attention, twice the GEMM rows (16k and 32k,
+  // both past the efficiency knee), so twice the FLOPs and, compute-bound, twice the time.
+  const StepBreakdown four = model.step(prefill_batch(4, 4096));
+  const StepBreakdown eight = model.step(prefill_batch(8, 4096));
+  for (const ModelOperator& op : layer_operators(m, 0, prefill_batch(4, 4096), ShardingFactors{})) {
+    if (op.forward.kind == OperatorKind::kGemm || op.forward.kind == OperatorKind::kAttention) {
+      EXPECT_FALSE(model.compute().timing(op.forward).memory_bound()) << op.name;
+    }
+  }
+  EXPECT_NEAR(eight.flops.value() / four.flops.value(), 2.0, 1e-3);
+  EXPECT_NEAR(eight.total.seconds() / four.total.seconds(), 2.0, 0.04);
+  EXPECT_GT(four.gemm, four.attention);
+}
+
+TEST(ServingStep, TensorParallelismAddsTwoAllReducesPerLayer) {
+  const ModelConfig m = llama("llama3-70b");
+  StepModelOptions o;
+  o.step_overhead = Time::zero();
+  const Topology one_node = dgx_h100(1);
+  const StepModel tp8(m, one_node, InstanceShape{8, 1}, o);
+  const RaggedBatch batch = decode_batch(64, 4096);
+  const StepBreakdown b = tp8.step(batch);
+  // 80 layers × 2 + the embedding's = 161 all-reduces of 64 tokens × 8192 × 2 B = 1 MiB.
+  const CollectiveSimulator group(one_node, 8, 8);
+  CollectiveOptions co;
+  co.model = "analytical";
+  const Time one = group.run(CollectiveOp::kAllReduce, Bytes(64.0 * 8192 * 2), co).time;
+  EXPECT_EQ(b.tp_communication, one * 161);
+  EXPECT_EQ(b.total, b.gemm + b.attention + b.other + b.tp_communication);
+  // TP 16 spans two nodes: its all-reduces cross the network and are slower than TP 8's.
+  const StepModel tp16(m, dgx_h100(2), InstanceShape{16, 1}, o);
+  EXPECT_GT(tp16.step(batch).tp_communication, b.tp_communication);
+  EXPECT_THROW(StepModel(m, one_node, InstanceShape{16, 1}, o), std::invalid_argument);  // 16 GPUs on 8
+  EXPECT_THROW(StepModel(m, one_node, InstanceShape{3, 1}, o), std::invalid_argument);   // 3 ∤ 64 heads
+}
+
+TEST(ServingStep, PipelineStagesSplitTheLayersAndHandOff) {
+  EXPECT_EQ(split_layers(80, 3), (std::vector<int>{27, 27, 26}));
+  EXPECT_THROW(split_layers(2, 3), std::invalid_argument);
+  const ModelConfig m = llama("llama3-70b");
+  StepModelOptions o;
+  o.step_overhead = Time::ms(1);
+  const StepModel pp1(m, dgx_h100(), InstanceShape{4, 1}, o);
+  const StepModel pp2(m, dgx_h100(), InstanceShape{4, 2}, o);
+  const RaggedBatch batch = decode_batch(16, 1024);
+  const StepBreakdown one = pp1.step(batch), two = pp2.step(batch);
+  // The same work on the same TP group, split 40/40, plus one hand-off of 16 · 8192 · 2 B.
+  EXPECT_EQ(two.gemm, one.gemm);
+  EXPECT_EQ(two.tp_communication, one.tp_communication);
+  EXPECT_GT(two.pp_handoff, Time::zero());
+  EXPECT_EQ(two.total, one.total + two.pp_handoff);
+  EXPECT_EQ(two.overhead, Time::ms(1));
+  // Each stage holds half the layers (the head on the last one): the slowest about half the step.
+  EXPECT_LT(two.bottleneck_stage.seconds(), 0.6 * (one.total - one.overhead).seconds());
+}
+
+}  // namespace
+}  // namespace parallax

@@ -1,0 +1,169 @@
+// `parallax serve step`: the time of one engine step of a model-parallel instance, with its
+// breakdown (serving/step_model.h). The fleet simulation (`parallax serve FLEET.json`) is not
+// built yet.
+#include <cstdio>
+#include <filesystem>
+#include <optional>
+#include <string>
+
+#include "compute/measured_gemm_table.h"
+#include "io/atomic_file.h"
+#include "io/input_error.h"
+#include "model/model_loader.h"
+#include "parallax/commands.h"
+#include "parallax/text_table.h"
+#include "serving/step_model.h"
+#include "topology/topology_loader.h"
+#include "units/unit_parse.h"
+
+namespace parallax::cli {
+namespace {
+
+namespace fs = std::filesystem;
+
+const std::string kModelsDir = std::string(PARALLAX_SOURCE_DIR) + "/workloads/models";
+const std::string kTopologiesDir = std::string(PARALLAX_SOURCE_DIR) + "/topologies";
+
+struct StepArgs {
+  std::string model;
+  std::string topology;
+  std::optional<int> nodes;
+  int tp = 1;
+  int pp = 1;
+  std::string prefill;  ///< LENxBATCH
+  std::optional<int> decode;
+  std::optional<int64_t> context;
+  std::string overhead = "500us";
+  std::string gemm_table;
+  std::string json;
+};
+
+// A bundled name, or a Hugging Face config.json / model block file.
+ModelConfig load_model_arg(const std::string& text) {
+  if (fs::exists(text) && !fs::is_directory(text)) return load_model_file(text);
+  if (text.size() > 5 && text.ends_with(".json")) throw InputError(text, "", "no such model file");
+  return load_bundled_model(kModelsDir, text);
+}
+
+Topology load_topology_arg(const std::string& text, std::optional<int> nodes) {
+  std::string file = text;
+  if (!fs::exists(file)) {
+    file = kTopologiesDir + "/" + text + ".json";
+    if (text.find('/') != std::string::npos || !fs::exists(file)) {
+      throw InputError("", "--topology", "no topology file or preset named \"" + text + "\"");
+    }
+  }
+  return load_topology(file, TopologyLoadOptions{nodes});
+}
+
+// "LENxBATCH": BATCH prompts of LEN tokens.
+std::pair<int64_t, int> parse_prefill(const std::string& text) {
+  const size_t x = text.find('x');
+  auto bad = [&] { return InputError("", "--prefill", "expected LENxBATCH (e.g. 4096x8), found \"" + text + "\""); };
+  if (x == std::string::npos || x == 0 || x + 1 == text.size()) throw bad();
+  const std::string len = text.substr(0, x), batch = text.substr(x + 1);
+  if (len.find_first_not_of("0123456789") != std::string::npos || batch.find_first_not_of("0123456789") != std::string::npos ||
+      len.size() > 9 || batch.size() > 6) {
+    throw bad();
+  }
+  const int64_t l = std::stoll(len);
+  const int b = std::stoi(batch);
+  if (l < 1 || b < 1) throw bad();
+  return {l, b};
+}
+
+RaggedBatch batch_of(const StepArgs& a, std::string& described) {
+  RaggedBatch batch;
+  if (!a.prefill.empty() == a.decode.has_value()) {
+    throw InputError("", "--prefill/--decode", "give exactly one of --prefill LENxBATCH and --decode BATCH");
+  }
+  if (!a.prefill.empty()) {
+    if (a.context) throw InputError("", "--context", "goes with --decode (a prefill's context is its prompt)");
+    const auto [len, count] = parse_prefill(a.prefill);
+    for (int i = 0; i < count; ++i) batch.sequences.push_back({len, len, true});
+    described = "prefill of " + std::to_string(count) + " prompt(s) of " + std::to_string(len) + " tokens";
+    return batch;
+  }
+  if (!a.context) throw InputError("", "--context", "--decode needs --context LEN (tokens held per sequence)");
+  if (*a.decode < 1 || *a.decode > 1000000) throw InputError("", "--decode", "between 1 and 1000000 sequences");
+  if (*a.context < 1) throw InputError("", "--context", "must be at least 1 token");
+  for (int i = 0; i < *a.decode; ++i) batch.sequences.push_back({1, *a.context, true});
+  described = "decode step of " + std::to_string(*a.decode) + " sequence(s) with " + std::to_string(*a.context) +
+              " tokens of context";
+  return batch;
+}
+
+std::string ms(Time t) { return strprintf("%.3f ms", t.seconds() * 1e3); }
+
+void run_step(const StepArgs& a) {
+  const ModelConfig model = load_model_arg(a.model);
+  const Topology topo = load_topology_arg(a.topology, a.nodes);
+  std::string described;
+  const RaggedBatch batch = batch_of(a, described);
+  StepModelOptions options;
+  options.step_overhead = parse_time(a.overhead);
+  if (options.step_overhead < Time::zero()) throw InputError("", "--overhead", "must not be negative");
+  if (!a.gemm_table.empty()) options.gemm = std::make_shared<MeasuredGemmTable>(load_gemm_measurements(a.gemm_table));
+  std::optional<StepModel> step_model;
+  StepBreakdown b;
+  try {
+    step_model.emplace(model, topo, InstanceShape{a.tp, a.pp}, options);
+    b = step_model->step(batch);
+  } catch (const std::invalid_argument& e) {
+    throw InputError("", "--tp/--pp/--prefill/--decode", e.what());
+  }
+  const std::string gpu = topo.gpu_spec_of(topo.gpus().front()).name;
+  std::printf("serve step: %s on %s (%s), tp %d, pp %d\n", model.name.c_str(), a.topology.c_str(), gpu.c_str(), a.tp,
+              a.pp);
+  std::printf("  %s: %lld new token(s)\n\n", described.c_str(), static_cast<long long>(b.new_tokens));
+  TextTable t({"part", "time", "share"}, {TextTable::Align::kLeft, TextTable::Align::kRight, TextTable::Align::kRight});
+  auto row = [&](const char* name, Time part) {
+    t.add_row({name, ms(part), strprintf("%.1f%%", b.total > Time::zero() ? 100.0 * part.seconds() / b.total.seconds() : 0.0)});
+  };
+  row("GEMMs", b.gemm);
+  row("attention", b.attention);
+  row("other kernels", b.other);
+  row("TP all-reduce", b.tp_communication);
+  row("PP hand-off", b.pp_handoff);
+  row("framework overhead", b.overhead);
+  row("step", b.total);
+  std::printf("%s\n", t.render().c_str());
+  if (a.pp > 1) std::printf("  slowest stage: %s (with pp batches in flight, one step per stage time)\n", ms(b.bottleneck_stage).c_str());
+  std::printf("  per GPU: %.3f TFLOP, %.3f GB of HBM traffic; %.0f new tokens/s\n", b.flops.value() / 1e12,
+              b.hbm_bytes.value() / 1e9, static_cast<double>(b.new_tokens) / b.total.seconds());
+  if (!a.json.empty()) {
+    nlohmann::ordered_json j;
+    j["model"] = model.name;
+    j["topology"] = a.topology;
+    j["gpu"] = gpu;
+    j["tp"] = a.tp;
+    j["pp"] = a.pp;
+    j["batch"] = described;
+    const nlohmann::ordered_json report = to_json(b);
+    for (auto it = report.begin(); it != report.end(); ++it) j[it.key()] = *it;
+    write_file_atomically(a.json, j.dump(2) + "\n");
+  }
+}
+
+}  // namespace
+
+void add_serve_command(CLI::App& app) {
+  CLI::App* serve = app.add_subcommand("serve", "serving: the cost of an engine step (the fleet simulation is not built yet)");
+  serve->require_subcommand(1);
+  auto a = std::make_shared<StepArgs>();
+  CLI::App* step = serve->add_subcommand("step", "time of one engine step of a TP x PP instance, with its breakdown");
+  step->add_option("--model", a->model, "bundled model name or a Hugging Face config.json")->required();
+  step->add_option("--topology", a->topology, "topology preset name or file")->required();
+  step->add_option("--nodes", a->nodes, "nodes of the topology preset");
+  step->add_option("--tp", a->tp, "tensor-parallel GPUs per instance")->capture_default_str();
+  step->add_option("--pp", a->pp, "pipeline stages per instance")->capture_default_str();
+  step->add_option("--prefill", a->prefill, "prefill of BATCH prompts of LEN tokens: LENxBATCH");
+  step->add_option("--decode", a->decode, "one decode step of BATCH sequences (with --context)");
+  step->add_option("--context", a->context, "tokens each decoding sequence holds (its KV cache)");
+  step->add_option("--overhead", a->overhead, "framework time per step")->capture_default_str();
+  step->add_option("--gemm-table", a->gemm_table, "measured GEMM rates (parallax-nccl-bench --gemm lines)");
+  step->add_option("--json", a->json, "write the breakdown as JSON (step_time_ms and its parts)");
+  step->callback([a] { run_step(*a); });
+}
+
+}  // namespace parallax::cli
