@@ -21,3 +21,39 @@ add_test(NAME example.serve.step_bad_tp
 add_test(NAME example.serve.step_bad_prefill
          COMMAND bash ${PROJECT_SOURCE_DIR}/calibrate/harness/check-exit.sh 2 "--prefill: expected LENxBATCH"
                  $<TARGET_FILE:parallax> serve step --model llama3-8b --topology dgx-h100 --prefill 4096)
+
+# ---- the fleet simulation: queues, batching, memory --------------------------------------------
+parallax_test(serving_fleet_test serving_fleet_test.cpp)
+target_link_libraries(serving_fleet_test PRIVATE parallax_serving)
+
+# ---- parallax serve FLEET.json through the CLI ---------------------------------------------------
+set(serve_fleet ${PROJECT_SOURCE_DIR}/workloads/serve/llama3-8b-4xtp2-h100.json)
+add_test(NAME example.serve.fleet
+         COMMAND parallax serve ${serve_fleet} --requests 500 --json ${serve_scratch}/fleet.json
+                 --per-request ${serve_scratch}/fleet.csv)
+set_tests_properties(example.serve.fleet PROPERTIES PASS_REGULAR_EXPRESSION "500 completed, 0 rejected.*TTFT.*SLO")
+# Same inputs and seed: byte-identical JSON and CSV.
+add_test(NAME example.serve.fleet_deterministic
+         COMMAND bash -c "set -e; for i in 1 2; do $<TARGET_FILE:parallax> serve ${serve_fleet} --requests 300 --seed 7 --json ${serve_scratch}/det$i.json --per-request ${serve_scratch}/det$i.csv >/dev/null; done; cmp ${serve_scratch}/det1.json ${serve_scratch}/det2.json; cmp ${serve_scratch}/det1.csv ${serve_scratch}/det2.csv")
+set(serve_data ${PROJECT_SOURCE_DIR}/tests/data/serve)
+set(check_exit ${PROJECT_SOURCE_DIR}/calibrate/harness/check-exit.sh)
+add_test(NAME example.serve.bad_router
+         COMMAND bash ${check_exit} 2 "bad-router.json: /router/policy: unknown router \"fastest\" \\(round_robin, "
+                 $<TARGET_FILE:parallax> serve ${serve_data}/bad-router.json --json ${serve_scratch}/never.json)
+add_test(NAME example.serve.bad_tp
+         COMMAND bash ${check_exit} 2 "bad-tp.json: /pools/0: tp=3 does not divide heads=32"
+                 $<TARGET_FILE:parallax> serve ${serve_data}/bad-tp.json --json ${serve_scratch}/never.json)
+add_test(NAME example.serve.pool_does_not_fit
+         COMMAND bash ${check_exit} 2 "no-fit.json: /pools/0: llama3-70b at tp=1, pp=1 does not fit on H100"
+                 $<TARGET_FILE:parallax> serve ${serve_data}/no-fit.json --json ${serve_scratch}/never.json)
+add_test(NAME example.serve.pd_not_built
+         COMMAND bash ${check_exit} 2 "/pools/0/role: prefill/decode disaggregation is not built yet"
+                 $<TARGET_FILE:parallax> serve ${serve_data}/pd-not-built.json --json ${serve_scratch}/never.json)
+add_test(NAME example.serve.malformed
+         COMMAND bash ${check_exit} 2 "malformed.json: .*line [0-9]+"
+                 $<TARGET_FILE:parallax> serve ${serve_data}/malformed.json --json ${serve_scratch}/never.json)
+# None of the failing runs left an output file.
+add_test(NAME example.serve.no_output_on_error
+         COMMAND bash -c "! test -e ${serve_scratch}/never.json")
+set_tests_properties(example.serve.no_output_on_error PROPERTIES
+                     DEPENDS "example.serve.bad_router;example.serve.bad_tp;example.serve.pool_does_not_fit;example.serve.pd_not_built;example.serve.malformed")

@@ -1,6 +1,6 @@
-// `parallax serve step`: the time of one engine step of a model-parallel instance, with its
-// breakdown (serving/step_model.h). The fleet simulation (`parallax serve FLEET.json`) is not
-// built yet.
+// `parallax serve FLEET.json`: the fleet simulation (serving/fleet.h) with its summary, --json
+// and --per-request CSV; `parallax serve step`: the time of one engine step of a model-parallel
+// instance, with its breakdown (serving/step_model.h).
 #include <cstdio>
 #include <filesystem>
 #include <optional>
@@ -12,6 +12,8 @@
 #include "model/model_loader.h"
 #include "parallax/commands.h"
 #include "parallax/text_table.h"
+#include "serving/fleet_loader.h"
+#include "serving/fleet_report.h"
 #include "serving/step_model.h"
 #include "topology/topology_loader.h"
 #include "units/unit_parse.h"
@@ -145,11 +147,59 @@ void run_step(const StepArgs& a) {
   }
 }
 
+struct FleetArgs {
+  std::string fleet;
+  std::optional<uint64_t> seed;
+  std::optional<int64_t> requests;
+  std::optional<double> rate;
+  std::string slo_ttft, slo_tpot;
+  std::string json;
+  std::string per_request;
+};
+
+void run_fleet(const FleetArgs& a) {
+  FleetFile f = load_fleet(a.fleet, kModelsDir, kTopologiesDir);
+  FleetConfig& c = f.config;
+  if (a.seed) c.seed = *a.seed;
+  if (a.requests) {
+    if (*a.requests < 1 || *a.requests > 100000000) throw InputError("", "--requests", "between 1 and 100000000");
+    c.traffic.requests = *a.requests;
+  }
+  if (a.rate) {
+    if (c.traffic.arrival == TrafficSpec::Arrival::kClosedLoop) {
+      throw InputError("", "--rate", "the fleet's traffic is a closed loop (its rate follows from its users)");
+    }
+    if (!(*a.rate > 0 && *a.rate <= 1e7)) throw InputError("", "--rate", "must be in (0, 1e7] requests per second");
+    c.traffic.rate_per_s = *a.rate;
+  }
+  if (!a.slo_ttft.empty()) c.slo_ttft = parse_time(a.slo_ttft);
+  if (!a.slo_tpot.empty()) c.slo_tpot = parse_time(a.slo_tpot);
+  FleetResult result;
+  try {
+    result = simulate_fleet(c);
+  } catch (const std::invalid_argument& e) {
+    throw InputError(a.fleet, "/pools", e.what());
+  }
+  const FleetSummary summary = summarize(c, result);
+  std::fputs(fleet_text(c, f.topology_name, result, summary).c_str(), stdout);
+  if (!a.json.empty()) write_file_atomically(a.json, fleet_json(c, f.topology_name, result, summary).dump(2) + "\n");
+  if (!a.per_request.empty()) write_file_atomically(a.per_request, per_request_csv(result));
+}
+
 }  // namespace
 
 void add_serve_command(CLI::App& app) {
-  CLI::App* serve = app.add_subcommand("serve", "serving: the cost of an engine step (the fleet simulation is not built yet)");
-  serve->require_subcommand(1);
+  CLI::App* serve = app.add_subcommand(
+      "serve", "serving: simulate a fleet (FLEET.json: model, topology, pools, router, traffic), or time one engine step");
+  auto f = std::make_shared<FleetArgs>();
+  serve->add_option("fleet", f->fleet, "fleet file (workloads/serve/*.json; docs/serving-format.md)");
+  serve->add_option("--seed", f->seed, "seed of every random draw (default: the fleet's, else 1)");
+  serve->add_option("--requests", f->requests, "requests to simulate (default: the fleet's)");
+  serve->add_option("--rate", f->rate, "open-loop arrival rate, requests per second (default: the fleet's)");
+  serve->add_option("--slo-ttft", f->slo_ttft, "time-to-first-token objective, e.g. 2s");
+  serve->add_option("--slo-tpot", f->slo_tpot, "time-per-output-token objective, e.g. 100ms");
+  serve->add_option("--json", f->json, "write the whole summary as JSON");
+  serve->add_option("--per-request", f->per_request, "write one CSV row per request");
   auto a = std::make_shared<StepArgs>();
   CLI::App* step = serve->add_subcommand("step", "time of one engine step of a TP x PP instance, with its breakdown");
   step->add_option("--model", a->model, "bundled model name or a Hugging Face config.json")->required();
@@ -164,6 +214,12 @@ void add_serve_command(CLI::App& app) {
   step->add_option("--gemm-table", a->gemm_table, "measured GEMM rates (parallax-nccl-bench --gemm lines)");
   step->add_option("--json", a->json, "write the breakdown as JSON (step_time_ms and its parts)");
   step->callback([a] { run_step(*a); });
+  serve->callback([serve, step, f] {
+    if (step->parsed()) return;
+    if (f->fleet.empty()) throw CLI::CallForHelp();
+    run_fleet(*f);
+  });
+  (void)serve;
 }
 
 }  // namespace parallax::cli

@@ -1,0 +1,196 @@
+// Batching policies of one instance (batch_scheduler.h).
+#include "serving/batch_scheduler.h"
+
+#include <algorithm>
+#include <stdexcept>
+
+namespace parallax {
+
+const char* to_string(BatchingPolicy p) {
+  switch (p) {
+    case BatchingPolicy::kChunked: return "chunked";
+    case BatchingPolicy::kPrefillFirst: return "prefill_first";
+    case BatchingPolicy::kStatic: return "static";
+  }
+  return "?";
+}
+
+std::optional<BatchingPolicy> batching_policy_from(const std::string& name) {
+  if (name == "chunked" || name == "vllm" || name == "sarathi") return BatchingPolicy::kChunked;
+  if (name == "prefill_first" || name == "vllm_v0") return BatchingPolicy::kPrefillFirst;
+  if (name == "static") return BatchingPolicy::kStatic;
+  return std::nullopt;
+}
+
+int64_t blocks_for(int64_t tokens, int64_t block_size) { return (tokens + block_size - 1) / block_size; }
+
+RaggedBatch StepPlan::batch() const {
+  RaggedBatch b;
+  b.sequences.reserve(chunks.size());
+  for (const PlannedChunk& c : chunks) b.sequences.push_back(SequenceChunk{c.q_len, c.kv_len, c.samples});
+  return b;
+}
+
+BatchScheduler::BatchScheduler(BatchingConfig config) : config_(config) {
+  if (config_.max_sequences < 1 || config_.token_budget < 1 || config_.block_size < 1 || config_.kv_blocks < 1) {
+    throw std::invalid_argument("max_sequences, token_budget, block_size and kv_blocks must be at least 1");
+  }
+}
+
+std::string BatchScheduler::never_fits(int64_t prompt, int64_t output) const {
+  const int64_t need = blocks_for(prompt + output - 1, config_.block_size);
+  if (need <= config_.kv_blocks) return {};
+  return std::to_string(prompt) + " + " + std::to_string(output) + " tokens need " + std::to_string(need) +
+         " KV blocks; the instance has " + std::to_string(config_.kv_blocks);
+}
+
+void BatchScheduler::enqueue(int64_t request, int64_t prompt, int64_t output) {
+  int slot = 0;
+  if (!free_slots_.empty()) {
+    slot = free_slots_.back();
+    free_slots_.pop_back();
+  } else {
+    slot = static_cast<int>(slots_.size());
+    slots_.emplace_back();
+  }
+  slots_[static_cast<size_t>(slot)] = Sequence{request, prompt, output, 0, 0, 0, true};
+  waiting_.push_back(slot);
+}
+
+bool BatchScheduler::grow(Sequence& s, int64_t tokens) {
+  const int64_t need = blocks_for(tokens, config_.block_size) - s.blocks;
+  if (need > free_blocks()) return false;
+  if (need > 0) {
+    s.blocks += need;
+    used_blocks_ += need;
+  }
+  return true;
+}
+
+void BatchScheduler::preempt(int slot) {
+  Sequence& s = slots_[static_cast<size_t>(slot)];
+  used_blocks_ -= s.blocks;
+  s.blocks = 0;
+  s.cached = 0;
+  running_.erase(std::find(running_.begin(), running_.end(), slot));
+  waiting_.push_front(slot);
+}
+
+void BatchScheduler::add_chunk(StepPlan& plan, int slot, int64_t q) {
+  const Sequence& s = slots_[static_cast<size_t>(slot)];
+  plan.chunks.push_back(PlannedChunk{slot, s.request, q, s.cached + q, s.cached + q == known(s)});
+}
+
+// Running sequences in admission order; a block shortage preempts from the back. Returns
+// whether anything was preempted.
+bool BatchScheduler::schedule_running(StepPlan& plan, int64_t& budget, bool decode_only) {
+  bool preempted = false;
+  size_t i = 0;
+  while (i < running_.size() && budget > 0) {
+    const int slot = running_[i];
+    Sequence& s = slots_[static_cast<size_t>(slot)];
+    const int64_t pending = known(s) - s.cached;
+    if (decode_only && pending != 1) {
+      ++i;
+      continue;
+    }
+    const int64_t q = std::min(pending, budget);
+    bool evicted_self = false;
+    while (!grow(s, s.cached + q)) {
+      const int victim = running_.back();
+      plan.preempted.push_back(slots_[static_cast<size_t>(victim)].request);
+      preempted = true;
+      preempt(victim);
+      if (victim == slot) {
+        evicted_self = true;
+        break;
+      }
+    }
+    if (evicted_self) continue;  // running_[i] is now the next sequence, or past the end
+    add_chunk(plan, slot, q);
+    budget -= q;
+    ++i;
+  }
+  return preempted;
+}
+
+void BatchScheduler::plan_chunked(StepPlan& plan) {
+  int64_t budget = config_.token_budget;
+  if (schedule_running(plan, budget, false)) return;
+  while (!waiting_.empty() && budget > 0 && static_cast<int>(running_.size()) < config_.max_sequences) {
+    const int slot = waiting_.front();
+    Sequence& s = slots_[static_cast<size_t>(slot)];
+    const int64_t q = std::min(known(s) - s.cached, budget);
+    if (!grow(s, s.cached + q)) break;
+    waiting_.pop_front();
+    running_.push_back(slot);
+    add_chunk(plan, slot, q);
+    budget -= q;
+  }
+}
+
+void BatchScheduler::plan_prefill_first(StepPlan& plan) {
+  int64_t budget = config_.token_budget;
+  while (!waiting_.empty() && static_cast<int>(running_.size()) < config_.max_sequences) {
+    const int slot = waiting_.front();
+    Sequence& s = slots_[static_cast<size_t>(slot)];
+    const int64_t q = known(s);
+    // The first prompt is admitted even beyond the budget: it could never run otherwise.
+    if ((q > budget && !plan.chunks.empty()) || !grow(s, q)) break;
+    waiting_.pop_front();
+    running_.push_back(slot);
+    add_chunk(plan, slot, q);
+    budget -= q;
+  }
+  if (!plan.chunks.empty()) return;
+  int64_t unlimited = INT64_MAX;
+  schedule_running(plan, unlimited, true);
+}
+
+void BatchScheduler::plan_static(StepPlan& plan) {
+  if (running_.empty()) {
+    while (!waiting_.empty() && static_cast<int>(running_.size()) < config_.max_sequences) {
+      const int slot = waiting_.front();
+      Sequence& s = slots_[static_cast<size_t>(slot)];
+      if (!grow(s, s.prompt + s.output - 1)) break;  // the whole life reserved: no preemption
+      waiting_.pop_front();
+      running_.push_back(slot);
+    }
+  }
+  for (const int slot : running_) {
+    const Sequence& s = slots_[static_cast<size_t>(slot)];
+    add_chunk(plan, slot, known(s) - s.cached);
+  }
+}
+
+StepPlan BatchScheduler::plan() {
+  StepPlan p;
+  switch (config_.policy) {
+    case BatchingPolicy::kChunked: plan_chunked(p); break;
+    case BatchingPolicy::kPrefillFirst: plan_prefill_first(p); break;
+    case BatchingPolicy::kStatic: plan_static(p); break;
+  }
+  return p;
+}
+
+StepOutcome BatchScheduler::complete(const StepPlan& plan) {
+  StepOutcome out;
+  for (const PlannedChunk& c : plan.chunks) {
+    Sequence& s = slots_[static_cast<size_t>(c.sequence)];
+    s.cached += c.q_len;
+    if (!c.samples) continue;
+    ++s.generated;
+    out.sampled.push_back(s.request);
+    if (s.generated == 1) out.first_token.push_back(s.request);
+    if (s.generated == s.output) {
+      out.finished.push_back(s.request);
+      used_blocks_ -= s.blocks;
+      s.in_use = false;
+      running_.erase(std::find(running_.begin(), running_.end(), c.sequence));
+      free_slots_.push_back(c.sequence);
+    }
+  }
+  return out;
+}
+
+}  // namespace parallax

@@ -1,0 +1,124 @@
+// One instance's batching: which sequences run in its next engine step and how many tokens
+// each, with their KV-cache blocks, as the real engines decide it.
+//
+// A sequence knows P + G tokens (its prompt and the G outputs sampled so far) and holds the KV
+// of `cached` of them. A step gives it q = min(known − cached, what the budget leaves) new
+// tokens against cached + q keys; when that reaches every known token the step samples its next
+// output (G + 1). So a fresh prompt is prefilled in one or more chunks, its last chunk samples
+// the first token, and each decode step feeds the last sampled token (q = 1) and samples the
+// next; a request of O outputs holds P + O − 1 tokens at the end. A sequence preempted by
+// recompute loses its cache and later re-prefills all P + G known tokens (vLLM's recompute).
+//
+// Policies (../shared/reference/serving.md §1.3):
+// - chunked (vLLM V1's scheduler; Sarathi-Serve's stall-free batching with a small budget):
+//   every step, running sequences first in admission order (decodes take 1 token, partial
+//   prefills what the budget leaves), then waiting ones FIFO while the budget, the sequence cap
+//   and the free blocks allow; a running sequence that cannot get a block preempts the most
+//   recently admitted running one (itself, if it is that one); no admission in a step that
+//   preempted.
+// - prefill_first (vLLM v0): if any waiting prompt can be admitted (its whole prompt within the
+//   budget, the first always, and its blocks free), the step is prefill-only, FIFO; otherwise
+//   a decode step of every running sequence, preempting as above.
+// - static (request-level batching, FasterTransformer): when nothing runs, up to the cap of
+//   waiting requests are admitted with blocks for their whole life (P + O − 1 tokens), run
+//   until the last of them finishes, and only then the next batch.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "model/layer_operators.h"
+
+namespace parallax {
+
+enum class BatchingPolicy : uint8_t { kChunked, kPrefillFirst, kStatic };
+const char* to_string(BatchingPolicy p);
+std::optional<BatchingPolicy> batching_policy_from(const std::string& name);
+
+struct BatchingConfig {
+  BatchingPolicy policy = BatchingPolicy::kChunked;
+  int max_sequences = 256;      ///< sequences per step (vLLM max_num_seqs)
+  int64_t token_budget = 8192;  ///< new tokens per step (vLLM max_num_batched_tokens)
+  int64_t block_size = 16;      ///< tokens per KV block
+  int64_t kv_blocks = 0;        ///< the instance's KV capacity in blocks (> 0)
+};
+
+/// ⌈tokens / block_size⌉.
+int64_t blocks_for(int64_t tokens, int64_t block_size);
+
+/// One sequence's share of a step.
+struct PlannedChunk {
+  int sequence = 0;  ///< the scheduler's slot
+  int64_t request = 0;
+  int64_t q_len = 0;
+  int64_t kv_len = 0;
+  bool samples = false;
+};
+
+struct StepPlan {
+  std::vector<PlannedChunk> chunks;
+  std::vector<int64_t> preempted;  ///< requests preempted while forming it
+  bool empty() const { return chunks.empty(); }
+  RaggedBatch batch() const;
+};
+
+/// What a finished step produced, by request.
+struct StepOutcome {
+  std::vector<int64_t> sampled;     ///< requests that sampled a token in this step
+  std::vector<int64_t> first_token;  ///< … of which their first
+  std::vector<int64_t> finished;    ///< … of which their last (their blocks are freed)
+};
+
+class BatchScheduler {
+ public:
+  /// Throws std::invalid_argument for a cap, budget, block size or capacity below 1.
+  explicit BatchScheduler(BatchingConfig config);
+
+  /// Why the request can never run here (its whole life does not fit the KV cache), or empty.
+  std::string never_fits(int64_t prompt, int64_t output) const;
+  /// Queues a request (never_fits must be empty).
+  void enqueue(int64_t request, int64_t prompt, int64_t output);
+
+  /// The next step's batch; empty when there is nothing to run.
+  StepPlan plan();
+  /// Applies the step `plan` described, once it has run.
+  StepOutcome complete(const StepPlan& plan);
+
+  size_t waiting() const { return waiting_.size(); }
+  size_t running() const { return running_.size(); }
+  int64_t used_blocks() const { return used_blocks_; }
+  const BatchingConfig& config() const { return config_; }
+
+ private:
+  struct Sequence {
+    int64_t request = 0;
+    int64_t prompt = 0;
+    int64_t output = 0;
+    int64_t generated = 0;  ///< G
+    int64_t cached = 0;
+    int64_t blocks = 0;
+    bool in_use = false;
+  };
+
+  int64_t known(const Sequence& s) const { return s.prompt + s.generated; }
+  int64_t free_blocks() const { return config_.kv_blocks - used_blocks_; }
+  bool grow(Sequence& s, int64_t tokens);  ///< blocks for `tokens` cached; false if not free
+  void preempt(int slot);
+  void plan_chunked(StepPlan& plan);
+  void plan_prefill_first(StepPlan& plan);
+  void plan_static(StepPlan& plan);
+  bool schedule_running(StepPlan& plan, int64_t& budget, bool decode_only);
+  void add_chunk(StepPlan& plan, int slot, int64_t q);
+
+  BatchingConfig config_;
+  std::vector<Sequence> slots_;
+  std::vector<int> free_slots_;
+  std::deque<int> waiting_;
+  std::vector<int> running_;  ///< admission order
+  int64_t used_blocks_ = 0;
+};
+
+}  // namespace parallax

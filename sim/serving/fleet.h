@@ -1,0 +1,112 @@
+// The serving fleet simulation: requests arrive (traffic.h), a router picks an instance
+// (request_router.h), each instance batches its requests step by step (batch_scheduler.h), and each
+// engine step takes the time its StepTimer gives (step_model.h on the instance's GPUs). One
+// event per request arrival and one per engine step, not per token.
+//
+// Every instance of a pool is the same TP × PP shape on the same GPUs (the topology's first
+// tp·pp, by which its TP group's links are chosen); the pools together must fit the topology.
+// Only colocated pools (prefill and decode on one instance) are built; prefill/decode
+// disaggregation, prefix caching and trace replay are not yet.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "model/model_config.h"
+#include "serving/batch_scheduler.h"
+#include "serving/kv_capacity.h"
+#include "serving/request.h"
+#include "serving/request_router.h"
+#include "serving/step_model.h"
+#include "serving/traffic.h"
+#include "topology/topology.h"
+
+namespace parallax {
+
+/// How long an engine step takes. Not const: a test timer may draw random times.
+class StepTimer {
+ public:
+  virtual ~StepTimer() = default;
+  virtual Time step_time(const RaggedBatch& batch) = 0;
+};
+
+/// The cost model's answer (step_model.h).
+class ModelStepTimer final : public StepTimer {
+ public:
+  explicit ModelStepTimer(std::shared_ptr<const StepModel> model) : model_(std::move(model)) {}
+  Time step_time(const RaggedBatch& batch) override { return model_->step(batch).total; }
+
+ private:
+  std::shared_ptr<const StepModel> model_;
+};
+
+struct PoolConfig {
+  std::string name = "pool";
+  InstanceShape shape;
+  int count = 1;
+  BatchingConfig batching;  ///< kv_blocks 0: derived from memory (kv_capacity.h)
+  double memory_reserve = 0.10;
+  std::optional<Bytes> workspace;  ///< nullopt: activation_workspace of the pool's budget
+  StepModelOptions step;
+};
+
+struct FleetConfig {
+  ModelConfig model;
+  std::shared_ptr<const Topology> topology;
+  std::vector<PoolConfig> pools;
+  RoutingPolicy router = RoutingPolicy::kRoundRobin;
+  Time refresh_interval;  ///< how stale the engines' reports are to the router; 0: fresh
+  TrafficSpec traffic;
+  uint64_t seed = 1;
+  Time slo_ttft;  ///< 0: no TTFT objective
+  Time slo_tpot;  ///< 0: no TPOT objective
+};
+
+/// Makes the step timer of instance `instance` (fleet-wide index) of `pool`; null means the
+/// cost model. Tests use it for closed-form queues.
+using StepTimerFactory = std::function<std::unique_ptr<StepTimer>(const PoolConfig& pool, int instance)>;
+
+struct PoolStats {
+  std::string name;
+  int instances = 0;
+  int gpus_per_instance = 0;
+  int64_t kv_blocks = 0;       ///< per instance
+  KvCapacity capacity;         ///< how kv_blocks was derived (blocks 0 when given)
+  int64_t steps = 0;
+  double busy_fraction = 0;    ///< mean over instances: time in steps / duration
+  double kv_occupancy = 0;     ///< mean over instances and time: used / capacity
+  double mean_batch = 0;       ///< sequences per step
+  double mean_tokens = 0;      ///< new tokens per step
+};
+
+struct FleetResult {
+  std::vector<RequestRecord> requests;  ///< by request id
+  std::vector<PoolStats> pools;
+  Time duration;                        ///< first arrival (0) to the last completion
+  int64_t preemptions = 0;
+  /// Little's law: the time-average number of requests in the system, and arrival rate × mean
+  /// time in system, over the completed requests.
+  double mean_in_system = 0;
+  double arrival_rate_times_mean_e2e = 0;
+  /// Inter-token gaps of every request: a histogram with buckets 1% wide (log scale), for
+  /// percentiles without keeping every gap.
+  std::vector<int64_t> itl_histogram;
+  int64_t itl_count = 0;
+  double itl_sum_s = 0;
+  int total_gpus = 0;
+};
+
+/// The gap that histogram bucket `i` starts at, in seconds.
+double itl_bucket_start(size_t i);
+/// The q-quantile (0 < q ≤ 1) of the gaps in the histogram, in seconds (bucket midpoints).
+double itl_quantile(const FleetResult& r, double q);
+
+/// Runs the simulation. Throws std::invalid_argument for a configuration that cannot run
+/// (pools that do not fit the topology or their GPUs' memory, bad shapes), naming the pool.
+FleetResult simulate_fleet(const FleetConfig& config, const StepTimerFactory& timers = nullptr);
+
+}  // namespace parallax

@@ -1,0 +1,200 @@
+// Fleet files (fleet_loader.h).
+#include "serving/fleet_loader.h"
+
+#include <filesystem>
+
+#include "io/json_reader.h"
+#include "model/model_loader.h"
+#include "topology/topology_loader.h"
+
+namespace parallax {
+namespace {
+
+namespace fs = std::filesystem;
+
+int64_t integer_in(JsonReader v, int64_t least, int64_t most) {
+  const int64_t x = v.as_int();
+  if (x < least || x > most) {
+    v.fail("must be between " + std::to_string(least) + " and " + std::to_string(most) + ", found " + std::to_string(x));
+  }
+  return x;
+}
+
+double number_in(JsonReader v, double least, double most) {
+  const double x = v.as_number();
+  if (!(x >= least && x <= most)) {
+    v.fail("must be between " + std::to_string(least) + " and " + std::to_string(most));
+  }
+  return x;
+}
+
+Time non_negative_time(JsonReader v) {
+  const Time t = v.as_time();
+  if (t < Time::zero()) v.fail("must not be negative");
+  return t;
+}
+
+std::shared_ptr<const Topology> read_topology(JsonReader t, const std::string& fleet, const std::string& dir,
+                                              std::string& name) {
+  std::string file;
+  TopologyLoadOptions load;
+  if (t.is_string()) {
+    name = t.as_string();
+    file = dir + "/" + name + ".json";
+  } else if (auto preset = t.find("preset")) {
+    name = preset->as_string();
+    file = dir + "/" + name + ".json";
+  } else {
+    name = t.at("file").as_string();
+    file = (fs::path(fleet).parent_path() / name).string();
+  }
+  if (!t.is_string()) {
+    if (auto n = t.find("nodes")) load.nodes = static_cast<int>(integer_in(*n, 1, 100000));
+    t.finish();
+  }
+  if (name.find('/') != std::string::npos && !t.has("file")) t.fail("a preset name, not a path (use \"file\")");
+  if (!fs::exists(file)) t.fail("no topology file " + file);
+  return std::make_shared<const Topology>(load_topology(file, load));
+}
+
+LengthDistribution read_lengths(JsonReader v) {
+  LengthDistribution d;
+  if (v.is_number()) {
+    d.value = integer_in(v, 1, 10000000);
+    return d;
+  }
+  const std::string kind = v.at("distribution").as_string();
+  if (kind == "fixed") {
+    d.value = integer_in(v.at("tokens"), 1, 10000000);
+  } else if (kind == "uniform") {
+    d.kind = LengthDistribution::Kind::kUniform;
+    d.min = integer_in(v.at("min"), 1, 10000000);
+    d.max = integer_in(v.at("max"), d.min, 10000000);
+  } else if (kind == "lognormal") {
+    d.kind = LengthDistribution::Kind::kLognormal;
+    d.mean = number_in(v.at("mean"), 1, 1e7);
+    d.sigma = number_in(v.at("sigma"), 0, 5);
+    d.min = v.has("min") ? integer_in(v.at("min"), 1, 10000000) : 1;
+    d.max = v.has("max") ? integer_in(v.at("max"), d.min, 10000000) : 10000000;
+  } else {
+    v.at("distribution").fail("unknown distribution \"" + kind + "\" (fixed, uniform, lognormal)");
+  }
+  v.finish();
+  return d;
+}
+
+TrafficSpec read_traffic(JsonReader t) {
+  TrafficSpec s;
+  const std::string arrival = t.has("arrival") ? t.at("arrival").as_string() : "poisson";
+  if (arrival == "poisson" || arrival == "gamma") {
+    s.arrival = arrival == "poisson" ? TrafficSpec::Arrival::kPoisson : TrafficSpec::Arrival::kGamma;
+    s.rate_per_s = number_in(t.at("rate"), 1e-6, 1e7);
+    if (s.arrival == TrafficSpec::Arrival::kGamma) s.cv = number_in(t.at("cv"), 0.01, 100);
+  } else if (arrival == "closed_loop") {
+    s.arrival = TrafficSpec::Arrival::kClosedLoop;
+    s.users = static_cast<int>(integer_in(t.at("users"), 1, 1000000));
+    s.think_time = t.has("think_time") ? non_negative_time(t.at("think_time")) : Time::zero();
+  } else {
+    t.at("arrival").fail("unknown arrival \"" + arrival + "\" (poisson, gamma, closed_loop)");
+  }
+  s.requests = integer_in(t.at("requests"), 1, 100000000);
+  s.prompt = read_lengths(t.at("prompt"));
+  s.output = read_lengths(t.at("output"));
+  if (auto v = t.find("sessions")) s.sessions = integer_in(*v, 0, 1000000000);
+  t.finish();
+  return s;
+}
+
+PoolConfig read_pool(JsonReader p, int index) {
+  PoolConfig pool;
+  pool.name = p.has("name") ? p.at("name").as_string() : "pool" + std::to_string(index);
+  if (auto role = p.find("role")) {
+    const std::string r = role->as_string();
+    if (r == "prefill" || r == "decode") role->fail("prefill/decode disaggregation is not built yet (only \"colocated\")");
+    if (r != "colocated") role->fail("unknown role \"" + r + "\" (colocated, prefill, decode)");
+  }
+  pool.shape.tp = static_cast<int>(integer_in(p.at("tp"), 1, 4096));
+  if (auto v = p.find("pp")) pool.shape.pp = static_cast<int>(integer_in(*v, 1, 1024));
+  pool.count = static_cast<int>(integer_in(p.at("count"), 1, 100000));
+  if (auto b = p.find("batching")) {
+    if (auto v = b->find("policy")) {
+      const auto policy = batching_policy_from(v->as_string());
+      if (!policy) v->fail("unknown policy \"" + v->as_string() + "\" (chunked, prefill_first, static)");
+      pool.batching.policy = *policy;
+      // Sarathi-Serve is the chunked policy with its own small budget.
+      if (v->as_string() == "sarathi") pool.batching.token_budget = 512;
+    }
+    if (auto v = b->find("max_sequences")) pool.batching.max_sequences = static_cast<int>(integer_in(*v, 1, 100000));
+    if (auto v = b->find("token_budget")) pool.batching.token_budget = integer_in(*v, 1, 10000000);
+    b->finish();
+  }
+  if (auto k = p.find("kv_cache")) {
+    if (auto v = k->find("block_size")) pool.batching.block_size = integer_in(*v, 1, 4096);
+    if (auto v = k->find("blocks")) pool.batching.kv_blocks = integer_in(*v, 1, int64_t{1} << 40);
+    if (auto v = k->find("memory_reserve")) pool.memory_reserve = number_in(*v, 0, 0.99);
+    if (auto v = k->find("workspace")) pool.workspace = v->as_bytes();
+    if (auto v = k->find("prefix_caching"); v && v->as_bool()) v->fail("prefix caching is not built yet");
+    if (auto v = k->find("preemption"); v && v->as_string() != "recompute") {
+      v->fail("only \"recompute\" preemption is built (swap over PCIe is not yet)");
+    }
+    k->finish();
+  }
+  if (auto v = p.find("step_overhead")) pool.step.step_overhead = non_negative_time(*v);
+  p.finish();
+  return pool;
+}
+
+}  // namespace
+
+FleetFile load_fleet(const std::string& path, const std::string& models_dir, const std::string& topologies_dir) {
+  const nlohmann::json doc = load_json_file(path);
+  JsonReader root(doc, path);
+  FleetFile f;
+  FleetConfig& c = f.config;
+  c.model = read_model(root.at("model"), models_dir);
+  c.topology = read_topology(root.at("topology"), path, topologies_dir, f.topology_name);
+  JsonReader pools = root.at("pools");
+  int index = 0;
+  for (const JsonReader& p : pools.elements()) c.pools.push_back(read_pool(p, index++));
+  if (c.pools.empty()) pools.fail("needs at least one pool");
+  if (auto r = root.find("router")) {
+    if (r->is_string()) {
+      const auto policy = routing_policy_from(r->as_string());
+      if (!policy) r->fail("unknown router \"" + r->as_string() + "\" (" + routing_policy_names() + ")");
+      c.router = *policy;
+    } else {
+      JsonReader name = r->at("policy");
+      const auto policy = routing_policy_from(name.as_string());
+      if (!policy) name.fail("unknown router \"" + name.as_string() + "\" (" + routing_policy_names() + ")");
+      c.router = *policy;
+      if (auto v = r->find("refresh_interval")) c.refresh_interval = non_negative_time(*v);
+      r->finish();
+    }
+  }
+  c.traffic = read_traffic(root.at("traffic"));
+  if (auto v = root.find("seed")) c.seed = static_cast<uint64_t>(integer_in(*v, 0, INT64_MAX));
+  if (auto slo = root.find("slo")) {
+    if (auto v = slo->find("ttft")) c.slo_ttft = non_negative_time(*v);
+    if (auto v = slo->find("tpot")) c.slo_tpot = non_negative_time(*v);
+    slo->finish();
+  }
+  root.finish();
+  // Shapes and memory are checked here, where the JSON path is known.
+  const GpuSpec& gpu = c.topology->gpu_spec_of(c.topology->gpus().front());
+  for (size_t i = 0; i < c.pools.size(); ++i) {
+    const PoolConfig& pool = c.pools[i];
+    try {
+      StepModel probe(c.model, *c.topology, pool.shape, pool.step);
+      if (pool.batching.kv_blocks <= 0) {
+        kv_capacity(c.model, gpu, pool.shape, pool.batching.block_size, pool.memory_reserve,
+                    pool.workspace.value_or(activation_workspace(c.model, pool.shape.tp, pool.batching.token_budget,
+                                                                 pool.batching.max_sequences)));
+      }
+    } catch (const std::invalid_argument& e) {
+      throw InputError(path, "/pools/" + std::to_string(i), e.what());
+    }
+  }
+  return f;
+}
+
+}  // namespace parallax

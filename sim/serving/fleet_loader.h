@@ -1,0 +1,21 @@
+// Fleet files (workloads/serve/*.json; docs/serving-format.md): the model, the topology, the
+// pools of instances, the router, the traffic, the seed and the SLOs, read strictly (unknown
+// keys and bad values fail with the file and JSON pointer).
+#pragma once
+
+#include <string>
+
+#include "serving/fleet.h"
+
+namespace parallax {
+
+struct FleetFile {
+  FleetConfig config;
+  std::string topology_name;  ///< the preset or file it came from, for the report
+};
+
+/// Reads `path`. Bundled model names are looked up in `models_dir`, topology presets in
+/// `topologies_dir`; relative file paths are relative to the fleet file. Throws InputError.
+FleetFile load_fleet(const std::string& path, const std::string& models_dir, const std::string& topologies_dir);
+
+}  // namespace parallax

@@ -1,0 +1,221 @@
+// Fleet simulation reports (fleet_report.h).
+#include "serving/fleet_report.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+
+namespace parallax {
+namespace {
+
+LatencyStats stats_of(std::vector<double> v) {
+  LatencyStats s;
+  if (v.empty()) return s;
+  double sum = 0;
+  for (double x : v) sum += x;
+  s.mean = sum / static_cast<double>(v.size());
+  s.p50 = quantile(v, 0.50);
+  s.p90 = quantile(v, 0.90);
+  s.p99 = quantile(v, 0.99);
+  return s;
+}
+
+nlohmann::ordered_json stats_json(const LatencyStats& s) {
+  return {{"mean_s", s.mean}, {"p50_s", s.p50}, {"p90_s", s.p90}, {"p99_s", s.p99}};
+}
+
+std::string ms(double seconds) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.1f ms", seconds * 1e3);
+  return buf;
+}
+
+std::string stats_line(const char* name, const LatencyStats& s) {
+  char buf[160];
+  std::snprintf(buf, sizeof buf, "  %-10s mean %10s  p50 %10s  p90 %10s  p99 %10s\n", name, ms(s.mean).c_str(),
+                ms(s.p50).c_str(), ms(s.p90).c_str(), ms(s.p99).c_str());
+  return buf;
+}
+
+}  // namespace
+
+double quantile(std::vector<double>& values, double q) {
+  if (values.empty()) return 0;
+  std::sort(values.begin(), values.end());
+  const auto rank = static_cast<size_t>(std::ceil(q * static_cast<double>(values.size())));
+  return values[std::clamp<size_t>(rank, 1, values.size()) - 1];
+}
+
+FleetSummary summarize(const FleetConfig& c, const FleetResult& r) {
+  FleetSummary s;
+  s.requests = static_cast<int64_t>(r.requests.size());
+  s.duration_s = r.duration.seconds();
+  s.preemptions = r.preemptions;
+  s.has_slo = c.slo_ttft > Time::zero() || c.slo_tpot > Time::zero();
+  std::vector<double> ttft, tpot, e2e, queueing;
+  double input = 0, output = 0;
+  int64_t good = 0;
+  for (const RequestRecord& rec : r.requests) {
+    if (rec.rejected) {
+      if (s.first_rejection.empty()) s.first_rejection = "request " + std::to_string(rec.id) + ": " + rec.rejection;
+      ++s.rejected;
+      continue;
+    }
+    if (!rec.completed) continue;
+    ++s.completed;
+    input += static_cast<double>(rec.prompt_tokens);
+    output += static_cast<double>(rec.output_tokens);
+    ttft.push_back(rec.ttft().seconds());
+    if (rec.output_tokens > 1) tpot.push_back(rec.tpot().seconds());
+    e2e.push_back(rec.e2e().seconds());
+    queueing.push_back(rec.queueing().seconds());
+    const bool ttft_ok = c.slo_ttft == Time::zero() || rec.ttft() <= c.slo_ttft;
+    const bool tpot_ok = c.slo_tpot == Time::zero() || rec.tpot() <= c.slo_tpot;
+    if (ttft_ok && tpot_ok) ++good;
+  }
+  s.ttft = stats_of(std::move(ttft));
+  s.tpot = stats_of(std::move(tpot));
+  s.e2e = stats_of(std::move(e2e));
+  s.queueing = stats_of(std::move(queueing));
+  s.itl.mean = r.itl_count > 0 ? r.itl_sum_s / static_cast<double>(r.itl_count) : 0;
+  s.itl.p50 = itl_quantile(r, 0.50);
+  s.itl.p90 = itl_quantile(r, 0.90);
+  s.itl.p99 = itl_quantile(r, 0.99);
+  if (s.duration_s > 0) {
+    s.requests_per_s = static_cast<double>(s.completed) / s.duration_s;
+    s.input_tokens_per_s = input / s.duration_s;
+    s.output_tokens_per_s = output / s.duration_s;
+    s.output_tokens_per_s_per_gpu = r.total_gpus > 0 ? s.output_tokens_per_s / r.total_gpus : 0;
+    s.goodput_per_s = static_cast<double>(good) / s.duration_s;
+  }
+  s.slo_attainment = s.requests > 0 ? static_cast<double>(good) / static_cast<double>(s.requests) : 0;
+  return s;
+}
+
+nlohmann::ordered_json fleet_json(const FleetConfig& c, const std::string& topology_name, const FleetResult& r,
+                                  const FleetSummary& s) {
+  nlohmann::ordered_json j;
+  j["model"] = c.model.name;
+  j["topology"] = topology_name;
+  j["router"] = to_string(c.router);
+  j["refresh_interval_s"] = c.refresh_interval.seconds();
+  j["traffic"] = c.traffic.describe();
+  j["seed"] = c.seed;
+  j["requests"] = s.requests;
+  j["completed"] = s.completed;
+  j["rejected"] = s.rejected;
+  if (!s.first_rejection.empty()) j["first_rejection"] = s.first_rejection;
+  j["duration_s"] = s.duration_s;
+  j["requests_per_s"] = s.requests_per_s;
+  j["input_tokens_per_s"] = s.input_tokens_per_s;
+  j["output_tokens_per_s"] = s.output_tokens_per_s;
+  j["output_tokens_per_s_per_gpu"] = s.output_tokens_per_s_per_gpu;
+  j["gpus"] = r.total_gpus;
+  j["ttft"] = stats_json(s.ttft);
+  j["tpot"] = stats_json(s.tpot);
+  j["itl"] = stats_json(s.itl);
+  j["e2e"] = stats_json(s.e2e);
+  j["queueing"] = stats_json(s.queueing);
+  if (s.has_slo) {
+    j["slo"] = {{"ttft_s", c.slo_ttft.seconds()}, {"tpot_s", c.slo_tpot.seconds()}, {"attainment", s.slo_attainment},
+                {"goodput_per_s", s.goodput_per_s}};
+  }
+  j["preemptions"] = s.preemptions;
+  j["mean_in_system"] = r.mean_in_system;
+  nlohmann::ordered_json pools = nlohmann::ordered_json::array();
+  for (size_t p = 0; p < r.pools.size(); ++p) {
+    const PoolStats& ps = r.pools[p];
+    const PoolConfig& pc = c.pools[p];
+    pools.push_back({{"name", ps.name},
+                     {"instances", ps.instances},
+                     {"tp", pc.shape.tp},
+                     {"pp", pc.shape.pp},
+                     {"policy", to_string(pc.batching.policy)},
+                     {"max_sequences", pc.batching.max_sequences},
+                     {"token_budget", pc.batching.token_budget},
+                     {"block_size", pc.batching.block_size},
+                     {"kv_blocks", ps.kv_blocks},
+                     {"steps", ps.steps},
+                     {"busy_fraction", ps.busy_fraction},
+                     {"kv_occupancy", ps.kv_occupancy},
+                     {"mean_batch_sequences", ps.mean_batch},
+                     {"mean_batch_tokens", ps.mean_tokens}});
+  }
+  j["pools"] = pools;
+  return j;
+}
+
+std::string fleet_text(const FleetConfig& c, const std::string& topology_name, const FleetResult& r,
+                       const FleetSummary& s) {
+  std::string out;
+  char buf[512];
+  std::snprintf(buf, sizeof buf, "serve: %s on %s (%d GPUs), router %s%s, seed %llu\n", c.model.name.c_str(),
+                topology_name.c_str(), r.total_gpus, to_string(c.router),
+                c.refresh_interval > Time::zero() ? (", signals every " + ms(c.refresh_interval.seconds())).c_str() : "",
+                static_cast<unsigned long long>(c.seed));
+  out += buf;
+  out += "  traffic: " + c.traffic.describe() + "\n";
+  for (size_t p = 0; p < r.pools.size(); ++p) {
+    const PoolStats& ps = r.pools[p];
+    const PoolConfig& pc = c.pools[p];
+    std::snprintf(buf, sizeof buf,
+                  "  pool %s: %d x (tp %d, pp %d), %s batching (max %d sequences, %lld tokens per step), %lld KV blocks "
+                  "of %lld tokens each\n",
+                  ps.name.c_str(), ps.instances, pc.shape.tp, pc.shape.pp, to_string(pc.batching.policy),
+                  pc.batching.max_sequences, static_cast<long long>(pc.batching.token_budget),
+                  static_cast<long long>(ps.kv_blocks), static_cast<long long>(pc.batching.block_size));
+    out += buf;
+    std::snprintf(buf, sizeof buf,
+                  "    busy %.1f%%, KV cache %.1f%% full on average, %.1f sequences and %.0f new tokens per step\n",
+                  100 * ps.busy_fraction, 100 * ps.kv_occupancy, ps.mean_batch, ps.mean_tokens);
+    out += buf;
+  }
+  std::snprintf(buf, sizeof buf, "\n  %lld requests: %lld completed, %lld rejected, in %.2f s simulated\n",
+                static_cast<long long>(s.requests), static_cast<long long>(s.completed),
+                static_cast<long long>(s.rejected), s.duration_s);
+  out += buf;
+  if (!s.first_rejection.empty()) out += "  first rejected: " + s.first_rejection + "\n";
+  std::snprintf(buf, sizeof buf,
+                "  throughput: %.2f requests/s, %.0f input and %.0f output tokens/s (%.1f output tokens/s per GPU)\n",
+                s.requests_per_s, s.input_tokens_per_s, s.output_tokens_per_s, s.output_tokens_per_s_per_gpu);
+  out += buf;
+  out += stats_line("TTFT", s.ttft);
+  out += stats_line("TPOT", s.tpot);
+  out += stats_line("ITL", s.itl);
+  out += stats_line("E2E", s.e2e);
+  out += stats_line("queueing", s.queueing);
+  if (s.has_slo) {
+    std::snprintf(buf, sizeof buf, "  SLO (TTFT <= %s, TPOT <= %s): %.1f%% of requests met it; goodput %.2f requests/s\n",
+                  c.slo_ttft > Time::zero() ? ms(c.slo_ttft.seconds()).c_str() : "-",
+                  c.slo_tpot > Time::zero() ? ms(c.slo_tpot.seconds()).c_str() : "-", 100 * s.slo_attainment,
+                  s.goodput_per_s);
+    out += buf;
+  }
+  std::snprintf(buf, sizeof buf, "  preemptions: %lld\n", static_cast<long long>(s.preemptions));
+  out += buf;
+  return out;
+}
+
+std::string per_request_csv(const FleetResult& r) {
+  std::string out =
+      "id,arrival_s,prompt_tokens,output_tokens,instance,queueing_s,ttft_s,tpot_s,e2e_s,max_gap_s,preemptions,status\n";
+  char buf[320];
+  for (const RequestRecord& rec : r.requests) {
+    const char* status = rec.rejected ? "rejected" : rec.completed ? "completed" : "unfinished";
+    if (!rec.completed) {
+      std::snprintf(buf, sizeof buf, "%lld,%.9f,%lld,%lld,%d,,,,,,%d,%s\n", static_cast<long long>(rec.id),
+                    rec.arrival.seconds(), static_cast<long long>(rec.prompt_tokens),
+                    static_cast<long long>(rec.output_tokens), rec.instance, rec.preemptions, status);
+    } else {
+      std::snprintf(buf, sizeof buf, "%lld,%.9f,%lld,%lld,%d,%.9f,%.9f,%.9f,%.9f,%.9f,%d,%s\n",
+                    static_cast<long long>(rec.id), rec.arrival.seconds(), static_cast<long long>(rec.prompt_tokens),
+                    static_cast<long long>(rec.output_tokens), rec.instance, rec.queueing().seconds(),
+                    rec.ttft().seconds(), rec.tpot().seconds(), rec.e2e().seconds(), rec.max_gap.seconds(),
+                    rec.preemptions, status);
+    }
+    out += buf;
+  }
+  return out;
+}
+
+}  // namespace parallax

@@ -1,0 +1,44 @@
+// What a fleet simulation reports: the summary (throughput, latency percentiles, SLO
+// attainment and goodput, pools' utilisation and KV occupancy, preemptions), as text for the
+// terminal, as JSON (--json) and one CSV row per request (--per-request).
+#pragma once
+
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "serving/fleet.h"
+
+namespace parallax {
+
+/// Seconds: mean and the nearest-rank 50th, 90th and 99th percentiles.
+struct LatencyStats {
+  double mean = 0, p50 = 0, p90 = 0, p99 = 0;
+};
+
+struct FleetSummary {
+  int64_t requests = 0, completed = 0, rejected = 0;
+  double duration_s = 0;
+  double requests_per_s = 0, input_tokens_per_s = 0, output_tokens_per_s = 0;
+  double output_tokens_per_s_per_gpu = 0;
+  LatencyStats ttft, tpot, e2e, queueing, itl;
+  bool has_slo = false;
+  double slo_attainment = 0;     ///< completed requests meeting every given SLO, over all requests
+  double goodput_per_s = 0;      ///< those requests per second
+  int64_t preemptions = 0;
+  std::string first_rejection;   ///< the reason of the first rejected request
+};
+
+/// The nearest-rank q-quantile (0 < q ≤ 1) of `values` (sorted in place); 0 when empty.
+double quantile(std::vector<double>& values, double q);
+
+FleetSummary summarize(const FleetConfig& config, const FleetResult& result);
+
+nlohmann::ordered_json fleet_json(const FleetConfig& config, const std::string& topology_name,
+                                  const FleetResult& result, const FleetSummary& summary);
+std::string fleet_text(const FleetConfig& config, const std::string& topology_name, const FleetResult& result,
+                       const FleetSummary& summary);
+/// Header and one row per request, in id order (times in seconds, 9 decimals).
+std::string per_request_csv(const FleetResult& result);
+
+}  // namespace parallax

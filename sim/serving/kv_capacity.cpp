@@ -1,0 +1,97 @@
+// KV-cache capacity of an instance (kv_capacity.h).
+#include "serving/kv_capacity.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <stdexcept>
+
+#include "model/parameter_count.h"
+
+namespace parallax {
+namespace {
+
+constexpr double kWeightBytes = 2;
+constexpr double kCacheBytes = 2;
+
+std::string gib(Bytes b) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.2f GiB", b.value() / (1024.0 * 1024.0 * 1024.0));
+  return buf;
+}
+
+}  // namespace
+
+Bytes kv_bytes_per_token(const ModelConfig& m, int tp, int layers) {
+  double per_layer = 0;
+  if (m.mla) {
+    per_layer = static_cast<double>(m.mla->kv_lora_rank + m.mla->qk_rope_head_dim) * kCacheBytes;
+  } else {
+    const double heads = std::ceil(static_cast<double>(m.kv_heads) / tp);
+    per_layer = 2.0 * heads * static_cast<double>(m.head_dim) * kCacheBytes;
+  }
+  return Bytes(per_layer * layers);
+}
+
+std::vector<Bytes> stage_weight_bytes(const ModelConfig& m, InstanceShape shape) {
+  const ParameterCounts p = count_parameters(m);
+  const std::vector<int> layers = split_layers(m.layers, shape.pp);
+  int moe_layers = 0;
+  for (int l = 0; l < m.layers; ++l) moe_layers += m.is_moe_layer(l) ? 1 : 0;
+  const int dense_layers = m.layers - moe_layers;
+  std::vector<Bytes> out;
+  int first = 0;
+  for (size_t s = 0; s < layers.size(); ++s) {
+    int moe = 0;
+    for (int l = first; l < first + layers[s]; ++l) moe += m.is_moe_layer(l) ? 1 : 0;
+    const int dense = layers[s] - moe;
+    double params = static_cast<double>(p.attention + p.layer_vectors) * layers[s] / m.layers;
+    if (dense_layers > 0) params += static_cast<double>(p.dense_mlp) * dense / dense_layers;
+    if (moe_layers > 0) params += static_cast<double>(p.routed_experts + p.shared_experts + p.router) * moe / moe_layers;
+    if (s == 0) params += static_cast<double>(p.embedding);
+    if (s + 1 == layers.size()) params += static_cast<double>(p.output_head + p.final_norm);
+    out.push_back(Bytes(kWeightBytes * params / shape.tp));
+    first += layers[s];
+  }
+  return out;
+}
+
+Bytes activation_workspace(const ModelConfig& m, int tp, int64_t token_budget, int max_sequences) {
+  const double h = static_cast<double>(m.hidden);
+  const double d = static_cast<double>(m.head_dim);
+  const double qkv = (m.heads + 2.0 * m.kv_heads) * d / tp;
+  const double ffn = static_cast<double>(m.moe ? std::max(m.ffn, m.moe->expert_ffn * m.moe->top_k) : m.ffn);
+  const double per_token = (h + qkv + 2.0 * ffn / tp + h) * 2.0;
+  const double vocab = std::ceil(static_cast<double>(m.vocab) / tp);
+  return Bytes(static_cast<double>(token_budget) * per_token + max_sequences * vocab * 4.0);
+}
+
+KvCapacity kv_capacity(const ModelConfig& m, const GpuSpec& gpu, InstanceShape shape, int64_t block_size,
+                       double reserve_fraction, Bytes workspace) {
+  const std::vector<int> layers = split_layers(m.layers, shape.pp);
+  const std::vector<Bytes> weights = stage_weight_bytes(m, shape);
+  KvCapacity best;
+  best.blocks = INT64_MAX;
+  for (size_t s = 0; s < layers.size(); ++s) {
+    KvCapacity c;
+    c.tightest_stage = static_cast<int>(s);
+    c.memory = gpu.memory;
+    c.reserve = Bytes(gpu.memory.value() * reserve_fraction);
+    c.weights = weights[s];
+    c.workspace = workspace;
+    c.block_bytes = Bytes(static_cast<double>(block_size) * kv_bytes_per_token(m, shape.tp, layers[s]).value());
+    const double room = c.memory.value() - c.reserve.value() - c.weights.value() - c.workspace.value();
+    c.blocks = room > 0 ? static_cast<int64_t>(std::floor(room / c.block_bytes.value())) : 0;
+    if (c.blocks < 1) {
+      throw std::invalid_argument(m.name + " at tp=" + std::to_string(shape.tp) + ", pp=" + std::to_string(shape.pp) +
+                                  " does not fit on " + gpu.name + ": stage " + std::to_string(s) + " has " +
+                                  gib(c.weights) + " of weights and " + gib(c.workspace) + " of workspace per GPU, " +
+                                  gib(Bytes(c.memory.value() - c.reserve.value())) +
+                                  " usable (after the reserve), no room for one KV block");
+    }
+    if (c.blocks < best.blocks) best = c;
+  }
+  return best;
+}
+
+}  // namespace parallax

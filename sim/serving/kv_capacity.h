@@ -1,0 +1,52 @@
+// How many KV-cache blocks an instance holds: per GPU, the memory left after the weights, the
+// activation workspace of one step and a reserve, divided by what one block of tokens keeps
+// in KV on that GPU; the instance holds what its tightest pipeline stage holds.
+//
+// Per GPU of stage s, with tp ranks (bf16 weights and cache unless set otherwise):
+//   weights_s   = 2 B × (the stage's share of the layers' parameters + the embedding on the
+//                 first stage + the head and final norm on the last) / tp
+//   kv per token = layers_s × (2 · ⌈kv_heads / tp⌉ · head_dim) × 2 B   (K and V; a KV head is
+//                 replicated on each rank when kv_heads < tp); with MLA, layers_s ×
+//                 (kv_lora_rank + qk_rope_head_dim) × 2 B, the latent, kept whole on every rank
+//   blocks_s    = ⌊(HBM × (1 − reserve) − weights_s − workspace) / (block_size × kv per token)⌋
+// The reserve plays vLLM's gpu_memory_utilization (0.9 → reserve 0.1: CUDA context, NCCL
+// buffers, CUDA graphs, fragmentation). The workspace is the largest set of activations one
+// step keeps live at once: token_budget × (h + (H + 2G)·d/tp + 2·f/tp + h) × 2 B inside a layer
+// (its buffers are reused layer after layer), plus max_sequences × ⌈V/tp⌉ × 4 B of logits.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "model/model_config.h"
+#include "serving/step_model.h"
+#include "topology/topology.h"
+
+namespace parallax {
+
+struct KvCapacity {
+  int64_t blocks = 0;       ///< the instance's (its tightest stage's)
+  int tightest_stage = 0;
+  Bytes memory;             ///< per GPU
+  Bytes reserve;
+  Bytes weights;            ///< per GPU of the tightest stage
+  Bytes workspace;
+  Bytes block_bytes;        ///< one block on one GPU of the tightest stage
+};
+
+/// KV bytes one token keeps on one GPU of a stage holding `layers` layers.
+Bytes kv_bytes_per_token(const ModelConfig& model, int tp, int layers);
+
+/// Weight bytes on one GPU of each pipeline stage (2 B per parameter).
+std::vector<Bytes> stage_weight_bytes(const ModelConfig& model, InstanceShape shape);
+
+/// The activation workspace of the header.
+Bytes activation_workspace(const ModelConfig& model, int tp, int64_t token_budget, int max_sequences);
+
+/// The instance's capacity. Throws std::invalid_argument when the weights and workspace leave
+/// no room for a single block, naming the numbers.
+KvCapacity kv_capacity(const ModelConfig& model, const GpuSpec& gpu, InstanceShape shape, int64_t block_size,
+                       double reserve_fraction, Bytes workspace);
+
+}  // namespace parallax

@@ -1,0 +1,71 @@
+// Routers: which instance of a pool gets the next request.
+//
+// Signals: the router's own count of what it has sent each instance and not yet seen finish
+// (requests and their tokens) is always fresh, as a real gateway's is; what the engines report
+// (waiting queue length, KV-cache use) reaches the router every `refresh_interval` (0: at
+// every decision), as llm-d's 50 ms and vLLM's DP coordinator's 100 ms scrapes do
+// (../shared/reference/serving.md §3, "signal staleness").
+//
+// Policies:
+//   round_robin      counter mod N
+//   random           uniform
+//   least_requests   fewest in flight (router-side); ties to the lowest index
+//   least_tokens     fewest in-flight tokens (prompt + output of what is in flight)
+//   power_of_two     two distinct instances drawn uniformly, the one with fewer in flight
+//   least_waiting    shortest reported waiting queue (Vidur's LOR: the queue only)
+//   least_kv         lowest reported KV-cache use
+//   session          consistent hash of the request's session id on a ring of 64 virtual
+//                    nodes per instance (the same session always lands on the same instance
+//                    while the pool is unchanged)
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "serving/random.h"
+#include "serving/request.h"
+
+namespace parallax {
+
+enum class RoutingPolicy : uint8_t {
+  kRoundRobin, kRandom, kLeastRequests, kLeastTokens, kPowerOfTwo, kLeastWaiting, kLeastKv, kSession
+};
+const char* to_string(RoutingPolicy p);
+std::optional<RoutingPolicy> routing_policy_from(const std::string& name);
+/// Every policy's name, comma-separated (for messages).
+std::string routing_policy_names();
+
+/// What an engine last reported.
+struct EngineReport {
+  int64_t waiting = 0;
+  double kv_utilization = 0;
+};
+
+class RequestRouter {
+ public:
+  RequestRouter(RoutingPolicy policy, int instances, uint64_t seed);
+
+  /// The instance for `r`, given the engines' last reports (one per instance).
+  int choose(const Request& r, const std::vector<EngineReport>& reports);
+  /// The router's own bookkeeping: a request sent and one finished.
+  void sent(int instance, const Request& r);
+  void finished(int instance, const Request& r);
+
+  RoutingPolicy policy() const { return policy_; }
+  int64_t in_flight(int instance) const { return in_flight_[static_cast<size_t>(instance)]; }
+
+ private:
+  int least_of(const std::vector<double>& load) const;
+
+  RoutingPolicy policy_;
+  int instances_;
+  Rng rng_;
+  uint64_t next_ = 0;
+  std::vector<int64_t> in_flight_;
+  std::vector<int64_t> in_flight_tokens_;
+  std::vector<std::pair<uint64_t, int>> ring_;  ///< (hash, instance), sorted
+};
+
+}  // namespace parallax

@@ -1,0 +1,83 @@
+// Synthetic request streams (traffic.h).
+#include "serving/traffic.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <stdexcept>
+
+namespace parallax {
+
+int64_t LengthDistribution::sample(Rng& rng) const {
+  switch (kind) {
+    case Kind::kFixed: return std::max<int64_t>(1, value);
+    case Kind::kUniform: return min + static_cast<int64_t>(rng.below(static_cast<uint64_t>(max - min + 1)));
+    case Kind::kLognormal: {
+      // mean = exp(mu + σ²/2), so mu = ln(mean) − σ²/2.
+      const double mu = std::log(mean) - 0.5 * sigma * sigma;
+      const double x = std::round(rng.lognormal(mu, sigma));
+      return std::clamp(static_cast<int64_t>(std::min(x, 9e15)), std::max<int64_t>(1, min), std::max<int64_t>(1, max));
+    }
+  }
+  return 1;
+}
+
+std::string LengthDistribution::describe() const {
+  char buf[128];
+  switch (kind) {
+    case Kind::kFixed: std::snprintf(buf, sizeof buf, "%lld", static_cast<long long>(value)); break;
+    case Kind::kUniform:
+      std::snprintf(buf, sizeof buf, "uniform %lld-%lld", static_cast<long long>(min), static_cast<long long>(max));
+      break;
+    case Kind::kLognormal:
+      std::snprintf(buf, sizeof buf, "lognormal mean %.0f sigma %.2f in [%lld, %lld]", mean, sigma,
+                    static_cast<long long>(min), static_cast<long long>(max));
+      break;
+  }
+  return buf;
+}
+
+std::string TrafficSpec::describe() const {
+  char buf[256];
+  if (arrival == Arrival::kClosedLoop) {
+    std::snprintf(buf, sizeof buf, "closed loop: %d users, think time %.3f s, %lld requests", users, think_time.seconds(),
+                  static_cast<long long>(requests));
+  } else {
+    std::snprintf(buf, sizeof buf, "%s arrivals at %.3f/s%s, %lld requests", arrival == Arrival::kPoisson ? "Poisson" : "Gamma",
+                  rate_per_s, arrival == Arrival::kGamma ? (" (cv " + std::to_string(cv) + ")").c_str() : "",
+                  static_cast<long long>(requests));
+  }
+  return std::string(buf) + "; prompt " + prompt.describe() + ", output " + output.describe() + " tokens";
+}
+
+std::vector<Request> open_loop_requests(const TrafficSpec& spec, Rng& rng) {
+  if (spec.arrival == TrafficSpec::Arrival::kClosedLoop) throw std::invalid_argument("a closed loop has no fixed stream");
+  std::vector<Request> out;
+  out.reserve(static_cast<size_t>(spec.requests));
+  const double mean_gap = 1.0 / spec.rate_per_s;
+  const double shape = 1.0 / (spec.cv * spec.cv);
+  double t = 0;
+  for (int64_t i = 0; i < spec.requests; ++i) {
+    t += spec.arrival == TrafficSpec::Arrival::kPoisson ? rng.exponential(mean_gap) : rng.gamma(shape, mean_gap / shape);
+    Request r;
+    r.id = i;
+    r.arrival = Time::from_seconds(t);
+    r.prompt_tokens = spec.prompt.sample(rng);
+    r.output_tokens = spec.output.sample(rng);
+    r.session = spec.sessions > 0 ? rng.below(static_cast<uint64_t>(spec.sessions)) : static_cast<uint64_t>(i);
+    out.push_back(r);
+  }
+  return out;
+}
+
+Request closed_loop_request(const TrafficSpec& spec, Rng& rng, int64_t id, Time arrival, uint64_t user) {
+  Request r;
+  r.id = id;
+  r.arrival = arrival;
+  r.prompt_tokens = spec.prompt.sample(rng);
+  r.output_tokens = spec.output.sample(rng);
+  r.session = user;
+  return r;
+}
+
+}  // namespace parallax

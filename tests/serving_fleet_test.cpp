@@ -1,0 +1,217 @@
+// The serving fleet simulation (serving/fleet.h) against queueing theory and its own rules:
+// M/M/1 and M/D/1 waiting times, join-shortest-queue against round-robin, Little's law,
+// preemption that loses and duplicates nothing, KV capacity from memory by hand, rejection of
+// what can never fit, and byte-identical reruns.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <memory>
+
+#include "model/model_loader.h"
+#include "model/parameter_count.h"
+#include "serving/fleet.h"
+#include "test_support.h"
+#include "topology/topology_loader.h"
+
+namespace parallax {
+namespace {
+
+ModelConfig llama(const std::string& name) { return load_bundled_model(test::source_path("workloads/models"), name); }
+
+std::shared_ptr<const Topology> dgx_h100(int nodes = 1) {
+  return std::make_shared<const Topology>(
+      load_topology(test::source_path("topologies/dgx-h100.json"), TopologyLoadOptions{nodes}));
+}
+
+class ConstantTimer final : public StepTimer {
+ public:
+  explicit ConstantTimer(Time t) : t_(t) {}
+  Time step_time(const RaggedBatch&) override { return t_; }
+
+ private:
+  Time t_;
+};
+
+class ExponentialTimer final : public StepTimer {
+ public:
+  ExponentialTimer(double mean_s, uint64_t seed) : mean_(mean_s), rng_(seed) {}
+  Time step_time(const RaggedBatch&) override { return Time::from_seconds(rng_.exponential(mean_)); }
+
+ private:
+  double mean_;
+  Rng rng_;
+};
+
+// One request per step (a 1-token prompt that samples its only output): each instance is a
+// single server whose service time is the timer's.
+FleetConfig queue(int instances, double rate, int64_t requests, RoutingPolicy router = RoutingPolicy::kRoundRobin) {
+  FleetConfig c;
+  c.model = llama("llama3-8b");
+  c.topology = dgx_h100();
+  PoolConfig pool;
+  pool.count = instances;
+  pool.batching.max_sequences = 1;
+  pool.batching.kv_blocks = 1000;
+  c.pools = {pool};
+  c.router = router;
+  c.traffic.rate_per_s = rate;
+  c.traffic.requests = requests;
+  c.seed = 20261201;
+  return c;
+}
+
+double mean_wait(const FleetResult& r) {
+  double sum = 0;
+  for (const RequestRecord& rec : r.requests) sum += rec.queueing().seconds();
+  return sum / static_cast<double>(r.requests.size());
+}
+
+StepTimerFactory exponential(double mean_s) {
+  return [mean_s](const PoolConfig&, int instance) {
+    return std::make_unique<ExponentialTimer>(mean_s, 77 + static_cast<uint64_t>(instance));
+  };
+}
+
+TEST(ServingQueue, MM1WaitingTimeIsRhoOverMuMinusLambda) {
+  // μ = 1000/s (1 ms mean service). Wq = ρ / (μ − λ): ρ = 0.5 → 1 ms; ρ = 0.8 → 4 ms.
+  for (const double rho : {0.5, 0.8}) {
+    const double mu = 1000, lambda = rho * mu;
+    const FleetResult r = simulate_fleet(queue(1, lambda, 400000), exponential(1.0 / mu));
+    const double expected = rho / (mu - lambda);
+    EXPECT_NEAR(mean_wait(r) / expected, 1.0, 0.02) << "rho " << rho;
+    EXPECT_NEAR(r.mean_in_system / r.arrival_rate_times_mean_e2e, 1.0, 1e-9);  // Little's law
+  }
+}
+
+TEST(ServingQueue, MD1WaitingTimeIsPollaczekKhinchine) {
+  // Deterministic service D = 1 ms: Wq = ρ·D / (2(1 − ρ)): ρ = 0.5 → 0.5 ms; ρ = 0.8 → 2 ms.
+  for (const double rho : {0.5, 0.8}) {
+    const double d = 1e-3;
+    const FleetResult r = simulate_fleet(queue(1, rho / d, 200000), [d](const PoolConfig&, int) {
+      return std::make_unique<ConstantTimer>(Time::from_seconds(d));
+    });
+    EXPECT_NEAR(mean_wait(r) / (rho * d / (2 * (1 - rho))), 1.0, 0.02) << "rho " << rho;
+    EXPECT_NEAR(r.mean_in_system / r.arrival_rate_times_mean_e2e, 1.0, 1e-9);
+  }
+}
+
+TEST(ServingQueue, JoinShortestQueueWaitsLessThanPowerOfTwoThanRoundRobin) {
+  // 4 exponential servers at ρ = 0.85 each.
+  const double mu = 1000, lambda = 0.85 * 4 * mu;
+  const double rr = mean_wait(simulate_fleet(queue(4, lambda, 200000, RoutingPolicy::kRoundRobin), exponential(1e-3)));
+  const double p2 = mean_wait(simulate_fleet(queue(4, lambda, 200000, RoutingPolicy::kPowerOfTwo), exponential(1e-3)));
+  const double jsq =
+      mean_wait(simulate_fleet(queue(4, lambda, 200000, RoutingPolicy::kLeastRequests), exponential(1e-3)));
+  EXPECT_LT(jsq, p2);
+  EXPECT_LT(p2, rr);
+  // Round-robin splits a Poisson stream into four Erlang-4 streams: each server is an E4/M/1
+  // queue, whose wait lies below M/M/1's ρ/(μ − λ_i) = 5.67 ms.
+  EXPECT_LT(rr, 0.85 / (mu - lambda / 4));
+}
+
+TEST(ServingBatching, PreemptionLosesAndDuplicatesNothing) {
+  FleetConfig c = queue(1, 50, 300);
+  PoolConfig& pool = c.pools[0];
+  pool.batching.max_sequences = 64;
+  pool.batching.token_budget = 512;
+  pool.batching.kv_blocks = 60;  // 960 tokens: about three of these requests at their longest
+  c.traffic.prompt = LengthDistribution{LengthDistribution::Kind::kUniform, 1, 50, 300, 1, 0};
+  c.traffic.output = LengthDistribution{LengthDistribution::Kind::kUniform, 1, 50, 300, 1, 0};
+  for (const BatchingPolicy policy : {BatchingPolicy::kChunked, BatchingPolicy::kPrefillFirst, BatchingPolicy::kStatic}) {
+    pool.batching.policy = policy;
+    const FleetResult r = simulate_fleet(c, [](const PoolConfig&, int) {
+      return std::make_unique<ConstantTimer>(Time::ms(5));
+    });
+    int64_t completed = 0;
+    for (const RequestRecord& rec : r.requests) {
+      ASSERT_TRUE(rec.completed) << to_string(policy) << " request " << rec.id;
+      EXPECT_EQ(rec.tokens_out, rec.output_tokens) << to_string(policy) << " request " << rec.id;
+      EXPECT_GE(rec.first_token, rec.first_scheduled);
+      EXPECT_GE(rec.completion, rec.first_token);
+      ++completed;
+    }
+    EXPECT_EQ(completed, 300);
+    // Chunked and prefill-first admit by what fits now, so the cache runs out and they preempt;
+    // static batching reserves every request's whole life and never does.
+    if (policy == BatchingPolicy::kStatic) {
+      EXPECT_EQ(r.preemptions, 0);
+    } else {
+      EXPECT_GT(r.preemptions, 0) << to_string(policy);
+    }
+  }
+}
+
+TEST(ServingBatching, ARequestThatCanNeverFitIsRejected) {
+  FleetConfig c = queue(1, 10, 3);
+  c.pools[0].batching.kv_blocks = 10;  // 160 tokens
+  c.traffic.prompt = LengthDistribution{LengthDistribution::Kind::kFixed, 200, 1, 1, 1, 0};
+  const FleetResult r = simulate_fleet(c, [](const PoolConfig&, int) { return std::make_unique<ConstantTimer>(Time::ms(1)); });
+  for (const RequestRecord& rec : r.requests) {
+    EXPECT_TRUE(rec.rejected);
+    EXPECT_FALSE(rec.completed);
+    EXPECT_EQ(rec.rejection, "200 + 1 tokens need 13 KV blocks; the instance has 10");
+  }
+}
+
+TEST(ServingMemory, KvBlocksFromMemoryByHand) {
+  // H100: 80 GiB; reserve 10%: 72 GiB usable = 77,309,411,328 B.
+  const double usable = 0.9 * 80.0 * 1024 * 1024 * 1024;
+  const GpuSpec h100 = dgx_h100()->gpu_spec_of(dgx_h100()->gpus().front());
+  // Llama-3 8B, TP 1: 8,030,261,248 parameters, 16,060,522,496 B of bf16 weights; a block of
+  // 16 tokens keeps 32 layers × K,V × 8 heads × 128 × 2 B × 16 = 2,097,152 B.
+  const ModelConfig m8 = llama("llama3-8b");
+  ASSERT_EQ(count_parameters(m8).total, 8030261248);
+  const KvCapacity c8 = kv_capacity(m8, h100, InstanceShape{1, 1}, 16, 0.10, Bytes(0));
+  EXPECT_EQ(c8.block_bytes.value(), 2097152.0);
+  EXPECT_EQ(c8.blocks, static_cast<int64_t>(std::floor((usable - 16060522496.0) / 2097152.0)));  // 29,206
+  // Llama-3 70B, TP 4: 70,553,706,496 parameters, a quarter of 141,107,412,992 B per GPU; 8 KV
+  // heads over 4 ranks: 2 per GPU, so a block is 80 × 2 × 2 × 128 × 2 B × 16 = 1,310,720 B.
+  const ModelConfig m70 = llama("llama3-70b");
+  ASSERT_EQ(count_parameters(m70).total, 70553706496);
+  const KvCapacity c70 = kv_capacity(m70, h100, InstanceShape{4, 1}, 16, 0.10, Bytes(0));
+  EXPECT_EQ(c70.block_bytes.value(), 1310720.0);
+  EXPECT_EQ(c70.blocks, static_cast<int64_t>(std::floor((usable - 141107412992.0 / 4) / 1310720.0)));  // 32,069
+  // At TP 1 the 70B weights alone exceed the GPU: refused, with the numbers.
+  try {
+    kv_capacity(m70, h100, InstanceShape{1, 1}, 16, 0.10, Bytes(0));
+    FAIL() << "70B on one H100 must not fit";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("does not fit"), std::string::npos) << e.what();
+  }
+}
+
+TEST(ServingFleet, TheCostModelRunsAFleetAndRerunsIdentically) {
+  FleetConfig c;
+  c.model = llama("llama3-8b");
+  c.topology = dgx_h100();
+  PoolConfig pool;
+  pool.count = 2;
+  pool.shape = InstanceShape{2, 1};
+  c.pools = {pool};
+  c.router = RoutingPolicy::kLeastTokens;
+  c.traffic.rate_per_s = 20;
+  c.traffic.requests = 400;
+  c.traffic.prompt = LengthDistribution{LengthDistribution::Kind::kLognormal, 1, 16, 8192, 1500, 0.8};
+  c.traffic.output = LengthDistribution{LengthDistribution::Kind::kLognormal, 1, 1, 2048, 250, 0.8};
+  const FleetResult a = simulate_fleet(c);
+  const FleetResult b = simulate_fleet(c);
+  ASSERT_EQ(a.requests.size(), 400u);
+  for (size_t i = 0; i < a.requests.size(); ++i) {
+    EXPECT_TRUE(a.requests[i].completed);
+    EXPECT_EQ(a.requests[i].completion, b.requests[i].completion);
+    EXPECT_EQ(a.requests[i].first_token, b.requests[i].first_token);
+    EXPECT_GT(a.requests[i].ttft(), Time::zero());
+  }
+  EXPECT_EQ(a.itl_histogram, b.itl_histogram);
+  ASSERT_EQ(a.pools.size(), 1u);
+  EXPECT_GT(a.pools[0].kv_blocks, 1000);
+  EXPECT_GT(a.pools[0].busy_fraction, 0.0);
+  EXPECT_LE(a.pools[0].busy_fraction, 1.0);
+  EXPECT_NEAR(a.mean_in_system / a.arrival_rate_times_mean_e2e, 1.0, 1e-9);
+  // A fleet larger than the topology is refused, naming the numbers.
+  c.pools[0].count = 5;
+  EXPECT_THROW(simulate_fleet(c), std::invalid_argument);
+}
+
+}  // namespace
+}  // namespace parallax
