@@ -57,3 +57,15 @@ add_test(NAME example.serve.no_output_on_error
          COMMAND bash -c "! test -e ${serve_scratch}/never.json")
 set_tests_properties(example.serve.no_output_on_error PROPERTIES
                      DEPENDS "example.serve.bad_router;example.serve.bad_tp;example.serve.pool_does_not_fit;example.serve.pd_not_built;example.serve.malformed")
+
+# ---- request traces and their replay -------------------------------------------------------------------
+parallax_test(serving_trace_test serving_trace_test.cpp)
+target_link_libraries(serving_trace_test PRIVATE parallax_serving)
+add_test(NAME example.serve.replay_azure_code
+         COMMAND parallax serve ${serve_fleet} --replay ${PROJECT_SOURCE_DIR}/tests/data/serving-traces/azure-llm-2023-code.csv
+                 --rate-scale 4)
+set_tests_properties(example.serve.replay_azure_code PROPERTIES PASS_REGULAR_EXPRESSION "Azure LLM CSV, 8819 requests.*8819 completed")
+add_test(NAME example.serve.replay_mooncake
+         COMMAND parallax serve ${serve_fleet} --replay ${PROJECT_SOURCE_DIR}/tests/data/serving-traces/mooncake-synthetic.jsonl
+                 --requests 1000)
+set_tests_properties(example.serve.replay_mooncake PROPERTIES PASS_REGULAR_EXPRESSION "Mooncake JSON lines, 1000 requests.*1000 completed")

@@ -102,12 +102,12 @@ class Simulation {
 
   // ---- traffic ----------------------------------------------------------------------------
   void start_traffic() {
-    if (c_.traffic.arrival == TrafficSpec::Arrival::kClosedLoop) {
+    if (!c_.replay && c_.traffic.arrival == TrafficSpec::Arrival::kClosedLoop) {
       const int users = static_cast<int>(std::min<int64_t>(c_.traffic.users, c_.traffic.requests));
       for (int u = 0; u < users; ++u) issue(static_cast<uint64_t>(u), Time::zero());
       return;
     }
-    requests_ = open_loop_requests(c_.traffic, traffic_rng_);
+    requests_ = c_.replay ? *c_.replay : open_loop_requests(c_.traffic, traffic_rng_);
     records_.resize(requests_.size());
     last_token_.assign(requests_.size(), Time::zero());
     schedule_next_arrival();
@@ -149,7 +149,7 @@ class Simulation {
     if (std::string why = in.scheduler.never_fits(r.prompt_tokens, r.output_tokens); !why.empty()) {
       rec.rejected = true;
       rec.rejection = why;
-      if (c_.traffic.arrival == TrafficSpec::Arrival::kClosedLoop) next_of_user(r);
+      if (closed_loop()) next_of_user(r);
       return;
     }
     router_->sent(target, r);
@@ -177,8 +177,10 @@ class Simulation {
     if (arrivals_remain() || in_system_ > 0) engine_.schedule_in(c_.refresh_interval, [this] { refresh(); });
   }
 
+  bool closed_loop() const { return !c_.replay && c_.traffic.arrival == TrafficSpec::Arrival::kClosedLoop; }
+
   bool arrivals_remain() const {
-    return c_.traffic.arrival == TrafficSpec::Arrival::kClosedLoop
+    return closed_loop()
                ? static_cast<int64_t>(requests_.size()) < c_.traffic.requests
                : next_arrival_ < requests_.size();
   }
@@ -242,7 +244,7 @@ class Simulation {
       router_->finished(static_cast<int>(k), requests_[i]);
       population(-1);
       last_completion_ = std::max(last_completion_, now);
-      if (c_.traffic.arrival == TrafficSpec::Arrival::kClosedLoop) next_of_user(requests_[i]);
+      if (closed_loop()) next_of_user(requests_[i]);
     }
     in.busy = false;
     start_step(k);

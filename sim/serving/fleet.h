@@ -6,7 +6,7 @@
 // Every instance of a pool is the same TP × PP shape on the same GPUs (the topology's first
 // tp·pp, by which its TP group's links are chosen); the pools together must fit the topology.
 // Only colocated pools (prefill and decode on one instance) are built; prefill/decode
-// disaggregation, prefix caching and trace replay are not yet.
+// disaggregation is not yet.
 #pragma once
 
 #include <cstdint>
@@ -61,6 +61,10 @@ struct FleetConfig {
   RoutingPolicy router = RoutingPolicy::kRoundRobin;
   Time refresh_interval;  ///< how stale the engines' reports are to the router; 0: fresh
   TrafficSpec traffic;
+  /// A trace to replay in place of `traffic`'s synthetic stream (trace_reader.h); its requests
+  /// in arrival order with ids 0…n−1.
+  std::shared_ptr<const std::vector<Request>> replay;
+  std::string replay_name;  ///< what it was read from, for the report
   uint64_t seed = 1;
   Time slo_ttft;  ///< 0: no TTFT objective
   Time slo_tpot;  ///< 0: no TPOT objective

@@ -99,7 +99,7 @@ nlohmann::ordered_json fleet_json(const FleetConfig& c, const std::string& topol
   j["topology"] = topology_name;
   j["router"] = to_string(c.router);
   j["refresh_interval_s"] = c.refresh_interval.seconds();
-  j["traffic"] = c.traffic.describe();
+  j["traffic"] = c.replay ? "replay of " + c.replay_name : c.traffic.describe();
   j["seed"] = c.seed;
   j["requests"] = s.requests;
   j["completed"] = s.completed;
@@ -154,7 +154,7 @@ std::string fleet_text(const FleetConfig& c, const std::string& topology_name, c
                 c.refresh_interval > Time::zero() ? (", signals every " + ms(c.refresh_interval.seconds())).c_str() : "",
                 static_cast<unsigned long long>(c.seed));
   out += buf;
-  out += "  traffic: " + c.traffic.describe() + "\n";
+  out += "  traffic: " + (c.replay ? "replay of " + c.replay_name : c.traffic.describe()) + "\n";
   for (size_t p = 0; p < r.pools.size(); ++p) {
     const PoolStats& ps = r.pools[p];
     const PoolConfig& pc = c.pools[p];

@@ -3,6 +3,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "units/units.h"
 
@@ -14,6 +15,10 @@ struct Request {
   int64_t prompt_tokens = 1;
   int64_t output_tokens = 1;
   uint64_t session = 0;  ///< a user or conversation id (session-affinity routing)
+  /// Prefix-chained hashes of the prompt's leading blocks of `prefix_block_tokens` tokens
+  /// (Mooncake's hash_ids): equal ids are equal prefixes, whose KV a prefix cache can reuse.
+  std::vector<uint64_t> prefix_blocks;
+  int64_t prefix_block_tokens = 0;
 };
 
 /// One request's life: its times, in simulated time, and what happened to it.

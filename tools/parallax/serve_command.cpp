@@ -15,6 +15,7 @@
 #include "serving/fleet_loader.h"
 #include "serving/fleet_report.h"
 #include "serving/step_model.h"
+#include "serving/trace_reader.h"
 #include "topology/topology_loader.h"
 #include "units/unit_parse.h"
 
@@ -155,6 +156,8 @@ struct FleetArgs {
   std::string slo_ttft, slo_tpot;
   std::string json;
   std::string per_request;
+  std::string replay;
+  double rate_scale = 1.0;
 };
 
 void run_fleet(const FleetArgs& a) {
@@ -171,6 +174,16 @@ void run_fleet(const FleetArgs& a) {
     }
     if (!(*a.rate > 0 && *a.rate <= 1e7)) throw InputError("", "--rate", "must be in (0, 1e7] requests per second");
     c.traffic.rate_per_s = *a.rate;
+  }
+  if (!a.replay.empty()) {
+    Trace trace = read_trace(a.replay, a.rate_scale);
+    if (a.requests && *a.requests < static_cast<int64_t>(trace.requests.size())) trace.requests.resize(static_cast<size_t>(*a.requests));
+    c.replay_name = a.replay + " (" + to_string(trace.format) + ", " + std::to_string(trace.requests.size()) +
+                    " requests" + (a.rate_scale != 1.0 ? ", rate x" + strprintf("%g", a.rate_scale) : std::string()) +
+                    (trace.skipped > 0 ? ", " + std::to_string(trace.skipped) + " failed ones skipped" : std::string()) + ")";
+    c.replay = std::make_shared<const std::vector<Request>>(std::move(trace.requests));
+  } else if (a.rate_scale != 1.0) {
+    throw InputError("", "--rate-scale", "goes with --replay (use --rate for synthetic traffic)");
   }
   if (!a.slo_ttft.empty()) c.slo_ttft = parse_time(a.slo_ttft);
   if (!a.slo_tpot.empty()) c.slo_tpot = parse_time(a.slo_tpot);
@@ -198,6 +211,8 @@ void add_serve_command(CLI::App& app) {
   serve->add_option("--rate", f->rate, "open-loop arrival rate, requests per second (default: the fleet's)");
   serve->add_option("--slo-ttft", f->slo_ttft, "time-to-first-token objective, e.g. 2s");
   serve->add_option("--slo-tpot", f->slo_tpot, "time-per-output-token objective, e.g. 100ms");
+  serve->add_option("--replay", f->replay, "replay a trace (Azure CSV, BurstGPT CSV, Mooncake JSON lines) in place of the fleet's traffic");
+  serve->add_option("--rate-scale", f->rate_scale, "with --replay: arrivals this many times faster")->capture_default_str();
   serve->add_option("--json", f->json, "write the whole summary as JSON");
   serve->add_option("--per-request", f->per_request, "write one CSV row per request");
   auto a = std::make_shared<StepArgs>();
