@@ -69,3 +69,7 @@ add_test(NAME example.serve.replay_mooncake
          COMMAND parallax serve ${serve_fleet} --replay ${PROJECT_SOURCE_DIR}/tests/data/serving-traces/mooncake-synthetic.jsonl
                  --requests 1000)
 set_tests_properties(example.serve.replay_mooncake PROPERTIES PASS_REGULAR_EXPRESSION "Mooncake JSON lines, 1000 requests.*1000 completed")
+
+# ---- prefix caching and prefix-aware routing -------------------------------------------------------------
+parallax_test(serving_prefix_test serving_prefix_test.cpp)
+target_link_libraries(serving_prefix_test PRIVATE parallax_serving)

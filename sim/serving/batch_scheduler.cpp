@@ -44,7 +44,8 @@ std::string BatchScheduler::never_fits(int64_t prompt, int64_t output) const {
          " KV blocks; the instance has " + std::to_string(config_.kv_blocks);
 }
 
-void BatchScheduler::enqueue(int64_t request, int64_t prompt, int64_t output) {
+void BatchScheduler::enqueue(int64_t request, int64_t prompt, int64_t output, std::vector<uint64_t> prefix_blocks,
+                             int64_t block_tokens) {
   int slot = 0;
   if (!free_slots_.empty()) {
     slot = free_slots_.back();
@@ -53,12 +54,23 @@ void BatchScheduler::enqueue(int64_t request, int64_t prompt, int64_t output) {
     slot = static_cast<int>(slots_.size());
     slots_.emplace_back();
   }
-  slots_[static_cast<size_t>(slot)] = Sequence{request, prompt, output, 0, 0, 0, true};
+  Sequence& s = slots_[static_cast<size_t>(slot)];
+  s = Sequence{};
+  s.request = request;
+  s.prompt = prompt;
+  s.output = output;
+  s.in_use = true;
+  // Static batching reserves each request's whole life up front: it keeps no prefix cache.
+  if (config_.prefix_caching && config_.policy != BatchingPolicy::kStatic && block_tokens > 0) {
+    s.prefix_blocks = std::move(prefix_blocks);
+    s.block_tokens = block_tokens;
+  }
   waiting_.push_back(slot);
 }
 
 bool BatchScheduler::grow(Sequence& s, int64_t tokens) {
-  const int64_t need = blocks_for(tokens, config_.block_size) - s.blocks;
+  const int64_t need = blocks_for(tokens - s.shared_tokens, config_.block_size) - s.blocks;
+  if (need > free_blocks()) used_blocks_ -= cache_.evict(need - free_blocks());
   if (need > free_blocks()) return false;
   if (need > 0) {
     s.blocks += need;
@@ -67,10 +79,66 @@ bool BatchScheduler::grow(Sequence& s, int64_t tokens) {
   return true;
 }
 
-void BatchScheduler::preempt(int slot) {
-  Sequence& s = slots_[static_cast<size_t>(slot)];
+void BatchScheduler::release(Sequence& s) {
   used_blocks_ -= s.blocks;
   s.blocks = 0;
+  for (int i = 0; i < s.pinned; ++i) cache_.unpin(s.prefix_blocks[static_cast<size_t>(i)]);
+  s.pinned = 0;
+  s.shared_tokens = 0;
+}
+
+void BatchScheduler::settle_own_blocks(Sequence& s) {
+  const int64_t own = blocks_for(s.cached - s.shared_tokens, config_.block_size);
+  used_blocks_ += own - s.blocks;
+  s.blocks = own;
+}
+
+void BatchScheduler::admit_prefix(StepPlan& plan, Sequence& s) {
+  if (s.prefix_blocks.empty() || s.cached != 0) return;
+  int m = cache_.match(s.prefix_blocks);
+  if (!s.admitted_before) {
+    s.admitted_before = true;
+    int64_t skipped = 0;
+    for (int i = 0; i < m; ++i) skipped += cache_.tokens(s.prefix_blocks[static_cast<size_t>(i)]);
+    plan.hits.push_back(PrefixHit{s.request, m, static_cast<int>(s.prefix_blocks.size()),
+                                  std::min(skipped, known(s) - 1)});
+  }
+  // At least the last known token is computed, so that the step samples from it.
+  int64_t tokens = 0;
+  for (int i = 0; i < m; ++i) tokens += cache_.tokens(s.prefix_blocks[static_cast<size_t>(i)]);
+  while (m > 0 && tokens > known(s) - 1) tokens -= cache_.tokens(s.prefix_blocks[static_cast<size_t>(--m)]);
+  for (int i = 0; i < m; ++i) cache_.pin(s.prefix_blocks[static_cast<size_t>(i)]);
+  s.pinned = m;
+  s.shared_tokens = tokens;
+  s.cached = tokens;
+}
+
+void BatchScheduler::publish_prefix(Sequence& s) {
+  if (s.published || s.prefix_blocks.empty() || s.cached < s.prompt) return;
+  s.published = true;
+  // The blocks past the ones it shares, in order: each either joins the cache (its KV moves
+  // from the sequence to the cache) or is already there (made meanwhile by another sequence:
+  // the sequence's copy is dropped and the cached one used).
+  for (size_t j = static_cast<size_t>(s.pinned); j < s.prefix_blocks.size(); ++j) {
+    const int64_t tokens = std::min(s.block_tokens, s.prompt - static_cast<int64_t>(j) * s.block_tokens);
+    if (tokens <= 0) break;
+    const uint64_t id = s.prefix_blocks[j];
+    if (cache_.contains(id)) {
+      cache_.pin(id);
+    } else {
+      const int64_t blocks = blocks_for(tokens, config_.block_size);
+      cache_.insert_pinned(id, tokens, blocks);
+      used_blocks_ += blocks;
+    }
+    ++s.pinned;
+    s.shared_tokens += tokens;
+  }
+  settle_own_blocks(s);
+}
+
+void BatchScheduler::preempt(int slot) {
+  Sequence& s = slots_[static_cast<size_t>(slot)];
+  release(s);
   s.cached = 0;
   running_.erase(std::find(running_.begin(), running_.end(), slot));
   waiting_.push_front(slot);
@@ -120,8 +188,13 @@ void BatchScheduler::plan_chunked(StepPlan& plan) {
   while (!waiting_.empty() && budget > 0 && static_cast<int>(running_.size()) < config_.max_sequences) {
     const int slot = waiting_.front();
     Sequence& s = slots_[static_cast<size_t>(slot)];
+    admit_prefix(plan, s);
     const int64_t q = std::min(known(s) - s.cached, budget);
-    if (!grow(s, s.cached + q)) break;
+    if (!grow(s, s.cached + q)) {
+      release(s);  // its pins go back until it can run
+      s.cached = 0;
+      break;
+    }
     waiting_.pop_front();
     running_.push_back(slot);
     add_chunk(plan, slot, q);
@@ -134,9 +207,14 @@ void BatchScheduler::plan_prefill_first(StepPlan& plan) {
   while (!waiting_.empty() && static_cast<int>(running_.size()) < config_.max_sequences) {
     const int slot = waiting_.front();
     Sequence& s = slots_[static_cast<size_t>(slot)];
-    const int64_t q = known(s);
+    admit_prefix(plan, s);
+    const int64_t q = known(s) - s.cached;
     // The first prompt is admitted even beyond the budget: it could never run otherwise.
-    if ((q > budget && !plan.chunks.empty()) || !grow(s, q)) break;
+    if ((q > budget && !plan.chunks.empty()) || !grow(s, s.cached + q)) {
+      release(s);
+      s.cached = 0;
+      break;
+    }
     waiting_.pop_front();
     running_.push_back(slot);
     add_chunk(plan, slot, q);
@@ -178,13 +256,14 @@ StepOutcome BatchScheduler::complete(const StepPlan& plan) {
   for (const PlannedChunk& c : plan.chunks) {
     Sequence& s = slots_[static_cast<size_t>(c.sequence)];
     s.cached += c.q_len;
+    publish_prefix(s);
     if (!c.samples) continue;
     ++s.generated;
     out.sampled.push_back(s.request);
     if (s.generated == 1) out.first_token.push_back(s.request);
     if (s.generated == s.output) {
       out.finished.push_back(s.request);
-      used_blocks_ -= s.blocks;
+      release(s);
       s.in_use = false;
       running_.erase(std::find(running_.begin(), running_.end(), c.sequence));
       free_slots_.push_back(c.sequence);

@@ -31,6 +31,7 @@
 #include <vector>
 
 #include "model/layer_operators.h"
+#include "serving/prefix_cache.h"
 
 namespace parallax {
 
@@ -44,6 +45,9 @@ struct BatchingConfig {
   int64_t token_budget = 8192;  ///< new tokens per step (vLLM max_num_batched_tokens)
   int64_t block_size = 16;      ///< tokens per KV block
   int64_t kv_blocks = 0;        ///< the instance's KV capacity in blocks (> 0)
+  /// Keep finished prompts' blocks for reuse by later prompts with the same leading blocks
+  /// (prefix_cache.h); only requests that carry prefix block hashes can hit.
+  bool prefix_caching = false;
 };
 
 /// ⌈tokens / block_size⌉.
@@ -58,9 +62,18 @@ struct PlannedChunk {
   bool samples = false;
 };
 
+/// A request's first admission with prefix caching: its leading blocks found in the cache.
+struct PrefixHit {
+  int64_t request = 0;
+  int matched_blocks = 0;     ///< leading blocks the cache held
+  int total_blocks = 0;       ///< blocks its prompt has hashes for
+  int64_t skipped_tokens = 0; ///< prefill tokens saved (the last token is always computed)
+};
+
 struct StepPlan {
   std::vector<PlannedChunk> chunks;
   std::vector<int64_t> preempted;  ///< requests preempted while forming it
+  std::vector<PrefixHit> hits;     ///< requests admitted for the first time, with prefix caching
   bool empty() const { return chunks.empty(); }
   RaggedBatch batch() const;
 };
@@ -79,8 +92,10 @@ class BatchScheduler {
 
   /// Why the request can never run here (its whole life does not fit the KV cache), or empty.
   std::string never_fits(int64_t prompt, int64_t output) const;
-  /// Queues a request (never_fits must be empty).
-  void enqueue(int64_t request, int64_t prompt, int64_t output);
+  /// Queues a request (never_fits must be empty); `prefix_blocks` are its prompt's
+  /// prefix-chained block hashes of `block_tokens` tokens each (none: it cannot hit).
+  void enqueue(int64_t request, int64_t prompt, int64_t output, std::vector<uint64_t> prefix_blocks = {},
+               int64_t block_tokens = 0);
 
   /// The next step's batch; empty when there is nothing to run.
   StepPlan plan();
@@ -98,9 +113,15 @@ class BatchScheduler {
     int64_t prompt = 0;
     int64_t output = 0;
     int64_t generated = 0;  ///< G
-    int64_t cached = 0;
-    int64_t blocks = 0;
+    int64_t cached = 0;     ///< tokens with KV, shared prefix blocks included
+    int64_t blocks = 0;     ///< KV blocks of its own (not the shared prefix's)
     bool in_use = false;
+    std::vector<uint64_t> prefix_blocks;
+    int64_t block_tokens = 0;
+    int pinned = 0;             ///< leading prefix blocks it uses from the cache
+    int64_t shared_tokens = 0;  ///< their tokens
+    bool admitted_before = false;
+    bool published = false;     ///< its prompt's blocks are in the cache
   };
 
   int64_t known(const Sequence& s) const { return s.prompt + s.generated; }
@@ -112,13 +133,18 @@ class BatchScheduler {
   void plan_static(StepPlan& plan);
   bool schedule_running(StepPlan& plan, int64_t& budget, bool decode_only);
   void add_chunk(StepPlan& plan, int slot, int64_t q);
+  void admit_prefix(StepPlan& plan, Sequence& s);  ///< a waiting sequence's cache hits
+  void publish_prefix(Sequence& s);                ///< its finished prompt into the cache
+  void release(Sequence& s);                       ///< its own blocks and its pins
+  void settle_own_blocks(Sequence& s);
 
   BatchingConfig config_;
   std::vector<Sequence> slots_;
   std::vector<int> free_slots_;
   std::deque<int> waiting_;
   std::vector<int> running_;  ///< admission order
-  int64_t used_blocks_ = 0;
+  int64_t used_blocks_ = 0;   ///< sequences' own blocks and the prefix cache's
+  PrefixCache cache_;
 };
 
 }  // namespace parallax

@@ -154,7 +154,7 @@ class Simulation {
     }
     router_->sent(target, r);
     population(+1);
-    in.scheduler.enqueue(r.id, r.prompt_tokens, r.output_tokens);
+    in.scheduler.enqueue(r.id, r.prompt_tokens, r.output_tokens, r.prefix_blocks, r.prefix_block_tokens);
     if (!in.busy) start_step(static_cast<size_t>(target));
   }
 
@@ -199,6 +199,12 @@ class Simulation {
       ++records_[static_cast<size_t>(r)].preemptions;
       ++preemptions_;
     }
+    for (const PrefixHit& hit : in.plan.hits) {
+      RequestRecord& rec = records_[static_cast<size_t>(hit.request)];
+      rec.prefix_matched_blocks = hit.matched_blocks;
+      rec.prefix_blocks = hit.total_blocks;
+      rec.prefix_hit_tokens = hit.skipped_tokens;
+    }
     if (in.plan.empty()) return;
     const Time now = engine_.now();
     for (const PlannedChunk& chunk : in.plan.chunks) {
@@ -227,6 +233,7 @@ class Simulation {
       ++rec.tokens_out;
       if (rec.first_token == Time::zero() && std::find(out.first_token.begin(), out.first_token.end(), id) != out.first_token.end()) {
         rec.first_token = now;
+        router_->first_token(static_cast<int>(k), requests_[i]);
       } else {
         const Time gap = now - last_token_[i];
         rec.max_gap = std::max(rec.max_gap, gap);

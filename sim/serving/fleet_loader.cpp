@@ -133,7 +133,12 @@ PoolConfig read_pool(JsonReader p, int index) {
     if (auto v = k->find("blocks")) pool.batching.kv_blocks = integer_in(*v, 1, int64_t{1} << 40);
     if (auto v = k->find("memory_reserve")) pool.memory_reserve = number_in(*v, 0, 0.99);
     if (auto v = k->find("workspace")) pool.workspace = v->as_bytes();
-    if (auto v = k->find("prefix_caching"); v && v->as_bool()) v->fail("prefix caching is not built yet");
+    if (auto v = k->find("prefix_caching")) {
+      pool.batching.prefix_caching = v->as_bool();
+      if (pool.batching.prefix_caching && pool.batching.policy == BatchingPolicy::kStatic) {
+        v->fail("static batching keeps no prefix cache (use chunked or prefill_first)");
+      }
+    }
     if (auto v = k->find("preemption"); v && v->as_string() != "recompute") {
       v->fail("only \"recompute\" preemption is built (swap over PCIe is not yet)");
     }

@@ -54,7 +54,7 @@ FleetSummary summarize(const FleetConfig& c, const FleetResult& r) {
   s.has_slo = c.slo_ttft > Time::zero() || c.slo_tpot > Time::zero();
   std::vector<double> ttft, tpot, e2e, queueing;
   double input = 0, output = 0;
-  int64_t good = 0;
+  int64_t good = 0, matched_blocks = 0, hashed_blocks = 0, hit_tokens = 0;
   for (const RequestRecord& rec : r.requests) {
     if (rec.rejected) {
       if (s.first_rejection.empty()) s.first_rejection = "request " + std::to_string(rec.id) + ": " + rec.rejection;
@@ -63,6 +63,9 @@ FleetSummary summarize(const FleetConfig& c, const FleetResult& r) {
     }
     if (!rec.completed) continue;
     ++s.completed;
+    matched_blocks += rec.prefix_matched_blocks;
+    hashed_blocks += rec.prefix_blocks;
+    hit_tokens += rec.prefix_hit_tokens;
     input += static_cast<double>(rec.prompt_tokens);
     output += static_cast<double>(rec.output_tokens);
     ttft.push_back(rec.ttft().seconds());
@@ -87,6 +90,11 @@ FleetSummary summarize(const FleetConfig& c, const FleetResult& r) {
     s.output_tokens_per_s = output / s.duration_s;
     s.output_tokens_per_s_per_gpu = r.total_gpus > 0 ? s.output_tokens_per_s / r.total_gpus : 0;
     s.goodput_per_s = static_cast<double>(good) / s.duration_s;
+  }
+  s.has_prefix_blocks = hashed_blocks > 0;
+  if (s.has_prefix_blocks) {
+    s.prefix_block_hit_ratio = static_cast<double>(matched_blocks) / static_cast<double>(hashed_blocks);
+    s.prefix_token_hit_ratio = input > 0 ? static_cast<double>(hit_tokens) / input : 0;
   }
   s.slo_attainment = s.requests > 0 ? static_cast<double>(good) / static_cast<double>(s.requests) : 0;
   return s;
@@ -121,6 +129,9 @@ nlohmann::ordered_json fleet_json(const FleetConfig& c, const std::string& topol
                 {"goodput_per_s", s.goodput_per_s}};
   }
   j["preemptions"] = s.preemptions;
+  if (s.has_prefix_blocks) {
+    j["prefix_cache"] = {{"block_hit_ratio", s.prefix_block_hit_ratio}, {"token_hit_ratio", s.prefix_token_hit_ratio}};
+  }
   j["mean_in_system"] = r.mean_in_system;
   nlohmann::ordered_json pools = nlohmann::ordered_json::array();
   for (size_t p = 0; p < r.pools.size(); ++p) {
@@ -134,6 +145,7 @@ nlohmann::ordered_json fleet_json(const FleetConfig& c, const std::string& topol
                      {"max_sequences", pc.batching.max_sequences},
                      {"token_budget", pc.batching.token_budget},
                      {"block_size", pc.batching.block_size},
+                     {"prefix_caching", pc.batching.prefix_caching},
                      {"kv_blocks", ps.kv_blocks},
                      {"steps", ps.steps},
                      {"busy_fraction", ps.busy_fraction},
@@ -193,6 +205,11 @@ std::string fleet_text(const FleetConfig& c, const std::string& topology_name, c
   }
   std::snprintf(buf, sizeof buf, "  preemptions: %lld\n", static_cast<long long>(s.preemptions));
   out += buf;
+  if (s.has_prefix_blocks) {
+    std::snprintf(buf, sizeof buf, "  prefix cache: %.1f%% of prompt blocks found cached, %.1f%% of prompt tokens not recomputed\n",
+                  100 * s.prefix_block_hit_ratio, 100 * s.prefix_token_hit_ratio);
+    out += buf;
+  }
   return out;
 }
 

@@ -26,6 +26,11 @@ struct FleetSummary {
   double slo_attainment = 0;     ///< completed requests meeting every given SLO, over all requests
   double goodput_per_s = 0;      ///< those requests per second
   int64_t preemptions = 0;
+  /// Prefix caching: leading prompt blocks found cached over the blocks that had hashes, and
+  /// prefill tokens saved over all prompt tokens (0 when nothing had hashes).
+  double prefix_block_hit_ratio = 0;
+  double prefix_token_hit_ratio = 0;
+  bool has_prefix_blocks = false;
   std::string first_rejection;   ///< the reason of the first rejected request
 };
 

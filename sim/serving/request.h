@@ -34,6 +34,11 @@ struct RequestRecord {
   Time max_gap;           ///< the longest gap between two of its tokens
   int preemptions = 0;    ///< times it was evicted and recomputed
   int64_t tokens_out = 0; ///< output tokens sampled (output_tokens once completed)
+  /// Prefix caching, at its first admission: leading prompt blocks found cached, the blocks
+  /// its prompt has hashes for, and the prefill tokens that saved.
+  int prefix_matched_blocks = 0;
+  int prefix_blocks = 0;
+  int64_t prefix_hit_tokens = 0;
   bool completed = false;
   bool rejected = false;  ///< could never fit in its instance's KV cache
   std::string rejection;

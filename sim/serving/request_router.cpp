@@ -2,6 +2,7 @@
 #include "serving/request_router.h"
 
 #include <algorithm>
+#include <cmath>
 #include <stdexcept>
 
 namespace parallax {
@@ -16,7 +17,14 @@ constexpr Named kPolicies[] = {
     {RoutingPolicy::kLeastRequests, "least_requests"}, {RoutingPolicy::kLeastTokens, "least_tokens"},
     {RoutingPolicy::kPowerOfTwo, "power_of_two"},    {RoutingPolicy::kLeastWaiting, "least_waiting"},
     {RoutingPolicy::kLeastKv, "least_kv"},           {RoutingPolicy::kSession, "session"},
+    {RoutingPolicy::kCacheAware, "cache_aware"},     {RoutingPolicy::kKvCost, "kv_cost"},
+    {RoutingPolicy::kWeighted, "weighted"},
 };
+
+constexpr double kBalanceAbs = 64;     // SGLang launcher: balance_abs_threshold
+constexpr double kBalanceRel = 1.5;    // balance_rel_threshold
+constexpr double kCacheThreshold = 0.3;
+constexpr double kQueueWeight = 2, kKvWeight = 2, kPrefixWeight = 3;  // llm-d's default profile
 
 uint64_t mix(uint64_t x) {
   x ^= x >> 33;
@@ -52,7 +60,8 @@ std::string routing_policy_names() {
 
 RequestRouter::RequestRouter(RoutingPolicy policy, int instances, uint64_t seed)
     : policy_(policy), instances_(instances), rng_(seed), in_flight_(static_cast<size_t>(instances), 0),
-      in_flight_tokens_(static_cast<size_t>(instances), 0) {
+      in_flight_tokens_(static_cast<size_t>(instances), 0), index_(static_cast<size_t>(instances)),
+      prefill_tokens_(static_cast<size_t>(instances), 0), decode_blocks_(static_cast<size_t>(instances), 0) {
   if (instances < 1) throw std::invalid_argument("a router needs at least one instance");
   if (policy_ == RoutingPolicy::kSession) {
     for (int i = 0; i < instances; ++i) {
@@ -93,6 +102,9 @@ int RequestRouter::choose(const Request& r, const std::vector<EngineReport>& rep
     case RoutingPolicy::kLeastKv:
       for (size_t i = 0; i < n; ++i) load[i] = reports[i].kv_utilization;
       return least_of(load);
+    case RoutingPolicy::kCacheAware: return cache_aware(r);
+    case RoutingPolicy::kKvCost: return kv_cost(r);
+    case RoutingPolicy::kWeighted: return weighted(r, reports);
     case RoutingPolicy::kSession: {
       const uint64_t h = mix(r.session + 0x9e3779b97f4a7c15ULL);
       auto it = std::lower_bound(ring_.begin(), ring_.end(), std::make_pair(h, 0));
@@ -103,14 +115,99 @@ int RequestRouter::choose(const Request& r, const std::vector<EngineReport>& rep
   return 0;
 }
 
+int RequestRouter::matched_blocks(int instance, const Request& r) const {
+  const auto& sent = index_[static_cast<size_t>(instance)];
+  int n = 0;
+  while (n < static_cast<int>(r.prefix_blocks.size()) && sent.count(r.prefix_blocks[static_cast<size_t>(n)])) ++n;
+  return n;
+}
+
+int RequestRouter::cache_aware(const Request& r) {
+  const auto n = static_cast<size_t>(instances_);
+  const auto [lo, hi] = std::minmax_element(in_flight_.begin(), in_flight_.end());
+  const auto least = static_cast<int>(lo - in_flight_.begin());
+  if (static_cast<double>(*hi - *lo) > kBalanceAbs && static_cast<double>(*hi) > kBalanceRel * static_cast<double>(*lo)) {
+    return least;
+  }
+  if (r.prefix_blocks.empty()) return least;
+  int best = 0, best_match = -1;
+  for (size_t i = 0; i < n; ++i) {
+    const int m = matched_blocks(static_cast<int>(i), r);
+    if (m > best_match || (m == best_match && in_flight_[i] < in_flight_[static_cast<size_t>(best)])) {
+      best = static_cast<int>(i);
+      best_match = m;
+    }
+  }
+  const double rate = static_cast<double>(best_match) / static_cast<double>(r.prefix_blocks.size());
+  return rate > kCacheThreshold ? best : least;
+}
+
+int RequestRouter::kv_cost(const Request& r) const {
+  const double b = static_cast<double>(block_tokens(r));
+  const double isl = static_cast<double>(r.prompt_tokens);
+  int best = 0;
+  double best_logit = 0;
+  for (int i = 0; i < instances_; ++i) {
+    const auto k = static_cast<size_t>(i);
+    const double overlap = static_cast<double>(matched_blocks(i, r));
+    const double prefill_blocks = (static_cast<double>(prefill_tokens_[k]) + std::max(0.0, isl - overlap * b)) / b;
+    const double decode_blocks = static_cast<double>(decode_blocks_[k]) + std::ceil(isl / b);
+    const double logit = prefill_blocks + decode_blocks;
+    if (i == 0 || logit < best_logit) {
+      best = i;
+      best_logit = logit;
+    }
+  }
+  return best;
+}
+
+int RequestRouter::weighted(const Request& r, const std::vector<EngineReport>& reports) {
+  const auto n = static_cast<size_t>(instances_);
+  int64_t min_q = reports[0].waiting, max_q = reports[0].waiting;
+  for (const EngineReport& e : reports) {
+    min_q = std::min(min_q, e.waiting);
+    max_q = std::max(max_q, e.waiting);
+  }
+  std::vector<int> best;
+  double best_score = -1;
+  for (size_t i = 0; i < n; ++i) {
+    const double queue = max_q == min_q ? 1.0
+                                        : static_cast<double>(max_q - reports[i].waiting) / static_cast<double>(max_q - min_q);
+    const double kv = 1.0 - std::clamp(reports[i].kv_utilization, 0.0, 1.0);
+    const double prefix = r.prefix_blocks.empty() ? 0.0
+                                                  : static_cast<double>(matched_blocks(static_cast<int>(i), r)) /
+                                                        static_cast<double>(r.prefix_blocks.size());
+    const double score = kQueueWeight * queue + kKvWeight * kv + kPrefixWeight * prefix;
+    if (score > best_score + 1e-12) {
+      best.assign(1, static_cast<int>(i));
+      best_score = score;
+    } else if (std::abs(score - best_score) <= 1e-12) {
+      best.push_back(static_cast<int>(i));
+    }
+  }
+  return best[best.size() == 1 ? 0 : rng_.below(best.size())];
+}
+
 void RequestRouter::sent(int instance, const Request& r) {
-  in_flight_[static_cast<size_t>(instance)] += 1;
-  in_flight_tokens_[static_cast<size_t>(instance)] += r.prompt_tokens + r.output_tokens;
+  const auto k = static_cast<size_t>(instance);
+  in_flight_[k] += 1;
+  in_flight_tokens_[k] += r.prompt_tokens + r.output_tokens;
+  prefill_tokens_[k] += r.prompt_tokens;
+  decode_blocks_[k] += (r.prompt_tokens + block_tokens(r) - 1) / block_tokens(r);
+  if (policy_ == RoutingPolicy::kCacheAware || policy_ == RoutingPolicy::kKvCost || policy_ == RoutingPolicy::kWeighted) {
+    index_[k].insert(r.prefix_blocks.begin(), r.prefix_blocks.end());
+  }
+}
+
+void RequestRouter::first_token(int instance, const Request& r) {
+  prefill_tokens_[static_cast<size_t>(instance)] -= r.prompt_tokens;
 }
 
 void RequestRouter::finished(int instance, const Request& r) {
-  in_flight_[static_cast<size_t>(instance)] -= 1;
-  in_flight_tokens_[static_cast<size_t>(instance)] -= r.prompt_tokens + r.output_tokens;
+  const auto k = static_cast<size_t>(instance);
+  in_flight_[k] -= 1;
+  in_flight_tokens_[k] -= r.prompt_tokens + r.output_tokens;
+  decode_blocks_[k] -= (r.prompt_tokens + block_tokens(r) - 1) / block_tokens(r);
 }
 
 }  // namespace parallax

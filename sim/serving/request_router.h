@@ -17,11 +17,27 @@
 //   session          consistent hash of the request's session id on a ring of 64 virtual
 //                    nodes per instance (the same session always lands on the same instance
 //                    while the pool is unchanged)
+// Prefix-aware ones keep the router's own approximate index of which prompt blocks it sent to
+// which instance (the requests' prefix block hashes; without them they balance load only):
+//   cache_aware      SGLang's: if the in-flight loads are imbalanced (max − min > 64 and
+//                    max > 1.5·min) the least loaded; else the instance matching the most
+//                    leading blocks (ties: the less loaded) when it matches more than 30% of the
+//                    prompt's blocks, otherwise the least loaded (its launcher's defaults)
+//   kv_cost          NVIDIA Dynamo's KV router: argmin of potential prefill blocks
+//                    (in-flight prompt tokens not yet prefilled + the uncached part of this
+//                    prompt, in blocks) + decode blocks (KV blocks of the requests in flight,
+//                    this one included), weight 1, temperature 0
+//   weighted         llm-d's default scorers: 2·queue + 2·KV-cache + 3·prefix, each in [0, 1]
+//                    (queue (maxQ − Q)/(maxQ − minQ) on the reported waiting queues, 1 when all
+//                    equal; 1 − reported KV use; matched / total prompt blocks); the highest,
+//                    ties broken at random
+// The index is not bounded (SGLang's default tree holds 2²⁶ characters); it forgets nothing.
 #pragma once
 
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <unordered_set>
 #include <vector>
 
 #include "serving/random.h"
@@ -30,7 +46,8 @@
 namespace parallax {
 
 enum class RoutingPolicy : uint8_t {
-  kRoundRobin, kRandom, kLeastRequests, kLeastTokens, kPowerOfTwo, kLeastWaiting, kLeastKv, kSession
+  kRoundRobin, kRandom, kLeastRequests, kLeastTokens, kPowerOfTwo, kLeastWaiting, kLeastKv, kSession,
+  kCacheAware, kKvCost, kWeighted
 };
 const char* to_string(RoutingPolicy p);
 std::optional<RoutingPolicy> routing_policy_from(const std::string& name);
@@ -49,15 +66,22 @@ class RequestRouter {
 
   /// The instance for `r`, given the engines' last reports (one per instance).
   int choose(const Request& r, const std::vector<EngineReport>& reports);
-  /// The router's own bookkeeping: a request sent and one finished.
+  /// The router's own bookkeeping: a request sent, its first token, and its end.
   void sent(int instance, const Request& r);
+  void first_token(int instance, const Request& r);
   void finished(int instance, const Request& r);
+  /// Leading prompt blocks of `r` that the router has sent to `instance` before.
+  int matched_blocks(int instance, const Request& r) const;
 
   RoutingPolicy policy() const { return policy_; }
   int64_t in_flight(int instance) const { return in_flight_[static_cast<size_t>(instance)]; }
 
  private:
   int least_of(const std::vector<double>& load) const;
+  int cache_aware(const Request& r);
+  int kv_cost(const Request& r) const;
+  int weighted(const Request& r, const std::vector<EngineReport>& reports);
+  static int64_t block_tokens(const Request& r) { return r.prefix_block_tokens > 0 ? r.prefix_block_tokens : 16; }
 
   RoutingPolicy policy_;
   int instances_;
@@ -66,6 +90,9 @@ class RequestRouter {
   std::vector<int64_t> in_flight_;
   std::vector<int64_t> in_flight_tokens_;
   std::vector<std::pair<uint64_t, int>> ring_;  ///< (hash, instance), sorted
+  std::vector<std::unordered_set<uint64_t>> index_;  ///< prompt blocks sent to each instance
+  std::vector<int64_t> prefill_tokens_;   ///< in flight, first token not yet out
+  std::vector<int64_t> decode_blocks_;    ///< KV blocks of the requests in flight
 };
 
 }  // namespace parallax
