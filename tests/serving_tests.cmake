@@ -46,9 +46,9 @@ add_test(NAME example.serve.bad_tp
 add_test(NAME example.serve.pool_does_not_fit
          COMMAND bash ${check_exit} 2 "no-fit.json: /pools/0: llama3-70b at tp=1, pp=1 does not fit on H100"
                  $<TARGET_FILE:parallax> serve ${serve_data}/no-fit.json --json ${serve_scratch}/never.json)
-add_test(NAME example.serve.pd_not_built
-         COMMAND bash ${check_exit} 2 "/pools/0/role: prefill/decode disaggregation is not built yet"
-                 $<TARGET_FILE:parallax> serve ${serve_data}/pd-not-built.json --json ${serve_scratch}/never.json)
+add_test(NAME example.serve.prefill_without_decode
+         COMMAND bash ${check_exit} 2 "prefill-only.json: /pools: a disaggregated fleet has prefill and decode pools"
+                 $<TARGET_FILE:parallax> serve ${serve_data}/prefill-only.json --json ${serve_scratch}/never.json)
 add_test(NAME example.serve.malformed
          COMMAND bash ${check_exit} 2 "malformed.json: .*line [0-9]+"
                  $<TARGET_FILE:parallax> serve ${serve_data}/malformed.json --json ${serve_scratch}/never.json)
@@ -56,7 +56,7 @@ add_test(NAME example.serve.malformed
 add_test(NAME example.serve.no_output_on_error
          COMMAND bash -c "! test -e ${serve_scratch}/never.json")
 set_tests_properties(example.serve.no_output_on_error PROPERTIES
-                     DEPENDS "example.serve.bad_router;example.serve.bad_tp;example.serve.pool_does_not_fit;example.serve.pd_not_built;example.serve.malformed")
+                     DEPENDS "example.serve.bad_router;example.serve.bad_tp;example.serve.pool_does_not_fit;example.serve.prefill_without_decode;example.serve.malformed")
 
 # ---- request traces and their replay -------------------------------------------------------------------
 parallax_test(serving_trace_test serving_trace_test.cpp)
@@ -73,3 +73,10 @@ set_tests_properties(example.serve.replay_mooncake PROPERTIES PASS_REGULAR_EXPRE
 # ---- prefix caching and prefix-aware routing -------------------------------------------------------------
 parallax_test(serving_prefix_test serving_prefix_test.cpp)
 target_link_libraries(serving_prefix_test PRIVATE parallax_serving)
+
+# ---- prefill/decode disaggregation ---------------------------------------------------------------------
+parallax_test(serving_pd_test serving_pd_test.cpp)
+target_link_libraries(serving_pd_test PRIVATE parallax_serving)
+add_test(NAME example.serve.fleet_disaggregated
+         COMMAND parallax serve ${PROJECT_SOURCE_DIR}/workloads/serve/llama3-70b-pd-2xdgx-h100.json --requests 300)
+set_tests_properties(example.serve.fleet_disaggregated PROPERTIES PASS_REGULAR_EXPRESSION "300 completed.*KV move")

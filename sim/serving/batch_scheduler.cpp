@@ -46,14 +46,7 @@ std::string BatchScheduler::never_fits(int64_t prompt, int64_t output) const {
 
 void BatchScheduler::enqueue(int64_t request, int64_t prompt, int64_t output, std::vector<uint64_t> prefix_blocks,
                              int64_t block_tokens) {
-  int slot = 0;
-  if (!free_slots_.empty()) {
-    slot = free_slots_.back();
-    free_slots_.pop_back();
-  } else {
-    slot = static_cast<int>(slots_.size());
-    slots_.emplace_back();
-  }
+  const int slot = new_slot();
   Sequence& s = slots_[static_cast<size_t>(slot)];
   s = Sequence{};
   s.request = request;
@@ -66,6 +59,56 @@ void BatchScheduler::enqueue(int64_t request, int64_t prompt, int64_t output, st
     s.block_tokens = block_tokens;
   }
   waiting_.push_back(slot);
+}
+
+int BatchScheduler::new_slot() {
+  if (!free_slots_.empty()) {
+    const int slot = free_slots_.back();
+    free_slots_.pop_back();
+    return slot;
+  }
+  slots_.emplace_back();
+  return static_cast<int>(slots_.size()) - 1;
+}
+
+void BatchScheduler::enqueue_prefilled(int64_t request, int64_t prompt, int64_t output) {
+  const int slot = new_slot();
+  Sequence& s = slots_[static_cast<size_t>(slot)];
+  s = Sequence{};
+  s.request = request;
+  s.prompt = prompt;
+  s.output = output;
+  s.generated = 1;
+  s.in_use = true;
+  s.remote = true;
+  waiting_.push_back(slot);
+}
+
+bool BatchScheduler::admit_remote(StepPlan& plan, int slot) {
+  Sequence& s = slots_[static_cast<size_t>(slot)];
+  if (!grow(s, s.prompt)) return false;
+  waiting_.pop_front();
+  receiving_[s.request] = slot;
+  plan.receiving.push_back(s.request);
+  return true;
+}
+
+void BatchScheduler::kv_arrived(int64_t request) {
+  const auto it = receiving_.find(request);
+  if (it == receiving_.end()) throw std::logic_error("kv_arrived: request " + std::to_string(request) + " is not receiving");
+  Sequence& s = slots_[static_cast<size_t>(it->second)];
+  s.cached = s.prompt;
+  s.remote = false;
+  running_.push_back(it->second);
+  receiving_.erase(it);
+}
+
+void BatchScheduler::release_held(int64_t request) {
+  const auto it = held_.find(request);
+  if (it == held_.end()) throw std::logic_error("release_held: request " + std::to_string(request) + " is not held");
+  release(slots_[static_cast<size_t>(it->second)]);
+  free_slots_.push_back(it->second);
+  held_.erase(it);
 }
 
 bool BatchScheduler::grow(Sequence& s, int64_t tokens) {
@@ -185,9 +228,13 @@ bool BatchScheduler::schedule_running(StepPlan& plan, int64_t& budget, bool deco
 void BatchScheduler::plan_chunked(StepPlan& plan) {
   int64_t budget = config_.token_budget;
   if (schedule_running(plan, budget, false)) return;
-  while (!waiting_.empty() && budget > 0 && static_cast<int>(running_.size()) < config_.max_sequences) {
+  while (!waiting_.empty() && budget > 0 && occupied() < config_.max_sequences) {
     const int slot = waiting_.front();
     Sequence& s = slots_[static_cast<size_t>(slot)];
+    if (s.remote) {
+      if (!admit_remote(plan, slot)) break;
+      continue;
+    }
     admit_prefix(plan, s);
     const int64_t q = std::min(known(s) - s.cached, budget);
     if (!grow(s, s.cached + q)) {
@@ -204,9 +251,13 @@ void BatchScheduler::plan_chunked(StepPlan& plan) {
 
 void BatchScheduler::plan_prefill_first(StepPlan& plan) {
   int64_t budget = config_.token_budget;
-  while (!waiting_.empty() && static_cast<int>(running_.size()) < config_.max_sequences) {
+  while (!waiting_.empty() && occupied() < config_.max_sequences) {
     const int slot = waiting_.front();
     Sequence& s = slots_[static_cast<size_t>(slot)];
+    if (s.remote) {
+      if (!admit_remote(plan, slot)) break;
+      continue;
+    }
     admit_prefix(plan, s);
     const int64_t q = known(s) - s.cached;
     // The first prompt is admitted even beyond the budget: it could never run otherwise.
@@ -263,10 +314,14 @@ StepOutcome BatchScheduler::complete(const StepPlan& plan) {
     if (s.generated == 1) out.first_token.push_back(s.request);
     if (s.generated == s.output) {
       out.finished.push_back(s.request);
-      release(s);
       s.in_use = false;
       running_.erase(std::find(running_.begin(), running_.end(), c.sequence));
-      free_slots_.push_back(c.sequence);
+      if (config_.hold_finished) {
+        held_[s.request] = c.sequence;  // its KV is still to be sent
+      } else {
+        release(s);
+        free_slots_.push_back(c.sequence);
+      }
     }
   }
   return out;

@@ -28,6 +28,7 @@
 #include <deque>
 #include <optional>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "model/layer_operators.h"
@@ -48,6 +49,9 @@ struct BatchingConfig {
   /// Keep finished prompts' blocks for reuse by later prompts with the same leading blocks
   /// (prefix_cache.h); only requests that carry prefix block hashes can hit.
   bool prefix_caching = false;
+  /// A prefill instance of a disaggregated fleet: a finished sequence keeps its blocks until
+  /// release_held (its KV is still being sent to a decode instance).
+  bool hold_finished = false;
 };
 
 /// ⌈tokens / block_size⌉.
@@ -74,6 +78,9 @@ struct StepPlan {
   std::vector<PlannedChunk> chunks;
   std::vector<int64_t> preempted;  ///< requests preempted while forming it
   std::vector<PrefixHit> hits;     ///< requests admitted for the first time, with prefix caching
+  /// Requests prefilled elsewhere whose blocks were just allocated here: their KV can now be
+  /// sent (kv_arrived makes them runnable).
+  std::vector<int64_t> receiving;
   bool empty() const { return chunks.empty(); }
   RaggedBatch batch() const;
 };
@@ -97,6 +104,14 @@ class BatchScheduler {
   void enqueue(int64_t request, int64_t prompt, int64_t output, std::vector<uint64_t> prefix_blocks = {},
                int64_t block_tokens = 0);
 
+  /// Queues a request whose prompt was prefilled on another instance, with its first token
+  /// sampled there: once blocks for its prompt are free here it is admitted and reported in
+  /// StepPlan::receiving, and it decodes once kv_arrived says its KV has landed.
+  void enqueue_prefilled(int64_t request, int64_t prompt, int64_t output);
+  void kv_arrived(int64_t request);
+  /// Frees a finished sequence's blocks kept by hold_finished.
+  void release_held(int64_t request);
+
   /// The next step's batch; empty when there is nothing to run.
   StepPlan plan();
   /// Applies the step `plan` described, once it has run.
@@ -104,6 +119,7 @@ class BatchScheduler {
 
   size_t waiting() const { return waiting_.size(); }
   size_t running() const { return running_.size(); }
+  size_t receiving() const { return receiving_.size(); }
   int64_t used_blocks() const { return used_blocks_; }
   const BatchingConfig& config() const { return config_; }
 
@@ -122,10 +138,12 @@ class BatchScheduler {
     int64_t shared_tokens = 0;  ///< their tokens
     bool admitted_before = false;
     bool published = false;     ///< its prompt's blocks are in the cache
+    bool remote = false;        ///< prefilled elsewhere, its KV not yet here
   };
 
   int64_t known(const Sequence& s) const { return s.prompt + s.generated; }
   int64_t free_blocks() const { return config_.kv_blocks - used_blocks_; }
+  int occupied() const { return static_cast<int>(running_.size() + receiving_.size()); }
   bool grow(Sequence& s, int64_t tokens);  ///< blocks for `tokens` cached; false if not free
   void preempt(int slot);
   void plan_chunked(StepPlan& plan);
@@ -137,6 +155,8 @@ class BatchScheduler {
   void publish_prefix(Sequence& s);                ///< its finished prompt into the cache
   void release(Sequence& s);                       ///< its own blocks and its pins
   void settle_own_blocks(Sequence& s);
+  int new_slot();
+  bool admit_remote(StepPlan& plan, int slot);  ///< a waiting prefilled sequence's blocks
 
   BatchingConfig config_;
   std::vector<Sequence> slots_;
@@ -145,6 +165,8 @@ class BatchScheduler {
   std::vector<int> running_;  ///< admission order
   int64_t used_blocks_ = 0;   ///< sequences' own blocks and the prefix cache's
   PrefixCache cache_;
+  std::unordered_map<int64_t, int> receiving_;  ///< request → slot, KV in flight to here
+  std::unordered_map<int64_t, int> held_;       ///< request → slot, finished, blocks kept
 };
 
 }  // namespace parallax

@@ -3,9 +3,12 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
 #include <stdexcept>
 
 #include "engine/engine.h"
+#include "network/network_model.h"
+#include "topology/router.h"
 
 namespace parallax {
 namespace {
@@ -22,6 +25,8 @@ size_t itl_bucket(double seconds) {
 
 struct Instance {
   int pool = 0;
+  PoolRole role = PoolRole::kColocated;
+  std::vector<DeviceId> gpus;
   BatchScheduler scheduler;
   std::unique_ptr<StepTimer> timer;
   bool busy = false;
@@ -33,13 +38,42 @@ struct Instance {
   Time kv_since;
 };
 
+// A router and the fleet-wide indices of the instances it chooses among.
+struct RouterSet {
+  std::unique_ptr<RequestRouter> router;
+  std::vector<int> members;
+  std::vector<EngineReport> reports;  ///< one per member, as last refreshed
+};
+
 class Simulation {
  public:
   Simulation(const FleetConfig& config, const StepTimerFactory& timers)
       : c_(config), traffic_rng_(config.seed), think_rng_(config.seed ^ 0x7417ULL) {
     build_instances(timers);
-    router_ = std::make_unique<RequestRouter>(c_.router, static_cast<int>(instances_.size()), c_.seed ^ 0x5e1ec7ULL);
-    reports_.resize(instances_.size());
+    for (size_t k = 0; k < instances_.size(); ++k) {
+      (instances_[k].role == PoolRole::kDecode ? decode_ : front_).members.push_back(static_cast<int>(k));
+    }
+    disaggregated_ = !decode_.members.empty();
+    if (disaggregated_ && front_.members.empty()) throw std::invalid_argument("decode pools need a prefill pool");
+    for (size_t k = 0; k < instances_.size() && disaggregated_; ++k) {
+      if (instances_[k].role == PoolRole::kColocated) {
+        throw std::invalid_argument("a fleet with decode pools has only prefill and decode pools");
+      }
+    }
+    if (!disaggregated_) {
+      for (const Instance& in : instances_) {
+        if (in.role == PoolRole::kPrefill) throw std::invalid_argument("prefill pools need a decode pool");
+      }
+    }
+    front_.router = std::make_unique<RequestRouter>(c_.router, static_cast<int>(front_.members.size()), c_.seed ^ 0x5e1ec7ULL);
+    front_.reports.resize(front_.members.size());
+    if (disaggregated_) {
+      decode_.router = std::make_unique<RequestRouter>(c_.decode_router, static_cast<int>(decode_.members.size()),
+                                                       c_.seed ^ 0xdec0deULL);
+      decode_.reports.resize(decode_.members.size());
+      path_router_ = std::make_unique<Router>(*c_.topology);
+      network_ = make_network_model(c_.kv_network, engine_, *c_.topology, *path_router_);
+    }
   }
 
   FleetResult run() {
@@ -64,9 +98,14 @@ class Simulation {
     }
     total_gpus_ = gpus;
     const GpuSpec& gpu = c_.topology->gpu_spec_of(c_.topology->gpus().front());
+    size_t next_gpu = 0;
     for (size_t p = 0; p < c_.pools.size(); ++p) {
       const PoolConfig& pool = c_.pools[p];
       BatchingConfig batching = pool.batching;
+      batching.hold_finished = pool.role == PoolRole::kPrefill;
+      if (pool.role != PoolRole::kColocated && batching.policy == BatchingPolicy::kStatic) {
+        throw std::invalid_argument("pool " + pool.name + ": static batching has no place in a disaggregated fleet");
+      }
       KvCapacity capacity;
       try {
         if (batching.kv_blocks <= 0) {
@@ -94,8 +133,10 @@ class Simulation {
           }
           timer = std::make_unique<ModelStepTimer>(model);
         }
-        instances_.push_back(Instance{static_cast<int>(p), BatchScheduler(batching), std::move(timer), false, {},
-                                      Time::zero(), 0, 0, 0, 0, Time::zero()});
+        std::vector<DeviceId> placed;
+        for (int g = 0; g < pool.shape.tp * pool.shape.pp; ++g) placed.push_back(c_.topology->gpus()[next_gpu++]);
+        instances_.push_back(Instance{static_cast<int>(p), pool.role, std::move(placed), BatchScheduler(batching),
+                                      std::move(timer), false, {}, Time::zero(), 0, 0, 0, 0, Time::zero()});
       }
     }
   }
@@ -140,22 +181,108 @@ class Simulation {
     rec.arrival = r.arrival;
     rec.prompt_tokens = r.prompt_tokens;
     rec.output_tokens = r.output_tokens;
-    if (c_.refresh_interval == Time::zero()) {
-      for (size_t k = 0; k < instances_.size(); ++k) reports_[k] = report(k);
-    }
-    const int target = router_->choose(r, reports_);
+    const int local = choose(front_, r);
+    const int target = front_.members[static_cast<size_t>(local)];
     rec.instance = target;
     Instance& in = instances_[static_cast<size_t>(target)];
-    if (std::string why = in.scheduler.never_fits(r.prompt_tokens, r.output_tokens); !why.empty()) {
+    // A prefill instance computes the prompt and samples the first token only.
+    const int64_t output_here = in.role == PoolRole::kPrefill ? 1 : r.output_tokens;
+    std::string why = in.scheduler.never_fits(r.prompt_tokens, output_here);
+    if (why.empty() && disaggregated_) why = fits_a_decode_instance(r);
+    if (!why.empty()) {
       rec.rejected = true;
       rec.rejection = why;
       if (closed_loop()) next_of_user(r);
       return;
     }
-    router_->sent(target, r);
+    front_.router->sent(local, r);
     population(+1);
-    in.scheduler.enqueue(r.id, r.prompt_tokens, r.output_tokens, r.prefix_blocks, r.prefix_block_tokens);
+    in.scheduler.enqueue(r.id, r.prompt_tokens, output_here, r.prefix_blocks, r.prefix_block_tokens);
     if (!in.busy) start_step(static_cast<size_t>(target));
+  }
+
+  int choose(RouterSet& set, const Request& r) {
+    if (c_.refresh_interval == Time::zero()) {
+      for (size_t m = 0; m < set.members.size(); ++m) set.reports[m] = report(static_cast<size_t>(set.members[m]));
+    }
+    return set.router->choose(r, set.reports);
+  }
+
+  int local_index(const RouterSet& set, size_t instance) const {
+    return static_cast<int>(std::find(set.members.begin(), set.members.end(), static_cast<int>(instance)) -
+                            set.members.begin());
+  }
+
+  std::string fits_a_decode_instance(const Request& r) const {
+    std::string why;
+    for (int k : decode_.members) {
+      why = instances_[static_cast<size_t>(k)].scheduler.never_fits(r.prompt_tokens, r.output_tokens);
+      if (why.empty()) return {};
+    }
+    return "on every decode instance: " + why;
+  }
+
+  // ---- prefill/decode disaggregation ---------------------------------------------------------
+  // A prefill instance finished request `id`'s prompt: pick its decode instance there.
+  void prefill_done(size_t k, size_t id) {
+    const Request& r = requests_[id];
+    RequestRecord& rec = records_[id];
+    const int local = local_index(front_, k);
+    front_.router->first_token(local, r);
+    front_.router->finished(local, r);
+    if (r.output_tokens == 1) {  // nothing to decode: done here
+      instances_[k].scheduler.release_held(r.id);
+      rec.first_token = rec.completion = engine_.now();
+      rec.completed = true;
+      rec.tokens_out = 1;
+      population(-1);
+      last_completion_ = std::max(last_completion_, engine_.now());
+      if (closed_loop()) next_of_user(r);
+      return;
+    }
+    const int d_local = choose(decode_, r);
+    const auto d = static_cast<size_t>(decode_.members[static_cast<size_t>(d_local)]);
+    decode_.router->sent(d_local, r);
+    decode_.router->first_token(d_local, r);  // no prefill there
+    rec.decode_instance = static_cast<int>(d);
+    transfers_[r.id] = Transfer{k, d, 0, Time::zero()};
+    instances_[d].scheduler.enqueue_prefilled(r.id, r.prompt_tokens, r.output_tokens);
+    if (!instances_[d].busy) start_step(d);
+  }
+
+  // Blocks for `id`'s KV are allocated on its decode instance: send it.
+  void start_transfer(int64_t id) {
+    Transfer& t = transfers_.at(id);
+    const Instance& from = instances_[t.from];
+    const Instance& to = instances_[t.to];
+    const PoolConfig& pool = c_.pools[static_cast<size_t>(from.pool)];
+    const double total = static_cast<double>(requests_[static_cast<size_t>(id)].prompt_tokens) *
+                         kv_bytes_per_token(c_.model, pool.shape.tp, c_.model.layers).value() * pool.shape.tp;
+    const size_t flows = std::max(from.gpus.size(), to.gpus.size());
+    t.flows_left = static_cast<int>(flows);
+    t.start = engine_.now();
+    for (size_t f = 0; f < flows; ++f) {
+      network_->start_flow(from.gpus[f % from.gpus.size()], to.gpus[f % to.gpus.size()],
+                           Bytes(total / static_cast<double>(flows)), [this, id](const FlowCompletion&) {
+                             if (--transfers_.at(id).flows_left == 0) transfer_done(id);
+                           });
+    }
+  }
+
+  void transfer_done(int64_t id) {
+    const Transfer t = transfers_.at(id);
+    transfers_.erase(id);
+    const auto i = static_cast<size_t>(id);
+    RequestRecord& rec = records_[i];
+    const Time now = engine_.now();
+    rec.kv_transfer = now - t.start;
+    rec.first_token = now;
+    last_token_[i] = now;
+    ++rec.tokens_out;
+    instances_[t.to].scheduler.kv_arrived(id);
+    instances_[t.from].scheduler.release_held(id);
+    if (!instances_[t.from].busy) start_step(t.from);
+    if (!instances_[t.to].busy) start_step(t.to);
   }
 
   void next_of_user(const Request& r) {
@@ -173,7 +300,9 @@ class Simulation {
   }
 
   void refresh() {
-    for (size_t k = 0; k < instances_.size(); ++k) reports_[k] = report(k);
+    for (RouterSet* set : {&front_, &decode_}) {
+      for (size_t m = 0; m < set->members.size(); ++m) set->reports[m] = report(static_cast<size_t>(set->members[m]));
+    }
     if (arrivals_remain() || in_system_ > 0) engine_.schedule_in(c_.refresh_interval, [this] { refresh(); });
   }
 
@@ -205,6 +334,8 @@ class Simulation {
       rec.prefix_blocks = hit.total_blocks;
       rec.prefix_hit_tokens = hit.skipped_tokens;
     }
+    const std::vector<int64_t> receiving = in.plan.receiving;
+    for (const int64_t id : receiving) start_transfer(id);
     if (in.plan.empty()) return;
     const Time now = engine_.now();
     for (const PlannedChunk& chunk : in.plan.chunks) {
@@ -227,13 +358,19 @@ class Simulation {
     account_kv(in);
     const StepOutcome out = in.scheduler.complete(in.plan);
     const Time now = engine_.now();
+    if (in.role == PoolRole::kPrefill) {
+      for (const int64_t id : out.finished) prefill_done(k, static_cast<size_t>(id));
+      in.busy = false;
+      start_step(k);
+      return;
+    }
     for (const int64_t id : out.sampled) {
       const auto i = static_cast<size_t>(id);
       RequestRecord& rec = records_[i];
       ++rec.tokens_out;
       if (rec.first_token == Time::zero() && std::find(out.first_token.begin(), out.first_token.end(), id) != out.first_token.end()) {
         rec.first_token = now;
-        router_->first_token(static_cast<int>(k), requests_[i]);
+        front_.router->first_token(local_index(front_, k), requests_[i]);
       } else {
         const Time gap = now - last_token_[i];
         rec.max_gap = std::max(rec.max_gap, gap);
@@ -248,7 +385,8 @@ class Simulation {
       RequestRecord& rec = records_[i];
       rec.completion = now;
       rec.completed = true;
-      router_->finished(static_cast<int>(k), requests_[i]);
+      RouterSet& set = in.role == PoolRole::kDecode ? decode_ : front_;
+      set.router->finished(local_index(set, k), requests_[i]);
       population(-1);
       last_completion_ = std::max(last_completion_, now);
       if (closed_loop()) next_of_user(requests_[i]);
@@ -284,6 +422,7 @@ class Simulation {
     for (size_t p = 0; p < c_.pools.size(); ++p) {
       PoolStats s;
       s.name = c_.pools[p].name;
+      s.role = c_.pools[p].role;
       s.gpus_per_instance = c_.pools[p].shape.tp * c_.pools[p].shape.pp;
       s.kv_blocks = block_counts_[p];
       s.capacity = capacities_[p];
@@ -318,11 +457,19 @@ class Simulation {
   const FleetConfig& c_;
   Engine engine_;
   Rng traffic_rng_, think_rng_;
-  std::unique_ptr<RequestRouter> router_;
+  struct Transfer {
+    size_t from = 0, to = 0;
+    int flows_left = 0;
+    Time start;
+  };
+  RouterSet front_, decode_;
+  bool disaggregated_ = false;
+  std::unique_ptr<Router> path_router_;
+  std::unique_ptr<NetworkModel> network_;
+  std::map<int64_t, Transfer> transfers_;
   std::vector<Instance> instances_;
   std::vector<KvCapacity> capacities_;
   std::vector<int64_t> block_counts_;
-  std::vector<EngineReport> reports_;
   std::vector<Request> requests_;
   std::vector<RequestRecord> records_;
   std::vector<Time> last_token_;
@@ -339,6 +486,15 @@ class Simulation {
 };
 
 }  // namespace
+
+const char* to_string(PoolRole r) {
+  switch (r) {
+    case PoolRole::kColocated: return "colocated";
+    case PoolRole::kPrefill: return "prefill";
+    case PoolRole::kDecode: return "decode";
+  }
+  return "?";
+}
 
 double itl_bucket_start(size_t i) { return i == 0 ? 0.0 : kItlBase * std::pow(kItlGrowth, static_cast<double>(i - 1)); }
 

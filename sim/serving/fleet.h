@@ -3,10 +3,17 @@
 // engine step takes the time its StepTimer gives (step_model.h on the instance's GPUs). One
 // event per request arrival and one per engine step, not per token.
 //
-// Every instance of a pool is the same TP × PP shape on the same GPUs (the topology's first
-// tp·pp, by which its TP group's links are chosen); the pools together must fit the topology.
-// Only colocated pools (prefill and decode on one instance) are built; prefill/decode
-// disaggregation is not yet.
+// Every instance of a pool is the same TP × PP shape; instances take the topology's GPUs in
+// order, pool after pool (a pool's step time is that of the topology's first tp·pp GPUs, by
+// which its TP group's links are chosen); the pools together must fit the topology.
+//
+// Prefill/decode disaggregation: with prefill and decode pools, a request goes to a prefill
+// instance (the router), which computes its prompt and samples its first token; a decode
+// instance (the decode router) then allocates blocks for the prompt's KV, which moves as flows
+// on the network model from the prefill instance's GPUs to the decode instance's (shards
+// spread over max(GPUs of each) flows; every transfer shares links with every other), and the
+// prefill instance frees its blocks when the last byte lands. The first token reaches the user
+// then (TTFT counts the transfer), and the decode instance produces the rest.
 #pragma once
 
 #include <cstdint>
@@ -44,8 +51,13 @@ class ModelStepTimer final : public StepTimer {
   std::shared_ptr<const StepModel> model_;
 };
 
+/// What a pool's instances do: both phases, or one side of prefill/decode disaggregation.
+enum class PoolRole : uint8_t { kColocated, kPrefill, kDecode };
+const char* to_string(PoolRole r);
+
 struct PoolConfig {
   std::string name = "pool";
+  PoolRole role = PoolRole::kColocated;
   InstanceShape shape;
   int count = 1;
   BatchingConfig batching;  ///< kv_blocks 0: derived from memory (kv_capacity.h)
@@ -58,7 +70,11 @@ struct FleetConfig {
   ModelConfig model;
   std::shared_ptr<const Topology> topology;
   std::vector<PoolConfig> pools;
-  RoutingPolicy router = RoutingPolicy::kRoundRobin;
+  RoutingPolicy router = RoutingPolicy::kRoundRobin;  ///< over colocated or prefill instances
+  RoutingPolicy decode_router = RoutingPolicy::kLeastRequests;  ///< disaggregated: over decode instances
+  /// Disaggregated: the network model KV transfers run on ("flow": they share links with each
+  /// other; "analytical": each alone).
+  std::string kv_network = "flow";
   Time refresh_interval;  ///< how stale the engines' reports are to the router; 0: fresh
   TrafficSpec traffic;
   /// A trace to replay in place of `traffic`'s synthetic stream (trace_reader.h); its requests
@@ -76,6 +92,7 @@ using StepTimerFactory = std::function<std::unique_ptr<StepTimer>(const PoolConf
 
 struct PoolStats {
   std::string name;
+  PoolRole role = PoolRole::kColocated;
   int instances = 0;
   int gpus_per_instance = 0;
   int64_t kv_blocks = 0;       ///< per instance

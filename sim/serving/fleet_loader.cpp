@@ -110,8 +110,13 @@ PoolConfig read_pool(JsonReader p, int index) {
   pool.name = p.has("name") ? p.at("name").as_string() : "pool" + std::to_string(index);
   if (auto role = p.find("role")) {
     const std::string r = role->as_string();
-    if (r == "prefill" || r == "decode") role->fail("prefill/decode disaggregation is not built yet (only \"colocated\")");
-    if (r != "colocated") role->fail("unknown role \"" + r + "\" (colocated, prefill, decode)");
+    if (r == "prefill") {
+      pool.role = PoolRole::kPrefill;
+    } else if (r == "decode") {
+      pool.role = PoolRole::kDecode;
+    } else if (r != "colocated") {
+      role->fail("unknown role \"" + r + "\" (colocated, prefill, decode)");
+    }
   }
   pool.shape.tp = static_cast<int>(integer_in(p.at("tp"), 1, 4096));
   if (auto v = p.find("pp")) pool.shape.pp = static_cast<int>(integer_in(*v, 1, 1024));
@@ -173,6 +178,15 @@ FleetFile load_fleet(const std::string& path, const std::string& models_dir, con
       if (!policy) name.fail("unknown router \"" + name.as_string() + "\" (" + routing_policy_names() + ")");
       c.router = *policy;
       if (auto v = r->find("refresh_interval")) c.refresh_interval = non_negative_time(*v);
+      if (auto v = r->find("decode_policy")) {
+        const auto decode = routing_policy_from(v->as_string());
+        if (!decode) v->fail("unknown router \"" + v->as_string() + "\" (" + routing_policy_names() + ")");
+        c.decode_router = *decode;
+      }
+      if (auto v = r->find("kv_network")) {
+        c.kv_network = v->as_string();
+        if (c.kv_network != "flow" && c.kv_network != "analytical") v->fail("\"flow\" or \"analytical\"");
+      }
       r->finish();
     }
   }
@@ -184,6 +198,15 @@ FleetFile load_fleet(const std::string& path, const std::string& models_dir, con
     slo->finish();
   }
   root.finish();
+  bool prefill = false, decode = false, colocated = false;
+  for (const PoolConfig& pool : c.pools) {
+    prefill = prefill || pool.role == PoolRole::kPrefill;
+    decode = decode || pool.role == PoolRole::kDecode;
+    colocated = colocated || pool.role == PoolRole::kColocated;
+  }
+  if (prefill != decode || (prefill && colocated)) {
+    pools.fail("a disaggregated fleet has prefill and decode pools and no colocated one");
+  }
   // Shapes and memory are checked here, where the JSON path is known.
   const GpuSpec& gpu = c.topology->gpu_spec_of(c.topology->gpus().front());
   for (size_t i = 0; i < c.pools.size(); ++i) {

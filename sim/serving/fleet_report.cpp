@@ -52,7 +52,7 @@ FleetSummary summarize(const FleetConfig& c, const FleetResult& r) {
   s.duration_s = r.duration.seconds();
   s.preemptions = r.preemptions;
   s.has_slo = c.slo_ttft > Time::zero() || c.slo_tpot > Time::zero();
-  std::vector<double> ttft, tpot, e2e, queueing;
+  std::vector<double> ttft, tpot, e2e, queueing, transfers;
   double input = 0, output = 0;
   int64_t good = 0, matched_blocks = 0, hashed_blocks = 0, hit_tokens = 0;
   for (const RequestRecord& rec : r.requests) {
@@ -72,6 +72,7 @@ FleetSummary summarize(const FleetConfig& c, const FleetResult& r) {
     if (rec.output_tokens > 1) tpot.push_back(rec.tpot().seconds());
     e2e.push_back(rec.e2e().seconds());
     queueing.push_back(rec.queueing().seconds());
+    if (rec.decode_instance >= 0) transfers.push_back(rec.kv_transfer.seconds());
     const bool ttft_ok = c.slo_ttft == Time::zero() || rec.ttft() <= c.slo_ttft;
     const bool tpot_ok = c.slo_tpot == Time::zero() || rec.tpot() <= c.slo_tpot;
     if (ttft_ok && tpot_ok) ++good;
@@ -80,6 +81,8 @@ FleetSummary summarize(const FleetConfig& c, const FleetResult& r) {
   s.tpot = stats_of(std::move(tpot));
   s.e2e = stats_of(std::move(e2e));
   s.queueing = stats_of(std::move(queueing));
+  s.disaggregated = !transfers.empty();
+  s.kv_transfer = stats_of(std::move(transfers));
   s.itl.mean = r.itl_count > 0 ? r.itl_sum_s / static_cast<double>(r.itl_count) : 0;
   s.itl.p50 = itl_quantile(r, 0.50);
   s.itl.p90 = itl_quantile(r, 0.90);
@@ -106,6 +109,7 @@ nlohmann::ordered_json fleet_json(const FleetConfig& c, const std::string& topol
   j["model"] = c.model.name;
   j["topology"] = topology_name;
   j["router"] = to_string(c.router);
+  if (s.disaggregated) j["decode_router"] = to_string(c.decode_router);
   j["refresh_interval_s"] = c.refresh_interval.seconds();
   j["traffic"] = c.replay ? "replay of " + c.replay_name : c.traffic.describe();
   j["seed"] = c.seed;
@@ -124,6 +128,7 @@ nlohmann::ordered_json fleet_json(const FleetConfig& c, const std::string& topol
   j["itl"] = stats_json(s.itl);
   j["e2e"] = stats_json(s.e2e);
   j["queueing"] = stats_json(s.queueing);
+  if (s.disaggregated) j["kv_transfer"] = stats_json(s.kv_transfer);
   if (s.has_slo) {
     j["slo"] = {{"ttft_s", c.slo_ttft.seconds()}, {"tpot_s", c.slo_tpot.seconds()}, {"attainment", s.slo_attainment},
                 {"goodput_per_s", s.goodput_per_s}};
@@ -138,6 +143,7 @@ nlohmann::ordered_json fleet_json(const FleetConfig& c, const std::string& topol
     const PoolStats& ps = r.pools[p];
     const PoolConfig& pc = c.pools[p];
     pools.push_back({{"name", ps.name},
+                     {"role", to_string(ps.role)},
                      {"instances", ps.instances},
                      {"tp", pc.shape.tp},
                      {"pp", pc.shape.pp},
@@ -171,9 +177,9 @@ std::string fleet_text(const FleetConfig& c, const std::string& topology_name, c
     const PoolStats& ps = r.pools[p];
     const PoolConfig& pc = c.pools[p];
     std::snprintf(buf, sizeof buf,
-                  "  pool %s: %d x (tp %d, pp %d), %s batching (max %d sequences, %lld tokens per step), %lld KV blocks "
+                  "  pool %s (%s): %d x (tp %d, pp %d), %s batching (max %d sequences, %lld tokens per step), %lld KV blocks "
                   "of %lld tokens each\n",
-                  ps.name.c_str(), ps.instances, pc.shape.tp, pc.shape.pp, to_string(pc.batching.policy),
+                  ps.name.c_str(), to_string(ps.role), ps.instances, pc.shape.tp, pc.shape.pp, to_string(pc.batching.policy),
                   pc.batching.max_sequences, static_cast<long long>(pc.batching.token_budget),
                   static_cast<long long>(ps.kv_blocks), static_cast<long long>(pc.batching.block_size));
     out += buf;
@@ -196,6 +202,7 @@ std::string fleet_text(const FleetConfig& c, const std::string& topology_name, c
   out += stats_line("ITL", s.itl);
   out += stats_line("E2E", s.e2e);
   out += stats_line("queueing", s.queueing);
+  if (s.disaggregated) out += stats_line("KV move", s.kv_transfer);
   if (s.has_slo) {
     std::snprintf(buf, sizeof buf, "  SLO (TTFT <= %s, TPOT <= %s): %.1f%% of requests met it; goodput %.2f requests/s\n",
                   c.slo_ttft > Time::zero() ? ms(c.slo_ttft.seconds()).c_str() : "-",
@@ -215,20 +222,21 @@ std::string fleet_text(const FleetConfig& c, const std::string& topology_name, c
 
 std::string per_request_csv(const FleetResult& r) {
   std::string out =
-      "id,arrival_s,prompt_tokens,output_tokens,instance,queueing_s,ttft_s,tpot_s,e2e_s,max_gap_s,preemptions,status\n";
-  char buf[320];
+      "id,arrival_s,prompt_tokens,output_tokens,instance,decode_instance,queueing_s,ttft_s,tpot_s,e2e_s,max_gap_s,"
+      "kv_transfer_s,preemptions,status\n";
+  char buf[512];
   for (const RequestRecord& rec : r.requests) {
     const char* status = rec.rejected ? "rejected" : rec.completed ? "completed" : "unfinished";
     if (!rec.completed) {
-      std::snprintf(buf, sizeof buf, "%lld,%.9f,%lld,%lld,%d,,,,,,%d,%s\n", static_cast<long long>(rec.id),
+      std::snprintf(buf, sizeof buf, "%lld,%.9f,%lld,%lld,%d,%d,,,,,,,%d,%s\n", static_cast<long long>(rec.id),
                     rec.arrival.seconds(), static_cast<long long>(rec.prompt_tokens),
-                    static_cast<long long>(rec.output_tokens), rec.instance, rec.preemptions, status);
+                    static_cast<long long>(rec.output_tokens), rec.instance, rec.decode_instance, rec.preemptions, status);
     } else {
-      std::snprintf(buf, sizeof buf, "%lld,%.9f,%lld,%lld,%d,%.9f,%.9f,%.9f,%.9f,%.9f,%d,%s\n",
+      std::snprintf(buf, sizeof buf, "%lld,%.9f,%lld,%lld,%d,%d,%.9f,%.9f,%.9f,%.9f,%.9f,%.9f,%d,%s\n",
                     static_cast<long long>(rec.id), rec.arrival.seconds(), static_cast<long long>(rec.prompt_tokens),
-                    static_cast<long long>(rec.output_tokens), rec.instance, rec.queueing().seconds(),
+                    static_cast<long long>(rec.output_tokens), rec.instance, rec.decode_instance, rec.queueing().seconds(),
                     rec.ttft().seconds(), rec.tpot().seconds(), rec.e2e().seconds(), rec.max_gap.seconds(),
-                    rec.preemptions, status);
+                    rec.kv_transfer.seconds(), rec.preemptions, status);
     }
     out += buf;
   }

@@ -22,6 +22,8 @@ struct FleetSummary {
   double requests_per_s = 0, input_tokens_per_s = 0, output_tokens_per_s = 0;
   double output_tokens_per_s_per_gpu = 0;
   LatencyStats ttft, tpot, e2e, queueing, itl;
+  LatencyStats kv_transfer;     ///< disaggregated fleets: prefill → decode KV transfers
+  bool disaggregated = false;
   bool has_slo = false;
   double slo_attainment = 0;     ///< completed requests meeting every given SLO, over all requests
   double goodput_per_s = 0;      ///< those requests per second

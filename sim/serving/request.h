@@ -39,6 +39,10 @@ struct RequestRecord {
   int prefix_matched_blocks = 0;
   int prefix_blocks = 0;
   int64_t prefix_hit_tokens = 0;
+  /// Disaggregated fleets: the decode instance, and how long its KV took to move there (from
+  /// the decode instance's block allocation to the last byte).
+  int decode_instance = -1;
+  Time kv_transfer;
   bool completed = false;
   bool rejected = false;  ///< could never fit in its instance's KV cache
   std::string rejection;

@@ -1,0 +1,123 @@
+// Prefill/decode disaggregation (serving/fleet.h): a lone request's TTFT is its prefill step
+// plus its KV's transfer (path latency + bytes over the bottleneck), and transfers into one
+// decode GPU's NIC share it: four at once take four times as long as one.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+
+#include "model/model_loader.h"
+#include "serving/fleet.h"
+#include "serving/kv_capacity.h"
+#include "test_support.h"
+#include "topology/router.h"
+#include "topology/topology_loader.h"
+
+namespace parallax {
+namespace {
+
+std::shared_ptr<const Topology> dgx_h100(int nodes) {
+  return std::make_shared<const Topology>(
+      load_topology(test::source_path("topologies/dgx-h100.json"), TopologyLoadOptions{nodes}));
+}
+
+PoolConfig pool(const std::string& name, PoolRole role, int tp, int count) {
+  PoolConfig p;
+  p.name = name;
+  p.role = role;
+  p.shape = InstanceShape{tp, 1};
+  p.count = count;
+  return p;
+}
+
+std::shared_ptr<const std::vector<Request>> at_once(int requests, int64_t prompt, int64_t output) {
+  auto v = std::make_shared<std::vector<Request>>();
+  for (int i = 0; i < requests; ++i) {
+    Request r;
+    r.id = i;
+    r.prompt_tokens = prompt;
+    r.output_tokens = output;
+    r.session = static_cast<uint64_t>(i);
+    v->push_back(r);
+  }
+  return v;
+}
+
+// A lone flow's time on the path the router picks: Σ latency + size / the narrowest link.
+Time lone_flow(const Topology& topo, DeviceId src, DeviceId dst, Bytes size, uint64_t key) {
+  const Router router(topo);
+  Time latency = Time::zero();
+  double narrowest = 1e300;
+  for (LinkId l : router.route(src, dst, key)) {
+    latency += topo.link(l).latency;
+    narrowest = std::min(narrowest, topo.link(l).bandwidth.value());
+  }
+  return latency + transfer_time(size, Bandwidth(narrowest));
+}
+
+TEST(ServingDisaggregation, ALoneRequestsTtftIsItsPrefillPlusItsKvTransfer) {
+  FleetConfig c;
+  c.model = load_bundled_model(test::source_path("workloads/models"), "llama3-8b");
+  c.topology = dgx_h100(2);
+  c.pools = {pool("prefill", PoolRole::kPrefill, 8, 1), pool("decode", PoolRole::kDecode, 8, 1)};
+  c.replay = at_once(1, 4096, 10);
+  const FleetResult r = simulate_fleet(c);
+  ASSERT_EQ(r.requests.size(), 1u);
+  const RequestRecord& rec = r.requests[0];
+  ASSERT_TRUE(rec.completed);
+  EXPECT_EQ(rec.decode_instance, 1);
+  // Prefill: one step of the 4096-token prompt on TP 8 (node 0).
+  const StepModel prefill(c.model, *c.topology, InstanceShape{8, 1}, c.pools[0].step);
+  RaggedBatch prompt;
+  prompt.sequences = {SequenceChunk{4096, 4096, true}};
+  const Time prefill_time = prefill.step(prompt).total;
+  // KV: 4096 tokens × 32 layers × K,V × 1 head per GPU × 128 × 2 B × 8 GPUs = 512 MiB, as 8
+  // flows of 64 MiB from GPU i of node 0 to GPU i of node 1, each alone on its rail.
+  const double total = 4096.0 * kv_bytes_per_token(c.model, 8, 32).value() * 8;
+  EXPECT_EQ(total, 512.0 * 1024 * 1024);
+  Time transfer = Time::zero();
+  for (int g = 0; g < 8; ++g) {
+    transfer = std::max(transfer, lone_flow(*c.topology, c.topology->gpus()[static_cast<size_t>(g)],
+                                            c.topology->gpus()[static_cast<size_t>(8 + g)], Bytes(total / 8),
+                                            static_cast<uint64_t>(g)));
+  }
+  EXPECT_EQ(rec.kv_transfer, transfer);
+  EXPECT_EQ(rec.ttft(), prefill_time + transfer);
+  EXPECT_EQ(rec.tokens_out, 10);
+}
+
+TEST(ServingDisaggregation, TransfersIntoOneNicShareIt) {
+  FleetConfig c;
+  c.model = load_bundled_model(test::source_path("workloads/models"), "llama3-8b");
+  c.topology = dgx_h100(2);
+  // Eight one-GPU prefill instances fill node 0; the one decode instance is GPU 0 of node 1.
+  c.pools = {pool("prefill", PoolRole::kPrefill, 1, 8), pool("decode", PoolRole::kDecode, 1, 1)};
+  c.router = RoutingPolicy::kRoundRobin;
+  c.replay = at_once(1, 4096, 4);
+  const Time alone = simulate_fleet(c).requests[0].kv_transfer;
+  // Four equal prompts at once go to prefill GPUs 0-3, finish together, and their 512 MiB
+  // each then arrive through the same NIC of node 1.
+  c.replay = at_once(4, 4096, 4);
+  const FleetResult four = simulate_fleet(c);
+  for (const RequestRecord& rec : four.requests) {
+    ASSERT_TRUE(rec.completed);
+    EXPECT_NEAR(rec.kv_transfer.seconds() / alone.seconds(), 4.0, 0.02) << "request " << rec.id;
+  }
+  EXPECT_GT(alone, Time::ms(10));  // 512 MiB over one 400 Gb/s NIC: 10.7 ms
+}
+
+TEST(ServingDisaggregation, FleetsMustPairPrefillWithDecode) {
+  FleetConfig c;
+  c.model = load_bundled_model(test::source_path("workloads/models"), "llama3-8b");
+  c.topology = dgx_h100(1);
+  c.replay = at_once(1, 16, 4);
+  c.pools = {pool("prefill", PoolRole::kPrefill, 1, 2)};
+  EXPECT_THROW(simulate_fleet(c), std::invalid_argument);
+  c.pools = {pool("decode", PoolRole::kDecode, 1, 2)};
+  EXPECT_THROW(simulate_fleet(c), std::invalid_argument);
+  c.pools = {pool("prefill", PoolRole::kPrefill, 1, 2), pool("decode", PoolRole::kDecode, 1, 2),
+             pool("both", PoolRole::kColocated, 1, 2)};
+  EXPECT_THROW(simulate_fleet(c), std::invalid_argument);
+}
+
+}  // namespace
+}  // namespace parallax
