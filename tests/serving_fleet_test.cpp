@@ -10,6 +10,7 @@
 #include "model/model_loader.h"
 #include "model/parameter_count.h"
 #include "serving/fleet.h"
+#include "serving/fleet_sweep.h"
 #include "test_support.h"
 #include "topology/topology_loader.h"
 
@@ -211,6 +212,28 @@ TEST(ServingFleet, TheCostModelRunsAFleetAndRerunsIdentically) {
   // A fleet larger than the topology is refused, naming the numbers.
   c.pools[0].count = 5;
   EXPECT_THROW(simulate_fleet(c), std::invalid_argument);
+}
+
+TEST(ServingSweep, RatesAndTheHighestRateMeetingTheSlos) {
+  EXPECT_EQ(parse_rates("1:64:x2"), (std::vector<double>{1, 2, 4, 8, 16, 32, 64}));
+  EXPECT_EQ(parse_rates("10:30:+10"), (std::vector<double>{10, 20, 30}));
+  EXPECT_EQ(parse_rates("0.5,3"), (std::vector<double>{0.5, 3}));
+  for (const char* bad : {"", "1:64", "1:64:x1", "8:4:x2", "0:4:x2", "a,b", "1:64:*2"}) {
+    EXPECT_THROW(parse_rates(bad), std::invalid_argument) << bad;
+  }
+  // One exponential server of mean 1 ms behind a 5 ms TTFT objective: the wait alone is
+  // ρ/(μ − λ), past 4 ms at ρ = 0.8, so attainment falls with the load.
+  FleetConfig c = queue(1, 1, 20000);
+  c.slo_ttft = Time::ms(5);
+  std::vector<RatePoint> points;
+  for (const double rate : {200.0, 500.0, 900.0}) {
+    c.traffic.rate_per_s = rate;
+    points.push_back(RatePoint{rate, summarize(c, simulate_fleet(c, exponential(1e-3)))});
+  }
+  EXPECT_GT(points[0].summary.slo_attainment, points[1].summary.slo_attainment);
+  EXPECT_GT(points[1].summary.slo_attainment, points[2].summary.slo_attainment);
+  EXPECT_EQ(highest_rate_meeting(points, points[1].summary.slo_attainment), 500.0);
+  EXPECT_EQ(highest_rate_meeting(points, 1.01), 0.0);
 }
 
 }  // namespace

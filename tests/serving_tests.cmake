@@ -80,3 +80,11 @@ target_link_libraries(serving_pd_test PRIVATE parallax_serving)
 add_test(NAME example.serve.fleet_disaggregated
          COMMAND parallax serve ${PROJECT_SOURCE_DIR}/workloads/serve/llama3-70b-pd-2xdgx-h100.json --requests 300)
 set_tests_properties(example.serve.fleet_disaggregated PROPERTIES PASS_REGULAR_EXPRESSION "300 completed.*KV move")
+# The capacity curve and the router comparison, with their plots.
+add_test(NAME example.serve.sweep
+         COMMAND parallax serve sweep ${serve_fleet} --rates 10:80:x2 --requests 400 --plot ${serve_scratch}/sweep-plots)
+set_tests_properties(example.serve.sweep PROPERTIES PASS_REGULAR_EXPRESSION "highest rate meeting the SLOs.*capacity.png")
+add_test(NAME example.serve.compare_routers
+         COMMAND parallax serve ${serve_fleet} --compare-routers rr,least_tokens,power_of_two --requests 400
+                 --plot ${serve_scratch}/router-plots)
+set_tests_properties(example.serve.compare_routers PROPERTIES PASS_REGULAR_EXPRESSION "power_of_two.*routers.png")

@@ -191,7 +191,7 @@ int RequestRouter::weighted(const Request& r, const std::vector<EngineReport>& r
 void RequestRouter::sent(int instance, const Request& r) {
   const auto k = static_cast<size_t>(instance);
   in_flight_[k] += 1;
-  in_flight_tokens_[k] += r.prompt_tokens + r.output_tokens;
+  in_flight_tokens_[k] += r.prompt_tokens;
   prefill_tokens_[k] += r.prompt_tokens;
   decode_blocks_[k] += (r.prompt_tokens + block_tokens(r) - 1) / block_tokens(r);
   if (policy_ == RoutingPolicy::kCacheAware || policy_ == RoutingPolicy::kKvCost || policy_ == RoutingPolicy::kWeighted) {
@@ -206,7 +206,7 @@ void RequestRouter::first_token(int instance, const Request& r) {
 void RequestRouter::finished(int instance, const Request& r) {
   const auto k = static_cast<size_t>(instance);
   in_flight_[k] -= 1;
-  in_flight_tokens_[k] -= r.prompt_tokens + r.output_tokens;
+  in_flight_tokens_[k] -= r.prompt_tokens;
   decode_blocks_[k] -= (r.prompt_tokens + block_tokens(r) - 1) / block_tokens(r);
 }
 

@@ -1,7 +1,7 @@
 // Routers: which instance of a pool gets the next request.
 //
 // Signals: the router's own count of what it has sent each instance and not yet seen finish
-// (requests and their tokens) is always fresh, as a real gateway's is; what the engines report
+// (requests and their prompt tokens) is always fresh, as a real gateway's is; what the engines report
 // (waiting queue length, KV-cache use) reaches the router every `refresh_interval` (0: at
 // every decision), as llm-d's 50 ms and vLLM's DP coordinator's 100 ms scrapes do
 // (../shared/reference/serving.md §3, "signal staleness").
@@ -10,7 +10,8 @@
 //   round_robin      counter mod N
 //   random           uniform
 //   least_requests   fewest in flight (router-side); ties to the lowest index
-//   least_tokens     fewest in-flight tokens (prompt + output of what is in flight)
+//   least_tokens     fewest in-flight prompt tokens (a router cannot know how long the outputs
+//                    will be)
 //   power_of_two     two distinct instances drawn uniformly, the one with fewer in flight
 //   least_waiting    shortest reported waiting queue (Vidur's LOR: the queue only)
 //   least_kv         lowest reported KV-cache use

@@ -1,8 +1,12 @@
 // `parallax serve FLEET.json`: the fleet simulation (serving/fleet.h) with its summary, --json
 // and --per-request CSV; `parallax serve step`: the time of one engine step of a model-parallel
 // instance, with its breakdown (serving/step_model.h).
+#include <unistd.h>
+
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
+#include <sstream>
 #include <optional>
 #include <string>
 
@@ -14,6 +18,7 @@
 #include "parallax/text_table.h"
 #include "serving/fleet_loader.h"
 #include "serving/fleet_report.h"
+#include "serving/fleet_sweep.h"
 #include "serving/step_model.h"
 #include "serving/trace_reader.h"
 #include "topology/topology_loader.h"
@@ -150,6 +155,10 @@ void run_step(const StepArgs& a) {
 
 struct FleetArgs {
   std::string fleet;
+  std::string compare_routers;
+  std::string plot;
+  std::string rates;
+  double attainment = 0.9;
   std::optional<uint64_t> seed;
   std::optional<int64_t> requests;
   std::optional<double> rate;
@@ -160,7 +169,64 @@ struct FleetArgs {
   double rate_scale = 1.0;
 };
 
-void run_fleet(const FleetArgs& a) {
+// Runs gnuplot on `script` (written beside the data in `dir`).
+void run_gnuplot(const std::string& dir, const std::string& name, const std::string& script) {
+  if (std::system("command -v gnuplot > /dev/null 2>&1") != 0) {
+    throw InputError("", "--plot", "gnuplot is not installed (Debian: apt-get install gnuplot-nox)");
+  }
+  const std::string file = dir + "/" + name + ".gp";
+  write_file_atomically(file, script);
+  if (std::system(("gnuplot '" + file + "'").c_str()) != 0) throw std::runtime_error("gnuplot failed on " + file);
+}
+
+void make_plot_dir(const std::string& dir) {
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec || !fs::is_directory(dir)) throw InputError("", "--plot", "cannot create the folder " + dir);
+}
+
+std::vector<RoutingPolicy> parse_routers(const std::string& list) {
+  std::vector<RoutingPolicy> out;
+  std::stringstream in(list);
+  for (std::string name; std::getline(in, name, ',');) {
+    if (name == "rr") name = "round_robin";
+    const auto p = routing_policy_from(name);
+    if (!p) throw InputError("", "--compare-routers", "unknown router \"" + name + "\" (" + routing_policy_names() + ")");
+    out.push_back(*p);
+  }
+  if (out.size() < 2) throw InputError("", "--compare-routers", "name at least two routers, comma-separated");
+  return out;
+}
+
+void run_comparison(const FleetArgs& a, const FleetFile& f) {
+  const std::vector<RoutingPolicy> routers = parse_routers(a.compare_routers);
+  std::vector<RouterRun> runs;
+  try {
+    runs = compare_routers(f.config, routers);
+  } catch (const std::invalid_argument& e) {
+    throw InputError(a.fleet, "/pools", e.what());
+  }
+  std::printf("serve: %s on %s, the same traffic through %zu routers (seed %llu)\n", f.config.model.name.c_str(),
+              f.topology_name.c_str(), runs.size(), static_cast<unsigned long long>(f.config.seed));
+  std::fputs(router_table(runs).c_str(), stdout);
+  if (!a.json.empty()) {
+    nlohmann::ordered_json j = nlohmann::ordered_json::array();
+    for (const RouterRun& r : runs) j.push_back(fleet_json(f.config, f.topology_name, r.result, r.summary));
+    write_file_atomically(a.json, j.dump(2) + "\n");
+  }
+  if (!a.plot.empty()) {
+    make_plot_dir(a.plot);
+    std::vector<std::string> files;
+    for (const RouterRun& r : runs) {
+      files.push_back(a.plot + "/cdf-" + to_string(r.router) + ".dat");
+      write_file_atomically(files.back(), router_cdf_data(r));
+    }
+    run_gnuplot(a.plot, "routers", router_cdf_gnuplot(files, runs, a.plot + "/routers.png"));
+    std::printf("  wrote %s/routers.png\n", a.plot.c_str());
+  }
+}
+
+FleetFile load_with_overrides(const FleetArgs& a) {
   FleetFile f = load_fleet(a.fleet, kModelsDir, kTopologiesDir);
   FleetConfig& c = f.config;
   if (a.seed) c.seed = *a.seed;
@@ -187,6 +253,64 @@ void run_fleet(const FleetArgs& a) {
   }
   if (!a.slo_ttft.empty()) c.slo_ttft = parse_time(a.slo_ttft);
   if (!a.slo_tpot.empty()) c.slo_tpot = parse_time(a.slo_tpot);
+  return f;
+}
+
+void run_sweep(const FleetArgs& a) {
+  FleetFile f = load_with_overrides(a);
+  const FleetConfig& c = f.config;
+  if (c.slo_ttft == Time::zero() && c.slo_tpot == Time::zero()) {
+    throw InputError(a.fleet, "/slo", "a capacity sweep needs an SLO (the fleet's slo, or --slo-ttft / --slo-tpot)");
+  }
+  if (!(a.attainment > 0 && a.attainment <= 1)) throw InputError("", "--attainment", "a fraction in (0, 1]");
+  std::vector<double> rates;
+  try {
+    rates = parse_rates(a.rates);
+  } catch (const std::invalid_argument& e) {
+    throw InputError("", "--rates", e.what());
+  }
+  std::printf("serve sweep: %s on %s, %s at %zu %s (seed %llu)\n", c.model.name.c_str(), f.topology_name.c_str(),
+              c.replay ? ("replay of " + c.replay_name).c_str() : c.traffic.describe().c_str(), rates.size(),
+              c.replay ? "speed-ups of the trace" : "rates", static_cast<unsigned long long>(c.seed));
+  std::vector<RatePoint> points;
+  try {
+    const bool terminal = isatty(STDERR_FILENO) != 0;
+    points = sweep_rates(c, rates, [terminal](size_t done, size_t total) {
+      if (!terminal) return;
+      std::fprintf(stderr, "\r  [%zu/%zu runs]", done, total);
+      if (done == total) std::fprintf(stderr, "\r                    \r");
+    });
+  } catch (const std::invalid_argument& e) {
+    throw InputError(a.fleet, "/traffic", e.what());
+  }
+  std::fputs(sweep_table(points, a.attainment).c_str(), stdout);
+  if (!a.json.empty()) {
+    nlohmann::ordered_json j;
+    j["attainment_target"] = a.attainment;
+    j["highest_rate_meeting_slo"] = highest_rate_meeting(points, a.attainment);
+    for (const RatePoint& p : points) {
+      j["points"].push_back({{"rate", p.rate}, {"slo_attainment", p.summary.slo_attainment},
+                             {"ttft_p99_s", p.summary.ttft.p99}, {"tpot_p99_s", p.summary.tpot.p99},
+                             {"e2e_p99_s", p.summary.e2e.p99}, {"output_tokens_per_s", p.summary.output_tokens_per_s}});
+    }
+    write_file_atomically(a.json, j.dump(2) + "\n");
+  }
+  if (!a.plot.empty()) {
+    make_plot_dir(a.plot);
+    write_file_atomically(a.plot + "/capacity.dat", sweep_data(points));
+    run_gnuplot(a.plot, "capacity",
+                sweep_gnuplot(a.plot + "/capacity.dat", a.plot + "/capacity.png", c.model.name + " on " + f.topology_name));
+    std::printf("  wrote %s/capacity.png\n", a.plot.c_str());
+  }
+}
+
+void run_fleet(const FleetArgs& a) {
+  FleetFile f = load_with_overrides(a);
+  if (!a.compare_routers.empty()) {
+    run_comparison(a, f);
+    return;
+  }
+  const FleetConfig& c = f.config;
   FleetResult result;
   try {
     result = simulate_fleet(c);
@@ -214,6 +338,9 @@ void add_serve_command(CLI::App& app) {
   serve->add_option("--replay", f->replay, "replay a trace (Azure CSV, BurstGPT CSV, Mooncake JSON lines) in place of the fleet's traffic");
   serve->add_option("--rate-scale", f->rate_scale, "with --replay: arrivals this many times faster")->capture_default_str();
   serve->add_option("--json", f->json, "write the whole summary as JSON");
+  serve->add_option("--compare-routers", f->compare_routers,
+                    "run the same traffic through each of these routers (comma-separated) and compare them");
+  serve->add_option("--plot", f->plot, "with --compare-routers: write a latency CDF plot (PNG, gnuplot) here");
   serve->add_option("--per-request", f->per_request, "write one CSV row per request");
   auto a = std::make_shared<StepArgs>();
   CLI::App* step = serve->add_subcommand("step", "time of one engine step of a TP x PP instance, with its breakdown");
@@ -229,8 +356,25 @@ void add_serve_command(CLI::App& app) {
   step->add_option("--gemm-table", a->gemm_table, "measured GEMM rates (parallax-nccl-bench --gemm lines)");
   step->add_option("--json", a->json, "write the breakdown as JSON (step_time_ms and its parts)");
   step->callback([a] { run_step(*a); });
-  serve->callback([serve, step, f] {
-    if (step->parsed()) return;
+
+  auto w = std::make_shared<FleetArgs>();
+  CLI::App* sweep = serve->add_subcommand("sweep", "capacity curve: SLO attainment and p99 latencies against offered load");
+  sweep->add_option("fleet", w->fleet, "fleet file")->required();
+  sweep->add_option("--rates", w->rates, "rates: A:B:xF, A:B:+S or a list (with --replay: speed-ups of the trace)")
+      ->required();
+  sweep->add_option("--attainment", w->attainment, "the fraction of requests that must meet the SLOs")
+      ->capture_default_str();
+  sweep->add_option("--seed", w->seed, "seed of every random draw");
+  sweep->add_option("--requests", w->requests, "requests per run");
+  sweep->add_option("--replay", w->replay, "a trace in place of the fleet's traffic");
+  sweep->add_option("--slo-ttft", w->slo_ttft, "time-to-first-token objective");
+  sweep->add_option("--slo-tpot", w->slo_tpot, "time-per-output-token objective");
+  sweep->add_option("--json", w->json, "write the curve as JSON");
+  sweep->add_option("--plot", w->plot, "write the capacity plot (PNG, gnuplot) into this folder");
+  sweep->callback([w] { run_sweep(*w); });
+
+  serve->callback([serve, step, sweep, f] {
+    if (step->parsed() || sweep->parsed()) return;
     if (f->fleet.empty()) throw CLI::CallForHelp();
     run_fleet(*f);
   });
