@@ -88,3 +88,11 @@ add_test(NAME example.serve.compare_routers
          COMMAND parallax serve ${serve_fleet} --compare-routers rr,least_tokens,power_of_two --requests 400
                  --plot ${serve_scratch}/router-plots)
 set_tests_properties(example.serve.compare_routers PROPERTIES PASS_REGULAR_EXPRESSION "power_of_two.*routers.png")
+
+# ---- published engine-step times: the dev and hold-out sets run end to end -------------------------------
+add_test(NAME example.serve.validate_dev
+         COMMAND parallax serve validate ${PROJECT_SOURCE_DIR}/workloads/serve-validation/step-dev.json)
+add_test(NAME example.serve.validate_holdout
+         COMMAND parallax serve validate ${PROJECT_SOURCE_DIR}/workloads/serve-validation/step-holdout.json)
+set_tests_properties(example.serve.validate_dev example.serve.validate_holdout PROPERTIES
+                     PASS_REGULAR_EXPRESSION "all +[0-9]+ rows: mean \\|error\\|" FAIL_REGULAR_EXPRESSION "not predicted")

@@ -20,6 +20,7 @@
 #include "serving/fleet_report.h"
 #include "serving/fleet_sweep.h"
 #include "serving/step_model.h"
+#include "serving/step_validation.h"
 #include "serving/trace_reader.h"
 #include "topology/topology_loader.h"
 #include "units/unit_parse.h"
@@ -357,6 +358,39 @@ void add_serve_command(CLI::App& app) {
   step->add_option("--json", a->json, "write the breakdown as JSON (step_time_ms and its parts)");
   step->callback([a] { run_step(*a); });
 
+  struct ValidateArgs {
+    std::string runs;
+    std::string overhead = "500us";
+    std::string json;
+  };
+  auto v = std::make_shared<ValidateArgs>();
+  CLI::App* validate = serve->add_subcommand("validate", "predict published engine-step times and report the error per row");
+  validate->add_option("runs", v->runs, "runs file (workloads/serve-validation/*.json)")->required();
+  validate->add_option("--overhead", v->overhead, "framework time per step")->capture_default_str();
+  validate->add_option("--json", v->json, "write one object per row (id, measured, predicted, error)");
+  validate->callback([v] {
+    StepModelOptions options;
+    options.step_overhead = parse_time(v->overhead);
+    if (options.step_overhead < Time::zero()) throw InputError("", "--overhead", "must not be negative");
+    const auto results = predict_step_runs(load_step_runs(v->runs), kModelsDir, kTopologiesDir, options);
+    std::printf("serve validate: %s, step overhead %s\n", v->runs.c_str(), v->overhead.c_str());
+    std::fputs(step_validation_text(results).c_str(), stdout);
+    if (!v->json.empty()) {
+      nlohmann::ordered_json j = nlohmann::ordered_json::array();
+      for (const StepRunResult& r : results) {
+        nlohmann::ordered_json row{{"id", r.run.id}, {"source", r.run.source}, {"measured_ms", r.run.measured_ms}};
+        if (r.error_message.empty()) {
+          row["predicted_ms"] = r.predicted_ms;
+          row["error"] = r.error;
+        } else {
+          row["error_message"] = r.error_message;
+        }
+        j.push_back(row);
+      }
+      write_file_atomically(v->json, j.dump(2) + "\n");
+    }
+  });
+
   auto w = std::make_shared<FleetArgs>();
   CLI::App* sweep = serve->add_subcommand("sweep", "capacity curve: SLO attainment and p99 latencies against offered load");
   sweep->add_option("fleet", w->fleet, "fleet file")->required();
@@ -373,8 +407,8 @@ void add_serve_command(CLI::App& app) {
   sweep->add_option("--plot", w->plot, "write the capacity plot (PNG, gnuplot) into this folder");
   sweep->callback([w] { run_sweep(*w); });
 
-  serve->callback([serve, step, sweep, f] {
-    if (step->parsed() || sweep->parsed()) return;
+  serve->callback([serve, step, sweep, validate, f] {
+    if (step->parsed() || sweep->parsed() || validate->parsed()) return;
     if (f->fleet.empty()) throw CLI::CallForHelp();
     run_fleet(*f);
   });
