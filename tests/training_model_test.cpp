@@ -22,10 +22,20 @@ void expect_within_percent(int64_t counted, double published, double percent) {
       << "counted " << static_cast<double>(counted) / 1e9 << " B, published " << published / 1e9 << " B";
 }
 
-TEST(BundledModels, AllSixAreThere) {
+TEST(BundledModels, AllNineAreThere) {
   EXPECT_EQ(bundled_model_names(models_dir()),
-            (std::vector<std::string>{"deepseek-v3", "gpt3-175b", "llama3-405b", "llama3-70b", "llama3-8b",
-                                      "mixtral-8x7b"}));
+            (std::vector<std::string>{"deepseek-v3", "gpt3-175b", "llama2-13b", "llama2-70b", "llama2-7b", "llama3-405b",
+                                      "llama3-70b", "llama3-8b", "mixtral-8x7b"}));
+}
+
+TEST(BundledModels, Llama2) {
+  // 7B: per layer 4·4096² (MHA) + 3·4096·11008 + 2·4096 = 202,383,360 × 32 = 6,476,267,520;
+  // embeddings 2·32000·4096 = 262,144,000; norm 4,096: 6,738,415,616, Meta's "6.74B".
+  EXPECT_EQ(bundled("llama2-7b").total, 6'738'415'616);
+  // 13B: (4·5120² + 3·5120·13824 + 2·5120) × 40 + 2·32000·5120 + 5120 = 13,015,864,320.
+  EXPECT_EQ(bundled("llama2-13b").total, 13'015'864'320);
+  // 70B: (2·8192² + 2·8192·1024 + 3·8192·28672 + 2·8192) × 80 + 2·32000·8192 + 8192 = 68,976,648,192.
+  EXPECT_EQ(bundled("llama2-70b").total, 68'976'648'192);
 }
 
 TEST(BundledModels, Llama3_8B) {
