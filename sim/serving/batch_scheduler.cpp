@@ -225,51 +225,40 @@ bool BatchScheduler::schedule_running(StepPlan& plan, int64_t& budget, bool deco
   return preempted;
 }
 
+// Admits the front waiting sequence if it fits: a prefilled one when its blocks are free; a
+// prompt with what the budget allows, or (`whole`) all of it, the first even beyond the
+// budget. False when it does not fit: admission stops there.
+bool BatchScheduler::admit_front(StepPlan& plan, int64_t& budget, bool whole) {
+  const int slot = waiting_.front();
+  Sequence& s = slots_[static_cast<size_t>(slot)];
+  if (s.remote) return admit_remote(plan, slot);
+  admit_prefix(plan, s);
+  const int64_t pending = known(s) - s.cached;
+  const int64_t q = whole ? pending : std::min(pending, budget);
+  if ((whole && q > budget && !plan.chunks.empty()) || !grow(s, s.cached + q)) {
+    release(s);  // its pins go back until it can run
+    s.cached = 0;
+    return false;
+  }
+  waiting_.pop_front();
+  running_.push_back(slot);
+  add_chunk(plan, slot, q);
+  budget -= q;
+  return true;
+}
+
 void BatchScheduler::plan_chunked(StepPlan& plan) {
   int64_t budget = config_.token_budget;
   if (schedule_running(plan, budget, false)) return;
   while (!waiting_.empty() && budget > 0 && occupied() < config_.max_sequences) {
-    const int slot = waiting_.front();
-    Sequence& s = slots_[static_cast<size_t>(slot)];
-    if (s.remote) {
-      if (!admit_remote(plan, slot)) break;
-      continue;
-    }
-    admit_prefix(plan, s);
-    const int64_t q = std::min(known(s) - s.cached, budget);
-    if (!grow(s, s.cached + q)) {
-      release(s);  // its pins go back until it can run
-      s.cached = 0;
-      break;
-    }
-    waiting_.pop_front();
-    running_.push_back(slot);
-    add_chunk(plan, slot, q);
-    budget -= q;
+    if (!admit_front(plan, budget, false)) break;
   }
 }
 
 void BatchScheduler::plan_prefill_first(StepPlan& plan) {
   int64_t budget = config_.token_budget;
   while (!waiting_.empty() && occupied() < config_.max_sequences) {
-    const int slot = waiting_.front();
-    Sequence& s = slots_[static_cast<size_t>(slot)];
-    if (s.remote) {
-      if (!admit_remote(plan, slot)) break;
-      continue;
-    }
-    admit_prefix(plan, s);
-    const int64_t q = known(s) - s.cached;
-    // The first prompt is admitted even beyond the budget: it could never run otherwise.
-    if ((q > budget && !plan.chunks.empty()) || !grow(s, s.cached + q)) {
-      release(s);
-      s.cached = 0;
-      break;
-    }
-    waiting_.pop_front();
-    running_.push_back(slot);
-    add_chunk(plan, slot, q);
-    budget -= q;
+    if (!admit_front(plan, budget, true)) break;
   }
   if (!plan.chunks.empty()) return;
   int64_t unlimited = INT64_MAX;

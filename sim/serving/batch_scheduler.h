@@ -157,6 +157,7 @@ class BatchScheduler {
   void settle_own_blocks(Sequence& s);
   int new_slot();
   bool admit_remote(StepPlan& plan, int slot);  ///< a waiting prefilled sequence's blocks
+  bool admit_front(StepPlan& plan, int64_t& budget, bool whole);
 
   BatchingConfig config_;
   std::vector<Sequence> slots_;
