@@ -84,6 +84,19 @@ TEST(ServingTrace, BadLinesNameTheLine) {
   EXPECT_NE(reason("").find("empty"), std::string::npos);
 }
 
+TEST(ServingTrace, RepeatedTracesFollowOneAnother) {
+  const Trace t = parse_trace("TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 00:00:00,10,1\n2023-11-16 00:00:02,20,2\n"
+                              "2023-11-16 00:00:04,30,3\n", "t");
+  // Span 4 s over 2 gaps: a copy starts 2 s after the previous copy's last request.
+  const auto r = repeat_trace(t.requests, 7);
+  ASSERT_EQ(r.size(), 7u);
+  EXPECT_EQ(r[3].arrival, Time::from_seconds(6));
+  EXPECT_EQ(r[3].prompt_tokens, 10);
+  EXPECT_EQ(r[6].arrival, Time::from_seconds(12));
+  EXPECT_EQ(r[6].id, 6);
+  EXPECT_EQ(repeat_trace(t.requests, 2).size(), 2u);
+}
+
 TEST(ServingTrace, AzureDatetimes) {
   EXPECT_EQ(parse_azure_ticks("1970-01-01 00:00:00"), 0);
   EXPECT_EQ(parse_azure_ticks("1970-01-02 00:00:01.5"), 864010000000 + 5000000);

@@ -334,8 +334,8 @@ std::vector<ModelOperator> layer_operators(const ModelConfig& m, int layer, cons
 }
 
 std::vector<ModelOperator> layer_operators(const ModelConfig& m, int layer, const RaggedBatch& batch,
-                                           const ShardingFactors& sh) {
-  require_valid(m, batch, sh);
+                                           const ShardingFactors& sh, Validation v) {
+  if (v == Validation::kCheck) require_valid(m, batch, sh);
   return layer_ops(m, layer, LocalSizes(m, batch, sh), batch.dtype, batch.attention, sh);
 }
 
@@ -346,8 +346,8 @@ std::vector<ModelOperator> embedding_operators(const ModelConfig& m, const Micro
 }
 
 std::vector<ModelOperator> embedding_operators(const ModelConfig& m, const RaggedBatch& batch,
-                                               const ShardingFactors& sh) {
-  require_valid(m, batch, sh);
+                                               const ShardingFactors& sh, Validation v) {
+  if (v == Validation::kCheck) require_valid(m, batch, sh);
   return embedding_ops(m, LocalSizes(m, batch, sh), batch.dtype, sh);
 }
 
@@ -367,8 +367,9 @@ std::vector<ModelOperator> output_operators(const ModelConfig& m, const MicroBat
   return ops.take();
 }
 
-std::vector<ModelOperator> output_operators(const ModelConfig& m, const RaggedBatch& batch, const ShardingFactors& sh) {
-  require_valid(m, batch, sh);
+std::vector<ModelOperator> output_operators(const ModelConfig& m, const RaggedBatch& batch, const ShardingFactors& sh,
+                                            Validation v) {
+  if (v == Validation::kCheck) require_valid(m, batch, sh);
   const LocalSizes z(m, batch, sh);
   OperatorList ops(batch.dtype);
   const double e = ops.element_bytes();

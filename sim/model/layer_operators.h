@@ -178,15 +178,20 @@ std::vector<ModelOperator> embedding_operators(const ModelConfig& model, const M
 std::vector<ModelOperator> output_operators(const ModelConfig& model, const MicroBatch& batch,
                                             const ShardingFactors& sharding);
 
+/// kTrusted: the caller has already checked sharding_problem for this model, batch and
+/// sharding (a serving step model checks the model and shape once and each batch's lengths
+/// itself, rather than the whole model at every engine step).
+enum class Validation : uint8_t { kCheck, kTrusted };
+
 /// The same three for one serving step (forward costs are what serving reads; the backward
 /// ones are filled but mean nothing there). The output side of a ragged batch is the final
 /// norm on every token, then logits and sampling on the sampled rows only.
 std::vector<ModelOperator> layer_operators(const ModelConfig& model, int layer, const RaggedBatch& batch,
-                                           const ShardingFactors& sharding);
+                                           const ShardingFactors& sharding, Validation v = Validation::kCheck);
 std::vector<ModelOperator> embedding_operators(const ModelConfig& model, const RaggedBatch& batch,
-                                               const ShardingFactors& sharding);
+                                               const ShardingFactors& sharding, Validation v = Validation::kCheck);
 std::vector<ModelOperator> output_operators(const ModelConfig& model, const RaggedBatch& batch,
-                                            const ShardingFactors& sharding);
+                                            const ShardingFactors& sharding, Validation v = Validation::kCheck);
 
 /// Model FLOPs per token of one training step (forward + backward), for MFU:
 ///   6·N + Σ_layers 6 · s · H · (d_qk + d_v) · (½ if causal)

@@ -72,9 +72,13 @@ StepModel::StepModel(ModelConfig model, const Topology& topology, InstanceShape 
 
 Time StepModel::all_reduce(Bytes size) const {
   if (!tp_group_ || size.value() <= 0) return Time::zero();
+  // Steps repeat their token counts: each size's all-reduce is timed once.
+  if (auto it = all_reduce_times_.find(size.value()); it != all_reduce_times_.end()) return it->second;
   CollectiveOptions o;
   o.model = options_.collective_model;
-  return tp_group_->run(CollectiveOp::kAllReduce, size, o).time;
+  const Time t = tp_group_->run(CollectiveOp::kAllReduce, size, o).time;
+  all_reduce_times_.emplace(size.value(), t);
+  return t;
 }
 
 Time StepModel::handoff(int stage, Bytes size) const {
@@ -87,7 +91,15 @@ StepBreakdown StepModel::step(const RaggedBatch& batch_in) const {
   RaggedBatch batch = batch_in;
   batch.dtype = options_.dtype;
   const ShardingFactors sharding{shape_.tp, 1, 1, false};
-  if (std::string p = sharding_problem(model_, batch, sharding); !p.empty()) throw std::invalid_argument(p);
+  // The model and shape were checked at construction; a batch only needs sane lengths.
+  if (batch.sequences.empty()) throw std::invalid_argument("the batch has no sequence");
+  for (const SequenceChunk& c : batch.sequences) {
+    if (c.q_len < 1 || c.kv_len < c.q_len) {
+      throw std::invalid_argument(std::to_string(c.q_len) + " new tokens with " + std::to_string(c.kv_len) +
+                                  " in context (need 1 <= new <= context)");
+    }
+  }
+  constexpr Validation trusted = Validation::kTrusted;
   StepBreakdown b;
   b.sequences = static_cast<int64_t>(batch.sequences.size());
   for (const SequenceChunk& c : batch.sequences) b.new_tokens += c.q_len;
@@ -100,7 +112,7 @@ StepBreakdown StepModel::step(const RaggedBatch& batch_in) const {
     Time stage = Time::zero();
     int all_reduces = 0;
     if (s == 0) {
-      stage += add_forward(compute_, embedding_operators(model_, batch, sharding), b);
+      stage += add_forward(compute_, embedding_operators(model_, batch, sharding, trusted), b);
       all_reduces += 1;  // the vocabulary-parallel embedding's partial sums
     }
     const int layers = stage_layers_[static_cast<size_t>(s)];
@@ -113,7 +125,7 @@ StepBreakdown StepModel::step(const RaggedBatch& batch_in) const {
       int example = first_layer;
       while (model_.is_moe_layer(example) != is_moe) ++example;
       StepBreakdown one;
-      const Time t = add_forward(compute_, layer_operators(model_, example, batch, sharding), one);
+      const Time t = add_forward(compute_, layer_operators(model_, example, batch, sharding, trusted), one);
       stage += t * count;
       b.gemm += one.gemm * count;
       b.attention += one.attention * count;
@@ -122,7 +134,7 @@ StepBreakdown StepModel::step(const RaggedBatch& batch_in) const {
       b.hbm_bytes += one.hbm_bytes * static_cast<double>(count);
     }
     all_reduces += 2 * layers;
-    if (s == shape_.pp - 1) stage += add_forward(compute_, output_operators(model_, batch, sharding), b);
+    if (s == shape_.pp - 1) stage += add_forward(compute_, output_operators(model_, batch, sharding, trusted), b);
     const Time tp = layer_all_reduce * all_reduces;
     b.tp_communication += tp;
     b.bottleneck_stage = std::max(b.bottleneck_stage, stage + tp);

@@ -23,6 +23,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -95,6 +96,8 @@ class StepModel {
   std::unique_ptr<CollectiveSimulator> tp_group_;
   /// Per stage boundary: the two ranks' send/recv (same node or not).
   std::vector<std::shared_ptr<CollectiveSimulator>> handoffs_;
+  /// TP all-reduce times by size (not thread-safe: a StepModel serves one simulation).
+  mutable std::unordered_map<double, Time> all_reduce_times_;
 };
 
 /// The breakdown as JSON: step_time_ms and each part in ms, flops and hbm_bytes per GPU, the

@@ -238,6 +238,23 @@ Trace parse_trace(const std::string& text, const std::string& name, double rate_
   return t;
 }
 
+std::vector<Request> repeat_trace(const std::vector<Request>& requests, size_t n) {
+  std::vector<Request> out;
+  if (requests.empty()) return out;
+  out.reserve(n);
+  const int64_t span = requests.back().arrival.picoseconds() - requests.front().arrival.picoseconds();
+  const int64_t gap = requests.size() > 1 ? span / static_cast<int64_t>(requests.size() - 1) : 0;
+  for (size_t i = 0; i < n; ++i) {
+    Request r = requests[i % requests.size()];
+    const auto copy = static_cast<int64_t>(i / requests.size());
+    r.arrival = Time::ps(r.arrival.picoseconds() + copy * (span + gap));
+    r.id = static_cast<int64_t>(i);
+    if (copy > 0) r.session = r.session + static_cast<uint64_t>(copy) * requests.size();
+    out.push_back(std::move(r));
+  }
+  return out;
+}
+
 Trace read_trace(const std::string& path, double rate_scale) {
   std::ifstream in(path, std::ios::binary);
   if (!in) throw InputError(path, "", "cannot open the trace");

@@ -33,6 +33,10 @@ Trace read_trace(const std::string& path, double rate_scale = 1.0);
 /// The same from text; `name` stands for the file in errors.
 Trace parse_trace(const std::string& text, const std::string& name, double rate_scale = 1.0);
 
+/// The first `n` requests of the trace repeated end to end: copy k starts one mean arrival gap
+/// after copy k − 1's last request, its ids continuing (for runs longer than a trace).
+std::vector<Request> repeat_trace(const std::vector<Request>& requests, size_t n);
+
 /// 100 ns ticks since 1970 of an Azure datetime "YYYY-MM-DD HH:MM:SS[.fraction]" (UTC, up to
 /// 7 fractional digits), or −1 when it is not one.
 int64_t parse_azure_ticks(const std::string& text);

@@ -244,7 +244,8 @@ FleetFile load_with_overrides(const FleetArgs& a) {
   }
   if (!a.replay.empty()) {
     Trace trace = read_trace(a.replay, a.rate_scale);
-    if (a.requests && *a.requests < static_cast<int64_t>(trace.requests.size())) trace.requests.resize(static_cast<size_t>(*a.requests));
+    // Fewer requests: the trace's first ones; more: the trace repeated end to end.
+    if (a.requests) trace.requests = repeat_trace(trace.requests, static_cast<size_t>(*a.requests));
     c.replay_name = a.replay + " (" + to_string(trace.format) + ", " + std::to_string(trace.requests.size()) +
                     " requests" + (a.rate_scale != 1.0 ? ", rate x" + strprintf("%g", a.rate_scale) : std::string()) +
                     (trace.skipped > 0 ? ", " + std::to_string(trace.skipped) + " failed ones skipped" : std::string()) + ")";
@@ -332,7 +333,8 @@ void add_serve_command(CLI::App& app) {
   auto f = std::make_shared<FleetArgs>();
   serve->add_option("fleet", f->fleet, "fleet file (workloads/serve/*.json; docs/serving-format.md)");
   serve->add_option("--seed", f->seed, "seed of every random draw (default: the fleet's, else 1)");
-  serve->add_option("--requests", f->requests, "requests to simulate (default: the fleet's)");
+  serve->add_option("--requests", f->requests,
+                    "requests to simulate (default: the fleet's; with --replay, a trace shorter than this is repeated)");
   serve->add_option("--rate", f->rate, "open-loop arrival rate, requests per second (default: the fleet's)");
   serve->add_option("--slo-ttft", f->slo_ttft, "time-to-first-token objective, e.g. 2s");
   serve->add_option("--slo-tpot", f->slo_tpot, "time-per-output-token objective, e.g. 100ms");
