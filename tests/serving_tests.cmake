@@ -96,3 +96,6 @@ add_test(NAME example.serve.validate_holdout
          COMMAND parallax serve validate ${PROJECT_SOURCE_DIR}/workloads/serve-validation/step-holdout.json)
 set_tests_properties(example.serve.validate_dev example.serve.validate_holdout PROPERTIES
                      PASS_REGULAR_EXPRESSION "all +[0-9]+ rows: mean \\|error\\|" FAIL_REGULAR_EXPRESSION "not predicted")
+# A Chrome/Perfetto trace of the engine steps: valid JSON, one named track per instance.
+add_test(NAME example.serve.chrome_trace
+         COMMAND bash -c "$<TARGET_FILE:parallax> serve ${PROJECT_SOURCE_DIR}/workloads/serve/llama3-70b-pd-2xdgx-h100.json --requests 100 --trace ${serve_scratch}/steps.json >/dev/null && python3 -c \"import json,sys; ev=json.load(open(sys.argv[1]))['traceEvents']; names={e['args']['name'] for e in ev if e['name']=='thread_name'}; steps=[e for e in ev if e['ph']=='X']; assert len(names)==4 and steps and {e['name'] for e in steps} <= {'prefill','decode','mixed'}, (names, len(steps))\" ${serve_scratch}/steps.json")

@@ -192,6 +192,7 @@ class Simulation {
     if (!why.empty()) {
       rec.rejected = true;
       rec.rejection = why;
+      report_progress();
       if (closed_loop()) next_of_user(r);
       return;
     }
@@ -346,6 +347,15 @@ class Simulation {
     }
     in.busy = true;
     const Time t = in.timer->step_time(in.plan.batch());
+    if (c_.record_steps) {
+      StepRecord rec{static_cast<int>(k), now, t, static_cast<int>(in.plan.chunks.size()), 0, 0};
+      for (const PlannedChunk& chunk : in.plan.chunks) {
+        // Past its prompt a sequence decodes; before, it prefills (a chunk or all of it).
+        const bool decoding = chunk.kv_len - chunk.q_len >= requests_[static_cast<size_t>(chunk.request)].prompt_tokens;
+        (decoding ? rec.decode_tokens : rec.prefill_tokens) += chunk.q_len;
+      }
+      steps_.push_back(rec);
+    }
     in.busy_time += t;
     ++in.steps;
     in.sequences += static_cast<double>(in.plan.chunks.size());
@@ -395,7 +405,15 @@ class Simulation {
     start_step(k);
   }
 
+  void report_progress() {
+    if (!c_.progress) return;
+    ++finished_;
+    const auto total = static_cast<int64_t>(closed_loop() ? c_.traffic.requests : static_cast<int64_t>(requests_.size()));
+    if (finished_ == total || finished_ % std::max<int64_t>(1, total / 100) == 0) c_.progress(finished_, total);
+  }
+
   void population(int delta) {
+    if (delta < 0) report_progress();
     const Time now = engine_.now();
     population_area_ += static_cast<double>(in_system_) * (now - population_since_).seconds();
     population_since_ = now;
@@ -448,6 +466,8 @@ class Simulation {
       r.pools.push_back(s);
     }
     r.requests = std::move(records_);
+    r.steps = std::move(steps_);
+    for (const Instance& in : instances_) r.instance_pool.push_back(in.pool);
     r.itl_histogram = std::move(itl_);
     r.itl_count = itl_count_;
     r.itl_sum_s = itl_sum_;
@@ -474,6 +494,8 @@ class Simulation {
   std::vector<RequestRecord> records_;
   std::vector<Time> last_token_;
   std::vector<int64_t> itl_ = std::vector<int64_t>(kItlBuckets, 0);
+  std::vector<StepRecord> steps_;
+  int64_t finished_ = 0;
   int64_t itl_count_ = 0;
   double itl_sum_ = 0;
   size_t next_arrival_ = 0;

@@ -84,6 +84,20 @@ struct FleetConfig {
   uint64_t seed = 1;
   Time slo_ttft;  ///< 0: no TTFT objective
   Time slo_tpot;  ///< 0: no TPOT objective
+  /// Keep every engine step (for a Chrome/Perfetto trace); costs ~40 B a step.
+  bool record_steps = false;
+  /// Called as requests complete, about every 1% of them: (completed or rejected, all).
+  std::function<void(int64_t, int64_t)> progress;
+};
+
+/// One engine step of one instance, when FleetConfig::record_steps is on.
+struct StepRecord {
+  int instance = 0;
+  Time start;
+  Time duration;
+  int sequences = 0;
+  int64_t prefill_tokens = 0;  ///< new tokens of sequences still in their prompt
+  int64_t decode_tokens = 0;   ///< one per decoding sequence
 };
 
 /// Makes the step timer of instance `instance` (fleet-wide index) of `pool`; null means the
@@ -119,6 +133,8 @@ struct FleetResult {
   int64_t itl_count = 0;
   double itl_sum_s = 0;
   int total_gpus = 0;
+  std::vector<StepRecord> steps;  ///< with record_steps, in start order
+  std::vector<int> instance_pool;  ///< the pool of each instance
 };
 
 /// The gap that histogram bucket `i` starts at, in seconds.

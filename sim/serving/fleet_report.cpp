@@ -220,6 +220,38 @@ std::string fleet_text(const FleetConfig& c, const std::string& topology_name, c
   return out;
 }
 
+std::string chrome_trace(const FleetConfig& c, const FleetResult& r) {
+  std::string out = "{\"displayTimeUnit\":\"ms\",\"traceEvents\":[\n";
+  char buf[320];
+  bool first = true;
+  auto emit = [&](const char* text) {
+    out += first ? "" : ",\n";
+    out += text;
+    first = false;
+  };
+  for (size_t p = 0; p < c.pools.size(); ++p) {
+    std::snprintf(buf, sizeof buf, "{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":%zu,\"args\":{\"name\":\"pool %s (%s)\"}}", p,
+                  c.pools[p].name.c_str(), to_string(c.pools[p].role));
+    emit(buf);
+  }
+  for (size_t k = 0; k < r.instance_pool.size(); ++k) {
+    std::snprintf(buf, sizeof buf, "{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":%d,\"tid\":%zu,\"args\":{\"name\":\"instance %zu\"}}",
+                  r.instance_pool[k], k, k);
+    emit(buf);
+  }
+  for (const StepRecord& s : r.steps) {
+    const char* name = s.prefill_tokens == 0 ? "decode" : s.decode_tokens == 0 ? "prefill" : "mixed";
+    std::snprintf(buf, sizeof buf,
+                  "{\"name\":\"%s\",\"ph\":\"X\",\"pid\":%d,\"tid\":%d,\"ts\":%.3f,\"dur\":%.3f,\"args\":{"
+                  "\"sequences\":%d,\"prefill_tokens\":%lld,\"decode_tokens\":%lld}}",
+                  name, r.instance_pool[static_cast<size_t>(s.instance)], s.instance, s.start.microseconds(),
+                  s.duration.microseconds(), s.sequences, static_cast<long long>(s.prefill_tokens),
+                  static_cast<long long>(s.decode_tokens));
+    emit(buf);
+  }
+  return out + "\n]}\n";
+}
+
 std::string per_request_csv(const FleetResult& r) {
   std::string out =
       "id,arrival_s,prompt_tokens,output_tokens,instance,decode_instance,queueing_s,ttft_s,tpot_s,e2e_s,max_gap_s,"

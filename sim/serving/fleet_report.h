@@ -45,6 +45,10 @@ nlohmann::ordered_json fleet_json(const FleetConfig& config, const std::string& 
                                   const FleetResult& result, const FleetSummary& summary);
 std::string fleet_text(const FleetConfig& config, const std::string& topology_name, const FleetResult& result,
                        const FleetSummary& summary);
+/// Chrome / Perfetto trace-event JSON of the recorded steps: one process per pool, one track
+/// per instance, each step a complete event ("X", microseconds) with its composition in args.
+std::string chrome_trace(const FleetConfig& config, const FleetResult& result);
+
 /// Header and one row per request, in id order (times in seconds, 9 decimals).
 std::string per_request_csv(const FleetResult& result);
 

@@ -168,6 +168,7 @@ struct FleetArgs {
   std::string per_request;
   std::string replay;
   double rate_scale = 1.0;
+  std::string trace;
 };
 
 // Runs gnuplot on `script` (written beside the data in `dir`).
@@ -312,7 +313,20 @@ void run_fleet(const FleetArgs& a) {
     run_comparison(a, f);
     return;
   }
-  const FleetConfig& c = f.config;
+  FleetConfig& c = f.config;
+  c.record_steps = !a.trace.empty();
+  const bool terminal = isatty(STDERR_FILENO) != 0;
+  const int64_t total = c.replay ? static_cast<int64_t>(c.replay->size()) : c.traffic.requests;
+  if (terminal && total >= 20000) {
+    c.progress = [](int64_t done, int64_t all) {
+      const int width = 40;
+      const int filled = static_cast<int>(width * done / std::max<int64_t>(1, all));
+      std::fprintf(stderr, "\r  [%s%s] %lld/%lld requests", std::string(static_cast<size_t>(filled), '#').c_str(),
+                   std::string(static_cast<size_t>(width - filled), ' ').c_str(), static_cast<long long>(done),
+                   static_cast<long long>(all));
+      if (done == all) std::fprintf(stderr, "\r%80s\r", "");
+    };
+  }
   FleetResult result;
   try {
     result = simulate_fleet(c);
@@ -323,6 +337,7 @@ void run_fleet(const FleetArgs& a) {
   std::fputs(fleet_text(c, f.topology_name, result, summary).c_str(), stdout);
   if (!a.json.empty()) write_file_atomically(a.json, fleet_json(c, f.topology_name, result, summary).dump(2) + "\n");
   if (!a.per_request.empty()) write_file_atomically(a.per_request, per_request_csv(result));
+  if (!a.trace.empty()) write_file_atomically(a.trace, chrome_trace(c, result));
 }
 
 }  // namespace
@@ -341,6 +356,7 @@ void add_serve_command(CLI::App& app) {
   serve->add_option("--replay", f->replay, "replay a trace (Azure CSV, BurstGPT CSV, Mooncake JSON lines) in place of the fleet's traffic");
   serve->add_option("--rate-scale", f->rate_scale, "with --replay: arrivals this many times faster")->capture_default_str();
   serve->add_option("--json", f->json, "write the whole summary as JSON");
+  serve->add_option("--trace", f->trace, "write a Chrome/Perfetto trace: one track per instance, its engine steps");
   serve->add_option("--compare-routers", f->compare_routers,
                     "run the same traffic through each of these routers (comma-separated) and compare them");
   serve->add_option("--plot", f->plot, "with --compare-routers: write a latency CDF plot (PNG, gnuplot) here");
