@@ -142,6 +142,29 @@ TEST(ServingBatching, PreemptionLosesAndDuplicatesNothing) {
   }
 }
 
+TEST(ServingBatching, APromptChunkedOverStepsQueuesOnlyUntilItsFirstChunk) {
+  // Two 1,000-token prompts at t = 0, a 512-token budget, 10 ms steps: step 1 gives request 0
+  // 512 tokens; step 2 its last 488 and request 1 the 24 left; step 3 request 0's decode and
+  // 511 of request 1; step 4 request 1's last 465.
+  FleetConfig c = queue(1, 1, 2);
+  c.pools[0].batching.max_sequences = 8;
+  c.pools[0].batching.token_budget = 512;
+  auto trace = std::make_shared<std::vector<Request>>();
+  for (int i = 0; i < 2; ++i) {
+    Request r;
+    r.id = i;
+    r.prompt_tokens = 1000;
+    r.output_tokens = 2;
+    trace->push_back(r);
+  }
+  c.replay = trace;
+  const FleetResult r = simulate_fleet(c, [](const PoolConfig&, int) { return std::make_unique<ConstantTimer>(Time::ms(10)); });
+  EXPECT_EQ(r.requests[0].queueing(), Time::zero());
+  EXPECT_EQ(r.requests[0].ttft(), Time::ms(20));   // two chunks
+  EXPECT_EQ(r.requests[1].queueing(), Time::ms(10));  // 24 tokens of its prompt ride in step 2
+  EXPECT_EQ(r.requests[1].ttft(), Time::ms(40));
+}
+
 TEST(ServingBatching, ARequestThatCanNeverFitIsRejected) {
   FleetConfig c = queue(1, 10, 3);
   c.pools[0].batching.kv_blocks = 10;  // 160 tokens

@@ -341,7 +341,8 @@ class Simulation {
     const Time now = engine_.now();
     for (const PlannedChunk& chunk : in.plan.chunks) {
       RequestRecord& rec = records_[static_cast<size_t>(chunk.request)];
-      if (!rec.completed && rec.first_scheduled == Time::zero() && rec.first_token == Time::zero()) {
+      if (!rec.scheduled) {  // a request arriving at 0 and scheduled at once still counts
+        rec.scheduled = true;
         rec.first_scheduled = now;
       }
     }
@@ -378,7 +379,7 @@ class Simulation {
       const auto i = static_cast<size_t>(id);
       RequestRecord& rec = records_[i];
       ++rec.tokens_out;
-      if (rec.first_token == Time::zero() && std::find(out.first_token.begin(), out.first_token.end(), id) != out.first_token.end()) {
+      if (std::find(out.first_token.begin(), out.first_token.end(), id) != out.first_token.end()) {
         rec.first_token = now;
         front_.router->first_token(local_index(front_, k), requests_[i]);
       } else {

@@ -29,6 +29,7 @@ struct RequestRecord {
   int64_t output_tokens = 0;
   int instance = -1;      ///< the instance the router chose, fleet-wide index
   Time first_scheduled;   ///< its first prefill chunk started
+  bool scheduled = false; ///< first_scheduled is set
   Time first_token;       ///< the step that finished its prompt ended (TTFT = first_token − arrival)
   Time completion;        ///< its last token
   Time max_gap;           ///< the longest gap between two of its tokens
