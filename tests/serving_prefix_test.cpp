@@ -89,5 +89,24 @@ TEST(ServingPrefixCache, CacheAwareRoutersHitMoreThanRoundRobin) {
   }
 }
 
+TEST(ServingPrefixCache, APromptThatCouldOnlyFitWithoutTheCacheIsRejectedNotStuck) {
+  // 20 prompt tokens (one hashed block of 32, partial) and 13 outputs in 2 blocks of 16: without
+  // a cache ⌈32/16⌉ = 2 blocks hold its whole life; with one, the prompt's block goes to the
+  // cache (⌈20/16⌉ = 2) and the outputs need one more, so it can never run there.
+  auto trace = std::make_shared<std::vector<Request>>();
+  Request r;
+  r.prompt_tokens = 20;
+  r.output_tokens = 13;
+  r.prefix_blocks = {7};
+  r.prefix_block_tokens = 32;
+  trace->push_back(r);
+  FleetConfig c = fleet(trace, 1, 2);
+  const FleetResult result = simulate_fleet(c, [](const PoolConfig&, int) { return std::make_unique<ConstantTimer>(); });
+  EXPECT_TRUE(result.requests[0].rejected);
+  EXPECT_NE(result.requests[0].rejection.find("need 3 KV blocks"), std::string::npos) << result.requests[0].rejection;
+  c.pools[0].batching.prefix_caching = false;
+  EXPECT_TRUE(simulate_fleet(c, [](const PoolConfig&, int) { return std::make_unique<ConstantTimer>(); }).requests[0].completed);
+}
+
 }  // namespace
 }  // namespace parallax

@@ -38,7 +38,11 @@ BatchScheduler::BatchScheduler(BatchingConfig config) : config_(config) {
 }
 
 std::string BatchScheduler::never_fits(int64_t prompt, int64_t output) const {
-  const int64_t need = blocks_for(prompt + output - 1, config_.block_size);
+  // With prefix caching the prompt's blocks end up in the cache, its outputs in blocks of
+  // their own: ⌈P/b⌉ + ⌈(O − 1)/b⌉, one more than ⌈(P + O − 1)/b⌉ at worst.
+  const int64_t need = prefix_caching_on()
+                           ? blocks_for(prompt, config_.block_size) + blocks_for(output - 1, config_.block_size)
+                           : blocks_for(prompt + output - 1, config_.block_size);
   if (need <= config_.kv_blocks) return {};
   return std::to_string(prompt) + " + " + std::to_string(output) + " tokens need " + std::to_string(need) +
          " KV blocks; the instance has " + std::to_string(config_.kv_blocks);
@@ -53,8 +57,8 @@ void BatchScheduler::enqueue(int64_t request, int64_t prompt, int64_t output, st
   s.prompt = prompt;
   s.output = output;
   s.in_use = true;
-  // Static batching reserves each request's whole life up front: it keeps no prefix cache.
-  if (config_.prefix_caching && config_.policy != BatchingPolicy::kStatic && block_tokens > 0) {
+  // A hashed block must be a whole number of KV blocks for its KV to be shared.
+  if (prefix_caching_on() && block_tokens > 0 && block_tokens % config_.block_size == 0) {
     s.prefix_blocks = std::move(prefix_blocks);
     s.block_tokens = block_tokens;
   }
@@ -113,8 +117,10 @@ void BatchScheduler::release_held(int64_t request) {
 
 bool BatchScheduler::grow(Sequence& s, int64_t tokens) {
   const int64_t need = blocks_for(tokens - s.shared_tokens, config_.block_size) - s.blocks;
+  // Evict only when eviction can make room: flushing the cache for an admission that fails
+  // anyway would thrash it under memory pressure.
+  if (need > free_blocks() + cache_.evictable_kv_blocks()) return false;
   if (need > free_blocks()) used_blocks_ -= cache_.evict(need - free_blocks());
-  if (need > free_blocks()) return false;
   if (need > 0) {
     s.blocks += need;
     used_blocks_ += need;
@@ -136,16 +142,10 @@ void BatchScheduler::settle_own_blocks(Sequence& s) {
   s.blocks = own;
 }
 
-void BatchScheduler::admit_prefix(StepPlan& plan, Sequence& s) {
+void BatchScheduler::admit_prefix(Sequence& s) {
   if (s.prefix_blocks.empty() || s.cached != 0) return;
   int m = cache_.match(s.prefix_blocks);
-  if (!s.admitted_before) {
-    s.admitted_before = true;
-    int64_t skipped = 0;
-    for (int i = 0; i < m; ++i) skipped += cache_.tokens(s.prefix_blocks[static_cast<size_t>(i)]);
-    plan.hits.push_back(PrefixHit{s.request, m, static_cast<int>(s.prefix_blocks.size()),
-                                  std::min(skipped, known(s) - 1)});
-  }
+  s.matched = m;
   // At least the last known token is computed, so that the step samples from it.
   int64_t tokens = 0;
   for (int i = 0; i < m; ++i) tokens += cache_.tokens(s.prefix_blocks[static_cast<size_t>(i)]);
@@ -232,13 +232,17 @@ bool BatchScheduler::admit_front(StepPlan& plan, int64_t& budget, bool whole) {
   const int slot = waiting_.front();
   Sequence& s = slots_[static_cast<size_t>(slot)];
   if (s.remote) return admit_remote(plan, slot);
-  admit_prefix(plan, s);
+  admit_prefix(s);
   const int64_t pending = known(s) - s.cached;
   const int64_t q = whole ? pending : std::min(pending, budget);
   if ((whole && q > budget && !plan.chunks.empty()) || !grow(s, s.cached + q)) {
     release(s);  // its pins go back until it can run
     s.cached = 0;
     return false;
+  }
+  if (!s.prefix_blocks.empty() && !s.admitted_before) {
+    s.admitted_before = true;
+    plan.hits.push_back(PrefixHit{s.request, s.matched, static_cast<int>(s.prefix_blocks.size()), s.shared_tokens});
   }
   waiting_.pop_front();
   running_.push_back(slot);

@@ -71,7 +71,7 @@ struct PrefixHit {
   int64_t request = 0;
   int matched_blocks = 0;     ///< leading blocks the cache held
   int total_blocks = 0;       ///< blocks its prompt has hashes for
-  int64_t skipped_tokens = 0; ///< prefill tokens saved (the last token is always computed)
+  int64_t skipped_tokens = 0; ///< prefill tokens saved (whole cached blocks short of the last token)
 };
 
 struct StepPlan {
@@ -121,6 +121,8 @@ class BatchScheduler {
   size_t running() const { return running_.size(); }
   size_t receiving() const { return receiving_.size(); }
   int64_t used_blocks() const { return used_blocks_; }
+  /// Cached prefix blocks no running sequence uses (free as far as admission goes).
+  int64_t evictable_blocks() const { return cache_.evictable_kv_blocks(); }
   const BatchingConfig& config() const { return config_; }
 
  private:
@@ -135,6 +137,7 @@ class BatchScheduler {
     std::vector<uint64_t> prefix_blocks;
     int64_t block_tokens = 0;
     int pinned = 0;             ///< leading prefix blocks it uses from the cache
+    int matched = 0;            ///< leading blocks the cache held at its last admission try
     int64_t shared_tokens = 0;  ///< their tokens
     bool admitted_before = false;
     bool published = false;     ///< its prompt's blocks are in the cache
@@ -144,6 +147,7 @@ class BatchScheduler {
   int64_t known(const Sequence& s) const { return s.prompt + s.generated; }
   int64_t free_blocks() const { return config_.kv_blocks - used_blocks_; }
   int occupied() const { return static_cast<int>(running_.size() + receiving_.size()); }
+  bool prefix_caching_on() const { return config_.prefix_caching && config_.policy != BatchingPolicy::kStatic; }
   bool grow(Sequence& s, int64_t tokens);  ///< blocks for `tokens` cached; false if not free
   void preempt(int slot);
   void plan_chunked(StepPlan& plan);
@@ -151,7 +155,7 @@ class BatchScheduler {
   void plan_static(StepPlan& plan);
   bool schedule_running(StepPlan& plan, int64_t& budget, bool decode_only);
   void add_chunk(StepPlan& plan, int slot, int64_t q);
-  void admit_prefix(StepPlan& plan, Sequence& s);  ///< a waiting sequence's cache hits
+  void admit_prefix(Sequence& s);  ///< a waiting sequence's cache hits, pinned
   void publish_prefix(Sequence& s);                ///< its finished prompt into the cache
   void release(Sequence& s);                       ///< its own blocks and its pins
   void settle_own_blocks(Sequence& s);

@@ -241,7 +241,19 @@ class Simulation {
       if (closed_loop()) next_of_user(r);
       return;
     }
-    const int d_local = choose(decode_, r);
+    int d_local = choose(decode_, r);
+    // A router may pick an instance too small for this request (pools of different sizes):
+    // then the first decode instance it fits on.
+    if (!instances_[static_cast<size_t>(decode_.members[static_cast<size_t>(d_local)])]
+             .scheduler.never_fits(r.prompt_tokens, r.output_tokens)
+             .empty()) {
+      for (size_t m = 0; m < decode_.members.size(); ++m) {
+        if (instances_[static_cast<size_t>(decode_.members[m])].scheduler.never_fits(r.prompt_tokens, r.output_tokens).empty()) {
+          d_local = static_cast<int>(m);
+          break;
+        }
+      }
+    }
     const auto d = static_cast<size_t>(decode_.members[static_cast<size_t>(d_local)]);
     decode_.router->sent(d_local, r);
     decode_.router->first_token(d_local, r);  // no prefill there
@@ -280,6 +292,8 @@ class Simulation {
     rec.first_token = now;
     last_token_[i] = now;
     ++rec.tokens_out;
+    account_kv(instances_[t.to]);
+    account_kv(instances_[t.from]);
     instances_[t.to].scheduler.kv_arrived(id);
     instances_[t.from].scheduler.release_held(id);
     if (!instances_[t.from].busy) start_step(t.from);
@@ -296,15 +310,20 @@ class Simulation {
   // ---- engine steps -----------------------------------------------------------------------
   EngineReport report(size_t k) const {
     const Instance& in = instances_[k];
+    // Unpinned cached blocks count as free, as vLLM reports its cache use.
     return EngineReport{static_cast<int64_t>(in.scheduler.waiting()),
-                        static_cast<double>(in.scheduler.used_blocks()) / in.scheduler.config().kv_blocks};
+                        static_cast<double>(in.scheduler.used_blocks() - in.scheduler.evictable_blocks()) /
+                            static_cast<double>(in.scheduler.config().kv_blocks)};
   }
 
   void refresh() {
     for (RouterSet* set : {&front_, &decode_}) {
       for (size_t m = 0; m < set->members.size(); ++m) set->reports[m] = report(static_cast<size_t>(set->members[m]));
     }
-    if (arrivals_remain() || in_system_ > 0) engine_.schedule_in(c_.refresh_interval, [this] { refresh(); });
+    // Nothing else pending means nothing will change: refreshing on would never end.
+    if (engine_.pending_events() > 0 && (arrivals_remain() || in_system_ > 0)) {
+      engine_.schedule_in(c_.refresh_interval, [this] { refresh(); });
+    }
   }
 
   bool closed_loop() const { return !c_.replay && c_.traffic.arrival == TrafficSpec::Arrival::kClosedLoop; }
@@ -325,6 +344,17 @@ class Simulation {
     Instance& in = instances_[k];
     account_kv(in);
     in.plan = in.scheduler.plan();
+    // A plan that only preempted admits nothing by design; plan again so that the instance
+    // does not idle with work queued (at most once per sequence it holds).
+    for (size_t tries = 0; in.plan.empty() && in.plan.receiving.empty() && !in.plan.preempted.empty() &&
+                           tries <= in.scheduler.waiting();
+         ++tries) {
+      for (int64_t r : in.plan.preempted) {
+        ++records_[static_cast<size_t>(r)].preemptions;
+        ++preemptions_;
+      }
+      in.plan = in.scheduler.plan();
+    }
     for (int64_t r : in.plan.preempted) {
       ++records_[static_cast<size_t>(r)].preemptions;
       ++preemptions_;

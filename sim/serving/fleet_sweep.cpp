@@ -64,7 +64,11 @@ std::vector<RatePoint> sweep_rates(const FleetConfig& config, const std::vector<
     FleetConfig c = config;
     if (config.replay) {
       auto scaled = std::make_shared<std::vector<Request>>(*config.replay);
-      for (Request& r : *scaled) r.arrival = Time::ps(std::llround(static_cast<double>(r.arrival.picoseconds()) / rates[i]));
+      for (Request& r : *scaled) {
+        const double at = static_cast<double>(r.arrival.picoseconds()) / rates[i];
+        if (!(at < 9e18)) throw std::invalid_argument("the trace slowed down by " + std::to_string(rates[i]) + " lasts over 100 days");
+        r.arrival = Time::ps(std::llround(at));
+      }
       c.replay = std::move(scaled);
     } else {
       c.traffic.rate_per_s = rates[i];

@@ -11,14 +11,20 @@ int PrefixCache::match(const std::vector<uint64_t>& ids) const {
 
 void PrefixCache::pin(uint64_t id) {
   Entry& e = entries_.at(id);
-  if (e.pins++ == 0) evictable_.erase({e.tick, id});
+  if (e.pins++ == 0) {
+    evictable_.erase({e.tick, id});
+    evictable_kv_blocks_ -= e.kv_blocks;
+  }
   e.tick = ++tick_;
 }
 
 void PrefixCache::unpin(uint64_t id) {
   Entry& e = entries_.at(id);
   e.tick = ++tick_;
-  if (--e.pins == 0) evictable_.insert({e.tick, id});
+  if (--e.pins == 0) {
+    evictable_.insert({e.tick, id});
+    evictable_kv_blocks_ += e.kv_blocks;
+  }
 }
 
 void PrefixCache::insert_pinned(uint64_t id, int64_t tokens, int64_t kv_blocks) {
@@ -34,6 +40,7 @@ int64_t PrefixCache::evict(int64_t kv_blocks) {
     const auto it = entries_.find(id);
     freed += it->second.kv_blocks;
     kv_blocks_ -= it->second.kv_blocks;
+    evictable_kv_blocks_ -= it->second.kv_blocks;
     entries_.erase(it);
   }
   return freed;

@@ -32,8 +32,9 @@ class PrefixCache {
   /// are freed or none is left; returns the KV blocks freed.
   int64_t evict(int64_t kv_blocks);
 
-  /// KV blocks held by cached entries.
+  /// KV blocks held by cached entries, and by the unpinned ones among them (free to evict).
   int64_t kv_blocks() const { return kv_blocks_; }
+  int64_t evictable_kv_blocks() const { return evictable_kv_blocks_; }
   size_t size() const { return entries_.size(); }
 
  private:
@@ -47,6 +48,7 @@ class PrefixCache {
   std::set<std::pair<uint64_t, uint64_t>> evictable_;  ///< (tick, id) of unpinned entries
   uint64_t tick_ = 0;
   int64_t kv_blocks_ = 0;
+  int64_t evictable_kv_blocks_ = 0;
 };
 
 }  // namespace parallax

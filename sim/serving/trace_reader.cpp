@@ -70,6 +70,13 @@ int64_t days_from_civil(int64_t y, unsigned m, unsigned d) {
   return era * 146097 + static_cast<int64_t>(doe) - 719468;
 }
 
+// FNV-1a: the same session id hashes the same with every standard library.
+uint64_t fnv1a(const std::string& text) {
+  uint64_t h = 0xcbf29ce484222325ULL;
+  for (unsigned char c : text) h = (h ^ c) * 0x100000001b3ULL;
+  return h;
+}
+
 struct Columns {
   std::map<std::string, size_t> index;
   size_t at(const std::string& name) const { return index.at(name); }
@@ -83,10 +90,15 @@ Columns header(const std::string& line) {
   return c;
 }
 
+// Arrivals past this (about 100 days) would overflow the picosecond clock.
+constexpr double kLatestArrivalPs = 9e18;
+
 // `arrival_ps` is exact for the traces' own resolutions (100 ns, 1 ms, decimal seconds).
-Request make(double arrival_ps, int64_t prompt, int64_t output, double rate_scale) {
+Request make(double arrival_ps, int64_t prompt, int64_t output, double rate_scale, const std::string& name, int line) {
+  const double at = arrival_ps / rate_scale;
+  if (!(std::abs(at) < kLatestArrivalPs)) bad(name, line, "arrives more than 100 days into the trace (after rate scaling)");
   Request r;
-  r.arrival = Time::ps(std::llround(arrival_ps / rate_scale));
+  r.arrival = Time::ps(std::llround(at));
   r.prompt_tokens = std::max<int64_t>(prompt, 1);
   r.output_tokens = std::max<int64_t>(output, 1);
   return r;
@@ -120,8 +132,9 @@ void read_csv(std::istringstream& in, const std::string& name, const Columns& co
       continue;
     }
     if (first < 0) first = ticks;
-    Request r = make(azure ? static_cast<double>(ticks - first) * 1e5 : seconds * 1e12, prompt, output, scale);
-    if (!azure && cols.has("Session ID")) r.session = std::hash<std::string>{}(cells[cols.at("Session ID")]);
+    Request r = make(azure ? static_cast<double>(ticks - first) * 1e5 : seconds * 1e12, prompt, output, scale, name,
+                     line_number);
+    if (!azure && cols.has("Session ID")) r.session = fnv1a(cells[cols.at("Session ID")]);
     t.requests.push_back(std::move(r));
   }
 }
@@ -146,7 +159,7 @@ void read_mooncake(std::istringstream& in, const std::string& name, Trace& t, do
     const int64_t output = row.at("output_length").as_int();
     if (prompt < 0 || prompt > kMaxTokens) row.at("input_length").fail("out of range");
     if (output < 0 || output > kMaxTokens) row.at("output_length").fail("out of range");
-    Request r = make(ms * 1e9, prompt, output, scale);
+    Request r = make(ms * 1e9, prompt, output, scale, name, line_number);
     if (auto ids = row.find("hash_ids")) {
       for (const JsonReader& id : ids->elements()) {
         const int64_t v = id.as_int();
@@ -230,6 +243,11 @@ Trace parse_trace(const std::string& text, const std::string& name, double rate_
   }
   std::stable_sort(t.requests.begin(), t.requests.end(),
                    [](const Request& a, const Request& b) { return a.arrival < b.arrival; });
+  // Arrivals count from the earliest row (an Azure trace's rows need not be in order).
+  if (!t.requests.empty() && t.requests.front().arrival < Time::zero()) {
+    const Time shift = t.requests.front().arrival;
+    for (Request& r : t.requests) r.arrival -= shift;
+  }
   for (size_t i = 0; i < t.requests.size(); ++i) {
     t.requests[i].id = static_cast<int64_t>(i);
     if (t.requests[i].session == 0) t.requests[i].session = i;

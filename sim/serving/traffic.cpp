@@ -59,6 +59,11 @@ std::vector<Request> open_loop_requests(const TrafficSpec& spec, Rng& rng) {
   double t = 0;
   for (int64_t i = 0; i < spec.requests; ++i) {
     t += spec.arrival == TrafficSpec::Arrival::kPoisson ? rng.exponential(mean_gap) : rng.gamma(shape, mean_gap / shape);
+    if (!(t < 9e6)) {  // the picosecond clock ends after ~104 days
+      throw std::invalid_argument("the stream would last more than 100 days of simulated time (" +
+                                  std::to_string(spec.requests) + " requests at " + std::to_string(spec.rate_per_s) +
+                                  "/s); raise the rate or lower the requests");
+    }
     Request r;
     r.id = i;
     r.arrival = Time::from_seconds(t);
