@@ -74,13 +74,7 @@ bool in_progress(ncclResult_t r) {
 #endif
 }
 
-bool still_running(ncclResult_t async) {
-#if defined(NCCL_VERSION_CODE) && NCCL_VERSION_CODE >= NCCL_VERSION(2, 14, 0)
-  return async == ncclSuccess || async == ncclInProgress;
-#else
-  return async == ncclSuccess;
-#endif
-}
+bool still_running(ncclResult_t async) { return async == ncclSuccess || in_progress(async); }
 
 }  // namespace
 

@@ -50,42 +50,37 @@ std::string BatchScheduler::never_fits(int64_t prompt, int64_t output) const {
 
 void BatchScheduler::enqueue(int64_t request, int64_t prompt, int64_t output, std::vector<uint64_t> prefix_blocks,
                              int64_t block_tokens) {
-  const int slot = new_slot();
-  Sequence& s = slots_[static_cast<size_t>(slot)];
-  s = Sequence{};
-  s.request = request;
-  s.prompt = prompt;
-  s.output = output;
-  s.in_use = true;
+  Sequence& s = queue_new(request, prompt, output);
   // A hashed block must be a whole number of KV blocks for its KV to be shared.
   if (prefix_caching_on() && block_tokens > 0 && block_tokens % config_.block_size == 0) {
     s.prefix_blocks = std::move(prefix_blocks);
     s.block_tokens = block_tokens;
   }
-  waiting_.push_back(slot);
-}
-
-int BatchScheduler::new_slot() {
-  if (!free_slots_.empty()) {
-    const int slot = free_slots_.back();
-    free_slots_.pop_back();
-    return slot;
-  }
-  slots_.emplace_back();
-  return static_cast<int>(slots_.size()) - 1;
 }
 
 void BatchScheduler::enqueue_prefilled(int64_t request, int64_t prompt, int64_t output) {
-  const int slot = new_slot();
+  Sequence& s = queue_new(request, prompt, output);
+  s.generated = 1;
+  s.remote = true;
+}
+
+// A fresh sequence in a free slot, at the back of the waiting queue.
+BatchScheduler::Sequence& BatchScheduler::queue_new(int64_t request, int64_t prompt, int64_t output) {
+  int slot = 0;
+  if (!free_slots_.empty()) {
+    slot = free_slots_.back();
+    free_slots_.pop_back();
+  } else {
+    slot = static_cast<int>(slots_.size());
+    slots_.emplace_back();
+  }
   Sequence& s = slots_[static_cast<size_t>(slot)];
   s = Sequence{};
   s.request = request;
   s.prompt = prompt;
   s.output = output;
-  s.generated = 1;
-  s.in_use = true;
-  s.remote = true;
   waiting_.push_back(slot);
+  return s;
 }
 
 bool BatchScheduler::admit_remote(StepPlan& plan, int slot) {
@@ -307,7 +302,6 @@ StepOutcome BatchScheduler::complete(const StepPlan& plan) {
     if (s.generated == 1) out.first_token.push_back(s.request);
     if (s.generated == s.output) {
       out.finished.push_back(s.request);
-      s.in_use = false;
       running_.erase(std::find(running_.begin(), running_.end(), c.sequence));
       if (config_.hold_finished) {
         held_[s.request] = c.sequence;  // its KV is still to be sent

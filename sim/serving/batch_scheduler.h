@@ -133,7 +133,6 @@ class BatchScheduler {
     int64_t generated = 0;  ///< G
     int64_t cached = 0;     ///< tokens with KV, shared prefix blocks included
     int64_t blocks = 0;     ///< KV blocks of its own (not the shared prefix's)
-    bool in_use = false;
     std::vector<uint64_t> prefix_blocks;
     int64_t block_tokens = 0;
     int pinned = 0;             ///< leading prefix blocks it uses from the cache
@@ -159,7 +158,7 @@ class BatchScheduler {
   void publish_prefix(Sequence& s);                ///< its finished prompt into the cache
   void release(Sequence& s);                       ///< its own blocks and its pins
   void settle_own_blocks(Sequence& s);
-  int new_slot();
+  Sequence& queue_new(int64_t request, int64_t prompt, int64_t output);
   bool admit_remote(StepPlan& plan, int slot);  ///< a waiting prefilled sequence's blocks
   bool admit_front(StepPlan& plan, int64_t& budget, bool whole);
 

@@ -105,6 +105,19 @@ std::string sweep_table(const std::vector<RatePoint>& points, double attainment)
   return out;
 }
 
+nlohmann::ordered_json sweep_json(const std::vector<RatePoint>& points, double attainment) {
+  nlohmann::ordered_json j;
+  j["attainment_target"] = attainment;
+  j["highest_rate_meeting_slo"] = highest_rate_meeting(points, attainment);
+  j["points"] = nlohmann::ordered_json::array();
+  for (const RatePoint& p : points) {
+    j["points"].push_back({{"rate", p.rate}, {"slo_attainment", p.summary.slo_attainment},
+                           {"ttft_p99_s", p.summary.ttft.p99}, {"tpot_p99_s", p.summary.tpot.p99},
+                           {"e2e_p99_s", p.summary.e2e.p99}, {"output_tokens_per_s", p.summary.output_tokens_per_s}});
+  }
+  return j;
+}
+
 std::string sweep_data(const std::vector<RatePoint>& points) {
   std::string out = "# rate attainment ttft_p50_s ttft_p99_s tpot_p50_s tpot_p99_s e2e_p99_s output_tokens_per_s\n";
   for (const RatePoint& p : points) {

@@ -33,6 +33,9 @@ std::vector<RatePoint> sweep_rates(const FleetConfig& config, const std::vector<
 double highest_rate_meeting(const std::vector<RatePoint>& points, double attainment);
 
 std::string sweep_table(const std::vector<RatePoint>& points, double attainment);
+/// The curve as JSON: the target, the highest rate meeting it, and per rate its attainment,
+/// p99 latencies and output throughput.
+nlohmann::ordered_json sweep_json(const std::vector<RatePoint>& points, double attainment);
 /// Columns: rate, attainment, ttft p50/p99, tpot p50/p99, e2e p99, output tokens/s.
 std::string sweep_data(const std::vector<RatePoint>& points);
 /// A gnuplot script drawing `data_file` into `png` (attainment and p99 latencies vs rate).

@@ -110,6 +110,21 @@ std::vector<StepRunResult> predict_step_runs(const std::vector<StepRun>& runs, c
   return out;
 }
 
+nlohmann::ordered_json step_validation_json(const std::vector<StepRunResult>& results) {
+  nlohmann::ordered_json j = nlohmann::ordered_json::array();
+  for (const StepRunResult& r : results) {
+    nlohmann::ordered_json row{{"id", r.run.id}, {"source", r.run.source}, {"measured_ms", r.run.measured_ms}};
+    if (r.error_message.empty()) {
+      row["predicted_ms"] = r.predicted_ms;
+      row["error"] = r.error;
+    } else {
+      row["error_message"] = r.error_message;
+    }
+    j.push_back(std::move(row));
+  }
+  return j;
+}
+
 std::string step_validation_text(const std::vector<StepRunResult>& results) {
   std::string out = "  row                          model        GPU          tp  what                      measured  predicted   error\n";
   std::map<std::string, std::vector<double>> by_source;

@@ -11,6 +11,8 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "serving/step_model.h"
 
 namespace parallax {
@@ -38,6 +40,9 @@ std::vector<StepRun> load_step_runs(const std::string& path);
 /// Predicts every row (a row that cannot be predicted gets error_message).
 std::vector<StepRunResult> predict_step_runs(const std::vector<StepRun>& runs, const std::string& models_dir,
                                              const std::string& topologies_dir, const StepModelOptions& options);
+
+/// One object per row: id, source, measured_ms and predicted_ms with error, or error_message.
+nlohmann::ordered_json step_validation_json(const std::vector<StepRunResult>& results);
 
 /// The table, one line per row, and per source and overall: mean |error| and signed median.
 std::string step_validation_text(const std::vector<StepRunResult>& results);

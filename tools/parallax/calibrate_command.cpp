@@ -18,6 +18,7 @@
 #include "collective_fit.h"
 #include "io/atomic_file.h"
 #include "io/input_error.h"
+#include "parallax/cli_support.h"
 #include "parallax/commands.h"
 #include "parallax/text_table.h"
 #include "topology/topology_loader.h"
@@ -257,9 +258,6 @@ void run_fit(const CalibrateArgs& a) {
 
 void plot(const std::string& dir, const std::vector<std::pair<std::string, std::vector<std::array<double, 3>>>>& series,
           const std::vector<std::array<double, 3>>& scaling) {
-  if (std::system("command -v gnuplot > /dev/null 2>&1") != 0) {
-    throw InputError("", "--plot", "gnuplot is not installed (Debian: apt-get install gnuplot-nox)");
-  }
   std::filesystem::create_directories(dir);
   std::string script =
       "set terminal pngcairo size 1000,650 noenhanced\nset logscale x 2\nset format x '%.0b%B'\nset key left top\nset grid\n";
@@ -278,9 +276,7 @@ void plot(const std::string& dir, const std::vector<std::pair<std::string, std::
     script += "set output '" + dir + "/scaling.png'\nunset logscale x\nset format x '%g'\nset xlabel 'ranks'\nset title 'busbw at the largest size vs ranks'\n";
     script += "plot '" + data + "' using 1:2 with points pt 7 title 'measured', '' using 1:3 with linespoints title 'predicted'\n";
   }
-  const std::string gp = dir + "/plots.gp";
-  std::ofstream(gp) << script;
-  if (std::system(("gnuplot '" + gp + "'").c_str()) != 0) throw std::runtime_error("gnuplot failed on " + gp);
+  run_gnuplot(dir + "/plots.gp", script);
 }
 
 void run_compare(const CalibrateArgs& a) {

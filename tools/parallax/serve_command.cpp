@@ -14,6 +14,7 @@
 #include "io/atomic_file.h"
 #include "io/input_error.h"
 #include "model/model_loader.h"
+#include "parallax/cli_support.h"
 #include "parallax/commands.h"
 #include "parallax/text_table.h"
 #include "serving/fleet_loader.h"
@@ -30,8 +31,8 @@ namespace {
 
 namespace fs = std::filesystem;
 
-const std::string kModelsDir = std::string(PARALLAX_SOURCE_DIR) + "/workloads/models";
-const std::string kTopologiesDir = std::string(PARALLAX_SOURCE_DIR) + "/topologies";
+const std::string& kModelsDir = bundled_models_dir();
+const std::string& kTopologiesDir = topologies_dir();
 
 struct StepArgs {
   std::string model;
@@ -171,16 +172,6 @@ struct FleetArgs {
   std::string trace;
 };
 
-// Runs gnuplot on `script` (written beside the data in `dir`).
-void run_gnuplot(const std::string& dir, const std::string& name, const std::string& script) {
-  if (std::system("command -v gnuplot > /dev/null 2>&1") != 0) {
-    throw InputError("", "--plot", "gnuplot is not installed (Debian: apt-get install gnuplot-nox)");
-  }
-  const std::string file = dir + "/" + name + ".gp";
-  write_file_atomically(file, script);
-  if (std::system(("gnuplot '" + file + "'").c_str()) != 0) throw std::runtime_error("gnuplot failed on " + file);
-}
-
 void make_plot_dir(const std::string& dir) {
   std::error_code ec;
   fs::create_directories(dir, ec);
@@ -223,7 +214,7 @@ void run_comparison(const FleetArgs& a, const FleetFile& f) {
       files.push_back(a.plot + "/cdf-" + to_string(r.router) + ".dat");
       write_file_atomically(files.back(), router_cdf_data(r));
     }
-    run_gnuplot(a.plot, "routers", router_cdf_gnuplot(files, runs, a.plot + "/routers.png"));
+    run_gnuplot(a.plot + "/routers.gp", router_cdf_gnuplot(files, runs, a.plot + "/routers.png"));
     std::printf("  wrote %s/routers.png\n", a.plot.c_str());
   }
 }
@@ -287,21 +278,11 @@ void run_sweep(const FleetArgs& a) {
     throw InputError(a.fleet, "/traffic", e.what());
   }
   std::fputs(sweep_table(points, a.attainment).c_str(), stdout);
-  if (!a.json.empty()) {
-    nlohmann::ordered_json j;
-    j["attainment_target"] = a.attainment;
-    j["highest_rate_meeting_slo"] = highest_rate_meeting(points, a.attainment);
-    for (const RatePoint& p : points) {
-      j["points"].push_back({{"rate", p.rate}, {"slo_attainment", p.summary.slo_attainment},
-                             {"ttft_p99_s", p.summary.ttft.p99}, {"tpot_p99_s", p.summary.tpot.p99},
-                             {"e2e_p99_s", p.summary.e2e.p99}, {"output_tokens_per_s", p.summary.output_tokens_per_s}});
-    }
-    write_file_atomically(a.json, j.dump(2) + "\n");
-  }
+  if (!a.json.empty()) write_file_atomically(a.json, sweep_json(points, a.attainment).dump(2) + "\n");
   if (!a.plot.empty()) {
     make_plot_dir(a.plot);
     write_file_atomically(a.plot + "/capacity.dat", sweep_data(points));
-    run_gnuplot(a.plot, "capacity",
+    run_gnuplot(a.plot + "/capacity.gp",
                 sweep_gnuplot(a.plot + "/capacity.dat", a.plot + "/capacity.png", c.model.name + " on " + f.topology_name));
     std::printf("  wrote %s/capacity.png\n", a.plot.c_str());
   }
@@ -340,27 +321,18 @@ void run_fleet(const FleetArgs& a) {
   if (!a.trace.empty()) write_file_atomically(a.trace, chrome_trace(c, result));
 }
 
-}  // namespace
+// The options `serve` and `serve sweep` share: the fleet, its seed, size, traffic and SLOs.
+void add_run_options(CLI::App* app, FleetArgs& f) {
+  app->add_option("--seed", f.seed, "seed of every random draw (default: the fleet's, else 1)");
+  app->add_option("--requests", f.requests,
+                  "requests per run (default: the fleet's; with --replay, a trace shorter than this is repeated)");
+  app->add_option("--replay", f.replay,
+                  "replay a trace (Azure CSV, BurstGPT CSV, Mooncake JSON lines) in place of the fleet's traffic");
+  app->add_option("--slo-ttft", f.slo_ttft, "time-to-first-token objective, e.g. 2s");
+  app->add_option("--slo-tpot", f.slo_tpot, "time-per-output-token objective, e.g. 100ms");
+}
 
-void add_serve_command(CLI::App& app) {
-  CLI::App* serve = app.add_subcommand(
-      "serve", "serving: simulate a fleet (FLEET.json: model, topology, pools, router, traffic), or time one engine step");
-  auto f = std::make_shared<FleetArgs>();
-  serve->add_option("fleet", f->fleet, "fleet file (workloads/serve/*.json; docs/serving-format.md)");
-  serve->add_option("--seed", f->seed, "seed of every random draw (default: the fleet's, else 1)");
-  serve->add_option("--requests", f->requests,
-                    "requests to simulate (default: the fleet's; with --replay, a trace shorter than this is repeated)");
-  serve->add_option("--rate", f->rate, "open-loop arrival rate, requests per second (default: the fleet's)");
-  serve->add_option("--slo-ttft", f->slo_ttft, "time-to-first-token objective, e.g. 2s");
-  serve->add_option("--slo-tpot", f->slo_tpot, "time-per-output-token objective, e.g. 100ms");
-  serve->add_option("--replay", f->replay, "replay a trace (Azure CSV, BurstGPT CSV, Mooncake JSON lines) in place of the fleet's traffic");
-  serve->add_option("--rate-scale", f->rate_scale, "with --replay: arrivals this many times faster")->capture_default_str();
-  serve->add_option("--json", f->json, "write the whole summary as JSON");
-  serve->add_option("--trace", f->trace, "write a Chrome/Perfetto trace: one track per instance, its engine steps");
-  serve->add_option("--compare-routers", f->compare_routers,
-                    "run the same traffic through each of these routers (comma-separated) and compare them");
-  serve->add_option("--plot", f->plot, "with --compare-routers: write a latency CDF plot (PNG, gnuplot) here");
-  serve->add_option("--per-request", f->per_request, "write one CSV row per request");
+CLI::App* add_step_subcommand(CLI::App* serve) {
   auto a = std::make_shared<StepArgs>();
   CLI::App* step = serve->add_subcommand("step", "time of one engine step of a TP x PP instance, with its breakdown");
   step->add_option("--model", a->model, "bundled model name or a Hugging Face config.json")->required();
@@ -375,12 +347,16 @@ void add_serve_command(CLI::App& app) {
   step->add_option("--gemm-table", a->gemm_table, "measured GEMM rates (parallax-nccl-bench --gemm lines)");
   step->add_option("--json", a->json, "write the breakdown as JSON (step_time_ms and its parts)");
   step->callback([a] { run_step(*a); });
+  return step;
+}
 
-  struct ValidateArgs {
-    std::string runs;
-    std::string overhead = "500us";
-    std::string json;
-  };
+struct ValidateArgs {
+  std::string runs;
+  std::string overhead = "500us";
+  std::string json;
+};
+
+CLI::App* add_validate_subcommand(CLI::App* serve) {
   auto v = std::make_shared<ValidateArgs>();
   CLI::App* validate = serve->add_subcommand("validate", "predict published engine-step times and report the error per row");
   validate->add_option("runs", v->runs, "runs file (workloads/serve-validation/*.json)")->required();
@@ -393,22 +369,12 @@ void add_serve_command(CLI::App& app) {
     const auto results = predict_step_runs(load_step_runs(v->runs), kModelsDir, kTopologiesDir, options);
     std::printf("serve validate: %s, step overhead %s\n", v->runs.c_str(), v->overhead.c_str());
     std::fputs(step_validation_text(results).c_str(), stdout);
-    if (!v->json.empty()) {
-      nlohmann::ordered_json j = nlohmann::ordered_json::array();
-      for (const StepRunResult& r : results) {
-        nlohmann::ordered_json row{{"id", r.run.id}, {"source", r.run.source}, {"measured_ms", r.run.measured_ms}};
-        if (r.error_message.empty()) {
-          row["predicted_ms"] = r.predicted_ms;
-          row["error"] = r.error;
-        } else {
-          row["error_message"] = r.error_message;
-        }
-        j.push_back(row);
-      }
-      write_file_atomically(v->json, j.dump(2) + "\n");
-    }
+    if (!v->json.empty()) write_file_atomically(v->json, step_validation_json(results).dump(2) + "\n");
   });
+  return validate;
+}
 
+CLI::App* add_sweep_subcommand(CLI::App* serve) {
   auto w = std::make_shared<FleetArgs>();
   CLI::App* sweep = serve->add_subcommand("sweep", "capacity curve: SLO attainment and p99 latencies against offered load");
   sweep->add_option("fleet", w->fleet, "fleet file")->required();
@@ -416,21 +382,37 @@ void add_serve_command(CLI::App& app) {
       ->required();
   sweep->add_option("--attainment", w->attainment, "the fraction of requests that must meet the SLOs")
       ->capture_default_str();
-  sweep->add_option("--seed", w->seed, "seed of every random draw");
-  sweep->add_option("--requests", w->requests, "requests per run");
-  sweep->add_option("--replay", w->replay, "a trace in place of the fleet's traffic");
-  sweep->add_option("--slo-ttft", w->slo_ttft, "time-to-first-token objective");
-  sweep->add_option("--slo-tpot", w->slo_tpot, "time-per-output-token objective");
+  add_run_options(sweep, *w);
   sweep->add_option("--json", w->json, "write the curve as JSON");
   sweep->add_option("--plot", w->plot, "write the capacity plot (PNG, gnuplot) into this folder");
   sweep->callback([w] { run_sweep(*w); });
+  return sweep;
+}
 
-  serve->callback([serve, step, sweep, validate, f] {
+}  // namespace
+
+void add_serve_command(CLI::App& app) {
+  CLI::App* serve = app.add_subcommand(
+      "serve", "serving: simulate a fleet (FLEET.json: model, topology, pools, router, traffic), or time one engine step");
+  auto f = std::make_shared<FleetArgs>();
+  serve->add_option("fleet", f->fleet, "fleet file (workloads/serve/*.json; docs/serving-format.md)");
+  add_run_options(serve, *f);
+  serve->add_option("--rate", f->rate, "open-loop arrival rate, requests per second (default: the fleet's)");
+  serve->add_option("--rate-scale", f->rate_scale, "with --replay: arrivals this many times faster")->capture_default_str();
+  serve->add_option("--json", f->json, "write the whole summary as JSON");
+  serve->add_option("--per-request", f->per_request, "write one CSV row per request");
+  serve->add_option("--trace", f->trace, "write a Chrome/Perfetto trace: one track per instance, its engine steps");
+  serve->add_option("--compare-routers", f->compare_routers,
+                    "run the same traffic through each of these routers (comma-separated) and compare them");
+  serve->add_option("--plot", f->plot, "with --compare-routers: write a latency CDF plot (PNG, gnuplot) here");
+  CLI::App* step = add_step_subcommand(serve);
+  CLI::App* validate = add_validate_subcommand(serve);
+  CLI::App* sweep = add_sweep_subcommand(serve);
+  serve->callback([step, sweep, validate, f] {
     if (step->parsed() || sweep->parsed() || validate->parsed()) return;
     if (f->fleet.empty()) throw CLI::CallForHelp();
     run_fleet(*f);
   });
-  (void)serve;
 }
 
 }  // namespace parallax::cli

@@ -16,6 +16,7 @@
 #include "io/atomic_file.h"
 #include "io/input_error.h"
 #include "io/json_reader.h"
+#include "parallax/cli_support.h"
 #include "parallax/commands.h"
 #include "parallax/text_table.h"
 #include "topology/topology_loader.h"
@@ -30,8 +31,8 @@ namespace {
 
 namespace fs = std::filesystem;
 
-const std::string kModelsDir = std::string(PARALLAX_SOURCE_DIR) + "/workloads/models";
-const std::string kTopologiesDir = std::string(PARALLAX_SOURCE_DIR) + "/topologies";
+const std::string& kModelsDir = bundled_models_dir();
+const std::string& kTopologiesDir = topologies_dir();
 
 struct TrainArgs {
   std::string workload;

@@ -1,0 +1,32 @@
+// Shared pieces of the commands (cli_support.h).
+#include "parallax/cli_support.h"
+
+#include <cstdlib>
+#include <stdexcept>
+
+#include "io/atomic_file.h"
+#include "io/input_error.h"
+
+namespace parallax::cli {
+
+const std::string& bundled_models_dir() {
+  static const std::string dir = std::string(PARALLAX_SOURCE_DIR) + "/workloads/models";
+  return dir;
+}
+
+const std::string& topologies_dir() {
+  static const std::string dir = std::string(PARALLAX_SOURCE_DIR) + "/topologies";
+  return dir;
+}
+
+void run_gnuplot(const std::string& script_file, const std::string& script) {
+  if (std::system("command -v gnuplot > /dev/null 2>&1") != 0) {
+    throw InputError("", "--plot", "gnuplot is not installed (Debian: apt-get install gnuplot-nox)");
+  }
+  write_file_atomically(script_file, script);
+  if (std::system(("gnuplot '" + script_file + "'").c_str()) != 0) {
+    throw std::runtime_error("gnuplot failed on " + script_file);
+  }
+}
+
+}  // namespace parallax::cli

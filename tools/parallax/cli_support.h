@@ -1,0 +1,17 @@
+// What several `parallax` commands share: where the bundled models and topology presets are,
+// and running gnuplot on a script for --plot.
+#pragma once
+
+#include <string>
+
+namespace parallax::cli {
+
+/// workloads/models and topologies of the source tree the binary was built from.
+const std::string& bundled_models_dir();
+const std::string& topologies_dir();
+
+/// Writes `script` to `script_file` and runs gnuplot on it. InputError (on --plot) when gnuplot
+/// is not installed; std::runtime_error when it fails.
+void run_gnuplot(const std::string& script_file, const std::string& script);
+
+}  // namespace parallax::cli
