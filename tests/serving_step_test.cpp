@@ -106,6 +106,48 @@ TEST(ServingStep, TensorParallelismAddsTwoAllReducesPerLayer) {
   EXPECT_THROW(StepModel(m, one_node, InstanceShape{3, 1}, o), std::invalid_argument);   // 3 ∤ 64 heads
 }
 
+TEST(ServingStep, Fp8RunsTheGemmsInFp8AndEverythingElseInBf16) {
+  const ModelConfig m = llama("llama3-70b");
+  const RaggedBatch batch = prefill_batch(1, 2048);
+  RaggedBatch fp8 = batch;
+  fp8.dtype = DType::kFp8;
+  const ShardingFactors tp4{4, 1, 1, false};
+  const std::vector<ModelOperator> low = layer_operators(m, 0, fp8, tp4);
+  const std::vector<ModelOperator> high = layer_operators(m, 0, batch, tp4);
+  ASSERT_EQ(low.size(), high.size());
+  for (size_t i = 0; i < low.size(); ++i) {
+    const OperatorCost& a = low[i].forward;
+    const OperatorCost& b = high[i].forward;
+    if (a.kind != OperatorKind::kGemm) {
+      // Norms, activations, rotary and the attention core are unchanged: bf16 activations.
+      EXPECT_EQ(a.dtype, DType::kBf16) << low[i].name;
+      EXPECT_EQ(a.bytes_read_written, b.bytes_read_written) << low[i].name;
+      continue;
+    }
+    // A weight GEMM reads its input and weights in 1 byte and writes its output in 2:
+    // (m·k + k·n)·1 + m·n·2, against (m·k + k·n + m·n)·2 in bf16.
+    const GemmShape& g = a.shape;
+    EXPECT_EQ(a.dtype, DType::kFp8) << low[i].name;
+    EXPECT_DOUBLE_EQ(a.bytes_read_written.value(), (g.m * g.k + g.k * g.n) * 1.0 + g.m * g.n * 2.0) << low[i].name;
+  }
+  // The output head stays in 16 bits.
+  for (const ModelOperator& op : output_operators(m, fp8, tp4)) {
+    if (op.name == "logits") {
+      EXPECT_EQ(op.forward.dtype, DType::kBf16);
+    }
+  }
+  // TP all-reduces carry bf16 activations: 161 of 2048 × 8192 × 2 B on TP 4.
+  StepModelOptions o;
+  o.dtype = DType::kFp8;
+  const Topology node = dgx_h100(1);
+  const StepModel model(m, node, InstanceShape{4, 1}, o);
+  const CollectiveSimulator group(node, 4, 4);
+  CollectiveOptions co;
+  co.model = "analytical";
+  EXPECT_EQ(model.step(batch).tp_communication,
+            group.run(CollectiveOp::kAllReduce, Bytes(2048.0 * 8192 * 2), co).time * 161);
+}
+
 TEST(ServingStep, PipelineStagesSplitTheLayersAndHandOff) {
   EXPECT_EQ(split_layers(80, 3), (std::vector<int>{27, 27, 26}));
   EXPECT_THROW(split_layers(2, 3), std::invalid_argument);

@@ -33,6 +33,8 @@ double bytes_per_element(DType d) {
   return 2.0;
 }
 
+DType activation_dtype(DType gemm_dtype) { return gemm_dtype == DType::kFp8 ? DType::kBf16 : gemm_dtype; }
+
 const char* to_string(OperatorKind k) {
   switch (k) {
     case OperatorKind::kGemm: return "gemm";
@@ -50,8 +52,9 @@ OperatorCost gemm_cost(const GemmShape& shape, DType dtype) {
   c.shape = shape;
   c.dtype = dtype;
   c.flops = shape.flops();
-  c.bytes_read_written =
-      Bytes((shape.m * shape.k + shape.k * shape.n + shape.m * shape.n) * shape.batch * bytes_per_element(dtype));
+  c.bytes_read_written = Bytes(((shape.m * shape.k + shape.k * shape.n) * bytes_per_element(dtype) +
+                                 shape.m * shape.n * bytes_per_element(activation_dtype(dtype))) *
+                                shape.batch);
   return c;
 }
 

@@ -21,6 +21,11 @@ const char* to_string(DType d);
 std::optional<DType> dtype_from_string(std::string_view s);
 /// Bytes per element in memory: 4 for fp32 and tf32 (tf32 is stored as fp32), 2, 2, 1.
 double bytes_per_element(DType d);
+/// The type activations are kept in between kernels when GEMMs run in `gemm_dtype`: fp8 GEMMs
+/// (Transformer Engine, TensorRT-LLM, vLLM W8A8) read quantised inputs and weights but write
+/// bf16, and the attention core, the norms, the activations and the collectives work on bf16;
+/// any other type is its own activation type.
+DType activation_dtype(DType gemm_dtype);
 
 /// What bounds an operator and which efficiency applies to it.
 enum class OperatorKind : uint8_t {
@@ -64,7 +69,9 @@ struct OperatorCost {
   int kernels = 1;
 };
 
-/// A GEMM of `shape`: FLOPs 2·m·n·k·batch, bytes (m·k + k·n + m·n)·batch·element size.
+/// A GEMM of `shape`: FLOPs 2·m·n·k·batch, bytes ((m·k + k·n)·element size + m·n·output
+/// element size)·batch, the output in activation_dtype(dtype) (the quantisation of the input is
+/// fused into the kernel before it, as TensorRT-LLM and Transformer Engine do).
 OperatorCost gemm_cost(const GemmShape& shape, DType dtype);
 /// A memory-bound kernel moving `bytes` and doing `flops` on the vector units.
 OperatorCost memory_bound_cost(Bytes bytes, Flops flops = Flops(0), DType dtype = DType::kBf16);

@@ -21,14 +21,23 @@ constexpr double kMaskBytes = 1;        // a dropout mask, one byte per element
 
 class OperatorList {
  public:
-  explicit OperatorList(DType dtype) : dtype_(dtype), element_(bytes_per_element(dtype)) {}
+  // GEMMs run in `dtype`; everything else on activations in activation_dtype(dtype).
+  explicit OperatorList(DType dtype)
+      : dtype_(dtype), activation_(activation_dtype(dtype)), element_(bytes_per_element(activation_)) {}
 
   double element_bytes() const { return element_; }
 
   // y[m×n] = x[m×k]·W[k×n], `groups` times in one kernel. The backward is the data gradient
   // and the weight gradient: two kernels, each with the forward's volume and bytes.
   void gemm(const std::string& name, double m, double n, double k, double groups = 1) {
-    OperatorCost forward = gemm_cost(GemmShape{m, n, k, groups}, dtype_);
+    gemm_in(dtype_, name, m, n, k, groups);
+  }
+  // A product of two activations (the unfused attention's): in the activation type.
+  void activation_gemm(const std::string& name, double m, double n, double k, double groups) {
+    gemm_in(activation_, name, m, n, k, groups);
+  }
+  void gemm_in(DType type, const std::string& name, double m, double n, double k, double groups) {
+    OperatorCost forward = gemm_cost(GemmShape{m, n, k, groups}, type);
     OperatorCost backward = forward;
     backward.flops = forward.flops * 2.0;
     backward.bytes_read_written = forward.bytes_read_written * 2.0;
@@ -39,8 +48,9 @@ class OperatorList {
   // A kernel moving `bytes` with `flops` of vector arithmetic; its backward moves and computes
   // `backward_factor` times as much.
   void memory(const std::string& name, double bytes, double flops, double backward_factor = 2.0) {
-    OperatorCost forward = memory_bound_cost(Bytes(bytes), Flops(flops), dtype_);
-    OperatorCost backward = memory_bound_cost(Bytes(bytes * backward_factor), Flops(flops * backward_factor), dtype_);
+    OperatorCost forward = memory_bound_cost(Bytes(bytes), Flops(flops), activation_);
+    OperatorCost backward =
+        memory_bound_cost(Bytes(bytes * backward_factor), Flops(flops * backward_factor), activation_);
     ops_.push_back({name, forward, backward, false, Bytes(), Bytes()});
   }
 
@@ -70,7 +80,7 @@ class OperatorList {
     const double row_stats = w.query_tokens * heads * kFp32Bytes;  // log-sum-exp per query row
     OperatorCost forward;
     forward.kind = OperatorKind::kAttention;
-    forward.dtype = dtype_;
+    forward.dtype = activation_;
     forward.shape = GemmShape{w.s_q, w.s_kv, d_qk, w.sequences * heads};
     forward.flops = Flops(flops);
     forward.bytes_read_written = Bytes((q + kv + o) * element_ + row_stats);
@@ -90,7 +100,7 @@ class OperatorList {
   void unfused_attention(double b, double s_q, double s_kv, double heads, double d_qk, double d_v, bool dropout) {
     const size_t first = ops_.size();
     const double groups = b * heads;
-    gemm("attention_scores", s_q, s_kv, d_qk, groups);
+    activation_gemm("attention_scores", s_q, s_kv, d_qk, groups);
     keep(groups * (s_q + s_kv) * d_qk);  // Q and K
     const double scores = groups * s_q * s_kv;
     memory("attention_softmax", 2.0 * scores * element_, kSoftmaxFlops * scores, 1.5);
@@ -99,7 +109,7 @@ class OperatorList {
       memory("attention_dropout", (2.0 * element_ + kMaskBytes) * scores, scores, 1.0);
       keep_scores(scores * (kMaskBytes + kActivationBytes));  // the mask and the product's input
     }
-    gemm("attention_context", s_q, d_v, s_kv, groups);
+    activation_gemm("attention_context", s_q, d_v, s_kv, groups);
     keep(groups * s_kv * d_v);  // V
     for (size_t i = first; i < ops_.size(); ++i) ops_[i].attention_core = true;
   }
@@ -136,6 +146,7 @@ class OperatorList {
 
  private:
   DType dtype_;
+  DType activation_;
   double element_;
   std::vector<ModelOperator> ops_;
 };
@@ -358,7 +369,8 @@ std::vector<ModelOperator> output_operators(const ModelConfig& m, const MicroBat
   const double e = ops.element_bytes();
   ops.norm("final_norm", m, z.sp_tokens, z.hidden);
   const double vocab = vocab_slice(m, sh);
-  ops.gemm("logits", z.tokens, vocab, z.hidden);
+  // The output head stays in 16 bits under fp8 recipes (Transformer Engine, TensorRT-LLM, vLLM).
+  ops.activation_gemm("logits", z.tokens, vocab, z.hidden, 1);
   ops.keep(z.sp_tokens * z.hidden);
   // Softmax cross-entropy over the vocabulary slice: logits read, fp32 probabilities kept for
   // the backward, which reads them and writes the logits' gradient.
@@ -379,7 +391,7 @@ std::vector<ModelOperator> output_operators(const ModelConfig& m, const RaggedBa
   const double rows = static_cast<double>(sampled_rows(batch));
   if (rows > 0) {
     const double vocab = vocab_slice(m, sh);
-    ops.gemm("logits", rows, vocab, z.hidden);
+    ops.activation_gemm("logits", rows, vocab, z.hidden, 1);  // 16 bits under fp8 too
     // Softmax and sampling over the slice: logits read, fp32 probabilities written.
     ops.memory("sampling", rows * vocab * (e + kFp32Bytes), kSoftmaxFlops * rows * vocab, 1.0);
   }

@@ -66,6 +66,10 @@
 //   logits' input and the fp32 softmax of the cross-entropy. For a GPT layer (MLP 4h, GELU,
 //   dropout, unfused) this is Korthikanti et al.'s sbh·(10 + 24/t + 5as/(ht)) exactly (see
 //   memory_model.h); without dropout the masks go (2sbh, and 3as²b of the 5).
+// Precision: `dtype` is the GEMMs' type. With fp8 the weight GEMMs read fp8 inputs and weights
+// and write bf16 (activation_dtype in compute/operator_cost.h); the attention core, the
+// memory-bound kernels, the output head and the products of two activations stay in bf16, as in
+// Transformer Engine's and TensorRT-LLM's fp8 recipes.
 // Not modelled: embedding dropout, sliding windows, padding of the vocabulary beyond ⌈V/t⌉,
 // load imbalance between experts (the average is used).
 #pragma once
@@ -88,7 +92,7 @@ const char* to_string(AttentionKernel k);
 /// Parses "flash" and "unfused"; nullopt otherwise.
 std::optional<AttentionKernel> attention_kernel_from(const std::string& name);
 
-/// b sequences of s tokens, in the dtype of activations and GEMM inputs.
+/// b sequences of s tokens; `dtype` the GEMMs' type (activations: activation_dtype of it).
 struct MicroBatch {
   int64_t sequences = 1;
   int64_t sequence_length = 0;
@@ -106,7 +110,7 @@ struct SequenceChunk {
   bool samples = true;
 };
 
-/// The sequences of one engine step (forward only), in the dtype of activations and GEMMs.
+/// The sequences of one engine step (forward only); `dtype` as in MicroBatch.
 struct RaggedBatch {
   std::vector<SequenceChunk> sequences;
   DType dtype = DType::kBf16;

@@ -104,7 +104,7 @@ StepBreakdown StepModel::step(const RaggedBatch& batch_in) const {
   b.sequences = static_cast<int64_t>(batch.sequences.size());
   for (const SequenceChunk& c : batch.sequences) b.new_tokens += c.q_len;
   const Bytes activations(static_cast<double>(b.new_tokens) * static_cast<double>(model_.hidden) *
-                          bytes_per_element(batch.dtype));
+                          bytes_per_element(activation_dtype(batch.dtype)));
   const Time layer_all_reduce = all_reduce(activations);
 
   int first_layer = 0;

@@ -427,7 +427,7 @@ IterationResult simulate_iteration(const ModelConfig& model, const ParallelLayou
 
   // ---- communication sizes and times ------------------------------------------------------
   CollectiveTimer timer(topo, options);
-  const double element = bytes_per_element(layout.dtype);
+  const double element = bytes_per_element(activation_dtype(layout.dtype));
   const Bytes activation_message(static_cast<double>(layout.micro_batch) *
                                  static_cast<double>(layout.sequence_length / layout.cp) *
                                  static_cast<double>(model.hidden) * element);  // S = b·(s/cp)·h
