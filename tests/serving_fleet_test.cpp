@@ -165,6 +165,75 @@ TEST(ServingBatching, APromptChunkedOverStepsQueuesOnlyUntilItsFirstChunk) {
   EXPECT_EQ(r.requests[1].ttft(), Time::ms(40));
 }
 
+// A step of latency L whose first stage frees after L/2, as two balanced pipeline stages.
+class TwoStageTimer final : public StepTimer {
+ public:
+  explicit TwoStageTimer(Time latency) : latency_(latency) {}
+  Time step_time(const RaggedBatch&) override { return latency_; }
+  StepTiming timing(const RaggedBatch&) override { return {latency_, Time::from_seconds(latency_.seconds() / 2)}; }
+
+ private:
+  Time latency_;
+};
+
+std::shared_ptr<std::vector<Request>> burst(int n, int64_t prompt, int64_t output) {
+  auto trace = std::make_shared<std::vector<Request>>();
+  for (int i = 0; i < n; ++i) {
+    Request r;
+    r.id = i;
+    r.prompt_tokens = prompt;
+    r.output_tokens = output;
+    trace->push_back(r);
+  }
+  return trace;
+}
+
+TEST(ServingPipeline, PipelineStagesKeepStepsInFlight) {
+  // 100 one-token requests at t = 0, one per step (a 1-token budget; two may run, one in each
+  // step in flight), 10 ms steps whose first stage frees after 5 ms. With pp = 2 a step starts every 5 ms, two in flight: step j runs
+  // [5j, 5j + 10] ms and the last ends at 5·99 + 10 = 505 ms. With pp = 1 the same timer runs
+  // one step at a time: 100 · 10 = 1000 ms.
+  FleetConfig c = queue(1, 1, 100);
+  c.replay = burst(100, 1, 1);
+  c.pools[0].batching.max_sequences = 2;
+  c.pools[0].batching.token_budget = 1;
+  auto run = [&](int pp) {
+    c.pools[0].shape.pp = pp;
+    return simulate_fleet(c, [](const PoolConfig&, int) { return std::make_unique<TwoStageTimer>(Time::ms(10)); });
+  };
+  const FleetResult two = run(2);
+  EXPECT_EQ(two.duration, Time::ms(505));
+  for (int i = 0; i < 100; ++i) EXPECT_EQ(two.requests[static_cast<size_t>(i)].completion, Time::ms(5 * i + 10)) << i;
+  EXPECT_EQ(run(1).duration, Time::ms(1000));
+  // Four stages' worth of depth but the same 5 ms interval: still one start per 5 ms.
+  EXPECT_EQ(run(4).duration, Time::ms(505));
+}
+
+TEST(ServingPipeline, StepsInFlightAreNeverPreemptedAndNothingIsLost) {
+  // A cache of ~3 long requests, two steps in flight: preemption may only take sequences that
+  // are not in a running step, and every request still completes once with all its tokens.
+  FleetConfig c = queue(1, 50, 300);
+  PoolConfig& pool = c.pools[0];
+  pool.shape.pp = 2;
+  pool.batching.max_sequences = 64;
+  pool.batching.token_budget = 512;
+  pool.batching.kv_blocks = 60;
+  c.traffic.prompt = LengthDistribution{LengthDistribution::Kind::kUniform, 1, 50, 300, 1, 0};
+  c.traffic.output = LengthDistribution{LengthDistribution::Kind::kUniform, 1, 50, 300, 1, 0};
+  for (const BatchingPolicy policy : {BatchingPolicy::kChunked, BatchingPolicy::kPrefillFirst, BatchingPolicy::kStatic}) {
+    pool.batching.policy = policy;
+    const FleetResult r =
+        simulate_fleet(c, [](const PoolConfig&, int) { return std::make_unique<TwoStageTimer>(Time::ms(10)); });
+    for (const RequestRecord& rec : r.requests) {
+      ASSERT_TRUE(rec.completed) << to_string(policy) << " request " << rec.id;
+      EXPECT_EQ(rec.tokens_out, rec.output_tokens) << to_string(policy) << " request " << rec.id;
+    }
+    if (policy != BatchingPolicy::kStatic) {
+      EXPECT_GT(r.preemptions, 0) << to_string(policy);
+    }
+  }
+}
+
 TEST(ServingBatching, ARequestThatCanNeverFitIsRejected) {
   FleetConfig c = queue(1, 10, 3);
   c.pools[0].batching.kv_blocks = 10;  // 160 tokens

@@ -182,9 +182,18 @@ void BatchScheduler::preempt(int slot) {
   waiting_.push_front(slot);
 }
 
+int BatchScheduler::preemption_victim() const {
+  for (auto it = running_.rbegin(); it != running_.rend(); ++it) {
+    if (!slots_[static_cast<size_t>(*it)].in_flight) return *it;
+  }
+  return -1;
+}
+
 void BatchScheduler::add_chunk(StepPlan& plan, int slot, int64_t q) {
-  const Sequence& s = slots_[static_cast<size_t>(slot)];
+  Sequence& s = slots_[static_cast<size_t>(slot)];
   plan.chunks.push_back(PlannedChunk{slot, s.request, q, s.cached + q, s.cached + q == known(s)});
+  s.in_flight = true;
+  ++in_flight_;
 }
 
 // Running sequences in admission order; a block shortage preempts from the back. Returns
@@ -196,14 +205,19 @@ bool BatchScheduler::schedule_running(StepPlan& plan, int64_t& budget, bool deco
     const int slot = running_[i];
     Sequence& s = slots_[static_cast<size_t>(slot)];
     const int64_t pending = known(s) - s.cached;
-    if (decode_only && pending != 1) {
+    if (s.in_flight || (decode_only && pending != 1)) {
       ++i;
       continue;
     }
     const int64_t q = std::min(pending, budget);
     bool evicted_self = false;
+    bool stuck = false;
     while (!grow(s, s.cached + q)) {
-      const int victim = running_.back();
+      const int victim = preemption_victim();
+      if (victim < 0) {  // every other sequence is in a step in flight: wait for them
+        stuck = true;
+        break;
+      }
       plan.preempted.push_back(slots_[static_cast<size_t>(victim)].request);
       preempted = true;
       preempt(victim);
@@ -213,6 +227,10 @@ bool BatchScheduler::schedule_running(StepPlan& plan, int64_t& budget, bool deco
       }
     }
     if (evicted_self) continue;  // running_[i] is now the next sequence, or past the end
+    if (stuck) {
+      ++i;
+      continue;
+    }
     add_chunk(plan, slot, q);
     budget -= q;
     ++i;
@@ -276,7 +294,7 @@ void BatchScheduler::plan_static(StepPlan& plan) {
   }
   for (const int slot : running_) {
     const Sequence& s = slots_[static_cast<size_t>(slot)];
-    add_chunk(plan, slot, known(s) - s.cached);
+    if (!s.in_flight) add_chunk(plan, slot, known(s) - s.cached);
   }
 }
 
@@ -294,6 +312,8 @@ StepOutcome BatchScheduler::complete(const StepPlan& plan) {
   StepOutcome out;
   for (const PlannedChunk& c : plan.chunks) {
     Sequence& s = slots_[static_cast<size_t>(c.sequence)];
+    s.in_flight = false;
+    --in_flight_;
     s.cached += c.q_len;
     publish_prefix(s);
     if (!c.samples) continue;

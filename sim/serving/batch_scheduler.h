@@ -22,6 +22,11 @@
 // - static (request-level batching, FasterTransformer): when nothing runs, up to the cap of
 //   waiting requests are admitted with blocks for their whole life (P + O − 1 tokens), run
 //   until the last of them finishes, and only then the next batch.
+//
+// Several steps in flight (a pipeline-parallel instance keeps up to pp batches in its stages,
+// vLLM's virtual engines): a plan takes only sequences that are not in a step planned and not
+// yet completed, and never preempts one that is; complete() may come for the plans in the
+// order they were made.
 #pragma once
 
 #include <cstdint>
@@ -119,6 +124,8 @@ class BatchScheduler {
 
   size_t waiting() const { return waiting_.size(); }
   size_t running() const { return running_.size(); }
+  /// Sequences in planned steps not yet completed.
+  size_t in_flight() const { return in_flight_; }
   size_t receiving() const { return receiving_.size(); }
   int64_t used_blocks() const { return used_blocks_; }
   /// Cached prefix blocks no running sequence uses (free as far as admission goes).
@@ -141,6 +148,7 @@ class BatchScheduler {
     bool admitted_before = false;
     bool published = false;     ///< its prompt's blocks are in the cache
     bool remote = false;        ///< prefilled elsewhere, its KV not yet here
+    bool in_flight = false;     ///< in a planned step not yet completed
   };
 
   int64_t known(const Sequence& s) const { return s.prompt + s.generated; }
@@ -149,6 +157,7 @@ class BatchScheduler {
   bool prefix_caching_on() const { return config_.prefix_caching && config_.policy != BatchingPolicy::kStatic; }
   bool grow(Sequence& s, int64_t tokens);  ///< blocks for `tokens` cached; false if not free
   void preempt(int slot);
+  int preemption_victim() const;  ///< the last running sequence not in flight, or −1
   void plan_chunked(StepPlan& plan);
   void plan_prefill_first(StepPlan& plan);
   void plan_static(StepPlan& plan);
@@ -168,6 +177,7 @@ class BatchScheduler {
   std::deque<int> waiting_;
   std::vector<int> running_;  ///< admission order
   int64_t used_blocks_ = 0;   ///< sequences' own blocks and the prefix cache's
+  size_t in_flight_ = 0;
   PrefixCache cache_;
   std::unordered_map<int64_t, int> receiving_;  ///< request → slot, KV in flight to here
   std::unordered_map<int64_t, int> held_;       ///< request → slot, finished, blocks kept

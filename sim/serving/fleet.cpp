@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <deque>
 #include <map>
 #include <stdexcept>
 
@@ -24,13 +25,21 @@ size_t itl_bucket(double seconds) {
 }
 
 struct Instance {
+  Instance(int pool_index, PoolRole pool_role, std::vector<DeviceId> placed, BatchScheduler batching,
+           std::unique_ptr<StepTimer> step_timer, int stages)
+      : pool(pool_index), role(pool_role), gpus(std::move(placed)), scheduler(std::move(batching)),
+        timer(std::move(step_timer)), depth(stages) {}
+
   int pool = 0;
   PoolRole role = PoolRole::kColocated;
   std::vector<DeviceId> gpus;
   BatchScheduler scheduler;
   std::unique_ptr<StepTimer> timer;
-  bool busy = false;
-  StepPlan plan;
+  int depth = 1;                 ///< steps it can keep in flight (its PP stages)
+  std::deque<StepPlan> flight;   ///< steps started and not completed, in start order
+  Time next_start;               ///< when its first stage takes the next batch
+  Time last_done;                ///< when the latest step started completes
+  bool wake_pending = false;     ///< a poke is scheduled at next_start
   Time busy_time;
   int64_t steps = 0;
   double sequences = 0, tokens = 0;
@@ -135,8 +144,8 @@ class Simulation {
         }
         std::vector<DeviceId> placed;
         for (int g = 0; g < pool.shape.tp * pool.shape.pp; ++g) placed.push_back(c_.topology->gpus()[next_gpu++]);
-        instances_.push_back(Instance{static_cast<int>(p), pool.role, std::move(placed), BatchScheduler(batching),
-                                      std::move(timer), false, {}, Time::zero(), 0, 0, 0, 0, Time::zero()});
+        instances_.emplace_back(static_cast<int>(p), pool.role, std::move(placed), BatchScheduler(batching),
+                                std::move(timer), pool.shape.pp);
       }
     }
   }
@@ -199,7 +208,7 @@ class Simulation {
     front_.router->sent(local, r);
     population(+1);
     in.scheduler.enqueue(r.id, r.prompt_tokens, output_here, r.prefix_blocks, r.prefix_block_tokens);
-    if (!in.busy) start_step(static_cast<size_t>(target));
+    poke(static_cast<size_t>(target));
   }
 
   int choose(RouterSet& set, const Request& r) {
@@ -260,7 +269,7 @@ class Simulation {
     rec.decode_instance = static_cast<int>(d);
     transfers_[r.id] = Transfer{k, d, 0, Time::zero()};
     instances_[d].scheduler.enqueue_prefilled(r.id, r.prompt_tokens, r.output_tokens);
-    if (!instances_[d].busy) start_step(d);
+    poke(d);
   }
 
   // Blocks for `id`'s KV are allocated on its decode instance: send it.
@@ -296,8 +305,8 @@ class Simulation {
     account_kv(instances_[t.from]);
     instances_[t.to].scheduler.kv_arrived(id);
     instances_[t.from].scheduler.release_held(id);
-    if (!instances_[t.from].busy) start_step(t.from);
-    if (!instances_[t.to].busy) start_step(t.to);
+    poke(t.from);
+    poke(t.to);
   }
 
   void next_of_user(const Request& r) {
@@ -340,69 +349,95 @@ class Simulation {
     in.kv_since = now;
   }
 
-  void start_step(size_t k) {
+  // Starts a step on instance k if it can take one now, or wakes it when its first stage frees.
+  void poke(size_t k) {
     Instance& in = instances_[k];
-    account_kv(in);
-    in.plan = in.scheduler.plan();
-    // A plan that only preempted admits nothing by design; plan again so that the instance
-    // does not idle with work queued (at most once per sequence it holds).
-    for (size_t tries = 0; in.plan.empty() && in.plan.receiving.empty() && !in.plan.preempted.empty() &&
-                           tries <= in.scheduler.waiting();
-         ++tries) {
-      for (int64_t r : in.plan.preempted) {
-        ++records_[static_cast<size_t>(r)].preemptions;
-        ++preemptions_;
-      }
-      in.plan = in.scheduler.plan();
+    if (static_cast<int>(in.flight.size()) >= in.depth) return;
+    if (engine_.now() >= in.next_start) {
+      start_step(k);
+    } else if (!in.wake_pending) {
+      in.wake_pending = true;
+      engine_.schedule_at(in.next_start, [this, k] {
+        instances_[k].wake_pending = false;
+        poke(k);
+      });
     }
-    for (int64_t r : in.plan.preempted) {
-      ++records_[static_cast<size_t>(r)].preemptions;
-      ++preemptions_;
+  }
+
+  // Forms the next batch; a plan that only preempted admits nothing by design, so plan again
+  // so that the instance does not idle with work queued (at most once per sequence it holds).
+  StepPlan form_batch(Instance& in) {
+    StepPlan plan = in.scheduler.plan();
+    for (size_t tries = 0;
+         plan.empty() && plan.receiving.empty() && !plan.preempted.empty() && tries <= in.scheduler.waiting(); ++tries) {
+      count_preemptions(plan);
+      plan = in.scheduler.plan();
     }
-    for (const PrefixHit& hit : in.plan.hits) {
+    count_preemptions(plan);
+    for (const PrefixHit& hit : plan.hits) {
       RequestRecord& rec = records_[static_cast<size_t>(hit.request)];
       rec.prefix_matched_blocks = hit.matched_blocks;
       rec.prefix_blocks = hit.total_blocks;
       rec.prefix_hit_tokens = hit.skipped_tokens;
     }
-    const std::vector<int64_t> receiving = in.plan.receiving;
-    for (const int64_t id : receiving) start_transfer(id);
-    if (in.plan.empty()) return;
+    return plan;
+  }
+
+  void count_preemptions(const StepPlan& plan) {
+    for (int64_t r : plan.preempted) {
+      ++records_[static_cast<size_t>(r)].preemptions;
+      ++preemptions_;
+    }
+  }
+
+  void start_step(size_t k) {
+    Instance& in = instances_[k];
+    account_kv(in);
+    StepPlan plan = form_batch(in);
+    for (const int64_t id : plan.receiving) start_transfer(id);
+    if (plan.empty()) return;
     const Time now = engine_.now();
-    for (const PlannedChunk& chunk : in.plan.chunks) {
+    for (const PlannedChunk& chunk : plan.chunks) {
       RequestRecord& rec = records_[static_cast<size_t>(chunk.request)];
       if (!rec.scheduled) {  // a request arriving at 0 and scheduled at once still counts
         rec.scheduled = true;
         rec.first_scheduled = now;
       }
     }
-    in.busy = true;
-    const Time t = in.timer->step_time(in.plan.batch());
-    if (c_.record_steps) {
-      StepRecord rec{static_cast<int>(k), now, t, static_cast<int>(in.plan.chunks.size()), 0, 0};
-      for (const PlannedChunk& chunk : in.plan.chunks) {
-        // Past its prompt a sequence decodes; before, it prefills (a chunk or all of it).
-        const bool decoding = chunk.kv_len - chunk.q_len >= requests_[static_cast<size_t>(chunk.request)].prompt_tokens;
-        (decoding ? rec.decode_tokens : rec.prefill_tokens) += chunk.q_len;
-      }
-      steps_.push_back(rec);
-    }
-    in.busy_time += t;
+    const StepTiming t = in.timer->timing(plan.batch());
+    if (c_.record_steps) record_step(k, now, t.latency, plan);
+    in.busy_time += t.interval;
     ++in.steps;
-    in.sequences += static_cast<double>(in.plan.chunks.size());
-    for (const PlannedChunk& chunk : in.plan.chunks) in.tokens += static_cast<double>(chunk.q_len);
-    engine_.schedule_in(t, [this, k] { end_step(k); });
+    in.sequences += static_cast<double>(plan.chunks.size());
+    for (const PlannedChunk& chunk : plan.chunks) in.tokens += static_cast<double>(chunk.q_len);
+    // Steps leave the last stage in the order they entered the first.
+    in.last_done = std::max(now + t.latency, in.last_done);
+    in.next_start = now + std::min(t.interval, t.latency);
+    in.flight.push_back(std::move(plan));
+    engine_.schedule_at(in.last_done, [this, k] { end_step(k); });
+    poke(k);  // with room for another step in flight, wake when the first stage frees
+  }
+
+  void record_step(size_t k, Time start, Time duration, const StepPlan& plan) {
+    StepRecord rec{static_cast<int>(k), start, duration, static_cast<int>(plan.chunks.size()), 0, 0};
+    for (const PlannedChunk& chunk : plan.chunks) {
+      // Past its prompt a sequence decodes; before, it prefills (a chunk or all of it).
+      const bool decoding = chunk.kv_len - chunk.q_len >= requests_[static_cast<size_t>(chunk.request)].prompt_tokens;
+      (decoding ? rec.decode_tokens : rec.prefill_tokens) += chunk.q_len;
+    }
+    steps_.push_back(rec);
   }
 
   void end_step(size_t k) {
     Instance& in = instances_[k];
     account_kv(in);
-    const StepOutcome out = in.scheduler.complete(in.plan);
+    const StepPlan plan = std::move(in.flight.front());
+    in.flight.pop_front();
+    const StepOutcome out = in.scheduler.complete(plan);
     const Time now = engine_.now();
     if (in.role == PoolRole::kPrefill) {
       for (const int64_t id : out.finished) prefill_done(k, static_cast<size_t>(id));
-      in.busy = false;
-      start_step(k);
+      poke(k);
       return;
     }
     for (const int64_t id : out.sampled) {
@@ -432,8 +467,7 @@ class Simulation {
       last_completion_ = std::max(last_completion_, now);
       if (closed_loop()) next_of_user(requests_[i]);
     }
-    in.busy = false;
-    start_step(k);
+    poke(k);
   }
 
   void report_progress() {

@@ -3,6 +3,10 @@
 // engine step takes the time its StepTimer gives (step_model.h on the instance's GPUs). One
 // event per request arrival and one per engine step, not per token.
 //
+// An instance of PP stages keeps up to pp steps in flight, disjoint sets of sequences (vLLM's
+// virtual engines): a step may start when fewer than pp are in flight and the interval of the
+// one before it (StepTiming) has passed; steps complete in the order they started.
+//
 // Every instance of a pool is the same TP × PP shape; instances take the topology's GPUs in
 // order, pool after pool (a pool's step time is that of the topology's first tp·pp GPUs, by
 // which its TP group's links are chosen); the pools together must fit the topology.
@@ -34,11 +38,24 @@
 
 namespace parallax {
 
+/// A step's latency (its batch through every stage) and the interval after which the
+/// instance's first stage can take the next batch (the slowest stage and the framework term;
+/// the latency itself without pipeline parallelism).
+struct StepTiming {
+  Time latency;
+  Time interval;
+};
+
 /// How long an engine step takes. Not const: a test timer may draw random times.
 class StepTimer {
  public:
   virtual ~StepTimer() = default;
   virtual Time step_time(const RaggedBatch& batch) = 0;
+  /// Default: one batch at a time (interval = latency).
+  virtual StepTiming timing(const RaggedBatch& batch) {
+    const Time t = step_time(batch);
+    return {t, t};
+  }
 };
 
 /// The cost model's answer (step_model.h).
@@ -46,6 +63,10 @@ class ModelStepTimer final : public StepTimer {
  public:
   explicit ModelStepTimer(std::shared_ptr<const StepModel> model) : model_(std::move(model)) {}
   Time step_time(const RaggedBatch& batch) override { return model_->step(batch).total; }
+  StepTiming timing(const RaggedBatch& batch) override {
+    const StepBreakdown b = model_->step(batch);
+    return {b.total, model_->shape().pp > 1 ? b.bottleneck_stage + b.overhead : b.total};
+  }
 
  private:
   std::shared_ptr<const StepModel> model_;
