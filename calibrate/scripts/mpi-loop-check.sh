@@ -3,16 +3,18 @@
 # ranks over shared memory (a short sweep), `parallax calibrate fit` on every other size, and the
 # error on the held-out sizes. Thresholds are loose (a shared 2-core CI machine is noisy), but a
 # broken fit — wrong terms, a lost bandwidth or latency, a solver that does not converge — misses
-# them by far.
+# them by far. A miss is measured and checked once more before it fails the test: a burst of
+# load from another process can spoil one sweep on 2 shared cores, and a broken fit misses twice.
 # usage: mpi-loop-check.sh MPIEXEC MPI_BENCH PARALLAX TOPOLOGY SCRATCH_DIR
 set -euo pipefail
 mpiexec=$1 bench=$2 cli=$3 topology=$4 scratch=$5
-rm -rf "$scratch" && mkdir -p "$scratch"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 # Sanitized builds: Open MPI's own leaks in MPI_Init/MPI_Finalize are suppressed, as in the
 # harness tests (calibrate/harness/lsan-mpi.supp); full unwinding lets the suppressions match.
 export LSAN_OPTIONS="${LSAN_OPTIONS:+$LSAN_OPTIONS:}suppressions=$(cd "$(dirname "$0")/../harness" && pwd)/lsan-mpi.supp"
 export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}fast_unwind_on_malloc=0"
+attempt() {
+rm -rf "$scratch" && mkdir -p "$scratch"
 "$mpiexec" --oversubscribe -np 2 "$bench" --ops all_reduce,send_recv --groups all -b 8 -e 4M -f 2 -w 5 -n 40 \
   -o "$scratch/mpi.jsonl" > "$scratch/bench.txt"
 "$cli" calibrate fit "$scratch/mpi.jsonl" --topology "$topology" -o "$scratch/calibrated.json" --json "$scratch/fit.json" \
@@ -42,3 +44,7 @@ ok = ok and len(largest) > 0 and all(p["value_si"] > 0 for p in largest.values()
 ok = ok and all(p["value_si"] >= 0 for p in bw)
 sys.exit(0 if ok else 1)
 PY
+}
+attempt && exit 0
+echo "mpi-loop-check: the first sweep missed; measuring again" >&2
+attempt
