@@ -142,6 +142,47 @@ TEST(ServingBatching, PreemptionLosesAndDuplicatesNothing) {
   }
 }
 
+TEST(ServingBatching, SwapPreemptionKeepsTheKvAndPaysItsCopiesOverPcie) {
+  FleetConfig c = queue(1, 50, 300);
+  PoolConfig& pool = c.pools[0];
+  pool.batching.max_sequences = 64;
+  pool.batching.token_budget = 512;
+  pool.batching.kv_blocks = 60;
+  pool.swap_bandwidth = gigabytes_per_second(1);
+  c.traffic.prompt = LengthDistribution{LengthDistribution::Kind::kUniform, 1, 50, 300, 1, 0};
+  c.traffic.output = LengthDistribution{LengthDistribution::Kind::kUniform, 1, 50, 300, 1, 0};
+  auto run = [&](PreemptionMode mode) {
+    pool.batching.preemption = mode;
+    return simulate_fleet(c, [](const PoolConfig&, int) { return std::make_unique<ConstantTimer>(Time::ms(5)); });
+  };
+  const FleetResult recompute = run(PreemptionMode::kRecompute);
+  const FleetResult swap = run(PreemptionMode::kSwap);
+  for (const RequestRecord& rec : swap.requests) {
+    ASSERT_TRUE(rec.completed) << rec.id;
+    EXPECT_EQ(rec.tokens_out, rec.output_tokens) << rec.id;
+  }
+  EXPECT_EQ(recompute.swaps, 0);
+  ASSERT_GT(swap.swaps, 0);
+  // 4 GiB of host space holds every block here, so every preemption swaps.
+  EXPECT_EQ(swap.swaps, swap.preemptions);
+  // A block of Llama-3 8B on one GPU (TP 1): 16 tokens × 32 layers × 8 KV heads × 2 × 128 × 2 B
+  // = 2 MiB; at 1 GB/s every block copied costs 2.097 ms, on the step that copies it.
+  const double block = 16.0 * 32 * 8 * 2 * 128 * 2;
+  EXPECT_EQ(std::fmod(swap.swap_bytes.value(), block), 0.0);
+  EXPECT_NEAR(swap.swap_time.seconds(), swap.swap_bytes.value() / 1e9, 1e-9);
+  const PoolStats& s = swap.pools[0];
+  EXPECT_NEAR(s.busy_fraction * swap.duration.seconds(),
+              static_cast<double>(s.steps) * 0.005 + swap.swap_time.seconds(), 1e-6);
+  // Swapped sequences keep their tokens: fewer are computed than when they are recomputed.
+  const auto computed = [](const FleetResult& r) { return r.pools[0].mean_tokens * static_cast<double>(r.pools[0].steps); };
+  EXPECT_LT(computed(swap), computed(recompute));
+  // Without room on the host it falls back to recompute.
+  pool.swap_space = Bytes(block * 2);
+  const FleetResult small = run(PreemptionMode::kSwap);
+  EXPECT_LT(small.swaps, small.preemptions);
+  for (const RequestRecord& rec : small.requests) ASSERT_TRUE(rec.completed) << rec.id;
+}
+
 TEST(ServingBatching, APromptChunkedOverStepsQueuesOnlyUntilItsFirstChunk) {
   // Two 1,000-token prompts at t = 0, a 512-token budget, 10 ms steps: step 1 gives request 0
   // 512 tokens; step 2 its last 488 and request 1 the 24 left; step 3 request 0's decode and

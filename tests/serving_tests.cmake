@@ -43,6 +43,12 @@ add_test(NAME example.serve.bad_router
 add_test(NAME example.serve.bad_tp
          COMMAND bash ${check_exit} 2 "bad-tp.json: /pools/0: tp=3 does not divide heads=32"
                  $<TARGET_FILE:parallax> serve ${serve_data}/bad-tp.json --json ${serve_scratch}/never.json)
+add_test(NAME example.serve.bad_preemption
+         COMMAND bash ${check_exit} 2 "bad-preemption.json: /pools/0/kv_cache/preemption: preemption is \"recompute\" or \"swap\""
+                 $<TARGET_FILE:parallax> serve ${serve_data}/bad-preemption.json --json ${serve_scratch}/never.json)
+add_test(NAME example.serve.static_swap
+         COMMAND bash ${check_exit} 2 "static-swap.json: /pools/0/kv_cache/preemption: static batching never preempts"
+                 $<TARGET_FILE:parallax> serve ${serve_data}/static-swap.json --json ${serve_scratch}/never.json)
 add_test(NAME example.serve.pool_does_not_fit
          COMMAND bash ${check_exit} 2 "no-fit.json: /pools/0: llama3-70b at tp=1, pp=1 does not fit on H100"
                  $<TARGET_FILE:parallax> serve ${serve_data}/no-fit.json --json ${serve_scratch}/never.json)

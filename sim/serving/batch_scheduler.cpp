@@ -22,6 +22,14 @@ std::optional<BatchingPolicy> batching_policy_from(const std::string& name) {
   return std::nullopt;
 }
 
+const char* to_string(PreemptionMode m) { return m == PreemptionMode::kSwap ? "swap" : "recompute"; }
+
+std::optional<PreemptionMode> preemption_mode_from(const std::string& name) {
+  if (name == "recompute") return PreemptionMode::kRecompute;
+  if (name == "swap") return PreemptionMode::kSwap;
+  return std::nullopt;
+}
+
 int64_t blocks_for(int64_t tokens, int64_t block_size) { return (tokens + block_size - 1) / block_size; }
 
 RaggedBatch StepPlan::batch() const {
@@ -174,10 +182,22 @@ void BatchScheduler::publish_prefix(Sequence& s) {
   settle_own_blocks(s);
 }
 
-void BatchScheduler::preempt(int slot) {
+void BatchScheduler::preempt(int slot, StepPlan& plan) {
   Sequence& s = slots_[static_cast<size_t>(slot)];
+  plan.preempted.push_back(s.request);
+  // Swapped, it keeps every cached token, the shared prefix's too, in blocks of its own.
+  const int64_t blocks = blocks_for(s.cached, config_.block_size);
+  const bool swap = config_.preemption == PreemptionMode::kSwap && s.cached > 0 &&
+                    host_blocks_ + blocks <= config_.swap_blocks;
   release(s);
-  s.cached = 0;
+  if (swap) {
+    s.swapped = blocks;
+    host_blocks_ += blocks;
+    plan.swapped_out_blocks += blocks;
+    ++plan.swaps;
+  } else {
+    s.cached = 0;
+  }
   running_.erase(std::find(running_.begin(), running_.end(), slot));
   waiting_.push_front(slot);
 }
@@ -218,9 +238,8 @@ bool BatchScheduler::schedule_running(StepPlan& plan, int64_t& budget, bool deco
         stuck = true;
         break;
       }
-      plan.preempted.push_back(slots_[static_cast<size_t>(victim)].request);
       preempted = true;
-      preempt(victim);
+      preempt(victim, plan);
       if (victim == slot) {
         evicted_self = true;
         break;
@@ -249,9 +268,15 @@ bool BatchScheduler::admit_front(StepPlan& plan, int64_t& budget, bool whole) {
   const int64_t pending = known(s) - s.cached;
   const int64_t q = whole ? pending : std::min(pending, budget);
   if ((whole && q > budget && !plan.chunks.empty()) || !grow(s, s.cached + q)) {
+    if (s.swapped > 0) return false;  // its KV waits on the host
     release(s);  // its pins go back until it can run
     s.cached = 0;
     return false;
+  }
+  if (s.swapped > 0) {
+    plan.swapped_in_blocks += s.swapped;
+    host_blocks_ -= s.swapped;
+    s.swapped = 0;
   }
   if (!s.prefix_blocks.empty() && !s.admitted_before) {
     s.admitted_before = true;

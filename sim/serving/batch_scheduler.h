@@ -8,6 +8,9 @@
 // the first token, and each decode step feeds the last sampled token (q = 1) and samples the
 // next; a request of O outputs holds P + O − 1 tokens at the end. A sequence preempted by
 // recompute loses its cache and later re-prefills all P + G known tokens (vLLM's recompute).
+// Preempted by swap (vLLM v0's swap mode), its KV moves to host memory while host swap space
+// lasts (recompute otherwise); it keeps its tokens and, re-admitted, gets its blocks back and
+// its KV copied in. The plan counts the blocks copied each way, for the step's PCIe time.
 //
 // Policies (../shared/reference/serving.md §1.3):
 // - chunked (vLLM V1's scheduler; Sarathi-Serve's stall-free batching with a small budget):
@@ -42,6 +45,9 @@
 namespace parallax {
 
 enum class BatchingPolicy : uint8_t { kChunked, kPrefillFirst, kStatic };
+enum class PreemptionMode : uint8_t { kRecompute, kSwap };
+const char* to_string(PreemptionMode m);
+std::optional<PreemptionMode> preemption_mode_from(const std::string& name);
 const char* to_string(BatchingPolicy p);
 std::optional<BatchingPolicy> batching_policy_from(const std::string& name);
 
@@ -57,6 +63,8 @@ struct BatchingConfig {
   /// A prefill instance of a disaggregated fleet: a finished sequence keeps its blocks until
   /// release_held (its KV is still being sent to a decode instance).
   bool hold_finished = false;
+  PreemptionMode preemption = PreemptionMode::kRecompute;
+  int64_t swap_blocks = 0;  ///< host swap space, in blocks (swap mode)
 };
 
 /// ⌈tokens / block_size⌉.
@@ -86,6 +94,9 @@ struct StepPlan {
   /// Requests prefilled elsewhere whose blocks were just allocated here: their KV can now be
   /// sent (kv_arrived makes them runnable).
   std::vector<int64_t> receiving;
+  int64_t swapped_out_blocks = 0;  ///< copied to host by the preemptions while forming it
+  int64_t swapped_in_blocks = 0;   ///< copied back for swapped sequences it re-admits
+  int swaps = 0;                   ///< preemptions that swapped (the others recompute)
   bool empty() const { return chunks.empty(); }
   RaggedBatch batch() const;
 };
@@ -128,6 +139,7 @@ class BatchScheduler {
   size_t in_flight() const { return in_flight_; }
   size_t receiving() const { return receiving_.size(); }
   int64_t used_blocks() const { return used_blocks_; }
+  int64_t swapped_blocks() const { return host_blocks_; }
   /// Cached prefix blocks no running sequence uses (free as far as admission goes).
   int64_t evictable_blocks() const { return cache_.evictable_kv_blocks(); }
   const BatchingConfig& config() const { return config_; }
@@ -149,6 +161,7 @@ class BatchScheduler {
     bool published = false;     ///< its prompt's blocks are in the cache
     bool remote = false;        ///< prefilled elsewhere, its KV not yet here
     bool in_flight = false;     ///< in a planned step not yet completed
+    int64_t swapped = 0;        ///< host blocks holding its KV (0: not swapped out)
   };
 
   int64_t known(const Sequence& s) const { return s.prompt + s.generated; }
@@ -156,7 +169,7 @@ class BatchScheduler {
   int occupied() const { return static_cast<int>(running_.size() + receiving_.size()); }
   bool prefix_caching_on() const { return config_.prefix_caching && config_.policy != BatchingPolicy::kStatic; }
   bool grow(Sequence& s, int64_t tokens);  ///< blocks for `tokens` cached; false if not free
-  void preempt(int slot);
+  void preempt(int slot, StepPlan& plan);
   int preemption_victim() const;  ///< the last running sequence not in flight, or −1
   void plan_chunked(StepPlan& plan);
   void plan_prefill_first(StepPlan& plan);
@@ -178,6 +191,7 @@ class BatchScheduler {
   std::vector<int> running_;  ///< admission order
   int64_t used_blocks_ = 0;   ///< sequences' own blocks and the prefix cache's
   size_t in_flight_ = 0;
+  int64_t host_blocks_ = 0;   ///< swap space in use
   PrefixCache cache_;
   std::unordered_map<int64_t, int> receiving_;  ///< request → slot, KV in flight to here
   std::unordered_map<int64_t, int> held_;       ///< request → slot, finished, blocks kept

@@ -37,6 +37,7 @@ struct Instance {
   std::unique_ptr<StepTimer> timer;
   int depth = 1;                 ///< steps it can keep in flight (its PP stages)
   std::deque<StepPlan> flight;   ///< steps started and not completed, in start order
+  Time swap_per_block;           ///< PCIe time to copy one KV block to or from the host
   Time next_start;               ///< when its first stage takes the next batch
   Time last_done;                ///< when the latest step started completes
   bool wake_pending = false;     ///< a poke is scheduled at next_start
@@ -126,6 +127,13 @@ class Simulation {
       } catch (const std::invalid_argument& e) {
         throw std::invalid_argument("pool " + pool.name + ": " + e.what());
       }
+      const Bytes block = swap_block_bytes(pool, batching.block_size);
+      if (batching.preemption == PreemptionMode::kSwap) {
+        batching.swap_blocks = static_cast<int64_t>(pool.swap_space.value() / block.value());
+      }
+      const Time per_block = batching.preemption == PreemptionMode::kSwap
+                                 ? Time::from_seconds(block.value() / swap_bandwidth(pool).value())
+                                 : Time::zero();
       capacities_.push_back(capacity);
       block_counts_.push_back(batching.kv_blocks);
       std::shared_ptr<const StepModel> model;
@@ -146,8 +154,27 @@ class Simulation {
         for (int g = 0; g < pool.shape.tp * pool.shape.pp; ++g) placed.push_back(c_.topology->gpus()[next_gpu++]);
         instances_.emplace_back(static_cast<int>(p), pool.role, std::move(placed), BatchScheduler(batching),
                                 std::move(timer), pool.shape.pp);
+        instances_.back().swap_per_block = per_block;
       }
     }
+  }
+
+  // One KV block on one GPU of the stage with the most layers (every GPU copies its own shard
+  // over its own link at once).
+  Bytes swap_block_bytes(const PoolConfig& pool, int64_t block_size) const {
+    const std::vector<int> layers = split_layers(c_.model.layers, pool.shape.pp);
+    return kv_bytes_per_token(c_.model, pool.shape.tp, layers.front()) * static_cast<double>(block_size);
+  }
+
+  Bandwidth swap_bandwidth(const PoolConfig& pool) const {
+    if (pool.swap_bandwidth) return *pool.swap_bandwidth;
+    constexpr double kPciePayload = 0.85;  // 256-byte payloads in ~300-byte packets
+    const Bandwidth link = c_.topology->info().gpu_host_link;
+    if (!(link.value() > 0)) {
+      throw std::invalid_argument("pool " + pool.name +
+                                  ": the topology gives its GPUs no PCIe link; set kv_cache.swap_bandwidth");
+    }
+    return link * kPciePayload;
   }
 
   // ---- traffic ----------------------------------------------------------------------------
@@ -368,11 +395,14 @@ class Simulation {
   // so that the instance does not idle with work queued (at most once per sequence it holds).
   StepPlan form_batch(Instance& in) {
     StepPlan plan = in.scheduler.plan();
+    int64_t swapped_out = 0;  // by plans that only preempted: copied before the step that runs
     for (size_t tries = 0;
          plan.empty() && plan.receiving.empty() && !plan.preempted.empty() && tries <= in.scheduler.waiting(); ++tries) {
       count_preemptions(plan);
+      swapped_out += plan.swapped_out_blocks;
       plan = in.scheduler.plan();
     }
+    plan.swapped_out_blocks += swapped_out;
     count_preemptions(plan);
     for (const PrefixHit& hit : plan.hits) {
       RequestRecord& rec = records_[static_cast<size_t>(hit.request)];
@@ -388,6 +418,7 @@ class Simulation {
       ++records_[static_cast<size_t>(r)].preemptions;
       ++preemptions_;
     }
+    swaps_ += plan.swaps;
   }
 
   void start_step(size_t k) {
@@ -404,7 +435,18 @@ class Simulation {
         rec.first_scheduled = now;
       }
     }
-    const StepTiming t = in.timer->timing(plan.batch());
+    StepTiming t = in.timer->timing(plan.batch());
+    // vLLM's swap mode copies the blocks before the step's forward, on the step's critical path.
+    const int64_t copied = plan.swapped_out_blocks + plan.swapped_in_blocks;
+    if (copied > 0) {
+      const Time swap = in.swap_per_block * copied;
+      t.latency += swap;
+      t.interval += swap;
+      swap_time_ += swap;
+      const PoolConfig& pool = c_.pools[static_cast<size_t>(in.pool)];
+      swap_bytes_ += swap_block_bytes(pool, in.scheduler.config().block_size) *
+                     static_cast<double>(copied * pool.shape.tp * pool.shape.pp);
+    }
     if (c_.record_steps) record_step(k, now, t.latency, plan);
     in.busy_time += t.interval;
     ++in.steps;
@@ -490,6 +532,9 @@ class Simulation {
     FleetResult r;
     r.duration = last_completion_;
     r.preemptions = preemptions_;
+    r.swaps = swaps_;
+    r.swap_bytes = swap_bytes_;
+    r.swap_time = swap_time_;
     r.total_gpus = total_gpus_;
     population(0);
     const double seconds = r.duration.seconds();
@@ -565,6 +610,9 @@ class Simulation {
   double itl_sum_ = 0;
   size_t next_arrival_ = 0;
   int64_t preemptions_ = 0;
+  int64_t swaps_ = 0;
+  Bytes swap_bytes_;
+  Time swap_time_;
   int64_t in_system_ = 0;
   double population_area_ = 0;
   Time population_since_;

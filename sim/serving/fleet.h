@@ -84,6 +84,11 @@ struct PoolConfig {
   BatchingConfig batching;  ///< kv_blocks 0: derived from memory (kv_capacity.h)
   double memory_reserve = 0.10;
   std::optional<Bytes> workspace;  ///< nullopt: activation_workspace of the pool's budget
+  /// Swap preemption: host memory per GPU for swapped-out KV (vLLM's swap_space, 4 GiB), and
+  /// the rate it is copied at (nullopt: 85% of the GPU's PCIe link in the topology, the payload
+  /// share of PCIe's packets).
+  Bytes swap_space = Bytes(4.0 * 1024 * 1024 * 1024);
+  std::optional<Bandwidth> swap_bandwidth;
   StepModelOptions step;
 };
 
@@ -144,6 +149,9 @@ struct FleetResult {
   std::vector<PoolStats> pools;
   Time duration;                        ///< first arrival (0) to the last completion
   int64_t preemptions = 0;
+  int64_t swaps = 0;          ///< preemptions that swapped the KV to host memory
+  Bytes swap_bytes;           ///< copied out and in, all GPUs together
+  Time swap_time;             ///< steps' time spent copying it
   /// Little's law: the time-average number of requests in the system, and arrival rate × mean
   /// time in system, over the completed requests.
   double mean_in_system = 0;

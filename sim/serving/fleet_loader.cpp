@@ -144,8 +144,18 @@ PoolConfig read_pool(JsonReader p, int index) {
         v->fail("static batching keeps no prefix cache (use chunked or prefill_first)");
       }
     }
-    if (auto v = k->find("preemption"); v && v->as_string() != "recompute") {
-      v->fail("only \"recompute\" preemption is built (swap over PCIe is not yet)");
+    if (auto v = k->find("preemption")) {
+      const auto mode = preemption_mode_from(v->as_string());
+      if (!mode) v->fail("preemption is \"recompute\" or \"swap\"");
+      if (*mode == PreemptionMode::kSwap && pool.batching.policy == BatchingPolicy::kStatic) {
+        v->fail("static batching never preempts");
+      }
+      pool.batching.preemption = *mode;
+    }
+    if (auto v = k->find("swap_space")) pool.swap_space = v->as_bytes();
+    if (auto v = k->find("swap_bandwidth")) {
+      pool.swap_bandwidth = v->as_bandwidth();
+      if (!(pool.swap_bandwidth->value() > 0)) v->fail("the swap bandwidth must be positive");
     }
     k->finish();
   }

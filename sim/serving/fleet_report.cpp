@@ -134,6 +134,9 @@ nlohmann::ordered_json fleet_json(const FleetConfig& c, const std::string& topol
                 {"goodput_per_s", s.goodput_per_s}};
   }
   j["preemptions"] = s.preemptions;
+  if (r.swaps > 0) {
+    j["swap"] = {{"preemptions", r.swaps}, {"bytes", r.swap_bytes.value()}, {"step_time_s", r.swap_time.seconds()}};
+  }
   if (s.has_prefix_blocks) {
     j["prefix_cache"] = {{"block_hit_ratio", s.prefix_block_hit_ratio}, {"token_hit_ratio", s.prefix_token_hit_ratio}};
   }
@@ -152,6 +155,7 @@ nlohmann::ordered_json fleet_json(const FleetConfig& c, const std::string& topol
                      {"token_budget", pc.batching.token_budget},
                      {"block_size", pc.batching.block_size},
                      {"prefix_caching", pc.batching.prefix_caching},
+                     {"preemption", to_string(pc.batching.preemption)},
                      {"kv_blocks", ps.kv_blocks},
                      {"steps", ps.steps},
                      {"busy_fraction", ps.busy_fraction},
@@ -210,8 +214,14 @@ std::string fleet_text(const FleetConfig& c, const std::string& topology_name, c
                   s.goodput_per_s);
     out += buf;
   }
-  std::snprintf(buf, sizeof buf, "  preemptions: %lld\n", static_cast<long long>(s.preemptions));
+  std::snprintf(buf, sizeof buf, "  preemptions: %lld", static_cast<long long>(s.preemptions));
   out += buf;
+  if (r.swaps > 0) {
+    std::snprintf(buf, sizeof buf, " (%lld swapped to host: %.2f GiB over PCIe, %.3f s of step time)",
+                  static_cast<long long>(r.swaps), r.swap_bytes.value() / (1024.0 * 1024 * 1024), r.swap_time.seconds());
+    out += buf;
+  }
+  out += "\n";
   if (s.has_prefix_blocks) {
     std::snprintf(buf, sizeof buf, "  prefix cache: %.1f%% of prompt blocks found cached, %.1f%% of prompt tokens not recomputed\n",
                   100 * s.prefix_block_hit_ratio, 100 * s.prefix_token_hit_ratio);

@@ -184,6 +184,8 @@ void generate_compact(JsonReader& root, Topology& topo, const TopologyLoadOption
     root.fail_at("node", "without a scale-up fabric every GPU needs its own NIC (count >= gpus)");
   }
 
+  topo.info().gpu_host_link = scale_up == ScaleUp::kPcie ? pcie.gpu_link.bandwidth : nic_attach.bandwidth;
+
   // Devices of each node.
   std::vector<std::vector<DeviceId>> node_nics(static_cast<size_t>(nodes));
   for (int n = 0; n < nodes; ++n) {
