@@ -85,6 +85,40 @@ TEST(ServingDisaggregation, ALoneRequestsTtftIsItsPrefillPlusItsKvTransfer) {
   EXPECT_EQ(rec.tokens_out, 10);
 }
 
+TEST(ServingDisaggregation, StreamedKvOverlapsThePrefillAndLandsAfterItsLastLayer) {
+  FleetConfig c;
+  c.model = load_bundled_model(test::source_path("workloads/models"), "llama3-8b");
+  c.topology = dgx_h100(2);
+  c.pools = {pool("prefill", PoolRole::kPrefill, 8, 1), pool("decode", PoolRole::kDecode, 8, 1)};
+  c.kv_streaming = true;
+  c.pools[0].batching.token_budget = 32768;  // each prompt in one step
+  const StepModel prefill(c.model, *c.topology, InstanceShape{8, 1}, c.pools[0].step);
+  for (const int64_t length : {4096, 32768}) {
+    c.replay = at_once(1, length, 10);
+    const FleetResult r = simulate_fleet(c);
+    const RequestRecord& rec = r.requests[0];
+    ASSERT_TRUE(rec.completed);
+    RaggedBatch prompt;
+    prompt.sequences = {SequenceChunk{length, length, true}};
+    const Time prefill_time = prefill.step(prompt).total;
+    // The decode instance is idle, so its blocks are allocated and the flows start with the
+    // prefill, at 0; alone on their rails they take D (as in the test above). The KV lands at
+    // max(D, prefill + D/32): the last of 32 layers' share follows the prefill.
+    const double total = static_cast<double>(length) * kv_bytes_per_token(c.model, 8, 32).value() * 8;
+    Time flows = Time::zero();
+    for (int g = 0; g < 8; ++g) {
+      flows = std::max(flows, lone_flow(*c.topology, c.topology->gpus()[static_cast<size_t>(g)],
+                                        c.topology->gpus()[static_cast<size_t>(8 + g)], Bytes(total / 8),
+                                        static_cast<uint64_t>(g)));
+    }
+    const Time landed = std::max(flows, prefill_time + Time::ps(flows.picoseconds() / 32));
+    EXPECT_EQ(rec.ttft(), landed) << length;
+    EXPECT_EQ(rec.kv_transfer, landed) << length;
+    EXPECT_LT(rec.ttft(), prefill_time + flows) << length;  // against sending after the prefill
+    EXPECT_EQ(rec.tokens_out, 10);
+  }
+}
+
 TEST(ServingDisaggregation, TransfersIntoOneNicShareIt) {
   FleetConfig c;
   c.model = load_bundled_model(test::source_path("workloads/models"), "llama3-8b");

@@ -260,7 +260,7 @@ class Simulation {
   }
 
   // ---- prefill/decode disaggregation ---------------------------------------------------------
-  // A prefill instance finished request `id`'s prompt: pick its decode instance there.
+  // A prefill instance finished request `id`'s prompt.
   void prefill_done(size_t k, size_t id) {
     const Request& r = requests_[id];
     RequestRecord& rec = records_[id];
@@ -277,6 +277,20 @@ class Simulation {
       if (closed_loop()) next_of_user(r);
       return;
     }
+    if (!c_.kv_streaming) {
+      route_to_decode(k, id);
+      return;
+    }
+    Transfer& t = transfers_.at(r.id);  // routed when its prefill began
+    t.prefill_done = true;
+    t.prefill_end = engine_.now();
+    if (t.flows_done) land(r.id);
+  }
+
+  // Picks request `id`'s decode instance and queues it there for blocks; the KV moves from
+  // prefill instance k once they are allocated.
+  void route_to_decode(size_t k, size_t id) {
+    const Request& r = requests_[id];
     int d_local = choose(decode_, r);
     // A router may pick an instance too small for this request (pools of different sizes):
     // then the first decode instance it fits on.
@@ -293,10 +307,22 @@ class Simulation {
     const auto d = static_cast<size_t>(decode_.members[static_cast<size_t>(d_local)]);
     decode_.router->sent(d_local, r);
     decode_.router->first_token(d_local, r);  // no prefill there
-    rec.decode_instance = static_cast<int>(d);
-    transfers_[r.id] = Transfer{k, d, 0, Time::zero()};
+    records_[id].decode_instance = static_cast<int>(d);
+    Transfer t;
+    t.from = k;
+    t.to = d;
+    transfers_[r.id] = t;
     instances_[d].scheduler.enqueue_prefilled(r.id, r.prompt_tokens, r.output_tokens);
     poke(d);
+  }
+
+  // Layer-wise streaming: the prefill step that starts a prompt routes it at once, so that its
+  // KV can flow while the prompt is computed.
+  void stream_from(size_t k, const StepPlan& plan) {
+    for (const PlannedChunk& chunk : plan.chunks) {
+      const Request& r = requests_[static_cast<size_t>(chunk.request)];
+      if (r.output_tokens > 1 && !transfers_.contains(r.id)) route_to_decode(k, static_cast<size_t>(r.id));
+    }
   }
 
   // Blocks for `id`'s KV are allocated on its decode instance: send it.
@@ -313,8 +339,27 @@ class Simulation {
     for (size_t f = 0; f < flows; ++f) {
       network_->start_flow(from.gpus[f % from.gpus.size()], to.gpus[f % to.gpus.size()],
                            Bytes(total / static_cast<double>(flows)), [this, id](const FlowCompletion&) {
-                             if (--transfers_.at(id).flows_left == 0) transfer_done(id);
+                             Transfer& done = transfers_.at(id);
+                             if (--done.flows_left > 0) return;
+                             done.flows_done = true;
+                             done.flows_end = engine_.now();
+                             if (!c_.kv_streaming || done.prefill_done) land(id);
                            });
+    }
+  }
+
+  // The last byte was sent and the prompt computed. Streamed, a layer's KV cannot leave before
+  // it is computed: the last layer's share (1/L of the transfer's time) follows the prefill.
+  void land(int64_t id) {
+    const Transfer& t = transfers_.at(id);
+    Time at = engine_.now();
+    if (c_.kv_streaming) {
+      at = std::max(t.flows_end, t.prefill_end + Time::ps((t.flows_end - t.start).picoseconds() / c_.model.layers));
+    }
+    if (at > engine_.now()) {
+      engine_.schedule_at(at, [this, id] { transfer_done(id); });
+    } else {
+      transfer_done(id);
     }
   }
 
@@ -457,6 +502,7 @@ class Simulation {
     in.next_start = now + std::min(t.interval, t.latency);
     in.flight.push_back(std::move(plan));
     engine_.schedule_at(in.last_done, [this, k] { end_step(k); });
+    if (c_.kv_streaming && in.role == PoolRole::kPrefill) stream_from(k, in.flight.back());
     poke(k);  // with room for another step in flight, wake when the first stage frees
   }
 
@@ -590,7 +636,11 @@ class Simulation {
   struct Transfer {
     size_t from = 0, to = 0;
     int flows_left = 0;
-    Time start;
+    Time start;                 ///< when its flows started
+    bool flows_done = false;
+    Time flows_end;
+    bool prefill_done = false;  ///< streaming: the prompt is computed
+    Time prefill_end;
   };
   RouterSet front_, decode_;
   bool disaggregated_ = false;

@@ -17,7 +17,9 @@
 // on the network model from the prefill instance's GPUs to the decode instance's (shards
 // spread over max(GPUs of each) flows; every transfer shares links with every other), and the
 // prefill instance frees its blocks when the last byte lands. The first token reaches the user
-// then (TTFT counts the transfer), and the decode instance produces the rest.
+// then (TTFT counts the transfer), and the decode instance produces the rest. With layer-wise
+// streaming (FleetConfig::kv_streaming) the decode instance is chosen when the prefill begins
+// and the flows start as soon as its blocks are allocated, overlapping the prefill.
 #pragma once
 
 #include <cstdint>
@@ -101,6 +103,10 @@ struct FleetConfig {
   /// Disaggregated: the network model KV transfers run on ("flow": they share links with each
   /// other; "analytical": each alone).
   std::string kv_network = "flow";
+  /// Layer-wise KV streaming: a prompt is routed to its decode instance when its prefill
+  /// begins, and its KV flows while it is computed (once blocks are allocated there); the
+  /// transfer lands no earlier than the prefill's end plus the last layer's share of it.
+  bool kv_streaming = false;
   Time refresh_interval;  ///< how stale the engines' reports are to the router; 0: fresh
   TrafficSpec traffic;
   /// A trace to replay in place of `traffic`'s synthetic stream (trace_reader.h); its requests

@@ -197,6 +197,7 @@ FleetFile load_fleet(const std::string& path, const std::string& models_dir, con
         c.kv_network = v->as_string();
         if (c.kv_network != "flow" && c.kv_network != "analytical") v->fail("\"flow\" or \"analytical\"");
       }
+      if (auto v = r->find("kv_streaming")) c.kv_streaming = v->as_bool();
       r->finish();
     }
   }

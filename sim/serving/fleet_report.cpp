@@ -109,7 +109,10 @@ nlohmann::ordered_json fleet_json(const FleetConfig& c, const std::string& topol
   j["model"] = c.model.name;
   j["topology"] = topology_name;
   j["router"] = to_string(c.router);
-  if (s.disaggregated) j["decode_router"] = to_string(c.decode_router);
+  if (s.disaggregated) {
+    j["decode_router"] = to_string(c.decode_router);
+    j["kv_streaming"] = c.kv_streaming;
+  }
   j["refresh_interval_s"] = c.refresh_interval.seconds();
   j["traffic"] = c.replay ? "replay of " + c.replay_name : c.traffic.describe();
   j["seed"] = c.seed;
@@ -206,7 +209,7 @@ std::string fleet_text(const FleetConfig& c, const std::string& topology_name, c
   out += stats_line("ITL", s.itl);
   out += stats_line("E2E", s.e2e);
   out += stats_line("queueing", s.queueing);
-  if (s.disaggregated) out += stats_line("KV move", s.kv_transfer);
+  if (s.disaggregated) out += stats_line(c.kv_streaming ? "KV stream" : "KV move", s.kv_transfer);
   if (s.has_slo) {
     std::snprintf(buf, sizeof buf, "  SLO (TTFT <= %s, TPOT <= %s): %.1f%% of requests met it; goodput %.2f requests/s\n",
                   c.slo_ttft > Time::zero() ? ms(c.slo_ttft.seconds()).c_str() : "-",
