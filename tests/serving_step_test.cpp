@@ -148,6 +148,59 @@ TEST(ServingStep, Fp8RunsTheGemmsInFp8AndEverythingElseInBf16) {
             group.run(CollectiveOp::kAllReduce, Bytes(2048.0 * 8192 * 2), co).time * 161);
 }
 
+// The expert GEMMs of layer 0 for `batch` under `sharding`.
+std::vector<ModelOperator> experts(const ModelConfig& m, const RaggedBatch& batch, const ShardingFactors& sharding) {
+  std::vector<ModelOperator> out;
+  for (const ModelOperator& op : layer_operators(m, 0, batch, sharding)) {
+    if (op.name.rfind("expert_", 0) == 0 && op.forward.kind == OperatorKind::kGemm) out.push_back(op);
+  }
+  return out;
+}
+
+TEST(ServingStep, AFewTokensReadOnlyTheExpertsTheyReach) {
+  const ModelConfig m = llama("mixtral-8x7b");  // 8 experts, top 2, h 4096, f_e 14336
+  // One decode token on one GPU: 2 slots over 8 experts reach 8·(1 − (7/8)²) = 1.875 of them
+  // on average, each on 2/1.875 rows; the weights read are those of 1.875 experts.
+  const std::vector<ModelOperator> one = experts(m, decode_batch(1, 1024), ShardingFactors{});
+  ASSERT_EQ(one.size(), 3u);  // gate, up, down
+  for (const ModelOperator& op : one) {
+    EXPECT_DOUBLE_EQ(op.forward.shape.batch, 1.875) << op.name;
+    EXPECT_DOUBLE_EQ(op.forward.shape.m, 2 / 1.875) << op.name;
+    EXPECT_DOUBLE_EQ(op.forward.flops.value(), 2.0 * 2 * 4096 * 14336) << op.name;  // 2 slots, whatever the split
+    EXPECT_GT(op.forward.bytes_read_written.value(), 1.875 * 4096 * 14336 * 2) << op.name;
+    EXPECT_LT(op.forward.bytes_read_written.value(), 1.876 * 4096 * 14336 * 2) << op.name;
+  }
+  // 4096 tokens reach every expert (8·(1 − (7/8)^8192) = 8 in double precision).
+  for (const ModelOperator& op : experts(m, prefill_batch(1, 4096), ShardingFactors{})) {
+    EXPECT_EQ(op.forward.shape.batch, 8.0) << op.name;
+    EXPECT_EQ(op.forward.shape.m, 4096.0 * 2 / 8) << op.name;
+  }
+}
+
+TEST(ServingStep, ExpertParallelismSpreadsWholeExpertsOverTheTpGroup) {
+  const ModelConfig m = llama("mixtral-8x7b");
+  const RaggedBatch batch = prefill_batch(1, 4096);
+  // TP 4 without EP: all 8 experts on every GPU, each 14336/4 wide, on all 8192 slots.
+  // TP 4 with EP 4: 2 whole experts per GPU on the 8192/4 slots routed to them. The same FLOPs.
+  const std::vector<ModelOperator> split = experts(m, batch, ShardingFactors{4, 1, 1, false});
+  const std::vector<ModelOperator> spread = experts(m, batch, ShardingFactors{4, 1, 4, false, true});
+  ASSERT_EQ(split.size(), spread.size());
+  for (size_t i = 0; i < split.size(); ++i) {
+    EXPECT_EQ(split[i].forward.shape.batch, 8.0);
+    EXPECT_EQ(spread[i].forward.shape.batch, 2.0);
+    EXPECT_EQ(spread[i].forward.shape.m, 1024.0);  // 2048 slots over 2 experts
+    EXPECT_DOUBLE_EQ(spread[i].forward.flops.value(), split[i].forward.flops.value());
+  }
+  EXPECT_EQ(split[0].forward.shape.n, 14336.0 / 4);  // gate_proj: h → f_e/t
+  EXPECT_EQ(spread[0].forward.shape.n, 14336.0);     // h → f_e
+  // The step model takes ep = tp or 1, and only for a MoE model.
+  StepModelOptions o;
+  const Topology node = dgx_h100(1);
+  EXPECT_NO_THROW(StepModel(m, node, InstanceShape{4, 1, 4}, o));
+  EXPECT_THROW(StepModel(m, node, InstanceShape{4, 1, 2}, o), std::invalid_argument);
+  EXPECT_THROW(StepModel(llama("llama3-8b"), node, InstanceShape{2, 1, 2}, o), std::invalid_argument);
+}
+
 TEST(ServingStep, PipelineStagesSplitTheLayersAndHandOff) {
   EXPECT_EQ(split_layers(80, 3), (std::vector<int>{27, 27, 26}));
   EXPECT_THROW(split_layers(2, 3), std::invalid_argument);

@@ -1,5 +1,6 @@
 #include "model/layer_operators.h"
 
+#include <cmath>
 #include <stdexcept>
 
 #include "model/parameter_count.h"
@@ -244,11 +245,14 @@ void add_moe(OperatorList& ops, const ModelConfig& m, const ShardingFactors& sh,
   ops.memory("router_topk", z.sp_tokens * (experts * kFp32Bytes + top_k * 2 * kFp32Bytes),
              kSoftmaxFlops * z.sp_tokens * experts);
   ops.keep(z.sp_tokens * (experts + top_k), kFp32Bytes);  // probabilities and chosen weights
-  const double slots = z.tokens * top_k;  // routed token-slots this GPU computes, on average
+  // Routed token-slots this GPU computes, on average, and its experts' FFN width.
+  const double slots = sh.experts_in_tp_group ? z.tokens * top_k / sh.ep : z.tokens * top_k;
+  const double expert_ffn = static_cast<double>(moe.expert_ffn) / (sh.experts_in_tp_group ? 1 : sh.tp);
   ops.memory("moe_permute", (z.tokens + slots) * z.hidden * e, 0.0);
   const double local_experts = experts / sh.ep;
-  ops.mlp("expert_", m, slots / local_experts, static_cast<double>(moe.expert_ffn) / sh.tp, z.hidden,
-          slots * z.hidden, local_experts);
+  const double touched = local_experts * -std::expm1(slots * std::log1p(-1.0 / local_experts));
+  const double groups = local_experts > 1 ? touched : 1.0;
+  ops.mlp("expert_", m, slots / groups, expert_ffn, z.hidden, slots * z.hidden, groups);
   ops.memory("moe_unpermute", (slots + z.tokens) * z.hidden * e, 2.0 * slots * z.hidden);
   ops.keep(slots * z.hidden);  // the experts' outputs, for the gradient of the routing weights
   if (moe.shared_experts > 0) {
@@ -282,7 +286,10 @@ std::string sharding_problem(const ModelConfig& m, const MicroBatch& batch, cons
   if (any_dense && m.ffn % sh.tp != 0) return "tp=" + n(sh.tp) + " does not divide ffn=" + n(m.ffn);
   if (m.moe) {
     if (m.moe->experts % sh.ep != 0) return "ep=" + n(sh.ep) + " does not divide experts=" + n(m.moe->experts);
-    if (m.moe->expert_ffn % sh.tp != 0) return "tp=" + n(sh.tp) + " does not divide expert_ffn=" + n(m.moe->expert_ffn);
+    if (sh.experts_in_tp_group && sh.ep != sh.tp) return "ep=" + n(sh.ep) + " must equal tp=" + n(sh.tp) + " (or be 1)";
+    if (!sh.experts_in_tp_group && m.moe->expert_ffn % sh.tp != 0) {
+      return "tp=" + n(sh.tp) + " does not divide expert_ffn=" + n(m.moe->expert_ffn);
+    }
     const int64_t shared = int64_t{m.moe->shared_experts} * m.moe->shared_expert_ffn;
     if (shared % sh.tp != 0) return "tp=" + n(sh.tp) + " does not divide the shared experts' ffn=" + n(shared);
   }
@@ -434,7 +441,9 @@ std::string sharding_problem(const ModelConfig& m, const RaggedBatch& batch, con
   if (sh.cp != 1) return "a serving batch has no context parallelism (cp=" + std::to_string(sh.cp) + ")";
   MicroBatch probe;  // the divisibility rules of the model's split are the same
   probe.sequence_length = 1;
-  return sharding_problem(m, probe, ShardingFactors{sh.tp, 1, sh.ep, false});
+  ShardingFactors split = sh;
+  split.sp = false;
+  return sharding_problem(m, probe, split);
 }
 
 Bytes saved_activation_bytes(const std::vector<ModelOperator>& ops, bool selective) {

@@ -20,8 +20,14 @@
 //   attention_out_proj m=T, k=H·d_v/t, n=h
 //   mlp gate/up/down   m=T, (h → f/t) ×2 gated or ×1 plain, then f/t → h
 //   router             m=T_sp, k=h, n=E  (not split)
-//   experts            grouped: E/e groups of m = T·k_top/(E/e) rows (the GPU receives T·k_top
-//                      routed token-slots on average, whatever e is), h → f_e/t → h
+//   experts            grouped: the touched ones of E/e local experts (below), on the GPU's
+//                      T·k_top routed token-slots on average, whatever e is, h → f_e/t → h;
+//                      with experts_in_tp_group, T·k_top/e slots and whole experts, h → f_e → h
+//                      Touched experts: n slots routed uniformly over E_l local experts reach
+//                      E_l·(1 − (1 − 1/E_l)ⁿ) of them on average; only those are computed and
+//                      have their weights read (a decode step of a few tokens reads a few
+//                      experts), each on n / touched rows. With thousands of slots (training)
+//                      every expert is touched.
 //   logits             m=T, k=h, n=⌈V/t⌉
 // Attention core, FlashAttention style (never materialises s×s; Dao 2022):
 //   forward  2·b·s_q·s_kv·(H/t)·(d_qk + d_v) · (½ if causal), s_q = s/c, s_kv = s
@@ -140,6 +146,12 @@ struct ShardingFactors {
   int cp = 1;
   int ep = 1;
   bool sp = false;
+  /// The EP group is the TP group (a serving instance with expert parallelism, vLLM's and
+  /// SGLang's TP + EP): every rank holds the same T tokens and computes its E/ep experts whole
+  /// (FFN not split by TP) on the T·k_top/ep token-slots routed to them; the layer's TP
+  /// all-reduce sums the outputs. ep must then equal tp. Otherwise EP spans other ranks
+  /// (Megatron's data-parallel EP, each expert split by TP).
+  bool experts_in_tp_group = false;
 };
 
 /// One operator of the list, with its forward and backward cost on one GPU.

@@ -120,6 +120,7 @@ PoolConfig read_pool(JsonReader p, int index) {
   }
   pool.shape.tp = static_cast<int>(integer_in(p.at("tp"), 1, 4096));
   if (auto v = p.find("pp")) pool.shape.pp = static_cast<int>(integer_in(*v, 1, 1024));
+  if (auto v = p.find("ep")) pool.shape.ep = static_cast<int>(integer_in(*v, 1, 4096));
   pool.count = static_cast<int>(integer_in(p.at("count"), 1, 100000));
   if (auto b = p.find("batching")) {
     if (auto v = b->find("policy")) {

@@ -153,6 +153,7 @@ nlohmann::ordered_json fleet_json(const FleetConfig& c, const std::string& topol
                      {"instances", ps.instances},
                      {"tp", pc.shape.tp},
                      {"pp", pc.shape.pp},
+                     {"ep", pc.shape.ep},
                      {"policy", to_string(pc.batching.policy)},
                      {"max_sequences", pc.batching.max_sequences},
                      {"token_budget", pc.batching.token_budget},

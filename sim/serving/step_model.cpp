@@ -49,11 +49,15 @@ StepModel::StepModel(ModelConfig model, const Topology& topology, InstanceShape 
                                 " needs " + std::to_string(gpus) + " GPUs; the topology has " +
                                 std::to_string(topology.gpu_count()));
   }
+  if (shape_.ep != 1 && !model_.moe) throw std::invalid_argument("ep applies to MoE models; " + model_.name + " is dense");
+  if (shape_.ep != 1 && shape_.ep != shape_.tp) {
+    throw std::invalid_argument("ep=" + std::to_string(shape_.ep) + " must be 1 or tp=" + std::to_string(shape_.tp) +
+                                " (experts spread over the TP group)");
+  }
+  sharding_ = ShardingFactors{shape_.tp, 1, shape_.ep, false, shape_.ep > 1};
   RaggedBatch probe;
   probe.sequences = {SequenceChunk{}};
-  if (std::string p = sharding_problem(model_, probe, ShardingFactors{shape_.tp, 1, 1, false}); !p.empty()) {
-    throw std::invalid_argument(p);
-  }
+  if (std::string p = sharding_problem(model_, probe, sharding_); !p.empty()) throw std::invalid_argument(p);
   stage_layers_ = split_layers(model_.layers, shape_.pp);
   const int per_node = gpus_per_node(topology);
   if (shape_.tp > 1) {
@@ -90,7 +94,7 @@ Time StepModel::handoff(int stage, Bytes size) const {
 StepBreakdown StepModel::step(const RaggedBatch& batch_in) const {
   RaggedBatch batch = batch_in;
   batch.dtype = options_.dtype;
-  const ShardingFactors sharding{shape_.tp, 1, 1, false};
+  const ShardingFactors& sharding = sharding_;
   // The model and shape were checked at construction; a batch only needs sane lengths.
   if (batch.sequences.empty()) throw std::invalid_argument("the batch has no sequence");
   for (const SequenceChunk& c : batch.sequences) {

@@ -16,8 +16,12 @@
 // with pp > 1 an engine keeps up to pp batches in flight (vLLM's virtual engines), so its
 // throughput is set by the slowest stage, reported as `bottleneck_stage`.
 //
-// Not modelled: CUDA graphs (folded into the overhead term), speculative decoding, EP for MoE
-// layers (experts split by TP), communication overlapped with compute.
+// MoE layers: experts split by TP (ep = 1) or spread whole over the TP group (ep = tp), the
+// layer's outputs summed by the same TP all-reduce either way; only the experts a batch's
+// tokens reach are computed and read (layer_operators.h).
+// Not modelled: CUDA graphs (folded into the overhead term), speculative decoding, expert load
+// imbalance, data-parallel attention with all-to-all expert dispatch, communication overlapped
+// with compute.
 #pragma once
 
 #include <memory>
@@ -39,6 +43,9 @@ namespace parallax {
 struct InstanceShape {
   int tp = 1;
   int pp = 1;
+  /// Expert parallelism of a MoE model: 1 (each expert split by TP) or tp (the experts spread
+  /// whole over the TP group; ShardingFactors::experts_in_tp_group).
+  int ep = 1;
 };
 
 struct StepModelOptions {
@@ -93,6 +100,7 @@ class StepModel {
   StepModelOptions options_;
   ComputeModel compute_;
   std::vector<int> stage_layers_;
+  ShardingFactors sharding_;
   std::unique_ptr<CollectiveSimulator> tp_group_;
   /// Per stage boundary: the two ranks' send/recv (same node or not).
   std::vector<std::shared_ptr<CollectiveSimulator>> handoffs_;

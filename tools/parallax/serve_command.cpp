@@ -40,6 +40,7 @@ struct StepArgs {
   std::optional<int> nodes;
   int tp = 1;
   int pp = 1;
+  int ep = 1;
   std::string prefill;  ///< LENxBATCH
   std::optional<int> decode;
   std::optional<int64_t> context;
@@ -117,14 +118,14 @@ void run_step(const StepArgs& a) {
   std::optional<StepModel> step_model;
   StepBreakdown b;
   try {
-    step_model.emplace(model, topo, InstanceShape{a.tp, a.pp}, options);
+    step_model.emplace(model, topo, InstanceShape{a.tp, a.pp, a.ep}, options);
     b = step_model->step(batch);
   } catch (const std::invalid_argument& e) {
-    throw InputError("", "--tp/--pp/--prefill/--decode", e.what());
+    throw InputError("", "--tp/--pp/--ep/--prefill/--decode", e.what());
   }
   const std::string gpu = topo.gpu_spec_of(topo.gpus().front()).name;
-  std::printf("serve step: %s on %s (%s), tp %d, pp %d\n", model.name.c_str(), a.topology.c_str(), gpu.c_str(), a.tp,
-              a.pp);
+  std::printf("serve step: %s on %s (%s), tp %d, pp %d%s\n", model.name.c_str(), a.topology.c_str(), gpu.c_str(), a.tp,
+              a.pp, a.ep > 1 ? strprintf(", ep %d", a.ep).c_str() : "");
   std::printf("  %s: %lld new token(s)\n\n", described.c_str(), static_cast<long long>(b.new_tokens));
   TextTable t({"part", "time", "share"}, {TextTable::Align::kLeft, TextTable::Align::kRight, TextTable::Align::kRight});
   auto row = [&](const char* name, Time part) {
@@ -148,6 +149,7 @@ void run_step(const StepArgs& a) {
     j["gpu"] = gpu;
     j["tp"] = a.tp;
     j["pp"] = a.pp;
+    j["ep"] = a.ep;
     j["batch"] = described;
     const nlohmann::ordered_json report = to_json(b);
     for (auto it = report.begin(); it != report.end(); ++it) j[it.key()] = *it;
@@ -340,6 +342,8 @@ CLI::App* add_step_subcommand(CLI::App* serve) {
   step->add_option("--nodes", a->nodes, "nodes of the topology preset");
   step->add_option("--tp", a->tp, "tensor-parallel GPUs per instance")->capture_default_str();
   step->add_option("--pp", a->pp, "pipeline stages per instance")->capture_default_str();
+  step->add_option("--ep", a->ep, "MoE: 1 (experts split by TP) or tp (experts spread whole over the TP group)")
+      ->capture_default_str();
   step->add_option("--prefill", a->prefill, "prefill of BATCH prompts of LEN tokens: LENxBATCH");
   step->add_option("--decode", a->decode, "one decode step of BATCH sequences (with --context)");
   step->add_option("--context", a->context, "tokens each decoding sequence holds (its KV cache)");
