@@ -139,6 +139,44 @@ TEST(ServingDisaggregation, TransfersIntoOneNicShareIt) {
   EXPECT_GT(alone, Time::ms(10));  // 512 MiB over one 400 Gb/s NIC: 10.7 ms
 }
 
+TEST(ServingPlacement, PoolsArePlacedWherePutAndPackedWithoutStraddlingNodes) {
+  FleetConfig c;
+  c.model = load_bundled_model(test::source_path("workloads/models"), "llama3-8b");
+  c.topology = dgx_h100(2);
+  c.replay = at_once(1, 4096, 4);
+  c.pools = {pool("prefill", PoolRole::kPrefill, 4, 1), pool("decode", PoolRole::kDecode, 4, 1)};
+  // Packed, both sit on node 0: the KV moves over NVLink.
+  const FleetResult packed = simulate_fleet(c);
+  EXPECT_EQ(c.topology->device(packed.instance_gpus[1].front()).name, "n0.gpu4");
+  // The decode pool put on node 1: the KV crosses the network, 4 flows of 128 MiB on 4 rails.
+  c.pools[1].first_gpu = 8;
+  const FleetResult apart = simulate_fleet(c);
+  EXPECT_EQ(c.topology->device(apart.instance_gpus[1].front()).name, "n1.gpu0");
+  EXPECT_GT(apart.requests[0].kv_transfer.seconds(), 5 * packed.requests[0].kv_transfer.seconds());
+  // Three TP-2 instances fill GPUs 0-5; a TP-4 instance after them would straddle the nodes,
+  // so it starts on node 1.
+  c.pools = {pool("small", PoolRole::kColocated, 2, 3), pool("wide", PoolRole::kColocated, 4, 1)};
+  const FleetResult skipped = simulate_fleet(c);
+  EXPECT_EQ(c.topology->device(skipped.instance_gpus[2].front()).name, "n0.gpu4");
+  EXPECT_EQ(c.topology->device(skipped.instance_gpus[3].front()).name, "n1.gpu0");
+  // Put where it straddles, or on GPUs another pool holds: refused, naming the pool and GPU.
+  c.pools[1].first_gpu = 6;
+  try {
+    simulate_fleet(c);
+    ADD_FAILURE() << "a straddling placement ran";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("pool wide: at n0.gpu6, stage 0's TP group of 4 GPUs"), std::string::npos)
+        << e.what();
+  }
+  c.pools[1].first_gpu = 4;
+  try {
+    simulate_fleet(c);
+    ADD_FAILURE() << "an overlapping placement ran";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("pool wide: GPU n0.gpu4 is already pool small's"), std::string::npos) << e.what();
+  }
+}
+
 TEST(ServingDisaggregation, FleetsMustPairPrefillWithDecode) {
   FleetConfig c;
   c.model = load_bundled_model(test::source_path("workloads/models"), "llama3-8b");

@@ -201,6 +201,23 @@ TEST(ServingStep, ExpertParallelismSpreadsWholeExpertsOverTheTpGroup) {
   EXPECT_THROW(StepModel(llama("llama3-8b"), node, InstanceShape{2, 1, 2}, o), std::invalid_argument);
 }
 
+TEST(ServingStep, WhereAnInstanceSitsDecidesWhichLinksItsStagesUse) {
+  const ModelConfig m = llama("llama3-70b");
+  StepModelOptions o;
+  const Topology two = dgx_h100(2);
+  const RaggedBatch batch = decode_batch(64, 1024);
+  // TP 4 × PP 2 from GPU 0 keeps both stages on node 0; from GPU 4 its second stage is on
+  // node 1, and the hand-off crosses the network.
+  const StepModel at0(m, two, InstanceShape{4, 2}, o, 0);
+  const StepModel at4(m, two, InstanceShape{4, 2}, o, 4);
+  EXPECT_GT(at4.step(batch).pp_handoff, at0.step(batch).pp_handoff);
+  EXPECT_EQ(at4.step(batch).tp_communication, at0.step(batch).tp_communication);
+  EXPECT_THROW(StepModel(m, two, InstanceShape{4, 1}, o, 6), std::invalid_argument);  // GPUs 6-9 straddle
+  EXPECT_EQ(placement_problem(InstanceShape{4, 2}, 8, 2), "stage 1's TP group of 4 GPUs would start at GPU 6 of a node of 8 and straddle two nodes");
+  EXPECT_EQ(placement_problem(InstanceShape{16, 1}, 8, 0), "");
+  EXPECT_NE(placement_problem(InstanceShape{12, 1}, 8, 0), "");
+}
+
 TEST(ServingStep, PipelineStagesSplitTheLayersAndHandOff) {
   EXPECT_EQ(split_layers(80, 3), (std::vector<int>{27, 27, 26}));
   EXPECT_THROW(split_layers(2, 3), std::invalid_argument);

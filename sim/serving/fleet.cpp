@@ -107,56 +107,94 @@ class Simulation {
                                   std::to_string(c_.topology->gpu_count()));
     }
     total_gpus_ = gpus;
-    const GpuSpec& gpu = c_.topology->gpu_spec_of(c_.topology->gpus().front());
-    size_t next_gpu = 0;
+    owner_.assign(c_.topology->gpu_count(), -1);
+    int cursor = 0;
     for (size_t p = 0; p < c_.pools.size(); ++p) {
       const PoolConfig& pool = c_.pools[p];
-      BatchingConfig batching = pool.batching;
-      batching.hold_finished = pool.role == PoolRole::kPrefill;
-      if (pool.role != PoolRole::kColocated && batching.policy == BatchingPolicy::kStatic) {
-        throw std::invalid_argument("pool " + pool.name + ": static batching has no place in a disaggregated fleet");
-      }
-      KvCapacity capacity;
-      try {
-        if (batching.kv_blocks <= 0) {
-          const Bytes workspace = pool.workspace.value_or(activation_workspace(
-              c_.model, pool.shape.tp, batching.token_budget, batching.max_sequences));
-          capacity = kv_capacity(c_.model, gpu, pool.shape, batching.block_size, pool.memory_reserve, workspace);
-          batching.kv_blocks = capacity.blocks;
-        }
-      } catch (const std::invalid_argument& e) {
-        throw std::invalid_argument("pool " + pool.name + ": " + e.what());
-      }
+      const BatchingConfig batching = pool_batching(pool);
       const Bytes block = swap_block_bytes(pool, batching.block_size);
-      if (batching.preemption == PreemptionMode::kSwap) {
-        batching.swap_blocks = static_cast<int64_t>(pool.swap_space.value() / block.value());
-      }
       const Time per_block = batching.preemption == PreemptionMode::kSwap
                                  ? Time::from_seconds(block.value() / swap_bandwidth(pool).value())
                                  : Time::zero();
-      capacities_.push_back(capacity);
-      block_counts_.push_back(batching.kv_blocks);
-      std::shared_ptr<const StepModel> model;
+      if (pool.first_gpu) cursor = *pool.first_gpu;
+      std::map<int, std::shared_ptr<const StepModel>> models;  // by the first GPU's place in its node
       for (int k = 0; k < pool.count; ++k) {
         const int index = static_cast<int>(instances_.size());
+        std::vector<DeviceId> placed = place(pool, k, cursor, static_cast<int>(p));
+        const int offset = c_.topology->device(placed.front()).local_index;
         std::unique_ptr<StepTimer> timer = timers ? timers(pool, index) : nullptr;
         if (!timer) {
+          std::shared_ptr<const StepModel>& model = models[offset];
           if (!model) {
             try {
-              model = std::make_shared<const StepModel>(c_.model, *c_.topology, pool.shape, pool.step);
+              model = std::make_shared<const StepModel>(c_.model, *c_.topology, pool.shape, pool.step, offset);
             } catch (const std::invalid_argument& e) {
               throw std::invalid_argument("pool " + pool.name + ": " + e.what());
             }
           }
           timer = std::make_unique<ModelStepTimer>(model);
         }
-        std::vector<DeviceId> placed;
-        for (int g = 0; g < pool.shape.tp * pool.shape.pp; ++g) placed.push_back(c_.topology->gpus()[next_gpu++]);
         instances_.emplace_back(static_cast<int>(p), pool.role, std::move(placed), BatchScheduler(batching),
                                 std::move(timer), pool.shape.pp);
         instances_.back().swap_per_block = per_block;
       }
     }
+  }
+
+  // The pool's batching with its KV capacity (derived from memory unless given) and swap space.
+  BatchingConfig pool_batching(const PoolConfig& pool) {
+    BatchingConfig batching = pool.batching;
+    batching.hold_finished = pool.role == PoolRole::kPrefill;
+    if (pool.role != PoolRole::kColocated && batching.policy == BatchingPolicy::kStatic) {
+      throw std::invalid_argument("pool " + pool.name + ": static batching has no place in a disaggregated fleet");
+    }
+    KvCapacity capacity;
+    try {
+      if (batching.kv_blocks <= 0) {
+        const GpuSpec& gpu = c_.topology->gpu_spec_of(c_.topology->gpus().front());
+        const Bytes workspace = pool.workspace.value_or(
+            activation_workspace(c_.model, pool.shape.tp, batching.token_budget, batching.max_sequences));
+        capacity = kv_capacity(c_.model, gpu, pool.shape, batching.block_size, pool.memory_reserve, workspace);
+        batching.kv_blocks = capacity.blocks;
+      }
+    } catch (const std::invalid_argument& e) {
+      throw std::invalid_argument("pool " + pool.name + ": " + e.what());
+    }
+    if (batching.preemption == PreemptionMode::kSwap) {
+      batching.swap_blocks = static_cast<int64_t>(pool.swap_space.value() / swap_block_bytes(pool, batching.block_size).value());
+    }
+    capacities_.push_back(capacity);
+    block_counts_.push_back(batching.kv_blocks);
+    return batching;
+  }
+
+  // Instance k of pool p takes tp·pp consecutive GPUs from `cursor`: packed, it first moves to
+  // the next node when its TP groups would straddle one (placement_problem); placed by the
+  // pool, its first instance must fit where it was put. No GPU goes to two instances.
+  std::vector<DeviceId> place(const PoolConfig& pool, int k, int& cursor, int p) {
+    const int per_node = gpus_per_node(*c_.topology);
+    const int n = pool.shape.tp * pool.shape.pp;
+    const auto gpu_name = [&](int g) { return c_.topology->device(c_.topology->gpus()[static_cast<size_t>(g)]).name; };
+    if (std::string why = placement_problem(pool.shape, per_node, cursor % per_node); !why.empty()) {
+      if (pool.first_gpu && k == 0) throw std::invalid_argument("pool " + pool.name + ": at " + gpu_name(cursor) + ", " + why);
+      cursor += per_node - cursor % per_node;
+    }
+    if (cursor + n > static_cast<int>(c_.topology->gpu_count())) {
+      throw std::invalid_argument("pool " + pool.name + ": instance " + std::to_string(k) + " needs " + std::to_string(n) +
+                                  " GPUs from GPU " + std::to_string(cursor) + "; the topology has " +
+                                  std::to_string(c_.topology->gpu_count()) + " (TP groups are kept inside nodes)");
+    }
+    std::vector<DeviceId> placed;
+    for (int g = cursor; g < cursor + n; ++g) {
+      if (owner_[static_cast<size_t>(g)] >= 0) {
+        throw std::invalid_argument("pool " + pool.name + ": GPU " + gpu_name(g) + " is already pool " +
+                                    c_.pools[static_cast<size_t>(owner_[static_cast<size_t>(g)])].name + "'s");
+      }
+      owner_[static_cast<size_t>(g)] = p;
+      placed.push_back(c_.topology->gpus()[static_cast<size_t>(g)]);
+    }
+    cursor += n;
+    return placed;
   }
 
   // One KV block on one GPU of the stage with the most layers (every GPU copies its own shard
@@ -623,7 +661,10 @@ class Simulation {
     }
     r.requests = std::move(records_);
     r.steps = std::move(steps_);
-    for (const Instance& in : instances_) r.instance_pool.push_back(in.pool);
+    for (const Instance& in : instances_) {
+      r.instance_pool.push_back(in.pool);
+      r.instance_gpus.push_back(in.gpus);
+    }
     r.itl_histogram = std::move(itl_);
     r.itl_count = itl_count_;
     r.itl_sum_s = itl_sum_;
@@ -648,6 +689,7 @@ class Simulation {
   std::unique_ptr<NetworkModel> network_;
   std::map<int64_t, Transfer> transfers_;
   std::vector<Instance> instances_;
+  std::vector<int> owner_;  ///< the pool each GPU went to, −1 for none
   std::vector<KvCapacity> capacities_;
   std::vector<int64_t> block_counts_;
   std::vector<Request> requests_;

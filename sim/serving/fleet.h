@@ -7,9 +7,11 @@
 // virtual engines): a step may start when fewer than pp are in flight and the interval of the
 // one before it (StepTiming) has passed; steps complete in the order they started.
 //
-// Every instance of a pool is the same TP × PP shape; instances take the topology's GPUs in
-// order, pool after pool (a pool's step time is that of the topology's first tp·pp GPUs, by
-// which its TP group's links are chosen); the pools together must fit the topology.
+// Every instance of a pool is the same TP × PP shape on tp·pp consecutive GPUs; instances take
+// the topology's GPUs in order, pool after pool, or from where a pool is placed
+// (PoolConfig::first_gpu), each moved to the next node when its TP groups would straddle one;
+// its step time is that of an instance at the same place in a node (which links its TP groups
+// and stage hand-offs take). No GPU serves two instances.
 //
 // Prefill/decode disaggregation: with prefill and decode pools, a request goes to a prefill
 // instance (the router), which computes its prompt and samples its first token; a decode
@@ -83,6 +85,9 @@ struct PoolConfig {
   PoolRole role = PoolRole::kColocated;
   InstanceShape shape;
   int count = 1;
+  /// Where its first instance starts (an index into the topology's GPUs); nullopt: after the
+  /// previous pool's. Its instances follow one another from there.
+  std::optional<int> first_gpu;
   BatchingConfig batching;  ///< kv_blocks 0: derived from memory (kv_capacity.h)
   double memory_reserve = 0.10;
   std::optional<Bytes> workspace;  ///< nullopt: activation_workspace of the pool's budget
@@ -170,6 +175,7 @@ struct FleetResult {
   int total_gpus = 0;
   std::vector<StepRecord> steps;  ///< with record_steps, in start order
   std::vector<int> instance_pool;  ///< the pool of each instance
+  std::vector<std::vector<DeviceId>> instance_gpus;  ///< the GPUs of each instance
 };
 
 /// The gap that histogram bucket `i` starts at, in seconds.

@@ -105,7 +105,16 @@ TrafficSpec read_traffic(JsonReader t) {
   return s;
 }
 
-PoolConfig read_pool(JsonReader p, int index) {
+// {"node": N, "gpu": G}: the topology's GPU G of node N (default 0), as an index into its GPUs.
+int read_placement(JsonReader v, const Topology& topology) {
+  const int per_node = gpus_per_node(topology);
+  const auto node = v.has("node") ? integer_in(v.at("node"), 0, topology.node_count() - 1) : 0;
+  const auto gpu = v.has("gpu") ? integer_in(v.at("gpu"), 0, per_node - 1) : 0;
+  v.finish();
+  return static_cast<int>(node) * per_node + static_cast<int>(gpu);
+}
+
+PoolConfig read_pool(JsonReader p, int index, const Topology& topology) {
   PoolConfig pool;
   pool.name = p.has("name") ? p.at("name").as_string() : "pool" + std::to_string(index);
   if (auto role = p.find("role")) {
@@ -122,6 +131,7 @@ PoolConfig read_pool(JsonReader p, int index) {
   if (auto v = p.find("pp")) pool.shape.pp = static_cast<int>(integer_in(*v, 1, 1024));
   if (auto v = p.find("ep")) pool.shape.ep = static_cast<int>(integer_in(*v, 1, 4096));
   pool.count = static_cast<int>(integer_in(p.at("count"), 1, 100000));
+  if (auto v = p.find("placement")) pool.first_gpu = read_placement(*v, topology);
   if (auto b = p.find("batching")) {
     if (auto v = b->find("policy")) {
       const auto policy = batching_policy_from(v->as_string());
@@ -176,7 +186,7 @@ FleetFile load_fleet(const std::string& path, const std::string& models_dir, con
   c.topology = read_topology(root.at("topology"), path, topologies_dir, f.topology_name);
   JsonReader pools = root.at("pools");
   int index = 0;
-  for (const JsonReader& p : pools.elements()) c.pools.push_back(read_pool(p, index++));
+  for (const JsonReader& p : pools.elements()) c.pools.push_back(read_pool(p, index++, *c.topology));
   if (c.pools.empty()) pools.fail("needs at least one pool");
   if (auto r = root.find("router")) {
     if (r->is_string()) {

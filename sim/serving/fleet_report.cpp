@@ -37,6 +37,15 @@ std::string stats_line(const char* name, const LatencyStats& s) {
   return buf;
 }
 
+// The first GPU of each of pool p's instances, by name.
+std::vector<std::string> pool_placement(const FleetConfig& c, const FleetResult& r, size_t p) {
+  std::vector<std::string> out;
+  for (size_t i = 0; i < r.instance_pool.size() && i < r.instance_gpus.size(); ++i) {
+    if (r.instance_pool[i] == static_cast<int>(p)) out.push_back(c.topology->device(r.instance_gpus[i].front()).name);
+  }
+  return out;
+}
+
 }  // namespace
 
 double quantile(std::vector<double>& values, double q) {
@@ -154,6 +163,7 @@ nlohmann::ordered_json fleet_json(const FleetConfig& c, const std::string& topol
                      {"tp", pc.shape.tp},
                      {"pp", pc.shape.pp},
                      {"ep", pc.shape.ep},
+                     {"first_gpus", pool_placement(c, r, p)},
                      {"policy", to_string(pc.batching.policy)},
                      {"max_sequences", pc.batching.max_sequences},
                      {"token_budget", pc.batching.token_budget},
@@ -185,9 +195,10 @@ std::string fleet_text(const FleetConfig& c, const std::string& topology_name, c
     const PoolStats& ps = r.pools[p];
     const PoolConfig& pc = c.pools[p];
     std::snprintf(buf, sizeof buf,
-                  "  pool %s (%s): %d x (tp %d, pp %d), %s batching (max %d sequences, %lld tokens per step), %lld KV blocks "
-                  "of %lld tokens each\n",
-                  ps.name.c_str(), to_string(ps.role), ps.instances, pc.shape.tp, pc.shape.pp, to_string(pc.batching.policy),
+                  "  pool %s (%s): %d x (tp %d, pp %d) from %s, %s batching (max %d sequences, %lld tokens per step), %lld "
+                  "KV blocks of %lld tokens each\n",
+                  ps.name.c_str(), to_string(ps.role), ps.instances, pc.shape.tp, pc.shape.pp,
+                  pool_placement(c, r, p).front().c_str(), to_string(pc.batching.policy),
                   pc.batching.max_sequences, static_cast<long long>(pc.batching.token_budget),
                   static_cast<long long>(ps.kv_blocks), static_cast<long long>(pc.batching.block_size));
     out += buf;

@@ -24,11 +24,24 @@ Time add_forward(const ComputeModel& cm, const std::vector<ModelOperator>& ops, 
   return sum;
 }
 
+}  // namespace
+
 int gpus_per_node(const Topology& topo) {
   return topo.node_count() > 0 ? static_cast<int>(topo.gpus_of_node(0).size()) : static_cast<int>(topo.gpu_count());
 }
 
-}  // namespace
+std::string placement_problem(InstanceShape shape, int per_node, int node_offset) {
+  for (int s = 0; s < shape.pp; ++s) {
+    const int first = (node_offset + s * shape.tp) % per_node;
+    const bool fits = shape.tp <= per_node ? first + shape.tp <= per_node : first == 0 && shape.tp % per_node == 0;
+    if (!fits) {
+      return "stage " + std::to_string(s) + "'s TP group of " + std::to_string(shape.tp) + " GPUs would start at GPU " +
+             std::to_string(first) + " of a node of " + std::to_string(per_node) +
+             (shape.tp <= per_node ? " and straddle two nodes" : " (a TP group wider than a node fills whole nodes)");
+    }
+  }
+  return {};
+}
 
 std::vector<int> split_layers(int layers, int stages) {
   if (stages < 1 || stages > layers) {
@@ -39,7 +52,8 @@ std::vector<int> split_layers(int layers, int stages) {
   return out;
 }
 
-StepModel::StepModel(ModelConfig model, const Topology& topology, InstanceShape shape, StepModelOptions options)
+StepModel::StepModel(ModelConfig model, const Topology& topology, InstanceShape shape, StepModelOptions options,
+                     int node_offset)
     : model_(std::move(model)), shape_(shape), options_(std::move(options)),
       compute_(topology.gpu_spec_of(topology.gpus().front()), options_.compute, options_.gemm) {
   if (shape_.tp < 1 || shape_.pp < 1) throw std::invalid_argument("tp and pp must be at least 1");
@@ -60,6 +74,10 @@ StepModel::StepModel(ModelConfig model, const Topology& topology, InstanceShape 
   if (std::string p = sharding_problem(model_, probe, sharding_); !p.empty()) throw std::invalid_argument(p);
   stage_layers_ = split_layers(model_.layers, shape_.pp);
   const int per_node = gpus_per_node(topology);
+  if (node_offset < 0 || node_offset >= per_node) {
+    throw std::invalid_argument("GPU " + std::to_string(node_offset) + " is outside a node of " + std::to_string(per_node));
+  }
+  if (std::string p = placement_problem(shape_, per_node, node_offset); !p.empty()) throw std::invalid_argument(p);
   if (shape_.tp > 1) {
     tp_group_ = std::make_unique<CollectiveSimulator>(topology, shape_.tp, std::min(shape_.tp, per_node));
   }
@@ -67,7 +85,7 @@ StepModel::StepModel(ModelConfig model, const Topology& topology, InstanceShape 
   // position, rank s·tp, to rank (s+1)·tp: on one node when both sit in the same one.
   std::shared_ptr<CollectiveSimulator> same, across;
   for (int s = 0; s + 1 < shape_.pp; ++s) {
-    const bool one_node = (s * shape_.tp) / per_node == ((s + 1) * shape_.tp) / per_node;
+    const bool one_node = (node_offset + s * shape_.tp) / per_node == (node_offset + (s + 1) * shape_.tp) / per_node;
     auto& sim = one_node ? same : across;
     if (!sim) sim = std::make_shared<CollectiveSimulator>(topology, 2, one_node ? 2 : 1);
     handoffs_.push_back(sim);

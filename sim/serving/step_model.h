@@ -77,10 +77,11 @@ struct StepBreakdown {
 
 class StepModel {
  public:
-  /// The instance occupies tp·pp GPUs from the first of `topology`, TP innermost. Throws
-  /// std::invalid_argument when the shape does not fit the model (heads, layers) or the
-  /// topology's GPUs.
-  StepModel(ModelConfig model, const Topology& topology, InstanceShape shape, StepModelOptions options = {});
+  /// The instance occupies tp·pp consecutive GPUs, TP innermost, its first being GPU
+  /// `node_offset` of a node (placement_problem must hold). Throws std::invalid_argument when the
+  /// shape does not fit the model (heads, layers), the topology's GPUs or the placement.
+  StepModel(ModelConfig model, const Topology& topology, InstanceShape shape, StepModelOptions options = {},
+            int node_offset = 0);
 
   /// Throws std::invalid_argument when the batch is not valid for the model and shape.
   StepBreakdown step(const RaggedBatch& batch) const;
@@ -111,6 +112,14 @@ class StepModel {
 /// The breakdown as JSON: step_time_ms and each part in ms, flops and hbm_bytes per GPU, the
 /// batch's sequences and new tokens, and tokens_per_s (new tokens over the step time).
 nlohmann::ordered_json to_json(const StepBreakdown& b);
+
+/// Why an instance of `shape` cannot start at GPU `node_offset` of a node of `gpus_per_node`
+/// GPUs, or empty: every stage's TP group must sit in one node, or (TP wider than a node) start
+/// at a node's first GPU and fill whole nodes.
+std::string placement_problem(InstanceShape shape, int gpus_per_node, int node_offset);
+
+/// GPUs per node of `topology` (all of them when it has no nodes).
+int gpus_per_node(const Topology& topology);
 
 /// Layers per pipeline stage: `layers` split into `stages` parts, the first `layers % stages`
 /// one larger. Throws std::invalid_argument when stages < 1 or stages > layers.
