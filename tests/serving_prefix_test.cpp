@@ -11,6 +11,7 @@
 #include "model/model_loader.h"
 #include "serving/fleet.h"
 #include "serving/fleet_report.h"
+#include "serving/prefix_index.h"
 #include "serving/trace_reader.h"
 #include "test_support.h"
 #include "topology/topology_loader.h"
@@ -87,6 +88,33 @@ TEST(ServingPrefixCache, CacheAwareRoutersHitMoreThanRoundRobin) {
     EXPECT_GT(s.prefix_block_hit_ratio, rr + (p == RoutingPolicy::kKvCost ? 0.02 : 0.05))
         << to_string(p) << " against round-robin's " << rr;
   }
+}
+
+TEST(ServingPrefixIndex, ABoundedIndexForgetsPromptTailsFirst) {
+  PrefixIndex index(4);
+  index.insert({1, 2, 3});  // a prompt of blocks 1, 2, 3
+  index.insert({1, 4});     // one sharing block 1: 1 becomes the most recent
+  EXPECT_EQ(index.size(), 4u);
+  index.insert({5});        // over capacity: the oldest tail, block 3, goes
+  EXPECT_FALSE(index.contains(3));
+  for (uint64_t b : {1, 2, 4, 5}) EXPECT_TRUE(index.contains(b)) << b;
+  PrefixIndex all;
+  for (uint64_t b = 0; b < 10000; ++b) all.insert({b});
+  EXPECT_EQ(all.size(), 10000u);
+}
+
+TEST(ServingPrefixIndex, AForgetfulRouterIndexLosesAffinity) {
+  // The cache-aware router of the test above with its index cut to 64 blocks per instance
+  // (a few prompts of the trace's ~24 blocks) matches less, so the engines hit less.
+  FleetConfig c = fleet(mooncake(3000), 4, 40000);
+  c.router = RoutingPolicy::kCacheAware;
+  const double full = run(c).prefix_block_hit_ratio;
+  c.router_index_blocks = 64;
+  const FleetSummary small = run(c);
+  EXPECT_EQ(small.completed, 3000);
+  EXPECT_LT(small.prefix_block_hit_ratio, full);
+  c.router_index_blocks = int64_t{1} << 30;  // bounded but never full: the same as unbounded
+  EXPECT_DOUBLE_EQ(run(c).prefix_block_hit_ratio, full);
 }
 
 TEST(ServingPrefixCache, APromptThatCouldOnlyFitWithoutTheCacheIsRejectedNotStuck) {

@@ -75,7 +75,8 @@ class Simulation {
         if (in.role == PoolRole::kPrefill) throw std::invalid_argument("prefill pools need a decode pool");
       }
     }
-    front_.router = std::make_unique<RequestRouter>(c_.router, static_cast<int>(front_.members.size()), c_.seed ^ 0x5e1ec7ULL);
+    front_.router = std::make_unique<RequestRouter>(c_.router, static_cast<int>(front_.members.size()), c_.seed ^ 0x5e1ec7ULL,
+                                                    c_.router_index_blocks);
     front_.reports.resize(front_.members.size());
     if (disaggregated_) {
       decode_.router = std::make_unique<RequestRouter>(c_.decode_router, static_cast<int>(decode_.members.size()),

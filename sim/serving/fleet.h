@@ -113,6 +113,7 @@ struct FleetConfig {
   /// transfer lands no earlier than the prefill's end plus the last layer's share of it.
   bool kv_streaming = false;
   Time refresh_interval;  ///< how stale the engines' reports are to the router; 0: fresh
+  int64_t router_index_blocks = 0;  ///< prompt blocks the router's prefix index keeps per instance; 0: all
   TrafficSpec traffic;
   /// A trace to replay in place of `traffic`'s synthetic stream (trace_reader.h); its requests
   /// in arrival order with ids 0…n−1.

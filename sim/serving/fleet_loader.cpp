@@ -209,6 +209,7 @@ FleetFile load_fleet(const std::string& path, const std::string& models_dir, con
         if (c.kv_network != "flow" && c.kv_network != "analytical") v->fail("\"flow\" or \"analytical\"");
       }
       if (auto v = r->find("kv_streaming")) c.kv_streaming = v->as_bool();
+      if (auto v = r->find("index_blocks")) c.router_index_blocks = integer_in(*v, 1, int64_t{1} << 40);
       r->finish();
     }
   }

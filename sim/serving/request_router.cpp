@@ -58,9 +58,10 @@ std::string routing_policy_names() {
   return out;
 }
 
-RequestRouter::RequestRouter(RoutingPolicy policy, int instances, uint64_t seed)
+RequestRouter::RequestRouter(RoutingPolicy policy, int instances, uint64_t seed, int64_t index_capacity)
     : policy_(policy), instances_(instances), rng_(seed), in_flight_(static_cast<size_t>(instances), 0),
-      in_flight_tokens_(static_cast<size_t>(instances), 0), index_(static_cast<size_t>(instances)),
+      in_flight_tokens_(static_cast<size_t>(instances), 0),
+      index_(static_cast<size_t>(instances), PrefixIndex(index_capacity)),
       prefill_tokens_(static_cast<size_t>(instances), 0), decode_blocks_(static_cast<size_t>(instances), 0) {
   if (instances < 1) throw std::invalid_argument("a router needs at least one instance");
   if (policy_ == RoutingPolicy::kSession) {
@@ -118,7 +119,7 @@ int RequestRouter::choose(const Request& r, const std::vector<EngineReport>& rep
 int RequestRouter::matched_blocks(int instance, const Request& r) const {
   const auto& sent = index_[static_cast<size_t>(instance)];
   int n = 0;
-  while (n < static_cast<int>(r.prefix_blocks.size()) && sent.count(r.prefix_blocks[static_cast<size_t>(n)])) ++n;
+  while (n < static_cast<int>(r.prefix_blocks.size()) && sent.contains(r.prefix_blocks[static_cast<size_t>(n)])) ++n;
   return n;
 }
 
@@ -195,7 +196,7 @@ void RequestRouter::sent(int instance, const Request& r) {
   prefill_tokens_[k] += r.prompt_tokens;
   decode_blocks_[k] += (r.prompt_tokens + block_tokens(r) - 1) / block_tokens(r);
   if (policy_ == RoutingPolicy::kCacheAware || policy_ == RoutingPolicy::kKvCost || policy_ == RoutingPolicy::kWeighted) {
-    index_[k].insert(r.prefix_blocks.begin(), r.prefix_blocks.end());
+    index_[k].insert(r.prefix_blocks);
   }
 }
 

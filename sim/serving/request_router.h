@@ -32,15 +32,16 @@
 //                    (queue (maxQ − Q)/(maxQ − minQ) on the reported waiting queues, 1 when all
 //                    equal; 1 − reported KV use; matched / total prompt blocks); the highest,
 //                    ties broken at random
-// The index is not bounded (SGLang's default tree holds 2²⁶ characters); it forgets nothing.
+// The index (prefix_index.h) holds every block it was sent, or with a capacity the most
+// recently sent ones, prompts' tails forgotten first (SGLang's router trims its tree likewise).
 #pragma once
 
 #include <cstdint>
 #include <optional>
 #include <string>
-#include <unordered_set>
 #include <vector>
 
+#include "serving/prefix_index.h"
 #include "serving/random.h"
 #include "serving/request.h"
 
@@ -63,7 +64,8 @@ struct EngineReport {
 
 class RequestRouter {
  public:
-  RequestRouter(RoutingPolicy policy, int instances, uint64_t seed);
+  /// `index_capacity`: prompt blocks the prefix index keeps per instance (0: all).
+  RequestRouter(RoutingPolicy policy, int instances, uint64_t seed, int64_t index_capacity = 0);
 
   /// The instance for `r`, given the engines' last reports (one per instance).
   int choose(const Request& r, const std::vector<EngineReport>& reports);
@@ -91,7 +93,7 @@ class RequestRouter {
   std::vector<int64_t> in_flight_;
   std::vector<int64_t> in_flight_tokens_;
   std::vector<std::pair<uint64_t, int>> ring_;  ///< (hash, instance), sorted
-  std::vector<std::unordered_set<uint64_t>> index_;  ///< prompt blocks sent to each instance
+  std::vector<PrefixIndex> index_;  ///< prompt blocks sent to each instance
   std::vector<int64_t> prefill_tokens_;   ///< in flight, first token not yet out
   std::vector<int64_t> decode_blocks_;    ///< KV blocks of the requests in flight
 };
