@@ -3,10 +3,13 @@
 // synthetic; sources in that folder's README) and from small BurstGPT and broken texts.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <set>
 
 #include "io/input_error.h"
+#include "serving/fleet_loader.h"
 #include "serving/trace_reader.h"
+#include "serving/traffic.h"
 #include "test_support.h"
 
 namespace parallax {
@@ -106,6 +109,35 @@ TEST(ServingTrace, AzureDatetimes) {
   EXPECT_LT(parse_azure_ticks("2023-11-16"), 0);
   EXPECT_LT(parse_azure_ticks("2023-11-16 25:00:00"), 0);
   EXPECT_LT(parse_azure_ticks("2023-11-16 18:17:03.12345678"), 0);  // 8 fractional digits
+}
+
+TEST(ServingTraffic, LengthsDrawnFromATraceKeepItsRowsPairs) {
+  // A fleet whose traffic takes its lengths from the Azure conversation trace: every request's
+  // (prompt, output) is one of the trace's rows, and over many draws the mean prompt is the
+  // trace's (within 3 standard errors).
+  const FleetFile f = load_fleet(test::source_path("tests/data/serve/lengths-from-trace.json"),
+                                 test::source_path("workloads/models"), test::source_path("topologies"));
+  const Trace trace = read_trace(test::source_path("tests/data/serving-traces/azure-llm-2023-conv.csv"));
+  std::set<std::pair<int64_t, int64_t>> rows;
+  double mean = 0, square = 0;
+  for (const Request& r : trace.requests) {
+    rows.emplace(r.prompt_tokens, r.output_tokens);
+    mean += static_cast<double>(r.prompt_tokens);
+    square += static_cast<double>(r.prompt_tokens) * static_cast<double>(r.prompt_tokens);
+  }
+  const double n = static_cast<double>(trace.requests.size());
+  mean /= n;
+  const double sd = std::sqrt(square / n - mean * mean);
+  TrafficSpec spec = f.config.traffic;
+  spec.requests = 20000;
+  Rng rng(5);
+  double drawn = 0;
+  for (const Request& r : open_loop_requests(spec, rng)) {
+    ASSERT_TRUE(rows.contains({r.prompt_tokens, r.output_tokens})) << r.prompt_tokens << ", " << r.output_tokens;
+    drawn += static_cast<double>(r.prompt_tokens);
+  }
+  EXPECT_NEAR(drawn / 20000, mean, 3 * sd / std::sqrt(20000.0));
+  EXPECT_NE(spec.describe().find("lengths of the"), std::string::npos) << spec.describe();
 }
 
 }  // namespace

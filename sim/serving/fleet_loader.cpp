@@ -5,6 +5,7 @@
 
 #include "io/json_reader.h"
 #include "model/model_loader.h"
+#include "serving/trace_reader.h"
 #include "topology/topology_loader.h"
 
 namespace parallax {
@@ -83,7 +84,7 @@ LengthDistribution read_lengths(JsonReader v) {
   return d;
 }
 
-TrafficSpec read_traffic(JsonReader t) {
+TrafficSpec read_traffic(JsonReader t, const std::string& fleet) {
   TrafficSpec s;
   const std::string arrival = t.has("arrival") ? t.at("arrival").as_string() : "poisson";
   if (arrival == "poisson" || arrival == "gamma") {
@@ -98,8 +99,19 @@ TrafficSpec read_traffic(JsonReader t) {
     t.at("arrival").fail("unknown arrival \"" + arrival + "\" (poisson, gamma, closed_loop)");
   }
   s.requests = integer_in(t.at("requests"), 1, 100000000);
-  s.prompt = read_lengths(t.at("prompt"));
-  s.output = read_lengths(t.at("output"));
+  if (auto v = t.find("lengths_from")) {
+    if (t.has("prompt") || t.has("output")) v->fail("lengths_from replaces \"prompt\" and \"output\"; give one or the other");
+    const std::string file = (fs::path(fleet).parent_path() / v->as_string()).string();
+    if (!fs::exists(file)) v->fail("no trace file " + file);
+    auto rows = std::make_shared<std::vector<std::pair<int64_t, int64_t>>>();
+    for (const Request& r : read_trace(file).requests) rows->emplace_back(r.prompt_tokens, r.output_tokens);
+    if (rows->empty()) v->fail("the trace " + file + " has no request");
+    s.length_rows = std::move(rows);
+    s.length_source = v->as_string();
+  } else {
+    s.prompt = read_lengths(t.at("prompt"));
+    s.output = read_lengths(t.at("output"));
+  }
   if (auto v = t.find("sessions")) s.sessions = integer_in(*v, 0, 1000000000);
   t.finish();
   return s;
@@ -213,7 +225,7 @@ FleetFile load_fleet(const std::string& path, const std::string& models_dir, con
       r->finish();
     }
   }
-  c.traffic = read_traffic(root.at("traffic"));
+  c.traffic = read_traffic(root.at("traffic"), path);
   if (auto v = root.find("seed")) c.seed = static_cast<uint64_t>(integer_in(*v, 0, INT64_MAX));
   if (auto slo = root.find("slo")) {
     if (auto v = slo->find("ttft")) c.slo_ttft = non_negative_time(*v);

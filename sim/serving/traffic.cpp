@@ -47,8 +47,27 @@ std::string TrafficSpec::describe() const {
                   rate_per_s, arrival == Arrival::kGamma ? (" (cv " + std::to_string(cv) + ")").c_str() : "",
                   static_cast<long long>(requests));
   }
+  if (length_rows) {
+    return std::string(buf) + "; prompt and output lengths of the " + std::to_string(length_rows->size()) +
+           " rows of " + length_source;
+  }
   return std::string(buf) + "; prompt " + prompt.describe() + ", output " + output.describe() + " tokens";
 }
+
+namespace {
+
+void draw_lengths(const TrafficSpec& spec, Rng& rng, Request& r) {
+  if (spec.length_rows && !spec.length_rows->empty()) {
+    const auto& row = (*spec.length_rows)[static_cast<size_t>(rng.below(spec.length_rows->size()))];
+    r.prompt_tokens = row.first;
+    r.output_tokens = row.second;
+    return;
+  }
+  r.prompt_tokens = spec.prompt.sample(rng);
+  r.output_tokens = spec.output.sample(rng);
+}
+
+}  // namespace
 
 std::vector<Request> open_loop_requests(const TrafficSpec& spec, Rng& rng) {
   if (spec.arrival == TrafficSpec::Arrival::kClosedLoop) throw std::invalid_argument("a closed loop has no fixed stream");
@@ -67,8 +86,7 @@ std::vector<Request> open_loop_requests(const TrafficSpec& spec, Rng& rng) {
     Request r;
     r.id = i;
     r.arrival = Time::from_seconds(t);
-    r.prompt_tokens = spec.prompt.sample(rng);
-    r.output_tokens = spec.output.sample(rng);
+    draw_lengths(spec, rng, r);
     r.session = spec.sessions > 0 ? rng.below(static_cast<uint64_t>(spec.sessions)) : static_cast<uint64_t>(i);
     out.push_back(r);
   }
@@ -79,8 +97,7 @@ Request closed_loop_request(const TrafficSpec& spec, Rng& rng, int64_t id, Time 
   Request r;
   r.id = id;
   r.arrival = arrival;
-  r.prompt_tokens = spec.prompt.sample(rng);
-  r.output_tokens = spec.output.sample(rng);
+  draw_lengths(spec, rng, r);
   r.session = user;
   return r;
 }

@@ -1,14 +1,17 @@
 // Synthetic request streams: arrivals (Poisson, Gamma with a coefficient of variation, or a
 // closed loop of users with think time) and token-length distributions (fixed, uniform,
-// lognormal), all drawn from one seeded generator (random.h).
+// lognormal, or the joint lengths of a trace's rows), all drawn from one seeded generator
+// (random.h).
 //
 // Gamma arrivals: inter-arrival times Gamma(k = 1/cv², θ = 1/(rate·k)), mean 1/rate, CV cv
 // (cv = 1 is Poisson; Vidur's `gamma` generator).
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "serving/random.h"
@@ -38,6 +41,10 @@ struct TrafficSpec {
   int64_t requests = 1000;  ///< how many requests in all
   LengthDistribution prompt;
   LengthDistribution output;
+  /// Set: each request takes the (prompt, output) lengths of a row drawn uniformly from these
+  /// (a trace's rows, keeping their correlation), in place of `prompt` and `output`.
+  std::shared_ptr<const std::vector<std::pair<int64_t, int64_t>>> length_rows;
+  std::string length_source;  ///< where length_rows came from, for describe()
   int64_t sessions = 0;    ///< open loop: requests get session ids uniform in [0, sessions); 0: id = request
 
   std::string describe() const;
