@@ -273,8 +273,8 @@ class Lowering {
     }
   }
 
-  // NCCL's double binary tree: a binary tree over nodes (the second tree shifted or mirrored so
-  // that leaves of one are inner members of the other), a chain inside each node; each tree
+  // NCCL's double binary tree: a binary tree over nodes (the second tree shifted for an odd
+  // node count or mirrored for an even one, so that leaves of one are inner members of the other), a chain inside each node; each tree
   // carries half the data, reduced up and broadcast down in pipelined chunks.
   void tree(double s) {
     const int nodes = comm_.node_count();
@@ -291,8 +291,9 @@ class Lowering {
           for (size_t j = 1; j < m; ++j) parent[static_cast<size_t>(local[(start + j) % m])] = local[(start + j - 1) % m];
         }
         for (int k = 0; k < nodes; ++k) {
-          // Tree 1 renumbers nodes: shifted by one for an even count, mirrored for an odd one.
-          auto map = [&](int x) { return t == 0 ? x : (nodes % 2 == 0 ? (x + 1) % nodes : nodes - 1 - x); };
+          // Tree 1 renumbers nodes as ncclGetDtree does: node x takes tree position x − 1
+          // (mod n) for an odd count, n − 1 − x (mirrored) for an even one.
+          auto map = [&](int x) { return t == 0 ? x : (nodes % 2 == 1 ? (x + nodes - 1) % nodes : nodes - 1 - x); };
           int pk = btree_parent(map(k), nodes);
           if (pk < 0) continue;
           int parent_node = -1;

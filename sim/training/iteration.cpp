@@ -496,6 +496,11 @@ IterationResult simulate_iteration(const ModelConfig& model, const ParallelLayou
   auto twice = [](CommTask c) {
     return CommTask{c.time + c.time, c.sent + c.sent, 2 * c.collectives, c.across_nodes, c.sms};
   };
+  // The share `f` of a task's time and bytes (its collectives counted once, in the f ≥ ½ part).
+  auto share = [](CommTask c, double f) {
+    return CommTask{Time::from_seconds(c.time.seconds() * f), c.sent * f, f >= 0.5 ? c.collectives : 0,
+                    c.across_nodes, c.sms};
+  };
   auto plus = [](CommTask a, CommTask b) {
     return CommTask{a.time + b.time, a.sent + b.sent, a.collectives + b.collectives, a.across_nodes || b.across_nodes,
                     std::max(a.sms, b.sms)};
@@ -669,8 +674,11 @@ IterationResult simulate_iteration(const ModelConfig& model, const ParallelLayou
   // Each simulated GPU's communication shares two channels: its NVLink ports (groups inside
   // a node) and its NICs (groups across nodes). Collectives that overlap on one share it.
   // Its compute kernels run on its SMs, of which the collectives beside them hold some.
+  // ZeRO-3 parameter gathers have a stream of their own (FSDP's all-gather stream, DeepSpeed's
+  // prefetch stream): on the gradient-reduction stream a prefetched gather would queue behind
+  // the previous layer's reduce-scatter. The two still share the GPU's links (channels).
   struct StageStreams {
-    StreamId compute, tp, pp, dp, cp;
+    StreamId compute, tp, pp, dp, cp, gather;
     ChannelId scale_up, scale_out, sms;
   };
   std::vector<StageStreams> streams;
@@ -678,7 +686,8 @@ IterationResult simulate_iteration(const ModelConfig& model, const ParallelLayou
   for (int s = 0; s < p; ++s) {
     streams.push_back({graph.add_stream(s, "compute"), graph.add_stream(s, "tp"), graph.add_stream(s, "pp"),
                        graph.add_stream(s, "dp"), ring_attention ? graph.add_stream(s, "cp") : StreamId{},
-                       graph.add_channel(), graph.add_channel(), sm_pools ? graph.add_sm_pool(gpu.sms) : kNoChannel});
+                       zero == ZeroStage::kStage3 ? graph.add_stream(s, "dp_gather") : StreamId{}, graph.add_channel(),
+                       graph.add_channel(), sm_pools ? graph.add_sm_pool(gpu.sms) : kNoChannel});
   }
   auto channel_of = [&](int s, const CommTask& c) {
     if (!options.communication_contention) return kNoChannel;
@@ -711,11 +720,11 @@ IterationResult simulate_iteration(const ModelConfig& model, const ParallelLayou
 
   // Communication on the compute stream (the kernels after it need its result): counted
   // here, since add_comm's stream is its own.
-  auto add_blocking_comm = [&](int s, const CommTask& c, WorkKind kind) {
+  auto add_blocking_comm = [&](int s, const CommTask& c, WorkKind kind, std::span<const WorkId> deps = {}) {
     auto& volume = stages[static_cast<size_t>(s)].communication[kind_index(kind)];
     volume.sent += c.sent;
     volume.collectives += c.collectives;
-    return add_compute(s, c.time, kind, {}, channel_of(s, c));
+    return add_compute(s, c.time, kind, deps, channel_of(s, c));
   };
   // One pass of a unit: its segments in order; returns the task that ends it. Ring attention
   // (TransformerEngine's schedule) splits the core into cp blocks; step i computes on the i-th
@@ -836,7 +845,7 @@ IterationResult simulate_iteration(const ModelConfig& model, const ParallelLayou
           when = input;
           if (before_pass) when.push_back(*before_pass);
         }
-        deps.push_back(add_comm(s, st.dp, parameter_gather(s, u), WorkKind::kDpComm, when));
+        deps.push_back(add_comm(s, st.gather, parameter_gather(s, u), WorkKind::kDpComm, when));
       }
       if (forward && prefetched.count({vs, k})) deps.push_back(prefetched.at({vs, k}));
       const std::vector<Segment> weight_segments{{u.weight_gradient}};
@@ -867,7 +876,15 @@ IterationResult simulate_iteration(const ModelConfig& model, const ParallelLayou
       if (u.transformer_layer && t > 1 && !weight) {
         const CommTask& tp = forward ? tp_forward[static_cast<size_t>(s)] : tp_backward[static_cast<size_t>(s)];
         if (layout.tp_comm_overlap) {
-          prev.push_back(add_comm(s, st.tp, tp, WorkKind::kTpComm, deps));
+          // TransformerEngine's overlap: each all-gather / reduce-scatter is cut into t chunks
+          // pipelined with the GEMM it feeds or drains, so all but one chunk of it can hide
+          // behind the layer's kernels (and no more than they last); the last chunk waits for
+          // the last GEMM chunk and is exposed. Its kernels hold SMs meanwhile (add_comm).
+          const double hidden = static_cast<double>(t - 1) / static_cast<double>(t);
+          const WorkId beside = add_comm(s, st.tp, share(tp, hidden), WorkKind::kTpComm, deps);
+          std::vector<WorkId> after = prev;
+          after.push_back(beside);
+          prev = {add_blocking_comm(s, share(tp, 1.0 - hidden), WorkKind::kTpComm, after)};
         } else {
           prev = {add_blocking_comm(s, tp, WorkKind::kTpComm)};
         }

@@ -24,8 +24,10 @@
 //   TP       Megatron (Shoeybi et al. 2019): 2 all-reduces of S = b·(s/cp)·h elements forward,
 //            2 backward; with SP (Korthikanti et al. 2023) each becomes an all-gather plus a
 //            reduce-scatter of the same S. Full recomputation repeats the forward's. On the
-//            compute stream after the layer's kernels, or beside them on a TP stream with
-//            tp_comm_overlap (the next layer waits for both). The vocabulary-parallel ends:
+//            compute stream after the layer's kernels, or with tp_comm_overlap as
+//            TransformerEngine pipelines them: (t − 1)/t of it beside the layer's kernels on a
+//            TP stream, from when the layer's inputs are ready, and the last of t chunks after
+//            both, on the compute stream (it drains the last GEMM chunk). The vocabulary-parallel ends:
 //            the embedding's all-reduce (with SP: reduce-scatter, all-gather backward), the
 //            output layer's all-gather of the SP shard and reduce-scatter of its gradient
 //            (without SP: the gradient's all-reduce), and the cross-entropy's three fp32
@@ -82,7 +84,8 @@
 //            bucket's first forward with param_gather_prefetch (the previous step's gather,
 //            Megatron's overlap_param_gather). ZeRO 3 all-gathers a layer's parameters before
 //            its forward and again before its backward, in every micro-batch, issued when the
-//            layer before it starts (param_gather_prefetch) or when it ends.
+//            layer before it starts (param_gather_prefetch) or when it ends, on a gather
+//            stream of its own (FSDP's), so that it never queues behind a gradient reduction.
 //   step     the optimizer waits for every stage (Megatron's global gradient-norm all-reduce
 //            for clipping, whose own time is left out), then runs as a memory-bound kernel
 //            over the rank's parameter shard: 28 bytes per parameter (read and write an fp32
