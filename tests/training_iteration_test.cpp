@@ -320,6 +320,42 @@ TEST(IterationMemory, SeventyBillionOnEightGpusWithoutShardingDoesNotFit) {
   EXPECT_LT(sharded.stages[0].memory.optimizer_states.value(), r.stages[0].memory.optimizer_states.value() / 1.9);
 }
 
+TEST(IterationMemory, EstimatedWithoutTimeAsTheSimulationHasIt) {
+  // estimate_memory builds the same stage plan and memory as simulate_iteration without the
+  // stream graph: every stage's figures must agree exactly, whatever the layout.
+  const ModelConfig model = load_bundled_model(test::source_path("workloads/models"), "llama3-8b");
+  const Topology topo = test::load_preset("dgx-h100", 2);
+  std::vector<ParallelLayout> layouts;
+  for (const ZeroStage z : {ZeroStage::kStage0, ZeroStage::kStage1, ZeroStage::kStage2, ZeroStage::kStage3}) {
+    ParallelLayout l = layout(2, 4, 2, 16);
+    l.zero_stage = z;
+    l.sequence_parallel = true;
+    layouts.push_back(l);
+  }
+  ParallelLayout interleaved = layout(1, 8, 2, 16);
+  interleaved.schedule = PipelineScheduleKind::kInterleavedOneFOneB;
+  interleaved.virtual_stages = 2;
+  layouts.push_back(interleaved);
+  ParallelLayout zero_bubble = layout(2, 4, 2, 16);
+  zero_bubble.schedule = PipelineScheduleKind::kZeroBubbleH1;
+  layouts.push_back(zero_bubble);
+  ParallelLayout context = layout(1, 4, 2, 8);
+  context.cp = 2;
+  layouts.push_back(context);
+  for (const ParallelLayout& l : layouts) {
+    const IterationResult r = simulate_iteration(model, l, topo);
+    const IterationMemory m = estimate_memory(model, l, topo.gpu_spec_of(topo.gpus()[0]));
+    ASSERT_EQ(m.stages.size(), r.stages.size());
+    for (size_t s = 0; s < m.stages.size(); ++s) {
+      EXPECT_EQ(m.stages[s].total(), r.stages[s].memory.total()) << "stage " << s;
+      EXPECT_EQ(m.stages[s].activations, r.stages[s].memory.activations) << "stage " << s;
+      EXPECT_EQ(m.in_flight_micro_batches[s], r.stages[s].in_flight_micro_batches) << "stage " << s;
+    }
+    EXPECT_EQ(m.peak_memory, r.peak_memory);
+    EXPECT_EQ(m.out_of_memory, r.out_of_memory);
+  }
+}
+
 TEST(IterationTime, RealisticLlama8bOnTwoDgxNodes) {
   // Llama-3-8B, 16 H100s: tp 8 (inside a node), dp 2 across nodes, SP, ZeRO 1, s = 8192,
   // 8 micro-batches per replica. Published Megatron runs of this size reach 40–55 % MFU; the

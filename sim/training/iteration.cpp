@@ -20,209 +20,18 @@
 #include "model/layer_operators.h"
 #include "training/memory_model.h"
 #include "model/parameter_count.h"
+#include "training/iteration_memory.h"
+#include "training/iteration_units.h"
 #include "training/pipeline_schedule.h"
 
 namespace parallax {
+
+using namespace iteration_detail;
+
 namespace {
 
-constexpr double kGradientBytes = 2.0;  // gradients reduced in bf16 (4 with grad_reduce_in_fp32)
-constexpr double kParameterBytes = 2.0; // bf16 working copy of the parameters
 
 size_t kind_index(WorkKind k) { return static_cast<size_t>(k); }
-
-// A stretch of one pass's compute; the attention core is its own segment under context
-// parallelism, where communication interleaves with it.
-enum class AttentionPass : uint8_t { kNone, kForward, kBackward };
-struct Segment {
-  Time compute;
-  AttentionPass attention = AttentionPass::kNone;
-};
-
-// A layer, the embedding or the output layer of one virtual stage, on one GPU.
-struct Unit {
-  Time forward;
-  Time backward;  // recomputation included
-  std::vector<Segment> forward_segments;   // add up to forward
-  std::vector<Segment> backward_segments;  // add up to backward
-  // Zero-bubble schedules split the backward: B (input gradients) and W (the GEMMs' weight
-  // gradients, each the volume of its forward, so timed as the forward GEMM).
-  std::vector<Segment> input_gradient_segments;  // add up to backward − weight_gradient
-  Time weight_gradient;
-  Flops weight_gradient_flops;
-  Flops forward_flops;
-  Flops backward_flops;
-  double parameters = 0;  // held by this GPU (TP and EP shards)
-  // Of them, the routed experts' when ep > 1: reduced and sharded over the expert-DP group.
-  // With ep = 1 that group is the DP group, so they stay with the rest (one bucket, as dense).
-  double expert_parameters = 0;
-  bool transformer_layer = false;
-  bool moe_layer = false;
-  bool embedding = false;     // the input side of the first virtual stage
-  bool output_layer = false;  // the output side of the last one (when timed)
-  bool output_side = false;   // the output side, timed or not
-  Bytes activations;          // kept from one micro-batch's forward for its backward
-};
-
-struct OperatorSums {
-  Time forward, backward, attention_forward, attention_backward;
-  Time forward_before_attention, backward_before_attention;  // the operators ahead of the core
-  Time weight_before_attention, weight_after_attention;      // the GEMMs' weight gradients
-  Flops forward_flops, backward_flops, attention_forward_flops, weight_flops;
-  Bytes saved, saved_scores;  // activations kept for the backward (layer_operators.h)
-};
-
-OperatorSums sum_operators(const ComputeModel& cm, const std::vector<ModelOperator>& ops) {
-  OperatorSums s;
-  bool before = true;
-  for (const ModelOperator& op : ops) {
-    const Time forward = cm.time(op.forward), backward = cm.time(op.backward);
-    s.forward += forward;
-    s.backward += backward;
-    s.forward_flops += op.forward.flops;
-    s.backward_flops += op.backward.flops;
-    s.saved += op.saved;
-    s.saved_scores += op.saved_scores;
-    if (op.forward.kind == OperatorKind::kGemm && !op.attention_core) {
-      (before ? s.weight_before_attention : s.weight_after_attention) += forward;
-      s.weight_flops += op.forward.flops;
-    }
-    if (op.attention_core) {
-      before = false;
-      s.attention_forward += forward;
-      s.attention_backward += backward;
-      s.attention_forward_flops += op.forward.flops;
-    } else if (before) {
-      s.forward_before_attention += forward;
-      s.backward_before_attention += backward;
-    }
-  }
-  return s;
-}
-
-// With `split_attention` (context parallelism) a transformer layer's passes are cut around
-// the attention core: forward = before, core, after; backward = after, core, before, in
-// reverse, with selective recomputation re-running the core's forward ahead of its backward
-// and full recomputation the whole forward ahead of the backward.
-Unit unit_from(const OperatorSums& s, Recomputation recompute, bool transformer_layer, bool timed,
-               bool split_attention) {
-  Unit u;
-  u.transformer_layer = transformer_layer;
-  // Full recomputation keeps only the layer's input (set by the caller, who knows its size).
-  u.activations = s.saved + (recompute == Recomputation::kSelective && transformer_layer ? Bytes() : s.saved_scores);
-  if (!timed) {
-    u.forward_segments = u.backward_segments = u.input_gradient_segments = {{Time::zero()}};
-    return u;
-  }
-  u.weight_gradient = s.weight_before_attention + s.weight_after_attention;
-  u.weight_gradient_flops = s.weight_flops;
-  u.forward = s.forward;
-  u.backward = s.backward;
-  u.forward_flops = s.forward_flops;
-  u.backward_flops = s.backward_flops;
-  if (transformer_layer && recompute == Recomputation::kFull) {
-    u.backward += s.forward;
-    u.backward_flops += s.forward_flops;
-  } else if (transformer_layer && recompute == Recomputation::kSelective) {
-    u.backward += s.attention_forward;
-    u.backward_flops += s.attention_forward_flops;
-  }
-  if (!(split_attention && transformer_layer)) {
-    u.forward_segments = {{u.forward}};
-    u.backward_segments = {{u.backward}};
-    u.input_gradient_segments = {{u.backward - u.weight_gradient}};
-    return u;
-  }
-  u.forward_segments = {{s.forward_before_attention},
-                        {s.attention_forward, AttentionPass::kForward},
-                        {s.forward - s.forward_before_attention - s.attention_forward}};
-  // Backward and its B part, side by side: B leaves out each side's weight gradients.
-  for (const bool whole : {true, false}) {
-    std::vector<Segment>& list = whole ? u.backward_segments : u.input_gradient_segments;
-    if (recompute == Recomputation::kFull) list = u.forward_segments;
-    list.push_back({s.backward - s.backward_before_attention - s.attention_backward -
-                    (whole ? Time::zero() : s.weight_after_attention)});
-    if (recompute == Recomputation::kSelective) list.push_back({s.attention_forward, AttentionPass::kForward});
-    list.push_back({s.attention_backward, AttentionPass::kBackward});
-    list.push_back({s.backward_before_attention - (whole ? Time::zero() : s.weight_before_attention)});
-  }
-  return u;
-}
-
-// The router's spread of a MoE layer's token-slots, in units of the uniform share: expert i
-// gets uᵢ = E·wᵢ/Σw (1 each when uniform) and processes qᵢ = min(uᵢ, c) under capacity factor c.
-struct Routing {
-  double pace = 1;           // max qᵢ: the busiest expert sets the grouped GEMMs' rows
-  double processed = 1;      // Σqᵢ/E: share of the slots computed (and sent)
-  double busiest_rank = 1;   // max over EP ranks of its experts' mean qᵢ: its all-to-all share
-};
-
-Routing route(const MoeConfig& moe, int ep, const IterationOptions& options) {
-  const int experts = moe.experts;
-  const ExpertLoad& load = options.expert_load;
-  if (!load.relative.empty() && static_cast<int>(load.relative.size()) != experts) {
-    throw std::invalid_argument("expert_load has " + std::to_string(load.relative.size()) + " loads for " +
-                                std::to_string(experts) + " experts");
-  }
-  if (!std::isfinite(load.zipf_exponent) || load.zipf_exponent < 0) {
-    throw std::invalid_argument("expert_load's Zipf exponent must be finite and >= 0");
-  }
-  const std::optional<double> capacity = options.moe_capacity_factor;
-  if (capacity && !(std::isfinite(*capacity) && *capacity > 0)) {
-    throw std::invalid_argument("moe_capacity_factor must be > 0");
-  }
-  std::vector<double> w(static_cast<size_t>(experts));
-  for (int i = 0; i < experts; ++i) {
-    const double wi = load.relative.empty() ? std::pow(i + 1.0, -load.zipf_exponent) : load.relative[static_cast<size_t>(i)];
-    if (!std::isfinite(wi) || wi < 0) throw std::invalid_argument("expert_load's loads must be finite and >= 0");
-    w[static_cast<size_t>(i)] = wi;
-  }
-  const double total = std::accumulate(w.begin(), w.end(), 0.0);
-  if (!(total > 0)) throw std::invalid_argument("expert_load's loads are all zero");
-  Routing r;
-  r.pace = r.busiest_rank = 0;
-  double processed = 0, rank_sum = 0;
-  const int local = experts / ep;
-  for (int i = 0; i < experts; ++i) {
-    const double u = static_cast<double>(experts) * w[static_cast<size_t>(i)] / total;
-    const double q = capacity ? std::min(u, *capacity) : u;
-    r.pace = std::max(r.pace, q);
-    processed += q;
-    rank_sum += q;
-    if ((i + 1) % local == 0) {
-      r.busiest_rank = std::max(r.busiest_rank, rank_sum / local);
-      rank_sum = 0;
-    }
-  }
-  r.processed = processed / experts;
-  return r;
-}
-
-// The routed experts' operators ("expert_…" of layer_operators) with `factor` times their
-// average rows: the GEMMs re-shaped (backward as layer_operators builds it: data and weight
-// gradients, each the forward's volume), the activation's bytes and FLOPs scaled, and so
-// the activations they keep.
-std::vector<ModelOperator> scale_experts(std::vector<ModelOperator> ops, double factor, DType dtype) {
-  for (ModelOperator& op : ops) {
-    if (op.name.rfind("expert_", 0) != 0) continue;
-    op.saved = op.saved * factor;
-    if (op.forward.kind == OperatorKind::kGemm) {
-      GemmShape shape = op.forward.shape;
-      shape.m *= factor;
-      const int backward_kernels = op.backward.kernels;
-      op.forward = gemm_cost(shape, dtype);
-      op.backward = op.forward;
-      op.backward.flops = op.forward.flops * 2.0;
-      op.backward.bytes_read_written = op.forward.bytes_read_written * 2.0;
-      op.backward.kernels = backward_kernels;
-    } else {
-      for (OperatorCost* c : {&op.forward, &op.backward}) {
-        c->flops = c->flops * factor;
-        c->bytes_read_written = c->bytes_read_written * factor;
-      }
-    }
-  }
-  return ops;
-}
 
 // Bytes one GPU sends in a bandwidth-optimal collective of nccl-tests size S over n ranks.
 Bytes bytes_sent(CollectiveOp op, int n, Bytes size) {
@@ -348,90 +157,25 @@ IterationResult simulate_iteration(const ModelConfig& model, const ParallelLayou
   }
   const ComputeModel cm(gpu, options.compute, options.gemm_efficiency);
   const int p = layout.pp, v = layout.virtual_stages, t = layout.tp;
-  const int m = static_cast<int>(layout.micro_batches());
   const int world = layout.world_size();
-  const MicroBatch batch{layout.micro_batch, layout.sequence_length, true, layout.dtype, layout.attention};
-  const ShardingFactors sharding{t, layout.cp, layout.ep, layout.sequence_parallel};
   const RankMapping ranks(layout);
-  const ParameterCounts counts = count_parameters(model);
-  const bool timed_ends = !options.transformer_layers_only;
   const bool expert_parallel = layout.ep > 1;
   const int cp = layout.cp;
   const bool ring_attention = cp > 1 && layout.cp_comm == ContextParallelComm::kRing;
-  const Routing routing = model.moe ? route(*model.moe, layout.ep, options) : Routing{};
 
-  // ---- units of each virtual stage -----------------------------------------------------------
-  const std::vector<int> vs_layers = virtual_stage_layers(layout, model);
-  std::vector<std::vector<Unit>> units(static_cast<size_t>(p * v));
-  std::map<bool, OperatorSums> layer_sums;  // layers differ in cost only by dense vs MoE
-  auto sums_of = [&](int l, bool moe) {
-    const std::vector<ModelOperator> ops = layer_operators(model, l, batch, sharding);
-    if (!moe) return sum_operators(cm, ops);
-    // Time at the busiest expert's pace, FLOPs of the slots actually processed.
-    OperatorSums s = sum_operators(cm, scale_experts(ops, routing.pace, layout.dtype));
-    const OperatorSums work = sum_operators(cm, scale_experts(ops, routing.processed, layout.dtype));
-    s.forward_flops = work.forward_flops;
-    s.backward_flops = work.backward_flops;
-    s.attention_forward_flops = work.attention_forward_flops;
-    return s;
-  };
-  int moe_layers = 0;
-  int first_layer = 0;
-  const double layer_input_tokens = static_cast<double>(layout.micro_batch) * static_cast<double>(layout.sequence_length / layout.cp);
-  for (int vs = 0; vs < p * v; ++vs) {
-    auto& list = units[static_cast<size_t>(vs)];
-    if (vs == 0) {
-      Unit u = unit_from(sum_operators(cm, embedding_operators(model, batch, sharding)), layout.recompute, false, timed_ends, false);
-      u.parameters = static_cast<double>(counts.embedding) / t;
-      u.embedding = timed_ends;
-      list.push_back(u);
-    }
-    for (int l = first_layer; l < first_layer + vs_layers[static_cast<size_t>(vs)]; ++l) {
-      const bool moe = model.is_moe_layer(l);
-      if (!layer_sums.count(moe)) layer_sums[moe] = sums_of(l, moe);
-      Unit u = unit_from(layer_sums[moe], layout.recompute, true, true, cp > 1);
-      // Full recomputation keeps the layer's 16-bit input, 2sbh (Korthikanti et al.; s per CP rank).
-      if (layout.recompute == Recomputation::kFull) u.activations = Bytes(2.0 * layer_input_tokens * static_cast<double>(model.hidden));
-      u.moe_layer = moe;
-      moe_layers += moe ? 1 : 0;
-      const LayerParameterCounts lp = layer_parameters(model, l);
-      const double experts = static_cast<double>(lp.routed_experts) / (t * layout.ep);
-      u.parameters = static_cast<double>(lp.attention + lp.mlp) / t + experts + static_cast<double>(lp.router + lp.vectors);
-      u.expert_parameters = expert_parallel ? experts : 0.0;
-      list.push_back(u);
-    }
-    first_layer += vs_layers[static_cast<size_t>(vs)];
-    if (vs == p * v - 1) {
-      Unit u = unit_from(sum_operators(cm, output_operators(model, batch, sharding)), layout.recompute, false, timed_ends, false);
-      // A tied head is the embedding matrix; a separate last stage keeps its own copy of it.
-      const double head = model.tied_embeddings ? (p * v > 1 ? static_cast<double>(counts.embedding) : 0.0)
-                                                : static_cast<double>(counts.output_head);
-      u.parameters = head / t + static_cast<double>(counts.final_norm);
-      u.output_layer = timed_ends;
-      u.output_side = true;
-      list.push_back(u);
-    }
-  }
-
-  // ZB-H1's order follows each stage's pass times (its compute; communication left out).
-  std::vector<StagePassTimes> pass_times(static_cast<size_t>(p));
-  for (int vs = 0; vs < p * v; ++vs) {
-    StagePassTimes& times = pass_times[static_cast<size_t>(vs % p)];
-    for (const Unit& u : units[static_cast<size_t>(vs)]) {
-      times.forward += u.forward;
-      times.input_backward += u.backward - u.weight_gradient;
-      times.weight += u.weight_gradient;
-    }
-  }
-  const PipelineSchedule schedule = make_pipeline_schedule(layout.schedule, p, m, v, pass_times);
+  // ---- units of each virtual stage and the schedule -----------------------------------------
+  const StagePlan plan = plan_stages(model, layout, cm, options);
+  const std::vector<std::vector<Unit>>& units = plan.units;
+  const std::vector<int>& vs_layers = plan.virtual_stage_layers;
+  const int moe_layers = plan.moe_layers;
+  const Routing& routing = plan.routing;
+  const PipelineSchedule& schedule = plan.schedule;
 
   // ---- communication sizes and times ------------------------------------------------------
   CollectiveTimer timer(topo, options);
-  const double element = bytes_per_element(activation_dtype(layout.dtype));
-  const Bytes activation_message(static_cast<double>(layout.micro_batch) *
-                                 static_cast<double>(layout.sequence_length / layout.cp) *
-                                 static_cast<double>(model.hidden) * element);  // S = b·(s/cp)·h
-  const Bytes pp_message = layout.sequence_parallel ? activation_message / t : activation_message;
+  const MessageSizes sizes = message_sizes(model, layout);
+  const Bytes activation_message = sizes.activation;
+  const Bytes pp_message = sizes.pp;
   const RankCoords replica = options.replica;
   if (replica.tp < 0 || replica.tp >= t || replica.cp < 0 || replica.cp >= cp || replica.dp < 0 ||
       replica.dp >= layout.dp) {
@@ -512,19 +256,9 @@ IterationResult simulate_iteration(const ModelConfig& model, const ParallelLayou
   std::vector<CommTask> pp_send_forward(static_cast<size_t>(p)), pp_send_backward(static_cast<size_t>(p));
   std::vector<CommTask> ep_forward(static_cast<size_t>(p)), ep_backward(static_cast<size_t>(p));
   std::vector<std::vector<int>> dp_group(static_cast<size_t>(p)), expert_dp_group(static_cast<size_t>(p));
-  // Context parallelism, per micro-batch and CP rank of T_cp = b·s/cp tokens: ring attention
-  // passes K/V blocks of T_cp·kv·(d_qk + d_v) elements (kv the KV heads of a TP rank); Ulysses
-  // sends Q, K and V (T_cp·(H/t·d_qk + kv·(d_qk + d_v))) to their head owners and the output
-  // (T_cp·H/t·d_v) back.
-  const double cp_tokens = static_cast<double>(layout.micro_batch) * static_cast<double>(layout.sequence_length / cp);
-  const double local_heads = static_cast<double>(model.heads / t);
-  const double local_kv_heads = std::max(1.0, static_cast<double>(model.attention_kv_heads() / t));
-  const double d_qk = static_cast<double>(model.qk_head_dim()), d_v = static_cast<double>(model.v_head_dim());
-  const Bytes kv_block(cp_tokens * local_kv_heads * (d_qk + d_v) * element);
-  // Ulysses replicates KV heads fewer than cp so that each CP rank receives one.
-  const Bytes ulysses_qkv(cp_tokens * (local_heads * d_qk + std::max(local_kv_heads, static_cast<double>(cp)) * (d_qk + d_v)) *
-                          element);
-  const Bytes ulysses_output(cp_tokens * local_heads * d_v * element);
+  const Bytes kv_block = sizes.kv_block;
+  const Bytes ulysses_qkv = sizes.ulysses_qkv;
+  const Bytes ulysses_output = sizes.ulysses_output;
   std::vector<CommTask> cp_ring_step(static_cast<size_t>(p));
   std::vector<CommTask> cp_scatter_heads(static_cast<size_t>(p)), cp_gather_heads(static_cast<size_t>(p));
   std::vector<double> dp_slowdown(static_cast<size_t>(p), 1.0), expert_dp_slowdown(static_cast<size_t>(p), 1.0);
@@ -650,7 +384,7 @@ IterationResult simulate_iteration(const ModelConfig& model, const ParallelLayou
   const int dp = layout.dp;
   const int data_parallel = dp * cp;  // ranks sharing the model states
   const ZeroStage zero = layout.zero_stage;
-  const double gradient_bytes = layout.grad_reduce_in_fp32 ? 4.0 : kGradientBytes;
+  const double gradient_bytes = iteration_detail::gradient_bytes(layout);
   // A bucket's collective over the DP group, plus one over the expert-DP group for its experts.
   auto per_bucket = [&](int s, const Unit& u, CollectiveOp op, double bytes_per_parameter) {
     CommTask c = collective(op, Bytes((u.parameters - u.expert_parameters) * bytes_per_parameter),
@@ -994,60 +728,13 @@ IterationResult simulate_iteration(const ModelConfig& model, const ParallelLayou
       result.pipeline_end > Time::zero() ? bubble_total.seconds() / (p * result.pipeline_end.seconds()) : 0.0;
 
   // ---- memory --------------------------------------------------------------------------------
-  // Activations: what each operator keeps for its backward (layer_operators.h; for a GPT layer
-  // Korthikanti et al.'s sbh·(34 + 5as/h) form), per micro-batch in flight. A stage's layers
-  // are counted at their mean (dense and MoE layers differ); the output side's (the fp32
-  // softmax of the cross-entropy, above all) at the peak number of micro-batches in flight in
-  // the last virtual stage until their B, 1 in 1F1B and the zero-bubble schedules, m in GPipe.
+  const std::vector<StageMemory> memory = stage_memory(model, layout, plan);
   for (int s = 0; s < p; ++s) {
     StageResult& stage = stages[static_cast<size_t>(s)];
-    const double psi_experts = stage_expert_parameters[static_cast<size_t>(s)];
-    const double psi = stage.parameters - psi_experts;
-    MemoryBreakdown& mem = stage.memory;
-    const double n = data_parallel, ne = expert_dp;
-    mem.parameters = Bytes(kParameterBytes * (psi / (zero3 ? n : 1.0) + psi_experts / (zero3 ? ne : 1.0)));
-    const bool sharded_gradients = zero == ZeroStage::kStage2 || zero3;
-    mem.gradients = Bytes(gradient_bytes * (psi / (sharded_gradients ? n : 1.0) + psi_experts / (sharded_gradients ? ne : 1.0)));
-    const bool zero0 = zero == ZeroStage::kStage0;
-    mem.optimizer_states =
-        Bytes(kAdamOptimizerBytesPerParameter * (psi / (zero0 ? 1.0 : n) + psi_experts / (zero0 ? 1.0 : ne)));
-    // The same total as the ZeRO paper's formula (2-byte gradients), split by what it holds.
-    const Bytes states = zero_model_state_bytes(psi, zero, data_parallel) + zero_model_state_bytes(psi_experts, zero, expert_dp) +
-                         mem.gradients * ((gradient_bytes - kGradientBytes) / gradient_bytes);
-    PARALLAX_INVARIANT(std::abs((mem.parameters + mem.gradients + mem.optimizer_states - states).value()) <=
-                           1e-6 * states.value() + 1.0,
-                       "training/iteration", Time::zero(), "model-state split disagrees with the ZeRO formula");
-    std::vector<double> chunk_layers;
-    for (int c = 0; c < v; ++c) chunk_layers.push_back(vs_layers[static_cast<size_t>(c * p + s)]);
-    const double held_layers = peak_in_flight(schedule, s, chunk_layers);
-    stage.in_flight_micro_batches = stage.layers > 0 ? held_layers / stage.layers : 0.0;
-    Bytes layer_activations, output_activations;
-    for (int c = 0; c < v; ++c) {
-      for (const Unit& u : units[static_cast<size_t>(c * p + s)]) {
-        if (u.transformer_layer) layer_activations += u.activations;
-        if (u.output_side) output_activations += u.activations;
-      }
-    }
-    mem.activations = stage.layers > 0 ? layer_activations * (held_layers / stage.layers) : Bytes();
-    if (output_activations > Bytes()) {
-      std::vector<double> last_chunk(static_cast<size_t>(v), 0.0);
-      last_chunk.back() = 1.0;
-      // Its bulk, the softmax, is read by the logits' input gradient (B), not by W.
-      mem.activations += output_activations * peak_in_flight(schedule, s, last_chunk, true);
-    }
-    double largest_unit = 0;
-    for (int c = 0; c < v; ++c) {
-      for (const Unit& u : units[static_cast<size_t>(c * p + s)]) largest_unit = std::max(largest_unit, u.parameters);
-    }
-    Bytes buffers;
-    if (p > 1) buffers += pp_message * 2.0;  // one send and one receive in flight
-    if (dp_comm) buffers += Bytes(largest_unit * gradient_bytes);
-    if (zero3 && dp_comm) buffers += Bytes(largest_unit * kParameterBytes * (layout.param_gather_prefetch ? 2.0 : 1.0));
-    // The K/V block being sent and the one arriving; Ulysses' head-sharded Q, K, V.
-    if (ring_attention) buffers += kv_block * 2.0;
-    if (cp > 1 && !ring_attention) buffers += ulysses_qkv;
-    mem.communication_buffers = buffers;
-    result.peak_memory = std::max(result.peak_memory, mem.total());
+    const StageMemory& m = memory[static_cast<size_t>(s)];
+    stage.memory = m.memory;
+    stage.in_flight_micro_batches = m.in_flight_micro_batches;
+    result.peak_memory = std::max(result.peak_memory, m.memory.total());
   }
   result.gpu_memory = gpu.memory;
   result.out_of_memory = result.peak_memory > gpu.memory;

@@ -265,6 +265,20 @@ struct IterationResult {
   double moe_dropped_token_slots = 0;
 };
 
+/// Memory per GPU of each pipeline stage's rank, without simulating time: the same figures as
+/// simulate_iteration's (ZeRO-sharded model states, activations at the schedule's peak in
+/// flight, communication buffers), for a layout search to prune with. Throws what
+/// simulate_iteration throws for a bad layout.
+struct IterationMemory {
+  std::vector<MemoryBreakdown> stages;
+  std::vector<double> in_flight_micro_batches;  ///< per stage
+  Bytes peak_memory;
+  Bytes gpu_memory;
+  bool out_of_memory = false;
+};
+IterationMemory estimate_memory(const ModelConfig& model, const ParallelLayout& layout, const GpuSpec& gpu,
+                                const IterationOptions& options = {});
+
 /// Simulates one iteration. `topology` must have exactly dp·tp·pp·cp GPUs; global rank r is its
 /// r-th GPU. Throws InputError (validate's, with pointer "/parallel/...") on a bad layout;
 /// std::invalid_argument when the GPU lacks a peak for

@@ -1,0 +1,110 @@
+// Memory per GPU of a training iteration's ranks (iteration_memory.h).
+#include "training/iteration_memory.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "engine/invariant.h"
+#include "training/memory_model.h"
+
+namespace parallax::iteration_detail {
+
+std::vector<StageMemory> stage_memory(const ModelConfig& model, const ParallelLayout& layout, const StagePlan& plan) {
+  const int p = layout.pp, v = layout.virtual_stages, cp = layout.cp;
+  const int data_parallel = layout.dp * cp;  // ranks sharing the model states
+  const int expert_dp = layout.expert_data_parallel();
+  const ZeroStage zero = layout.zero_stage;
+  const bool zero3 = zero == ZeroStage::kStage3;
+  const bool dp_comm = data_parallel > 1;
+  const bool ring_attention = cp > 1 && layout.cp_comm == ContextParallelComm::kRing;
+  const double gradient_bytes = iteration_detail::gradient_bytes(layout);
+  const MessageSizes sizes = message_sizes(model, layout);
+  const std::vector<std::vector<Unit>>& units = plan.units;
+  const std::vector<int>& vs_layers = plan.virtual_stage_layers;
+  const PipelineSchedule& schedule = plan.schedule;
+  std::vector<StageMemory> out(static_cast<size_t>(p));
+  // Activations: what each operator keeps for its backward (layer_operators.h; for a GPT layer
+  // Korthikanti et al.'s sbh·(34 + 5as/h) form), per micro-batch in flight. A stage's layers
+  // are counted at their mean (dense and MoE layers differ); the output side's (the fp32
+  // softmax of the cross-entropy, above all) at the peak number of micro-batches in flight in
+  // the last virtual stage until their B, 1 in 1F1B and the zero-bubble schedules, m in GPipe.
+  for (int s = 0; s < p; ++s) {
+    StageMemory& stage = out[static_cast<size_t>(s)];
+    for (int c = 0; c < v; ++c) {
+      stage.layers += vs_layers[static_cast<size_t>(c * p + s)];
+      for (const Unit& u : units[static_cast<size_t>(c * p + s)]) {
+        stage.parameters += u.parameters;
+        stage.expert_parameters += u.expert_parameters;
+      }
+    }
+    const double psi_experts = stage.expert_parameters;
+    const double psi = stage.parameters - psi_experts;
+    MemoryBreakdown& mem = stage.memory;
+    const double n = data_parallel, ne = expert_dp;
+    mem.parameters = Bytes(kParameterBytes * (psi / (zero3 ? n : 1.0) + psi_experts / (zero3 ? ne : 1.0)));
+    const bool sharded_gradients = zero == ZeroStage::kStage2 || zero3;
+    mem.gradients = Bytes(gradient_bytes * (psi / (sharded_gradients ? n : 1.0) + psi_experts / (sharded_gradients ? ne : 1.0)));
+    const bool zero0 = zero == ZeroStage::kStage0;
+    mem.optimizer_states =
+        Bytes(kAdamOptimizerBytesPerParameter * (psi / (zero0 ? 1.0 : n) + psi_experts / (zero0 ? 1.0 : ne)));
+    // The same total as the ZeRO paper's formula (2-byte gradients), split by what it holds.
+    const Bytes states = zero_model_state_bytes(psi, zero, data_parallel) + zero_model_state_bytes(psi_experts, zero, expert_dp) +
+                         mem.gradients * ((gradient_bytes - kGradientBytes) / gradient_bytes);
+    PARALLAX_INVARIANT(std::abs((mem.parameters + mem.gradients + mem.optimizer_states - states).value()) <=
+                           1e-6 * states.value() + 1.0,
+                       "training/iteration", Time::zero(), "model-state split disagrees with the ZeRO formula");
+    std::vector<double> chunk_layers;
+    for (int c = 0; c < v; ++c) chunk_layers.push_back(vs_layers[static_cast<size_t>(c * p + s)]);
+    const double held_layers = peak_in_flight(schedule, s, chunk_layers);
+    stage.in_flight_micro_batches = stage.layers > 0 ? held_layers / stage.layers : 0.0;
+    Bytes layer_activations, output_activations;
+    for (int c = 0; c < v; ++c) {
+      for (const Unit& u : units[static_cast<size_t>(c * p + s)]) {
+        if (u.transformer_layer) layer_activations += u.activations;
+        if (u.output_side) output_activations += u.activations;
+      }
+    }
+    mem.activations = stage.layers > 0 ? layer_activations * (held_layers / stage.layers) : Bytes();
+    if (output_activations > Bytes()) {
+      std::vector<double> last_chunk(static_cast<size_t>(v), 0.0);
+      last_chunk.back() = 1.0;
+      // Its bulk, the softmax, is read by the logits' input gradient (B), not by W.
+      mem.activations += output_activations * peak_in_flight(schedule, s, last_chunk, true);
+    }
+    double largest_unit = 0;
+    for (int c = 0; c < v; ++c) {
+      for (const Unit& u : units[static_cast<size_t>(c * p + s)]) largest_unit = std::max(largest_unit, u.parameters);
+    }
+    Bytes buffers;
+    if (p > 1) buffers += sizes.pp * 2.0;  // one send and one receive in flight
+    if (dp_comm) buffers += Bytes(largest_unit * gradient_bytes);
+    if (zero3 && dp_comm) buffers += Bytes(largest_unit * kParameterBytes * (layout.param_gather_prefetch ? 2.0 : 1.0));
+    // The K/V block being sent and the one arriving; Ulysses' head-sharded Q, K, V.
+    if (ring_attention) buffers += sizes.kv_block * 2.0;
+    if (cp > 1 && !ring_attention) buffers += sizes.ulysses_qkv;
+    mem.communication_buffers = buffers;
+  }
+  return out;
+}
+
+}  // namespace parallax::iteration_detail
+
+namespace parallax {
+
+IterationMemory estimate_memory(const ModelConfig& model, const ParallelLayout& layout, const GpuSpec& gpu,
+                                const IterationOptions& options) {
+  validate(layout, model, layout.world_size());
+  const ComputeModel cm(gpu, options.compute, options.gemm_efficiency);  // pass times set zero-bubble orders
+  const iteration_detail::StagePlan plan = iteration_detail::plan_stages(model, layout, cm, options);
+  IterationMemory out;
+  for (const iteration_detail::StageMemory& m : iteration_detail::stage_memory(model, layout, plan)) {
+    out.stages.push_back(m.memory);
+    out.in_flight_micro_batches.push_back(m.in_flight_micro_batches);
+    out.peak_memory = std::max(out.peak_memory, m.memory.total());
+  }
+  out.gpu_memory = gpu.memory;
+  out.out_of_memory = out.peak_memory > gpu.memory;
+  return out;
+}
+
+}  // namespace parallax

@@ -1,0 +1,250 @@
+// The units of a training iteration and their schedule (iteration_units.h).
+#include "training/iteration_units.h"
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <numeric>
+#include <stdexcept>
+
+#include "model/parameter_count.h"
+
+namespace parallax::iteration_detail {
+
+OperatorSums sum_operators(const ComputeModel& cm, const std::vector<ModelOperator>& ops) {
+  OperatorSums s;
+  bool before = true;
+  for (const ModelOperator& op : ops) {
+    const Time forward = cm.time(op.forward), backward = cm.time(op.backward);
+    s.forward += forward;
+    s.backward += backward;
+    s.forward_flops += op.forward.flops;
+    s.backward_flops += op.backward.flops;
+    s.saved += op.saved;
+    s.saved_scores += op.saved_scores;
+    if (op.forward.kind == OperatorKind::kGemm && !op.attention_core) {
+      (before ? s.weight_before_attention : s.weight_after_attention) += forward;
+      s.weight_flops += op.forward.flops;
+    }
+    if (op.attention_core) {
+      before = false;
+      s.attention_forward += forward;
+      s.attention_backward += backward;
+      s.attention_forward_flops += op.forward.flops;
+    } else if (before) {
+      s.forward_before_attention += forward;
+      s.backward_before_attention += backward;
+    }
+  }
+  return s;
+}
+
+Unit unit_from(const OperatorSums& s, Recomputation recompute, bool transformer_layer, bool timed,
+               bool split_attention) {
+  Unit u;
+  u.transformer_layer = transformer_layer;
+  // Full recomputation keeps only the layer's input (set by the caller, who knows its size).
+  u.activations = s.saved + (recompute == Recomputation::kSelective && transformer_layer ? Bytes() : s.saved_scores);
+  if (!timed) {
+    u.forward_segments = u.backward_segments = u.input_gradient_segments = {{Time::zero()}};
+    return u;
+  }
+  u.weight_gradient = s.weight_before_attention + s.weight_after_attention;
+  u.weight_gradient_flops = s.weight_flops;
+  u.forward = s.forward;
+  u.backward = s.backward;
+  u.forward_flops = s.forward_flops;
+  u.backward_flops = s.backward_flops;
+  if (transformer_layer && recompute == Recomputation::kFull) {
+    u.backward += s.forward;
+    u.backward_flops += s.forward_flops;
+  } else if (transformer_layer && recompute == Recomputation::kSelective) {
+    u.backward += s.attention_forward;
+    u.backward_flops += s.attention_forward_flops;
+  }
+  if (!(split_attention && transformer_layer)) {
+    u.forward_segments = {{u.forward}};
+    u.backward_segments = {{u.backward}};
+    u.input_gradient_segments = {{u.backward - u.weight_gradient}};
+    return u;
+  }
+  u.forward_segments = {{s.forward_before_attention},
+                        {s.attention_forward, AttentionPass::kForward},
+                        {s.forward - s.forward_before_attention - s.attention_forward}};
+  // Backward and its B part, side by side: B leaves out each side's weight gradients.
+  for (const bool whole : {true, false}) {
+    std::vector<Segment>& list = whole ? u.backward_segments : u.input_gradient_segments;
+    if (recompute == Recomputation::kFull) list = u.forward_segments;
+    list.push_back({s.backward - s.backward_before_attention - s.attention_backward -
+                    (whole ? Time::zero() : s.weight_after_attention)});
+    if (recompute == Recomputation::kSelective) list.push_back({s.attention_forward, AttentionPass::kForward});
+    list.push_back({s.attention_backward, AttentionPass::kBackward});
+    list.push_back({s.backward_before_attention - (whole ? Time::zero() : s.weight_before_attention)});
+  }
+  return u;
+}
+
+Routing route(const MoeConfig& moe, int ep, const IterationOptions& options) {
+  const int experts = moe.experts;
+  const ExpertLoad& load = options.expert_load;
+  if (!load.relative.empty() && static_cast<int>(load.relative.size()) != experts) {
+    throw std::invalid_argument("expert_load has " + std::to_string(load.relative.size()) + " loads for " +
+                                std::to_string(experts) + " experts");
+  }
+  if (!std::isfinite(load.zipf_exponent) || load.zipf_exponent < 0) {
+    throw std::invalid_argument("expert_load's Zipf exponent must be finite and >= 0");
+  }
+  const std::optional<double> capacity = options.moe_capacity_factor;
+  if (capacity && !(std::isfinite(*capacity) && *capacity > 0)) {
+    throw std::invalid_argument("moe_capacity_factor must be > 0");
+  }
+  std::vector<double> w(static_cast<size_t>(experts));
+  for (int i = 0; i < experts; ++i) {
+    const double wi = load.relative.empty() ? std::pow(i + 1.0, -load.zipf_exponent) : load.relative[static_cast<size_t>(i)];
+    if (!std::isfinite(wi) || wi < 0) throw std::invalid_argument("expert_load's loads must be finite and >= 0");
+    w[static_cast<size_t>(i)] = wi;
+  }
+  const double total = std::accumulate(w.begin(), w.end(), 0.0);
+  if (!(total > 0)) throw std::invalid_argument("expert_load's loads are all zero");
+  Routing r;
+  r.pace = r.busiest_rank = 0;
+  double processed = 0, rank_sum = 0;
+  const int local = experts / ep;
+  for (int i = 0; i < experts; ++i) {
+    const double u = static_cast<double>(experts) * w[static_cast<size_t>(i)] / total;
+    const double q = capacity ? std::min(u, *capacity) : u;
+    r.pace = std::max(r.pace, q);
+    processed += q;
+    rank_sum += q;
+    if ((i + 1) % local == 0) {
+      r.busiest_rank = std::max(r.busiest_rank, rank_sum / local);
+      rank_sum = 0;
+    }
+  }
+  r.processed = processed / experts;
+  return r;
+}
+
+std::vector<ModelOperator> scale_experts(std::vector<ModelOperator> ops, double factor, DType dtype) {
+  for (ModelOperator& op : ops) {
+    if (op.name.rfind("expert_", 0) != 0) continue;
+    op.saved = op.saved * factor;
+    if (op.forward.kind == OperatorKind::kGemm) {
+      GemmShape shape = op.forward.shape;
+      shape.m *= factor;
+      const int backward_kernels = op.backward.kernels;
+      op.forward = gemm_cost(shape, dtype);
+      op.backward = op.forward;
+      op.backward.flops = op.forward.flops * 2.0;
+      op.backward.bytes_read_written = op.forward.bytes_read_written * 2.0;
+      op.backward.kernels = backward_kernels;
+    } else {
+      for (OperatorCost* c : {&op.forward, &op.backward}) {
+        c->flops = c->flops * factor;
+        c->bytes_read_written = c->bytes_read_written * factor;
+      }
+    }
+  }
+  return ops;
+}
+
+MessageSizes message_sizes(const ModelConfig& model, const ParallelLayout& layout) {
+  const int t = layout.tp, cp = layout.cp;
+  const double element = bytes_per_element(activation_dtype(layout.dtype));
+  MessageSizes m;
+  m.activation = Bytes(static_cast<double>(layout.micro_batch) * static_cast<double>(layout.sequence_length / cp) *
+                       static_cast<double>(model.hidden) * element);
+  m.pp = layout.sequence_parallel ? m.activation / t : m.activation;
+  const double cp_tokens = static_cast<double>(layout.micro_batch) * static_cast<double>(layout.sequence_length / cp);
+  const double local_heads = static_cast<double>(model.heads / t);
+  const double local_kv_heads = std::max(1.0, static_cast<double>(model.attention_kv_heads() / t));
+  const double d_qk = static_cast<double>(model.qk_head_dim()), d_v = static_cast<double>(model.v_head_dim());
+  m.kv_block = Bytes(cp_tokens * local_kv_heads * (d_qk + d_v) * element);
+  m.ulysses_qkv = Bytes(cp_tokens * (local_heads * d_qk + std::max(local_kv_heads, static_cast<double>(cp)) * (d_qk + d_v)) *
+                        element);
+  m.ulysses_output = Bytes(cp_tokens * local_heads * d_v * element);
+  return m;
+}
+
+StagePlan plan_stages(const ModelConfig& model, const ParallelLayout& layout, const ComputeModel& cm,
+                      const IterationOptions& options) {
+  const int p = layout.pp, v = layout.virtual_stages, t = layout.tp, cp = layout.cp;
+  const int m = static_cast<int>(layout.micro_batches());
+  const MicroBatch batch{layout.micro_batch, layout.sequence_length, true, layout.dtype, layout.attention};
+  const ShardingFactors sharding{t, layout.cp, layout.ep, layout.sequence_parallel};
+  const ParameterCounts counts = count_parameters(model);
+  const bool timed_ends = !options.transformer_layers_only;
+  const bool expert_parallel = layout.ep > 1;
+  StagePlan plan;
+  plan.routing = model.moe ? route(*model.moe, layout.ep, options) : Routing{};
+  const Routing& routing = plan.routing;
+  plan.virtual_stage_layers = virtual_stage_layers(layout, model);
+  const std::vector<int>& vs_layers = plan.virtual_stage_layers;
+  std::vector<std::vector<Unit>>& units = plan.units;
+  units.resize(static_cast<size_t>(p * v));
+  std::map<bool, OperatorSums> layer_sums;  // layers differ in cost only by dense vs MoE
+  auto sums_of = [&](int l, bool moe) {
+    const std::vector<ModelOperator> ops = layer_operators(model, l, batch, sharding);
+    if (!moe) return sum_operators(cm, ops);
+    // Time at the busiest expert's pace, FLOPs of the slots actually processed.
+    OperatorSums s = sum_operators(cm, scale_experts(ops, routing.pace, layout.dtype));
+    const OperatorSums work = sum_operators(cm, scale_experts(ops, routing.processed, layout.dtype));
+    s.forward_flops = work.forward_flops;
+    s.backward_flops = work.backward_flops;
+    s.attention_forward_flops = work.attention_forward_flops;
+    return s;
+  };
+  int& moe_layers = plan.moe_layers;
+  int first_layer = 0;
+  const double layer_input_tokens = static_cast<double>(layout.micro_batch) * static_cast<double>(layout.sequence_length / layout.cp);
+  for (int vs = 0; vs < p * v; ++vs) {
+    auto& list = units[static_cast<size_t>(vs)];
+    if (vs == 0) {
+      Unit u = unit_from(sum_operators(cm, embedding_operators(model, batch, sharding)), layout.recompute, false, timed_ends, false);
+      u.parameters = static_cast<double>(counts.embedding) / t;
+      u.embedding = timed_ends;
+      list.push_back(u);
+    }
+    for (int l = first_layer; l < first_layer + vs_layers[static_cast<size_t>(vs)]; ++l) {
+      const bool moe = model.is_moe_layer(l);
+      if (!layer_sums.count(moe)) layer_sums[moe] = sums_of(l, moe);
+      Unit u = unit_from(layer_sums[moe], layout.recompute, true, true, cp > 1);
+      // Full recomputation keeps the layer's 16-bit input, 2sbh (Korthikanti et al.; s per CP rank).
+      if (layout.recompute == Recomputation::kFull) u.activations = Bytes(2.0 * layer_input_tokens * static_cast<double>(model.hidden));
+      u.moe_layer = moe;
+      moe_layers += moe ? 1 : 0;
+      const LayerParameterCounts lp = layer_parameters(model, l);
+      const double experts = static_cast<double>(lp.routed_experts) / (t * layout.ep);
+      u.parameters = static_cast<double>(lp.attention + lp.mlp) / t + experts + static_cast<double>(lp.router + lp.vectors);
+      u.expert_parameters = expert_parallel ? experts : 0.0;
+      list.push_back(u);
+    }
+    first_layer += vs_layers[static_cast<size_t>(vs)];
+    if (vs == p * v - 1) {
+      Unit u = unit_from(sum_operators(cm, output_operators(model, batch, sharding)), layout.recompute, false, timed_ends, false);
+      // A tied head is the embedding matrix; a separate last stage keeps its own copy of it.
+      const double head = model.tied_embeddings ? (p * v > 1 ? static_cast<double>(counts.embedding) : 0.0)
+                                                : static_cast<double>(counts.output_head);
+      u.parameters = head / t + static_cast<double>(counts.final_norm);
+      u.output_layer = timed_ends;
+      u.output_side = true;
+      list.push_back(u);
+    }
+  }
+
+  // ZB-H1's order follows each stage's pass times (its compute; communication left out).
+  std::vector<StagePassTimes> pass_times(static_cast<size_t>(p));
+  for (int vs = 0; vs < p * v; ++vs) {
+    StagePassTimes& times = pass_times[static_cast<size_t>(vs % p)];
+    for (const Unit& u : units[static_cast<size_t>(vs)]) {
+      times.forward += u.forward;
+      times.input_backward += u.backward - u.weight_gradient;
+      times.weight += u.weight_gradient;
+    }
+  }
+  plan.schedule = make_pipeline_schedule(layout.schedule, p, m, v, pass_times);
+  return plan;
+}
+
+
+}  // namespace parallax::iteration_detail

@@ -1,0 +1,114 @@
+// The units of a training iteration (internal to iteration.cpp and iteration_memory.cpp):
+// each virtual stage's embedding, transformer layers and output layer as one GPU runs them,
+// their pass times on the compute model, the parameters they hold and the activations they
+// keep, and the pipeline schedule those pass times give. Time and memory are both built on it.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "compute/compute_model.h"
+#include "model/layer_operators.h"
+#include "model/model_config.h"
+#include "training/iteration.h"
+#include "training/parallel_layout.h"
+#include "training/pipeline_schedule.h"
+
+namespace parallax::iteration_detail {
+
+// A stretch of one pass's compute; the attention core is its own segment under context
+// parallelism, where communication interleaves with it.
+enum class AttentionPass : uint8_t { kNone, kForward, kBackward };
+struct Segment {
+  Time compute;
+  AttentionPass attention = AttentionPass::kNone;
+};
+
+// A layer, the embedding or the output layer of one virtual stage, on one GPU.
+struct Unit {
+  Time forward;
+  Time backward;  // recomputation included
+  std::vector<Segment> forward_segments;   // add up to forward
+  std::vector<Segment> backward_segments;  // add up to backward
+  // Zero-bubble schedules split the backward: B (input gradients) and W (the GEMMs' weight
+  // gradients, each the volume of its forward, so timed as the forward GEMM).
+  std::vector<Segment> input_gradient_segments;  // add up to backward − weight_gradient
+  Time weight_gradient;
+  Flops weight_gradient_flops;
+  Flops forward_flops;
+  Flops backward_flops;
+  double parameters = 0;  // held by this GPU (TP and EP shards)
+  // Of them, the routed experts' when ep > 1: reduced and sharded over the expert-DP group.
+  // With ep = 1 that group is the DP group, so they stay with the rest (one bucket, as dense).
+  double expert_parameters = 0;
+  bool transformer_layer = false;
+  bool moe_layer = false;
+  bool embedding = false;     // the input side of the first virtual stage
+  bool output_layer = false;  // the output side of the last one (when timed)
+  bool output_side = false;   // the output side, timed or not
+  Bytes activations;          // kept from one micro-batch's forward for its backward
+};
+
+struct OperatorSums {
+  Time forward, backward, attention_forward, attention_backward;
+  Time forward_before_attention, backward_before_attention;  // the operators ahead of the core
+  Time weight_before_attention, weight_after_attention;      // the GEMMs' weight gradients
+  Flops forward_flops, backward_flops, attention_forward_flops, weight_flops;
+  Bytes saved, saved_scores;  // activations kept for the backward (layer_operators.h)
+};
+
+// The router's spread of a MoE layer's token-slots, in units of the uniform share: expert i
+// gets uᵢ = E·wᵢ/Σw (1 each when uniform) and processes qᵢ = min(uᵢ, c) under capacity factor c.
+struct Routing {
+  double pace = 1;           // max qᵢ: the busiest expert sets the grouped GEMMs' rows
+  double processed = 1;      // Σqᵢ/E: share of the slots computed (and sent)
+  double busiest_rank = 1;   // max over EP ranks of its experts' mean qᵢ: its all-to-all share
+};
+
+/// Message sizes of one micro-batch on one GPU. S = b·(s/cp)·h activation elements; the PP
+/// send carries S (S/tp with SP: Megatron's scatter-gather). Context parallelism, per CP rank
+/// of T_cp = b·s/cp tokens: ring attention passes K/V blocks of T_cp·kv·(d_qk + d_v) elements
+/// (kv the KV heads of a TP rank); Ulysses sends Q, K and V (T_cp·(H/t·d_qk + kv·(d_qk + d_v)),
+/// KV heads fewer than cp replicated so that each CP rank receives one) to their head owners
+/// and the output (T_cp·H/t·d_v) back. In activation_dtype of the layout's dtype.
+struct MessageSizes {
+  Bytes activation;
+  Bytes pp;
+  Bytes kv_block;
+  Bytes ulysses_qkv;
+  Bytes ulysses_output;
+};
+MessageSizes message_sizes(const ModelConfig& model, const ParallelLayout& layout);
+
+/// What every stage runs, before any communication is placed.
+struct StagePlan {
+  std::vector<std::vector<Unit>> units;   ///< per virtual stage, in forward order
+  std::vector<int> virtual_stage_layers;  ///< transformer layers per virtual stage
+  int moe_layers = 0;
+  Routing routing;
+  PipelineSchedule schedule;
+};
+
+/// The operators' times, FLOPs and saved activations, summed.
+OperatorSums sum_operators(const ComputeModel& cm, const std::vector<ModelOperator>& ops);
+
+// With `split_attention` (context parallelism) a transformer layer's passes are cut around
+// the attention core: forward = before, core, after; backward = after, core, before, in
+// reverse, with selective recomputation re-running the core's forward ahead of its backward
+// and full recomputation the whole forward ahead of the backward.
+Unit unit_from(const OperatorSums& s, Recomputation recompute, bool transformer_layer, bool timed, bool split_attention);
+
+Routing route(const MoeConfig& moe, int ep, const IterationOptions& options);
+
+// The routed experts' operators ("expert_…" of layer_operators) with `factor` times their
+// average rows: the GEMMs re-shaped (backward as layer_operators builds it: data and weight
+// gradients, each the forward's volume), the activation's bytes and FLOPs scaled, and so
+// the activations they keep.
+std::vector<ModelOperator> scale_experts(std::vector<ModelOperator> ops, double factor, DType dtype);
+
+/// Every virtual stage's units (the embedding on the first, the output layer on the last) and
+/// the schedule their pass times give (zero-bubble orders follow them).
+StagePlan plan_stages(const ModelConfig& model, const ParallelLayout& layout, const ComputeModel& cm,
+                      const IterationOptions& options);
+
+}  // namespace parallax::iteration_detail
