@@ -1,0 +1,97 @@
+// `parallax validate`'s work (run_validation.h).
+#include "training/run_validation.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <stdexcept>
+
+#include "io/input_error.h"
+#include "topology/topology_loader.h"
+
+namespace parallax {
+
+RunValidator::RunValidator(std::string topologies_dir, double sustained_fraction)
+    : topologies_dir_(std::move(topologies_dir)), sustained_fraction_(sustained_fraction) {}
+
+RunPrediction RunValidator::predict(const PublishedRun& run) {
+  RunPrediction p;
+  p.problem = run.error;
+  if (!p.problem.empty()) return p;
+  try {
+    p.layout = parallel_layout_of(run);
+    if (run.layout.micro_batch_assumed) p.note = "micro-batch unknown: 1";
+    // The vendor's standard node, as many as the GPUs fill.
+    const std::string file = topologies_dir_ + "/" + run.preset + ".json";
+    auto it = one_node_.find(file);
+    if (it == one_node_.end()) it = one_node_.emplace(file, load_topology(file, TopologyLoadOptions{1})).first;
+    const int per_node = static_cast<int>(it->second.gpus_of_node(0).size());
+    if (run.gpus % per_node != 0) {
+      throw InputError("", "/cluster/num_gpus",
+                       std::to_string(run.gpus) + " GPUs do not fill whole " + std::to_string(per_node) + "-GPU nodes");
+    }
+    const Topology topo = load_topology(file, TopologyLoadOptions{run.gpus / per_node});
+    IterationOptions options;
+    options.compute.sustained_fraction = sustained_fraction_;
+    p.result = simulate_iteration(run.model, *p.layout, topo, options);
+    p.predicted = p.result.tokens_per_second_per_gpu;
+    p.error = p.predicted / run.expected_tokens_per_sec_per_gpu - 1.0;
+    if (p.result.out_of_memory) {
+      char gib[32];
+      std::snprintf(gib, sizeof gib, "%.1f GiB", p.result.peak_memory.value() / (1024.0 * 1024 * 1024));
+      p.note += std::string(p.note.empty() ? "" : "; ") + "predicted OOM (" + gib + ")";
+    }
+  } catch (const std::exception& e) {
+    p.problem = e.what();
+  }
+  return p;
+}
+
+nlohmann::ordered_json run_json(const PublishedRun& run, const RunPrediction& p) {
+  nlohmann::ordered_json j;
+  j["id"] = run.id;
+  j["gpu"] = run.gpu;
+  j["gpus"] = run.gpus;
+  j["expected_tokens_per_sec_per_gpu"] = run.expected_tokens_per_sec_per_gpu;
+  if (!p.problem.empty()) {
+    j["error_message"] = p.problem;
+    return j;
+  }
+  const IterationResult& r = p.result;
+  j["predicted_tokens_per_sec_per_gpu"] = p.predicted;
+  j["error"] = p.error;
+  j["mfu"] = r.mfu;
+  // Where the predicted time goes, for looking into a row's error: the iteration, its
+  // pipeline bubble, and the most communication any stage leaves exposed.
+  j["iteration_time_s"] = r.iteration_time.seconds();
+  j["pipeline_bubble_fraction"] = r.pipeline_bubble_fraction;
+  Time exposed;
+  for (const StageResult& stage : r.stages) exposed = std::max(exposed, stage.time.exposed_communication());
+  j["exposed_communication_s"] = exposed.seconds();
+  j["peak_memory_bytes"] = r.peak_memory.value();
+  j["gpu_memory_bytes"] = r.gpu_memory.value();
+  if (r.out_of_memory) j["out_of_memory"] = true;
+  return j;
+}
+
+std::string source_label(const std::string& source) {
+  size_t end = source.size();
+  for (const char* stop : {",", " (", " \u2014", " - "}) end = std::min(end, source.find(stop));
+  std::string label = source.substr(0, end);
+  if (label.size() > 40) label = label.substr(0, 39) + "~";
+  return label.empty() ? "(no source)" : label;
+}
+
+double mean_error(const std::vector<double>& v) {
+  double s = 0;
+  for (double x : v) s += x;
+  return v.empty() ? std::nan("") : s / static_cast<double>(v.size());
+}
+
+double median_error(std::vector<double> v) {
+  if (v.empty()) return std::nan("");
+  std::sort(v.begin(), v.end());
+  return v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
+}
+
+}  // namespace parallax

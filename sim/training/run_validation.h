@@ -1,0 +1,53 @@
+// `parallax validate`'s work: each published run simulated on its vendor's standard nodes
+// (as many as its GPUs fill) at one sustained fraction, its predicted tokens/s per GPU against
+// the published figure, and the error summaries (median, mean) per GPU and per source.
+#pragma once
+
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "topology/topology.h"
+#include "training/iteration.h"
+#include "training/published_runs.h"
+
+namespace parallax {
+
+struct RunPrediction {
+  std::optional<ParallelLayout> layout;  ///< set once the row's layout was built
+  std::string note;                      ///< assumptions and warnings (assumed micro-batch, OOM)
+  std::string problem;                   ///< not simulated: why (empty when it was)
+  double predicted = 0;                  ///< tokens/s per GPU
+  double error = 0;                      ///< predicted / published − 1
+  IterationResult result;
+};
+
+/// Simulates published runs, loading each preset's topology once per node count.
+class RunValidator {
+ public:
+  RunValidator(std::string topologies_dir, double sustained_fraction);
+  /// A row that cannot be simulated (its own error, a bad layout, GPUs that do not fill whole
+  /// nodes) comes back with `problem` set, never as an exception.
+  RunPrediction predict(const PublishedRun& run);
+
+ private:
+  std::string topologies_dir_;
+  double sustained_fraction_;
+  std::map<std::string, Topology> one_node_;
+};
+
+/// The row as `validate --json` writes it.
+nlohmann::ordered_json run_json(const PublishedRun& run, const RunPrediction& p);
+
+/// A short name for a row's source: its text up to the first comma, parenthesis or dash clause
+/// ("Narayanan et al. 2021"), at most 40 characters.
+std::string source_label(const std::string& source);
+
+/// The mean and the median (of the middle two for an even count) of errors; NaN when empty.
+double mean_error(const std::vector<double>& v);
+double median_error(std::vector<double> v);
+
+}  // namespace parallax

@@ -1,0 +1,205 @@
+// The training workload file (workload_loader.h).
+#include "training/workload_loader.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <type_traits>
+
+#include <nlohmann/json.hpp>
+
+#include "compute/measured_gemm_table.h"
+#include "io/input_error.h"
+#include "io/json_reader.h"
+#include "model/model_loader.h"
+#include "topology/topology_loader.h"
+#include "units/unit_parse.h"
+
+namespace parallax {
+namespace {
+
+namespace fs = std::filesystem;
+
+ContextParallelComm cp_comm_from(const std::string& s, const std::string& file, const std::string& where) {
+  if (auto c = context_parallel_comm_from(s)) return *c;
+  throw InputError(file, where, "unknown context-parallel communication \"" + s + "\" (expected ring or ulysses)");
+}
+
+AttentionKernel attention_from(const std::string& s, const std::string& file, const std::string& where) {
+  if (auto k = attention_kernel_from(s)) return *k;
+  throw InputError(file, where, "unknown attention kernel \"" + s + "\" (expected flash or unfused)");
+}
+
+Recomputation recompute_from(const std::string& s, const std::string& file, const std::string& where) {
+  if (s == "none") return Recomputation::kNone;
+  if (s == "selective") return Recomputation::kSelective;
+  if (s == "full") return Recomputation::kFull;
+  throw InputError(file, where, "unknown recomputation \"" + s + "\" (expected none, selective or full)");
+}
+
+DType dtype_from(const std::string& s, const std::string& file, const std::string& where) {
+  auto d = dtype_from_string(s);
+  if (!d || (*d != DType::kBf16 && *d != DType::kFp8 && *d != DType::kFp16)) {
+    throw InputError(file, where, "unknown or unsupported dtype \"" + s + "\" (expected bf16, fp16 or fp8)");
+  }
+  return *d;
+}
+
+ZeroStage zero_from(int64_t z, const std::string& file, const std::string& where) {
+  if (z < 0 || z > 3) throw InputError(file, where, "ZeRO stage must be 0, 1, 2 or 3, found " + std::to_string(z));
+  return static_cast<ZeroStage>(z);
+}
+
+// A path given in a workload: absolute, or relative to the workload's folder.
+std::string beside_workload(const std::string& workload, const std::string& path) {
+  fs::path p = path;
+  return p.is_absolute() ? p.string() : (fs::path(workload).parent_path() / p).lexically_normal().string();
+}
+
+// A fraction in (0, 1] at `v`, or an error naming its path.
+double unit_fraction(JsonReader& v) {
+  const double x = v.as_number();
+  if (!(x > 0 && x <= 1)) v.fail("must be in (0, 1], found " + v.raw().dump());
+  return x;
+}
+
+// The compute model of a workload (all keys optional): {"sustained_fraction": σ,
+// "memory_efficiency": η, "attention_efficiency": η, "kernel_launch_overhead": "2 us",
+// "gemm_table": harness JSON lines, relative to the workload}.
+void read_compute(JsonReader c, const std::string& workload, TrainingWorkload& job) {
+  if (auto v = c.find("sustained_fraction")) job.compute.sustained_fraction = unit_fraction(*v);
+  if (auto v = c.find("memory_efficiency")) job.compute.memory_efficiency = unit_fraction(*v);
+  if (auto v = c.find("attention_efficiency")) job.compute.attention_efficiency = unit_fraction(*v);
+  if (auto v = c.find("kernel_launch_overhead")) {
+    job.compute.kernel_launch_overhead = v->as_time();
+    if (job.compute.kernel_launch_overhead < Time::zero()) v->fail("must not be negative");
+  }
+  if (auto v = c.find("gemm_table")) {
+    job.gemm = std::make_shared<MeasuredGemmTable>(load_gemm_measurements(beside_workload(workload, v->as_string())));
+  }
+  c.finish();
+}
+
+// The topology of a workload: {"preset": name} (a bundled file) or {"file": path, relative to
+// the workload}, with "nodes".
+Topology read_topology(JsonReader t, const std::string& workload, const std::string& topologies_dir,
+                       std::optional<int> nodes_flag, std::string& file) {
+  if (t.is_string()) {
+    file = topologies_dir + "/" + t.as_string() + ".json";
+  } else if (auto preset = t.find("preset")) {
+    file = topologies_dir + "/" + preset->as_string() + ".json";
+  } else {
+    file = beside_workload(workload, t.at("file").as_string());
+  }
+  if (!fs::exists(file)) throw InputError(workload, t.pointer(), "no topology file " + file);
+  TopologyLoadOptions load;
+  if (!t.is_string()) {
+    if (auto n = t.find("nodes")) load.nodes = static_cast<int>(n->as_int());
+    t.finish();
+  }
+  if (nodes_flag) load.nodes = nodes_flag;
+  return load_topology(file, load);
+}
+
+}  // namespace
+
+PipelineScheduleKind schedule_from(const std::string& s, const std::string& file, const std::string& where) {
+  if (s == "gpipe") return PipelineScheduleKind::kGpipe;
+  if (s == "1f1b") return PipelineScheduleKind::kOneFOneB;
+  if (s == "interleaved_1f1b" || s == "interleaved") return PipelineScheduleKind::kInterleavedOneFOneB;
+  if (s == "zb_h1" || s == "zero_bubble") return PipelineScheduleKind::kZeroBubbleH1;
+  if (s == "zb_h2") return PipelineScheduleKind::kZeroBubbleH2;
+  throw InputError(file, where, "unknown schedule \"" + s + "\" (expected gpipe, 1f1b, interleaved_1f1b, zb_h1 or zb_h2)");
+}
+
+
+TrainingWorkload load_training_workload(const std::string& path, const std::string& models_dir,
+                                        const std::string& topologies_dir, const WorkloadOverrides& a) {
+  nlohmann::json doc = load_json_file(path);
+  JsonReader root(doc, path);
+  if (auto d = root.find("description")) (void)d->as_string();
+  TrainingWorkload job;
+  job.model = read_model(root.at("model"), models_dir);
+  job.topology = read_topology(root.at("topology"), path, topologies_dir, a.nodes, job.topology_file);
+  ParallelLayout& l = job.layout;
+  JsonReader p = root.at("parallel");
+  auto int_field = [&](const char* key, auto& field) {
+    if (auto v = p.find(key)) field = static_cast<std::remove_reference_t<decltype(field)>>(v->as_int());
+  };
+  auto bool_field = [&](const char* key, bool& field) {
+    if (auto v = p.find(key)) field = v->as_bool();
+  };
+  int_field("tp", l.tp);
+  int_field("pp", l.pp);
+  int_field("vpp", l.virtual_stages);
+  int_field("cp", l.cp);
+  if (auto v = p.find("cp_comm")) l.cp_comm = cp_comm_from(v->as_string(), path, v->pointer());
+  int_field("ep", l.ep);
+  if (auto v = p.find("dp")) {
+    l.dp = static_cast<int>(v->as_int());
+    job.dp_given = true;
+  }
+  if (auto v = p.find("zero_stage")) l.zero_stage = zero_from(v->as_int(), path, v->pointer());
+  int_field("micro_batch", l.micro_batch);
+  int_field("global_batch", l.global_batch);
+  bool_field("sequence_parallel", l.sequence_parallel);
+  if (auto v = p.find("recompute")) l.recompute = recompute_from(v->as_string(), path, v->pointer());
+  if (auto v = p.find("schedule")) l.schedule = schedule_from(v->as_string(), path, v->pointer());
+  if (auto v = p.find("dtype")) l.dtype = dtype_from(v->as_string(), path, v->pointer());
+  if (auto v = p.find("attention")) l.attention = attention_from(v->as_string(), path, v->pointer());
+  bool_field("grad_reduce_overlap", l.grad_reduce_overlap);
+  bool_field("grad_reduce_in_fp32", l.grad_reduce_in_fp32);
+  bool_field("param_gather_prefetch", l.param_gather_prefetch);
+  bool_field("tp_comm_overlap", l.tp_comm_overlap);
+  if (auto v = p.find("rank_order")) l.rank_order = v->as_string();
+  if (auto v = p.find("stage_layers")) {
+    for (auto& e : v->elements()) l.stage_layers.push_back(static_cast<int>(e.as_int()));
+  }
+  p.finish();
+  l.sequence_length = job.model.max_sequence;
+  if (auto v = root.find("sequence_length")) l.sequence_length = v->as_int();
+  if (auto c = root.find("compute")) read_compute(*c, path, job);
+  root.finish();
+  if (!a.gemm_table.empty()) job.gemm = std::make_shared<MeasuredGemmTable>(load_gemm_measurements(a.gemm_table));
+  if (a.sustained_fraction) {
+    if (!(*a.sustained_fraction > 0 && *a.sustained_fraction <= 1)) {
+      char found[32];
+      std::snprintf(found, sizeof found, "%g", *a.sustained_fraction);
+      throw InputError("", "--sustained-fraction", std::string("must be in (0, 1], found ") + found);
+    }
+    job.compute.sustained_fraction = *a.sustained_fraction;
+  }
+
+  // Command-line overrides, for what-if questions without editing the file.
+  if (a.tp) l.tp = *a.tp;
+  if (a.pp) l.pp = *a.pp;
+  if (a.vpp) l.virtual_stages = *a.vpp;
+  if (a.cp) l.cp = *a.cp;
+  if (!a.cp_comm.empty()) l.cp_comm = cp_comm_from(a.cp_comm, "", "--cp-comm");
+  if (a.ep) l.ep = *a.ep;
+  if (a.dp) {
+    l.dp = *a.dp;
+    job.dp_given = true;
+  }
+  if (a.zero) l.zero_stage = zero_from(*a.zero, "", "--zero");
+  if (a.micro_batch) l.micro_batch = *a.micro_batch;
+  if (a.global_batch) l.global_batch = *a.global_batch;
+  if (a.sequence) l.sequence_length = *a.sequence;
+  if (!a.schedule.empty()) l.schedule = schedule_from(a.schedule, "", "--schedule");
+  if (!a.recompute.empty()) l.recompute = recompute_from(a.recompute, "", "--recompute");
+  if (!a.dtype.empty()) l.dtype = dtype_from(a.dtype, "", "--dtype");
+  if (!a.attention.empty()) l.attention = attention_from(a.attention, "", "--attention");
+  // dp not given: whatever the other dimensions leave of the cluster.
+  const int gpus = static_cast<int>(job.topology.gpu_count());
+  const int model_parallel = l.tp * l.pp * l.cp;
+  // (When tp·pp·cp does not divide the GPUs, validate() names the first field at fault.)
+  if (!job.dp_given) l.dp = std::max(1, gpus / model_parallel);
+  if (l.virtual_stages > 1 && l.schedule != PipelineScheduleKind::kInterleavedOneFOneB) {
+    l.schedule = PipelineScheduleKind::kInterleavedOneFOneB;  // v chunks only exist interleaved
+  }
+  validate(l, job.model, gpus, path);
+  return job;
+}
+
+
+}  // namespace parallax

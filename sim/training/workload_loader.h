@@ -1,0 +1,48 @@
+// The training workload file (docs/workload-format.md): model, topology and parallel layout,
+// with command-line overrides for what-if questions, read strictly (InputError with the file and
+// JSON pointer) and validated.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "compute/compute_model.h"
+#include "compute/gemm_efficiency.h"
+#include "model/model_config.h"
+#include "topology/topology.h"
+#include "training/parallel_layout.h"
+
+namespace parallax {
+
+struct TrainingWorkload {
+  ModelConfig model;
+  Topology topology;
+  ParallelLayout layout;
+  std::string topology_file;
+  bool dp_given = false;  ///< dp set by the file or an override (else what the cluster leaves)
+  ComputeModelOptions compute;
+  std::shared_ptr<const GemmEfficiency> gemm;  ///< null: the closed form
+};
+
+/// What the command line may change; unset (or empty) leaves the file's value.
+struct WorkloadOverrides {
+  std::optional<int> tp, pp, dp, vpp, cp, ep, zero, nodes;
+  std::optional<int64_t> micro_batch, global_batch, sequence;
+  std::string schedule, recompute, dtype, cp_comm, attention;
+  std::string gemm_table;  ///< harness JSON lines of measured GEMMs
+  std::optional<double> sustained_fraction;
+};
+
+/// Reads the workload at `path` (bundled models and topology presets from the folders given),
+/// applies the overrides (errors name the flag: "--tp", …), fills dp from the cluster when
+/// neither gives it, and validates the layout. Throws InputError.
+TrainingWorkload load_training_workload(const std::string& path, const std::string& models_dir,
+                                        const std::string& topologies_dir, const WorkloadOverrides& overrides = {});
+
+/// Parses a schedule name (gpipe, 1f1b, interleaved_1f1b, zb_h1, zb_h2); InputError naming
+/// `file` and `where` otherwise.
+PipelineScheduleKind schedule_from(const std::string& s, const std::string& file, const std::string& where);
+
+}  // namespace parallax
