@@ -12,7 +12,7 @@ target_link_libraries(model_ragged_test PRIVATE parallax_model)
 
 # ---- training job: parallel layout, pipeline schedules, simulated iteration ----------------
 foreach(training_test training_layout_test training_pipeline_test training_iteration_test training_cp_test
-                      training_symmetry_test)
+                      training_symmetry_test training_cosim_test)
   parallax_test(${training_test} ${training_test}.cpp)
   target_link_libraries(${training_test} PRIVATE parallax_training)
 endforeach()

@@ -88,17 +88,22 @@ LinkEfficiency LinkEfficiency::defaults_for(GpuArch arch) {
   return e;
 }
 
+Topology with_link_efficiency(const Topology& topo, std::optional<LinkEfficiency> efficiency) {
+  if (topo.gpu_count() == 0) throw std::invalid_argument("the topology has no GPUs");
+  Topology scaled = topo;
+  const LinkEfficiency e = efficiency.value_or(LinkEfficiency::defaults_for(gpu_arch_of(topo.gpu_spec_of(topo.gpus()[0]))));
+  scaled.scale_link_bandwidth(LinkClass::kNVLink, e.nvlink);
+  scaled.scale_link_bandwidth(LinkClass::kPcie, e.pcie);
+  scaled.scale_link_bandwidth(LinkClass::kNetwork, e.network);
+  scaled.scale_link_bandwidth(LinkClass::kCpu, e.cpu);
+  scaled.scale_link_bandwidth(LinkClass::kShm, e.shm);
+  return scaled;
+}
+
 CollectiveSimulator::CollectiveSimulator(const Topology& topo, int gpus, std::optional<int> per_node,
                                          std::optional<LinkEfficiency> efficiency)
-    : topo_(std::make_unique<Topology>(topo)), calibrated_(topo.info().calibration) {
-  if (topo_->gpu_count() == 0) throw std::invalid_argument("the topology has no GPUs");
+    : topo_(std::make_unique<Topology>(with_link_efficiency(topo, efficiency))), calibrated_(topo.info().calibration) {
   arch_ = gpu_arch_of(topo_->gpu_spec_of(topo_->gpus()[0]));
-  LinkEfficiency e = efficiency.value_or(LinkEfficiency::defaults_for(arch_));
-  topo_->scale_link_bandwidth(LinkClass::kNVLink, e.nvlink);
-  topo_->scale_link_bandwidth(LinkClass::kPcie, e.pcie);
-  topo_->scale_link_bandwidth(LinkClass::kNetwork, e.network);
-  topo_->scale_link_bandwidth(LinkClass::kCpu, e.cpu);
-  topo_->scale_link_bandwidth(LinkClass::kShm, e.shm);
   router_ = std::make_unique<Router>(*topo_);
   comm_ = std::make_unique<Communicator>(place_ranks(*topo_, gpus, per_node));
 
@@ -268,6 +273,27 @@ Time CollectiveSimulator::analytical_time(CollectiveOp op, Bytes size, Algorithm
   return t + o.base_latency;
 }
 
+TransferGraph CollectiveSimulator::lower_on(CollectiveOp op, Bytes size, const CollectiveOptions& options,
+                                           const Communicator& comm, const Router& router) const {
+  if (comm.size() != comm_->size()) {
+    throw std::invalid_argument("a collective of " + std::to_string(comm_->size()) + " ranks lowered on " +
+                                std::to_string(comm.size()));
+  }
+  const Choice choice = choose(op, size, options);
+  const int channels = options.channels.value_or(
+      choice.algorithm == Algorithm::kRing || choice.algorithm == Algorithm::kTree || choice.algorithm == Algorithm::kHierarchical
+          ? tuning_->inputs().channels
+          : 1);
+  CollectiveSpec spec;
+  spec.op = op;
+  spec.algorithm = choice.algorithm;
+  spec.size = size;
+  spec.root = options.root;
+  LoweringOptions lowering = lowering_options(choice.algorithm, choice.protocol, channels);
+  lowering.granularity = options.granularity;
+  return lower_collective(spec, comm, router, lowering);
+}
+
 CollectiveResult CollectiveSimulator::run(CollectiveOp op, Bytes size, const CollectiveOptions& options) const {
   if (options.algorithm) {
     if (auto why = unsupported_reason(op, *options.algorithm, *comm_, *router_)) throw std::invalid_argument(*why);
@@ -305,14 +331,7 @@ CollectiveResult CollectiveSimulator::run(CollectiveOp op, Bytes size, const Col
   } else if (options.model == "analytical") {
     result.time = analytical_time(op, size, choice.algorithm, choice.protocol, result.channels);
   } else {
-    CollectiveSpec spec;
-    spec.op = op;
-    spec.algorithm = choice.algorithm;
-    spec.size = size;
-    spec.root = options.root;
-    LoweringOptions lowering = lowering_options(choice.algorithm, choice.protocol, result.channels);
-    lowering.granularity = options.granularity;
-    TransferGraph graph = lower_collective(spec, *comm_, *router_, lowering);
+    TransferGraph graph = lower_on(op, size, options, *comm_, *router_);
     Engine engine;
     std::unique_ptr<NetworkModel> network = make_network_model(options.model, engine, *topo_, *router_);
     result.transfers = graph.size();

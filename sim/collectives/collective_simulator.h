@@ -36,6 +36,10 @@ struct LinkEfficiency {
   static LinkEfficiency none() { return LinkEfficiency{1, 1, 1, 1, 1}; }
 };
 
+/// A copy of `topo` with each link class scaled by `efficiency` (defaults for its GPU when
+/// nullopt): the links collectives see.
+Topology with_link_efficiency(const Topology& topo, std::optional<LinkEfficiency> efficiency);
+
 struct CollectiveOptions {
   std::string model = "flow";              ///< a network model name, or "analytical" (closed form)
   std::optional<Algorithm> algorithm;      ///< nullopt: chosen by NCCL's cost model
@@ -73,6 +77,13 @@ class CollectiveSimulator {
 
   /// Throws std::invalid_argument when a forced algorithm cannot run the operation here.
   CollectiveResult run(CollectiveOp op, Bytes size, const CollectiveOptions& options) const;
+
+  /// The transfers of the collective as run() would choose and lower it, on `comm`: ranks of
+  /// the same shape (count, per node) placed anywhere on a topology `router` routes, with the
+  /// same links (e.g. the topology this simulator copied, scaled the same way). For playing many
+  /// collectives on one shared network (the training co-simulation).
+  TransferGraph lower_on(CollectiveOp op, Bytes size, const CollectiveOptions& options, const Communicator& comm,
+                         const Router& router) const;
 
   const Topology& topology() const { return *topo_; }
   const Router& router() const { return *router_; }

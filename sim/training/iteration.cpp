@@ -20,6 +20,7 @@
 #include "model/layer_operators.h"
 #include "training/memory_model.h"
 #include "model/parameter_count.h"
+#include "training/cosimulation.h"
 #include "training/iteration_memory.h"
 #include "training/iteration_units.h"
 #include "training/pipeline_schedule.h"
@@ -173,6 +174,10 @@ IterationResult simulate_iteration(const ModelConfig& model, const ParallelLayou
 
   // ---- communication sizes and times ------------------------------------------------------
   CollectiveTimer timer(topo, options);
+  // Co-simulated: every collective also as flows on its group's own GPUs, played on one network.
+  const std::unique_ptr<CoSimulation> cosim = options.cosimulate && !options.free_communication
+                                                  ? std::make_unique<CoSimulation>(topo, options.link_efficiency)
+                                                  : nullptr;
   const MessageSizes sizes = message_sizes(model, layout);
   const Bytes activation_message = sizes.activation;
   const Bytes pp_message = sizes.pp;
@@ -226,6 +231,7 @@ IterationResult simulate_iteration(const ModelConfig& model, const ParallelLayou
     int collectives = 0;
     bool across_nodes = false;  // its group spans nodes: it goes through the NICs
     int sms = 0;                // SMs its kernels hold (NCCL channels), the most of its parts
+    CallPhases calls;           // what it runs, for the co-simulation (cosimulation.h)
   };
   auto spans_nodes = [&](const std::vector<int>& group) {
     auto node = [&](int r) { return topo.device(topo.gpus()[static_cast<size_t>(r)]).node; };
@@ -235,19 +241,29 @@ IterationResult simulate_iteration(const ModelConfig& model, const ParallelLayou
     const int n = static_cast<int>(group.size());
     if (n < 2) return CommTask{};
     const CollectiveTimer::Timing timed = timer.timing(op, size * slowdown, group);
-    return CommTask{timed.time, bytes_sent(op, n, size), 1, spans_nodes(group), timed.channels};
+    return CommTask{timed.time, bytes_sent(op, n, size), 1, spans_nodes(group), timed.channels,
+                    CallPhases{{CollectiveCall{op, size * slowdown, group}}}};
   };
-  auto twice = [](CommTask c) {
-    return CommTask{c.time + c.time, c.sent + c.sent, 2 * c.collectives, c.across_nodes, c.sms};
+  auto concatenated = [](CallPhases a, const CallPhases& b) {
+    a.insert(a.end(), b.begin(), b.end());
+    return a;
   };
-  // The share `f` of a task's time and bytes (its collectives counted once, in the f ≥ ½ part).
+  auto twice = [&](CommTask c) {
+    return CommTask{c.time + c.time, c.sent + c.sent, 2 * c.collectives, c.across_nodes, c.sms,
+                    concatenated(c.calls, c.calls)};
+  };
+  // The share `f` of a task's time and bytes (its collectives counted once, in the f ≥ ½ part);
+  // co-simulated, each of its collectives at f of its size (a chunk of it).
   auto share = [](CommTask c, double f) {
+    for (auto& phase : c.calls) {
+      for (CollectiveCall& call : phase) call.size = call.size * f;
+    }
     return CommTask{Time::from_seconds(c.time.seconds() * f), c.sent * f, f >= 0.5 ? c.collectives : 0,
-                    c.across_nodes, c.sms};
+                    c.across_nodes, c.sms, std::move(c.calls)};
   };
-  auto plus = [](CommTask a, CommTask b) {
+  auto plus = [&](CommTask a, CommTask b) {
     return CommTask{a.time + b.time, a.sent + b.sent, a.collectives + b.collectives, a.across_nodes || b.across_nodes,
-                    std::max(a.sms, b.sms)};
+                    std::max(a.sms, b.sms), concatenated(a.calls, b.calls)};
   };
 
   std::vector<CommTask> tp_forward(static_cast<size_t>(p)), tp_backward(static_cast<size_t>(p));
@@ -295,12 +311,16 @@ IterationResult simulate_iteration(const ModelConfig& model, const ParallelLayou
         const double slowdown =
             note_slowdown(s, WorkKind::kCpComm, sibling_slowdown(s, cp_group, group_in(ParallelDim::kCp), TrafficPattern::kRing));
         CommTask step;
+        std::vector<CollectiveCall> passes;  // co-simulated: every pair at once
         for (int i = 0; i < cp; ++i) {
           const CommTask pair = collective(CollectiveOp::kSendRecv, kv_block,
                                            {cp_group[static_cast<size_t>(i)], cp_group[static_cast<size_t>((i + 1) % cp)]},
                                            slowdown);
+          passes.push_back(pair.calls.front().front());
+          passes.back().one_way = true;  // rank i passes its block to i + 1 only
           if (i == 0 || pair.time > step.time) step = pair;
         }
+        step.calls = {passes};
         cp_ring_step[static_cast<size_t>(s)] = step;
       } else {
         const double slowdown = note_slowdown(
@@ -318,8 +338,12 @@ IterationResult simulate_iteration(const ModelConfig& model, const ParallelLayou
           s, WorkKind::kEpComm, sibling_slowdown(s, ep_group, group_in(ParallelDim::kEp), TrafficPattern::kAllPairs));
       const CollectiveTimer::Timing timed =
           timer.timing(CollectiveOp::kAllToAll, buffer * routing.busiest_rank * slowdown, ep_group);
-      const CommTask a2a{timed.time, bytes_sent(CollectiveOp::kAllToAll, layout.ep, buffer * routing.processed), 1,
-                         spans_nodes(ep_group), timed.channels};
+      const CommTask a2a{timed.time,
+                         bytes_sent(CollectiveOp::kAllToAll, layout.ep, buffer * routing.processed),
+                         1,
+                         spans_nodes(ep_group),
+                         timed.channels,
+                         {{CollectiveCall{CollectiveOp::kAllToAll, buffer * routing.busiest_rank * slowdown, ep_group}}}};
       ep_forward[static_cast<size_t>(s)] = twice(a2a);  // dispatch and combine
       ep_backward[static_cast<size_t>(s)] = layout.recompute == Recomputation::kFull
                                                 ? twice(ep_forward[static_cast<size_t>(s)])
@@ -370,8 +394,13 @@ IterationResult simulate_iteration(const ModelConfig& model, const ParallelLayou
           return std::vector<int>{r, ranks.rank_of(peer)};
         };
         const std::vector<int> pair = pair_of(stage_rank(s));
-        return collective(CollectiveOp::kSendRecv, pp_message, pair,
-                          note_slowdown(s, WorkKind::kPpComm, sibling_slowdown(s, pair, pair_of, TrafficPattern::kRing)));
+        CommTask sent =
+            collective(CollectiveOp::kSendRecv, pp_message, pair,
+                       note_slowdown(s, WorkKind::kPpComm, sibling_slowdown(s, pair, pair_of, TrafficPattern::kRing)));
+        for (auto& phase : sent.calls) {
+          for (CollectiveCall& call : phase) call.one_way = true;  // to the peer only
+        }
+        return sent;
       };
       pp_send_forward[static_cast<size_t>(s)] = send((s + 1) % p);
       pp_send_backward[static_cast<size_t>(s)] = send((s + p - 1) % p);
@@ -439,6 +468,7 @@ IterationResult simulate_iteration(const ModelConfig& model, const ParallelLayou
     volume.sent += c.sent;
     volume.collectives += c.collectives;
     const WorkId id = graph.add(stream, c.time, kind, deps, peer, channel_of(s, c));
+    if (cosim && !c.calls.empty()) graph.set_transfers(id, cosim->transfers(c.calls));
     const ChannelId pool = streams[static_cast<size_t>(s)].sms;
     if (pool != kNoChannel && c.sms > 0) graph.occupy(id, pool, c.sms);
     return id;
@@ -458,7 +488,9 @@ IterationResult simulate_iteration(const ModelConfig& model, const ParallelLayou
     auto& volume = stages[static_cast<size_t>(s)].communication[kind_index(kind)];
     volume.sent += c.sent;
     volume.collectives += c.collectives;
-    return add_compute(s, c.time, kind, deps, channel_of(s, c));
+    const WorkId id = add_compute(s, c.time, kind, deps, channel_of(s, c));
+    if (cosim && !c.calls.empty()) graph.set_transfers(id, cosim->transfers(c.calls));
+    return id;
   };
   // One pass of a unit: its segments in order; returns the task that ends it. Ring attention
   // (TransformerEngine's schedule) splits the core into cp blocks; step i computes on the i-th
@@ -679,9 +711,12 @@ IterationResult simulate_iteration(const ModelConfig& model, const ParallelLayou
 
   // ---- run ---------------------------------------------------------------------------------
   Engine engine;
-  const std::vector<WorkTiming> timings = run_stream_graph(engine, graph);
+  const std::unique_ptr<NetworkModel> network =
+      cosim ? make_network_model("flow", engine, cosim->topology(), cosim->router()) : nullptr;
+  const std::vector<WorkTiming> timings = run_stream_graph(engine, graph, network.get());
   IterationResult result;
   result.tasks = graph.size();
+  result.network = cosim ? "flow (co-simulated)" : "analytical";
   if (options.keep_timeline) {
     result.timeline.reserve(graph.size());
     for (WorkId id = 0; id < graph.size(); ++id) {

@@ -142,6 +142,12 @@ struct ExpertLoad {
 struct IterationOptions {
   /// The collectives' network model: "analytical" (closed forms) or a NetworkModel name.
   std::string collective_model = "analytical";
+  /// Co-simulation: every collective of the simulated ranks also lowered to flows on its own
+  /// group's GPUs and played, when its task starts, on one flow network shared by all of them
+  /// (training/cosimulation.h), so that concurrent TP, CP, EP, PP and DP traffic shares the links
+  /// it really shares; the channels' processor sharing then gives way to the network. The
+  /// sibling replicas' load is still folded in as each collective's slowdown.
+  bool cosimulate = false;
   /// Every communication takes zero time (its bytes are still counted): the pipeline alone.
   bool free_communication = false;
   /// Leave out the embedding and the output layer, so that equal stages carry equal work (to
@@ -253,6 +259,8 @@ struct IterationResult {
   int gpus = 0;
   int simulated_ranks = 0;      ///< pp: one per stage
   std::string symmetry;         ///< what the simulated ranks stand for
+  /// How communication was timed: "analytical" (each collective alone) or "flow (co-simulated)".
+  std::string network;
   size_t tasks = 0;             ///< tasks in the stream graph
   /// Every task of the simulated ranks, when IterationOptions::keep_timeline.
   std::vector<TimelineSpan> timeline;

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
 #include <stdexcept>
 
 #include "engine/invariant.h"
@@ -45,6 +46,11 @@ void StreamGraph::occupy(WorkId id, ChannelId pool, int sms) {
   tasks_[id].sms = sms;
 }
 
+void StreamGraph::set_transfers(WorkId id, std::shared_ptr<const TransferGraph> transfers) {
+  if (id >= tasks_.size()) throw std::invalid_argument("no task " + std::to_string(id));
+  tasks_[id].transfers = std::move(transfers);
+}
+
 WorkId StreamGraph::add(StreamId stream, Time duration, WorkKind kind, std::span<const WorkId> deps, int peer_rank,
                         ChannelId channel) {
   if (stream >= streams_.size()) throw std::invalid_argument("no stream " + std::to_string(stream));
@@ -56,7 +62,7 @@ WorkId StreamGraph::add(StreamId stream, Time duration, WorkKind kind, std::span
     dep_list_.push_back(d);
   }
   dep_offsets_.push_back(static_cast<uint32_t>(dep_list_.size()));
-  tasks_.push_back(StreamTask{stream, duration, kind, peer_rank, channel});
+  tasks_.push_back(StreamTask{stream, duration, kind, peer_rank, channel, kNoChannel, 0, nullptr});
   streams_[stream].tasks.push_back(id);
   return id;
 }
@@ -69,8 +75,8 @@ namespace {
 
 class StreamExecution {
  public:
-  StreamExecution(Engine& engine, const StreamGraph& graph)
-      : engine_(engine), graph_(graph), timings_(graph.size()), waiting_(graph.size()),
+  StreamExecution(Engine& engine, const StreamGraph& graph, NetworkModel* network)
+      : engine_(engine), graph_(graph), network_(network), timings_(graph.size()), waiting_(graph.size()),
         position_(graph.stream_count(), 0), busy_(graph.stream_count(), false),
         offsets_(graph.size() + 1, 0), channels_(graph.channel_count()) {
     // Successors in compressed rows, for releasing dependants at completion.
@@ -111,7 +117,15 @@ class StreamExecution {
     busy_[s] = true;
     timings_[id].start = engine_.now();
     occupy(id, +1);
-    const ChannelId c = graph_.task(id).channel;
+    const StreamTask& task = graph_.task(id);
+    if (network_ && task.transfers && task.transfers->size() > 0) {
+      auto played = std::make_unique<GraphExecution>(engine_, *network_, *task.transfers);
+      GraphExecution& run = *played;
+      playing_.emplace(id, std::move(played));
+      run.start([this, id] { engine_.schedule_in(Time::zero(), [this, id] { finish_played(id); }); });
+      return;
+    }
+    const ChannelId c = task.channel;
     if (c == kNoChannel) {
       engine_.schedule_in(graph_.task(id).duration, [this, id] { finish(id); });
       return;
@@ -186,6 +200,12 @@ class StreamExecution {
     for (WorkId id : done) finish(id);
   }
 
+  // A task's transfers have landed; its execution is dropped once it has returned.
+  void finish_played(WorkId id) {
+    playing_.erase(id);
+    finish(id);
+  }
+
   void finish(WorkId id) {
     const StreamId s = graph_.task(id).stream;
     timings_[id].finish = engine_.now();
@@ -201,6 +221,8 @@ class StreamExecution {
 
   Engine& engine_;
   const StreamGraph& graph_;
+  NetworkModel* network_;
+  std::map<WorkId, std::unique_ptr<GraphExecution>> playing_;  // tasks whose transfers are in flight
   std::vector<WorkTiming> timings_;
   std::vector<uint32_t> waiting_;
   std::vector<size_t> position_;
@@ -212,8 +234,8 @@ class StreamExecution {
 
 }  // namespace
 
-std::vector<WorkTiming> run_stream_graph(Engine& engine, const StreamGraph& graph) {
-  StreamExecution execution(engine, graph);
+std::vector<WorkTiming> run_stream_graph(Engine& engine, const StreamGraph& graph, NetworkModel* network) {
+  StreamExecution execution(engine, graph, network);
   execution.run();
   return execution.take();
 }

@@ -18,15 +18,25 @@
 // the tasks on it (the compute kernels) to the share of SMs left, (S − occupied)/S. A kernel of
 // solo duration D overlapped for C by a collective holding k of S SMs thus ends at D + C·k/S:
 // the SM-time the collective took.
+//
+// A task may instead carry transfers (set_transfers): a collective lowered to point-to-point
+// flows (collectives/transfer_graph.h). Run with a network model, such a task plays its
+// transfers on it when it starts and ends when the last one lands, so every collective of the
+// graph shares the links with every other in flight (co-simulation); its channel is ignored,
+// its duration is what it would take alone (for reports). Without a network model it takes
+// its duration like any task.
 #pragma once
 
 #include <cstdint>
 #include <initializer_list>
+#include <memory>
 #include <span>
 #include <string>
 #include <vector>
 
+#include "collectives/transfer_graph.h"
 #include "engine/engine.h"
+#include "network/network_model.h"
 #include "units/units.h"
 
 namespace parallax {
@@ -52,6 +62,8 @@ struct StreamTask {
   /// An SM pool the task holds `sms` SMs of while it runs (see the file comment).
   ChannelId sm_pool = kNoChannel;
   int sms = 0;
+  /// Flows to play on the network instead of the duration (see the file comment).
+  std::shared_ptr<const TransferGraph> transfers;
 };
 
 struct Stream {
@@ -71,6 +83,8 @@ class StreamGraph {
   /// Makes task `id` hold `sms` SMs of `pool` while it runs. Throws std::invalid_argument on a
   /// channel that is not an SM pool or a negative count.
   void occupy(WorkId id, ChannelId pool, int sms);
+  /// Makes task `id` play `transfers` on the network when run with one.
+  void set_transfers(WorkId id, std::shared_ptr<const TransferGraph> transfers);
   /// The SMs of a pool; 0 for a plain channel.
   int pool_sms(ChannelId c) const { return c < pool_sms_.size() ? pool_sms_[c] : 0; }
   /// Appends a task to `stream`; `deps` must name tasks already added (so the graph is a DAG).
@@ -109,6 +123,7 @@ struct WorkTiming {
 /// timings, indexed by WorkId. A task's dependencies and its stream predecessors were all
 /// added before it, so waits point to lower ids and every graph runs to the end (an invariant
 /// checks it).
-std::vector<WorkTiming> run_stream_graph(Engine& engine, const StreamGraph& graph);
+/// With `network`, tasks that carry transfers play them on it (co-simulation).
+std::vector<WorkTiming> run_stream_graph(Engine& engine, const StreamGraph& graph, NetworkModel* network = nullptr);
 
 }  // namespace parallax

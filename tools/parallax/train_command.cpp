@@ -119,6 +119,7 @@ nlohmann::ordered_json result_json(const Job& job, const IterationResult& r) {
   j["out_of_memory"] = r.out_of_memory;
   j["simulated_ranks"] = r.simulated_ranks;
   j["symmetry"] = r.symmetry;
+  j["network"] = r.network;
   j["compute"]["gemm_model"] = gemm_model_text(job);
   j["compute"]["sustained_fraction"] = job.compute.sustained_fraction;
   nlohmann::ordered_json stages = nlohmann::ordered_json::array();
@@ -207,7 +208,9 @@ std::string training_trace_json(const Job& job, const IterationResult& r) {
 void run_train(const TrainArgs& a) {
   Job job = read_job(a);
   IterationOptions options;
-  options.collective_model = a.network;
+  // flow: the co-simulation, every collective as flows on one shared network (the closed forms
+  // still give each task's stand-alone duration, for reports).
+  options.cosimulate = a.network == "flow";
   options.keep_timeline = !a.trace.empty();
   options.compute = job.compute;
   options.gemm_efficiency = job.gemm;
@@ -374,7 +377,9 @@ void add_train_command(CLI::App& app) {
                   "attention core: flash (one FlashAttention kernel) or unfused (scores, softmax and context materialised)");
   cmd->add_option("--recompute", args->recompute, "none, selective or full");
   cmd->add_option("--dtype", args->dtype, "bf16 or fp8");
-  cmd->add_option("--network", args->network, "how collectives are timed: analytical (closed forms) or flow")
+  cmd->add_option("--network", args->network,
+                  "how collectives are timed: analytical (each alone, closed forms) or flow (co-simulated: every "
+                  "collective as flows on one shared network)")
       ->check(CLI::IsMember({"analytical", "flow"}));
   cmd->add_option("--json", args->json, "write the full result as JSON");
   cmd->add_option("--trace", args->trace, "write a Chrome/Perfetto trace: one process per pipeline stage, one thread per stream");

@@ -1,0 +1,98 @@
+// The training co-simulation's network side (cosimulation.h).
+#include "training/cosimulation.h"
+
+#include <algorithm>
+
+namespace parallax {
+namespace {
+
+// The key of a call: its op, size, group and direction.
+std::tuple<int, double, std::vector<int>, bool> key_of(const CollectiveCall& c) {
+  return {static_cast<int>(c.op), c.size.value(), c.group, c.one_way};
+}
+
+// The transfers of `g` that leave `from` (a one-way send: send/recv's tasks have no dependencies).
+TransferGraph sent_from(const TransferGraph& g, DeviceId from) {
+  TransferGraph out;
+  for (TaskId i = 0; i < g.size(); ++i) {
+    const Task& t = g.task(i);
+    if (t.kind == Task::Kind::kTransfer && t.src == from) out.add_transfer(t.src, t.dst, t.bytes, t.wait, {}, t.channel, t.phase);
+  }
+  return out;
+}
+
+// Appends `part` to `into`; its tasks without dependencies wait for every task of `after`.
+// Returns the ids `part`'s tasks got.
+std::vector<TaskId> append(TransferGraph& into, const TransferGraph& part, const std::vector<TaskId>& after) {
+  std::vector<std::vector<TaskId>> deps(part.size());
+  for (TaskId i = 0; i < part.size(); ++i) {
+    for (TaskId next : part.successors(i)) deps[next].push_back(i);
+  }
+  std::vector<TaskId> id(part.size());
+  for (TaskId i = 0; i < part.size(); ++i) {
+    std::vector<TaskId> wait;
+    for (TaskId d : deps[i]) wait.push_back(id[d]);
+    if (deps[i].empty()) wait = after;
+    const Task& t = part.task(i);
+    id[i] = t.kind == Task::Kind::kDelay ? into.add_delay(t.src, t.wait, wait, t.phase)
+                                         : into.add_transfer(t.src, t.dst, t.bytes, t.wait, wait, t.channel, t.phase);
+  }
+  return id;
+}
+
+}  // namespace
+
+CoSimulation::CoSimulation(const Topology& topo, std::optional<LinkEfficiency> efficiency)
+    : efficiency_(efficiency), original_(topo),
+      topo_(std::make_unique<Topology>(with_link_efficiency(topo, efficiency))),
+      router_(std::make_unique<Router>(*topo_)) {}
+
+const TransferGraph& CoSimulation::lowered(const CollectiveCall& call) {
+  auto key = key_of(call);
+  if (auto it = calls_.find(key); it != calls_.end()) return it->second;
+  std::vector<DeviceId> devices;
+  std::map<int, int> per_node;
+  for (int r : call.group) {
+    devices.push_back(topo_->gpus()[static_cast<size_t>(r)]);
+    ++per_node[topo_->device(devices.back()).node];
+  }
+  int most = 0;
+  for (const auto& [node, count] : per_node) most = std::max(most, count);
+  auto& sim = by_shape_[{static_cast<int>(call.group.size()), most}];
+  if (!sim) sim = std::make_unique<CollectiveSimulator>(original_, static_cast<int>(call.group.size()), most, efficiency_);
+  const DeviceId sender = devices.front();
+  const Communicator comm(*topo_, std::move(devices));
+  CollectiveOptions o;
+  o.model = "flow";
+  // One transfer per ring edge with every step's bytes (exact on an idle ring, n× fewer flows);
+  // inside a node every channel of a ring crosses the same GPU ports, so one carries it all.
+  o.granularity = LoweringOptions::Granularity::kPipelined;
+  if (per_node.size() == 1) o.channels = 1;
+  TransferGraph g = sim->lower_on(call.op, call.size, o, comm, *router_);
+  if (call.one_way && call.op == CollectiveOp::kSendRecv) g = sent_from(g, sender);
+  return calls_.emplace(std::move(key), std::move(g)).first->second;
+}
+
+std::shared_ptr<const TransferGraph> CoSimulation::transfers(const CallPhases& phases) {
+  std::vector<CallKey> key;
+  for (const auto& phase : phases) {
+    for (const CollectiveCall& c : phase) key.push_back(key_of(c));
+    key.emplace_back(-1, 0.0, std::vector<int>{}, false);  // the phase boundary
+  }
+  if (auto it = tasks_.find(key); it != tasks_.end()) return it->second;
+  auto graph = std::make_shared<TransferGraph>();
+  std::vector<TaskId> previous;  // the last phase's tasks
+  for (const auto& phase : phases) {
+    std::vector<TaskId> these;
+    for (const CollectiveCall& c : phase) {
+      if (c.group.size() < 2 || !(c.size.value() > 0)) continue;
+      const std::vector<TaskId> ids = append(*graph, lowered(c), previous);
+      these.insert(these.end(), ids.begin(), ids.end());
+    }
+    if (!these.empty()) previous = std::move(these);
+  }
+  tasks_.emplace(std::move(key), graph);
+  return graph;
+}
+
+}  // namespace parallax

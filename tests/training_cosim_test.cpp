@@ -1,0 +1,142 @@
+// The training co-simulation (training/cosimulation.h and stream_graph.h's transfer tasks):
+// tasks that carry flows share the links they cross, as a hand computation says; with no
+// contention the co-simulated iteration equals the analytical one; where two pipeline stages'
+// gradient reductions leave through one NIC, only the co-simulation sees them collide.
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <memory>
+
+#include "collectives/collective_simulator.h"
+#include "model/model_loader.h"
+#include "network/network_model.h"
+#include "topology/router.h"
+#include "topology/topology_loader.h"
+#include "training/cosimulation.h"
+#include "training/iteration.h"
+#include "training/stream_graph.h"
+#include "training_test_support.h"
+
+namespace parallax {
+namespace {
+
+// A transfer of `bytes` from GPU a to GPU b.
+std::shared_ptr<const TransferGraph> one_flow(const Topology& topo, int a, int b, Bytes bytes) {
+  auto g = std::make_shared<TransferGraph>();
+  g->add_transfer(topo.gpus()[static_cast<size_t>(a)], topo.gpus()[static_cast<size_t>(b)], bytes, Time::zero(), {});
+  return g;
+}
+
+TEST(CoSimulatedStreams, TransferTasksShareTheLinksTheyCross) {
+  // A 4-GPU star of 100 GB/s links, 1 µs each. 1 GB from GPU 0 to 1 alone: 2 µs of latency
+  // (two hops) + 10 ms. Two such flows from GPU 0 (to 1 and to 2) share GPU 0's uplink: each
+  // gets 50 GB/s, both end at 20 ms + 2 µs. A flow from 2 to 3 meanwhile shares nothing.
+  const Topology topo = test::toy_cluster(4);
+  const Router router(topo);
+  const Bytes gb(1e9);
+  StreamGraph g;
+  const StreamId a = g.add_stream(0, "dp"), b = g.add_stream(1, "pp"), c = g.add_stream(2, "dp");
+  const WorkId x = g.add(a, Time::ms(1), WorkKind::kDpComm, {});
+  const WorkId y = g.add(b, Time::ms(1), WorkKind::kPpComm, {});
+  const WorkId z = g.add(c, Time::ms(1), WorkKind::kDpComm, {});
+  g.set_transfers(x, one_flow(topo, 0, 1, gb));
+  g.set_transfers(y, one_flow(topo, 0, 2, gb));
+  g.set_transfers(z, one_flow(topo, 2, 3, gb));
+  Engine engine;
+  const std::unique_ptr<NetworkModel> network = make_network_model("flow", engine, topo, router);
+  const std::vector<WorkTiming> t = run_stream_graph(engine, g, network.get());
+  EXPECT_NEAR(t[x].finish.seconds(), 0.020 + 2e-6, 1e-9);
+  EXPECT_NEAR(t[y].finish.seconds(), 0.020 + 2e-6, 1e-9);
+  EXPECT_NEAR(t[z].finish.seconds(), 0.010 + 2e-6, 1e-9);
+  // Without a network the same tasks take their durations.
+  Engine plain;
+  const std::vector<WorkTiming> d = run_stream_graph(plain, g);
+  EXPECT_EQ(d[x].finish, Time::ms(1));
+}
+
+TEST(CoSimulation, PhasesChainAndCallsOfAPhaseRunTogether) {
+  // Two one-way passes at once (0→1 and 1→0 of 1 GB each, opposite directions: no sharing),
+  // then one send 0→1: 10 ms + 10 ms plus the latencies of the lowered sends.
+  const Topology topo = test::toy_cluster(2);
+  CoSimulation cosim(topo, LinkEfficiency::none());
+  const Bytes gb(1e9);
+  const CallPhases phases{{CollectiveCall{CollectiveOp::kSendRecv, gb, {0, 1}, true},
+                           CollectiveCall{CollectiveOp::kSendRecv, gb, {1, 0}, true}},
+                          {CollectiveCall{CollectiveOp::kSendRecv, gb, {0, 1}, true}}};
+  const std::shared_ptr<const TransferGraph> g = cosim.transfers(phases);
+  EXPECT_EQ(cosim.transfers(phases), g);  // cached
+  Engine engine;
+  const std::unique_ptr<NetworkModel> network = make_network_model("flow", engine, cosim.topology(), cosim.router());
+  const Time t = run_transfer_graph(engine, *network, *g);
+  EXPECT_GT(t.seconds(), 0.020);
+  EXPECT_LT(t.seconds(), 0.0201);
+  // nccl-tests' send/recv of two ranks sends both ways: 2 transfers, one-way 1.
+  EXPECT_EQ(cosim.transfers({{CollectiveCall{CollectiveOp::kSendRecv, gb, {0, 1}}}})->size(), 2u);
+  EXPECT_EQ(cosim.transfers({{CollectiveCall{CollectiveOp::kSendRecv, gb, {0, 1}, true}}})->size(), 1u);
+}
+
+ParallelLayout llama_layout(int dp, int tp, int pp, int64_t global_batch) {
+  ParallelLayout l;
+  l.dp = dp;
+  l.tp = tp;
+  l.pp = pp;
+  l.micro_batch = 1;
+  l.global_batch = global_batch;
+  l.sequence_length = 4096;
+  l.sequence_parallel = tp > 1;
+  l.zero_stage = ZeroStage::kStage1;
+  return l;
+}
+
+TEST(CoSimulatedIteration, EqualsTheAnalyticalOneWithoutContention) {
+  // Llama-3 8B, TP 8 inside each of 2 DGX H100 nodes, DP 2 across them: every collective has
+  // its links to itself, so the co-simulation may differ from the closed forms only by how
+  // each collective is modelled (within 2%).
+  const ModelConfig model = load_bundled_model(test::source_path("workloads/models"), "llama3-8b");
+  const Topology topo = test::load_preset("dgx-h100", 2);
+  const ParallelLayout l = llama_layout(2, 8, 1, 16);
+  IterationOptions analytical;
+  IterationOptions flow;
+  flow.cosimulate = true;
+  const IterationResult a = simulate_iteration(model, l, topo, analytical);
+  const IterationResult f = simulate_iteration(model, l, topo, flow);
+  EXPECT_EQ(a.network, "analytical");
+  EXPECT_EQ(f.network, "flow (co-simulated)");
+  EXPECT_NEAR(f.iteration_time.seconds() / a.iteration_time.seconds(), 1.0, 0.02);
+  test::expect_parts_add_up(f);
+}
+
+TEST(CoSimulatedIteration, TwoStagesThroughOneNicCollide) {
+  // Each node of this cluster has 2 GPUs and ONE 400 Gb/s NIC. PP 2 with the stages on the
+  // two GPUs of a node (rank order tp-cp-ep-pp-dp), DP 4 across the 4 nodes: both stages'
+  // gradient all-reduces leave through the same NIC. Analytically each is timed alone: R each,
+  // stage 1's starting Δ before stage 0's (its backward ends first), the iteration ending at
+  // t₁ + Δ + R. Co-simulated the NIC carries both, 2R of NIC-bound work from t₁ on, so the
+  // iteration ends at t₁ + 2R: longer by R − Δ, between 0 and R (Δ is one backward pass, a
+  // fraction of R here).
+  const ModelConfig model = load_bundled_model(test::source_path("workloads/models"), "llama3-8b");
+  const Topology topo = load_topology(test::source_path("tests/data/topologies/two-gpus-one-nic.json"),
+                                      TopologyLoadOptions{4});
+  ParallelLayout l = llama_layout(4, 1, 2, 8);
+  l.sequence_length = 1024;
+  l.zero_stage = ZeroStage::kStage0;
+  l.grad_reduce_overlap = false;  // every bucket after the last backward: the reductions overlap
+  l.rank_order = "tp-cp-ep-pp-dp";
+  IterationOptions analytical;
+  IterationOptions flow;
+  flow.cosimulate = true;
+  const IterationResult a = simulate_iteration(model, l, topo, analytical);
+  const IterationResult f = simulate_iteration(model, l, topo, flow);
+  const auto dp = static_cast<size_t>(WorkKind::kDpComm);
+  std::printf("analytical %.4f s (DP exposed %.4f, %.4f), co-simulated %.4f s (%.4f, %.4f)\n", a.iteration_time.seconds(),
+              a.stages[0].time.exposed[dp].seconds(), a.stages[1].time.exposed[dp].seconds(), f.iteration_time.seconds(),
+              f.stages[0].time.exposed[dp].seconds(), f.stages[1].time.exposed[dp].seconds());
+  const double r = a.stages[0].time.exposed[dp].seconds();
+  const double longer = f.iteration_time.seconds() - a.iteration_time.seconds();
+  EXPECT_GT(longer, 0.5 * r);
+  EXPECT_LE(longer, r * 1.001);
+  EXPECT_GT(f.stages[1].time.exposed[dp], a.stages[1].time.exposed[dp] * 1.5);
+}
+
+}  // namespace
+}  // namespace parallax
