@@ -11,8 +11,8 @@
 
 namespace parallax {
 
-RunValidator::RunValidator(std::string topologies_dir, double sustained_fraction)
-    : topologies_dir_(std::move(topologies_dir)), sustained_fraction_(sustained_fraction) {}
+RunValidator::RunValidator(std::string topologies_dir, double sustained_fraction, bool cosimulate)
+    : topologies_dir_(std::move(topologies_dir)), sustained_fraction_(sustained_fraction), cosimulate_(cosimulate) {}
 
 RunPrediction RunValidator::predict(const PublishedRun& run) {
   RunPrediction p;
@@ -33,6 +33,7 @@ RunPrediction RunValidator::predict(const PublishedRun& run) {
     const Topology topo = load_topology(file, TopologyLoadOptions{run.gpus / per_node});
     IterationOptions options;
     options.compute.sustained_fraction = sustained_fraction_;
+    options.cosimulate = cosimulate_;
     p.result = simulate_iteration(run.model, *p.layout, topo, options);
     p.predicted = p.result.tokens_per_second_per_gpu;
     p.error = p.predicted / run.expected_tokens_per_sec_per_gpu - 1.0;

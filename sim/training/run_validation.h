@@ -28,7 +28,8 @@ struct RunPrediction {
 /// Simulates published runs, loading each preset's topology once per node count.
 class RunValidator {
  public:
-  RunValidator(std::string topologies_dir, double sustained_fraction);
+  /// `cosimulate`: every run with IterationOptions::cosimulate.
+  RunValidator(std::string topologies_dir, double sustained_fraction, bool cosimulate = false);
   /// A row that cannot be simulated (its own error, a bad layout, GPUs that do not fill whole
   /// nodes) comes back with `problem` set, never as an exception.
   RunPrediction predict(const PublishedRun& run);
@@ -36,6 +37,7 @@ class RunValidator {
  private:
   std::string topologies_dir_;
   double sustained_fraction_;
+  bool cosimulate_;
   std::map<std::string, Topology> one_node_;
 };
 

@@ -304,6 +304,7 @@ struct ValidateArgs {
   std::string runs;
   std::string json;
   double sustained_fraction = ComputeModelOptions{}.sustained_fraction;
+  std::string network = "analytical";
 };
 
 void run_validate(const ValidateArgs& a) {
@@ -315,7 +316,7 @@ void run_validate(const ValidateArgs& a) {
   std::vector<double> errors;
   std::map<std::string, std::vector<double>> by_gpu;
   std::map<std::string, std::vector<double>> by_source;  // signed errors
-  RunValidator validator(kTopologiesDir, a.sustained_fraction);
+  RunValidator validator(kTopologiesDir, a.sustained_fraction, a.network == "flow");
   size_t done = 0;
   for (const PublishedRun& run : runs) {
     ++done;
@@ -398,6 +399,9 @@ void add_train_command(CLI::App& app) {
   v->add_option("--sustained-fraction", vargs->sustained_fraction,
                 "fraction of their stand-alone speed that kernels keep in a training step (default 0.80; 1 = the kernel model alone)")
       ->check(CLI::Range(1e-9, 1.0));
+  v->add_option("--network", vargs->network, "analytical (each collective alone) or flow (co-simulated)")
+      ->check(CLI::IsMember({"analytical", "flow"}))
+      ->capture_default_str();
   v->callback([vargs] { run_validate(*vargs); });
 }
 
