@@ -104,6 +104,15 @@ TEST(CoSimulatedIteration, EqualsTheAnalyticalOneWithoutContention) {
   EXPECT_EQ(f.network, "flow (co-simulated)");
   EXPECT_NEAR(f.iteration_time.seconds() / a.iteration_time.seconds(), 1.0, 0.02);
   test::expect_parts_add_up(f);
+  // The busiest link of each class it used: NVLink (TP), the NIC's PCIe attachment and the
+  // network (DP), each carrying at most what it could in the iteration.
+  EXPECT_TRUE(a.busiest_links.empty());
+  ASSERT_EQ(f.busiest_links.size(), 3u);
+  for (const LinkLoad& link : f.busiest_links) {
+    EXPECT_GT(link.utilisation, 0.0) << link.from;
+    EXPECT_LE(link.utilisation, 1.0) << link.from;
+  }
+  EXPECT_GE(f.busiest_links[0].utilisation, f.busiest_links[1].utilisation);
 }
 
 TEST(CoSimulatedIteration, TwoStagesThroughOneNicCollide) {

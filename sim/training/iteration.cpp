@@ -140,6 +140,28 @@ RankBreakdown breakdown(const std::vector<std::tuple<Time, Time, WorkKind>>& int
   return b;
 }
 
+// The busiest link of each link class (bytes over what it could carry in `span`), busiest
+// first; among equals the first in link order.
+std::vector<LinkLoad> busiest_links(const Topology& topo, const NetworkModel& network, Time span) {
+  std::map<LinkClass, std::pair<double, uint32_t>> best;
+  for (uint32_t l = 0; l < topo.link_count() && span > Time::zero(); ++l) {
+    const Link& link = topo.link(LinkId{l});
+    const double bytes = network.link_bytes(LinkId{l}).value();
+    if (!(bytes > 0)) continue;
+    const double used = bytes / (link.bandwidth.value() * span.seconds());
+    auto it = best.find(link.link_class);
+    if (it == best.end() || used > it->second.first) best[link.link_class] = {used, l};
+  }
+  std::vector<LinkLoad> out;
+  for (const auto& [cls, use] : best) {
+    const Link& link = topo.link(LinkId{use.second});
+    out.push_back(LinkLoad{topo.device(link.from).name, topo.device(link.to).name, cls,
+                           network.link_bytes(LinkId{use.second}), use.first});
+  }
+  std::stable_sort(out.begin(), out.end(), [](const LinkLoad& a, const LinkLoad& b) { return a.utilisation > b.utilisation; });
+  return out;
+}
+
 }  // namespace
 
 Time RankBreakdown::exposed_communication() const {
@@ -728,6 +750,7 @@ IterationResult simulate_iteration(const ModelConfig& model, const ParallelLayou
     }
   }
   for (const WorkTiming& w : timings) result.iteration_time = std::max(result.iteration_time, w.finish);
+  if (network) result.busiest_links = busiest_links(cosim->topology(), *network, result.iteration_time);
   for (WorkId id : backward_ends) result.pipeline_end = std::max(result.pipeline_end, timings[id].finish);
 
   // ---- breakdown -----------------------------------------------------------------------------

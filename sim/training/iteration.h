@@ -241,6 +241,16 @@ struct StageResult {
   Time compute_slowed_by_communication;
 };
 
+/// A link of the co-simulated network and how busy the iteration kept it: bytes carried (the
+/// simulated ranks' flows, their siblings' load folded in as each collective's slowdown) over
+/// what the link could carry in the iteration at its achievable rate.
+struct LinkLoad {
+  std::string from, to;
+  LinkClass link_class = LinkClass::kNetwork;
+  Bytes bytes;
+  double utilisation = 0;
+};
+
 struct IterationResult {
   Time iteration_time;
   double tokens_per_second = 0;
@@ -261,6 +271,8 @@ struct IterationResult {
   std::string symmetry;         ///< what the simulated ranks stand for
   /// How communication was timed: "analytical" (each collective alone) or "flow (co-simulated)".
   std::string network;
+  /// Co-simulated: the busiest link of each link class, busiest first.
+  std::vector<LinkLoad> busiest_links;
   size_t tasks = 0;             ///< tasks in the stream graph
   /// Every task of the simulated ranks, when IterationOptions::keep_timeline.
   std::vector<TimelineSpan> timeline;

@@ -120,6 +120,14 @@ nlohmann::ordered_json result_json(const Job& job, const IterationResult& r) {
   j["simulated_ranks"] = r.simulated_ranks;
   j["symmetry"] = r.symmetry;
   j["network"] = r.network;
+  if (!r.busiest_links.empty()) {
+    nlohmann::ordered_json links = nlohmann::ordered_json::array();
+    for (const LinkLoad& l : r.busiest_links) {
+      links.push_back({{"from", l.from}, {"to", l.to}, {"class", to_string(l.link_class)}, {"bytes", l.bytes.value()},
+                       {"utilisation", l.utilisation}});
+    }
+    j["busiest_links"] = links;
+  }
   j["compute"]["gemm_model"] = gemm_model_text(job);
   j["compute"]["sustained_fraction"] = job.compute.sustained_fraction;
   nlohmann::ordered_json stages = nlohmann::ordered_json::array();
@@ -292,6 +300,13 @@ void run_train(const TrainArgs& a) {
                 stretched.c_str());
   }
   std::printf("%s\n%s\n", r.flop_convention.c_str(), r.symmetry.c_str());
+  if (!r.busiest_links.empty()) {
+    std::printf("\nbusiest link of each class (co-simulated; bytes over what it could carry in the iteration):\n");
+    for (const LinkLoad& l : r.busiest_links) {
+      std::printf("  %-30s %-8s %6.1f%%  %s\n", (l.from + " -> " + l.to).c_str(), to_string(l.link_class),
+                  100 * l.utilisation, gib(l.bytes).c_str());
+    }
+  }
   std::printf("compute: GEMMs by the %s; kernels at %.2f of their stand-alone speed (sustained fraction)\n",
               gemm_model_text(job).c_str(), job.compute.sustained_fraction);
   if (!a.json.empty()) write_file_atomically(a.json, result_json(job, r).dump(2) + "\n");
