@@ -1,7 +1,8 @@
 // The training co-simulation (training/cosimulation.h and stream_graph.h's transfer tasks):
 // tasks that carry flows share the links they cross, as a hand computation says; with no
 // contention the co-simulated iteration equals the analytical one; where two pipeline stages'
-// gradient reductions leave through one NIC, only the co-simulation sees them collide.
+// gradient reductions leave through one NIC, only the co-simulation sees them collide. And
+// --explain's suggestions (training/explain.h): re-simulated, and reproduced by their flags.
 #include <gtest/gtest.h>
 
 #include <cstdio>
@@ -13,6 +14,8 @@
 #include "topology/router.h"
 #include "topology/topology_loader.h"
 #include "training/cosimulation.h"
+#include "training/explain.h"
+#include "training/workload_loader.h"
 #include "training/iteration.h"
 #include "training/stream_graph.h"
 #include "training_test_support.h"
@@ -145,6 +148,30 @@ TEST(CoSimulatedIteration, TwoStagesThroughOneNicCollide) {
   EXPECT_GT(longer, 0.5 * r);
   EXPECT_LE(longer, r * 1.001);
   EXPECT_GT(f.stages[1].time.exposed[dp], a.stages[1].time.exposed[dp] * 1.5);
+}
+
+TEST(Explain, EverySuggestionIsASimulationAndItsFlagsReproduceIt) {
+  // The bundled Llama-3 70B example: at least three knobs apply, each a re-simulation; the top
+  // one, applied through its command-line overrides, gives exactly its iteration time.
+  const std::string workload = test::source_path("workloads/train/llama3-70b-64xdgx-h100.json");
+  const std::string models = test::source_path("workloads/models"), topologies = test::source_path("topologies");
+  const TrainingWorkload job = load_training_workload(workload, models, topologies);
+  IterationOptions options;
+  options.compute = job.compute;
+  const IterationResult base = simulate_iteration(job.model, job.layout, job.topology, options);
+  const std::vector<Suggestion> s = explain_layout(job.model, job.layout, job.topology, options, base);
+  ASSERT_GE(s.size(), 3u);
+  for (size_t i = 0; i + 1 < s.size(); ++i) {
+    if (s[i].fits == s[i + 1].fits) {
+      EXPECT_LE(s[i].delta, s[i + 1].delta);
+    }
+  }
+  EXPECT_LT(s.front().delta, Time::zero());
+  EXPECT_EQ(s.front().knob, "tp_comm_overlap on");
+  const TrainingWorkload applied = load_training_workload(workload, models, topologies, s.front().overrides);
+  EXPECT_EQ(simulate_iteration(applied.model, applied.layout, applied.topology, options).iteration_time,
+            s.front().iteration_time);
+  EXPECT_EQ(s.front().iteration_time - base.iteration_time, s.front().delta);
 }
 
 }  // namespace

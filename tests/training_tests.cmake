@@ -28,6 +28,13 @@ foreach(workload ${train_workloads})
   add_test(NAME example.train.${workload_name} COMMAND parallax train ${workload})
   set_tests_properties(example.train.${workload_name} PROPERTIES PASS_REGULAR_EXPRESSION "MFU / HFU")
 endforeach()
+# --explain ranks re-simulated knobs; the overlap switches are flags too.
+add_test(NAME example.train.explain
+         COMMAND parallax train ${PROJECT_SOURCE_DIR}/workloads/train/llama3-70b-64xdgx-h100.json --explain)
+set_tests_properties(example.train.explain PROPERTIES PASS_REGULAR_EXPRESSION "what to try.*\n +-[0-9.]+ s +[0-9.]+ s +tp_comm_overlap on +--tp-comm-overlap on")
+add_test(NAME example.train.flow
+         COMMAND parallax train ${PROJECT_SOURCE_DIR}/workloads/train/llama3-70b-64xdgx-h100.json --network flow --tp-comm-overlap on)
+set_tests_properties(example.train.flow PROPERTIES PASS_REGULAR_EXPRESSION "busiest link of each class")
 # What-if flags override the file; a layout that cannot run is refused before anything runs.
 add_test(NAME example.train.what_if_flags
          COMMAND parallax train ${PROJECT_SOURCE_DIR}/workloads/train/llama3-70b-64xdgx-h100.json --pp 8 --nodes 32

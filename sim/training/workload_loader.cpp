@@ -189,6 +189,11 @@ TrainingWorkload load_training_workload(const std::string& path, const std::stri
   if (!a.recompute.empty()) l.recompute = recompute_from(a.recompute, "", "--recompute");
   if (!a.dtype.empty()) l.dtype = dtype_from(a.dtype, "", "--dtype");
   if (!a.attention.empty()) l.attention = attention_from(a.attention, "", "--attention");
+  if (a.sequence_parallel) l.sequence_parallel = *a.sequence_parallel;
+  if (a.tp_comm_overlap) l.tp_comm_overlap = *a.tp_comm_overlap;
+  if (a.grad_reduce_overlap) l.grad_reduce_overlap = *a.grad_reduce_overlap;
+  if (a.param_gather_prefetch) l.param_gather_prefetch = *a.param_gather_prefetch;
+  if (!a.rank_order.empty()) l.rank_order = a.rank_order;
   // dp not given: whatever the other dimensions leave of the cluster.
   const int gpus = static_cast<int>(job.topology.gpu_count());
   const int model_parallel = l.tp * l.pp * l.cp;

@@ -10,6 +10,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <tuple>
 
 #include <nlohmann/json.hpp>
 
@@ -26,6 +27,7 @@
 #include "model/parameter_count.h"
 #include "training/published_runs.h"
 #include "training/run_validation.h"
+#include "training/explain.h"
 #include "training/workload_loader.h"
 #include "units/unit_parse.h"
 
@@ -48,7 +50,15 @@ struct TrainArgs {
   std::string gemm_table;
   std::optional<double> sustained_fraction;
   std::string measured_step;  // a time string: fit σ to it
+  std::string sequence_parallel, tp_comm_overlap, grad_reduce_overlap, param_gather_prefetch;  // "on" / "off"
+  std::string rank_order;
+  bool explain = false;
 };
+
+std::optional<bool> switch_of(const std::string& v) {
+  if (v.empty()) return std::nullopt;
+  return v == "on";
+}
 
 using Job = TrainingWorkload;
 
@@ -72,6 +82,11 @@ Job read_job(const TrainArgs& a) {
   o.attention = a.attention;
   o.gemm_table = a.gemm_table;
   o.sustained_fraction = a.sustained_fraction;
+  o.sequence_parallel = switch_of(a.sequence_parallel);
+  o.tp_comm_overlap = switch_of(a.tp_comm_overlap);
+  o.grad_reduce_overlap = switch_of(a.grad_reduce_overlap);
+  o.param_gather_prefetch = switch_of(a.param_gather_prefetch);
+  o.rank_order = a.rank_order;
   return load_training_workload(a.workload, kModelsDir, kTopologiesDir, o);
 }
 
@@ -213,6 +228,18 @@ std::string training_trace_json(const Job& job, const IterationResult& r) {
   return doc.dump() + "\n";
 }
 
+void print_suggestions(const std::vector<Suggestion>& suggestions) {
+  std::printf("\nwhat to try (each re-simulated alone; change = its iteration time - this one's):\n");
+  TextTable t({"change", "iteration", "knob", "flags", "bubble"},
+              {TextTable::Align::kRight, TextTable::Align::kRight, TextTable::Align::kLeft, TextTable::Align::kLeft,
+               TextTable::Align::kRight});
+  for (const Suggestion& s : suggestions) {
+    t.add_row({strprintf("%+.3f s", s.delta.seconds()), seconds_text(s.iteration_time),
+               s.knob + (s.fits ? "" : " (does not fit in memory)"), s.flags, strprintf("%.1f%%", 100 * s.bubble_fraction)});
+  }
+  std::printf("%s", suggestions.empty() ? "  (no knob of the list applies to this layout)\n" : t.render().c_str());
+}
+
 void run_train(const TrainArgs& a) {
   Job job = read_job(a);
   IterationOptions options;
@@ -309,6 +336,7 @@ void run_train(const TrainArgs& a) {
   }
   std::printf("compute: GEMMs by the %s; kernels at %.2f of their stand-alone speed (sustained fraction)\n",
               gemm_model_text(job).c_str(), job.compute.sustained_fraction);
+  if (a.explain) print_suggestions(explain_layout(job.model, job.layout, job.topology, options, r));
   if (!a.json.empty()) write_file_atomically(a.json, result_json(job, r).dump(2) + "\n");
   if (!a.trace.empty()) write_file_atomically(a.trace, training_trace_json(job, r));
 }
@@ -393,6 +421,17 @@ void add_train_command(CLI::App& app) {
                   "attention core: flash (one FlashAttention kernel) or unfused (scores, softmax and context materialised)");
   cmd->add_option("--recompute", args->recompute, "none, selective or full");
   cmd->add_option("--dtype", args->dtype, "bf16 or fp8");
+  for (auto [flag, field, what] : {std::tuple{"--sequence-parallel", &args->sequence_parallel, "Megatron sequence parallelism"},
+                                   std::tuple{"--tp-comm-overlap", &args->tp_comm_overlap, "TP collectives pipelined with the GEMMs"},
+                                   std::tuple{"--grad-reduce-overlap", &args->grad_reduce_overlap,
+                                              "gradient buckets reduced during the backward"},
+                                   std::tuple{"--param-gather-prefetch", &args->param_gather_prefetch,
+                                              "ZeRO parameter gathers one layer ahead"}}) {
+    cmd->add_option(flag, *field, std::string(what) + ": on or off")->check(CLI::IsMember({"on", "off"}));
+  }
+  cmd->add_option("--rank-order", args->rank_order, "rank order, innermost first (e.g. tp-cp-ep-dp-pp)");
+  cmd->add_flag("--explain", args->explain,
+                "after the report, what to try: a fixed list of knobs, each re-simulated alone, ranked by the time it saves");
   cmd->add_option("--network", args->network,
                   "how collectives are timed: analytical (each alone, closed forms) or flow (co-simulated: every "
                   "collective as flows on one shared network)")

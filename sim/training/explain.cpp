@@ -1,0 +1,99 @@
+// `parallax train --explain` (explain.h).
+#include "training/explain.h"
+
+#include <algorithm>
+#include <functional>
+
+#include "io/input_error.h"
+
+namespace parallax {
+namespace {
+
+struct Knob {
+  std::string name;
+  std::string flags;
+  std::function<bool(const ParallelLayout&)> applies;
+  std::function<void(ParallelLayout&, WorkloadOverrides&)> apply;
+};
+
+std::vector<Knob> knobs() {
+  auto is_1f1b = [](const ParallelLayout& l) { return l.pp > 1 && l.schedule == PipelineScheduleKind::kOneFOneB; };
+  return {
+      {"tp_comm_overlap on", "--tp-comm-overlap on", [](const ParallelLayout& l) { return l.tp > 1 && !l.tp_comm_overlap; },
+       [](ParallelLayout& l, WorkloadOverrides& o) { l.tp_comm_overlap = true; o.tp_comm_overlap = true; }},
+      {"grad_reduce_overlap on", "--grad-reduce-overlap on",
+       [](const ParallelLayout& l) { return l.dp * l.cp > 1 && !l.grad_reduce_overlap; },
+       [](ParallelLayout& l, WorkloadOverrides& o) { l.grad_reduce_overlap = true; o.grad_reduce_overlap = true; }},
+      {"param_gather_prefetch on", "--param-gather-prefetch on",
+       [](const ParallelLayout& l) {
+         return l.dp * l.cp > 1 && l.zero_stage != ZeroStage::kStage0 && !l.param_gather_prefetch;
+       },
+       [](ParallelLayout& l, WorkloadOverrides& o) { l.param_gather_prefetch = true; o.param_gather_prefetch = true; }},
+      {"sequence_parallel on", "--sequence-parallel on", [](const ParallelLayout& l) { return l.tp > 1 && !l.sequence_parallel; },
+       [](ParallelLayout& l, WorkloadOverrides& o) { l.sequence_parallel = true; o.sequence_parallel = true; }},
+      {"interleaved 1F1B, vpp 2", "--schedule interleaved_1f1b --vpp 2", is_1f1b,
+       [](ParallelLayout& l, WorkloadOverrides& o) {
+         l.schedule = PipelineScheduleKind::kInterleavedOneFOneB;
+         l.virtual_stages = 2;
+         o.schedule = "interleaved_1f1b";
+         o.vpp = 2;
+       }},
+      {"zero-bubble schedule (ZB-H1)", "--schedule zb_h1", is_1f1b,
+       [](ParallelLayout& l, WorkloadOverrides& o) {
+         l.schedule = PipelineScheduleKind::kZeroBubbleH1;
+         o.schedule = "zb_h1";
+       }},
+      {"recompute selective instead of full", "--recompute selective",
+       [](const ParallelLayout& l) { return l.recompute == Recomputation::kFull; },
+       [](ParallelLayout& l, WorkloadOverrides& o) { l.recompute = Recomputation::kSelective; o.recompute = "selective"; }},
+      {"no recomputation instead of selective", "--recompute none",
+       [](const ParallelLayout& l) { return l.recompute == Recomputation::kSelective; },
+       [](ParallelLayout& l, WorkloadOverrides& o) { l.recompute = Recomputation::kNone; o.recompute = "none"; }},
+      {"micro-batch x2", "--mbs",
+       [](const ParallelLayout& l) { return l.global_batch % (int64_t{l.dp} * l.micro_batch * 2) == 0; },
+       [](ParallelLayout& l, WorkloadOverrides& o) {
+         l.micro_batch *= 2;
+         o.micro_batch = l.micro_batch;
+       }},
+      {"DP innermost below PP (rank order tp-cp-ep-dp-pp)", "--rank-order tp-cp-ep-dp-pp",
+       [](const ParallelLayout& l) { return l.pp > 1 && l.dp > 1 && l.rank_order == "tp-cp-ep-pp-dp"; },
+       [](ParallelLayout& l, WorkloadOverrides& o) { l.rank_order = o.rank_order = "tp-cp-ep-dp-pp"; }},
+      {"PP innermost below DP (rank order tp-cp-ep-pp-dp)", "--rank-order tp-cp-ep-pp-dp",
+       [](const ParallelLayout& l) { return l.pp > 1 && l.dp > 1 && l.rank_order == "tp-cp-ep-dp-pp"; },
+       [](ParallelLayout& l, WorkloadOverrides& o) { l.rank_order = o.rank_order = "tp-cp-ep-pp-dp"; }},
+  };
+}
+
+}  // namespace
+
+std::vector<Suggestion> explain_layout(const ModelConfig& model, const ParallelLayout& layout, const Topology& topology,
+                                       const IterationOptions& options, const IterationResult& base) {
+  std::vector<Suggestion> out;
+  for (const Knob& k : knobs()) {
+    if (!k.applies(layout)) continue;
+    Suggestion s;
+    s.knob = k.name;
+    s.layout = layout;
+    k.apply(s.layout, s.overrides);
+    s.flags = k.flags;
+    if (s.overrides.micro_batch) s.flags = "--mbs " + std::to_string(*s.overrides.micro_batch);
+    try {
+      validate(s.layout, model, static_cast<int>(topology.gpu_count()));
+    } catch (const InputError&) {
+      continue;  // e.g. micro-batches not a multiple of pp for the interleaved schedule
+    }
+    const IterationResult r = simulate_iteration(model, s.layout, topology, options);
+    s.iteration_time = r.iteration_time;
+    s.delta = r.iteration_time - base.iteration_time;
+    s.bubble_fraction = r.pipeline_bubble_fraction;
+    s.fits = !r.out_of_memory;
+    out.push_back(std::move(s));
+  }
+  std::stable_sort(out.begin(), out.end(), [](const Suggestion& a, const Suggestion& b) {
+    if (a.fits != b.fits) return a.fits;
+    return a.delta < b.delta;
+  });
+  return out;
+}
+
+}  // namespace parallax

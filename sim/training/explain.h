@@ -1,0 +1,44 @@
+// `parallax train --explain`: what to try on a layout, each candidate re-simulated, never
+// guessed. The candidates come from a fixed list of knobs, each applied alone to the layout
+// (when it applies and the result is a valid layout):
+//   tp_comm_overlap on          TP collectives pipelined with the GEMMs (tp > 1)
+//   grad_reduce_overlap on      gradient buckets reduced during the backward (dp·cp > 1)
+//   param_gather_prefetch on    ZeRO parameter gathers one layer ahead (ZeRO ≥ 1, dp·cp > 1)
+//   sequence_parallel on        Megatron SP (tp > 1)
+//   interleaved vpp 2           interleaved 1F1B with 2 chunks per stage (pp > 1, 1F1B)
+//   zero-bubble schedule        ZB-H1 (pp > 1, 1F1B)
+//   recompute one step lighter  full → selective, selective → none
+//   micro-batch × 2             when the global batch still splits
+//   DP innermost                rank order tp-cp-ep-dp-pp ↔ tp-cp-ep-pp-dp (pp > 1, dp > 1)
+// Each suggestion is the difference of two simulations with the same options; one that does
+// not fit in GPU memory is kept, marked, after the ones that do.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "model/model_config.h"
+#include "topology/topology.h"
+#include "training/iteration.h"
+#include "training/parallel_layout.h"
+#include "training/workload_loader.h"
+
+namespace parallax {
+
+struct Suggestion {
+  std::string knob;              ///< what changes, in words
+  WorkloadOverrides overrides;   ///< the same change as command-line overrides
+  std::string flags;             ///< … as they are typed ("--tp-comm-overlap on")
+  ParallelLayout layout;
+  Time iteration_time;
+  Time delta;                    ///< iteration_time − the layout's own
+  double bubble_fraction = 0;
+  bool fits = true;
+};
+
+/// Every applicable knob, re-simulated; those that fit first, by delta (most negative first),
+/// then those that do not fit. `base` is simulate_iteration's result for `layout`.
+std::vector<Suggestion> explain_layout(const ModelConfig& model, const ParallelLayout& layout, const Topology& topology,
+                                       const IterationOptions& options, const IterationResult& base);
+
+}  // namespace parallax
