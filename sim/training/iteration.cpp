@@ -9,6 +9,7 @@
 #include <map>
 #include <memory>
 #include <numeric>
+#include <set>
 #include <stdexcept>
 #include <tuple>
 
@@ -223,7 +224,9 @@ IterationResult simulate_iteration(const ModelConfig& model, const ParallelLayou
   }
   // The slowdown of `own`, stage s's group of the simulated replica, among the groups that
   // `group_of` gives every rank of stage s (each group once).
+  const bool every_replica = cosim && options.cosimulate_every_replica;
   auto sibling_slowdown = [&](int s, const std::vector<int>& own, const auto& group_of, TrafficPattern pattern) {
+    if (every_replica) return 1.0;  // the siblings' flows are played, not folded in
     if (!contention || contention->non_blocking() || own.size() < 2) return 1.0;  // no groups to build
     std::map<int, std::vector<int>> by_lowest_rank;
     for (int tp_rank = 0; tp_rank < t; ++tp_rank) {
@@ -484,13 +487,48 @@ IterationResult simulate_iteration(const ModelConfig& model, const ParallelLayou
       stages[static_cast<size_t>(s)].communication[k].replica_slowdown = slowdown_of[static_cast<size_t>(s)][k];
     }
   }
+  // Every replica's copy of a task's calls (cosimulate_every_replica): each call's group shifted
+  // to every other (tp, cp, dp) coordinate of its stage, each distinct group once, all of a
+  // phase at once.
+  auto with_siblings = [&](const CallPhases& phases) {
+    if (!every_replica) return phases;
+    CallPhases out;
+    for (const auto& phase : phases) {
+      std::vector<CollectiveCall> all;
+      std::set<std::vector<int>> seen;
+      for (const CollectiveCall& call : phase) {
+        for (int dt = 0; dt < t; ++dt) {
+          for (int dc = 0; dc < cp; ++dc) {
+            for (int dd = 0; dd < layout.dp; ++dd) {
+              CollectiveCall shifted = call;
+              for (int& r : shifted.group) {
+                RankCoords c = ranks.coords_of(r);
+                c.tp = (c.tp + dt) % t;
+                c.cp = (c.cp + dc) % cp;
+                c.dp = (c.dp + dd) % layout.dp;
+                r = ranks.rank_of(c);
+              }
+              // A collective's group is a set (a rotated ring is the same ring); a send has a direction.
+              std::vector<int> members = shifted.group;
+              if (!call.one_way) std::sort(members.begin(), members.end());
+              members.push_back(call.one_way ? 1 : 0);
+              members.push_back(static_cast<int>(call.op));
+              if (seen.insert(members).second) all.push_back(std::move(shifted));
+            }
+          }
+        }
+      }
+      out.push_back(std::move(all));
+    }
+    return out;
+  };
   auto add_comm = [&](int s, StreamId stream, const CommTask& c, WorkKind kind, std::span<const WorkId> deps,
                       int peer = -1) {
     auto& volume = stages[static_cast<size_t>(s)].communication[kind_index(kind)];
     volume.sent += c.sent;
     volume.collectives += c.collectives;
     const WorkId id = graph.add(stream, c.time, kind, deps, peer, channel_of(s, c));
-    if (cosim && !c.calls.empty()) graph.set_transfers(id, cosim->transfers(c.calls));
+    if (cosim && !c.calls.empty()) graph.set_transfers(id, cosim->transfers(with_siblings(c.calls)));
     const ChannelId pool = streams[static_cast<size_t>(s)].sms;
     if (pool != kNoChannel && c.sms > 0) graph.occupy(id, pool, c.sms);
     return id;
@@ -511,7 +549,7 @@ IterationResult simulate_iteration(const ModelConfig& model, const ParallelLayou
     volume.sent += c.sent;
     volume.collectives += c.collectives;
     const WorkId id = add_compute(s, c.time, kind, deps, channel_of(s, c));
-    if (cosim && !c.calls.empty()) graph.set_transfers(id, cosim->transfers(c.calls));
+    if (cosim && !c.calls.empty()) graph.set_transfers(id, cosim->transfers(with_siblings(c.calls)));
     return id;
   };
   // One pass of a unit: its segments in order; returns the task that ends it. Ring attention

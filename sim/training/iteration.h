@@ -148,6 +148,12 @@ struct IterationOptions {
   /// it really shares; the channels' processor sharing then gives way to the network. The
   /// sibling replicas' load is still folded in as each collective's slowdown.
   bool cosimulate = false;
+  /// With cosimulate: every replica's communication is played too (each collective of the
+  /// simulated ranks together with the same collective of every sibling replica — the other
+  /// TP, CP and DP coordinates of its stage — at the same moment, as lockstep replicas run
+  /// it), instead of folding the siblings in as slowdowns. Exact for identical replicas and as
+  /// costly as the cluster is large: the reference that checks the folding on small cases.
+  bool cosimulate_every_replica = false;
   /// Every communication takes zero time (its bytes are still counted): the pipeline alone.
   bool free_communication = false;
   /// Leave out the embedding and the output layer, so that equal stages carry equal work (to
