@@ -44,7 +44,7 @@ struct TrainArgs {
   std::optional<int> tp, pp, dp, vpp, cp, ep, zero, nodes;
   std::optional<int64_t> micro_batch, global_batch, sequence;
   std::string schedule, recompute, dtype, cp_comm, attention;
-  std::string network = "analytical";
+  std::string network = "flow";
   std::string json;
   std::string trace;
   std::string gemm_table;
@@ -433,8 +433,8 @@ void add_train_command(CLI::App& app) {
   cmd->add_flag("--explain", args->explain,
                 "after the report, what to try: a fixed list of knobs, each re-simulated alone, ranked by the time it saves");
   cmd->add_option("--network", args->network,
-                  "how collectives are timed: analytical (each alone, closed forms) or flow (co-simulated: every "
-                  "collective as flows on one shared network)")
+                  "how collectives are timed: flow (the default: co-simulated, every collective as flows on one "
+                  "shared network) or analytical (each alone, closed forms; the fast option for sweeps)")
       ->check(CLI::IsMember({"analytical", "flow"}));
   cmd->add_option("--json", args->json, "write the full result as JSON");
   cmd->add_option("--trace", args->trace, "write a Chrome/Perfetto trace: one process per pipeline stage, one thread per stream");
