@@ -422,6 +422,35 @@ TEST(IterationOverlap, TpOverlapCannotHideTheLastChunk) {
   expect_parts_add_up(overlapped);
 }
 
+TEST(IterationCriticalPath, AddsUpToTheIterationAndFollowsTheBottleneck) {
+  // The bundled Llama-3 70B layout: the critical path's parts and its waits add up to the
+  // iteration time; it is mostly compute, and without TP overlap the TP collectives on the
+  // compute stream are on it. With free communication only compute and waits remain.
+  const ModelConfig model = load_bundled_model(test::source_path("workloads/models"), "llama3-70b");
+  const Topology topo = test::load_preset("dgx-h100", 64);
+  ParallelLayout l = layout(16, 8, 4, 1024);
+  l.sequence_length = 8192;
+  l.sequence_parallel = true;
+  l.recompute = Recomputation::kSelective;
+  l.zero_stage = ZeroStage::kStage1;
+  for (const bool free : {false, true}) {
+    IterationOptions o;
+    o.free_communication = free;
+    const IterationResult r = simulate_iteration(model, l, topo, o);
+    Time sum = r.critical_path.waiting;
+    for (Time t : r.critical_path.by_kind) sum += t;
+    EXPECT_EQ(sum, r.iteration_time);
+    const Time compute = r.critical_path.by_kind[static_cast<size_t>(WorkKind::kCompute)];
+    EXPECT_GT(compute.seconds(), 0.7 * r.iteration_time.seconds());
+    const Time tp = r.critical_path.by_kind[static_cast<size_t>(WorkKind::kTpComm)];
+    if (free) {
+      EXPECT_EQ(tp, Time::zero());
+    } else {
+      EXPECT_GT(tp, Time::zero());
+    }
+  }
+}
+
 TEST(IterationOverlap, SwitchesHideCommunication) {
   const Topology topo = toy_cluster(4);
   // DP: overlapping the gradient reduction with the backward cannot be slower.

@@ -790,6 +790,14 @@ IterationResult simulate_iteration(const ModelConfig& model, const ParallelLayou
   for (const WorkTiming& w : timings) result.iteration_time = std::max(result.iteration_time, w.finish);
   if (network) result.busiest_links = busiest_links(cosim->topology(), *network, result.iteration_time);
   for (WorkId id : backward_ends) result.pipeline_end = std::max(result.pipeline_end, timings[id].finish);
+  Time reached;
+  for (const WorkId id : critical_path(graph, timings)) {
+    const Time start = std::max(timings[id].start, reached);
+    result.critical_path.waiting += timings[id].start > reached ? timings[id].start - reached : Time::zero();
+    result.critical_path.by_kind[kind_index(graph.task(id).kind)] += timings[id].finish - start;
+    reached = timings[id].finish;
+    ++result.critical_path.tasks;
+  }
 
   // ---- breakdown -----------------------------------------------------------------------------
   std::vector<std::vector<std::tuple<Time, Time, WorkKind>>> intervals(static_cast<size_t>(p));

@@ -257,8 +257,18 @@ struct LinkLoad {
   double utilisation = 0;
 };
 
+/// The iteration's critical path (stream_graph.h's critical_path), summed by kind of work:
+/// what lengthening or shortening would move the iteration time. `waiting` is time between its
+/// tasks (a task that started later than the one it waited for ended).
+struct CriticalPath {
+  std::array<Time, kWorkKinds> by_kind{};  ///< indexed by WorkKind
+  Time waiting;
+  size_t tasks = 0;
+};
+
 struct IterationResult {
   Time iteration_time;
+  CriticalPath critical_path;
   double tokens_per_second = 0;
   double tokens_per_second_per_gpu = 0;
   double mfu = 0;  ///< model FLOPs per second over the GPUs' dense peak in the layout's dtype

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
+#include <optional>
 #include <stdexcept>
 
 #include "engine/invariant.h"
@@ -233,6 +234,35 @@ class StreamExecution {
 };
 
 }  // namespace
+
+std::vector<WorkId> critical_path(const StreamGraph& graph, const std::vector<WorkTiming>& timings) {
+  if (graph.size() == 0) return {};
+  // Each task's predecessor on its stream.
+  std::vector<WorkId> before(graph.size(), UINT32_MAX);
+  for (StreamId s = 0; s < graph.stream_count(); ++s) {
+    const std::vector<WorkId>& tasks = graph.stream(s).tasks;
+    for (size_t i = 1; i < tasks.size(); ++i) before[tasks[i]] = tasks[i - 1];
+  }
+  WorkId at = 0;
+  for (WorkId id = 1; id < graph.size(); ++id) {
+    if (timings[id].finish > timings[at].finish) at = id;
+  }
+  std::vector<WorkId> path{at};
+  while (true) {
+    std::optional<WorkId> binding;
+    auto consider = [&](WorkId w) {
+      if (w == UINT32_MAX || timings[w].finish > timings[at].start) return;
+      if (!binding || timings[w].finish > timings[*binding].finish) binding = w;
+    };
+    for (WorkId d : graph.dependencies(at)) consider(d);
+    consider(before[at]);
+    if (!binding) break;
+    at = *binding;
+    path.push_back(at);
+  }
+  std::reverse(path.begin(), path.end());
+  return path;
+}
 
 std::vector<WorkTiming> run_stream_graph(Engine& engine, const StreamGraph& graph, NetworkModel* network) {
   StreamExecution execution(engine, graph, network);

@@ -123,6 +123,12 @@ struct WorkTiming {
 /// timings, indexed by WorkId. A task's dependencies and its stream predecessors were all
 /// added before it, so waits point to lower ids and every graph runs to the end (an invariant
 /// checks it).
+/// The chain of tasks that sets the graph's length, in execution order: from the task that
+/// finishes last, back through whatever it started on — the dependency or the stream
+/// predecessor that finished at its start (the latest, when none did exactly, as when a
+/// channel shared its speed) — to a task that started at the graph's start.
+std::vector<WorkId> critical_path(const StreamGraph& graph, const std::vector<WorkTiming>& timings);
+
 /// With `network`, tasks that carry transfers play them on it (co-simulation).
 std::vector<WorkTiming> run_stream_graph(Engine& engine, const StreamGraph& graph, NetworkModel* network = nullptr);
 

@@ -135,6 +135,13 @@ nlohmann::ordered_json result_json(const Job& job, const IterationResult& r) {
   j["simulated_ranks"] = r.simulated_ranks;
   j["symmetry"] = r.symmetry;
   j["network"] = r.network;
+  nlohmann::ordered_json path;
+  for (int k = 0; k < kWorkKinds; ++k) {
+    path[std::string(to_string(static_cast<WorkKind>(k))) + "_s"] = r.critical_path.by_kind[static_cast<size_t>(k)].seconds();
+  }
+  path["waiting_s"] = r.critical_path.waiting.seconds();
+  path["tasks"] = r.critical_path.tasks;
+  j["critical_path"] = path;
   if (!r.busiest_links.empty()) {
     nlohmann::ordered_json links = nlohmann::ordered_json::array();
     for (const LinkLoad& l : r.busiest_links) {
@@ -326,6 +333,13 @@ void run_train(const TrainArgs& a) {
     std::printf("compute slowed by the SMs of the collectives beside it (in the compute column): %s\n\n",
                 stretched.c_str());
   }
+  std::string path;
+  for (int k = 0; k < kWorkKinds; ++k) {
+    const Time part = r.critical_path.by_kind[static_cast<size_t>(k)];
+    if (part > Time::zero()) path += strprintf("%s %s, ", to_string(static_cast<WorkKind>(k)), seconds_text(part).c_str());
+  }
+  std::printf("critical path (%zu tasks): %swaiting %s\n\n", r.critical_path.tasks, path.c_str(),
+              seconds_text(r.critical_path.waiting).c_str());
   std::printf("%s\n%s\n", r.flop_convention.c_str(), r.symmetry.c_str());
   if (!r.busiest_links.empty()) {
     std::printf("\nbusiest link of each class (co-simulated; bytes over what it could carry in the iteration):\n");
