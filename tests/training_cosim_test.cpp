@@ -198,6 +198,13 @@ TEST(CoSimulatedIteration, DataParallelRingsAcrossA4To1SpineTakeTwiceAsLong) {
   const double folded = exposed_dp(oversubscribed, false);
   std::printf("exposed DP: 1:1 %.4f s, 4:1 every replica %.4f s, 4:1 folded %.4f s\n", alone, every, folded);
   EXPECT_NEAR(every / alone, 2.0, 0.15);
+  // Every DP ring crosses nodes, so all of its exposed time counts as across nodes.
+  IterationOptions o;
+  o.cosimulate = true;
+  const IterationResult r = simulate_iteration(model, l, oversubscribed, o);
+  EXPECT_EQ(r.stages[0].time.exposed_across_nodes[dp], r.stages[0].time.exposed[dp]);
+  EXPECT_EQ(r.stages[0].time.exposed_across_nodes[static_cast<size_t>(WorkKind::kTpComm)], Time::zero());  // TP 8: one node
+  EXPECT_GT(r.stages[0].time.exposed[static_cast<size_t>(WorkKind::kTpComm)], Time::zero());
   EXPECT_NEAR(folded / every, 1.0, 0.10);
 }
 

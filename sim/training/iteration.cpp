@@ -95,23 +95,32 @@ class CollectiveTimer {
   std::map<std::tuple<int, int, int, double>, Timing> times_;
 };
 
+// One task as a rank's breakdown sees it: when, what, and whether it went across nodes.
+struct Interval {
+  Time start, finish;
+  WorkKind kind;
+  bool across_nodes;
+};
+
 // The per-rank breakdown by a sweep over the start and end of every task the rank takes part in.
-RankBreakdown breakdown(const std::vector<std::tuple<Time, Time, WorkKind>>& intervals, Time pipeline_end,
-                        Time iteration_end) {
+// An exposed stretch of communication counts as across nodes while a task of its kind that
+// crosses nodes is active.
+RankBreakdown breakdown(const std::vector<Interval>& intervals, Time pipeline_end, Time iteration_end) {
   struct Edge {
     Time at;
     int delta;
     WorkKind kind;
+    bool across;
   };
   std::vector<Edge> edges;
-  for (const auto& [start, finish, kind] : intervals) {
-    if (finish <= start) continue;
-    edges.push_back({start, +1, kind});
-    edges.push_back({finish, -1, kind});
+  for (const Interval& i : intervals) {
+    if (i.finish <= i.start) continue;
+    edges.push_back({i.start, +1, i.kind, i.across_nodes});
+    edges.push_back({i.finish, -1, i.kind, i.across_nodes});
   }
-  edges.push_back({iteration_end, 0, WorkKind::kCompute});
+  edges.push_back({iteration_end, 0, WorkKind::kCompute, false});
   std::sort(edges.begin(), edges.end(), [](const Edge& a, const Edge& b) { return a.at < b.at; });
-  std::array<int, kWorkKinds> active{};
+  std::array<int, kWorkKinds> active{}, active_across{};
   constexpr WorkKind kPriority[] = {WorkKind::kTpComm, WorkKind::kCpComm, WorkKind::kEpComm, WorkKind::kPpComm,
                                     WorkKind::kDpComm};
   RankBreakdown b;
@@ -125,6 +134,7 @@ RankBreakdown breakdown(const std::vector<std::tuple<Time, Time, WorkKind>>& int
     for (WorkKind k : kPriority) {
       if (active[kind_index(k)] > 0) {
         b.exposed[kind_index(k)] += to - from;
+        if (active_across[kind_index(k)] > 0) b.exposed_across_nodes[kind_index(k)] += to - from;
         return;
       }
     }
@@ -137,6 +147,7 @@ RankBreakdown breakdown(const std::vector<std::tuple<Time, Time, WorkKind>>& int
     attribute(t, e.at);
     t = e.at;
     active[kind_index(e.kind)] += e.delta;
+    if (e.across) active_across[kind_index(e.kind)] += e.delta;
   }
   return b;
 }
@@ -522,12 +533,18 @@ IterationResult simulate_iteration(const ModelConfig& model, const ParallelLayou
     }
     return out;
   };
+  std::vector<bool> across_nodes;  // per task: communication whose group spans nodes
+  auto note_across = [&](WorkId id, bool across) {
+    if (across_nodes.size() <= id) across_nodes.resize(id + 1, false);
+    across_nodes[id] = across;
+  };
   auto add_comm = [&](int s, StreamId stream, const CommTask& c, WorkKind kind, std::span<const WorkId> deps,
                       int peer = -1) {
     auto& volume = stages[static_cast<size_t>(s)].communication[kind_index(kind)];
     volume.sent += c.sent;
     volume.collectives += c.collectives;
     const WorkId id = graph.add(stream, c.time, kind, deps, peer, channel_of(s, c));
+    note_across(id, c.across_nodes);
     if (cosim && !c.calls.empty()) graph.set_transfers(id, cosim->transfers(with_siblings(c.calls)));
     const ChannelId pool = streams[static_cast<size_t>(s)].sms;
     if (pool != kNoChannel && c.sms > 0) graph.occupy(id, pool, c.sms);
@@ -549,6 +566,7 @@ IterationResult simulate_iteration(const ModelConfig& model, const ParallelLayou
     volume.sent += c.sent;
     volume.collectives += c.collectives;
     const WorkId id = add_compute(s, c.time, kind, deps, channel_of(s, c));
+    note_across(id, c.across_nodes);
     if (cosim && !c.calls.empty()) graph.set_transfers(id, cosim->transfers(with_siblings(c.calls)));
     return id;
   };
@@ -800,7 +818,8 @@ IterationResult simulate_iteration(const ModelConfig& model, const ParallelLayou
   }
 
   // ---- breakdown -----------------------------------------------------------------------------
-  std::vector<std::vector<std::tuple<Time, Time, WorkKind>>> intervals(static_cast<size_t>(p));
+  across_nodes.resize(graph.size(), false);
+  std::vector<std::vector<Interval>> intervals(static_cast<size_t>(p));
   for (WorkId id = 0; id < graph.size(); ++id) {
     const StreamTask& task = graph.task(id);
     const int rank = graph.stream(task.stream).rank;
@@ -808,9 +827,10 @@ IterationResult simulate_iteration(const ModelConfig& model, const ParallelLayou
       stages[static_cast<size_t>(rank)].compute_slowed_by_communication +=
           timings[id].finish - timings[id].start - task.duration;
     }
-    if (rank >= 0) intervals[static_cast<size_t>(rank)].emplace_back(timings[id].start, timings[id].finish, task.kind);
+    const bool across = across_nodes[id];
+    if (rank >= 0) intervals[static_cast<size_t>(rank)].push_back({timings[id].start, timings[id].finish, task.kind, across});
     if (task.peer_rank >= 0 && task.peer_rank != rank) {
-      intervals[static_cast<size_t>(task.peer_rank)].emplace_back(timings[id].start, timings[id].finish, task.kind);
+      intervals[static_cast<size_t>(task.peer_rank)].push_back({timings[id].start, timings[id].finish, task.kind, across});
     }
   }
   Time bubble_total;

@@ -216,6 +216,9 @@ struct CommunicationVolume {
 struct RankBreakdown {
   Time compute;
   std::array<Time, kWorkKinds> exposed{};  ///< indexed by WorkKind; kCompute's entry is 0
+  /// Of `exposed`, the time while a task of that kind whose group spans nodes was running
+  /// (through the NICs and the network; the rest stayed on NVLink or PCIe inside a node).
+  std::array<Time, kWorkKinds> exposed_across_nodes{};
   Time bubble;
   Time idle;
   Time exposed_communication() const;

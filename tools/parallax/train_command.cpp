@@ -162,6 +162,11 @@ nlohmann::ordered_json result_json(const Job& job, const IterationResult& r) {
     nlohmann::ordered_json exposed;
     for (int k = 1; k < kWorkKinds; ++k) exposed[to_string(static_cast<WorkKind>(k))] = s.time.exposed[static_cast<size_t>(k)].seconds();
     st["exposed_communication_s"] = exposed;
+    nlohmann::ordered_json across;
+    for (int k = 1; k < kWorkKinds; ++k) {
+      across[to_string(static_cast<WorkKind>(k))] = s.time.exposed_across_nodes[static_cast<size_t>(k)].seconds();
+    }
+    st["exposed_across_nodes_s"] = across;
     st["bubble_s"] = s.time.bubble.seconds();
     st["idle_s"] = s.time.idle.seconds();
     nlohmann::ordered_json mem;
@@ -302,6 +307,18 @@ void run_train(const TrainArgs& a) {
                gib(s.memory.total())});
   }
   std::printf("per pipeline stage (time columns: exposed, per iteration):\n%s\n", t.render().c_str());
+  // Which of that exposed communication went across nodes (NICs and the network).
+  std::string across;
+  for (const StageResult& s : r.stages) {
+    for (int k = 1; k < kWorkKinds; ++k) {
+      const Time part = s.time.exposed_across_nodes[static_cast<size_t>(k)];
+      if (part > Time::zero()) {
+        across += strprintf("%sstage %d %s %s", across.empty() ? "" : ", ", s.stage, to_string(static_cast<WorkKind>(k)),
+                            seconds_text(part).c_str());
+      }
+    }
+  }
+  if (!across.empty()) std::printf("of it across nodes (NICs and network): %s\n\n", across.c_str());
   // Where the other replicas' traffic on shared links slowed a kind of collective: one entry
   // per kind when every stage has the same factor, else one per stage.
   std::string slowed;
