@@ -116,6 +116,22 @@ TEST(CoSimulatedIteration, EqualsTheAnalyticalOneWithoutContention) {
     EXPECT_LE(link.utilisation, 1.0) << link.from;
   }
   EXPECT_GE(f.busiest_links[0].utilisation, f.busiest_links[1].utilisation);
+  // With a timeline kept, each link's load over time carries exactly its bytes: the steps'
+  // utilisation × duration adds up to its utilisation over the whole iteration.
+  IterationOptions traced = flow;
+  traced.keep_timeline = true;
+  const IterationResult g = simulate_iteration(model, l, topo, traced);
+  ASSERT_EQ(g.busiest_links.size(), 3u);
+  for (const LinkLoad& link : g.busiest_links) {
+    ASSERT_FALSE(link.timeline.empty()) << link.from;
+    double area = 0;
+    for (size_t i = 0; i + 1 < link.timeline.size(); ++i) {
+      area += link.timeline[i].second * (link.timeline[i + 1].first - link.timeline[i].first).seconds();
+    }
+    EXPECT_NEAR(area, link.utilisation * g.iteration_time.seconds(), 1e-6 * area) << link.from;
+    EXPECT_DOUBLE_EQ(link.timeline.back().second, 0.0) << link.from;
+  }
+  EXPECT_EQ(g.iteration_time, f.iteration_time);
 }
 
 TEST(CoSimulatedIteration, TwoStagesThroughOneNicCollide) {

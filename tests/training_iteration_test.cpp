@@ -377,6 +377,17 @@ TEST(IterationTime, RealisticLlama8bOnTwoDgxNodes) {
   expect_parts_add_up(r);
 }
 
+// The layout of workloads/train/llama3-70b-64xdgx-h100.json: TP 8 with SP, PP 4, DP 16, 1F1B,
+// ZeRO-1, selective recomputation, 1,024 sequences of 8192.
+ParallelLayout bundled_70b_layout() {
+  ParallelLayout l = layout(16, 8, 4, 1024);
+  l.sequence_length = 8192;
+  l.sequence_parallel = true;
+  l.recompute = Recomputation::kSelective;
+  l.zero_stage = ZeroStage::kStage1;
+  return l;
+}
+
 TEST(IterationOverlap, Zero3GradientOverlapIsNeverSlower) {
   // Llama-3 70B, TP 8 · DP 64, ZeRO-3, 512 sequences of 4096: with the parameter gathers on the
   // gradient stream, each prefetched gather queued behind the previous layer's reduce-scatter
@@ -405,11 +416,7 @@ TEST(IterationOverlap, TpOverlapCannotHideTheLastChunk) {
   // collectives could start before the GEMMs that produce their data).
   const ModelConfig model = load_bundled_model(test::source_path("workloads/models"), "llama3-70b");
   const Topology topo = test::load_preset("dgx-h100", 64);
-  ParallelLayout l = layout(16, 8, 4, 1024);
-  l.sequence_length = 8192;
-  l.sequence_parallel = true;
-  l.recompute = Recomputation::kSelective;
-  l.zero_stage = ZeroStage::kStage1;
+  ParallelLayout l = bundled_70b_layout();
   const IterationResult serial = simulate_iteration(model, l, topo);
   l.tp_comm_overlap = true;
   const IterationResult overlapped = simulate_iteration(model, l, topo);
@@ -428,11 +435,7 @@ TEST(IterationCriticalPath, AddsUpToTheIterationAndFollowsTheBottleneck) {
   // compute stream are on it. With free communication only compute and waits remain.
   const ModelConfig model = load_bundled_model(test::source_path("workloads/models"), "llama3-70b");
   const Topology topo = test::load_preset("dgx-h100", 64);
-  ParallelLayout l = layout(16, 8, 4, 1024);
-  l.sequence_length = 8192;
-  l.sequence_parallel = true;
-  l.recompute = Recomputation::kSelective;
-  l.zero_stage = ZeroStage::kStage1;
+  ParallelLayout l = bundled_70b_layout();
   for (const bool free : {false, true}) {
     IterationOptions o;
     o.free_communication = free;

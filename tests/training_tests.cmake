@@ -61,7 +61,7 @@ parallax_test(training_ep_test training_ep_test.cpp)
 target_link_libraries(training_ep_test PRIVATE parallax_training)
 # The trace opens in Perfetto: one process per pipeline stage, compute and communication threads.
 add_test(NAME example.train.trace
-         COMMAND bash -c "\"$0\" train \"$1\" --trace \"$2\" > /dev/null && python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); ev=d[\"traceEvents\"]; x=[e for e in ev if e[\"ph\"]==\"X\"]; assert {e[\"pid\"] for e in x}=={0,1,2,3}; assert {\"compute\",\"tp\",\"pp\",\"dp\"} <= {e[\"name\"] for e in x}; assert all(e[\"dur\"]>0 for e in x)' \"$2\""
+         COMMAND bash -c "\"$0\" train \"$1\" --trace \"$2\" > /dev/null && python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); ev=d[\"traceEvents\"]; x=[e for e in ev if e[\"ph\"]==\"X\"]; assert {e[\"pid\"] for e in x}=={0,1,2,3}; assert {\"compute\",\"tp\",\"pp\",\"dp\"} <= {e[\"name\"] for e in x}; assert all(e[\"dur\"]>0 for e in x); c=[e for e in ev if e[\"ph\"]==\"C\"]; assert {e[\"name\"].split()[0] for e in c}=={\"nvlink\",\"pcie\",\"network\"}, sorted({e[\"name\"] for e in c})' \"$2\""
                  $<TARGET_FILE:parallax> ${PROJECT_SOURCE_DIR}/workloads/train/llama3-70b-64xdgx-h100.json ${train_scratch}/trace.json)
 
 # ---- context parallelism through the CLI ---------------------------------------------------------

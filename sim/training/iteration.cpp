@@ -152,9 +152,35 @@ RankBreakdown breakdown(const std::vector<Interval>& intervals, Time pipeline_en
   return b;
 }
 
+// The load of `link` over time from the transfers played: each at its mean rate, bytes over
+// its duration, from its start to its end; steps in time order.
+std::vector<std::pair<Time, double>> link_timeline(const Topology& topo, const Router& router, LinkId link,
+                                                   const std::vector<PlayedTransfer>& played) {
+  std::vector<std::pair<Time, double>> edges;  // (time, rate change in B/s)
+  for (const PlayedTransfer& f : played) {
+    if (f.finish <= f.start) continue;
+    const std::vector<LinkId> path = router.route(f.src, f.dst, f.route_key);
+    if (std::find(path.begin(), path.end(), link) == path.end()) continue;
+    const double rate = f.bytes.value() / (f.finish - f.start).seconds();
+    edges.emplace_back(f.start, rate);
+    edges.emplace_back(f.finish, -rate);
+  }
+  std::sort(edges.begin(), edges.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+  std::vector<std::pair<Time, double>> steps;
+  const double capacity = topo.link(link).bandwidth.value();
+  double rate = 0;
+  for (size_t i = 0; i < edges.size(); ++i) {
+    rate += edges[i].second;
+    if (i + 1 < edges.size() && edges[i + 1].first == edges[i].first) continue;  // one step per instant
+    steps.emplace_back(edges[i].first, std::max(0.0, rate) / capacity);
+  }
+  return steps;
+}
+
 // The busiest link of each link class (bytes over what it could carry in `span`), busiest
-// first; among equals the first in link order.
-std::vector<LinkLoad> busiest_links(const Topology& topo, const NetworkModel& network, Time span) {
+// first; among equals the first in link order; with `played`, each with its timeline.
+std::vector<LinkLoad> busiest_links(const Topology& topo, const Router& router, const NetworkModel& network, Time span,
+                                    const std::vector<PlayedTransfer>* played) {
   std::map<LinkClass, std::pair<double, uint32_t>> best;
   for (uint32_t l = 0; l < topo.link_count() && span > Time::zero(); ++l) {
     const Link& link = topo.link(LinkId{l});
@@ -168,7 +194,9 @@ std::vector<LinkLoad> busiest_links(const Topology& topo, const NetworkModel& ne
   for (const auto& [cls, use] : best) {
     const Link& link = topo.link(LinkId{use.second});
     out.push_back(LinkLoad{topo.device(link.from).name, topo.device(link.to).name, cls,
-                           network.link_bytes(LinkId{use.second}), use.first});
+                           network.link_bytes(LinkId{use.second}), use.first,
+                           played ? link_timeline(topo, router, LinkId{use.second}, *played)
+                                  : std::vector<std::pair<Time, double>>{}});
   }
   std::stable_sort(out.begin(), out.end(), [](const LinkLoad& a, const LinkLoad& b) { return a.utilisation > b.utilisation; });
   return out;
@@ -791,7 +819,9 @@ IterationResult simulate_iteration(const ModelConfig& model, const ParallelLayou
   Engine engine;
   const std::unique_ptr<NetworkModel> network =
       cosim ? make_network_model("flow", engine, cosim->topology(), cosim->router()) : nullptr;
-  const std::vector<WorkTiming> timings = run_stream_graph(engine, graph, network.get());
+  std::vector<PlayedTransfer> played;  // for the trace's link tracks
+  const bool record = network && options.keep_timeline;
+  const std::vector<WorkTiming> timings = run_stream_graph(engine, graph, network.get(), record ? &played : nullptr);
   IterationResult result;
   result.tasks = graph.size();
   result.network = cosim ? "flow (co-simulated)" : "analytical";
@@ -806,7 +836,10 @@ IterationResult simulate_iteration(const ModelConfig& model, const ParallelLayou
     }
   }
   for (const WorkTiming& w : timings) result.iteration_time = std::max(result.iteration_time, w.finish);
-  if (network) result.busiest_links = busiest_links(cosim->topology(), *network, result.iteration_time);
+  if (network) {
+    result.busiest_links =
+        busiest_links(cosim->topology(), cosim->router(), *network, result.iteration_time, record ? &played : nullptr);
+  }
   for (WorkId id : backward_ends) result.pipeline_end = std::max(result.pipeline_end, timings[id].finish);
   Time reached;
   for (const WorkId id : critical_path(graph, timings)) {

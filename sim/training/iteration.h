@@ -258,6 +258,9 @@ struct LinkLoad {
   LinkClass link_class = LinkClass::kNetwork;
   Bytes bytes;
   double utilisation = 0;
+  /// With IterationOptions::keep_timeline: the link's load over the iteration, as (time,
+  /// utilisation) steps, each transfer counted at its mean rate from its start to its end.
+  std::vector<std::pair<Time, double>> timeline;
 };
 
 /// The iteration's critical path (stream_graph.h's critical_path), summed by kind of work:

@@ -76,8 +76,8 @@ namespace {
 
 class StreamExecution {
  public:
-  StreamExecution(Engine& engine, const StreamGraph& graph, NetworkModel* network)
-      : engine_(engine), graph_(graph), network_(network), timings_(graph.size()), waiting_(graph.size()),
+  StreamExecution(Engine& engine, const StreamGraph& graph, NetworkModel* network, std::vector<PlayedTransfer>* played)
+      : engine_(engine), graph_(graph), network_(network), played_(played), timings_(graph.size()), waiting_(graph.size()),
         position_(graph.stream_count(), 0), busy_(graph.stream_count(), false),
         offsets_(graph.size() + 1, 0), channels_(graph.channel_count()) {
     // Successors in compressed rows, for releasing dependants at completion.
@@ -203,6 +203,15 @@ class StreamExecution {
 
   // A task's transfers have landed; its execution is dropped once it has returned.
   void finish_played(WorkId id) {
+    if (played_) {
+      const TransferGraph& g = *graph_.task(id).transfers;
+      const std::vector<TaskTiming>& times = playing_.at(id)->timings();
+      for (TaskId t = 0; t < g.size(); ++t) {
+        const Task& task = g.task(t);
+        if (task.kind != Task::Kind::kTransfer || task.src == task.dst) continue;
+        played_->push_back({id, task.src, task.dst, task.bytes, task.route_key, times[t].start, times[t].finish});
+      }
+    }
     playing_.erase(id);
     finish(id);
   }
@@ -223,6 +232,7 @@ class StreamExecution {
   Engine& engine_;
   const StreamGraph& graph_;
   NetworkModel* network_;
+  std::vector<PlayedTransfer>* played_;
   std::map<WorkId, std::unique_ptr<GraphExecution>> playing_;  // tasks whose transfers are in flight
   std::vector<WorkTiming> timings_;
   std::vector<uint32_t> waiting_;
@@ -264,8 +274,9 @@ std::vector<WorkId> critical_path(const StreamGraph& graph, const std::vector<Wo
   return path;
 }
 
-std::vector<WorkTiming> run_stream_graph(Engine& engine, const StreamGraph& graph, NetworkModel* network) {
-  StreamExecution execution(engine, graph, network);
+std::vector<WorkTiming> run_stream_graph(Engine& engine, const StreamGraph& graph, NetworkModel* network,
+                                         std::vector<PlayedTransfer>* played) {
+  StreamExecution execution(engine, graph, network, played);
   execution.run();
   return execution.take();
 }

@@ -129,7 +129,18 @@ struct WorkTiming {
 /// channel shared its speed) — to a task that started at the graph's start.
 std::vector<WorkId> critical_path(const StreamGraph& graph, const std::vector<WorkTiming>& timings);
 
-/// With `network`, tasks that carry transfers play them on it (co-simulation).
-std::vector<WorkTiming> run_stream_graph(Engine& engine, const StreamGraph& graph, NetworkModel* network = nullptr);
+/// One transfer a task played on the network, for traces.
+struct PlayedTransfer {
+  WorkId task = 0;
+  DeviceId src, dst;
+  Bytes bytes;
+  uint64_t route_key = 0;
+  Time start, finish;
+};
+
+/// With `network`, tasks that carry transfers play them on it (co-simulation); with `played`,
+/// each of those transfers is recorded there.
+std::vector<WorkTiming> run_stream_graph(Engine& engine, const StreamGraph& graph, NetworkModel* network = nullptr,
+                                         std::vector<PlayedTransfer>* played = nullptr);
 
 }  // namespace parallax

@@ -231,6 +231,18 @@ std::string training_trace_json(const Job& job, const IterationResult& r) {
     e["dur"] = (span.finish - span.start).seconds() * 1e6;
     events.push_back(e);
   }
+  // Co-simulated: a counter track per busiest link (one per link class), its utilisation in %.
+  const int links_pid = static_cast<int>(r.stages.size());
+  if (!r.busiest_links.empty()) {
+    events.push_back({{"name", "process_name"}, {"ph", "M"}, {"pid", links_pid}, {"args", {{"name", "busiest links"}}}});
+  }
+  for (const LinkLoad& l : r.busiest_links) {
+    const std::string name = std::string(to_string(l.link_class)) + " " + l.from + " -> " + l.to;
+    for (const auto& [at, used] : l.timeline) {
+      events.push_back({{"name", name}, {"ph", "C"}, {"pid", links_pid}, {"ts", at.seconds() * 1e6},
+                        {"args", {{"utilisation %", 100 * used}}}});
+    }
+  }
   nlohmann::ordered_json doc;
   doc["displayTimeUnit"] = "ms";
   doc["otherData"]["model"] = job.model.name;
