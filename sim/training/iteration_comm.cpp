@@ -1,0 +1,280 @@
+// The communication of a training iteration's simulated ranks (iteration_comm.h).
+#include "training/iteration_comm.h"
+
+#include <algorithm>
+#include <stdexcept>
+#include <string>
+
+#include "collectives/sibling_contention.h"
+#include "topology/router.h"
+#include "training/iteration_memory.h"
+
+namespace parallax::iteration_detail {
+namespace {
+
+CallPhases concatenated(CallPhases a, const CallPhases& b) {
+  a.insert(a.end(), b.begin(), b.end());
+  return a;
+}
+
+}  // namespace
+
+CommTask twice(CommTask c) {
+  return CommTask{c.time + c.time, c.sent + c.sent, 2 * c.collectives, c.across_nodes, c.sms, concatenated(c.calls, c.calls)};
+}
+
+CommTask plus(CommTask a, CommTask b) {
+  return CommTask{a.time + b.time, a.sent + b.sent, a.collectives + b.collectives, a.across_nodes || b.across_nodes,
+                  std::max(a.sms, b.sms), concatenated(a.calls, b.calls)};
+}
+
+CommTask share(CommTask c, double f) {
+  for (auto& phase : c.calls) {
+    for (CollectiveCall& call : phase) call.size = call.size * f;
+  }
+  return CommTask{Time::from_seconds(c.time.seconds() * f), c.sent * f, f >= 0.5 ? c.collectives : 0, c.across_nodes,
+                  c.sms, std::move(c.calls)};
+}
+
+Bytes bytes_sent(CollectiveOp op, int n, Bytes size) {
+  const double share = static_cast<double>(n - 1) / n;
+  switch (op) {
+    case CollectiveOp::kAllReduce: return size * (2.0 * share);
+    case CollectiveOp::kAllGather:
+    case CollectiveOp::kReduceScatter:
+    case CollectiveOp::kAllToAll: return size * share;
+    default: return size;
+  }
+}
+
+bool CommunicationPlan::spans_nodes(const std::vector<int>& group) const {
+  auto node = [&](int r) { return topo_.device(topo_.gpus()[static_cast<size_t>(r)]).node; };
+  return std::any_of(group.begin(), group.end(), [&](int r) { return node(r) != node(group.front()); });
+}
+
+CommTask CommunicationPlan::collective(CollectiveOp op, Bytes size, const std::vector<int>& group, double slowdown) {
+  const int n = static_cast<int>(group.size());
+  if (n < 2) return CommTask{};
+  const CollectiveTimer::Timing timed = timer_.timing(op, size * slowdown, group);
+  return CommTask{timed.time, bytes_sent(op, n, size), 1, spans_nodes(group), timed.channels,
+                  CallPhases{{CollectiveCall{op, size * slowdown, group}}}};
+}
+
+CommTask CommunicationPlan::per_bucket(int s, const Unit& u, CollectiveOp op, double bytes_per_parameter) {
+  CommTask c = collective(op, Bytes((u.parameters - u.expert_parameters) * bytes_per_parameter),
+                          dp_group_[static_cast<size_t>(s)], dp_slowdown_[static_cast<size_t>(s)]);
+  if (u.expert_parameters > 0) {
+    c = plus(c, collective(op, Bytes(u.expert_parameters * bytes_per_parameter), expert_dp_group_[static_cast<size_t>(s)],
+                           expert_dp_slowdown_[static_cast<size_t>(s)]));
+  }
+  return c;
+}
+
+CommTask CommunicationPlan::gradient_reduction(int s, const Unit& u) {
+  return per_bucket(s, u, layout_.zero_stage == ZeroStage::kStage0 ? CollectiveOp::kAllReduce : CollectiveOp::kReduceScatter,
+                    gradient_bytes(layout_));
+}
+
+CommTask CommunicationPlan::parameter_gather(int s, const Unit& u) {
+  return per_bucket(s, u, CollectiveOp::kAllGather, kParameterBytes);
+}
+
+CommunicationPlan::CommunicationPlan(const ModelConfig& model, const ParallelLayout& layout, const Topology& topo,
+                                     const IterationOptions& options, const StagePlan& plan, bool every_replica)
+    : tp_forward(static_cast<size_t>(layout.pp)), tp_backward(tp_forward.size()), embedding_tp_forward(tp_forward.size()),
+      embedding_tp_backward(tp_forward.size()), output_tp_forward(tp_forward.size()), output_tp_backward(tp_forward.size()),
+      pp_send_forward(tp_forward.size()), pp_send_backward(tp_forward.size()), ep_forward(tp_forward.size()),
+      ep_backward(tp_forward.size()), cp_ring_step(tp_forward.size()), cp_scatter_heads(tp_forward.size()),
+      cp_gather_heads(tp_forward.size()), slowdown_of(tp_forward.size()), topo_(topo), layout_(layout),
+      timer_(topo, options), dp_group_(tp_forward.size()), expert_dp_group_(tp_forward.size()),
+      dp_slowdown_(tp_forward.size(), 1.0), expert_dp_slowdown_(tp_forward.size(), 1.0) {
+  const int p = layout.pp, t = layout.tp, cp = layout.cp;
+  const RankMapping ranks(layout);
+  const bool expert_parallel = layout.ep > 1;
+  const bool ring_attention = cp > 1 && layout.cp_comm == ContextParallelComm::kRing;
+  const int moe_layers = plan.moe_layers;
+  const Routing& routing = plan.routing;
+  const MessageSizes sizes = message_sizes(model, layout);
+  const Bytes activation_message = sizes.activation;
+  const Bytes pp_message = sizes.pp;
+  const RankCoords replica = options.replica;
+  if (replica.tp < 0 || replica.tp >= t || replica.cp < 0 || replica.cp >= cp || replica.dp < 0 ||
+      replica.dp >= layout.dp) {
+    throw std::invalid_argument("replica (tp " + std::to_string(replica.tp) + ", cp " + std::to_string(replica.cp) +
+                                ", dp " + std::to_string(replica.dp) + ") is outside the layout");
+  }
+  auto stage_rank = [&](int s) { return ranks.rank_of(RankCoords{replica.tp, replica.cp, replica.dp, s}); };
+
+  // Every replica runs the same collectives at the same moments, so the simulated replica's
+  // are slowed by what its siblings put on the links they share, and by where the group
+  // really sits rather than where its time was taken (sibling_contention.h). A collective
+  // slowed n-fold is timed as one of n times the bytes: latency-bound sizes barely change.
+  std::unique_ptr<Router> contention_router;
+  std::unique_ptr<SiblingContention> contention;
+  if (options.replica_contention && !options.free_communication) {
+    contention_router = std::make_unique<Router>(topo);
+    contention = std::make_unique<SiblingContention>(topo, *contention_router);
+  }
+  // The slowdown of `own`, stage s's group of the simulated replica, among the groups that
+  // `group_of` gives every rank of stage s (each group once).
+  auto sibling_slowdown = [&](int s, const std::vector<int>& own, const auto& group_of, TrafficPattern pattern) {
+    if (every_replica) return 1.0;  // the siblings' flows are played, not folded in
+    if (!contention || contention->non_blocking() || own.size() < 2) return 1.0;  // no groups to build
+    std::map<int, std::vector<int>> by_lowest_rank;
+    for (int tp_rank = 0; tp_rank < t; ++tp_rank) {
+      for (int c = 0; c < cp; ++c) {
+        for (int d = 0; d < layout.dp; ++d) {
+          std::vector<int> group = group_of(ranks.rank_of(RankCoords{tp_rank, c, d, s}));
+          const int lowest = *std::min_element(group.begin(), group.end());
+          by_lowest_rank.emplace(lowest, std::move(group));
+        }
+      }
+    }
+    const int own_lowest = *std::min_element(own.begin(), own.end());
+    std::vector<std::vector<DeviceId>> groups;
+    size_t own_index = 0;
+    for (const auto& [lowest, group] : by_lowest_rank) {
+      if (lowest == own_lowest) own_index = groups.size();
+      std::vector<DeviceId> devices;
+      for (int r : group) devices.push_back(topo.gpus()[static_cast<size_t>(r)]);
+      groups.push_back(std::move(devices));
+    }
+    return contention->slowdown(groups, own_index, timer_.placement(own), pattern);
+  };
+
+  const Bytes kv_block = sizes.kv_block;
+  const Bytes ulysses_qkv = sizes.ulysses_qkv;
+  const Bytes ulysses_output = sizes.ulysses_output;
+  for (auto& kinds : slowdown_of) kinds.fill(1.0);
+  auto note_slowdown = [&](int s, WorkKind kind, double slowdown) {
+    double& worst = slowdown_of[static_cast<size_t>(s)][static_cast<size_t>(kind)];
+    worst = std::max(worst, slowdown);
+    return slowdown;
+  };
+  auto group_in = [&](ParallelDim dim) { return [&ranks, dim](int r) { return ranks.group(dim, r); }; };
+  // The DP group of a rank: its stage's ranks of its TP coordinate (all CP and DP ones).
+  auto dp_group_of = [&](int r) {
+    const RankCoords at = ranks.coords_of(r);
+    std::vector<int> group;
+    for (int c = 0; c < cp; ++c) {
+      for (int d = 0; d < layout.dp; ++d) group.push_back(ranks.rank_of(RankCoords{at.tp, c, d, at.pp}));
+    }
+    return group;
+  };
+  // The expert-DP group of a rank: the stage's ranks of its TP and EP coordinate in the expert grid.
+  auto expert_dp_group_of = [&](int r) {
+    ExpertRankCoords c = ranks.expert_coords_of(r);
+    std::vector<int> group;
+    for (c.expert_dp = 0; c.expert_dp < layout.expert_data_parallel(); ++c.expert_dp) group.push_back(ranks.expert_rank_of(c));
+    return group;
+  };
+  for (int s = 0; s < p; ++s) {
+    if (cp > 1) {
+      const std::vector<int> cp_group = ranks.group(ParallelDim::kCp, stage_rank(s));
+      if (ring_attention) {
+        // All ranks pass their block at once; the ring moves at its slowest pair's pace.
+        const double slowdown =
+            note_slowdown(s, WorkKind::kCpComm, sibling_slowdown(s, cp_group, group_in(ParallelDim::kCp), TrafficPattern::kRing));
+        CommTask step;
+        std::vector<CollectiveCall> passes;  // co-simulated: every pair at once
+        for (int i = 0; i < cp; ++i) {
+          const CommTask pair = collective(CollectiveOp::kSendRecv, kv_block,
+                                           {cp_group[static_cast<size_t>(i)], cp_group[static_cast<size_t>((i + 1) % cp)]},
+                                           slowdown);
+          passes.push_back(pair.calls.front().front());
+          passes.back().one_way = true;  // rank i passes its block to i + 1 only
+          if (i == 0 || pair.time > step.time) step = pair;
+        }
+        step.calls = {passes};
+        cp_ring_step[static_cast<size_t>(s)] = step;
+      } else {
+        const double slowdown = note_slowdown(
+            s, WorkKind::kCpComm, sibling_slowdown(s, cp_group, group_in(ParallelDim::kCp), TrafficPattern::kAllPairs));
+        cp_scatter_heads[static_cast<size_t>(s)] = collective(CollectiveOp::kAllToAll, ulysses_qkv, cp_group, slowdown);
+        cp_gather_heads[static_cast<size_t>(s)] = collective(CollectiveOp::kAllToAll, ulysses_output, cp_group, slowdown);
+      }
+    }
+    if (expert_parallel && moe_layers > 0) {
+      // Every GPU dispatches T_sp·top_k slots (pp_message holds T_sp tokens); the slowest rank
+      // receives busiest_rank times the average, the average GPU sends the processed share.
+      const std::vector<int> ep_group = ranks.group(ParallelDim::kEp, stage_rank(s));
+      const Bytes buffer = pp_message * static_cast<double>(model.moe->top_k);
+      const double slowdown = note_slowdown(
+          s, WorkKind::kEpComm, sibling_slowdown(s, ep_group, group_in(ParallelDim::kEp), TrafficPattern::kAllPairs));
+      const CollectiveTimer::Timing timed =
+          timer_.timing(CollectiveOp::kAllToAll, buffer * routing.busiest_rank * slowdown, ep_group);
+      const CommTask a2a{timed.time,
+                         bytes_sent(CollectiveOp::kAllToAll, layout.ep, buffer * routing.processed),
+                         1,
+                         spans_nodes(ep_group),
+                         timed.channels,
+                         {{CollectiveCall{CollectiveOp::kAllToAll, buffer * routing.busiest_rank * slowdown, ep_group}}}};
+      ep_forward[static_cast<size_t>(s)] = twice(a2a);  // dispatch and combine
+      ep_backward[static_cast<size_t>(s)] = layout.recompute == Recomputation::kFull
+                                                ? twice(ep_forward[static_cast<size_t>(s)])
+                                                : ep_forward[static_cast<size_t>(s)];
+      expert_dp_group_[static_cast<size_t>(s)] = expert_dp_group_of(stage_rank(s));
+      expert_dp_slowdown_[static_cast<size_t>(s)] = note_slowdown(
+          s, WorkKind::kDpComm,
+          sibling_slowdown(s, expert_dp_group_[static_cast<size_t>(s)], expert_dp_group_of, TrafficPattern::kRing));
+    }
+    const std::vector<int> tp_group = ranks.group(ParallelDim::kTp, stage_rank(s));
+    const double tp_slowdown =
+        note_slowdown(s, WorkKind::kTpComm, sibling_slowdown(s, tp_group, group_in(ParallelDim::kTp), TrafficPattern::kRing));
+    auto tp_collective = [&](CollectiveOp op, Bytes size) { return collective(op, size, tp_group, tp_slowdown); };
+    const CommTask one_block = layout.sequence_parallel
+                                   ? plus(tp_collective(CollectiveOp::kAllGather, activation_message),
+                                          tp_collective(CollectiveOp::kReduceScatter, activation_message))
+                                   : tp_collective(CollectiveOp::kAllReduce, activation_message);
+    // The vocabulary-parallel ends (Megatron): the embedding's partial lookups are summed
+    // (all-reduce; reduce-scatter onto the SP shard with SP, whose backward all-gathers); the
+    // output layer gathers the SP shard before the logits and reduce-scatters its gradient
+    // (without SP: its input gradient is all-reduced); the cross-entropy all-reduces, in fp32
+    // per token, the logits' max, the sum of exponentials and the target's logit.
+    const Bytes cross_entropy_message(static_cast<double>(layout.micro_batch) *
+                                      static_cast<double>(layout.sequence_length / cp) * 4.0);
+    const CommTask cross_entropy = plus(twice(tp_collective(CollectiveOp::kAllReduce, cross_entropy_message)),
+                                        tp_collective(CollectiveOp::kAllReduce, cross_entropy_message));
+    if (layout.sequence_parallel) {
+      embedding_tp_forward[static_cast<size_t>(s)] = tp_collective(CollectiveOp::kReduceScatter, activation_message);
+      embedding_tp_backward[static_cast<size_t>(s)] = tp_collective(CollectiveOp::kAllGather, activation_message);
+      output_tp_forward[static_cast<size_t>(s)] =
+          plus(tp_collective(CollectiveOp::kAllGather, activation_message), cross_entropy);
+      output_tp_backward[static_cast<size_t>(s)] = tp_collective(CollectiveOp::kReduceScatter, activation_message);
+    } else {
+      embedding_tp_forward[static_cast<size_t>(s)] = tp_collective(CollectiveOp::kAllReduce, activation_message);
+      output_tp_forward[static_cast<size_t>(s)] = cross_entropy;
+      output_tp_backward[static_cast<size_t>(s)] = tp_collective(CollectiveOp::kAllReduce, activation_message);
+    }
+    tp_forward[static_cast<size_t>(s)] = twice(one_block);  // attention block and MLP block
+    tp_backward[static_cast<size_t>(s)] = layout.recompute == Recomputation::kFull
+                                              ? twice(tp_forward[static_cast<size_t>(s)])
+                                              : tp_forward[static_cast<size_t>(s)];
+    if (p > 1) {
+      // Every rank of the stage sends to its peer of the next (previous) stage at once.
+      auto send = [&](int to) {
+        auto pair_of = [&](int r) {
+          RankCoords peer = ranks.coords_of(r);
+          peer.pp = to;
+          return std::vector<int>{r, ranks.rank_of(peer)};
+        };
+        const std::vector<int> pair = pair_of(stage_rank(s));
+        CommTask sent =
+            collective(CollectiveOp::kSendRecv, pp_message, pair,
+                       note_slowdown(s, WorkKind::kPpComm, sibling_slowdown(s, pair, pair_of, TrafficPattern::kRing)));
+        for (auto& phase : sent.calls) {
+          for (CollectiveCall& call : phase) call.one_way = true;  // to the peer only
+        }
+        return sent;
+      };
+      pp_send_forward[static_cast<size_t>(s)] = send((s + 1) % p);
+      pp_send_backward[static_cast<size_t>(s)] = send((s + p - 1) % p);
+    }
+    // CP ranks hold the same parameters: gradients and ZeRO shards span dp·cp ranks.
+    dp_group_[static_cast<size_t>(s)] = dp_group_of(stage_rank(s));
+    dp_slowdown_[static_cast<size_t>(s)] = note_slowdown(
+        s, WorkKind::kDpComm, sibling_slowdown(s, dp_group_[static_cast<size_t>(s)], dp_group_of, TrafficPattern::kRing));
+  }
+}
+
+}  // namespace parallax::iteration_detail

@@ -1,0 +1,126 @@
+// The communication of a training iteration's simulated ranks (internal to iteration.cpp):
+// what each stage sends per micro-batch and layer — TP/SP collectives, the vocabulary-parallel
+// ends, PP sends, CP ring passes or Ulysses all-to-alls, EP dispatch and combine — and per
+// gradient bucket (DP/ZeRO reductions and gathers), each timed on its group alone (analytical
+// closed forms by default, CollectiveSimulator), slowed by what the sibling replicas put on
+// the links they share (sibling_contention.h), and carrying its calls for the co-simulation.
+#pragma once
+
+#include <array>
+#include <map>
+#include <memory>
+#include <tuple>
+#include <vector>
+
+#include "collectives/collective_simulator.h"
+#include "model/model_config.h"
+#include "topology/topology.h"
+#include "training/cosimulation.h"
+#include "training/iteration.h"
+#include "training/iteration_units.h"
+#include "training/parallel_layout.h"
+
+namespace parallax::iteration_detail {
+
+/// One communication task of a rank: its time alone, the bytes it sends, the collectives it
+/// counts, whether its group spans nodes, the SMs its kernels hold, and what it runs.
+struct CommTask {
+  Time time;
+  Bytes sent;
+  int collectives = 0;
+  bool across_nodes = false;  ///< its group spans nodes: it goes through the NICs
+  int sms = 0;                ///< SMs its kernels hold (NCCL channels), the most of its parts
+  CallPhases calls;           ///< what it runs, for the co-simulation (cosimulation.h)
+};
+
+/// Both, one after the other.
+CommTask twice(CommTask c);
+CommTask plus(CommTask a, CommTask b);
+/// The share `f` of a task's time and bytes (its collectives counted once, in the f ≥ ½ part);
+/// co-simulated, each of its collectives at f of its size (a chunk of it).
+CommTask share(CommTask c, double f);
+
+// Times collectives on groups of global ranks, one CollectiveSimulator per group shape.
+class CollectiveTimer {
+ public:
+  CollectiveTimer(const Topology& topo, const IterationOptions& options) : topo_(topo), options_(options) {}
+
+  /// The collective's time and the NCCL channels it runs on (one SM each).
+  struct Timing {
+    Time time;
+    int channels = 0;
+  };
+  Timing timing(CollectiveOp op, Bytes size, const std::vector<int>& ranks) {
+    if (options_.free_communication || ranks.size() < 2 || size.value() <= 0) return {};
+    const auto shape = shape_of(ranks);
+    auto key = std::make_tuple(shape.first, shape.second, static_cast<int>(op), size.value());
+    if (auto it = times_.find(key); it != times_.end()) return it->second;
+    auto& sim = simulators_[shape];
+    if (!sim) sim = std::make_unique<CollectiveSimulator>(topo_, shape.first, shape.second, options_.link_efficiency);
+    CollectiveOptions co;
+    co.model = options_.collective_model;
+    const CollectiveResult r = sim->run(op, size, co);
+    const Timing t{r.time, r.channels};
+    times_[key] = t;
+    return t;
+  }
+  Time time(CollectiveOp op, Bytes size, const std::vector<int>& ranks) { return timing(op, size, ranks).time; }
+
+  /// Where the group's collectives are timed: its shape placed from the first node on.
+  std::vector<DeviceId> placement(const std::vector<int>& ranks) const {
+    const auto [n, per_node] = shape_of(ranks);
+    return place_ranks(topo_, n, per_node).devices();
+  }
+
+ private:
+  // Placement: as many nodes as the group spans, as many ranks per node as its fullest one.
+  std::pair<int, int> shape_of(const std::vector<int>& ranks) const {
+    std::map<int, int> per_node;
+    for (int r : ranks) ++per_node[topo_.device(topo_.gpus()[static_cast<size_t>(r)]).node];
+    int most = 0;
+    for (const auto& [node, count] : per_node) most = std::max(most, count);
+    return {static_cast<int>(ranks.size()), most};
+  }
+
+  const Topology& topo_;
+  const IterationOptions& options_;
+  std::map<std::pair<int, int>, std::unique_ptr<CollectiveSimulator>> simulators_;
+  std::map<std::tuple<int, int, int, double>, Timing> times_;
+};
+
+/// Bytes one GPU sends in a bandwidth-optimal collective of nccl-tests size S over n ranks.
+Bytes bytes_sent(CollectiveOp op, int n, Bytes size);
+
+class CommunicationPlan {
+ public:
+  /// `every_replica`: the siblings are played in the co-simulation, not folded in as slowdowns.
+  CommunicationPlan(const ModelConfig& model, const ParallelLayout& layout, const Topology& topo,
+                    const IterationOptions& options, const StagePlan& plan, bool every_replica);
+
+  /// A bucket's gradient reduction (all-reduce under ZeRO 0, else reduce-scatter) and its
+  /// parameter all-gather, over the DP group, plus the expert-DP group for its experts.
+  CommTask gradient_reduction(int s, const Unit& u);
+  CommTask parameter_gather(int s, const Unit& u);
+
+  // Per stage: a transformer layer's TP collectives (forward, backward), the ends', the PP
+  // sends to the next and previous stage, EP dispatch+combine, one ring-attention step, and
+  // Ulysses' two all-to-alls.
+  std::vector<CommTask> tp_forward, tp_backward, embedding_tp_forward, embedding_tp_backward, output_tp_forward,
+      output_tp_backward, pp_send_forward, pp_send_backward, ep_forward, ep_backward, cp_ring_step, cp_scatter_heads,
+      cp_gather_heads;
+  /// The largest sibling slowdown applied per stage and kind, for the report.
+  std::vector<std::array<double, kWorkKinds>> slowdown_of;
+
+ private:
+  CommTask collective(CollectiveOp op, Bytes size, const std::vector<int>& group, double slowdown = 1.0);
+  CommTask per_bucket(int s, const Unit& u, CollectiveOp op, double bytes_per_parameter);
+  bool spans_nodes(const std::vector<int>& group) const;
+
+  const Topology& topo_;
+  const ParallelLayout& layout_;
+  CollectiveTimer timer_;
+  std::vector<std::vector<int>> dp_group_, expert_dp_group_;
+  std::vector<double> dp_slowdown_, expert_dp_slowdown_;
+};
+
+}  // namespace parallax::iteration_detail
