@@ -77,6 +77,11 @@ add_test(NAME example.calibrate.compare_crusoe
          COMMAND parallax calibrate compare ${PROJECT_SOURCE_DIR}/tests/data/nccl-tests/crusoe-a100-80gb-2node-16gpu-ib-allreduce.txt
                  --topology ${calibrate_scratch}/crusoe-calibrated.json --plot ${calibrate_scratch}/crusoe-plots)
 set_tests_properties(example.calibrate.compare_crusoe PROPERTIES DEPENDS example.calibrate.fit_crusoe)
+# --gpus-per-node, as parallax collective takes it: agreeing with the log's device lines, or refused.
+add_test(NAME example.calibrate.gpus_per_node
+         COMMAND parallax calibrate compare ${PROJECT_SOURCE_DIR}/tests/data/nccl-tests/pcie-1node-2x-rtx2080ti-allreduce.txt
+                 --topology ${PROJECT_SOURCE_DIR}/topologies/pcie-2gpu-rtx2080ti.json --gpus-per-node 2)
+set_tests_properties(example.calibrate.gpus_per_node PROPERTIES PASS_REGULAR_EXPRESSION "# summary: time")
 # The calibrated topology is a topology: `parallax collective` predicts with its fitted parameters.
 add_test(NAME example.calibrate.collective_on_calibrated
          COMMAND parallax collective --topology ${calibrate_scratch}/crusoe-calibrated.json --gpus 16

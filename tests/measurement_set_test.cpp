@@ -366,18 +366,33 @@ TEST(MeasurementSet, NcclTestsLogWithoutRanksNeedsTheCallersCounts) {
     EXPECT_TRUE(contains(e.reason(), "give --gpus")) << e.what();
   }
   try {
-    read_measurements(log.path(), MeasurementReadOptions{4, std::nullopt, std::nullopt});
+    read_measurements(log.path(), MeasurementReadOptions{4, std::nullopt, std::nullopt, std::nullopt});
     ADD_FAILURE() << "no InputError";
   } catch (const InputError& e) {
     EXPECT_TRUE(contains(e.reason(), "give --nodes")) << e.what();
   }
-  ReadOutcome out = read_measurements(log.path(), MeasurementReadOptions{4, 2, std::nullopt});
+  ReadOutcome out = read_measurements(log.path(), MeasurementReadOptions{4, 2, std::nullopt, std::nullopt});
   ASSERT_TRUE(out.ok());
   ASSERT_EQ(out.set.collectives.size(), 4u);
   EXPECT_EQ(out.set.collectives[0].ranks, 4);
   EXPECT_EQ(out.set.collectives[0].nodes, 2);
   EXPECT_EQ(out.set.collectives[0].ranks_per_node, 2);
   EXPECT_EQ(out.set.collectives[3].time, Time::us(12.40));
+}
+
+TEST(MeasurementSet, NcclTestsLogRanksPerNodeFromTheCaller) {
+  // Two servers of one GPU each (a TCP-sockets run): 2 ranks, 1 per node; the nodes follow.
+  TempFile log("two-servers.log", kLogHeader + kRow1K);
+  const MeasurementReadOptions o{2, std::nullopt, std::nullopt, 1};
+  ReadOutcome out = read_measurements(log.path(), o);
+  ASSERT_TRUE(out.ok());
+  EXPECT_EQ(out.set.collectives[0].nodes, 2);
+  EXPECT_EQ(out.set.collectives[0].ranks_per_node, 1);
+  // 4 ranks on 2 nodes with 1 per node is no placement; 0 per node is refused.
+  MeasurementReadOptions bad{4, 2, std::nullopt, 1};
+  EXPECT_THROW(read_measurements(log.path(), bad), InputError);
+  bad.ranks_per_node = 0;
+  EXPECT_THROW(read_measurements(log.path(), bad), InputError);
 }
 
 TEST(MeasurementSet, NcclTestsDeviceLinesWinOverContradictingCounts) {
@@ -397,12 +412,14 @@ TEST(MeasurementSet, NcclTestsDeviceLinesWinOverContradictingCounts) {
   EXPECT_EQ(meta.hosts, (std::vector<std::string>{"nodeA", "nodeB"}));
   EXPECT_EQ(meta.gpu, "NVIDIA H100 80GB HBM3");
   EXPECT_EQ(meta.devices.size(), 3u);
-  EXPECT_THROW(read_measurements(log.path(), MeasurementReadOptions{8, std::nullopt, std::nullopt}), InputError);
-  EXPECT_THROW(read_measurements(log.path(), MeasurementReadOptions{std::nullopt, 1, std::nullopt}), InputError);
-  EXPECT_THROW(read_measurements(log.path(), MeasurementReadOptions{std::nullopt, std::nullopt, CollectiveOp::kAllGather}),
+  EXPECT_THROW(read_measurements(log.path(), MeasurementReadOptions{8, std::nullopt, std::nullopt, std::nullopt}), InputError);
+  EXPECT_THROW(read_measurements(log.path(), MeasurementReadOptions{std::nullopt, 1, std::nullopt, std::nullopt}), InputError);
+  EXPECT_THROW(read_measurements(log.path(), MeasurementReadOptions{std::nullopt, std::nullopt, CollectiveOp::kAllGather, std::nullopt}),
                InputError);
+  const MeasurementReadOptions per_node{std::nullopt, std::nullopt, std::nullopt, 1};  // nodeA holds two
+  EXPECT_THROW(read_measurements(log.path(), per_node), InputError);
   // Agreeing overrides change nothing.
-  EXPECT_TRUE(read_measurements(log.path(), MeasurementReadOptions{3, 2, CollectiveOp::kAllReduce}).ok());
+  EXPECT_TRUE(read_measurements(log.path(), MeasurementReadOptions{3, 2, CollectiveOp::kAllReduce, std::nullopt}).ok());
 }
 
 TEST(MeasurementSet, NcclTestsLogWithABadRowKeepsTheRowsBeforeIt) {
@@ -410,7 +427,7 @@ TEST(MeasurementSet, NcclTestsLogWithABadRowKeepsTheRowsBeforeIt) {
   const std::string bad =
       "        4096          1024     float     sum      -1    13.10    0.31    0.31      0    1x.40    0.33    0.33      0\n";
   TempFile log("bad-row.log", kLogHeader + kRow1K + bad + kRow2K);
-  ReadOutcome out = read_measurements(log.path(), MeasurementReadOptions{2, 1, std::nullopt});
+  ReadOutcome out = read_measurements(log.path(), MeasurementReadOptions{2, 1, std::nullopt, std::nullopt});
   ASSERT_EQ(out.problems.size(), 1u);
   EXPECT_EQ(out.problems[0].line, 4);
   EXPECT_TRUE(contains(out.problems[0].message(), log.path() + ":4: ")) << out.problems[0].message();
@@ -420,7 +437,7 @@ TEST(MeasurementSet, NcclTestsLogWithABadRowKeepsTheRowsBeforeIt) {
 
   // A first row that is already bad leaves nothing.
   TempFile first_bad("first-bad.log", kLogHeader + bad);
-  ReadOutcome none = read_measurements(first_bad.path(), MeasurementReadOptions{2, 1, std::nullopt});
+  ReadOutcome none = read_measurements(first_bad.path(), MeasurementReadOptions{2, 1, std::nullopt, std::nullopt});
   ASSERT_EQ(none.problems.size(), 1u);
   EXPECT_EQ(none.problems[0].line, 3);
   EXPECT_TRUE(none.set.empty());

@@ -342,6 +342,10 @@ LogShape shape_of(const NcclTestsLog& log, const std::string& path, const Measur
   }
   std::optional<int> ranks = options.ranks ? options.ranks : log.ranks;
   std::optional<int> nodes = options.nodes ? options.nodes : log.nodes;
+  if (options.ranks_per_node && *options.ranks_per_node < 1) {
+    throw InputError(path, "", "--gpus-per-node must be at least 1, found " + std::to_string(*options.ranks_per_node));
+  }
+  if (!nodes && ranks && options.ranks_per_node) nodes = (*ranks + *options.ranks_per_node - 1) / *options.ranks_per_node;
   std::optional<CollectiveOp> op = options.op ? options.op : log.op;
   if (!ranks) throw InputError(path, "", "the log does not list its ranks: give --gpus (and --nodes)");
   if (!nodes) throw InputError(path, "", "the log does not say how many nodes it ran on: give --nodes");
@@ -349,6 +353,10 @@ LogShape shape_of(const NcclTestsLog& log, const std::string& path, const Measur
   if (*ranks < 1 || *nodes < 1 || *nodes > *ranks) {
     throw InputError(path, "", std::to_string(*ranks) + " rank(s) on " + std::to_string(*nodes) +
                                    " node(s) is not a placement");
+  }
+  if (options.ranks_per_node && (*options.ranks_per_node * *nodes < *ranks || *options.ranks_per_node > *ranks)) {
+    throw InputError(path, "", std::to_string(*ranks) + " rank(s) on " + std::to_string(*nodes) + " node(s) cannot have " +
+                                   std::to_string(*options.ranks_per_node) + " on the fullest (--gpus-per-node)");
   }
   s.ranks = *ranks;
   s.nodes = *nodes;
@@ -394,7 +402,13 @@ std::optional<ReadProblem> add_log_rows(const NcclTestsLog& log, const std::stri
                                         const MeasurementReadOptions& options, MeasurementSet& set) {
   const LogShape shape = shape_of(log, path, options);
   set.runs.push_back(metadata_of(log, path, shape));
-  const int per_node = ranks_on_fullest_node(log, shape);
+  const int listed = ranks_on_fullest_node(log, shape);
+  const bool lists_devices = !log.devices.empty() && static_cast<int>(log.devices.size()) == shape.ranks;
+  if (options.ranks_per_node && lists_devices && *options.ranks_per_node != listed) {
+    throw InputError(path, "", "--gpus-per-node " + std::to_string(*options.ranks_per_node) + " contradicts the log's " +
+                                   std::to_string(listed) + " devices on its fullest host");
+  }
+  const int per_node = options.ranks_per_node.value_or(listed);
   for (const NcclTestsRow& row : log.rows) {
     for (bool in_place : {false, true}) {
       const std::optional<NcclTestsResult>& block = in_place ? row.in_place : row.out_of_place;

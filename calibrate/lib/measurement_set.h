@@ -158,6 +158,9 @@ struct MeasurementReadOptions {
   std::optional<int> ranks;         ///< --gpus
   std::optional<int> nodes;         ///< --nodes
   std::optional<CollectiveOp> op;   ///< --op
+  /// --gpus-per-node: ranks on the fullest node of a log that does not list its devices (nodes,
+  /// when not given, follow as ⌈ranks / per node⌉); default: ranks spread node after node.
+  std::optional<int> ranks_per_node;
 };
 
 /// Reads one file, JSON lines when its first non-blank character is '{', else an nccl-tests

@@ -29,7 +29,7 @@ namespace {
 struct CalibrateArgs {
   std::vector<std::string> inputs;
   std::string topology;
-  std::optional<int> gpus, nodes;
+  std::optional<int> gpus, nodes, gpus_per_node;
   std::string op;
   std::string output;
   std::string json;
@@ -67,6 +67,7 @@ MeasurementSet read_inputs(const CalibrateArgs& a) {
   MeasurementReadOptions o;
   o.ranks = a.gpus;
   o.nodes = a.nodes;
+  o.ranks_per_node = a.gpus_per_node;
   if (!a.op.empty()) {
     o.op = parse_op(a.op);
     if (!o.op) throw InputError("", "--op", "unknown collective \"" + a.op + "\"");
@@ -384,6 +385,8 @@ void common_options(CLI::App* cmd, CalibrateArgs& a) {
   cmd->add_option("--topology", a.topology, "the topology the measurements ran on")->required();
   cmd->add_option("--gpus,-g", a.gpus, "ranks of logs that do not list their devices");
   cmd->add_option("--nodes", a.nodes, "nodes of logs that do not list their devices");
+  cmd->add_option("--gpus-per-node", a.gpus_per_node,
+                  "ranks on the fullest node of logs that do not list their devices (as parallax collective takes it)");
   cmd->add_option("--op", a.op, "the collective of logs that do not say it");
   cmd->add_option("--json", a.json, "write the report as JSON");
 }
