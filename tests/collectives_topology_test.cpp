@@ -6,6 +6,7 @@
 #include <cstdio>
 
 #include "collectives/collective_simulator.h"
+#include "collectives/scaling.h"
 #include "network/flow_network.h"
 #include "test_support.h"
 
@@ -55,6 +56,30 @@ TEST(DoubleBinaryTree, OddAndEvenNodeCountsAreEquallyFast) {
   const auto [lo, hi] = std::minmax_element(busbw.begin(), busbw.end());
   for (size_t i = 0; i < busbw.size(); ++i) std::printf("%zu nodes: %.1f GB/s\n", i + 3, busbw[i]);
   EXPECT_GT(*lo, 0.85 * *hi);
+}
+
+TEST(Scaling, EachPointIsNcclsChoiceAndEveryAlgorithmThatRuns) {
+  // all_reduce 1 GiB on 8 and 16 H100s: NCCL's choice equals that algorithm forced; NVLS runs on
+  // one node only (this fabric has no multi-node NVLS); the ring runs everywhere.
+  auto dgx = [](int nodes) { return test::load_preset("dgx-h100", nodes); };
+  CollectiveOptions o;
+  o.model = "analytical";
+  const std::vector<ScalingPoint> points = scaling_curve(dgx, {8, 16}, std::nullopt, CollectiveOp::kAllReduce, gib(1), o);
+  ASSERT_EQ(points.size(), 2u);
+  EXPECT_EQ(points[0].nodes, 1);
+  EXPECT_EQ(points[1].nodes, 2);
+  const auto& algos = scaling_algorithms();
+  const auto at = [&](Algorithm a) { return static_cast<size_t>(std::find(algos.begin(), algos.end(), a) - algos.begin()); };
+  for (const ScalingPoint& p : points) {
+    ASSERT_EQ(p.forced.size(), algos.size());
+    const auto& same = p.forced[at(p.chosen.algorithm)];
+    ASSERT_TRUE(same.has_value()) << p.gpus;
+    EXPECT_DOUBLE_EQ(same->busbw_gbs, p.chosen.busbw_gbs) << p.gpus;
+    EXPECT_TRUE(p.forced[at(Algorithm::kRing)].has_value()) << p.gpus;
+  }
+  EXPECT_TRUE(points[0].forced[at(Algorithm::kNvls)].has_value());
+  EXPECT_FALSE(points[1].forced[at(Algorithm::kNvls)].has_value());
+  EXPECT_THROW(scaling_curve(dgx, {1}, std::nullopt, CollectiveOp::kAllReduce, gib(1), o), std::invalid_argument);
 }
 
 TEST(RingChannels, SpareNicsMakeTwoChannelsTwiceAsFast) {

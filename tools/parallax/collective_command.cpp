@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
+#include <fstream>
 #include <optional>
 #include <string>
 
@@ -11,9 +13,11 @@
 
 #include "collectives/collective_simulator.h"
 #include "collectives/nccl_tests_log.h"
+#include "collectives/scaling.h"
 #include "collectives/transfer_trace.h"
 #include "io/atomic_file.h"
 #include "io/input_error.h"
+#include "parallax/cli_support.h"
 #include "parallax/commands.h"
 #include "parallax/text_table.h"
 #include "topology/topology_loader.h"
@@ -36,6 +40,8 @@ struct CollectiveArgs {
   std::string granularity = "auto";
   std::string compare;
   std::string json, trace;
+  std::string scale;     // "8,16,32": a busbw-vs-GPUs curve at the size -b
+  std::string plot_dir;  // --plot, with --scale
 };
 
 // nccl-tests' size syntax (-b 8 -e 16G: K, M, G, T are powers of 1024), or a unit string.
@@ -291,6 +297,101 @@ void run_compare(const CollectiveArgs& a) {
   if (!a.trace.empty() && !log.rows.empty()) write_trace(a, sim, *op, log.rows.back().size_bytes);
 }
 
+// 1073741824 → "1 GiB" (whole binary units), else bytes.
+std::string size_text(Bytes size) {
+  const auto b = static_cast<int64_t>(size.value());
+  for (const auto& [unit, name] : {std::pair{int64_t{1} << 30, "GiB"}, std::pair{int64_t{1} << 20, "MiB"},
+                                   std::pair{int64_t{1} << 10, "KiB"}}) {
+    if (b >= unit && b % unit == 0) return std::to_string(b / unit) + " " + name;
+  }
+  return std::to_string(b) + " B";
+}
+
+// "8,16,32,...": the GPU counts of --scale.
+std::vector<int> parse_counts(const std::string& text) {
+  std::vector<int> out;
+  size_t at = 0;
+  while (at <= text.size()) {
+    const size_t comma = std::min(text.find(',', at), text.size());
+    const std::string item = text.substr(at, comma - at);
+    try {
+      size_t used = 0;
+      const int n = std::stoi(item, &used);
+      if (used != item.size() || n < 2) throw std::invalid_argument("bad");
+      out.push_back(n);
+    } catch (const std::exception&) {
+      throw InputError("", "--scale", "expected GPU counts of at least 2, comma-separated (8,16,32), found \"" + item + "\"");
+    }
+    at = comma + 1;
+  }
+  return out;
+}
+
+void plot_scaling(const std::string& dir, const std::vector<ScalingPoint>& points, CollectiveOp op, Bytes size) {
+  std::filesystem::create_directories(dir);
+  const std::string data = dir + "/scaling.dat";
+  {
+    std::ofstream d(data);
+    for (const ScalingPoint& p : points) {
+      d << p.gpus << " " << p.chosen.busbw_gbs;
+      for (const auto& f : p.forced) d << " " << (f ? strprintf("%.6g", f->busbw_gbs) : std::string("NaN"));
+      d << "\n";
+    }
+  }
+  std::string script = "set terminal pngcairo noenhanced size 900,560\nset output '" + dir + "/scaling.png'\n";
+  script += "set logscale x 2\nset xlabel 'GPUs'\nset ylabel 'busbw (GB/s)'\nset key outside right\n";
+  script += "set title \"" + std::string(op_name(op)) + " of " + size_text(size) + ": busbw vs GPUs\"\n";
+  script += "plot '" + data + "' using 1:2 with linespoints lw 2 title 'NCCL choice'";
+  for (size_t i = 0; i < scaling_algorithms().size(); ++i) {
+    script += strprintf(", '' using 1:%zu with linespoints title '%s'", i + 3,
+                        std::string(algorithm_name(scaling_algorithms()[i])).c_str());
+  }
+  run_gnuplot(dir + "/scaling.gp", script + "\n");
+}
+
+void run_scale(const CollectiveArgs& a) {
+  const std::optional<CollectiveOp> op = parse_op_arg(a.op);  // InputError on a bad name
+  const Bytes size(static_cast<double>(parse_size(a.min_bytes, "-b")));
+  auto topology_for = [&](int nodes) { return load_topology(a.topology, TopologyLoadOptions{nodes}); };
+  const std::vector<ScalingPoint> points =
+      scaling_curve(topology_for, parse_counts(a.scale), a.gpus_per_node, *op, size, simulation_options(a));
+  using A = TextTable::Align;
+  std::vector<std::string> head{"GPUs", "nodes", "NCCL choice", "busbw"};
+  std::vector<A> align{A::kRight, A::kRight, A::kLeft, A::kRight};
+  for (Algorithm alg : scaling_algorithms()) {
+    head.emplace_back(algorithm_name(alg));
+    align.push_back(A::kRight);
+  }
+  TextTable table(head, align);
+  nlohmann::ordered_json rows = nlohmann::ordered_json::array();
+  for (const ScalingPoint& p : points) {
+    std::vector<std::string> row{std::to_string(p.gpus), std::to_string(p.nodes),
+                                 std::string(algorithm_name(p.chosen.algorithm)) + "/" +
+                                     std::string(protocol_name(p.chosen.protocol)),
+                                 strprintf("%.1f", p.chosen.busbw_gbs)};
+    nlohmann::ordered_json j;
+    j["gpus"] = p.gpus;
+    j["nodes"] = p.nodes;
+    j["chosen"] = result_json(p.chosen);
+    for (size_t i = 0; i < p.forced.size(); ++i) {
+      const auto& f = p.forced[i];
+      row.push_back(f ? strprintf("%.1f", f->busbw_gbs) : "-");
+      j["busbw_gbs"][std::string(algorithm_name(scaling_algorithms()[i]))] = f ? nlohmann::ordered_json(f->busbw_gbs)
+                                                                                 : nlohmann::ordered_json(nullptr);
+    }
+    table.add_row(row);
+    rows.push_back(j);
+  }
+  std::printf("# %s of %s (busbw, GB/s) vs GPUs on %s, model %s; '-': the algorithm cannot run there\n%s",
+              std::string(op_name(*op)).c_str(), size_text(size).c_str(), a.topology.c_str(), a.model.c_str(),
+              table.render().c_str());
+  if (!a.json.empty()) write_file_atomically(a.json, nlohmann::ordered_json{{"op", std::string(op_name(*op))}, {"size", size.value()}, {"rows", rows}}.dump(2) + "\n");
+  if (!a.plot_dir.empty()) {
+    plot_scaling(a.plot_dir, points, *op, size);
+    std::printf("# plot: %s/scaling.png\n", a.plot_dir.c_str());
+  }
+}
+
 }  // namespace
 
 void add_collective_command(CLI::App& app) {
@@ -314,9 +415,14 @@ void add_collective_command(CLI::App& app) {
   cmd->add_option("--compare", args->compare, "an nccl-tests log: predict the same sweep and show the error");
   cmd->add_option("--json", args->json, "write the results as JSON");
   cmd->add_option("--trace", args->trace, "write a Chrome/Perfetto trace of the largest size");
+  cmd->add_option("--scale", args->scale,
+                  "GPU counts (8,16,32,...): busbw at the size -b vs GPUs, NCCL's choice and every algorithm forced");
+  cmd->add_option("--plot", args->plot_dir, "with --scale: draw the curve (PNG, gnuplot) into this folder");
   cmd->callback([args] {
     try {
-      if (args->compare.empty()) {
+      if (!args->scale.empty()) {
+        run_scale(*args);
+      } else if (args->compare.empty()) {
         run_sweep(*args);
       } else {
         run_compare(*args);
