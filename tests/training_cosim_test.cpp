@@ -224,6 +224,42 @@ TEST(CoSimulatedIteration, DataParallelRingsAcrossA4To1SpineTakeTwiceAsLong) {
   EXPECT_NEAR(folded / every, 1.0, 0.10);
 }
 
+TEST(CoSimulatedIteration, TpAcrossTwoPcieBoxesSharesTheirNics) {
+  // Two PCIe boxes of 8 L40S (2 GPUs per PCIe switch, one 200 Gb/s NIC per switch). TP 2 with
+  // DP innermost (rank order dp-tp-pp): TP group d is GPU d of box 0 and GPU d of box 1, so
+  // every TP all-reduce crosses the network, and the two GPUs of a switch leave through the
+  // same NIC: 12.5 GB/s each instead of 25. The 2-rank all-reduce is bandwidth-bound
+  // (2·(n−1)/n·S/B = S/B), so with every replica played the exposed TP time is about twice what
+  // one replica alone sees; the folding gives the same.
+  const ModelConfig model = load_bundled_model(test::source_path("workloads/models"), "llama3-8b");
+  const Topology topo = test::load_preset("pcie-8gpu", 2);
+  ParallelLayout l = llama_layout(8, 2, 1, 8);
+  l.sequence_length = 4096;
+  l.sequence_parallel = false;
+  l.rank_order = "dp-tp-pp";
+  // The DP group is a whole box, over the same GPU PCIe links: no ZeRO parameter gathers during
+  // the forward and the reductions after the backward, so that nothing but TP crosses them.
+  // (With ZeRO-1's prefetched gathers the co-simulation shows them halving TP's rate too.)
+  l.zero_stage = ZeroStage::kStage0;
+  l.grad_reduce_overlap = false;
+  const auto tp = static_cast<size_t>(WorkKind::kTpComm);
+  auto exposed_tp = [&](bool every, bool folded) {
+    IterationOptions o;
+    o.cosimulate = true;
+    o.cosimulate_every_replica = every;
+    o.replica_contention = folded;
+    const IterationResult r = simulate_iteration(model, l, topo, o);
+    EXPECT_EQ(r.stages[0].time.exposed_across_nodes[tp], r.stages[0].time.exposed[tp]);  // all of it crosses
+    return r.stages[0].time.exposed[tp].seconds();
+  };
+  const double alone = exposed_tp(false, false);
+  const double every = exposed_tp(true, false);
+  const double folded = exposed_tp(false, true);
+  std::printf("exposed TP: one replica alone %.4f s, every replica %.4f s, folded %.4f s\n", alone, every, folded);
+  EXPECT_NEAR(every / alone, 2.0, 0.15);
+  EXPECT_NEAR(folded / every, 1.0, 0.10);
+}
+
 TEST(Explain, EverySuggestionIsASimulationAndItsFlagsReproduceIt) {
   // The bundled Llama-3 70B example: at least three knobs apply, each a re-simulation; the top
   // one, applied through its command-line overrides, gives exactly its iteration time.
