@@ -258,6 +258,17 @@ TEST(CoSimulatedIteration, TpAcrossTwoPcieBoxesSharesTheirNics) {
   std::printf("exposed TP: one replica alone %.4f s, every replica %.4f s, folded %.4f s\n", alone, every, folded);
   EXPECT_NEAR(every / alone, 2.0, 0.15);
   EXPECT_NEAR(folded / every, 1.0, 0.10);
+  // What bound that exposed TP time: the network link out of a box, for almost all of it.
+  IterationOptions o;
+  o.cosimulate = true;
+  const IterationResult r = simulate_iteration(model, l, topo, o);
+  const auto& links = r.stages[0].time.exposed_by_link[tp];
+  ASSERT_FALSE(links.empty());
+  Time sum;
+  for (const auto& [name, time] : links) sum += time;
+  EXPECT_LE(sum, r.stages[0].time.exposed[tp]);
+  EXPECT_NE(links.front().first.find("nic"), std::string::npos) << links.front().first;
+  EXPECT_GT(links.front().second.seconds(), 0.8 * r.stages[0].time.exposed[tp].seconds());
 }
 
 TEST(Explain, EverySuggestionIsASimulationAndItsFlagsReproduceIt) {

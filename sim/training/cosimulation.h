@@ -14,6 +14,7 @@
 #pragma once
 
 #include <map>
+#include <optional>
 #include <memory>
 #include <tuple>
 #include <vector>
@@ -44,6 +45,10 @@ class CoSimulation {
   /// ranks and empty sizes contribute nothing.
   std::shared_ptr<const TransferGraph> transfers(const CallPhases& phases);
 
+  /// The link that bounds `transfers` alone: the one where its bytes over the link's rate are
+  /// largest (what stays busiest if nothing else ran); nullopt for a graph without transfers.
+  std::optional<LinkId> bottleneck(const TransferGraph& transfers);
+
   const Topology& topology() const { return *topo_; }
   const Router& router() const { return *router_; }
 
@@ -58,6 +63,7 @@ class CoSimulation {
   using CallKey = std::tuple<int, double, std::vector<int>, bool>;
   std::map<CallKey, TransferGraph> calls_;
   std::map<std::vector<CallKey>, std::shared_ptr<const TransferGraph>> tasks_;
+  std::map<const TransferGraph*, std::optional<LinkId>> bottlenecks_;
 };
 
 }  // namespace parallax

@@ -42,27 +42,34 @@ struct Interval {
   Time start, finish;
   WorkKind kind;
   bool across_nodes;
+  int64_t link = -1;  // co-simulated: the task's bottleneck link
 };
 
 // The per-rank breakdown by a sweep over the start and end of every task the rank takes part in.
 // An exposed stretch of communication counts as across nodes while a task of its kind that
 // crosses nodes is active.
-RankBreakdown breakdown(const std::vector<Interval>& intervals, Time pipeline_end, Time iteration_end) {
+RankBreakdown breakdown(const std::vector<Interval>& intervals, Time pipeline_end, Time iteration_end,
+                        const Topology* links) {
   struct Edge {
     Time at;
     int delta;
     WorkKind kind;
     bool across;
+    size_t interval;
   };
   std::vector<Edge> edges;
-  for (const Interval& i : intervals) {
+  for (size_t n = 0; n < intervals.size(); ++n) {
+    const Interval& i = intervals[n];
     if (i.finish <= i.start) continue;
-    edges.push_back({i.start, +1, i.kind, i.across_nodes});
-    edges.push_back({i.finish, -1, i.kind, i.across_nodes});
+    edges.push_back({i.start, +1, i.kind, i.across_nodes, n});
+    edges.push_back({i.finish, -1, i.kind, i.across_nodes, n});
   }
-  edges.push_back({iteration_end, 0, WorkKind::kCompute, false});
-  std::sort(edges.begin(), edges.end(), [](const Edge& a, const Edge& b) { return a.at < b.at; });
+  edges.push_back({iteration_end, 0, WorkKind::kCompute, false, 0});
+  std::stable_sort(edges.begin(), edges.end(), [](const Edge& a, const Edge& b) { return a.at < b.at; });
   std::array<int, kWorkKinds> active{}, active_across{};
+  // Per kind, the active intervals by start (then index): the latest names the bottleneck.
+  std::array<std::set<std::pair<Time, size_t>>, kWorkKinds> running;
+  std::array<std::map<int64_t, Time>, kWorkKinds> by_link;
   constexpr WorkKind kPriority[] = {WorkKind::kTpComm, WorkKind::kCpComm, WorkKind::kEpComm, WorkKind::kPpComm,
                                     WorkKind::kDpComm};
   RankBreakdown b;
@@ -77,6 +84,8 @@ RankBreakdown breakdown(const std::vector<Interval>& intervals, Time pipeline_en
       if (active[kind_index(k)] > 0) {
         b.exposed[kind_index(k)] += to - from;
         if (active_across[kind_index(k)] > 0) b.exposed_across_nodes[kind_index(k)] += to - from;
+        const auto& r = running[kind_index(k)];
+        if (!r.empty() && intervals[r.rbegin()->second].link >= 0) by_link[kind_index(k)][intervals[r.rbegin()->second].link] += to - from;
         return;
       }
     }
@@ -90,6 +99,16 @@ RankBreakdown breakdown(const std::vector<Interval>& intervals, Time pipeline_en
     t = e.at;
     active[kind_index(e.kind)] += e.delta;
     if (e.across) active_across[kind_index(e.kind)] += e.delta;
+    if (e.delta > 0) running[kind_index(e.kind)].emplace(intervals[e.interval].start, e.interval);
+    if (e.delta < 0) running[kind_index(e.kind)].erase({intervals[e.interval].start, e.interval});
+  }
+  for (size_t k = 0; k < kWorkKinds && links; ++k) {
+    for (const auto& [link, time] : by_link[k]) {
+      const Link& l = links->link(LinkId{static_cast<uint32_t>(link)});
+      b.exposed_by_link[k].emplace_back(links->device(l.from).name + " -> " + links->device(l.to).name, time);
+    }
+    std::stable_sort(b.exposed_by_link[k].begin(), b.exposed_by_link[k].end(),
+                     [](const auto& x, const auto& y) { return x.second > y.second; });
   }
   return b;
 }
@@ -232,16 +251,18 @@ IterationResult simulate_iteration(const ModelConfig& model, const ParallelLayou
           timings[id].finish - timings[id].start - task.duration;
     }
     const bool across = across_nodes[id];
-    if (rank >= 0) intervals[static_cast<size_t>(rank)].push_back({timings[id].start, timings[id].finish, task.kind, across});
+    const int64_t link = built.bottleneck[id];
+    if (rank >= 0) intervals[static_cast<size_t>(rank)].push_back({timings[id].start, timings[id].finish, task.kind, across, link});
     if (task.peer_rank >= 0 && task.peer_rank != rank) {
-      intervals[static_cast<size_t>(task.peer_rank)].push_back({timings[id].start, timings[id].finish, task.kind, across});
+      intervals[static_cast<size_t>(task.peer_rank)].push_back({timings[id].start, timings[id].finish, task.kind, across, link});
     }
   }
   Time bubble_total;
   for (int s = 0; s < p; ++s) {
     StageResult& stage = stages[static_cast<size_t>(s)];
     stage.stage = s;
-    stage.time = breakdown(intervals[static_cast<size_t>(s)], result.pipeline_end, result.iteration_time);
+    stage.time = breakdown(intervals[static_cast<size_t>(s)], result.pipeline_end, result.iteration_time,
+                           cosim ? &cosim->topology() : nullptr);
     bubble_total += stage.time.bubble;
     for (int c = 0; c < v; ++c) {
       const int vs = c * p + s;

@@ -219,6 +219,9 @@ struct RankBreakdown {
   /// Of `exposed`, the time while a task of that kind whose group spans nodes was running
   /// (through the NICs and the network; the rest stayed on NVLink or PCIe inside a node).
   std::array<Time, kWorkKinds> exposed_across_nodes{};
+  /// Co-simulated: of `exposed`, per link (by name, "from -> to"), the time while the latest
+  /// started exposed task of that kind was bound by it alone (its bottleneck link); most first.
+  std::array<std::vector<std::pair<std::string, Time>>, kWorkKinds> exposed_by_link{};
   Time bubble;
   Time idle;
   Time exposed_communication() const;

@@ -357,6 +357,12 @@ IterationGraph build_iteration_graph(const ParallelLayout& layout, const Iterati
     }
   }
   across_nodes.resize(graph.size(), false);
+  built.bottleneck.assign(graph.size(), -1);
+  for (WorkId id = 0; id < graph.size() && cosim; ++id) {
+    if (const auto& played = graph.task(id).transfers) {
+      if (const std::optional<LinkId> l = cosim->bottleneck(*played)) built.bottleneck[id] = l->value;
+    }
+  }
   for (const StageStreams& st : streams) built.sm_pool.push_back(st.sms);
   return built;
 }

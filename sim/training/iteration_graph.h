@@ -21,6 +21,7 @@ struct IterationGraph {
   StreamGraph graph;
   std::vector<ChannelId> sm_pool;       ///< per stage: its GPU's SM pool, or kNoChannel
   std::vector<bool> across_nodes;       ///< per task: communication whose group spans nodes
+  std::vector<int64_t> bottleneck;      ///< per task, co-simulated: its bottleneck link, or −1
   std::vector<WorkId> backward_ends;    ///< the last task of every backward pass
   std::vector<StageResult> stages;      ///< per stage: communication volumes, FLOPs, parameters
 };

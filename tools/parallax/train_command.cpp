@@ -167,6 +167,15 @@ nlohmann::ordered_json result_json(const Job& job, const IterationResult& r) {
       across[to_string(static_cast<WorkKind>(k))] = s.time.exposed_across_nodes[static_cast<size_t>(k)].seconds();
     }
     st["exposed_across_nodes_s"] = across;
+    nlohmann::ordered_json by_link;
+    for (int k = 1; k < kWorkKinds; ++k) {
+      nlohmann::ordered_json links = nlohmann::ordered_json::array();
+      for (const auto& [name, time] : s.time.exposed_by_link[static_cast<size_t>(k)]) {
+        links.push_back({{"link", name}, {"s", time.seconds()}});
+      }
+      if (!links.empty()) by_link[to_string(static_cast<WorkKind>(k))] = links;
+    }
+    if (!by_link.empty()) st["exposed_by_link"] = by_link;
     st["bubble_s"] = s.time.bubble.seconds();
     st["idle_s"] = s.time.idle.seconds();
     nlohmann::ordered_json mem;
@@ -331,6 +340,18 @@ void run_train(const TrainArgs& a) {
     }
   }
   if (!across.empty()) std::printf("of it across nodes (NICs and network): %s\n\n", across.c_str());
+  // Co-simulated: the link that bound most of each kind's exposed time.
+  std::string bound;
+  for (const StageResult& s : r.stages) {
+    for (int k = 1; k < kWorkKinds; ++k) {
+      const auto& links = s.time.exposed_by_link[static_cast<size_t>(k)];
+      if (links.empty()) continue;
+      bound += strprintf("%s  stage %d %-3s %-32s %s of %s\n", "", s.stage, to_string(static_cast<WorkKind>(k)),
+                         links.front().first.c_str(), seconds_text(links.front().second).c_str(),
+                         seconds_text(s.time.exposed[static_cast<size_t>(k)]).c_str());
+    }
+  }
+  if (!bound.empty()) std::printf("the link that bound most of each exposed kind (co-simulated):\n%s\n", bound.c_str());
   // Where the other replicas' traffic on shared links slowed a kind of collective: one entry
   // per kind when every stage has the same factor, else one per stage.
   std::string slowed;
