@@ -61,7 +61,8 @@ TEST(CoSimulation, PhasesChainAndCallsOfAPhaseRunTogether) {
   // Two one-way passes at once (0→1 and 1→0 of 1 GB each, opposite directions: no sharing),
   // then one send 0→1: 10 ms + 10 ms plus the latencies of the lowered sends.
   const Topology topo = test::toy_cluster(2);
-  CoSimulation cosim(topo, LinkEfficiency::none());
+  CollectiveSimulatorCache simulators(topo, LinkEfficiency::none());
+  CoSimulation cosim(simulators);
   const Bytes gb(1e9);
   const CallPhases phases{{CollectiveCall{CollectiveOp::kSendRecv, gb, {0, 1}, true},
                            CollectiveCall{CollectiveOp::kSendRecv, gb, {1, 0}, true}},

@@ -273,6 +273,11 @@ Time CollectiveSimulator::analytical_time(CollectiveOp op, Bytes size, Algorithm
   return t + o.base_latency;
 }
 
+int CollectiveSimulator::channels_for(Algorithm algo, const CollectiveOptions& options) const {
+  const bool multi_channel = algo == Algorithm::kRing || algo == Algorithm::kTree || algo == Algorithm::kHierarchical;
+  return options.channels.value_or(multi_channel ? tuning_->inputs().channels : 1);
+}
+
 TransferGraph CollectiveSimulator::lower_on(CollectiveOp op, Bytes size, const CollectiveOptions& options,
                                            const Communicator& comm, const Router& router) const {
   if (comm.size() != comm_->size()) {
@@ -280,10 +285,7 @@ TransferGraph CollectiveSimulator::lower_on(CollectiveOp op, Bytes size, const C
                                 std::to_string(comm.size()));
   }
   const Choice choice = choose(op, size, options);
-  const int channels = options.channels.value_or(
-      choice.algorithm == Algorithm::kRing || choice.algorithm == Algorithm::kTree || choice.algorithm == Algorithm::kHierarchical
-          ? tuning_->inputs().channels
-          : 1);
+  const int channels = channels_for(choice.algorithm, options);
   CollectiveSpec spec;
   spec.op = op;
   spec.algorithm = choice.algorithm;
@@ -307,10 +309,7 @@ CollectiveResult CollectiveSimulator::run(CollectiveOp op, Bytes size, const Col
   result.size = size;
   result.algorithm = choice.algorithm;
   result.protocol = choice.protocol;
-  result.channels = options.channels.value_or(
-      choice.algorithm == Algorithm::kRing || choice.algorithm == Algorithm::kTree || choice.algorithm == Algorithm::kHierarchical
-          ? tuning_->inputs().channels
-          : 1);
+  result.channels = channels_for(choice.algorithm, options);
   if (options.model == "analytical" && options.use_calibration && !calibrated_.empty()) {
     // The topology carries fitted parameters: NCCL's algorithm choice stands, and the protocol
     // is the fastest the fit knows (the fit's regimes split each protocol's size range). MPI
@@ -343,6 +342,21 @@ CollectiveResult CollectiveSimulator::run(CollectiveOp op, Bytes size, const Col
   result.algbw_gbs = seconds > 0 ? size.value() / seconds / 1e9 : 0.0;
   result.busbw_gbs = result.algbw_gbs * busbw_factor(op, comm_->size());
   return result;
+}
+
+std::pair<int, int> CollectiveSimulatorCache::shape_of(const std::vector<int>& gpus) const {
+  std::map<int, int> per_node;
+  for (int r : gpus) ++per_node[topo_.device(topo_.gpus()[static_cast<size_t>(r)]).node];
+  int most = 0;
+  for (const auto& [node, count] : per_node) most = std::max(most, count);
+  return {static_cast<int>(gpus.size()), most};
+}
+
+const CollectiveSimulator& CollectiveSimulatorCache::for_group(const std::vector<int>& gpus) {
+  const auto shape = shape_of(gpus);
+  auto& sim = by_shape_[shape];
+  if (!sim) sim = std::make_unique<CollectiveSimulator>(topo_, shape.first, shape.second, efficiency_);
+  return *sim;
 }
 
 }  // namespace parallax

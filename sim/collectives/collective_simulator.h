@@ -6,9 +6,11 @@
 // a network model — or, for `analytical`, evaluates the closed form instead.
 #pragma once
 
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "collectives/algorithms.h"
@@ -97,6 +99,8 @@ class CollectiveSimulator {
     Protocol protocol;
   };
   Choice choose(CollectiveOp op, Bytes size, const CollectiveOptions& options) const;
+  /// The forced count, else NCCL's for the ring/tree family and 1 for the others.
+  int channels_for(Algorithm algo, const CollectiveOptions& options) const;
   LoweringOptions lowering_options(Algorithm algo, Protocol proto, int channels) const;
   Time analytical_time(CollectiveOp op, Bytes size, Algorithm algo, Protocol proto, int channels) const;
 
@@ -108,6 +112,28 @@ class CollectiveSimulator {
   GpuArch arch_ = GpuArch::kHopper;
   double intra_gbs_ = 0;    ///< per-rank bandwidth inside a node (achievable)
   double inter_gbs_ = 0;    ///< per-rank bandwidth across nodes (achievable)
+};
+
+/// CollectiveSimulators of one topology by the shape of a group of its GPUs (ranks, and ranks
+/// on its fullest node), each built once: a simulator copies the topology, so the callers that
+/// time many groups share them.
+class CollectiveSimulatorCache {
+ public:
+  CollectiveSimulatorCache(const Topology& topo, std::optional<LinkEfficiency> efficiency)
+      : topo_(topo), efficiency_(efficiency) {}
+
+  /// (ranks, ranks on the fullest node) of `gpus`, indices into the topology's GPUs.
+  std::pair<int, int> shape_of(const std::vector<int>& gpus) const;
+  /// The simulator for groups of that shape, placed node after node from the first.
+  const CollectiveSimulator& for_group(const std::vector<int>& gpus);
+
+  const Topology& topology() const { return topo_; }
+  std::optional<LinkEfficiency> efficiency() const { return efficiency_; }
+
+ private:
+  const Topology& topo_;
+  std::optional<LinkEfficiency> efficiency_;
+  std::map<std::pair<int, int>, std::unique_ptr<CollectiveSimulator>> by_shape_;
 };
 
 }  // namespace parallax

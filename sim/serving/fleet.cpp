@@ -38,6 +38,7 @@ struct Instance {
   int depth = 1;                 ///< steps it can keep in flight (its PP stages)
   std::deque<StepPlan> flight;   ///< steps started and not completed, in start order
   Time swap_per_block;           ///< PCIe time to copy one KV block to or from the host
+  Bytes swap_block;              ///< one block's bytes over all the instance's GPUs
   Time next_start;               ///< when its first stage takes the next batch
   Time last_done;                ///< when the latest step started completes
   bool wake_pending = false;     ///< a poke is scheduled at next_start
@@ -138,6 +139,7 @@ class Simulation {
         instances_.emplace_back(static_cast<int>(p), pool.role, std::move(placed), BatchScheduler(batching),
                                 std::move(timer), pool.shape.pp);
         instances_.back().swap_per_block = per_block;
+        instances_.back().swap_block = block * static_cast<double>(pool.shape.tp * pool.shape.pp);
       }
     }
   }
@@ -162,7 +164,8 @@ class Simulation {
       throw std::invalid_argument("pool " + pool.name + ": " + e.what());
     }
     if (batching.preemption == PreemptionMode::kSwap) {
-      batching.swap_blocks = static_cast<int64_t>(pool.swap_space.value() / swap_block_bytes(pool, batching.block_size).value());
+      batching.swap_blocks =
+          static_cast<int64_t>(pool.swap_space.value() / swap_block_bytes(pool, batching.block_size).value());
     }
     capacities_.push_back(capacity);
     block_counts_.push_back(batching.kv_blocks);
@@ -527,9 +530,7 @@ class Simulation {
       t.latency += swap;
       t.interval += swap;
       swap_time_ += swap;
-      const PoolConfig& pool = c_.pools[static_cast<size_t>(in.pool)];
-      swap_bytes_ += swap_block_bytes(pool, in.scheduler.config().block_size) *
-                     static_cast<double>(copied * pool.shape.tp * pool.shape.pp);
+      swap_bytes_ += in.swap_block * static_cast<double>(copied);
     }
     if (c_.record_steps) record_step(k, now, t.latency, plan);
     in.busy_time += t.interval;

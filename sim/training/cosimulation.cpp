@@ -42,24 +42,18 @@ std::vector<TaskId> append(TransferGraph& into, const TransferGraph& part, const
 
 }  // namespace
 
-CoSimulation::CoSimulation(const Topology& topo, std::optional<LinkEfficiency> efficiency)
-    : efficiency_(efficiency), original_(topo),
-      topo_(std::make_unique<Topology>(with_link_efficiency(topo, efficiency))),
+CoSimulation::CoSimulation(CollectiveSimulatorCache& simulators)
+    : simulators_(simulators),
+      topo_(std::make_unique<Topology>(with_link_efficiency(simulators.topology(), simulators.efficiency()))),
       router_(std::make_unique<Router>(*topo_)) {}
 
 const TransferGraph& CoSimulation::lowered(const CollectiveCall& call) {
   auto key = key_of(call);
   if (auto it = calls_.find(key); it != calls_.end()) return it->second;
   std::vector<DeviceId> devices;
-  std::map<int, int> per_node;
-  for (int r : call.group) {
-    devices.push_back(topo_->gpus()[static_cast<size_t>(r)]);
-    ++per_node[topo_->device(devices.back()).node];
-  }
-  int most = 0;
-  for (const auto& [node, count] : per_node) most = std::max(most, count);
-  auto& sim = by_shape_[{static_cast<int>(call.group.size()), most}];
-  if (!sim) sim = std::make_unique<CollectiveSimulator>(original_, static_cast<int>(call.group.size()), most, efficiency_);
+  for (int r : call.group) devices.push_back(topo_->gpus()[static_cast<size_t>(r)]);
+  const CollectiveSimulator& sim = simulators_.for_group(call.group);
+  const bool one_node = simulators_.shape_of(call.group).second == static_cast<int>(call.group.size());
   const DeviceId sender = devices.front();
   const Communicator comm(*topo_, std::move(devices));
   CollectiveOptions o;
@@ -67,8 +61,8 @@ const TransferGraph& CoSimulation::lowered(const CollectiveCall& call) {
   // One transfer per ring edge with every step's bytes (exact on an idle ring, n× fewer flows);
   // inside a node every channel of a ring crosses the same GPU ports, so one carries it all.
   o.granularity = LoweringOptions::Granularity::kPipelined;
-  if (per_node.size() == 1) o.channels = 1;
-  TransferGraph g = sim->lower_on(call.op, call.size, o, comm, *router_);
+  if (one_node) o.channels = 1;
+  TransferGraph g = sim.lower_on(call.op, call.size, o, comm, *router_);
   if (call.one_way && call.op == CollectiveOp::kSendRecv) g = sent_from(g, sender);
   return calls_.emplace(std::move(key), std::move(g)).first->second;
 }

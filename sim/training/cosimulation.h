@@ -39,7 +39,8 @@ using CallPhases = std::vector<std::vector<CollectiveCall>>;
 
 class CoSimulation {
  public:
-  CoSimulation(const Topology& topo, std::optional<LinkEfficiency> efficiency);
+  /// On the topology of `simulators`, with its link efficiencies; NCCL's choices come from them.
+  explicit CoSimulation(CollectiveSimulatorCache& simulators);
 
   /// The task's transfers, the phases chained; cached by content. Groups of fewer than two
   /// ranks and empty sizes contribute nothing.
@@ -55,11 +56,9 @@ class CoSimulation {
  private:
   const TransferGraph& lowered(const CollectiveCall& call);
 
-  std::optional<LinkEfficiency> efficiency_;
-  const Topology& original_;
+  CollectiveSimulatorCache& simulators_;
   std::unique_ptr<Topology> topo_;
   std::unique_ptr<Router> router_;
-  std::map<std::pair<int, int>, std::unique_ptr<CollectiveSimulator>> by_shape_;
   using CallKey = std::tuple<int, double, std::vector<int>, bool>;
   std::map<CallKey, TransferGraph> calls_;
   std::map<std::vector<CallKey>, std::shared_ptr<const TransferGraph>> tasks_;

@@ -34,9 +34,6 @@ using namespace iteration_detail;
 
 namespace {
 
-
-size_t kind_index(WorkKind k) { return static_cast<size_t>(k); }
-
 // One task as a rank's breakdown sees it: when, what, and whether it went across nodes.
 struct Interval {
   Time start, finish;
@@ -113,29 +110,36 @@ RankBreakdown breakdown(const std::vector<Interval>& intervals, Time pipeline_en
   return b;
 }
 
-// The load of `link` over time from the transfers played: each at its mean rate, bytes over
-// its duration, from its start to its end; steps in time order.
-std::vector<std::pair<Time, double>> link_timeline(const Topology& topo, const Router& router, LinkId link,
-                                                   const std::vector<PlayedTransfer>& played) {
-  std::vector<std::pair<Time, double>> edges;  // (time, rate change in B/s)
+// The load over time of each of `links` from the transfers played (each routed once): a
+// transfer at its mean rate, bytes over its duration, from its start to its end; per link,
+// (time, utilisation) steps in time order.
+std::vector<std::vector<std::pair<Time, double>>> link_timelines(const Topology& topo, const Router& router,
+                                                                 const std::vector<LinkId>& links,
+                                                                 const std::vector<PlayedTransfer>& played) {
+  std::vector<std::vector<std::pair<Time, double>>> edges(links.size());  // (time, rate change in B/s)
   for (const PlayedTransfer& f : played) {
     if (f.finish <= f.start) continue;
     const std::vector<LinkId> path = router.route(f.src, f.dst, f.route_key);
-    if (std::find(path.begin(), path.end(), link) == path.end()) continue;
     const double rate = f.bytes.value() / (f.finish - f.start).seconds();
-    edges.emplace_back(f.start, rate);
-    edges.emplace_back(f.finish, -rate);
+    for (size_t n = 0; n < links.size(); ++n) {
+      if (std::find(path.begin(), path.end(), links[n]) == path.end()) continue;
+      edges[n].emplace_back(f.start, rate);
+      edges[n].emplace_back(f.finish, -rate);
+    }
   }
-  std::sort(edges.begin(), edges.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
-  std::vector<std::pair<Time, double>> steps;
-  const double capacity = topo.link(link).bandwidth.value();
-  double rate = 0;
-  for (size_t i = 0; i < edges.size(); ++i) {
-    rate += edges[i].second;
-    if (i + 1 < edges.size() && edges[i + 1].first == edges[i].first) continue;  // one step per instant
-    steps.emplace_back(edges[i].first, std::max(0.0, rate) / capacity);
+  std::vector<std::vector<std::pair<Time, double>>> out(links.size());
+  for (size_t n = 0; n < links.size(); ++n) {
+    std::vector<std::pair<Time, double>>& e = edges[n];
+    std::sort(e.begin(), e.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+    const double capacity = topo.link(links[n]).bandwidth.value();
+    double rate = 0;
+    for (size_t i = 0; i < e.size(); ++i) {
+      rate += e[i].second;
+      if (i + 1 < e.size() && e[i + 1].first == e[i].first) continue;  // one step per instant
+      out[n].emplace_back(e[i].first, std::max(0.0, rate) / capacity);
+    }
   }
-  return steps;
+  return out;
 }
 
 // The busiest link of each link class (bytes over what it could carry in `span`), busiest
@@ -152,12 +156,16 @@ std::vector<LinkLoad> busiest_links(const Topology& topo, const Router& router, 
     if (it == best.end() || used > it->second.first) best[link.link_class] = {used, l};
   }
   std::vector<LinkLoad> out;
+  std::vector<LinkId> ids;
   for (const auto& [cls, use] : best) {
     const Link& link = topo.link(LinkId{use.second});
     out.push_back(LinkLoad{topo.device(link.from).name, topo.device(link.to).name, cls,
-                           network.link_bytes(LinkId{use.second}), use.first,
-                           played ? link_timeline(topo, router, LinkId{use.second}, *played)
-                                  : std::vector<std::pair<Time, double>>{}});
+                           network.link_bytes(LinkId{use.second}), use.first, {}});
+    ids.push_back(LinkId{use.second});
+  }
+  if (played) {
+    std::vector<std::vector<std::pair<Time, double>>> timelines = link_timelines(topo, router, ids, *played);
+    for (size_t n = 0; n < out.size(); ++n) out[n].timeline = std::move(timelines[n]);
   }
   std::stable_sort(out.begin(), out.end(), [](const LinkLoad& a, const LinkLoad& b) { return a.utilisation > b.utilisation; });
   return out;
@@ -194,11 +202,11 @@ IterationResult simulate_iteration(const ModelConfig& model, const ParallelLayou
 
   // ---- communication sizes and times ------------------------------------------------------
   // Co-simulated: every collective also as flows on its group's own GPUs, played on one network.
-  const std::unique_ptr<CoSimulation> cosim = options.cosimulate && !options.free_communication
-                                                  ? std::make_unique<CoSimulation>(topo, options.link_efficiency)
-                                                  : nullptr;
+  CollectiveSimulatorCache simulators(topo, options.link_efficiency);  // shared by both
+  const std::unique_ptr<CoSimulation> cosim =
+      options.cosimulate && !options.free_communication ? std::make_unique<CoSimulation>(simulators) : nullptr;
   const bool every_replica = cosim && options.cosimulate_every_replica;
-  CommunicationPlan comm(model, layout, topo, options, plan, every_replica);
+  CommunicationPlan comm(model, layout, topo, options, plan, every_replica, simulators);
   // ---- the stream graph --------------------------------------------------------------------
   IterationGraph built = build_iteration_graph(layout, options, gpu, cm, plan, comm, cosim.get(), every_replica);
   const StreamGraph& graph = built.graph;

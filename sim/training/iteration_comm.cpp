@@ -80,13 +80,14 @@ CommTask CommunicationPlan::parameter_gather(int s, const Unit& u) {
 }
 
 CommunicationPlan::CommunicationPlan(const ModelConfig& model, const ParallelLayout& layout, const Topology& topo,
-                                     const IterationOptions& options, const StagePlan& plan, bool every_replica)
+                                     const IterationOptions& options, const StagePlan& plan, bool every_replica,
+                                     CollectiveSimulatorCache& simulators)
     : tp_forward(static_cast<size_t>(layout.pp)), tp_backward(tp_forward.size()), embedding_tp_forward(tp_forward.size()),
       embedding_tp_backward(tp_forward.size()), output_tp_forward(tp_forward.size()), output_tp_backward(tp_forward.size()),
       pp_send_forward(tp_forward.size()), pp_send_backward(tp_forward.size()), ep_forward(tp_forward.size()),
       ep_backward(tp_forward.size()), cp_ring_step(tp_forward.size()), cp_scatter_heads(tp_forward.size()),
       cp_gather_heads(tp_forward.size()), slowdown_of(tp_forward.size()), topo_(topo), layout_(layout),
-      timer_(topo, options), dp_group_(tp_forward.size()), expert_dp_group_(tp_forward.size()),
+      timer_(simulators, options), dp_group_(tp_forward.size()), expert_dp_group_(tp_forward.size()),
       dp_slowdown_(tp_forward.size(), 1.0), expert_dp_slowdown_(tp_forward.size(), 1.0) {
   const int p = layout.pp, t = layout.tp, cp = layout.cp;
   const RankMapping ranks(layout);

@@ -40,10 +40,11 @@ CommTask plus(CommTask a, CommTask b);
 /// co-simulated, each of its collectives at f of its size (a chunk of it).
 CommTask share(CommTask c, double f);
 
-// Times collectives on groups of global ranks, one CollectiveSimulator per group shape.
+// Times collectives on groups of global ranks, alone, on the simulators of their shapes.
 class CollectiveTimer {
  public:
-  CollectiveTimer(const Topology& topo, const IterationOptions& options) : topo_(topo), options_(options) {}
+  CollectiveTimer(CollectiveSimulatorCache& simulators, const IterationOptions& options)
+      : simulators_(simulators), options_(options) {}
 
   /// The collective's time and the NCCL channels it runs on (one SM each).
   struct Timing {
@@ -52,39 +53,26 @@ class CollectiveTimer {
   };
   Timing timing(CollectiveOp op, Bytes size, const std::vector<int>& ranks) {
     if (options_.free_communication || ranks.size() < 2 || size.value() <= 0) return {};
-    const auto shape = shape_of(ranks);
+    const auto shape = simulators_.shape_of(ranks);
     auto key = std::make_tuple(shape.first, shape.second, static_cast<int>(op), size.value());
     if (auto it = times_.find(key); it != times_.end()) return it->second;
-    auto& sim = simulators_[shape];
-    if (!sim) sim = std::make_unique<CollectiveSimulator>(topo_, shape.first, shape.second, options_.link_efficiency);
     CollectiveOptions co;
     co.model = options_.collective_model;
-    const CollectiveResult r = sim->run(op, size, co);
+    const CollectiveResult r = simulators_.for_group(ranks).run(op, size, co);
     const Timing t{r.time, r.channels};
     times_[key] = t;
     return t;
   }
-  Time time(CollectiveOp op, Bytes size, const std::vector<int>& ranks) { return timing(op, size, ranks).time; }
 
   /// Where the group's collectives are timed: its shape placed from the first node on.
   std::vector<DeviceId> placement(const std::vector<int>& ranks) const {
-    const auto [n, per_node] = shape_of(ranks);
-    return place_ranks(topo_, n, per_node).devices();
+    const auto [n, per_node] = simulators_.shape_of(ranks);
+    return place_ranks(simulators_.topology(), n, per_node).devices();
   }
 
  private:
-  // Placement: as many nodes as the group spans, as many ranks per node as its fullest one.
-  std::pair<int, int> shape_of(const std::vector<int>& ranks) const {
-    std::map<int, int> per_node;
-    for (int r : ranks) ++per_node[topo_.device(topo_.gpus()[static_cast<size_t>(r)]).node];
-    int most = 0;
-    for (const auto& [node, count] : per_node) most = std::max(most, count);
-    return {static_cast<int>(ranks.size()), most};
-  }
-
-  const Topology& topo_;
+  CollectiveSimulatorCache& simulators_;
   const IterationOptions& options_;
-  std::map<std::pair<int, int>, std::unique_ptr<CollectiveSimulator>> simulators_;
   std::map<std::tuple<int, int, int, double>, Timing> times_;
 };
 
@@ -94,8 +82,10 @@ Bytes bytes_sent(CollectiveOp op, int n, Bytes size);
 class CommunicationPlan {
  public:
   /// `every_replica`: the siblings are played in the co-simulation, not folded in as slowdowns.
+  /// `simulators` is of `topo`.
   CommunicationPlan(const ModelConfig& model, const ParallelLayout& layout, const Topology& topo,
-                    const IterationOptions& options, const StagePlan& plan, bool every_replica);
+                    const IterationOptions& options, const StagePlan& plan, bool every_replica,
+                    CollectiveSimulatorCache& simulators);
 
   /// A bucket's gradient reduction (all-reduce under ZeRO 0, else reduce-scatter) and its
   /// parameter all-gather, over the DP group, plus the expert-DP group for its experts.

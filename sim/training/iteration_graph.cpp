@@ -11,11 +11,6 @@
 #include "training/pipeline_schedule.h"
 
 namespace parallax::iteration_detail {
-namespace {
-
-size_t kind_index(WorkKind k) { return static_cast<size_t>(k); }
-
-}  // namespace
 
 IterationGraph build_iteration_graph(const ParallelLayout& layout, const IterationOptions& options, const GpuSpec& gpu,
                                      const ComputeModel& cm, const StagePlan& plan, CommunicationPlan& comm,

@@ -46,6 +46,8 @@ enum class WorkKind : uint8_t { kCompute, kTpComm, kCpComm, kEpComm, kPpComm, kD
 inline constexpr int kWorkKinds = 6;
 /// "compute", "tp", "cp", "ep", "pp", "dp".
 const char* to_string(WorkKind k);
+/// The kind as an index of arrays of kWorkKinds.
+inline size_t kind_index(WorkKind k) { return static_cast<size_t>(k); }
 
 using StreamId = uint32_t;
 using WorkId = uint32_t;
