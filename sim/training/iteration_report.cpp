@@ -1,0 +1,197 @@
+// The formats of one simulated training iteration (iteration_report.h).
+#include "training/iteration_report.h"
+
+#include <algorithm>
+#include <cstdarg>
+#include <cstdio>
+#include <map>
+#include <utility>
+
+#include "compute/gemm_efficiency.h"
+
+namespace parallax {
+namespace {
+
+std::string format(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
+std::string format(const char* fmt, ...) {
+  va_list args;
+  va_start(args, fmt);
+  va_list copy;
+  va_copy(copy, args);
+  const int n = std::vsnprintf(nullptr, 0, fmt, copy);
+  va_end(copy);
+  std::string out(static_cast<size_t>(std::max(n, 0)) + 1, '\0');
+  std::vsnprintf(out.data(), out.size(), fmt, args);
+  va_end(args);
+  out.resize(static_cast<size_t>(std::max(n, 0)));
+  return out;
+}
+
+}  // namespace
+
+std::string layout_description(const ParallelLayout& l) {
+  std::string s = format("tp %d · pp %d · dp %d", l.tp, l.pp, l.dp);
+  if (l.virtual_stages > 1) s += format(" · vpp %d", l.virtual_stages);
+  if (l.cp > 1) s += format(" · cp %d (%s)", l.cp, to_string(l.cp_comm));
+  if (l.ep > 1) s += format(" · ep %d", l.ep);
+  s += format(", %s, ZeRO-%d, mbs %lld, gbs %lld, seq %lld, %s%s", to_string(l.schedule), static_cast<int>(l.zero_stage),
+                 static_cast<long long>(l.micro_batch), static_cast<long long>(l.global_batch),
+                 static_cast<long long>(l.sequence_length), to_string(l.dtype), l.sequence_parallel ? ", SP" : "");
+  if (l.recompute != Recomputation::kNone) s += l.recompute == Recomputation::kFull ? ", full recompute" : ", selective recompute";
+  if (l.attention == AttentionKernel::kUnfused) s += ", unfused attention";
+  if (l.dp * l.cp > 1 && (l.grad_reduce_in_fp32 || !l.grad_reduce_overlap)) {
+    s += format(", %s gradients reduced %s", l.grad_reduce_in_fp32 ? "fp32" : "bf16",
+                   l.grad_reduce_overlap ? "during the backward" : "after the backward");
+  }
+  return s;
+}
+
+std::string gemm_model_description(const TrainingWorkload& job) { return job.gemm ? job.gemm->describe() : ShapeEfficiency().describe(); }
+
+nlohmann::ordered_json iteration_json(const TrainingWorkload& job, const IterationResult& r) {
+  nlohmann::ordered_json j;
+  j["model"] = job.model.name;
+  j["topology"] = job.topology_file;
+  j["gpus"] = r.gpus;
+  j["layout"] = layout_description(job.layout);
+  j["iteration_time_s"] = r.iteration_time.seconds();
+  j["tokens_per_second"] = r.tokens_per_second;
+  j["tokens_per_second_per_gpu"] = r.tokens_per_second_per_gpu;
+  j["mfu"] = r.mfu;
+  j["hfu"] = r.hfu;
+  j["flop_convention"] = r.flop_convention;
+  j["model_flops_per_token"] = r.model_flops_per_token.value();
+  j["pipeline_bubble_fraction"] = r.pipeline_bubble_fraction;
+  j["peak_memory_bytes"] = r.peak_memory.value();
+  j["gpu_memory_bytes"] = r.gpu_memory.value();
+  j["out_of_memory"] = r.out_of_memory;
+  j["simulated_ranks"] = r.simulated_ranks;
+  j["symmetry"] = r.symmetry;
+  j["network"] = r.network;
+  nlohmann::ordered_json path;
+  for (int k = 0; k < kWorkKinds; ++k) {
+    path[std::string(to_string(static_cast<WorkKind>(k))) + "_s"] = r.critical_path.by_kind[static_cast<size_t>(k)].seconds();
+  }
+  path["waiting_s"] = r.critical_path.waiting.seconds();
+  path["tasks"] = r.critical_path.tasks;
+  j["critical_path"] = path;
+  if (!r.busiest_links.empty()) {
+    nlohmann::ordered_json links = nlohmann::ordered_json::array();
+    for (const LinkLoad& l : r.busiest_links) {
+      links.push_back({{"from", l.from}, {"to", l.to}, {"class", to_string(l.link_class)}, {"bytes", l.bytes.value()},
+                       {"utilisation", l.utilisation}});
+    }
+    j["busiest_links"] = links;
+  }
+  j["compute"]["gemm_model"] = gemm_model_description(job);
+  j["compute"]["sustained_fraction"] = job.compute.sustained_fraction;
+  nlohmann::ordered_json stages = nlohmann::ordered_json::array();
+  for (const StageResult& s : r.stages) {
+    nlohmann::ordered_json st;
+    st["stage"] = s.stage;
+    st["layers"] = s.layers;
+    st["compute_s"] = s.time.compute.seconds();
+    st["compute_slowed_by_communication_s"] = s.compute_slowed_by_communication.seconds();
+    nlohmann::ordered_json exposed;
+    for (int k = 1; k < kWorkKinds; ++k) exposed[to_string(static_cast<WorkKind>(k))] = s.time.exposed[static_cast<size_t>(k)].seconds();
+    st["exposed_communication_s"] = exposed;
+    nlohmann::ordered_json across;
+    for (int k = 1; k < kWorkKinds; ++k) {
+      across[to_string(static_cast<WorkKind>(k))] = s.time.exposed_across_nodes[static_cast<size_t>(k)].seconds();
+    }
+    st["exposed_across_nodes_s"] = across;
+    nlohmann::ordered_json by_link;
+    for (int k = 1; k < kWorkKinds; ++k) {
+      nlohmann::ordered_json links = nlohmann::ordered_json::array();
+      for (const auto& [name, time] : s.time.exposed_by_link[static_cast<size_t>(k)]) {
+        links.push_back({{"link", name}, {"s", time.seconds()}});
+      }
+      if (!links.empty()) by_link[to_string(static_cast<WorkKind>(k))] = links;
+    }
+    if (!by_link.empty()) st["exposed_by_link"] = by_link;
+    st["bubble_s"] = s.time.bubble.seconds();
+    st["idle_s"] = s.time.idle.seconds();
+    nlohmann::ordered_json mem;
+    mem["parameters"] = s.memory.parameters.value();
+    mem["gradients"] = s.memory.gradients.value();
+    mem["optimizer_states"] = s.memory.optimizer_states.value();
+    mem["activations"] = s.memory.activations.value();
+    mem["communication_buffers"] = s.memory.communication_buffers.value();
+    mem["total"] = s.memory.total().value();
+    st["memory_bytes"] = mem;
+    nlohmann::ordered_json sent;
+    for (int k = 1; k < kWorkKinds; ++k) {
+      sent[to_string(static_cast<WorkKind>(k))] = s.communication[static_cast<size_t>(k)].sent.value();
+    }
+    st["bytes_sent"] = sent;
+    nlohmann::ordered_json slowdown;
+    for (int k = 1; k < kWorkKinds; ++k) {
+      slowdown[to_string(static_cast<WorkKind>(k))] = s.communication[static_cast<size_t>(k)].replica_slowdown;
+    }
+    st["replica_slowdown"] = slowdown;
+    stages.push_back(st);
+  }
+  j["stages"] = stages;
+  return j;
+}
+
+// Chrome trace-event JSON (Perfetto, chrome://tracing): one process per simulated pipeline
+// stage, one thread per stream; the gaps on the compute thread are the pipeline bubbles.
+std::string iteration_trace_json(const TrainingWorkload& job, const IterationResult& r) {
+  nlohmann::ordered_json events = nlohmann::ordered_json::array();
+  std::map<std::pair<int, std::string>, int> threads;
+  for (const TimelineSpan& span : r.timeline) {
+    auto key = std::make_pair(span.rank, span.stream);
+    if (!threads.count(key)) {
+      const int tid = static_cast<int>(threads.size()) + 1;
+      threads[key] = tid;
+      nlohmann::ordered_json meta;
+      meta["ph"] = "M";
+      meta["name"] = "thread_name";
+      meta["pid"] = span.rank;
+      meta["tid"] = tid;
+      meta["args"]["name"] = span.stream;
+      events.push_back(meta);
+    }
+  }
+  for (size_t s = 0; s < r.stages.size(); ++s) {
+    nlohmann::ordered_json meta;
+    meta["ph"] = "M";
+    meta["name"] = "process_name";
+    meta["pid"] = static_cast<int>(s);
+    meta["args"]["name"] = format("pipeline stage %zu (%d layers)", s, r.stages[s].layers);
+    events.push_back(meta);
+  }
+  for (const TimelineSpan& span : r.timeline) {
+    nlohmann::ordered_json e;
+    e["ph"] = "X";
+    e["name"] = to_string(span.kind);
+    e["cat"] = span.stream;
+    e["pid"] = span.rank;
+    e["tid"] = threads[std::make_pair(span.rank, span.stream)];
+    e["ts"] = span.start.seconds() * 1e6;
+    e["dur"] = (span.finish - span.start).seconds() * 1e6;
+    events.push_back(e);
+  }
+  // Co-simulated: a counter track per busiest link (one per link class), its utilisation in %.
+  const int links_pid = static_cast<int>(r.stages.size());
+  if (!r.busiest_links.empty()) {
+    events.push_back({{"name", "process_name"}, {"ph", "M"}, {"pid", links_pid}, {"args", {{"name", "busiest links"}}}});
+  }
+  for (const LinkLoad& l : r.busiest_links) {
+    const std::string name = std::string(to_string(l.link_class)) + " " + l.from + " -> " + l.to;
+    for (const auto& [at, used] : l.timeline) {
+      events.push_back({{"name", name}, {"ph", "C"}, {"pid", links_pid}, {"ts", at.seconds() * 1e6},
+                        {"args", {{"utilisation %", 100 * used}}}});
+    }
+  }
+  nlohmann::ordered_json doc;
+  doc["displayTimeUnit"] = "ms";
+  doc["otherData"]["model"] = job.model.name;
+  doc["otherData"]["layout"] = layout_description(job.layout);
+  doc["otherData"]["symmetry"] = r.symmetry;
+  doc["traceEvents"] = events;
+  return doc.dump() + "\n";
+}
+
+}  // namespace parallax
