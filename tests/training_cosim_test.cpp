@@ -6,6 +6,10 @@
 #include <gtest/gtest.h>
 
 #include <cstdio>
+#include <map>
+#include <set>
+
+#include <nlohmann/json.hpp>
 #include <memory>
 
 #include "collectives/collective_simulator.h"
@@ -17,6 +21,7 @@
 #include "training/explain.h"
 #include "training/workload_loader.h"
 #include "training/iteration.h"
+#include "training/iteration_report.h"
 #include "training/stream_graph.h"
 #include "training_test_support.h"
 
@@ -165,6 +170,72 @@ TEST(CoSimulatedIteration, TwoStagesThroughOneNicCollide) {
   EXPECT_GT(longer, 0.5 * r);
   EXPECT_LE(longer, r * 1.001);
   EXPECT_GT(f.stages[1].time.exposed[dp], a.stages[1].time.exposed[dp] * 1.5);
+}
+
+TEST(CoSimulatedTrace, TheSharedNicShowsBothStagesOnItWithArrowsFromTheirTasks) {
+  // The case above, traced: the NIC both stages leave through is the busiest network-side
+  // link; its uses are the DP tasks of both stages, overlapping in time, carrying exactly the
+  // bytes it carried; the trace draws one arrow per use, from the task's own slice to the
+  // link's slice.
+  const ModelConfig model = load_bundled_model(test::source_path("workloads/models"), "llama3-8b");
+  TrainingWorkload job;
+  job.model = model;
+  job.topology = load_topology(test::source_path("tests/data/topologies/two-gpus-one-nic.json"), TopologyLoadOptions{4});
+  job.layout = llama_layout(4, 1, 2, 8);
+  job.layout.sequence_length = 1024;
+  job.layout.grad_reduce_overlap = false;
+  job.layout.rank_order = "tp-cp-ep-pp-dp";
+  IterationOptions flow;
+  flow.cosimulate = true;
+  flow.keep_timeline = true;
+  const IterationResult r = simulate_iteration(job.model, job.layout, job.topology, flow);
+  std::map<size_t, const TimelineSpan*> span_of;
+  for (const TimelineSpan& s : r.timeline) span_of[s.task] = &s;
+  const LinkLoad* nic = nullptr;
+  for (const LinkLoad& l : r.busiest_links) {
+    if (l.link_class == LinkClass::kNetwork) nic = &l;
+  }
+  ASSERT_NE(nic, nullptr);
+  std::set<int> stages;
+  Bytes carried;
+  size_t uses = 0;
+  for (const auto& l : r.busiest_links) uses += l.uses.size();
+  for (const LinkUse& use : nic->uses) {
+    ASSERT_TRUE(span_of.count(use.task));
+    const TimelineSpan& span = *span_of[use.task];
+    EXPECT_EQ(span.kind, WorkKind::kDpComm);
+    EXPECT_GE(use.start, span.start);
+    EXPECT_LE(use.finish, span.finish);
+    stages.insert(span.rank);
+    carried += use.bytes;
+  }
+  EXPECT_EQ(stages, (std::set<int>{0, 1}));
+  EXPECT_NEAR(carried.value(), nic->bytes.value(), 1e-9 * nic->bytes.value());
+  bool overlap = false;
+  for (const LinkUse& a : nic->uses) {
+    for (const LinkUse& b : nic->uses) {
+      overlap |= span_of[a.task]->rank != span_of[b.task]->rank && a.start < b.finish && b.start < a.finish;
+    }
+  }
+  EXPECT_TRUE(overlap);
+
+  const nlohmann::json trace = nlohmann::json::parse(iteration_trace_json(job, r));
+  std::map<int, nlohmann::json> starts, finishes;
+  std::set<std::tuple<int, int, double>> slice_starts;  // (pid, tid, ts)
+  for (const auto& e : trace["traceEvents"]) {
+    if (e["ph"] == "X") slice_starts.emplace(e["pid"].get<int>(), e["tid"].get<int>(), e["ts"].get<double>());
+    if (e["ph"] == "s") starts[e["id"].get<int>()] = e;
+    if (e["ph"] == "f") finishes[e["id"].get<int>()] = e;
+  }
+  EXPECT_EQ(starts.size(), uses);
+  EXPECT_EQ(finishes.size(), uses);
+  const int links_pid = static_cast<int>(r.stages.size());
+  for (const auto& [id, s] : starts) {
+    EXPECT_TRUE(slice_starts.count({s["pid"].get<int>(), s["tid"].get<int>(), s["ts"].get<double>()})) << id;
+    const nlohmann::json& f = finishes[id];
+    EXPECT_EQ(f["pid"].get<int>(), links_pid);
+    EXPECT_TRUE(slice_starts.count({links_pid, f["tid"].get<int>(), f["ts"].get<double>()})) << id;
+  }
 }
 
 TEST(CoSimulatedIteration, FoldedSiblingsMatchPlayingEveryReplica) {

@@ -112,11 +112,12 @@ RankBreakdown breakdown(const std::vector<Interval>& intervals, Time pipeline_en
 
 // The load over time of each of `links` from the transfers played (each routed once): a
 // transfer at its mean rate, bytes over its duration, from its start to its end; per link,
-// (time, utilisation) steps in time order.
-std::vector<std::vector<std::pair<Time, double>>> link_timelines(const Topology& topo, const Router& router,
-                                                                 const std::vector<LinkId>& links,
-                                                                 const std::vector<PlayedTransfer>& played) {
+// (time, utilisation) steps in time order, and each task's use of it (its transfers' span and
+// bytes), into `loads` (one per link, in the same order).
+void add_link_timelines(const Topology& topo, const Router& router, const std::vector<LinkId>& links,
+                        const std::vector<PlayedTransfer>& played, std::vector<LinkLoad>& loads) {
   std::vector<std::vector<std::pair<Time, double>>> edges(links.size());  // (time, rate change in B/s)
+  std::vector<std::map<size_t, LinkUse>> uses(links.size());
   for (const PlayedTransfer& f : played) {
     if (f.finish <= f.start) continue;
     const std::vector<LinkId> path = router.route(f.src, f.dst, f.route_key);
@@ -125,9 +126,12 @@ std::vector<std::vector<std::pair<Time, double>>> link_timelines(const Topology&
       if (std::find(path.begin(), path.end(), links[n]) == path.end()) continue;
       edges[n].emplace_back(f.start, rate);
       edges[n].emplace_back(f.finish, -rate);
+      auto [use, first] = uses[n].try_emplace(f.task, LinkUse{f.task, f.start, f.finish, Bytes(0)});
+      use->second.start = std::min(use->second.start, f.start);
+      use->second.finish = std::max(use->second.finish, f.finish);
+      use->second.bytes += f.bytes;
     }
   }
-  std::vector<std::vector<std::pair<Time, double>>> out(links.size());
   for (size_t n = 0; n < links.size(); ++n) {
     std::vector<std::pair<Time, double>>& e = edges[n];
     std::sort(e.begin(), e.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
@@ -136,10 +140,10 @@ std::vector<std::vector<std::pair<Time, double>>> link_timelines(const Topology&
     for (size_t i = 0; i < e.size(); ++i) {
       rate += e[i].second;
       if (i + 1 < e.size() && e[i + 1].first == e[i].first) continue;  // one step per instant
-      out[n].emplace_back(e[i].first, std::max(0.0, rate) / capacity);
+      loads[n].timeline.emplace_back(e[i].first, std::max(0.0, rate) / capacity);
     }
+    for (auto& [task, use] : uses[n]) loads[n].uses.push_back(use);
   }
-  return out;
 }
 
 // The busiest link of each link class (bytes over what it could carry in `span`), busiest
@@ -160,13 +164,10 @@ std::vector<LinkLoad> busiest_links(const Topology& topo, const Router& router, 
   for (const auto& [cls, use] : best) {
     const Link& link = topo.link(LinkId{use.second});
     out.push_back(LinkLoad{topo.device(link.from).name, topo.device(link.to).name, cls,
-                           network.link_bytes(LinkId{use.second}), use.first, {}});
+                           network.link_bytes(LinkId{use.second}), use.first, {}, {}});
     ids.push_back(LinkId{use.second});
   }
-  if (played) {
-    std::vector<std::vector<std::pair<Time, double>>> timelines = link_timelines(topo, router, ids, *played);
-    for (size_t n = 0; n < out.size(); ++n) out[n].timeline = std::move(timelines[n]);
-  }
+  if (played) add_link_timelines(topo, router, ids, *played, out);
   std::stable_sort(out.begin(), out.end(), [](const LinkLoad& a, const LinkLoad& b) { return a.utilisation > b.utilisation; });
   return out;
 }
@@ -230,7 +231,8 @@ IterationResult simulate_iteration(const ModelConfig& model, const ParallelLayou
       const StreamTask& task = graph.task(id);
       const Stream& stream = graph.stream(task.stream);
       if (timings[id].finish > timings[id].start) {
-        result.timeline.push_back(TimelineSpan{stream.rank, stream.name, task.kind, timings[id].start, timings[id].finish});
+        result.timeline.push_back(
+            TimelineSpan{stream.rank, stream.name, task.kind, timings[id].start, timings[id].finish, id});
       }
     }
   }

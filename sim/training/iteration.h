@@ -201,6 +201,7 @@ struct TimelineSpan {
   WorkKind kind = WorkKind::kCompute;
   Time start;
   Time finish;
+  size_t task = 0;     ///< its id in the iteration's stream graph (LinkUse names it)
 };
 
 /// Bytes one GPU sends and collectives it joins, per iteration, for one kind of communication.
@@ -253,6 +254,13 @@ struct StageResult {
   Time compute_slowed_by_communication;
 };
 
+/// A task's transfers over one link: from the first one's start to the last one's end.
+struct LinkUse {
+  size_t task = 0;  ///< TimelineSpan::task
+  Time start, finish;
+  Bytes bytes;
+};
+
 /// A link of the co-simulated network and how busy the iteration kept it: bytes carried (the
 /// simulated ranks' flows, their siblings' load folded in as each collective's slowdown) over
 /// what the link could carry in the iteration at its achievable rate.
@@ -264,6 +272,8 @@ struct LinkLoad {
   /// With IterationOptions::keep_timeline: the link's load over the iteration, as (time,
   /// utilisation) steps, each transfer counted at its mean rate from its start to its end.
   std::vector<std::pair<Time, double>> timeline;
+  /// With IterationOptions::keep_timeline: each task that put bytes on the link, in task order.
+  std::vector<LinkUse> uses;
 };
 
 /// The iteration's critical path (stream_graph.h's critical_path), summed by kind of work:

@@ -27,6 +27,66 @@ std::string format(const char* fmt, ...) {
   return out;
 }
 
+using TraceThreads = std::map<std::pair<int, std::string>, int>;  // (rank, stream) -> tid
+
+// The stages' processes, their streams' threads and every task as a slice; the thread ids.
+TraceThreads stage_events(const IterationResult& r, nlohmann::ordered_json& events) {
+  TraceThreads threads;
+  for (const TimelineSpan& span : r.timeline) {
+    auto key = std::make_pair(span.rank, span.stream);
+    if (threads.count(key)) continue;
+    const int tid = static_cast<int>(threads.size()) + 1;
+    threads[key] = tid;
+    events.push_back({{"ph", "M"}, {"name", "thread_name"}, {"pid", span.rank}, {"tid", tid}, {"args", {{"name", span.stream}}}});
+  }
+  for (size_t s = 0; s < r.stages.size(); ++s) {
+    events.push_back({{"ph", "M"}, {"name", "process_name"}, {"pid", static_cast<int>(s)},
+                      {"args", {{"name", format("pipeline stage %zu (%d layers)", s, r.stages[s].layers)}}}});
+  }
+  for (const TimelineSpan& span : r.timeline) {
+    events.push_back({{"ph", "X"}, {"name", to_string(span.kind)}, {"cat", span.stream}, {"pid", span.rank},
+                      {"tid", threads.at(std::make_pair(span.rank, span.stream))}, {"ts", span.start.seconds() * 1e6},
+                      {"dur", (span.finish - span.start).seconds() * 1e6}});
+  }
+  return threads;
+}
+
+// Co-simulated: one process of the busiest links (one per link class). Each link has a
+// utilisation counter (in %) and a thread with a slice per task that crossed it, spanning its
+// transfers there, with a flow arrow from the task's own slice on its stream to it.
+void link_events(const IterationResult& r, const TraceThreads& threads, nlohmann::ordered_json& events) {
+  if (r.busiest_links.empty()) return;
+  const int links_pid = static_cast<int>(r.stages.size());
+  events.push_back({{"name", "process_name"}, {"ph", "M"}, {"pid", links_pid}, {"args", {{"name", "busiest links"}}}});
+  std::map<size_t, const TimelineSpan*> span_of;
+  for (const TimelineSpan& span : r.timeline) span_of[span.task] = &span;
+  int flow = 0;
+  for (size_t n = 0; n < r.busiest_links.size(); ++n) {
+    const LinkLoad& l = r.busiest_links[n];
+    const std::string name = std::string(to_string(l.link_class)) + " " + l.from + " -> " + l.to;
+    const int tid = static_cast<int>(n) + 1;
+    events.push_back({{"ph", "M"}, {"name", "thread_name"}, {"pid", links_pid}, {"tid", tid}, {"args", {{"name", name}}}});
+    for (const auto& [at, used] : l.timeline) {
+      events.push_back({{"name", name}, {"ph", "C"}, {"pid", links_pid}, {"ts", at.seconds() * 1e6},
+                        {"args", {{"utilisation %", 100 * used}}}});
+    }
+    for (const LinkUse& use : l.uses) {
+      const auto found = span_of.find(use.task);
+      if (found == span_of.end()) continue;
+      const TimelineSpan& span = *found->second;
+      const char* kind = to_string(span.kind);
+      events.push_back({{"ph", "X"}, {"name", kind}, {"cat", "link"}, {"pid", links_pid}, {"tid", tid},
+                        {"ts", use.start.seconds() * 1e6}, {"dur", (use.finish - use.start).seconds() * 1e6},
+                        {"args", {{"stage", span.rank}, {"bytes", use.bytes.value()}}}});
+      ++flow;
+      events.push_back({{"ph", "s"}, {"name", kind}, {"cat", "link"}, {"id", flow}, {"pid", span.rank},
+                        {"tid", threads.at(std::make_pair(span.rank, span.stream))}, {"ts", span.start.seconds() * 1e6}});
+      events.push_back({{"ph", "f"}, {"bp", "e"}, {"name", kind}, {"cat", "link"}, {"id", flow}, {"pid", links_pid},
+                        {"tid", tid}, {"ts", use.start.seconds() * 1e6}});
+    }
+  }
+}
+
 }  // namespace
 
 std::string layout_description(const ParallelLayout& l) {
@@ -139,52 +199,8 @@ nlohmann::ordered_json iteration_json(const TrainingWorkload& job, const Iterati
 // stage, one thread per stream; the gaps on the compute thread are the pipeline bubbles.
 std::string iteration_trace_json(const TrainingWorkload& job, const IterationResult& r) {
   nlohmann::ordered_json events = nlohmann::ordered_json::array();
-  std::map<std::pair<int, std::string>, int> threads;
-  for (const TimelineSpan& span : r.timeline) {
-    auto key = std::make_pair(span.rank, span.stream);
-    if (!threads.count(key)) {
-      const int tid = static_cast<int>(threads.size()) + 1;
-      threads[key] = tid;
-      nlohmann::ordered_json meta;
-      meta["ph"] = "M";
-      meta["name"] = "thread_name";
-      meta["pid"] = span.rank;
-      meta["tid"] = tid;
-      meta["args"]["name"] = span.stream;
-      events.push_back(meta);
-    }
-  }
-  for (size_t s = 0; s < r.stages.size(); ++s) {
-    nlohmann::ordered_json meta;
-    meta["ph"] = "M";
-    meta["name"] = "process_name";
-    meta["pid"] = static_cast<int>(s);
-    meta["args"]["name"] = format("pipeline stage %zu (%d layers)", s, r.stages[s].layers);
-    events.push_back(meta);
-  }
-  for (const TimelineSpan& span : r.timeline) {
-    nlohmann::ordered_json e;
-    e["ph"] = "X";
-    e["name"] = to_string(span.kind);
-    e["cat"] = span.stream;
-    e["pid"] = span.rank;
-    e["tid"] = threads[std::make_pair(span.rank, span.stream)];
-    e["ts"] = span.start.seconds() * 1e6;
-    e["dur"] = (span.finish - span.start).seconds() * 1e6;
-    events.push_back(e);
-  }
-  // Co-simulated: a counter track per busiest link (one per link class), its utilisation in %.
-  const int links_pid = static_cast<int>(r.stages.size());
-  if (!r.busiest_links.empty()) {
-    events.push_back({{"name", "process_name"}, {"ph", "M"}, {"pid", links_pid}, {"args", {{"name", "busiest links"}}}});
-  }
-  for (const LinkLoad& l : r.busiest_links) {
-    const std::string name = std::string(to_string(l.link_class)) + " " + l.from + " -> " + l.to;
-    for (const auto& [at, used] : l.timeline) {
-      events.push_back({{"name", name}, {"ph", "C"}, {"pid", links_pid}, {"ts", at.seconds() * 1e6},
-                        {"args", {{"utilisation %", 100 * used}}}});
-    }
-  }
+  const TraceThreads threads = stage_events(r, events);
+  link_events(r, threads, events);
   nlohmann::ordered_json doc;
   doc["displayTimeUnit"] = "ms";
   doc["otherData"]["model"] = job.model.name;

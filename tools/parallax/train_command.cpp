@@ -337,7 +337,8 @@ void add_train_command(CLI::App& app) {
                   "shared network) or analytical (each alone, closed forms; the fast option for sweeps)")
       ->check(CLI::IsMember({"analytical", "flow"}));
   cmd->add_option("--json", args->json, "write the full result as JSON");
-  cmd->add_option("--trace", args->trace, "write a Chrome/Perfetto trace: one process per pipeline stage, one thread per stream");
+  cmd->add_option("--trace", args->trace, "write a Chrome/Perfetto trace: one process per pipeline stage, one thread per stream; co-simulated, "
+                  "the busiest links with their load and an arrow from each task to the links it crossed");
   cmd->add_option("--gemm-table", args->gemm_table,
                   "GEMM rates measured by the calibration harness (its JSON-lines file) instead of the closed form");
   cmd->add_option("--sustained-fraction", args->sustained_fraction,
