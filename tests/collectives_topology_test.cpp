@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <map>
 
 #include "collectives/collective_simulator.h"
 #include "collectives/scaling.h"
@@ -56,6 +57,90 @@ TEST(DoubleBinaryTree, OddAndEvenNodeCountsAreEquallyFast) {
   const auto [lo, hi] = std::minmax_element(busbw.begin(), busbw.end());
   for (size_t i = 0; i < busbw.size(); ++i) std::printf("%zu nodes: %.1f GB/s\n", i + 3, busbw[i]);
   EXPECT_GT(*lo, 0.85 * *hi);
+}
+
+TEST(NvlsTree, EachLinkCarriesTheHandCount) {
+  // 4 DGX H100 nodes, 32 ranks, 1 GiB, line rates. Inside a node every GPU sends its whole
+  // buffer into the NVSwitch and its 1/8 share back out to be multicast: (S + S/8) up, each
+  // divided by NVLS's 0.85; it gets its share and the whole result down, the same. Across
+  // nodes the GPUs of one local index all-reduce their share over the double binary tree, each
+  // tree half of it: with 4 nodes tree 0 is 0 ← 2 ← {1, 3} and tree 1 (mirrored) 3 ← 1 ←
+  // {2, 0}, so in units of S/16 nodes 0..3 send 2, 4, 4, 2 over the network (each up to its
+  // parent and down to each child) and receive the same.
+  Topology topo = test::load_preset("dgx-h100", 4);
+  CollectiveSimulator sim(topo, 32, std::nullopt, LinkEfficiency::none());
+  CollectiveOptions o;
+  o.algorithm = Algorithm::kNvlsTree;
+  o.keep_graph = true;
+  const double s = 1 << 30;
+  const CollectiveResult r = sim.run(CollectiveOp::kAllReduce, Bytes(s), o);
+  EXPECT_EQ(r.protocol, Protocol::kSimple);
+  const Communicator& comm = sim.communicator();
+  std::map<uint32_t, double> to_switch, from_switch, sent_across, got_across;
+  for (size_t i = 0; i < r.graph.size(); ++i) {
+    const Task& t = r.graph.task(static_cast<TaskId>(i));
+    const bool src_gpu = topo.device(t.src).kind == DeviceKind::kGpu, dst_gpu = topo.device(t.dst).kind == DeviceKind::kGpu;
+    if (src_gpu && !dst_gpu) to_switch[t.src.value] += t.bytes.value();
+    if (!src_gpu && dst_gpu) from_switch[t.dst.value] += t.bytes.value();
+    if (src_gpu && dst_gpu) {
+      EXPECT_NE(topo.device(t.src).node, topo.device(t.dst).node);
+      sent_across[t.src.value] += t.bytes.value();
+      got_across[t.dst.value] += t.bytes.value();
+    }
+  }
+  const double per_node[] = {2, 4, 4, 2};
+  for (int rank = 0; rank < comm.size(); ++rank) {
+    const uint32_t g = comm.device(rank).value;
+    EXPECT_NEAR(to_switch[g], (s + s / 8) / 0.85, 1.0) << rank;
+    EXPECT_NEAR(from_switch[g], (s + s / 8) / 0.85, 1.0) << rank;
+    EXPECT_NEAR(sent_across[g], per_node[comm.node_of(rank)] * s / 16, 1.0) << rank;
+    EXPECT_NEAR(got_across[g], per_node[comm.node_of(rank)] * s / 16, 1.0) << rank;
+  }
+}
+
+TEST(NvlsTree, AcrossSlowNicsItIsATreeOnOneEighthOfTheData) {
+  // With the NICs 20x slower than their line rate the NVLink stages hide behind the tree
+  // across nodes, which all-reduces S/8 among the 8 GPUs of each local index: the same time
+  // as a tree over one GPU per node on S/8 (each of its GPUs has the same one NIC).
+  for (int nodes : {2, 3, 4}) {
+    Topology topo = test::load_preset("dgx-h100", nodes);
+    topo.scale_link_bandwidth(LinkClass::kNetwork, 0.05);
+    CollectiveSimulator all(topo, 8 * nodes, std::nullopt, LinkEfficiency::none());
+    CollectiveSimulator one(topo, nodes, 1, LinkEfficiency::none());
+    CollectiveOptions o;
+    o.protocol = Protocol::kSimple;
+    o.algorithm = Algorithm::kNvlsTree;
+    const double nvls_tree = all.run(CollectiveOp::kAllReduce, gib(1), o).time.seconds();
+    o.algorithm = Algorithm::kTree;
+    o.channels = 1;
+    const double tree = one.run(CollectiveOp::kAllReduce, Bytes((1 << 30) / 8.0), o).time.seconds();
+    std::printf("%d nodes: nvls_tree %.3f ms, tree on S/8 %.3f ms\n", nodes, 1e3 * nvls_tree, 1e3 * tree);
+    EXPECT_NEAR(nvls_tree / tree, 1.0, 0.08) << nodes;
+  }
+}
+
+TEST(NvlsTree, RunsAcrossNodesWithAnNvlsSwitchAndNcclPicksItForLargeSizes) {
+  Topology h100 = test::load_preset("dgx-h100", 2);
+  const Router router(h100);
+  const Communicator two_nodes = place_ranks(h100, 16);
+  const Communicator one_node = place_ranks(h100, 8);
+  const Communicator one_per_node = place_ranks(h100, 2, 1);
+  EXPECT_FALSE(unsupported_reason(CollectiveOp::kAllReduce, Algorithm::kNvlsTree, two_nodes, router));
+  EXPECT_TRUE(unsupported_reason(CollectiveOp::kAllReduce, Algorithm::kNvlsTree, one_node, router));
+  EXPECT_TRUE(unsupported_reason(CollectiveOp::kAllReduce, Algorithm::kNvlsTree, one_per_node, router));
+  EXPECT_TRUE(unsupported_reason(CollectiveOp::kAllGather, Algorithm::kNvlsTree, two_nodes, router));
+  EXPECT_TRUE(unsupported_reason(CollectiveOp::kAllReduce, Algorithm::kNvls, two_nodes, router));
+  // NCCL's model prefers it at 1 GiB over 16 H100s: 1/8 of the data crosses the NICs.
+  CollectiveSimulator sim(h100, 16);
+  const CollectiveResult r = sim.run(CollectiveOp::kAllReduce, gib(1), CollectiveOptions{});
+  EXPECT_EQ(r.algorithm, Algorithm::kNvlsTree);
+  EXPECT_GT(r.busbw_gbs, 400.0);
+  // A100's NVSwitch has no NVLS: never.
+  Topology a100 = test::load_preset("dgx-a100", 2);
+  const Router a100_router(a100);
+  EXPECT_TRUE(unsupported_reason(CollectiveOp::kAllReduce, Algorithm::kNvlsTree, place_ranks(a100, 16), a100_router));
+  EXPECT_NE(CollectiveSimulator(a100, 16).run(CollectiveOp::kAllReduce, gib(1), CollectiveOptions{}).algorithm,
+            Algorithm::kNvlsTree);
 }
 
 TEST(Scaling, EachPointIsNcclsChoiceAndEveryAlgorithmThatRuns) {

@@ -2,6 +2,7 @@
 #include "collectives/algorithms.h"
 
 #include <algorithm>
+#include <array>
 #include <bit>
 #include <cmath>
 #include <set>
@@ -96,6 +97,21 @@ int btree_parent(int r, int n) {
   return up < n ? up : (r ^ bit);
 }
 
+// Tree `which` (0 or 1) of NCCL's double binary tree over `nodes` nodes: each node's parent
+// node, −1 for the root. Tree 1 renumbers nodes as ncclGetDtree does: node x takes tree
+// position x − 1 (mod n) for an odd count, n − 1 − x (mirrored) for an even one.
+std::vector<int> dtree_parent_nodes(int nodes, int which) {
+  auto position = [&](int x) { return which == 0 ? x : (nodes % 2 == 1 ? (x + nodes - 1) % nodes : nodes - 1 - x); };
+  std::vector<int> node_at(static_cast<size_t>(nodes));
+  for (int x = 0; x < nodes; ++x) node_at[static_cast<size_t>(position(x))] = x;
+  std::vector<int> parent(static_cast<size_t>(nodes), -1);
+  for (int k = 0; k < nodes; ++k) {
+    const int up = btree_parent(position(k), nodes);
+    if (up >= 0) parent[static_cast<size_t>(k)] = node_at[static_cast<size_t>(up)];
+  }
+  return parent;
+}
+
 class Lowering {
  public:
   Lowering(const CollectiveSpec& spec, const Communicator& comm, const Router& router, const LoweringOptions& opt)
@@ -114,6 +130,7 @@ class Lowering {
       case Algorithm::kDirect: all_to_all(true); break;
       case Algorithm::kHierarchical: hierarchical(s); break;
       case Algorithm::kNvls: nvls(s); break;
+      case Algorithm::kNvlsTree: nvls_tree(s); break;
       case Algorithm::kCollNetDirect: collnet(s); break;
       default: throw std::logic_error("unsupported algorithm reached lowering");
     }
@@ -274,8 +291,9 @@ class Lowering {
   }
 
   // NCCL's double binary tree: a binary tree over nodes (the second tree shifted for an odd
-  // node count or mirrored for an even one, so that leaves of one are inner members of the other), a chain inside each node; each tree
-  // carries half the data, reduced up and broadcast down in pipelined chunks.
+  // node count or mirrored for an even one, so that leaves of one are inner members of the
+  // other), a chain inside each node; each tree carries half the data, reduced up and
+  // broadcast down in pipelined chunks.
   void tree(double s) {
     const int nodes = comm_.node_count();
     for (int c = 0; c < channels_; ++c) {
@@ -290,17 +308,10 @@ class Lowering {
           head[static_cast<size_t>(k)] = local[start];
           for (size_t j = 1; j < m; ++j) parent[static_cast<size_t>(local[(start + j) % m])] = local[(start + j - 1) % m];
         }
+        const std::vector<int> parent_node = dtree_parent_nodes(nodes, t);
         for (int k = 0; k < nodes; ++k) {
-          // Tree 1 renumbers nodes as ncclGetDtree does: node x takes tree position x − 1
-          // (mod n) for an odd count, n − 1 − x (mirrored) for an even one.
-          auto map = [&](int x) { return t == 0 ? x : (nodes % 2 == 1 ? (x + nodes - 1) % nodes : nodes - 1 - x); };
-          int pk = btree_parent(map(k), nodes);
-          if (pk < 0) continue;
-          int parent_node = -1;
-          for (int q = 0; q < nodes; ++q) {
-            if (map(q) == pk) parent_node = q;
-          }
-          parent[static_cast<size_t>(head[static_cast<size_t>(k)])] = head[static_cast<size_t>(parent_node)];
+          const int pk = parent_node[static_cast<size_t>(k)];
+          if (pk >= 0) parent[static_cast<size_t>(head[static_cast<size_t>(k)])] = head[static_cast<size_t>(pk)];
         }
         tree_pipeline(parent, s / (2.0 * channels_), c, t);
       }
@@ -552,6 +563,117 @@ class Lowering {
     switch_all_reduce(members, *sw, s, 0, RankTasks(static_cast<size_t>(n_)));
   }
 
+  // NVLS-Tree (NCCL's multi-node NVLS): inside each node the NVSwitch reduces each local
+  // index's 1/ppn share into that index's GPU (multimem.ld_reduce: every GPU's whole buffer
+  // goes up, each GPU gets its share down); the GPUs of one local index, one per node,
+  // all-reduce their share over the double binary tree across nodes (each tree half of it);
+  // then each multicasts the result through its switch (multimem.st: its share up, every GPU
+  // of the node gets it down). All three stages pipelined chunk by chunk.
+  void nvls_tree(double s) {
+    const int ppn = comm_.ranks_per_node();
+    const int nodes = comm_.node_count();
+    const auto& local = comm_.nodes();
+    std::vector<DeviceId> sw;
+    for (const auto& members : local) sw.push_back(*reducing_switch(dev(members[0]), dev(members[1]), true));
+    const std::array<std::vector<int>, 2> parent{dtree_parent_nodes(nodes, 0), dtree_parent_nodes(nodes, 1)};
+    const double in_switch = opt_.switch_reduction_efficiency * opt_.wire_efficiency;
+    const int k = chunks_for(s / ppn, 8 * static_cast<size_t>(n_));
+    const double chunk = s / k, share = chunk / ppn;
+    auto member = [&](int node, int g) { return local[static_cast<size_t>(node)][static_cast<size_t>(g)]; };
+    std::vector<TaskId> up_prev(static_cast<size_t>(n_)), down_prev(static_cast<size_t>(n_));
+    std::array<std::vector<TaskId>, 2> tree_up_prev, tree_down_prev;
+    for (auto& v : tree_up_prev) v.assign(static_cast<size_t>(n_), UINT32_MAX);
+    for (auto& v : tree_down_prev) v.assign(static_cast<size_t>(n_), UINT32_MAX);
+    for (int j = 0; j < k; ++j) {
+      // Reduce-scatter through each node's switch: `reduced[r]` holds r's share of the node's sum.
+      std::vector<TaskId> reduced(static_cast<size_t>(n_));
+      for (int x = 0; x < nodes; ++x) {
+        std::vector<TaskId> ups;
+        for (int r : local[static_cast<size_t>(x)]) {
+          std::vector<TaskId> deps;
+          if (j > 0) deps.push_back(up_prev[static_cast<size_t>(r)]);
+          ups.push_back(send_device(dev(r), sw[static_cast<size_t>(x)], chunk / in_switch,
+                                    j == 0 ? opt_.step_latency_intra : Time::zero(), deps, 0, 0));
+          up_prev[static_cast<size_t>(r)] = ups.back();
+        }
+        for (int r : local[static_cast<size_t>(x)]) {
+          reduced[static_cast<size_t>(r)] = send_device(sw[static_cast<size_t>(x)], dev(r), share / in_switch, Time::zero(), ups, 0, 1);
+        }
+      }
+      // The tree across nodes, per local index and tree: `ready[r]` when r holds the total.
+      std::vector<std::vector<TaskId>> ready(static_cast<size_t>(n_));
+      for (int g = 0; g < ppn; ++g) {
+        for (int t = 0; t < 2; ++t) tree_all_reduce(parent[static_cast<size_t>(t)], g, t, j, share / 2, member, reduced,
+                                                     tree_up_prev[static_cast<size_t>(t)],
+                                                     tree_down_prev[static_cast<size_t>(t)], ready);
+      }
+      // Multicast back through each node's switch.
+      for (int x = 0; x < nodes; ++x) {
+        std::vector<TaskId> ups;
+        for (int r : local[static_cast<size_t>(x)]) {
+          ups.push_back(send_device(dev(r), sw[static_cast<size_t>(x)], share / in_switch, Time::zero(),
+                                    ready[static_cast<size_t>(r)], 0, 6));
+        }
+        for (int r : local[static_cast<size_t>(x)]) {
+          std::vector<TaskId> deps = ups;
+          if (j > 0) deps.push_back(down_prev[static_cast<size_t>(r)]);
+          down_prev[static_cast<size_t>(r)] = send_device(sw[static_cast<size_t>(x)], dev(r), chunk / in_switch, Time::zero(), deps, 0, 7);
+        }
+      }
+    }
+  }
+
+  // One chunk of one tree of a double binary tree over nodes, among the ranks member(node, g):
+  // each node's rank sends its children's and its own partial sum up once `reduced` has it,
+  // the root's total comes back down; `ready[rank]` gets what it waits for to hold the total.
+  // up_prev/down_prev chain a rank's chunks in order.
+  template <typename Member>
+  void tree_all_reduce(const std::vector<int>& parent, int g, int which, int j, double bytes, const Member& member,
+                       const std::vector<TaskId>& reduced, std::vector<TaskId>& up_prev, std::vector<TaskId>& down_prev,
+                       std::vector<std::vector<TaskId>>& ready) {
+    const int nodes = static_cast<int>(parent.size());
+    std::vector<std::vector<int>> children(static_cast<size_t>(nodes));
+    int root = 0;
+    for (int x = 0; x < nodes; ++x) {
+      if (parent[static_cast<size_t>(x)] < 0) {
+        root = x;
+      } else {
+        children[static_cast<size_t>(parent[static_cast<size_t>(x)])].push_back(x);
+      }
+    }
+    std::vector<int> order = {root};  // parents before children
+    for (size_t i = 0; i < order.size(); ++i) {
+      for (int c : children[static_cast<size_t>(order[i])]) order.push_back(c);
+    }
+    std::vector<TaskId> up(static_cast<size_t>(nodes), UINT32_MAX);
+    for (auto it = order.rbegin(); it != order.rend(); ++it) {
+      const int x = *it;
+      if (x == root) continue;
+      const int r = member(x, g), to = member(parent[static_cast<size_t>(x)], g);
+      std::vector<TaskId> deps{reduced[static_cast<size_t>(r)]};
+      for (int c : children[static_cast<size_t>(x)]) deps.push_back(up[static_cast<size_t>(c)]);
+      if (j > 0) deps.push_back(up_prev[static_cast<size_t>(r)]);
+      up[static_cast<size_t>(x)] = up_prev[static_cast<size_t>(r)] =
+          send(r, to, bytes, j == 0 ? step_latency(r, to) : Time::zero(), deps, 0, 2 + which);
+    }
+    const int top = member(root, g);
+    std::vector<TaskId> total{reduced[static_cast<size_t>(top)]};
+    for (int c : children[static_cast<size_t>(root)]) total.push_back(up[static_cast<size_t>(c)]);
+    auto& top_ready = ready[static_cast<size_t>(top)];
+    top_ready.insert(top_ready.end(), total.begin(), total.end());
+    std::vector<TaskId> down(static_cast<size_t>(nodes), UINT32_MAX);
+    for (const int x : order) {
+      if (x == root) continue;
+      const int px = parent[static_cast<size_t>(x)];
+      const int r = member(x, g), from = member(px, g);
+      std::vector<TaskId> deps = px == root ? total : std::vector<TaskId>{down[static_cast<size_t>(px)]};
+      if (j > 0) deps.push_back(down_prev[static_cast<size_t>(r)]);
+      down[static_cast<size_t>(x)] = down_prev[static_cast<size_t>(r)] =
+          send(from, r, bytes, j == 0 ? step_latency(from, r) : Time::zero(), deps, 0, 4 + which);
+      ready[static_cast<size_t>(r)].push_back(down[static_cast<size_t>(x)]);
+    }
+  }
+
   // CollNet Direct (SHARP): reduce-scatter inside each node, the ranks of one local index
   // all-reduce their 1/ppn share through the fabric switch, all-gather inside each node.
   void collnet(double s) {
@@ -584,6 +706,25 @@ class Lowering {
   TransferGraph graph_;
   std::unordered_map<uint64_t, Time> wire_latency_;
 };
+
+}  // namespace
+
+namespace {
+
+constexpr const char* kNoNvlsSwitch = "no NVLS-capable NVSwitch joins these GPUs (set \"nvls\": true on the switch)";
+
+// Every node's first two ranks are joined through an NVLS-capable switch.
+bool nvls_switch_joins(const Communicator& comm, const Router& router) {
+  for (const auto& local : comm.nodes()) {
+    if (local.size() < 2) return false;
+    bool found = false;
+    for (LinkId l : router.route(comm.device(local[0]), comm.device(local[1]))) {
+      found = found || comm.topology().device(comm.topology().link(l).to).nvls;
+    }
+    if (!found) return false;
+  }
+  return true;
+}
 
 }  // namespace
 
@@ -621,12 +762,18 @@ std::optional<std::string> unsupported_reason(CollectiveOp op, Algorithm algo, c
       return std::nullopt;
     case Algorithm::kNvls: {
       if (auto r = only({CollectiveOp::kAllReduce})) return r;
-      if (comm.node_count() != 1) return std::string("nvls is simulated inside one node only (NVLS-Tree across nodes is not)");
+      if (comm.node_count() != 1) return std::string("nvls runs inside one node (across nodes: nvls_tree)");
       if (n < 2) return std::string("nvls needs at least 2 ranks");
-      for (LinkId l : router.route(comm.device(0), comm.device(1))) {
-        if (comm.topology().device(comm.topology().link(l).to).nvls) return std::nullopt;
-      }
-      return std::string("no NVLS-capable NVSwitch joins these GPUs (set \"nvls\": true on the switch)");
+      if (!nvls_switch_joins(comm, router)) return std::string(kNoNvlsSwitch);
+      return std::nullopt;
+    }
+    case Algorithm::kNvlsTree: {
+      if (auto r = only({CollectiveOp::kAllReduce})) return r;
+      if (comm.node_count() < 2) return std::string("nvls_tree needs ranks on at least 2 nodes (inside one: nvls)");
+      if (!comm.uniform()) return std::string("nvls_tree needs the same number of ranks on every node");
+      if (comm.ranks_per_node() < 2) return std::string("nvls_tree needs at least 2 ranks per node");
+      if (!nvls_switch_joins(comm, router)) return std::string(kNoNvlsSwitch);
+      return std::nullopt;
     }
     case Algorithm::kCollNetDirect: {
       if (auto r = only({CollectiveOp::kAllReduce})) return r;
@@ -642,7 +789,6 @@ std::optional<std::string> unsupported_reason(CollectiveOp op, Algorithm algo, c
       }
       return std::nullopt;
     }
-    case Algorithm::kNvlsTree:
     case Algorithm::kCollNetChain:
     case Algorithm::kPat: return name + " is in NCCL's cost model but not simulated yet";
   }

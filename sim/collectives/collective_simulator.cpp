@@ -160,7 +160,9 @@ CollectiveSimulator::CollectiveSimulator(const Topology& topo, int gpus, std::op
   in.channels = graph.channels;
   in.bw_intra_gbs = graph.bw_intra_gbs;
   in.bw_inter_gbs = graph.bw_inter_gbs;
-  in.nvls_supported = c.uniform() && !unsupported_reason(CollectiveOp::kAllReduce, Algorithm::kNvls, c, *router_);
+  in.nvls_supported =
+      c.uniform() && !unsupported_reason(CollectiveOp::kAllReduce, c.node_count() == 1 ? Algorithm::kNvls : Algorithm::kNvlsTree,
+                                         c, *router_);
   // NCCL's NVLS graph: one channel per local GPU (head), each at the speed that fits the GPU's
   // NVLink bandwidth.
   in.nvls_channels = c.ranks_per_node();
@@ -195,7 +197,7 @@ CollectiveSimulator::Choice CollectiveSimulator::choose(CollectiveOp op, Bytes s
   if (options.algorithm) {
     algos.push_back(*options.algorithm);
   } else {
-    for (Algorithm a : {Algorithm::kRing, Algorithm::kTree, Algorithm::kNvls, Algorithm::kCollNetDirect}) {
+    for (Algorithm a : {Algorithm::kRing, Algorithm::kTree, Algorithm::kNvls, Algorithm::kNvlsTree, Algorithm::kCollNetDirect}) {
       if (!unsupported_reason(op, a, *comm_, *router_)) algos.push_back(a);
     }
   }
@@ -228,7 +230,7 @@ LoweringOptions CollectiveSimulator::lowering_options(Algorithm algo, Protocol p
     o.step_latency_intra = std::max(o.step_latency_intra, Time::us(ovh));
   }
   o.wire_efficiency = protocol_wire_efficiency(proto);
-  o.switch_reduction_efficiency = algo == Algorithm::kNvls ? nvls_efficiency(arch_) : 1.0;
+  o.switch_reduction_efficiency = algo == Algorithm::kNvls || algo == Algorithm::kNvlsTree ? nvls_efficiency(arch_) : 1.0;
   return o;
 }
 
