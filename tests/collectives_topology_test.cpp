@@ -234,6 +234,47 @@ struct TwoAllReduces {
   }
 };
 
+TEST(CalibratedFlow, AloneItTakesTheFittedTimeAndBesideAnotherItSharesTheNic) {
+  // pcie-8gpu, 2 nodes, with a fit that says 2-rank ring all-reduces across the network move
+  // 5 GB/s of bus bandwidth after 20 µs of launch and 10 µs per network step: alone, the flow
+  // model gives exactly that time (its transfers' bytes scaled to the fitted bandwidth, its start
+  // delayed by the fitted latency); two at once through one NIC share it, so each moves its bus
+  // bytes at half the fitted rate; on disjoint NICs neither slows.
+  Topology topo = test::load_preset("pcie-8gpu", 2);
+  topo.info().calibration = {{"launch.simple", 20e-6}, {"alpha.network.simple", 10e-6},
+                             {"inverse_bandwidth.network.simple", 1.0 / 5e9}};
+  CollectiveSimulator sim(topo, 2, 1);
+  CollectiveOptions o;
+  o.algorithm = Algorithm::kRing;
+  o.protocol = Protocol::kSimple;
+  const double s = 1 << 30;
+  const double latency = 20e-6 + 2 * 10e-6, bandwidth = s / 5e9;  // bus bytes 2(n-1)/n·S = S
+  for (const char* model : {"analytical", "flow"}) {
+    o.model = model;
+    const CollectiveResult r = sim.run(CollectiveOp::kAllReduce, Bytes(s), o);
+    EXPECT_TRUE(r.calibrated) << model;
+    EXPECT_NEAR(r.time.seconds(), latency + bandwidth, 1e-6 * bandwidth) << model;
+  }
+  o.model = "flow";
+  const Topology& links = sim.topology();
+  auto pair = [&](int local) {
+    return Communicator(links, {links.gpus_of_node(0)[static_cast<size_t>(local)], links.gpus_of_node(1)[static_cast<size_t>(local)]});
+  };
+  auto beside = [&](int other) {
+    Engine engine;
+    FlowNetwork net(engine, links, sim.router());
+    TransferGraph a = sim.lower_on(CollectiveOp::kAllReduce, Bytes(s), o, pair(0), sim.router());
+    TransferGraph b = sim.lower_on(CollectiveOp::kAllReduce, Bytes(s), o, pair(other), sim.router());
+    GraphExecution ea(engine, net, a), eb(engine, net, b);
+    ea.start();
+    eb.start();
+    engine.run();
+    return (ea.finish_time() - ea.start_time()).seconds();
+  };
+  EXPECT_NEAR(beside(1), latency + 2 * bandwidth, 0.01 * bandwidth);  // GPUs 0 and 1 share a NIC
+  EXPECT_NEAR(beside(2), latency + bandwidth, 1e-6 * bandwidth);      // GPU 2 has its own
+}
+
 TEST(ConcurrentCollectives, SharingANicSlowsBothOnDisjointLinksNeither) {
   TwoAllReduces t;
   Time alone = t.alone(0);

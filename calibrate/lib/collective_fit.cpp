@@ -53,6 +53,7 @@ const FittedParameter* CollectiveFit::find(const std::string& name) const {
 CalibratedCollectiveModel CollectiveFit::model() const {
   std::map<std::string, double> values;
   for (const FittedParameter& p : parameters) values[p.name] = p.value;  // folded ones are 0
+  values.insert(regime_starts.begin(), regime_starts.end());
   return CalibratedCollectiveModel(std::move(values));
 }
 
@@ -301,7 +302,18 @@ CollectiveFit fit_collectives_with_regimes(const std::vector<CollectiveMeasureme
       assign(k, k);
     }
   }
-  return fit_collectives(measurements, terms, use, options);
+  CollectiveFit fit = fit_collectives(measurements, terms, use, options);
+  // Where each (protocol, regime) of a series starts, over every row (a held-out one takes the
+  // regime its neighbours imply), so that the simulator puts a size where the fit did.
+  for (const auto& [key, s] : series) {
+    for (size_t i : s.rows) {
+      const CollectiveMeasurement& m = measurements[i];
+      const std::string name = regime_start_key(m.op, m.ranks, m.nodes, terms[i].protocol, terms[i].regime);
+      auto [it, fresh] = fit.regime_starts.emplace(name, m.size.value());
+      if (!fresh) it->second = std::min(it->second, m.size.value());
+    }
+  }
+  return fit;
 }
 
 std::vector<bool> alternate_sizes_split(const std::vector<CollectiveMeasurement>& measurements) {

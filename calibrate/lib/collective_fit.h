@@ -50,6 +50,8 @@ struct CollectiveFit {
   std::vector<FittedParameter> parameters;
   RobustFitResult raw;               ///< the solver's answer over the identifiable columns
   std::vector<std::string> folded;   ///< parameters dropped as not identifiable, with the reason
+  /// regime_start_key → bytes, for the series whose regimes were found from the data.
+  std::map<std::string, double> regime_starts;
 
   const FittedParameter* find(const std::string& name) const;
   /// The predicted time, or nullopt when a term needs a parameter the fit could not determine

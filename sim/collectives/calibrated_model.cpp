@@ -43,6 +43,11 @@ std::string inverse_bandwidth_parameter(const std::string& link_class, Protocol 
   return "inverse_bandwidth." + link_class + "." + proto_key(p, regime);
 }
 
+std::string regime_start_key(CollectiveOp op, int ranks, int nodes, Protocol p, int regime) {
+  return "from_bytes." + std::string(op_name(op)) + "." + std::to_string(ranks) + "x" + std::to_string(nodes) + "." +
+         proto_key(p, regime);
+}
+
 std::vector<std::pair<std::string, double>> CollectiveTerms::coefficients() const {
   std::vector<std::pair<std::string, double>> c;
   c.emplace_back(launch_parameter(protocol, regime), 1.0);
@@ -161,6 +166,26 @@ std::optional<std::pair<Time, CollectiveTerms>> CalibratedCollectiveModel::faste
     }
   }
   return best;
+}
+
+std::optional<std::pair<Time, CollectiveTerms>> CalibratedCollectiveModel::at_size(CollectiveTerms terms, CollectiveOp op,
+                                                                                   int ranks, int nodes, Bytes size,
+                                                                                   std::optional<Protocol> forced) const {
+  std::optional<std::pair<double, std::pair<Protocol, int>>> regime;  // (start, label)
+  for (Protocol p : {Protocol::kLL, Protocol::kLL128, Protocol::kSimple}) {
+    if (forced && *forced != p) continue;
+    for (int r : {0, 1, 2}) {
+      const auto it = parameters_.find(regime_start_key(op, ranks, nodes, p, r));
+      if (it == parameters_.end() || it->second > size.value()) continue;
+      if (!regime || it->second > regime->first) regime = std::make_pair(it->second, std::make_pair(p, r));
+    }
+  }
+  if (regime) {
+    terms.protocol = regime->second.first;
+    terms.regime = regime->second.second;
+    if (std::optional<Time> t = predict(terms)) return std::make_pair(*t, terms);
+  }
+  return fastest(terms, forced);
 }
 
 }  // namespace parallax

@@ -53,6 +53,10 @@ struct CollectiveTerms {
 std::string launch_parameter(Protocol p, int regime = 0);
 std::string alpha_parameter(const std::string& link_class, Protocol p, int regime = 0);
 std::string inverse_bandwidth_parameter(const std::string& link_class, Protocol p, int regime = 0);
+/// "from_bytes.<op>.<ranks>x<nodes>.<proto>": the smallest size at which the fit's series of
+/// this collective on this communicator shape ran in that (protocol, regime). Written beside
+/// the parameters, it tells the simulator which regime a size falls in.
+std::string regime_start_key(CollectiveOp op, int ranks, int nodes, Protocol p, int regime = 0);
 
 /// The terms of `op` of `size` run by `algo`/`proto` on the simulator's communicator. With
 /// `per_collective_classes` (MPI measurements: MPI picks its own algorithm per collective), the
@@ -75,6 +79,12 @@ class CalibratedCollectiveModel {
   /// to `forced` when given. nullopt when none is known.
   std::optional<std::pair<Time, CollectiveTerms>> fastest(CollectiveTerms terms,
                                                           std::optional<Protocol> forced = std::nullopt) const;
+  /// The (protocol, regime) the fit saw `op` of `size` run in on a communicator of this shape:
+  /// the one with the largest regime start (regime_start_key) at or below `size`, among the
+  /// allowed protocol; its time, with these terms. Without regime starts for the shape, or when
+  /// its parameters are missing: fastest().
+  std::optional<std::pair<Time, CollectiveTerms>> at_size(CollectiveTerms terms, CollectiveOp op, int ranks, int nodes,
+                                                          Bytes size, std::optional<Protocol> forced = std::nullopt) const;
 
  private:
   std::map<std::string, double> parameters_;

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <set>
+#include <unordered_map>
 #include <stdexcept>
 
 #include "collectives/closed_forms.h"
@@ -280,22 +281,99 @@ int CollectiveSimulator::channels_for(Algorithm algo, const CollectiveOptions& o
   return options.channels.value_or(multi_channel ? tuning_->inputs().channels : 1);
 }
 
-TransferGraph CollectiveSimulator::lower_on(CollectiveOp op, Bytes size, const CollectiveOptions& options,
-                                           const Communicator& comm, const Router& router) const {
+std::optional<CollectiveSimulator::Fit> CollectiveSimulator::calibrated_fit(CollectiveOp op, Bytes size,
+                                                                            const Choice& choice,
+                                                                            const CollectiveOptions& options) const {
+  if (!options.use_calibration || calibrated_.empty()) return std::nullopt;
+  // NCCL's algorithm choice stands, and the protocol and regime are those the fit saw at this
+  // size (else the fastest it knows). MPI fits name their classes per collective; those are the
+  // fallback.
+  for (bool per_collective : {false, true}) {
+    if (auto fit = calibrated_.at_size(
+            collective_terms(*this, op, size, false, choice.algorithm, choice.protocol, per_collective), op,
+            comm_->size(), comm_->node_count(), size, options.protocol)) {
+      return fit;
+    }
+  }
+  return std::nullopt;
+}
+
+// The fit's time is launch + Σ steps·α + bus bytes/β, additive; the lowering pays its steps'
+// latencies along the data's way, overlapped with other steps' transfers, and pipelines fill,
+// so neither the fitted α nor β carries over link by link. Instead the graph, lowered with no
+// software latency and its bytes scaled to the fitted β (use_fitted_bandwidth), is played once
+// alone on idle links: its start is delayed by what the fit's time exceeds that run; a run
+// longer than the fit (a pipeline's fill) has its bytes scaled down so that its bandwidth part
+// (the run less the wire latencies' longest chain) fits. Alone, the flow model then gives the
+// fitted time; beside other traffic, the delay is software and the bytes share the links.
+void CollectiveSimulator::use_fitted_latency(const Fit& fit, const Communicator& comm, const Router& router,
+                                             TransferGraph& graph) const {
+  Engine engine;
+  std::unique_ptr<NetworkModel> network = make_network_model("flow", engine, comm.topology(), router);
+  const double alone = run_transfer_graph(engine, *network, graph).seconds();
+  const double fitted = fit.first.seconds();
+  if (alone <= fitted) {
+    graph.delay_start(Time::from_seconds(fitted - alone));
+    return;
+  }
+  std::vector<double> finish(graph.size(), 0.0), start(graph.size(), 0.0);
+  double wires = 0;  // the longest chain of waits and wire latencies: the run at zero bytes
+  for (TaskId i = 0; i < graph.size(); ++i) {
+    const Task& t = graph.task(i);
+    double own = t.wait.seconds();
+    if (t.kind == Task::Kind::kTransfer && t.src != t.dst) own += router.path_latency(t.src, t.dst, t.route_key).seconds();
+    finish[i] = start[i] + own;
+    wires = std::max(wires, finish[i]);
+    for (TaskId next : graph.successors(i)) start[next] = std::max(start[next], finish[i]);
+  }
+  if (alone > wires && fitted > wires) graph.scale_bytes((fitted - wires) / (alone - wires));
+}
+
+void CollectiveSimulator::use_fitted_bandwidth(const CollectiveTerms& fit, const Communicator& comm, const Router& router,
+                                               TransferGraph& graph) const {
+  const auto& p = calibrated_.parameters();
+  const auto inverse = p.find(inverse_bandwidth_parameter(fit.bandwidth_class, fit.protocol, fit.regime));
+  if (inverse == p.end() || !(fit.bus_bytes > 0) || !(inverse->second > 0)) return;
+  std::unordered_map<uint32_t, double> bytes;  // by link
+  for (TaskId i = 0; i < graph.size(); ++i) {
+    const Task& t = graph.task(i);
+    if (t.kind != Task::Kind::kTransfer || t.src == t.dst) continue;
+    for (LinkId l : router.route(t.src, t.dst, t.route_key)) bytes[l.value] += t.bytes.value();
+  }
+  double busiest = 0;  // seconds the most loaded link needs for its bytes
+  for (const auto& [link, b] : bytes) busiest = std::max(busiest, b / comm.topology().link(LinkId{link}).bandwidth.value());
+  if (busiest > 0) graph.scale_bytes(fit.bus_bytes * inverse->second / busiest);
+}
+
+CollectiveSimulator::Lowered CollectiveSimulator::lower(CollectiveOp op, Bytes size, const CollectiveOptions& options,
+                                                        const Communicator& comm, const Router& router) const {
   if (comm.size() != comm_->size()) {
     throw std::invalid_argument("a collective of " + std::to_string(comm_->size()) + " ranks lowered on " +
                                 std::to_string(comm.size()));
   }
   const Choice choice = choose(op, size, options);
+  const std::optional<Fit> fit = calibrated_fit(op, size, choice, options);
+  const Protocol protocol = fit ? fit->second.protocol : choice.protocol;
   const int channels = channels_for(choice.algorithm, options);
   CollectiveSpec spec;
   spec.op = op;
   spec.algorithm = choice.algorithm;
   spec.size = size;
   spec.root = options.root;
-  LoweringOptions lowering = lowering_options(choice.algorithm, choice.protocol, channels);
+  LoweringOptions lowering = lowering_options(choice.algorithm, protocol, channels);
+  if (fit) lowering.base_latency = lowering.step_latency_intra = lowering.step_latency_inter = Time::zero();
   lowering.granularity = options.granularity;
-  return lower_collective(spec, comm, router, lowering);
+  Lowered out{lower_collective(spec, comm, router, lowering), protocol, fit.has_value()};
+  if (fit) {
+    use_fitted_bandwidth(fit->second, comm, router, out.graph);
+    use_fitted_latency(*fit, comm, router, out.graph);
+  }
+  return out;
+}
+
+TransferGraph CollectiveSimulator::lower_on(CollectiveOp op, Bytes size, const CollectiveOptions& options,
+                                           const Communicator& comm, const Router& router) const {
+  return lower(op, size, options, comm, router).graph;
 }
 
 CollectiveResult CollectiveSimulator::run(CollectiveOp op, Bytes size, const CollectiveOptions& options) const {
@@ -312,33 +390,24 @@ CollectiveResult CollectiveSimulator::run(CollectiveOp op, Bytes size, const Col
   result.algorithm = choice.algorithm;
   result.protocol = choice.protocol;
   result.channels = channels_for(choice.algorithm, options);
-  if (options.model == "analytical" && options.use_calibration && !calibrated_.empty()) {
-    // The topology carries fitted parameters: NCCL's algorithm choice stands, and the protocol
-    // is the fastest the fit knows (the fit's regimes split each protocol's size range). MPI
-    // fits name their classes per collective; those are the fallback.
-    std::optional<std::pair<Time, CollectiveTerms>> fit;
-    for (bool per_collective : {false, true}) {
-      if (fit) break;
-      fit = calibrated_.fastest(collective_terms(*this, op, size, false, choice.algorithm, choice.protocol, per_collective),
-                                options.protocol);
-    }
-    if (fit) {
+  if (options.model == "analytical") {
+    if (const std::optional<Fit> fit = calibrated_fit(op, size, choice, options)) {
       result.time = fit->first;
       result.protocol = fit->second.protocol;
       result.calibrated = true;
     } else {
       result.time = analytical_time(op, size, choice.algorithm, choice.protocol, result.channels);
     }
-  } else if (options.model == "analytical") {
-    result.time = analytical_time(op, size, choice.algorithm, choice.protocol, result.channels);
   } else {
-    TransferGraph graph = lower_on(op, size, options, *comm_, *router_);
+    Lowered lowered = lower(op, size, options, *comm_, *router_);
+    result.protocol = lowered.protocol;
+    result.calibrated = lowered.calibrated;
     Engine engine;
     std::unique_ptr<NetworkModel> network = make_network_model(options.model, engine, *topo_, *router_);
-    result.transfers = graph.size();
-    result.time = run_transfer_graph(engine, *network, graph, options.keep_graph ? &result.timings : nullptr);
-    if (graph.size() == 0) result.time = Time::zero();
-    if (options.keep_graph) result.graph = std::move(graph);
+    result.transfers = lowered.graph.size();
+    result.time = run_transfer_graph(engine, *network, lowered.graph, options.keep_graph ? &result.timings : nullptr);
+    if (lowered.graph.size() == 0) result.time = Time::zero();
+    if (options.keep_graph) result.graph = std::move(lowered.graph);
   }
   const double seconds = result.time.seconds();
   result.algbw_gbs = seconds > 0 ? size.value() / seconds / 1e9 : 0.0;

@@ -50,8 +50,12 @@ struct CollectiveOptions {
   int root = 0;
   LoweringOptions::Granularity granularity = LoweringOptions::Granularity::kAuto;
   bool keep_graph = false;                 ///< keep the transfer graph and timings (for traces)
-  /// With `analytical`, use the topology's fitted parameters (its `calibration` block) when it
-  /// has them. The fit itself turns this off: it needs NCCL's own, uncalibrated choice.
+  /// Use the topology's fitted parameters (its `calibration` block) when it has them: the
+  /// analytical model takes the fitted time; the flow model lowers with the fitted protocol,
+  /// launch and step latencies, and scales every transfer's bytes so that, alone on idle links,
+  /// the collective moves its bus bytes at the fitted bandwidth (under contention the inflated
+  /// bytes take their share of every link they cross). The fit itself turns this off: it needs
+  /// NCCL's own, uncalibrated choice.
   bool use_calibration = true;
 };
 
@@ -98,7 +102,26 @@ class CollectiveSimulator {
     Algorithm algorithm;
     Protocol protocol;
   };
+  using Fit = std::pair<Time, CollectiveTerms>;
+  struct Lowered {
+    TransferGraph graph;
+    Protocol protocol;
+    bool calibrated = false;
+  };
   Choice choose(CollectiveOp op, Bytes size, const CollectiveOptions& options) const;
+  /// The fit's fastest (protocol, regime) for the chosen algorithm and its time; nullopt when
+  /// calibration is off, absent or does not cover it.
+  std::optional<Fit> calibrated_fit(CollectiveOp op, Bytes size, const Choice& choice, const CollectiveOptions& options) const;
+  Lowered lower(CollectiveOp op, Bytes size, const CollectiveOptions& options, const Communicator& comm,
+                const Router& router) const;
+  /// Makes `graph` (lowered without software latencies, its bytes at the fitted bandwidth),
+  /// played alone on idle links, take the fit's time: its start delayed, or its bytes scaled
+  /// down where its pipeline's fill already makes it slower.
+  void use_fitted_latency(const Fit& fit, const Communicator& comm, const Router& router, TransferGraph& graph) const;
+  /// Scales `graph`'s bytes so that its most loaded link, alone, carries them in the fitted
+  /// bus-bandwidth time of `fit`.
+  void use_fitted_bandwidth(const CollectiveTerms& fit, const Communicator& comm, const Router& router,
+                            TransferGraph& graph) const;
   /// The forced count, else NCCL's for the ring/tree family and 1 for the others.
   int channels_for(Algorithm algo, const CollectiveOptions& options) const;
   LoweringOptions lowering_options(Algorithm algo, Protocol proto, int channels) const;

@@ -72,6 +72,18 @@ Bytes TransferGraph::total_bytes() const {
   return Bytes(sum);
 }
 
+void TransferGraph::scale_bytes(double factor) {
+  for (Task& t : tasks_) {
+    if (t.kind == Task::Kind::kTransfer) t.bytes = t.bytes * factor;
+  }
+}
+
+void TransferGraph::delay_start(Time latency) {
+  for (size_t i = 0; i < tasks_.size(); ++i) {
+    if (dependency_count_[i] == 0) tasks_[i].wait = tasks_[i].wait + latency;
+  }
+}
+
 GraphExecution::GraphExecution(Engine& engine, NetworkModel& network, const TransferGraph& graph)
     : engine_(engine), network_(network), graph_(graph) {}
 

@@ -49,6 +49,11 @@ class TransferGraph {
   uint32_t dependency_count(TaskId id) const { return dependency_count_[id]; }
   /// Bytes of all transfers (wire bytes).
   Bytes total_bytes() const;
+  /// Multiplies every transfer's bytes by `factor` > 0 (a calibrated collective's achieved
+  /// bandwidth, collective_simulator.h).
+  void scale_bytes(double factor);
+  /// Adds `latency` to the wait of every task that depends on none (the collective's start).
+  void delay_start(Time latency);
 
  private:
   void add_edges(TaskId to, std::span<const TaskId> deps);

@@ -81,6 +81,9 @@ void read_info(JsonReader& root, Topology& topo, const std::string& file) {
         info.calibration[name] = identifiable ? p.at("value_si").as_number() : 0.0;
       }
     }
+    if (auto regimes = cal->find("regimes")) {
+      for (auto& r : regimes->elements()) info.calibration[r.at("name").as_string()] = r.at("from_bytes").as_number();
+    }
   }
 }
 

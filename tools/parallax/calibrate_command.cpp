@@ -225,6 +225,11 @@ void run_fit(const CalibrateArgs& a) {
     params.push_back(j);
   }
   cal["parameters"] = params;
+  // Where the fit saw each (protocol, regime) start, per collective and communicator shape: the
+  // simulator puts a size in the regime the fit did.
+  nlohmann::ordered_json regimes = nlohmann::ordered_json::array();
+  for (const auto& [name, bytes] : fit.regime_starts) regimes.push_back({{"name", name}, {"from_bytes", bytes}});
+  cal["regimes"] = regimes;
   nlohmann::ordered_json residuals;
   residuals["in_sample"] = errors_json(in_sample);
   nlohmann::ordered_json rejected = nlohmann::ordered_json::array();

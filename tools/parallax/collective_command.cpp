@@ -110,7 +110,7 @@ std::string describe(const CollectiveSimulator& sim, const std::string& model) {
   const std::string model_note = !calibrated ? model
                                  : model == "analytical"
                                      ? model + " with the topology's calibrated parameters"
-                                     : model + " (the topology's calibrated parameters apply to --model analytical only)";
+                                     : model + " with the topology's calibrated parameters (alone on idle links: the fitted time)";
   return sim.topology().info().name + ": " + std::to_string(c.size()) + " ranks on " + std::to_string(c.node_count()) +
          " node(s), " + std::to_string(c.ranks_per_node()) + " per node; model " + model_note + "; NCCL view: " +
          std::to_string(in.channels) + " channels x " + strprintf("%.1f", in.bw_intra_gbs) + " GB/s intra, " +
