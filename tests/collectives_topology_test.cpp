@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <map>
+#include <set>
 
 #include "collectives/collective_simulator.h"
 #include "collectives/scaling.h"
@@ -141,6 +142,73 @@ TEST(NvlsTree, RunsAcrossNodesWithAnNvlsSwitchAndNcclPicksItForLargeSizes) {
   EXPECT_TRUE(unsupported_reason(CollectiveOp::kAllReduce, Algorithm::kNvlsTree, place_ranks(a100, 16), a100_router));
   EXPECT_NE(CollectiveSimulator(a100, 16).run(CollectiveOp::kAllReduce, gib(1), CollectiveOptions{}).algorithm,
             Algorithm::kNvlsTree);
+}
+
+TEST(Pat, EachRankSendsARingsBytesToLogNPeersInLogNRounds) {
+  // PAT as the Bruck exchange: in round d every rank passes min(2^d, n − 2^d) blocks of S/n to
+  // the rank 2^d below it. Over all ⌈log2 n⌉ rounds a rank sends (n − 1)/n · S (as in a ring;
+  // the wire carries 4/3 of it: PAT's kernels move data at NCCL's 3/4 of the ring rate), to
+  // ⌈log2 n⌉ distinct peers; reduce-scatter the same. Odd and even counts.
+  for (int n : {5, 8}) {
+    Topology topo = test::load_preset("dgx-h100", n);
+    CollectiveSimulator sim(topo, n, 1, LinkEfficiency::none());
+    for (CollectiveOp op : {CollectiveOp::kAllGather, CollectiveOp::kReduceScatter}) {
+      CollectiveOptions o;
+      o.algorithm = Algorithm::kPat;
+      o.keep_graph = true;
+      const double s = 64.0 * (1 << 20);
+      const CollectiveResult r = sim.run(op, Bytes(s), o);
+      std::map<uint32_t, double> sent;
+      std::map<uint32_t, std::set<uint32_t>> peers;
+      std::set<uint16_t> rounds;
+      for (size_t i = 0; i < r.graph.size(); ++i) {
+        const Task& t = r.graph.task(static_cast<TaskId>(i));
+        sent[t.src.value] += t.bytes.value();
+        peers[t.src.value].insert(t.dst.value);
+        rounds.insert(t.phase);
+      }
+      const int log_n = 3;  // ⌈log2 5⌉ = ⌈log2 8⌉
+      EXPECT_EQ(rounds.size(), static_cast<size_t>(log_n));
+      ASSERT_EQ(sent.size(), static_cast<size_t>(n));
+      for (const auto& [gpu, bytes] : sent) {
+        EXPECT_NEAR(bytes, (n - 1.0) / n * s / 0.75, 1.0) << n;
+        EXPECT_EQ(peers[gpu].size(), static_cast<size_t>(log_n)) << n;
+      }
+    }
+  }
+}
+
+TEST(Pat, IsNcclsLatencyAtSmallSizesAndThreeQuartersOfTheRingAtLargeOnes) {
+  // 16 nodes, one GPU each. A 1 KiB all-gather is NCCL's PAT latency, 8 + 2.8·16 µs plus
+  // log2(16) rounds of 14/3.5 µs (the flow adds only its wires); at 1 GiB the ranks' NICs are
+  // the limit and PAT moves 3/4 of what the ring does.
+  Topology topo = test::load_preset("dgx-h100", 16);
+  CollectiveSimulator sim(topo, 16, 1);
+  CollectiveOptions o;
+  o.protocol = Protocol::kSimple;
+  o.algorithm = Algorithm::kPat;
+  const double small = sim.run(CollectiveOp::kAllGather, Bytes(1024), o).time.seconds();
+  EXPECT_NEAR(small * 1e6, 8 + 2.8 * 16 + 4 * 14 / 3.5, 3.0);
+  const double pat = sim.run(CollectiveOp::kAllGather, gib(1), o).busbw_gbs;
+  o.algorithm = Algorithm::kRing;
+  const double ring = sim.run(CollectiveOp::kAllGather, gib(1), o).busbw_gbs;
+  EXPECT_NEAR(pat / ring, 0.75, 0.03);
+}
+
+TEST(Pat, OnlyAllGatherAndReduceScatterWithOneGpuPerNodeAndNcclPicksItForMidSizes) {
+  Topology topo = test::load_preset("dgx-h100", 16);
+  const Router router(topo);
+  EXPECT_FALSE(unsupported_reason(CollectiveOp::kAllGather, Algorithm::kPat, place_ranks(topo, 16, 1), router));
+  EXPECT_TRUE(unsupported_reason(CollectiveOp::kAllReduce, Algorithm::kPat, place_ranks(topo, 16, 1), router));
+  EXPECT_TRUE(unsupported_reason(CollectiveOp::kAllGather, Algorithm::kPat, place_ranks(topo, 32, 2), router));
+  // The ZeRO gather of a TP-8 layout: one GPU per node. NCCL's model takes PAT where its log
+  // rounds beat the ring's n − 1 steps, and the ring where bandwidth rules.
+  CollectiveSimulator sim(topo, 16, 1);
+  EXPECT_EQ(sim.run(CollectiveOp::kReduceScatter, Bytes(4 << 20), CollectiveOptions{}).algorithm, Algorithm::kPat);
+  EXPECT_EQ(sim.run(CollectiveOp::kReduceScatter, gib(4), CollectiveOptions{}).algorithm, Algorithm::kRing);
+  CollectiveSimulator two_per_node(topo, 32, 2);
+  EXPECT_NE(two_per_node.run(CollectiveOp::kReduceScatter, Bytes(4 << 20), CollectiveOptions{}).algorithm,
+            Algorithm::kPat);
 }
 
 TEST(Scaling, EachPointIsNcclsChoiceAndEveryAlgorithmThatRuns) {

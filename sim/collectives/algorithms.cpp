@@ -131,6 +131,7 @@ class Lowering {
       case Algorithm::kHierarchical: hierarchical(s); break;
       case Algorithm::kNvls: nvls(s); break;
       case Algorithm::kNvlsTree: nvls_tree(s); break;
+      case Algorithm::kPat: pat(s); break;
       case Algorithm::kCollNetDirect: collnet(s); break;
       default: throw std::logic_error("unsupported algorithm reached lowering");
     }
@@ -674,6 +675,39 @@ class Lowering {
     }
   }
 
+  // PAT (NCCL 2.23+, one GPU per node) as the Bruck exchange it aggregates: all-gather in
+  // ⌈log2 n⌉ rounds, in round d every rank passing the min(2^d, n − 2^d) blocks it holds to the
+  // rank 2^d below it (and getting as many from the rank 2^d above); reduce-scatter the same
+  // rounds in reverse, passing partial sums. Each rank sends (n − 1)/n of the buffer in all,
+  // as a ring, in log rounds instead of n − 1 steps; pipelined in chunks, the first paying each
+  // round's latency.
+  void pat(double s) {
+    const int rounds = std::bit_width(static_cast<unsigned>(n_ - 1));
+    const bool gather = spec_.op == CollectiveOp::kAllGather;
+    const int k = chunks_for(s / n_, static_cast<size_t>(n_) * static_cast<size_t>(rounds));
+    const double block = s / n_ / k;
+    std::vector<TaskId> prev_chunk(static_cast<size_t>(n_ * rounds));  // per (round, rank)
+    for (int j = 0; j < k; ++j) {
+      std::vector<TaskId> sent(static_cast<size_t>(n_)), got(static_cast<size_t>(n_));
+      for (int i = 0; i < rounds; ++i) {
+        const int distance = 1 << (gather ? i : rounds - 1 - i);
+        const double blocks = std::min(distance, n_ - distance);
+        std::vector<TaskId> now_sent(static_cast<size_t>(n_));
+        for (int r = 0; r < n_; ++r) {
+          const int to = (r - distance + n_) % n_;
+          std::vector<TaskId> deps;
+          if (i > 0) deps = {sent[static_cast<size_t>(r)], got[static_cast<size_t>(r)]};
+          TaskId& before = prev_chunk[static_cast<size_t>(i * n_ + r)];
+          if (j > 0) deps.push_back(before);
+          now_sent[static_cast<size_t>(r)] = before =
+              send(r, to, blocks * block, j == 0 ? step_latency(r, to) : Time::zero(), deps, 0, static_cast<int>(i));
+        }
+        for (int r = 0; r < n_; ++r) got[static_cast<size_t>((r - distance + n_) % n_)] = now_sent[static_cast<size_t>(r)];
+        sent = std::move(now_sent);
+      }
+    }
+  }
+
   // CollNet Direct (SHARP): reduce-scatter inside each node, the ranks of one local index
   // all-reduce their 1/ppn share through the fabric switch, all-gather inside each node.
   void collnet(double s) {
@@ -789,8 +823,11 @@ std::optional<std::string> unsupported_reason(CollectiveOp op, Algorithm algo, c
       }
       return std::nullopt;
     }
-    case Algorithm::kCollNetChain:
-    case Algorithm::kPat: return name + " is in NCCL's cost model but not simulated yet";
+    case Algorithm::kPat:
+      if (auto r = only({CollectiveOp::kAllGather, CollectiveOp::kReduceScatter})) return r;
+      if (comm.node_count() != n) return std::string("pat runs with one GPU per node (NCCL's rule)");
+      return std::nullopt;
+    case Algorithm::kCollNetChain: return name + " is in NCCL's cost model but not simulated yet";
   }
   return name + " is unknown";
 }

@@ -173,7 +173,7 @@ CollectiveSimulator::CollectiveSimulator(const Topology& topo, int gpus, std::op
   // NVIDIA measures ~480 (nccl-tests issue 212) — what the uncapped intra formula gives (476).
   if (in.nodes == 1) in.nvls_bw_inter_gbs = 2 * in.nvls_bw_intra_gbs;
   in.collnet_supported = !unsupported_reason(CollectiveOp::kAllReduce, Algorithm::kCollNetDirect, c, *router_);
-  in.pat_enabled = false;  // not simulated
+  in.pat_enabled = true;  // NCCL's auto rule (1 GPU per node) is the model's own check
   // NCCL's auto-LL128 needs NVLink inside the node (typeIntra ≤ NVB) and Volta or newer.
   in.ll128_enabled = in.intra == NcclLinkType::kNvlink || c.ranks_per_node() == 1;
   if (c.size() % c.node_count() != 0) {
@@ -198,7 +198,8 @@ CollectiveSimulator::Choice CollectiveSimulator::choose(CollectiveOp op, Bytes s
   if (options.algorithm) {
     algos.push_back(*options.algorithm);
   } else {
-    for (Algorithm a : {Algorithm::kRing, Algorithm::kTree, Algorithm::kNvls, Algorithm::kNvlsTree, Algorithm::kCollNetDirect}) {
+    for (Algorithm a : {Algorithm::kRing, Algorithm::kTree, Algorithm::kNvls, Algorithm::kNvlsTree, Algorithm::kCollNetDirect,
+                        Algorithm::kPat}) {
       if (!unsupported_reason(op, a, *comm_, *router_)) algos.push_back(a);
     }
   }
@@ -231,6 +232,13 @@ LoweringOptions CollectiveSimulator::lowering_options(Algorithm algo, Protocol p
     o.step_latency_intra = std::max(o.step_latency_intra, Time::us(ovh));
   }
   o.wire_efficiency = protocol_wire_efficiency(proto);
+  if (algo == Algorithm::kPat) {
+    // NCCL's PAT terms: a round crossing nodes costs interLat/3.5, plus 2.8 µs per rank of
+    // set-up, and its kernels move data at 3/4 of the ring's rate (busBw ×0.75).
+    o.step_latency_inter = Time::from_seconds(o.step_latency_inter.seconds() / 3.5);
+    o.base_latency = o.base_latency + Time::us(2.8 * comm_->size());
+    o.wire_efficiency *= 0.75;
+  }
   o.switch_reduction_efficiency = algo == Algorithm::kNvls || algo == Algorithm::kNvlsTree ? nvls_efficiency(arch_) : 1.0;
   return o;
 }
