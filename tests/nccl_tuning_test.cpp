@@ -1,4 +1,4 @@
-// NCCL 2.30.7's tuning model (tuning.cc): the worked latencies of the reference's §2.8, the
+// NCCL 2.30.7's tuning model (tuning.cc) and the rules that differ in older releases: the worked latencies of the reference's §2.8, the
 // bandwidth refinements, the size corrections, the allowed combinations, the argmin and the
 // topology constants. Every expected number is derived next to it from
 // shared/reference/nccl-cost-model.md §2.
@@ -699,5 +699,117 @@ TEST(NcclTuningConstants, SearchSpeedsAndDuplication) {
   EXPECT_EQ(g.bw_intra_gbs, 30.0);
 }
 
+
+// ---- NCCL releases: each rule the model encodes per version (reference §2.10, NCCL's tags) ----
+
+namespace release {
+
+NcclTuningInputs one_gpu_per_node(int nodes, int version) {
+  NcclTuningInputs in = h100_nodes(nodes, CpuVendor::kIntel);
+  in.ranks = nodes;
+  in.channels = 2;
+  in.nvls_supported = false;
+  in.nccl_version = version;
+  return in;
+}
+
+NcclTuningInputs eight_per_node(int nodes, int version) {
+  NcclTuningInputs in = h100_nodes(nodes, CpuVendor::kIntel);
+  in.nccl_version = version;
+  return in;
+}
+
+TEST(NcclRelease, VersionsParseAndOlderThan218AreRefused) {
+  EXPECT_EQ(parse_nccl_version("2.23.4"), 223);
+  EXPECT_EQ(parse_nccl_version("v2.18.5-1"), 218);
+  EXPECT_EQ(parse_nccl_version("2.30"), 230);
+  EXPECT_THROW(parse_nccl_version("2.17.1"), InputError);
+  EXPECT_THROW(parse_nccl_version("two"), InputError);
+  EXPECT_THROW(parse_nccl_version("2"), InputError);
+  NcclTuningInputs in = eight_per_node(2, 217);
+  EXPECT_THROW(NcclTuningModel{in}, InputError);
+}
+
+TEST(NcclRelease, PatArrivesIn223AtFivePercentMoreThanFrom224) {
+  const double s = 4 << 20;
+  EXPECT_FALSE(NcclTuningModel(one_gpu_per_node(16, 222)).cost(Op::kAllGather, A::kPat, P::kSimple).enabled);
+  const NcclCost v223 = NcclTuningModel(one_gpu_per_node(16, 223)).cost(Op::kAllGather, A::kPat, P::kSimple);
+  const NcclCost v224 = NcclTuningModel(one_gpu_per_node(16, 224)).cost(Op::kAllGather, A::kPat, P::kSimple);
+  ASSERT_TRUE(v223.enabled && v224.enabled);
+  EXPECT_NEAR(v223.bandwidth_gbs / v224.bandwidth_gbs, 0.85 / 0.75, kTol);
+  // 2.28 gave PAT its 8 µs base latency (0 before).
+  const NcclCost v228 = NcclTuningModel(one_gpu_per_node(16, 228)).cost(Op::kAllGather, A::kPat, P::kSimple);
+  EXPECT_NEAR(v228.latency_us - v224.latency_us, 8.0, kTol);
+  EXPECT_NE(NcclTuningModel(one_gpu_per_node(16, 222)).choose(Op::kAllGather, s)->algo, A::kPat);
+}
+
+TEST(NcclRelease, AllGatherAndReduceScatterAreRingOnlyBefore223) {
+  NcclTuningInputs in = dgx_h100_one_node();
+  in.nccl_version = 222;
+  EXPECT_FALSE(NcclTuningModel(in).cost(Op::kReduceScatter, A::kNvls, P::kSimple).enabled);
+  in.nccl_version = 223;
+  EXPECT_TRUE(NcclTuningModel(in).cost(Op::kReduceScatter, A::kNvls, P::kSimple).enabled);
+}
+
+TEST(NcclRelease, RingLLRanAtAQuarterOrAThirdBefore221) {
+  // Across nodes llMaxBw (20.4 GB/s, Intel, N4) caps both; on one node Hopper's is 141.
+  NcclTuningInputs one = dgx_h100_one_node();  // 12 × 30 = 360 GB/s
+  one.nccl_version = 220;
+  const double ag220 = NcclTuningModel(one).cost(Op::kAllGather, A::kRing, P::kLL).bandwidth_gbs;
+  const double ar220 = NcclTuningModel(one).cost(Op::kAllReduce, A::kRing, P::kLL).bandwidth_gbs;
+  one.nccl_version = 221;
+  const double ag221 = NcclTuningModel(one).cost(Op::kAllGather, A::kRing, P::kLL).bandwidth_gbs;
+  EXPECT_NEAR(ag220, 360.0 / 3.0 * 8 / 7, 1e-6);  // one node, AllGather: 1/3, then × n/nsteps
+  EXPECT_NEAR(ar220, 360.0 / 4.0 * 8 / 14, 1e-6);  // AllReduce: 1/4
+  EXPECT_NEAR(ag221, 141.0 * 8 / 7, 1e-6);         // 1/2 = 180, capped at llMaxBw 141
+}
+
+TEST(NcclRelease, LL128WithOneGpuPerNodeRanAt07Before223) {
+  const double v222 = NcclTuningModel(one_gpu_per_node(4, 222)).cost(Op::kAllGather, A::kRing, P::kLL128).bandwidth_gbs;
+  const double v223 = NcclTuningModel(one_gpu_per_node(4, 223)).cost(Op::kAllGather, A::kRing, P::kLL128).bandwidth_gbs;
+  EXPECT_NEAR(v222 / v223, 0.7 / 0.92, kTol);  // 2 × 24 = 48 GB/s: under the 2 × 36.7 cap both times
+}
+
+TEST(NcclRelease, RingAllReduceCountedTwoMoreNetworkStepsBefore223) {
+  // 2·nNodes network steps instead of 2(nNodes − 1): two steps move from the intra latency
+  // (max(3.4, 3·1 µs net overhead) = 3.4) to the network's 14 µs. Ring Simple, 4 nodes.
+  const double v222 = NcclTuningModel(eight_per_node(4, 222)).cost(Op::kAllReduce, A::kRing, P::kSimple).latency_us;
+  const double v223 = NcclTuningModel(eight_per_node(4, 223)).cost(Op::kAllReduce, A::kRing, P::kSimple).latency_us;
+  EXPECT_NEAR(v222 - v223, 2 * (14.0 - 3.4), kTol);
+}
+
+TEST(NcclRelease, TreeSimpleHopsCost28MicrosecondsOn219To222) {
+  // Tree Simple, 4 nodes × 8: 2((ppn − 1)·intra + log2(4)·inter) = 2(7·4 + 2·14) on 2.23+
+  // (+ base 8.4), 2(7·28 + 2·28) on 2.19–2.22 (base 0).
+  const double v222 = NcclTuningModel(eight_per_node(4, 222)).cost(Op::kAllReduce, A::kTree, P::kSimple).latency_us;
+  const double v223 = NcclTuningModel(eight_per_node(4, 223)).cost(Op::kAllReduce, A::kTree, P::kSimple).latency_us;
+  EXPECT_NEAR(v222, 2 * (7 * 28.0 + 2 * 28.0), kTol);
+  EXPECT_NEAR(v223, 8.4 + 2 * (7 * 4.0 + 2 * 14.0), kTol);
+}
+
+TEST(NcclRelease, NvlsTreeLatencyAndRatioFollowTheRelease) {
+  // 4 nodes. 2.18: 23 µs + 2(nNodes − 1) network hops of 19 µs, algBw = busBw · 0.7·4/(2·3).
+  // 2.19–2.27: 25 (NVLink) + 2·log2(4) hops of 14 µs, ratio 5/6. 2.28+: the hop is 20.9 µs.
+  const NcclCost v218 = NcclTuningModel(eight_per_node(4, 218)).cost(Op::kAllReduce, A::kNvlsTree, P::kSimple);
+  const NcclCost v227 = NcclTuningModel(eight_per_node(4, 227)).cost(Op::kAllReduce, A::kNvlsTree, P::kSimple);
+  const NcclCost v230 = NcclTuningModel(eight_per_node(4, 230)).cost(Op::kAllReduce, A::kNvlsTree, P::kSimple);
+  EXPECT_NEAR(v218.latency_us, 23 + 2 * 3 * 19.0, kTol);
+  EXPECT_NEAR(v227.latency_us, 25 + 2 * 2 * 14.0, kTol);
+  EXPECT_NEAR(v230.latency_us, 25 + 2 * 2 * 20.9, kTol);
+  // 2.18: 8 channels × bwInter 48 (plain, > 2 nodes) · 0.7·4/6; 2.27: 8 × min(40, 48/2) · 5/6.
+  EXPECT_NEAR(v218.bandwidth_gbs, 8 * 48.0 * 0.7 * 4 / 6, 1e-9);
+  EXPECT_NEAR(v227.bandwidth_gbs, 8 * 24.0 * 5 / 6, 1e-9);
+}
+
+TEST(NcclRelease, BlackwellHasItsOwnRowsFrom228) {
+  NcclTuningInputs in = dgx_h100_one_node();
+  in.arch = GpuArch::kBlackwell;
+  in.nccl_version = 227;  // Hopper's llMaxBw (141) before Blackwell's row (282)
+  EXPECT_NEAR(NcclTuningModel(in).cost(Op::kAllGather, A::kRing, P::kLL).bandwidth_gbs, 141.0 * 8 / 7, 1e-6);
+  in.nccl_version = 228;
+  EXPECT_NEAR(NcclTuningModel(in).cost(Op::kAllGather, A::kRing, P::kLL).bandwidth_gbs, 180.0 * 8 / 7, 1e-6);
+}
+
+}  // namespace release
 }  // namespace
 }  // namespace parallax

@@ -9,6 +9,7 @@
 
 #include "collectives/closed_forms.h"
 #include "engine/engine.h"
+#include "io/input_error.h"
 #include "network/network_model.h"
 
 namespace parallax {
@@ -116,6 +117,13 @@ CollectiveSimulator::CollectiveSimulator(const Topology& topo, int gpus, std::op
   in.ranks = c.size();
   in.nodes = c.node_count();
   in.arch = arch_;
+  if (!topo.info().nccl_version.empty()) {
+    try {
+      in.nccl_version = parse_nccl_version(topo.info().nccl_version, "/nccl_version");
+    } catch (const InputError& e) {
+      throw InputError(topo.info().file, e.pointer(), e.reason());
+    }
+  }
   const int cc = compute_capability(arch_);
   constexpr double kLocalBw = 5000;  // NCCL's LOC_BW: a rank alone in its node
   intra_gbs_ = kLocalBw;
@@ -220,10 +228,10 @@ LoweringOptions CollectiveSimulator::lowering_options(Algorithm algo, Protocol p
   auto us = [](std::optional<double> v) { return Time::us(v.value_or(0.0)); };
   LoweringOptions o;
   o.channels = channels;
-  o.base_latency = us(nccl_base_latency_us(lat_algo, proto));
+  o.base_latency = us(tuning_->base_latency_us(lat_algo, proto));
   NcclHwLink intra = in.intra == NcclLinkType::kNvlink ? NcclHwLink::kNvlink : NcclHwLink::kPci;
-  o.step_latency_intra = us(nccl_hw_latency_us(intra, lat_algo, proto));
-  double inter_us = nccl_hw_latency_us(NcclHwLink::kNet, lat_algo, proto).value_or(0.0) + in.latency_inter_us;
+  o.step_latency_intra = us(tuning_->hw_latency_us(intra, lat_algo, proto));
+  double inter_us = tuning_->hw_latency_us(NcclHwLink::kNet, lat_algo, proto).value_or(0.0) + in.latency_inter_us;
   if (proto == Protocol::kSimple) inter_us += in.latency_inter_us;
   o.step_latency_inter = Time::us(inter_us);
   if (in.nodes > 1 && lat_algo == Algorithm::kRing) {
@@ -234,10 +242,10 @@ LoweringOptions CollectiveSimulator::lowering_options(Algorithm algo, Protocol p
   o.wire_efficiency = protocol_wire_efficiency(proto);
   if (algo == Algorithm::kPat) {
     // NCCL's PAT terms: a round crossing nodes costs interLat/3.5, plus 2.8 µs per rank of
-    // set-up, and its kernels move data at 3/4 of the ring's rate (busBw ×0.75).
+    // set-up, and its kernels move data at 3/4 of the ring's rate (busBw ×0.75; ×0.85 on 2.23).
     o.step_latency_inter = Time::from_seconds(o.step_latency_inter.seconds() / 3.5);
     o.base_latency = o.base_latency + Time::us(2.8 * comm_->size());
-    o.wire_efficiency *= 0.75;
+    o.wire_efficiency *= in.nccl_version < 224 ? 0.85 : 0.75;
   }
   o.switch_reduction_efficiency = algo == Algorithm::kNvls || algo == Algorithm::kNvlsTree ? nvls_efficiency(arch_) : 1.0;
   return o;

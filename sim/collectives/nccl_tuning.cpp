@@ -109,6 +109,9 @@ constexpr std::array<std::array<double, 24>, kNumProtos> kTreeCorrectionFactor =
      .9},
 }};
 
+// 2.18's NVLS and NVLS-Tree baseLat (Simple); it had no NVLink hwLat for them.
+constexpr double kNvls218BaseUs = 23.0;
+
 // NCCL_MAX_DIRECT_ARITY + 1 and NCCL_MAX_NVLS_ARITY: local-rank limits of CollNet and of NVLS
 // off AllReduce.
 constexpr int kMaxCollNetLocalRanks = 8;
@@ -194,6 +197,27 @@ constexpr std::array<Protocol, kNumProtos> kNcclProtoOrder = {Protocol::kLL, Pro
 
 }  // namespace
 
+int parse_nccl_version(const std::string& text, const std::string& where) {
+  std::string t = text;
+  if (!t.empty() && (t[0] == 'v' || t[0] == 'V')) t = t.substr(1);
+  int major = -1, minor = -1;
+  size_t used = 0;
+  try {
+    major = std::stoi(t, &used);
+    if (used < t.size() && t[used] == '.') minor = std::stoi(t.substr(used + 1));
+  } catch (const std::exception&) {
+    major = -1;
+  }
+  if (major < 0 || minor < 0 || minor > 99) {
+    throw InputError("", where, "\"" + text + "\" is not an NCCL version (expected e.g. 2.23.4)");
+  }
+  const int version = 100 * major + minor;
+  if (version < kOldestNcclVersion) {
+    throw InputError("", where, "NCCL " + text + " is older than the cost model covers (2.18 and later)");
+  }
+  return version;
+}
+
 NcclTuningModel::NcclTuningModel(NcclTuningInputs in) : in_(std::move(in)) {
   require(in_.ranks >= 1, "ranks must be at least 1");
   require(in_.nodes >= 1, "nodes must be at least 1");
@@ -207,7 +231,22 @@ NcclTuningModel::NcclTuningModel(NcclTuningInputs in) : in_(std::move(in)) {
   require(finite_non_negative(in_.latency_inter_us), "latency_inter_us must be finite and not negative");
   require(!in_.net_overhead_us || finite_non_negative(*in_.net_overhead_us),
           "net_overhead_us must be finite and not negative");
+  require(in_.nccl_version >= kOldestNcclVersion, "NCCL versions before 2.18 are not modelled");
   ppn_ = in_.ranks / in_.nodes;
+  const int v = in_.nccl_version;
+  cc_ = arch_index(in_.arch);
+  if (v < 228 && cc_ > arch_index(GpuArch::kHopper)) cc_ = arch_index(GpuArch::kHopper);  // no Blackwell rows yet
+  // The release's latency tables (reference §2.10), from 2.30.7's.
+  base_ = kBaseLatencies;
+  hw_ = kHwLatencies;
+  if (v < 223) base_[kTree][kSimple] = 0;
+  if (v < 228) base_[kPat] = {0, 0, 0};
+  if (v >= 219 && v < 223) {
+    hw_[kHwNvlink][kTree][kSimple] = 28;
+    hw_[kHwNet][kTree][kSimple] = 28;
+  }
+  if (v < 221) hw_[kHwNvlink][kNvls][kSimple] = hw_[kHwNvlink][kNvlsTree][kSimple] = 23;
+  hw_[kHwNet][kNvlsTree][kSimple] = v < 219 ? 19 : v < 228 ? 14 : 20.9;
   // getNetOverhead: x86 Intel 1 µs, x86 AMD 2 µs, anything else 1 µs.
   net_overhead_us_ = in_.net_overhead_us.value_or(in_.cpu == CpuVendor::kAmd ? 2.0 : 1.0);
 }
@@ -227,6 +266,7 @@ bool NcclTuningModel::allowed(CollectiveOp op, Algorithm algo, Protocol proto) c
     case CollectiveOp::kAllGather:
     case CollectiveOp::kReduceScatter:
       if (*a != kRing && *a != kPat && *a != kNvls && *a != kCollNetDirect) return false;
+      if (*a != kRing && in_.nccl_version < 223) return false;  // ring only before 2.23
       break;
     case CollectiveOp::kAllReduce:
       if (*a == kPat) return false;
@@ -250,7 +290,7 @@ bool NcclTuningModel::allowed(CollectiveOp op, Algorithm algo, Protocol proto) c
       break;
     case kPat:
       // ncclPatEnable's auto rule: 1 GPU per node (CC ≥ 6.0 holds for every GpuArch).
-      if (!simple || !in_.pat_enabled || in_.nodes != in_.ranks) return false;
+      if (!simple || !in_.pat_enabled || in_.nodes != in_.ranks || in_.nccl_version < 223) return false;
       break;
     default: break;
   }
@@ -265,7 +305,8 @@ bool NcclTuningModel::allowed(CollectiveOp op, Algorithm algo, Protocol proto) c
 double NcclTuningModel::bus_bandwidth(CollectiveOp op, Algorithm algo, Protocol proto) const {
   const int a = *algo_index(algo);
   const int p = proto_index(proto);
-  const int cc = arch_index(in_.arch);
+  const int cc = cc_;
+  const int v = in_.nccl_version;
   const int nodes_idx = in_.nodes <= 2 ? in_.nodes - 1 : 2;
   const int ll_row =
       in_.nodes == 1 ? cc : (in_.cpu == CpuVendor::kAmd ? 1 : 0);
@@ -279,19 +320,38 @@ double NcclTuningModel::bus_bandwidth(CollectiveOp op, Algorithm algo, Protocol 
   if (in_.nodes == 1 && !(nvls ? in_.nvls_bw_inter_gbs > 0 : in_.bw_inter_gbs > 0)) bw_inter = bw_intra;
 
   double bw = in_.nodes <= 2 || collnet ? bw_intra : bw_inter;
-  if (nvls) {
+  if (nvls && v < 228) {
+    // 2.19–2.27: the NVLS graph's two bandwidths, the tree's network leg halved beyond two
+    // nodes; 2.18: the plain per-channel figure above.
+    if (v >= 219 && a == kNvls) {
+      bw = op == CollectiveOp::kAllReduce ? std::min(bw_intra, bw_inter)
+                                          : std::min(bw_intra * (ppn_ - 1.0) / ppn_, 0.9 * bw_inter);
+    }
+    if (v >= 219 && a == kNvlsTree) bw = std::min(bw_intra, in_.nodes <= 2 ? bw_inter : bw_inter / 2);
+  } else if (nvls) {
     // One NVLS channel is spent on synchronisation; AllReduce pipelines its reduce and its
     // multicast, while AllGather/ReduceScatter leave out the local rank's own share.
     double intra_bw = bw_intra * kNvlsEfficiency[cc] * (nch - 1) / nch;
     intra_bw *= op == CollectiveOp::kAllReduce ? 2.0 : (ppn_ - 1.0) / ppn_;
     const double inter_bw = bw_inter * (a == kNvlsTree && in_.nodes <= 2 ? 2.0 : 1.0);
     bw = std::min(intra_bw, inter_bw);
-    if (a == kNvlsTree) bw = std::min(bw, kPerChMaxNvlsTreeBws[cc][nodes_idx]);
+    if (a == kNvlsTree) {
+      double cap = kPerChMaxNvlsTreeBws[cc][nodes_idx];
+      if (cc == arch_index(GpuArch::kBlackwell) && nodes_idx == 2 && v < 230) cap = 43.8;  // raised in 2.30
+      bw = std::min(bw, cap);
+    }
   }
   double bus = nch * bw;
 
-  if (a == kRing && p == kLL) bus = std::min(ll_max_bw, bus * 0.5);
-  if (a == kRing && p == kLL128) bus = std::min(bus * 0.92, nch * kPerChMaxRingLL128Bws[cc][nodes_idx]);
+  if (a == kRing && p == kLL) {
+    // Before 2.21 Ring LL ran at 1/4 (several nodes, AllReduce, Reduce) or 1/3 of the bandwidth.
+    const bool quarter = in_.nodes > 1 || op == CollectiveOp::kAllReduce || op == CollectiveOp::kReduce;
+    bus = std::min(ll_max_bw, bus * (v >= 221 ? 0.5 : quarter ? 0.25 : 1.0 / 3.0));
+  }
+  if (a == kRing && p == kLL128) {
+    const double factor = v < 223 && ppn_ < 2 ? 0.7 : 0.92;  // one GPU per node paid more before 2.23
+    bus = std::min(bus * factor, nch * kPerChMaxRingLL128Bws[cc][nodes_idx]);
+  }
   if (a == kTree && op == CollectiveOp::kAllReduce) bus = std::min(bus * 0.92, nch * kPerChMaxTreeBws[cc][nodes_idx]);
   if (a == kTree && p == kLL) bus = std::min(bus / 3.8, ll_max_bw);
   if (a == kTree && p == kLL128) {
@@ -299,7 +359,7 @@ double NcclTuningModel::bus_bandwidth(CollectiveOp op, Algorithm algo, Protocol 
                    nch * kPerChMaxTreeLL128Bws[cc][nodes_idx]);
   }
   if (a == kTree && in_.tree_pattern_single_nic) bus *= 0.85;
-  if (a == kPat) bus *= 0.75;
+  if (a == kPat) bus *= v < 224 ? 0.85 : 0.75;
   if (collnet && p != kSimple) bus = 0;
   if (a == kCollNetDirect && p == kSimple) {
     if (is_ag_rs(op)) {
@@ -324,12 +384,12 @@ double NcclTuningModel::latency(CollectiveOp op, Algorithm algo, Protocol proto)
 
   auto hw = [&](int link, int algo_idx, int proto_idx) {
     if (in_.cpu == CpuVendor::kPower && link == kHwPci && algo_idx == kTree && proto_idx == kSimple) {
-      return kHwLatencies[kHwPci][kRing][kSimple];  // favours Tree on POWER
+      return hw_[kHwPci][kRing][kSimple];  // favours Tree on POWER
     }
-    return kHwLatencies[link][algo_idx][proto_idx];
+    return hw_[link][algo_idx][proto_idx];
   };
 
-  const double base = kBaseLatencies[a][p];
+  const double base = base_[a][p];
   const double intra_lat = hw(intra_hw, a, p);
   // With one GPU per node every network hop is exposed: NCCL charges the Tree NET latency.
   double inter_lat = ppn_ == 1 ? hw(kHwNet, kTree, p) : hw(kHwNet, a, p);
@@ -347,8 +407,9 @@ double NcclTuningModel::latency(CollectiveOp op, Algorithm algo, Protocol proto)
       }
       double overhead = 0;
       if (in_.nodes > 1) overhead = net_overhead_us_ * (p == kSimple ? 3.0 : 1.0);
-      const int inter_steps =
-          in_.nodes == 1 ? 0 : (op == CollectiveOp::kAllReduce ? 2 * (in_.nodes - 1) : in_.nodes - 1);
+      // Before 2.23 an AllReduce counted 2·nNodes network steps, not 2(nNodes − 1).
+      const int ar_inter = in_.nccl_version < 223 ? 2 * in_.nodes : 2 * (in_.nodes - 1);
+      const int inter_steps = in_.nodes == 1 ? 0 : (op == CollectiveOp::kAllReduce ? ar_inter : in_.nodes - 1);
       return base + (steps - inter_steps) * std::max(intra_lat, overhead) + inter_steps * inter_lat;
     }
     case kTree:
@@ -359,8 +420,11 @@ double NcclTuningModel::latency(CollectiveOp op, Algorithm algo, Protocol proto)
     case kCollNetChain:
       return base + 2 * (ppn_ - 1) * intra_lat + inter_lat;
     case kNvls:
+      if (in_.nccl_version < 219) return kNvls218BaseUs + (in_.nodes > 1 ? inter_lat : 0.0);
       return intra_lat + (in_.nodes > 1 ? inter_lat : 0.0);
     case kNvlsTree:
+      // 2.18 charged every node of a chain: 2(nNodes − 1) network hops after a 23 µs base.
+      if (in_.nccl_version < 219) return kNvls218BaseUs + 2 * (in_.nodes - 1) * inter_lat;
       return base + intra_lat + 2 * log_nodes * inter_lat;
     case kPat:
       return base + log_nodes * inter_lat / 3.5 + 2.8 * in_.ranks;
@@ -377,7 +441,12 @@ NcclCost NcclTuningModel::cost(CollectiveOp op, Algorithm algo, Protocol proto) 
     // The ring ratio is the inverse of nccl-tests' busbw factor; Tree and CollNet move each
     // byte twice (up and down).
     const bool ring_like = a == kRing || a == kNvls || a == kNvlsTree;
-    bw *= ring_like ? static_cast<double>(in_.ranks) / nsteps(op, in_.ranks) : 0.5;
+    double ratio = ring_like ? static_cast<double>(in_.ranks) / nsteps(op, in_.ranks) : 0.5;
+    if ((a == kNvls || a == kNvlsTree) && in_.nccl_version < 228) {
+      // Before 2.28 NVLS(-Tree) converted at 5/6; 2.18's NVLS-Tree at 0.7·nNodes/(2(nNodes−1)).
+      ratio = a == kNvlsTree && in_.nccl_version < 219 ? 0.7 * in_.nodes / (2.0 * (in_.nodes - 1)) : 5.0 / 6.0;
+    }
+    bw *= ratio;
   }
   return {true, latency(op, algo, proto), bw};
 }
@@ -435,6 +504,18 @@ std::optional<NcclTuningModel::Choice> NcclTuningModel::choose(
     }
   }
   return best;
+}
+
+std::optional<double> NcclTuningModel::hw_latency_us(NcclHwLink link, Algorithm algo, Protocol proto) const {
+  const std::optional<int> a = algo_index(algo);
+  if (!a) return std::nullopt;
+  return hw_[hw_index(link)][*a][proto_index(proto)];
+}
+
+std::optional<double> NcclTuningModel::base_latency_us(Algorithm algo, Protocol proto) const {
+  const std::optional<int> a = algo_index(algo);
+  if (!a) return std::nullopt;
+  return base_[*a][proto_index(proto)];
 }
 
 bool is_nccl_algorithm(Algorithm algo) { return algo_index(algo).has_value(); }

@@ -16,8 +16,10 @@
 // the CUDA 11.8 + SM90 two-rank LL128 exception, and point-to-point (no NCCL cost model exists).
 #pragma once
 
+#include <array>
 #include <optional>
 #include <span>
+#include <string>
 
 #include "collectives/collective.h"
 
@@ -37,6 +39,15 @@ enum class NcclHwLink { kNvlink, kPci, kNet };
 /// Pass kAmd for a job whose nodes mix vendors (NCCL treats "mixed" like AMD for llMaxBw).
 /// kPower applies NCCL's POWER override (PCI Tree Simple latency = PCI Ring Simple).
 enum class CpuVendor { kIntel, kAmd, kPower, kOther };
+
+/// An NCCL release as 100·major + minor (2.18.5 → 218). The model's constants follow the
+/// release from 2.18 (the first with Hopper rows and NVLS-Tree) on; later releases than the
+/// last it knows take that one's (shared/reference/nccl-cost-model.md §2.10).
+inline constexpr int kOldestNcclVersion = 218;
+inline constexpr int kNewestNcclVersion = 230;
+/// "2.23.4", "2.23" or "v2.23.4-1" → 223. Throws InputError (with `where` as the pointer) for
+/// anything else, or a release before 2.18.
+int parse_nccl_version(const std::string& text, const std::string& where = "--nccl-version");
 
 /// The communicator facts NCCL's model reads. Bandwidths are per channel, in GB/s (1e9 B/s),
 /// as NCCL's graph search leaves them (quantised to nccl_search_speeds()).
@@ -63,6 +74,11 @@ struct NcclTuningInputs {
   bool pat_enabled = true;   ///< NCCL_PAT_ENABLE not 0; the auto rule (1 GPU per node) still applies
   bool ll128_enabled = true;  ///< LL128 enabled (NCCL_PROTO, or the auto rule's path-type checks)
   double latency_inter_us = 0;  ///< NIC latency property (0 for the built-in IB and socket)
+  /// The release whose constants and rules apply (100·major + minor): 2.18–2.22 have other
+  /// latencies (Tree Simple 28 µs per hop on 2.19–2.22), Ring LL at 1/4–1/3 of the bandwidth
+  /// before 2.21, LL128 at 0.7 with one GPU per node before 2.23, no PAT before 2.23 (×0.85 on
+  /// 2.23, ×0.75 after), NVLS algBw at 5/6 of busBw before 2.28, no Blackwell rows before 2.28.
+  int nccl_version = kNewestNcclVersion;
   std::optional<double> net_overhead_us;  ///< NCCL_NET_OVERHEAD; default Intel 1, AMD 2, else 1
 };
 
@@ -116,6 +132,11 @@ class NcclTuningModel {
   /// The inputs as given (net_overhead_us still unset when it was left to the CPU default).
   const NcclTuningInputs& inputs() const { return in_; }
 
+  /// hwLatencies and baseLatencies (µs) of this model's release; nullopt for algorithms NCCL
+  /// does not have.
+  std::optional<double> hw_latency_us(NcclHwLink link, Algorithm algo, Protocol proto) const;
+  std::optional<double> base_latency_us(Algorithm algo, Protocol proto) const;
+
  private:
   double bus_bandwidth(CollectiveOp op, Algorithm algo, Protocol proto) const;
   double latency(CollectiveOp op, Algorithm algo, Protocol proto) const;
@@ -124,6 +145,9 @@ class NcclTuningModel {
   NcclTuningInputs in_;
   int ppn_;
   double net_overhead_us_;
+  int cc_;  ///< compCapIdx into the tables: Blackwell reads Hopper's rows before 2.28
+  std::array<std::array<double, 3>, 7> base_{};                ///< [algo][proto] of the release
+  std::array<std::array<std::array<double, 3>, 7>, 3> hw_{};  ///< [link][algo][proto]
 };
 
 /// True for the seven algorithms NCCL's model covers (Ring … PAT).

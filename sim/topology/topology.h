@@ -85,6 +85,9 @@ struct TopologyInfo {
   /// Fitted model parameters (name → SI value) from the file's `calibration` block, written by
   /// `parallax calibrate fit`. Opaque here: the collectives layer knows what the names mean.
   std::map<std::string, double> calibration;
+  /// The NCCL release the cluster runs ("2.23.4"), from the file's `nccl_version`; empty: the
+  /// newest the collectives layer models. Opaque here, like `calibration`.
+  std::string nccl_version;
   /// Per direction, a GPU's PCIe link towards the host: the PCIe tree's GPU link, else the NIC
   /// attachment (a NIC hangs off its GPU's x16 port or switch); 0 when the file gives neither.
   /// Present whatever the node count, for host copies (KV swap) on one node too.

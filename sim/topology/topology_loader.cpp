@@ -66,6 +66,7 @@ void read_info(JsonReader& root, Topology& topo, const std::string& file) {
   info.file = file;
   info.name = root.at("name").as_string();
   if (auto d = root.find("description")) info.description = d->as_string();
+  if (auto v = root.find("nccl_version")) info.nccl_version = v->as_string();
   if (auto s = root.find("sources")) {
     for (auto& e : s->elements()) info.sources.push_back(e.as_string());
   }

@@ -28,6 +28,7 @@ namespace {
 
 struct CollectiveArgs {
   std::string topology;
+  std::string nccl_version;  ///< overrides the topology's (and, with --compare, the log's)
   std::string op = "all_reduce";
   std::optional<int> gpus, nodes, gpus_per_node;
   std::string min_bytes = "8", max_bytes = "128M";
@@ -103,6 +104,24 @@ CollectiveOp parse_op_arg(const std::string& text) {
 }
 
 // A one-line description of where the ranks sit, for the table's title.
+// The topology of the question, with the NCCL release whose rules apply: --nccl-version, else
+// the compared log's (`log_version`, when the model covers it), else the topology file's own.
+Topology load_question_topology(const CollectiveArgs& a, std::optional<int> nodes, const std::string& log_version = "") {
+  Topology topo = load_topology(a.topology, TopologyLoadOptions{nodes});
+  if (!a.nccl_version.empty()) {
+    parse_nccl_version(a.nccl_version, "--nccl-version");  // refuses what it cannot model
+    topo.info().nccl_version = a.nccl_version;
+  } else if (!log_version.empty()) {
+    try {
+      parse_nccl_version(log_version, "");
+      topo.info().nccl_version = log_version;
+    } catch (const InputError&) {
+      // Older than the model covers: the topology's (or the newest) rules, as without a version.
+    }
+  }
+  return topo;
+}
+
 std::string describe(const CollectiveSimulator& sim, const std::string& model) {
   const Communicator& c = sim.communicator();
   const NcclTuningInputs& in = sim.tuning().inputs();
@@ -112,7 +131,8 @@ std::string describe(const CollectiveSimulator& sim, const std::string& model) {
                                      ? model + " with the topology's calibrated parameters"
                                      : model + " with the topology's calibrated parameters (alone on idle links: the fitted time)";
   return sim.topology().info().name + ": " + std::to_string(c.size()) + " ranks on " + std::to_string(c.node_count()) +
-         " node(s), " + std::to_string(c.ranks_per_node()) + " per node; model " + model_note + "; NCCL view: " +
+         " node(s), " + std::to_string(c.ranks_per_node()) + " per node; model " + model_note + "; NCCL " +
+         strprintf("2.%d", in.nccl_version % 100) + " view: " +
          std::to_string(in.channels) + " channels x " + strprintf("%.1f", in.bw_intra_gbs) + " GB/s intra, " +
          strprintf("%.1f", in.bw_inter_gbs) + " GB/s inter" + (in.nvls_supported ? ", NVLS" : "") +
          (in.collnet_supported ? ", SHARP" : "");
@@ -162,7 +182,7 @@ void write_trace(const CollectiveArgs& a, const CollectiveSimulator& sim, Collec
 void run_sweep(const CollectiveArgs& a) {
   CollectiveOp op = parse_op_arg(a.op);
   CollectiveOptions options = simulation_options(a);
-  Topology topo = load_topology(a.topology, TopologyLoadOptions{a.nodes});
+  Topology topo = load_question_topology(a, a.nodes);
   int gpus = a.gpus.value_or(static_cast<int>(topo.gpu_count()));
   CollectiveSimulator sim(topo, gpus, a.gpus_per_node);
   int64_t lo = parse_size(a.min_bytes, "-b"), hi = parse_size(a.max_bytes, "-e");
@@ -231,8 +251,8 @@ void run_compare(const CollectiveArgs& a) {
   std::optional<int> nodes = a.nodes ? a.nodes : log.nodes;
   // The log's node count resizes a compact preset; an explicit topology that already has that
   // many nodes is taken as it is.
-  Topology topo = load_topology(a.topology, TopologyLoadOptions{a.nodes});
-  if (!a.nodes && nodes && topo.node_count() != *nodes) topo = load_topology(a.topology, TopologyLoadOptions{nodes});
+  Topology topo = load_question_topology(a, a.nodes, log.nccl_version);
+  if (!a.nodes && nodes && topo.node_count() != *nodes) topo = load_question_topology(a, nodes, log.nccl_version);
   std::optional<int> per_node = a.gpus_per_node;
   if (!per_node && nodes && *ranks % *nodes == 0) per_node = *ranks / *nodes;
   CollectiveSimulator sim(topo, *ranks, per_node);
@@ -352,7 +372,7 @@ void plot_scaling(const std::string& dir, const std::vector<ScalingPoint>& point
 void run_scale(const CollectiveArgs& a) {
   const std::optional<CollectiveOp> op = parse_op_arg(a.op);  // InputError on a bad name
   const Bytes size(static_cast<double>(parse_size(a.min_bytes, "-b")));
-  auto topology_for = [&](int nodes) { return load_topology(a.topology, TopologyLoadOptions{nodes}); };
+  auto topology_for = [&](int nodes) { return load_question_topology(a, nodes); };
   const std::vector<ScalingPoint> points =
       scaling_curve(topology_for, parse_counts(a.scale), a.gpus_per_node, *op, size, simulation_options(a));
   using A = TextTable::Align;
@@ -408,6 +428,9 @@ void add_collective_command(CLI::App& app) {
   cmd->add_option("-d,--dtype", args->dtype, "nccl-tests data type (float, half, bfloat16, int8, ...)");
   cmd->add_option("--algo", args->algo, "auto (NCCL's cost model), ring, tree, nvls, nvls_tree, pat, collnet_direct, rhd, recursive_doubling, pairwise, direct, hierarchical");
   cmd->add_option("--proto", args->proto, "auto, LL, LL128, Simple");
+  cmd->add_option("--nccl-version", args->nccl_version,
+                  "the NCCL release whose algorithms and cost model apply (2.18 or later; default: with --compare the "
+                  "log's, else the topology's \"nccl_version\", else the newest modelled, 2.30)");
   cmd->add_option("--channels", args->channels, "channels (default: what NCCL's search would give)");
   cmd->add_option("--root", args->root, "root rank of broadcast and reduce");
   cmd->add_option("--model", args->model, "flow (max-min fair network simulation) or analytical (closed forms)");
