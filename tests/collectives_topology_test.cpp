@@ -343,6 +343,24 @@ TEST(CalibratedFlow, AloneItTakesTheFittedTimeAndBesideAnotherItSharesTheNic) {
   EXPECT_NEAR(beside(2), latency + bandwidth, 1e-6 * bandwidth);      // GPU 2 has its own
 }
 
+TEST(Broadcast, AChainPaysOneNcclChunkPerHopToFillNotASixteenthOfTheData) {
+  // Ring broadcast, one channel, 8 nodes of one GPU each (7 hops through 50 GB/s NICs), 1 GiB,
+  // line rates: NCCL pipelines it in 512 KiB chunks, so the last GPU has it all at
+  // S/B + 7 · (512 KiB/B + a hop's latency). With at most 16 chunks in the graph the fill was
+  // 7/16 of the whole transfer (a 64-GPU broadcast fell from 248 to 137 GB/s).
+  Topology topo = test::load_preset("dgx-h100", 8);
+  CollectiveSimulator sim(topo, 8, 1, LinkEfficiency::none());
+  CollectiveOptions o;
+  o.algorithm = Algorithm::kRing;
+  o.protocol = Protocol::kSimple;
+  o.channels = 1;
+  const double s = 1 << 30, b = 50e9, chunk = 512 * 1024;
+  const double hop_latency = 14e-6;  // NCCL's NET Simple step; the wire's share is inside it
+  const double expected = s / b + 7 * (chunk / b + hop_latency);
+  const double t = sim.run(CollectiveOp::kBroadcast, Bytes(s), o).time.seconds();
+  EXPECT_NEAR(t, expected, 0.02 * expected);
+}
+
 TEST(ConcurrentCollectives, SharingANicSlowsBothOnDisjointLinksNeither) {
   TwoAllReduces t;
   Time alone = t.alone(0);

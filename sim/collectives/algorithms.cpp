@@ -5,6 +5,7 @@
 #include <array>
 #include <bit>
 #include <cmath>
+#include <map>
 #include <set>
 #include <stdexcept>
 #include <unordered_map>
@@ -238,11 +239,45 @@ class Lowering {
   }
 
   // A pipelined chain from order[0] to order.back() in k chunks (broadcast; reversed: reduce).
-  void chain(const std::vector<int>& order, double bytes, int channel) {
+  // NCCL moves a chain in chunks of its step size (`pipeline_chunk`); when that needs more
+  // chunks than the graph may hold, the chain is played in its steady state instead, as
+  // pipelined rings are: one transfer per hop with all the bytes, hop h waiting for the first
+  // chunk's journey down the hops before it (each its chunk time at the hop's idle rate plus
+  // its latency). Exact on an idle chain; a 64-GPU broadcast no longer pays a 16-chunk fill.
+  using HopRates = std::map<std::pair<int, int>, double>;  // (from rank, to rank) → B/s
+
+  // Every hop's rate when all the chains run alone at once: each link's bandwidth shared
+  // evenly by the hops that cross it, the slowest link of the hop's path.
+  HopRates idle_hop_rates(const std::vector<std::vector<int>>& orders) const {
+    std::map<uint32_t, int> crossing;  // by link
+    for (const auto& order : orders) {
+      for (size_t h = 0; h + 1 < order.size(); ++h) {
+        for (LinkId l : router_.route(dev(order[h]), dev(order[h + 1]))) ++crossing[l.value];
+      }
+    }
+    HopRates rates;
+    for (const auto& order : orders) {
+      for (size_t h = 0; h + 1 < order.size(); ++h) {
+        double rate = INFINITY;
+        for (LinkId l : router_.route(dev(order[h]), dev(order[h + 1]))) {
+          rate = std::min(rate, comm_.topology().link(l).bandwidth.value() / crossing[l.value]);
+        }
+        rates[{order[h], order[h + 1]}] = rate;
+      }
+    }
+    return rates;
+  }
+
+  void chain(const std::vector<int>& order, double bytes, int channel, const HopRates& rates) {
     const size_t m = order.size();
     if (m < 2) return;
     int k = chunks_for(bytes, (m - 1) * static_cast<size_t>(channels_));
     if (pipelined((m - 1) * static_cast<size_t>(k) * static_cast<size_t>(channels_))) k = 1;
+    const double nccl_chunks = std::ceil(bytes / std::max(1.0, opt_.pipeline_chunk.value()));
+    if (nccl_chunks > k && opt_.granularity != LoweringOptions::Granularity::kSteps) {
+      chain_steady_state(order, bytes, channel, nccl_chunks, rates);
+      return;
+    }
     double chunk = bytes / k;
     std::vector<TaskId> prev_hop(static_cast<size_t>(k));
     for (size_t h = 0; h + 1 < m; ++h) {
@@ -259,6 +294,19 @@ class Lowering {
     }
   }
 
+  void chain_steady_state(const std::vector<int>& order, double bytes, int channel, double chunks,
+                          const HopRates& rates) {
+    const double chunk_wire = wire(bytes / chunks).value();
+    Time journey = Time::zero();  // when the first chunk reaches order[h]
+    for (size_t h = 0; h + 1 < order.size(); ++h) {
+      const int a = order[h], b = order[h + 1];
+      const Time alpha = wire_latency(a, b);
+      send(a, b, bytes, journey + step_latency(a, b), {}, channel, 0);
+      const double rate = rates.at({a, b});
+      journey = journey + step_latency(a, b) + alpha + Time::from_seconds(rate > 0 ? chunk_wire / rate : 0.0);
+    }
+  }
+
   void ring(const RankTasks& entry, double s) {
     const double n = n_;
     switch (spec_.op) {
@@ -271,14 +319,19 @@ class Lowering {
         break;
       case CollectiveOp::kBroadcast:
       case CollectiveOp::kReduce:
+      {
+        std::vector<std::vector<int>> orders;
         for (int c = 0; c < channels_; ++c) {
           std::vector<int> order = ring_order(comm_, c);
           auto at = std::find(order.begin(), order.end(), spec_.root);
           std::rotate(order.begin(), at, order.end());  // the root first
           if (spec_.op == CollectiveOp::kReduce) std::rotate(order.begin(), order.begin() + 1, order.end());  // root last
-          chain(order, s / channels_, c);
+          orders.push_back(std::move(order));
         }
+        const HopRates rates = idle_hop_rates(orders);
+        for (int c = 0; c < channels_; ++c) chain(orders[static_cast<size_t>(c)], s / channels_, c, rates);
         break;
+      }
       case CollectiveOp::kSendRecv:
         for (int c = 0; c < channels_; ++c) {
           for (int r = 0; r < n_; ++r) {
