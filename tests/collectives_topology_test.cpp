@@ -371,6 +371,15 @@ TEST(ConcurrentCollectives, SharingANicSlowsBothOnDisjointLinksNeither) {
   EXPECT_NEAR(t.beside(0, 1).seconds(), 2 * alone.seconds(), 0.01 * alone.seconds());
 }
 
+TEST(Selection, OneNodeNvlsTakesTheBwInterNcclsSearchRaisesItTo) {
+  // NCCL's search raises a one-node NVLS graph's bwInter one speed at a time while it is below
+  // twice bwIntra, up to the top of the SM90 intra array: 40 → 50 → 60 on H100.
+  Topology topo = test::load_preset("dgx-h100", 1);
+  CollectiveSimulator sim(topo, 8);
+  EXPECT_EQ(sim.tuning().inputs().nvls_bw_intra_gbs, 40.0);
+  EXPECT_EQ(sim.tuning().inputs().nvls_bw_inter_gbs, 60.0);
+}
+
 TEST(Selection, AutoFollowsNcclsCostModelAndForcingWorks) {
   Topology topo = test::load_preset("dgx-h100", 1);
   CollectiveSimulator sim(topo, 8);

@@ -176,10 +176,18 @@ CollectiveSimulator::CollectiveSimulator(const Topology& topo, int gpus, std::op
   // NVLink bandwidth.
   in.nvls_channels = c.ranks_per_node();
   in.nvls_bw_intra_gbs = nccl_search_speed(arch_, false, intra_gbs_ / std::max(1, in.nvls_channels));
-  // On one node NVLS has no network leg, so nothing should cap it at bwInter: with the cap,
-  // NCCL's formula would give 8×H100 NVLS 320 GB/s busbw and never prefer it to Ring, while
-  // NVIDIA measures ~480 (nccl-tests issue 212) — what the uncapped intra formula gives (476).
-  if (in.nodes == 1) in.nvls_bw_inter_gbs = 2 * in.nvls_bw_intra_gbs;
+  // On one node NCCL's search (search.cc, pass 2) raises the NVLS graph's bwInter one speed at
+  // a time while it is below twice bwIntra, up to the top of the intra speed array: 40 → 60 on
+  // H100, so 8×H100 NVLS reaches min(2·40·0.85·7/8, 60)·8 = 476 GB/s busbw (NVIDIA measures
+  // ~480, nccl-tests issue 212), where bwInter = bwIntra would cap it at 320 and never beat Ring.
+  if (in.nodes == 1) {
+    const std::span<const double> speeds = nccl_search_speeds(arch_, false);  // high to low
+    double raised = in.nvls_bw_intra_gbs;
+    for (auto it = speeds.rbegin(); it != speeds.rend() && raised < 2 * in.nvls_bw_intra_gbs; ++it) {
+      if (*it > raised) raised = *it;
+    }
+    in.nvls_bw_inter_gbs = raised;
+  }
   in.collnet_supported = !unsupported_reason(CollectiveOp::kAllReduce, Algorithm::kCollNetDirect, c, *router_);
   in.pat_enabled = true;  // NCCL's auto rule (1 GPU per node) is the model's own check
   // NCCL's auto-LL128 needs NVLink inside the node (typeIntra ≤ NVB) and Volta or newer.
