@@ -99,6 +99,36 @@ TEST(NvlsTree, EachLinkCarriesTheHandCount) {
   }
 }
 
+TEST(Nvls, AllGatherAndReduceScatterMoveTheHandCountThroughTheSwitch) {
+  // One DGX H100, 1 GiB in all: the all-gather multicasts each GPU's S/8 through the switch and
+  // every GPU gets all of S back; the reduce-scatter sends all of S up from each GPU and its
+  // S/8 share comes down reduced. Each byte over NVLS's 0.85.
+  Topology topo = test::load_preset("dgx-h100", 1);
+  CollectiveSimulator sim(topo, 8, std::nullopt, LinkEfficiency::none());
+  const double s = 1 << 30;
+  for (CollectiveOp op : {CollectiveOp::kAllGather, CollectiveOp::kReduceScatter}) {
+    CollectiveOptions o;
+    o.algorithm = Algorithm::kNvls;
+    o.keep_graph = true;
+    const CollectiveResult r = sim.run(op, Bytes(s), o);
+    std::map<uint32_t, double> up, down;
+    for (size_t i = 0; i < r.graph.size(); ++i) {
+      const Task& t = r.graph.task(static_cast<TaskId>(i));
+      if (topo.device(t.src).kind == DeviceKind::kGpu) up[t.src.value] += t.bytes.value();
+      if (topo.device(t.dst).kind == DeviceKind::kGpu) down[t.dst.value] += t.bytes.value();
+    }
+    const bool gather = op == CollectiveOp::kAllGather;
+    ASSERT_EQ(up.size(), 8u);
+    for (const auto& [gpu, bytes] : up) {
+      EXPECT_NEAR(bytes, (gather ? s / 8 : s) / 0.85, 1.0);
+      EXPECT_NEAR(down[gpu], (gather ? s : s / 8) / 0.85, 1.0);
+    }
+  }
+  Topology two = test::load_preset("dgx-h100", 2);
+  const Router two_router(two);
+  EXPECT_TRUE(unsupported_reason(CollectiveOp::kAllGather, Algorithm::kNvls, place_ranks(two, 16), two_router));
+}
+
 TEST(NvlsTree, AcrossSlowNicsItIsATreeOnOneEighthOfTheData) {
   // With the NICs 20x slower than their line rate the NVLink stages hide behind the tree
   // across nodes, which all-reduces S/8 among the 8 GPUs of each local index: the same time

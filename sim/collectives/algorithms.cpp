@@ -612,9 +612,39 @@ class Lowering {
 
   void nvls(double s) {
     auto sw = reducing_switch(dev(0), dev(1), true);
+    if (spec_.op != CollectiveOp::kAllReduce) {
+      nvls_gather_scatter(*sw, s);
+      return;
+    }
     std::vector<int> members(static_cast<size_t>(n_));
     for (int r = 0; r < n_; ++r) members[static_cast<size_t>(r)] = r;
     switch_all_reduce(members, *sw, s, 0, RankTasks(static_cast<size_t>(n_)));
+  }
+
+  // NVLS all-gather and reduce-scatter inside a node (NCCL 2.23+): the all-gather multicasts
+  // each GPU's share through the switch (S/n up, the whole S down to every GPU, multimem.st);
+  // the reduce-scatter has the switch reduce each GPU's share from every GPU's buffer (the whole
+  // S up from each, its S/n down, multimem.ld_reduce). Pipelined in chunks.
+  void nvls_gather_scatter(DeviceId sw, double s) {
+    const bool gather = spec_.op == CollectiveOp::kAllGather;
+    const double in_switch = opt_.switch_reduction_efficiency * opt_.wire_efficiency;
+    const double up = (gather ? s / n_ : s) / in_switch, down = (gather ? s : s / n_) / in_switch;
+    const int k = chunks_for(s / n_, 2 * static_cast<size_t>(n_));
+    std::vector<TaskId> up_prev(static_cast<size_t>(n_)), down_prev(static_cast<size_t>(n_));
+    for (int j = 0; j < k; ++j) {
+      std::vector<TaskId> ups;
+      for (int r = 0; r < n_; ++r) {
+        std::vector<TaskId> deps;
+        if (j > 0) deps.push_back(up_prev[static_cast<size_t>(r)]);
+        ups.push_back(up_prev[static_cast<size_t>(r)] = send_device(dev(r), sw, up / k,
+                                                                     j == 0 ? opt_.step_latency_intra : Time::zero(), deps, 0, 0));
+      }
+      for (int r = 0; r < n_; ++r) {
+        std::vector<TaskId> deps = ups;
+        if (j > 0) deps.push_back(down_prev[static_cast<size_t>(r)]);
+        down_prev[static_cast<size_t>(r)] = send_device(sw, dev(r), down / k, Time::zero(), deps, 0, 1);
+      }
+    }
   }
 
   // NVLS-Tree (NCCL's multi-node NVLS): inside each node the NVSwitch reduces each local
@@ -848,7 +878,7 @@ std::optional<std::string> unsupported_reason(CollectiveOp op, Algorithm algo, c
       if (!comm.uniform()) return std::string("hierarchical needs the same number of ranks on every node");
       return std::nullopt;
     case Algorithm::kNvls: {
-      if (auto r = only({CollectiveOp::kAllReduce})) return r;
+      if (auto r = only({CollectiveOp::kAllReduce, CollectiveOp::kAllGather, CollectiveOp::kReduceScatter})) return r;
       if (comm.node_count() != 1) return std::string("nvls runs inside one node (across nodes: nvls_tree)");
       if (n < 2) return std::string("nvls needs at least 2 ranks");
       if (!nvls_switch_joins(comm, router)) return std::string(kNoNvlsSwitch);
