@@ -129,6 +129,35 @@ TEST(Nvls, AllGatherAndReduceScatterMoveTheHandCountThroughTheSwitch) {
   EXPECT_TRUE(unsupported_reason(CollectiveOp::kAllGather, Algorithm::kNvls, place_ranks(two, 16), two_router));
 }
 
+TEST(CollNetChain, EachGpuChainsTwiceSevenEighthsAndItsShareThroughSharp) {
+  // 2 DGX H100 nodes (SHARP fabric), 1 GiB, line rates. Each local index g heads one chain per
+  // node carrying S/8: reduced up the other 7 GPUs into g, sent through the SHARP switch and
+  // back, broadcast down again. A GPU is head of one chain (one hop down), first of one (one hop
+  // up) and in the middle of six (one up, one down): 2·7 hops of S/8 over NVLink; and as head it
+  // sends and gets its S/8 through the switch.
+  Topology topo = test::load_preset("dgx-h100", 2);
+  CollectiveSimulator sim(topo, 16, std::nullopt, LinkEfficiency::none());
+  CollectiveOptions o;
+  o.algorithm = Algorithm::kCollNetChain;
+  o.keep_graph = true;
+  const double s = 1 << 30;
+  const CollectiveResult r = sim.run(CollectiveOp::kAllReduce, Bytes(s), o);
+  std::map<uint32_t, double> over_nvlink, to_switch, from_switch;
+  for (size_t i = 0; i < r.graph.size(); ++i) {
+    const Task& t = r.graph.task(static_cast<TaskId>(i));
+    const bool src_gpu = topo.device(t.src).kind == DeviceKind::kGpu, dst_gpu = topo.device(t.dst).kind == DeviceKind::kGpu;
+    if (src_gpu && dst_gpu) over_nvlink[t.src.value] += t.bytes.value();
+    if (src_gpu && !dst_gpu) to_switch[t.src.value] += t.bytes.value();
+    if (!src_gpu && dst_gpu) from_switch[t.dst.value] += t.bytes.value();
+  }
+  ASSERT_EQ(over_nvlink.size(), 16u);
+  for (const auto& [gpu, bytes] : over_nvlink) {
+    EXPECT_NEAR(bytes, 2 * 7 * s / 8, 1.0);
+    EXPECT_NEAR(to_switch[gpu], s / 8, 1.0);
+    EXPECT_NEAR(from_switch[gpu], s / 8, 1.0);
+  }
+}
+
 TEST(NvlsTree, AcrossSlowNicsItIsATreeOnOneEighthOfTheData) {
   // With the NICs 20x slower than their line rate the NVLink stages hide behind the tree
   // across nodes, which all-reduces S/8 among the 8 GPUs of each local index: the same time

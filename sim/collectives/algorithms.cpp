@@ -133,6 +133,7 @@ class Lowering {
       case Algorithm::kNvls: nvls(s); break;
       case Algorithm::kNvlsTree: nvls_tree(s); break;
       case Algorithm::kPat: pat(s); break;
+      case Algorithm::kCollNetChain: collnet_chain(s); break;
       case Algorithm::kCollNetDirect: collnet(s); break;
       default: throw std::logic_error("unsupported algorithm reached lowering");
     }
@@ -814,6 +815,59 @@ class Lowering {
     for (const auto& local : comm_.nodes()) ring_steps(local, ppn - 1, s / ppn, 0, 3, after_ar);
   }
 
+  // CollNet Chain (SHARP): for each local index g, a chain through the node's GPUs ending at g
+  // reduces 1/ppn of the data into g, g all-reduces it through the SHARP switch with the GPUs
+  // g of the other nodes (its share up once, the sum down once), and the chain broadcasts it
+  // back; chunk by chunk, every stage pipelined.
+  void collnet_chain(double s) {
+    const int ppn = comm_.ranks_per_node();
+    const auto& local = comm_.nodes();
+    const int k = chunks_for(s / ppn, static_cast<size_t>(n_) * (2 * static_cast<size_t>(ppn) + 2));
+    const double chunk = s / ppn / k;
+    const double in_switch = opt_.switch_reduction_efficiency * opt_.wire_efficiency;
+    // Per (local index g, node, hop) the previous chunk's task, to keep each connection in order.
+    std::map<std::tuple<int, size_t, int>, TaskId> prev;
+    auto ordered = [&](std::tuple<int, size_t, int> key, std::vector<TaskId> deps) {
+      if (auto it = prev.find(key); it != prev.end()) deps.push_back(it->second);
+      return deps;
+    };
+    for (int j = 0; j < k; ++j) {
+      for (int g = 0; g < ppn; ++g) {
+        const auto sw = reducing_switch(dev(local.front()[static_cast<size_t>(g)]), dev(local.back()[static_cast<size_t>(g)]), false);
+        std::vector<TaskId> ups;
+        std::vector<std::vector<int>> chains;
+        for (size_t x = 0; x < local.size(); ++x) {
+          std::vector<int> order;  // ends at g
+          for (int h = 1; h <= ppn; ++h) order.push_back(local[x][static_cast<size_t>((g + h) % ppn)]);
+          std::vector<TaskId> last;
+          for (int h = 0; h + 1 < ppn; ++h) {
+            const int a = order[static_cast<size_t>(h)], b = order[static_cast<size_t>(h) + 1];
+            const TaskId t = send(a, b, chunk, j == 0 ? step_latency(a, b) : Time::zero(), ordered({g, x, h}, last), 0, 0);
+            prev[{g, x, h}] = t;
+            last = {t};
+          }
+          const int head = order.back();
+          const TaskId up = send_device(dev(head), *sw, chunk / in_switch, j == 0 ? opt_.step_latency_inter : Time::zero(),
+                                        ordered({g, x, ppn}, last), 0, 1);
+          prev[{g, x, ppn}] = up;
+          ups.push_back(up);
+          chains.push_back(std::move(order));
+        }
+        for (size_t x = 0; x < local.size(); ++x) {
+          const std::vector<int>& order = chains[x];
+          const int head = order.back();
+          TaskId down = send_device(*sw, dev(head), chunk / in_switch, Time::zero(), ordered({g, x, ppn + 1}, ups), 0, 2);
+          prev[{g, x, ppn + 1}] = down;
+          for (int h = ppn - 1; h > 0; --h) {  // back down the chain
+            const int a = order[static_cast<size_t>(h)], b = order[static_cast<size_t>(h) - 1];
+            down = prev[{g, x, ppn + 1 + h}] =
+                send(a, b, chunk, j == 0 ? step_latency(a, b) : Time::zero(), ordered({g, x, ppn + 1 + h}, {down}), 0, 3);
+          }
+        }
+      }
+    }
+  }
+
   const CollectiveSpec& spec_;
   const Communicator& comm_;
   const Router& router_;
@@ -892,10 +946,11 @@ std::optional<std::string> unsupported_reason(CollectiveOp op, Algorithm algo, c
       if (!nvls_switch_joins(comm, router)) return std::string(kNoNvlsSwitch);
       return std::nullopt;
     }
+    case Algorithm::kCollNetChain:
     case Algorithm::kCollNetDirect: {
       if (auto r = only({CollectiveOp::kAllReduce})) return r;
-      if (comm.node_count() < 2) return std::string("collnet_direct needs ranks on at least 2 nodes");
-      if (!comm.uniform()) return std::string("collnet_direct needs the same number of ranks on every node");
+      if (comm.node_count() < 2) return name + " needs ranks on at least 2 nodes";
+      if (!comm.uniform()) return name + " needs the same number of ranks on every node";
       const auto& nodes = comm.nodes();
       for (size_t g = 0; g < nodes.front().size(); ++g) {
         bool found = false;
@@ -910,7 +965,6 @@ std::optional<std::string> unsupported_reason(CollectiveOp op, Algorithm algo, c
       if (auto r = only({CollectiveOp::kAllGather, CollectiveOp::kReduceScatter})) return r;
       if (comm.node_count() != n) return std::string("pat runs with one GPU per node (NCCL's rule)");
       return std::nullopt;
-    case Algorithm::kCollNetChain: return name + " is in NCCL's cost model but not simulated yet";
   }
   return name + " is unknown";
 }

@@ -215,7 +215,7 @@ CollectiveSimulator::Choice CollectiveSimulator::choose(CollectiveOp op, Bytes s
     algos.push_back(*options.algorithm);
   } else {
     for (Algorithm a : {Algorithm::kRing, Algorithm::kTree, Algorithm::kNvls, Algorithm::kNvlsTree, Algorithm::kCollNetDirect,
-                        Algorithm::kPat}) {
+                        Algorithm::kCollNetChain, Algorithm::kPat}) {
       if (!unsupported_reason(op, a, *comm_, *router_)) algos.push_back(a);
     }
   }

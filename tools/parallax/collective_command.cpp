@@ -75,7 +75,7 @@ CollectiveOptions simulation_options(const CollectiveArgs& a) {
   o.model = a.model;
   if (a.algo != "auto") {
     auto algo = parse_algorithm(a.algo);
-    if (!algo) throw InputError("", "--algo", "unknown algorithm \"" + a.algo + "\" (expected auto, ring, tree, nvls, nvls_tree, pat, collnet_direct, rhd, recursive_doubling, pairwise, direct or hierarchical)");
+    if (!algo) throw InputError("", "--algo", "unknown algorithm \"" + a.algo + "\" (expected auto, ring, tree, nvls, nvls_tree, pat, collnet_direct, collnet_chain, rhd, recursive_doubling, pairwise, direct or hierarchical)");
     o.algorithm = algo;
   }
   if (a.proto != "auto") {
@@ -426,7 +426,7 @@ void add_collective_command(CLI::App& app) {
   cmd->add_option("-e,--maxbytes", args->max_bytes, "largest size");
   cmd->add_option("-f,--stepfactor", args->step_factor, "size multiplier between rows");
   cmd->add_option("-d,--dtype", args->dtype, "nccl-tests data type (float, half, bfloat16, int8, ...)");
-  cmd->add_option("--algo", args->algo, "auto (NCCL's cost model), ring, tree, nvls, nvls_tree, pat, collnet_direct, rhd, recursive_doubling, pairwise, direct, hierarchical");
+  cmd->add_option("--algo", args->algo, "auto (NCCL's cost model), ring, tree, nvls, nvls_tree, pat, collnet_direct, collnet_chain, rhd, recursive_doubling, pairwise, direct, hierarchical");
   cmd->add_option("--proto", args->proto, "auto, LL, LL128, Simple");
   cmd->add_option("--nccl-version", args->nccl_version,
                   "the NCCL release whose algorithms and cost model apply (2.18 or later; default: with --compare the "
