@@ -167,8 +167,8 @@ TEST_P(HeldOutAccuracy, EveryBundledLog) {
   // consistent with any fixed bandwidth per regime — 128 → 256 MiB takes 1.54× longer,
   // 256 → 512 MiB 1.20×, 512 MiB → 1 GiB 1.78× (busbw 167, 279, 313 GB/s) — so a held-out size
   // sits between two neighbours that disagree, and the fit, which must not chase noise, misses
-  // it: by 15.4% on busbw and 9.9% on time with the preset's multi-rail EFA devices (where NCCL's
-  // tuner picks tree at 8–16 MiB and NVLS-Tree from 128 MiB), by 15.6% and 6.2% with the 32
+  // it: by 21.5% on busbw and 10.8% on time with the preset's multi-rail EFA devices (where NCCL's
+  // tuner picks tree up to 32 MiB and NVLS-Tree above), by 15.6% and 6.2% with the 32
   // single-rail EFAs the preset had before, whose network term could only fit by absorbing 4×
   // the rails' bandwidth.
   const LogCase c = GetParam();

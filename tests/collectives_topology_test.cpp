@@ -430,6 +430,21 @@ TEST(ConcurrentCollectives, SharingANicSlowsBothOnDisjointLinksNeither) {
   EXPECT_NEAR(t.beside(0, 1).seconds(), 2 * alone.seconds(), 0.01 * alone.seconds());
 }
 
+TEST(Selection, TheNicsReportedLatencyIsNcclsLatencyInter) {
+  // aws-ofi-nccl reports 75 µs for p5's EFA devices; NCCL adds it to every network step. An 8 B
+  // all-reduce on 2 × 8 GPUs is then Tree LL's 6.8 + 2 (7 · 0.6 + 1 · (5.0 + 75)) = 175.2 µs
+  // (measured on p5 with NCCL 2.18.5: 175.5). InfiniBand's built-in transport reports 0.
+  Topology p5 = test::load_preset("aws-p5", 2);
+  CollectiveSimulator sim(p5, 16);
+  EXPECT_EQ(sim.tuning().inputs().latency_inter_us, 75.0);
+  CollectiveOptions o;
+  o.model = "analytical";
+  const CollectiveResult r = sim.run(CollectiveOp::kAllReduce, Bytes(8), o);
+  EXPECT_EQ(r.algorithm, Algorithm::kTree);
+  EXPECT_NEAR(r.time.seconds() * 1e6, 6.8 + 2 * (7 * 0.6 + 5.0 + 75), 0.01);
+  EXPECT_EQ(CollectiveSimulator(test::load_preset("dgx-h100", 2), 16).tuning().inputs().latency_inter_us, 0.0);
+}
+
 TEST(Selection, OneNodeNvlsTakesTheBwInterNcclsSearchRaisesItTo) {
   // NCCL's search raises a one-node NVLS graph's bwInter one speed at a time while it is below
   // twice bwIntra, up to the top of the SM90 intra array: 40 → 50 → 60 on H100.

@@ -86,13 +86,13 @@ TEST(Network, LongPathsShareTheirLinksToo) {
     const int spec = t.add_gpu_spec(test::toy_gpu());
     std::vector<DeviceId> sw;
     for (int i = 0; i < 8; ++i) {
-      sw.push_back(t.add_device(Device{"sw" + std::to_string(i), DeviceKind::kSwitch, SwitchKind::kLeaf, 0, -1, -1, false, false}));
+      sw.push_back(t.add_device(Device{"sw" + std::to_string(i), DeviceKind::kSwitch, SwitchKind::kLeaf, 0, -1, -1, false, false, {}}));
       if (i == 0) continue;
       t.add_link(sw[static_cast<size_t>(i - 1)], sw.back(), LinkClass::kNetwork,
                  gigabytes_per_second(i == 7 ? last_gbps : 200.0), Time::us(1));
     }
     for (int g = 0; g < 4; ++g) {
-      DeviceId d = t.add_device(Device{"g" + std::to_string(g), DeviceKind::kGpu, SwitchKind::kNone, 0, g, spec, false, false});
+      DeviceId d = t.add_device(Device{"g" + std::to_string(g), DeviceKind::kGpu, SwitchKind::kNone, 0, g, spec, false, false, {}});
       t.add_link(d, g < 2 ? sw.front() : sw.back(), LinkClass::kNVLink, gigabytes_per_second(100), Time::us(1));
     }
     t.finalize();

@@ -18,11 +18,14 @@ inline Topology load_preset(const std::string& name, std::optional<int> nodes = 
   return load_topology(source_path("topologies/" + name + ".json"), TopologyLoadOptions{nodes});
 }
 
-/// A bundled preset with its fabric's `oversubscription` replaced ("4:1").
-inline Topology load_preset_oversubscribed(const std::string& name, int nodes, const std::string& oversubscription) {
+/// A bundled preset with its fabric's `oversubscription` replaced ("4:1"); with
+/// `without_stack_latency`, its NICs report no latency of their own (only the links').
+inline Topology load_preset_oversubscribed(const std::string& name, int nodes, const std::string& oversubscription,
+                                           bool without_stack_latency = false) {
   std::ifstream in(source_path("topologies/" + name + ".json"));
   nlohmann::json doc = nlohmann::json::parse(in);
   doc["network"]["oversubscription"] = oversubscription;
+  if (without_stack_latency) doc["node"]["nics"].erase("reported_latency");
   return topology_from_json(doc, name + ".json", TopologyLoadOptions{nodes});
 }
 
@@ -35,10 +38,10 @@ inline GpuSpec toy_gpu() {
 inline Topology star(int n, Bandwidth bw, Time lat) {
   Topology t;
   int spec = t.add_gpu_spec(toy_gpu());
-  DeviceId sw = t.add_device(Device{"sw", DeviceKind::kSwitch, SwitchKind::kNVSwitch, 0, -1, -1, false, false});
+  DeviceId sw = t.add_device(Device{"sw", DeviceKind::kSwitch, SwitchKind::kNVSwitch, 0, -1, -1, false, false, {}});
   for (int i = 0; i < n; ++i) {
     DeviceId g = t.add_device(Device{"g" + std::to_string(i), DeviceKind::kGpu, SwitchKind::kNone, 0, i, spec,
-                                     false, false});
+                                     false, false, {}});
     t.add_link(g, sw, LinkClass::kNVLink, bw, lat);
   }
   t.finalize();

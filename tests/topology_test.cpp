@@ -195,6 +195,28 @@ TEST(Topology, ExplicitFormWithHalfDuplexLink) {
   EXPECT_DOUBLE_EQ(bisection_bandwidth(t).value(), 10e9);
 }
 
+TEST(Topology, NicsCarryTheLatencyTheirStackReports) {
+  // The compact form's nics.reported_latency lands on every NIC (AWS p5: 75 µs); a negative
+  // one is refused with its JSON pointer.
+  Topology p5 = test::load_preset("aws-p5");
+  size_t nics = 0;
+  for (uint32_t d = 0; d < p5.device_count(); ++d) {
+    const Device& dev = p5.device(DeviceId{d});
+    if (dev.kind != DeviceKind::kNic) continue;
+    ++nics;
+    EXPECT_EQ(dev.reported_latency, Time::us(75)) << dev.name;
+  }
+  EXPECT_EQ(nics, 16u);
+  nlohmann::json doc = nlohmann::json::parse(R"({
+    "name": "nic", "devices": [ { "name": "n", "kind": "nic", "reported_latency": "-1 us" } ], "links": [] })");
+  try {
+    topology_from_json(doc, "inline");
+    ADD_FAILURE() << "a negative reported latency was accepted";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("/devices/0/reported_latency"), std::string::npos) << e.what();
+  }
+}
+
 TEST(Topology, GpusThatOnlyMeetThroughAnotherGpuAreRejected) {
   // a - sw1 - b - sw2 - c: a reaches c only through GPU b.
   nlohmann::json doc = nlohmann::json::parse(R"({

@@ -159,6 +159,10 @@ CollectiveSimulator::CollectiveSimulator(const Topology& topo, int gpus, std::op
       if (f.first_network_link) nics.insert(f.first_network_link->value);
     }
     const int nic_count = std::max<int>(1, static_cast<int>(nics.size()));
+    // The NIC's network stack reports its latency to NCCL (latencyInter, ×2 for Simple).
+    for (uint32_t l : nics) {
+      in.latency_inter_us = std::max(in.latency_inter_us, topo_->device(topo_->link(LinkId{l}).from).reported_latency.seconds() * 1e6);
+    }
     const double speed = nccl_search_speed(arch_, true, std::min(nic_gbs, intra_gbs_));
     graph.bw_intra_gbs = graph.bw_inter_gbs = speed;
     graph.channels = std::clamp(nic_count * std::max(1, static_cast<int>(std::floor(nic_gbs / speed))), 1,

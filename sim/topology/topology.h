@@ -65,6 +65,10 @@ struct Device {
   int gpu_spec = -1;      ///< index into Topology::gpu_specs() for GPUs
   bool nvls = false;      ///< NVSwitch in-network reduction (NVLink SHARP)
   bool sharp = false;     ///< network switch in-network reduction (SHARP / CollNet)
+  /// NIC: the latency its network stack reports to its users per message (NCCL's net plugin
+  /// `latency` property: aws-ofi-nccl gives 75 µs for p4d/p5 EFA, 35 µs for p5en/p6; the
+  /// built-in InfiniBand and socket transports give 0). Not a link latency: the stack's own.
+  Time reported_latency;
 };
 
 struct Link {

@@ -17,6 +17,12 @@ struct LinkSpec {
 };
 
 // A link object: exactly one of bandwidth_per_direction / bandwidth_bidirectional, and latency.
+Time read_non_negative_time(JsonReader& r) {
+  const Time t = r.as_time();
+  if (t < Time::zero()) r.fail("must not be negative");
+  return t;
+}
+
 LinkSpec read_link_spec(JsonReader& r, bool latency_required = true) {
   auto per_dir = r.find("bandwidth_per_direction");
   auto bidir = r.find("bandwidth_bidirectional");
@@ -155,9 +161,11 @@ void generate_compact(JsonReader& root, Topology& topo, const TopologyLoadOption
 
   int nics = 0;
   LinkSpec nic_line, nic_attach;
+  Time nic_reported_latency;
   if (auto n = node.find("nics")) {
     nics = read_positive_int(n->at("count"), 4096);
     nic_line = read_link_spec(*n);
+    if (auto r = n->find("reported_latency")) nic_reported_latency = read_non_negative_time(*r);
     auto attach = n->at("attach");
     nic_attach = read_link_spec(attach);
     attach.finish();
@@ -197,18 +205,18 @@ void generate_compact(JsonReader& root, Topology& topo, const TopologyLoadOption
     std::vector<DeviceId> gpu_ids;
     for (int i = 0; i < gpus; ++i) {
       gpu_ids.push_back(topo.add_device(Device{p + "gpu" + std::to_string(i), DeviceKind::kGpu,
-                                               SwitchKind::kNone, n, i, spec, false, false}));
+                                               SwitchKind::kNone, n, i, spec, false, false, {}}));
     }
     std::vector<DeviceId> pcie_switches;
     if (scale_up == ScaleUp::kNVSwitch) {
       DeviceId sw = topo.add_device(Device{p + "nvswitch", DeviceKind::kSwitch, SwitchKind::kNVSwitch,
-                                           n, -1, -1, nvls, false});
+                                           n, -1, -1, nvls, false, {}});
       for (DeviceId g : gpu_ids) topo.add_link(g, sw, LinkClass::kNVLink, nvlink.bandwidth, nvlink.latency);
     } else if (scale_up == ScaleUp::kPcie) {
       std::vector<DeviceId> cpus;
       for (int s = 0; s < pcie.sockets; ++s) {
         cpus.push_back(topo.add_device(Device{p + "cpu" + std::to_string(s), DeviceKind::kCpu,
-                                              SwitchKind::kNone, n, s, -1, false, false}));
+                                              SwitchKind::kNone, n, s, -1, false, false, {}}));
       }
       for (int a = 0; a < pcie.sockets; ++a) {
         for (int b = a + 1; b < pcie.sockets; ++b) {
@@ -219,7 +227,7 @@ void generate_compact(JsonReader& root, Topology& topo, const TopologyLoadOption
       int total = pcie.sockets * pcie.switches_per_socket;
       for (int j = 0; j < total; ++j) {
         DeviceId sw = topo.add_device(Device{p + "pcie" + std::to_string(j), DeviceKind::kSwitch,
-                                             SwitchKind::kPcie, n, j, -1, false, false});
+                                             SwitchKind::kPcie, n, j, -1, false, false, {}});
         topo.add_link(sw, cpus[static_cast<size_t>(j / pcie.switches_per_socket)], LinkClass::kPcie,
                       pcie.switch_uplink.bandwidth, pcie.switch_uplink.latency);
         pcie_switches.push_back(sw);
@@ -234,7 +242,7 @@ void generate_compact(JsonReader& root, Topology& topo, const TopologyLoadOption
     if (nodes > 1) {
       for (int k = 0; k < nics; ++k) {
         DeviceId nic = topo.add_device(Device{p + "nic" + std::to_string(k), DeviceKind::kNic,
-                                              SwitchKind::kNone, n, k, -1, false, false});
+                                              SwitchKind::kNone, n, k, -1, false, false, nic_reported_latency});
         node_nics[static_cast<size_t>(n)].push_back(nic);
         if (scale_up == ScaleUp::kPcie) {
           topo.add_link(nic, pcie_switches[static_cast<size_t>(k) % pcie_switches.size()], LinkClass::kPcie,
@@ -256,7 +264,7 @@ void generate_compact(JsonReader& root, Topology& topo, const TopologyLoadOption
 
   // The fat tree.
   auto add_switch = [&](const std::string& name, SwitchKind k) {
-    return topo.add_device(Device{name, DeviceKind::kSwitch, k, -1, -1, -1, false, tree.sharp});
+    return topo.add_device(Device{name, DeviceKind::kSwitch, k, -1, -1, -1, false, tree.sharp, {}});
   };
   if (tree.tiers == 1) {
     DeviceId sw = add_switch("leaf.g0", SwitchKind::kLeaf);
@@ -324,6 +332,9 @@ void build_explicit(JsonReader& root, Topology& topo) {
       dev.kind = kind == "nic" ? DeviceKind::kNic : DeviceKind::kCpu;
       if (auto v = d.find("node")) dev.node = static_cast<int>(v->as_int());
       if (auto v = d.find("local")) dev.local_index = static_cast<int>(v->as_int());
+      if (auto v = d.find("reported_latency"); v && dev.kind == DeviceKind::kNic) {
+        dev.reported_latency = read_non_negative_time(*v);
+      }
     } else if (kind == "switch") {
       dev.kind = DeviceKind::kSwitch;
       std::string sk = d.at("switch").as_string();
