@@ -430,6 +430,28 @@ TEST(ConcurrentCollectives, SharingANicSlowsBothOnDisjointLinksNeither) {
   EXPECT_NEAR(t.beside(0, 1).seconds(), 2 * alone.seconds(), 0.01 * alone.seconds());
 }
 
+TEST(Protocols, LLAndLL128MoveNoFasterThanNcclsCapsForThemInTheSimulationToo) {
+  // One DGX H100, ring, 256 MiB: LL is capped at Hopper's llMaxBw of 141 GB/s of bus bandwidth
+  // (the links would give 0.5 · 360), LL128 at 12 channels × 36.7 (per channel) below its 0.92 ·
+  // 360. The flow model plays the transfers at those caps, within its pipeline's fill of the
+  // closed form.
+  Topology topo = test::load_preset("dgx-h100", 1);
+  CollectiveSimulator sim(topo, 8);
+  for (Protocol p : {Protocol::kLL, Protocol::kLL128}) {
+    CollectiveOptions o;
+    o.algorithm = Algorithm::kRing;
+    o.protocol = p;
+    o.model = "analytical";
+    const double closed = sim.run(CollectiveOp::kAllReduce, Bytes(256 << 20), o).busbw_gbs;
+    o.model = "flow";
+    const double played = sim.run(CollectiveOp::kAllReduce, Bytes(256 << 20), o).busbw_gbs;
+    EXPECT_NEAR(played / closed, 1.0, 0.06) << protocol_name(p);
+  }
+  EXPECT_NEAR(sim.tuning().protocol_cap_ratio(CollectiveOp::kAllReduce, Algorithm::kRing, Protocol::kLL), 141.0 / 180.0,
+              1e-9);
+  EXPECT_EQ(sim.tuning().protocol_cap_ratio(CollectiveOp::kAllReduce, Algorithm::kRing, Protocol::kSimple), 1.0);
+}
+
 TEST(Selection, TheNicsReportedLatencyIsNcclsLatencyInter) {
   // aws-ofi-nccl reports 75 µs for p5's EFA devices; NCCL adds it to every network step. An 8 B
   // all-reduce on 2 × 8 GPUs is then Tree LL's 6.8 + 2 (7 · 0.6 + 1 · (5.0 + 75)) = 175.2 µs

@@ -233,7 +233,7 @@ CollectiveSimulator::Choice CollectiveSimulator::choose(CollectiveOp op, Bytes s
   return Choice{pick->algo, pick->proto};
 }
 
-LoweringOptions CollectiveSimulator::lowering_options(Algorithm algo, Protocol proto, int channels) const {
+LoweringOptions CollectiveSimulator::lowering_options(CollectiveOp op, Algorithm algo, Protocol proto, int channels) const {
   const NcclTuningInputs& in = tuning_->inputs();
   // MPI-style algorithms take the Ring's latencies: the same kernels move their steps.
   Algorithm lat_algo = nccl_models(algo) ? algo : Algorithm::kRing;
@@ -252,6 +252,9 @@ LoweringOptions CollectiveSimulator::lowering_options(Algorithm algo, Protocol p
     o.step_latency_intra = std::max(o.step_latency_intra, Time::us(ovh));
   }
   o.wire_efficiency = protocol_wire_efficiency(proto);
+  // LL and LL128 move data no faster than NCCL's caps for them (llMaxBw, per-channel LL128
+  // maxima), whatever the links could: the transfers carry correspondingly more wire bytes.
+  if (nccl_models(algo)) o.wire_efficiency *= tuning_->protocol_cap_ratio(op, algo, proto);
   if (algo == Algorithm::kPat) {
     // NCCL's PAT terms: a round crossing nodes costs interLat/3.5, plus 2.8 µs per rank of
     // set-up, and its kernels move data at 3/4 of the ring's rate (busBw ×0.75; ×0.85 on 2.23).
@@ -269,7 +272,7 @@ Time CollectiveSimulator::analytical_time(CollectiveOp op, Bytes size, Algorithm
     if (auto t = tuning_->time_us(op, algo, proto, size.value())) return Time::us(*t);
   }
   // MPI-style algorithms: the classical closed forms with one step's latency and one rank's port.
-  LoweringOptions o = lowering_options(algo, proto, channels);
+  LoweringOptions o = lowering_options(op, algo, proto, channels);
   const Communicator& c = *comm_;
   const bool multi = c.node_count() > 1;
   Time alpha = (multi ? o.step_latency_inter : o.step_latency_intra) +
@@ -388,7 +391,7 @@ CollectiveSimulator::Lowered CollectiveSimulator::lower(CollectiveOp op, Bytes s
   spec.algorithm = choice.algorithm;
   spec.size = size;
   spec.root = options.root;
-  LoweringOptions lowering = lowering_options(choice.algorithm, protocol, channels);
+  LoweringOptions lowering = lowering_options(op, choice.algorithm, protocol, channels);
   if (fit) lowering.base_latency = lowering.step_latency_intra = lowering.step_latency_inter = Time::zero();
   lowering.granularity = options.granularity;
   Lowered out{lower_collective(spec, comm, router, lowering), protocol, fit.has_value()};

@@ -124,7 +124,7 @@ class CollectiveSimulator {
                             TransferGraph& graph) const;
   /// The forced count, else NCCL's for the ring/tree family and 1 for the others.
   int channels_for(Algorithm algo, const CollectiveOptions& options) const;
-  LoweringOptions lowering_options(Algorithm algo, Protocol proto, int channels) const;
+  LoweringOptions lowering_options(CollectiveOp op, Algorithm algo, Protocol proto, int channels) const;
   Time analytical_time(CollectiveOp op, Bytes size, Algorithm algo, Protocol proto, int channels) const;
 
   std::unique_ptr<Topology> topo_;

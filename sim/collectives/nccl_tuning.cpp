@@ -302,7 +302,14 @@ bool NcclTuningModel::allowed(CollectiveOp op, Algorithm algo, Protocol proto) c
   return true;
 }
 
-double NcclTuningModel::bus_bandwidth(CollectiveOp op, Algorithm algo, Protocol proto) const {
+double NcclTuningModel::protocol_cap_ratio(CollectiveOp op, Algorithm algo, Protocol proto) const {
+  if (!allowed(op, algo, proto)) return 1.0;
+  double ratio = 1.0;
+  bus_bandwidth(op, algo, proto, &ratio);
+  return ratio;
+}
+
+double NcclTuningModel::bus_bandwidth(CollectiveOp op, Algorithm algo, Protocol proto, double* cap_ratio) const {
   const int a = *algo_index(algo);
   const int p = proto_index(proto);
   const int cc = cc_;
@@ -313,6 +320,11 @@ double NcclTuningModel::bus_bandwidth(CollectiveOp op, Algorithm algo, Protocol 
   const double ll_max_bw = kLlMaxBws[ll_row][nodes_idx];
   const bool nvls = a == kNvls || a == kNvlsTree;
   const bool collnet = a == kCollNetDirect || a == kCollNetChain;
+  // A protocol's bandwidth cap (llMaxBw, the per-channel LL128 maxima): what it cuts is noted.
+  auto capped = [&](double wanted, double cap) {
+    if (cap_ratio && wanted > 0) *cap_ratio *= std::min(1.0, cap / wanted);
+    return std::min(wanted, cap);
+  };
 
   const int nch = nvls ? in_.nvls_channels : in_.channels;
   const double bw_intra = nvls && in_.nvls_bw_intra_gbs > 0 ? in_.nvls_bw_intra_gbs : in_.bw_intra_gbs;
@@ -346,17 +358,16 @@ double NcclTuningModel::bus_bandwidth(CollectiveOp op, Algorithm algo, Protocol 
   if (a == kRing && p == kLL) {
     // Before 2.21 Ring LL ran at 1/4 (several nodes, AllReduce, Reduce) or 1/3 of the bandwidth.
     const bool quarter = in_.nodes > 1 || op == CollectiveOp::kAllReduce || op == CollectiveOp::kReduce;
-    bus = std::min(ll_max_bw, bus * (v >= 221 ? 0.5 : quarter ? 0.25 : 1.0 / 3.0));
+    bus = capped(bus * (v >= 221 ? 0.5 : quarter ? 0.25 : 1.0 / 3.0), ll_max_bw);
   }
   if (a == kRing && p == kLL128) {
     const double factor = v < 223 && ppn_ < 2 ? 0.7 : 0.92;  // one GPU per node paid more before 2.23
-    bus = std::min(bus * factor, nch * kPerChMaxRingLL128Bws[cc][nodes_idx]);
+    bus = capped(bus * factor, nch * kPerChMaxRingLL128Bws[cc][nodes_idx]);
   }
   if (a == kTree && op == CollectiveOp::kAllReduce) bus = std::min(bus * 0.92, nch * kPerChMaxTreeBws[cc][nodes_idx]);
-  if (a == kTree && p == kLL) bus = std::min(bus / 3.8, ll_max_bw);
+  if (a == kTree && p == kLL) bus = capped(bus / 3.8, ll_max_bw);
   if (a == kTree && p == kLL128) {
-    bus = std::min(bus * (in_.nodes == 1 ? 7.0 / 9.0 : 120.0 / 128.0),
-                   nch * kPerChMaxTreeLL128Bws[cc][nodes_idx]);
+    bus = capped(bus * (in_.nodes == 1 ? 7.0 / 9.0 : 120.0 / 128.0), nch * kPerChMaxTreeLL128Bws[cc][nodes_idx]);
   }
   if (a == kTree && in_.tree_pattern_single_nic) bus *= 0.85;
   if (a == kPat) bus *= v < 224 ? 0.85 : 0.75;

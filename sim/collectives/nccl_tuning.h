@@ -132,13 +132,18 @@ class NcclTuningModel {
   /// The inputs as given (net_overhead_us still unset when it was left to the CPU default).
   const NcclTuningInputs& inputs() const { return in_; }
 
+  /// How far the protocol's own bandwidth caps (LL's llMaxBw, LL128's per-channel maxima for
+  /// Ring and Tree) hold (op, algo, proto) below what its channels carry at the protocol's
+  /// efficiency: 1 when no cap binds (or the combination is not allowed), else capped/uncapped.
+  double protocol_cap_ratio(CollectiveOp op, Algorithm algo, Protocol proto) const;
+
   /// hwLatencies and baseLatencies (µs) of this model's release; nullopt for algorithms NCCL
   /// does not have.
   std::optional<double> hw_latency_us(NcclHwLink link, Algorithm algo, Protocol proto) const;
   std::optional<double> base_latency_us(Algorithm algo, Protocol proto) const;
 
  private:
-  double bus_bandwidth(CollectiveOp op, Algorithm algo, Protocol proto) const;
+  double bus_bandwidth(CollectiveOp op, Algorithm algo, Protocol proto, double* cap_ratio = nullptr) const;
   double latency(CollectiveOp op, Algorithm algo, Protocol proto) const;
   bool allowed(CollectiveOp op, Algorithm algo, Protocol proto) const;
 
