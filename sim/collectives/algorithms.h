@@ -60,7 +60,7 @@ struct LoweringOptions {
   Granularity granularity = Granularity::kAuto;
   size_t max_step_transfers = 50'000;
   Bytes pipeline_chunk = Bytes(512 * 1024);  ///< chunk of chain and tree pipelines (NCCL Simple step)
-  int max_pipeline_chunks = 16;
+  int max_pipeline_chunks = 64;
 };
 
 struct CollectiveSpec {
