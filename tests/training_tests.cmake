@@ -111,3 +111,18 @@ add_test(NAME train.measured_step_faster_than_the_kernels_is_refused
                  ${PROJECT_SOURCE_DIR}/workloads/train/llama3-70b-64xdgx-h100.json)
 set_tests_properties(train.measured_step_faster_than_the_kernels_is_refused PROPERTIES PASS_REGULAR_EXPRESSION
                      "--measured-step: the measured step \\(5.000 s\\) is shorter than the simulated one")
+
+# ---- layout search (planning/) -----------------------------------------------------------------
+parallax_test(planning_search_test planning_search_test.cpp)
+target_link_libraries(planning_search_test PRIVATE parallax_planning)
+# Through the CLI: the small case ranks, writes its best layout, and parallax train runs it; a
+# bad space fails with its pointer and exit 2.
+add_test(NAME example.search.small_case
+         COMMAND bash -c "\"$0\" search \"$1\" --jobs 2 --top 3 --emit \"$2/best.json\" --json \"$2/all.json\" && \"$0\" train \"$2/best.json\" --network analytical"
+                 $<TARGET_FILE:parallax> ${PROJECT_SOURCE_DIR}/tests/data/workloads/gpt-1.3b-16xa100.json ${train_scratch})
+set_tests_properties(example.search.small_case PROPERTIES PASS_REGULAR_EXPRESSION
+                     "layouts: [0-9]+ enumerated = .*simulated.*\n.*best layout written.*\n.*Parallax train: gpt-1.3b")
+add_test(NAME search.bad_space
+         COMMAND bash -c "echo '{\"tp\": [0]}' > \"$2/space.json\" && ! \"$0\" search \"$1\" --space \"$2/space.json\""
+                 $<TARGET_FILE:parallax> ${PROJECT_SOURCE_DIR}/tests/data/workloads/gpt-1.3b-16xa100.json ${train_scratch})
+set_tests_properties(search.bad_space PROPERTIES PASS_REGULAR_EXPRESSION "space.json: /tp/0: must be between 1")

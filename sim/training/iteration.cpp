@@ -203,7 +203,9 @@ IterationResult simulate_iteration(const ModelConfig& model, const ParallelLayou
 
   // ---- communication sizes and times ------------------------------------------------------
   // Co-simulated: every collective also as flows on its group's own GPUs, played on one network.
-  CollectiveSimulatorCache simulators(topo, options.link_efficiency);  // shared by both
+  std::optional<CollectiveSimulatorCache> own_simulators;  // shared by the timer and the co-simulation
+  if (!options.collective_simulators) own_simulators.emplace(topo, options.link_efficiency);
+  CollectiveSimulatorCache& simulators = options.collective_simulators ? *options.collective_simulators : *own_simulators;
   const std::unique_ptr<CoSimulation> cosim =
       options.cosimulate && !options.free_communication ? std::make_unique<CoSimulation>(simulators) : nullptr;
   const bool every_replica = cosim && options.cosimulate_every_replica;

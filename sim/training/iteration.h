@@ -189,6 +189,10 @@ struct IterationOptions {
   RankCoords replica;
   /// Router skew over the routed experts; uniform by default.
   ExpertLoad expert_load;
+  /// Collective simulators to reuse, built for the same topology and link efficiency (they copy
+  /// the topology per group shape, the costly part of timing a small layout): a layout search
+  /// gives each thread one for all its layouts. Null: the iteration builds its own.
+  CollectiveSimulatorCache* collective_simulators = nullptr;
   /// Capacity factor c > 0: each expert processes at most c·T·top_k/E of the T·top_k slots
   /// routed in its EP group, the others are dropped. nullopt: dropless.
   std::optional<double> moe_capacity_factor;

@@ -34,6 +34,9 @@ struct WorkloadOverrides {
   std::optional<bool> sequence_parallel, tp_comm_overlap, grad_reduce_overlap, param_gather_prefetch;
   std::string rank_order;
   std::string gemm_table;  ///< harness JSON lines of measured GEMMs
+  /// false: the layout is not checked against the GPUs (a layout search takes only its batch,
+  /// sequence and switches, and finds the degrees itself).
+  bool validate_layout = true;
   std::optional<double> sustained_fraction;
 };
 

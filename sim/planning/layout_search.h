@@ -1,0 +1,63 @@
+// `parallax search`: which layout of a training job runs fastest on this cluster. Enumerates
+// the space (search_space.h), drops what the rules refuse, then what does not fit in GPU memory
+// (estimate_memory: a pure function, no time simulated), then what a lower bound on its
+// iteration time shows cannot reach the top k, and simulates the rest, in parallel, ranked.
+// Deterministic: the same inputs give the same ranking and counts whatever the thread count
+// (layouts are simulated in fixed batches in bound order; ties go to the layout's text).
+#pragma once
+
+#include <cstddef>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "model/model_config.h"
+#include "planning/search_space.h"
+#include "topology/topology.h"
+#include "training/iteration.h"
+#include "training/parallel_layout.h"
+
+namespace parallax {
+
+enum class SearchObjective { kTokensPerSecond, kMfu };
+/// "tokens_per_s", "mfu"; nullopt otherwise.
+std::optional<SearchObjective> search_objective_from(const std::string& name);
+
+struct SearchOptions {
+  size_t top = 10;                 ///< how many layouts the bound keeps in play
+  SearchObjective objective = SearchObjective::kTokensPerSecond;
+  int threads = 1;
+  IterationOptions iteration;      ///< how each layout is simulated (analytical or co-simulated)
+  /// Called after every simulated batch: (layouts simulated so far, layouts left to simulate
+  /// or prune). For a progress bar; may be empty.
+  std::function<void(size_t, size_t)> progress;
+};
+
+struct SearchedLayout {
+  ParallelLayout layout;
+  IterationResult result;
+  double score = 0;  ///< the objective's value (higher is better)
+};
+
+struct SearchOutcome {
+  size_t enumerated = 0;
+  size_t rejected_by_rule = 0;
+  size_t rejected_by_memory = 0;
+  size_t pruned_by_bound = 0;
+  size_t simulated = 0;
+  /// Every simulated layout, best first.
+  std::vector<SearchedLayout> ranked;
+};
+
+/// A lower bound on the iteration time of `layout`: the model FLOPs of the global batch over all
+/// GPUs at their dense peak in the layout's dtype at the sustained fraction (no kernel is
+/// faster, none is skipped), stretched by the pipeline fill 1F1B, GPipe and interleaving cannot
+/// avoid ((m + (p − 1)/v)/m); nothing else is counted.
+Time iteration_time_lower_bound(const ModelConfig& model, const ParallelLayout& layout, const GpuSpec& gpu,
+                                const IterationOptions& options);
+
+/// Searches `space` for `model` on every GPU of `topology`, from `base` (batch, sequence, dtype).
+SearchOutcome search_layouts(const ModelConfig& model, const ParallelLayout& base, const Topology& topology,
+                             const SearchSpace& space, const SearchOptions& options);
+
+}  // namespace parallax

@@ -1,0 +1,177 @@
+// The formats of a layout search (search_report.h).
+#include "planning/search_report.h"
+
+#include <algorithm>
+#include <cstdarg>
+#include <cstdio>
+#include <filesystem>
+
+#include "compute/operator_cost.h"
+#include "training/iteration_report.h"
+
+namespace parallax {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string format(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
+std::string format(const char* fmt, ...) {
+  char buf[512];
+  va_list args;
+  va_start(args, fmt);
+  std::vsnprintf(buf, sizeof buf, fmt, args);
+  va_end(args);
+  return buf;
+}
+
+double gib(Bytes b) { return b.value() / (1024.0 * 1024 * 1024); }
+
+// The kind of communication with the most exposed time on its worst stage.
+std::pair<WorkKind, Time> largest_exposed(const IterationResult& r) {
+  std::pair<WorkKind, Time> worst{WorkKind::kDpComm, Time::zero()};
+  for (const StageResult& s : r.stages) {
+    for (int k = 1; k < kWorkKinds; ++k) {
+      const Time t = s.time.exposed[static_cast<size_t>(k)];
+      if (t > worst.second) worst = {static_cast<WorkKind>(k), t};
+    }
+  }
+  return worst;
+}
+
+const char* recompute_name(Recomputation r) {
+  return r == Recomputation::kFull ? "full" : r == Recomputation::kSelective ? "selective" : "none";
+}
+
+std::string absolute_beside(const std::string& path, const std::string& original_path) {
+  fs::path p(path);
+  if (p.is_relative()) p = fs::absolute(fs::path(original_path).parent_path() / p);
+  return p.lexically_normal().string();
+}
+
+// With DP and PP both above one, which of them is inner decides what shares the NICs.
+std::string row_layout(const ParallelLayout& l) {
+  return layout_description(l) + (l.dp > 1 && l.pp > 1 ? ", order " + l.rank_order : "");
+}
+
+}  // namespace
+
+std::string search_table(const SearchOutcome& o, size_t top) {
+  std::string t = format("  %4s  %-100s %11s %9s %6s %9s  %-18s %7s\n", "rank", "layout", "iteration", "tok/s/GPU", "MFU",
+                         "memory", "most exposed comm", "bubble");
+  for (size_t i = 0; i < std::min(top, o.ranked.size()); ++i) {
+    const SearchedLayout& s = o.ranked[i];
+    const auto [kind, exposed] = largest_exposed(s.result);
+    t += format("  %4zu  %-100s %9.3f s %9.1f %5.1f%% %5.1f GiB  %-4s %10.2f ms %6.1f%%\n", i + 1,
+                row_layout(s.layout).c_str(), s.result.iteration_time.seconds(),
+                s.result.tokens_per_second_per_gpu, 100 * s.result.mfu, gib(s.result.peak_memory), to_string(kind),
+                exposed.seconds() * 1e3, 100 * s.result.pipeline_bubble_fraction);
+  }
+  t += format("\nlayouts: %zu enumerated = %zu rejected by rule + %zu rejected by memory + %zu pruned by bound + "
+              "%zu simulated\n",
+              o.enumerated, o.rejected_by_rule, o.rejected_by_memory, o.pruned_by_bound, o.simulated);
+  return t;
+}
+
+nlohmann::ordered_json parallel_block(const ParallelLayout& l) {
+  nlohmann::ordered_json p;
+  p["tp"] = l.tp;
+  p["pp"] = l.pp;
+  p["dp"] = l.dp;
+  if (l.virtual_stages > 1) p["vpp"] = l.virtual_stages;
+  if (l.cp > 1) {
+    p["cp"] = l.cp;
+    p["cp_comm"] = to_string(l.cp_comm);
+  }
+  if (l.ep > 1) p["ep"] = l.ep;
+  p["zero_stage"] = static_cast<int>(l.zero_stage);
+  p["micro_batch"] = l.micro_batch;
+  p["global_batch"] = l.global_batch;
+  p["sequence_parallel"] = l.sequence_parallel;
+  p["recompute"] = recompute_name(l.recompute);
+  p["schedule"] = to_string(l.schedule);
+  p["dtype"] = to_string(l.dtype);
+  p["attention"] = to_string(l.attention);
+  p["grad_reduce_overlap"] = l.grad_reduce_overlap;
+  p["grad_reduce_in_fp32"] = l.grad_reduce_in_fp32;
+  p["param_gather_prefetch"] = l.param_gather_prefetch;
+  p["tp_comm_overlap"] = l.tp_comm_overlap;
+  p["rank_order"] = l.rank_order;
+  return p;
+}
+
+nlohmann::ordered_json search_json(const SearchOutcome& o) {
+  nlohmann::ordered_json j;
+  j["enumerated"] = o.enumerated;
+  j["rejected_by_rule"] = o.rejected_by_rule;
+  j["rejected_by_memory"] = o.rejected_by_memory;
+  j["pruned_by_bound"] = o.pruned_by_bound;
+  j["simulated"] = o.simulated;
+  nlohmann::ordered_json all = nlohmann::ordered_json::array();
+  for (const SearchedLayout& s : o.ranked) {
+    const auto [kind, exposed] = largest_exposed(s.result);
+    all.push_back({{"layout", row_layout(s.layout)},
+                   {"parallel", parallel_block(s.layout)},
+                   {"iteration_time_s", s.result.iteration_time.seconds()},
+                   {"tokens_per_second_per_gpu", s.result.tokens_per_second_per_gpu},
+                   {"mfu", s.result.mfu},
+                   {"peak_memory_bytes", s.result.peak_memory.value()},
+                   {"pipeline_bubble_fraction", s.result.pipeline_bubble_fraction},
+                   {"most_exposed_communication", {{"kind", to_string(kind)}, {"s", exposed.seconds()}}}});
+  }
+  j["layouts"] = all;
+  return j;
+}
+
+nlohmann::ordered_json workload_with_layout(const nlohmann::json& original, const std::string& original_path,
+                                            const std::string& topology_file, int nodes, const ParallelLayout& layout) {
+  nlohmann::ordered_json w;
+  w["description"] = "The best layout parallax search found for " + original_path + ": " + layout_description(layout);
+  nlohmann::json model = original.at("model");
+  if (model.is_string()) {
+    const std::string m = model.get<std::string>();
+    if (m.size() > 5 && m.compare(m.size() - 5, 5, ".json") == 0) model = absolute_beside(m, original_path);
+  }
+  w["model"] = model;
+  w["topology"] = {{"file", fs::absolute(topology_file).lexically_normal().string()}, {"nodes", nodes}};
+  w["sequence_length"] = layout.sequence_length;
+  w["parallel"] = parallel_block(layout);
+  if (original.contains("compute")) {
+    nlohmann::json compute = original.at("compute");
+    if (compute.contains("gemm_table")) compute["gemm_table"] = absolute_beside(compute["gemm_table"], original_path);
+    w["compute"] = compute;
+  }
+  return w;
+}
+
+std::string pareto_data(const SearchOutcome& o) {
+  // Block 0: every simulated layout; block 1: the Pareto front (no other layout is at least as
+  // fast with no more memory), by memory.
+  std::vector<std::pair<double, double>> points;  // (memory GiB, tokens/s per GPU)
+  for (const SearchedLayout& s : o.ranked) points.emplace_back(gib(s.result.peak_memory), s.result.tokens_per_second_per_gpu);
+  std::string out = "# peak memory per GPU (GiB), tokens/s per GPU\n";
+  std::vector<std::pair<double, double>> front;
+  for (size_t i = 0; i < points.size(); ++i) {
+    out += format("%.6g %.6g\n", points[i].first, points[i].second);
+    bool dominated = false;
+    for (size_t j = 0; j < points.size() && !dominated; ++j) {
+      dominated = j != i && points[j].first <= points[i].first && points[j].second >= points[i].second &&
+                  (points[j].first < points[i].first || points[j].second > points[i].second);
+    }
+    if (!dominated) front.push_back(points[i]);
+  }
+  std::sort(front.begin(), front.end());
+  out += "\n\n# the Pareto front\n";
+  for (const auto& [memory, speed] : front) out += format("%.6g %.6g\n", memory, speed);
+  return out;
+}
+
+std::string pareto_script(const std::string& data_file, const std::string& png, const std::string& title) {
+  std::string s = "set terminal pngcairo noenhanced size 900,600\nset output '" + png + "'\n";
+  s += "set title \"" + title + "\"\nset xlabel 'peak memory per GPU (GiB)'\nset ylabel 'tokens/s per GPU'\n";
+  s += "set key top left\nset grid\n";
+  s += "plot '" + data_file + "' index 0 using 1:2 with points pt 7 ps 0.6 lc rgb '#8080a0' title 'simulated layouts', \\\n";
+  s += "     '' index 1 using 1:2 with linespoints pt 7 lw 2 lc rgb '#d04020' title 'Pareto front'\n";
+  return s;
+}
+
+}  // namespace parallax

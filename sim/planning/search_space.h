@@ -1,0 +1,55 @@
+// The space of a layout search (`parallax search`): the values each dimension of a training
+// layout may take, by default or from a space file (docs/search-format.md), and the layouts
+// they enumerate for a model, a GPU count and a global batch: dp·tp·pp·cp = GPUs, every other
+// rule left to the layout's own validation (heads, KV heads, layers over pp·vpp, experts,
+// micro-batches, sequence splits), whose rejections are counted, not simulated.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "model/model_config.h"
+#include "training/parallel_layout.h"
+
+namespace parallax {
+
+struct SearchSpace {
+  std::vector<int> tp, pp, cp, ep;
+  std::vector<int> vpp;                      ///< chunks per stage for interleaved_1f1b
+  std::vector<ZeroStage> zero;
+  std::vector<int64_t> micro_batch;
+  std::vector<Recomputation> recompute;
+  std::vector<PipelineScheduleKind> schedule;
+  std::vector<ContextParallelComm> cp_comm;  ///< with cp > 1
+  std::vector<bool> sequence_parallel;       ///< with tp > 1
+  std::vector<bool> tp_comm_overlap;         ///< with tp > 1
+  std::vector<std::string> rank_order;       ///< innermost first
+};
+
+/// What a demanding user would try on `gpus` GPUs for `model`: power-of-two TP up to the node's
+/// GPUs × 2 and up to 64, PP over the divisors of the GPUs up to the layers, CP 1 (and 2–8 for
+/// sequences of 16k tokens or more), EP over the experts' divisors (MoE), ZeRO 0–3, micro-batches
+/// 1–8, recomputation none/selective/full, 1F1B, interleaved (vpp 2, 4) and ZB-H1, SP on,
+/// TP overlap as the base layout has it, rank orders with DP or PP innermost after TP.
+SearchSpace default_search_space(const ModelConfig& model, const ParallelLayout& base, int gpus, int gpus_per_node);
+
+/// Reads a space file over `defaults`: each key given replaces that dimension's values.
+/// Throws InputError naming the file and JSON pointer (an unknown key, an empty list, a value
+/// out of range).
+SearchSpace read_search_space(const std::string& path, SearchSpace defaults);
+
+struct Enumeration {
+  std::vector<ParallelLayout> valid;  ///< in enumeration order
+  size_t enumerated = 0;              ///< combinations with dp·tp·pp·cp = GPUs
+  size_t rejected_by_rule = 0;        ///< of them, refused by the layout's validation
+};
+
+/// Every combination of the space on `gpus` GPUs, from `base` (batch, sequence, dtype and the
+/// switches the space does not vary). Deterministic order.
+Enumeration enumerate_layouts(const SearchSpace& space, const ModelConfig& model, const ParallelLayout& base, int gpus);
+
+/// "tp 8 · pp 4 · dp 16, 1f1b, ZeRO-1, mbs 1, …": layout_description of iteration_report.h.
+std::string short_layout(const ParallelLayout& layout);
+
+}  // namespace parallax
