@@ -1,7 +1,9 @@
 // The layout search (planning/layout_search.h): on the small case, a 1.3B GPT on 16 A100s, its
 // best layout is the best of simulating every valid layout, its counts add up, the memory it
 // prunes by is the memory a full simulation reports, its ranking does not depend on the
-// threads, and a bad space fails with its JSON pointer before anything is simulated.
+// threads, and a bad space fails with its JSON pointer before anything is simulated. The
+// scaling study (planning/scaling_study.h). And the published findings a search must
+// reproduce in direction: Narayanan et al. 2021 (SC21) and Rajbhandari et al. 2020 (ZeRO).
 #include <gtest/gtest.h>
 
 #include <cstdio>
@@ -10,8 +12,10 @@
 #include "io/input_error.h"
 #include "io/json_reader.h"
 #include "planning/layout_search.h"
+#include "planning/scaling_study.h"
 #include "planning/search_report.h"
 #include "training/iteration_report.h"
+#include "topology/topology_loader.h"
 #include "training/workload_loader.h"
 #include "test_support.h"
 
@@ -131,6 +135,113 @@ TEST(LayoutSearch, TheEmittedWorkloadRunsTheBestLayout) {
   EXPECT_EQ(layout_description(again.layout), layout_description(found.ranked.front().layout));
   EXPECT_EQ(simulate_iteration(again.model, again.layout, again.topology, IterationOptions{}).iteration_time,
             found.ranked.front().result.iteration_time);
+}
+
+
+// ---- published findings, in direction ------------------------------------------------------------
+
+IterationResult run(const TrainingWorkload& job, const ParallelLayout& l, int nodes) {
+  const Topology topo = load_topology(job.topology_file, TopologyLoadOptions{nodes});
+  return simulate_iteration(job.model, l, topo, IterationOptions{});
+}
+
+ParallelLayout with(const TrainingWorkload& job, int tp, int pp, int dp, int64_t gbs) {
+  ParallelLayout l = job.layout;
+  l.tp = tp;
+  l.pp = pp;
+  l.dp = dp;
+  l.global_batch = gbs;
+  return l;
+}
+
+TEST(PublishedFindings, TensorParallelismInsideANodeBeatsItAcrossNodes) {
+  // Narayanan et al. 2021, Fig. 13 (and §3.3, takeaway #1): with tp·pp fixed, TP beyond the
+  // 8 GPUs of a DGX A100 node sends its all-reduces over the NICs and loses to TP 8 with a
+  // deeper pipeline. 32 GPUs, TP 8 · PP 4 against TP 16 · PP 2.
+  const TrainingWorkload job = small_case();
+  const Time inside = run(job, with(job, 8, 4, 1, 64), 4).iteration_time;
+  const Time across = run(job, with(job, 16, 2, 1, 64), 4).iteration_time;
+  EXPECT_LT(inside, across);
+}
+
+TEST(PublishedFindings, InterleavingBeatsOneFOneBMostAtSmallBatches) {
+  // Narayanan et al. 2021, Fig. 12: the interleaved schedule is faster than 1F1B, by more at
+  // small batch sizes (fewer micro-batches, a larger bubble to shrink). PP 4 · DP 4 on 16 GPUs,
+  // 4 or 128 micro-batches per pipeline.
+  const TrainingWorkload job = small_case();
+  auto gain = [&](int64_t gbs) {
+    ParallelLayout plain = with(job, 1, 4, 4, gbs);
+    ParallelLayout interleaved = plain;
+    interleaved.schedule = PipelineScheduleKind::kInterleavedOneFOneB;
+    interleaved.virtual_stages = 2;
+    return run(job, plain, 2).iteration_time.seconds() / run(job, interleaved, 2).iteration_time.seconds();
+  };
+  const double small = gain(16), large = gain(512);
+  EXPECT_GT(small, 1.0);
+  EXPECT_GT(small, large);
+}
+
+TEST(PublishedFindings, LargerMicroBatchesHelpUntilMemoryRunsOut) {
+  // Narayanan et al. 2021, Fig. 16 (§3.5): throughput grows with the micro-batch size (larger
+  // GEMMs), and so does the activation memory, which ends the growth. DP 16, micro-batches 1–8.
+  const TrainingWorkload job = small_case();
+  double previous_speed = 0;
+  Bytes previous_memory;
+  for (int64_t mbs : {1, 2, 4, 8}) {
+    ParallelLayout l = with(job, 1, 1, 16, 128);
+    l.micro_batch = mbs;
+    const IterationResult r = run(job, l, 2);
+    EXPECT_GT(r.tokens_per_second, previous_speed) << mbs;
+    EXPECT_GT(r.peak_memory, previous_memory) << mbs;
+    previous_speed = r.tokens_per_second;
+    previous_memory = r.peak_memory;
+  }
+}
+
+TEST(PublishedFindings, ZeroThreeMovesOneAndAHalfTimesTheBytesOfDdp) {
+  // Rajbhandari et al. 2020 (ZeRO), §7.2: ZeRO-3 all-gathers the parameters for the forward and
+  // again for the backward and reduce-scatters the gradients, 3·(n−1)/n·Ψ against DDP's
+  // all-reduce of 2·(n−1)/n·Ψ: 1.5× the data-parallel communication. One micro-batch per step
+  // (with accumulation ZeRO-3 repeats all three per micro-batch; DDP reduces once).
+  const TrainingWorkload job = small_case();
+  auto dp_bytes = [&](ZeroStage zero) {
+    ParallelLayout l = with(job, 1, 1, 16, 16);
+    l.zero_stage = zero;
+    return run(job, l, 2).stages[0].communication[static_cast<size_t>(WorkKind::kDpComm)].sent.value();
+  };
+  EXPECT_NEAR(dp_bytes(ZeroStage::kStage3) / dp_bytes(ZeroStage::kStage0), 1.5, 1e-9);
+}
+
+// ---- the scaling study ----------------------------------------------------------------------
+
+TEST(ScalingStudy, StrongScalingKeepsTheBatchAndShardingShrinksTheMemory) {
+  const TrainingWorkload job = small_case();
+  auto topology_for = [&](int g) { return load_topology(job.topology_file, TopologyLoadOptions{g / 8}); };
+  const std::vector<ScalingStrategy> strategies{*scaling_strategy_from("ddp"), *scaling_strategy_from("fsdp")};
+  ParallelLayout base = with(job, 1, 1, 8, 64);
+  const ScalingStudy strong = run_scaling_study(job.model, base, topology_for, {8, 16, 32}, strategies, false, IterationOptions{});
+  ASSERT_EQ(strong.rows.size(), 2u);
+  for (const ScalingRow& row : strong.rows) {
+    ASSERT_TRUE(row.cells.front().result.has_value());
+    EXPECT_DOUBLE_EQ(row.cells.front().efficiency, 1.0);
+    for (const ScalingCell& c : row.cells) {
+      ASSERT_TRUE(c.result.has_value()) << c.problem;
+      EXPECT_NEAR(c.result->tokens_per_second * c.result->iteration_time.seconds(), 64.0 * 2048, 1e-6);  // one batch
+      EXPECT_LE(c.efficiency, 1.0 + 1e-9);
+    }
+  }
+  // DDP replicates the model states: the same memory at every count; FSDP shards them.
+  EXPECT_EQ(strong.rows[0].cells[0].result->peak_memory, strong.rows[0].cells[2].result->peak_memory);
+  EXPECT_GT(strong.rows[1].cells[0].result->peak_memory, strong.rows[1].cells[2].result->peak_memory);
+  // Weak scaling grows the batch with the GPUs; a count the model-parallel degrees do not divide
+  // is reported, not run.
+  ParallelLayout tp2 = with(job, 2, 1, 4, 64);
+  const ScalingStudy weak = run_scaling_study(job.model, tp2, topology_for, {8, 16, 20}, strategies, true, IterationOptions{});
+  ASSERT_TRUE(weak.rows[0].cells[1].result.has_value());
+  EXPECT_NEAR(weak.rows[0].cells[1].result->tokens_per_second * weak.rows[0].cells[1].result->iteration_time.seconds(),
+              128.0 * 2048, 1e-6);
+  EXPECT_FALSE(weak.rows[0].cells[2].result.has_value());
+  EXPECT_FALSE(weak.rows[0].cells[2].problem.empty());
 }
 
 }  // namespace

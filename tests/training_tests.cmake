@@ -126,3 +126,7 @@ add_test(NAME search.bad_space
          COMMAND bash -c "echo '{\"tp\": [0]}' > \"$2/space.json\" && ! \"$0\" search \"$1\" --space \"$2/space.json\""
                  $<TARGET_FILE:parallax> ${PROJECT_SOURCE_DIR}/tests/data/workloads/gpt-1.3b-16xa100.json ${train_scratch})
 set_tests_properties(search.bad_space PROPERTIES PASS_REGULAR_EXPRESSION "space.json: /tp/0: must be between 1")
+# parallax scale: every strategy at every count, with the plot.
+add_test(NAME example.scale.small_case
+         COMMAND bash -c "out=$(\"$0\" scale \"$1\" --gpus 8,16,32 --strategies ddp,zero1,fsdp --weak --plot \"$2/scale-plot\" --json \"$2/scale.json\") && echo \"$out\" && echo \"$out\" | grep -qE '^  ddp +8 .* 100\\.0%' && echo \"$out\" | grep -qE '^  fsdp +32 ' && test -s \"$2/scale-plot/scale.png\""
+                 $<TARGET_FILE:parallax> ${PROJECT_SOURCE_DIR}/tests/data/workloads/gpt-1.3b-16xa100.json ${train_scratch})

@@ -15,7 +15,8 @@ void add_collective_command(CLI::App& app);
 void add_calibrate_command(CLI::App& app);
 /// `parallax train WORKLOAD.json [--tp N --pp N ...]` and `parallax validate RUNS.json`
 void add_train_command(CLI::App& app);
-/// `parallax search`: the best parallel layouts of a training job.
+/// `parallax search` (the best parallel layouts of a training job) and `parallax scale` (its
+/// data-parallel strategies over GPU counts).
 void add_search_command(CLI::App& app);
 /// `parallax serve step --model M --topology T --tp N [--pp N] (--prefill LENxBATCH | --decode B --context L)`
 void add_serve_command(CLI::App& app);

@@ -1,5 +1,6 @@
-// `parallax search WORKLOAD.json`: the best layouts of a training job on its cluster (the search
-// is sim/planning/layout_search.h, its formats sim/planning/search_report.h). Thin: arguments,
+// `parallax search WORKLOAD.json` (the best layouts of a training job on its cluster:
+// sim/planning/layout_search.h, formats in search_report.h) and `parallax scale WORKLOAD.json`
+// (its data-parallel strategies over GPU counts: sim/planning/scaling_study.h). Thin: arguments,
 // the progress bar, printing and output files.
 #include <unistd.h>
 
@@ -10,6 +11,7 @@
 #include <optional>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "io/atomic_file.h"
 #include "io/input_error.h"
@@ -17,7 +19,9 @@
 #include "parallax/cli_support.h"
 #include "parallax/commands.h"
 #include "planning/layout_search.h"
+#include "planning/scaling_study.h"
 #include "planning/search_report.h"
+#include "topology/topology_loader.h"
 #include "training/workload_loader.h"
 
 namespace parallax::cli {
@@ -115,6 +119,85 @@ void run_search(const SearchArgs& a) {
   }
 }
 
+struct ScaleArgs {
+  std::string workload;
+  std::string gpus = "8,16,32,64,128,256,512,1024";
+  std::string strategies = "ddp,zero1,zero2,zero3";
+  bool weak = false;
+  std::string network = "analytical";
+  std::string json, plot_dir;
+};
+
+std::vector<std::string> split_commas(const std::string& s) {
+  std::vector<std::string> out;
+  size_t at = 0;
+  while (at <= s.size()) {
+    const size_t comma = std::min(s.find(',', at), s.size());
+    out.push_back(s.substr(at, comma - at));
+    at = comma + 1;
+  }
+  return out;
+}
+
+std::vector<int> gpu_counts(const std::string& list) {
+  std::vector<int> out;
+  for (const std::string& item : split_commas(list)) {
+    size_t used = 0;
+    int v = 0;
+    try {
+      v = std::stoi(item, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (used == 0 || used != item.size() || v < 1 || v > (1 << 20)) {
+      throw InputError("", "--gpus", "\"" + item + "\" is not a GPU count between 1 and 1048576");
+    }
+    out.push_back(v);
+  }
+  return out;
+}
+
+void run_scale(const ScaleArgs& a) {
+  const std::vector<int> gpus = gpu_counts(a.gpus);
+  std::vector<ScalingStrategy> strategies;
+  for (const std::string& name : split_commas(a.strategies)) {
+    const auto s = scaling_strategy_from(name);
+    if (!s) throw InputError("", "--strategies", "\"" + name + "\" (expected ddp, zero1, zero2, zero3 or fsdp)");
+    strategies.push_back(*s);
+  }
+  WorkloadOverrides o;
+  o.validate_layout = false;
+  o.nodes = 1;
+  const TrainingWorkload job = load_training_workload(a.workload, bundled_models_dir(), topologies_dir(), o);
+  const int per_node = static_cast<int>(job.topology.gpu_count());
+  auto topology_for = [&](int g) {
+    if (g % per_node != 0) {
+      throw InputError("", "", std::to_string(g) + " GPUs do not fill whole " + std::to_string(per_node) + "-GPU nodes");
+    }
+    return load_topology(job.topology_file, TopologyLoadOptions{g / per_node});
+  };
+  IterationOptions options;
+  options.cosimulate = a.network == "flow";
+  options.compute = job.compute;
+  options.gemm_efficiency = job.gemm;
+  const ScalingStudy study = run_scaling_study(job.model, job.layout, topology_for, gpus, strategies, a.weak, options);
+  std::printf("# Parallax scale: %s on %s, tp %d · pp %d · cp %d, global batch %lld at %d GPUs, seq %lld (%s)\n",
+              job.model.name.c_str(), job.topology.info().name.c_str(), job.layout.tp, job.layout.pp, job.layout.cp,
+              static_cast<long long>(job.layout.global_batch), gpus.front(),
+              static_cast<long long>(job.layout.sequence_length), a.network == "flow" ? "co-simulated" : "analytical");
+  std::printf("%s", scaling_table(study).c_str());
+  if (!a.json.empty()) write_file_atomically(a.json, scaling_json(study).dump(2) + "\n");
+  if (!a.plot_dir.empty()) {
+    std::filesystem::create_directories(a.plot_dir);
+    const std::string data = a.plot_dir + "/scale.dat";
+    write_file_atomically(data, scaling_data(study));
+    run_gnuplot(a.plot_dir + "/scale.gp", scaling_script(study, data, a.plot_dir + "/scale.png",
+                                                         job.model.name + ": tokens/s per GPU vs GPUs (" +
+                                                             (a.weak ? "weak" : "strong") + " scaling)"));
+    std::printf("# plot: %s/scale.png\n", a.plot_dir.c_str());
+  }
+}
+
 }  // namespace
 
 void add_search_command(CLI::App& app) {
@@ -135,6 +218,22 @@ void add_search_command(CLI::App& app) {
   cmd->add_option("--plot", args->plot_dir, "draw throughput vs memory with the Pareto front (PNG, gnuplot) into this folder");
   cmd->excludes(cmd->get_option("--gpus"))->excludes(cmd->get_option("--nodes"));
   cmd->callback([args] { run_search(*args); });
+
+  auto scale = std::make_shared<ScaleArgs>();
+  auto* sc = app.add_subcommand("scale", "how DDP, ZeRO-1/2/3 and FSDP scale a training job over GPU counts");
+  sc->add_option("workload", scale->workload, "workload JSON (model, topology, its model-parallel degrees and batch)")
+      ->required();
+  sc->add_option("--gpus", scale->gpus, "GPU counts, comma-separated (whole nodes)")->capture_default_str();
+  sc->add_option("--strategies", scale->strategies, "ddp, zero1, zero2, zero3, fsdp (= ZeRO-3's full sharding)")
+      ->capture_default_str();
+  auto* weak = sc->add_flag("--weak", scale->weak, "the global batch grows with the GPUs (default: strong, one batch)");
+  sc->add_flag("--strong", [scale](int64_t) { scale->weak = false; }, "one global batch for every count (the default)")
+      ->excludes(weak);
+  sc->add_option("--network", scale->network, "analytical (the default) or flow (co-simulated)")
+      ->check(CLI::IsMember({"analytical", "flow"}));
+  sc->add_option("--json", scale->json, "write every cell as JSON");
+  sc->add_option("--plot", scale->plot_dir, "draw one curve per strategy (PNG, gnuplot) into this folder");
+  sc->callback([scale] { run_scale(*scale); });
 }
 
 }  // namespace parallax::cli

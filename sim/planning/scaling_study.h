@@ -1,0 +1,63 @@
+// `parallax scale`: how a training job's data-parallel strategies scale with the GPU count. For
+// each strategy (DDP, ZeRO-1/2/3, FSDP = ZeRO-3's full sharding) and each GPU count, one
+// simulated iteration of the workload's model-parallel layout (tp, pp, cp, ep kept; dp what
+// the GPUs leave): time, tokens/s per GPU, scaling efficiency against the smallest count, memory
+// per GPU (out of memory marked), exposed communication. Strong scaling keeps the global batch;
+// weak scaling grows it with the GPUs.
+#pragma once
+
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "model/model_config.h"
+#include "topology/topology.h"
+#include "training/iteration.h"
+#include "training/parallel_layout.h"
+
+namespace parallax {
+
+struct ScalingStrategy {
+  std::string name;  ///< "ddp", "zero1", "zero2", "zero3", "fsdp"
+  ZeroStage zero = ZeroStage::kStage0;
+};
+/// "ddp", "zero1", "zero2", "zero3", "fsdp"; nullopt otherwise.
+std::optional<ScalingStrategy> scaling_strategy_from(const std::string& name);
+
+struct ScalingCell {
+  int gpus = 0;
+  std::optional<IterationResult> result;  ///< nullopt: the layout cannot run there
+  std::string problem;                    ///< why not
+  double efficiency = 0;                  ///< tokens/s per GPU over the first count's (0 when either is missing)
+};
+
+struct ScalingRow {
+  ScalingStrategy strategy;
+  std::vector<ScalingCell> cells;  ///< per GPU count, in the order asked
+};
+
+struct ScalingStudy {
+  bool weak = false;
+  std::vector<int> gpus;
+  std::vector<ScalingRow> rows;
+};
+
+/// `topology_for(gpus)` gives the topology of that many GPUs (or throws InputError, reported
+/// as the cell's problem). `base` holds the model-parallel degrees, the batch at gpus.front()
+/// and the rest of the layout.
+ScalingStudy run_scaling_study(const ModelConfig& model, const ParallelLayout& base,
+                               const std::function<Topology(int gpus)>& topology_for, const std::vector<int>& gpus,
+                               const std::vector<ScalingStrategy>& strategies, bool weak, const IterationOptions& options);
+
+std::string scaling_table(const ScalingStudy& study);
+nlohmann::ordered_json scaling_json(const ScalingStudy& study);
+/// gnuplot data (GPUs, then tokens/s per GPU per strategy, NaN where missing) and the script
+/// that draws one curve per strategy into `png`.
+std::string scaling_data(const ScalingStudy& study);
+std::string scaling_script(const ScalingStudy& study, const std::string& data_file, const std::string& png,
+                           const std::string& title);
+
+}  // namespace parallax
