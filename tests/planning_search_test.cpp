@@ -6,7 +6,10 @@
 // reproduce in direction: Narayanan et al. 2021 (SC21) and Rajbhandari et al. 2020 (ZeRO).
 #include <gtest/gtest.h>
 
+#include <condition_variable>
 #include <cstdio>
+#include <mutex>
+#include <thread>
 #include <fstream>
 
 #include "io/input_error.h"
@@ -71,6 +74,7 @@ TEST(LayoutSearch, BestEqualsTheBestOfSimulatingEveryLayoutAndTheCountsAddUp) {
   }
   EXPECT_EQ(fits, found.simulated + found.pruned_by_bound);
   EXPECT_DOUBLE_EQ(found.ranked.front().result.tokens_per_second, best) << best_layout;
+  EXPECT_EQ(found.ranked.front().result.simulated, 1);
   for (size_t i = 1; i < found.ranked.size(); ++i) EXPECT_GE(found.ranked[i - 1].score, found.ranked[i].score);
 }
 
@@ -86,12 +90,75 @@ TEST(LayoutSearch, TheRankingDoesNotDependOnTheThreads) {
   EXPECT_EQ(search_json(a).dump(), search_json(b).dump());
 }
 
+// Two processes of a distributed search played by two threads: each all_gather waits for both
+// and returns both shares in rank order.
+class ThreadPair {
+ public:
+  class Side : public SearchPartition {
+   public:
+    Side(ThreadPair& pair, int rank) : pair_(pair), rank_(rank) {}
+    int rank() const override { return rank_; }
+    int size() const override { return 2; }
+    std::vector<LayoutSummary> all_gather(const std::vector<LayoutSummary>& mine) override {
+      return pair_.exchange(rank_, mine);
+    }
+
+   private:
+    ThreadPair& pair_;
+    int rank_;
+  };
+
+  std::vector<LayoutSummary> exchange(int rank, const std::vector<LayoutSummary>& mine) {
+    std::unique_lock<std::mutex> lock(mutex_);
+    const int64_t round = round_;
+    shares_[rank] = mine;
+    if (++arrived_ == 2) {
+      result_ = shares_[0];
+      result_.insert(result_.end(), shares_[1].begin(), shares_[1].end());
+      arrived_ = 0;
+      ++round_;
+      done_.notify_all();
+    } else {
+      done_.wait(lock, [&] { return round_ != round; });
+    }
+    return result_;
+  }
+
+ private:
+  std::mutex mutex_;
+  std::condition_variable done_;
+  std::vector<LayoutSummary> shares_[2], result_;
+  int arrived_ = 0;
+  int64_t round_ = 0;
+};
+
+TEST(LayoutSearch, TwoProcessesRankAsOne) {
+  const TrainingWorkload job = small_case();
+  const SearchSpace space = small_space(job);
+  SearchOptions alone;
+  alone.top = 5;
+  const std::string expected = search_json(search_layouts(job.model, job.layout, job.topology, space, alone)).dump();
+  ThreadPair pair;
+  ThreadPair::Side zero(pair, 0), one(pair, 1);
+  std::string got[2];
+  auto side = [&](SearchPartition* p, std::string* out) {
+    SearchOptions o = alone;
+    o.partition = p;
+    *out = search_json(search_layouts(job.model, job.layout, job.topology, space, o)).dump();
+  };
+  std::thread other(side, &one, &got[1]);
+  side(&zero, &got[0]);
+  other.join();
+  EXPECT_EQ(got[0], expected);
+  EXPECT_EQ(got[1], expected);
+}
+
 TEST(LayoutSearch, TheBoundNeverExceedsTheSimulatedTime) {
   const TrainingWorkload job = small_case();
   const SearchOutcome found = search_layouts(job.model, job.layout, job.topology, small_space(job), SearchOptions{});
   const GpuSpec& gpu = job.topology.gpu_spec_of(job.topology.gpus()[0]);
   for (const SearchedLayout& s : found.ranked) {
-    EXPECT_LE(iteration_time_lower_bound(job.model, s.layout, gpu, IterationOptions{}), s.result.iteration_time)
+    EXPECT_LE(iteration_time_lower_bound(job.model, s.layout, gpu, IterationOptions{}).seconds(), s.result.iteration_time_s)
         << layout_description(s.layout);
   }
 }
@@ -133,8 +200,8 @@ TEST(LayoutSearch, TheEmittedWorkloadRunsTheBestLayout) {
   const TrainingWorkload again =
       load_training_workload(emitted, test::source_path("workloads/models"), test::source_path("topologies"));
   EXPECT_EQ(layout_description(again.layout), layout_description(found.ranked.front().layout));
-  EXPECT_EQ(simulate_iteration(again.model, again.layout, again.topology, IterationOptions{}).iteration_time,
-            found.ranked.front().result.iteration_time);
+  EXPECT_EQ(simulate_iteration(again.model, again.layout, again.topology, IterationOptions{}).iteration_time.seconds(),
+            found.ranked.front().result.iteration_time_s);
 }
 
 

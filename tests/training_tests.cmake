@@ -130,3 +130,9 @@ set_tests_properties(search.bad_space PROPERTIES PASS_REGULAR_EXPRESSION "space.
 add_test(NAME example.scale.small_case
          COMMAND bash -c "out=$(\"$0\" scale \"$1\" --gpus 8,16,32 --strategies ddp,zero1,fsdp --weak --plot \"$2/scale-plot\" --json \"$2/scale.json\") && echo \"$out\" && echo \"$out\" | grep -qE '^  ddp +8 .* 100\\.0%' && echo \"$out\" | grep -qE '^  fsdp +32 ' && test -s \"$2/scale-plot/scale.png\""
                  $<TARGET_FILE:parallax> ${PROJECT_SOURCE_DIR}/tests/data/workloads/gpt-1.3b-16xa100.json ${train_scratch})
+# mpirun -np 2 parallax search: the same ranking and counts as one process (where MPI is built in).
+if(PARALLAX_CLI_HAS_MPI AND PARALLAX_CLI_MPIEXEC)
+  add_test(NAME search.mpi_two_ranks_rank_as_one
+           COMMAND bash ${PROJECT_SOURCE_DIR}/tools/search-mpi-test.sh ${PARALLAX_CLI_MPIEXEC} $<TARGET_FILE:parallax>
+                   ${PROJECT_SOURCE_DIR}/tests/data/workloads/gpt-1.3b-16xa100.json ${train_scratch}/search-mpi)
+endif()

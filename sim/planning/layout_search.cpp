@@ -24,7 +24,7 @@ struct Candidate {
   std::string text;  // ties and determinism
 };
 
-double score_of(const IterationResult& r, SearchObjective objective) {
+double score_of(const LayoutSummary& r, SearchObjective objective) {
   return objective == SearchObjective::kMfu ? r.mfu : r.tokens_per_second;
 }
 
@@ -47,24 +47,24 @@ std::vector<Candidate> fitting_candidates(const ModelConfig& model, std::vector<
   return out;
 }
 
-// Simulates `batch` on one thread per cache, each thread with its own collective simulators;
-// a layout the simulation refuses (a rule only it checks) has no result.
-std::vector<std::optional<IterationResult>> simulate_batch(const ModelConfig& model,
-                                                           const std::vector<const Candidate*>& batch,
-                                                           const Topology& topology, const IterationOptions& options,
-                                                           std::vector<CollectiveSimulatorCache>& caches) {
-  std::vector<std::optional<IterationResult>> results(batch.size());
+// Simulates the layouts of `batch` at `mine` on one thread per cache, each thread with its own
+// collective simulators; a layout the simulation refuses (a rule only it checks) is summarised
+// as not simulated.
+std::vector<LayoutSummary> simulate_batch(const ModelConfig& model, const std::vector<const Candidate*>& batch,
+                                          const std::vector<size_t>& mine, const Topology& topology,
+                                          const IterationOptions& options, std::vector<CollectiveSimulatorCache>& caches) {
+  std::vector<LayoutSummary> results(mine.size());
   std::atomic<size_t> next{0};
   auto work = [&](size_t t) {
     IterationOptions o = options;
     o.collective_simulators = &caches[t];
-    for (size_t i = next++; i < batch.size(); i = next++) {
+    for (size_t i = next++; i < mine.size(); i = next++) {
       try {
-        results[i] = simulate_iteration(model, batch[i]->layout, topology, o);
+        results[i] = summarize(simulate_iteration(model, batch[mine[i]]->layout, topology, o));
       } catch (const InputError&) {
-        results[i].reset();
+        results[i] = LayoutSummary{};
       } catch (const std::invalid_argument&) {
-        results[i].reset();
+        results[i] = LayoutSummary{};
       }
     }
   };
@@ -75,7 +75,50 @@ std::vector<std::optional<IterationResult>> simulate_batch(const ModelConfig& mo
   return results;
 }
 
+// Every layout of `batch` summarised: this process's share simulated here, the others' received
+// through the partition (each process's share in rank order, as simulate_batch returned it).
+std::vector<LayoutSummary> summarise_batch(const ModelConfig& model, const std::vector<const Candidate*>& batch,
+                                           const Topology& topology, const IterationOptions& options,
+                                           std::vector<CollectiveSimulatorCache>& caches, SearchPartition* partition) {
+  const int rank = partition ? partition->rank() : 0, size = partition ? partition->size() : 1;
+  auto share_of = [&](int r) {
+    std::vector<size_t> share;
+    for (size_t i = static_cast<size_t>(r); i < batch.size(); i += static_cast<size_t>(size)) share.push_back(i);
+    return share;
+  };
+  std::vector<LayoutSummary> mine = simulate_batch(model, batch, share_of(rank), topology, options, caches);
+  if (!partition) return mine;
+  const std::vector<LayoutSummary> gathered = partition->all_gather(mine);
+  std::vector<LayoutSummary> all(batch.size());
+  size_t at = 0;
+  for (int r = 0; r < size; ++r) {
+    for (size_t i : share_of(r)) all[i] = gathered.at(at++);
+  }
+  return all;
+}
+
 }  // namespace
+
+LayoutSummary summarize(const IterationResult& r) {
+  LayoutSummary s;
+  s.iteration_time_s = r.iteration_time.seconds();
+  s.tokens_per_second = r.tokens_per_second;
+  s.tokens_per_second_per_gpu = r.tokens_per_second_per_gpu;
+  s.mfu = r.mfu;
+  s.peak_memory_bytes = r.peak_memory.value();
+  s.pipeline_bubble_fraction = r.pipeline_bubble_fraction;
+  for (const StageResult& stage : r.stages) {
+    for (int k = 1; k < kWorkKinds; ++k) {
+      const double t = stage.time.exposed[static_cast<size_t>(k)].seconds();
+      if (t > s.most_exposed_s) {
+        s.most_exposed_s = t;
+        s.most_exposed_kind = k;
+      }
+    }
+  }
+  s.simulated = 1;
+  return s;
+}
 
 std::optional<SearchObjective> search_objective_from(const std::string& name) {
   if (name == "tokens_per_s") return SearchObjective::kTokensPerSecond;
@@ -123,20 +166,21 @@ SearchOutcome search_layouts(const ModelConfig& model, const ParallelLayout& bas
     // The k-th best time so far: a layout whose bound is above it cannot enter the top k (both
     // objectives fall as the time grows: the GPUs and the tokens are the same for every layout).
     if (options.top > 0 && ranked.size() >= options.top) {
-      if (candidates[i].bound > ranked[options.top - 1].second.result.iteration_time) {
+      if (candidates[i].bound.seconds() > ranked[options.top - 1].second.result.iteration_time_s) {
         out.pruned_by_bound = candidates.size() - i;  // bounds only grow from here
         break;
       }
     }
     std::vector<const Candidate*> batch;
     for (; i < candidates.size() && batch.size() < kBatch; ++i) batch.push_back(&candidates[i]);
-    std::vector<std::optional<IterationResult>> results = simulate_batch(model, batch, topology, options.iteration, caches);
+    const std::vector<LayoutSummary> results =
+        summarise_batch(model, batch, topology, options.iteration, caches, options.partition);
     for (size_t b = 0; b < batch.size(); ++b) {
-      if (!results[b]) {
+      if (!results[b].simulated) {
         ++out.rejected_by_rule;
         continue;
       }
-      SearchedLayout s{batch[b]->layout, std::move(*results[b]), 0};
+      SearchedLayout s{batch[b]->layout, results[b], 0};
       s.score = score_of(s.result, options.objective);
       ranked.emplace_back(batch[b]->text, std::move(s));
     }

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <functional>
 #include <string>
 #include <vector>
@@ -23,6 +24,33 @@ enum class SearchObjective { kTokensPerSecond, kMfu };
 /// "tokens_per_s", "mfu"; nullopt otherwise.
 std::optional<SearchObjective> search_objective_from(const std::string& name);
 
+/// What the ranking and the reports keep of a simulated layout: plain numbers, so that
+/// processes of a distributed search can exchange them as bytes.
+struct LayoutSummary {
+  double iteration_time_s = 0;
+  double tokens_per_second = 0;
+  double tokens_per_second_per_gpu = 0;
+  double mfu = 0;
+  double peak_memory_bytes = 0;
+  double pipeline_bubble_fraction = 0;
+  double most_exposed_s = 0;    ///< the largest exposed communication of any stage and kind
+  int32_t most_exposed_kind = 0;  ///< its WorkKind
+  int32_t simulated = 0;         ///< 0: the simulation refused the layout (a rule only it checks)
+};
+LayoutSummary summarize(const IterationResult& r);
+
+/// Splits a search over processes (e.g. MPI ranks, tools/parallax): each simulates the layouts
+/// of every batch whose index within it is its rank modulo the size, then all exchange their
+/// summaries, so that every process ranks, prunes and counts alike.
+class SearchPartition {
+ public:
+  virtual ~SearchPartition() = default;
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+  /// Every process's `mine`, concatenated in rank order (every process calls it, in step).
+  virtual std::vector<LayoutSummary> all_gather(const std::vector<LayoutSummary>& mine) = 0;
+};
+
 struct SearchOptions {
   size_t top = 10;                 ///< how many layouts the bound keeps in play
   SearchObjective objective = SearchObjective::kTokensPerSecond;
@@ -31,11 +59,13 @@ struct SearchOptions {
   /// Called after every simulated batch: (layouts simulated so far, layouts left to simulate
   /// or prune). For a progress bar; may be empty.
   std::function<void(size_t, size_t)> progress;
+  /// Null: this process simulates everything.
+  SearchPartition* partition = nullptr;
 };
 
 struct SearchedLayout {
   ParallelLayout layout;
-  IterationResult result;
+  LayoutSummary result;
   double score = 0;  ///< the objective's value (higher is better)
 };
 

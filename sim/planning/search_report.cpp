@@ -24,19 +24,7 @@ std::string format(const char* fmt, ...) {
   return buf;
 }
 
-double gib(Bytes b) { return b.value() / (1024.0 * 1024 * 1024); }
-
-// The kind of communication with the most exposed time on its worst stage.
-std::pair<WorkKind, Time> largest_exposed(const IterationResult& r) {
-  std::pair<WorkKind, Time> worst{WorkKind::kDpComm, Time::zero()};
-  for (const StageResult& s : r.stages) {
-    for (int k = 1; k < kWorkKinds; ++k) {
-      const Time t = s.time.exposed[static_cast<size_t>(k)];
-      if (t > worst.second) worst = {static_cast<WorkKind>(k), t};
-    }
-  }
-  return worst;
-}
+double in_gib(double bytes) { return bytes / (1024.0 * 1024 * 1024); }
 
 const char* recompute_name(Recomputation r) {
   return r == Recomputation::kFull ? "full" : r == Recomputation::kSelective ? "selective" : "none";
@@ -60,11 +48,11 @@ std::string search_table(const SearchOutcome& o, size_t top) {
                          "memory", "most exposed comm", "bubble");
   for (size_t i = 0; i < std::min(top, o.ranked.size()); ++i) {
     const SearchedLayout& s = o.ranked[i];
-    const auto [kind, exposed] = largest_exposed(s.result);
+    const LayoutSummary& r = s.result;
     t += format("  %4zu  %-100s %9.3f s %9.1f %5.1f%% %5.1f GiB  %-4s %10.2f ms %6.1f%%\n", i + 1,
-                row_layout(s.layout).c_str(), s.result.iteration_time.seconds(),
-                s.result.tokens_per_second_per_gpu, 100 * s.result.mfu, gib(s.result.peak_memory), to_string(kind),
-                exposed.seconds() * 1e3, 100 * s.result.pipeline_bubble_fraction);
+                row_layout(s.layout).c_str(), r.iteration_time_s, r.tokens_per_second_per_gpu, 100 * r.mfu,
+                in_gib(r.peak_memory_bytes), to_string(static_cast<WorkKind>(r.most_exposed_kind)), r.most_exposed_s * 1e3,
+                100 * r.pipeline_bubble_fraction);
   }
   t += format("\nlayouts: %zu enumerated = %zu rejected by rule + %zu rejected by memory + %zu pruned by bound + "
               "%zu simulated\n",
@@ -108,15 +96,16 @@ nlohmann::ordered_json search_json(const SearchOutcome& o) {
   j["simulated"] = o.simulated;
   nlohmann::ordered_json all = nlohmann::ordered_json::array();
   for (const SearchedLayout& s : o.ranked) {
-    const auto [kind, exposed] = largest_exposed(s.result);
+    const LayoutSummary& r = s.result;
     all.push_back({{"layout", row_layout(s.layout)},
                    {"parallel", parallel_block(s.layout)},
-                   {"iteration_time_s", s.result.iteration_time.seconds()},
-                   {"tokens_per_second_per_gpu", s.result.tokens_per_second_per_gpu},
-                   {"mfu", s.result.mfu},
-                   {"peak_memory_bytes", s.result.peak_memory.value()},
-                   {"pipeline_bubble_fraction", s.result.pipeline_bubble_fraction},
-                   {"most_exposed_communication", {{"kind", to_string(kind)}, {"s", exposed.seconds()}}}});
+                   {"iteration_time_s", r.iteration_time_s},
+                   {"tokens_per_second_per_gpu", r.tokens_per_second_per_gpu},
+                   {"mfu", r.mfu},
+                   {"peak_memory_bytes", r.peak_memory_bytes},
+                   {"pipeline_bubble_fraction", r.pipeline_bubble_fraction},
+                   {"most_exposed_communication",
+                    {{"kind", to_string(static_cast<WorkKind>(r.most_exposed_kind))}, {"s", r.most_exposed_s}}}});
   }
   j["layouts"] = all;
   return j;
@@ -147,7 +136,7 @@ std::string pareto_data(const SearchOutcome& o) {
   // Block 0: every simulated layout; block 1: the Pareto front (no other layout is at least as
   // fast with no more memory), by memory.
   std::vector<std::pair<double, double>> points;  // (memory GiB, tokens/s per GPU)
-  for (const SearchedLayout& s : o.ranked) points.emplace_back(gib(s.result.peak_memory), s.result.tokens_per_second_per_gpu);
+  for (const SearchedLayout& s : o.ranked) points.emplace_back(in_gib(s.result.peak_memory_bytes), s.result.tokens_per_second_per_gpu);
   std::string out = "# peak memory per GPU (GiB), tokens/s per GPU\n";
   std::vector<std::pair<double, double>> front;
   for (size_t i = 0; i < points.size(); ++i) {

@@ -18,6 +18,7 @@
 #include "io/json_reader.h"
 #include "parallax/cli_support.h"
 #include "parallax/commands.h"
+#include "parallax/mpi_search.h"
 #include "planning/layout_search.h"
 #include "planning/scaling_study.h"
 #include "planning/search_report.h"
@@ -95,8 +96,11 @@ void run_search(const SearchArgs& a) {
   options.iteration.cosimulate = a.network == "flow";
   options.iteration.compute = job.compute;
   options.iteration.gemm_efficiency = job.gemm;
-  options.progress = progress_bar();
+  MpiSession mpi;
+  options.partition = mpi.partition();
+  if (mpi.is_root()) options.progress = progress_bar();
   const SearchOutcome outcome = search_layouts(job.model, job.layout, job.topology, space, options);
+  if (!mpi.is_root()) return;  // rank 0 reports; every rank holds the same ranking
   std::printf("# Parallax search: %s on %s, %d GPUs, global batch %lld, seq %lld; ranked by %s (%s)\n",
               job.model.name.c_str(), job.topology.info().name.c_str(), gpus,
               static_cast<long long>(job.layout.global_batch), static_cast<long long>(job.layout.sequence_length),
