@@ -170,7 +170,7 @@ TEST(LayoutSearch, ABadSpaceFailsWithItsPointer) {
   auto fails_at = [&](const std::string& text, const std::string& pointer) {
     std::ofstream(path) << text;
     try {
-      read_search_space(path, defaults);
+      read_search_space(path, defaults, 16);
       ADD_FAILURE() << text << " was accepted";
     } catch (const InputError& e) {
       EXPECT_NE(std::string(e.what()).find(pointer), std::string::npos) << e.what();
@@ -182,8 +182,13 @@ TEST(LayoutSearch, ABadSpaceFailsWithItsPointer) {
   fails_at(R"({"recompute": ["some"]})", "/recompute/0");
   fails_at(R"({"rank_order": ["tp-dp-tp"]})", "/rank_order/0");
   fails_at(R"({"tpp": [1]})", "tpp");
+  fails_at(R"({"pp": [1, 3]})", "/pp/1: 3 does not divide the 16 GPUs");
+  // A space whose every layout breaks a rule fails before any simulation.
+  std::ofstream(path) << R"({"tp": [16], "pp": [16]})";
+  EXPECT_THROW(search_layouts(job.model, job.layout, job.topology, read_search_space(path, defaults, 16), SearchOptions{}),
+               InputError);
   std::ofstream(path) << R"({"tp": [2], "micro_batch": [2]})";
-  const SearchSpace s = read_search_space(path, defaults);
+  const SearchSpace s = read_search_space(path, defaults, 16);
   EXPECT_EQ(s.tp, std::vector<int>{2});
   EXPECT_EQ(s.micro_batch, std::vector<int64_t>{2});
   EXPECT_EQ(s.pp, defaults.pp);

@@ -136,3 +136,12 @@ if(PARALLAX_CLI_HAS_MPI AND PARALLAX_CLI_MPIEXEC)
            COMMAND bash ${PROJECT_SOURCE_DIR}/tools/search-mpi-test.sh ${PARALLAX_CLI_MPIEXEC} $<TARGET_FILE:parallax>
                    ${PROJECT_SOURCE_DIR}/tests/data/workloads/gpt-1.3b-16xa100.json ${train_scratch}/search-mpi)
 endif()
+# A space with no valid layout, and GPUs the nodes cannot hold, fail before any simulation.
+add_test(NAME search.no_valid_layout
+         COMMAND bash -c "echo '{\"tp\": [16], \"pp\": [16]}' > \"$2/empty-space.json\" && ! \"$0\" search \"$1\" --space \"$2/empty-space.json\""
+                 $<TARGET_FILE:parallax> ${PROJECT_SOURCE_DIR}/tests/data/workloads/gpt-1.3b-16xa100.json ${train_scratch})
+set_tests_properties(search.no_valid_layout PROPERTIES PASS_REGULAR_EXPRESSION "empty-space.json: no layout of the space is valid on 16 GPUs")
+add_test(NAME search.gpus_that_do_not_fill_nodes
+         COMMAND bash -c "\"$0\" search \"$1\" --gpus 12; test $? -eq 2" $<TARGET_FILE:parallax>
+                 ${PROJECT_SOURCE_DIR}/tests/data/workloads/gpt-1.3b-16xa100.json)
+set_tests_properties(search.gpus_that_do_not_fill_nodes PROPERTIES PASS_REGULAR_EXPRESSION "--gpus: 12 GPUs do not fill whole 8-GPU nodes")

@@ -155,6 +155,12 @@ SearchOutcome search_layouts(const ModelConfig& model, const ParallelLayout& bas
   Enumeration e = enumerate_layouts(space, model, base, gpus);
   out.enumerated = e.enumerated;
   out.rejected_by_rule = e.rejected_by_rule;
+  if (e.valid.empty()) {
+    throw InputError("", "", "no layout of the space is valid on " + std::to_string(gpus) + " GPUs: " +
+                                 (e.enumerated == 0 ? std::string("no combination of its tp, pp and cp fills them")
+                                                    : "each of the " + std::to_string(e.enumerated) +
+                                                          " combinations that fill them breaks a layout rule"));
+  }
   const GpuSpec& gpu = topology.gpu_spec_of(topology.gpus()[0]);
   const std::vector<Candidate> candidates =
       fitting_candidates(model, std::move(e.valid), gpu, options.iteration, out.rejected_by_memory);

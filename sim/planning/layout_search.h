@@ -87,6 +87,7 @@ Time iteration_time_lower_bound(const ModelConfig& model, const ParallelLayout& 
                                 const IterationOptions& options);
 
 /// Searches `space` for `model` on every GPU of `topology`, from `base` (batch, sequence, dtype).
+/// Throws InputError before simulating anything when no layout of the space is valid.
 SearchOutcome search_layouts(const ModelConfig& model, const ParallelLayout& base, const Topology& topology,
                              const SearchSpace& space, const SearchOptions& options);
 

@@ -87,14 +87,19 @@ SearchSpace default_search_space(const ModelConfig& model, const ParallelLayout&
   return s;
 }
 
-SearchSpace read_search_space(const std::string& path, SearchSpace s) {
+SearchSpace read_search_space(const std::string& path, SearchSpace s, int gpus) {
   const nlohmann::json doc = load_json_file(path);
   JsonReader root(doc, path);
   if (!root.is_object()) root.fail("a search space is a JSON object of lists (docs/search-format.md)");
-  read_list(root, "tp", s.tp, positive_int);
-  read_list(root, "pp", s.pp, positive_int);
-  read_list(root, "cp", s.cp, positive_int);
-  read_list(root, "ep", s.ep, positive_int);
+  auto degree = [gpus](JsonReader& r) {
+    const int v = positive_int(r);
+    if (gpus % v != 0) r.fail(std::to_string(v) + " does not divide the " + std::to_string(gpus) + " GPUs");
+    return v;
+  };
+  read_list(root, "tp", s.tp, degree);
+  read_list(root, "pp", s.pp, degree);
+  read_list(root, "cp", s.cp, degree);
+  read_list(root, "ep", s.ep, degree);
   read_list(root, "vpp", s.vpp, positive_int);
   read_list(root, "zero", s.zero, zero_of);
   read_list(root, "micro_batch", s.micro_batch, [](JsonReader& r) { return static_cast<int64_t>(positive_int(r)); });

@@ -34,10 +34,10 @@ struct SearchSpace {
 /// TP overlap as the base layout has it, rank orders with DP or PP innermost after TP.
 SearchSpace default_search_space(const ModelConfig& model, const ParallelLayout& base, int gpus, int gpus_per_node);
 
-/// Reads a space file over `defaults`: each key given replaces that dimension's values.
-/// Throws InputError naming the file and JSON pointer (an unknown key, an empty list, a value
-/// out of range).
-SearchSpace read_search_space(const std::string& path, SearchSpace defaults);
+/// Reads a space file over `defaults` for `gpus` GPUs: each key given replaces that dimension's
+/// values. Throws InputError naming the file and JSON pointer (an unknown key, an empty list, a
+/// value out of range, a tp, pp, cp or ep that does not divide the GPUs).
+SearchSpace read_search_space(const std::string& path, SearchSpace defaults, int gpus);
 
 struct Enumeration {
   std::vector<ParallelLayout> valid;  ///< in enumeration order

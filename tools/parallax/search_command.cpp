@@ -87,7 +87,7 @@ void run_search(const SearchArgs& a) {
   const int gpus = static_cast<int>(job.topology.gpu_count());
   const int per_node = static_cast<int>(job.topology.gpus_of_node(0).size());
   SearchSpace space = default_search_space(job.model, job.layout, gpus, per_node);
-  if (!a.space.empty()) space = read_search_space(a.space, space);
+  if (!a.space.empty()) space = read_search_space(a.space, space, gpus);
   SearchOptions options;
   options.top = a.top;
   options.objective = *objective;
@@ -99,7 +99,13 @@ void run_search(const SearchArgs& a) {
   MpiSession mpi;
   options.partition = mpi.partition();
   if (mpi.is_root()) options.progress = progress_bar();
-  const SearchOutcome outcome = search_layouts(job.model, job.layout, job.topology, space, options);
+  SearchOutcome outcome;
+  try {
+    outcome = search_layouts(job.model, job.layout, job.topology, space, options);
+  } catch (const InputError& e) {
+    if (!e.file().empty()) throw;
+    throw InputError(a.space.empty() ? a.workload : a.space, e.pointer(), e.reason());
+  }
   if (!mpi.is_root()) return;  // rank 0 reports; every rank holds the same ranking
   std::printf("# Parallax search: %s on %s, %d GPUs, global batch %lld, seq %lld; ranked by %s (%s)\n",
               job.model.name.c_str(), job.topology.info().name.c_str(), gpus,
@@ -220,7 +226,7 @@ void add_search_command(CLI::App& app) {
   cmd->add_option("--emit", args->emit, "write the best layout as a workload JSON that parallax train runs");
   cmd->add_option("--json", args->json, "write every simulated layout and the counts as JSON");
   cmd->add_option("--plot", args->plot_dir, "draw throughput vs memory with the Pareto front (PNG, gnuplot) into this folder");
-  cmd->excludes(cmd->get_option("--gpus"))->excludes(cmd->get_option("--nodes"));
+  cmd->get_option("--gpus")->excludes(cmd->get_option("--nodes"));
   cmd->callback([args] { run_search(*args); });
 
   auto scale = std::make_shared<ScaleArgs>();
