@@ -284,6 +284,29 @@ TEST(PublishedFindings, ZeroThreeMovesOneAndAHalfTimesTheBytesOfDdp) {
   EXPECT_NEAR(dp_bytes(ZeroStage::kStage3) / dp_bytes(ZeroStage::kStage0), 1.5, 1e-9);
 }
 
+TEST(PublishedFindings, DeepSpeedsPerTensorZeroThreeGathersCostTheirLatencies) {
+  // DeepSpeed's ZeRO-3 before late 2021 gathered each parameter tensor by its own all-gather and
+  // waited for it (DeepSpeed issue #1069; batched in PR #1188): the same bytes as one gather per
+  // layer, in 12 collectives per GPT layer (QKV, projection, fc1, fc2, their 4 biases and the two
+  // LayerNorms' gains and biases), each paying its latency — the reason Narayanan et al. 2021's
+  // Table 2 ZeRO-3 runs fall behind as the DP group grows.
+  const TrainingWorkload job = small_case();
+  auto run_zero3 = [&](bool per_tensor) {
+    ParallelLayout l = with(job, 1, 1, 16, 16);
+    l.zero_stage = ZeroStage::kStage3;
+    l.param_gather_prefetch = false;
+    l.param_gather_per_tensor = per_tensor;
+    return run(job, l, 2);
+  };
+  const IterationResult layer = run_zero3(false), tensor = run_zero3(true);
+  const auto& dp_layer = layer.stages[0].communication[static_cast<size_t>(WorkKind::kDpComm)];
+  const auto& dp_tensor = tensor.stages[0].communication[static_cast<size_t>(WorkKind::kDpComm)];
+  EXPECT_NEAR(dp_tensor.sent.value(), dp_layer.sent.value(), 1e-6 * dp_layer.sent.value());
+  // 24 layers, gathered for the forward and again for the backward: 11 more collectives each time.
+  EXPECT_EQ(dp_tensor.collectives - dp_layer.collectives, 2 * 24 * 11);
+  EXPECT_GT(tensor.iteration_time, layer.iteration_time);
+}
+
 // ---- the scaling study ----------------------------------------------------------------------
 
 TEST(ScalingStudy, StrongScalingKeepsTheBatchAndShardingShrinksTheMemory) {

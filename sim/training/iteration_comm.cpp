@@ -7,6 +7,7 @@
 
 #include "collectives/sibling_contention.h"
 #include "topology/router.h"
+#include "model/parameter_count.h"
 #include "training/iteration_memory.h"
 
 namespace parallax::iteration_detail {
@@ -15,6 +16,27 @@ namespace {
 CallPhases concatenated(CallPhases a, const CallPhases& b) {
   a.insert(a.end(), b.begin(), b.end());
   return a;
+}
+
+// Each parameter tensor's share of a dense transformer layer: the fused QKV and the output
+// projection (by their sizes), the MLP's matrices (gate, up, down or fc1, fc2: equal), and
+// the biases and norm gains, evenly over their count.
+std::vector<double> dense_layer_tensor_shares(const ModelConfig& model) {
+  const LayerParameterCounts counts = layer_parameters(model, 0);
+  const double total = static_cast<double>(counts.total());
+  if (!(total > 0) || model.mla) return {};
+  const double qkv = static_cast<double>(model.hidden) * (model.heads + 2.0 * model.kv_heads) * model.head_dim;
+  const double proj = static_cast<double>(model.heads) * model.head_dim * model.hidden;
+  std::vector<double> shares;
+  for (double m : {qkv, proj}) shares.push_back(static_cast<double>(counts.attention) * m / (qkv + proj) / total);
+  const int mlp_matrices = model.mlp == MlpKind::kGated ? 3 : 2;
+  for (int i = 0; i < mlp_matrices; ++i) shares.push_back(static_cast<double>(counts.mlp) / mlp_matrices / total);
+  const int vectors = (model.qkv_bias ? 1 : 0) + (model.attention_output_bias ? 1 : 0) + (model.mlp_bias ? mlp_matrices : 0) +
+                      2 * (model.norm == NormKind::kLayerNorm ? 2 : 1) + (model.qk_norm ? 2 : 0);
+  for (int i = 0; i < vectors && counts.vectors > 0; ++i) {
+    shares.push_back(static_cast<double>(counts.vectors) / vectors / total);
+  }
+  return shares;
 }
 
 }  // namespace
@@ -76,7 +98,16 @@ CommTask CommunicationPlan::gradient_reduction(int s, const Unit& u) {
 }
 
 CommTask CommunicationPlan::parameter_gather(int s, const Unit& u) {
-  return per_bucket(s, u, CollectiveOp::kAllGather, kParameterBytes);
+  if (layer_tensor_shares_.empty() || !u.transformer_layer || u.expert_parameters > 0 ||
+      layout_.zero_stage != ZeroStage::kStage3) {
+    return per_bucket(s, u, CollectiveOp::kAllGather, kParameterBytes);
+  }
+  CommTask c;  // one all-gather per tensor, one after the other
+  for (double share : layer_tensor_shares_) {
+    c = plus(c, collective(CollectiveOp::kAllGather, Bytes(u.parameters * share * kParameterBytes),
+                           dp_group_[static_cast<size_t>(s)], dp_slowdown_[static_cast<size_t>(s)]));
+  }
+  return c;
 }
 
 CommunicationPlan::CommunicationPlan(const ModelConfig& model, const ParallelLayout& layout, const Topology& topo,
@@ -89,6 +120,9 @@ CommunicationPlan::CommunicationPlan(const ModelConfig& model, const ParallelLay
       cp_gather_heads(tp_forward.size()), slowdown_of(tp_forward.size()), topo_(topo), layout_(layout),
       timer_(simulators, options), dp_group_(tp_forward.size()), expert_dp_group_(tp_forward.size()),
       dp_slowdown_(tp_forward.size(), 1.0), expert_dp_slowdown_(tp_forward.size(), 1.0) {
+  if (layout.param_gather_per_tensor && layout.zero_stage == ZeroStage::kStage3) {
+    layer_tensor_shares_ = dense_layer_tensor_shares(model);
+  }
   const int p = layout.pp, t = layout.tp, cp = layout.cp;
   const RankMapping ranks(layout);
   const bool expert_parallel = layout.ep > 1;

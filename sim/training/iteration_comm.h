@@ -111,6 +111,8 @@ class CommunicationPlan {
   CollectiveTimer timer_;
   std::vector<std::vector<int>> dp_group_, expert_dp_group_;
   std::vector<double> dp_slowdown_, expert_dp_slowdown_;
+  /// With param_gather_per_tensor: each parameter tensor's share of a dense transformer layer.
+  std::vector<double> layer_tensor_shares_;
 };
 
 }  // namespace parallax::iteration_detail

@@ -99,6 +99,10 @@ std::string layout_description(const ParallelLayout& l) {
                  static_cast<long long>(l.sequence_length), to_string(l.dtype), l.sequence_parallel ? ", SP" : "");
   if (l.recompute != Recomputation::kNone) s += l.recompute == Recomputation::kFull ? ", full recompute" : ", selective recompute";
   if (l.attention == AttentionKernel::kUnfused) s += ", unfused attention";
+  if (l.zero_stage == ZeroStage::kStage3 && l.dp * l.cp > 1 && (l.param_gather_per_tensor || !l.param_gather_prefetch)) {
+    s += std::string(", ZeRO-3 gathers ") + (l.param_gather_per_tensor ? "per tensor" : "per layer") +
+         (l.param_gather_prefetch ? "" : ", not prefetched");
+  }
   if (l.dp * l.cp > 1 && (l.grad_reduce_in_fp32 || !l.grad_reduce_overlap)) {
     s += format(", %s gradients reduced %s", l.grad_reduce_in_fp32 ? "fp32" : "bf16",
                    l.grad_reduce_overlap ? "during the backward" : "after the backward");

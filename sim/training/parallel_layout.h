@@ -69,6 +69,11 @@ struct ParallelLayout {
   /// bf16 and NeMo's grad_reduce_in_fp32): 4 bytes per parameter kept and sent instead of 2.
   bool grad_reduce_in_fp32 = false;
   bool param_gather_prefetch = true;  ///< ZeRO parameter all-gathers issued one layer ahead
+  /// ZeRO-3 gathers each parameter tensor of a transformer layer by its own all-gather (weights,
+  /// biases and norm gains apart), as DeepSpeed's ZeRO-3 did before it batched them (DeepSpeed
+  /// issue #1069, PR #1188, late 2021); false: one all-gather per layer (FSDP's flat parameter,
+  /// DeepSpeed since). Each tensor's collective pays its own latency.
+  bool param_gather_per_tensor = false;
   bool tp_comm_overlap = false;       ///< TP collectives run beside the GEMMs, not before/after
   std::string rank_order = "tp-cp-ep-dp-pp";  ///< innermost first
   /// Layers of each virtual stage, pp·v entries in model order (virtual stage c·pp + s is chunk

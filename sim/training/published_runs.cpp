@@ -128,6 +128,13 @@ PublishedLayout layout_of(const nlohmann::json& l, int gpus, const std::string& 
   auto sp = l.find("sequence_parallel");
   p.sequence_parallel = (sp != l.end() && sp->is_boolean()) ? sp->get<bool>() : p.tp > 1;
   p.recompute = opt_string(l, "activation_recompute", where).value_or("none");
+  for (auto [key, field] : {std::pair{"param_gather_prefetch", &p.param_gather_prefetch},
+                            std::pair{"param_gather_per_tensor", &p.param_gather_per_tensor}}) {
+    auto v = l.find(key);
+    if (v == l.end() || v->is_null()) continue;
+    if (!v->is_boolean()) throw RowError(where + "/" + key, "expected true, false or null, found " + v->dump());
+    *field = v->get<bool>();
+  }
   if (p.recompute != "none" && p.recompute != "selective" && p.recompute != "full") {
     throw RowError(where + "/activation_recompute", "expected none, selective, full or null, found \"" + p.recompute + "\"");
   }
@@ -156,6 +163,8 @@ ParallelLayout parallel_layout_of(const PublishedRun& run) {
   l.dtype = run.precision == "fp8" ? DType::kFp8 : DType::kBf16;
   l.sequence_length = run.sequence;
   if (l.recompute == Recomputation::kSelective) l.attention = AttentionKernel::kUnfused;
+  l.param_gather_prefetch = run.layout.param_gather_prefetch;
+  l.param_gather_per_tensor = run.layout.param_gather_per_tensor;
   if (run.layout.megatron_style) {
     l.grad_reduce_in_fp32 = true;
     l.grad_reduce_overlap = false;

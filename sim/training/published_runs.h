@@ -28,6 +28,10 @@ struct PublishedLayout {
   int global_batch = 1;
   bool sequence_parallel = false;
   std::string recompute = "none";   ///< none, selective, full
+  /// The stack's ZeRO gathers: one layer ahead (the default) or each waited for; per layer (the
+  /// default) or per parameter tensor (DeepSpeed's ZeRO-3 before it batched them, 2021).
+  bool param_gather_prefetch = true;
+  bool param_gather_per_tensor = false;
 };
 
 struct PublishedRun {

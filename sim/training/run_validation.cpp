@@ -95,4 +95,55 @@ double median_error(std::vector<double> v) {
   return v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
 }
 
+namespace {
+
+std::vector<double> ranks_of(const std::vector<double>& v) {
+  std::vector<size_t> order(v.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return v[a] < v[b]; });
+  std::vector<double> rank(v.size());
+  for (size_t i = 0; i < order.size();) {
+    size_t j = i;
+    while (j + 1 < order.size() && v[order[j + 1]] == v[order[i]]) ++j;
+    const double average = (static_cast<double>(i) + static_cast<double>(j)) / 2.0 + 1.0;
+    for (size_t k = i; k <= j; ++k) rank[order[k]] = average;
+    i = j + 1;
+  }
+  return rank;
+}
+
+}  // namespace
+
+double spearman(const std::vector<double>& a, const std::vector<double>& b) {
+  if (a.size() != b.size() || a.size() < 2) return std::nan("");
+  const std::vector<double> ra = ranks_of(a), rb = ranks_of(b);
+  const double n = static_cast<double>(a.size()), mean = (n + 1) / 2;
+  double cov = 0, va = 0, vb = 0;
+  for (size_t i = 0; i < ra.size(); ++i) {
+    cov += (ra[i] - mean) * (rb[i] - mean);
+    va += (ra[i] - mean) * (ra[i] - mean);
+    vb += (rb[i] - mean) * (rb[i] - mean);
+  }
+  return va > 0 && vb > 0 ? cov / std::sqrt(va * vb) : std::nan("");
+}
+
+std::vector<RankAgreement> rank_agreement(const std::vector<PublishedRun>& runs,
+                                          const std::vector<RunPrediction>& predictions, size_t min_rows) {
+  std::map<std::pair<std::string, std::string>, std::pair<std::vector<double>, std::vector<double>>> groups;
+  for (size_t i = 0; i < runs.size() && i < predictions.size(); ++i) {
+    if (!predictions[i].problem.empty()) continue;
+    auto& g = groups[{source_label(runs[i].source), runs[i].model.name}];
+    g.first.push_back(predictions[i].predicted);
+    g.second.push_back(runs[i].expected_tokens_per_sec_per_gpu);
+  }
+  std::vector<RankAgreement> out;
+  for (const auto& [key, series] : groups) {
+    if (series.first.size() < min_rows) continue;
+    const double rho = spearman(series.first, series.second);
+    if (std::isnan(rho)) continue;
+    out.push_back(RankAgreement{key.first, key.second, series.first.size(), rho});
+  }
+  return out;
+}
+
 }  // namespace parallax

@@ -48,6 +48,21 @@ nlohmann::ordered_json run_json(const PublishedRun& run, const RunPrediction& p)
 /// ("Narayanan et al. 2021"), at most 40 characters.
 std::string source_label(const std::string& source);
 
+/// Spearman's rank correlation of two equally long series (average ranks for ties); NaN for
+/// fewer than two values or a constant series.
+double spearman(const std::vector<double>& a, const std::vector<double>& b);
+
+/// How well the predictions order the layouts one source published for one model: per
+/// (source, model) group of at least `min_rows` simulated rows, Spearman's ρ between predicted
+/// and published tokens/s per GPU — what a layout search ranks by.
+struct RankAgreement {
+  std::string source, model;
+  size_t rows = 0;
+  double rho = 0;
+};
+std::vector<RankAgreement> rank_agreement(const std::vector<PublishedRun>& runs,
+                                          const std::vector<RunPrediction>& predictions, size_t min_rows = 3);
+
 /// The mean and the median (of the middle two for an even count) of errors; NaN when empty.
 double mean_error(const std::vector<double>& v);
 double median_error(std::vector<double> v);

@@ -150,6 +150,7 @@ TrainingWorkload load_training_workload(const std::string& path, const std::stri
   bool_field("grad_reduce_overlap", l.grad_reduce_overlap);
   bool_field("grad_reduce_in_fp32", l.grad_reduce_in_fp32);
   bool_field("param_gather_prefetch", l.param_gather_prefetch);
+  bool_field("param_gather_per_tensor", l.param_gather_per_tensor);
   bool_field("tp_comm_overlap", l.tp_comm_overlap);
   if (auto v = p.find("rank_order")) l.rank_order = v->as_string();
   if (auto v = p.find("stage_layers")) {
@@ -193,6 +194,7 @@ TrainingWorkload load_training_workload(const std::string& path, const std::stri
   if (a.tp_comm_overlap) l.tp_comm_overlap = *a.tp_comm_overlap;
   if (a.grad_reduce_overlap) l.grad_reduce_overlap = *a.grad_reduce_overlap;
   if (a.param_gather_prefetch) l.param_gather_prefetch = *a.param_gather_prefetch;
+  if (a.param_gather_per_tensor) l.param_gather_per_tensor = *a.param_gather_per_tensor;
   if (!a.rank_order.empty()) l.rank_order = a.rank_order;
   // dp not given: whatever the other dimensions leave of the cluster.
   const int gpus = static_cast<int>(job.topology.gpu_count());

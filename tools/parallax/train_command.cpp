@@ -51,7 +51,8 @@ struct TrainArgs {
   std::string gemm_table;
   std::optional<double> sustained_fraction;
   std::string measured_step;  // a time string: fit σ to it
-  std::string sequence_parallel, tp_comm_overlap, grad_reduce_overlap, param_gather_prefetch;  // "on" / "off"
+  std::string sequence_parallel, tp_comm_overlap, grad_reduce_overlap, param_gather_prefetch,
+      param_gather_per_tensor;  // "on" / "off"
   std::string rank_order;
   bool explain = false;
 };
@@ -87,6 +88,7 @@ Job read_job(const TrainArgs& a) {
   o.tp_comm_overlap = switch_of(a.tp_comm_overlap);
   o.grad_reduce_overlap = switch_of(a.grad_reduce_overlap);
   o.param_gather_prefetch = switch_of(a.param_gather_prefetch);
+  o.param_gather_per_tensor = switch_of(a.param_gather_per_tensor);
   o.rank_order = a.rank_order;
   return load_training_workload(a.workload, kModelsDir, kTopologiesDir, o);
 }
@@ -261,10 +263,12 @@ void run_validate(const ValidateArgs& a) {
   std::map<std::string, std::vector<double>> by_source;  // signed errors
   RunValidator validator(kTopologiesDir, a.sustained_fraction, a.network == "flow");
   size_t done = 0;
+  std::vector<RunPrediction> predictions;
   for (const PublishedRun& run : runs) {
     ++done;
     std::fprintf(stderr, "\rparallax validate: %zu/%zu %-40s", done, runs.size(), run.id.c_str());
-    const RunPrediction p = validator.predict(run);
+    predictions.push_back(validator.predict(run));
+    const RunPrediction& p = predictions.back();
     const std::string layout = p.layout ? layout_description(*p.layout) : "";
     const std::string published = strprintf("%.0f", run.expected_tokens_per_sec_per_gpu);
     if (p.problem.empty()) {
@@ -294,6 +298,17 @@ void run_validate(const ValidateArgs& a) {
     for (double e : v) magnitude.push_back(std::fabs(e));
     std::printf("  %-40s %3zu rows: median %+.1f%%, mean |error| %.1f%%\n", source.c_str(), v.size(), 100 * median_error(v),
                 100 * mean_error(magnitude));
+  }
+  // How the predictions order each source's layouts of one model (what a search ranks by).
+  const std::vector<RankAgreement> ranks = rank_agreement(runs, predictions);
+  if (!ranks.empty()) {
+    std::printf("rank agreement per source and model (3+ rows): Spearman's rho, predicted vs published tokens/s per GPU\n");
+    double sum = 0;
+    for (const RankAgreement& r : ranks) {
+      std::printf("  %-40s %-36s %3zu rows: %+.2f\n", r.source.c_str(), r.model.c_str(), r.rows, r.rho);
+      sum += r.rho;
+    }
+    std::printf("  mean over %zu groups: %+.2f\n", ranks.size(), sum / static_cast<double>(ranks.size()));
   }
   if (!a.json.empty()) write_file_atomically(a.json, out.dump(2) + "\n");
 }
@@ -326,7 +341,9 @@ void add_train_command(CLI::App& app) {
                                    std::tuple{"--grad-reduce-overlap", &args->grad_reduce_overlap,
                                               "gradient buckets reduced during the backward"},
                                    std::tuple{"--param-gather-prefetch", &args->param_gather_prefetch,
-                                              "ZeRO parameter gathers one layer ahead"}}) {
+                                              "ZeRO parameter gathers one layer ahead"},
+                                   std::tuple{"--param-gather-per-tensor", &args->param_gather_per_tensor,
+                                              "ZeRO-3 gathers one all-gather per parameter tensor (DeepSpeed before late 2021)"}}) {
     cmd->add_option(flag, *field, std::string(what) + ": on or off")->check(CLI::IsMember({"on", "off"}));
   }
   cmd->add_option("--rank-order", args->rank_order, "rank order, innermost first (e.g. tp-cp-ep-dp-pp)");
