@@ -2,23 +2,13 @@
 #include "planning/scaling_study.h"
 
 #include <cmath>
-#include <cstdarg>
 #include <cstdio>
 
 #include "io/input_error.h"
+#include "io/text_format.h"
 
 namespace parallax {
 namespace {
-
-std::string format(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
-std::string format(const char* fmt, ...) {
-  char buf[256];
-  va_list args;
-  va_start(args, fmt);
-  std::vsnprintf(buf, sizeof buf, fmt, args);
-  va_end(args);
-  return buf;
-}
 
 double gib(Bytes b) { return b.value() / (1024.0 * 1024 * 1024); }
 
@@ -85,17 +75,17 @@ ScalingStudy run_scaling_study(const ModelConfig& model, const ParallelLayout& b
 }
 
 std::string scaling_table(const ScalingStudy& study) {
-  std::string t = format("  %-8s %6s %11s %10s %10s %16s %12s\n", "strategy", "GPUs", "iteration", "tok/s/GPU",
+  std::string t = format_text("  %-8s %6s %11s %10s %10s %16s %12s\n", "strategy", "GPUs", "iteration", "tok/s/GPU",
                          "efficiency", "memory/GPU", "exposed comm");
   for (const ScalingRow& row : study.rows) {
     for (const ScalingCell& c : row.cells) {
       if (!c.result) {
-        t += format("  %-8s %6d  not run: %s\n", row.strategy.name.c_str(), c.gpus, c.problem.c_str());
+        t += format_text("  %-8s %6d  not run: %s\n", row.strategy.name.c_str(), c.gpus, c.problem.c_str());
         continue;
       }
       const IterationResult& r = *c.result;
-      const std::string memory = format("%.1f GiB%s", gib(r.peak_memory), r.out_of_memory ? " OOM" : "");
-      t += format("  %-8s %6d %9.3f s %10.1f %9.1f%% %16s %9.1f ms\n", row.strategy.name.c_str(), c.gpus,
+      const std::string memory = format_text("%.1f GiB%s", gib(r.peak_memory), r.out_of_memory ? " OOM" : "");
+      t += format_text("  %-8s %6d %9.3f s %10.1f %9.1f%% %16s %9.1f ms\n", row.strategy.name.c_str(), c.gpus,
                   r.iteration_time.seconds(), r.tokens_per_second_per_gpu, 100 * c.efficiency, memory.c_str(),
                   worst_exposed_communication(r).seconds() * 1e3);
     }
@@ -139,7 +129,7 @@ std::string scaling_data(const ScalingStudy& study) {
     out += std::to_string(study.gpus[i]);
     for (const ScalingRow& row : study.rows) {
       const ScalingCell& c = row.cells[i];
-      out += c.result && !c.result->out_of_memory ? format(" %.6g", c.result->tokens_per_second_per_gpu) : " NaN";
+      out += c.result && !c.result->out_of_memory ? format_text(" %.6g", c.result->tokens_per_second_per_gpu) : " NaN";
     }
     out += "\n";
   }
@@ -152,7 +142,7 @@ std::string scaling_script(const ScalingStudy& study, const std::string& data_fi
   s += "set title \"" + title + "\"\nset logscale x 2\nset xlabel 'GPUs'\nset ylabel 'tokens/s per GPU'\n";
   s += "set key outside right\nset grid\nset datafile missing 'NaN'\nplot ";
   for (size_t i = 0; i < study.rows.size(); ++i) {
-    s += format("%s'%s' using 1:%zu with linespoints lw 2 title '%s'", i ? ", " : "", i ? "" : data_file.c_str(), i + 2,
+    s += format_text("%s'%s' using 1:%zu with linespoints lw 2 title '%s'", i ? ", " : "", i ? "" : data_file.c_str(), i + 2,
                 study.rows[i].strategy.name.c_str());
   }
   return s + "\n";

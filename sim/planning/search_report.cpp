@@ -2,27 +2,17 @@
 #include "planning/search_report.h"
 
 #include <algorithm>
-#include <cstdarg>
 #include <cstdio>
 #include <filesystem>
 
 #include "compute/operator_cost.h"
 #include "training/iteration_report.h"
+#include "io/text_format.h"
 
 namespace parallax {
 namespace {
 
 namespace fs = std::filesystem;
-
-std::string format(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
-std::string format(const char* fmt, ...) {
-  char buf[512];
-  va_list args;
-  va_start(args, fmt);
-  std::vsnprintf(buf, sizeof buf, fmt, args);
-  va_end(args);
-  return buf;
-}
 
 double in_gib(double bytes) { return bytes / (1024.0 * 1024 * 1024); }
 
@@ -44,17 +34,17 @@ std::string row_layout(const ParallelLayout& l) {
 }  // namespace
 
 std::string search_table(const SearchOutcome& o, size_t top) {
-  std::string t = format("  %4s  %-100s %11s %9s %6s %9s  %-18s %7s\n", "rank", "layout", "iteration", "tok/s/GPU", "MFU",
+  std::string t = format_text("  %4s  %-100s %11s %9s %6s %9s  %-18s %7s\n", "rank", "layout", "iteration", "tok/s/GPU", "MFU",
                          "memory", "most exposed comm", "bubble");
   for (size_t i = 0; i < std::min(top, o.ranked.size()); ++i) {
     const SearchedLayout& s = o.ranked[i];
     const LayoutSummary& r = s.result;
-    t += format("  %4zu  %-100s %9.3f s %9.1f %5.1f%% %5.1f GiB  %-4s %10.2f ms %6.1f%%\n", i + 1,
+    t += format_text("  %4zu  %-100s %9.3f s %9.1f %5.1f%% %5.1f GiB  %-4s %10.2f ms %6.1f%%\n", i + 1,
                 row_layout(s.layout).c_str(), r.iteration_time_s, r.tokens_per_second_per_gpu, 100 * r.mfu,
                 in_gib(r.peak_memory_bytes), to_string(static_cast<WorkKind>(r.most_exposed_kind)), r.most_exposed_s * 1e3,
                 100 * r.pipeline_bubble_fraction);
   }
-  t += format("\nlayouts: %zu enumerated = %zu rejected by rule + %zu rejected by memory + %zu pruned by bound + "
+  t += format_text("\nlayouts: %zu enumerated = %zu rejected by rule + %zu rejected by memory + %zu pruned by bound + "
               "%zu simulated\n",
               o.enumerated, o.rejected_by_rule, o.rejected_by_memory, o.pruned_by_bound, o.simulated);
   return t;
@@ -140,7 +130,7 @@ std::string pareto_data(const SearchOutcome& o) {
   std::string out = "# peak memory per GPU (GiB), tokens/s per GPU\n";
   std::vector<std::pair<double, double>> front;
   for (size_t i = 0; i < points.size(); ++i) {
-    out += format("%.6g %.6g\n", points[i].first, points[i].second);
+    out += format_text("%.6g %.6g\n", points[i].first, points[i].second);
     bool dominated = false;
     for (size_t j = 0; j < points.size() && !dominated; ++j) {
       dominated = j != i && points[j].first <= points[i].first && points[j].second >= points[i].second &&
@@ -150,7 +140,7 @@ std::string pareto_data(const SearchOutcome& o) {
   }
   std::sort(front.begin(), front.end());
   out += "\n\n# the Pareto front\n";
-  for (const auto& [memory, speed] : front) out += format("%.6g %.6g\n", memory, speed);
+  for (const auto& [memory, speed] : front) out += format_text("%.6g %.6g\n", memory, speed);
   return out;
 }
 

@@ -2,30 +2,15 @@
 #include "training/iteration_report.h"
 
 #include <algorithm>
-#include <cstdarg>
 #include <cstdio>
 #include <map>
 #include <utility>
 
 #include "compute/gemm_efficiency.h"
+#include "io/text_format.h"
 
 namespace parallax {
 namespace {
-
-std::string format(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
-std::string format(const char* fmt, ...) {
-  va_list args;
-  va_start(args, fmt);
-  va_list copy;
-  va_copy(copy, args);
-  const int n = std::vsnprintf(nullptr, 0, fmt, copy);
-  va_end(copy);
-  std::string out(static_cast<size_t>(std::max(n, 0)) + 1, '\0');
-  std::vsnprintf(out.data(), out.size(), fmt, args);
-  va_end(args);
-  out.resize(static_cast<size_t>(std::max(n, 0)));
-  return out;
-}
 
 using TraceThreads = std::map<std::pair<int, std::string>, int>;  // (rank, stream) -> tid
 
@@ -41,7 +26,7 @@ TraceThreads stage_events(const IterationResult& r, nlohmann::ordered_json& even
   }
   for (size_t s = 0; s < r.stages.size(); ++s) {
     events.push_back({{"ph", "M"}, {"name", "process_name"}, {"pid", static_cast<int>(s)},
-                      {"args", {{"name", format("pipeline stage %zu (%d layers)", s, r.stages[s].layers)}}}});
+                      {"args", {{"name", format_text("pipeline stage %zu (%d layers)", s, r.stages[s].layers)}}}});
   }
   for (const TimelineSpan& span : r.timeline) {
     events.push_back({{"ph", "X"}, {"name", to_string(span.kind)}, {"cat", span.stream}, {"pid", span.rank},
@@ -90,11 +75,11 @@ void link_events(const IterationResult& r, const TraceThreads& threads, nlohmann
 }  // namespace
 
 std::string layout_description(const ParallelLayout& l) {
-  std::string s = format("tp %d · pp %d · dp %d", l.tp, l.pp, l.dp);
-  if (l.virtual_stages > 1) s += format(" · vpp %d", l.virtual_stages);
-  if (l.cp > 1) s += format(" · cp %d (%s)", l.cp, to_string(l.cp_comm));
-  if (l.ep > 1) s += format(" · ep %d", l.ep);
-  s += format(", %s, ZeRO-%d, mbs %lld, gbs %lld, seq %lld, %s%s", to_string(l.schedule), static_cast<int>(l.zero_stage),
+  std::string s = format_text("tp %d · pp %d · dp %d", l.tp, l.pp, l.dp);
+  if (l.virtual_stages > 1) s += format_text(" · vpp %d", l.virtual_stages);
+  if (l.cp > 1) s += format_text(" · cp %d (%s)", l.cp, to_string(l.cp_comm));
+  if (l.ep > 1) s += format_text(" · ep %d", l.ep);
+  s += format_text(", %s, ZeRO-%d, mbs %lld, gbs %lld, seq %lld, %s%s", to_string(l.schedule), static_cast<int>(l.zero_stage),
                  static_cast<long long>(l.micro_batch), static_cast<long long>(l.global_batch),
                  static_cast<long long>(l.sequence_length), to_string(l.dtype), l.sequence_parallel ? ", SP" : "");
   if (l.recompute != Recomputation::kNone) s += l.recompute == Recomputation::kFull ? ", full recompute" : ", selective recompute";
@@ -104,7 +89,7 @@ std::string layout_description(const ParallelLayout& l) {
          (l.param_gather_prefetch ? "" : ", not prefetched");
   }
   if (l.dp * l.cp > 1 && (l.grad_reduce_in_fp32 || !l.grad_reduce_overlap)) {
-    s += format(", %s gradients reduced %s", l.grad_reduce_in_fp32 ? "fp32" : "bf16",
+    s += format_text(", %s gradients reduced %s", l.grad_reduce_in_fp32 ? "fp32" : "bf16",
                    l.grad_reduce_overlap ? "during the backward" : "after the backward");
   }
   return s;
