@@ -122,67 +122,86 @@ SearchSpace read_search_space(const std::string& path, SearchSpace s, int gpus) 
   return s;
 }
 
-Enumeration enumerate_layouts(const SearchSpace& space, const ModelConfig& model, const ParallelLayout& base, int gpus) {
-  Enumeration out;
-  auto consider = [&](ParallelLayout l) {
-    ++out.enumerated;
-    try {
-      validate(l, model, gpus);
-      out.valid.push_back(std::move(l));
-    } catch (const InputError&) {
-      ++out.rejected_by_rule;
+namespace {
+
+using Layouts = std::vector<ParallelLayout>;
+
+// Every layout of `in` once per value of a dimension where the dimension applies to it (set by
+// `set`), else as it is.
+template <typename T, typename Applies, typename Set>
+Layouts expand(const Layouts& in, const std::vector<T>& values, Applies applies, Set set) {
+  Layouts out;
+  for (const ParallelLayout& l : in) {
+    if (!applies(l)) {
+      out.push_back(l);
+      continue;
     }
-  };
+    for (const T& v : values) {
+      ParallelLayout c = l;
+      set(c, v);
+      out.push_back(std::move(c));
+    }
+  }
+  return out;
+}
+
+// The degrees that fill the GPUs: tp·pp·cp divides them and dp is what is left; the switches
+// that only some degrees have start at their one value (1F1B, no chunks, no SP or TP overlap,
+// the first rank order).
+Layouts degrees(const SearchSpace& space, const ParallelLayout& base, int gpus) {
+  Layouts out;
   for (int tp : space.tp) {
     for (int pp : space.pp) {
       for (int cp : space.cp) {
         if (gpus % (tp * pp * cp) != 0) continue;
-        const int dp = gpus / (tp * pp * cp);
-        for (int ep : space.ep) {
-          for (ZeroStage zero : space.zero) {
-            for (int64_t mbs : space.micro_batch) {
-              for (Recomputation rc : space.recompute) {
-                for (PipelineScheduleKind schedule : space.schedule) {
-                  // Only pipelines have schedules: one stage takes 1F1B alone.
-                  if (pp == 1 && schedule != PipelineScheduleKind::kOneFOneB) continue;
-                  const bool interleaved = schedule == PipelineScheduleKind::kInterleavedOneFOneB;
-                  const std::vector<int> chunks = interleaved ? space.vpp : std::vector<int>{1};
-                  for (int v : chunks) {
-                    for (ContextParallelComm comm : cp > 1 ? space.cp_comm : std::vector<ContextParallelComm>{base.cp_comm}) {
-                      for (bool sp : tp > 1 ? space.sequence_parallel : std::vector<bool>{false}) {
-                        for (bool overlap : tp > 1 ? space.tp_comm_overlap : std::vector<bool>{false}) {
-                          // Rank orders differ only with both DP and PP above one.
-                          const std::vector<std::string> orders =
-                              dp > 1 && pp > 1 ? space.rank_order : std::vector<std::string>{space.rank_order.front()};
-                          for (const std::string& order : orders) {
-                            ParallelLayout l = base;
-                            l.tp = tp;
-                            l.pp = pp;
-                            l.cp = cp;
-                            l.dp = dp;
-                            l.ep = ep;
-                            l.zero_stage = zero;
-                            l.micro_batch = mbs;
-                            l.recompute = rc;
-                            l.schedule = schedule;
-                            l.virtual_stages = v;
-                            l.cp_comm = comm;
-                            l.sequence_parallel = sp;
-                            l.tp_comm_overlap = overlap;
-                            l.rank_order = order;
-                            l.stage_layers.clear();
-                            consider(std::move(l));
-                          }
-                        }
-                      }
-                    }
-                  }
-                }
-              }
-            }
-          }
-        }
+        ParallelLayout l = base;
+        l.tp = tp;
+        l.pp = pp;
+        l.cp = cp;
+        l.dp = gpus / (tp * pp * cp);
+        l.schedule = PipelineScheduleKind::kOneFOneB;
+        l.virtual_stages = 1;
+        l.sequence_parallel = l.tp_comm_overlap = false;
+        l.rank_order = space.rank_order.front();
+        l.stage_layers.clear();
+        out.push_back(std::move(l));
       }
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+Enumeration enumerate_layouts(const SearchSpace& space, const ModelConfig& model, const ParallelLayout& base, int gpus) {
+  auto always = [](const ParallelLayout&) { return true; };
+  Layouts l = degrees(space, base, gpus);
+  l = expand(l, space.ep, always, [](ParallelLayout& x, int v) { x.ep = v; });
+  l = expand(l, space.zero, always, [](ParallelLayout& x, ZeroStage v) { x.zero_stage = v; });
+  l = expand(l, space.micro_batch, always, [](ParallelLayout& x, int64_t v) { x.micro_batch = v; });
+  l = expand(l, space.recompute, always, [](ParallelLayout& x, Recomputation v) { x.recompute = v; });
+  // Only pipelines have schedules; only the interleaved one has chunks.
+  l = expand(l, space.schedule, [](const ParallelLayout& x) { return x.pp > 1; },
+             [](ParallelLayout& x, PipelineScheduleKind v) { x.schedule = v; });
+  l = expand(l, space.vpp, [](const ParallelLayout& x) { return x.schedule == PipelineScheduleKind::kInterleavedOneFOneB; },
+             [](ParallelLayout& x, int v) { x.virtual_stages = v; });
+  l = expand(l, space.cp_comm, [](const ParallelLayout& x) { return x.cp > 1; },
+             [](ParallelLayout& x, ContextParallelComm v) { x.cp_comm = v; });
+  l = expand(l, space.sequence_parallel, [](const ParallelLayout& x) { return x.tp > 1; },
+             [](ParallelLayout& x, bool v) { x.sequence_parallel = v; });
+  l = expand(l, space.tp_comm_overlap, [](const ParallelLayout& x) { return x.tp > 1; },
+             [](ParallelLayout& x, bool v) { x.tp_comm_overlap = v; });
+  // Rank orders differ only with both DP and PP above one.
+  l = expand(l, space.rank_order, [](const ParallelLayout& x) { return x.dp > 1 && x.pp > 1; },
+             [](ParallelLayout& x, const std::string& v) { x.rank_order = v; });
+  Enumeration out;
+  out.enumerated = l.size();
+  for (ParallelLayout& x : l) {
+    try {
+      validate(x, model, gpus);
+      out.valid.push_back(std::move(x));
+    } catch (const InputError&) {
+      ++out.rejected_by_rule;
     }
   }
   return out;
