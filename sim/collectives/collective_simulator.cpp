@@ -4,7 +4,6 @@
 #include <algorithm>
 #include <cmath>
 #include <set>
-#include <unordered_map>
 #include <stdexcept>
 
 #include "collectives/closed_forms.h"
@@ -360,19 +359,13 @@ void CollectiveSimulator::use_fitted_latency(const Fit& fit, const Communicator&
   if (alone > wires && fitted > wires) graph.scale_bytes((fitted - wires) / (alone - wires));
 }
 
-void CollectiveSimulator::use_fitted_bandwidth(const CollectiveTerms& fit, const Communicator& comm, const Router& router,
+void CollectiveSimulator::use_fitted_bandwidth(const CollectiveTerms& fit, const Router& router,
                                                TransferGraph& graph) const {
   const auto& p = calibrated_.parameters();
   const auto inverse = p.find(inverse_bandwidth_parameter(fit.bandwidth_class, fit.protocol, fit.regime));
   if (inverse == p.end() || !(fit.bus_bytes > 0) || !(inverse->second > 0)) return;
-  std::unordered_map<uint32_t, double> bytes;  // by link
-  for (TaskId i = 0; i < graph.size(); ++i) {
-    const Task& t = graph.task(i);
-    if (t.kind != Task::Kind::kTransfer || t.src == t.dst) continue;
-    for (LinkId l : router.route(t.src, t.dst, t.route_key)) bytes[l.value] += t.bytes.value();
-  }
-  double busiest = 0;  // seconds the most loaded link needs for its bytes
-  for (const auto& [link, b] : bytes) busiest = std::max(busiest, b / comm.topology().link(LinkId{link}).bandwidth.value());
+  const auto busiest_alone = busiest_link(graph, router);
+  const double busiest = busiest_alone ? busiest_alone->second.seconds() : 0.0;  // the most loaded link's time
   if (busiest > 0) graph.scale_bytes(fit.bus_bytes * inverse->second / busiest);
 }
 
@@ -396,7 +389,7 @@ CollectiveSimulator::Lowered CollectiveSimulator::lower(CollectiveOp op, Bytes s
   lowering.granularity = options.granularity;
   Lowered out{lower_collective(spec, comm, router, lowering), protocol, fit.has_value()};
   if (fit) {
-    use_fitted_bandwidth(fit->second, comm, router, out.graph);
+    use_fitted_bandwidth(fit->second, router, out.graph);
     use_fitted_latency(*fit, comm, router, out.graph);
   }
   return out;

@@ -120,7 +120,7 @@ class CollectiveSimulator {
   void use_fitted_latency(const Fit& fit, const Communicator& comm, const Router& router, TransferGraph& graph) const;
   /// Scales `graph`'s bytes so that its most loaded link, alone, carries them in the fitted
   /// bus-bandwidth time of `fit`.
-  void use_fitted_bandwidth(const CollectiveTerms& fit, const Communicator& comm, const Router& router,
+  void use_fitted_bandwidth(const CollectiveTerms& fit, const Router& router,
                             TransferGraph& graph) const;
   /// The forced count, else NCCL's for the ring/tree family and 1 for the others.
   int channels_for(Algorithm algo, const CollectiveOptions& options) const;

@@ -1,6 +1,8 @@
 // Transfer graphs and their execution on a network model.
 #include "collectives/transfer_graph.h"
 
+#include <map>
+
 #include <numeric>
 
 #include "engine/invariant.h"
@@ -70,6 +72,25 @@ Bytes TransferGraph::total_bytes() const {
     if (t.kind == Task::Kind::kTransfer) sum += t.bytes.value();
   }
   return Bytes(sum);
+}
+
+std::optional<std::pair<LinkId, Time>> busiest_link(const TransferGraph& graph, const Router& router) {
+  std::map<uint32_t, double> bytes;  // by link, in id order
+  for (TaskId i = 0; i < graph.size(); ++i) {
+    const Task& t = graph.task(i);
+    if (t.kind != Task::Kind::kTransfer || t.src == t.dst) continue;
+    for (LinkId l : router.route(t.src, t.dst, t.route_key)) bytes[l.value] += t.bytes.value();
+  }
+  std::optional<std::pair<LinkId, Time>> busiest;
+  double most = 0;
+  for (const auto& [link, b] : bytes) {
+    const double seconds = b / router.topology().link(LinkId{link}).bandwidth.value();
+    if (seconds > most) {
+      most = seconds;
+      busiest = std::make_pair(LinkId{link}, Time::from_seconds(seconds));
+    }
+  }
+  return busiest;
 }
 
 void TransferGraph::scale_bytes(double factor) {

@@ -7,11 +7,14 @@
 #include <cstdint>
 #include <functional>
 #include <initializer_list>
+#include <optional>
+#include <utility>
 #include <span>
 #include <vector>
 
 #include "engine/engine.h"
 #include "network/network_model.h"
+#include "topology/router.h"
 #include "topology/topology.h"
 #include "units/units.h"
 
@@ -67,6 +70,11 @@ class TransferGraph {
   mutable std::vector<TaskId> successor_list_;
   mutable size_t built_for_edges_ = SIZE_MAX;
 };
+
+/// The link the graph's transfers keep busy longest alone (their bytes over its bandwidth, routed
+/// by `router`) and that time; the lowest link id among equals; nullopt when no transfer crosses
+/// a link.
+std::optional<std::pair<LinkId, Time>> busiest_link(const TransferGraph& graph, const Router& router);
 
 /// When each task became ready, started its flow (after its wait) and finished.
 struct TaskTiming {

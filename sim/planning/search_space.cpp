@@ -6,7 +6,6 @@
 
 #include "io/input_error.h"
 #include "io/json_reader.h"
-#include "training/iteration_report.h"
 #include "training/workload_loader.h"
 
 namespace parallax {
@@ -206,7 +205,5 @@ Enumeration enumerate_layouts(const SearchSpace& space, const ModelConfig& model
   }
   return out;
 }
-
-std::string short_layout(const ParallelLayout& layout) { return layout_description(layout); }
 
 }  // namespace parallax

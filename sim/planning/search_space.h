@@ -49,7 +49,4 @@ struct Enumeration {
 /// switches the space does not vary). Deterministic order.
 Enumeration enumerate_layouts(const SearchSpace& space, const ModelConfig& model, const ParallelLayout& base, int gpus);
 
-/// "tp 8 · pp 4 · dp 16, 1f1b, ZeRO-1, mbs 1, …": layout_description of iteration_report.h.
-std::string short_layout(const ParallelLayout& layout);
-
 }  // namespace parallax

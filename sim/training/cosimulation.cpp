@@ -69,21 +69,8 @@ const TransferGraph& CoSimulation::lowered(const CollectiveCall& call) {
 
 std::optional<LinkId> CoSimulation::bottleneck(const TransferGraph& g) {
   if (auto it = bottlenecks_.find(&g); it != bottlenecks_.end()) return it->second;
-  std::map<uint32_t, double> bytes;  // by link
-  for (TaskId i = 0; i < g.size(); ++i) {
-    const Task& t = g.task(i);
-    if (t.kind != Task::Kind::kTransfer || t.src == t.dst) continue;
-    for (LinkId l : router_->route(t.src, t.dst, t.route_key)) bytes[l.value] += t.bytes.value();
-  }
-  std::optional<LinkId> worst;
-  double most = 0;
-  for (const auto& [link, b] : bytes) {
-    const double seconds = b / topo_->link(LinkId{link}).bandwidth.value();
-    if (seconds > most) {
-      most = seconds;
-      worst = LinkId{link};
-    }
-  }
+  const auto busiest = busiest_link(g, *router_);
+  const std::optional<LinkId> worst = busiest ? std::optional<LinkId>(busiest->first) : std::nullopt;
   bottlenecks_.emplace(&g, worst);
   return worst;
 }
