@@ -810,6 +810,58 @@ TEST(NcclRelease, BlackwellHasItsOwnRowsFrom228) {
   EXPECT_NEAR(NcclTuningModel(in).cost(Op::kAllGather, A::kRing, P::kLL).bandwidth_gbs, 180.0 * 8 / 7, 1e-6);
 }
 
+// enqueue.cc's per-call channel count, by hand from its loops.
+TEST(NcclEnqueueChannels, RingAndTreeDropChannelsForSmallCalls) {
+  const NcclTuningModel m(dgx_h100_one_node());  // 12 channels, 12 · 30 GB/s > PCI_BW: 512 threads
+  // Simple: one channel per 512 threads · 64 B = 32 KiB of the call.
+  EXPECT_EQ(m.enqueue_channels(A::kRing, P::kSimple, 1 << 30), 12);
+  EXPECT_EQ(m.enqueue_channels(A::kRing, P::kSimple, 12 * 32768), 12);
+  EXPECT_EQ(m.enqueue_channels(A::kRing, P::kSimple, 12 * 32768 - 1), 11);
+  EXPECT_EQ(m.enqueue_channels(A::kTree, P::kSimple, 65536), 2);
+  EXPECT_EQ(m.enqueue_channels(A::kRing, P::kSimple, 0), 1);
+  // Ring LL: 8 B per thread times the 8 ranks, 512 threads: 32 KiB per channel.
+  EXPECT_EQ(m.enqueue_channels(A::kRing, P::kLL, 3 * 32768), 3);
+  // LL128: 640 threads · 8 B = 5 KiB per channel.
+  EXPECT_EQ(m.enqueue_channels(A::kRing, P::kLL128, 5 * 5120), 5);
+  // A slow PCIe graph (2 channels · 6 GB/s ≤ PCI_BW) runs Ring Simple with 256 threads.
+  NcclTuningInputs pci = dgx_h100_one_node();
+  pci.channels = 2;
+  pci.bw_intra_gbs = 6;
+  EXPECT_EQ(NcclTuningModel(pci).enqueue_channels(A::kRing, P::kSimple, 2 * 16384), 2);
+  EXPECT_EQ(NcclTuningModel(pci).enqueue_channels(A::kTree, P::kSimple, 2 * 16384), 1);
+}
+
+TEST(NcclEnqueueChannels, CollNetDirectStepsDownCountingHeads) {
+  NcclTuningInputs in = h100_nodes(2, CpuVendor::kIntel);
+  in.channels = 32;
+  in.collnet_supported = true;
+  const NcclTuningModel m(in);
+  // 640 threads · 8 heads · 512 B, halved at 24 channels: 16 channels hold exactly 20 MiB,
+  // one byte less goes on to the next step and stops at 15 (15 · 1.25 MiB < 20 MiB).
+  EXPECT_EQ(m.enqueue_channels(A::kCollNetDirect, P::kSimple, 20 << 20), 16);
+  EXPECT_EQ(m.enqueue_channels(A::kCollNetDirect, P::kSimple, (20 << 20) - 1), 15);
+  EXPECT_EQ(m.enqueue_channels(A::kCollNetDirect, P::kSimple, 0), 1);
+  EXPECT_EQ(m.enqueue_channels(A::kCollNetDirect, P::kSimple, 1e12), 32);
+}
+
+TEST(NcclEnqueueChannels, NvlsCtasFollowReleaseAndArchitecture) {
+  auto ctas = [](GpuArch arch, int nodes, int version, A algo) {
+    NcclTuningInputs in = h100_nodes(nodes, CpuVendor::kIntel);
+    in.arch = arch;
+    in.channels = 8;
+    in.nccl_version = version;
+    return NcclTuningModel(in).enqueue_channels(algo, P::kSimple, 1 << 30);
+  };
+  EXPECT_EQ(ctas(GpuArch::kHopper, 1, 230, A::kNvls), 16);
+  EXPECT_EQ(ctas(GpuArch::kBlackwell, 2, 224, A::kNvlsTree), 16);
+  EXPECT_EQ(ctas(GpuArch::kBlackwell, 2, 225, A::kNvlsTree), 32);
+  EXPECT_EQ(ctas(GpuArch::kBlackwell, 1, 226, A::kNvls), 32);
+  EXPECT_EQ(ctas(GpuArch::kBlackwell, 1, 227, A::kNvls), 24);
+  EXPECT_EQ(ctas(GpuArch::kBlackwell, 2, 227, A::kNvls), 32);
+  EXPECT_EQ(ctas(GpuArch::kBlackwell, 2, 228, A::kNvls), 8);  // no more than the ring's channels
+  EXPECT_EQ(ctas(GpuArch::kBlackwell, 2, 228, A::kNvlsTree), 32);
+}
+
 }  // namespace release
 }  // namespace
 }  // namespace parallax

@@ -306,9 +306,15 @@ Time CollectiveSimulator::analytical_time(CollectiveOp op, Bytes size, Algorithm
   return t + o.base_latency;
 }
 
-int CollectiveSimulator::channels_for(Algorithm algo, const CollectiveOptions& options) const {
+int CollectiveSimulator::launched_channels(Algorithm algo, Protocol proto, Bytes size) const {
+  // MPI-style algorithms run the ring's kernels.
+  return tuning_->enqueue_channels(nccl_models(algo) ? algo : Algorithm::kRing, proto, size.value());
+}
+
+int CollectiveSimulator::channels_for(Algorithm algo, Protocol proto, Bytes size, const CollectiveOptions& options) const {
+  // Only rings and trees are lowered once per channel; the others' channels share one route.
   const bool multi_channel = algo == Algorithm::kRing || algo == Algorithm::kTree || algo == Algorithm::kHierarchical;
-  return options.channels.value_or(multi_channel ? tuning_->inputs().channels : 1);
+  return options.channels.value_or(multi_channel ? launched_channels(algo, proto, size) : 1);
 }
 
 std::optional<CollectiveSimulator::Fit> CollectiveSimulator::calibrated_fit(CollectiveOp op, Bytes size,
@@ -378,7 +384,7 @@ CollectiveSimulator::Lowered CollectiveSimulator::lower(CollectiveOp op, Bytes s
   const Choice choice = choose(op, size, options);
   const std::optional<Fit> fit = calibrated_fit(op, size, choice, options);
   const Protocol protocol = fit ? fit->second.protocol : choice.protocol;
-  const int channels = channels_for(choice.algorithm, options);
+  const int channels = channels_for(choice.algorithm, protocol, size, options);
   CollectiveSpec spec;
   spec.op = op;
   spec.algorithm = choice.algorithm;
@@ -413,14 +419,15 @@ CollectiveResult CollectiveSimulator::run(CollectiveOp op, Bytes size, const Col
   result.size = size;
   result.algorithm = choice.algorithm;
   result.protocol = choice.protocol;
-  result.channels = channels_for(choice.algorithm, options);
+  result.channels = options.channels.value_or(launched_channels(choice.algorithm, choice.protocol, size));
   if (options.model == "analytical") {
     if (const std::optional<Fit> fit = calibrated_fit(op, size, choice, options)) {
       result.time = fit->first;
       result.protocol = fit->second.protocol;
       result.calibrated = true;
     } else {
-      result.time = analytical_time(op, size, choice.algorithm, choice.protocol, result.channels);
+      result.time = analytical_time(op, size, choice.algorithm, choice.protocol,
+                                    channels_for(choice.algorithm, choice.protocol, size, options));
     }
   } else {
     Lowered lowered = lower(op, size, options, *comm_, *router_);

@@ -64,7 +64,7 @@ struct CollectiveResult {
   Bytes size;
   Algorithm algorithm = Algorithm::kRing;
   Protocol protocol = Protocol::kSimple;
-  int channels = 1;
+  int channels = 1;          ///< CTAs NCCL launches for this call (NcclTuningModel::enqueue_channels)
   Time time;
   double algbw_gbs = 0;
   double busbw_gbs = 0;
@@ -123,7 +123,8 @@ class CollectiveSimulator {
   void use_fitted_bandwidth(const CollectiveTerms& fit, const Router& router,
                             TransferGraph& graph) const;
   /// The forced count, else NCCL's for the ring/tree family and 1 for the others.
-  int channels_for(Algorithm algo, const CollectiveOptions& options) const;
+  int launched_channels(Algorithm algo, Protocol proto, Bytes size) const;
+  int channels_for(Algorithm algo, Protocol proto, Bytes size, const CollectiveOptions& options) const;
   LoweringOptions lowering_options(CollectiveOp op, Algorithm algo, Protocol proto, int channels) const;
   Time analytical_time(CollectiveOp op, Bytes size, Algorithm algo, Protocol proto, int channels) const;
 

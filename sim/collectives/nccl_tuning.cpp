@@ -517,6 +517,44 @@ std::optional<NcclTuningModel::Choice> NcclTuningModel::choose(
   return best;
 }
 
+int NcclTuningModel::nvls_enqueue_channels(Algorithm algo) const {
+  const int v = in_.nccl_version;
+  int ctas = 16;  // NVLS_NCHANNELS (SM90 throughout)
+  if (in_.arch >= GpuArch::kBlackwell && v >= 225) ctas = v >= 227 && in_.nodes == 1 ? 24 : 32;
+  if (v >= 228 && in_.nodes > 1 && algo == Algorithm::kNvls) ctas = std::min(ctas, in_.channels);
+  return ctas;
+}
+
+int NcclTuningModel::enqueue_channels(Algorithm algo, Protocol proto, double bytes) const {
+  require(std::isfinite(bytes) && bytes >= 0, "bytes must be finite and not negative");
+  const std::optional<int> a = algo_index(algo);
+  if (!a) return 1;
+  if (*a == kNvls || *a == kNvlsTree) return nvls_enqueue_channels(algo);
+  const int p = proto_index(proto);
+  // maxThreads and threadThresholds (tuning.cc, comm.h, device.h).
+  constexpr double kPciBwGbs = 12.0;
+  int threads = p == kLL128 ? 640 : 512;
+  if (*a == kRing && p == kSimple && in_.bw_intra_gbs * in_.channels <= kPciBwGbs) threads = 256;
+  if (*a == kCollNetDirect || *a == kCollNetChain) threads = 640;
+  double threshold = p == kSimple ? 64.0 : 8.0;
+  if (*a == kRing && p == kLL) threshold *= in_.ranks;
+  if ((*a == kCollNetDirect || *a == kCollNetChain) && p == kSimple) threshold = 512.0;
+  int nc = in_.channels;
+  if (*a == kCollNetDirect) {
+    const double heads = ppn_;
+    bool short_of_work = true;
+    for (int step = 16; step >= 1 && short_of_work; step /= 2) {
+      while ((short_of_work = bytes < nc * threads * heads * threshold) && nc > step) {
+        if (nc == step + step / 2) threshold /= 2;
+        --nc;
+      }
+    }
+    return nc;
+  }
+  while (nc >= 2 && bytes < static_cast<double>(nc) * threads * threshold) --nc;
+  return nc;
+}
+
 std::optional<double> NcclTuningModel::hw_latency_us(NcclHwLink link, Algorithm algo, Protocol proto) const {
   const std::optional<int> a = algo_index(algo);
   if (!a) return std::nullopt;

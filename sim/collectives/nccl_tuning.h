@@ -129,6 +129,16 @@ class NcclTuningModel {
                                std::span<const Algorithm> allowed_algos = {},
                                std::span<const Protocol> allowed_protos = {}) const;
 
+  /// The channels (CTAs) NCCL's enqueue gives one call of `bytes` B (nBytes as for time_us) by
+  /// (algo, proto), from the graphs' channels: Ring, Tree, PAT and CollNet Chain drop one
+  /// channel at a time while bytes < channels · threads · threshold (Simple 64 B per thread,
+  /// 512 for CollNet, LL 8·ranks on Ring, LL128 8; 256 Ring Simple threads on PCIe-slow graphs,
+  /// else 512, 640 for LL128); CollNet Direct steps down through 16, 8, 4 … counting its heads;
+  /// NVLS(-Tree) take the NVLS CTAs of the release: 16 (2.18–2.24, and SM90 after), 32 on
+  /// Blackwell from 2.25, 24 on one Blackwell node from 2.27, and NVLS across nodes no more than
+  /// the ring's channels from 2.28. 1 for what NCCL does not model. Throws InputError like time_us.
+  int enqueue_channels(Algorithm algo, Protocol proto, double bytes) const;
+
   /// The inputs as given (net_overhead_us still unset when it was left to the CPU default).
   const NcclTuningInputs& inputs() const { return in_; }
 
@@ -146,6 +156,7 @@ class NcclTuningModel {
   double bus_bandwidth(CollectiveOp op, Algorithm algo, Protocol proto, double* cap_ratio = nullptr) const;
   double latency(CollectiveOp op, Algorithm algo, Protocol proto) const;
   bool allowed(CollectiveOp op, Algorithm algo, Protocol proto) const;
+  int nvls_enqueue_channels(Algorithm algo) const;
 
   NcclTuningInputs in_;
   int ppn_;
