@@ -158,7 +158,7 @@ TEST(LayoutSearch, TheBoundNeverExceedsTheSimulatedTime) {
   const SearchOutcome found = search_layouts(job.model, job.layout, job.topology, small_space(job), SearchOptions{});
   const GpuSpec& gpu = job.topology.gpu_spec_of(job.topology.gpus()[0]);
   for (const SearchedLayout& s : found.ranked) {
-    EXPECT_LE(iteration_time_lower_bound(job.model, s.layout, gpu, IterationOptions{}).seconds(), s.result.iteration_time_s)
+    EXPECT_LE(estimate_iteration(job.model, s.layout, gpu, IterationOptions{}).time_lower_bound.seconds(), s.result.iteration_time_s)
         << layout_description(s.layout);
   }
 }

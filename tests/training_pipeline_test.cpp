@@ -5,6 +5,7 @@
 
 #include <numeric>
 
+#include "training/iteration_units.h"
 #include "training/pipeline_schedule.h"
 #include "training/stream_graph.h"
 
@@ -304,6 +305,32 @@ TEST(StreamGraph, CommunicationHoldingSmsSlowsTheComputeBesideIt) {
   EXPECT_EQ(t[elsewhere].finish, Time::us(200));
   EXPECT_THROW(g.add_sm_pool(0), std::invalid_argument);
   EXPECT_THROW(g.occupy(c1, ChannelId{99}, 1), std::invalid_argument);
+}
+
+// The compute bound against the pipeline closed forms: p equal stages of forward f and backward
+// b per micro-batch take (m + p − 1)(f + b) under 1F1B, (m + (p − 1)/v)(f + b) interleaved over
+// v chunks; zero-bubble schedules only have to wait for the forwards ahead: m(f + b) + (p − 1)f.
+TEST(ComputeTimeLowerBound, PipelineClosedForms) {
+  auto bound = [](PipelineScheduleKind kind, int p, int v, int m) {
+    ParallelLayout layout;
+    layout.pp = p;
+    layout.virtual_stages = v;
+    layout.dp = 1;
+    layout.micro_batch = 1;
+    layout.global_batch = m;
+    layout.schedule = kind;
+    iteration_detail::StagePlan plan;
+    iteration_detail::Unit u;
+    u.forward = Time::ms(1.0 / v);
+    u.backward = Time::ms(2.0 / v);
+    plan.units.assign(static_cast<size_t>(p * v), std::vector<iteration_detail::Unit>{u});
+    return iteration_detail::compute_time_lower_bound(plan, layout).seconds() * 1e3;
+  };
+  EXPECT_NEAR(bound(PipelineScheduleKind::kOneFOneB, 4, 1, 8), (8 + 3) * 3.0, 1e-6);
+  EXPECT_NEAR(bound(PipelineScheduleKind::kGpipe, 4, 1, 8), (8 + 3) * 3.0, 1e-6);
+  EXPECT_NEAR(bound(PipelineScheduleKind::kInterleavedOneFOneB, 4, 2, 8), (8 + 3.0 / 2) * 3.0, 1e-6);
+  EXPECT_NEAR(bound(PipelineScheduleKind::kZeroBubbleH1, 4, 1, 8), 8 * 3.0 + 3 * 1.0, 1e-6);
+  EXPECT_NEAR(bound(PipelineScheduleKind::kOneFOneB, 1, 1, 8), 8 * 3.0, 1e-6);
 }
 
 }  // namespace

@@ -447,10 +447,16 @@ CollectiveResult CollectiveSimulator::run(CollectiveOp op, Bytes size, const Col
 }
 
 std::pair<int, int> CollectiveSimulatorCache::shape_of(const std::vector<int>& gpus) const {
-  std::map<int, int> per_node;
-  for (int r : gpus) ++per_node[topo_.device(topo_.gpus()[static_cast<size_t>(r)]).node];
+  // Called for every collective a training iteration times: counted without a tree.
+  std::vector<int> nodes;
+  nodes.reserve(gpus.size());
+  for (int r : gpus) nodes.push_back(topo_.device(topo_.gpus()[static_cast<size_t>(r)]).node);
+  std::sort(nodes.begin(), nodes.end());
   int most = 0;
-  for (const auto& [node, count] : per_node) most = std::max(most, count);
+  for (size_t i = 0, j = 0; i < nodes.size(); i = j) {
+    while (j < nodes.size() && nodes[j] == nodes[i]) ++j;
+    most = std::max(most, static_cast<int>(j - i));
+  }
   return {static_cast<int>(gpus.size()), most};
 }
 

@@ -6,9 +6,7 @@
 #include <optional>
 #include <thread>
 
-#include "compute/gemm_efficiency.h"
 #include "io/input_error.h"
-#include "model/layer_operators.h"
 #include "training/iteration_report.h"
 
 namespace parallax {
@@ -33,11 +31,12 @@ std::vector<Candidate> fitting_candidates(const ModelConfig& model, std::vector<
                                           const IterationOptions& options, size_t& rejected_by_memory) {
   std::vector<Candidate> out;
   for (ParallelLayout& l : layouts) {
-    if (estimate_memory(model, l, gpu, options).out_of_memory) {
+    const IterationEstimate estimate = estimate_iteration(model, l, gpu, options);
+    if (estimate.memory.out_of_memory) {
       ++rejected_by_memory;
       continue;
     }
-    const Time bound = iteration_time_lower_bound(model, l, gpu, options);
+    const Time bound = estimate.time_lower_bound;
     std::string text = layout_description(l) + " / " + l.rank_order;
     out.push_back(Candidate{std::move(l), bound, std::move(text)});
   }
@@ -124,28 +123,6 @@ std::optional<SearchObjective> search_objective_from(const std::string& name) {
   if (name == "tokens_per_s") return SearchObjective::kTokensPerSecond;
   if (name == "mfu") return SearchObjective::kMfu;
   return std::nullopt;
-}
-
-Time iteration_time_lower_bound(const ModelConfig& model, const ParallelLayout& layout, const GpuSpec& gpu,
-                                const IterationOptions& options) {
-  // Dropped MoE slots skip their FLOPs: no bound from the model's count then.
-  if (options.moe_capacity_factor) return Time::zero();
-  const double peak = peak_rate(gpu, layout.dtype).value();
-  if (!(peak > 0)) return Time::zero();
-  const double tokens = static_cast<double>(layout.global_batch) * static_cast<double>(layout.sequence_length);
-  const double flops = model_flops_per_token(model, layout.sequence_length).value() * tokens;
-  const double compute = flops / (layout.world_size() * peak) / options.compute.sustained_fraction;
-  // A stage's work is at least its share of the whole; 1F1B and GPipe cannot avoid the fill and
-  // drain of p − 1 micro-batches (interleaving: (p − 1)/v), so m micro-batches take at least
-  // (m + (p − 1)/v)/m of it. The zero-bubble schedules may hide theirs: no pipeline term.
-  const double m = static_cast<double>(std::max<int64_t>(1, layout.micro_batches()));
-  double fill = 0;
-  if (layout.schedule == PipelineScheduleKind::kOneFOneB || layout.schedule == PipelineScheduleKind::kGpipe) {
-    fill = layout.pp - 1.0;
-  } else if (layout.schedule == PipelineScheduleKind::kInterleavedOneFOneB) {
-    fill = (layout.pp - 1.0) / std::max(1, layout.virtual_stages);
-  }
-  return Time::from_seconds(compute * (m + fill) / m);
 }
 
 SearchOutcome search_layouts(const ModelConfig& model, const ParallelLayout& base, const Topology& topology,

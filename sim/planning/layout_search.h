@@ -79,13 +79,6 @@ struct SearchOutcome {
   std::vector<SearchedLayout> ranked;
 };
 
-/// A lower bound on the iteration time of `layout`: the model FLOPs of the global batch over all
-/// GPUs at their dense peak in the layout's dtype at the sustained fraction (no kernel is
-/// faster, none is skipped), stretched by the pipeline fill 1F1B, GPipe and interleaving cannot
-/// avoid ((m + (p − 1)/v)/m); nothing else is counted.
-Time iteration_time_lower_bound(const ModelConfig& model, const ParallelLayout& layout, const GpuSpec& gpu,
-                                const IterationOptions& options);
-
 /// Searches `space` for `model` on every GPU of `topology`, from `base` (batch, sequence, dtype).
 /// Throws InputError before simulating anything when no layout of the space is valid.
 SearchOutcome search_layouts(const ModelConfig& model, const ParallelLayout& base, const Topology& topology,

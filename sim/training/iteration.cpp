@@ -62,11 +62,16 @@ RankBreakdown breakdown(const std::vector<Interval>& intervals, Time pipeline_en
     edges.push_back({i.finish, -1, i.kind, i.across_nodes, n});
   }
   edges.push_back({iteration_end, 0, WorkKind::kCompute, false, 0});
-  std::stable_sort(edges.begin(), edges.end(), [](const Edge& a, const Edge& b) { return a.at < b.at; });
+  // In time order, same-instant edges as they were added (as a stable sort would leave them).
+  auto added = [](const Edge& e) { return e.delta == 0 ? SIZE_MAX : 2 * e.interval + (e.delta < 0 ? 1 : 0); };
+  std::sort(edges.begin(), edges.end(),
+            [&](const Edge& a, const Edge& b) { return a.at != b.at ? a.at < b.at : added(a) < added(b); });
   std::array<int, kWorkKinds> active{}, active_across{};
   // Per kind, the active intervals by start (then index): the latest names the bottleneck.
   std::array<std::set<std::pair<Time, size_t>>, kWorkKinds> running;
   std::array<std::map<int64_t, Time>, kWorkKinds> by_link;
+  // Bottleneck links exist only co-simulated; without them the running sets are not kept.
+  const bool any_link = links && std::any_of(intervals.begin(), intervals.end(), [](const Interval& i) { return i.link >= 0; });
   constexpr WorkKind kPriority[] = {WorkKind::kTpComm, WorkKind::kCpComm, WorkKind::kEpComm, WorkKind::kPpComm,
                                     WorkKind::kDpComm};
   RankBreakdown b;
@@ -96,6 +101,7 @@ RankBreakdown breakdown(const std::vector<Interval>& intervals, Time pipeline_en
     t = e.at;
     active[kind_index(e.kind)] += e.delta;
     if (e.across) active_across[kind_index(e.kind)] += e.delta;
+    if (!any_link) continue;
     if (e.delta > 0) running[kind_index(e.kind)].emplace(intervals[e.interval].start, e.interval);
     if (e.delta < 0) running[kind_index(e.kind)].erase({intervals[e.interval].start, e.interval});
   }

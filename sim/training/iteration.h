@@ -338,6 +338,18 @@ struct IterationMemory {
 IterationMemory estimate_memory(const ModelConfig& model, const ParallelLayout& layout, const GpuSpec& gpu,
                                 const IterationOptions& options = {});
 
+/// What one stage plan says of a layout without simulating time: its memory (as
+/// estimate_memory) and a lower bound on its iteration time from compute alone — no stage
+/// finishes before it has run all its micro-batches' passes, the first of them after the
+/// stages ahead of it ran their forward (compute_time_lower_bound in iteration_units.h).
+/// Throws what estimate_memory throws.
+struct IterationEstimate {
+  IterationMemory memory;
+  Time time_lower_bound;
+};
+IterationEstimate estimate_iteration(const ModelConfig& model, const ParallelLayout& layout, const GpuSpec& gpu,
+                                     const IterationOptions& options = {});
+
 /// Simulates one iteration. `topology` must have exactly dp·tp·pp·cp GPUs; global rank r is its
 /// r-th GPU. Throws InputError (validate's, with pointer "/parallel/...") on a bad layout;
 /// std::invalid_argument when the GPU lacks a peak for

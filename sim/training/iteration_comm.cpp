@@ -92,12 +92,23 @@ CommTask CommunicationPlan::per_bucket(int s, const Unit& u, CollectiveOp op, do
   return c;
 }
 
-CommTask CommunicationPlan::gradient_reduction(int s, const Unit& u) {
-  return per_bucket(s, u, layout_.zero_stage == ZeroStage::kStage0 ? CollectiveOp::kAllReduce : CollectiveOp::kReduceScatter,
-                    gradient_bytes(layout_));
+const CommTask& CommunicationPlan::gradient_reduction(int s, const Unit& u) {
+  auto [it, added] = per_unit_.try_emplace({s, true, u.parameters, u.expert_parameters, u.transformer_layer});
+  if (added) {
+    it->second = per_bucket(
+        s, u, layout_.zero_stage == ZeroStage::kStage0 ? CollectiveOp::kAllReduce : CollectiveOp::kReduceScatter,
+        gradient_bytes(layout_));
+  }
+  return it->second;
 }
 
-CommTask CommunicationPlan::parameter_gather(int s, const Unit& u) {
+const CommTask& CommunicationPlan::parameter_gather(int s, const Unit& u) {
+  auto [it, added] = per_unit_.try_emplace({s, false, u.parameters, u.expert_parameters, u.transformer_layer});
+  if (added) it->second = gather_parameters(s, u);
+  return it->second;
+}
+
+CommTask CommunicationPlan::gather_parameters(int s, const Unit& u) {
   if (layer_tensor_shares_.empty() || !u.transformer_layer || u.expert_parameters > 0 ||
       layout_.zero_stage != ZeroStage::kStage3) {
     return per_bucket(s, u, CollectiveOp::kAllGather, kParameterBytes);

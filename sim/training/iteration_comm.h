@@ -89,8 +89,9 @@ class CommunicationPlan {
 
   /// A bucket's gradient reduction (all-reduce under ZeRO 0, else reduce-scatter) and its
   /// parameter all-gather, over the DP group, plus the expert-DP group for its experts.
-  CommTask gradient_reduction(int s, const Unit& u);
-  CommTask parameter_gather(int s, const Unit& u);
+  /// Asked once per layer and micro-batch, each answered once per stage and kind of unit.
+  const CommTask& gradient_reduction(int s, const Unit& u);
+  const CommTask& parameter_gather(int s, const Unit& u);
 
   // Per stage: a transformer layer's TP collectives (forward, backward), the ends', the PP
   // sends to the next and previous stage, EP dispatch+combine, one ring-attention step, and
@@ -104,6 +105,9 @@ class CommunicationPlan {
  private:
   CommTask collective(CollectiveOp op, Bytes size, const std::vector<int>& group, double slowdown = 1.0);
   CommTask per_bucket(int s, const Unit& u, CollectiveOp op, double bytes_per_parameter);
+  CommTask gather_parameters(int s, const Unit& u);
+  // (stage, reduction or gather, the unit's parameters, its experts', transformer layer or not)
+  std::map<std::tuple<int, bool, double, double, bool>, CommTask> per_unit_;
   bool spans_nodes(const std::vector<int>& group) const;
 
   const Topology& topo_;

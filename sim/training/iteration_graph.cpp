@@ -45,7 +45,7 @@ class IterationGraphBuilder {
   WorkId add_comm(int s, StreamId stream, const CommTask& c, WorkKind kind, std::span<const WorkId> deps, int peer = -1);
   WorkId add_compute(int s, Time duration, WorkKind kind, std::span<const WorkId> deps, ChannelId channel = kNoChannel);
   WorkId add_blocking_comm(int s, const CommTask& c, WorkKind kind, std::span<const WorkId> deps = {});
-  WorkId add_segments(int s, const std::vector<Segment>& segments, std::vector<WorkId> deps);
+  WorkId add_segments(int s, std::span<const Segment> segments, std::vector<WorkId> deps);
   WorkId add_ring_attention(int s, const Segment& seg, const std::vector<WorkId>& deps);
   void prefetch_zero12_gathers();
   void add_pass(int s, const PipelineOp& op);
@@ -188,7 +188,7 @@ WorkId IterationGraphBuilder::add_blocking_comm(int s, const CommTask& c, WorkKi
 
 // One pass of a unit: its segments in order; returns the task that ends it. Ulysses brackets
 // the attention core with its two all-to-alls.
-WorkId IterationGraphBuilder::add_segments(int s, const std::vector<Segment>& segments, std::vector<WorkId> deps) {
+WorkId IterationGraphBuilder::add_segments(int s, std::span<const Segment> segments, std::vector<WorkId> deps) {
   std::optional<WorkId> end;
   for (const Segment& seg : segments) {
     if (seg.attention == AttentionPass::kNone || cp_ == 1) {
@@ -324,12 +324,12 @@ void IterationGraphBuilder::add_pass(int s, const PipelineOp& op) {
       deps.push_back(add_comm(s, st.gather, comm_.parameter_gather(s, u), WorkKind::kDpComm, when));
     }
     if (forward && prefetched_.count({vs, k})) deps.push_back(prefetched_.at({vs, k}));
-    const std::vector<Segment> weight_segments{{u.weight_gradient}};
+    const Segment weight_segment{u.weight_gradient};
     const WorkId c = add_segments(s,
-                                  forward  ? u.forward_segments
-                                  : weight ? weight_segments
-                                  : split_ ? u.input_gradient_segments
-                                           : u.backward_segments,
+                                  forward  ? std::span<const Segment>(u.forward_segments)
+                                  : weight ? std::span<const Segment>(&weight_segment, 1)
+                                  : split_ ? std::span<const Segment>(u.input_gradient_segments)
+                                           : std::span<const Segment>(u.backward_segments),
                                   deps);
     stage.hardware_flops += forward  ? u.forward_flops
                             : weight ? u.weight_gradient_flops

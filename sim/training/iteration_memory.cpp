@@ -91,11 +91,10 @@ std::vector<StageMemory> stage_memory(const ModelConfig& model, const ParallelLa
 
 namespace parallax {
 
-IterationMemory estimate_memory(const ModelConfig& model, const ParallelLayout& layout, const GpuSpec& gpu,
-                                const IterationOptions& options) {
-  validate(layout, model, layout.world_size());
-  const ComputeModel cm(gpu, options.compute, options.gemm_efficiency);  // pass times set zero-bubble orders
-  const iteration_detail::StagePlan plan = iteration_detail::plan_stages(model, layout, cm, options);
+namespace {
+
+IterationMemory memory_of(const ModelConfig& model, const ParallelLayout& layout, const GpuSpec& gpu,
+                          const iteration_detail::StagePlan& plan) {
   IterationMemory out;
   for (const iteration_detail::StageMemory& m : iteration_detail::stage_memory(model, layout, plan)) {
     out.stages.push_back(m.memory);
@@ -105,6 +104,21 @@ IterationMemory estimate_memory(const ModelConfig& model, const ParallelLayout& 
   out.gpu_memory = gpu.memory;
   out.out_of_memory = out.peak_memory > gpu.memory;
   return out;
+}
+
+}  // namespace
+
+IterationEstimate estimate_iteration(const ModelConfig& model, const ParallelLayout& layout, const GpuSpec& gpu,
+                                     const IterationOptions& options) {
+  validate(layout, model, layout.world_size());
+  const ComputeModel cm(gpu, options.compute, options.gemm_efficiency);  // pass times set zero-bubble orders
+  const iteration_detail::StagePlan plan = iteration_detail::plan_stages(model, layout, cm, options);
+  return IterationEstimate{memory_of(model, layout, gpu, plan), iteration_detail::compute_time_lower_bound(plan, layout)};
+}
+
+IterationMemory estimate_memory(const ModelConfig& model, const ParallelLayout& layout, const GpuSpec& gpu,
+                                const IterationOptions& options) {
+  return estimate_iteration(model, layout, gpu, options).memory;
 }
 
 }  // namespace parallax

@@ -246,5 +246,22 @@ StagePlan plan_stages(const ModelConfig& model, const ParallelLayout& layout, co
   return plan;
 }
 
+Time compute_time_lower_bound(const StagePlan& plan, const ParallelLayout& layout) {
+  const int p = layout.pp;
+  const double m = static_cast<double>(std::max<int64_t>(1, layout.micro_batches()));
+  const bool tail = layout.schedule != PipelineScheduleKind::kZeroBubbleH1 &&
+                    layout.schedule != PipelineScheduleKind::kZeroBubbleH2;
+  std::vector<Time> work(static_cast<size_t>(p));
+  for (size_t vs = 0; vs < plan.units.size(); ++vs) {
+    for (const Unit& u : plan.units[vs]) work[vs % static_cast<size_t>(p)] += u.forward + u.backward;
+  }
+  Time ahead, bound;  // ahead: the first virtual stages' passes of stages 0 … s − 1
+  for (int s = 0; s < p; ++s) {
+    bound = std::max(bound, ahead + Time::from_seconds(work[static_cast<size_t>(s)].seconds() * m));
+    for (const Unit& u : plan.units[static_cast<size_t>(s)]) ahead += u.forward + (tail ? u.backward : Time::zero());
+  }
+  return bound;
+}
+
 
 }  // namespace parallax::iteration_detail

@@ -111,4 +111,10 @@ std::vector<ModelOperator> scale_experts(std::vector<ModelOperator> ops, double 
 StagePlan plan_stages(const ModelConfig& model, const ParallelLayout& layout, const ComputeModel& cm,
                       const IterationOptions& options);
 
+/// A lower bound on the iteration from the plan's compute alone. Each stage's stream runs its
+/// passes of all m micro-batches one after another; it cannot start before the stages ahead of
+/// it have run the first micro-batch's forward, and (except in the zero-bubble schedules, whose
+/// deferred weight gradients may fill the tail) its last backward still has theirs to run.
+Time compute_time_lower_bound(const StagePlan& plan, const ParallelLayout& layout);
+
 }  // namespace parallax::iteration_detail

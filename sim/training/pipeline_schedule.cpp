@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <map>
 #include <set>
+#include <vector>
 #include <tuple>
 #include <stdexcept>
 
@@ -122,6 +123,36 @@ std::vector<std::vector<PipelineOp>> zero_bubble(int p, int m, int limit, const 
   return order;
 }
 
+// A layout search asks for the same order many times (the memory estimate and the simulation,
+// and layouts that differ only in what the order does not read: ZeRO stage, rank order): the
+// last few orders each thread built, by their inputs. A pure function's cache: same results.
+std::vector<std::vector<PipelineOp>> memoised_zero_bubble(int p, int m, int limit, const std::vector<StagePassTimes>& times) {
+  using Key = std::tuple<int, int, int, std::vector<int64_t>>;
+  struct Entry {
+    Key key;
+    std::vector<std::vector<PipelineOp>> order;
+  };
+  constexpr size_t kEntries = 16;
+  thread_local std::vector<Entry> recent;
+  thread_local size_t next = 0;
+  std::vector<int64_t> pass_ps;
+  for (const StagePassTimes& t : times) {
+    pass_ps.insert(pass_ps.end(), {t.forward.picoseconds(), t.input_backward.picoseconds(), t.weight.picoseconds()});
+  }
+  Key key{p, m, limit, std::move(pass_ps)};
+  for (const Entry& e : recent) {
+    if (e.key == key) return e.order;
+  }
+  std::vector<std::vector<PipelineOp>> order = zero_bubble(p, m, limit, times);
+  if (recent.size() < kEntries) {
+    recent.push_back(Entry{std::move(key), order});
+  } else {
+    recent[next] = Entry{std::move(key), order};
+    next = (next + 1) % kEntries;
+  }
+  return order;
+}
+
 // A stage-and-position pair in an order where every pass comes after its dependency and after
 // the earlier passes of its stage; `problem` says why no such order exists.
 struct AdditionOrder {
@@ -223,8 +254,8 @@ PipelineSchedule make_pipeline_schedule(PipelineScheduleKind kind, int p, int m,
     }
     const StagePassTimes unit{Time::ps(1), Time::ps(1), Time::ps(1)};
     const int limit = kind == PipelineScheduleKind::kZeroBubbleH1 ? p : 2 * p - 1;
-    sch.per_stage =
-        zero_bubble(p, m, limit, times.empty() ? std::vector<StagePassTimes>(static_cast<size_t>(p), unit) : times);
+    sch.per_stage = memoised_zero_bubble(
+        p, m, limit, times.empty() ? std::vector<StagePassTimes>(static_cast<size_t>(p), unit) : times);
     return sch;
   }
   if (!interleaved && v != 1) {
