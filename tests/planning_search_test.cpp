@@ -210,6 +210,31 @@ TEST(LayoutSearch, TheEmittedWorkloadRunsTheBestLayout) {
 }
 
 
+TEST(LayoutSearch, MoeSpacesVaryExpertTensorParallelismWhereItDiffersFromTp) {
+  WorkloadOverrides o;
+  const TrainingWorkload job =
+      load_training_workload(test::source_path("workloads/train/mixtral-8x7b-8xdgx-h100-ep8.json"),
+                             test::source_path("workloads/models"), test::source_path("topologies"), o);
+  SearchSpace space = default_search_space(job.model, job.layout, 64, 8);
+  EXPECT_EQ(space.expert_tp, (std::vector<int>{0, 1}));
+  space.pp = {1};
+  space.zero = {ZeroStage::kStage1};
+  space.micro_batch = {1};
+  space.recompute = {Recomputation::kSelective};
+  const Enumeration e = enumerate_layouts(space, job.model, job.layout, 64);
+  size_t folded = 0;
+  for (const ParallelLayout& l : e.valid) {
+    EXPECT_TRUE(l.expert_tp == 0 || l.tp > 1) << layout_description(l);  // tp 1: etp 1 is tp
+    if (l.expert_tp == 1) {
+      ++folded;
+      EXPECT_NE(layout_description(l).find("etp 1"), std::string::npos);
+    }
+  }
+  EXPECT_GT(folded, 0u);
+  // Dense models have no expert TP to vary.
+  EXPECT_EQ(default_search_space(small_case().model, small_case().layout, 16, 8).expert_tp, std::vector<int>{0});
+}
+
 // ---- published findings, in direction ------------------------------------------------------------
 
 IterationResult run(const TrainingWorkload& job, const ParallelLayout& l, int nodes) {

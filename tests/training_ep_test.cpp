@@ -8,6 +8,7 @@
 #include <stdexcept>
 
 #include "compute/compute_model.h"
+#include "io/input_error.h"
 #include "training/iteration.h"
 #include "model/layer_operators.h"
 #include "model/model_loader.h"
@@ -110,6 +111,37 @@ TEST(IterationExpertParallel, EpOneAddsNothingToThePreEpModel) {
   const IterationResult dp4 = simulate_iteration(model, moe_layout(4, 1), toy_cluster(4));
   EXPECT_EQ(simulate_iteration(model, moe_layout(4, 1), toy_cluster(4), uniform).iteration_time, dp4.iteration_time);
   EXPECT_EQ(dp4.stages[0].communication[kEp].sent.value(), 0.0);
+}
+
+TEST(IterationExpertParallel, ExpertTensorParallelismOfOneKeepsExpertsWholeOnTheirTokens) {
+  // tp 2 with SP, dp 2, ep 2 on 4 GPUs, 8 MoE layers of 4 experts (top 2, f_e = 512).
+  //   etp = tp = 2: each GPU holds 2 experts split in two, computes T·k slots on f_e/2, and the
+  //     layer's MLP half is the TP all-gather + reduce-scatter; the experts' gradients have an
+  //     expert-DP group of tp·dp/(etp·ep) = 1 rank (nothing to reduce).
+  //   etp = 1: 2 whole experts per GPU (twice the expert parameters), T·k/2 slots on f_e (the
+  //     same FLOPs), no collective for the MLP half (4 fewer TP collectives per layer: AG + RS
+  //     forward and backward), and the experts' gradients all-reduce over 2 ranks.
+  const ModelConfig model = tiny_moe();
+  const Topology topo = toy_cluster(4);
+  ParallelLayout l = moe_layout(2, 2);
+  l.tp = 2;
+  l.sequence_parallel = true;
+  const IterationResult same = simulate_iteration(model, l, topo);
+  l.expert_tp = 1;
+  const IterationResult folded = simulate_iteration(model, l, topo);
+  const double per_gpu_experts = 8.0 * static_cast<double>(layer_parameters(model, 0).routed_experts) / 2;  // /(etp·ep)
+  EXPECT_NEAR(folded.stages[0].parameters - same.stages[0].parameters, per_gpu_experts / 2, 1e-6);
+  constexpr size_t kTp = static_cast<size_t>(WorkKind::kTpComm);
+  EXPECT_EQ(same.stages[0].communication[kTp].collectives - folded.stages[0].communication[kTp].collectives, 8 * 4);
+  EXPECT_GT(folded.stages[0].communication[kDp].sent.value(), same.stages[0].communication[kDp].sent.value());
+  // The GEMMs' FLOPs are the same; only the per-slot weighting of the unpermute (2 FLOPs per
+  // slot element) runs on half the slots: 0.04% of the total here.
+  EXPECT_NEAR(folded.stages[0].hardware_flops.value(), same.stages[0].hardware_flops.value(),
+              1e-3 * same.stages[0].hardware_flops.value());
+  expect_parts_add_up(folded);
+  // Without SP the TP ranks hold the same tokens: refused, as Megatron's MoE refuses it.
+  l.sequence_parallel = false;
+  EXPECT_THROW(simulate_iteration(model, l, topo), InputError);
 }
 
 TEST(IterationExpertParallel, CapacityFactorDropsTheOverflowOfSkewedExperts) {

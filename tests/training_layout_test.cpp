@@ -241,6 +241,31 @@ TEST(RankMapping, ExpertGroupsComeFromTheDataAndContextRanks) {
   }
 }
 
+TEST(RankMapping, ExpertTensorParallelismFoldsTheExpertGrid) {
+  // Megatron-core's MoE parallel folding: tp 2, dp 4, ep 2 in order tp-cp-ep-dp-pp.
+  //   etp 1: expert rank = ep + 2·edp (edp over tp·dp/(etp·ep) = 4): the EP pair is the TP pair.
+  //   etp 2: expert rank = etp + 2·ep + 4·edp (edp 2), as without folding.
+  ParallelLayout l;
+  l.tp = 2;
+  l.dp = 4;
+  l.ep = 2;
+  l.expert_tp = 1;
+  EXPECT_EQ(l.expert_data_parallel(), 4);
+  RankMapping folded(l);
+  EXPECT_EQ(folded.group(ParallelDim::kEp, 0), (std::vector<int>{0, 1}));
+  EXPECT_EQ(folded.group(ParallelDim::kEp, 6), (std::vector<int>{6, 7}));
+  EXPECT_EQ(folded.expert_tp_group(5), (std::vector<int>{5}));
+  EXPECT_EQ(folded.expert_coords_of(5), (ExpertRankCoords{0, 1, 2, 0}));
+  l.expert_tp = 0;
+  RankMapping same(l);
+  EXPECT_EQ(same.group(ParallelDim::kEp, 0), (std::vector<int>{0, 2}));
+  EXPECT_EQ(same.expert_tp_group(5), same.group(ParallelDim::kTp, 5));
+  // etp·ep must divide tp·cp·dp.
+  l.expert_tp = 4;
+  l.ep = 4;
+  EXPECT_THROW(RankMapping{l}, std::invalid_argument);
+}
+
 TEST(RankMapping, VirtualStageLayersSplitEvenlyOrAsGiven) {
   ParallelLayout l = llama_layout();
   l.schedule = PipelineScheduleKind::kInterleavedOneFOneB;

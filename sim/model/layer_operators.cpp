@@ -246,8 +246,9 @@ void add_moe(OperatorList& ops, const ModelConfig& m, const ShardingFactors& sh,
              kSoftmaxFlops * z.sp_tokens * experts);
   ops.keep(z.sp_tokens * (experts + top_k), kFp32Bytes);  // probabilities and chosen weights
   // Routed token-slots this GPU computes, on average, and its experts' FFN width.
-  const double slots = sh.experts_in_tp_group ? z.tokens * top_k / sh.ep : z.tokens * top_k;
-  const double expert_ffn = static_cast<double>(moe.expert_ffn) / (sh.experts_in_tp_group ? 1 : sh.tp);
+  const int etp = sh.expert_tp > 0 ? sh.expert_tp : sh.tp;
+  const double slots = sh.experts_in_tp_group ? z.tokens * top_k / sh.ep : z.tokens * top_k * etp / sh.tp;
+  const double expert_ffn = static_cast<double>(moe.expert_ffn) / (sh.experts_in_tp_group ? 1 : etp);
   ops.memory("moe_permute", (z.tokens + slots) * z.hidden * e, 0.0);
   const double local_experts = experts / sh.ep;
   const double touched = local_experts * -std::expm1(slots * std::log1p(-1.0 / local_experts));
@@ -287,8 +288,9 @@ std::string sharding_problem(const ModelConfig& m, const MicroBatch& batch, cons
   if (m.moe) {
     if (m.moe->experts % sh.ep != 0) return "ep=" + n(sh.ep) + " does not divide experts=" + n(m.moe->experts);
     if (sh.experts_in_tp_group && sh.ep != sh.tp) return "ep=" + n(sh.ep) + " must equal tp=" + n(sh.tp) + " (or be 1)";
-    if (!sh.experts_in_tp_group && m.moe->expert_ffn % sh.tp != 0) {
-      return "tp=" + n(sh.tp) + " does not divide expert_ffn=" + n(m.moe->expert_ffn);
+    const int etp = sh.expert_tp > 0 ? sh.expert_tp : sh.tp;
+    if (!sh.experts_in_tp_group && m.moe->expert_ffn % etp != 0) {
+      return (sh.expert_tp > 0 ? "expert_tp=" : "tp=") + n(etp) + " does not divide expert_ffn=" + n(m.moe->expert_ffn);
     }
     const int64_t shared = int64_t{m.moe->shared_experts} * m.moe->shared_expert_ffn;
     if (shared % sh.tp != 0) return "tp=" + n(sh.tp) + " does not divide the shared experts' ffn=" + n(shared);

@@ -14,14 +14,14 @@
 //   T    = b·s/c                tokens whose activations this GPU computes
 //   T_sp = T/t with SP, else T  tokens of the norms, residuals and other elementwise work
 //   heads H/t (KV heads G/t, or one replicated head when G < t), FFN f/t, vocab ⌈V/t⌉,
-//   routed experts E/e, expert FFN f_e/t (Megatron-core's default expert tensor parallelism = t)
+//   routed experts E/e, expert FFN f_e/etp (expert tensor parallelism, Megatron's default etp = t)
 // GEMM y[m×n] = x[m×k]·W[k×n], FLOPs 2mnk:
 //   qkv_proj           m=T, k=h, n=(H+2G)·d/t
 //   attention_out_proj m=T, k=H·d_v/t, n=h
 //   mlp gate/up/down   m=T, (h → f/t) ×2 gated or ×1 plain, then f/t → h
 //   router             m=T_sp, k=h, n=E  (not split)
 //   experts            grouped: the touched ones of E/e local experts (below), on the GPU's
-//                      T·k_top routed token-slots on average, whatever e is, h → f_e/t → h;
+//                      T·k_top·etp/t routed token-slots on average, whatever e is, h → f_e/etp → h;
 //                      with experts_in_tp_group, T·k_top/e slots and whole experts, h → f_e → h
 //                      Touched experts: n slots routed uniformly over E_l local experts reach
 //                      E_l·(1 − (1 − 1/E_l)ⁿ) of them on average; only those are computed and
@@ -152,6 +152,10 @@ struct ShardingFactors {
   /// all-reduce sums the outputs. ep must then equal tp. Otherwise EP spans other ranks
   /// (Megatron's data-parallel EP, each expert split by TP).
   bool experts_in_tp_group = false;
+  /// Expert tensor parallelism (Megatron's MoE parallel folding); 0 means tp. Each routed
+  /// expert's FFN is split etp ways, and a GPU computes the token-slots of etp/tp of its TP
+  /// group's tokens: T·k_top·etp/t slots on h → f_e/etp → h (T·k_top on f_e/t when etp = t).
+  int expert_tp = 0;
 };
 
 /// One operator of the list, with its forward and backward cost on one GPU.

@@ -61,6 +61,7 @@ nlohmann::ordered_json parallel_block(const ParallelLayout& l) {
     p["cp_comm"] = to_string(l.cp_comm);
   }
   if (l.ep > 1) p["ep"] = l.ep;
+  if (l.expert_tp > 0) p["expert_tp"] = l.expert_tp;
   p["zero_stage"] = static_cast<int>(l.zero_stage);
   p["micro_batch"] = l.micro_batch;
   p["global_batch"] = l.global_batch;

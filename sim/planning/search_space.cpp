@@ -73,6 +73,7 @@ SearchSpace default_search_space(const ModelConfig& model, const ParallelLayout&
   s.pp = divisors_up_to(gpus, std::max(1, model.layers));
   s.cp = base.sequence_length >= 16384 ? powers_of_two_dividing(gpus, 8) : std::vector<int>{1};
   s.ep = model.moe ? powers_of_two_dividing(std::max(1, model.moe->experts), std::min(gpus, 64)) : std::vector<int>{1};
+  s.expert_tp = model.moe ? std::vector<int>{0, 1} : std::vector<int>{0};
   s.vpp = {2, 4};
   s.zero = {ZeroStage::kStage0, ZeroStage::kStage1, ZeroStage::kStage2, ZeroStage::kStage3};
   s.micro_batch = {1, 2, 4, 8};
@@ -99,6 +100,13 @@ SearchSpace read_search_space(const std::string& path, SearchSpace s, int gpus) 
   read_list(root, "pp", s.pp, degree);
   read_list(root, "cp", s.cp, degree);
   read_list(root, "ep", s.ep, degree);
+  read_list(root, "expert_tp", s.expert_tp, [](JsonReader& r) {
+    if (r.is_string()) {
+      if (r.as_string() != "tp") r.fail("must be \"tp\" or an integer ≥ 1");
+      return 0;
+    }
+    return positive_int(r);
+  });
   read_list(root, "vpp", s.vpp, positive_int);
   read_list(root, "zero", s.zero, zero_of);
   read_list(root, "micro_batch", s.micro_batch, [](JsonReader& r) { return static_cast<int64_t>(positive_int(r)); });
@@ -161,6 +169,7 @@ Layouts degrees(const SearchSpace& space, const ParallelLayout& base, int gpus) 
         l.schedule = PipelineScheduleKind::kOneFOneB;
         l.virtual_stages = 1;
         l.sequence_parallel = l.tp_comm_overlap = false;
+        l.expert_tp = 0;
         l.rank_order = space.rank_order.front();
         l.stage_layers.clear();
         out.push_back(std::move(l));
@@ -176,6 +185,10 @@ Enumeration enumerate_layouts(const SearchSpace& space, const ModelConfig& model
   auto always = [](const ParallelLayout&) { return true; };
   Layouts l = degrees(space, base, gpus);
   l = expand(l, space.ep, always, [](ParallelLayout& x, int v) { x.ep = v; });
+  // Expert TP is its own degree only for MoE models, and only differs from tp above one; a
+  // value equal to tp is the default (0), so that no layout is counted twice.
+  l = expand(l, space.expert_tp, [&](const ParallelLayout& x) { return model.moe && x.tp > 1; },
+             [](ParallelLayout& x, int v) { x.expert_tp = v == x.tp ? 0 : v; });
   l = expand(l, space.zero, always, [](ParallelLayout& x, ZeroStage v) { x.zero_stage = v; });
   l = expand(l, space.micro_batch, always, [](ParallelLayout& x, int64_t v) { x.micro_batch = v; });
   l = expand(l, space.recompute, always, [](ParallelLayout& x, Recomputation v) { x.recompute = v; });

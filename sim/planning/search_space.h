@@ -16,6 +16,7 @@ namespace parallax {
 
 struct SearchSpace {
   std::vector<int> tp, pp, cp, ep;
+  std::vector<int> expert_tp;                ///< MoE with tp > 1; 0 means tp
   std::vector<int> vpp;                      ///< chunks per stage for interleaved_1f1b
   std::vector<ZeroStage> zero;
   std::vector<int64_t> micro_batch;
@@ -29,7 +30,8 @@ struct SearchSpace {
 
 /// What a demanding user would try on `gpus` GPUs for `model`: power-of-two TP up to the node's
 /// GPUs × 2 and up to 64, PP over the divisors of the GPUs up to the layers, CP 1 (and 2–8 for
-/// sequences of 16k tokens or more), EP over the experts' divisors (MoE), ZeRO 0–3, micro-batches
+/// sequences of 16k tokens or more), EP over the experts' divisors and expert TP = tp or 1 (MoE),
+/// ZeRO 0–3, micro-batches
 /// 1–8, recomputation none/selective/full, 1F1B, interleaved (vpp 2, 4) and ZB-H1, SP on,
 /// TP overlap as the base layout has it, rank orders with DP or PP innermost after TP.
 SearchSpace default_search_space(const ModelConfig& model, const ParallelLayout& base, int gpus, int gpus_per_node);

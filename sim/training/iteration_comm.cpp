@@ -124,7 +124,8 @@ CommTask CommunicationPlan::gather_parameters(int s, const Unit& u) {
 CommunicationPlan::CommunicationPlan(const ModelConfig& model, const ParallelLayout& layout, const Topology& topo,
                                      const IterationOptions& options, const StagePlan& plan, bool every_replica,
                                      CollectiveSimulatorCache& simulators)
-    : tp_forward(static_cast<size_t>(layout.pp)), tp_backward(tp_forward.size()), embedding_tp_forward(tp_forward.size()),
+    : tp_forward(static_cast<size_t>(layout.pp)), tp_backward(tp_forward.size()), moe_tp_forward(tp_forward.size()),
+      moe_tp_backward(tp_forward.size()), embedding_tp_forward(tp_forward.size()),
       embedding_tp_backward(tp_forward.size()), output_tp_forward(tp_forward.size()), output_tp_backward(tp_forward.size()),
       pp_send_forward(tp_forward.size()), pp_send_backward(tp_forward.size()), ep_forward(tp_forward.size()),
       ep_backward(tp_forward.size()), cp_ring_step(tp_forward.size()), cp_scatter_heads(tp_forward.size()),
@@ -137,6 +138,7 @@ CommunicationPlan::CommunicationPlan(const ModelConfig& model, const ParallelLay
   const int p = layout.pp, t = layout.tp, cp = layout.cp;
   const RankMapping ranks(layout);
   const bool expert_parallel = layout.ep > 1;
+  const bool folded_experts = layout.expert_tensor_parallel() != layout.tp;  // their own TP degree
   const bool ring_attention = cp > 1 && layout.cp_comm == ContextParallelComm::kRing;
   const int moe_layers = plan.moe_layers;
   const Routing& routing = plan.routing;
@@ -259,6 +261,8 @@ CommunicationPlan::CommunicationPlan(const ModelConfig& model, const ParallelLay
       ep_backward[static_cast<size_t>(s)] = layout.recompute == Recomputation::kFull
                                                 ? twice(ep_forward[static_cast<size_t>(s)])
                                                 : ep_forward[static_cast<size_t>(s)];
+    }
+    if ((expert_parallel || folded_experts) && moe_layers > 0) {
       expert_dp_group_[static_cast<size_t>(s)] = expert_dp_group_of(stage_rank(s));
       expert_dp_slowdown_[static_cast<size_t>(s)] = note_slowdown(
           s, WorkKind::kDpComm,
@@ -296,6 +300,25 @@ CommunicationPlan::CommunicationPlan(const ModelConfig& model, const ParallelLay
     tp_backward[static_cast<size_t>(s)] = layout.recompute == Recomputation::kFull
                                               ? twice(tp_forward[static_cast<size_t>(s)])
                                               : tp_forward[static_cast<size_t>(s)];
+    moe_tp_forward[static_cast<size_t>(s)] = tp_forward[static_cast<size_t>(s)];
+    if (folded_experts && moe_layers > 0) {
+      // The attention block over TP (a shared expert's MLP too); the routed experts' slots
+      // gathered over the expert-TP group after the dispatch and reduce-scattered before the
+      // combine (Megatron's MoE parallel folding): etp·T_sp·k_top tokens of h, none at etp = 1.
+      CommTask moe = t > 1 ? one_block : CommTask{};
+      if (model.moe->shared_experts > 0 && t > 1) moe = plus(moe, one_block);
+      const std::vector<int> etp_group = ranks.expert_tp_group(stage_rank(s));
+      if (etp_group.size() > 1) {
+        const Bytes slots = pp_message * static_cast<double>(model.moe->top_k) * routing.busiest_rank *
+                            static_cast<double>(etp_group.size());
+        moe = plus(moe, plus(collective(CollectiveOp::kAllGather, slots, etp_group),
+                             collective(CollectiveOp::kReduceScatter, slots, etp_group)));
+      }
+      moe_tp_forward[static_cast<size_t>(s)] = moe;
+    }
+    moe_tp_backward[static_cast<size_t>(s)] = layout.recompute == Recomputation::kFull
+                                                  ? twice(moe_tp_forward[static_cast<size_t>(s)])
+                                                  : moe_tp_forward[static_cast<size_t>(s)];
     if (p > 1) {
       // Every rank of the stage sends to its peer of the next (previous) stage at once.
       auto send = [&](int to) {

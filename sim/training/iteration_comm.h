@@ -93,10 +93,11 @@ class CommunicationPlan {
   const CommTask& gradient_reduction(int s, const Unit& u);
   const CommTask& parameter_gather(int s, const Unit& u);
 
-  // Per stage: a transformer layer's TP collectives (forward, backward), the ends', the PP
+  // Per stage: a transformer layer's TP collectives (forward, backward; a MoE layer's with its
+  // experts' TP group, the same unless expert_tp ≠ tp), the ends', the PP
   // sends to the next and previous stage, EP dispatch+combine, one ring-attention step, and
   // Ulysses' two all-to-alls.
-  std::vector<CommTask> tp_forward, tp_backward, embedding_tp_forward, embedding_tp_backward, output_tp_forward,
+  std::vector<CommTask> tp_forward, tp_backward, moe_tp_forward, moe_tp_backward, embedding_tp_forward, embedding_tp_backward, output_tp_forward,
       output_tp_backward, pp_send_forward, pp_send_backward, ep_forward, ep_backward, cp_ring_step, cp_scatter_heads,
       cp_gather_heads;
   /// The largest sibling slowdown applied per stage and kind, for the report.

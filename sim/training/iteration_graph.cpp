@@ -265,8 +265,9 @@ std::vector<WorkId> IterationGraphBuilder::add_layer_communication(int s, const 
                                      : (forward ? comm_.output_tp_forward[i] : comm_.output_tp_backward[i]);
     if (tp.collectives > 0) prev = {add_blocking_comm(s, tp, WorkKind::kTpComm)};
   }
-  if (u.transformer_layer && t_ > 1) {
-    const CommTask& tp = forward ? comm_.tp_forward[i] : comm_.tp_backward[i];
+  const CommTask& tp = !u.moe_layer ? (forward ? comm_.tp_forward[i] : comm_.tp_backward[i])
+                                    : (forward ? comm_.moe_tp_forward[i] : comm_.moe_tp_backward[i]);
+  if (u.transformer_layer && tp.collectives > 0) {
     if (!layout_.tp_comm_overlap) return {add_blocking_comm(s, tp, WorkKind::kTpComm)};
     // TransformerEngine's overlap: each all-gather / reduce-scatter is cut into t chunks
     // pipelined with the GEMM it feeds or drains, so all but one chunk of it can hide behind

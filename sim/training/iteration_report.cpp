@@ -79,6 +79,7 @@ std::string layout_description(const ParallelLayout& l) {
   if (l.virtual_stages > 1) s += format_text(" · vpp %d", l.virtual_stages);
   if (l.cp > 1) s += format_text(" · cp %d (%s)", l.cp, to_string(l.cp_comm));
   if (l.ep > 1) s += format_text(" · ep %d", l.ep);
+  if (l.expert_tensor_parallel() != l.tp) s += format_text(" · etp %d", l.expert_tensor_parallel());
   s += format_text(", %s, ZeRO-%d, mbs %lld, gbs %lld, seq %lld, %s%s", to_string(l.schedule), static_cast<int>(l.zero_stage),
                  static_cast<long long>(l.micro_batch), static_cast<long long>(l.global_batch),
                  static_cast<long long>(l.sequence_length), to_string(l.dtype), l.sequence_parallel ? ", SP" : "");

@@ -171,7 +171,7 @@ StagePlan plan_stages(const ModelConfig& model, const ParallelLayout& layout, co
   const int p = layout.pp, v = layout.virtual_stages, t = layout.tp, cp = layout.cp;
   const int m = static_cast<int>(layout.micro_batches());
   const MicroBatch batch{layout.micro_batch, layout.sequence_length, true, layout.dtype, layout.attention};
-  const ShardingFactors sharding{t, layout.cp, layout.ep, layout.sequence_parallel};
+  const ShardingFactors sharding{t, layout.cp, layout.ep, layout.sequence_parallel, false, layout.expert_tp};
   const ParameterCounts counts = count_parameters(model);
   const bool timed_ends = !options.transformer_layers_only;
   const bool expert_parallel = layout.ep > 1;
@@ -214,9 +214,9 @@ StagePlan plan_stages(const ModelConfig& model, const ParallelLayout& layout, co
       u.moe_layer = moe;
       moe_layers += moe ? 1 : 0;
       const LayerParameterCounts lp = layer_parameters(model, l);
-      const double experts = static_cast<double>(lp.routed_experts) / (t * layout.ep);
+      const double experts = static_cast<double>(lp.routed_experts) / (layout.expert_tensor_parallel() * layout.ep);
       u.parameters = static_cast<double>(lp.attention + lp.mlp) / t + experts + static_cast<double>(lp.router + lp.vectors);
-      u.expert_parameters = expert_parallel ? experts : 0.0;
+      u.expert_parameters = expert_parallel || layout.expert_tensor_parallel() != t ? experts : 0.0;
       list.push_back(u);
     }
     first_layer += vs_layers[static_cast<size_t>(vs)];

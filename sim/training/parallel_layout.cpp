@@ -81,11 +81,13 @@ RankMapping::RankMapping(const ParallelLayout& layout) {
   for (ParallelDim d : kAllDims) {
     if (std::find(order_.begin(), order_.end(), d) == order_.end()) order_.push_back(d);
   }
-  if (layout.ep < 1 || layout.dp * layout.cp % layout.ep != 0) {
-    throw std::invalid_argument("ep=" + num(layout.ep) + " does not divide dp·cp=" + num(layout.dp * layout.cp));
+  const int etp = layout.expert_tensor_parallel();
+  if (layout.ep < 1 || etp < 1 || layout.tp * layout.cp * layout.dp % (etp * layout.ep) != 0) {
+    throw std::invalid_argument("expert_tp·ep=" + num(etp) + "·" + num(layout.ep) +
+                                " does not divide tp·cp·dp=" + num(layout.tp * layout.cp * layout.dp));
   }
   dense_ = {layout.tp, layout.cp, 1, layout.dp, layout.pp};
-  expert_ = {layout.tp, 1, layout.ep, layout.dp * layout.cp / layout.ep, layout.pp};
+  expert_ = {etp, 1, layout.ep, layout.expert_data_parallel(), layout.pp};
   for (ParallelDim d : kAllDims) {
     const bool missing = std::find(listed.begin(), listed.end(), d) == listed.end();
     if (missing && (dense_[index(d)] > 1 || expert_[index(d)] > 1)) {
@@ -152,6 +154,16 @@ std::vector<int> RankMapping::group(ParallelDim dim, int rank) const {
   return ranks;
 }
 
+std::vector<int> RankMapping::expert_tp_group(int rank) const {
+  Grid coords = decompose(expert_, rank);
+  std::vector<int> ranks;
+  for (int k = 0; k < expert_[index(ParallelDim::kTp)]; ++k) {
+    coords[index(ParallelDim::kTp)] = k;
+    ranks.push_back(compose(expert_, coords));
+  }
+  return ranks;
+}
+
 int rank_of(const ParallelLayout& layout, const RankCoords& coords) { return RankMapping(layout).rank_of(coords); }
 RankCoords coords_of(const ParallelLayout& layout, int rank) { return RankMapping(layout).coords_of(rank); }
 
@@ -185,9 +197,19 @@ void validate(const ParallelLayout& l, const ModelConfig& model, int gpus, const
   bool any_dense = false;
   for (int i = 0; i < model.layers; ++i) any_dense = any_dense || !model.is_moe_layer(i);
   if (any_dense && model.ffn % l.tp != 0) fail("tp", num(l.tp) + " does not divide ffn=" + num(model.ffn));
-  if (model.moe && model.moe->expert_ffn % l.tp != 0) {
-    fail("tp", num(l.tp) + " does not divide expert_ffn=" + num(model.moe->expert_ffn) +
-                   " (expert tensor parallelism equals tp)");
+  if (l.expert_tp < 0) fail("expert_tp", num(l.expert_tp) + " must be at least 1 (or 0 for tp)");
+  const int etp = l.expert_tensor_parallel();
+  if (etp != l.tp && !model.moe) {
+    fail("expert_tp", num(etp) + " needs a mixture-of-experts model; " + model.name + " has no experts");
+  }
+  if (model.moe && model.moe->expert_ffn % etp != 0) {
+    fail(l.expert_tp > 0 ? "expert_tp" : "tp",
+         num(etp) + " does not divide expert_ffn=" + num(model.moe->expert_ffn) +
+             (l.expert_tp > 0 ? std::string(" (expert tensor parallelism)") : " (expert tensor parallelism equals tp)"));
+  }
+  if (etp != l.tp && l.tp > 1 && !l.sequence_parallel) {
+    fail("expert_tp", num(etp) + " differs from tp=" + num(l.tp) +
+                          ": MoE layers with tp > 1 need sequence_parallel (their tokens are split over tp)");
   }
 
   const int64_t world = int64_t{l.dp} * l.tp * l.pp * l.cp;
@@ -201,9 +223,15 @@ void validate(const ParallelLayout& l, const ModelConfig& model, int gpus, const
     if (model.moe->experts % l.ep != 0) {
       fail("ep", num(l.ep) + " does not divide num_experts=" + num(model.moe->experts));
     }
-    if ((l.dp * l.cp) % l.ep != 0) {
+  }
+  if (l.ep > 1 || etp != l.tp) {
+    if (etp == l.tp && (l.dp * l.cp) % l.ep != 0) {
       fail("ep", num(l.ep) + " does not divide dp·cp=" + num(l.dp * l.cp) +
                      " (expert-parallel groups are taken from the data- and context-parallel ranks)");
+    }
+    if (int64_t{l.tp} * l.cp * l.dp % (int64_t{etp} * l.ep) != 0) {
+      fail(l.expert_tp > 0 ? "expert_tp" : "ep", "expert_tp·ep=" + num(etp) + "·" + num(l.ep) + " does not divide tp·cp·dp=" + num(l.tp) + "·" +
+                     num(l.cp) + "·" + num(l.dp) + " (the expert grid folds the stage's ranks)");
     }
   }
 

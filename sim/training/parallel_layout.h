@@ -10,10 +10,10 @@
 // topology's r-th GPU, node after node).
 // Two decompositions share the order (as in Megatron-core):
 //   dense layers    sizes {tp, cp, ep=1, dp, pp}           world = tp·cp·dp·pp
-//   expert layers   sizes {tp, cp=1, ep, dp·cp/ep, pp}     expert tensor parallelism = tp
-// so an expert-parallel group is ep ranks taken from the dp·cp ranks of a stage that share a TP
-// coordinate, and the rule is: ep divides dp·cp (Megatron's "dp·cp·tp divisible by
-// ep·expert_tp" with expert_tp = tp, the expert TP that layer_operators assumes).
+//   expert layers   sizes {etp, cp=1, ep, tp·cp·dp/(etp·ep), pp}   (etp: expert_tp, default tp)
+// (Megatron-core's MoE parallel folding: the tp slot of the order holds the expert TP in the
+// expert grid). With etp = tp an expert-parallel group is ep ranks taken from the dp·cp ranks
+// of a stage that share a TP coordinate; the rule is Megatron's: etp·ep divides tp·cp·dp.
 #pragma once
 
 #include <array>
@@ -55,6 +55,10 @@ struct ParallelLayout {
   int cp = 1;
   ContextParallelComm cp_comm = ContextParallelComm::kRing;
   int ep = 1;
+  /// Expert tensor parallelism (Megatron's --expert-tensor-parallel-size): each routed expert's
+  /// FFN split over this many ranks; 0 means tp. Its group is taken from the stage's tp·cp·dp
+  /// ranks with ep (the expert grid above).
+  int expert_tp = 0;
   bool sequence_parallel = false;  ///< Megatron SP over the TP group
   ZeroStage zero_stage = ZeroStage::kStage0;  ///< kStage3 is FSDP
   int64_t micro_batch = 1;       ///< sequences per micro-batch
@@ -83,15 +87,18 @@ struct ParallelLayout {
   /// Micro-batches per iteration on one pipeline: global_batch / (dp · micro_batch).
   int64_t micro_batches() const { return global_batch / (int64_t{dp} * micro_batch); }
   int world_size() const { return dp * tp * pp * cp; }
-  /// The DP degree of the expert layers: dp·cp / ep.
-  int expert_data_parallel() const { return dp * cp / ep; }
+  /// The expert TP degree: expert_tp, or tp when it is 0.
+  int expert_tensor_parallel() const { return expert_tp > 0 ? expert_tp : tp; }
+  /// The DP degree of the expert layers: tp·cp·dp / (etp·ep) (dp·cp / ep when etp = tp).
+  int expert_data_parallel() const { return tp * cp * dp / (expert_tensor_parallel() * ep); }
 };
 
 /// Throws InputError(file, pointer + "/field", reason) at the first problem, e.g.
 /// "/parallel/tp: 6 does not divide num_heads=32". Checks: every degree ≥ 1; tp divides the
 /// heads and the ffn, and tp and the KV heads divide one another (fewer KV heads than tp are
-/// replicated, as layer_operators does); dp·tp·pp·cp = gpus; ep divides the experts and dp·cp
-/// (ep > 1 needs a MoE model); global_batch divisible by dp·micro_batch; pp·v divides the
+/// replicated, as layer_operators does); dp·tp·pp·cp = gpus; ep divides the experts, etp the
+/// expert FFN, and etp·ep divides tp·cp·dp (ep > 1 or etp ≠ tp needs a MoE model, and etp ≠ tp
+/// with tp > 1 needs sequence parallelism, as Megatron's MoE does); global_batch divisible by dp·micro_batch; pp·v divides the
 /// layers unless stage_layers gives the split; v > 1 exactly with interleaved_1f1b, which also
 /// needs pp > 1 and micro-batches a multiple of pp; the sequence length splits over cp (2·cp
 /// chunks when causal) and, with SP, the tokens over tp; Ulysses CP needs cp to divide the
@@ -132,6 +139,9 @@ class RankMapping {
   /// The ranks of the group of `dim` that holds `rank`, in order of their coordinate along
   /// `dim` (kEp uses the expert grid; the others the dense grid).
   std::vector<int> group(ParallelDim dim, int rank) const;
+  /// The expert-TP group of `rank`: the expert grid's ranks that differ only in their etp
+  /// coordinate (the TP group when etp = tp).
+  std::vector<int> expert_tp_group(int rank) const;
 
  private:
   // Sizes and strides indexed by ParallelDim.

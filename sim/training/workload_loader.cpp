@@ -135,6 +135,7 @@ TrainingWorkload load_training_workload(const std::string& path, const std::stri
   int_field("cp", l.cp);
   if (auto v = p.find("cp_comm")) l.cp_comm = cp_comm_from(v->as_string(), path, v->pointer());
   int_field("ep", l.ep);
+  int_field("expert_tp", l.expert_tp);
   if (auto v = p.find("dp")) {
     l.dp = static_cast<int>(v->as_int());
     job.dp_given = true;
@@ -178,6 +179,7 @@ TrainingWorkload load_training_workload(const std::string& path, const std::stri
   if (a.cp) l.cp = *a.cp;
   if (!a.cp_comm.empty()) l.cp_comm = cp_comm_from(a.cp_comm, "", "--cp-comm");
   if (a.ep) l.ep = *a.ep;
+  if (a.expert_tp) l.expert_tp = *a.expert_tp;
   if (a.dp) {
     l.dp = *a.dp;
     job.dp_given = true;

@@ -42,7 +42,7 @@ const std::string& kTopologiesDir = topologies_dir();
 
 struct TrainArgs {
   std::string workload;
-  std::optional<int> tp, pp, dp, vpp, cp, ep, zero, nodes;
+  std::optional<int> tp, pp, dp, vpp, cp, ep, expert_tp, zero, nodes;
   std::optional<int64_t> micro_batch, global_batch, sequence;
   std::string schedule, recompute, dtype, cp_comm, attention;
   std::string network = "flow";
@@ -72,6 +72,7 @@ Job read_job(const TrainArgs& a) {
   o.vpp = a.vpp;
   o.cp = a.cp;
   o.ep = a.ep;
+  o.expert_tp = a.expert_tp;
   o.zero = a.zero;
   o.nodes = a.nodes;
   o.micro_batch = a.micro_batch;
@@ -326,6 +327,7 @@ void add_train_command(CLI::App& app) {
   cmd->add_option("--cp", args->cp, "context-parallel size");
   cmd->add_option("--cp-comm", args->cp_comm, "context-parallel attention: ring (K/V blocks passed around) or ulysses (all-to-all)");
   cmd->add_option("--ep", args->ep, "expert-parallel size");
+  cmd->add_option("--expert-tp", args->expert_tp, "expert tensor-parallel size (MoE parallel folding; default: tp)");
   cmd->add_option("--zero", args->zero, "ZeRO stage 0-3 (3 = FSDP)");
   cmd->add_option("--mbs,--micro-batch", args->micro_batch, "micro-batch size (sequences)");
   cmd->add_option("--gbs,--global-batch", args->global_batch, "global batch size (sequences)");
