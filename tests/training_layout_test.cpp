@@ -2,11 +2,14 @@
 // maps ranks to coordinates as Megatron-core's RankGenerator does (TP innermost → consecutive).
 #include <gtest/gtest.h>
 
+#include <numeric>
+
 #include <set>
 
 #include "io/input_error.h"
 #include "model/model_loader.h"
 #include "training/parallel_layout.h"
+#include "training/pipeline_split.h"
 #include "test_support.h"
 
 namespace parallax {
@@ -103,13 +106,21 @@ TEST(LayoutValidation, GlobalBatchMustSplitIntoMicroBatches) {
                "64 is not divisible by dp·micro_batch=4·3=12");
 }
 
-TEST(LayoutValidation, PipelineMustDivideTheLayersUnlessSplitIsGiven) {
+TEST(LayoutValidation, PipelineSplitsAreCheckedWhereTheyAreGiven) {
   ParallelLayout l = llama_layout();
-  l.pp = 3;  // 3 ∤ 32 layers
+  l.pp = 3;  // 3 ∤ 32 layers: split automatically (pipeline_split.h)
   l.dp = 1;
   l.tp = 8;
   l.global_batch = 3;
-  expect_error(l, bundled("llama3-8b"), 24, "/parallel/pp", "3 does not divide num_layers=32");
+  EXPECT_NO_THROW(validate(l, bundled("llama3-8b"), 24));
+  l.account_for_embedding = true;  // 33 units over 3 stages
+  EXPECT_NO_THROW(validate(l, bundled("llama3-8b"), 24));
+  l.account_for_loss = true;  // 34 units do not split over 3
+  expect_error(l, bundled("llama3-8b"), 24, "/parallel/pp", "does not divide num_layers=32 plus the accounted");
+  l.account_for_embedding = l.account_for_loss = false;
+  l.first_stage_layers = 9;  // 23 left for 2 stages
+  expect_error(l, bundled("llama3-8b"), 24, "/parallel/first_stage_layers", "leaves 23 of num_layers=32");
+  l.first_stage_layers = -1;
   l.stage_layers = {11, 11, 10};
   EXPECT_NO_THROW(validate(l, bundled("llama3-8b"), 24));
   l.stage_layers = {11, 11, 11};
@@ -128,8 +139,11 @@ TEST(LayoutValidation, VirtualStagesNeedTheInterleavedSchedule) {
   EXPECT_NO_THROW(validate(l, bundled("llama3-8b"), 64));  // 2·2 | 32 layers, m = 16 is a multiple of 2
   l.virtual_stages = 1;
   expect_error(l, bundled("llama3-8b"), 64, "/parallel/virtual_stages", "needs at least 2 model chunks");
-  l.virtual_stages = 3;  // 2·3 = 6 ∤ 32
-  expect_error(l, bundled("llama3-8b"), 64, "/parallel/virtual_stages", "pp·virtual_stages=6 does not divide");
+  l.virtual_stages = 3;  // 2·3 = 6 ∤ 32: split automatically
+  EXPECT_NO_THROW(validate(l, bundled("llama3-8b"), 64));
+  l.first_stage_layers = 15;  // stage 1 keeps 17, which do not split over its 3 chunks
+  expect_error(l, bundled("llama3-8b"), 64, "/parallel/virtual_stages", "stage 1 holds 17 layers");
+  l.first_stage_layers = -1;
   l.virtual_stages = 2;
   l.pp = 4;
   l.dp = 2;
@@ -239,6 +253,51 @@ TEST(RankMapping, ExpertGroupsComeFromTheDataAndContextRanks) {
       EXPECT_EQ(map.coords_of(peer).tp, map.coords_of(r).tp);
     }
   }
+}
+
+TEST(PipelineSplit, MegatronsRules) {
+  ParallelLayout l;
+  l.pp = 16;
+  // Llama-3 405B's 126 layers on pp 16 with the embedding and the loss accounted (Megatron's
+  // account_for_embedding/loss_in_pipeline_split): 128/16 = 8 per stage, the ends 7.
+  l.account_for_embedding = l.account_for_loss = true;
+  PipelineSplit s = split_pipeline_layers(l, 126);
+  EXPECT_EQ(s.rule, "embedding and loss counted");
+  EXPECT_EQ(s.layers, (std::vector<int>{7, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 7}));
+  EXPECT_EQ(split_text(s.layers), "7, 8×14, 7");
+  // The same on pp 8 · vpp 2: chunk c of stage s is virtual stage c·8 + s; only the very first
+  // and very last virtual stages give a layer to the ends.
+  l.pp = 8;
+  l.virtual_stages = 2;
+  s = split_pipeline_layers(l, 126);
+  EXPECT_EQ(s.layers.front(), 7);
+  EXPECT_EQ(s.layers.back(), 7);
+  EXPECT_EQ(std::accumulate(s.layers.begin(), s.layers.end(), 0), 126);
+  // decoder_first/last_pipeline_num_layers: DeepSeek-V3's 61 layers on pp 16 with 3 and 2 on
+  // the ends leave 56 = 14 · 4 for the middle.
+  l = ParallelLayout{};
+  l.pp = 16;
+  l.first_stage_layers = 3;
+  l.last_stage_layers = 2;
+  s = split_pipeline_layers(l, 61);
+  EXPECT_EQ(s.rule, "first/last");
+  EXPECT_EQ(split_text(s.layers), "3, 4×14, 2");
+  l.last_stage_layers = -1;  // the last stage shares the rest with the middle: 58 over 15 ✗
+  EXPECT_FALSE(split_pipeline_layers(l, 61).problem.empty());
+  // Nothing given and 16 ∤ 61: automatic, the embedding and the loss as a layer each:
+  // 63 = 16·3 + 15, the 14 middle stages and the first end take the spare ones.
+  l = ParallelLayout{};
+  l.pp = 16;
+  s = split_pipeline_layers(l, 61);
+  EXPECT_EQ(s.rule, "automatic");
+  EXPECT_EQ(split_text(s.layers), "3, 4×14, 2");
+  EXPECT_EQ(std::accumulate(s.layers.begin(), s.layers.end(), 0), 61);
+  // Even when it divides.
+  s = split_pipeline_layers(l, 64);
+  EXPECT_EQ(s.rule, "even");
+  EXPECT_EQ(s.layers, std::vector<int>(16, 4));
+  // Too many stages for the layers.
+  EXPECT_FALSE(split_pipeline_layers(l, 10).problem.empty());
 }
 
 TEST(RankMapping, ExpertTensorParallelismFoldsTheExpertGrid) {

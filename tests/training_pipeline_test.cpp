@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <numeric>
+#include <random>
 
 #include "training/iteration_units.h"
 #include "training/pipeline_schedule.h"
@@ -331,6 +332,38 @@ TEST(ComputeTimeLowerBound, PipelineClosedForms) {
   EXPECT_NEAR(bound(PipelineScheduleKind::kInterleavedOneFOneB, 4, 2, 8), (8 + 3.0 / 2) * 3.0, 1e-6);
   EXPECT_NEAR(bound(PipelineScheduleKind::kZeroBubbleH1, 4, 1, 8), 8 * 3.0 + 3 * 1.0, 1e-6);
   EXPECT_NEAR(bound(PipelineScheduleKind::kOneFOneB, 1, 1, 8), 8 * 3.0, 1e-6);
+}
+
+// The event-driven ZB list scheduler gives the very orders of the one that wakes every waiting
+// stage at every pass's end, on random stage counts, micro-batches and (positive) pass times,
+// uneven ones and weight gradients that take no time included, for ZB-H1's and ZB-H2's limits.
+TEST(ZeroBubble, EventDrivenOrdersEqualTheTurnByTurnOnes) {
+  std::mt19937 rng(7);
+  std::uniform_int_distribution<int> ps(1, 3000);
+  for (int trial = 0; trial < 300; ++trial) {
+    const int p = 1 + static_cast<int>(rng() % 12), m = 1 + static_cast<int>(rng() % 24);
+    std::vector<StagePassTimes> times(static_cast<size_t>(p));
+    const bool uniform = trial % 3 == 0;  // many same-instant ends
+    for (StagePassTimes& t : times) {
+      t.forward = Time::ps(uniform ? 10 : ps(rng));
+      t.input_backward = Time::ps(uniform ? 10 : ps(rng));
+      t.weight = Time::ps(uniform ? 10 : ps(rng));
+    }
+    if (trial % 5 == 1) times.front().weight = Time::zero();  // a stage of the embedding alone
+    for (int limit : {p, 2 * p - 1}) {
+      SCOPED_TRACE("p " + std::to_string(p) + " m " + std::to_string(m) + " limit " + std::to_string(limit));
+      const auto turns = pipeline_detail::zero_bubble_by_turns(p, m, limit, times);
+      const auto events = pipeline_detail::zero_bubble_by_events(p, m, limit, times);
+      ASSERT_EQ(turns.size(), events.size());
+      for (size_t st = 0; st < turns.size(); ++st) {
+        ASSERT_EQ(turns[st].size(), events[st].size());
+        for (size_t k = 0; k < turns[st].size(); ++k) {
+          ASSERT_EQ(turns[st][k].kind, events[st][k].kind) << "stage " << st << " pass " << k;
+          ASSERT_EQ(turns[st][k].micro_batch, events[st][k].micro_batch) << "stage " << st << " pass " << k;
+        }
+      }
+    }
+  }
 }
 
 }  // namespace

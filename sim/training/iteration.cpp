@@ -1,6 +1,7 @@
 // One training iteration: per-stage stream graph built from the schedule, run on the engine,
 // then breakdown, throughput and memory (the model is described in iteration.h).
 #include "training/iteration.h"
+#include "training/pipeline_split.h"
 
 #include <algorithm>
 #include <array>
@@ -327,6 +328,9 @@ IterationResult simulate_iteration(const ModelConfig& model, const ParallelLayou
       (layout.attention == AttentionKernel::kUnfused ? std::string("the unfused attention's full s×s products")
                                                      : std::string("FlashAttention's 2.5× backward")) +
       " included, optimizer excluded, over the same peak";
+  if (const PipelineSplit split = split_pipeline_layers(layout, model.layers); split.rule != "even") {
+    result.pipeline_split = split.rule + ": " + split_text(split.layers);
+  }
   result.symmetry = "one rank per pipeline stage simulated (" + std::to_string(p) + " of " + std::to_string(world) +
                     " GPUs); each stands for the " + std::to_string(dp * t * layout.cp) +
                     " GPUs of its stage (tp·cp·dp), which run the same work at the same times";

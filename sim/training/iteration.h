@@ -308,6 +308,9 @@ struct IterationResult {
   int gpus = 0;
   int simulated_ranks = 0;      ///< pp: one per stage
   std::string symmetry;         ///< what the simulated ranks stand for
+  /// An uneven pipeline split: its rule and the layers per virtual stage ("automatic: 7, 8×14,
+  /// 7"); empty for the even split.
+  std::string pipeline_split;
   /// How communication was timed: "analytical" (each collective alone) or "flow (co-simulated)".
   std::string network;
   /// Co-simulated: the busiest link of each link class, busiest first.

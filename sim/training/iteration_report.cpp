@@ -117,6 +117,7 @@ nlohmann::ordered_json iteration_json(const TrainingWorkload& job, const Iterati
   j["out_of_memory"] = r.out_of_memory;
   j["simulated_ranks"] = r.simulated_ranks;
   j["symmetry"] = r.symmetry;
+  if (!r.pipeline_split.empty()) j["pipeline_split"] = r.pipeline_split;
   j["network"] = r.network;
   nlohmann::ordered_json path;
   for (int k = 0; k < kWorkKinds; ++k) {

@@ -1,5 +1,6 @@
 // Validation of a parallel layout and the rank ↔ coordinates maps of its rank order.
 #include "training/parallel_layout.h"
+#include "training/pipeline_split.h"
 
 #include <algorithm>
 #include <numeric>
@@ -168,9 +169,7 @@ int rank_of(const ParallelLayout& layout, const RankCoords& coords) { return Ran
 RankCoords coords_of(const ParallelLayout& layout, int rank) { return RankMapping(layout).coords_of(rank); }
 
 std::vector<int> virtual_stage_layers(const ParallelLayout& layout, const ModelConfig& model) {
-  if (!layout.stage_layers.empty()) return layout.stage_layers;
-  const int parts = layout.pp * layout.virtual_stages;
-  return std::vector<int>(static_cast<size_t>(parts), parts > 0 ? model.layers / parts : 0);
+  return split_pipeline_layers(layout, model.layers).layers;
 }
 
 void validate(const ParallelLayout& l, const ModelConfig& model, int gpus, const std::string& file,
@@ -255,27 +254,8 @@ void validate(const ParallelLayout& l, const ModelConfig& model, int gpus, const
                              ") to be a multiple of pp=" + num(l.pp));
   }
 
-  const int parts = l.pp * l.virtual_stages;
-  if (l.stage_layers.empty()) {
-    if (model.layers % parts != 0) {
-      fail(l.virtual_stages > 1 ? "virtual_stages" : "pp",
-           (l.virtual_stages > 1 ? "pp·virtual_stages=" + num(parts) : num(l.pp)) + " does not divide num_layers=" +
-               num(model.layers) + " (give stage_layers for an uneven split)");
-    }
-  } else {
-    if (static_cast<int>(l.stage_layers.size()) != parts) {
-      fail("stage_layers", "has " + num(static_cast<int64_t>(l.stage_layers.size())) +
-                               " entries; pp·virtual_stages=" + num(parts) + " are needed");
-    }
-    for (size_t i = 0; i < l.stage_layers.size(); ++i) {
-      if (l.stage_layers[i] < 1) {
-        fail("stage_layers/" + std::to_string(i), "must be at least 1, got " + num(l.stage_layers[i]));
-      }
-    }
-    const int64_t sum = std::accumulate(l.stage_layers.begin(), l.stage_layers.end(), int64_t{0});
-    if (sum != model.layers) {
-      fail("stage_layers", "sums to " + num(sum) + ", not num_layers=" + num(model.layers));
-    }
+  if (const PipelineSplit split = split_pipeline_layers(l, model.layers); !split.problem.empty()) {
+    fail(split.field, split.problem);
   }
 
   const int64_t chunks = l.cp > 1 ? 2 * int64_t{l.cp} : 1;  // causal load balancing: 2·cp chunks

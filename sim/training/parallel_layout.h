@@ -83,6 +83,12 @@ struct ParallelLayout {
   /// Layers of each virtual stage, pp·v entries in model order (virtual stage c·pp + s is chunk
   /// c of stage s); empty: layers / (pp·v) each.
   std::vector<int> stage_layers;
+  /// Megatron's decoder_first/last_pipeline_num_layers: the first (last) pipeline stage's
+  /// transformer layers, the middle stages sharing the rest; −1: not given.
+  int first_stage_layers = -1, last_stage_layers = -1;
+  /// Megatron's account_for_embedding/loss_in_pipeline_split: the embedding (the output layer
+  /// and loss) counted as one layer of the first (last) virtual stage (pipeline_split.h).
+  bool account_for_embedding = false, account_for_loss = false;
 
   /// Micro-batches per iteration on one pipeline: global_batch / (dp · micro_batch).
   int64_t micro_batches() const { return global_batch / (int64_t{dp} * micro_batch); }
@@ -99,7 +105,7 @@ struct ParallelLayout {
 /// replicated, as layer_operators does); dp·tp·pp·cp = gpus; ep divides the experts, etp the
 /// expert FFN, and etp·ep divides tp·cp·dp (ep > 1 or etp ≠ tp needs a MoE model, and etp ≠ tp
 /// with tp > 1 needs sequence parallelism, as Megatron's MoE does); global_batch divisible by dp·micro_batch; pp·v divides the
-/// layers unless stage_layers gives the split; v > 1 exactly with interleaved_1f1b, which also
+/// layers as pipeline_split.h splits them (automatic when nothing is given and pp·v does not divide them); v > 1 exactly with interleaved_1f1b, which also
 /// needs pp > 1 and micro-batches a multiple of pp; the sequence length splits over cp (2·cp
 /// chunks when causal) and, with SP, the tokens over tp; Ulysses CP needs cp to divide the
 /// heads of a TP rank and to divide, or be a multiple of, its KV heads; the rank order is a permutation of
@@ -164,7 +170,8 @@ std::vector<ParallelDim> parse_rank_order(const std::string& order);
 int rank_of(const ParallelLayout& layout, const RankCoords& coords);
 RankCoords coords_of(const ParallelLayout& layout, int rank);
 
-/// Layers of each virtual stage (pp·v entries): stage_layers, or the even split.
+/// Layers of each virtual stage (pp·v entries), by split_pipeline_layers (pipeline_split.h);
+/// empty when the layout cannot be split (validate says why).
 std::vector<int> virtual_stage_layers(const ParallelLayout& layout, const ModelConfig& model);
 
 }  // namespace parallax

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <map>
+#include <queue>
 #include <set>
 #include <vector>
 #include <tuple>
@@ -54,11 +55,15 @@ std::vector<PipelineOp> interleaved_stage(int p, int m, int v, int s) {
   return ops;
 }
 
+}  // namespace
+
+namespace pipeline_detail {
+
 // ZB-H1 and ZB-H2 by list scheduling (the rules are in the header), played in continuous time
 // with each stage's pass times: a stage that is free picks its next pass from what has finished
 // by then, or waits for the next pass to finish anywhere. `limit`: micro-batches a stage may
 // hold (F run, W not): p for ZB-H1, 2p − 1 for ZB-H2.
-std::vector<std::vector<PipelineOp>> zero_bubble(int p, int m, int limit, const std::vector<StagePassTimes>& times) {
+std::vector<std::vector<PipelineOp>> zero_bubble_by_turns(int p, int m, int limit, const std::vector<StagePassTimes>& times) {
   const Time never = Time::max();
   const size_t stages = static_cast<size_t>(p), mbs = static_cast<size_t>(m);
   std::vector<std::vector<Time>> f_done(stages, std::vector<Time>(mbs, never)), b_done = f_done;
@@ -67,18 +72,13 @@ std::vector<std::vector<PipelineOp>> zero_bubble(int p, int m, int limit, const 
   std::vector<Time> free_at(stages, Time::zero());
   std::vector<bool> waiting(stages, false);
   std::set<Time> finishes;                   // every pass's end, to wake waiting stages
+  // The stages with work left by (free at, has just found nothing to do, index): the first
+  // acts next.
+  std::set<std::tuple<Time, bool, int>> by_turn;
+  for (int i = 0; i < p; ++i) by_turn.emplace(Time::zero(), false, i);
   auto finished = [](Time at, Time now) { return at != Time::max() && at <= now; };
-  while (true) {
-    // The stage with work left that is free first; on ties, one that has not just found
-    // nothing to do, then the lowest index.
-    int s = -1;
-    auto key = [&](int i) {
-      return std::make_tuple(free_at[static_cast<size_t>(i)], waiting[static_cast<size_t>(i)], i);
-    };
-    for (int i = 0; i < p; ++i) {
-      if (w[static_cast<size_t>(i)] < m && (s < 0 || key(i) < key(s))) s = i;
-    }
-    if (s < 0) break;
+  while (!by_turn.empty()) {
+    const int s = std::get<2>(*by_turn.begin());
     const size_t i = static_cast<size_t>(s);
     const Time now = free_at[i];
     const bool b_ready = b[i] < m && finished(f_done[i][static_cast<size_t>(b[i])], now) &&
@@ -103,54 +103,138 @@ std::vector<std::vector<PipelineOp>> zero_bubble(int p, int m, int limit, const 
       took = t.weight;
       order[i].push_back({PassKind::kWeight, w[i]++, 0});
     } else {
-      // Nothing can start: wait for the next pass to end anywhere, or another stage to move.
+      // Nothing can start: wait for the next pass to end anywhere, or another stage to move
+      // (one free now that has not just waited, else the next to be free).
       auto later = finishes.upper_bound(now);
       Time next = later == finishes.end() ? never : *later;
-      for (int o = 0; o < p; ++o) {
-        const size_t j = static_cast<size_t>(o);
-        const bool may_act = free_at[j] > now || (free_at[j] == now && !waiting[j]);
-        if (o != s && w[j] < m && may_act) next = std::min(next, free_at[j]);
+      for (auto it = std::next(by_turn.begin()); it != by_turn.end(); ++it) {
+        if (std::get<0>(*it) == now && std::get<1>(*it)) continue;
+        next = std::min(next, std::get<0>(*it));
+        break;
       }
       if (next == never) throw std::logic_error("zero bubble: the list scheduler is stuck");
+      by_turn.erase(by_turn.begin());
       waiting[i] = next == now;  // another stage acts at this instant first
       free_at[i] = next;
+      by_turn.emplace(next, waiting[i], s);
       continue;
     }
+    by_turn.erase(by_turn.begin());
     waiting[i] = false;
     free_at[i] = now + took;
+    if (w[i] < m) by_turn.emplace(free_at[i], false, s);
     finishes.insert(now + took);
   }
   return order;
 }
 
+// The same list scheduling when every forward and backward takes some time. A stage's choice
+// then reads only other stages' passes that ended before the instant it chooses at, so stages choosing at one instant do not
+// affect one another, and an idle stage (it has no weight gradient pending: those are always
+// ready) can start nothing until the pass it waits for ends: the next forward's on the stage
+// before it, or the next backward's on the stage after it. It sleeps until then instead of
+// waking at every pass's end anywhere; a neighbour that schedules such a pass wakes it.
+std::vector<std::vector<PipelineOp>> zero_bubble_by_events(int p, int m, int limit, const std::vector<StagePassTimes>& times) {
+  const Time never = Time::max();
+  const size_t stages = static_cast<size_t>(p), mbs = static_cast<size_t>(m);
+  std::vector<std::vector<Time>> f_done(stages, std::vector<Time>(mbs, never)), b_done = f_done;
+  std::vector<std::vector<PipelineOp>> order(stages);
+  std::vector<int> f(stages, 0), b(stages, 0), w(stages, 0);
+  std::vector<Time> wake(stages, Time::zero());  // never: asleep until a neighbour schedules
+  using Event = std::pair<Time, int>;
+  std::priority_queue<Event, std::vector<Event>, std::greater<>> events;
+  for (int i = 0; i < p; ++i) events.emplace(Time::zero(), i);
+  auto finished = [](Time at, Time now) { return at != Time::max() && at <= now; };
+  // What idle stage i waits for, if it is scheduled: the earliest end among them, else never.
+  auto awaited = [&](size_t i) {
+    Time at = never;
+    if (b[i] < f[i] && i + 1 < stages) at = std::min(at, b_done[i + 1][static_cast<size_t>(b[i])]);
+    if (f[i] < m && f[i] - w[i] < limit && i > 0) at = std::min(at, f_done[i - 1][static_cast<size_t>(f[i])]);
+    return at;
+  };
+  std::vector<bool> idle(stages, false);
+  auto nudge = [&](size_t j) {  // a neighbour scheduled a pass that idle stage j may wait for
+    if (j >= stages || !idle[j]) return;
+    if (const Time next = awaited(j); next < wake[j]) {
+      wake[j] = next;
+      events.emplace(next, static_cast<int>(j));
+    }
+  };
+  int finished_stages = 0;
+  while (!events.empty()) {
+    const auto [now, s] = events.top();
+    events.pop();
+    const size_t i = static_cast<size_t>(s);
+    if (wake[i] != now) continue;  // superseded
+    const bool b_ready = b[i] < m && finished(f_done[i][static_cast<size_t>(b[i])], now) &&
+                         (s == p - 1 || finished(b_done[i + 1][static_cast<size_t>(b[i])], now));
+    const bool f_ready = f[i] < m && (s == 0 || finished(f_done[i - 1][static_cast<size_t>(f[i])], now));
+    const bool w_pending = w[i] < b[i] && finished(b_done[i][static_cast<size_t>(w[i])], now);
+    const bool at_limit = f[i] - w[i] >= limit;
+    const StagePassTimes& t = times[i];
+    Time took;
+    if (b_ready) {
+      took = t.input_backward;
+      b_done[i][static_cast<size_t>(b[i])] = now + took;
+      order[i].push_back({PassKind::kBackward, b[i]++, 0});
+      if (i > 0) nudge(i - 1);
+    } else if (at_limit && w_pending) {
+      took = t.weight;
+      order[i].push_back({PassKind::kWeight, w[i]++, 0});
+    } else if (f_ready && !at_limit) {
+      took = t.forward;
+      f_done[i][static_cast<size_t>(f[i])] = now + took;
+      order[i].push_back({PassKind::kForward, f[i]++, 0});
+      nudge(i + 1);
+    } else if (w_pending) {
+      took = t.weight;
+      order[i].push_back({PassKind::kWeight, w[i]++, 0});
+    } else {
+      idle[i] = true;
+      wake[i] = awaited(i);
+      if (wake[i] != never) events.emplace(wake[i], s);
+      continue;
+    }
+    idle[i] = false;
+    if (w[i] >= m) {
+      ++finished_stages;
+      wake[i] = never;
+      continue;
+    }
+    wake[i] = now + took;
+    events.emplace(wake[i], s);
+  }
+  if (finished_stages != p) throw std::logic_error("zero bubble: the list scheduler is stuck");
+  return order;
+}
+
+}  // namespace pipeline_detail
+
+namespace {
+
 // A layout search asks for the same order many times (the memory estimate and the simulation,
-// and layouts that differ only in what the order does not read: ZeRO stage, rank order): the
-// last few orders each thread built, by their inputs. A pure function's cache: same results.
+// and layouts that differ only in what the order does not read: ZeRO stage, rank order, switches):
+// each thread keeps the orders it built, by their inputs, up to a bound. A pure function's
+// cache: the same results.
 std::vector<std::vector<PipelineOp>> memoised_zero_bubble(int p, int m, int limit, const std::vector<StagePassTimes>& times) {
   using Key = std::tuple<int, int, int, std::vector<int64_t>>;
-  struct Entry {
-    Key key;
-    std::vector<std::vector<PipelineOp>> order;
-  };
-  constexpr size_t kEntries = 16;
-  thread_local std::vector<Entry> recent;
-  thread_local size_t next = 0;
+  constexpr size_t kEntries = 64;
+  thread_local std::map<Key, std::vector<std::vector<PipelineOp>>> built;
   std::vector<int64_t> pass_ps;
   for (const StagePassTimes& t : times) {
     pass_ps.insert(pass_ps.end(), {t.forward.picoseconds(), t.input_backward.picoseconds(), t.weight.picoseconds()});
   }
   Key key{p, m, limit, std::move(pass_ps)};
-  for (const Entry& e : recent) {
-    if (e.key == key) return e.order;
-  }
-  std::vector<std::vector<PipelineOp>> order = zero_bubble(p, m, limit, times);
-  if (recent.size() < kEntries) {
-    recent.push_back(Entry{std::move(key), order});
-  } else {
-    recent[next] = Entry{std::move(key), order};
-    next = (next + 1) % kEntries;
-  }
-  return order;
+  if (auto it = built.find(key); it != built.end()) return it->second;
+  if (built.size() >= kEntries) built.clear();
+  // Weight gradients may take no time (a stage of the embedding alone): no other stage reads them.
+  const bool timed = std::all_of(times.begin(), times.end(), [](const StagePassTimes& t) {
+    return t.forward > Time::zero() && t.input_backward > Time::zero() && t.weight >= Time::zero();
+  });
+  return built
+      .emplace(std::move(key), timed ? pipeline_detail::zero_bubble_by_events(p, m, limit, times)
+                                     : pipeline_detail::zero_bubble_by_turns(p, m, limit, times))
+      .first->second;
 }
 
 // A stage-and-position pair in an order where every pass comes after its dependency and after

@@ -93,6 +93,16 @@ struct StagePassTimes {
 PipelineSchedule make_pipeline_schedule(PipelineScheduleKind kind, int stages, int micro_batches, int chunks = 1,
                                         const std::vector<StagePassTimes>& times = {});
 
+namespace pipeline_detail {
+/// ZB-H1/H2's list scheduling (make_pipeline_schedule) as written: every free stage looks at
+/// what has finished, waiting stages wake at every pass's end. Any pass times.
+std::vector<std::vector<PipelineOp>> zero_bubble_by_turns(int p, int m, int limit, const std::vector<StagePassTimes>& times);
+/// The same orders, for forward and backward times above zero (weight gradients may take none),
+/// by waking a waiting stage only when the pass
+/// it waits for ends: O(passes · log p) instead of O(passes · p²).
+std::vector<std::vector<PipelineOp>> zero_bubble_by_events(int p, int m, int limit, const std::vector<StagePassTimes>& times);
+}  // namespace pipeline_detail
+
 /// The pass (and its stage) that `op` on `stage` waits for; nullopt for the first forward of
 /// the first virtual stage.
 struct StagedOp {

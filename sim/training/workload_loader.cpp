@@ -157,6 +157,17 @@ TrainingWorkload load_training_workload(const std::string& path, const std::stri
   if (auto v = p.find("stage_layers")) {
     for (auto& e : v->elements()) l.stage_layers.push_back(static_cast<int>(e.as_int()));
   }
+  // Megatron's names for its uneven splits.
+  for (auto [key, field] : {std::pair{"decoder_first_pipeline_num_layers", &l.first_stage_layers},
+                            std::pair{"decoder_last_pipeline_num_layers", &l.last_stage_layers}}) {
+    if (auto v = p.find(key)) {
+      const int64_t n = v->as_int();
+      if (n < 1 || n > 1000000) v->fail("must be between 1 and 1000000 layers");
+      *field = static_cast<int>(n);
+    }
+  }
+  bool_field("account_for_embedding_in_pipeline_split", l.account_for_embedding);
+  bool_field("account_for_loss_in_pipeline_split", l.account_for_loss);
   p.finish();
   l.sequence_length = job.model.max_sequence;
   if (auto v = root.find("sequence_length")) l.sequence_length = v->as_int();

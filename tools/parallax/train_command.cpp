@@ -230,6 +230,7 @@ void run_train(const TrainArgs& a) {
   std::printf("critical path (%zu tasks): %swaiting %s\n\n", r.critical_path.tasks, path.c_str(),
               seconds_text(r.critical_path.waiting).c_str());
   std::printf("%s\n%s\n", r.flop_convention.c_str(), r.symmetry.c_str());
+  if (!r.pipeline_split.empty()) std::printf("pipeline split (layers per virtual stage): %s\n", r.pipeline_split.c_str());
   if (!r.busiest_links.empty()) {
     std::printf("\nbusiest link of each class (co-simulated; bytes over what it could carry in the iteration):\n");
     for (const LinkLoad& l : r.busiest_links) {
