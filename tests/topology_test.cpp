@@ -240,6 +240,36 @@ TEST(Topology, GpusThatOnlyMeetThroughAnotherGpuAreRejected) {
   }
 }
 
+TEST(Topology, JobsOnPartOfEachNodeArePlacedAsALauncherWould) {
+  // The same GPUs on every node, the most that divide the job.
+  auto placed = [](int gpus, int node) {
+    const JobPlacement p = place_job(gpus, node);
+    return std::make_pair(p.nodes, p.gpus_per_node);
+  };
+  EXPECT_EQ(placed(64, 72), std::make_pair(1, 64));    // 64 of one NVL72 rack
+  EXPECT_EQ(placed(256, 72), std::make_pair(4, 64));   // 64 of each of 4 racks
+  EXPECT_EQ(placed(144, 72), std::make_pair(2, 72));   // whole racks
+  EXPECT_EQ(placed(4, 8), std::make_pair(1, 4));       // half a DGX
+  EXPECT_EQ(placed(12, 8), std::make_pair(2, 6));
+  EXPECT_EQ(placed(16, 8), std::make_pair(2, 8));
+  // 256 GPUs of GB200 NVL72: 4 racks of 64 GPUs, each with the 64 NICs of its GPUs.
+  const Topology racks = load_topology(test::source_path("topologies/gb200-nvl72.json"), load_options_for(256, 72));
+  EXPECT_EQ(racks.gpu_count(), 256u);
+  for (int n = 0; n < 4; ++n) EXPECT_EQ(racks.gpus_of_node(n).size(), 64u);
+  size_t nics = 0;
+  for (size_t d = 0; d < racks.device_count(); ++d) nics += racks.device(DeviceId{static_cast<uint32_t>(d)}).kind == DeviceKind::kNic;
+  EXPECT_EQ(nics, 4u * 64u);
+  // Half a DGX H100 alone: 4 GPUs on the NVSwitch, no network.
+  EXPECT_EQ(load_topology(test::source_path("topologies/dgx-h100.json"), load_options_for(4, 8)).gpu_count(), 4u);
+  // A PCIe tree is the whole node's, and a node holds no more GPUs than it has.
+  TopologyLoadOptions too_many(1);
+  too_many.gpus_per_node = 9;
+  EXPECT_THROW(load_topology(test::source_path("topologies/dgx-h100.json"), too_many), InputError);
+  TopologyLoadOptions pcie_half(1);
+  pcie_half.gpus_per_node = 4;
+  EXPECT_THROW(load_topology(test::source_path("topologies/pcie-8gpu.json"), pcie_half), InputError);
+}
+
 TEST(Topology, DiameterOfPresets) {
   // DGX H100, 2 nodes: cross-rail GPU->NIC->leaf->spine->leaf->NIC->GPU = 6 hops.
   EXPECT_EQ(gpu_diameter(load_preset("dgx-h100", 2)), 6);

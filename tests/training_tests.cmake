@@ -141,7 +141,20 @@ add_test(NAME search.no_valid_layout
          COMMAND bash -c "echo '{\"tp\": [16], \"pp\": [16]}' > \"$2/empty-space.json\" && ! \"$0\" search \"$1\" --space \"$2/empty-space.json\""
                  $<TARGET_FILE:parallax> ${PROJECT_SOURCE_DIR}/tests/data/workloads/gpt-1.3b-16xa100.json ${train_scratch})
 set_tests_properties(search.no_valid_layout PROPERTIES PASS_REGULAR_EXPRESSION "empty-space.json: no layout of the space is valid on 16 GPUs")
-add_test(NAME search.gpus_that_do_not_fill_nodes
-         COMMAND bash -c "\"$0\" search \"$1\" --gpus 12; test $? -eq 2" $<TARGET_FILE:parallax>
+# 12 GPUs of 8-GPU nodes: placed as a launcher would, 6 on each of 2 nodes.
+add_test(NAME search.gpus_on_part_of_each_node
+         COMMAND $<TARGET_FILE:parallax> search ${PROJECT_SOURCE_DIR}/tests/data/workloads/gpt-1.3b-16xa100.json --gpus 12 --top 1)
+set_tests_properties(search.gpus_on_part_of_each_node PROPERTIES PASS_REGULAR_EXPRESSION "DGX A100, 12 GPUs")
+add_test(NAME search.no_gpus
+         COMMAND bash -c "\"$0\" search \"$1\" --gpus 0; test $? -eq 2" $<TARGET_FILE:parallax>
                  ${PROJECT_SOURCE_DIR}/tests/data/workloads/gpt-1.3b-16xa100.json)
-set_tests_properties(search.gpus_that_do_not_fill_nodes PROPERTIES PASS_REGULAR_EXPRESSION "--gpus: 12 GPUs do not fill whole 8-GPU nodes")
+set_tests_properties(search.no_gpus PROPERTIES PASS_REGULAR_EXPRESSION "--gpus: must be at least 1")
+
+# A job on part of a scale-up domain: 64 of an NVL72 rack's 72 GPUs, sized from the layout;
+# and 256 GPUs as 4 racks of 64 (--gpus).
+add_test(NAME train.part_of_a_rack
+         COMMAND $<TARGET_FILE:parallax> train ${PROJECT_SOURCE_DIR}/tests/data/workloads/llama3-70b-64xgb200-nvl72.json --network analytical)
+set_tests_properties(train.part_of_a_rack PROPERTIES PASS_REGULAR_EXPRESSION "on GB200 NVL72, 64 GPUs")
+add_test(NAME train.racks_of_64
+         COMMAND $<TARGET_FILE:parallax> train ${PROJECT_SOURCE_DIR}/tests/data/workloads/llama3-70b-64xgb200-nvl72.json --dp 64 --network analytical)
+set_tests_properties(train.racks_of_64 PROPERTIES PASS_REGULAR_EXPRESSION "on GB200 NVL72, 256 GPUs")

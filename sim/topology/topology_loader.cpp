@@ -172,6 +172,16 @@ void generate_compact(JsonReader& root, Topology& topo, const TopologyLoadOption
     n->finish();
   }
   node.finish();
+  if (opt.gpus_per_node && *opt.gpus_per_node != gpus) {
+    const int used = *opt.gpus_per_node;
+    if (used < 1 || used > gpus) {
+      root.fail_at("node", "a job uses 1 to " + std::to_string(gpus) + " GPUs of each node, not " + std::to_string(used));
+    }
+    if (scale_up == ScaleUp::kPcie) root.fail_at("node", "part of a PCIe node is not modelled (its switch tree is the whole node's)");
+    // The used GPUs' NICs: their share when every GPU has its own, else those they map to.
+    nics = nics >= gpus ? std::max(1, nics * used / gpus) : std::min(nics, used);
+    gpus = used;
+  }
 
   FatTree tree;
   std::optional<JsonReader> net = root.find("network");
@@ -395,6 +405,7 @@ Topology topology_from_json(const nlohmann::json& doc, const std::string& file,
     generate_compact(root, topo, options);
   } else {
     if (options.nodes) root.fail("--nodes applies only to compact topologies; this one lists its devices");
+    if (options.gpus_per_node) root.fail("a job on part of each node needs a compact topology; this one lists its devices");
     build_explicit(root, topo);
   }
   root.finish();
@@ -404,6 +415,21 @@ Topology topology_from_json(const nlohmann::json& doc, const std::string& file,
     throw InputError(file, compact ? "" : "/links", e.what());
   }
   return topo;
+}
+
+JobPlacement place_job(int gpus, int node_gpus) {
+  if (gpus < 1 || node_gpus < 1) throw std::invalid_argument("a job and a node need at least one GPU");
+  int per_node = std::min(gpus, node_gpus);
+  while (gpus % per_node != 0) --per_node;
+  return JobPlacement{gpus / per_node, per_node};
+}
+
+TopologyLoadOptions load_options_for(int gpus, int node_gpus) {
+  const JobPlacement at = place_job(gpus, node_gpus);
+  TopologyLoadOptions o;
+  o.nodes = at.nodes;
+  if (at.gpus_per_node != node_gpus) o.gpus_per_node = at.gpus_per_node;
+  return o;
 }
 
 Topology load_topology(const std::string& path, const TopologyLoadOptions& options) {

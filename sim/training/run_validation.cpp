@@ -25,12 +25,10 @@ RunPrediction RunValidator::predict(const PublishedRun& run) {
     const std::string file = topologies_dir_ + "/" + run.preset + ".json";
     auto it = one_node_.find(file);
     if (it == one_node_.end()) it = one_node_.emplace(file, load_topology(file, TopologyLoadOptions{1})).first;
+    // Placed as a launcher would: the same GPUs on every node, part of each when whole nodes
+    // do not divide the run (64 of a 72-GPU rack).
     const int per_node = static_cast<int>(it->second.gpus_of_node(0).size());
-    if (run.gpus % per_node != 0) {
-      throw InputError("", "/cluster/num_gpus",
-                       std::to_string(run.gpus) + " GPUs do not fill whole " + std::to_string(per_node) + "-GPU nodes");
-    }
-    const Topology topo = load_topology(file, TopologyLoadOptions{run.gpus / per_node});
+    const Topology topo = load_topology(file, load_options_for(run.gpus, per_node));
     IterationOptions options;
     options.compute.sustained_fraction = sustained_fraction_;
     options.cosimulate = cosimulate_;

@@ -81,24 +81,60 @@ void read_compute(JsonReader c, const std::string& workload, TrainingWorkload& j
 }
 
 // The topology of a workload: {"preset": name} (a bundled file) or {"file": path, relative to
-// the workload}, with "nodes".
-Topology read_topology(JsonReader t, const std::string& workload, const std::string& topologies_dir,
-                       std::optional<int> nodes_flag, std::string& file) {
+// the workload}, with "nodes", or "gpus" (the job's GPUs, placed as a launcher would: the same
+// count on every node, part of each when whole nodes do not divide them).
+struct TopologySpec {
+  std::string file;
+  std::optional<int> nodes, gpus;
+  std::string pointer;
+};
+
+TopologySpec read_topology_spec(JsonReader t, const std::string& workload, const std::string& topologies_dir) {
+  TopologySpec spec;
+  spec.pointer = t.pointer();
   if (t.is_string()) {
-    file = topologies_dir + "/" + t.as_string() + ".json";
+    spec.file = topologies_dir + "/" + t.as_string() + ".json";
   } else if (auto preset = t.find("preset")) {
-    file = topologies_dir + "/" + preset->as_string() + ".json";
+    spec.file = topologies_dir + "/" + preset->as_string() + ".json";
   } else {
-    file = beside_workload(workload, t.at("file").as_string());
+    spec.file = beside_workload(workload, t.at("file").as_string());
   }
-  if (!fs::exists(file)) throw InputError(workload, t.pointer(), "no topology file " + file);
-  TopologyLoadOptions load;
+  if (!fs::exists(spec.file)) throw InputError(workload, t.pointer(), "no topology file " + spec.file);
   if (!t.is_string()) {
-    if (auto n = t.find("nodes")) load.nodes = static_cast<int>(n->as_int());
+    if (auto n = t.find("nodes")) spec.nodes = static_cast<int>(n->as_int());
+    if (auto g = t.find("gpus")) {
+      const int64_t v = g->as_int();
+      if (v < 1 || v > (1 << 20)) g->fail("must be between 1 and 1048576 GPUs");
+      if (spec.nodes) g->fail("give \"nodes\" or \"gpus\", not both");
+      spec.gpus = static_cast<int>(v);
+    }
     t.finish();
   }
-  if (nodes_flag) load.nodes = nodes_flag;
-  return load_topology(file, load);
+  return spec;
+}
+
+// `job_gpus`: the GPUs the job's layout names, when it names them all (dp given); a topology
+// given neither nodes nor GPUs is then sized to them.
+Topology load_job_topology(const TopologySpec& spec, const std::string& workload, std::optional<int> nodes_flag,
+                           std::optional<int> job_gpus) {
+  TopologyLoadOptions load;
+  load.nodes = spec.nodes;
+  std::optional<int> gpus = spec.gpus;
+  // An explicit topology (a device list) is what it is: validate() compares the layout to it.
+  if (!gpus && !spec.nodes && !nodes_flag && load_json_file(spec.file).contains("node")) gpus = job_gpus;
+  if (nodes_flag) {
+    load.nodes = nodes_flag;
+    gpus.reset();
+  }
+  if (gpus) {
+    const Topology one = load_topology(spec.file, TopologyLoadOptions{1});
+    if (one.gpu_count() == 0) throw InputError(workload, spec.pointer, spec.file + " has no GPUs");
+    const int node_gpus = static_cast<int>(one.gpus_of_node(0).size());
+    const TopologyLoadOptions placed = load_options_for(*gpus, node_gpus);
+    if (placed.nodes == 1 && !placed.gpus_per_node && *gpus == static_cast<int>(one.gpu_count())) return one;
+    load = placed;
+  }
+  return load_topology(spec.file, load);
 }
 
 }  // namespace
@@ -120,7 +156,8 @@ TrainingWorkload load_training_workload(const std::string& path, const std::stri
   if (auto d = root.find("description")) (void)d->as_string();
   TrainingWorkload job;
   job.model = read_model(root.at("model"), models_dir);
-  job.topology = read_topology(root.at("topology"), path, topologies_dir, a.nodes, job.topology_file);
+  const TopologySpec topology = read_topology_spec(root.at("topology"), path, topologies_dir);
+  job.topology_file = topology.file;
   ParallelLayout& l = job.layout;
   JsonReader p = root.at("parallel");
   auto int_field = [&](const char* key, auto& field) {
@@ -209,7 +246,19 @@ TrainingWorkload load_training_workload(const std::string& path, const std::stri
   if (a.param_gather_prefetch) l.param_gather_prefetch = *a.param_gather_prefetch;
   if (a.param_gather_per_tensor) l.param_gather_per_tensor = *a.param_gather_per_tensor;
   if (!a.rank_order.empty()) l.rank_order = a.rank_order;
-  // dp not given: whatever the other dimensions leave of the cluster.
+  // The layout naming every degree sizes a topology given no nodes; else dp is whatever the
+  // other dimensions leave of the cluster.
+  std::optional<int> job_gpus;
+  if (job.dp_given) {
+    const int64_t world = int64_t{l.dp} * l.tp * l.pp * l.cp;
+    if (world >= 1 && world <= (1 << 20)) job_gpus = static_cast<int>(world);
+  }
+  TopologySpec sized = topology;
+  if (a.gpus) {
+    sized.gpus = a.gpus;
+    sized.nodes.reset();
+  }
+  job.topology = load_job_topology(sized, path, a.gpus ? std::nullopt : a.nodes, job_gpus);
   const int gpus = static_cast<int>(job.topology.gpu_count());
   const int model_parallel = l.tp * l.pp * l.cp;
   // (When tp·pp·cp does not divide the GPUs, validate() names the first field at fault.)

@@ -29,6 +29,9 @@ struct TrainingWorkload {
 /// What the command line may change; unset (or empty) leaves the file's value.
 struct WorkloadOverrides {
   std::optional<int> tp, pp, dp, vpp, cp, ep, expert_tp, zero, nodes;
+  /// The job's GPUs (`--gpus`): the topology sized to them as a launcher places them,
+  /// whatever the workload's nodes say.
+  std::optional<int> gpus;
   std::optional<int64_t> micro_batch, global_batch, sequence;
   std::string schedule, recompute, dtype, cp_comm, attention;
   std::optional<bool> sequence_parallel, tp_comm_overlap, grad_reduce_overlap, param_gather_prefetch,

@@ -40,23 +40,6 @@ struct SearchArgs {
   std::string emit, json, plot_dir;
 };
 
-// The node count for --gpus: whole nodes of the topology the workload names.
-std::optional<int> nodes_for(const SearchArgs& a) {
-  if (a.nodes) return a.nodes;
-  if (!a.gpus) return std::nullopt;
-  if (*a.gpus < 1) throw InputError("", "--gpus", "must be at least 1");
-  WorkloadOverrides probe;
-  probe.validate_layout = false;
-  probe.nodes = 1;
-  const TrainingWorkload one = load_training_workload(a.workload, bundled_models_dir(), topologies_dir(), probe);
-  const int per_node = static_cast<int>(one.topology.gpu_count());
-  if (*a.gpus % per_node != 0) {
-    throw InputError("", "--gpus", std::to_string(*a.gpus) + " GPUs do not fill whole " + std::to_string(per_node) +
-                                       "-GPU nodes");
-  }
-  return *a.gpus / per_node;
-}
-
 std::function<void(size_t, size_t)> progress_bar() {
   if (isatty(STDERR_FILENO) == 0) return {};
   return [](size_t done, size_t left) {
@@ -81,7 +64,11 @@ void run_search(const SearchArgs& a) {
   if (a.top < 1) throw InputError("", "--top", "must be at least 1");
   WorkloadOverrides o;
   o.validate_layout = false;  // the search finds the degrees; the file gives batch, sequence, dtype
-  o.nodes = nodes_for(a);
+  o.nodes = a.nodes;
+  if (a.gpus) {
+    if (*a.gpus < 1) throw InputError("", "--gpus", "must be at least 1");
+    o.gpus = a.gpus;  // placed as a launcher would (part of each node when whole ones do not divide them)
+  }
   o.global_batch = a.global_batch;
   const TrainingWorkload job = load_training_workload(a.workload, bundled_models_dir(), topologies_dir(), o);
   const int gpus = static_cast<int>(job.topology.gpu_count());
@@ -180,12 +167,7 @@ void run_scale(const ScaleArgs& a) {
   o.nodes = 1;
   const TrainingWorkload job = load_training_workload(a.workload, bundled_models_dir(), topologies_dir(), o);
   const int per_node = static_cast<int>(job.topology.gpu_count());
-  auto topology_for = [&](int g) {
-    if (g % per_node != 0) {
-      throw InputError("", "", std::to_string(g) + " GPUs do not fill whole " + std::to_string(per_node) + "-GPU nodes");
-    }
-    return load_topology(job.topology_file, TopologyLoadOptions{g / per_node});
-  };
+  auto topology_for = [&](int g) { return load_topology(job.topology_file, load_options_for(g, per_node)); };
   IterationOptions options;
   options.cosimulate = a.network == "flow";
   options.compute = job.compute;
