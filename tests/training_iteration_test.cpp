@@ -166,6 +166,35 @@ TEST(IterationCommunication, Fp32GradientsDoubleTheReductionAndTheirMemory) {
   }
 }
 
+TEST(IterationCommunication, Fp8ParametersHalveTheGathersAndTheWeightsHeld) {
+  // fp8 training on N = 4 ranks. Outside ZeRO-3 Transformer Engine caches each weight's fp8
+  // row-wise and transposed copies beside the bf16 ones: 2 + 2 = 4Ψ of parameters; with the
+  // parameters in fp8 (--fp8-param-gather) 1 + 1 = 2Ψ. Under ZeRO-3 the gathered layers are
+  // transient: 2Ψ/N held, 1Ψ/N in fp8, and the parameter all-gathers (2 of the 3 ZeRO-3
+  // collectives) move half the bytes: 3(N−1)/N·2Ψ → (2·1 + 2)(N−1)/N·Ψ.
+  const ModelConfig model = tiny();
+  const double psi = static_cast<double>(count_parameters(model).total);
+  const Topology topo = toy_cluster(4);
+  ParallelLayout l = layout(4, 1, 1, 4);
+  l.dtype = DType::kFp8;
+  l.zero_stage = ZeroStage::kStage1;
+  EXPECT_DOUBLE_EQ(simulate_iteration(model, l, topo).stages[0].memory.parameters.value(), 4 * psi);
+  l.fp8_param_gather = true;
+  EXPECT_DOUBLE_EQ(simulate_iteration(model, l, topo).stages[0].memory.parameters.value(), 2 * psi);
+  l.zero_stage = ZeroStage::kStage3;
+  const IterationResult fp8_params = simulate_iteration(model, l, topo);
+  EXPECT_DOUBLE_EQ(fp8_params.stages[0].memory.parameters.value(), psi / 4);
+  l.fp8_param_gather = false;
+  const IterationResult bf16_params = simulate_iteration(model, l, topo);
+  EXPECT_DOUBLE_EQ(bf16_params.stages[0].memory.parameters.value(), 2 * psi / 4);
+  const auto sent = [](const IterationResult& r) {
+    return r.stages[0].communication[static_cast<size_t>(WorkKind::kDpComm)].sent.value();
+  };
+  EXPECT_NEAR(sent(bf16_params), 3.0 * 3.0 / 4.0 * 2.0 * psi, 1e-9 * sent(bf16_params));
+  EXPECT_NEAR(sent(fp8_params), (2.0 + 2.0) * 3.0 / 4.0 * psi, 1e-9 * sent(fp8_params));
+  expect_parts_add_up(fp8_params);
+}
+
 TEST(IterationCommunication, TensorParallelSendsFourAllReducesPerLayer) {
   // Megatron: 2 all-reduces forward and 2 backward per layer, each of S = b·s·h·2 bytes; a ring
   // all-reduce sends 2(t−1)/t·S per GPU. t = 4, 8 layers, m = 2 micro-batches:

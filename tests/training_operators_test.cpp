@@ -94,6 +94,40 @@ TEST(DenseLayerFlops, OperatorsOfALlamaLayerInOrder) {
                                              "mlp_activation", "mlp_down_proj", "mlp_residual"}));
 }
 
+TEST(Fp8Recipes, EachFp8GemmQuantisesItsInputAndItsOutputGradient) {
+  // Llama-3 8B, one 4096-token sequence, fp8 GEMMs. qkv_proj is [T×h]·[h×(H+2G)d] with
+  // T = 4096, h = 4096, (H + 2G)d = (32 + 16)·128 = 6144. Delayed scaling casts its input
+  // (2 B read, 1 B row-wise and 1 B transposed written: 4 B per element of T×h) forward and its
+  // output gradient (T×6144) backward; current scaling reads each once more for its amax (6 B);
+  // MXFP8 writes a scale byte per 32 elements of each copy (4 + 2/32 B).
+  const ModelConfig llama = bundled("llama3-8b");
+  for (auto [recipe, per_element] : {std::pair{Fp8Recipe::kDelayed, 4.0}, std::pair{Fp8Recipe::kCurrent, 6.0},
+                                     std::pair{Fp8Recipe::kMxfp8, 4.0 + 2.0 / 32}}) {
+    SCOPED_TRACE(to_string(recipe));
+    MicroBatch mb = batch(1, 4096);
+    mb.dtype = DType::kFp8;
+    mb.fp8_recipe = recipe;
+    const std::vector<ModelOperator> ops = layer_operators(llama, 0, mb, {});
+    auto find = [&](const std::string& name) {
+      auto it = std::find_if(ops.begin(), ops.end(), [&](const ModelOperator& op) { return op.name == name; });
+      EXPECT_NE(it, ops.end()) << name;
+      return *it;
+    };
+    const ModelOperator cast = find("qkv_proj_fp8_cast");
+    EXPECT_DOUBLE_EQ(cast.forward.bytes_read_written.value(), 4096.0 * 4096 * per_element);
+    EXPECT_DOUBLE_EQ(cast.backward.bytes_read_written.value(), 4096.0 * 6144 * per_element);
+    EXPECT_EQ(cast.forward.kind, OperatorKind::kMemoryBound);
+    // One per fp8 GEMM: qkv, out_proj, gate, up, down; the attention core stays 16-bit.
+    EXPECT_EQ(std::count_if(ops.begin(), ops.end(),
+                            [](const ModelOperator& op) { return op.name.ends_with("_fp8_cast"); }),
+              5);
+  }
+  // bf16 GEMMs quantise nothing.
+  for (const ModelOperator& op : layer_operators(llama, 0, batch(1, 4096), {})) {
+    EXPECT_FALSE(op.name.ends_with("_fp8_cast")) << op.name;
+  }
+}
+
 TEST(MoeLayerFlops, MixtralLayerMatchesTheClosedForm) {
   // Mixtral layer, b = 1, s = T = 4096, h = 4096, 32 heads of 128, 8 KV heads, 8 experts
   // (f_e = 14336), top-2. Forward:

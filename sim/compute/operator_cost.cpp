@@ -33,6 +33,31 @@ double bytes_per_element(DType d) {
   return 2.0;
 }
 
+const char* to_string(Fp8Recipe r) {
+  switch (r) {
+    case Fp8Recipe::kDelayed: return "delayed";
+    case Fp8Recipe::kCurrent: return "current";
+    case Fp8Recipe::kMxfp8: return "mxfp8";
+  }
+  return "?";
+}
+
+std::optional<Fp8Recipe> fp8_recipe_from_string(std::string_view s) {
+  for (Fp8Recipe r : {Fp8Recipe::kDelayed, Fp8Recipe::kCurrent, Fp8Recipe::kMxfp8}) {
+    if (s == to_string(r)) return r;
+  }
+  return std::nullopt;
+}
+
+double fp8_cast_bytes_per_element(Fp8Recipe r) {
+  switch (r) {
+    case Fp8Recipe::kDelayed: return 2.0 + 1.0 + 1.0;
+    case Fp8Recipe::kCurrent: return 2.0 + 2.0 + 1.0 + 1.0;
+    case Fp8Recipe::kMxfp8: return 2.0 + 1.0 + 1.0 + 2.0 / 32.0;
+  }
+  return 0.0;
+}
+
 DType activation_dtype(DType gemm_dtype) { return gemm_dtype == DType::kFp8 ? DType::kBf16 : gemm_dtype; }
 
 const char* to_string(OperatorKind k) {

@@ -27,6 +27,22 @@ double bytes_per_element(DType d);
 /// any other type is its own activation type.
 DType activation_dtype(DType gemm_dtype);
 
+/// How an fp8 training recipe scales its tensors (Transformer Engine's recipes): kDelayed,
+/// per-tensor scales from the amax history of earlier steps (DelayedScaling); kCurrent,
+/// per-tensor scales from the tensor itself, an amax pass before the cast
+/// (Float8CurrentScaling); kMxfp8, one E8M0 scale per 32 elements computed in the cast
+/// (MXFP8BlockScaling, Blackwell).
+enum class Fp8Recipe : uint8_t { kDelayed, kCurrent, kMxfp8 };
+/// "delayed", "current", "mxfp8".
+const char* to_string(Fp8Recipe r);
+std::optional<Fp8Recipe> fp8_recipe_from_string(std::string_view s);
+/// HBM bytes per element of quantising a 16-bit GEMM operand for training, both of its fp8
+/// copies written (the row-wise one this GEMM reads and the transposed or column-wise one the
+/// backward's other GEMM reads): delayed 2 read + 1 + 1 written = 4; current scaling reads the
+/// tensor once more for its amax: 6; MXFP8 writes a scale byte per 32 elements of each copy:
+/// 4 + 2/32.
+double fp8_cast_bytes_per_element(Fp8Recipe r);
+
 /// What bounds an operator and which efficiency applies to it.
 enum class OperatorKind : uint8_t {
   kGemm,         ///< a (possibly grouped) matrix product on tensor cores

@@ -23,8 +23,10 @@ constexpr double kMaskBytes = 1;        // a dropout mask, one byte per element
 class OperatorList {
  public:
   // GEMMs run in `dtype`; everything else on activations in activation_dtype(dtype).
-  explicit OperatorList(DType dtype)
-      : dtype_(dtype), activation_(activation_dtype(dtype)), element_(bytes_per_element(activation_)) {}
+  // `cast`: training's fp8 recipe, whose quantisation kernels each fp8 GEMM adds.
+  explicit OperatorList(DType dtype, std::optional<Fp8Recipe> cast = std::nullopt)
+      : dtype_(dtype), activation_(activation_dtype(dtype)), element_(bytes_per_element(activation_)),
+        cast_(dtype == DType::kFp8 ? cast : std::nullopt) {}
 
   double element_bytes() const { return element_; }
 
@@ -44,6 +46,13 @@ class OperatorList {
     backward.bytes_read_written = forward.bytes_read_written * 2.0;
     backward.kernels = 2;
     ops_.push_back({name, forward, backward, false, Bytes(), Bytes()});
+    if (type == DType::kFp8 && cast_) {
+      const double per_element = fp8_cast_bytes_per_element(*cast_);
+      ops_.push_back({name + "_fp8_cast",
+                      memory_bound_cost(Bytes(groups * m * k * per_element), Flops(groups * m * k), activation_),
+                      memory_bound_cost(Bytes(groups * m * n * per_element), Flops(groups * m * n), activation_),
+                      false, Bytes(), Bytes()});
+    }
   }
 
   // A kernel moving `bytes` with `flops` of vector arithmetic; its backward moves and computes
@@ -149,6 +158,7 @@ class OperatorList {
   DType dtype_;
   DType activation_;
   double element_;
+  std::optional<Fp8Recipe> cast_;
   std::vector<ModelOperator> ops_;
 };
 
@@ -312,11 +322,12 @@ std::string sharding_problem(const ModelConfig& m, const MicroBatch& batch, cons
 namespace {
 
 std::vector<ModelOperator> layer_ops(const ModelConfig& m, int layer, const LocalSizes& z, DType dtype,
-                                     AttentionKernel attention, const ShardingFactors& sh) {
+                                     AttentionKernel attention, const ShardingFactors& sh,
+                                     std::optional<Fp8Recipe> cast = std::nullopt) {
   if (layer < 0 || layer >= m.layers + m.mtp_layers) {
     throw std::invalid_argument("layer " + std::to_string(layer) + " is outside the model");
   }
-  OperatorList ops(dtype);
+  OperatorList ops(dtype, cast);
   add_attention(ops, m, attention, z);
   ops.norm("mlp_norm", m, z.sp_tokens, z.hidden);
   if (m.is_moe_layer(layer)) {
@@ -350,7 +361,7 @@ double vocab_slice(const ModelConfig& m, const ShardingFactors& sh) {
 std::vector<ModelOperator> layer_operators(const ModelConfig& m, int layer, const MicroBatch& batch,
                                            const ShardingFactors& sh) {
   require_valid(m, batch, sh);
-  return layer_ops(m, layer, LocalSizes(m, batch, sh), batch.dtype, batch.attention, sh);
+  return layer_ops(m, layer, LocalSizes(m, batch, sh), batch.dtype, batch.attention, sh, batch.fp8_recipe);
 }
 
 std::vector<ModelOperator> layer_operators(const ModelConfig& m, int layer, const RaggedBatch& batch,

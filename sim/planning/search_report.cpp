@@ -69,6 +69,10 @@ nlohmann::ordered_json parallel_block(const ParallelLayout& l) {
   p["recompute"] = recompute_name(l.recompute);
   p["schedule"] = to_string(l.schedule);
   p["dtype"] = to_string(l.dtype);
+  if (l.dtype == DType::kFp8) {
+    p["fp8_recipe"] = to_string(l.fp8_recipe);
+    p["fp8_param_gather"] = l.fp8_param_gather;
+  }
   p["attention"] = to_string(l.attention);
   p["grad_reduce_overlap"] = l.grad_reduce_overlap;
   p["grad_reduce_in_fp32"] = l.grad_reduce_in_fp32;

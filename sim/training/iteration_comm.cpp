@@ -111,11 +111,11 @@ const CommTask& CommunicationPlan::parameter_gather(int s, const Unit& u) {
 CommTask CommunicationPlan::gather_parameters(int s, const Unit& u) {
   if (layer_tensor_shares_.empty() || !u.transformer_layer || u.expert_parameters > 0 ||
       layout_.zero_stage != ZeroStage::kStage3) {
-    return per_bucket(s, u, CollectiveOp::kAllGather, kParameterBytes);
+    return per_bucket(s, u, CollectiveOp::kAllGather, parameter_bytes(layout_));
   }
   CommTask c;  // one all-gather per tensor, one after the other
   for (double share : layer_tensor_shares_) {
-    c = plus(c, collective(CollectiveOp::kAllGather, Bytes(u.parameters * share * kParameterBytes),
+    c = plus(c, collective(CollectiveOp::kAllGather, Bytes(u.parameters * share * parameter_bytes(layout_)),
                            dp_group_[static_cast<size_t>(s)], dp_slowdown_[static_cast<size_t>(s)]));
   }
   return c;

@@ -41,7 +41,10 @@ std::vector<StageMemory> stage_memory(const ModelConfig& model, const ParallelLa
     const double psi = stage.parameters - psi_experts;
     MemoryBreakdown& mem = stage.memory;
     const double n = data_parallel, ne = expert_dp;
-    mem.parameters = Bytes(kParameterBytes * (psi / (zero3 ? n : 1.0) + psi_experts / (zero3 ? ne : 1.0)));
+    const double held = psi / (zero3 ? n : 1.0) + psi_experts / (zero3 ? ne : 1.0);
+    const Bytes fp8_extra((parameter_bytes(layout) - kParameterBytes) * held +
+                          fp8_weight_cache_bytes(layout) * (psi + psi_experts));
+    mem.parameters = Bytes(kParameterBytes * held) + fp8_extra;
     const bool sharded_gradients = zero == ZeroStage::kStage2 || zero3;
     mem.gradients = Bytes(gradient_bytes * (psi / (sharded_gradients ? n : 1.0) + psi_experts / (sharded_gradients ? ne : 1.0)));
     const bool zero0 = zero == ZeroStage::kStage0;
@@ -49,7 +52,7 @@ std::vector<StageMemory> stage_memory(const ModelConfig& model, const ParallelLa
         Bytes(kAdamOptimizerBytesPerParameter * (psi / (zero0 ? 1.0 : n) + psi_experts / (zero0 ? 1.0 : ne)));
     // The same total as the ZeRO paper's formula (2-byte gradients), split by what it holds.
     const Bytes states = zero_model_state_bytes(psi, zero, data_parallel) + zero_model_state_bytes(psi_experts, zero, expert_dp) +
-                         mem.gradients * ((gradient_bytes - kGradientBytes) / gradient_bytes);
+                         mem.gradients * ((gradient_bytes - kGradientBytes) / gradient_bytes) + fp8_extra;
     PARALLAX_INVARIANT(std::abs((mem.parameters + mem.gradients + mem.optimizer_states - states).value()) <=
                            1e-6 * states.value() + 1.0,
                        "training/iteration", Time::zero(), "model-state split disagrees with the ZeRO formula");
@@ -78,7 +81,7 @@ std::vector<StageMemory> stage_memory(const ModelConfig& model, const ParallelLa
     Bytes buffers;
     if (p > 1) buffers += sizes.pp * 2.0;  // one send and one receive in flight
     if (dp_comm) buffers += Bytes(largest_unit * gradient_bytes);
-    if (zero3 && dp_comm) buffers += Bytes(largest_unit * kParameterBytes * (layout.param_gather_prefetch ? 2.0 : 1.0));
+    if (zero3 && dp_comm) buffers += Bytes(largest_unit * parameter_bytes(layout) * (layout.param_gather_prefetch ? 2.0 : 1.0));
     // The K/V block being sent and the one arriving; Ulysses' head-sharded Q, K, V.
     if (ring_attention) buffers += sizes.kv_block * 2.0;
     if (cp > 1 && !ring_attention) buffers += sizes.ulysses_qkv;

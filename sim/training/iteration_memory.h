@@ -13,6 +13,19 @@ namespace parallax::iteration_detail {
 inline constexpr double kGradientBytes = 2.0;   // gradients reduced in bf16 (4 with grad_reduce_in_fp32)
 inline constexpr double kParameterBytes = 2.0;  // bf16 working copy of the parameters
 
+/// Bytes per parameter of the working copy and of its all-gathers: 1 when fp8 training keeps
+/// the parameters in fp8 (Megatron's --fp8-param-gather), else 2.
+inline double parameter_bytes(const ParallelLayout& layout) {
+  return layout.dtype == DType::kFp8 && layout.fp8_param_gather ? 1.0 : kParameterBytes;
+}
+/// fp8 training's cached fp8 weights, per parameter, outside ZeRO-3 (whose gathered layers
+/// are transient): the row-wise and transposed copies Transformer Engine keeps across
+/// micro-batches (2 B), or only the transposed one when the parameters are fp8 already (1 B).
+inline double fp8_weight_cache_bytes(const ParallelLayout& layout) {
+  if (layout.dtype != DType::kFp8 || layout.zero_stage == ZeroStage::kStage3) return 0.0;
+  return layout.fp8_param_gather ? 1.0 : 2.0;
+}
+
 /// Bytes per reduced gradient element under `layout`.
 inline double gradient_bytes(const ParallelLayout& layout) { return layout.grad_reduce_in_fp32 ? 4.0 : kGradientBytes; }
 

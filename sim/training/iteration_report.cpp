@@ -80,9 +80,13 @@ std::string layout_description(const ParallelLayout& l) {
   if (l.cp > 1) s += format_text(" · cp %d (%s)", l.cp, to_string(l.cp_comm));
   if (l.ep > 1) s += format_text(" · ep %d", l.ep);
   if (l.expert_tensor_parallel() != l.tp) s += format_text(" · etp %d", l.expert_tensor_parallel());
+  std::string dtype = to_string(l.dtype);
+  if (l.dtype == DType::kFp8 && (l.fp8_recipe != Fp8Recipe::kDelayed || l.fp8_param_gather)) {
+    dtype += format_text(" (%s scaling%s)", to_string(l.fp8_recipe), l.fp8_param_gather ? ", fp8 parameters" : "");
+  }
   s += format_text(", %s, ZeRO-%d, mbs %lld, gbs %lld, seq %lld, %s%s", to_string(l.schedule), static_cast<int>(l.zero_stage),
-                 static_cast<long long>(l.micro_batch), static_cast<long long>(l.global_batch),
-                 static_cast<long long>(l.sequence_length), to_string(l.dtype), l.sequence_parallel ? ", SP" : "");
+                   static_cast<long long>(l.micro_batch), static_cast<long long>(l.global_batch),
+                   static_cast<long long>(l.sequence_length), dtype.c_str(), l.sequence_parallel ? ", SP" : "");
   if (l.recompute != Recomputation::kNone) s += l.recompute == Recomputation::kFull ? ", full recompute" : ", selective recompute";
   if (l.attention == AttentionKernel::kUnfused) s += ", unfused attention";
   if (l.zero_stage == ZeroStage::kStage3 && l.dp * l.cp > 1 && (l.param_gather_per_tensor || !l.param_gather_prefetch)) {

@@ -67,6 +67,9 @@ struct ParallelLayout {
   Recomputation recompute = Recomputation::kNone;
   PipelineScheduleKind schedule = PipelineScheduleKind::kOneFOneB;
   DType dtype = DType::kBf16;    ///< GEMM inputs and activations
+  Fp8Recipe fp8_recipe = Fp8Recipe::kDelayed;  ///< with fp8: how tensors are scaled (operator_cost.h)
+  /// With fp8: the parameters kept and all-gathered in fp8 (Megatron's --fp8-param-gather).
+  bool fp8_param_gather = false;
   AttentionKernel attention = AttentionKernel::kFlash;  ///< how the attention core runs
   bool grad_reduce_overlap = true;    ///< gradient buckets reduced during the backward pass
   /// Gradients accumulated and reduced in fp32 (Megatron's main_grad buffers, its default with

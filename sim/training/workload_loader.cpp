@@ -184,6 +184,12 @@ TrainingWorkload load_training_workload(const std::string& path, const std::stri
   if (auto v = p.find("recompute")) l.recompute = recompute_from(v->as_string(), path, v->pointer());
   if (auto v = p.find("schedule")) l.schedule = schedule_from(v->as_string(), path, v->pointer());
   if (auto v = p.find("dtype")) l.dtype = dtype_from(v->as_string(), path, v->pointer());
+  if (auto v = p.find("fp8_recipe")) {
+    const auto r = fp8_recipe_from_string(v->as_string());
+    if (!r) v->fail("unknown fp8 recipe \"" + v->as_string() + "\" (expected delayed, current or mxfp8)");
+    l.fp8_recipe = *r;
+  }
+  bool_field("fp8_param_gather", l.fp8_param_gather);
   if (auto v = p.find("attention")) l.attention = attention_from(v->as_string(), path, v->pointer());
   bool_field("grad_reduce_overlap", l.grad_reduce_overlap);
   bool_field("grad_reduce_in_fp32", l.grad_reduce_in_fp32);
