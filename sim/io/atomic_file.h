@@ -7,8 +7,8 @@
 
 namespace parallax {
 
-/// Writes `content` to `path` atomically (temp file + rename). Throws std::runtime_error
-/// naming the path when the directory is not writable or the disk is full.
+/// Writes `content` to `path` atomically (temp file + rename). Throws InputError naming the
+/// path when it is empty or a directory, its folder is missing or not writable, or the disk is full.
 void write_file_atomically(const std::string& path, const std::string& content);
 
 }  // namespace parallax

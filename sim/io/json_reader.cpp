@@ -1,5 +1,6 @@
 #include "io/json_reader.h"
 
+#include <cctype>
 #include <fstream>
 #include <sstream>
 
@@ -27,8 +28,22 @@ const char* type_name(const nlohmann::json& v) { return v.type_name(); }
 }  // namespace
 
 nlohmann::json parse_json_text(const std::string& text, const std::string& name) {
+  // Deeper documents are refused while they are read: every reader here walks them by
+  // recursion, and no input of this project nests more than a few levels.
+  bool too_deep = false;
+  auto depth_guard = [&](int depth, nlohmann::json::parse_event_t, nlohmann::json&) {
+    if (depth > kMaxJsonDepth) too_deep = true;
+    return !too_deep;
+  };
   try {
-    return nlohmann::json::parse(text);
+    nlohmann::json doc = nlohmann::json::parse(text, depth_guard);
+    if (too_deep) throw InputError(name, "", "nests deeper than " + std::to_string(kMaxJsonDepth) + " levels");
+    return doc;
+  } catch (const nlohmann::json::out_of_range& e) {
+    // A number beyond a double ("1e400"): nlohmann names the number but not where it is.
+    std::string what = e.what();
+    const auto pos = what.find("] ");
+    throw InputError(name, "", "malformed JSON: " + (pos == std::string::npos ? what : what.substr(pos + 2)));
   } catch (const nlohmann::json::parse_error& e) {
     std::string what = e.what();
     // Drop nlohmann's "[json.exception.parse_error.101] parse error at line 1, column 2: " prefix.
@@ -41,6 +56,23 @@ nlohmann::json parse_json_text(const std::string& text, const std::string& name)
     throw InputError(name, "", "malformed JSON at " + line_column(text, e.byte > 0 ? e.byte - 1 : 0) +
                                    ": " + detail);
   }
+}
+
+std::string preset_name_problem(const std::string& name) {
+  if (name.empty() || name.size() > 128) return "a preset name has 1 to 128 characters";
+  if (name.front() == '.') return "a preset name does not start with '.'";
+  for (unsigned char c : name) {
+    if (!(std::isalnum(c) || c == '.' || c == '_' || c == '-')) {
+      return "a preset name has only letters, digits, '.', '_' and '-'";
+    }
+  }
+  return "";
+}
+
+std::string preset_file(const std::string& dir, const JsonReader& r) {
+  const std::string name = r.as_string();
+  if (const std::string why = preset_name_problem(name); !why.empty()) r.fail(why);
+  return dir + "/" + name + ".json";
 }
 
 nlohmann::json load_json_file(const std::string& path) {

@@ -6,6 +6,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <cmath>
 #include <functional>
 #include <optional>
 #include <set>
@@ -16,6 +17,9 @@
 #include "units/units.h"
 
 namespace parallax {
+
+/// The deepest nesting a JSON input may have.
+inline constexpr int kMaxJsonDepth = 256;
 
 /// Parses `path` as JSON; syntax errors name the line and column. Throws InputError.
 nlohmann::json load_json_file(const std::string& path);
@@ -77,10 +81,19 @@ class JsonReader {
   std::set<std::string> read_;  // keys asked for, whether present or not
 };
 
-/// Requires `value` to be strictly positive (bandwidths, latencies where zero is meaningless).
+/// Why `name` cannot name a bundled preset (empty when it can): 1–128 letters, digits, '.',
+/// '_' or '-', not starting with '.'; so that no path, control character or over-long name
+/// reaches the file system.
+std::string preset_name_problem(const std::string& name);
+/// The file of preset `name` in `dir`; a bad name fails at `r` (InputError with its pointer).
+std::string preset_file(const std::string& dir, const JsonReader& r);
+
+/// Requires `value` to be strictly positive (bandwidths, latencies where zero is meaningless)
+/// and finite ("1e308 GiB" overflows to infinity in bytes).
 template <class Q>
 Q require_positive(const JsonReader& r, Q value) {
   if (!(value.value() > 0)) r.fail("must be greater than zero");
+  if (!std::isfinite(static_cast<double>(value.value()))) r.fail("is too large to be represented");
   return value;
 }
 

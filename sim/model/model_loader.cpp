@@ -10,8 +10,9 @@ namespace {
 namespace fs = std::filesystem;
 
 // Bounds that keep a corrupt file from asking for absurd loops or overflowing products.
-constexpr int64_t kMaxCount = int64_t{1} << 20;  // layers, heads, experts
-constexpr int64_t kMaxSize = int64_t{1} << 40;   // dimensions, vocabulary, sequence length
+// Beyond these no model exists, and products of them (FLOPs, bytes, times) would overflow.
+constexpr int64_t kMaxCount = int64_t{1} << 16;  // layers, heads, experts
+constexpr int64_t kMaxSize = int64_t{1} << 24;   // dimensions, vocabulary, sequence length
 
 enum class HfFamily { kLlama, kMistral, kMixtral, kQwen2, kQwen3, kQwen3Moe, kDeepseekV3, kGpt2, kGptNeoX };
 

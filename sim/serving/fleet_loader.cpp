@@ -41,10 +41,10 @@ std::shared_ptr<const Topology> read_topology(JsonReader t, const std::string& f
   TopologyLoadOptions load;
   if (t.is_string()) {
     name = t.as_string();
-    file = dir + "/" + name + ".json";
+    file = preset_file(dir, t);
   } else if (auto preset = t.find("preset")) {
     name = preset->as_string();
-    file = dir + "/" + name + ".json";
+    file = preset_file(dir, *preset);
   } else {
     name = t.at("file").as_string();
     file = (fs::path(fleet).parent_path() / name).string();

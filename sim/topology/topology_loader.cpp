@@ -114,14 +114,27 @@ struct FatTree {
   bool sharp = false;
 };
 
+// A device's node index: nodes are numbered from 0, no more of them than a topology may have.
+int device_node(JsonReader v) {
+  const int64_t n = v.as_int();
+  if (n < 0 || n >= kMaxNodes) v.fail("must be a node index from 0 to " + std::to_string(kMaxNodes - 1));
+  return static_cast<int>(n);
+}
+
 void generate_compact(JsonReader& root, Topology& topo, const TopologyLoadOptions& opt) {
-  int nodes = read_positive_int(root.at("nodes"), 1 << 20);
+  int nodes = read_positive_int(root.at("nodes"), kMaxNodes);
   if (opt.nodes) {
-    if (*opt.nodes <= 0) root.fail_at("nodes", "--nodes must be a positive integer");
+    if (*opt.nodes <= 0 || *opt.nodes > kMaxNodes) {
+      root.fail_at("nodes", "--nodes must be between 1 and " + std::to_string(kMaxNodes));
+    }
     nodes = *opt.nodes;
   }
   JsonReader node = root.at("node");
   int gpus = read_positive_int(node.at("gpus"), 4096);
+  if (int64_t{nodes} * gpus > kMaxGpus) {
+    root.fail_at("nodes", std::to_string(nodes) + " nodes of " + std::to_string(gpus) + " GPUs exceed the " +
+                              std::to_string(kMaxGpus) + " GPUs a topology may have");
+  }
   int spec = topo.add_gpu_spec(read_gpu_spec(node.at("gpu")));
 
   JsonReader up = node.at("scale_up");
@@ -190,7 +203,7 @@ void generate_compact(JsonReader& root, Topology& topo, const TopologyLoadOption
     if (nk != "fat_tree") net->fail_at("kind", "unknown network kind \"" + nk + "\" (expected fat_tree)");
     tree.tiers = read_positive_int(net->at("tiers"), 2);
     if (auto v = net->find("rail_optimized")) tree.rail_optimized = v->as_bool();
-    if (auto v = net->find("nodes_per_leaf")) tree.nodes_per_leaf = read_positive_int(*v);
+    if (auto v = net->find("nodes_per_leaf")) tree.nodes_per_leaf = read_positive_int(*v, kMaxNodes);
     if (auto v = net->find("oversubscription")) {
       tree.oversubscription = v->as_ratio();
       if (tree.oversubscription < 1.0) v->fail("oversubscription below 1:1 is not a fat tree");
@@ -334,13 +347,13 @@ void build_explicit(JsonReader& root, Topology& topo) {
       auto it = spec_index.find(s);
       if (it == spec_index.end()) d.fail_at("spec", "no GPU spec named \"" + s + "\" in /gpu_specs");
       dev.gpu_spec = it->second;
-      dev.node = static_cast<int>(d.at("node").as_int());
+      dev.node = device_node(d.at("node"));
       dev.local_index = static_cast<int>(d.at("local").as_int());
       if (dev.node < 0) d.fail_at("node", "must be zero or more");
       if (dev.local_index < 0) d.fail_at("local", "must be zero or more");
     } else if (kind == "nic" || kind == "cpu") {
       dev.kind = kind == "nic" ? DeviceKind::kNic : DeviceKind::kCpu;
-      if (auto v = d.find("node")) dev.node = static_cast<int>(v->as_int());
+      if (auto v = d.find("node")) dev.node = device_node(*v);
       if (auto v = d.find("local")) dev.local_index = static_cast<int>(v->as_int());
       if (auto v = d.find("reported_latency"); v && dev.kind == DeviceKind::kNic) {
         dev.reported_latency = read_non_negative_time(*v);
@@ -351,7 +364,7 @@ void build_explicit(JsonReader& root, Topology& topo) {
       auto k = switch_kind_from_string(sk);
       if (!k) d.fail_at("switch", "unknown switch kind \"" + sk + "\" (expected nvswitch, pcie, leaf or spine)");
       dev.switch_kind = *k;
-      if (auto v = d.find("node")) dev.node = static_cast<int>(v->as_int());
+      if (auto v = d.find("node")) dev.node = device_node(*v);
       if (auto v = d.find("nvls")) dev.nvls = v->as_bool();
       if (auto v = d.find("sharp")) dev.sharp = v->as_bool();
     } else {

@@ -13,6 +13,11 @@
 
 namespace parallax {
 
+/// The most nodes and GPUs a topology may have (a topology of 131,072 GPUs builds in seconds;
+/// the simulations on it are what take time).
+inline constexpr int kMaxNodes = 16384;
+inline constexpr int64_t kMaxGpus = 131072;
+
 struct TopologyLoadOptions {
   TopologyLoadOptions() = default;
   explicit TopologyLoadOptions(std::optional<int> node_count) : nodes(node_count) {}

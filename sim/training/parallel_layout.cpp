@@ -239,6 +239,12 @@ void validate(const ParallelLayout& l, const ModelConfig& model, int gpus, const
                              num(l.micro_batch) + "=" + num(int64_t{l.dp} * l.micro_batch));
   }
   const int64_t m = l.micro_batches();
+  // Each micro-batch is simulated pass by pass: beyond this an iteration's graph outgrows memory.
+  constexpr int64_t kMaxMicroBatches = 16384;
+  if (m > kMaxMicroBatches) {
+    fail("global_batch", num(m) + " micro-batches per iteration (global_batch / (dp·micro_batch)) exceed the " +
+                             num(kMaxMicroBatches) + " that an iteration may have");
+  }
 
   const bool interleaved = l.schedule == PipelineScheduleKind::kInterleavedOneFOneB;
   if (interleaved && l.virtual_stages < 2) {

@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "io/input_error.h"
+#include "io/json_reader.h"
 
 namespace parallax {
 namespace {
@@ -30,6 +31,11 @@ std::optional<int64_t> opt_int(const nlohmann::json& obj, const std::string& key
   const nlohmann::json& v = *it;
   if (!v.is_number_integer()) throw RowError(where + "/" + key, "expected an integer or null, found " + v.dump());
   if (v.get<int64_t>() < 1) throw RowError(where + "/" + key, "must be at least 1, found " + v.dump());
+  // No count of a published run comes near this; beyond it products of counts overflow.
+  constexpr int64_t kLargest = int64_t{1} << 30;
+  if (v.get<int64_t>() > kLargest) {
+    throw RowError(where + "/" + key, "must be at most " + std::to_string(kLargest) + ", found " + v.dump());
+  }
   return v.get<int64_t>();
 }
 
@@ -185,14 +191,7 @@ std::optional<std::string> preset_for_gpu(const std::string& gpu) {
 }
 
 std::vector<PublishedRun> read_published_runs(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) throw InputError(path, "", "cannot open the file");
-  nlohmann::json doc;
-  try {
-    doc = nlohmann::json::parse(in);
-  } catch (const nlohmann::json::exception& e) {
-    throw InputError(path, "", std::string("not valid JSON: ") + e.what());
-  }
+  const nlohmann::json doc = load_json_file(path);  // line and column of a syntax error, depth limited
   if (!doc.is_array()) throw InputError(path, "", "expected an array of runs");
   std::vector<PublishedRun> runs;
   for (size_t i = 0; i < doc.size(); ++i) {

@@ -67,7 +67,10 @@ double unit_fraction(JsonReader& v) {
 // "memory_efficiency": η, "attention_efficiency": η, "kernel_launch_overhead": "2 us",
 // "gemm_table": harness JSON lines, relative to the workload}.
 void read_compute(JsonReader c, const std::string& workload, TrainingWorkload& job) {
-  if (auto v = c.find("sustained_fraction")) job.compute.sustained_fraction = unit_fraction(*v);
+  if (auto v = c.find("sustained_fraction")) {
+    job.compute.sustained_fraction = unit_fraction(*v);
+    if (job.compute.sustained_fraction < 0.01) v->fail("must be at least 0.01, found " + v->raw().dump());
+  }
   if (auto v = c.find("memory_efficiency")) job.compute.memory_efficiency = unit_fraction(*v);
   if (auto v = c.find("attention_efficiency")) job.compute.attention_efficiency = unit_fraction(*v);
   if (auto v = c.find("kernel_launch_overhead")) {
@@ -93,15 +96,20 @@ TopologySpec read_topology_spec(JsonReader t, const std::string& workload, const
   TopologySpec spec;
   spec.pointer = t.pointer();
   if (t.is_string()) {
-    spec.file = topologies_dir + "/" + t.as_string() + ".json";
+    spec.file = preset_file(topologies_dir, t);
   } else if (auto preset = t.find("preset")) {
-    spec.file = topologies_dir + "/" + preset->as_string() + ".json";
+    spec.file = preset_file(topologies_dir, *preset);
   } else {
     spec.file = beside_workload(workload, t.at("file").as_string());
   }
-  if (!fs::exists(spec.file)) throw InputError(workload, t.pointer(), "no topology file " + spec.file);
+  std::error_code ec;
+  if (!fs::exists(spec.file, ec)) throw InputError(workload, t.pointer(), "no topology file " + spec.file);
   if (!t.is_string()) {
-    if (auto n = t.find("nodes")) spec.nodes = static_cast<int>(n->as_int());
+    if (auto n = t.find("nodes")) {
+      const int64_t v = n->as_int();
+      if (v < 1 || v > (1 << 20)) n->fail("must be between 1 and 1048576 nodes");
+      spec.nodes = static_cast<int>(v);
+    }
     if (auto g = t.find("gpus")) {
       const int64_t v = g->as_int();
       if (v < 1 || v > (1 << 20)) g->fail("must be between 1 and 1048576 GPUs");
@@ -160,8 +168,14 @@ TrainingWorkload load_training_workload(const std::string& path, const std::stri
   job.topology_file = topology.file;
   ParallelLayout& l = job.layout;
   JsonReader p = root.at("parallel");
-  auto int_field = [&](const char* key, auto& field) {
-    if (auto v = p.find(key)) field = static_cast<std::remove_reference_t<decltype(field)>>(v->as_int());
+  // Every count within its documented range (workload-format.md), so that no product of them
+  // overflows and no loop over them runs away.
+  auto int_field = [&](const char* key, auto& field, int64_t lo = 1, int64_t hi = kMaxDegree) {
+    if (auto v = p.find(key)) {
+      const int64_t n = v->as_int();
+      if (n < lo || n > hi) v->fail("must be between " + std::to_string(lo) + " and " + std::to_string(hi));
+      field = static_cast<std::remove_reference_t<decltype(field)>>(n);
+    }
   };
   auto bool_field = [&](const char* key, bool& field) {
     if (auto v = p.find(key)) field = v->as_bool();
@@ -172,14 +186,14 @@ TrainingWorkload load_training_workload(const std::string& path, const std::stri
   int_field("cp", l.cp);
   if (auto v = p.find("cp_comm")) l.cp_comm = cp_comm_from(v->as_string(), path, v->pointer());
   int_field("ep", l.ep);
-  int_field("expert_tp", l.expert_tp);
-  if (auto v = p.find("dp")) {
-    l.dp = static_cast<int>(v->as_int());
+  int_field("expert_tp", l.expert_tp, 0);
+  if (p.find("dp")) {
+    int_field("dp", l.dp);
     job.dp_given = true;
   }
   if (auto v = p.find("zero_stage")) l.zero_stage = zero_from(v->as_int(), path, v->pointer());
-  int_field("micro_batch", l.micro_batch);
-  int_field("global_batch", l.global_batch);
+  int_field("micro_batch", l.micro_batch, 1, kMaxBatch);
+  int_field("global_batch", l.global_batch, 1, kMaxBatch);
   bool_field("sequence_parallel", l.sequence_parallel);
   if (auto v = p.find("recompute")) l.recompute = recompute_from(v->as_string(), path, v->pointer());
   if (auto v = p.find("schedule")) l.schedule = schedule_from(v->as_string(), path, v->pointer());
@@ -198,7 +212,11 @@ TrainingWorkload load_training_workload(const std::string& path, const std::stri
   bool_field("tp_comm_overlap", l.tp_comm_overlap);
   if (auto v = p.find("rank_order")) l.rank_order = v->as_string();
   if (auto v = p.find("stage_layers")) {
-    for (auto& e : v->elements()) l.stage_layers.push_back(static_cast<int>(e.as_int()));
+    for (auto& e : v->elements()) {
+      const int64_t n = e.as_int();
+      if (n < 1 || n > kMaxDegree) e.fail("must be between 1 and " + std::to_string(kMaxDegree) + " layers");
+      l.stage_layers.push_back(static_cast<int>(n));
+    }
   }
   // Megatron's names for its uneven splits.
   for (auto [key, field] : {std::pair{"decoder_first_pipeline_num_layers", &l.first_stage_layers},
@@ -213,20 +231,39 @@ TrainingWorkload load_training_workload(const std::string& path, const std::stri
   bool_field("account_for_loss_in_pipeline_split", l.account_for_loss);
   p.finish();
   l.sequence_length = job.model.max_sequence;
-  if (auto v = root.find("sequence_length")) l.sequence_length = v->as_int();
+  if (auto v = root.find("sequence_length")) {
+    l.sequence_length = v->as_int();
+    if (l.sequence_length < 1 || l.sequence_length > kMaxSequence) {
+      v->fail("must be between 1 and " + std::to_string(kMaxSequence) + " tokens");
+    }
+  }
   if (auto c = root.find("compute")) read_compute(*c, path, job);
   root.finish();
   if (!a.gemm_table.empty()) job.gemm = std::make_shared<MeasuredGemmTable>(load_gemm_measurements(a.gemm_table));
   if (a.sustained_fraction) {
-    if (!(*a.sustained_fraction > 0 && *a.sustained_fraction <= 1)) {
+    // Below 1% no kernel of any GPU in the presets would be modelled, and times overflow.
+    if (!(*a.sustained_fraction >= 0.01 && *a.sustained_fraction <= 1)) {
       char found[32];
       std::snprintf(found, sizeof found, "%g", *a.sustained_fraction);
-      throw InputError("", "--sustained-fraction", std::string("must be in (0, 1], found ") + found);
+      throw InputError("", "--sustained-fraction", std::string("must be in [0.01, 1], found ") + found);
     }
     job.compute.sustained_fraction = *a.sustained_fraction;
   }
 
-  // Command-line overrides, for what-if questions without editing the file.
+  // Command-line overrides, for what-if questions without editing the file; in the same ranges.
+  auto in_range = [](const char* flag, std::optional<int64_t> v, int64_t lo, int64_t hi) {
+    if (v && (*v < lo || *v > hi)) {
+      throw InputError("", flag, "must be between " + std::to_string(lo) + " and " + std::to_string(hi));
+    }
+  };
+  for (auto [flag, v] : {std::pair{"--tp", a.tp}, {"--pp", a.pp}, {"--dp", a.dp}, {"--vpp", a.vpp}, {"--cp", a.cp},
+                         {"--ep", a.ep}}) {
+    in_range(flag, v ? std::optional<int64_t>(*v) : std::nullopt, 1, kMaxDegree);
+  }
+  in_range("--expert-tp", a.expert_tp ? std::optional<int64_t>(*a.expert_tp) : std::nullopt, 0, kMaxDegree);
+  in_range("--micro-batch", a.micro_batch, 1, kMaxBatch);
+  in_range("--global-batch", a.global_batch, 1, kMaxBatch);
+  in_range("--seq", a.sequence, 1, kMaxSequence);
   if (a.tp) l.tp = *a.tp;
   if (a.pp) l.pp = *a.pp;
   if (a.vpp) l.virtual_stages = *a.vpp;

@@ -27,6 +27,11 @@ struct TrainingWorkload {
 };
 
 /// What the command line may change; unset (or empty) leaves the file's value.
+/// The largest parallel degree, batch (sequences) and sequence (tokens) a workload may name.
+inline constexpr int64_t kMaxDegree = 65536;
+inline constexpr int64_t kMaxBatch = 1 << 24;
+inline constexpr int64_t kMaxSequence = 1 << 24;
+
 struct WorkloadOverrides {
   std::optional<int> tp, pp, dp, vpp, cp, ep, expert_tp, zero, nodes;
   /// The job's GPUs (`--gpus`): the topology sized to them as a launcher places them,

@@ -84,7 +84,9 @@ CollectiveOptions simulation_options(const CollectiveArgs& a) {
     o.protocol = proto;
   }
   o.channels = a.channels;
-  if (a.channels && *a.channels < 1) throw InputError("", "--channels", "must be at least 1");
+  if (a.channels && (*a.channels < 1 || *a.channels > kNcclMaxChannels)) {
+    throw InputError("", "--channels", "must be between 1 and " + std::to_string(kNcclMaxChannels) + " (NCCL's MAXCHANNELS)");
+  }
   o.root = a.root;
   if (a.granularity == "steps") o.granularity = LoweringOptions::Granularity::kSteps;
   else if (a.granularity == "pipelined") o.granularity = LoweringOptions::Granularity::kPipelined;
@@ -293,11 +295,15 @@ void run_compare(const CollectiveArgs& a) {
   if (err_all.empty()) throw InputError(a.compare, "", "no row with a positive size and time to compare");
   auto max_of = [](const std::vector<double>& v) { return v.empty() ? NAN : *std::max_element(v.begin(), v.end()); };
   text += table.render() + "\n";
-  text += strprintf("|time error|:  median %.1f%%, max %.1f%% over %zu sizes; sizes >= 1 MiB: median %.1f%%, max %.1f%%\n",
-                    100 * median(err_all), 100 * max_of(err_all), err_all.size(), 100 * median(err_large),
-                    100 * max_of(err_large));
-  text += strprintf("|busbw error|: median %.1f%%, max %.1f%%; sizes >= 1 MiB: median %.1f%%, max %.1f%%\n",
-                    100 * median(bw_err_all), 100 * max_of(bw_err_all), 100 * median(bw_err_large), 100 * max_of(bw_err_large));
+  // A log without sizes of 1 MiB or more has no large-size figures: said, not printed as nan.
+  auto large = [&](const std::vector<double>& v) {
+    return v.empty() ? std::string("none")
+                     : strprintf("median %.1f%%, max %.1f%%", 100 * median(v), 100 * max_of(v));
+  };
+  text += strprintf("|time error|:  median %.1f%%, max %.1f%% over %zu sizes; sizes >= 1 MiB: %s\n",
+                    100 * median(err_all), 100 * max_of(err_all), err_all.size(), large(err_large).c_str());
+  text += strprintf("|busbw error|: median %.1f%%, max %.1f%%; sizes >= 1 MiB: %s\n", 100 * median(bw_err_all),
+                    100 * max_of(bw_err_all), large(bw_err_large).c_str());
   std::fputs(text.c_str(), stdout);
   if (!a.json.empty()) {
     nlohmann::ordered_json j;

@@ -287,8 +287,12 @@ void run_validate(const ValidateArgs& a) {
   std::fprintf(stderr, "\n");
   std::printf("# Parallax validate: %s (%zu runs; kernels at %.2f of their stand-alone speed)\n%s\n", a.runs.c_str(),
               runs.size(), a.sustained_fraction, t.render().c_str());
-  std::printf("tokens/s per GPU, |predicted/published - 1| over %zu simulated rows (%zu not simulated): median %.1f%%, mean (MAPE) %.1f%%\n",
-              errors.size(), runs.size() - errors.size(), 100 * median_error(errors), 100 * mean_error(errors));
+  if (errors.empty()) {
+    std::printf("no row could be simulated (%zu runs): no error to report\n", runs.size());
+  } else {
+    std::printf("tokens/s per GPU, |predicted/published - 1| over %zu simulated rows (%zu not simulated): median %.1f%%, mean (MAPE) %.1f%%\n",
+                errors.size(), runs.size() - errors.size(), 100 * median_error(errors), 100 * mean_error(errors));
+  }
   for (const auto& [gpu, v] : by_gpu) {
     std::printf("  %-10s %3zu rows: median %.1f%%, mean %.1f%%\n", gpu.c_str(), v.size(), 100 * median_error(v), 100 * mean_error(v));
   }
