@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <map>
+#include <optional>
 #include <queue>
 #include <set>
 #include <vector>
@@ -58,6 +59,54 @@ std::vector<PipelineOp> interleaved_stage(int p, int m, int v, int s) {
 }  // namespace
 
 namespace pipeline_detail {
+namespace {
+
+// What both ZB list schedulers track: each stage's passes so far and when each F and B ends,
+// and the rule by which a free stage picks its next pass (the header's): B when it is ready,
+// W when the stage holds its limit of micro-batches, else F, else a pending W.
+struct ZeroBubbleState {
+  ZeroBubbleState(int stages, int micro_batches, int in_flight, const std::vector<StagePassTimes>& pass_times)
+      : p(stages), m(micro_batches), limit(in_flight), times(pass_times),
+        f_done(static_cast<size_t>(p), std::vector<Time>(static_cast<size_t>(m), Time::max())), b_done(f_done),
+        order(static_cast<size_t>(p)), f(static_cast<size_t>(p), 0), b(f), w(f) {}
+
+  static bool finished(Time at, Time now) { return at != Time::max() && at <= now; }
+
+  // Stage i, free at `now`, starts its next pass if one is ready: how long it takes and what
+  // it was; nullopt when none can start.
+  std::optional<std::pair<Time, PassKind>> act(size_t i, Time now) {
+    const int s = static_cast<int>(i);
+    const bool b_ready = b[i] < m && finished(f_done[i][static_cast<size_t>(b[i])], now) &&
+                         (s == p - 1 || finished(b_done[i + 1][static_cast<size_t>(b[i])], now));
+    const bool f_ready = f[i] < m && (s == 0 || finished(f_done[i - 1][static_cast<size_t>(f[i])], now));
+    const bool w_pending = w[i] < b[i] && finished(b_done[i][static_cast<size_t>(w[i])], now);
+    const bool at_limit = f[i] - w[i] >= limit;
+    const StagePassTimes& t = times[i];
+    if (b_ready) {
+      b_done[i][static_cast<size_t>(b[i])] = now + t.input_backward;
+      order[i].push_back({PassKind::kBackward, b[i]++, 0});
+      return std::pair{t.input_backward, PassKind::kBackward};
+    }
+    if (f_ready && !at_limit) {
+      f_done[i][static_cast<size_t>(f[i])] = now + t.forward;
+      order[i].push_back({PassKind::kForward, f[i]++, 0});
+      return std::pair{t.forward, PassKind::kForward};
+    }
+    if (w_pending) {
+      order[i].push_back({PassKind::kWeight, w[i]++, 0});
+      return std::pair{t.weight, PassKind::kWeight};
+    }
+    return std::nullopt;
+  }
+
+  const int p, m, limit;
+  const std::vector<StagePassTimes>& times;
+  std::vector<std::vector<Time>> f_done, b_done;
+  std::vector<std::vector<PipelineOp>> order;
+  std::vector<int> f, b, w;
+};
+
+}  // namespace
 
 // ZB-H1 and ZB-H2 by list scheduling (the rules are in the header), played in continuous time
 // with each stage's pass times: a stage that is free picks its next pass from what has finished
@@ -65,94 +114,68 @@ namespace pipeline_detail {
 // hold (F run, W not): p for ZB-H1, 2p − 1 for ZB-H2.
 std::vector<std::vector<PipelineOp>> zero_bubble_by_turns(int p, int m, int limit, const std::vector<StagePassTimes>& times) {
   const Time never = Time::max();
-  const size_t stages = static_cast<size_t>(p), mbs = static_cast<size_t>(m);
-  std::vector<std::vector<Time>> f_done(stages, std::vector<Time>(mbs, never)), b_done = f_done;
-  std::vector<std::vector<PipelineOp>> order(stages);
-  std::vector<int> f(stages, 0), b(stages, 0), w(stages, 0);
+  ZeroBubbleState zb(p, m, limit, times);
+  const size_t stages = static_cast<size_t>(p);
   std::vector<Time> free_at(stages, Time::zero());
   std::vector<bool> waiting(stages, false);
-  std::set<Time> finishes;                   // every pass's end, to wake waiting stages
+  std::set<Time> finishes;  // every pass's end, to wake waiting stages
   // The stages with work left by (free at, has just found nothing to do, index): the first
   // acts next.
   std::set<std::tuple<Time, bool, int>> by_turn;
   for (int i = 0; i < p; ++i) by_turn.emplace(Time::zero(), false, i);
-  auto finished = [](Time at, Time now) { return at != Time::max() && at <= now; };
   while (!by_turn.empty()) {
     const int s = std::get<2>(*by_turn.begin());
     const size_t i = static_cast<size_t>(s);
     const Time now = free_at[i];
-    const bool b_ready = b[i] < m && finished(f_done[i][static_cast<size_t>(b[i])], now) &&
-                         (s == p - 1 || finished(b_done[i + 1][static_cast<size_t>(b[i])], now));
-    const bool f_ready = f[i] < m && (s == 0 || finished(f_done[i - 1][static_cast<size_t>(f[i])], now));
-    const bool w_pending = w[i] < b[i] && finished(b_done[i][static_cast<size_t>(w[i])], now);
-    const bool at_limit = f[i] - w[i] >= limit;
-    const StagePassTimes& t = times[i];
-    Time took = Time::zero();
-    if (b_ready) {
-      took = t.input_backward;
-      b_done[i][static_cast<size_t>(b[i])] = now + took;
-      order[i].push_back({PassKind::kBackward, b[i]++, 0});
-    } else if (at_limit && w_pending) {
-      took = t.weight;
-      order[i].push_back({PassKind::kWeight, w[i]++, 0});
-    } else if (f_ready && !at_limit) {
-      took = t.forward;
-      f_done[i][static_cast<size_t>(f[i])] = now + took;
-      order[i].push_back({PassKind::kForward, f[i]++, 0});
-    } else if (w_pending) {
-      took = t.weight;
-      order[i].push_back({PassKind::kWeight, w[i]++, 0});
-    } else {
-      // Nothing can start: wait for the next pass to end anywhere, or another stage to move
-      // (one free now that has not just waited, else the next to be free).
-      auto later = finishes.upper_bound(now);
-      Time next = later == finishes.end() ? never : *later;
-      for (auto it = std::next(by_turn.begin()); it != by_turn.end(); ++it) {
-        if (std::get<0>(*it) == now && std::get<1>(*it)) continue;
-        next = std::min(next, std::get<0>(*it));
-        break;
-      }
-      if (next == never) throw std::logic_error("zero bubble: the list scheduler is stuck");
-      by_turn.erase(by_turn.begin());
-      waiting[i] = next == now;  // another stage acts at this instant first
-      free_at[i] = next;
-      by_turn.emplace(next, waiting[i], s);
+    by_turn.erase(by_turn.begin());
+    if (const auto acted = zb.act(i, now)) {
+      waiting[i] = false;
+      free_at[i] = now + acted->first;
+      if (zb.w[i] < m) by_turn.emplace(free_at[i], false, s);
+      finishes.insert(free_at[i]);
       continue;
     }
-    by_turn.erase(by_turn.begin());
-    waiting[i] = false;
-    free_at[i] = now + took;
-    if (w[i] < m) by_turn.emplace(free_at[i], false, s);
-    finishes.insert(now + took);
+    // Nothing can start: wait for the next pass to end anywhere, or another stage to move
+    // (one free now that has not just waited, else the next to be free).
+    auto later = finishes.upper_bound(now);
+    Time next = later == finishes.end() ? never : *later;
+    for (const auto& [at, waits, o] : by_turn) {
+      if (at == now && waits) continue;
+      next = std::min(next, at);
+      break;
+    }
+    if (next == never) throw std::logic_error("zero bubble: the list scheduler is stuck");
+    waiting[i] = next == now;  // another stage acts at this instant first
+    free_at[i] = next;
+    by_turn.emplace(next, waiting[i], s);
   }
-  return order;
+  return std::move(zb.order);
 }
 
 // The same list scheduling when every forward and backward takes some time. A stage's choice
-// then reads only other stages' passes that ended before the instant it chooses at, so stages choosing at one instant do not
-// affect one another, and an idle stage (it has no weight gradient pending: those are always
-// ready) can start nothing until the pass it waits for ends: the next forward's on the stage
-// before it, or the next backward's on the stage after it. It sleeps until then instead of
-// waking at every pass's end anywhere; a neighbour that schedules such a pass wakes it.
+// then reads only other stages' passes that ended before the instant it chooses at, so stages
+// choosing at one instant do not affect one another, and an idle stage (it has no weight
+// gradient pending: those are always ready) can start nothing until the pass it waits for
+// ends: the next forward's on the stage before it, or the next backward's on the stage after
+// it. It sleeps until then instead of waking at every pass's end anywhere; a neighbour that
+// schedules such a pass wakes it.
 std::vector<std::vector<PipelineOp>> zero_bubble_by_events(int p, int m, int limit, const std::vector<StagePassTimes>& times) {
   const Time never = Time::max();
-  const size_t stages = static_cast<size_t>(p), mbs = static_cast<size_t>(m);
-  std::vector<std::vector<Time>> f_done(stages, std::vector<Time>(mbs, never)), b_done = f_done;
-  std::vector<std::vector<PipelineOp>> order(stages);
-  std::vector<int> f(stages, 0), b(stages, 0), w(stages, 0);
+  ZeroBubbleState zb(p, m, limit, times);
+  const size_t stages = static_cast<size_t>(p);
   std::vector<Time> wake(stages, Time::zero());  // never: asleep until a neighbour schedules
+  std::vector<bool> idle(stages, false);
   using Event = std::pair<Time, int>;
   std::priority_queue<Event, std::vector<Event>, std::greater<>> events;
   for (int i = 0; i < p; ++i) events.emplace(Time::zero(), i);
-  auto finished = [](Time at, Time now) { return at != Time::max() && at <= now; };
   // What idle stage i waits for, if it is scheduled: the earliest end among them, else never.
   auto awaited = [&](size_t i) {
     Time at = never;
-    if (b[i] < f[i] && i + 1 < stages) at = std::min(at, b_done[i + 1][static_cast<size_t>(b[i])]);
-    if (f[i] < m && f[i] - w[i] < limit && i > 0) at = std::min(at, f_done[i - 1][static_cast<size_t>(f[i])]);
+    const int f = zb.f[i], b = zb.b[i];
+    if (b < f && i + 1 < stages) at = std::min(at, zb.b_done[i + 1][static_cast<size_t>(b)]);
+    if (f < m && f - zb.w[i] < limit && i > 0) at = std::min(at, zb.f_done[i - 1][static_cast<size_t>(f)]);
     return at;
   };
-  std::vector<bool> idle(stages, false);
   auto nudge = [&](size_t j) {  // a neighbour scheduled a pass that idle stage j may wait for
     if (j >= stages || !idle[j]) return;
     if (const Time next = awaited(j); next < wake[j]) {
@@ -166,46 +189,26 @@ std::vector<std::vector<PipelineOp>> zero_bubble_by_events(int p, int m, int lim
     events.pop();
     const size_t i = static_cast<size_t>(s);
     if (wake[i] != now) continue;  // superseded
-    const bool b_ready = b[i] < m && finished(f_done[i][static_cast<size_t>(b[i])], now) &&
-                         (s == p - 1 || finished(b_done[i + 1][static_cast<size_t>(b[i])], now));
-    const bool f_ready = f[i] < m && (s == 0 || finished(f_done[i - 1][static_cast<size_t>(f[i])], now));
-    const bool w_pending = w[i] < b[i] && finished(b_done[i][static_cast<size_t>(w[i])], now);
-    const bool at_limit = f[i] - w[i] >= limit;
-    const StagePassTimes& t = times[i];
-    Time took;
-    if (b_ready) {
-      took = t.input_backward;
-      b_done[i][static_cast<size_t>(b[i])] = now + took;
-      order[i].push_back({PassKind::kBackward, b[i]++, 0});
-      if (i > 0) nudge(i - 1);
-    } else if (at_limit && w_pending) {
-      took = t.weight;
-      order[i].push_back({PassKind::kWeight, w[i]++, 0});
-    } else if (f_ready && !at_limit) {
-      took = t.forward;
-      f_done[i][static_cast<size_t>(f[i])] = now + took;
-      order[i].push_back({PassKind::kForward, f[i]++, 0});
-      nudge(i + 1);
-    } else if (w_pending) {
-      took = t.weight;
-      order[i].push_back({PassKind::kWeight, w[i]++, 0});
-    } else {
+    const auto acted = zb.act(i, now);
+    if (!acted) {
       idle[i] = true;
       wake[i] = awaited(i);
       if (wake[i] != never) events.emplace(wake[i], s);
       continue;
     }
+    if (acted->second == PassKind::kBackward && i > 0) nudge(i - 1);
+    if (acted->second == PassKind::kForward) nudge(i + 1);
     idle[i] = false;
-    if (w[i] >= m) {
+    if (zb.w[i] >= m) {
       ++finished_stages;
       wake[i] = never;
       continue;
     }
-    wake[i] = now + took;
+    wake[i] = now + acted->first;
     events.emplace(wake[i], s);
   }
   if (finished_stages != p) throw std::logic_error("zero bubble: the list scheduler is stuck");
-  return order;
+  return std::move(zb.order);
 }
 
 }  // namespace pipeline_detail
