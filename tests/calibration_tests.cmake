@@ -100,6 +100,6 @@ if(TARGET parallax-mpi-bench)
            COMMAND bash ${PROJECT_SOURCE_DIR}/calibrate/scripts/mpi-loop-check.sh ${MPIEXEC_EXECUTABLE}
                    $<TARGET_FILE:parallax-mpi-bench> $<TARGET_FILE:parallax>
                    ${PROJECT_SOURCE_DIR}/topologies/host-shm-4ranks.json ${calibrate_scratch}/mpi-loop)
-  set_tests_properties(calibrate.mpi_loop_2_ranks PROPERTIES TIMEOUT 120 RUN_SERIAL TRUE)
+  set_tests_properties(calibrate.mpi_loop_2_ranks PROPERTIES LABELS long TIMEOUT 120 RUN_SERIAL TRUE)
 endif()
 # ---- end of the calibrate CLI block -------------------------------------------------------------------

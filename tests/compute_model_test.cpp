@@ -200,7 +200,7 @@ TEST(MeasuredGemmTable, ReproducesEveryMeasuredPointExactly) {
   MeasuredGemmTable table = fixture_table();
   // Six gemm lines; the meta, collective and memcpy lines and the blank line are skipped.
   ASSERT_EQ(table.measurements().size(), 6u);
-  for (const GemmMeasurement& m : table.measurements()) {
+  for (const MeasuredGemmRate& m : table.measurements()) {
     SCOPED_TRACE(std::string(to_string(m.dtype)) + " " + std::to_string(m.shape.m) + "x" +
                  std::to_string(m.shape.n) + "x" + std::to_string(m.shape.k));
     const FlopRate rate = table.achieved_rate(m.shape, m.dtype, h100());

@@ -169,7 +169,7 @@ TEST(CoSimulatedIteration, TwoStagesThroughOneNicCollide) {
   const double longer = f.iteration_time.seconds() - a.iteration_time.seconds();
   EXPECT_GT(longer, 0.5 * r);
   EXPECT_LE(longer, r * 1.001);
-  EXPECT_GT(f.stages[1].time.exposed[dp], a.stages[1].time.exposed[dp] * 1.5);
+  EXPECT_GT(f.stages[1].time.exposed[dp].seconds(), a.stages[1].time.exposed[dp].seconds() * 1.5);
 }
 
 TEST(CoSimulatedTrace, TheSharedNicShowsBothStagesOnItWithArrowsFromTheirTasks) {

@@ -158,3 +158,9 @@ set_tests_properties(train.part_of_a_rack PROPERTIES PASS_REGULAR_EXPRESSION "on
 add_test(NAME train.racks_of_64
          COMMAND $<TARGET_FILE:parallax> train ${PROJECT_SOURCE_DIR}/tests/data/workloads/llama3-70b-64xgb200-nvl72.json --dp 64 --network analytical)
 set_tests_properties(train.racks_of_64 PROPERTIES PASS_REGULAR_EXPRESSION "on GB200 NVL72, 256 GPUs")
+
+# The longest examples (each tens of seconds under the sanitizers) run in the release pass
+# only: the asan pass leaves out the label `long` (tools/run-tests.sh).
+set_tests_properties(example.train.llama3-405b-2048xdgx-h100 example.train.measured_step example.validate.dev_runs
+                     example.validate.per_source example.train.explain example.train.what_if_flags
+                     PROPERTIES LABELS long)

@@ -4,10 +4,10 @@
 set -euo pipefail
 
 # openmpi-bin and libopenmpi-dev build parallax-mpi-bench and run its tests (calibrate/harness/);
-# gnuplot-nox draws `parallax calibrate compare --plot`.
+# gnuplot-nox draws `parallax calibrate compare --plot`; clang builds the libFuzzer targets (fuzz/).
 packages=(g++ cmake make nlohmann-json3-dev libcli11-dev libspdlog-dev libboost-graph-dev
           googletest libgtest-dev libgmock-dev libbenchmark-dev openmpi-bin libopenmpi-dev gnuplot-nox
-          python3)
+          python3 clang)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

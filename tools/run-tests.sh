@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The whole test suite: installs what is missing, builds the release preset and runs every
-# test with CTest; then does the same under AddressSanitizer + UndefinedBehaviorSanitizer.
+# test with CTest; then does the same under AddressSanitizer + UndefinedBehaviorSanitizer and
+# fuzzes every input parser for a few seconds (tools/fuzz.sh).
 # Pass --release-only to skip the sanitizer pass.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -12,5 +13,15 @@ fi
 for preset in "${presets[@]}"; do
   echo "== building and testing preset: $preset"
   bash tools/build.sh "$preset"
-  ctest --preset "$preset" -j "$(nproc)"
+  # The sanitizer pass leaves out the longest end-to-end examples (label `long`), which the
+  # release pass has run.
+  skip=()
+  [ "$preset" = release ] || skip=(-LE long)
+  ctest --preset "$preset" -j "$(nproc)" "${skip[@]}"
 done
+if [ "${presets[*]}" != release ]; then
+  # Every parser fuzzed briefly on its corpus after replaying the kept reproducers (the asan
+  # build has the targets; tools/fuzz.sh with a larger FUZZ_SECONDS is the longer campaign).
+  echo "== fuzzing each parser for ${FUZZ_SECONDS:-6} s"
+  FUZZ_SECONDS="${FUZZ_SECONDS:-6}" bash tools/fuzz.sh
+fi

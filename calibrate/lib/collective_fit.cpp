@@ -206,8 +206,10 @@ CollectiveFit fit_collectives_with_regimes(const std::vector<CollectiveMeasureme
     std::sort(s.candidates.begin(), s.candidates.end(),
               [](Protocol a, Protocol b) { return static_cast<int>(a) < static_cast<int>(b); });
   }
-  // Coordinate search, one series at a time (usually there is one per file).
-  for (auto& [key, s] : series) {
+  // Coordinate search, one series at a time (usually there is one per file). (A named
+  // reference rather than a structured binding: the lambdas below capture it.)
+  for (auto& entry : series) {
+    auto& s = entry.second;
     if (s.candidates.size() < 2) continue;
     const size_t k = s.sizes.size();
     auto assign = [&](size_t b1, size_t b2) {
@@ -241,7 +243,8 @@ CollectiveFit fit_collectives_with_regimes(const std::vector<CollectiveMeasureme
   // Bandwidth steps inside the largest protocol's sizes (more channels, another algorithm, or —
   // for MPI over shared memory — eager vs rendezvous and cache-resident vs memory-bound copies):
   // up to two more breakpoints, each kept only if it cuts the mean residual by a fifth.
-  for (auto& [key, s] : series) {
+  for (auto& entry : series) {
+    auto& s = entry.second;
     const size_t k = s.sizes.size();
     if (k < 8) continue;
     auto position = [&](size_t i) {

@@ -11,7 +11,7 @@
 
 namespace parallax {
 
-MeasuredGemmTable::MeasuredGemmTable(std::vector<GemmMeasurement> measurements, std::string source,
+MeasuredGemmTable::MeasuredGemmTable(std::vector<MeasuredGemmRate> measurements, std::string source,
                                      std::shared_ptr<const GemmEfficiency> fallback)
     : measurements_(std::move(measurements)), source_(std::move(source)), fallback_(std::move(fallback)) {
   if (!fallback_) fallback_ = std::make_shared<ShapeEfficiency>();
@@ -100,7 +100,7 @@ double positive_dimension(JsonReader& line, const std::string& key) {
 
 MeasuredGemmTable parse_gemm_measurements(const std::string& text, const std::string& name,
                                           std::shared_ptr<const GemmEfficiency> fallback) {
-  std::vector<GemmMeasurement> out;
+  std::vector<MeasuredGemmRate> out;
   std::istringstream in(text);
   std::string raw_line;
   int line_number = 0;
@@ -118,7 +118,7 @@ MeasuredGemmTable parse_gemm_measurements(const std::string& text, const std::st
     JsonReader line(doc, where);
     std::string kind = line.at("kind").as_string();
     if (kind != "gemm") continue;
-    GemmMeasurement m;
+    MeasuredGemmRate m;
     JsonReader dtype = line.at("dtype");
     auto parsed = dtype_from_string(dtype.as_string());
     if (!parsed) dtype.fail("unknown dtype \"" + dtype.as_string() + "\" (expected fp32, tf32, bf16, fp16 or fp8)");

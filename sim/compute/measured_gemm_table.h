@@ -33,8 +33,9 @@
 
 namespace parallax {
 
-/// One `"kind":"gemm"` line.
-struct GemmMeasurement {
+/// One `"kind":"gemm"` line, as the compute model reads it (the calibration library's
+/// GemmMeasurement is the harness's record of it; one name each, or the two would clash).
+struct MeasuredGemmRate {
   DType dtype = DType::kBf16;
   GemmShape shape;       ///< batch > 1: a strided batch (a balanced grouped GEMM)
   bool fast_accum = false;  ///< fp8 with fast accumulation
@@ -47,13 +48,13 @@ class MeasuredGemmTable : public GemmEfficiency {
  public:
   /// `measurements` must be non-empty with positive shapes and rates (std::invalid_argument
   /// otherwise). `fallback` answers dtypes that were not measured; null means ShapeEfficiency{}.
-  MeasuredGemmTable(std::vector<GemmMeasurement> measurements, std::string source,
+  MeasuredGemmTable(std::vector<MeasuredGemmRate> measurements, std::string source,
                     std::shared_ptr<const GemmEfficiency> fallback = nullptr);
 
   FlopRate achieved_rate(const GemmShape& shape, DType dtype, const GpuSpec& gpu) const override;
   std::string describe() const override;
 
-  const std::vector<GemmMeasurement>& measurements() const { return measurements_; }
+  const std::vector<MeasuredGemmRate>& measurements() const { return measurements_; }
   /// True when at least one line measured `dtype`.
   bool covers(DType dtype) const { return by_dtype_.count(dtype) != 0; }
 
@@ -68,7 +69,7 @@ class MeasuredGemmTable : public GemmEfficiency {
     std::vector<Point> points;         // by log volume, one per volume
   };
 
-  std::vector<GemmMeasurement> measurements_;
+  std::vector<MeasuredGemmRate> measurements_;
   std::string source_;
   std::shared_ptr<const GemmEfficiency> fallback_;
   std::map<DType, Curve> by_dtype_;
