@@ -1,14 +1,19 @@
 #!/usr/bin/env bash
 # Builds the libFuzzer targets (with the `asan` preset: clang, ASan + UBSan) and runs each for
-# FUZZ_SECONDS (default 20) on a corpus seeded from the repository's real files, after
-# replaying every reproducer kept in fuzz/regressions/<target>/. A crash, a sanitizer report,
-# an exception other than InputError or a single input over 10 s fails the run; the input is
-# left in build/asan/fuzz-findings/<target>/ to be added to the regressions once fixed.
+# FUZZ_SECONDS (default 20; or FUZZ_RUNS inputs from seed FUZZ_SEED, default 1) on a corpus
+# seeded from the repository's real files, after replaying every reproducer kept in
+# tests/data/fuzz-regressions/<target>/. A crash, a sanitizer report, an exception other than
+# InputError or a single input over 10 s fails the run; the input is left in
+# build/asan/fuzz-findings/<target>/ to be added to the regressions once fixed.
 # Usage: tools/fuzz.sh [target ...]   (default: all)
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
 seconds="${FUZZ_SECONDS:-20}"
+# FUZZ_RUNS: a fixed count of inputs per target instead of a time, with a fixed seed, so that
+# a run (CI's) explores the same inputs every time.
+runs_limit=(-max_total_time="$seconds")
+[ -z "${FUZZ_RUNS:-}" ] || runs_limit=(-runs="$FUZZ_RUNS" -seed="${FUZZ_SEED:-1}")
 bash tools/build.sh asan >/dev/null
 bin=build/asan/fuzz
 work=build/asan/fuzz-corpora
@@ -44,16 +49,16 @@ run_target() {  # one target: its reproducers, then FUZZ_SECONDS of fuzzing; the
   # Seeds cut to their first 200 lines: the long traces would only slow each run.
   for f in $(seeds "$t"); do head -n 200 "$f" > "$corpus/$(basename "$f")"; done
   local regressions=()
-  if [ -d "fuzz/regressions/$t" ]; then mapfile -t regressions < <(ls -d "fuzz/regressions/$t"/* 2>/dev/null); fi
+  if [ -d "tests/data/fuzz-regressions/$t" ]; then mapfile -t regressions < <(ls -d "tests/data/fuzz-regressions/$t"/* 2>/dev/null); fi
   if [ ${#regressions[@]} -gt 0 ] && ! "$bin/fuzz_$t" -timeout=10 "${regressions[@]}" >"$work/$t.regressions.log" 2>&1; then
     echo "FAIL fuzz $t: a kept reproducer fails again (see $work/$t.regressions.log)" > "$verdict"
     return
   fi
-  if "$bin/fuzz_$t" "$corpus" -dict="$(dictionary "$t")" -max_total_time="$seconds" -timeout=10 -rss_limit_mb=4096 \
+  if "$bin/fuzz_$t" "$corpus" -dict="$(dictionary "$t")" "${runs_limit[@]}" -timeout=10 -rss_limit_mb=4096 \
       -max_len=65536 -print_final_stats=1 -artifact_prefix="$findings/$t/" >"$work/$t.log" 2>&1; then
     local runs
     runs=$(grep -o 'stat::number_of_executed_units: *[0-9]*' "$work/$t.log" | grep -o '[0-9]*$' || echo "?")
-    echo "ok   fuzz $t: ${seconds} s, $runs inputs, ${#regressions[@]} reproducers: clean" > "$verdict"
+    echo "ok   fuzz $t: $runs inputs, ${#regressions[@]} reproducers: clean" > "$verdict"
   else
     { echo "FAIL fuzz $t: found a problem (input in $findings/$t/, log $work/$t.log)"; tail -n 30 "$work/$t.log"; } > "$verdict"
   fi

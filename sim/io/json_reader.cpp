@@ -1,6 +1,8 @@
 #include "io/json_reader.h"
 
 #include <cctype>
+#include <climits>
+#include <cmath>
 #include <fstream>
 #include <sstream>
 
@@ -154,10 +156,17 @@ std::string JsonReader::as_string() const {
 }
 
 int64_t JsonReader::as_int() const {
+  // Range first: a float beyond int64 converted is undefined behaviour, an unsigned beyond
+  // it wraps negative (both found by fuzzing).
+  constexpr double kLimit = 9.2e18;  // below 2^63
+  if (value_->is_number_unsigned() && value_->get<uint64_t>() > static_cast<uint64_t>(INT64_MAX)) {
+    fail("is too large for an integer, found " + value_->dump());
+  }
   if (value_->is_number_integer()) return value_->get<int64_t>();
   if (value_->is_number_float()) {
-    double d = value_->get<double>();
-    if (d == static_cast<double>(static_cast<int64_t>(d))) return static_cast<int64_t>(d);
+    const double d = value_->get<double>();
+    if (!(std::fabs(d) < kLimit)) fail("is too large for an integer, found " + value_->dump());
+    if (d == std::trunc(d)) return static_cast<int64_t>(d);
   }
   fail(std::string("expected an integer, found ") +
        (value_->is_number() ? value_->dump() : std::string(type_name(*value_))));

@@ -91,7 +91,13 @@ ModelConfig model_of(const nlohmann::json& m, const std::string& where) {
     moe.top_k = static_cast<int>(opt_int(m, "moe_top_k", where).value_or(1));
     moe.expert_ffn = opt_int(m, "moe_ffn_hidden_size", where).value_or(c.ffn);
     auto shared_it = m.find("num_shared_experts");
-    if (shared_it != m.end() && shared_it->is_number_integer()) moe.shared_experts = shared_it->get<int>();
+    if (shared_it != m.end() && shared_it->is_number_integer()) {
+      const int64_t shared = shared_it->get<int64_t>();
+      if (shared < 0 || shared > moe.experts) {
+        throw RowError(where + "/num_shared_experts", "expected 0 to the experts' count, found " + shared_it->dump());
+      }
+      moe.shared_experts = static_cast<int>(shared);
+    }
     moe.shared_expert_ffn = moe.expert_ffn;
     c.moe = moe;
   }
@@ -121,10 +127,10 @@ PublishedLayout layout_of(const nlohmann::json& l, int gpus, const std::string& 
   auto zero = l.find("zero_stage");
   p.megatron_style = (zero == l.end() || zero->is_null()) && !p.fsdp;
   if (zero != l.end() && !zero->is_null()) {
-    if (!zero->is_number_integer() || zero->get<int>() < 0 || zero->get<int>() > 3) {
+    if (!zero->is_number_integer() || zero->get<int64_t>() < 0 || zero->get<int64_t>() > 3) {
       throw RowError(where + "/zero_stage", "expected 0–3 or null, found " + zero->dump());
     }
-    p.zero_stage = zero->get<int>();
+    p.zero_stage = static_cast<int>(zero->get<int64_t>());
   }
   if (p.fsdp) p.zero_stage = 3;
   auto mb = opt_int(l, "micro_batch_size", where);

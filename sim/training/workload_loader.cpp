@@ -145,31 +145,9 @@ Topology load_job_topology(const TopologySpec& spec, const std::string& workload
   return load_topology(spec.file, load);
 }
 
-}  // namespace
-
-PipelineScheduleKind schedule_from(const std::string& s, const std::string& file, const std::string& where) {
-  if (s == "gpipe") return PipelineScheduleKind::kGpipe;
-  if (s == "1f1b") return PipelineScheduleKind::kOneFOneB;
-  if (s == "interleaved_1f1b" || s == "interleaved") return PipelineScheduleKind::kInterleavedOneFOneB;
-  if (s == "zb_h1" || s == "zero_bubble") return PipelineScheduleKind::kZeroBubbleH1;
-  if (s == "zb_h2") return PipelineScheduleKind::kZeroBubbleH2;
-  throw InputError(file, where, "unknown schedule \"" + s + "\" (expected gpipe, 1f1b, interleaved_1f1b, zb_h1 or zb_h2)");
-}
-
-
-TrainingWorkload load_training_workload(const std::string& path, const std::string& models_dir,
-                                        const std::string& topologies_dir, const WorkloadOverrides& a) {
-  nlohmann::json doc = load_json_file(path);
-  JsonReader root(doc, path);
-  if (auto d = root.find("description")) (void)d->as_string();
-  TrainingWorkload job;
-  job.model = read_model(root.at("model"), models_dir);
-  const TopologySpec topology = read_topology_spec(root.at("topology"), path, topologies_dir);
-  job.topology_file = topology.file;
-  ParallelLayout& l = job.layout;
-  JsonReader p = root.at("parallel");
-  // Every count within its documented range (workload-format.md), so that no product of them
-  // overflows and no loop over them runs away.
+// The "parallel" block into `l`. Every count within its documented range (workload-format.md),
+// so that no product of them overflows and no loop over them runs away.
+void read_parallel(JsonReader p, const std::string& path, ParallelLayout& l, bool& dp_given) {
   auto int_field = [&](const char* key, auto& field, int64_t lo = 1, int64_t hi = kMaxDegree) {
     if (auto v = p.find(key)) {
       const int64_t n = v->as_int();
@@ -189,7 +167,7 @@ TrainingWorkload load_training_workload(const std::string& path, const std::stri
   int_field("expert_tp", l.expert_tp, 0);
   if (p.find("dp")) {
     int_field("dp", l.dp);
-    job.dp_given = true;
+    dp_given = true;
   }
   if (auto v = p.find("zero_stage")) l.zero_stage = zero_from(v->as_int(), path, v->pointer());
   int_field("micro_batch", l.micro_batch, 1, kMaxBatch);
@@ -219,38 +197,15 @@ TrainingWorkload load_training_workload(const std::string& path, const std::stri
     }
   }
   // Megatron's names for its uneven splits.
-  for (auto [key, field] : {std::pair{"decoder_first_pipeline_num_layers", &l.first_stage_layers},
-                            std::pair{"decoder_last_pipeline_num_layers", &l.last_stage_layers}}) {
-    if (auto v = p.find(key)) {
-      const int64_t n = v->as_int();
-      if (n < 1 || n > 1000000) v->fail("must be between 1 and 1000000 layers");
-      *field = static_cast<int>(n);
-    }
-  }
+  int_field("decoder_first_pipeline_num_layers", l.first_stage_layers);
+  int_field("decoder_last_pipeline_num_layers", l.last_stage_layers);
   bool_field("account_for_embedding_in_pipeline_split", l.account_for_embedding);
   bool_field("account_for_loss_in_pipeline_split", l.account_for_loss);
   p.finish();
-  l.sequence_length = job.model.max_sequence;
-  if (auto v = root.find("sequence_length")) {
-    l.sequence_length = v->as_int();
-    if (l.sequence_length < 1 || l.sequence_length > kMaxSequence) {
-      v->fail("must be between 1 and " + std::to_string(kMaxSequence) + " tokens");
-    }
-  }
-  if (auto c = root.find("compute")) read_compute(*c, path, job);
-  root.finish();
-  if (!a.gemm_table.empty()) job.gemm = std::make_shared<MeasuredGemmTable>(load_gemm_measurements(a.gemm_table));
-  if (a.sustained_fraction) {
-    // Below 1% no kernel of any GPU in the presets would be modelled, and times overflow.
-    if (!(*a.sustained_fraction >= 0.01 && *a.sustained_fraction <= 1)) {
-      char found[32];
-      std::snprintf(found, sizeof found, "%g", *a.sustained_fraction);
-      throw InputError("", "--sustained-fraction", std::string("must be in [0.01, 1], found ") + found);
-    }
-    job.compute.sustained_fraction = *a.sustained_fraction;
-  }
+}
 
-  // Command-line overrides, for what-if questions without editing the file; in the same ranges.
+// Command-line overrides, for what-if questions without editing the file; in the same ranges.
+void apply_overrides(const WorkloadOverrides& a, ParallelLayout& l, bool& dp_given) {
   auto in_range = [](const char* flag, std::optional<int64_t> v, int64_t lo, int64_t hi) {
     if (v && (*v < lo || *v > hi)) {
       throw InputError("", flag, "must be between " + std::to_string(lo) + " and " + std::to_string(hi));
@@ -273,7 +228,7 @@ TrainingWorkload load_training_workload(const std::string& path, const std::stri
   if (a.expert_tp) l.expert_tp = *a.expert_tp;
   if (a.dp) {
     l.dp = *a.dp;
-    job.dp_given = true;
+    dp_given = true;
   }
   if (a.zero) l.zero_stage = zero_from(*a.zero, "", "--zero");
   if (a.micro_batch) l.micro_batch = *a.micro_batch;
@@ -289,6 +244,51 @@ TrainingWorkload load_training_workload(const std::string& path, const std::stri
   if (a.param_gather_prefetch) l.param_gather_prefetch = *a.param_gather_prefetch;
   if (a.param_gather_per_tensor) l.param_gather_per_tensor = *a.param_gather_per_tensor;
   if (!a.rank_order.empty()) l.rank_order = a.rank_order;
+}
+
+}  // namespace
+
+PipelineScheduleKind schedule_from(const std::string& s, const std::string& file, const std::string& where) {
+  if (s == "gpipe") return PipelineScheduleKind::kGpipe;
+  if (s == "1f1b") return PipelineScheduleKind::kOneFOneB;
+  if (s == "interleaved_1f1b" || s == "interleaved") return PipelineScheduleKind::kInterleavedOneFOneB;
+  if (s == "zb_h1" || s == "zero_bubble") return PipelineScheduleKind::kZeroBubbleH1;
+  if (s == "zb_h2") return PipelineScheduleKind::kZeroBubbleH2;
+  throw InputError(file, where, "unknown schedule \"" + s + "\" (expected gpipe, 1f1b, interleaved_1f1b, zb_h1 or zb_h2)");
+}
+
+
+TrainingWorkload load_training_workload(const std::string& path, const std::string& models_dir,
+                                        const std::string& topologies_dir, const WorkloadOverrides& a) {
+  nlohmann::json doc = load_json_file(path);
+  JsonReader root(doc, path);
+  if (auto d = root.find("description")) (void)d->as_string();
+  TrainingWorkload job;
+  job.model = read_model(root.at("model"), models_dir);
+  const TopologySpec topology = read_topology_spec(root.at("topology"), path, topologies_dir);
+  job.topology_file = topology.file;
+  ParallelLayout& l = job.layout;
+  read_parallel(root.at("parallel"), path, l, job.dp_given);
+  l.sequence_length = job.model.max_sequence;
+  if (auto v = root.find("sequence_length")) {
+    l.sequence_length = v->as_int();
+    if (l.sequence_length < 1 || l.sequence_length > kMaxSequence) {
+      v->fail("must be between 1 and " + std::to_string(kMaxSequence) + " tokens");
+    }
+  }
+  if (auto c = root.find("compute")) read_compute(*c, path, job);
+  root.finish();
+  if (!a.gemm_table.empty()) job.gemm = std::make_shared<MeasuredGemmTable>(load_gemm_measurements(a.gemm_table));
+  if (a.sustained_fraction) {
+    // Below 1% no kernel of any GPU in the presets would be modelled, and times overflow.
+    if (!(*a.sustained_fraction >= 0.01 && *a.sustained_fraction <= 1)) {
+      char found[32];
+      std::snprintf(found, sizeof found, "%g", *a.sustained_fraction);
+      throw InputError("", "--sustained-fraction", std::string("must be in [0.01, 1], found ") + found);
+    }
+    job.compute.sustained_fraction = *a.sustained_fraction;
+  }
+  apply_overrides(a, l, job.dp_given);
   // The layout naming every degree sizes a topology given no nodes; else dp is whatever the
   // other dimensions leave of the cluster.
   std::optional<int> job_gpus;
