@@ -56,6 +56,7 @@ TEST(Units, Rejections) {
   EXPECT_THROW(parse_time("12 parsecs"), UnitError);
   EXPECT_THROW(parse_time("5"), UnitError);
   EXPECT_THROW(parse_time("-1 us"), UnitError);
+  EXPECT_THROW(parse_time("1e74 s"), UnitError);  // beyond 64-bit picoseconds (found by fuzzing)
   EXPECT_THROW(parse_bytes("-64 MiB"), UnitError);
   EXPECT_THROW(parse_bytes("64 Mb"), UnitError);  // bits are not a size
   EXPECT_THROW(parse_bytes("64 MiB/s"), UnitError);

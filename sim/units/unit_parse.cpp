@@ -116,7 +116,12 @@ Time parse_time(std::string_view text) {
     throw UnitError(quoted(text) + " is not " + kWhat +
                     " (expected a number and one of ps, ns, us, ms, s, e.g. \"1.5 us\")");
   }
-  return Time::from_seconds(number * scale);
+  // Time counts picoseconds in 64 bits (about 106 days); beyond that a conversion is undefined.
+  const double seconds = number * scale;
+  if (!(std::fabs(seconds) < 9.2e6)) {
+    throw UnitError(quoted(text) + " is too long a time (at most 9,200,000 s)");
+  }
+  return Time::from_seconds(seconds);
 }
 
 Bytes parse_bytes(std::string_view text) {
