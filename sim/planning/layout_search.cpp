@@ -29,16 +29,6 @@ double score_of(const LayoutSummary& r, SearchObjective objective) {
 // The layouts that fit in memory, with their bounds, in bound order (then text).
 std::vector<Candidate> fitting_candidates(const ModelConfig& model, std::vector<ParallelLayout> layouts, const GpuSpec& gpu,
                                           const IterationOptions& options, size_t& rejected_by_memory) {
-  // Estimated with the layouts that share pass times (they differ only in ZeRO stage or rank
-  // order) one after another, so that a pipeline order built for one serves the others; the
-  // candidates are sorted below, so this order changes nothing else.
-  auto pass_times_key = [](const ParallelLayout& l) {
-    return std::make_tuple(l.tp, l.pp, l.cp, l.ep, l.expert_tp, l.dp, l.micro_batch, static_cast<int>(l.recompute),
-                           static_cast<int>(l.schedule), l.virtual_stages, l.sequence_parallel, l.tp_comm_overlap,
-                           static_cast<int>(l.cp_comm));
-  };
-  std::stable_sort(layouts.begin(), layouts.end(),
-                   [&](const ParallelLayout& a, const ParallelLayout& b) { return pass_times_key(a) < pass_times_key(b); });
   std::vector<Candidate> out;
   for (ParallelLayout& l : layouts) {
     const IterationEstimate estimate = estimate_iteration(model, l, gpu, options);
