@@ -35,6 +35,14 @@ parallax_exit2(channels "--channels: must be between 1 and 64" collective --topo
 # 7. Preset names that are no names.
 parallax_exit2(long_preset "long-preset.json: /topology/preset: a preset name has 1 to 128 characters" train ${rel}/long-preset.json)
 parallax_exit2(nul_preset "nul-preset.json: /topology/preset: a preset name has only letters" train ${rel}/nul-preset.json)
+# 8. calibrate fit accepting what its fit then rejected (exit 1, no file named): a time below the
+# picosecond resolution (read as zero), and rows too few once outliers are rejected.
+parallax_exit2(sub_picosecond_time "sub-picosecond-sweep.jsonl:2: /time_us: is below one picosecond"
+               calibrate fit ${rel}/sub-picosecond-sweep.jsonl --topology ${PROJECT_SOURCE_DIR}/topologies/hgx-h200.json
+               -o ${CMAKE_CURRENT_BINARY_DIR}/sub-picosecond-fit.json)
+parallax_exit2(underdetermined_fit "underdetermined-sweep.jsonl: these measurements cannot be fitted: .* underdetermined"
+               calibrate fit ${rel}/underdetermined-sweep.jsonl --topology ${PROJECT_SOURCE_DIR}/topologies/hgx-h200.json
+               -o ${CMAKE_CURRENT_BINARY_DIR}/underdetermined-fit.json)
 # 9. Outputs that cannot be written.
 parallax_exit2(json_directory "is a directory, not a file to write" train ${rel_workload} --network analytical --json .)
 parallax_exit2(json_missing_folder "no-such-folder/out.json: cannot be written: No such file or directory" train ${rel_workload}

@@ -45,6 +45,10 @@ std::string ReadProblem::message() const {
 }
 
 namespace {
+// Times are integer picoseconds: a shorter one would be read as zero, which the fit (relative
+// to each time) cannot take.
+constexpr double kShortestMicroseconds = 1e-6;
+constexpr const char* kBelowResolution = "is below one picosecond, the resolution of times";
 
 std::string read_whole_file(const std::string& path) {
   std::error_code ec;
@@ -120,6 +124,7 @@ class LineFields {
     double us = v.as_number();
     if (!std::isfinite(us) || !(us > 0)) reject(v, "must be a positive time in microseconds, found " + v.raw().dump());
     if (us > 1e12) reject(v, "is beyond any plausible time (more than 11 days)");
+    if (us < kShortestMicroseconds) reject(v, kBelowResolution);
     return Time::us(us);
   }
   std::optional<Time> optional_microseconds(const std::string& key) {
@@ -416,6 +421,10 @@ std::optional<ReadProblem> add_log_rows(const NcclTestsLog& log, const std::stri
       if (!std::isfinite(block->time_us) || !(block->time_us > 0)) {
         return ReadProblem{path, row.line, std::string(in_place ? "in-place" : "out-of-place") +
                                                " time must be positive, found " + std::to_string(block->time_us)};
+      }
+      if (block->time_us < kShortestMicroseconds) {
+        return ReadProblem{path, row.line, std::string(in_place ? "in-place" : "out-of-place") + " time " +
+                                               kBelowResolution};
       }
       CollectiveMeasurement c;
       c.op = shape.op;

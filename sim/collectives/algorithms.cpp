@@ -152,9 +152,12 @@ class Lowering {
   }
   // NCCL's per-step latencies already include crossing the wires; the network model adds the
   // path latency to every flow, so a step waits only for the remainder.
-  Time step_latency(int a, int b) {
+  Time step_latency(int a, int b) { return step_latency_over(a, b, wire_latency(a, b)); }
+  // For patterns that visit each pair once (all-to-all), where caching the wire latency of
+  // every pair would only cost memory.
+  Time step_latency_once(int a, int b) { return step_latency_over(a, b, router_.path_latency(dev(a), dev(b))); }
+  Time step_latency_over(int a, int b, Time wire) const {
     Time lat = comm_.node_of(a) == comm_.node_of(b) ? opt_.step_latency_intra : opt_.step_latency_inter;
-    Time wire = wire_latency(a, b);
     return lat > wire ? lat - wire : Time::zero();
   }
   // A transfer; the first tasks of the collective also carry its base latency.
@@ -507,21 +510,24 @@ class Lowering {
   // shifted steps, each rank exchanging with one peer per step (MPI's pairwise exchange).
   void all_to_all(bool direct) {
     std::vector<std::vector<TaskId>> last(static_cast<size_t>(n_));
+    std::vector<std::vector<TaskId>> next(direct ? 0 : static_cast<size_t>(n_));
+    const std::vector<TaskId> none;
     for (int step = 1; step < n_; ++step) {
-      std::vector<std::vector<TaskId>> next(static_cast<size_t>(n_));
+      for (auto& tasks : next) tasks.clear();
       for (int a = 0; a < n_; ++a) {
         int b = (a + step) % n_;
         double bytes = pair_bytes(a, b);
         if (bytes <= 0) continue;
-        std::vector<TaskId> deps;
-        if (!direct) deps = last[static_cast<size_t>(a)];  // a's previous send and receive
+        const Time latency = step_latency_once(a, b);
+        const std::vector<TaskId>& deps = direct ? none : last[static_cast<size_t>(a)];  // a's previous send and receive
         for (int c = 0; c < channels_; ++c) {
-          TaskId t = send(a, b, bytes / channels_, step_latency(a, b), deps, c, 0);
+          TaskId t = send(a, b, bytes / channels_, latency, deps, c, 0);
+          if (direct) continue;
           next[static_cast<size_t>(a)].push_back(t);
           next[static_cast<size_t>(b)].push_back(t);
         }
       }
-      if (!direct) last = std::move(next);
+      if (!direct) std::swap(last, next);
     }
   }
 

@@ -91,19 +91,24 @@ void FlowNetwork::begin(FlowStart&& start) {
   f.id = start.id;
   f.start = start.start;
   f.on_done = std::move(start.on_done);
-  f.long_path.clear();
+  path_scratch_.clear();
   for (LinkId l : *start.path) {
     const uint32_t r = topo_.link(l).resource;
-    if (!redundant_[r]) f.long_path.push_back(r);
+    if (!redundant_[r]) path_scratch_.push_back(r);
   }
-  f.path_size = static_cast<uint32_t>(f.long_path.size());
+  f.path_size = static_cast<uint32_t>(path_scratch_.size());
   if (f.path_size <= kInlinePath) {
-    std::copy(f.long_path.begin(), f.long_path.end(), f.short_path.begin());
+    std::copy(path_scratch_.begin(), path_scratch_.end(), f.short_path.begin());
+    f.long_storage.reset();
   } else {
-    f.long_position.assign(f.path_size, 0);
+    f.long_storage = std::make_unique<uint32_t[]>(2 * size_t{f.path_size});
+    std::copy(path_scratch_.begin(), path_scratch_.end(), f.long_storage.get());
   }
-  f.size = f.remaining = start.size.value();
-  f.delivered = 0;
+  f.remaining = start.size.value();
+  if (options_.audit) {
+    if (audit_bytes_.size() <= slot) audit_bytes_.resize(slot + 1);
+    audit_bytes_[slot] = AuditBytes{start.size.value(), 0.0};
+  }
   f.rate = 0;
   f.finish = Time::max();
   f.in_fluid = false;
@@ -172,11 +177,12 @@ void FlowNetwork::request_solve() {
   engine_.schedule_in(Time::zero(), [this] { solve(); }, Engine::Phase::kLate);
 }
 
-void FlowNetwork::settle(Flow& f) {
+void FlowNetwork::settle(uint32_t slot) {
+  Flow& f = flows_[slot];
   Time now = engine_.now();
   double moved = f.rate * (now - f.last_update).seconds();
   f.remaining = std::max(0.0, f.remaining - moved);
-  if (options_.audit) f.delivered += moved;
+  if (options_.audit) audit_bytes_[slot].delivered += moved;
   f.last_update = now;
 }
 
@@ -209,31 +215,46 @@ void FlowNetwork::add_predicted_givers(uint32_t slot, uint64_t subset_mark) {
   double lowest = std::numeric_limits<double>::infinity();
   uint32_t tightest = 0;
   for (uint32_t r : flows_[slot].resources()) {
-    const Resource& res = resources_[r];
-    double level = res.capacity / static_cast<double>(res.flows.size());
-    for (size_t pass = 0; pass < res.flows.size(); ++pass) {
-      double below = 0;
-      size_t wanting = 0;
-      for (uint32_t other : res.flows) {
-        const double rate = flows_[other].rate;  // 0: entered at this instant, not yet solved
-        if (rate > 0 && rate < level) {
-          below += rate;
-        } else {
-          ++wanting;
-        }
-      }
-      const double raised = (res.capacity - below) / static_cast<double>(wanting);
-      if (!(raised > level * (1 + kTolerance))) break;
-      level = raised;
-    }
+    const double level = predicted_level(r, subset_mark);
     if (level < lowest) {
       lowest = level;
       tightest = r;
     }
   }
-  for (uint32_t other : resources_[tightest].flows) {
+  // Every new flow whose tightest link is this one finds the same givers: once per solve.
+  Resource& res = resources_[tightest];
+  if (res.givers_mark == subset_mark) return;
+  res.givers_mark = subset_mark;
+  for (uint32_t other : res.flows) {
     if (flows_[other].rate > lowest * (1 + kTolerance)) add_to_subset(other, subset_mark);
   }
+}
+
+// The level depends on the link's flows alone, which stay as they are while a solve seeds its
+// subset, so it is computed once per link and solve: an all-to-all's thousands of flows that
+// enter one link together would otherwise each walk its whole list.
+double FlowNetwork::predicted_level(uint32_t r, uint64_t subset_mark) {
+  Resource& res = resources_[r];
+  if (res.level_mark == subset_mark) return res.level;
+  double level = res.capacity / static_cast<double>(res.flows.size());
+  for (size_t pass = 0; pass < res.flows.size(); ++pass) {
+    double below = 0;
+    size_t wanting = 0;
+    for (uint32_t other : res.flows) {
+      const double rate = flows_[other].rate;  // 0: entered at this instant, not yet solved
+      if (rate > 0 && rate < level) {
+        below += rate;
+      } else {
+        ++wanting;
+      }
+    }
+    const double raised = (res.capacity - below) / static_cast<double>(wanting);
+    if (!(raised > level * (1 + kTolerance))) break;
+    level = raised;
+  }
+  res.level_mark = subset_mark;
+  res.level = level;
+  return level;
 }
 
 // Rates are never negative, so adding a half and truncating rounds to nearest (ties up) without
@@ -437,7 +458,7 @@ void FlowNetwork::solve() {
     Flow& f = flows_[slot];
     set_bottleneck(slot, f.tentative_bottleneck);
     if (f.tentative == f.rate && f.finish != Time::max()) continue;  // unchanged: finish stands
-    settle(f);
+    settle(slot);
     commit_rate(f, f.tentative);
     PARALLAX_INVARIANT(f.rate > 0, "flow network", now, "a flow got no bandwidth");
     f.finish = now + transfer_time(Bytes(f.remaining), Bandwidth(f.rate));
@@ -505,8 +526,9 @@ void FlowNetwork::on_completion_event() {
     const uint32_t slot = due_.top_slot();
     Flow& f = flows_[slot];
     if (options_.audit) {
-      settle(f);
-      audit_.worst_bytes_error = std::max(audit_.worst_bytes_error, std::fabs(f.delivered - f.size) / f.size);
+      settle(slot);
+      const AuditBytes& bytes = audit_bytes_[slot];
+      audit_.worst_bytes_error = std::max(audit_.worst_bytes_error, std::fabs(bytes.delivered - bytes.size) / bytes.size);
     }
     leave(slot);
     done.push_back(Done{f.id, f.start, std::move(f.on_done)});

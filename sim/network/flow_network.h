@@ -16,6 +16,7 @@
 #pragma once
 
 #include <array>
+#include <memory>
 #include <optional>
 #include <span>
 #include <vector>
@@ -75,10 +76,10 @@ class FlowNetwork final : public NetworkModel {
   static constexpr size_t kInlinePath = 6;  // resources held in the record itself
   struct Flow {
     // The resources of the path: inline up to kInlinePath (a fabric flow has 4 once the
-    // redundant links are left out), else in `long_path`.
+    // redundant links are left out), else the first half of `long_storage`.
     std::span<const uint32_t> resources() const {
       return path_size <= kInlinePath ? std::span<const uint32_t>(short_path.data(), path_size)
-                                      : std::span<const uint32_t>(long_path);
+                                      : std::span<const uint32_t>(long_storage.get(), path_size);
     }
     uint32_t path_size = 0;
     std::array<uint32_t, kInlinePath> short_path{};
@@ -90,19 +91,26 @@ class FlowNetwork final : public NetworkModel {
     uint32_t bottleneck_pos = 0;     // index of this flow in that resource's bottlenecked list
     bool has_bottleneck = false;     // listed in resources_[bottleneck].bottlenecked
     bool in_fluid = false;
-    // Index of this flow in each resource's list, inline like the path.
-    uint32_t& position(size_t i) { return path_size <= kInlinePath ? short_position[i] : long_position[i]; }
+    // Index of this flow in each resource's list, inline like the path (the second half of
+    // `long_storage` when longer).
+    uint32_t& position(size_t i) {
+      return path_size <= kInlinePath ? short_position[i] : long_storage[path_size + i];
+    }
     std::array<uint32_t, kInlinePath> short_position{};
-    std::vector<uint32_t> long_position;
-    double size = 0;
     double remaining = 0;            // bytes left at last_update
-    double delivered = 0;            // audit only
     Time last_update;
     Time finish = Time::max();
     uint64_t id = 0;
     Time start;
     FlowCallback on_done;
-    std::vector<uint32_t> long_path;  // the path when longer (and where begin() builds it)
+    // A longer path and its positions, side by side; empty for most flows. Records stay small
+    // because an all-to-all holds millions of them at once.
+    std::unique_ptr<uint32_t[]> long_storage;
+  };
+  // What only the audit reads, per slot, kept apart from the records.
+  struct AuditBytes {
+    double size = 0;
+    double delivered = 0;
   };
   // Per-link aggregates of the committed rates are kept up to date as rates change, so that a
   // solve reads a link's load and fastest flow without walking its flow list. The load is a
@@ -122,6 +130,9 @@ class FlowNetwork final : public NetworkModel {
     std::vector<uint32_t> flows;
     uint64_t outside_max_mark = 0;
     double outside_max = 0;              // fastest committed rate of flows outside the subset
+    uint64_t level_mark = 0;             // the solve whose seeding computed `level`
+    double level = 0;                    // water level a new flow would reach here
+    uint64_t givers_mark = 0;            // the solve that seeded this link's givers
   };
 
   uint32_t allocate_slot();
@@ -134,6 +145,7 @@ class FlowNetwork final : public NetworkModel {
   void add_to_subset(uint32_t slot, uint64_t subset_mark);
   void add_held(Resource& res, uint64_t subset_mark);
   void add_predicted_givers(uint32_t slot, uint64_t subset_mark);
+  double predicted_level(uint32_t r, uint64_t subset_mark);
   static int64_t fixed(double rate);
   double committed_max(uint32_t r);
   double outside_max(uint32_t r, uint64_t subset_mark, uint64_t round_mark);
@@ -141,7 +153,7 @@ class FlowNetwork final : public NetworkModel {
   void commit_rate(Flow& f, double rate);
   void set_bottleneck(uint32_t slot, uint32_t r);
   void drop_bottleneck(uint32_t slot);
-  void settle(Flow& f);
+  void settle(uint32_t slot);
   void on_completion_event();
   void reschedule_completion();
   void check_allocation();
@@ -156,7 +168,9 @@ class FlowNetwork final : public NetworkModel {
     double max = 0;
   };
   std::vector<AuditTotals> audit_totals_;
+  std::vector<AuditBytes> audit_bytes_;  // per slot, with options_.audit only
   std::vector<uint8_t> redundant_;  // per resource: never a flow's only bottleneck
+  std::vector<uint32_t> path_scratch_;  // begin() builds a path here
   std::vector<uint32_t> dirty_;
   std::vector<uint32_t> entering_;
   CompletionHeap due_;  // every fluid flow's predicted finish

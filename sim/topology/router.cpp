@@ -46,7 +46,17 @@ std::vector<uint16_t> hop_distances_to(const Topology& topo, DeviceId dst) {
   return dist;
 }
 
-Router::Router(const Topology& topo) : topo_(topo), cache_(topo.device_count()) {}
+Router::Router(const Topology& topo) : topo_(topo), cache_(topo.device_count()) {
+  hop_offsets_.reserve(topo.device_count() + 1);
+  hop_offsets_.push_back(0);
+  for (uint32_t d = 0; d < topo.device_count(); ++d) {
+    for (LinkId l : topo.out_links(DeviceId{d})) {
+      const DeviceId to = topo.link(l).to;
+      hops_.push_back(Hop{to.value, l.value, topo.device(to).kind == DeviceKind::kGpu});
+    }
+    hop_offsets_.push_back(static_cast<uint32_t>(hops_.size()));
+  }
+}
 
 const std::vector<uint16_t>& Router::distances_to(DeviceId dst) const {
   auto& slot = cache_[dst.value];
@@ -66,22 +76,21 @@ void Router::route(DeviceId src, DeviceId dst, uint64_t flow_key, std::vector<Li
                                 topo_.device(dst).name);
   }
   DeviceId at = src;
-  auto eligible = [&](LinkId l, uint16_t want) {
-    DeviceId next = topo_.link(l).to;
+  auto eligible = [&](const Hop& hop, uint16_t want) {
     // A GPU other than dst has a distance only as a source; never step onto one.
-    return dist[next.value] == want && (next == dst || topo_.device(next).kind != DeviceKind::kGpu);
+    return dist[hop.to] == want && (hop.to == dst.value || !hop.to_gpu);
   };
   while (at != dst) {
-    uint16_t want = static_cast<uint16_t>(dist[at.value] - 1);
-    auto links = topo_.out_links(at);
+    const uint16_t want = static_cast<uint16_t>(dist[at.value] - 1);
+    const std::span<const Hop> hops(hops_.data() + hop_offsets_[at.value], hops_.data() + hop_offsets_[at.value + 1]);
     size_t n = 0;
-    for (LinkId l : links) n += eligible(l, want) ? 1 : 0;
+    for (const Hop& hop : hops) n += eligible(hop, want) ? 1 : 0;
     size_t pick = n <= 1 ? 0 : mix(flow_key ^ mix(at.value)) % n;
-    for (LinkId l : links) {
-      if (!eligible(l, want)) continue;
+    for (const Hop& hop : hops) {
+      if (!eligible(hop, want)) continue;
       if (pick-- == 0) {
-        out.push_back(l);
-        at = topo_.link(l).to;
+        out.push_back(LinkId{hop.link});
+        at = DeviceId{hop.to};
         break;
       }
     }

@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <vector>
 
 #include "topology/topology.h"
@@ -49,6 +50,15 @@ class Router {
 
   const Topology& topo_;
   mutable std::vector<std::unique_ptr<std::vector<uint16_t>>> cache_;
+  // Every device's out-links in compressed rows, in out_links order, with what a route step
+  // reads of each: walking a spine's hundreds of ports then stays in one contiguous array.
+  struct Hop {
+    uint32_t to;
+    uint32_t link;
+    bool to_gpu;
+  };
+  std::vector<uint32_t> hop_offsets_;
+  std::vector<Hop> hops_;
 };
 
 }  // namespace parallax

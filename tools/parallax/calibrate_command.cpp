@@ -127,6 +127,17 @@ nlohmann::ordered_json errors_json(const PredictionErrors& e) {
   return j;
 }
 
+// A fit that the measurements cannot determine is the input's fault: named by its files.
+CollectiveFit fit_or_refuse(const MeasurementSet& set, std::vector<CollectiveTerms>& terms, const std::vector<bool>& use) {
+  try {
+    return fit_collectives_with_regimes(set.collectives, terms, use);
+  } catch (const std::invalid_argument& e) {
+    std::string files;
+    for (const std::string& f : set.files) files += (files.empty() ? "" : ", ") + f;
+    throw InputError(files, "", std::string("these measurements cannot be fitted: ") + e.what());
+  }
+}
+
 void run_fit(const CalibrateArgs& a) {
   MeasurementSet set = read_inputs(a);
   Topology base = load_for(a.topology, set);
@@ -136,7 +147,7 @@ void run_fit(const CalibrateArgs& a) {
   // Cross-validation first (it reassigns regimes on its own copy of the terms).
   std::vector<CollectiveTerms> cv_terms = terms_of(set, model);
   std::vector<bool> half = alternate_sizes_split(ms);
-  CollectiveFit half_fit = fit_collectives_with_regimes(ms, cv_terms, half);
+  CollectiveFit half_fit = fit_or_refuse(set, cv_terms, half);
   std::vector<bool> held(half.size());
   for (size_t i = 0; i < half.size(); ++i) held[i] = !half[i];
   PredictionErrors held_errors = prediction_errors(ms, cv_terms, half_fit, held);
@@ -162,7 +173,7 @@ void run_fit(const CalibrateArgs& a) {
   }
 
   std::vector<CollectiveTerms> terms = terms_of(set, model);
-  CollectiveFit fit = fit_collectives_with_regimes(ms, terms);
+  CollectiveFit fit = fit_or_refuse(set, terms, {});
   PredictionErrors in_sample = prediction_errors(ms, terms, fit, {});
 
   std::printf("# Parallax calibration fit: %zu collective measurements from %zu file(s) on %s\n", ms.size(),
