@@ -73,8 +73,16 @@ MeasurementSet read_inputs(const CalibrateArgs& a) {
     if (!o.op) throw InputError("", "--op", "unknown collective \"" + a.op + "\"");
   }
   ReadOutcome in = read_measurements(a.inputs, o);
+  if (in.set.collectives.empty()) {
+    // Nothing usable: one error with the first reason, not a warning per line before it.
+    if (in.problems.empty()) throw InputError(a.inputs.front(), "", "no collective measurement in the input");
+    const ReadProblem& first = in.problems.front();
+    const size_t others = in.problems.size() - 1;
+    throw InputError(first.file, first.line > 0 ? "line " + std::to_string(first.line) : "",
+                     first.reason + (others > 0 ? strprintf(" (and %zu more bad lines)", others) : std::string()) +
+                         "; no collective measurement is left to use");
+  }
   warn_about(in.problems);
-  if (in.set.collectives.empty()) throw InputError(a.inputs.front(), "", "no collective measurement in the input");
   return std::move(in.set);
 }
 

@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <memory>
 #include <optional>
 #include <string>
 
@@ -181,12 +182,23 @@ void write_trace(const CollectiveArgs& a, const CollectiveSimulator& sim, Collec
   write_file_atomically(a.trace, transfer_trace_json(sim.topology(), sim.router(), r.graph, r.timings, title));
 }
 
+// The ranks placed on the topology: one it cannot hold is the topology file's shortfall.
+std::unique_ptr<CollectiveSimulator> simulator_for(const CollectiveArgs& a, const Topology& topo, int ranks,
+                                                   std::optional<int> per_node) {
+  try {
+    return std::make_unique<CollectiveSimulator>(topo, ranks, per_node);
+  } catch (const std::invalid_argument& e) {
+    throw InputError(a.topology, "", e.what());
+  }
+}
+
 void run_sweep(const CollectiveArgs& a) {
   CollectiveOp op = parse_op_arg(a.op);
   CollectiveOptions options = simulation_options(a);
   Topology topo = load_question_topology(a, a.nodes);
   int gpus = a.gpus.value_or(static_cast<int>(topo.gpu_count()));
-  CollectiveSimulator sim(topo, gpus, a.gpus_per_node);
+  const std::unique_ptr<CollectiveSimulator> simulator = simulator_for(a, topo, gpus, a.gpus_per_node);
+  const CollectiveSimulator& sim = *simulator;
   int64_t lo = parse_size(a.min_bytes, "-b"), hi = parse_size(a.max_bytes, "-e");
   if (lo > hi) throw InputError("", "-b", "the smallest size is larger than the largest (-e)");
   if (a.step_factor < 2) throw InputError("", "-f", "the step factor must be at least 2");
@@ -257,7 +269,8 @@ void run_compare(const CollectiveArgs& a) {
   if (!a.nodes && nodes && topo.node_count() != *nodes) topo = load_question_topology(a, nodes, log.nccl_version);
   std::optional<int> per_node = a.gpus_per_node;
   if (!per_node && nodes && *ranks % *nodes == 0) per_node = *ranks / *nodes;
-  CollectiveSimulator sim(topo, *ranks, per_node);
+  const std::unique_ptr<CollectiveSimulator> simulator = simulator_for(a, topo, *ranks, per_node);
+  const CollectiveSimulator& sim = *simulator;
   CollectiveOptions options = simulation_options(a);
 
   std::string text = "measured: " + a.compare + (log.nccl_version.empty() ? "" : " (NCCL " + log.nccl_version + ")") +

@@ -1,7 +1,10 @@
-// Entry point of the `parallax` command line. Errors are reported here, once: bad input
-// (InputError, unit errors, bad arguments) exits 2 with a one-line message; an internal
-// invariant failure exits 70; anything else exits 1.
+// Entry point of the `parallax` command line. Errors are reported here, once, on one line with
+// control characters escaped (an input string may hold a newline): bad input (InputError, bad
+// arguments) and a job too large for this machine's memory exit 2; a failed invariant or any
+// other exception is a bug in Parallax and exits 70 as an internal error, with what to report.
 #include <cstdio>
+#include <new>
+#include <string>
 
 #include <CLI/CLI.hpp>
 #include <spdlog/spdlog.h>
@@ -9,6 +12,40 @@
 #include "engine/invariant.h"
 #include "io/input_error.h"
 #include "parallax/commands.h"
+
+namespace {
+
+constexpr const char* kReport =
+    " (a bug in Parallax: please report it with the command line and the input files it read)";
+
+// One line whatever the message holds: control characters and DEL as C escapes.
+std::string one_line(const char* message) {
+  std::string out;
+  for (const char* c = message; *c; ++c) {
+    const auto byte = static_cast<unsigned char>(*c);
+    if (byte == '\n') {
+      out += "\\n";
+    } else if (byte == '\r') {
+      out += "\\r";
+    } else if (byte == '\t') {
+      out += "\\t";
+    } else if (byte < 0x20 || byte == 0x7f) {
+      char hex[8];
+      std::snprintf(hex, sizeof hex, "\\x%02x", byte);
+      out += hex;
+    } else {
+      out += *c;
+    }
+  }
+  return out;
+}
+
+int report(const char* prefix, const char* message, const char* suffix, int code) {
+  std::fprintf(stderr, "parallax: %s%s%s\n", prefix, one_line(message).c_str(), suffix);
+  return code;
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   CLI::App app{"Parallax: a discrete-event simulator of GPU clusters for distributed deep learning"};
@@ -36,17 +73,15 @@ int main(int argc, char** argv) {
   } catch (const CLI::CallForVersion& e) {
     return app.exit(e);
   } catch (const CLI::ParseError& e) {
-    std::fprintf(stderr, "parallax: error: %s (see --help)\n", e.what());
-    return 2;
+    return report("error: ", e.what(), " (see --help)", 2);
   } catch (const parallax::InputError& e) {
-    std::fprintf(stderr, "parallax: error: %s\n", e.what());
-    return 2;
+    return report("error: ", e.what(), "", 2);
+  } catch (const std::bad_alloc&) {
+    return report("error: ", "not enough memory for this simulation on this machine", "", 2);
   } catch (const parallax::InternalError& e) {
-    std::fprintf(stderr, "parallax: %s\n", e.what());
-    return 70;
+    return report("", e.what(), kReport, 70);
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "parallax: error: %s\n", e.what());
-    return 1;
+    return report("internal error: ", e.what(), kReport, 70);
   }
   return 0;
 }
