@@ -40,15 +40,17 @@ if(TARGET parallax-nccl-bench-mpi)
   set_tests_properties(harness.nccl_bench_mpi.no_gpu_exits_3 PROPERTIES ENVIRONMENT "ASAN_OPTIONS=protect_shadow_gap=0")
 endif()
 
-# MPI over shared memory on this host: the lines written, resume, repair of a cut file, and a
-# failed warm-up on one rank (the coordinator both harnesses share).
+# MPI over shared memory on this host: the lines written, resume, repair of a cut file, a job
+# SIGKILLed at four points and rerun, and a failed warm-up on one rank (the coordinator both
+# harnesses share).
 if(TARGET parallax-mpi-bench)
-  foreach(check np2 resume repair np4 fault)
+  foreach(check np2 resume repair kill np4 fault)
     add_test(NAME harness.mpi_bench.${check}
              COMMAND bash ${harness_dir}/mpi-bench-test.sh ${check} ${MPIEXEC_EXECUTABLE}
                      $<TARGET_FILE:parallax-mpi-bench> ${harness_scratch}/mpi_${check})
     set_tests_properties(harness.mpi_bench.${check} PROPERTIES TIMEOUT 60 RUN_SERIAL TRUE)
   endforeach()
+  set_tests_properties(harness.mpi_bench.kill PROPERTIES LABELS long)
 endif()
 # The GPU smoke script with a stand-in binary: its output files, part logs and point timeout.
 add_test(NAME harness.gpu_smoke.script

@@ -309,6 +309,23 @@ TEST(HarnessLog, ALastLineThatDoesNotParseIsDroppedAnEarlierOneRefused) {
   }
 }
 
+TEST(HarnessLog, ASecondWriterOfTheSameFileIsRefusedUntilTheFirstCloses) {
+  const std::string path = temp_path("locked.jsonl");
+  write_all(path, "{\"kind\":\"meta\"}\n");
+  std::ostringstream notes;
+  {
+    MeasurementLog first(path, notes);
+    try {
+      MeasurementLog second(path, notes);
+      FAIL() << "two runs appending to one file would measure points twice";
+    } catch (const std::runtime_error& e) {
+      EXPECT_NE(std::string(e.what()).find("another run is still writing"), std::string::npos) << e.what();
+    }
+  }
+  MeasurementLog again(path, notes);  // the lock went with the first log
+  EXPECT_EQ(again.resumed(), 0u);
+}
+
 TEST(HarnessLog, KeysNameThePoint) {
   const nlohmann::json gemm = {{"kind", "gemm"}, {"dtype", "bf16"}, {"m", 1}, {"n", 2}, {"k", 3}, {"label", "x"}};
   nlohmann::json other = gemm;

@@ -2,6 +2,7 @@
 #include "harness/measurement_log.h"
 
 #include <fcntl.h>
+#include <sys/file.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -51,6 +52,31 @@ std::string measurement_key(const nlohmann::json& line) {
 }
 
 MeasurementLog::MeasurementLog(const std::string& path, std::ostream& notes) : path_(path) {
+  // Locked before it is read: a killed job's rank 0 may outlive its launcher for a while and
+  // still append, and a second run reading meanwhile would measure its points again.
+  fd_ = ::open(path.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
+  if (fd_ < 0) fail(path, std::string("cannot open for appending: ") + std::strerror(errno));
+  if (::flock(fd_, LOCK_EX | LOCK_NB) != 0) {
+    const int why = errno;
+    ::close(fd_);
+    fd_ = -1;
+    if (why == EWOULDBLOCK) {
+      fail(path, "another run is still writing to this file (the ranks of a killed job can take a while to exit); "
+                 "wait for it to end, or stop it, then run again");
+    }
+    fail(path, std::string("cannot lock: ") + std::strerror(why));
+  }
+  try {
+    resume(notes);
+  } catch (...) {
+    ::close(fd_);  // and with it the lock: the caller may fix the file and open it again
+    fd_ = -1;
+    throw;
+  }
+}
+
+void MeasurementLog::resume(std::ostream& notes) {
+  const std::string& path = path_;
   std::string text;
   {
     std::ifstream in(path, std::ios::binary);
@@ -96,11 +122,9 @@ MeasurementLog::MeasurementLog(const std::string& path, std::ostream& notes) : p
     }
     start = end + 1;
   }
-  if (keep < text.size() && ::truncate(path.c_str(), static_cast<off_t>(keep)) != 0) {
+  if (keep < text.size() && ::ftruncate(fd_, static_cast<off_t>(keep)) != 0) {
     fail(path, std::string("cannot drop the partial last line: ") + std::strerror(errno));
   }
-  fd_ = ::open(path.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
-  if (fd_ < 0) fail(path, std::string("cannot open for appending: ") + std::strerror(errno));
 }
 
 MeasurementLog::~MeasurementLog() {

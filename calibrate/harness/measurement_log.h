@@ -1,5 +1,5 @@
-// The JSON-lines measurement file of calibrate/FORMAT.md, opened for appending: resume (what is
-// already measured), repair (a partial last line left by a killed run) and durable appends (one
+// The JSON-lines measurement file of calibrate/FORMAT.md, opened for appending and locked: resume
+// (what is already measured), repair (a partial last line left by a killed run) and durable appends (one
 // write(2) per complete line, so a crash can cut at most the line being written).
 #pragma once
 
@@ -21,7 +21,9 @@ std::string measurement_key(const nlohmann::json& line);
 /// An append-only measurement file.
 class MeasurementLog {
  public:
-  /// Opens `path` for appending, creating it if absent. An existing file is read first: blank
+  /// Opens `path` for appending, creating it if absent, and takes an exclusive lock on it for
+  /// as long as the log lives: a second run on the same file (or a killed job's rank that is
+  /// still writing) is refused with std::runtime_error naming the path. The file is then read: blank
   /// lines are skipped, the key and value of every measurement line are kept, and a last line
   /// that lacks its newline or does not parse (a run killed mid-write) is dropped by
   /// truncating the file after the previous newline; `notes` is told. Throws
@@ -48,6 +50,8 @@ class MeasurementLog {
   int fd_ = -1;
   size_t resumed_ = 0;
   std::map<std::string, nlohmann::json> done_;
+
+  void resume(std::ostream& notes);
 };
 
 }  // namespace parallax::harness

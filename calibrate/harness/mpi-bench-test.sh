@@ -7,6 +7,8 @@
 #   resume  the same command twice: the second run appends a meta line and no collective line;
 #   repair  a file cut mid-line (a killed run) with its last points missing: the partial line is
 #           dropped, the missing points measured, none twice;
+#   kill    the job SIGKILLed once the file holds 1, 17, 58 and 103 points, then rerun: every
+#           point once, none lost;
 #   np4     4 ranks over groups all, pair-intra, one-per-node, self (see the count below);
 #   fault   rank 1's warm-up fails (PARALLAX_BENCH_FAULT): the run ends with exit 1 instead of
 #           hanging, names the fault, abandons the group, and still measures rank 0 alone.
@@ -47,7 +49,9 @@ fail() {
   cat "$scratch/stderr" >&2
   exit 1
 }
-count() { grep -c "\"kind\":\"$1\"" "$out" || true; }
+count() {
+  if [ -f "$out" ]; then grep -c "\"kind\":\"$1\"" "$out" || true; else echo 0; fi
+}
 expect_lines() {  # expect_lines KIND N
   local got
   got=$(count "$1")
@@ -104,6 +108,24 @@ case "$mode" in
     expect_lines collective 120
     expect_unique
     expect_json
+    ;;
+  kill)
+    # SIGKILL to the whole job (launcher and ranks, as a batch system's kill would) once the file
+    # holds k points, for several k, then the same command again: every point once, none lost.
+    for k in 1 17 58 103; do
+      rm -f "$out"
+      setsid "${launcher[@]}" -np 2 "$bench" -n 500 -w 2 -o "$out" "${sweep2[@]}" >"$scratch/stdout" 2>"$scratch/stderr" &
+      job=$!
+      while kill -0 "$job" 2>/dev/null && [ "$(count collective)" -lt "$k" ]; do sleep 0.005; done
+      kill -KILL -- "-$job" 2>/dev/null || true
+      wait "$job" 2>/dev/null || true
+      before=$(count collective)
+      run 2 "${sweep2[@]}"
+      expect_lines collective 120
+      expect_unique
+      expect_json
+      echo "killed at $before points: resumed to 120, none twice"
+    done
     ;;
   np4)
     # Sizes 8 B … 4 KiB ×8 (4). Groups: all (4 ranks), pair-intra (2), self (1); one-per-node needs
