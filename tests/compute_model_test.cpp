@@ -179,6 +179,8 @@ TEST(ComputeModel, MissingTensorCorePathsFallBack) {
   EXPECT_EQ(peak_rate(g, DType::kFp8), g.bf16);
   EXPECT_EQ(peak_rate(g, DType::kTf32), g.fp32);
   EXPECT_EQ(peak_rate(h100(), DType::kFp8), h100().fp8);
+  // No fp4 tensor cores, no fp4 GEMM: the peak is zero, and training refuses it (below).
+  EXPECT_EQ(peak_rate(h100(), DType::kFp4).value(), 0.0);
 }
 
 TEST(ComputeModel, RejectsNonsenseOptions) {

@@ -30,14 +30,14 @@ inline Topology load_preset_oversubscribed(const std::string& name, int nodes, c
 }
 
 inline GpuSpec toy_gpu() {
-  return GpuSpec{"toy", FlopRate(1e12), FlopRate(0), FlopRate(1e12), FlopRate(1e12), FlopRate(0), gib(1),
+  return GpuSpec{"toy", FlopRate(1e12), FlopRate(0), FlopRate(1e12), FlopRate(1e12), FlopRate(0), FlopRate(0), gib(1),
                  gigabytes_per_second(100)};
 }
 
-/// `n` GPUs each joined to one switch by a link of `bw` per direction and latency `lat`.
-inline Topology star(int n, Bandwidth bw, Time lat) {
+/// `n` GPUs (of `gpu`) each joined to one switch by a link of `bw` per direction and latency `lat`.
+inline Topology star(int n, Bandwidth bw, Time lat, const GpuSpec& gpu = toy_gpu()) {
   Topology t;
-  int spec = t.add_gpu_spec(toy_gpu());
+  int spec = t.add_gpu_spec(gpu);
   DeviceId sw = t.add_device(Device{"sw", DeviceKind::kSwitch, SwitchKind::kNVSwitch, 0, -1, -1, false, false, {}});
   for (int i = 0; i < n; ++i) {
     DeviceId g = t.add_device(Device{"g" + std::to_string(i), DeviceKind::kGpu, SwitchKind::kNone, 0, i, spec,

@@ -195,6 +195,32 @@ TEST(IterationCommunication, Fp8ParametersHalveTheGathersAndTheWeightsHeld) {
   expect_parts_add_up(fp8_params);
 }
 
+TEST(IterationMemory, Fp4TrainingCachesTwoQuantisedCopiesOfEachWeight) {
+  // Outside ZeRO-3, Transformer Engine keeps a weight's fp4 copy for the forward and its
+  // transposed copy for the data gradient beside the bf16 one: NVFP4 quantises weights in 16×16
+  // blocks (an E4M3 scale per 256 elements), so 2 + 2·(0.5 + 1/256) B per parameter; MXFP4's
+  // scale per 32: 2 + 2·(0.5 + 1/32).
+  const ModelConfig model = tiny();
+  const double psi = static_cast<double>(count_parameters(model).total);
+  Topology topo = toy_cluster(4);
+  ParallelLayout l = layout(4, 1, 1, 4);
+  l.dtype = DType::kFp4;
+  l.zero_stage = ZeroStage::kStage1;
+  // The toy GPU has no fp4 tensor cores: training in fp4 is refused with the GPU named.
+  try {
+    simulate_iteration(model, l, topo);
+    FAIL() << "fp4 GEMMs on a GPU without fp4 tensor cores";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("has no fp4 peak"), std::string::npos) << e.what();
+  }
+  GpuSpec with_fp4 = test::toy_gpu();
+  with_fp4.fp4 = FlopRate(4 * with_fp4.bf16.value());
+  topo = test::star(4, gigabytes_per_second(100), Time::us(1), with_fp4);
+  EXPECT_DOUBLE_EQ(simulate_iteration(model, l, topo).stages[0].memory.parameters.value(), (2 + 2 * (0.5 + 1.0 / 256)) * psi);
+  l.fp4_recipe = Fp4Recipe::kMxfp4;
+  EXPECT_DOUBLE_EQ(simulate_iteration(model, l, topo).stages[0].memory.parameters.value(), (2 + 2 * (0.5 + 1.0 / 32)) * psi);
+}
+
 TEST(IterationCommunication, TensorParallelSendsFourAllReducesPerLayer) {
   // Megatron: 2 all-reduces forward and 2 backward per layer, each of S = b·s·h·2 bytes; a ring
   // all-reduce sends 2(t−1)/t·S per GPU. t = 4, 8 layers, m = 2 micro-batches:

@@ -128,6 +128,42 @@ TEST(Fp8Recipes, EachFp8GemmQuantisesItsInputAndItsOutputGradient) {
   }
 }
 
+TEST(Fp4Recipes, EachFp4GemmQuantisesItsInputAndItsOutputGradient) {
+  // The same qkv_proj in fp4. NVFP4 (Transformer Engine's NVFP4BlockScaling) reads the 16-bit
+  // tensor for its per-tensor amax, again for the cast, and writes a row-wise and a column-wise
+  // (Hadamard-transformed) copy of 0.5 B per element plus an E4M3 scale per 16:
+  // 2 + 2 + 2·(0.5 + 1/16) = 5.125 B per element. MXFP4 has no per-tensor scale and an E8M0
+  // scale per 32: 2 + 2·(0.5 + 1/32) = 3.0625 B.
+  EXPECT_DOUBLE_EQ(fp4_cast_bytes_per_element(Fp4Recipe::kNvfp4), 5.125);
+  EXPECT_DOUBLE_EQ(fp4_cast_bytes_per_element(Fp4Recipe::kMxfp4), 3.0625);
+  EXPECT_EQ(quantise_bytes_per_element(DType::kBf16, Fp8Recipe::kDelayed, Fp4Recipe::kNvfp4), std::nullopt);
+  const ModelConfig llama = bundled("llama3-8b");
+  for (auto [recipe, per_element] : {std::pair{Fp4Recipe::kNvfp4, 5.125}, std::pair{Fp4Recipe::kMxfp4, 3.0625}}) {
+    SCOPED_TRACE(to_string(recipe));
+    MicroBatch mb = batch(1, 4096);
+    mb.dtype = DType::kFp4;
+    mb.fp4_recipe = recipe;
+    const std::vector<ModelOperator> ops = layer_operators(llama, 0, mb, {});
+    auto it = std::find_if(ops.begin(), ops.end(), [](const ModelOperator& op) { return op.name == "qkv_proj_fp4_cast"; });
+    ASSERT_NE(it, ops.end());
+    EXPECT_DOUBLE_EQ(it->forward.bytes_read_written.value(), 4096.0 * 4096 * per_element);
+    EXPECT_DOUBLE_EQ(it->backward.bytes_read_written.value(), 4096.0 * 6144 * per_element);
+    // The GEMMs themselves read fp4 operands (0.5625 B with NVFP4's scales) and write bf16; the
+    // attention core and the norms stay 16-bit.
+    auto gemm = std::find_if(ops.begin(), ops.end(), [](const ModelOperator& op) { return op.name == "qkv_proj"; });
+    ASSERT_NE(gemm, ops.end());
+    EXPECT_EQ(gemm->forward.dtype, DType::kFp4);
+    EXPECT_DOUBLE_EQ(gemm->forward.bytes_read_written.value(),
+                     (4096.0 * 4096 + 4096.0 * 6144) * 0.5625 + 4096.0 * 6144 * 2);
+    auto attention = std::find_if(ops.begin(), ops.end(), [](const ModelOperator& op) { return op.name == "attention"; });
+    ASSERT_NE(attention, ops.end());
+    EXPECT_EQ(attention->forward.dtype, DType::kBf16);
+    EXPECT_EQ(std::count_if(ops.begin(), ops.end(),
+                            [](const ModelOperator& op) { return op.name.ends_with("_fp4_cast"); }),
+              5);
+  }
+}
+
 TEST(MoeLayerFlops, MixtralLayerMatchesTheClosedForm) {
   // Mixtral layer, b = 1, s = T = 4096, h = 4096, 32 heads of 128, 8 KV heads, 8 experts
   // (f_e = 14336), top-2. Forward:

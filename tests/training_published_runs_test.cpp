@@ -87,7 +87,10 @@ TEST(PublishedRuns, LayoutOfARow) {
   EXPECT_EQ(parallel_layout_of(full).schedule, PipelineScheduleKind::kInterleavedOneFOneB);
   EXPECT_EQ(parallel_layout_of(full).dtype, DType::kFp8);
   full.precision = "fp4";
-  EXPECT_THROW(parallel_layout_of(full), InputError);
+  EXPECT_EQ(parallel_layout_of(full).dtype, DType::kFp4);
+  EXPECT_EQ(parallel_layout_of(full).fp4_recipe, Fp4Recipe::kNvfp4);
+  full.precision = "mxfp4";
+  EXPECT_EQ(parallel_layout_of(full).fp4_recipe, Fp4Recipe::kMxfp4);
 }
 
 TEST(PublishedRuns, EveryGpuTypeOfTheFormatHasAPreset) {

@@ -155,6 +155,14 @@ set_tests_properties(search.no_gpus PROPERTIES PASS_REGULAR_EXPRESSION "--gpus: 
 add_test(NAME train.part_of_a_rack
          COMMAND $<TARGET_FILE:parallax> train ${PROJECT_SOURCE_DIR}/tests/data/workloads/llama3-70b-64xgb200-nvl72.json --network analytical)
 set_tests_properties(train.part_of_a_rack PROPERTIES PASS_REGULAR_EXPRESSION "on GB200 NVL72, 64 GPUs")
+# NVFP4 training on Blackwell: the recipe named in the layout; refused on a GPU without fp4 tensor cores.
+add_test(NAME train.nvfp4_on_gb200
+         COMMAND $<TARGET_FILE:parallax> train ${PROJECT_SOURCE_DIR}/tests/data/workloads/llama3-70b-64xgb200-nvl72.json --network analytical --dtype fp4)
+set_tests_properties(train.nvfp4_on_gb200 PROPERTIES PASS_REGULAR_EXPRESSION "fp4 \\(nvfp4\\)")
+add_test(NAME train.fp4_on_h100_refused
+         COMMAND bash -c "\"$0\" train \"$1\" --network analytical --dtype fp4; test $? -eq 2" $<TARGET_FILE:parallax>
+                 ${PROJECT_SOURCE_DIR}/workloads/train/llama3-70b-64xdgx-h100.json)
+set_tests_properties(train.fp4_on_h100_refused PROPERTIES PASS_REGULAR_EXPRESSION "H100-SXM5-80GB has no fp4 peak")
 add_test(NAME train.racks_of_64
          COMMAND $<TARGET_FILE:parallax> train ${PROJECT_SOURCE_DIR}/tests/data/workloads/llama3-70b-64xgb200-nvl72.json --dp 64 --network analytical)
 set_tests_properties(train.racks_of_64 PROPERTIES PASS_REGULAR_EXPRESSION "on GB200 NVL72, 256 GPUs")

@@ -12,6 +12,7 @@ FlopRate peak_rate(const GpuSpec& gpu, DType dtype) {
     case DType::kBf16: return gpu.bf16;
     case DType::kFp16: return gpu.fp16.value() > 0 ? gpu.fp16 : gpu.bf16;
     case DType::kFp8: return gpu.fp8.value() > 0 ? gpu.fp8 : gpu.bf16;
+    case DType::kFp4: return gpu.fp4;  // no fallback: without FP4 tensor cores there is no fp4 GEMM
   }
   return gpu.bf16;
 }

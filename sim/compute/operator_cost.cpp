@@ -3,6 +3,10 @@
 #include <algorithm>
 
 namespace parallax {
+namespace {
+constexpr double kNvfp4Bytes = 0.5 + 1.0 / 16.0;  // E2M1 values and an E4M3 scale per 16
+constexpr double kMxfp4Bytes = 0.5 + 1.0 / 32.0;  // E2M1 values and an E8M0 scale per 32
+}  // namespace
 
 const char* to_string(DType d) {
   switch (d) {
@@ -11,12 +15,13 @@ const char* to_string(DType d) {
     case DType::kBf16: return "bf16";
     case DType::kFp16: return "fp16";
     case DType::kFp8: return "fp8";
+    case DType::kFp4: return "fp4";
   }
   return "?";
 }
 
 std::optional<DType> dtype_from_string(std::string_view s) {
-  for (DType d : {DType::kFp32, DType::kTf32, DType::kBf16, DType::kFp16, DType::kFp8}) {
+  for (DType d : {DType::kFp32, DType::kTf32, DType::kBf16, DType::kFp16, DType::kFp8, DType::kFp4}) {
     if (s == to_string(d)) return d;
   }
   return std::nullopt;
@@ -29,6 +34,7 @@ double bytes_per_element(DType d) {
     case DType::kBf16:
     case DType::kFp16: return 2.0;
     case DType::kFp8: return 1.0;
+    case DType::kFp4: return kNvfp4Bytes;
   }
   return 2.0;
 }
@@ -58,7 +64,38 @@ double fp8_cast_bytes_per_element(Fp8Recipe r) {
   return 0.0;
 }
 
-DType activation_dtype(DType gemm_dtype) { return gemm_dtype == DType::kFp8 ? DType::kBf16 : gemm_dtype; }
+const char* to_string(Fp4Recipe r) {
+  switch (r) {
+    case Fp4Recipe::kNvfp4: return "nvfp4";
+    case Fp4Recipe::kMxfp4: return "mxfp4";
+  }
+  return "?";
+}
+
+std::optional<Fp4Recipe> fp4_recipe_from_string(std::string_view s) {
+  for (Fp4Recipe r : {Fp4Recipe::kNvfp4, Fp4Recipe::kMxfp4}) {
+    if (s == to_string(r)) return r;
+  }
+  return std::nullopt;
+}
+
+double fp4_cast_bytes_per_element(Fp4Recipe r) {
+  switch (r) {
+    case Fp4Recipe::kNvfp4: return 2.0 + 2.0 + 2.0 * kNvfp4Bytes;
+    case Fp4Recipe::kMxfp4: return 2.0 + 2.0 * kMxfp4Bytes;
+  }
+  return 0.0;
+}
+
+std::optional<double> quantise_bytes_per_element(DType dtype, Fp8Recipe fp8, Fp4Recipe fp4) {
+  if (dtype == DType::kFp8) return fp8_cast_bytes_per_element(fp8);
+  if (dtype == DType::kFp4) return fp4_cast_bytes_per_element(fp4);
+  return std::nullopt;
+}
+
+bool is_quantised(DType d) { return d == DType::kFp8 || d == DType::kFp4; }
+
+DType activation_dtype(DType gemm_dtype) { return is_quantised(gemm_dtype) ? DType::kBf16 : gemm_dtype; }
 
 const char* to_string(OperatorKind k) {
   switch (k) {

@@ -13,19 +13,22 @@
 namespace parallax {
 
 /// Element type of an operator's inputs (tensor-core path for GEMMs).
-enum class DType : uint8_t { kFp32, kTf32, kBf16, kFp16, kFp8 };
+enum class DType : uint8_t { kFp32, kTf32, kBf16, kFp16, kFp8, kFp4 };
 
-/// "fp32", "tf32", "bf16", "fp16", "fp8".
+/// "fp32", "tf32", "bf16", "fp16", "fp8", "fp4".
 const char* to_string(DType d);
 /// Parses the names of to_string(DType); nullopt for anything else.
 std::optional<DType> dtype_from_string(std::string_view s);
-/// Bytes per element in memory: 4 for fp32 and tf32 (tf32 is stored as fp32), 2, 2, 1.
+/// Bytes per element in memory: 4 for fp32 and tf32 (tf32 is stored as fp32), 2, 2, 1, and for
+/// fp4 half a byte plus NVFP4's E4M3 scale per 16 elements: 0.5625.
 double bytes_per_element(DType d);
-/// The type activations are kept in between kernels when GEMMs run in `gemm_dtype`: fp8 GEMMs
-/// (Transformer Engine, TensorRT-LLM, vLLM W8A8) read quantised inputs and weights but write
-/// bf16, and the attention core, the norms, the activations and the collectives work on bf16;
-/// any other type is its own activation type.
+/// The type activations are kept in between kernels when GEMMs run in `gemm_dtype`: fp8 and
+/// fp4 GEMMs (Transformer Engine, TensorRT-LLM, vLLM W8A8) read quantised inputs and weights but
+/// write bf16, and the attention core, the norms, the activations and the collectives work on
+/// bf16; any other type is its own activation type.
 DType activation_dtype(DType gemm_dtype);
+/// fp8 or fp4: GEMM inputs quantised from 16-bit tensors by kernels of their own.
+bool is_quantised(DType d);
 
 /// How an fp8 training recipe scales its tensors (Transformer Engine's recipes): kDelayed,
 /// per-tensor scales from the amax history of earlier steps (DelayedScaling); kCurrent,
@@ -42,6 +45,25 @@ std::optional<Fp8Recipe> fp8_recipe_from_string(std::string_view s);
 /// tensor once more for its amax: 6; MXFP8 writes a scale byte per 32 elements of each copy:
 /// 4 + 2/32.
 double fp8_cast_bytes_per_element(Fp8Recipe r);
+
+/// How an fp4 training recipe quantises its tensors to E2M1: kNvfp4, Transformer Engine's
+/// NVFP4BlockScaling (an E4M3 scale per 16 elements and an fp32 scale per tensor from its amax;
+/// 16×16 blocks for weights, random Hadamard transforms on the weight-gradient GEMM's inputs,
+/// stochastic rounding of gradients; fprop, dgrad and wgrad all in fp4); kMxfp4, OCP MXFP4 (an
+/// E8M0 scale per 32 elements, no per-tensor scale).
+enum class Fp4Recipe : uint8_t { kNvfp4, kMxfp4 };
+/// "nvfp4", "mxfp4".
+const char* to_string(Fp4Recipe r);
+std::optional<Fp4Recipe> fp4_recipe_from_string(std::string_view s);
+/// HBM bytes per element of quantising a 16-bit GEMM operand for fp4 training, both copies
+/// written (the row-wise one for this GEMM, the column-wise one, Hadamard-transformed under
+/// NVFP4, for the weight gradient): NVFP4 reads the tensor for its amax, then again for the
+/// cast, and writes two copies of 0.5 + 1/16 bytes: 2 + 2 + 2·0.5625 = 5.125; MXFP4 needs no
+/// amax pass: 2 + 2·(0.5 + 1/32) = 3.0625.
+double fp4_cast_bytes_per_element(Fp4Recipe r);
+/// Per element of a 16-bit operand, what quantising it for a `dtype` GEMM costs under the
+/// recipe of that type; nullopt for a GEMM that reads its inputs as they are.
+std::optional<double> quantise_bytes_per_element(DType dtype, Fp8Recipe fp8, Fp4Recipe fp4);
 
 /// What bounds an operator and which efficiency applies to it.
 enum class OperatorKind : uint8_t {

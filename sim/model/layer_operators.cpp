@@ -23,10 +23,11 @@ constexpr double kMaskBytes = 1;        // a dropout mask, one byte per element
 class OperatorList {
  public:
   // GEMMs run in `dtype`; everything else on activations in activation_dtype(dtype).
-  // `cast`: training's fp8 recipe, whose quantisation kernels each fp8 GEMM adds.
-  explicit OperatorList(DType dtype, std::optional<Fp8Recipe> cast = std::nullopt)
+  // `cast`: training's fp8 or fp4 recipe, HBM bytes per element of the quantisation kernels
+  // that each such GEMM adds (quantise_bytes_per_element).
+  explicit OperatorList(DType dtype, std::optional<double> cast = std::nullopt)
       : dtype_(dtype), activation_(activation_dtype(dtype)), element_(bytes_per_element(activation_)),
-        cast_(dtype == DType::kFp8 ? cast : std::nullopt) {}
+        cast_(is_quantised(dtype) ? cast : std::nullopt) {}
 
   double element_bytes() const { return element_; }
 
@@ -46,9 +47,9 @@ class OperatorList {
     backward.bytes_read_written = forward.bytes_read_written * 2.0;
     backward.kernels = 2;
     ops_.push_back({name, forward, backward, false, Bytes(), Bytes()});
-    if (type == DType::kFp8 && cast_) {
-      const double per_element = fp8_cast_bytes_per_element(*cast_);
-      ops_.push_back({name + "_fp8_cast",
+    if (is_quantised(type) && cast_) {
+      const double per_element = *cast_;
+      ops_.push_back({name + "_" + to_string(type) + "_cast",
                       memory_bound_cost(Bytes(groups * m * k * per_element), Flops(groups * m * k), activation_),
                       memory_bound_cost(Bytes(groups * m * n * per_element), Flops(groups * m * n), activation_),
                       false, Bytes(), Bytes()});
@@ -158,7 +159,7 @@ class OperatorList {
   DType dtype_;
   DType activation_;
   double element_;
-  std::optional<Fp8Recipe> cast_;
+  std::optional<double> cast_;
   std::vector<ModelOperator> ops_;
 };
 
@@ -323,7 +324,7 @@ namespace {
 
 std::vector<ModelOperator> layer_ops(const ModelConfig& m, int layer, const LocalSizes& z, DType dtype,
                                      AttentionKernel attention, const ShardingFactors& sh,
-                                     std::optional<Fp8Recipe> cast = std::nullopt) {
+                                     std::optional<double> cast = std::nullopt) {
   if (layer < 0 || layer >= m.layers + m.mtp_layers) {
     throw std::invalid_argument("layer " + std::to_string(layer) + " is outside the model");
   }
@@ -361,7 +362,8 @@ double vocab_slice(const ModelConfig& m, const ShardingFactors& sh) {
 std::vector<ModelOperator> layer_operators(const ModelConfig& m, int layer, const MicroBatch& batch,
                                            const ShardingFactors& sh) {
   require_valid(m, batch, sh);
-  return layer_ops(m, layer, LocalSizes(m, batch, sh), batch.dtype, batch.attention, sh, batch.fp8_recipe);
+  return layer_ops(m, layer, LocalSizes(m, batch, sh), batch.dtype, batch.attention, sh,
+                   quantise_bytes_per_element(batch.dtype, batch.fp8_recipe, batch.fp4_recipe));
 }
 
 std::vector<ModelOperator> layer_operators(const ModelConfig& m, int layer, const RaggedBatch& batch,

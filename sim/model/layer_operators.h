@@ -105,11 +105,13 @@ struct MicroBatch {
   bool causal = true;
   DType dtype = DType::kBf16;
   AttentionKernel attention = AttentionKernel::kFlash;
-  /// Training with fp8 GEMMs: how their 16-bit inputs and output gradients are quantised; each
-  /// fp8 GEMM then has a "…_fp8_cast" operator (forward: its input, m·k elements; backward: its
-  /// output gradient, m·n) at fp8_cast_bytes_per_element. Weights are quantised once per
-  /// iteration (Transformer Engine caches them across micro-batches): not counted per pass.
+  /// Training with fp8 (fp4) GEMMs: how their 16-bit inputs and output gradients are quantised;
+  /// each such GEMM then has a "…_fp8_cast" ("…_fp4_cast") operator (forward: its input, m·k
+  /// elements; backward: its output gradient, m·n) at quantise_bytes_per_element. Weights are
+  /// quantised once per iteration (Transformer Engine caches them across micro-batches): not
+  /// counted per pass.
   Fp8Recipe fp8_recipe = Fp8Recipe::kDelayed;
+  Fp4Recipe fp4_recipe = Fp4Recipe::kNvfp4;
 };
 
 /// One sequence of a serving step: q_len new tokens after kv_len − q_len cached ones

@@ -73,6 +73,7 @@ nlohmann::ordered_json parallel_block(const ParallelLayout& l) {
     p["fp8_recipe"] = to_string(l.fp8_recipe);
     p["fp8_param_gather"] = l.fp8_param_gather;
   }
+  if (l.dtype == DType::kFp4) p["fp4_recipe"] = to_string(l.fp4_recipe);
   p["attention"] = to_string(l.attention);
   p["grad_reduce_overlap"] = l.grad_reduce_overlap;
   p["grad_reduce_in_fp32"] = l.grad_reduce_in_fp32;

@@ -48,7 +48,7 @@ std::optional<SwitchKind> switch_kind_from_string(std::string_view s);
 /// means the GPU has no such tensor-core path.
 struct GpuSpec {
   std::string name;
-  FlopRate fp32, tf32, bf16, fp16, fp8;
+  FlopRate fp32, tf32, bf16, fp16, fp8, fp4;
   Bytes memory;
   Bandwidth memory_bandwidth;
   /// Streaming multiprocessors, 0 when not given. NCCL runs one thread block per channel, each

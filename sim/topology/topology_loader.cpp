@@ -58,6 +58,7 @@ GpuSpec read_gpu_spec(JsonReader r) {
   if (auto v = peak.find("fp16")) g.fp16 = require_positive(*v, v->as_flop_rate());
   if (auto v = peak.find("tf32")) g.tf32 = require_positive(*v, v->as_flop_rate());
   if (auto v = peak.find("fp8")) g.fp8 = require_positive(*v, v->as_flop_rate());
+  if (auto v = peak.find("fp4")) g.fp4 = require_positive(*v, v->as_flop_rate());
   peak.finish();
   g.memory = require_positive(r.at("memory"), r.at("memory").as_bytes());
   g.memory_bandwidth = require_positive(r.at("memory_bandwidth"), r.at("memory_bandwidth").as_bandwidth());

@@ -42,9 +42,9 @@ std::vector<StageMemory> stage_memory(const ModelConfig& model, const ParallelLa
     MemoryBreakdown& mem = stage.memory;
     const double n = data_parallel, ne = expert_dp;
     const double held = psi / (zero3 ? n : 1.0) + psi_experts / (zero3 ? ne : 1.0);
-    const Bytes fp8_extra((parameter_bytes(layout) - kParameterBytes) * held +
-                          fp8_weight_cache_bytes(layout) * (psi + psi_experts));
-    mem.parameters = Bytes(kParameterBytes * held) + fp8_extra;
+    const Bytes quantised_extra((parameter_bytes(layout) - kParameterBytes) * held +
+                          quantised_weight_cache_bytes(layout) * (psi + psi_experts));
+    mem.parameters = Bytes(kParameterBytes * held) + quantised_extra;
     const bool sharded_gradients = zero == ZeroStage::kStage2 || zero3;
     mem.gradients = Bytes(gradient_bytes * (psi / (sharded_gradients ? n : 1.0) + psi_experts / (sharded_gradients ? ne : 1.0)));
     const bool zero0 = zero == ZeroStage::kStage0;
@@ -52,7 +52,7 @@ std::vector<StageMemory> stage_memory(const ModelConfig& model, const ParallelLa
         Bytes(kAdamOptimizerBytesPerParameter * (psi / (zero0 ? 1.0 : n) + psi_experts / (zero0 ? 1.0 : ne)));
     // The same total as the ZeRO paper's formula (2-byte gradients), split by what it holds.
     const Bytes states = zero_model_state_bytes(psi, zero, data_parallel) + zero_model_state_bytes(psi_experts, zero, expert_dp) +
-                         mem.gradients * ((gradient_bytes - kGradientBytes) / gradient_bytes) + fp8_extra;
+                         mem.gradients * ((gradient_bytes - kGradientBytes) / gradient_bytes) + quantised_extra;
     PARALLAX_INVARIANT(std::abs((mem.parameters + mem.gradients + mem.optimizer_states - states).value()) <=
                            1e-6 * states.value() + 1.0,
                        "training/iteration", Time::zero(), "model-state split disagrees with the ZeRO formula");

@@ -18,11 +18,14 @@ inline constexpr double kParameterBytes = 2.0;  // bf16 working copy of the para
 inline double parameter_bytes(const ParallelLayout& layout) {
   return layout.dtype == DType::kFp8 && layout.fp8_param_gather ? 1.0 : kParameterBytes;
 }
-/// fp8 training's cached fp8 weights, per parameter, outside ZeRO-3 (whose gathered layers
+/// Quantised training's cached weights, per parameter, outside ZeRO-3 (whose gathered layers
 /// are transient): the row-wise and transposed copies Transformer Engine keeps across
-/// micro-batches (2 B), or only the transposed one when the parameters are fp8 already (1 B).
-inline double fp8_weight_cache_bytes(const ParallelLayout& layout) {
-  if (layout.dtype != DType::kFp8 || layout.zero_stage == ZeroStage::kStage3) return 0.0;
+/// micro-batches — fp8 2 B, or only the transposed one when the parameters are fp8 already
+/// (1 B); fp4 two copies of its elements and their block scales (NVFP4's 16×16 weight blocks:
+/// an E4M3 scale per 256; MXFP4: an E8M0 scale per 32).
+inline double quantised_weight_cache_bytes(const ParallelLayout& layout) {
+  if (!is_quantised(layout.dtype) || layout.zero_stage == ZeroStage::kStage3) return 0.0;
+  if (layout.dtype == DType::kFp4) return 2.0 * (0.5 + (layout.fp4_recipe == Fp4Recipe::kNvfp4 ? 1.0 / 256 : 1.0 / 32));
   return layout.fp8_param_gather ? 1.0 : 2.0;
 }
 

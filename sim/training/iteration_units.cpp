@@ -170,8 +170,9 @@ StagePlan plan_stages(const ModelConfig& model, const ParallelLayout& layout, co
                       const IterationOptions& options) {
   const int p = layout.pp, v = layout.virtual_stages, t = layout.tp, cp = layout.cp;
   const int m = static_cast<int>(layout.micro_batches());
-  const MicroBatch batch{layout.micro_batch, layout.sequence_length, true, layout.dtype, layout.attention,
-                         layout.fp8_recipe};
+  const MicroBatch batch{layout.micro_batch, layout.sequence_length, true,
+                         layout.dtype,       layout.attention,       layout.fp8_recipe,
+                         layout.fp4_recipe};
   const ShardingFactors sharding{t, layout.cp, layout.ep, layout.sequence_parallel, false, layout.expert_tp};
   const ParameterCounts counts = count_parameters(model);
   const bool timed_ends = !options.transformer_layers_only;

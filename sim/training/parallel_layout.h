@@ -68,6 +68,7 @@ struct ParallelLayout {
   PipelineScheduleKind schedule = PipelineScheduleKind::kOneFOneB;
   DType dtype = DType::kBf16;    ///< GEMM inputs and activations
   Fp8Recipe fp8_recipe = Fp8Recipe::kDelayed;  ///< with fp8: how tensors are scaled (operator_cost.h)
+  Fp4Recipe fp4_recipe = Fp4Recipe::kNvfp4;    ///< with fp4: how tensors are scaled (operator_cost.h)
   /// With fp8: the parameters kept and all-gathered in fp8 (Megatron's --fp8-param-gather).
   bool fp8_param_gather = false;
   AttentionKernel attention = AttentionKernel::kFlash;  ///< how the attention core runs

@@ -156,7 +156,6 @@ PublishedLayout layout_of(const nlohmann::json& l, int gpus, const std::string& 
 }  // namespace
 
 ParallelLayout parallel_layout_of(const PublishedRun& run) {
-  if (run.precision == "fp4") throw InputError("", "/precision", "fp4 GEMMs are not modelled");
   ParallelLayout l;
   l.tp = run.layout.tp;
   l.pp = run.layout.pp;
@@ -172,7 +171,9 @@ ParallelLayout parallel_layout_of(const PublishedRun& run) {
   l.recompute = run.layout.recompute == "full"        ? Recomputation::kFull
                 : run.layout.recompute == "selective" ? Recomputation::kSelective
                                                       : Recomputation::kNone;
-  l.dtype = run.precision == "fp8" ? DType::kFp8 : DType::kBf16;
+  const bool fp4 = run.precision == "fp4" || run.precision == "nvfp4" || run.precision == "mxfp4";
+  l.dtype = run.precision == "fp8" ? DType::kFp8 : fp4 ? DType::kFp4 : DType::kBf16;
+  if (run.precision == "mxfp4") l.fp4_recipe = Fp4Recipe::kMxfp4;
   l.sequence_length = run.sequence;
   if (l.recompute == Recomputation::kSelective) l.attention = AttentionKernel::kUnfused;
   l.param_gather_prefetch = run.layout.param_gather_prefetch;
@@ -214,6 +215,10 @@ std::vector<PublishedRun> read_published_runs(const std::string& path) {
       run.preset = *preset;
       run.gpus = static_cast<int>(req_int(cluster, "num_gpus", where + "/cluster"));
       run.precision = opt_string(row, "precision", where).value_or("bf16");
+      if (run.precision != "bf16" && run.precision != "fp8" && run.precision != "fp4" && run.precision != "nvfp4" &&
+          run.precision != "mxfp4") {
+        throw RowError(where + "/precision", "expected bf16, fp8, fp4 (nvfp4) or mxfp4, found \"" + run.precision + "\"");
+      }
       run.model = model_of(member(row, "model", where), where + "/model");
       run.sequence = static_cast<int>(run.model.max_sequence);
       run.layout = layout_of(member(row, "layout", where), run.gpus, where + "/layout");

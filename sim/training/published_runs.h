@@ -40,7 +40,7 @@ struct PublishedRun {
   std::string gpu;            ///< as published: "A100-40GB", "H100-80GB", …
   std::string preset;         ///< the bundled topology for it ("dgx-a100-40gb", …)
   int gpus = 0;
-  std::string precision;      ///< bf16, fp8, fp4
+  std::string precision;      ///< bf16, fp8, fp4 (= nvfp4) or mxfp4
   int sequence = 0;
   ModelConfig model;
   PublishedLayout layout;
@@ -55,12 +55,12 @@ struct PublishedRun {
 std::optional<std::string> preset_for_gpu(const std::string& gpu);
 
 /// The layout a row runs under: its sizes and batches, 1F1B (interleaved when vpp > 1), its ZeRO
-/// stage, SP and recomputation, fp8 GEMMs when its precision says so, and the attention core —
+/// stage, SP and recomputation, fp8 or fp4 GEMMs when its precision says so (delayed scaling,
+/// NVFP4: the recipes Megatron-Core takes by default), and the attention core —
 /// unfused with selective recomputation (which exists to re-run the materialised scores),
 /// FlashAttention otherwise. A Megatron-style row (zero_stage null) takes Megatron-LM's
 /// defaults for data parallelism: gradients accumulated and reduced in fp32 (bf16 training's
-/// main_grad) after the backward pass (overlap_grad_reduce off). Throws InputError at
-/// "/precision" for fp4, which is not modelled.
+/// main_grad) after the backward pass (overlap_grad_reduce off).
 ParallelLayout parallel_layout_of(const PublishedRun& run);
 
 /// Reads every row of `path` (a JSON array). A row with a bad or missing field gets `error`

@@ -39,8 +39,8 @@ Recomputation recompute_from(const std::string& s, const std::string& file, cons
 
 DType dtype_from(const std::string& s, const std::string& file, const std::string& where) {
   auto d = dtype_from_string(s);
-  if (!d || (*d != DType::kBf16 && *d != DType::kFp8 && *d != DType::kFp16)) {
-    throw InputError(file, where, "unknown or unsupported dtype \"" + s + "\" (expected bf16, fp16 or fp8)");
+  if (!d || (*d != DType::kBf16 && *d != DType::kFp8 && *d != DType::kFp16 && *d != DType::kFp4)) {
+    throw InputError(file, where, "unknown or unsupported dtype \"" + s + "\" (expected bf16, fp16, fp8 or fp4)");
   }
   return *d;
 }
@@ -180,6 +180,11 @@ void read_parallel(JsonReader p, const std::string& path, ParallelLayout& l, boo
     const auto r = fp8_recipe_from_string(v->as_string());
     if (!r) v->fail("unknown fp8 recipe \"" + v->as_string() + "\" (expected delayed, current or mxfp8)");
     l.fp8_recipe = *r;
+  }
+  if (auto v = p.find("fp4_recipe")) {
+    const auto r = fp4_recipe_from_string(v->as_string());
+    if (!r) v->fail("unknown fp4 recipe \"" + v->as_string() + "\" (expected nvfp4 or mxfp4)");
+    l.fp4_recipe = *r;
   }
   bool_field("fp8_param_gather", l.fp8_param_gather);
   if (auto v = p.find("attention")) l.attention = attention_from(v->as_string(), path, v->pointer());

@@ -61,7 +61,8 @@ void run_topo_show(const TopoShowOptions& o) {
     text += "GPU " + g.name + ": fp32 " + format_flop_rate(g.fp32) +
             (g.tf32.value() > 0 ? ", tf32 " + format_flop_rate(g.tf32) : "") + ", bf16 " +
             format_flop_rate(g.bf16) + (g.fp16 != g.bf16 ? ", fp16 " + format_flop_rate(g.fp16) : "") +
-            (g.fp8.value() > 0 ? ", fp8 " + format_flop_rate(g.fp8) : "") + " (dense); memory " +
+            (g.fp8.value() > 0 ? ", fp8 " + format_flop_rate(g.fp8) : "") +
+            (g.fp4.value() > 0 ? ", fp4 " + format_flop_rate(g.fp4) : "") + " (dense); memory " +
             format_bytes(g.memory) + " at " + format_bandwidth(g.memory_bandwidth) + "\n";
   }
   text += "\nlink classes:\n";
