@@ -91,6 +91,9 @@ TEST(PublishedRuns, LayoutOfARow) {
   EXPECT_EQ(parallel_layout_of(full).fp4_recipe, Fp4Recipe::kNvfp4);
   full.precision = "mxfp4";
   EXPECT_EQ(parallel_layout_of(full).fp4_recipe, Fp4Recipe::kMxfp4);
+  full.precision = "fp8";
+  full.fp8_recipe = "current";
+  EXPECT_EQ(parallel_layout_of(full).fp8_recipe, Fp8Recipe::kCurrent);
 }
 
 TEST(PublishedRuns, EveryGpuTypeOfTheFormatHasAPreset) {

@@ -174,6 +174,7 @@ ParallelLayout parallel_layout_of(const PublishedRun& run) {
   const bool fp4 = run.precision == "fp4" || run.precision == "nvfp4" || run.precision == "mxfp4";
   l.dtype = run.precision == "fp8" ? DType::kFp8 : fp4 ? DType::kFp4 : DType::kBf16;
   if (run.precision == "mxfp4") l.fp4_recipe = Fp4Recipe::kMxfp4;
+  l.fp8_recipe = fp8_recipe_from_string(run.fp8_recipe).value_or(Fp8Recipe::kDelayed);
   l.sequence_length = run.sequence;
   if (l.recompute == Recomputation::kSelective) l.attention = AttentionKernel::kUnfused;
   l.param_gather_prefetch = run.layout.param_gather_prefetch;
@@ -218,6 +219,10 @@ std::vector<PublishedRun> read_published_runs(const std::string& path) {
       if (run.precision != "bf16" && run.precision != "fp8" && run.precision != "fp4" && run.precision != "nvfp4" &&
           run.precision != "mxfp4") {
         throw RowError(where + "/precision", "expected bf16, fp8, fp4 (nvfp4) or mxfp4, found \"" + run.precision + "\"");
+      }
+      run.fp8_recipe = opt_string(row, "fp8_recipe", where).value_or("delayed");
+      if (!fp8_recipe_from_string(run.fp8_recipe)) {
+        throw RowError(where + "/fp8_recipe", "expected delayed, current or mxfp8, found \"" + run.fp8_recipe + "\"");
       }
       run.model = model_of(member(row, "model", where), where + "/model");
       run.sequence = static_cast<int>(run.model.max_sequence);

@@ -41,6 +41,7 @@ struct PublishedRun {
   std::string preset;         ///< the bundled topology for it ("dgx-a100-40gb", …)
   int gpus = 0;
   std::string precision;      ///< bf16, fp8, fp4 (= nvfp4) or mxfp4
+  std::string fp8_recipe = "delayed";  ///< with fp8: delayed, current or mxfp8 (row key "fp8_recipe")
   int sequence = 0;
   ModelConfig model;
   PublishedLayout layout;
@@ -55,8 +56,8 @@ struct PublishedRun {
 std::optional<std::string> preset_for_gpu(const std::string& gpu);
 
 /// The layout a row runs under: its sizes and batches, 1F1B (interleaved when vpp > 1), its ZeRO
-/// stage, SP and recomputation, fp8 or fp4 GEMMs when its precision says so (delayed scaling,
-/// NVFP4: the recipes Megatron-Core takes by default), and the attention core —
+/// stage, SP and recomputation, fp8 or fp4 GEMMs when its precision says so (fp8 under the
+/// row's recipe, delayed scaling when it names none; NVFP4 for fp4), and the attention core —
 /// unfused with selective recomputation (which exists to re-run the materialised scores),
 /// FlashAttention otherwise. A Megatron-style row (zero_stage null) takes Megatron-LM's
 /// defaults for data parallelism: gradients accumulated and reduced in fp32 (bf16 training's
