@@ -100,6 +100,14 @@ set_tests_properties(train.bad_sustained_fraction_is_refused PROPERTIES PASS_REG
 add_test(NAME example.validate.h100_holdout
          COMMAND bash -c "\"$0\" validate \"$1\" --json \"$2\" > /dev/null && python3 -c 'import json,sys; rows=json.load(open(sys.argv[1])); assert len(rows)==15 and all(\"error\" in r for r in rows)' \"$2\""
                  $<TARGET_FILE:parallax> ${PROJECT_SOURCE_DIR}/workloads/validation/mpt-h100-holdout.json ${train_scratch}/h100-holdout.json)
+# Megatron-Bridge's Hopper and Blackwell tables (FP8 current scaling, MXFP8, NVFP4; GB200/GB300
+# racks in part): every row simulated, none refused.
+foreach(set dev holdout)
+  add_test(NAME example.validate.mbridge_${set}
+           COMMAND bash -c "\"$0\" validate \"$1\" --json \"$2\" > /dev/null && python3 -c 'import json,sys; rows=json.load(open(sys.argv[1])); assert len(rows)==int(sys.argv[2]) and all(\"error\" in r for r in rows)' \"$2\" \"$3\""
+                   $<TARGET_FILE:parallax> ${PROJECT_SOURCE_DIR}/workloads/validation/mbridge-${set}.json
+                   ${train_scratch}/mbridge-${set}.json $<IF:$<STREQUAL:${set},dev>,69,7>)
+endforeach()
 # --measured-step fits σ to a step timed on the user's cluster and reports at it: the reported
 # iteration is the measured one (to the bisection's 1e-4 on σ: well under 10 ms of 21 s).
 add_test(NAME example.train.measured_step
