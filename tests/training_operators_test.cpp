@@ -136,7 +136,7 @@ TEST(Fp4Recipes, EachFp4GemmQuantisesItsInputAndItsOutputGradient) {
   // scale per 32: 2 + 2·(0.5 + 1/32) = 3.0625 B.
   EXPECT_DOUBLE_EQ(fp4_cast_bytes_per_element(Fp4Recipe::kNvfp4), 5.125);
   EXPECT_DOUBLE_EQ(fp4_cast_bytes_per_element(Fp4Recipe::kMxfp4), 3.0625);
-  EXPECT_EQ(quantise_bytes_per_element(DType::kBf16, Fp8Recipe::kDelayed, Fp4Recipe::kNvfp4), std::nullopt);
+  EXPECT_FALSE(training_quantisation(DType::kBf16, Fp8Recipe::kDelayed, Fp4Recipe::kNvfp4).has_value());
   const ModelConfig llama = bundled("llama3-8b");
   for (auto [recipe, per_element] : {std::pair{Fp4Recipe::kNvfp4, 5.125}, std::pair{Fp4Recipe::kMxfp4, 3.0625}}) {
     SCOPED_TRACE(to_string(recipe));
@@ -161,6 +161,25 @@ TEST(Fp4Recipes, EachFp4GemmQuantisesItsInputAndItsOutputGradient) {
     EXPECT_EQ(std::count_if(ops.begin(), ops.end(),
                             [](const ModelOperator& op) { return op.name.ends_with("_fp4_cast"); }),
               5);
+  }
+}
+
+TEST(QuantisedTraining, GemmInputsAreKeptQuantised) {
+  // Llama-3 8B layer, one 4096-token sequence (T), h = 4096, f = 14336, H·d = h. Transformer
+  // Engine's modules keep each GEMM input for the weight gradient as its quantised copy: the
+  // QKV input (T·h), the MLP input (T·h) and the down projection's input (T·f) go from 2 B to
+  // q B per element; the attention output stays in 16 bits (the attention backward reads it)
+  // and the output projection keeps its quantised copy beside it (+q·T·h). bf16 − quantised:
+  // T·((2 − q)(2h + f) − q·h): fp8 (q = 1) T·(h + f), NVFP4 (q = 0.5625) T·(1.4375(2h + f) − 0.5625h).
+  const ModelConfig llama = bundled("llama3-8b");
+  const double T = 4096, h = 4096, f = 14336;
+  const Bytes bf16 = saved_activation_bytes(layer_operators(llama, 0, batch(1, 4096), {}), false);
+  for (auto [dtype, q] : {std::pair{DType::kFp8, 1.0}, std::pair{DType::kFp4, 0.5625}}) {
+    SCOPED_TRACE(to_string(dtype));
+    MicroBatch mb = batch(1, 4096);
+    mb.dtype = dtype;
+    const Bytes quantised = saved_activation_bytes(layer_operators(llama, 0, mb, {}), false);
+    EXPECT_DOUBLE_EQ((bf16 - quantised).value(), T * ((2 - q) * (2 * h + f) - q * h));
   }
 }
 

@@ -87,9 +87,13 @@ double fp4_cast_bytes_per_element(Fp4Recipe r) {
   return 0.0;
 }
 
-std::optional<double> quantise_bytes_per_element(DType dtype, Fp8Recipe fp8, Fp4Recipe fp4) {
-  if (dtype == DType::kFp8) return fp8_cast_bytes_per_element(fp8);
-  if (dtype == DType::kFp4) return fp4_cast_bytes_per_element(fp4);
+std::optional<QuantisedOperands> training_quantisation(DType dtype, Fp8Recipe fp8, Fp4Recipe fp4) {
+  if (dtype == DType::kFp8) {
+    return QuantisedOperands{fp8_cast_bytes_per_element(fp8), fp8 == Fp8Recipe::kMxfp8 ? 1.0 + 1.0 / 32.0 : 1.0};
+  }
+  if (dtype == DType::kFp4) {
+    return QuantisedOperands{fp4_cast_bytes_per_element(fp4), fp4 == Fp4Recipe::kNvfp4 ? kNvfp4Bytes : kMxfp4Bytes};
+  }
   return std::nullopt;
 }
 

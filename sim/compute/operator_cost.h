@@ -61,9 +61,17 @@ std::optional<Fp4Recipe> fp4_recipe_from_string(std::string_view s);
 /// cast, and writes two copies of 0.5 + 1/16 bytes: 2 + 2 + 2·0.5625 = 5.125; MXFP4 needs no
 /// amax pass: 2 + 2·(0.5 + 1/32) = 3.0625.
 double fp4_cast_bytes_per_element(Fp4Recipe r);
-/// Per element of a 16-bit operand, what quantising it for a `dtype` GEMM costs under the
-/// recipe of that type; nullopt for a GEMM that reads its inputs as they are.
-std::optional<double> quantise_bytes_per_element(DType dtype, Fp8Recipe fp8, Fp4Recipe fp4);
+/// What training with `dtype` GEMMs does to a 16-bit GEMM operand under the recipe of that type:
+/// the HBM bytes per element of the kernel that quantises it (fp8/fp4_cast_bytes_per_element),
+/// and the bytes per element of the quantised copy the GEMM keeps for the weight gradient in
+/// place of the 16-bit input (Transformer Engine's modules save their quantised inputs: fp8 1,
+/// MXFP8 1 + 1/32, NVFP4 0.5 + 1/16, MXFP4 0.5 + 1/32). nullopt for a GEMM that reads its inputs
+/// as they are.
+struct QuantisedOperands {
+  double cast_bytes_per_element = 0;
+  double stored_bytes_per_element = 0;
+};
+std::optional<QuantisedOperands> training_quantisation(DType dtype, Fp8Recipe fp8, Fp4Recipe fp4);
 
 /// What bounds an operator and which efficiency applies to it.
 enum class OperatorKind : uint8_t {

@@ -23,9 +23,9 @@ constexpr double kMaskBytes = 1;        // a dropout mask, one byte per element
 class OperatorList {
  public:
   // GEMMs run in `dtype`; everything else on activations in activation_dtype(dtype).
-  // `cast`: training's fp8 or fp4 recipe, HBM bytes per element of the quantisation kernels
-  // that each such GEMM adds (quantise_bytes_per_element).
-  explicit OperatorList(DType dtype, std::optional<double> cast = std::nullopt)
+  // `cast`: training's fp8 or fp4 recipe (training_quantisation): the quantisation kernel each
+  // such GEMM adds, and the quantised copy of its input it keeps.
+  explicit OperatorList(DType dtype, std::optional<QuantisedOperands> cast = std::nullopt)
       : dtype_(dtype), activation_(activation_dtype(dtype)), element_(bytes_per_element(activation_)),
         cast_(is_quantised(dtype) ? cast : std::nullopt) {}
 
@@ -48,7 +48,7 @@ class OperatorList {
     backward.kernels = 2;
     ops_.push_back({name, forward, backward, false, Bytes(), Bytes()});
     if (is_quantised(type) && cast_) {
-      const double per_element = *cast_;
+      const double per_element = cast_->cast_bytes_per_element;
       ops_.push_back({name + "_" + to_string(type) + "_cast",
                       memory_bound_cost(Bytes(groups * m * k * per_element), Flops(groups * m * k), activation_),
                       memory_bound_cost(Bytes(groups * m * n * per_element), Flops(groups * m * n), activation_),
@@ -133,23 +133,33 @@ class OperatorList {
     const double tokens = rows * groups;
     if (model.mlp == MlpKind::kGated) {
       gemm(prefix + "gate_proj", rows, f_local, hidden, groups);
-      keep(kept_input);
+      keep_gemm_input(kept_input);
       gemm(prefix + "up_proj", rows, f_local, hidden, groups);
       memory(prefix + "activation", 3.0 * tokens * f_local * element_, kSwigluFlops * tokens * f_local);
       keep(2.0 * tokens * f_local);  // gate and up outputs
     } else {
       gemm(prefix + "up_proj", rows, f_local, hidden, groups);
-      keep(kept_input);
+      keep_gemm_input(kept_input);
       memory(prefix + "activation", 2.0 * tokens * f_local * element_, kGeluFlops * tokens * f_local);
       keep(tokens * f_local);  // the GELU's input
     }
     gemm(prefix + "down_proj", rows, hidden, f_local, groups);
-    keep(tokens * f_local);  // the activation's output
+    keep_gemm_input(tokens * f_local);  // the activation's output
   }
 
   // Activations the operator just added keeps for its backward (see the header).
   void keep(double elements, double bytes_per_element = kActivationBytes) {
     ops_.back().saved += Bytes(elements * bytes_per_element);
+  }
+  // The input of the GEMM just added, kept for its weight gradient: quantised in fp8/fp4
+  // training, where the module saves its quantised copy instead of the 16-bit tensor.
+  void keep_gemm_input(double elements) {
+    keep(elements, cast_ ? cast_->stored_bytes_per_element : kActivationBytes);
+  }
+  // A quantised copy of a GEMM input that another operator keeps in 16 bits for itself (the
+  // attention output, which the attention backward reads as well): nothing in 16-bit training.
+  void keep_quantised_copy(double elements) {
+    if (cast_) keep(elements, cast_->stored_bytes_per_element);
   }
   void keep_scores(double bytes) { ops_.back().saved_scores += Bytes(bytes); }
 
@@ -159,7 +169,7 @@ class OperatorList {
   DType dtype_;
   DType activation_;
   double element_;
-  std::optional<double> cast_;
+  std::optional<QuantisedOperands> cast_;
   std::vector<ModelOperator> ops_;
 };
 
@@ -207,25 +217,25 @@ void add_attention(OperatorList& ops, const ModelConfig& m, AttentionKernel atte
     const double kv_lora = static_cast<double>(a.kv_lora_rank);
     if (a.q_lora_rank > 0) {
       ops.gemm("q_down_proj", z.sp_tokens, q_lora, z.hidden);
-      ops.keep(z.sp_tokens * z.hidden);  // the norm's output, shared with kv_down_proj
+      ops.keep_gemm_input(z.sp_tokens * z.hidden);  // the norm's output, shared with kv_down_proj
       ops.norm("q_latent_norm", m, z.sp_tokens, q_lora);
       ops.gemm("q_up_proj", z.tokens, z.heads * qk, q_lora);
-      ops.keep(z.tokens * q_lora);
+      ops.keep_gemm_input(z.tokens * q_lora);
     } else {
       ops.gemm("q_proj", z.tokens, z.heads * qk, z.hidden);
-      ops.keep(z.sp_tokens * z.hidden);
+      ops.keep_gemm_input(z.sp_tokens * z.hidden);
     }
     ops.gemm("kv_down_proj", z.sp_tokens, kv_lora + static_cast<double>(a.qk_rope_head_dim), z.hidden);
     ops.norm("kv_latent_norm", m, z.sp_tokens, kv_lora);
     ops.gemm("kv_up_proj", z.tokens, z.heads * static_cast<double>(a.qk_nope_head_dim + a.v_head_dim), kv_lora);
-    ops.keep(z.tokens * kv_lora);
+    ops.keep_gemm_input(z.tokens * kv_lora);
     // Rotary on every query head's rope part and on the one shared rope key.
     const double rotated = z.tokens * (z.heads + 1) * rotary;
     if (rotary > 0) ops.memory("rotary", 2.0 * rotated * e, kRotaryFlops * rotated);
   } else {
     const double d = static_cast<double>(m.head_dim);
     ops.gemm("qkv_proj", z.tokens, (z.heads + 2 * z.kv_heads) * d, z.hidden);
-    ops.keep(z.sp_tokens * z.hidden);
+    ops.keep_gemm_input(z.sp_tokens * z.hidden);
     const double qk_elements = z.tokens * (z.heads + z.kv_heads) * d;
     if (m.qk_norm) {
       ops.memory("qk_norm", 2.0 * qk_elements * e, kRmsNormFlops * qk_elements);
@@ -241,7 +251,9 @@ void add_attention(OperatorList& ops, const ModelConfig& m, AttentionKernel atte
     ops.attention(z.work, z.heads, z.kv_heads, static_cast<double>(m.qk_head_dim()), static_cast<double>(m.v_head_dim()));
   }
   ops.gemm("attention_out_proj", z.tokens, z.hidden, z.heads * static_cast<double>(m.v_head_dim()));
-  ops.keep(z.tokens * z.heads * static_cast<double>(m.v_head_dim()));
+  const double attention_output = z.tokens * z.heads * static_cast<double>(m.v_head_dim());
+  ops.keep(attention_output);  // 16-bit: the attention's backward reads it too
+  ops.keep_quantised_copy(attention_output);
   ops.residual("attention_residual", z.sp_tokens, z.hidden, m.hidden_dropout > 0);
 }
 
@@ -324,7 +336,7 @@ namespace {
 
 std::vector<ModelOperator> layer_ops(const ModelConfig& m, int layer, const LocalSizes& z, DType dtype,
                                      AttentionKernel attention, const ShardingFactors& sh,
-                                     std::optional<double> cast = std::nullopt) {
+                                     std::optional<QuantisedOperands> cast = std::nullopt) {
   if (layer < 0 || layer >= m.layers + m.mtp_layers) {
     throw std::invalid_argument("layer " + std::to_string(layer) + " is outside the model");
   }
@@ -363,7 +375,7 @@ std::vector<ModelOperator> layer_operators(const ModelConfig& m, int layer, cons
                                            const ShardingFactors& sh) {
   require_valid(m, batch, sh);
   return layer_ops(m, layer, LocalSizes(m, batch, sh), batch.dtype, batch.attention, sh,
-                   quantise_bytes_per_element(batch.dtype, batch.fp8_recipe, batch.fp4_recipe));
+                   training_quantisation(batch.dtype, batch.fp8_recipe, batch.fp4_recipe));
 }
 
 std::vector<ModelOperator> layer_operators(const ModelConfig& m, int layer, const RaggedBatch& batch,
