@@ -141,7 +141,8 @@ PublishedLayout layout_of(const nlohmann::json& l, int gpus, const std::string& 
   p.sequence_parallel = (sp != l.end() && sp->is_boolean()) ? sp->get<bool>() : p.tp > 1;
   p.recompute = opt_string(l, "activation_recompute", where).value_or("none");
   for (auto [key, field] : {std::pair{"param_gather_prefetch", &p.param_gather_prefetch},
-                            std::pair{"param_gather_per_tensor", &p.param_gather_per_tensor}}) {
+                            std::pair{"param_gather_per_tensor", &p.param_gather_per_tensor},
+                            std::pair{"fp8_param_gather", &p.fp8_param_gather}}) {
     auto v = l.find(key);
     if (v == l.end() || v->is_null()) continue;
     if (!v->is_boolean()) throw RowError(where + "/" + key, "expected true, false or null, found " + v->dump());
@@ -179,6 +180,7 @@ ParallelLayout parallel_layout_of(const PublishedRun& run) {
   if (l.recompute == Recomputation::kSelective) l.attention = AttentionKernel::kUnfused;
   l.param_gather_prefetch = run.layout.param_gather_prefetch;
   l.param_gather_per_tensor = run.layout.param_gather_per_tensor;
+  l.fp8_param_gather = run.layout.fp8_param_gather;
   if (run.layout.megatron_style) {
     l.grad_reduce_in_fp32 = true;
     l.grad_reduce_overlap = false;

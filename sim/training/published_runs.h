@@ -32,6 +32,8 @@ struct PublishedLayout {
   /// default) or per parameter tensor (DeepSpeed's ZeRO-3 before it batched them, 2021).
   bool param_gather_prefetch = true;
   bool param_gather_per_tensor = false;
+  /// fp8 rows: the parameters kept and all-gathered in fp8 (Megatron's --fp8-param-gather).
+  bool fp8_param_gather = false;
 };
 
 struct PublishedRun {
