@@ -221,6 +221,27 @@ TEST(IterationMemory, Fp4TrainingCachesTwoQuantisedCopiesOfEachWeight) {
   EXPECT_DOUBLE_EQ(simulate_iteration(model, l, topo).stages[0].memory.parameters.value(), (2 + 2 * (0.5 + 1.0 / 32)) * psi);
 }
 
+TEST(IterationCompute, Bf16EndLayersRunAsInABf16Iteration) {
+  // Four layers on four stages, fp8 with one bf16 layer at each end (Megatron's
+  // --first-last-layers-bf16): stage 0 (embedding and layer 0) computes exactly as in a bf16
+  // iteration, stages 1 and 2 exactly as in an fp8 one.
+  const ModelConfig model = tiny(4);
+  const Topology topo = toy_cluster(4);
+  ParallelLayout l = layout(1, 1, 4, 4);
+  const IterationResult bf16 = simulate_iteration(model, l, topo);
+  l.dtype = DType::kFp8;
+  const IterationResult fp8 = simulate_iteration(model, l, topo);
+  l.bf16_layers_at_start = l.bf16_layers_at_end = 1;
+  const IterationResult ends = simulate_iteration(model, l, topo);
+  EXPECT_EQ(ends.stages[0].forward_compute, bf16.stages[0].forward_compute);
+  EXPECT_EQ(ends.stages[0].backward_compute, bf16.stages[0].backward_compute);
+  EXPECT_EQ(ends.stages[1].forward_compute, fp8.stages[1].forward_compute);
+  EXPECT_EQ(ends.stages[2].backward_compute, fp8.stages[2].backward_compute);
+  EXPECT_NE(ends.stages[0].forward_compute, fp8.stages[0].forward_compute);
+  l.bf16_layers_at_end = 4;
+  EXPECT_THROW(simulate_iteration(model, l, topo), InputError);
+}
+
 TEST(IterationCommunication, TensorParallelSendsFourAllReducesPerLayer) {
   // Megatron: 2 all-reduces forward and 2 backward per layer, each of S = b·s·h·2 bytes; a ring
   // all-reduce sends 2(t−1)/t·S per GPU. t = 4, 8 layers, m = 2 micro-batches:

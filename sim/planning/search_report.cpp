@@ -74,6 +74,10 @@ nlohmann::ordered_json parallel_block(const ParallelLayout& l) {
     p["fp8_param_gather"] = l.fp8_param_gather;
   }
   if (l.dtype == DType::kFp4) p["fp4_recipe"] = to_string(l.fp4_recipe);
+  if (is_quantised(l.dtype) && l.bf16_layers_at_start + l.bf16_layers_at_end > 0) {
+    p["bf16_layers_at_start"] = l.bf16_layers_at_start;
+    p["bf16_layers_at_end"] = l.bf16_layers_at_end;
+  }
   p["attention"] = to_string(l.attention);
   p["grad_reduce_overlap"] = l.grad_reduce_overlap;
   p["grad_reduce_in_fp32"] = l.grad_reduce_in_fp32;

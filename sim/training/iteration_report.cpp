@@ -85,6 +85,9 @@ std::string layout_description(const ParallelLayout& l) {
     dtype += format_text(" (%s scaling%s)", to_string(l.fp8_recipe), l.fp8_param_gather ? ", fp8 parameters" : "");
   }
   if (l.dtype == DType::kFp4) dtype += format_text(" (%s)", to_string(l.fp4_recipe));
+  if (is_quantised(l.dtype) && l.bf16_layers_at_start + l.bf16_layers_at_end > 0) {
+    dtype += format_text(", bf16 layers %d + %d", l.bf16_layers_at_start, l.bf16_layers_at_end);
+  }
   s += format_text(", %s, ZeRO-%d, mbs %lld, gbs %lld, seq %lld, %s%s", to_string(l.schedule), static_cast<int>(l.zero_stage),
                    static_cast<long long>(l.micro_batch), static_cast<long long>(l.global_batch),
                    static_cast<long long>(l.sequence_length), dtype.c_str(), l.sequence_parallel ? ", SP" : "");

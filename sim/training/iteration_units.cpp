@@ -184,9 +184,12 @@ StagePlan plan_stages(const ModelConfig& model, const ParallelLayout& layout, co
   const std::vector<int>& vs_layers = plan.virtual_stage_layers;
   std::vector<std::vector<Unit>>& units = plan.units;
   units.resize(static_cast<size_t>(p * v));
-  std::map<bool, OperatorSums> layer_sums;  // layers differ in cost only by dense vs MoE
-  auto sums_of = [&](int l, bool moe) {
-    const std::vector<ModelOperator> ops = layer_operators(model, l, batch, sharding);
+  // Layers differ in cost only by dense vs MoE, and by bf16 GEMMs at the ends of a quantised run.
+  std::map<std::pair<bool, bool>, OperatorSums> layer_sums;
+  auto sums_of = [&](int l, bool moe, bool bf16) {
+    MicroBatch layer_batch = batch;
+    if (bf16) layer_batch.dtype = DType::kBf16;
+    const std::vector<ModelOperator> ops = layer_operators(model, l, layer_batch, sharding);
     if (!moe) return sum_operators(cm, ops);
     // Time at the busiest expert's pace, FLOPs of the slots actually processed.
     OperatorSums s = sum_operators(cm, scale_experts(ops, routing.pace, layout.dtype));
@@ -209,8 +212,10 @@ StagePlan plan_stages(const ModelConfig& model, const ParallelLayout& layout, co
     }
     for (int l = first_layer; l < first_layer + vs_layers[static_cast<size_t>(vs)]; ++l) {
       const bool moe = model.is_moe_layer(l);
-      if (!layer_sums.count(moe)) layer_sums[moe] = sums_of(l, moe);
-      Unit u = unit_from(layer_sums[moe], layout.recompute, true, true, cp > 1);
+      const bool bf16 = is_quantised(layout.dtype) && l < model.layers && layout.bf16_layer(l, model.layers);
+      const std::pair<bool, bool> kind{moe, bf16};
+      if (!layer_sums.count(kind)) layer_sums[kind] = sums_of(l, moe, bf16);
+      Unit u = unit_from(layer_sums[kind], layout.recompute, true, true, cp > 1);
       // Full recomputation keeps the layer's 16-bit input, 2sbh (Korthikanti et al.; s per CP rank).
       if (layout.recompute == Recomputation::kFull) u.activations = Bytes(2.0 * layer_input_tokens * static_cast<double>(model.hidden));
       u.moe_layer = moe;

@@ -184,6 +184,12 @@ void validate(const ParallelLayout& l, const ModelConfig& model, int gpus, const
     if (value < 1) fail(name, "must be at least 1, got " + num(value));
   }
   if (l.micro_batch < 1) fail("micro_batch", "must be at least 1, got " + num(l.micro_batch));
+  if (l.bf16_layers_at_start < 0 || l.bf16_layers_at_end < 0 ||
+      l.bf16_layers_at_start + l.bf16_layers_at_end > model.layers) {
+    fail("bf16_layers_at_start", "bf16 layers at the start (" + num(l.bf16_layers_at_start) + ") and end (" +
+                                     num(l.bf16_layers_at_end) + ") must be at least 0 and at most the " +
+                                     num(model.layers) + " layers together");
+  }
   if (l.global_batch < 1) fail("global_batch", "must be at least 1, got " + num(l.global_batch));
   if (l.sequence_length < 1) fail("sequence_length", "must be at least 1, got " + num(l.sequence_length));
 

@@ -71,6 +71,15 @@ struct ParallelLayout {
   Fp4Recipe fp4_recipe = Fp4Recipe::kNvfp4;    ///< with fp4: how tensors are scaled (operator_cost.h)
   /// With fp8: the parameters kept and all-gathered in fp8 (Megatron's --fp8-param-gather).
   bool fp8_param_gather = false;
+  /// With fp8 or fp4: the first and last Transformer layers kept in bf16 (Megatron's
+  /// --first-last-layers-bf16 with --num-layers-at-start-in-bf16 / -at-end-in-bf16; its FP8
+  /// current-scaling recipe keeps one at each end).
+  int bf16_layers_at_start = 0;
+  int bf16_layers_at_end = 0;
+  /// Whether decoder layer `layer` of `layers` runs its GEMMs in bf16 under the above.
+  bool bf16_layer(int layer, int layers) const {
+    return layer < bf16_layers_at_start || layer >= layers - bf16_layers_at_end;
+  }
   AttentionKernel attention = AttentionKernel::kFlash;  ///< how the attention core runs
   bool grad_reduce_overlap = true;    ///< gradient buckets reduced during the backward pass
   /// Gradients accumulated and reduced in fp32 (Megatron's main_grad buffers, its default with

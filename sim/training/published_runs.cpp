@@ -148,6 +148,13 @@ PublishedLayout layout_of(const nlohmann::json& l, int gpus, const std::string& 
     if (!v->is_boolean()) throw RowError(where + "/" + key, "expected true, false or null, found " + v->dump());
     *field = v->get<bool>();
   }
+  for (auto [key, field] : {std::pair{"bf16_layers_at_start", &p.bf16_layers_at_start},
+                            std::pair{"bf16_layers_at_end", &p.bf16_layers_at_end}}) {
+    auto n = opt_int(l, key, where);
+    if (!n) continue;
+    if (*n < 0 || *n > 1 << 20) throw RowError(where + "/" + key, "expected 0 to 1048576, found " + std::to_string(*n));
+    *field = static_cast<int>(*n);
+  }
   if (p.recompute != "none" && p.recompute != "selective" && p.recompute != "full") {
     throw RowError(where + "/activation_recompute", "expected none, selective, full or null, found \"" + p.recompute + "\"");
   }
@@ -181,6 +188,8 @@ ParallelLayout parallel_layout_of(const PublishedRun& run) {
   l.param_gather_prefetch = run.layout.param_gather_prefetch;
   l.param_gather_per_tensor = run.layout.param_gather_per_tensor;
   l.fp8_param_gather = run.layout.fp8_param_gather;
+  l.bf16_layers_at_start = run.layout.bf16_layers_at_start;
+  l.bf16_layers_at_end = run.layout.bf16_layers_at_end;
   if (run.layout.megatron_style) {
     l.grad_reduce_in_fp32 = true;
     l.grad_reduce_overlap = false;

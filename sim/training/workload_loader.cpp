@@ -187,6 +187,8 @@ void read_parallel(JsonReader p, const std::string& path, ParallelLayout& l, boo
     l.fp4_recipe = *r;
   }
   bool_field("fp8_param_gather", l.fp8_param_gather);
+  int_field("bf16_layers_at_start", l.bf16_layers_at_start, 0);
+  int_field("bf16_layers_at_end", l.bf16_layers_at_end, 0);
   if (auto v = p.find("attention")) l.attention = attention_from(v->as_string(), path, v->pointer());
   bool_field("grad_reduce_overlap", l.grad_reduce_overlap);
   bool_field("grad_reduce_in_fp32", l.grad_reduce_in_fp32);
