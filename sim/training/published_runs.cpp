@@ -142,7 +142,8 @@ PublishedLayout layout_of(const nlohmann::json& l, int gpus, const std::string& 
   p.recompute = opt_string(l, "activation_recompute", where).value_or("none");
   for (auto [key, field] : {std::pair{"param_gather_prefetch", &p.param_gather_prefetch},
                             std::pair{"param_gather_per_tensor", &p.param_gather_per_tensor},
-                            std::pair{"fp8_param_gather", &p.fp8_param_gather}}) {
+                            std::pair{"fp8_param_gather", &p.fp8_param_gather},
+                            std::pair{"tp_comm_overlap", &p.tp_comm_overlap}}) {
     auto v = l.find(key);
     if (v == l.end() || v->is_null()) continue;
     if (!v->is_boolean()) throw RowError(where + "/" + key, "expected true, false or null, found " + v->dump());
@@ -188,6 +189,7 @@ ParallelLayout parallel_layout_of(const PublishedRun& run) {
   l.param_gather_prefetch = run.layout.param_gather_prefetch;
   l.param_gather_per_tensor = run.layout.param_gather_per_tensor;
   l.fp8_param_gather = run.layout.fp8_param_gather;
+  l.tp_comm_overlap = run.layout.tp_comm_overlap;
   l.bf16_layers_at_start = run.layout.bf16_layers_at_start;
   l.bf16_layers_at_end = run.layout.bf16_layers_at_end;
   if (run.layout.megatron_style) {

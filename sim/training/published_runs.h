@@ -34,6 +34,8 @@ struct PublishedLayout {
   bool param_gather_per_tensor = false;
   /// fp8 rows: the parameters kept and all-gathered in fp8 (Megatron's --fp8-param-gather).
   bool fp8_param_gather = false;
+  /// TP collectives overlapped with the GEMMs (Megatron's --tp-comm-overlap, userbuffers).
+  bool tp_comm_overlap = false;
   /// fp8/fp4 rows: decoder layers at each end whose GEMMs stay bf16.
   int bf16_layers_at_start = 0;
   int bf16_layers_at_end = 0;
