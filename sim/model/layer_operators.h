@@ -107,9 +107,10 @@ struct MicroBatch {
   AttentionKernel attention = AttentionKernel::kFlash;
   /// Training with fp8 (fp4) GEMMs: how their 16-bit inputs and output gradients are quantised;
   /// each such GEMM then has a "…_fp8_cast" ("…_fp4_cast") operator (forward: its input, m·k
-  /// elements; backward: its output gradient, m·n) at quantise_bytes_per_element. Weights are
-  /// quantised once per iteration (Transformer Engine caches them across micro-batches): not
-  /// counted per pass.
+  /// elements; backward: its output gradient, m·n) at training_quantisation's cast bytes, and
+  /// keeps its input for the weight gradient as the quantised copy (the attention output also
+  /// in 16 bits, which the attention's backward reads). Weights are quantised once per
+  /// iteration (Transformer Engine caches them across micro-batches): not counted per pass.
   Fp8Recipe fp8_recipe = Fp8Recipe::kDelayed;
   Fp4Recipe fp4_recipe = Fp4Recipe::kNvfp4;
 };

@@ -43,7 +43,7 @@ std::vector<StageMemory> stage_memory(const ModelConfig& model, const ParallelLa
     const double n = data_parallel, ne = expert_dp;
     const double held = psi / (zero3 ? n : 1.0) + psi_experts / (zero3 ? ne : 1.0);
     const Bytes quantised_extra((parameter_bytes(layout) - kParameterBytes) * held +
-                          quantised_weight_cache_bytes(layout) * (psi + psi_experts));
+                                quantised_weight_cache_bytes(layout) * (psi + psi_experts));
     mem.parameters = Bytes(kParameterBytes * held) + quantised_extra;
     const bool sharded_gradients = zero == ZeroStage::kStage2 || zero3;
     mem.gradients = Bytes(gradient_bytes * (psi / (sharded_gradients ? n : 1.0) + psi_experts / (sharded_gradients ? ne : 1.0)));
