@@ -108,6 +108,9 @@ foreach(set dev holdout)
                    $<TARGET_FILE:parallax> ${PROJECT_SOURCE_DIR}/workloads/validation/mbridge-${set}.json
                    ${train_scratch}/mbridge-${set}.json $<IF:$<STREQUAL:${set},dev>,69,7>)
 endforeach()
+add_test(NAME example.validate.h100_fp8_holdout
+         COMMAND bash -c "\"$0\" validate \"$1\" --json \"$2\" > /dev/null && python3 -c 'import json,sys; rows=json.load(open(sys.argv[1])); assert len(rows)==7 and all(\"error\" in r for r in rows)' \"$2\""
+                 $<TARGET_FILE:parallax> ${PROJECT_SOURCE_DIR}/workloads/validation/mpt-h100-fp8-holdout.json ${train_scratch}/h100-fp8-holdout.json)
 # --measured-step fits σ to a step timed on the user's cluster and reports at it: the reported
 # iteration is the measured one (to the bisection's 1e-4 on σ: well under 10 ms of 21 s).
 add_test(NAME example.train.measured_step
