@@ -20,7 +20,7 @@ namespace {
 
 constexpr size_t kWorkspaceBytes = size_t{64} << 20;
 constexpr size_t kPatternBytes = size_t{32} << 20;
-constexpr uint64_t kSeed = 0x5eed2026;
+constexpr uint64_t kGemmPatternSeed = 0x5eed2026;
 constexpr double kWarmUpSeconds = 1.0;
 
 // Owners of the cuBLASLt handles, so that an exception frees them.
@@ -240,7 +240,7 @@ class GemmSweep {
         !scratch.scale.allocate(sizeof(float))) {
       throw std::runtime_error("cannot allocate the 96 MiB of workspace and input pattern");
     }
-    const auto host = random_block(kPatternBytes, v.dtype, kSeed);
+    const auto host = random_block(kPatternBytes, v.dtype, kGemmPatternSeed);
     PX_CHECK(cudaMemcpy(scratch.pattern.get(), host.data(), host.size(), cudaMemcpyHostToDevice));
     const float one = 1.0f;
     PX_CHECK(cudaMemcpy(scratch.scale.get(), &one, sizeof one, cudaMemcpyHostToDevice));

@@ -13,7 +13,7 @@ namespace parallax::harness {
 namespace {
 
 constexpr size_t kMiB = size_t{1} << 20;
-constexpr uint64_t kSeed = 0x5eed2027;
+constexpr uint64_t kMemcpyPatternSeed = 0x5eed2027;
 
 // The largest of `want`, want/2, … (≥ 1 MiB) that `allocate` accepts; 0 when none does.
 template <typename Allocate>
@@ -48,7 +48,7 @@ RunTally run_memcpy_sweep(const ComputeRun& run, int64_t max_bytes) {
     const size_t host_cap = largest_that_fits(static_cast<size_t>(sizes.back()), [&](size_t b) { return host.allocate(b); });
     if (device_cap == 0) throw std::runtime_error("cannot allocate two 1 MiB device buffers");
     if (!pattern.allocate(std::min<size_t>(device_cap, 32 * kMiB))) throw std::runtime_error("cannot allocate the pattern");
-    const auto random = random_block(pattern.size(), "bits", kSeed);
+    const auto random = random_block(pattern.size(), "bits", kMemcpyPatternSeed);
     PX_CHECK(cudaMemcpy(pattern.get(), random.data(), random.size(), cudaMemcpyHostToDevice));
     tile_fill(src.get(), src.size(), pattern, stream.get());
     PX_CHECK(cudaMemsetAsync(dst.get(), 0, dst.size(), stream.get()));

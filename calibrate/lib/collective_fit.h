@@ -17,6 +17,7 @@
 #include "collectives/calibrated_model.h"
 #include "collectives/collective_simulator.h"
 #include "measurement_set.h"
+#include "order_statistics.h"
 #include "robust_fit.h"
 
 namespace parallax {
@@ -99,8 +100,5 @@ struct PredictionErrors {
 PredictionErrors prediction_errors(const std::vector<CollectiveMeasurement>& measurements,
                                    const std::vector<CollectiveTerms>& terms, const CollectiveFit& fit,
                                    const std::vector<bool>& rows);
-
-double median_of(std::vector<double> v);
-double quantile_of(std::vector<double> v, double q);
 
 }  // namespace parallax

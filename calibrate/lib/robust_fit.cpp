@@ -1,6 +1,8 @@
 // Robust non-negative relative-error least squares (see robust_fit.h for the model and method).
 #include "robust_fit.h"
 
+#include "order_statistics.h"
+
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -278,16 +280,6 @@ std::vector<double> relative_residuals(const LinearFitProblem& p, const std::vec
     res[i] = (predicted - p.target(i)) / p.target(i);
   }
   return res;
-}
-
-double median_of(std::vector<double> v) {
-  if (v.empty()) return kNaN;
-  const size_t mid = v.size() / 2;
-  std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(mid), v.end());
-  const double upper = v[mid];
-  if (v.size() % 2) return upper;
-  const double lower = *std::max_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(mid));
-  return 0.5 * (lower + upper);
 }
 
 // 1.4826 · median |r| over the rows with a prior weight: the MAD of regression residuals,

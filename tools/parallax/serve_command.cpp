@@ -31,9 +31,6 @@ namespace {
 
 namespace fs = std::filesystem;
 
-const std::string& kModelsDir = bundled_models_dir();
-const std::string& kTopologiesDir = topologies_dir();
-
 struct StepArgs {
   std::string model;
   std::string topology;
@@ -53,13 +50,13 @@ struct StepArgs {
 ModelConfig load_model_arg(const std::string& text) {
   if (fs::exists(text) && !fs::is_directory(text)) return load_model_file(text);
   if (text.size() > 5 && text.ends_with(".json")) throw InputError(text, "", "no such model file");
-  return load_bundled_model(kModelsDir, text);
+  return load_bundled_model(bundled_models_dir(), text);
 }
 
 Topology load_topology_arg(const std::string& text, std::optional<int> nodes) {
   std::string file = text;
   if (!fs::exists(file)) {
-    file = kTopologiesDir + "/" + text + ".json";
+    file = topologies_dir() + "/" + text + ".json";
     if (text.find('/') != std::string::npos || !fs::exists(file)) {
       throw InputError("", "--topology", "no topology file or preset named \"" + text + "\"");
     }
@@ -222,7 +219,7 @@ void run_comparison(const FleetArgs& a, const FleetFile& f) {
 }
 
 FleetFile load_with_overrides(const FleetArgs& a) {
-  FleetFile f = load_fleet(a.fleet, kModelsDir, kTopologiesDir);
+  FleetFile f = load_fleet(a.fleet, bundled_models_dir(), topologies_dir());
   FleetConfig& c = f.config;
   if (a.seed) c.seed = *a.seed;
   if (a.requests) {
@@ -354,14 +351,14 @@ CLI::App* add_step_subcommand(CLI::App* serve) {
   return step;
 }
 
-struct ValidateArgs {
+struct StepValidateArgs {
   std::string runs;
   std::string overhead = "500us";
   std::string json;
 };
 
 CLI::App* add_validate_subcommand(CLI::App* serve) {
-  auto v = std::make_shared<ValidateArgs>();
+  auto v = std::make_shared<StepValidateArgs>();
   CLI::App* validate = serve->add_subcommand("validate", "predict published engine-step times and report the error per row");
   validate->add_option("runs", v->runs, "runs file (workloads/serve-validation/*.json)")->required();
   validate->add_option("--overhead", v->overhead, "framework time per step")->capture_default_str();
@@ -370,7 +367,7 @@ CLI::App* add_validate_subcommand(CLI::App* serve) {
     StepModelOptions options;
     options.step_overhead = parse_time(v->overhead);
     if (options.step_overhead < Time::zero()) throw InputError("", "--overhead", "must not be negative");
-    const auto results = predict_step_runs(load_step_runs(v->runs), kModelsDir, kTopologiesDir, options);
+    const auto results = predict_step_runs(load_step_runs(v->runs), bundled_models_dir(), topologies_dir(), options);
     std::printf("serve validate: %s, step overhead %s\n", v->runs.c_str(), v->overhead.c_str());
     std::fputs(step_validation_text(results).c_str(), stdout);
     if (!v->json.empty()) write_file_atomically(v->json, step_validation_json(results).dump(2) + "\n");
