@@ -48,25 +48,25 @@ struct Interval {
 // crosses nodes is active.
 RankBreakdown breakdown(const std::vector<Interval>& intervals, Time pipeline_end, Time iteration_end,
                         const Topology* links) {
+  // An interval's start or end: its time, then its place in the order the edges were added
+  // (2·interval, +1 for an end), so that same-instant edges keep that order; the iteration's
+  // end sorts last at its instant.
   struct Edge {
-    Time at;
-    int delta;
-    WorkKind kind;
-    bool across;
-    size_t interval;
+    int64_t at;
+    uint64_t added;
+    bool operator<(const Edge& o) const { return at != o.at ? at < o.at : added < o.added; }
   };
+  constexpr uint64_t kIterationEnd = UINT64_MAX;
   std::vector<Edge> edges;
+  edges.reserve(2 * intervals.size() + 1);
   for (size_t n = 0; n < intervals.size(); ++n) {
     const Interval& i = intervals[n];
     if (i.finish <= i.start) continue;
-    edges.push_back({i.start, +1, i.kind, i.across_nodes, n});
-    edges.push_back({i.finish, -1, i.kind, i.across_nodes, n});
+    edges.push_back({i.start.picoseconds(), 2 * n});
+    edges.push_back({i.finish.picoseconds(), 2 * n + 1});
   }
-  edges.push_back({iteration_end, 0, WorkKind::kCompute, false, 0});
-  // In time order, same-instant edges as they were added (as a stable sort would leave them).
-  auto added = [](const Edge& e) { return e.delta == 0 ? SIZE_MAX : 2 * e.interval + (e.delta < 0 ? 1 : 0); };
-  std::sort(edges.begin(), edges.end(),
-            [&](const Edge& a, const Edge& b) { return a.at != b.at ? a.at < b.at : added(a) < added(b); });
+  edges.push_back({iteration_end.picoseconds(), kIterationEnd});
+  std::sort(edges.begin(), edges.end());
   std::array<int, kWorkKinds> active{}, active_across{};
   // Per kind, the active intervals by start (then index): the latest names the bottleneck.
   std::array<std::set<std::pair<Time, size_t>>, kWorkKinds> running;
@@ -98,13 +98,18 @@ RankBreakdown breakdown(const std::vector<Interval>& intervals, Time pipeline_en
     b.idle += to - split;
   };
   for (const Edge& e : edges) {
-    attribute(t, e.at);
-    t = e.at;
-    active[kind_index(e.kind)] += e.delta;
-    if (e.across) active_across[kind_index(e.kind)] += e.delta;
+    const Time at = Time::ps(e.at);
+    attribute(t, at);
+    t = at;
+    if (e.added == kIterationEnd) continue;
+    const size_t n = e.added / 2;
+    const Interval& i = intervals[n];
+    const int delta = e.added % 2 ? -1 : +1;
+    active[kind_index(i.kind)] += delta;
+    if (i.across_nodes) active_across[kind_index(i.kind)] += delta;
     if (!any_link) continue;
-    if (e.delta > 0) running[kind_index(e.kind)].emplace(intervals[e.interval].start, e.interval);
-    if (e.delta < 0) running[kind_index(e.kind)].erase({intervals[e.interval].start, e.interval});
+    if (delta > 0) running[kind_index(i.kind)].emplace(i.start, n);
+    if (delta < 0) running[kind_index(i.kind)].erase({i.start, n});
   }
   for (size_t k = 0; k < kWorkKinds && links; ++k) {
     for (const auto& [link, time] : by_link[k]) {

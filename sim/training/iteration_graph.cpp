@@ -9,6 +9,7 @@
 
 #include "training/iteration_memory.h"
 #include "training/pipeline_schedule.h"
+#include "training/work_id_list.h"
 
 namespace parallax::iteration_detail {
 namespace {
@@ -26,7 +27,7 @@ struct StageStreams {
 
 // The tasks of one pass: what the next pass of the stage waits for, and its send (PP).
 struct PassTasks {
-  std::vector<WorkId> done;
+  WorkIdList done;
   std::optional<WorkId> send;
 };
 
@@ -45,12 +46,12 @@ class IterationGraphBuilder {
   WorkId add_comm(int s, StreamId stream, const CommTask& c, WorkKind kind, std::span<const WorkId> deps, int peer = -1);
   WorkId add_compute(int s, Time duration, WorkKind kind, std::span<const WorkId> deps, ChannelId channel = kNoChannel);
   WorkId add_blocking_comm(int s, const CommTask& c, WorkKind kind, std::span<const WorkId> deps = {});
-  WorkId add_segments(int s, std::span<const Segment> segments, std::vector<WorkId> deps);
-  WorkId add_ring_attention(int s, const Segment& seg, const std::vector<WorkId>& deps);
+  WorkId add_segments(int s, std::span<const Segment> segments, WorkIdList deps);
+  WorkId add_ring_attention(int s, const Segment& seg, const WorkIdList& deps);
   void prefetch_zero12_gathers();
   void add_pass(int s, const PipelineOp& op);
-  std::vector<WorkId> add_layer_communication(int s, const Unit& u, bool forward, const std::vector<WorkId>& deps,
-                                              std::vector<WorkId> prev);
+  WorkIdList add_layer_communication(int s, const Unit& u, bool forward, const WorkIdList& deps,
+                                              WorkIdList prev);
   void add_optimizer_steps();
 
   const ParallelLayout& layout_;
@@ -72,7 +73,8 @@ class IterationGraphBuilder {
   std::vector<std::optional<WorkId>> last_compute_;
   std::map<std::pair<int, size_t>, WorkId> prefetched_;  // (virtual stage, unit) → ZeRO 1/2 gather
   std::map<std::pair<int, int>, int> last_backward_;     // (stage, chunk) → micro-batch of its last gradient pass
-  std::map<std::tuple<int, PipelineOp>, PassTasks> passes_;
+  std::vector<PassTasks> passes_;  // by pass_slot(stage, pass)
+  size_t pass_slot(int s, const PipelineOp& op) const;
   std::vector<WorkId> reductions_;
 };
 
@@ -85,7 +87,9 @@ IterationGraphBuilder::IterationGraphBuilder(const ParallelLayout& layout, const
       zero12_(layout.zero_stage == ZeroStage::kStage1 || layout.zero_stage == ZeroStage::kStage2),
       zero3_(layout.zero_stage == ZeroStage::kStage3), dp_comm_(layout.dp * layout.cp > 1),
       split_(plan.schedule.split_backward()), gradient_kind_(split_ ? PassKind::kWeight : PassKind::kBackward),
-      last_compute_(static_cast<size_t>(layout.pp)) {
+      last_compute_(static_cast<size_t>(layout.pp)),
+      passes_(static_cast<size_t>(plan.schedule.stages) * 3 * static_cast<size_t>(plan.schedule.micro_batches) *
+              static_cast<size_t>(plan.schedule.chunks)) {
   const bool sm_pools = options.sm_contention && gpu.sms > 0;
   for (int s = 0; s < p_; ++s) {
     streams_.push_back({graph_.add_stream(s, "compute"), graph_.add_stream(s, "tp"), graph_.add_stream(s, "pp"),
@@ -142,6 +146,13 @@ CallPhases IterationGraphBuilder::with_siblings(const CallPhases& phases) const 
   return out;
 }
 
+// Stage, then kind, micro-batch and chunk (pipeline_pass_order has checked them in range).
+size_t IterationGraphBuilder::pass_slot(int s, const PipelineOp& op) const {
+  const size_t m = static_cast<size_t>(plan_.schedule.micro_batches), v = static_cast<size_t>(plan_.schedule.chunks);
+  return ((static_cast<size_t>(s) * 3 + static_cast<size_t>(op.kind)) * m + static_cast<size_t>(op.micro_batch)) * v +
+         static_cast<size_t>(op.chunk);
+}
+
 ChannelId IterationGraphBuilder::channel_of(int s, const CommTask& c) const {
   if (!options_.communication_contention) return kNoChannel;
   return c.across_nodes ? streams_[static_cast<size_t>(s)].scale_out : streams_[static_cast<size_t>(s)].scale_up;
@@ -188,7 +199,7 @@ WorkId IterationGraphBuilder::add_blocking_comm(int s, const CommTask& c, WorkKi
 
 // One pass of a unit: its segments in order; returns the task that ends it. Ulysses brackets
 // the attention core with its two all-to-alls.
-WorkId IterationGraphBuilder::add_segments(int s, std::span<const Segment> segments, std::vector<WorkId> deps) {
+WorkId IterationGraphBuilder::add_segments(int s, std::span<const Segment> segments, WorkIdList deps) {
   std::optional<WorkId> end;
   for (const Segment& seg : segments) {
     if (seg.attention == AttentionPass::kNone || cp_ == 1) {
@@ -213,24 +224,24 @@ WorkId IterationGraphBuilder::add_segments(int s, std::span<const Segment> segme
 // i+1 waits for that. Forward: cp−1 passes of a K/V block. Backward: the pass of step i also
 // carries the dK/dV summed so far, so it waits for step i−1's block: K/V at step 0, K/V +
 // dK/dV at steps 1..cp−2, dK/dV alone at step cp−1 — 2(cp−1) blocks.
-WorkId IterationGraphBuilder::add_ring_attention(int s, const Segment& seg, const std::vector<WorkId>& deps) {
+WorkId IterationGraphBuilder::add_ring_attention(int s, const Segment& seg, const WorkIdList& deps) {
   const bool backward = seg.attention == AttentionPass::kBackward;
   const CommTask& kv = comm_.cp_ring_step[static_cast<size_t>(s)];
   const StreamId stream = streams_[static_cast<size_t>(s)].cp;
   const Time block = Time::ps(seg.compute.picoseconds() / cp_);
   std::optional<WorkId> computed, passed;
   for (int i = 0; i < cp_; ++i) {
-    std::vector<WorkId> ready = deps;
+    WorkIdList ready = deps;
     if (computed) ready = {*computed, *passed};
     if (backward) {
       passed = add_comm(s, stream, i == 0 || i == cp_ - 1 ? kv : twice(kv), WorkKind::kCpComm,
-                        computed ? std::vector<WorkId>{*computed} : deps);
+                        computed ? WorkIdList{*computed} : deps);
     } else if (i < cp_ - 1) {
       passed = add_comm(s, stream, kv, WorkKind::kCpComm, deps);
     }
     computed = add_compute(s, block, WorkKind::kCompute, ready);
   }
-  return backward ? add_compute(s, Time::zero(), WorkKind::kCompute, std::vector<WorkId>{*computed, *passed}) : *computed;
+  return backward ? add_compute(s, Time::zero(), WorkKind::kCompute, WorkIdList{*computed, *passed}) : *computed;
 }
 
 // ZeRO 1/2 with prefetch: the parameter gathers lead the iteration, one per bucket.
@@ -251,9 +262,9 @@ void IterationGraphBuilder::prefetch_zero12_gathers() {
 // A layer's communication after its kernels (EP, the embedding's and output layer's TP, the
 // transformer layer's TP); `deps` are what the layer's kernels waited for, `prev` the task that
 // ends them. Returns what the layer's end now is.
-std::vector<WorkId> IterationGraphBuilder::add_layer_communication(int s, const Unit& u, bool forward,
-                                                                   const std::vector<WorkId>& deps,
-                                                                   std::vector<WorkId> prev) {
+WorkIdList IterationGraphBuilder::add_layer_communication(int s, const Unit& u, bool forward,
+                                                                   const WorkIdList& deps,
+                                                                   WorkIdList prev) {
   const size_t i = static_cast<size_t>(s);
   if (u.moe_layer && layout_.ep > 1) {
     // Dispatch and combine on the compute stream, in line with the layer's kernels.
@@ -275,7 +286,7 @@ std::vector<WorkId> IterationGraphBuilder::add_layer_communication(int s, const 
     // chunk and is exposed. Its kernels hold SMs meanwhile (add_comm).
     const double hidden = static_cast<double>(t_ - 1) / static_cast<double>(t_);
     const WorkId beside = add_comm(s, streams_[i].tp, share(tp, hidden), WorkKind::kTpComm, deps);
-    std::vector<WorkId> after = prev;
+    WorkIdList after = prev;
     after.push_back(beside);
     prev = {add_blocking_comm(s, share(tp, 1.0 - hidden), WorkKind::kTpComm, after)};
   }
@@ -293,26 +304,26 @@ void IterationGraphBuilder::add_pass(int s, const PipelineOp& op) {
   const bool weight = op.kind == PassKind::kWeight;  // W: no communication but the reduction
   const bool gradients = op.kind == gradient_kind_;
 
-  std::vector<WorkId> input;
+  WorkIdList input;
   if (auto dep = pipeline_dependency(plan_.schedule, s, op)) {
-    const PassTasks& before = passes_.at({dep->stage, dep->op});
-    input = dep->stage != s ? std::vector<WorkId>{*before.send} : before.done;
+    const PassTasks& before = passes_[pass_slot(dep->stage, dep->op)];
+    input = dep->stage != s ? WorkIdList{*before.send} : before.done;
   }
   const bool reducing = dp_comm_ && gradients &&
                         (layout_.zero_stage == ZeroStage::kStage2 || zero3_ ||
                          last_backward_.at({s, op.chunk}) == op.micro_batch);
   const std::optional<WorkId> before_pass = last_compute_[static_cast<size_t>(s)];
-  std::vector<WorkId> prev = input;
+  WorkIdList prev = input;
   std::vector<WorkId> compute_ids;  // of this pass, in execution order
   const size_t n = list.size();
   for (size_t step = 0; step < n; ++step) {
     const size_t k = forward ? step : n - 1 - step;
     const Unit& u = list[k];
-    std::vector<WorkId> deps = prev;
+    WorkIdList deps = prev;
     if (zero3_ && dp_comm_ && !weight) {
       // Issued when the layer before the previous one is done (prefetch: it overlaps the
       // previous layer) or when the previous one is done.
-      std::vector<WorkId> when;
+      WorkIdList when;
       const size_t lag = layout_.param_gather_prefetch ? 2 : 1;
       if (step >= lag) {
         when.push_back(compute_ids[step - lag]);
@@ -337,7 +348,7 @@ void IterationGraphBuilder::add_pass(int s, const PipelineOp& op) {
                             : split_ ? u.backward_flops - u.weight_gradient_flops
                                      : u.backward_flops;
     compute_ids.push_back(c);
-    prev = weight ? std::vector<WorkId>{c} : add_layer_communication(s, u, forward, deps, {c});
+    prev = weight ? WorkIdList{c} : add_layer_communication(s, u, forward, deps, {c});
     if (reducing && layout_.grad_reduce_overlap) {
       reductions_.push_back(add_comm(s, st.dp, comm_.gradient_reduction(s, u), WorkKind::kDpComm, prev));
     }
@@ -356,7 +367,7 @@ void IterationGraphBuilder::add_pass(int s, const PipelineOp& op) {
         add_comm(s, st.pp, comm_.pp_send_backward[static_cast<size_t>(s)], WorkKind::kPpComm, prev, (s + p_ - 1) % p_);
   }
   if (!forward) built_.backward_ends.insert(built_.backward_ends.end(), prev.begin(), prev.end());
-  passes_[{s, op}] = std::move(tasks);
+  passes_[pass_slot(s, op)] = std::move(tasks);
 }
 
 // Global barrier (gradient-norm all-reduce), optimizer step, ZeRO 1/2 parameter gathers.
@@ -380,12 +391,12 @@ void IterationGraphBuilder::add_optimizer_steps() {
                              ? parameters
                              : (parameters - experts) / data_parallel + experts / expert_dp;
     const Time step = cm_.time(memory_bound_cost(Bytes(shard * options_.optimizer_bytes_per_parameter)));
-    const WorkId optimizer = add_compute(s, step, WorkKind::kCompute, std::vector<WorkId>{barrier});
+    const WorkId optimizer = add_compute(s, step, WorkKind::kCompute, WorkIdList{barrier});
     if (!zero12_ || !dp_comm_ || layout_.param_gather_prefetch) continue;
     for (int c = 0; c < v_; ++c) {
       for (const Unit& u : plan_.units[static_cast<size_t>(c * p_ + s)]) {
         add_comm(s, streams_[static_cast<size_t>(s)].dp, comm_.parameter_gather(s, u), WorkKind::kDpComm,
-                 std::vector<WorkId>{optimizer});
+                 WorkIdList{optimizer});
       }
     }
   }

@@ -284,7 +284,12 @@ AdditionOrder addition_order(const PipelineSchedule& sch) {
     }
   }
   std::vector<size_t> next(static_cast<size_t>(p), 0);
-  std::vector<std::map<PipelineOp, bool>> done(static_cast<size_t>(p));
+  // Per stage, which passes are placed, by (kind, micro-batch, chunk): all in range, checked above.
+  const size_t m = static_cast<size_t>(sch.micro_batches), v = static_cast<size_t>(sch.chunks);
+  auto slot = [&](const PipelineOp& op) {
+    return (static_cast<size_t>(op.kind) * m + static_cast<size_t>(op.micro_batch)) * v + static_cast<size_t>(op.chunk);
+  };
+  std::vector<std::vector<char>> done(static_cast<size_t>(p), std::vector<char>(3 * m * v, 0));
   bool progress = true;
   while (progress) {
     progress = false;
@@ -293,8 +298,8 @@ AdditionOrder addition_order(const PipelineSchedule& sch) {
       auto& i = next[static_cast<size_t>(s)];
       while (i < ops.size()) {
         auto dep = pipeline_dependency(sch, s, ops[i]);
-        if (dep && !done[static_cast<size_t>(dep->stage)].count(dep->op)) break;
-        done[static_cast<size_t>(s)][ops[i]] = true;
+        if (dep && !done[static_cast<size_t>(dep->stage)][slot(dep->op)]) break;
+        done[static_cast<size_t>(s)][slot(ops[i])] = 1;
         out.order.emplace_back(s, i);
         ++i;
         progress = true;
@@ -382,17 +387,27 @@ std::optional<StagedOp> pipeline_dependency(const PipelineSchedule& sch, int s, 
   return StagedOp{s, {PassKind::kForward, op.micro_batch, op.chunk}};
 }
 
-std::string schedule_problem(const PipelineSchedule& schedule) {
+namespace {
+
+// The order, or a problem: a stage-list count that is not the stage count, or addition_order's.
+AdditionOrder checked_addition_order(const PipelineSchedule& schedule) {
   if (static_cast<int>(schedule.per_stage.size()) != schedule.stages) {
-    return "the schedule has " + std::to_string(schedule.per_stage.size()) + " stage lists for " +
-           std::to_string(schedule.stages) + " stages";
+    AdditionOrder out;
+    out.problem = "the schedule has " + std::to_string(schedule.per_stage.size()) + " stage lists for " +
+                  std::to_string(schedule.stages) + " stages";
+    return out;
   }
-  return addition_order(schedule).problem;
+  return addition_order(schedule);
 }
 
+}  // namespace
+
+std::string schedule_problem(const PipelineSchedule& schedule) { return checked_addition_order(schedule).problem; }
+
 std::vector<std::pair<int, size_t>> pipeline_pass_order(const PipelineSchedule& schedule) {
-  if (std::string problem = schedule_problem(schedule); !problem.empty()) throw std::invalid_argument(problem);
-  return addition_order(schedule).order;
+  AdditionOrder order = checked_addition_order(schedule);
+  if (!order.problem.empty()) throw std::invalid_argument(order.problem);
+  return std::move(order.order);
 }
 
 double peak_in_flight(const PipelineSchedule& sch, int stage, const std::vector<double>& chunk_weights,

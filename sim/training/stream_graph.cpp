@@ -190,6 +190,8 @@ class StreamExecution {
     settle(c);
     Channel& ch = channels_[c];
     std::vector<WorkId> done;
+    done.swap(done_scratch_);  // reuses the buffer of earlier completions (none nest: see finish)
+    done.clear();
     const double slack = static_cast<double>(ch.active.size());  // the ceil above, per task
     std::erase_if(ch.active, [&](const InFlight& f) {
       if (f.remaining > slack) return false;
@@ -199,6 +201,7 @@ class StreamExecution {
     std::sort(done.begin(), done.end());  // same-instant completions in a fixed order
     reschedule(c);
     for (WorkId id : done) finish(id);
+    done.swap(done_scratch_);
   }
 
   // A task's transfers have landed; its execution is dropped once it has returned.
@@ -241,6 +244,7 @@ class StreamExecution {
   std::vector<uint32_t> offsets_;
   std::vector<WorkId> successors_;
   std::vector<Channel> channels_;
+  std::vector<WorkId> done_scratch_;
 };
 
 }  // namespace
