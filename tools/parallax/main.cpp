@@ -5,6 +5,9 @@
 #include <cstdio>
 #include <new>
 #include <string>
+#if defined(__GLIBC__)
+#include <malloc.h>
+#endif
 
 #include <CLI/CLI.hpp>
 #include <spdlog/spdlog.h>
@@ -45,9 +48,20 @@ int report(const char* prefix, const char* message, const char* suffix, int code
   return code;
 }
 
+// A search or a validation builds and frees one simulation after another; glibc would hand the
+// freed top of the heap back to the kernel each time and fault it in again for the next (about
+// 6% of a search's time). Keep up to 256 MiB of it, and grow the heap 64 MiB at a time.
+void keep_freed_heap() {
+#if defined(__GLIBC__)
+  mallopt(M_TRIM_THRESHOLD, 256 << 20);
+  mallopt(M_TOP_PAD, 64 << 20);
+#endif
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
+  keep_freed_heap();
   CLI::App app{"Parallax: a discrete-event simulator of GPU clusters for distributed deep learning"};
   app.require_subcommand(1);
   bool verbose = false;
