@@ -96,6 +96,21 @@ TEST(PublishedRuns, LayoutOfARow) {
   EXPECT_EQ(parallel_layout_of(full).fp8_recipe, Fp8Recipe::kCurrent);
 }
 
+// Qwen3's attention is wider than its hidden size (32 heads of 128 on a 2048 hidden): the row's
+// head_dim is taken as given, and the parameter count is Qwen3-30B-A3B's published 30.5 B.
+TEST(PublishedRuns, AHeadDimWiderThanTheHiddenSize) {
+  auto runs = read_published_runs(kSource + "/workloads/validation/mbridge-qwen3-moe-dev.json");
+  ASSERT_EQ(runs.size(), 10u);
+  const PublishedRun& r = runs[0];
+  EXPECT_EQ(r.error, "");
+  EXPECT_EQ(r.model.hidden, 2048);
+  EXPECT_EQ(r.model.head_dim, 128);
+  ASSERT_TRUE(r.model.moe.has_value());
+  EXPECT_EQ(r.model.moe->experts, 128);
+  EXPECT_EQ(r.model.moe->top_k, 8);
+  EXPECT_NEAR(static_cast<double>(count_parameters(r.model).total) / 1e9, 30.5, 0.3);
+}
+
 TEST(PublishedRuns, EveryGpuTypeOfTheFormatHasAPreset) {
   for (const char* gpu : {"A100-40GB", "A100-80GB", "H100-80GB", "H800-80GB", "B200", "B300", "GB200", "GB300"}) {
     auto preset = preset_for_gpu(gpu);

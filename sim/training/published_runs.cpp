@@ -63,8 +63,14 @@ ModelConfig model_of(const nlohmann::json& m, const std::string& where) {
   c.ffn = opt_int(m, "ffn_hidden_size", where).value_or(4 * c.hidden);
   c.vocab = req_int(m, "vocab_size", where);
   c.max_sequence = req_int(m, "seq_length", where);
-  if (c.hidden % c.heads != 0) throw RowError(where + "/hidden_size", "not a multiple of num_attention_heads");
-  c.head_dim = c.hidden / c.heads;
+  // head_dim (Hugging Face's name; Megatron's kv_channels) where heads · head_dim is not the
+  // hidden size, as in Qwen3; otherwise derived.
+  if (auto head_dim = opt_int(m, "head_dim", where)) {
+    c.head_dim = *head_dim;
+  } else {
+    if (c.hidden % c.heads != 0) throw RowError(where + "/hidden_size", "not a multiple of num_attention_heads");
+    c.head_dim = c.hidden / c.heads;
+  }
   // The MLP decides the family: GELU/ReLU² models are GPT/Megatron style (LayerNorm with
   // biases, learned positions, tied embeddings, dropout 0.1 on the attention probabilities and
   // the residual branches: Megatron-LM's and GPT2Config's defaults); SwiGLU models are Llama
