@@ -13,6 +13,7 @@
 #include "model/layer_operators.h"
 #include "model/model_loader.h"
 #include "model/parameter_count.h"
+#include "test_support.h"
 #include "training_test_support.h"
 
 namespace parallax {
@@ -68,6 +69,40 @@ TEST(IterationExpertParallel, DispatchSendsTokensTimesTopKTimesHidden) {
   ParallelLayout full = moe_layout(4, 2);
   full.recompute = Recomputation::kFull;
   EXPECT_EQ(simulate_iteration(model, full, topo).stages[0].communication[kEp].collectives, 48);
+}
+
+TEST(IterationExpertParallel, FlexDispatchSendsATokenOncePerRemoteNode) {
+  // 16 experts, top-4, ep 16 over two DGX H100 nodes (8 experts per node). The flat all-to-all
+  // sends each token's 4 slots, 15/16 of them off the GPU. DeepEP / HybridEP (flex) sends a
+  // token to the other node once if any of its experts is there, P(hit) = 1 − C(8,4)/C(16,4)
+  // = 1 − 70/1820, then its 4 slots over NVLink inside the node (7/8 off the GPU): per
+  // direction, with T·h·2 bytes of tokens,
+  //   flat: T·h·2 · 4 · 15/16,   flex: T·h·2 · (P(hit) + 4 · 7/8),
+  // and two collectives for each of the flat one's.
+  ModelConfig model = tiny_moe();
+  model.moe->experts = 16;
+  model.moe->top_k = 4;
+  const Topology two_nodes = test::load_preset("dgx-h100", 2);
+  ParallelLayout flat = moe_layout(16, 16);
+  ParallelLayout flex = flat;
+  flex.moe_dispatcher = MoeDispatcher::kFlex;
+  const double tokens = 512.0 * 256 * 2;
+  const double hit = 1.0 - 70.0 / 1820.0;
+  const IterationResult a = simulate_iteration(model, flat, two_nodes);
+  const IterationResult b = simulate_iteration(model, flex, two_nodes);
+  const CommunicationVolume& va = a.stages[0].communication[kEp];
+  const CommunicationVolume& vb = b.stages[0].communication[kEp];
+  EXPECT_NEAR(va.sent.value(), 32 * tokens * 4 * 15 / 16, 1e-6 * va.sent.value());
+  EXPECT_NEAR(vb.sent.value(), 32 * tokens * (hit + 4 * 7.0 / 8), 1e-6 * vb.sent.value());
+  EXPECT_EQ(vb.collectives, 2 * va.collectives);
+  EXPECT_LT(b.stages[0].time.exposed[kEp], a.stages[0].time.exposed[kEp]);
+  expect_parts_add_up(b);
+  // Inside one node there is nothing to deduplicate: the same iteration.
+  const Topology one_node = test::load_preset("dgx-h100", 1);
+  ParallelLayout flat8 = moe_layout(8, 8), flex8 = flat8;
+  flex8.moe_dispatcher = MoeDispatcher::kFlex;
+  EXPECT_EQ(simulate_iteration(model, flat8, one_node).iteration_time,
+            simulate_iteration(model, flex8, one_node).iteration_time);
 }
 
 TEST(IterationExpertParallel, ExpertGradientsReduceOverTheExpertDataParallelGroup) {

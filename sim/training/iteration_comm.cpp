@@ -74,6 +74,39 @@ bool CommunicationPlan::spans_nodes(const std::vector<int>& group) const {
   return std::any_of(group.begin(), group.end(), [&](int r) { return node(r) != node(group.front()); });
 }
 
+// DeepEP / HybridEP (MoeDispatcher::kFlex) over an EP group on n nodes of g ranks each: a
+// token goes once to each other node holding one of its top-k experts — with the experts spread
+// evenly, P(a node is hit) = 1 − C(E − E/n, k) / C(E, k) — over the rail group (this rank's peers
+// at its place on every node), then over the node's NVLink to its experts' GPUs (k slots per
+// token, as the flat all-to-all has). `load` scales what the busiest rank receives; nullopt
+// when the nodes hold unequal shares of the group (the flat all-to-all then stands).
+std::optional<CommTask> CommunicationPlan::flex_dispatch(int rank, const std::vector<int>& ep_group, Bytes tokens,
+                                                         int experts, int top_k, double load, double processed) {
+  auto node = [&](int r) { return topo_.device(topo_.gpus()[static_cast<size_t>(r)]).node; };
+  std::map<int64_t, std::vector<int>> by_node;
+  for (int r : ep_group) by_node[static_cast<int64_t>(node(r))].push_back(r);
+  const std::vector<int>& local = by_node.at(static_cast<int64_t>(node(rank)));
+  for (const auto& [n, ranks] : by_node) {
+    if (ranks.size() != local.size()) return std::nullopt;
+  }
+  const auto place = static_cast<size_t>(std::find(local.begin(), local.end(), rank) - local.begin());
+  std::vector<int> rail;
+  for (const auto& [n, ranks] : by_node) rail.push_back(ranks[place]);
+  const double nodes = static_cast<double>(by_node.size());
+  const double per_node = static_cast<double>(experts) / nodes;
+  double miss = 1.0;
+  for (int i = 0; i < top_k; ++i) {
+    miss *= std::max(0.0, static_cast<double>(experts) - per_node - i) / (static_cast<double>(experts) - i);
+  }
+  const Bytes across = tokens * (nodes * (1.0 - miss));  // per rank: tokens · P(hit) to each node
+  const Bytes inside = tokens * static_cast<double>(top_k);
+  CommTask a = collective(CollectiveOp::kAllToAll, across * load, rail);
+  CommTask b = collective(CollectiveOp::kAllToAll, inside * load, local);
+  a.sent = bytes_sent(CollectiveOp::kAllToAll, static_cast<int>(rail.size()), across * processed);
+  b.sent = bytes_sent(CollectiveOp::kAllToAll, static_cast<int>(local.size()), inside * processed);
+  return plus(a, b);
+}
+
 CommTask CommunicationPlan::collective(CollectiveOp op, Bytes size, const std::vector<int>& group, double slowdown) {
   const int n = static_cast<int>(group.size());
   if (n < 2) return CommTask{};
@@ -249,14 +282,22 @@ CommunicationPlan::CommunicationPlan(const ModelConfig& model, const ParallelLay
       const Bytes buffer = pp_message * static_cast<double>(model.moe->top_k);
       const double slowdown = note_slowdown(
           s, WorkKind::kEpComm, sibling_slowdown(s, ep_group, group_in(ParallelDim::kEp), TrafficPattern::kAllPairs));
+      std::optional<CommTask> flex;
+      if (layout.moe_dispatcher == MoeDispatcher::kFlex && spans_nodes(ep_group)) {
+        flex = flex_dispatch(stage_rank(s), ep_group, pp_message, model.moe->experts, model.moe->top_k,
+                             routing.busiest_rank * slowdown, routing.processed);
+      }
       const CollectiveTimer::Timing timed =
-          timer_.timing(CollectiveOp::kAllToAll, buffer * routing.busiest_rank * slowdown, ep_group);
-      const CommTask a2a{timed.time,
-                         bytes_sent(CollectiveOp::kAllToAll, layout.ep, buffer * routing.processed),
-                         1,
-                         spans_nodes(ep_group),
-                         timed.channels,
-                         {{CollectiveCall{CollectiveOp::kAllToAll, buffer * routing.busiest_rank * slowdown, ep_group}}}};
+          flex ? CollectiveTimer::Timing{}
+               : timer_.timing(CollectiveOp::kAllToAll, buffer * routing.busiest_rank * slowdown, ep_group);
+      const CommTask a2a = flex ? *flex
+                                : CommTask{timed.time,
+                                           bytes_sent(CollectiveOp::kAllToAll, layout.ep, buffer * routing.processed),
+                                           1,
+                                           spans_nodes(ep_group),
+                                           timed.channels,
+                                           {{CollectiveCall{CollectiveOp::kAllToAll,
+                                                            buffer * routing.busiest_rank * slowdown, ep_group}}}};
       ep_forward[static_cast<size_t>(s)] = twice(a2a);  // dispatch and combine
       ep_backward[static_cast<size_t>(s)] = layout.recompute == Recomputation::kFull
                                                 ? twice(ep_forward[static_cast<size_t>(s)])

@@ -8,6 +8,7 @@
 
 #include <array>
 #include <map>
+#include <optional>
 #include <memory>
 #include <tuple>
 #include <vector>
@@ -110,6 +111,8 @@ class CommunicationPlan {
   // (stage, reduction or gather, the unit's parameters, its experts', transformer layer or not)
   std::map<std::tuple<int, bool, double, double, bool>, CommTask> per_unit_;
   bool spans_nodes(const std::vector<int>& group) const;
+  std::optional<CommTask> flex_dispatch(int rank, const std::vector<int>& ep_group, Bytes tokens, int experts,
+                                        int top_k, double load, double processed);
 
   const Topology& topo_;
   const ParallelLayout& layout_;

@@ -40,6 +40,14 @@ std::optional<ContextParallelComm> context_parallel_comm_from(const std::string&
   return std::nullopt;
 }
 
+const char* to_string(MoeDispatcher d) { return d == MoeDispatcher::kFlex ? "flex" : "alltoall"; }
+
+std::optional<MoeDispatcher> moe_dispatcher_from(const std::string& name) {
+  if (name == "alltoall") return MoeDispatcher::kAllToAll;
+  if (name == "flex" || name == "deepep" || name == "hybridep") return MoeDispatcher::kFlex;
+  return std::nullopt;
+}
+
 const char* to_string(ParallelDim d) {
   switch (d) {
     case ParallelDim::kTp: return "tp";

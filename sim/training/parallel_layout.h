@@ -42,6 +42,16 @@ const char* to_string(ContextParallelComm c);
 /// Parses "ring" (or "p2p") and "ulysses" (or "a2a"); nullopt otherwise.
 std::optional<ContextParallelComm> context_parallel_comm_from(const std::string& name);
 
+/// How MoE tokens reach their experts' GPUs: one all-to-all over the EP group (Megatron's
+/// "alltoall" token dispatcher), or DeepEP / HybridEP's two-level dispatch (Megatron's "flex"):
+/// a token crosses once to each other node holding one of its experts, over the scale-out
+/// network, and is forwarded there over NVLink to those experts' GPUs; the combine retraces it.
+enum class MoeDispatcher : uint8_t { kAllToAll, kFlex };
+/// "alltoall", "flex".
+const char* to_string(MoeDispatcher d);
+/// Parses "alltoall" and "flex" (or "deepep", "hybridep"); nullopt otherwise.
+std::optional<MoeDispatcher> moe_dispatcher_from(const std::string& name);
+
 /// The dimensions of the rank grid, in the spelling of the order string.
 enum class ParallelDim : uint8_t { kTp, kCp, kEp, kDp, kPp };
 /// "tp", "cp", "ep", "dp", "pp".
@@ -59,6 +69,7 @@ struct ParallelLayout {
   /// FFN split over this many ranks; 0 means tp. Its group is taken from the stage's tp·cp·dp
   /// ranks with ep (the expert grid above).
   int expert_tp = 0;
+  MoeDispatcher moe_dispatcher = MoeDispatcher::kAllToAll;
   bool sequence_parallel = false;  ///< Megatron SP over the TP group
   ZeroStage zero_stage = ZeroStage::kStage0;  ///< kStage3 is FSDP
   int64_t micro_batch = 1;       ///< sequences per micro-batch

@@ -146,6 +146,12 @@ PublishedLayout layout_of(const nlohmann::json& l, int gpus, const std::string& 
   auto sp = l.find("sequence_parallel");
   p.sequence_parallel = (sp != l.end() && sp->is_boolean()) ? sp->get<bool>() : p.tp > 1;
   p.recompute = opt_string(l, "activation_recompute", where).value_or("none");
+  p.expert_tp = static_cast<int>(opt_int(l, "expert_tp", where).value_or(0));
+  p.moe_dispatcher = opt_string(l, "moe_dispatcher", where).value_or("alltoall");
+  if (!moe_dispatcher_from(p.moe_dispatcher)) {
+    throw RowError(where + "/moe_dispatcher", "unknown MoE token dispatcher \"" + p.moe_dispatcher +
+                                                  "\" (expected alltoall, flex or null)");
+  }
   for (auto [key, field] : {std::pair{"param_gather_prefetch", &p.param_gather_prefetch},
                             std::pair{"param_gather_per_tensor", &p.param_gather_per_tensor},
                             std::pair{"fp8_param_gather", &p.fp8_param_gather},
@@ -196,6 +202,8 @@ ParallelLayout parallel_layout_of(const PublishedRun& run) {
   l.param_gather_per_tensor = run.layout.param_gather_per_tensor;
   l.fp8_param_gather = run.layout.fp8_param_gather;
   l.tp_comm_overlap = run.layout.tp_comm_overlap;
+  l.expert_tp = run.layout.expert_tp;
+  l.moe_dispatcher = moe_dispatcher_from(run.layout.moe_dispatcher).value_or(MoeDispatcher::kAllToAll);
   l.bf16_layers_at_start = run.layout.bf16_layers_at_start;
   l.bf16_layers_at_end = run.layout.bf16_layers_at_end;
   if (run.layout.megatron_style) {

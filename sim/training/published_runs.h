@@ -39,6 +39,10 @@ struct PublishedLayout {
   /// fp8/fp4 rows: decoder layers at each end whose GEMMs stay bf16.
   int bf16_layers_at_start = 0;
   int bf16_layers_at_end = 0;
+  /// MoE rows: expert tensor parallelism (Megatron's --expert-tensor-parallel-size); 0: tp.
+  int expert_tp = 0;
+  /// MoE rows: Megatron's token dispatcher, "alltoall" (the default) or "flex" (DeepEP / HybridEP).
+  std::string moe_dispatcher = "alltoall";
 };
 
 struct PublishedRun {

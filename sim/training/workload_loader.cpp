@@ -25,6 +25,11 @@ ContextParallelComm cp_comm_from(const std::string& s, const std::string& file, 
   throw InputError(file, where, "unknown context-parallel communication \"" + s + "\" (expected ring or ulysses)");
 }
 
+MoeDispatcher moe_dispatcher_of(const std::string& s, const std::string& file, const std::string& where) {
+  if (auto d = moe_dispatcher_from(s)) return *d;
+  throw InputError(file, where, "unknown MoE token dispatcher \"" + s + "\" (expected alltoall or flex)");
+}
+
 AttentionKernel attention_from(const std::string& s, const std::string& file, const std::string& where) {
   if (auto k = attention_kernel_from(s)) return *k;
   throw InputError(file, where, "unknown attention kernel \"" + s + "\" (expected flash or unfused)");
@@ -165,6 +170,7 @@ void read_parallel(JsonReader p, const std::string& path, ParallelLayout& l, boo
   if (auto v = p.find("cp_comm")) l.cp_comm = cp_comm_from(v->as_string(), path, v->pointer());
   int_field("ep", l.ep);
   int_field("expert_tp", l.expert_tp, 0);
+  if (auto v = p.find("moe_dispatcher")) l.moe_dispatcher = moe_dispatcher_of(v->as_string(), path, v->pointer());
   if (p.find("dp")) {
     int_field("dp", l.dp);
     dp_given = true;
