@@ -35,6 +35,10 @@ set_tests_properties(example.train.explain PROPERTIES PASS_REGULAR_EXPRESSION "w
 add_test(NAME example.train.flow
          COMMAND parallax train ${PROJECT_SOURCE_DIR}/workloads/train/llama3-70b-64xdgx-h100.json --network flow --tp-comm-overlap on)
 set_tests_properties(example.train.flow PROPERTIES PASS_REGULAR_EXPRESSION "busiest link of each class")
+# The flex (DeepEP / HybridEP) dispatcher from the command line, named in the layout line.
+add_test(NAME example.train.moe_flex
+         COMMAND parallax train ${PROJECT_SOURCE_DIR}/workloads/train/mixtral-8x7b-8xdgx-h100-ep8.json --moe-dispatcher flex)
+set_tests_properties(example.train.moe_flex PROPERTIES PASS_REGULAR_EXPRESSION "ep 8 \\(flex\\)")
 # What-if flags override the file; a layout that cannot run is refused before anything runs.
 add_test(NAME example.train.what_if_flags
          COMMAND parallax train ${PROJECT_SOURCE_DIR}/workloads/train/llama3-70b-64xdgx-h100.json --pp 8 --nodes 32

@@ -282,23 +282,22 @@ CommunicationPlan::CommunicationPlan(const ModelConfig& model, const ParallelLay
       const Bytes buffer = pp_message * static_cast<double>(model.moe->top_k);
       const double slowdown = note_slowdown(
           s, WorkKind::kEpComm, sibling_slowdown(s, ep_group, group_in(ParallelDim::kEp), TrafficPattern::kAllPairs));
-      std::optional<CommTask> flex;
+      std::optional<CommTask> a2a;
       if (layout.moe_dispatcher == MoeDispatcher::kFlex && spans_nodes(ep_group)) {
-        flex = flex_dispatch(stage_rank(s), ep_group, pp_message, model.moe->experts, model.moe->top_k,
-                             routing.busiest_rank * slowdown, routing.processed);
+        a2a = flex_dispatch(stage_rank(s), ep_group, pp_message, model.moe->experts, model.moe->top_k,
+                            routing.busiest_rank * slowdown, routing.processed);
       }
-      const CollectiveTimer::Timing timed =
-          flex ? CollectiveTimer::Timing{}
-               : timer_.timing(CollectiveOp::kAllToAll, buffer * routing.busiest_rank * slowdown, ep_group);
-      const CommTask a2a = flex ? *flex
-                                : CommTask{timed.time,
-                                           bytes_sent(CollectiveOp::kAllToAll, layout.ep, buffer * routing.processed),
-                                           1,
-                                           spans_nodes(ep_group),
-                                           timed.channels,
-                                           {{CollectiveCall{CollectiveOp::kAllToAll,
-                                                            buffer * routing.busiest_rank * slowdown, ep_group}}}};
-      ep_forward[static_cast<size_t>(s)] = twice(a2a);  // dispatch and combine
+      if (!a2a) {
+        const CollectiveTimer::Timing timed =
+            timer_.timing(CollectiveOp::kAllToAll, buffer * routing.busiest_rank * slowdown, ep_group);
+        a2a = CommTask{timed.time,
+                       bytes_sent(CollectiveOp::kAllToAll, layout.ep, buffer * routing.processed),
+                       1,
+                       spans_nodes(ep_group),
+                       timed.channels,
+                       {{CollectiveCall{CollectiveOp::kAllToAll, buffer * routing.busiest_rank * slowdown, ep_group}}}};
+      }
+      ep_forward[static_cast<size_t>(s)] = twice(*a2a);  // dispatch and combine
       ep_backward[static_cast<size_t>(s)] = layout.recompute == Recomputation::kFull
                                                 ? twice(ep_forward[static_cast<size_t>(s)])
                                                 : ep_forward[static_cast<size_t>(s)];

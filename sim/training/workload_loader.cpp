@@ -238,6 +238,7 @@ void apply_overrides(const WorkloadOverrides& a, ParallelLayout& l, bool& dp_giv
   if (a.cp) l.cp = *a.cp;
   if (!a.cp_comm.empty()) l.cp_comm = cp_comm_from(a.cp_comm, "", "--cp-comm");
   if (a.ep) l.ep = *a.ep;
+  if (!a.moe_dispatcher.empty()) l.moe_dispatcher = moe_dispatcher_of(a.moe_dispatcher, "", "--moe-dispatcher");
   if (a.expert_tp) l.expert_tp = *a.expert_tp;
   if (a.dp) {
     l.dp = *a.dp;

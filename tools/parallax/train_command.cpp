@@ -44,7 +44,7 @@ struct TrainArgs {
   std::string workload;
   std::optional<int> tp, pp, dp, vpp, cp, ep, expert_tp, zero, nodes;
   std::optional<int64_t> micro_batch, global_batch, sequence;
-  std::string schedule, recompute, dtype, cp_comm, attention;
+  std::string schedule, recompute, dtype, cp_comm, attention, moe_dispatcher;
   std::string network = "flow";
   std::string json;
   std::string trace;
@@ -82,6 +82,7 @@ Job read_job(const TrainArgs& a) {
   o.recompute = a.recompute;
   o.dtype = a.dtype;
   o.cp_comm = a.cp_comm;
+  o.moe_dispatcher = a.moe_dispatcher;
   o.attention = a.attention;
   o.gemm_table = a.gemm_table;
   o.sustained_fraction = a.sustained_fraction;
@@ -331,6 +332,8 @@ void add_train_command(CLI::App& app) {
   cmd->add_option("--vpp", args->vpp, "virtual stages per pipeline stage (interleaved 1F1B)");
   cmd->add_option("--cp", args->cp, "context-parallel size");
   cmd->add_option("--cp-comm", args->cp_comm, "context-parallel attention: ring (K/V blocks passed around) or ulysses (all-to-all)");
+  cmd->add_option("--moe-dispatcher", args->moe_dispatcher,
+                  "MoE token dispatch: alltoall, or flex (DeepEP / HybridEP: a token sent once per remote node)");
   cmd->add_option("--ep", args->ep, "expert-parallel size");
   cmd->add_option("--expert-tp", args->expert_tp, "expert tensor-parallel size (MoE parallel folding; default: tp)");
   cmd->add_option("--zero", args->zero, "ZeRO stage 0-3 (3 = FSDP)");
