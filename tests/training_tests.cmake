@@ -143,6 +143,13 @@ add_test(NAME search.bad_space
          COMMAND bash -c "echo '{\"tp\": [0]}' > \"$2/space.json\" && ! \"$0\" search \"$1\" --space \"$2/space.json\""
                  $<TARGET_FILE:parallax> ${PROJECT_SOURCE_DIR}/tests/data/workloads/gpt-1.3b-16xa100.json ${train_scratch})
 set_tests_properties(search.bad_space PROPERTIES PASS_REGULAR_EXPRESSION "space.json: /tp/0: must be between 1")
+# The MoE dispatcher as a search dimension: both appear in the ranking (equal where the EP group
+# stays in one node), and the emitted best layout keeps its dispatcher.
+add_test(NAME example.search.moe_dispatcher
+         COMMAND bash -c "echo '{\"moe_dispatcher\": [\"alltoall\", \"flex\"], \"ep\": [8]}' > \"$2/moe-space.json\" && \"$0\" search \"$1\" --space \"$2/moe-space.json\" --top 4 --emit \"$2/moe-best.json\" && \"$0\" train \"$2/moe-best.json\" --network analytical"
+                 $<TARGET_FILE:parallax> ${PROJECT_SOURCE_DIR}/workloads/train/mixtral-8x7b-8xdgx-h100-ep8.json ${train_scratch})
+set_tests_properties(example.search.moe_dispatcher PROPERTIES PASS_REGULAR_EXPRESSION
+                     "ep 8 \\(flex\\).*\n.*ep 8, .*\n(.*\n)*# layout: .*ep 8 \\(flex\\)")
 # parallax scale: every strategy at every count, with the plot.
 add_test(NAME example.scale.small_case
          COMMAND bash -c "out=$(\"$0\" scale \"$1\" --gpus 8,16,32 --strategies ddp,zero1,fsdp --weak --plot \"$2/scale-plot\" --json \"$2/scale.json\") && echo \"$out\" && echo \"$out\" | grep -qE '^  ddp +8 .* 100\\.0%' && echo \"$out\" | grep -qE '^  fsdp +32 ' && test -s \"$2/scale-plot/scale.png\""

@@ -61,6 +61,7 @@ nlohmann::ordered_json parallel_block(const ParallelLayout& l) {
     p["cp_comm"] = to_string(l.cp_comm);
   }
   if (l.ep > 1) p["ep"] = l.ep;
+  if (l.ep > 1 && l.moe_dispatcher == MoeDispatcher::kFlex) p["moe_dispatcher"] = to_string(l.moe_dispatcher);
   if (l.expert_tp > 0) p["expert_tp"] = l.expert_tp;
   p["zero_stage"] = static_cast<int>(l.zero_stage);
   p["micro_batch"] = l.micro_batch;

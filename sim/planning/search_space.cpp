@@ -47,6 +47,12 @@ ContextParallelComm cp_comm_of(JsonReader& r) {
   r.fail("\"" + s + "\" is not a CP scheme (expected ring or ulysses)");
 }
 
+MoeDispatcher moe_dispatcher_of(JsonReader& r) {
+  const std::string s = r.as_string();
+  if (auto d = moe_dispatcher_from(s)) return *d;
+  r.fail("\"" + s + "\" is not a MoE token dispatcher (expected alltoall or flex)");
+}
+
 int positive_int(JsonReader& r) {
   const int64_t v = r.as_int();
   if (v < 1 || v > (1 << 20)) r.fail("must be between 1 and 1048576");
@@ -81,6 +87,7 @@ SearchSpace default_search_space(const ModelConfig& model, const ParallelLayout&
   s.schedule = {PipelineScheduleKind::kOneFOneB, PipelineScheduleKind::kInterleavedOneFOneB,
                 PipelineScheduleKind::kZeroBubbleH1};
   s.cp_comm = {base.cp_comm};
+  s.moe_dispatcher = {base.moe_dispatcher};
   s.sequence_parallel = {true};
   s.tp_comm_overlap = {base.tp_comm_overlap};
   s.rank_order = {"tp-cp-ep-dp-pp", "tp-cp-ep-pp-dp"};
@@ -114,6 +121,7 @@ SearchSpace read_search_space(const std::string& path, SearchSpace s, int gpus) 
   read_list(root, "schedule", s.schedule,
             [&](JsonReader& r) { return schedule_from(r.as_string(), path, r.pointer()); });
   read_list(root, "cp_comm", s.cp_comm, cp_comm_of);
+  read_list(root, "moe_dispatcher", s.moe_dispatcher, moe_dispatcher_of);
   read_list(root, "sequence_parallel", s.sequence_parallel, [](JsonReader& r) { return r.as_bool(); });
   read_list(root, "tp_comm_overlap", s.tp_comm_overlap, [](JsonReader& r) { return r.as_bool(); });
   read_list(root, "rank_order", s.rank_order, [](JsonReader& r) {
@@ -199,6 +207,8 @@ Enumeration enumerate_layouts(const SearchSpace& space, const ModelConfig& model
              [](ParallelLayout& x, int v) { x.virtual_stages = v; });
   l = expand(l, space.cp_comm, [](const ParallelLayout& x) { return x.cp > 1; },
              [](ParallelLayout& x, ContextParallelComm v) { x.cp_comm = v; });
+  l = expand(l, space.moe_dispatcher, [&](const ParallelLayout& x) { return model.moe && x.ep > 1; },
+             [](ParallelLayout& x, MoeDispatcher v) { x.moe_dispatcher = v; });
   l = expand(l, space.sequence_parallel, [](const ParallelLayout& x) { return x.tp > 1; },
              [](ParallelLayout& x, bool v) { x.sequence_parallel = v; });
   l = expand(l, space.tp_comm_overlap, [](const ParallelLayout& x) { return x.tp > 1; },

@@ -23,6 +23,7 @@ struct SearchSpace {
   std::vector<Recomputation> recompute;
   std::vector<PipelineScheduleKind> schedule;
   std::vector<ContextParallelComm> cp_comm;  ///< with cp > 1
+  std::vector<MoeDispatcher> moe_dispatcher;  ///< with ep > 1
   std::vector<bool> sequence_parallel;       ///< with tp > 1
   std::vector<bool> tp_comm_overlap;         ///< with tp > 1
   std::vector<std::string> rank_order;       ///< innermost first
