@@ -8,8 +8,8 @@
 
 #include <array>
 #include <map>
-#include <optional>
 #include <memory>
+#include <optional>
 #include <tuple>
 #include <vector>
 

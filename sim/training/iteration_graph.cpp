@@ -50,8 +50,7 @@ class IterationGraphBuilder {
   WorkId add_ring_attention(int s, const Segment& seg, const WorkIdList& deps);
   void prefetch_zero12_gathers();
   void add_pass(int s, const PipelineOp& op);
-  WorkIdList add_layer_communication(int s, const Unit& u, bool forward, const WorkIdList& deps,
-                                              WorkIdList prev);
+  WorkIdList add_layer_communication(int s, const Unit& u, bool forward, const WorkIdList& deps, WorkIdList prev);
   void add_optimizer_steps();
 
   const ParallelLayout& layout_;
@@ -88,8 +87,7 @@ IterationGraphBuilder::IterationGraphBuilder(const ParallelLayout& layout, const
       zero3_(layout.zero_stage == ZeroStage::kStage3), dp_comm_(layout.dp * layout.cp > 1),
       split_(plan.schedule.split_backward()), gradient_kind_(split_ ? PassKind::kWeight : PassKind::kBackward),
       last_compute_(static_cast<size_t>(layout.pp)),
-      passes_(static_cast<size_t>(plan.schedule.stages) * 3 * static_cast<size_t>(plan.schedule.micro_batches) *
-              static_cast<size_t>(plan.schedule.chunks)) {
+      passes_(static_cast<size_t>(plan.schedule.stages) * plan.schedule.pass_slots()) {
   const bool sm_pools = options.sm_contention && gpu.sms > 0;
   for (int s = 0; s < p_; ++s) {
     streams_.push_back({graph_.add_stream(s, "compute"), graph_.add_stream(s, "tp"), graph_.add_stream(s, "pp"),
@@ -146,11 +144,9 @@ CallPhases IterationGraphBuilder::with_siblings(const CallPhases& phases) const 
   return out;
 }
 
-// Stage, then kind, micro-batch and chunk (pipeline_pass_order has checked them in range).
+// Stage, then the schedule's own numbering of the pass (pipeline_pass_order has checked it).
 size_t IterationGraphBuilder::pass_slot(int s, const PipelineOp& op) const {
-  const size_t m = static_cast<size_t>(plan_.schedule.micro_batches), v = static_cast<size_t>(plan_.schedule.chunks);
-  return ((static_cast<size_t>(s) * 3 + static_cast<size_t>(op.kind)) * m + static_cast<size_t>(op.micro_batch)) * v +
-         static_cast<size_t>(op.chunk);
+  return static_cast<size_t>(s) * plan_.schedule.pass_slots() + plan_.schedule.pass_slot(op);
 }
 
 ChannelId IterationGraphBuilder::channel_of(int s, const CommTask& c) const {
@@ -262,9 +258,8 @@ void IterationGraphBuilder::prefetch_zero12_gathers() {
 // A layer's communication after its kernels (EP, the embedding's and output layer's TP, the
 // transformer layer's TP); `deps` are what the layer's kernels waited for, `prev` the task that
 // ends them. Returns what the layer's end now is.
-WorkIdList IterationGraphBuilder::add_layer_communication(int s, const Unit& u, bool forward,
-                                                                   const WorkIdList& deps,
-                                                                   WorkIdList prev) {
+WorkIdList IterationGraphBuilder::add_layer_communication(int s, const Unit& u, bool forward, const WorkIdList& deps,
+                                                          WorkIdList prev) {
   const size_t i = static_cast<size_t>(s);
   if (u.moe_layer && layout_.ep > 1) {
     // Dispatch and combine on the compute stream, in line with the layer's kernels.

@@ -284,12 +284,8 @@ AdditionOrder addition_order(const PipelineSchedule& sch) {
     }
   }
   std::vector<size_t> next(static_cast<size_t>(p), 0);
-  // Per stage, which passes are placed, by (kind, micro-batch, chunk): all in range, checked above.
-  const size_t m = static_cast<size_t>(sch.micro_batches), v = static_cast<size_t>(sch.chunks);
-  auto slot = [&](const PipelineOp& op) {
-    return (static_cast<size_t>(op.kind) * m + static_cast<size_t>(op.micro_batch)) * v + static_cast<size_t>(op.chunk);
-  };
-  std::vector<std::vector<char>> done(static_cast<size_t>(p), std::vector<char>(3 * m * v, 0));
+  // Per stage, which passes are placed (all in range, checked above).
+  std::vector<std::vector<char>> done(static_cast<size_t>(p), std::vector<char>(sch.pass_slots(), 0));
   bool progress = true;
   while (progress) {
     progress = false;
@@ -298,8 +294,8 @@ AdditionOrder addition_order(const PipelineSchedule& sch) {
       auto& i = next[static_cast<size_t>(s)];
       while (i < ops.size()) {
         auto dep = pipeline_dependency(sch, s, ops[i]);
-        if (dep && !done[static_cast<size_t>(dep->stage)][slot(dep->op)]) break;
-        done[static_cast<size_t>(s)][slot(ops[i])] = 1;
+        if (dep && !done[static_cast<size_t>(dep->stage)][sch.pass_slot(dep->op)]) break;
+        done[static_cast<size_t>(s)][sch.pass_slot(ops[i])] = 1;
         out.order.emplace_back(s, i);
         ++i;
         progress = true;

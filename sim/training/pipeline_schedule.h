@@ -77,6 +77,14 @@ struct PipelineSchedule {
     return kind == PipelineScheduleKind::kZeroBubbleH1 || kind == PipelineScheduleKind::kZeroBubbleH2;
   }
   int passes_per_micro_batch() const { return split_backward() ? 3 : 2; }
+  /// One stage's passes numbered by (kind, micro-batch, chunk), 0 to pass_slots() − 1, for flat
+  /// tables indexed by pass; `op` must be in range (as schedule_problem checks).
+  size_t pass_slots() const { return 3 * static_cast<size_t>(micro_batches) * static_cast<size_t>(chunks); }
+  size_t pass_slot(const PipelineOp& op) const {
+    return (static_cast<size_t>(op.kind) * static_cast<size_t>(micro_batches) + static_cast<size_t>(op.micro_batch)) *
+               static_cast<size_t>(chunks) +
+           static_cast<size_t>(op.chunk);
+  }
 };
 
 /// One micro-batch's pass times on a stage: what ZB-H1's list scheduler orders by.

@@ -190,7 +190,7 @@ class StreamExecution {
     settle(c);
     Channel& ch = channels_[c];
     std::vector<WorkId> done;
-    done.swap(done_scratch_);  // reuses the buffer of earlier completions (none nest: see finish)
+    done.swap(done_scratch_);  // reused: channel_done runs only from the engine, never inside itself
     done.clear();
     const double slack = static_cast<double>(ch.active.size());  // the ceil above, per task
     std::erase_if(ch.active, [&](const InFlight& f) {

@@ -16,7 +16,6 @@ class WorkIdList {
  public:
   WorkIdList() = default;
   WorkIdList(std::initializer_list<WorkId> ids) { append(ids.begin(), ids.size()); }
-  explicit WorkIdList(std::span<const WorkId> ids) { append(ids.data(), ids.size()); }
   WorkIdList(const WorkIdList& o) { append(o.data(), o.size()); }
   WorkIdList& operator=(const WorkIdList& o) {
     if (this != &o) {
@@ -48,7 +47,6 @@ class WorkIdList {
   const WorkId* data() const { return heap_ ? heap_.get() : inline_; }
   WorkId* data() { return heap_ ? heap_.get() : inline_; }
   size_t size() const { return size_; }
-  bool empty() const { return size_ == 0; }
   const WorkId* begin() const { return data(); }
   const WorkId* end() const { return data() + size_; }
   operator std::span<const WorkId>() const { return {data(), size_}; }
