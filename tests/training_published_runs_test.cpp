@@ -38,13 +38,16 @@ TEST(PublishedRuns, TheDevSetReadsWhole) {
 
 TEST(PublishedRuns, DefaultsAndBadRows) {
   auto runs = read_published_runs(kSource + "/tests/data/training/bad-published-runs.json");
-  ASSERT_EQ(runs.size(), 3u);
+  ASSERT_EQ(runs.size(), 5u);
   EXPECT_EQ(runs[0].error, "");
   EXPECT_EQ(runs[0].layout.dp, 16);                 // 32 GPUs / tp 2
   EXPECT_TRUE(runs[0].layout.sequence_parallel);    // null and tp > 1
   EXPECT_EQ(runs[0].model.kv_heads, 24);            // null: as many as heads
   EXPECT_EQ(runs[1].error, "/1/layout/tp: expected an integer or null, found \"two\"");
   EXPECT_EQ(runs[2].error, "/2/cluster/gpu: unknown GPU type \"V100\"");
+  // A cluster's topology is a bundled preset's name, never a path.
+  EXPECT_EQ(runs[3].error.rfind("/3/cluster/topology: expected a bundled preset's name", 0), 0u) << runs[3].error;
+  EXPECT_EQ(runs[4].error, "/4/layout/attention: expected flash, unfused or null, found \"sdpa\"");
 }
 
 TEST(PublishedRuns, LayoutOfARow) {
@@ -109,6 +112,39 @@ TEST(PublishedRuns, AHeadDimWiderThanTheHiddenSize) {
   EXPECT_EQ(r.model.moe->experts, 128);
   EXPECT_EQ(r.model.moe->top_k, 8);
   EXPECT_NEAR(static_cast<double>(count_parameters(r.model).total) / 1e9, 30.5, 0.3);
+}
+
+// BigScience's BLOOM layout benchmarks ran Megatron-DeepSpeed on Jean Zay: the row names the
+// cluster's own preset (4 Omni-Path links per 8 GPUs, not a DGX's 8 HDR NICs) and the stack's
+// choices, which the layout takes over: the attention core unfused (2022, before FlashAttention),
+// gradients all-reduced after the pipeline flush, in bf16 before the BF16_Optimizer of
+// 2022-02-28 and in fp32 with it, when the tied embeddings also count as pipeline layers.
+TEST(PublishedRuns, ARowOnItsOwnClusterWithItsStacksChoices) {
+  auto runs = read_published_runs(kSource + "/workloads/validation/bloom-a100-layouts.json");
+  ASSERT_EQ(runs.size(), 75u);
+  for (const auto& r : runs) {
+    EXPECT_EQ(r.error, "") << r.id;
+    EXPECT_EQ(r.preset, "jean-zay-a100") << r.id;
+    EXPECT_EQ(r.gpus, 384) << r.id;
+  }
+  EXPECT_TRUE(std::ifstream(kSource + "/topologies/jean-zay-a100.json").good());
+  auto row = [&](const std::string& id) {
+    auto it = std::find_if(runs.begin(), runs.end(), [&](const PublishedRun& r) { return r.id == id; });
+    EXPECT_NE(it, runs.end()) << id;
+    return parallel_layout_of(*it);
+  };
+  const ParallelLayout early = row("bloom-prequel-L607");  // 2022-02-21: tp 8, pp 12, dp 4, mbs 1
+  EXPECT_EQ(early.zero_stage, ZeroStage::kStage1);
+  EXPECT_FALSE(early.sequence_parallel);
+  EXPECT_EQ(early.attention, AttentionKernel::kUnfused);
+  EXPECT_FALSE(early.grad_reduce_overlap);
+  EXPECT_FALSE(early.grad_reduce_in_fp32);
+  EXPECT_FALSE(early.account_for_embedding);
+  const ParallelLayout late = row("bloom-prequel-L946");  // 2022-02-28: h14336, 70 layers + 2 on pp 12
+  EXPECT_TRUE(late.grad_reduce_in_fp32);
+  EXPECT_TRUE(late.account_for_embedding);
+  EXPECT_TRUE(late.account_for_loss);
+  EXPECT_EQ(late.pp, 12);
 }
 
 TEST(PublishedRuns, EveryGpuTypeOfTheFormatHasAPreset) {

@@ -114,6 +114,12 @@ foreach(set dev holdout)
   # 69 rows of 64-1,024 GPUs: a minute under the sanitizers, so the release pass runs them.
   set_tests_properties(example.validate.mbridge_${set} PROPERTIES LABELS long)
 endforeach()
+# BigScience's BLOOM layout benchmarks (75 layouts of 176-184B GPT models on 384 A100s of Jean
+# Zay): every row simulated on the cluster's own preset, and the rank agreement printed per model.
+add_test(NAME example.validate.bloom_layouts
+         COMMAND bash -c "\"$0\" validate \"$1\" --json \"$2\" | grep -q 'mean over 12 groups' && python3 -c 'import json,sys; rows=json.load(open(sys.argv[1])); assert len(rows)==75 and all(\"error\" in r for r in rows)' \"$2\""
+                 $<TARGET_FILE:parallax> ${PROJECT_SOURCE_DIR}/workloads/validation/bloom-a100-layouts.json
+                 ${train_scratch}/bloom-layouts.json)
 add_test(NAME example.validate.h100_fp8_holdout
          COMMAND bash -c "\"$0\" validate \"$1\" --json \"$2\" > /dev/null && python3 -c 'import json,sys; rows=json.load(open(sys.argv[1])); assert len(rows)==7 and all(\"error\" in r for r in rows)' \"$2\""
                  $<TARGET_FILE:parallax> ${PROJECT_SOURCE_DIR}/workloads/validation/mpt-h100-fp8-holdout.json ${train_scratch}/h100-fp8-holdout.json)

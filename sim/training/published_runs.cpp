@@ -1,5 +1,6 @@
 #include "training/published_runs.h"
 
+#include <algorithm>
 #include <fstream>
 #include <stdexcept>
 
@@ -7,6 +8,7 @@
 
 #include "io/input_error.h"
 #include "io/json_reader.h"
+#include "model/layer_operators.h"
 
 namespace parallax {
 namespace {
@@ -51,6 +53,13 @@ std::optional<std::string> opt_string(const nlohmann::json& obj, const std::stri
   if (it == obj.end() || it->is_null()) return std::nullopt;
   if (!it->is_string()) throw RowError(where + "/" + key, "expected a string or null, found " + it->dump());
   return it->get<std::string>();
+}
+
+std::optional<bool> opt_bool(const nlohmann::json& obj, const std::string& key, const std::string& where) {
+  auto it = obj.find(key);
+  if (it == obj.end() || it->is_null()) return std::nullopt;
+  if (!it->is_boolean()) throw RowError(where + "/" + key, "expected true, false or null, found " + it->dump());
+  return it->get<bool>();
 }
 
 ModelConfig model_of(const nlohmann::json& m, const std::string& where) {
@@ -155,12 +164,17 @@ PublishedLayout layout_of(const nlohmann::json& l, int gpus, const std::string& 
   for (auto [key, field] : {std::pair{"param_gather_prefetch", &p.param_gather_prefetch},
                             std::pair{"param_gather_per_tensor", &p.param_gather_per_tensor},
                             std::pair{"fp8_param_gather", &p.fp8_param_gather},
-                            std::pair{"tp_comm_overlap", &p.tp_comm_overlap}}) {
-    auto v = l.find(key);
-    if (v == l.end() || v->is_null()) continue;
-    if (!v->is_boolean()) throw RowError(where + "/" + key, "expected true, false or null, found " + v->dump());
-    *field = v->get<bool>();
+                            std::pair{"tp_comm_overlap", &p.tp_comm_overlap},
+                            std::pair{"account_for_embedding_in_pipeline_split", &p.account_for_embedding},
+                            std::pair{"account_for_loss_in_pipeline_split", &p.account_for_loss}}) {
+    if (auto v = opt_bool(l, key, where)) *field = *v;
   }
+  p.attention = opt_string(l, "attention", where).value_or("");
+  if (!p.attention.empty() && !attention_kernel_from(p.attention)) {
+    throw RowError(where + "/attention", "expected flash, unfused or null, found \"" + p.attention + "\"");
+  }
+  p.grad_reduce_overlap = opt_bool(l, "grad_reduce_overlap", where);
+  p.grad_reduce_in_fp32 = opt_bool(l, "grad_reduce_in_fp32", where);
   for (auto [key, field] : {std::pair{"bf16_layers_at_start", &p.bf16_layers_at_start},
                             std::pair{"bf16_layers_at_end", &p.bf16_layers_at_end}}) {
     auto n = opt_int(l, key, where);
@@ -198,6 +212,7 @@ ParallelLayout parallel_layout_of(const PublishedRun& run) {
   l.fp8_recipe = fp8_recipe_from_string(run.fp8_recipe).value_or(Fp8Recipe::kDelayed);
   l.sequence_length = run.sequence;
   if (l.recompute == Recomputation::kSelective) l.attention = AttentionKernel::kUnfused;
+  if (!run.layout.attention.empty()) l.attention = *attention_kernel_from(run.layout.attention);
   l.param_gather_prefetch = run.layout.param_gather_prefetch;
   l.param_gather_per_tensor = run.layout.param_gather_per_tensor;
   l.fp8_param_gather = run.layout.fp8_param_gather;
@@ -210,6 +225,10 @@ ParallelLayout parallel_layout_of(const PublishedRun& run) {
     l.grad_reduce_in_fp32 = true;
     l.grad_reduce_overlap = false;
   }
+  l.grad_reduce_in_fp32 = run.layout.grad_reduce_in_fp32.value_or(l.grad_reduce_in_fp32);
+  l.grad_reduce_overlap = run.layout.grad_reduce_overlap.value_or(l.grad_reduce_overlap);
+  l.account_for_embedding = run.layout.account_for_embedding;
+  l.account_for_loss = run.layout.account_for_loss;
   return l;
 }
 
@@ -241,6 +260,18 @@ std::vector<PublishedRun> read_published_runs(const std::string& path) {
       auto preset = preset_for_gpu(run.gpu);
       if (!preset) throw RowError(where + "/cluster/gpu", "unknown GPU type \"" + run.gpu + "\"");
       run.preset = *preset;
+      if (auto topology = opt_string(cluster, "topology", where + "/cluster")) {
+        // A bundled preset's name, not a path: rows stay portable and cannot name other files.
+        const bool name_only = !topology->empty() && topology->size() <= 64 &&
+                               std::all_of(topology->begin(), topology->end(), [](char c) {
+                                 return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-';
+                               });
+        if (!name_only) {
+          throw RowError(where + "/cluster/topology",
+                         "expected a bundled preset's name (topologies/NAME.json: lower-case letters, digits, '-')");
+        }
+        run.preset = *topology;
+      }
       run.gpus = static_cast<int>(req_int(cluster, "num_gpus", where + "/cluster"));
       run.precision = opt_string(row, "precision", where).value_or("bf16");
       if (run.precision != "bf16" && run.precision != "fp8" && run.precision != "fp4" && run.precision != "nvfp4" &&

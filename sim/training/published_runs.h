@@ -43,13 +43,22 @@ struct PublishedLayout {
   int expert_tp = 0;
   /// MoE rows: Megatron's token dispatcher, "alltoall" (the default) or "flex" (DeepEP / HybridEP).
   std::string moe_dispatcher = "alltoall";
+  /// Data-parallel gradients: reduced during the backward pass or after it, in fp32 or in the
+  /// training dtype; unset, the row's style decides (Megatron-style: after, fp32).
+  std::optional<bool> grad_reduce_overlap, grad_reduce_in_fp32;
+  /// Megatron's (and Megatron-DeepSpeed's type:transformer|embedding) pipeline accounting: the
+  /// embedding (the output layer and loss) counted as a layer of the first (last) stage.
+  bool account_for_embedding = false, account_for_loss = false;
+  /// The attention core as the stack ran it: "flash" or "unfused"; empty: unfused with
+  /// selective recomputation, FlashAttention otherwise.
+  std::string attention;
 };
 
 struct PublishedRun {
   std::string id;
   std::string source;
   std::string gpu;            ///< as published: "A100-40GB", "H100-80GB", …
-  std::string preset;         ///< the bundled topology for it ("dgx-a100-40gb", …)
+  std::string preset;         ///< the bundled topology for it ("dgx-a100-40gb", …; cluster.topology)
   int gpus = 0;
   std::string precision;      ///< bf16, fp8, fp4 (= nvfp4) or mxfp4
   std::string fp8_recipe = "delayed";  ///< with fp8: delayed, current or mxfp8 (row key "fp8_recipe")
@@ -63,7 +72,8 @@ struct PublishedRun {
 
 /// The bundled preset for a GPU type of the format (A100-40GB → dgx-a100-40gb, A100-80GB →
 /// dgx-a100, H100-80GB → dgx-h100, H800-80GB → hgx-h800, B200 → dgx-b200, B300 → dgx-b300,
-/// GB200 → gb200-nvl72, GB300 → gb300-nvl72), or nullopt for another name.
+/// GB200 → gb200-nvl72, GB300 → gb300-nvl72), or nullopt for another name. A row's
+/// `cluster.topology` names another bundled preset where the cluster was not the vendor's node.
 std::optional<std::string> preset_for_gpu(const std::string& gpu);
 
 /// The layout a row runs under: its sizes and batches, 1F1B (interleaved when vpp > 1), its ZeRO
