@@ -38,7 +38,7 @@ TEST(PublishedRuns, TheDevSetReadsWhole) {
 
 TEST(PublishedRuns, DefaultsAndBadRows) {
   auto runs = read_published_runs(kSource + "/tests/data/training/bad-published-runs.json");
-  ASSERT_EQ(runs.size(), 5u);
+  ASSERT_EQ(runs.size(), 6u);
   EXPECT_EQ(runs[0].error, "");
   EXPECT_EQ(runs[0].layout.dp, 16);                 // 32 GPUs / tp 2
   EXPECT_TRUE(runs[0].layout.sequence_parallel);    // null and tp > 1
@@ -48,6 +48,8 @@ TEST(PublishedRuns, DefaultsAndBadRows) {
   // A cluster's topology is a bundled preset's name, never a path.
   EXPECT_EQ(runs[3].error.rfind("/3/cluster/topology: expected a bundled preset's name", 0), 0u) << runs[3].error;
   EXPECT_EQ(runs[4].error, "/4/layout/attention: expected flash, unfused or null, found \"sdpa\"");
+  // Out of memory and a throughput at once: one of them is wrong.
+  EXPECT_EQ(runs[5].error, "/5/expected/tokens_per_sec_per_gpu: must be null for a run that ran out of memory");
 }
 
 TEST(PublishedRuns, LayoutOfARow) {
@@ -121,9 +123,12 @@ TEST(PublishedRuns, AHeadDimWiderThanTheHiddenSize) {
 // 2022-02-28 and in fp32 with it, when the tied embeddings also count as pipeline layers.
 TEST(PublishedRuns, ARowOnItsOwnClusterWithItsStacksChoices) {
   auto runs = read_published_runs(kSource + "/workloads/validation/bloom-a100-layouts.json");
-  ASSERT_EQ(runs.size(), 75u);
+  ASSERT_EQ(runs.size(), 80u);
+  // 75 measured layouts and the 5 that the source published as out of memory, without a time.
+  EXPECT_EQ(std::count_if(runs.begin(), runs.end(), [](const PublishedRun& r) { return r.expected_out_of_memory; }), 5);
   for (const auto& r : runs) {
     EXPECT_EQ(r.error, "") << r.id;
+    EXPECT_EQ(r.expected_out_of_memory, r.expected_tokens_per_sec_per_gpu == 0) << r.id;
     EXPECT_EQ(r.preset, "jean-zay-a100") << r.id;
     EXPECT_EQ(r.gpus, 384) << r.id;
   }

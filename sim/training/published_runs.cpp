@@ -286,11 +286,18 @@ std::vector<PublishedRun> read_published_runs(const std::string& path) {
       run.sequence = static_cast<int>(run.model.max_sequence);
       run.layout = layout_of(member(row, "layout", where), run.gpus, where + "/layout");
       const nlohmann::json& expected = member(row, "expected", where);
-      const nlohmann::json& tps = member(expected, "tokens_per_sec_per_gpu", where + "/expected");
-      if (!tps.is_number() || tps.get<double>() <= 0) {
-        throw RowError(where + "/expected/tokens_per_sec_per_gpu", "expected a positive number");
+      run.expected_out_of_memory = opt_bool(expected, "out_of_memory", where + "/expected").value_or(false);
+      auto tps = expected.find("tokens_per_sec_per_gpu");
+      if (run.expected_out_of_memory) {
+        if (tps != expected.end() && !tps->is_null()) {
+          throw RowError(where + "/expected/tokens_per_sec_per_gpu", "must be null for a run that ran out of memory");
+        }
+      } else {
+        if (tps == expected.end() || !tps->is_number() || tps->get<double>() <= 0) {
+          throw RowError(where + "/expected/tokens_per_sec_per_gpu", "expected a positive number");
+        }
+        run.expected_tokens_per_sec_per_gpu = tps->get<double>();
       }
-      run.expected_tokens_per_sec_per_gpu = tps.get<double>();
     } catch (const RowError& e) {
       run.error = e.what();
     }

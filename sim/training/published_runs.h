@@ -65,7 +65,10 @@ struct PublishedRun {
   int sequence = 0;
   ModelConfig model;
   PublishedLayout layout;
-  double expected_tokens_per_sec_per_gpu = 0;
+  double expected_tokens_per_sec_per_gpu = 0;  ///< 0 for a run published as out of memory
+  /// The source reports the layout ran out of GPU memory (expected.out_of_memory): no
+  /// throughput to compare, only whether the memory model agrees.
+  bool expected_out_of_memory = false;
   /// Empty when the row can be simulated; else why not (it is reported, not dropped).
   std::string error;
 };

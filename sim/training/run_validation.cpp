@@ -34,7 +34,7 @@ RunPrediction RunValidator::predict(const PublishedRun& run) {
     options.cosimulate = cosimulate_;
     p.result = simulate_iteration(run.model, *p.layout, topo, options);
     p.predicted = p.result.tokens_per_second_per_gpu;
-    p.error = p.predicted / run.expected_tokens_per_sec_per_gpu - 1.0;
+    if (!run.expected_out_of_memory) p.error = p.predicted / run.expected_tokens_per_sec_per_gpu - 1.0;
     if (p.result.out_of_memory) {
       char gib[32];
       std::snprintf(gib, sizeof gib, "%.1f GiB", p.result.peak_memory.value() / (1024.0 * 1024 * 1024));
@@ -51,14 +51,18 @@ nlohmann::ordered_json run_json(const PublishedRun& run, const RunPrediction& p)
   j["id"] = run.id;
   j["gpu"] = run.gpu;
   j["gpus"] = run.gpus;
-  j["expected_tokens_per_sec_per_gpu"] = run.expected_tokens_per_sec_per_gpu;
+  if (run.expected_out_of_memory) {
+    j["expected_out_of_memory"] = true;
+  } else {
+    j["expected_tokens_per_sec_per_gpu"] = run.expected_tokens_per_sec_per_gpu;
+  }
   if (!p.problem.empty()) {
     j["error_message"] = p.problem;
     return j;
   }
   const IterationResult& r = p.result;
   j["predicted_tokens_per_sec_per_gpu"] = p.predicted;
-  j["error"] = p.error;
+  if (!run.expected_out_of_memory) j["error"] = p.error;
   j["mfu"] = r.mfu;
   // Where the predicted time goes, for looking into a row's error: the iteration, its
   // pipeline bubble, and the most communication any stage leaves exposed.
@@ -129,7 +133,7 @@ std::vector<RankAgreement> rank_agreement(const std::vector<PublishedRun>& runs,
                                           const std::vector<RunPrediction>& predictions, size_t min_rows) {
   std::map<std::pair<std::string, std::string>, std::pair<std::vector<double>, std::vector<double>>> groups;
   for (size_t i = 0; i < runs.size() && i < predictions.size(); ++i) {
-    if (!predictions[i].problem.empty()) continue;
+    if (!predictions[i].problem.empty() || runs[i].expected_out_of_memory) continue;
     auto& g = groups[{source_label(runs[i].source), runs[i].model.name}];
     g.first.push_back(predictions[i].predicted);
     g.second.push_back(runs[i].expected_tokens_per_sec_per_gpu);
