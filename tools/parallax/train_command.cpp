@@ -255,9 +255,9 @@ struct ValidateArgs {
   std::string network = "analytical";
 };
 
-// The error summaries under the table: over every simulated row, per GPU type, per source
+// The error summaries under the table: over every simulated row, per GPU type and per source
 // (signed: a bias shared by one publication's rows — its framework, its kernels — shows there,
-// where per-row errors only look like scatter), and the rank agreement per source and model.
+// where per-row errors only look like scatter); rows published as out of memory counted apart.
 void print_error_summaries(const std::vector<PublishedRun>& runs, const std::vector<RunPrediction>& predictions) {
   std::vector<double> errors;
   std::map<std::string, std::vector<double>> by_gpu;
@@ -296,17 +296,19 @@ void print_error_summaries(const std::vector<PublishedRun>& runs, const std::vec
     std::printf("  %-40s %3zu rows: median %+.1f%%, mean |error| %.1f%%\n", source.c_str(), v.size(), 100 * median_error(v),
                 100 * mean_error(magnitude));
   }
-  // How the predictions order each source's layouts of one model (what a search ranks by).
+}
+
+// How the predictions order each source's layouts of one model (what a search ranks by).
+void print_rank_agreement(const std::vector<PublishedRun>& runs, const std::vector<RunPrediction>& predictions) {
   const std::vector<RankAgreement> ranks = rank_agreement(runs, predictions);
-  if (!ranks.empty()) {
-    std::printf("rank agreement per source and model (3+ rows): Spearman's rho, predicted vs published tokens/s per GPU\n");
-    double sum = 0;
-    for (const RankAgreement& r : ranks) {
-      std::printf("  %-40s %-36s %3zu rows: %+.2f\n", r.source.c_str(), r.model.c_str(), r.rows, r.rho);
-      sum += r.rho;
-    }
-    std::printf("  mean over %zu groups: %+.2f\n", ranks.size(), sum / static_cast<double>(ranks.size()));
+  if (ranks.empty()) return;
+  std::printf("rank agreement per source and model (3+ rows): Spearman's rho, predicted vs published tokens/s per GPU\n");
+  double sum = 0;
+  for (const RankAgreement& r : ranks) {
+    std::printf("  %-40s %-36s %3zu rows: %+.2f\n", r.source.c_str(), r.model.c_str(), r.rows, r.rho);
+    sum += r.rho;
   }
+  std::printf("  mean over %zu groups: %+.2f\n", ranks.size(), sum / static_cast<double>(ranks.size()));
 }
 
 // One row of the table: published and predicted tokens/s per GPU and the error, or for a run
@@ -344,6 +346,7 @@ void run_validate(const ValidateArgs& a) {
   std::printf("# Parallax validate: %s (%zu runs; kernels at %.2f of their stand-alone speed)\n%s\n", a.runs.c_str(),
               runs.size(), a.sustained_fraction, t.render().c_str());
   print_error_summaries(runs, predictions);
+  print_rank_agreement(runs, predictions);
   if (!a.json.empty()) write_file_atomically(a.json, out.dump(2) + "\n");
 }
 
