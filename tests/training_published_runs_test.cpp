@@ -3,11 +3,13 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <fstream>
 
 #include "io/input_error.h"
 #include "model/parameter_count.h"
 #include "training/published_runs.h"
+#include "training/run_validation.h"
 
 namespace parallax {
 namespace {
@@ -150,6 +152,46 @@ TEST(PublishedRuns, ARowOnItsOwnClusterWithItsStacksChoices) {
   EXPECT_TRUE(late.account_for_embedding);
   EXPECT_TRUE(late.account_for_loss);
   EXPECT_EQ(late.pp, 12);
+}
+
+// Spearman's ρ = 1 − 6·Σd²/(n(n² − 1)) without ties; ties take their average rank.
+TEST(RankAgreement, SpearmansRhoAgainstItsClosedForm) {
+  EXPECT_DOUBLE_EQ(spearman({1, 2, 3, 4}, {10, 20, 30, 40}), 1.0);
+  EXPECT_DOUBLE_EQ(spearman({1, 2, 3, 4}, {40, 30, 20, 10}), -1.0);
+  // Ranks (1, 2, 3, 4, 5) against (2, 1, 4, 3, 5): Σd² = 4, ρ = 1 − 24/120 = 0.8.
+  EXPECT_NEAR(spearman({1, 2, 3, 4, 5}, {7, 3, 9, 8, 11}), 0.8, 1e-12);
+  // A tie: (1, 2, 2) ranks as (1, 2.5, 2.5); against (1, 2, 3) Pearson's r of the ranks is √3/2.
+  EXPECT_NEAR(spearman({1, 2, 2}, {1, 2, 3}), std::sqrt(3.0) / 2.0, 1e-12);
+  EXPECT_TRUE(std::isnan(spearman({1, 1, 1}, {1, 2, 3})));  // a constant series has no order
+}
+
+// Per (source, model): ρ, and what picking the layout predicted fastest costs against the fastest
+// published one. Rows of another model or published as out of memory stay out of the group.
+TEST(RankAgreement, FirstChoiceShortfallIsThePickedLayoutsDistanceFromTheBest) {
+  auto row = [](const std::string& model, double published, bool oom = false) {
+    PublishedRun r;
+    r.source = "Somebody et al. 2022, Table 1";
+    r.model.name = model;
+    r.expected_tokens_per_sec_per_gpu = oom ? 0 : published;
+    r.expected_out_of_memory = oom;
+    return r;
+  };
+  auto predicted = [](double tokens) {
+    RunPrediction p;
+    p.predicted = tokens;
+    return p;
+  };
+  const std::vector<PublishedRun> runs = {row("A", 100), row("A", 90), row("A", 80), row("A", 0, true), row("B", 5)};
+  // The model ranks A's second layout first (120 > 110 > 70): it published 90 against the best's 100.
+  const std::vector<RunPrediction> predictions = {predicted(110), predicted(120), predicted(70), predicted(500),
+                                                  predicted(5)};
+  const std::vector<RankAgreement> ranks = rank_agreement(runs, predictions);
+  ASSERT_EQ(ranks.size(), 1u);  // B has one row
+  EXPECT_EQ(ranks[0].model, "A");
+  EXPECT_EQ(ranks[0].source, "Somebody et al. 2022");
+  EXPECT_EQ(ranks[0].rows, 3u);
+  EXPECT_NEAR(ranks[0].rho, 0.5, 1e-12);  // Σd² = 2: 1 − 12/24
+  EXPECT_NEAR(ranks[0].first_choice_shortfall, 90.0 / 100.0 - 1.0, 1e-12);
 }
 
 TEST(PublishedRuns, EveryGpuTypeOfTheFormatHasAPreset) {

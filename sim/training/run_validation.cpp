@@ -141,9 +141,12 @@ std::vector<RankAgreement> rank_agreement(const std::vector<PublishedRun>& runs,
   std::vector<RankAgreement> out;
   for (const auto& [key, series] : groups) {
     if (series.first.size() < min_rows) continue;
-    const double rho = spearman(series.first, series.second);
+    const auto& [predicted, published] = series;
+    const double rho = spearman(predicted, published);
     if (std::isnan(rho)) continue;
-    out.push_back(RankAgreement{key.first, key.second, series.first.size(), rho});
+    const size_t chosen = static_cast<size_t>(std::max_element(predicted.begin(), predicted.end()) - predicted.begin());
+    const double best = *std::max_element(published.begin(), published.end());
+    out.push_back(RankAgreement{key.first, key.second, predicted.size(), rho, published[chosen] / best - 1.0});
   }
   return out;
 }

@@ -54,11 +54,15 @@ double spearman(const std::vector<double>& a, const std::vector<double>& b);
 
 /// How well the predictions order the layouts one source published for one model: per
 /// (source, model) group of at least `min_rows` simulated rows, Spearman's ρ between predicted
-/// and published tokens/s per GPU — what a layout search ranks by.
+/// and published tokens/s per GPU — what a layout search ranks by — and what choosing by the
+/// prediction costs: the published throughput of the layout predicted fastest against the
+/// fastest published, minus one (0 when the prediction picks the best; the first such row
+/// where several are predicted equally fast).
 struct RankAgreement {
   std::string source, model;
   size_t rows = 0;
   double rho = 0;
+  double first_choice_shortfall = 0;
 };
 std::vector<RankAgreement> rank_agreement(const std::vector<PublishedRun>& runs,
                                           const std::vector<RunPrediction>& predictions, size_t min_rows = 3);
