@@ -40,7 +40,7 @@ TEST(PublishedRuns, TheDevSetReadsWhole) {
 
 TEST(PublishedRuns, DefaultsAndBadRows) {
   auto runs = read_published_runs(kSource + "/tests/data/training/bad-published-runs.json");
-  ASSERT_EQ(runs.size(), 6u);
+  ASSERT_EQ(runs.size(), 7u);
   EXPECT_EQ(runs[0].error, "");
   EXPECT_EQ(runs[0].layout.dp, 16);                 // 32 GPUs / tp 2
   EXPECT_TRUE(runs[0].layout.sequence_parallel);    // null and tp > 1
@@ -48,10 +48,28 @@ TEST(PublishedRuns, DefaultsAndBadRows) {
   EXPECT_EQ(runs[1].error, "/1/layout/tp: expected an integer or null, found \"two\"");
   EXPECT_EQ(runs[2].error, "/2/cluster/gpu: unknown GPU type \"V100\"");
   // A cluster's topology is a bundled preset's name, never a path.
-  EXPECT_EQ(runs[3].error.rfind("/3/cluster/topology: expected a bundled preset's name", 0), 0u) << runs[3].error;
+  EXPECT_EQ(runs[3].error.rfind("/3/cluster/topology: expected a bundled file's name", 0), 0u) << runs[3].error;
   EXPECT_EQ(runs[4].error, "/4/layout/attention: expected flash, unfused or null, found \"sdpa\"");
   // Out of memory and a throughput at once: one of them is wrong.
   EXPECT_EQ(runs[5].error, "/5/expected/tokens_per_sec_per_gpu: must be null for a run that ran out of memory");
+  // A bundled model needs the models folder.
+  EXPECT_EQ(runs[6].error, "/6/model/bundled: no bundled model \"deepseek-v3\"");
+}
+
+// A row may take a bundled model's architecture (what the row's fields cannot say: MLA, the
+// dense first layers, the shared expert, MTP) at its own sequence length.
+TEST(PublishedRuns, ARowOfABundledModel) {
+  auto runs = read_published_runs(kSource + "/tests/data/training/bad-published-runs.json", kSource + "/workloads/models");
+  const PublishedRun& r = runs[6];
+  ASSERT_EQ(r.error, "");
+  EXPECT_EQ(r.model.name, "DeepSeek-V3");
+  EXPECT_EQ(r.model.layers, 61);
+  EXPECT_EQ(r.model.max_sequence, 4096);
+  EXPECT_EQ(r.sequence, 4096);
+  ASSERT_TRUE(r.model.moe.has_value());
+  EXPECT_EQ(r.model.moe->experts, 256);
+  EXPECT_TRUE(r.model.mla.has_value());
+  EXPECT_EQ(runs[0].error, "");  // the other rows read as before
 }
 
 TEST(PublishedRuns, LayoutOfARow) {

@@ -9,6 +9,7 @@
 #include "io/input_error.h"
 #include "io/json_reader.h"
 #include "model/layer_operators.h"
+#include "model/model_loader.h"
 
 namespace parallax {
 namespace {
@@ -116,6 +117,30 @@ ModelConfig model_of(const nlohmann::json& m, const std::string& where) {
     moe.shared_expert_ffn = moe.expert_ffn;
     c.moe = moe;
   }
+  if (std::string why = c.problem(); !why.empty()) throw RowError(where, why);
+  return c;
+}
+
+// A bundled file's name, not a path: rows stay portable and cannot name other files.
+std::string bundled_name(const std::string& name, const std::string& where, const std::string& folder) {
+  const bool name_only = !name.empty() && name.size() <= 64 && std::all_of(name.begin(), name.end(), [](char c) {
+    return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-';
+  });
+  if (!name_only) {
+    throw RowError(where, "expected a bundled file's name (" + folder + "/NAME.json: lower-case letters, digits, '-')");
+  }
+  return name;
+}
+
+// A model the project bundles (workloads/models/NAME.json: MLA, dense first layers, shared
+// experts and MTP that the row's fields cannot say), at the row's sequence length.
+ModelConfig bundled_model_of(const nlohmann::json& m, const std::string& name, const std::string& models_dir,
+                             const std::string& where) {
+  const std::string file = models_dir.empty() ? std::string() : bundled_model_path(models_dir, name);
+  if (file.empty()) throw RowError(where + "/bundled", "no bundled model \"" + name + "\"");
+  ModelConfig c = load_model_file(file);
+  c.name = opt_string(m, "name", where).value_or(name);
+  c.max_sequence = req_int(m, "seq_length", where);
   if (std::string why = c.problem(); !why.empty()) throw RowError(where, why);
   return c;
 }
@@ -244,7 +269,7 @@ std::optional<std::string> preset_for_gpu(const std::string& gpu) {
   return std::nullopt;
 }
 
-std::vector<PublishedRun> read_published_runs(const std::string& path) {
+std::vector<PublishedRun> read_published_runs(const std::string& path, const std::string& models_dir) {
   const nlohmann::json doc = load_json_file(path);  // line and column of a syntax error, depth limited
   if (!doc.is_array()) throw InputError(path, "", "expected an array of runs");
   std::vector<PublishedRun> runs;
@@ -261,16 +286,7 @@ std::vector<PublishedRun> read_published_runs(const std::string& path) {
       if (!preset) throw RowError(where + "/cluster/gpu", "unknown GPU type \"" + run.gpu + "\"");
       run.preset = *preset;
       if (auto topology = opt_string(cluster, "topology", where + "/cluster")) {
-        // A bundled preset's name, not a path: rows stay portable and cannot name other files.
-        const bool name_only = !topology->empty() && topology->size() <= 64 &&
-                               std::all_of(topology->begin(), topology->end(), [](char c) {
-                                 return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-';
-                               });
-        if (!name_only) {
-          throw RowError(where + "/cluster/topology",
-                         "expected a bundled preset's name (topologies/NAME.json: lower-case letters, digits, '-')");
-        }
-        run.preset = *topology;
+        run.preset = bundled_name(*topology, where + "/cluster/topology", "topologies");
       }
       run.gpus = static_cast<int>(req_int(cluster, "num_gpus", where + "/cluster"));
       run.precision = opt_string(row, "precision", where).value_or("bf16");
@@ -282,7 +298,13 @@ std::vector<PublishedRun> read_published_runs(const std::string& path) {
       if (!fp8_recipe_from_string(run.fp8_recipe)) {
         throw RowError(where + "/fp8_recipe", "expected delayed, current or mxfp8, found \"" + run.fp8_recipe + "\"");
       }
-      run.model = model_of(member(row, "model", where), where + "/model");
+      const nlohmann::json& model = member(row, "model", where);
+      if (auto bundled = opt_string(model, "bundled", where + "/model")) {
+        run.model = bundled_model_of(model, bundled_name(*bundled, where + "/model/bundled", "workloads/models"),
+                                     models_dir, where + "/model");
+      } else {
+        run.model = model_of(model, where + "/model");
+      }
       run.sequence = static_cast<int>(run.model.max_sequence);
       run.layout = layout_of(member(row, "layout", where), run.gpus, where + "/layout");
       const nlohmann::json& expected = member(row, "expected", where);

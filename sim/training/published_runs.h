@@ -91,6 +91,8 @@ ParallelLayout parallel_layout_of(const PublishedRun& run);
 /// Reads every row of `path` (a JSON array). A row with a bad or missing field gets `error`
 /// naming its JSON path ("/12/layout/tp: expected an integer"); the file itself being
 /// unreadable or not an array is an InputError.
-std::vector<PublishedRun> read_published_runs(const std::string& path);
+/// A row whose model says `"bundled": NAME` takes the architecture of `<models_dir>/NAME.json`
+/// (none without a models folder) at the row's `seq_length`.
+std::vector<PublishedRun> read_published_runs(const std::string& path, const std::string& models_dir = {});
 
 }  // namespace parallax

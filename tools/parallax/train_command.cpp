@@ -333,7 +333,7 @@ std::vector<std::string> validation_row(const PublishedRun& run, const RunPredic
 }
 
 void run_validate(const ValidateArgs& a) {
-  std::vector<PublishedRun> runs = read_published_runs(a.runs);
+  std::vector<PublishedRun> runs = read_published_runs(a.runs, bundled_models_dir());
   TextTable t({"id", "gpu", "gpus", "layout", "published", "predicted", "error", "note"},
               {TextTable::Align::kLeft, TextTable::Align::kLeft, TextTable::Align::kRight, TextTable::Align::kLeft,
                TextTable::Align::kRight, TextTable::Align::kRight, TextTable::Align::kRight, TextTable::Align::kLeft});
