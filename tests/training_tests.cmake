@@ -114,6 +114,14 @@ foreach(set dev holdout)
   # 69 rows of 64-1,024 GPUs: a minute under the sanitizers, so the release pass runs them.
   set_tests_properties(example.validate.mbridge_${set} PROPERTIES LABELS long)
 endforeach()
+# DeepSeek-V3 on 256 Blackwell GPUs (Megatron-Bridge 25.11-26.08): the bundled model's MLA, dense
+# first layers, shared expert and MTP, Megatron's pipeline layouts as stage_layers: every row simulated.
+foreach(set dev holdout)
+  add_test(NAME example.validate.deepseek_v3_${set}
+           COMMAND bash -c "\"$0\" validate \"$1\" --json \"$2\" > /dev/null && python3 -c 'import json,sys; rows=json.load(open(sys.argv[1])); assert len(rows)==int(sys.argv[2]) and all(\"error\" in r for r in rows)' \"$2\" \"$3\""
+                   $<TARGET_FILE:parallax> ${PROJECT_SOURCE_DIR}/workloads/validation/mbridge-deepseek-v3-${set}.json
+                   ${train_scratch}/deepseek-v3-${set}.json $<IF:$<STREQUAL:${set},dev>,25,4>)
+endforeach()
 # BigScience's BLOOM layout benchmarks (75 measured layouts of 176-184B GPT models on 384 A100s of
 # Jean Zay, and 5 published as out of memory): every row simulated on the cluster's own preset,
 # the rank agreement printed per model, the out-of-memory rows counted apart (no error, no rank).

@@ -141,6 +141,10 @@ ModelConfig bundled_model_of(const nlohmann::json& m, const std::string& name, c
   ModelConfig c = load_model_file(file);
   c.name = opt_string(m, "name", where).value_or(name);
   c.max_sequence = req_int(m, "seq_length", where);
+  if (auto mtp = opt_int(m, "mtp_layers", where)) {  // a run without the model's MTP modules
+    if (*mtp < 0 || *mtp > 64) throw RowError(where + "/mtp_layers", "expected 0 to 64, found " + std::to_string(*mtp));
+    c.mtp_layers = static_cast<int>(*mtp);
+  }
   if (std::string why = c.problem(); !why.empty()) throw RowError(where, why);
   return c;
 }
@@ -198,6 +202,16 @@ PublishedLayout layout_of(const nlohmann::json& l, int gpus, const std::string& 
   if (!p.attention.empty() && !attention_kernel_from(p.attention)) {
     throw RowError(where + "/attention", "expected flash, unfused or null, found \"" + p.attention + "\"");
   }
+  if (auto layers = l.find("stage_layers"); layers != l.end() && !layers->is_null()) {
+    if (!layers->is_array()) throw RowError(where + "/stage_layers", "expected an array of layer counts or null");
+    for (size_t i = 0; i < layers->size(); ++i) {
+      const nlohmann::json& n = (*layers)[i];
+      if (!n.is_number_integer() || n.get<int64_t>() < 0 || n.get<int64_t>() > 1 << 20) {
+        throw RowError(where + "/stage_layers/" + std::to_string(i), "expected 0 to 1048576 layers, found " + n.dump());
+      }
+      p.stage_layers.push_back(static_cast<int>(n.get<int64_t>()));
+    }
+  }
   p.grad_reduce_overlap = opt_bool(l, "grad_reduce_overlap", where);
   p.grad_reduce_in_fp32 = opt_bool(l, "grad_reduce_in_fp32", where);
   for (auto [key, field] : {std::pair{"bf16_layers_at_start", &p.bf16_layers_at_start},
@@ -252,6 +266,7 @@ ParallelLayout parallel_layout_of(const PublishedRun& run) {
   }
   l.grad_reduce_in_fp32 = run.layout.grad_reduce_in_fp32.value_or(l.grad_reduce_in_fp32);
   l.grad_reduce_overlap = run.layout.grad_reduce_overlap.value_or(l.grad_reduce_overlap);
+  l.stage_layers = run.layout.stage_layers;
   l.account_for_embedding = run.layout.account_for_embedding;
   l.account_for_loss = run.layout.account_for_loss;
   return l;

@@ -52,6 +52,9 @@ struct PublishedLayout {
   /// The attention core as the stack ran it: "flash" or "unfused"; empty: unfused with
   /// selective recomputation, FlashAttention otherwise.
   std::string attention;
+  /// Layers of each virtual stage, pp·vpp entries in model order (Megatron's
+  /// pipeline_model_parallel_layout); empty: the even or automatic split.
+  std::vector<int> stage_layers;
 };
 
 struct PublishedRun {
