@@ -9,6 +9,7 @@
 #include "compute/compute_model.h"
 #include "model/layer_operators.h"
 #include "model/model_loader.h"
+#include "training/iteration_units.h"
 #include "training/memory_model.h"
 #include "model/parameter_count.h"
 #include "test_support.h"
@@ -323,6 +324,61 @@ TEST(SavedActivations, MixtralLayerKeepsEveryRoutedSlot) {
   const auto ops = layer_operators(bundled("mixtral-8x7b"), 0, batch(1, 4096), {});
   const double elements = T * 6.5 * h + 2 * T * (2 * h + 3 * f);
   EXPECT_DOUBLE_EQ(saved_activation_bytes(ops, false).value(), 2 * elements + 4 * T * (8 + 2) + 4 * T * 32);
+}
+
+// Megatron's recompute_modules on a DeepSeek-V3 layer (b = 1, s = T = 4096, tp 1, ep 1):
+// mla_up_proj drops the attention's Q (T·128·192) and K, V (T·128·(192 + 128)) — 16-bit, so
+// 2·T·128·(192 + 192 + 128) bytes — and re-runs the up-projections and rotary in the backward;
+// the latents they read stay kept. moe_act drops the 8T routed slots' down-projection input
+// (2·8T·2048 bytes) and re-runs the activation. mlp keeps a dense layer's MLP input only: its
+// gate and up outputs and product (2·T·3·18432 bytes) go, its whole forward runs again.
+TEST(SavedActivations, RecomputedModulesKeepOnlyTheirInputs) {
+  const ModelConfig ds = bundled("deepseek-v3");
+  const double T = 4096;
+  auto with = [](RecomputeModules r) {
+    MicroBatch mb = batch(1, 4096);
+    mb.recompute = r;
+    return mb;
+  };
+  auto recomputed_names = [](const std::vector<ModelOperator>& ops) {
+    std::vector<std::string> names;
+    for (const auto& op : ops) {
+      if (op.recomputed) names.push_back(op.name);
+    }
+    return names;
+  };
+  const auto moe = layer_operators(ds, 3, batch(1, 4096), {});
+  EXPECT_TRUE(recomputed_names(moe).empty());
+  const double keep = saved_activation_bytes(moe, false).value();
+
+  const auto mla = layer_operators(ds, 3, with({.mla_up_proj = true}), {});
+  EXPECT_DOUBLE_EQ(keep - saved_activation_bytes(mla, false).value(), 2 * T * 128 * (192 + 192 + 128));
+  EXPECT_EQ(recomputed_names(mla), (std::vector<std::string>{"q_up_proj", "kv_up_proj", "rotary"}));
+
+  const auto act = layer_operators(ds, 3, with({.moe_act = true}), {});
+  EXPECT_DOUBLE_EQ(keep - saved_activation_bytes(act, false).value(), 2 * 8 * T * 2048);
+  EXPECT_EQ(recomputed_names(act), (std::vector<std::string>{"expert_activation"}));
+
+  const auto dense = layer_operators(ds, 0, batch(1, 4096), {});
+  const auto mlp = layer_operators(ds, 0, with({.mlp = true}), {});
+  EXPECT_DOUBLE_EQ(saved_activation_bytes(dense, false).value() - saved_activation_bytes(mlp, false).value(),
+                   2 * T * 3 * 18432);
+  EXPECT_EQ(recomputed_names(mlp),
+            (std::vector<std::string>{"mlp_gate_proj", "mlp_up_proj", "mlp_activation", "mlp_down_proj"}));
+  // A MoE layer has no dense MLP: "mlp" leaves it alone (Megatron's "moe" is the whole layer).
+  EXPECT_DOUBLE_EQ(saved_activation_bytes(layer_operators(ds, 3, with({.mlp = true}), {}), false).value(), keep);
+
+  // The backward pays each recomputed operator's forward once more, and nothing else changes.
+  const ComputeModel cm(test::load_preset("dgx-h100", 1).gpu_specs().front());
+  Time again;
+  for (const auto& op : mla) {
+    if (op.recomputed) again += cm.time(op.forward);
+  }
+  const iteration_detail::OperatorSums plain = iteration_detail::sum_operators(cm, moe);
+  const iteration_detail::OperatorSums sums = iteration_detail::sum_operators(cm, mla);
+  EXPECT_GT(again, Time::zero());
+  EXPECT_EQ(sums.backward, plain.backward + again);
+  EXPECT_EQ(sums.forward, plain.forward);
 }
 
 TEST(SavedActivations, OutputSideKeepsTheFp32Softmax) {

@@ -83,7 +83,7 @@ class OperatorList {
 
   // FlashAttention over the batch's attention work `w`: `heads` query heads, `kv_heads`
   // key/value heads (GQA shares them), per-head dims d_qk and d_v.
-  void attention(const AttentionWork& w, double heads, double kv_heads, double d_qk, double d_v) {
+  void attention(const AttentionWork& w, double heads, double kv_heads, double d_qk, double d_v, bool keep_qkv = true) {
     const double flops = 2.0 * w.score_pairs * heads * (d_qk + d_v);
     const double q = w.query_tokens * heads * d_qk;
     const double kv = w.key_tokens * kv_heads * (d_qk + d_v);
@@ -102,9 +102,15 @@ class OperatorList {
     ops_.push_back({"attention", forward, backward, true, Bytes(), Bytes()});
     // Q, K and V of this GPU's tokens (context parallelism passes the others' blocks again in
     // the backward) and the row statistics; O is kept by the output projection.
-    keep(q + w.query_tokens * kv_heads * (d_qk + d_v));
+    if (keep_qkv) keep(q + w.query_tokens * kv_heads * (d_qk + d_v));
     keep(row_stats, 1.0);
   }
+
+  // Marks the operators from `first` on as a recomputed module's.
+  void recompute_from(size_t first) {
+    for (size_t i = first; i < ops_.size(); ++i) ops_[i].recomputed = true;
+  }
+  size_t size() const { return ops_.size(); }
 
   // The unfused core of the header: scores, softmax and context, every score materialised.
   // Keys and values are expanded to every query head (GQA) before the products.
@@ -128,23 +134,26 @@ class OperatorList {
   // An MLP of intermediate size f_local on `rows` rows per group (`groups` experts at once).
   // `kept_input`: the elements of its input that it keeps (0 when another operator keeps the
   // same tensor).
+  // `recompute_activation`: the activation runs again in the backward from the kept first
+  // linear's output, so the down projection's input is not kept; `recompute_all`: the whole
+  // MLP runs again from its input, the only tensor kept.
   void mlp(const std::string& prefix, const ModelConfig& model, double rows, double f_local, double hidden,
-           double kept_input, double groups = 1) {
+           double kept_input, double groups = 1, bool recompute_activation = false, bool recompute_all = false) {
     const double tokens = rows * groups;
-    if (model.mlp == MlpKind::kGated) {
-      gemm(prefix + "gate_proj", rows, f_local, hidden, groups);
-      keep_gemm_input(kept_input);
-      gemm(prefix + "up_proj", rows, f_local, hidden, groups);
-      memory(prefix + "activation", 3.0 * tokens * f_local * element_, kSwigluFlops * tokens * f_local);
-      keep(2.0 * tokens * f_local);  // gate and up outputs
-    } else {
-      gemm(prefix + "up_proj", rows, f_local, hidden, groups);
-      keep_gemm_input(kept_input);
-      memory(prefix + "activation", 2.0 * tokens * f_local * element_, kGeluFlops * tokens * f_local);
-      keep(tokens * f_local);  // the GELU's input
-    }
+    const size_t first = ops_.size();
+    const bool gated = model.mlp == MlpKind::kGated;
+    if (gated) gemm(prefix + "gate_proj", rows, f_local, hidden, groups);
+    if (gated) keep_gemm_input(kept_input);
+    gemm(prefix + "up_proj", rows, f_local, hidden, groups);
+    if (!gated) keep_gemm_input(kept_input);
+    const size_t activation = ops_.size();
+    memory(prefix + "activation", (gated ? 3.0 : 2.0) * tokens * f_local * element_,
+           (gated ? kSwigluFlops : kGeluFlops) * tokens * f_local);
+    if (!recompute_all) keep((gated ? 2.0 : 1.0) * tokens * f_local);  // gate and up outputs; the GELU's input
     gemm(prefix + "down_proj", rows, hidden, f_local, groups);
-    keep_gemm_input(tokens * f_local);  // the activation's output
+    if (!recompute_all && !recompute_activation) keep_gemm_input(tokens * f_local);  // the activation's output
+    if (recompute_all) recompute_from(first);
+    if (recompute_activation && !recompute_all) ops_[activation].recomputed = true;
   }
 
   // Activations the operator just added keeps for its backward (see the header).
@@ -206,7 +215,8 @@ void require_valid(const ModelConfig& model, const Batch& batch, const ShardingF
   if (std::string p = sharding_problem(model, batch, sharding); !p.empty()) throw std::invalid_argument(p);
 }
 
-void add_attention(OperatorList& ops, const ModelConfig& m, AttentionKernel attention, const LocalSizes& z) {
+void add_attention(OperatorList& ops, const ModelConfig& m, AttentionKernel attention, const LocalSizes& z,
+                   const RecomputeModules& recompute) {
   const double e = ops.element_bytes();
   ops.norm("attention_norm", m, z.sp_tokens, z.hidden);
   const double rotary = static_cast<double>(m.rotary_dim());
@@ -219,19 +229,25 @@ void add_attention(OperatorList& ops, const ModelConfig& m, AttentionKernel atte
       ops.gemm("q_down_proj", z.sp_tokens, q_lora, z.hidden);
       ops.keep_gemm_input(z.sp_tokens * z.hidden);  // the norm's output, shared with kv_down_proj
       ops.norm("q_latent_norm", m, z.sp_tokens, q_lora);
+      const size_t q_up = ops.size();
       ops.gemm("q_up_proj", z.tokens, z.heads * qk, q_lora);
       ops.keep_gemm_input(z.tokens * q_lora);
+      if (recompute.mla_up_proj) ops.recompute_from(q_up);
     } else {
       ops.gemm("q_proj", z.tokens, z.heads * qk, z.hidden);
       ops.keep_gemm_input(z.sp_tokens * z.hidden);
     }
     ops.gemm("kv_down_proj", z.sp_tokens, kv_lora + static_cast<double>(a.qk_rope_head_dim), z.hidden);
     ops.norm("kv_latent_norm", m, z.sp_tokens, kv_lora);
+    const size_t up = ops.size();
     ops.gemm("kv_up_proj", z.tokens, z.heads * static_cast<double>(a.qk_nope_head_dim + a.v_head_dim), kv_lora);
     ops.keep_gemm_input(z.tokens * kv_lora);
     // Rotary on every query head's rope part and on the one shared rope key.
     const double rotated = z.tokens * (z.heads + 1) * rotary;
     if (rotary > 0) ops.memory("rotary", 2.0 * rotated * e, kRotaryFlops * rotated);
+    // Megatron's mla_up_proj recomputation: the up-projections and rotary run again in the
+    // backward from the kept latents, so the attention keeps no Q, K, V of its own.
+    if (recompute.mla_up_proj) ops.recompute_from(up);
   } else {
     const double d = static_cast<double>(m.head_dim);
     ops.gemm("qkv_proj", z.tokens, (z.heads + 2 * z.kv_heads) * d, z.hidden);
@@ -248,7 +264,8 @@ void add_attention(OperatorList& ops, const ModelConfig& m, AttentionKernel atte
     ops.unfused_attention(z.work.sequences, z.work.s_q, z.work.s_kv, z.heads, static_cast<double>(m.qk_head_dim()),
                           static_cast<double>(m.v_head_dim()), m.attention_dropout > 0);
   } else {
-    ops.attention(z.work, z.heads, z.kv_heads, static_cast<double>(m.qk_head_dim()), static_cast<double>(m.v_head_dim()));
+    ops.attention(z.work, z.heads, z.kv_heads, static_cast<double>(m.qk_head_dim()), static_cast<double>(m.v_head_dim()),
+                  !(m.mla && recompute.mla_up_proj));
   }
   ops.gemm("attention_out_proj", z.tokens, z.hidden, z.heads * static_cast<double>(m.v_head_dim()));
   const double attention_output = z.tokens * z.heads * static_cast<double>(m.v_head_dim());
@@ -257,7 +274,8 @@ void add_attention(OperatorList& ops, const ModelConfig& m, AttentionKernel atte
   ops.residual("attention_residual", z.sp_tokens, z.hidden, m.hidden_dropout > 0);
 }
 
-void add_moe(OperatorList& ops, const ModelConfig& m, const ShardingFactors& sh, const LocalSizes& z) {
+void add_moe(OperatorList& ops, const ModelConfig& m, const ShardingFactors& sh, const LocalSizes& z,
+             const RecomputeModules& recompute) {
   const MoeConfig& moe = *m.moe;
   const double e = ops.element_bytes();
   const double experts = moe.experts;
@@ -276,7 +294,7 @@ void add_moe(OperatorList& ops, const ModelConfig& m, const ShardingFactors& sh,
   const double local_experts = experts / sh.ep;
   const double touched = local_experts * -std::expm1(slots * std::log1p(-1.0 / local_experts));
   const double groups = local_experts > 1 ? touched : 1.0;
-  ops.mlp("expert_", m, slots / groups, expert_ffn, z.hidden, slots * z.hidden, groups);
+  ops.mlp("expert_", m, slots / groups, expert_ffn, z.hidden, slots * z.hidden, groups, recompute.moe_act);
   ops.memory("moe_unpermute", (slots + z.tokens) * z.hidden * e, 2.0 * slots * z.hidden);
   ops.keep(slots * z.hidden);  // the experts' outputs, for the gradient of the routing weights
   if (moe.shared_experts > 0) {
@@ -286,6 +304,28 @@ void add_moe(OperatorList& ops, const ModelConfig& m, const ShardingFactors& sh,
 }
 
 }  // namespace
+
+std::optional<RecomputeModules> add_recompute_module(RecomputeModules modules, const std::string& name) {
+  if (name == "mla_up_proj") {
+    modules.mla_up_proj = true;
+  } else if (name == "moe_act") {
+    modules.moe_act = true;
+  } else if (name == "mlp") {
+    modules.mlp = true;
+  } else {
+    return std::nullopt;
+  }
+  return modules;
+}
+
+std::string to_string(const RecomputeModules& modules) {
+  std::string s;
+  for (auto [on, name] : {std::pair{modules.mla_up_proj, "mla_up_proj"}, std::pair{modules.moe_act, "moe_act"},
+                          std::pair{modules.mlp, "mlp"}}) {
+    if (on) s += (s.empty() ? "" : "+") + std::string(name);
+  }
+  return s;
+}
 
 const char* to_string(AttentionKernel k) { return k == AttentionKernel::kUnfused ? "unfused" : "flash"; }
 
@@ -336,17 +376,19 @@ namespace {
 
 std::vector<ModelOperator> layer_ops(const ModelConfig& m, int layer, const LocalSizes& z, DType dtype,
                                      AttentionKernel attention, const ShardingFactors& sh,
-                                     std::optional<QuantisedOperands> cast = std::nullopt) {
+                                     std::optional<QuantisedOperands> cast = std::nullopt,
+                                     const RecomputeModules& recompute = {}) {
   if (layer < 0 || layer >= m.layers + m.mtp_layers) {
     throw std::invalid_argument("layer " + std::to_string(layer) + " is outside the model");
   }
   OperatorList ops(dtype, cast);
-  add_attention(ops, m, attention, z);
+  add_attention(ops, m, attention, z, recompute);
   ops.norm("mlp_norm", m, z.sp_tokens, z.hidden);
   if (m.is_moe_layer(layer)) {
-    add_moe(ops, m, sh, z);
+    add_moe(ops, m, sh, z, recompute);
   } else {
-    ops.mlp("mlp_", m, z.tokens, static_cast<double>(m.ffn) / sh.tp, z.hidden, z.sp_tokens * z.hidden);
+    ops.mlp("mlp_", m, z.tokens, static_cast<double>(m.ffn) / sh.tp, z.hidden, z.sp_tokens * z.hidden, 1, false,
+            recompute.mlp);
   }
   ops.residual("mlp_residual", z.sp_tokens, z.hidden, m.hidden_dropout > 0);
   return ops.take();
@@ -375,7 +417,7 @@ std::vector<ModelOperator> layer_operators(const ModelConfig& m, int layer, cons
                                            const ShardingFactors& sh) {
   require_valid(m, batch, sh);
   return layer_ops(m, layer, LocalSizes(m, batch, sh), batch.dtype, batch.attention, sh,
-                   training_quantisation(batch.dtype, batch.fp8_recipe, batch.fp4_recipe));
+                   training_quantisation(batch.dtype, batch.fp8_recipe, batch.fp4_recipe), batch.recompute);
 }
 
 std::vector<ModelOperator> layer_operators(const ModelConfig& m, int layer, const RaggedBatch& batch,

@@ -98,6 +98,20 @@ const char* to_string(AttentionKernel k);
 /// Parses "flash" and "unfused"; nullopt otherwise.
 std::optional<AttentionKernel> attention_kernel_from(const std::string& name);
 
+/// Megatron's recompute_modules (selective granularity): modules whose forward runs again in
+/// the backward instead of keeping what they compute. The attention core's recomputation is
+/// the training layout's own (Recomputation::kSelective).
+struct RecomputeModules {
+  bool mla_up_proj = false;  ///< MLA's up-projections and rotary: Q, K, V not kept, the latents are
+  bool moe_act = false;      ///< the routed experts' activation: its output, the down projection's input, not kept
+  bool mlp = false;          ///< a dense layer's MLP: only its input kept
+  bool any() const { return mla_up_proj || moe_act || mlp; }
+};
+/// Parses Megatron's module names "mla_up_proj", "moe_act", "mlp"; nullopt for another.
+std::optional<RecomputeModules> add_recompute_module(RecomputeModules modules, const std::string& name);
+/// "mla_up_proj+moe_act" ("" for none).
+std::string to_string(const RecomputeModules& modules);
+
 /// b sequences of s tokens; `dtype` the GEMMs' type (activations: activation_dtype of it).
 struct MicroBatch {
   int64_t sequences = 1;
@@ -113,6 +127,7 @@ struct MicroBatch {
   /// iteration (Transformer Engine caches them across micro-batches): not counted per pass.
   Fp8Recipe fp8_recipe = Fp8Recipe::kDelayed;
   Fp4Recipe fp4_recipe = Fp4Recipe::kNvfp4;
+  RecomputeModules recompute;
 };
 
 /// One sequence of a serving step: q_len new tokens after kv_len − q_len cached ones
@@ -181,6 +196,8 @@ struct ModelOperator {
   /// The unfused core's s×s tensors (softmax output, dropout mask and output), kept only
   /// without recomputation: selective recomputation re-creates them in the backward.
   Bytes saved_scores;
+  /// Part of a recomputed module (RecomputeModules): its forward runs again in the backward.
+  bool recomputed = false;
 };
 
 /// The activation bytes one micro-batch of `ops` keeps on this GPU: every operator's `saved`,

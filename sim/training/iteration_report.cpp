@@ -93,6 +93,7 @@ std::string layout_description(const ParallelLayout& l) {
                    static_cast<long long>(l.sequence_length), dtype.c_str(), l.sequence_parallel ? ", SP" : "");
   if (l.recompute != Recomputation::kNone) s += l.recompute == Recomputation::kFull ? ", full recompute" : ", selective recompute";
   if (l.attention == AttentionKernel::kUnfused) s += ", unfused attention";
+  if (l.recompute_modules.any() && l.recompute != Recomputation::kFull) s += ", recompute " + to_string(l.recompute_modules);
   if (l.zero_stage == ZeroStage::kStage3 && l.dp * l.cp > 1 && (l.param_gather_per_tensor || !l.param_gather_prefetch)) {
     s += std::string(", ZeRO-3 gathers ") + (l.param_gather_per_tensor ? "per tensor" : "per layer") +
          (l.param_gather_prefetch ? "" : ", not prefetched");

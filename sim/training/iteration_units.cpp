@@ -22,6 +22,11 @@ OperatorSums sum_operators(const ComputeModel& cm, const std::vector<ModelOperat
     s.backward_flops += op.backward.flops;
     s.saved += op.saved;
     s.saved_scores += op.saved_scores;
+    if (op.recomputed) {  // a recomputed module's forward runs again in the backward
+      s.backward += forward;
+      s.backward_flops += op.forward.flops;
+      if (before) s.backward_before_attention += forward;
+    }
     if (op.forward.kind == OperatorKind::kGemm && !op.attention_core) {
       (before ? s.weight_before_attention : s.weight_after_attention) += forward;
       s.weight_flops += op.forward.flops;
@@ -170,9 +175,11 @@ StagePlan plan_stages(const ModelConfig& model, const ParallelLayout& layout, co
                       const IterationOptions& options) {
   const int p = layout.pp, v = layout.virtual_stages, t = layout.tp, cp = layout.cp;
   const int m = static_cast<int>(layout.micro_batches());
+  // Full recomputation re-runs every module anyway (Megatron ignores the modules with it).
   const MicroBatch batch{layout.micro_batch, layout.sequence_length, true,
                          layout.dtype,       layout.attention,       layout.fp8_recipe,
-                         layout.fp4_recipe};
+                         layout.fp4_recipe,
+                         layout.recompute == Recomputation::kFull ? RecomputeModules{} : layout.recompute_modules};
   const ShardingFactors sharding{t, layout.cp, layout.ep, layout.sequence_parallel, false, layout.expert_tp};
   const ParameterCounts counts = count_parameters(model);
   const bool timed_ends = !options.transformer_layers_only;

@@ -141,9 +141,11 @@ ModelConfig bundled_model_of(const nlohmann::json& m, const std::string& name, c
   ModelConfig c = load_model_file(file);
   c.name = opt_string(m, "name", where).value_or(name);
   c.max_sequence = req_int(m, "seq_length", where);
-  if (auto mtp = opt_int(m, "mtp_layers", where)) {  // a run without the model's MTP modules
-    if (*mtp < 0 || *mtp > 64) throw RowError(where + "/mtp_layers", "expected 0 to 64, found " + std::to_string(*mtp));
-    c.mtp_layers = static_cast<int>(*mtp);
+  if (auto mtp = m.find("mtp_layers"); mtp != m.end() && !mtp->is_null()) {  // a run without the model's MTP modules
+    if (!mtp->is_number_integer() || mtp->get<int64_t>() < 0 || mtp->get<int64_t>() > 64) {
+      throw RowError(where + "/mtp_layers", "expected 0 to 64, found " + mtp->dump());
+    }
+    c.mtp_layers = static_cast<int>(mtp->get<int64_t>());
   }
   if (std::string why = c.problem(); !why.empty()) throw RowError(where, why);
   return c;
@@ -212,6 +214,18 @@ PublishedLayout layout_of(const nlohmann::json& l, int gpus, const std::string& 
       p.stage_layers.push_back(static_cast<int>(n.get<int64_t>()));
     }
   }
+  if (auto modules = l.find("recompute_modules"); modules != l.end() && !modules->is_null()) {
+    if (!modules->is_array()) throw RowError(where + "/recompute_modules", "expected an array of module names or null");
+    for (size_t i = 0; i < modules->size(); ++i) {
+      const nlohmann::json& name = (*modules)[i];
+      auto added = name.is_string() ? add_recompute_module(p.recompute_modules, name.get<std::string>()) : std::nullopt;
+      if (!added) {
+        throw RowError(where + "/recompute_modules/" + std::to_string(i),
+                       "expected mla_up_proj, moe_act or mlp, found " + name.dump());
+      }
+      p.recompute_modules = *added;
+    }
+  }
   p.grad_reduce_overlap = opt_bool(l, "grad_reduce_overlap", where);
   p.grad_reduce_in_fp32 = opt_bool(l, "grad_reduce_in_fp32", where);
   for (auto [key, field] : {std::pair{"bf16_layers_at_start", &p.bf16_layers_at_start},
@@ -267,6 +281,7 @@ ParallelLayout parallel_layout_of(const PublishedRun& run) {
   l.grad_reduce_in_fp32 = run.layout.grad_reduce_in_fp32.value_or(l.grad_reduce_in_fp32);
   l.grad_reduce_overlap = run.layout.grad_reduce_overlap.value_or(l.grad_reduce_overlap);
   l.stage_layers = run.layout.stage_layers;
+  l.recompute_modules = run.layout.recompute_modules;
   l.account_for_embedding = run.layout.account_for_embedding;
   l.account_for_loss = run.layout.account_for_loss;
   return l;

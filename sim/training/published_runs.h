@@ -55,6 +55,8 @@ struct PublishedLayout {
   /// Layers of each virtual stage, pp·vpp entries in model order (Megatron's
   /// pipeline_model_parallel_layout); empty: the even or automatic split.
   std::vector<int> stage_layers;
+  /// Megatron's recompute_modules ("mla_up_proj", "moe_act", "mlp"): recomputed in the backward.
+  RecomputeModules recompute_modules;
 };
 
 struct PublishedRun {

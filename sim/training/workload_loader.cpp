@@ -209,6 +209,13 @@ void read_parallel(JsonReader p, const std::string& path, ParallelLayout& l, boo
       l.stage_layers.push_back(static_cast<int>(n));
     }
   }
+  if (auto v = p.find("recompute_modules")) {
+    for (auto& e : v->elements()) {
+      auto modules = add_recompute_module(l.recompute_modules, e.as_string());
+      if (!modules) e.fail("unknown module (expected mla_up_proj, moe_act or mlp)");
+      l.recompute_modules = *modules;
+    }
+  }
   // Megatron's names for its uneven splits.
   int_field("decoder_first_pipeline_num_layers", l.first_stage_layers);
   int_field("decoder_last_pipeline_num_layers", l.last_stage_layers);
