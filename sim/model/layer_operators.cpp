@@ -318,12 +318,18 @@ std::optional<RecomputeModules> add_recompute_module(RecomputeModules modules, c
   return modules;
 }
 
-std::string to_string(const RecomputeModules& modules) {
-  std::string s;
+std::vector<std::string> module_names(const RecomputeModules& modules) {
+  std::vector<std::string> names;
   for (auto [on, name] : {std::pair{modules.mla_up_proj, "mla_up_proj"}, std::pair{modules.moe_act, "moe_act"},
                           std::pair{modules.mlp, "mlp"}}) {
-    if (on) s += (s.empty() ? "" : "+") + std::string(name);
+    if (on) names.emplace_back(name);
   }
+  return names;
+}
+
+std::string to_string(const RecomputeModules& modules) {
+  std::string s;
+  for (const std::string& name : module_names(modules)) s += (s.empty() ? "" : "+") + name;
   return s;
 }
 

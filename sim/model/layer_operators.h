@@ -109,6 +109,8 @@ struct RecomputeModules {
 };
 /// Parses Megatron's module names "mla_up_proj", "moe_act", "mlp"; nullopt for another.
 std::optional<RecomputeModules> add_recompute_module(RecomputeModules modules, const std::string& name);
+/// Megatron's names of the modules set, in the order above.
+std::vector<std::string> module_names(const RecomputeModules& modules);
 /// "mla_up_proj+moe_act" ("" for none).
 std::string to_string(const RecomputeModules& modules);
 

@@ -68,6 +68,7 @@ nlohmann::ordered_json parallel_block(const ParallelLayout& l) {
   p["global_batch"] = l.global_batch;
   p["sequence_parallel"] = l.sequence_parallel;
   p["recompute"] = recompute_name(l.recompute);
+  if (l.recompute != Recomputation::kFull && l.recompute_modules.any()) p["recompute_modules"] = module_names(l.recompute_modules);
   p["schedule"] = to_string(l.schedule);
   p["dtype"] = to_string(l.dtype);
   if (l.dtype == DType::kFp8) {
@@ -85,6 +86,8 @@ nlohmann::ordered_json parallel_block(const ParallelLayout& l) {
   p["param_gather_prefetch"] = l.param_gather_prefetch;
   p["tp_comm_overlap"] = l.tp_comm_overlap;
   p["rank_order"] = l.rank_order;
+  if (l.account_for_embedding) p["account_for_embedding_in_pipeline_split"] = true;
+  if (l.account_for_loss) p["account_for_loss_in_pipeline_split"] = true;
   return p;
 }
 
