@@ -129,7 +129,7 @@ struct MicroBatch {
   /// iteration (Transformer Engine caches them across micro-batches): not counted per pass.
   Fp8Recipe fp8_recipe = Fp8Recipe::kDelayed;
   Fp4Recipe fp4_recipe = Fp4Recipe::kNvfp4;
-  RecomputeModules recompute;
+  RecomputeModules recompute{};
 };
 
 /// One sequence of a serving step: q_len new tokens after kv_len − q_len cached ones

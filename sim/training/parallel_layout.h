@@ -94,7 +94,7 @@ struct ParallelLayout {
   AttentionKernel attention = AttentionKernel::kFlash;  ///< how the attention core runs
   /// Megatron's recompute_modules beside the attention core's selective recomputation: MLA's
   /// up-projections, the experts' activation, dense MLPs (layer_operators.h).
-  RecomputeModules recompute_modules;
+  RecomputeModules recompute_modules{};
   bool grad_reduce_overlap = true;    ///< gradient buckets reduced during the backward pass
   /// Gradients accumulated and reduced in fp32 (Megatron's main_grad buffers, its default with
   /// bf16 and NeMo's grad_reduce_in_fp32): 4 bytes per parameter kept and sent instead of 2.

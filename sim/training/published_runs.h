@@ -56,7 +56,7 @@ struct PublishedLayout {
   /// pipeline_model_parallel_layout); empty: the even or automatic split.
   std::vector<int> stage_layers;
   /// Megatron's recompute_modules ("mla_up_proj", "moe_act", "mlp"): recomputed in the backward.
-  RecomputeModules recompute_modules;
+  RecomputeModules recompute_modules{};
 };
 
 struct PublishedRun {
