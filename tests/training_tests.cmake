@@ -121,6 +121,7 @@ foreach(set dev holdout)
            COMMAND bash -c "\"$0\" validate \"$1\" --json \"$2\" > /dev/null && python3 -c 'import json,sys; rows=json.load(open(sys.argv[1])); assert len(rows)==int(sys.argv[2]) and all(\"error\" in r for r in rows)' \"$2\" \"$3\""
                    $<TARGET_FILE:parallax> ${PROJECT_SOURCE_DIR}/workloads/validation/mbridge-deepseek-v3-${set}.json
                    ${train_scratch}/deepseek-v3-${set}.json $<IF:$<STREQUAL:${set},dev>,25,4>)
+  set_tests_properties(example.validate.deepseek_v3_${set} PROPERTIES LABELS long)
 endforeach()
 # BigScience's BLOOM layout benchmarks (75 measured layouts of 176-184B GPT models on 384 A100s of
 # Jean Zay, and 5 published as out of memory): every row simulated on the cluster's own preset,
@@ -129,6 +130,8 @@ add_test(NAME example.validate.bloom_layouts
          COMMAND bash -c "\"$0\" validate \"$1\" --json \"$2\" > \"$2.txt\" && grep -q 'mean over 12 groups' \"$2.txt\" && grep -Eq '^published out of memory: 5 rows, [0-5] of them predicted out of memory$' \"$2.txt\" && python3 -c 'import json,sys; rows=json.load(open(sys.argv[1])); assert len(rows)==80; oom=[r for r in rows if r.get(\"expected_out_of_memory\")]; assert len(oom)==5 and all(\"error\" not in r and r[\"peak_memory_bytes\"] > 0 for r in oom); assert all(\"error\" in r for r in rows if r not in oom)' \"$2\""
                  $<TARGET_FILE:parallax> ${PROJECT_SOURCE_DIR}/workloads/validation/bloom-a100-layouts.json
                  ${train_scratch}/bloom-layouts.json)
+# 80 pipelines of 2-48 stages and 64-512 micro-batches: 44 s under the sanitizers, 1 s in release.
+set_tests_properties(example.validate.bloom_layouts PROPERTIES LABELS long)
 add_test(NAME example.validate.h100_fp8_holdout
          COMMAND bash -c "\"$0\" validate \"$1\" --json \"$2\" > /dev/null && python3 -c 'import json,sys; rows=json.load(open(sys.argv[1])); assert len(rows)==7 and all(\"error\" in r for r in rows)' \"$2\""
                  $<TARGET_FILE:parallax> ${PROJECT_SOURCE_DIR}/workloads/validation/mpt-h100-fp8-holdout.json ${train_scratch}/h100-fp8-holdout.json)
@@ -165,6 +168,8 @@ add_test(NAME example.search.moe_dispatcher
                  $<TARGET_FILE:parallax> ${PROJECT_SOURCE_DIR}/workloads/train/mixtral-8x7b-8xdgx-h100-ep8.json ${train_scratch})
 set_tests_properties(example.search.moe_dispatcher PROPERTIES PASS_REGULAR_EXPRESSION
                      "ep 8 \\(flex\\).*\n.*ep 8, .*\n(.*\n)*# layout: .*ep 8 \\(flex\\)")
+# 15 s under the sanitizers (a search of Mixtral on 16 GPUs): run once, in the release pass.
+set_tests_properties(example.search.moe_dispatcher PROPERTIES LABELS long)
 # parallax scale: every strategy at every count, with the plot.
 add_test(NAME example.scale.small_case
          COMMAND bash -c "out=$(\"$0\" scale \"$1\" --gpus 8,16,32 --strategies ddp,zero1,fsdp --weak --plot \"$2/scale-plot\" --json \"$2/scale.json\") && echo \"$out\" && echo \"$out\" | grep -qE '^  ddp +8 .* 100\\.0%' && echo \"$out\" | grep -qE '^  fsdp +32 ' && test -s \"$2/scale-plot/scale.png\""
