@@ -63,7 +63,7 @@ endif()
 # ---- end of the harness block ---------------------------------------------------------------------
 
 # ---- Collective α/β fit (calibrate/lib/collective_fit.h) --------------------------------------------
-parallax_test(collective_fit_test collective_fit_test.cpp)
+parallax_test(collective_fit_test collective_fit_test.cpp LONG CalibratedModel.TheSimulatorPredictsWithTheFittedParameters)
 target_link_libraries(collective_fit_test PRIVATE parallax_calibration)
 # ---- end of the collective fit block ----------------------------------------------------------------
 

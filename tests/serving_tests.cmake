@@ -23,7 +23,9 @@ add_test(NAME example.serve.step_bad_prefill
                  $<TARGET_FILE:parallax> serve step --model llama3-8b --topology dgx-h100 --prefill 4096)
 
 # ---- the fleet simulation: queues, batching, memory --------------------------------------------
-parallax_test(serving_fleet_test serving_fleet_test.cpp)
+parallax_test(serving_fleet_test serving_fleet_test.cpp
+              LONG ServingQueue.MM1WaitingTimeIsRhoOverMuMinusLambda ServingQueue.MD1WaitingTimeIsPollaczekKhinchine
+                   ServingQueue.JoinShortestQueueWaitsLessThanPowerOfTwoThanRoundRobin)
 target_link_libraries(serving_fleet_test PRIVATE parallax_serving)
 
 # ---- parallax serve FLEET.json through the CLI ---------------------------------------------------
@@ -77,7 +79,9 @@ add_test(NAME example.serve.replay_mooncake
 set_tests_properties(example.serve.replay_mooncake PROPERTIES PASS_REGULAR_EXPRESSION "Mooncake JSON lines, 1000 requests.*1000 completed")
 
 # ---- prefix caching and prefix-aware routing -------------------------------------------------------------
-parallax_test(serving_prefix_test serving_prefix_test.cpp)
+parallax_test(serving_prefix_test serving_prefix_test.cpp
+              LONG ServingPrefixCache.CacheAwareRoutersHitMoreThanRoundRobin ServingPrefixIndex.AForgetfulRouterIndexLosesAffinity
+                   ServingPrefixCache.AnUnboundedCacheHitsTheTracesOwnBlockReuse)
 target_link_libraries(serving_prefix_test PRIVATE parallax_serving)
 
 # ---- prefill/decode disaggregation ---------------------------------------------------------------------

@@ -148,7 +148,8 @@ set_tests_properties(train.measured_step_faster_than_the_kernels_is_refused PROP
                      "--measured-step: the measured step \\(5.000 s\\) is shorter than the simulated one")
 
 # ---- layout search (planning/) -----------------------------------------------------------------
-parallax_test(planning_search_test planning_search_test.cpp)
+parallax_test(planning_search_test planning_search_test.cpp
+              LONG LayoutSearch.BestEqualsTheBestOfSimulatingEveryLayoutAndTheCountsAddUp)
 target_link_libraries(planning_search_test PRIVATE parallax_planning)
 # Through the CLI: the small case ranks, writes its best layout, and parallax train runs it; a
 # bad space fails with its pointer and exit 2.

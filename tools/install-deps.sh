@@ -5,7 +5,7 @@ set -euo pipefail
 
 # openmpi-bin and libopenmpi-dev build parallax-mpi-bench and run its tests (calibrate/harness/);
 # gnuplot-nox draws `parallax calibrate compare --plot`; clang builds the libFuzzer targets (fuzz/).
-packages=(g++ cmake make nlohmann-json3-dev libcli11-dev libspdlog-dev libboost-graph-dev
+packages=(g++ cmake ninja-build nlohmann-json3-dev libcli11-dev libspdlog-dev libboost-graph-dev
           googletest libgtest-dev libgmock-dev libbenchmark-dev openmpi-bin libopenmpi-dev gnuplot-nox
           python3 clang)
 missing=()

@@ -6,8 +6,6 @@
 // writes); min/max are the largest per-rank min/max.
 #include <mpi.h>
 
-#include <CLI/CLI.hpp>
-
 #include <algorithm>
 #include <cstdio>
 #include <iostream>
@@ -29,32 +27,20 @@ int run(int argc, char** argv) {
   MpiCoordinator world;
   const bool root = world.is_root();
 
-  CLI::App app{"parallax-mpi-bench: MPI collectives over host memory, swept like nccl-tests; writes "
-               "calibrate/FORMAT.md JSON lines (-o) and nccl-tests tables. Run under mpirun."};
   SweepOptions o;
   o.max_bytes = "64M";
-  add_sweep_options(app, o);
-  app.set_version_flag("--version", "parallax-mpi-bench 0.1.0");
-  try {
-    app.parse(argc, argv);
-    resolve_sweep_options(o);
+  const HarnessCommand command{kHarness,
+                               "parallax-mpi-bench: MPI collectives over host memory, swept like nccl-tests; writes "
+                               "calibrate/FORMAT.md JSON lines (-o) and nccl-tests tables. Run under mpirun.",
+                               "parallax-mpi-bench 0.1.0"};
+  auto check = [&o] {
     if (!mpi_datatype(o.dtype)) throw std::invalid_argument("-d: MPI has no type for '" + o.dtype + "'");
     for (const auto& r : o.redops) {
       if (!mpi_op(r)) throw std::invalid_argument("--op: MPI has no reduction operator '" + r + "'");
     }
-  } catch (const CLI::CallForHelp& e) {
-    return root ? app.exit(e) : kExitOk;
-  } catch (const CLI::CallForAllHelp& e) {
-    return root ? app.exit(e) : kExitOk;
-  } catch (const CLI::CallForVersion& e) {
-    return root ? app.exit(e) : kExitOk;
-  } catch (const CLI::ParseError& e) {
-    if (root) std::fprintf(stderr, "%s: error: %s (see --help)\n", kHarness, e.what());
-    return kExitUsage;
-  } catch (const std::invalid_argument& e) {
-    if (root) std::fprintf(stderr, "%s: error: %s\n", kHarness, e.what());
-    return kExitUsage;
-  }
+  };
+  const CommandLineOutcome parsed = parse_harness_command_line(argc, argv, command, o, {}, check, root);
+  if (!parsed.measure) return parsed.exit_code;
   install_stop_handlers();
 
   // Where every rank runs: its host and its index on that host.

@@ -6,8 +6,6 @@
 // (PARALLAX_HAVE_MPI) and started by mpirun, it runs one rank per process across nodes instead:
 // each process takes GPU (local rank mod GPUs), rank 0 broadcasts the NCCL id over MPI.
 // Without a visible GPU it prints one line and exits 3 (harness_run.h lists the exit codes).
-#include <CLI/CLI.hpp>
-
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -284,35 +282,31 @@ int measure(int argc, char** argv, const SweepOptions& o, const GpuArgs& g, cons
 
 int main(int argc, char** argv) {
   const bool speaks = launcher_rank() == 0;
-  CLI::App app{"parallax-nccl-bench: NCCL collectives over groups of GPUs that isolate link classes, cuBLASLt "
-               "GEMMs and memory copies; writes calibrate/FORMAT.md JSON lines (-o, resumable) and nccl-tests tables."};
   SweepOptions o;
   o.max_bytes = "4G";
-  add_sweep_options(app, o);
   GpuArgs g;
-  app.add_option("--algo", g.algos,
-                 "NCCL_ALGO per sweep: auto, ring, tree, nvls, nvls_tree, collnet_direct, collnet_chain, pat "
-                 "(a list: one sweep each; default: NCCL_ALGO as set, else auto)")
-      ->delimiter(',');
-  app.add_option("--proto", g.protos, "NCCL_PROTO per sweep: auto, LL, LL128, Simple (a list; default as --algo)")
-      ->delimiter(',');
-  app.add_flag("--gemm", g.gemm, "run the cuBLASLt GEMM sweep (transformer shapes and squares)");
-  app.add_option("--gemm-dtypes", g.gemm_dtypes, "GEMM input types: bf16, fp8 (e4m3; needs compute capability 8.9+)")
-      ->delimiter(',')
-      ->capture_default_str();
-  app.add_flag("--memcpy", g.memcpy, "run the memory-copy sweep (device-to-device, host-to-device, device-to-host)");
-  app.add_option("--memcpy-max", g.memcpy_max, "largest copy (1 MiB ... this, x2)")->capture_default_str();
-  app.add_flag("--no-collectives", g.no_collectives, "skip the collective sweep (compute sweeps only)");
-  app.add_option("--point-timeout", g.point_timeout_s,
-                 "seconds a collective point (or, under MPI, a communicator set-up) may take before it counts as hung")
-      ->capture_default_str();
-  app.add_option("--device", g.device, "GPU of the compute sweeps (single process; under MPI, rank 0's GPU)")
-      ->capture_default_str();
-  app.set_version_flag("--version", "parallax-nccl-bench 0.1.0");
+  const std::vector<HarnessOption> gpu_options{
+      {"--algo",
+       "NCCL_ALGO per sweep: auto, ring, tree, nvls, nvls_tree, collnet_direct, collnet_chain, pat "
+       "(a list: one sweep each; default: NCCL_ALGO as set, else auto)",
+       &g.algos},
+      {"--proto", "NCCL_PROTO per sweep: auto, LL, LL128, Simple (a list; default as --algo)", &g.protos},
+      {"--gemm", "run the cuBLASLt GEMM sweep (transformer shapes and squares)", &g.gemm},
+      {"--gemm-dtypes", "GEMM input types: bf16, fp8 (e4m3; needs compute capability 8.9+)", &g.gemm_dtypes, true},
+      {"--memcpy", "run the memory-copy sweep (device-to-device, host-to-device, device-to-host)", &g.memcpy},
+      {"--memcpy-max", "largest copy (1 MiB ... this, x2)", &g.memcpy_max, true},
+      {"--no-collectives", "skip the collective sweep (compute sweeps only)", &g.no_collectives},
+      {"--point-timeout",
+       "seconds a collective point (or, under MPI, a communicator set-up) may take before it counts as hung",
+       &g.point_timeout_s, true},
+      {"--device", "GPU of the compute sweeps (single process; under MPI, rank 0's GPU)", &g.device, true}};
+  const HarnessCommand command{
+      kHarness,
+      "parallax-nccl-bench: NCCL collectives over groups of GPUs that isolate link classes, cuBLASLt GEMMs and "
+      "memory copies; writes calibrate/FORMAT.md JSON lines (-o, resumable) and nccl-tests tables.",
+      "parallax-nccl-bench 0.1.0"};
   std::vector<Forcing> forcings;
-  try {
-    app.parse(argc, argv);
-    resolve_sweep_options(o);
+  auto check = [&] {
     if (!nccl_datatype(o.dtype)) throw std::invalid_argument("-d: this NCCL has no type '" + o.dtype + "'");
     forcings = make_forcings(g.algos, g.protos);
     g.gemm_dtypes = split_list(g.gemm_dtypes);
@@ -321,19 +315,9 @@ int main(int argc, char** argv) {
     }
     g.memcpy_max_bytes = parse_size(g.memcpy_max, "--memcpy-max");
     if (!(g.point_timeout_s > 0)) throw std::invalid_argument("--point-timeout: a positive number of seconds");
-  } catch (const CLI::CallForHelp& e) {
-    return speaks ? app.exit(e) : kExitOk;
-  } catch (const CLI::CallForAllHelp& e) {
-    return speaks ? app.exit(e) : kExitOk;
-  } catch (const CLI::CallForVersion& e) {
-    return speaks ? app.exit(e) : kExitOk;
-  } catch (const CLI::ParseError& e) {
-    if (speaks) std::fprintf(stderr, "%s: error: %s (see --help)\n", kHarness, e.what());
-    return kExitUsage;
-  } catch (const std::invalid_argument& e) {
-    if (speaks) std::fprintf(stderr, "%s: error: %s\n", kHarness, e.what());
-    return kExitUsage;
-  }
+  };
+  const CommandLineOutcome parsed = parse_harness_command_line(argc, argv, command, o, gpu_options, check, speaks);
+  if (!parsed.measure) return parsed.exit_code;
 
   // Before MPI starts: a rank without a GPU says so and leaves (mpirun then stops the others).
   std::string why_not;

@@ -5,10 +5,14 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <limits>
 #include <stdexcept>
+#include <type_traits>
+#include <variant>
 
 #include "collectives/nccl_tests_log.h"
+#include "harness/harness_run.h"
 #include "harness/rank_groups.h"
 #include "units/unit_parse.h"
 
@@ -76,6 +80,8 @@ std::vector<std::string> split_list(const std::vector<std::string>& items) {
   return out;
 }
 
+namespace {
+
 void add_sweep_options(CLI::App& app, SweepOptions& o) {
   app.add_option("-b,--minbytes", o.min_bytes, "smallest size (nccl-tests syntax: 8, 64K, 1M, 16G)")
       ->capture_default_str();
@@ -103,6 +109,51 @@ void add_sweep_options(CLI::App& app, SweepOptions& o) {
   app.add_option("--time-limit", o.time_limit_s, "stop cleanly after this many seconds (0: no limit)")
       ->capture_default_str();
   app.add_flag("-q,--quiet", o.quiet, "no progress line per point on stderr");
+}
+
+void add_harness_option(CLI::App& app, const HarnessOption& extra) {
+  std::visit(
+      [&](auto* field) {
+        using Field = std::remove_pointer_t<decltype(field)>;
+        if constexpr (std::is_same_v<Field, bool>) {
+          app.add_flag(extra.names, *field, extra.help);
+        } else {
+          CLI::Option* option = app.add_option(extra.names, *field, extra.help);
+          if constexpr (std::is_same_v<Field, std::vector<std::string>>) option->delimiter(',');
+          if (extra.show_default) option->capture_default_str();
+        }
+      },
+      extra.target);
+}
+
+}  // namespace
+
+CommandLineOutcome parse_harness_command_line(int argc, char** argv, const HarnessCommand& command,
+                                              SweepOptions& options, const std::vector<HarnessOption>& extra,
+                                              const std::function<void()>& check, bool speaks) {
+  CLI::App app{command.description};
+  add_sweep_options(app, options);
+  for (const auto& option : extra) add_harness_option(app, option);
+  app.set_version_flag("--version", command.version);
+  auto exit_with = [](int code) { return CommandLineOutcome{false, code}; };
+  try {
+    app.parse(argc, argv);
+    resolve_sweep_options(options);
+    if (check) check();
+  } catch (const CLI::CallForHelp& e) {
+    return exit_with(speaks ? app.exit(e) : kExitOk);
+  } catch (const CLI::CallForAllHelp& e) {
+    return exit_with(speaks ? app.exit(e) : kExitOk);
+  } catch (const CLI::CallForVersion& e) {
+    return exit_with(speaks ? app.exit(e) : kExitOk);
+  } catch (const CLI::ParseError& e) {
+    if (speaks) std::fprintf(stderr, "%s: error: %s (see --help)\n", command.name.c_str(), e.what());
+    return exit_with(kExitUsage);
+  } catch (const std::invalid_argument& e) {
+    if (speaks) std::fprintf(stderr, "%s: error: %s\n", command.name.c_str(), e.what());
+    return exit_with(kExitUsage);
+  }
+  return CommandLineOutcome{true, kExitOk};
 }
 
 void resolve_sweep_options(SweepOptions& o) {

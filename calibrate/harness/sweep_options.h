@@ -1,18 +1,16 @@
 // The command-line surface both harnesses share: nccl-tests' size syntax and flags (-b -e -f -w
 // -n -d), the lists of collectives, reduction operators and rank groups, in-place or not, the
-// output file and the time limit. Registered on a CLI11 app by one function, so that
-// parallax-nccl-bench and parallax-mpi-bench spell every option the same way.
+// output file and the time limit, parsed by one function, so that parallax-nccl-bench and
+// parallax-mpi-bench spell every option the same way.
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
+#include <variant>
 #include <vector>
 
 #include "collectives/collective.h"
-
-namespace CLI {
-class App;
-}
 
 namespace parallax::harness {
 
@@ -50,13 +48,41 @@ struct SweepOptions {
   std::vector<bool> in_place_modes;  ///< false (out-of-place) before true, as nccl-tests prints
 };
 
-/// Adds the shared options to `app`, writing into `options`.
-void add_sweep_options(CLI::App& app, SweepOptions& options);
-
-/// Checks and types what add_sweep_options parsed: sizes, iteration counts, op, group and
+/// Checks and types the shared options as parsed: sizes, iteration counts, op, group and
 /// placement names, the data type (known to nccl-tests) and redops (sum, prod, max, min, avg).
 /// Throws std::invalid_argument with a message that names the option.
 void resolve_sweep_options(SweepOptions& options);
+
+/// An option a harness adds to the shared ones, bound to a field of its own arguments. A bool is
+/// a flag; a list takes commas.
+struct HarnessOption {
+  std::string names;  ///< CLI11 spelling: "--algo" or "-x,--long"
+  std::string help;
+  std::variant<bool*, int*, double*, std::string*, std::vector<std::string>*> target;
+  bool show_default = false;  ///< --help prints the field's value
+};
+
+/// What a harness says of itself in --help and --version.
+struct HarnessCommand {
+  std::string name;         ///< "parallax-mpi-bench"
+  std::string description;  ///< --help's first line
+  std::string version;      ///< --version's line
+};
+
+/// What parsing the command line came to: measure, or exit with `exit_code` (help or version
+/// printed, or the error reported) before measuring anything.
+struct CommandLineOutcome {
+  bool measure = false;
+  int exit_code = 0;
+};
+
+/// Parses argv into `options` (the shared options, resolved) and the harness's `extra` ones, then
+/// runs `check` (may be empty; it throws std::invalid_argument naming the option). Only a rank
+/// that `speaks` prints help, version or the error. Both harnesses parse here, so that CLI11's
+/// header-only code is compiled once.
+CommandLineOutcome parse_harness_command_line(int argc, char** argv, const HarnessCommand& command,
+                                              SweepOptions& options, const std::vector<HarnessOption>& extra,
+                                              const std::function<void()>& check, bool speaks);
 
 /// Splits "a,b,c" (already split by CLI11 when given as a list) and trims blanks.
 std::vector<std::string> split_list(const std::vector<std::string>& items);
