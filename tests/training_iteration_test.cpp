@@ -166,6 +166,48 @@ TEST(IterationCommunication, Fp32GradientsDoubleTheReductionAndTheirMemory) {
   }
 }
 
+TEST(IterationMemory, PrecisionAwareAdamKeepsItsStateInTheTypesItWasGiven) {
+  // Megatron's --use-precision-aware-optimizer hands the Adam state to Transformer Engine's
+  // FusedAdam: moments in exp_avg_dtype / exp_avg_sq_dtype, and where FusedAdam owns the fp32
+  // master weight (no fp8 recipe but delayed scaling) and the parameters are bf16, only the 16
+  // bits the bf16 copy lacks (store_param_remainders). Bytes per parameter:
+  ParallelLayout l;
+  EXPECT_DOUBLE_EQ(adam_state_bytes_per_parameter(l), 12.0);  // off: fp32 master, m, v
+  l.precision_aware_optimizer = true;
+  EXPECT_DOUBLE_EQ(adam_state_bytes_per_parameter(l), 2.0 + 4 + 4);  // the remainder, fp32 moments
+  l.exp_avg_bytes = l.exp_avg_sq_bytes = 2;
+  EXPECT_DOUBLE_EQ(adam_state_bytes_per_parameter(l), 2.0 + 2 + 2);  // DeepSeek-V3's recipe
+  l.dtype = DType::kFp8;
+  EXPECT_DOUBLE_EQ(adam_state_bytes_per_parameter(l), 6.0);  // delayed scaling: still FusedAdam's
+  l.fp8_param_gather = true;
+  EXPECT_DOUBLE_EQ(adam_state_bytes_per_parameter(l), 4.0 + 2 + 2);  // fp8 parameters: no bf16 bits
+  l.fp8_param_gather = false;
+  l.fp8_recipe = Fp8Recipe::kMxfp8;
+  EXPECT_DOUBLE_EQ(adam_state_bytes_per_parameter(l), 4.0 + 2 + 2);  // Megatron keeps the master
+  EXPECT_EQ(optimizer_state_dtype_bytes("bfloat16"), 2);
+  EXPECT_EQ(optimizer_state_dtype_bytes("uint8"), 1);
+  EXPECT_EQ(optimizer_state_dtype_bytes("fp64"), std::nullopt);
+
+  // Simulated: ZeRO-1 over N = 4 ranks holds K·Ψ/N of state, 12Ψ/4 → 6Ψ/4, and the optimizer
+  // step, a memory-bound kernel of 28 B per parameter of its shard (2 of gradient and parameter,
+  // the state read and written), moves 2·(12 − 6) B less.
+  const ModelConfig model = tiny();
+  const double psi = static_cast<double>(count_parameters(model).total);
+  const Topology topo = toy_cluster(4);
+  ParallelLayout z = layout(4, 1, 1, 4);
+  z.zero_stage = ZeroStage::kStage1;
+  const IterationResult fp32_state = simulate_iteration(model, z, topo);
+  z.precision_aware_optimizer = true;
+  z.exp_avg_bytes = z.exp_avg_sq_bytes = 2;
+  const IterationResult bf16_state = simulate_iteration(model, z, topo);
+  EXPECT_DOUBLE_EQ(fp32_state.stages[0].memory.optimizer_states.value(), 12 * psi / 4);
+  EXPECT_DOUBLE_EQ(bf16_state.stages[0].memory.optimizer_states.value(), 6 * psi / 4);
+  expect_parts_add_up(bf16_state);
+  const ComputeModel cm(topo.gpu_specs()[0]);
+  const Time saved = cm.time(memory_bound_cost(Bytes(psi / 4 * 28))) - cm.time(memory_bound_cost(Bytes(psi / 4 * 16)));
+  EXPECT_EQ(fp32_state.iteration_time - bf16_state.iteration_time, saved);
+}
+
 TEST(IterationCommunication, Fp8ParametersHalveTheGathersAndTheWeightsHeld) {
   // fp8 training on N = 4 ranks. Outside ZeRO-3 Transformer Engine caches each weight's fp8
   // row-wise and transposed copies beside the bf16 ones: 2 + 2 = 4Ψ of parameters; with the

@@ -40,7 +40,7 @@ TEST(PublishedRuns, TheDevSetReadsWhole) {
 
 TEST(PublishedRuns, DefaultsAndBadRows) {
   auto runs = read_published_runs(kSource + "/tests/data/training/bad-published-runs.json");
-  ASSERT_EQ(runs.size(), 7u);
+  ASSERT_EQ(runs.size(), 8u);
   EXPECT_EQ(runs[0].error, "");
   EXPECT_EQ(runs[0].layout.dp, 16);                 // 32 GPUs / tp 2
   EXPECT_TRUE(runs[0].layout.sequence_parallel);    // null and tp > 1
@@ -54,6 +54,7 @@ TEST(PublishedRuns, DefaultsAndBadRows) {
   EXPECT_EQ(runs[5].error, "/5/expected/tokens_per_sec_per_gpu: must be null for a run that ran out of memory");
   // A bundled model needs the models folder.
   EXPECT_EQ(runs[6].error, "/6/model/bundled: no bundled model \"deepseek-v3\"");
+  EXPECT_EQ(runs[7].error, "/7/layout/exp_avg_sq_dtype: expected fp32, bf16, fp16, fp8 or null, found \"fp64\"");
 }
 
 // A row may take a bundled model's architecture (what the row's fields cannot say: MLA, the

@@ -373,6 +373,9 @@ void IterationGraphBuilder::add_optimizer_steps() {
   const WorkId barrier = graph_.add(barrier_stream, Time::zero(), WorkKind::kCompute, before_step);
   const int data_parallel = layout_.dp * layout_.cp;  // ranks sharing the model states
   const int expert_dp = layout_.expert_data_parallel();
+  // The option counts fp32 state, read and written once each; smaller state moves less.
+  const double optimizer_traffic = options_.optimizer_bytes_per_parameter -
+                                   2.0 * (kAdamOptimizerBytesPerParameter - adam_state_bytes_per_parameter(layout_));
   for (int s = 0; s < p_; ++s) {
     double parameters = 0, experts = 0;
     for (int c = 0; c < v_; ++c) {
@@ -385,7 +388,7 @@ void IterationGraphBuilder::add_optimizer_steps() {
     const double shard = layout_.zero_stage == ZeroStage::kStage0
                              ? parameters
                              : (parameters - experts) / data_parallel + experts / expert_dp;
-    const Time step = cm_.time(memory_bound_cost(Bytes(shard * options_.optimizer_bytes_per_parameter)));
+    const Time step = cm_.time(memory_bound_cost(Bytes(shard * optimizer_traffic)));
     const WorkId optimizer = add_compute(s, step, WorkKind::kCompute, WorkIdList{barrier});
     if (!zero12_ || !dp_comm_ || layout_.param_gather_prefetch) continue;
     for (int c = 0; c < v_; ++c) {

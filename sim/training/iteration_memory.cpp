@@ -18,6 +18,7 @@ std::vector<StageMemory> stage_memory(const ModelConfig& model, const ParallelLa
   const bool dp_comm = data_parallel > 1;
   const bool ring_attention = cp > 1 && layout.cp_comm == ContextParallelComm::kRing;
   const double gradient_bytes = iteration_detail::gradient_bytes(layout);
+  const double adam_bytes = adam_state_bytes_per_parameter(layout);
   const MessageSizes sizes = message_sizes(model, layout);
   const std::vector<std::vector<Unit>>& units = plan.units;
   const std::vector<int>& vs_layers = plan.virtual_stage_layers;
@@ -49,9 +50,10 @@ std::vector<StageMemory> stage_memory(const ModelConfig& model, const ParallelLa
     mem.gradients = Bytes(gradient_bytes * (psi / (sharded_gradients ? n : 1.0) + psi_experts / (sharded_gradients ? ne : 1.0)));
     const bool zero0 = zero == ZeroStage::kStage0;
     mem.optimizer_states =
-        Bytes(kAdamOptimizerBytesPerParameter * (psi / (zero0 ? 1.0 : n) + psi_experts / (zero0 ? 1.0 : ne)));
+        Bytes(adam_bytes * (psi / (zero0 ? 1.0 : n) + psi_experts / (zero0 ? 1.0 : ne)));
     // The same total as the ZeRO paper's formula (2-byte gradients), split by what it holds.
-    const Bytes states = zero_model_state_bytes(psi, zero, data_parallel) + zero_model_state_bytes(psi_experts, zero, expert_dp) +
+    const Bytes states = zero_model_state_bytes(psi, zero, data_parallel, adam_bytes) +
+                         zero_model_state_bytes(psi_experts, zero, expert_dp, adam_bytes) +
                          mem.gradients * ((gradient_bytes - kGradientBytes) / gradient_bytes) + quantised_extra;
     PARALLAX_INVARIANT(std::abs((mem.parameters + mem.gradients + mem.optimizer_states - states).value()) <=
                            1e-6 * states.value() + 1.0,

@@ -98,6 +98,9 @@ std::string layout_description(const ParallelLayout& l) {
     s += std::string(", ZeRO-3 gathers ") + (l.param_gather_per_tensor ? "per tensor" : "per layer") +
          (l.param_gather_prefetch ? "" : ", not prefetched");
   }
+  if (l.precision_aware_optimizer) {
+    s += format_text(", precision-aware Adam (%g B of state per parameter)", adam_state_bytes_per_parameter(l));
+  }
   if (l.dp * l.cp > 1 && (l.grad_reduce_in_fp32 || !l.grad_reduce_overlap)) {
     s += format_text(", %s gradients reduced %s", l.grad_reduce_in_fp32 ? "fp32" : "bf16",
                    l.grad_reduce_overlap ? "during the backward" : "after the backward");

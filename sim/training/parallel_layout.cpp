@@ -48,6 +48,21 @@ std::optional<MoeDispatcher> moe_dispatcher_from(const std::string& name) {
   return std::nullopt;
 }
 
+double adam_state_bytes_per_parameter(const ParallelLayout& layout) {
+  if (!layout.precision_aware_optimizer) return kAdamOptimizerBytesPerParameter;
+  const bool fused_adam_owns_master = layout.dtype != DType::kFp8 || layout.fp8_recipe == Fp8Recipe::kDelayed;
+  const bool bf16_parameters = !(layout.dtype == DType::kFp8 && layout.fp8_param_gather);
+  const double master = fused_adam_owns_master && bf16_parameters ? 2.0 : 4.0;
+  return master + layout.exp_avg_bytes + layout.exp_avg_sq_bytes;
+}
+
+std::optional<int> optimizer_state_dtype_bytes(std::string_view name) {
+  if (name == "fp32" || name == "float32") return 4;
+  if (name == "bf16" || name == "bfloat16" || name == "fp16" || name == "float16") return 2;
+  if (name == "fp8" || name == "uint8") return 1;
+  return std::nullopt;
+}
+
 const char* to_string(ParallelDim d) {
   switch (d) {
     case ParallelDim::kTp: return "tp";

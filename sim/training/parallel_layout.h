@@ -20,6 +20,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "compute/operator_cost.h"
@@ -95,6 +96,13 @@ struct ParallelLayout {
   /// Megatron's recompute_modules beside the attention core's selective recomputation: MLA's
   /// up-projections, the experts' activation, dense MLPs (layer_operators.h).
   RecomputeModules recompute_modules{};
+  /// Megatron's --use-precision-aware-optimizer: Transformer Engine's FusedAdam holds the Adam
+  /// state, the moments in `exp_avg_bytes` / `exp_avg_sq_bytes` per element (its exp_avg_dtype,
+  /// exp_avg_sq_dtype), and the fp32 master weight, where FusedAdam owns it, as the 16 bits
+  /// that its bf16 parameter lacks (adam_state_bytes_per_parameter). Off: 12 B of fp32 state.
+  bool precision_aware_optimizer = false;
+  int exp_avg_bytes = 4;
+  int exp_avg_sq_bytes = 4;
   bool grad_reduce_overlap = true;    ///< gradient buckets reduced during the backward pass
   /// Gradients accumulated and reduced in fp32 (Megatron's main_grad buffers, its default with
   /// bf16 and NeMo's grad_reduce_in_fp32): 4 bytes per parameter kept and sent instead of 2.
@@ -200,5 +208,18 @@ RankCoords coords_of(const ParallelLayout& layout, int rank);
 /// Layers of each virtual stage (pp·v entries), by split_pipeline_layers (pipeline_split.h);
 /// empty when the layout cannot be split (validate says why).
 std::vector<int> virtual_stage_layers(const ParallelLayout& layout, const ModelConfig& model);
+
+/// Adam's state bytes per parameter the optimizer shards keep. 12 (fp32 master, momentum,
+/// variance) unless `precision_aware_optimizer`: then the moments take their own sizes, and the
+/// master weight 2 bytes where Transformer Engine's FusedAdam owns it and the parameters are
+/// bf16 (store_param_remainders, TE >= 2.1: the fp32 value is the bf16 parameter plus a 16-bit
+/// remainder). FusedAdam owns it unless an fp8 recipe other than delayed scaling is in use
+/// (Megatron-Core's use_precision_aware_optimizer_no_fp8_or_ds_fp8); with fp8 parameters there
+/// are no bf16 bits to complete, so the master stays 4 bytes.
+double adam_state_bytes_per_parameter(const ParallelLayout& layout);
+
+/// Bytes per element of an optimizer-state dtype name (fp32/float32 4, bf16/bfloat16 and
+/// fp16/float16 2, fp8/uint8 1), or nullopt.
+std::optional<int> optimizer_state_dtype_bytes(std::string_view name);
 
 }  // namespace parallax

@@ -228,6 +228,14 @@ PublishedLayout layout_of(const nlohmann::json& l, int gpus, const std::string& 
   }
   p.grad_reduce_overlap = opt_bool(l, "grad_reduce_overlap", where);
   p.grad_reduce_in_fp32 = opt_bool(l, "grad_reduce_in_fp32", where);
+  p.precision_aware_optimizer = opt_bool(l, "precision_aware_optimizer", where).value_or(false);
+  for (auto [key, field] : {std::pair{"exp_avg_dtype", &p.exp_avg_bytes}, std::pair{"exp_avg_sq_dtype", &p.exp_avg_sq_bytes}}) {
+    const auto name = opt_string(l, key, where);
+    if (!name) continue;
+    const auto bytes = optimizer_state_dtype_bytes(*name);
+    if (!bytes) throw RowError(where + "/" + key, "expected fp32, bf16, fp16, fp8 or null, found \"" + *name + "\"");
+    *field = *bytes;
+  }
   for (auto [key, field] : {std::pair{"bf16_layers_at_start", &p.bf16_layers_at_start},
                             std::pair{"bf16_layers_at_end", &p.bf16_layers_at_end}}) {
     auto n = opt_int(l, key, where);
@@ -280,6 +288,9 @@ ParallelLayout parallel_layout_of(const PublishedRun& run) {
   }
   l.grad_reduce_in_fp32 = run.layout.grad_reduce_in_fp32.value_or(l.grad_reduce_in_fp32);
   l.grad_reduce_overlap = run.layout.grad_reduce_overlap.value_or(l.grad_reduce_overlap);
+  l.precision_aware_optimizer = run.layout.precision_aware_optimizer;
+  l.exp_avg_bytes = run.layout.exp_avg_bytes;
+  l.exp_avg_sq_bytes = run.layout.exp_avg_sq_bytes;
   l.stage_layers = run.layout.stage_layers;
   l.recompute_modules = run.layout.recompute_modules;
   l.account_for_embedding = run.layout.account_for_embedding;

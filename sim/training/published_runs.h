@@ -46,6 +46,8 @@ struct PublishedLayout {
   /// Data-parallel gradients: reduced during the backward pass or after it, in fp32 or in the
   /// training dtype; unset, the row's style decides (Megatron-style: after, fp32).
   std::optional<bool> grad_reduce_overlap, grad_reduce_in_fp32;
+  bool precision_aware_optimizer = false;  ///< Megatron's --use-precision-aware-optimizer
+  int exp_avg_bytes = 4, exp_avg_sq_bytes = 4;  ///< its moments' types, as bytes
   /// Megatron's (and Megatron-DeepSpeed's type:transformer|embedding) pipeline accounting: the
   /// embedding (the output layer and loss) counted as a layer of the first (last) stage.
   bool account_for_embedding = false, account_for_loss = false;

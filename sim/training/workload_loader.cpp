@@ -198,6 +198,14 @@ void read_parallel(JsonReader p, const std::string& path, ParallelLayout& l, boo
   if (auto v = p.find("attention")) l.attention = attention_from(v->as_string(), path, v->pointer());
   bool_field("grad_reduce_overlap", l.grad_reduce_overlap);
   bool_field("grad_reduce_in_fp32", l.grad_reduce_in_fp32);
+  bool_field("precision_aware_optimizer", l.precision_aware_optimizer);
+  for (auto [key, field] : {std::pair{"exp_avg_dtype", &l.exp_avg_bytes}, std::pair{"exp_avg_sq_dtype", &l.exp_avg_sq_bytes}}) {
+    if (auto v = p.find(key)) {
+      const auto bytes = optimizer_state_dtype_bytes(v->as_string());
+      if (!bytes) v->fail("unknown optimizer state type \"" + v->as_string() + "\" (expected fp32, bf16, fp16 or fp8)");
+      *field = *bytes;
+    }
+  }
   bool_field("param_gather_prefetch", l.param_gather_prefetch);
   bool_field("param_gather_per_tensor", l.param_gather_per_tensor);
   bool_field("tp_comm_overlap", l.tp_comm_overlap);
