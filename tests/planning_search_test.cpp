@@ -90,6 +90,37 @@ TEST(LayoutSearch, TheRankingDoesNotDependOnTheThreads) {
   EXPECT_EQ(search_json(a).dump(), search_json(b).dump());
 }
 
+// Ranking by time alone and breaking the time down only for the layouts shown (the top) gives
+// the same ranking and, for those, the same bubble and exposed communication as breaking down
+// every layout.
+TEST(LayoutSearch, DetailsOfTheTopAloneMatchDetailsOfEveryLayout) {
+  const TrainingWorkload job = small_case();
+  const SearchSpace space = small_space(job);
+  SearchOptions every;
+  every.top = 5;
+  every.details_for_every_layout = true;
+  SearchOptions top = every;
+  top.details_for_every_layout = false;
+  const SearchOutcome a = search_layouts(job.model, job.layout, job.topology, space, every);
+  const SearchOutcome b = search_layouts(job.model, job.layout, job.topology, space, top);
+  ASSERT_EQ(a.ranked.size(), b.ranked.size());
+  ASSERT_GT(a.ranked.size(), every.top);
+  bool any_detail = false;
+  for (size_t i = 0; i < a.ranked.size(); ++i) {
+    EXPECT_EQ(layout_description(a.ranked[i].layout), layout_description(b.ranked[i].layout)) << i;
+    EXPECT_EQ(a.ranked[i].result.iteration_time_s, b.ranked[i].result.iteration_time_s) << i;
+    if (i < every.top) {
+      EXPECT_EQ(a.ranked[i].result.pipeline_bubble_fraction, b.ranked[i].result.pipeline_bubble_fraction) << i;
+      EXPECT_EQ(a.ranked[i].result.most_exposed_s, b.ranked[i].result.most_exposed_s) << i;
+      EXPECT_EQ(a.ranked[i].result.most_exposed_kind, b.ranked[i].result.most_exposed_kind) << i;
+      any_detail = any_detail || a.ranked[i].result.most_exposed_s > 0;
+    } else {
+      EXPECT_EQ(b.ranked[i].result.most_exposed_s, 0.0) << i;  // not broken down
+    }
+  }
+  EXPECT_TRUE(any_detail);  // the check compared something
+}
+
 // Two processes of a distributed search played by two threads: each all_gather waits for both
 // and returns both shares in rank order.
 class ThreadPair {

@@ -6,6 +6,7 @@
 #include <optional>
 #include <thread>
 
+#include "engine/invariant.h"
 #include "io/input_error.h"
 #include "training/iteration_report.h"
 
@@ -96,6 +97,20 @@ std::vector<LayoutSummary> summarise_batch(const ModelConfig& model, const std::
   return all;
 }
 
+// The top layouts simulated again with their time broken down (deterministic: the same times),
+// for the bubble and the most exposed communication that the ranking did without.
+void add_details(const ModelConfig& model, const Topology& topology, const SearchOptions& options,
+                 CollectiveSimulatorCache& cache, std::vector<SearchedLayout>& ranked) {
+  IterationOptions o = options.iteration;
+  o.collective_simulators = &cache;
+  for (size_t i = 0; i < std::min(options.top, ranked.size()); ++i) {
+    const double score = ranked[i].score;
+    ranked[i].result = summarize(simulate_iteration(model, ranked[i].layout, topology, o));
+    PARALLAX_INVARIANT(score_of(ranked[i].result, options.objective) == score, "planning/search", Time::zero(),
+                       "a layout simulated again scored differently");
+  }
+}
+
 }  // namespace
 
 LayoutSummary summarize(const IterationResult& r) {
@@ -143,6 +158,9 @@ SearchOutcome search_layouts(const ModelConfig& model, const ParallelLayout& bas
       fitting_candidates(model, std::move(e.valid), gpu, options.iteration, out.rejected_by_memory);
   std::vector<CollectiveSimulatorCache> caches;
   for (int t = 0; t < std::max(1, options.threads); ++t) caches.emplace_back(topology, options.iteration.link_efficiency);
+  const bool details_later = !options.details_for_every_layout && options.top > 0;
+  IterationOptions ranking = options.iteration;
+  ranking.time_breakdown = !details_later;
   std::vector<std::pair<std::string, SearchedLayout>> ranked;  // (text, layout), best first
   size_t i = 0;
   while (i < candidates.size()) {
@@ -157,7 +175,7 @@ SearchOutcome search_layouts(const ModelConfig& model, const ParallelLayout& bas
     std::vector<const Candidate*> batch;
     for (; i < candidates.size() && batch.size() < kBatch; ++i) batch.push_back(&candidates[i]);
     const std::vector<LayoutSummary> results =
-        summarise_batch(model, batch, topology, options.iteration, caches, options.partition);
+        summarise_batch(model, batch, topology, ranking, caches, options.partition);
     for (size_t b = 0; b < batch.size(); ++b) {
       if (!results[b].simulated) {
         ++out.rejected_by_rule;
@@ -174,6 +192,7 @@ SearchOutcome search_layouts(const ModelConfig& model, const ParallelLayout& bas
     if (options.progress) options.progress(out.simulated, candidates.size() - i);
   }
   for (auto& [text, s] : ranked) out.ranked.push_back(std::move(s));
+  if (details_later) add_details(model, topology, options, caches[0], out.ranked);
   return out;
 }
 

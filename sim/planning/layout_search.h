@@ -56,6 +56,10 @@ struct SearchOptions {
   SearchObjective objective = SearchObjective::kTokensPerSecond;
   int threads = 1;
   IterationOptions iteration;      ///< how each layout is simulated (analytical or co-simulated)
+  /// The bubble and the most exposed communication (LayoutSummary) of every simulated layout;
+  /// false: of the `top` best only (the others are ranked by their time alone, which does not
+  /// depend on it, and simulated again with it when they make the top).
+  bool details_for_every_layout = false;
   /// Called after every simulated batch: (layouts simulated so far, layouts left to simulate
   /// or prune). For a progress bar; may be empty.
   std::function<void(size_t, size_t)> progress;

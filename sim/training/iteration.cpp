@@ -267,7 +267,7 @@ IterationResult simulate_iteration(const ModelConfig& model, const ParallelLayou
 
   // ---- breakdown -----------------------------------------------------------------------------
   std::vector<std::vector<Interval>> intervals(static_cast<size_t>(p));
-  for (WorkId id = 0; id < graph.size(); ++id) {
+  for (WorkId id = 0; id < graph.size() && options.time_breakdown; ++id) {
     const StreamTask& task = graph.task(id);
     const int rank = graph.stream(task.stream).rank;
     if (rank >= 0 && task.channel != kNoChannel && task.channel == built.sm_pool[static_cast<size_t>(rank)]) {
@@ -285,8 +285,10 @@ IterationResult simulate_iteration(const ModelConfig& model, const ParallelLayou
   for (int s = 0; s < p; ++s) {
     StageResult& stage = stages[static_cast<size_t>(s)];
     stage.stage = s;
-    stage.time = breakdown(intervals[static_cast<size_t>(s)], result.pipeline_end, result.iteration_time,
-                           cosim ? &cosim->topology() : nullptr);
+    if (options.time_breakdown) {
+      stage.time = breakdown(intervals[static_cast<size_t>(s)], result.pipeline_end, result.iteration_time,
+                             cosim ? &cosim->topology() : nullptr);
+    }
     bubble_total += stage.time.bubble;
     for (int c = 0; c < v; ++c) {
       const int vs = c * p + s;

@@ -169,6 +169,10 @@ struct IterationOptions {
   double optimizer_bytes_per_parameter = 28.0;
   /// Keep every task's place and time (IterationResult::timeline), for traces.
   bool keep_timeline = false;
+  /// Each rank's time broken down (StageResult::time: compute, exposed communication by kind,
+  /// bubble, idle), the bubble fraction and the compute slowed by communication. Off, they stay
+  /// zero: a search that ranks by time alone asks for them only for the layouts it shows.
+  bool time_breakdown = true;
   /// Concurrent communication of a simulated GPU shares its links: its collectives and sends
   /// inside a node share its NVLink ports, those across nodes its NICs (processor sharing,
   /// stream_graph.h). false: each is timed as if alone.

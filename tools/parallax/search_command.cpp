@@ -77,6 +77,7 @@ void run_search(const SearchArgs& a) {
   if (!a.space.empty()) space = read_search_space(a.space, space, gpus);
   SearchOptions options;
   options.top = a.top;
+  options.details_for_every_layout = !a.json.empty();  // the JSON lists every simulated layout's
   options.objective = *objective;
   options.threads = a.jobs.value_or(static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));
   if (options.threads < 1) throw InputError("", "--jobs", "must be at least 1");
