@@ -257,7 +257,7 @@ IterationResult simulate_iteration(const ModelConfig& model, const ParallelLayou
   }
   for (WorkId id : backward_ends) result.pipeline_end = std::max(result.pipeline_end, timings[id].finish);
   Time reached;
-  for (const WorkId id : critical_path(graph, timings)) {
+  for (const WorkId id : options.time_breakdown ? critical_path(graph, timings) : std::vector<WorkId>{}) {
     const Time start = std::max(timings[id].start, reached);
     result.critical_path.waiting += timings[id].start > reached ? timings[id].start - reached : Time::zero();
     result.critical_path.by_kind[kind_index(graph.task(id).kind)] += timings[id].finish - start;

@@ -170,8 +170,9 @@ struct IterationOptions {
   /// Keep every task's place and time (IterationResult::timeline), for traces.
   bool keep_timeline = false;
   /// Each rank's time broken down (StageResult::time: compute, exposed communication by kind,
-  /// bubble, idle), the bubble fraction and the compute slowed by communication. Off, they stay
-  /// zero: a search that ranks by time alone asks for them only for the layouts it shows.
+  /// bubble, idle), the bubble fraction, the compute slowed by communication and the critical
+  /// path. Off, they stay zero: a search that ranks by time alone asks for them only for the
+  /// layouts it shows.
   bool time_breakdown = true;
   /// Concurrent communication of a simulated GPU shares its links: its collectives and sends
   /// inside a node share its NVLink ports, those across nodes its NICs (processor sharing,
