@@ -179,6 +179,20 @@ TEST(Routing, EcmpIsDeterministicAndSpreadsOverSpines) {
   EXPECT_EQ(spines.size(), 32u);
 }
 
+TEST(Routing, LatencyTreesEqualEveryRoutesOwnSum) {
+  // path_latencies_to walks the key-0 routes toward one destination as a tree; each source's
+  // latency must be the sum over its own route (path_latency), across nodes, spines and NVLink.
+  Topology t = load_preset("dgx-h100", 4);
+  Router r(t);
+  const std::vector<DeviceId> gpus(t.gpus().begin(), t.gpus().end());
+  for (DeviceId dst : {gpus.front(), gpus[13], gpus.back()}) {
+    const std::vector<Time> tree = r.path_latencies_to(dst, gpus);
+    ASSERT_EQ(tree.size(), gpus.size());
+    for (size_t i = 0; i < gpus.size(); ++i) EXPECT_EQ(tree[i], r.path_latency(gpus[i], dst)) << i;
+    EXPECT_EQ(tree[static_cast<size_t>(std::find(gpus.begin(), gpus.end(), dst) - gpus.begin())], Time::zero());
+  }
+}
+
 TEST(Topology, ExplicitFormWithHalfDuplexLink) {
   nlohmann::json doc = nlohmann::json::parse(R"({
     "name": "pair",

@@ -156,6 +156,21 @@ class Lowering {
   // For patterns that visit each pair once (all-to-all), where caching the wire latency of
   // every pair would only cost memory.
   Time step_latency_once(int a, int b) { return step_latency_over(a, b, router_.path_latency(dev(a), dev(b))); }
+  // Every pair's wire latency (a·n + b), by destination: n routing trees instead of n² routes;
+  // empty where the n² table would take more than 256 MiB (then step_latency_once per pair).
+  std::vector<Time> all_pair_wire_latencies() const {
+    constexpr size_t kMaxTableBytes = size_t{256} << 20;
+    const size_t n = static_cast<size_t>(n_);
+    if (n * n * sizeof(Time) > kMaxTableBytes) return {};
+    std::vector<DeviceId> devices;
+    for (int r = 0; r < n_; ++r) devices.push_back(dev(r));
+    std::vector<Time> table(n * n);
+    for (size_t b = 0; b < n; ++b) {
+      const std::vector<Time> to_b = router_.path_latencies_to(devices[b], devices);
+      for (size_t a = 0; a < n; ++a) table[a * n + b] = to_b[a];
+    }
+    return table;
+  }
   Time step_latency_over(int a, int b, Time wire) const {
     Time lat = comm_.node_of(a) == comm_.node_of(b) ? opt_.step_latency_intra : opt_.step_latency_inter;
     return lat > wire ? lat - wire : Time::zero();
@@ -509,6 +524,7 @@ class Lowering {
   // All-to-all: direct posts every pair at once (NCCL's grouped send/recv); pairwise runs n−1
   // shifted steps, each rank exchanging with one peer per step (MPI's pairwise exchange).
   void all_to_all(bool direct) {
+    const std::vector<Time> wires = all_pair_wire_latencies();
     std::vector<std::vector<TaskId>> last(static_cast<size_t>(n_));
     std::vector<std::vector<TaskId>> next(direct ? 0 : static_cast<size_t>(n_));
     const std::vector<TaskId> none;
@@ -518,7 +534,8 @@ class Lowering {
         int b = (a + step) % n_;
         double bytes = pair_bytes(a, b);
         if (bytes <= 0) continue;
-        const Time latency = step_latency_once(a, b);
+        const Time latency = wires.empty() ? step_latency_once(a, b)
+                                           : step_latency_over(a, b, wires[static_cast<size_t>(a * n_ + b)]);
         const std::vector<TaskId>& deps = direct ? none : last[static_cast<size_t>(a)];  // a's previous send and receive
         for (int c = 0; c < channels_; ++c) {
           TaskId t = send(a, b, bytes / channels_, latency, deps, c, 0);

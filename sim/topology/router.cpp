@@ -69,32 +69,64 @@ int Router::hops(DeviceId src, DeviceId dst) const {
   return d == kUnreachable ? kUnreachable : d;
 }
 
+const Router::Hop& Router::next_hop(DeviceId at, DeviceId dst, uint64_t flow_key,
+                                    const std::vector<uint16_t>& dist) const {
+  const uint16_t want = static_cast<uint16_t>(dist[at.value] - 1);
+  auto eligible = [&](const Hop& hop) {
+    // A GPU other than dst has a distance only as a source; never step onto one.
+    return dist[hop.to] == want && (hop.to == dst.value || !hop.to_gpu);
+  };
+  const std::span<const Hop> hops(hops_.data() + hop_offsets_[at.value], hops_.data() + hop_offsets_[at.value + 1]);
+  size_t n = 0;
+  for (const Hop& hop : hops) n += eligible(hop) ? 1 : 0;
+  size_t pick = n <= 1 ? 0 : mix(flow_key ^ mix(at.value)) % n;
+  for (const Hop& hop : hops) {
+    if (eligible(hop) && pick-- == 0) return hop;
+  }
+  throw std::logic_error("router: no next hop from " + topo_.device(at).name);  // dist says there is one
+}
+
 void Router::route(DeviceId src, DeviceId dst, uint64_t flow_key, std::vector<LinkId>& out) const {
   const auto& dist = distances_to(dst);
   if (dist[src.value] == kUnreachable) {
     throw std::invalid_argument("no route from " + topo_.device(src).name + " to " +
                                 topo_.device(dst).name);
   }
-  DeviceId at = src;
-  auto eligible = [&](const Hop& hop, uint16_t want) {
-    // A GPU other than dst has a distance only as a source; never step onto one.
-    return dist[hop.to] == want && (hop.to == dst.value || !hop.to_gpu);
-  };
-  while (at != dst) {
-    const uint16_t want = static_cast<uint16_t>(dist[at.value] - 1);
-    const std::span<const Hop> hops(hops_.data() + hop_offsets_[at.value], hops_.data() + hop_offsets_[at.value + 1]);
-    size_t n = 0;
-    for (const Hop& hop : hops) n += eligible(hop, want) ? 1 : 0;
-    size_t pick = n <= 1 ? 0 : mix(flow_key ^ mix(at.value)) % n;
-    for (const Hop& hop : hops) {
-      if (!eligible(hop, want)) continue;
-      if (pick-- == 0) {
-        out.push_back(LinkId{hop.link});
-        at = DeviceId{hop.to};
-        break;
-      }
-    }
+  for (DeviceId at = src; at != dst;) {
+    const Hop& hop = next_hop(at, dst, flow_key, dist);
+    out.push_back(LinkId{hop.link});
+    at = DeviceId{hop.to};
   }
+}
+
+std::vector<Time> Router::path_latencies_to(DeviceId dst, std::span<const DeviceId> sources) const {
+  const auto& dist = distances_to(dst);
+  constexpr int64_t kUnknown = -1;
+  std::vector<int64_t> to_dst(topo_.device_count(), kUnknown);  // picoseconds along the key-0 tree
+  to_dst[dst.value] = 0;
+  std::vector<std::pair<uint32_t, int64_t>> walked;  // (device, its step's latency) up to a known one
+  std::vector<Time> out;
+  out.reserve(sources.size());
+  for (DeviceId src : sources) {
+    if (dist[src.value] == kUnreachable) {
+      throw std::invalid_argument("no route from " + topo_.device(src).name + " to " + topo_.device(dst).name);
+    }
+    walked.clear();
+    DeviceId at = src;
+    while (to_dst[at.value] == kUnknown) {
+      const Hop& hop = next_hop(at, dst, 0, dist);
+      walked.emplace_back(at.value, topo_.link(LinkId{hop.link}).latency.picoseconds());
+      at = DeviceId{hop.to};
+    }
+    // Back from the known device: each walked one's latency is its step's plus the next's.
+    int64_t below = to_dst[at.value];
+    for (auto it = walked.rbegin(); it != walked.rend(); ++it) {
+      below += it->second;
+      to_dst[it->first] = below;
+    }
+    out.push_back(Time::ps(to_dst[src.value]));
+  }
+  return out;
 }
 
 }  // namespace parallax

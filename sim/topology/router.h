@@ -41,6 +41,11 @@ class Router {
     for (LinkId l : route(src, dst, flow_key)) sum = sum + topo_.link(l).latency;
     return sum;
   }
+  /// path_latency(src, dst) (flow key 0) for every src of `sources`, computed together: with
+  /// key 0 each step depends on the device and dst alone, so the routes to dst form a tree, and
+  /// each device's latency to dst is its link's plus its next hop's (integer picoseconds: the
+  /// same sums). An all-to-all's n² pairs then cost n trees instead of n² routes.
+  std::vector<Time> path_latencies_to(DeviceId dst, std::span<const DeviceId> sources) const;
   /// Number of links on a shortest path, or kUnreachable.
   int hops(DeviceId src, DeviceId dst) const;
   const Topology& topology() const { return topo_; }
@@ -59,6 +64,8 @@ class Router {
   };
   std::vector<uint32_t> hop_offsets_;
   std::vector<Hop> hops_;
+  /// The hop that route() takes from `at` (not dst) toward dst for `flow_key`.
+  const Hop& next_hop(DeviceId at, DeviceId dst, uint64_t flow_key, const std::vector<uint16_t>& dist) const;
 };
 
 }  // namespace parallax
