@@ -4,6 +4,7 @@
 #include <random>
 #include <vector>
 
+#include "engine/batched_events.h"
 #include "engine/engine.h"
 #include "engine/invariant.h"
 
@@ -130,6 +131,55 @@ TEST(Engine, SameInputsGiveTheSameEventSequence) {
     return seen;
   };
   EXPECT_EQ(trace(), trace());
+}
+
+// Items batched into one event run exactly where one event each would: in the order added at
+// equal times, after what was scheduled before them and before what was scheduled after, and
+// what they schedule while playing comes after every item already due then.
+TEST(BatchedEvents, RunWhereOneEventEachWould) {
+  auto script = [](Engine& e, auto&& item, std::vector<int>& log) {
+    item(Time::ps(10), 1);
+    item(Time::ps(10), 2);
+    e.schedule_at(Time::ps(10), [&log] { log.push_back(100); });
+    item(Time::ps(10), 3);
+    item(Time::ps(5), 4);
+    item(Time::ps(10), 5);
+    item(Time::ps(5), 7);
+  };
+  std::vector<int> one_each, batched;
+  {
+    Engine e;
+    std::function<void(Time, int)> item = [&](Time at, int i) {
+      e.schedule_at(at, [&, i] {
+        one_each.push_back(i);
+        if (i == 1) {
+          e.schedule_at(e.now(), [&] { one_each.push_back(200); });
+          item(e.now(), 6);
+        }
+      });
+    };
+    script(e, item, one_each);
+    e.run();
+  }
+  {
+    Engine e;
+    std::function<void(int)> play;
+    BatchedEvents<int> b(e, [&](int i) { play(i); });
+    play = [&](int i) {
+      batched.push_back(i);
+      if (i == 1) {
+        e.schedule_at(e.now(), [&] { batched.push_back(200); });
+        b.schedule_at(e.now(), 6);
+      }
+    };
+    auto item = [&](Time at, int i) { b.schedule_at(at, i); };
+    script(e, item, batched);
+    const uint64_t scheduled = e.scheduled_count();
+    e.run();
+    EXPECT_LT(scheduled, 7u);  // fewer events than items: 4 and 7, then 1 and 2, shared one
+  }
+  EXPECT_EQ(batched, one_each);
+  EXPECT_EQ(one_each, (std::vector<int>{4, 7, 1, 2, 100, 3, 5, 200, 6}));
 }
 
 }  // namespace

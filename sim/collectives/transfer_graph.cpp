@@ -135,17 +135,17 @@ void GraphExecution::ready(TaskId id) {
     });
     return;
   }
-  auto launch = [this, id] {
-    const Task& task = graph_.task(id);
-    timings_[id].start = engine_.now();
-    network_.start_flow(task.src, task.dst, task.bytes, [this, id](const FlowCompletion&) { finish(id); },
-                        task.route_key);
-  };
   if (t.wait == Time::zero()) {
-    launch();
+    launch(id);
   } else {
-    engine_.schedule_in(t.wait, launch);
+    launching_.schedule_at(engine_.now() + t.wait, id);
   }
+}
+
+void GraphExecution::launch(TaskId id) {
+  const Task& task = graph_.task(id);
+  timings_[id].start = engine_.now();
+  network_.start_flow(task.src, task.dst, task.bytes, [this, id](const FlowCompletion&) { finish(id); }, task.route_key);
 }
 
 void GraphExecution::finish(TaskId id) {

@@ -12,6 +12,7 @@
 #include <span>
 #include <vector>
 
+#include "engine/batched_events.h"
 #include "engine/engine.h"
 #include "network/network_model.h"
 #include "topology/router.h"
@@ -99,6 +100,7 @@ class GraphExecution {
 
  private:
   void ready(TaskId id);
+  void launch(TaskId id);
   void finish(TaskId id);
 
   Engine& engine_;
@@ -110,6 +112,7 @@ class GraphExecution {
   Time started_at_;
   Time finished_at_;
   std::function<void()> on_done_;
+  BatchedEvents<TaskId> launching_{engine_, [this](TaskId id) { launch(id); }};  // after each wait
 };
 
 /// Runs `graph` alone on a fresh engine clock and returns its makespan (convenience for tests

@@ -61,6 +61,9 @@ class Engine {
   uint64_t events_executed() const { return executed_; }
   /// Events scheduled and neither run nor cancelled.
   size_t pending_events() const { return live_; }
+  /// Events scheduled so far, cancelled or not: whoever reads the same count twice knows that
+  /// nothing was scheduled in between (BatchedEvents relies on it).
+  uint64_t scheduled_count() const { return sequence_; }
 
  private:
   struct Entry {

@@ -112,7 +112,7 @@ void FlowNetwork::begin(FlowStart&& start) {
   f.rate = 0;
   f.finish = Time::max();
   f.in_fluid = false;
-  engine_.schedule_in(start.latency, [this, slot] { enter(slot); });
+  entering_at_.schedule_at(engine_.now() + start.latency, slot);
 }
 
 void FlowNetwork::enter(uint32_t slot) {

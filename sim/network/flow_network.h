@@ -21,6 +21,7 @@
 #include <span>
 #include <vector>
 
+#include "engine/batched_events.h"
 #include "network/completion_heap.h"
 #include "network/max_min_solver.h"
 #include "network/network_model.h"
@@ -174,6 +175,7 @@ class FlowNetwork final : public NetworkModel {
   std::vector<uint32_t> dirty_;
   std::vector<uint32_t> entering_;
   CompletionHeap due_;  // every fluid flow's predicted finish
+  BatchedEvents<uint32_t> entering_at_{engine_, [this](uint32_t slot) { enter(slot); }};  // after α
   EventId completion_event_;
   Time completion_at_ = Time::max();
   bool solve_pending_ = false;
