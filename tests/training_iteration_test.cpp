@@ -187,6 +187,9 @@ TEST(IterationMemory, PrecisionAwareAdamKeepsItsStateInTheTypesItWasGiven) {
   EXPECT_EQ(optimizer_state_dtype_bytes("bfloat16"), 2);
   EXPECT_EQ(optimizer_state_dtype_bytes("uint8"), 1);
   EXPECT_EQ(optimizer_state_dtype_bytes("fp64"), std::nullopt);
+  for (const char* name : {"fp32", "bf16", "fp8"}) {  // what search --emit writes reads back the same
+    EXPECT_STREQ(optimizer_state_dtype_name(*optimizer_state_dtype_bytes(name)), name);
+  }
 
   // Simulated: ZeRO-1 over N = 4 ranks holds K·Ψ/N of state, 12Ψ/4 → 6Ψ/4, and the optimizer
   // step, a memory-bound kernel of 28 B per parameter of its shard (2 of gradient and parameter,

@@ -84,10 +84,9 @@ nlohmann::ordered_json parallel_block(const ParallelLayout& l) {
   p["grad_reduce_overlap"] = l.grad_reduce_overlap;
   p["grad_reduce_in_fp32"] = l.grad_reduce_in_fp32;
   if (l.precision_aware_optimizer) {
-    auto dtype = [](int bytes) { return bytes == 4 ? "fp32" : bytes == 2 ? "bf16" : "fp8"; };
     p["precision_aware_optimizer"] = true;
-    p["exp_avg_dtype"] = dtype(l.exp_avg_bytes);
-    p["exp_avg_sq_dtype"] = dtype(l.exp_avg_sq_bytes);
+    p["exp_avg_dtype"] = optimizer_state_dtype_name(l.exp_avg_bytes);
+    p["exp_avg_sq_dtype"] = optimizer_state_dtype_name(l.exp_avg_sq_bytes);
   }
   p["param_gather_prefetch"] = l.param_gather_prefetch;
   p["tp_comm_overlap"] = l.tp_comm_overlap;

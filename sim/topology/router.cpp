@@ -22,6 +22,10 @@ struct NoTransitThroughGpu {
   }
 };
 
+std::invalid_argument no_route(const Topology& topo, DeviceId src, DeviceId dst) {
+  return std::invalid_argument("no route from " + topo.device(src).name + " to " + topo.device(dst).name);
+}
+
 uint64_t mix(uint64_t x) {
   // splitmix64 finaliser: a fixed, platform-independent hash so routes are reproducible.
   x += 0x9E3779B97F4A7C15ULL;
@@ -89,8 +93,7 @@ const Router::Hop& Router::next_hop(DeviceId at, DeviceId dst, uint64_t flow_key
 void Router::route(DeviceId src, DeviceId dst, uint64_t flow_key, std::vector<LinkId>& out) const {
   const auto& dist = distances_to(dst);
   if (dist[src.value] == kUnreachable) {
-    throw std::invalid_argument("no route from " + topo_.device(src).name + " to " +
-                                topo_.device(dst).name);
+    throw no_route(topo_, src, dst);
   }
   for (DeviceId at = src; at != dst;) {
     const Hop& hop = next_hop(at, dst, flow_key, dist);
@@ -109,7 +112,7 @@ std::vector<Time> Router::path_latencies_to(DeviceId dst, std::span<const Device
   out.reserve(sources.size());
   for (DeviceId src : sources) {
     if (dist[src.value] == kUnreachable) {
-      throw std::invalid_argument("no route from " + topo_.device(src).name + " to " + topo_.device(dst).name);
+      throw no_route(topo_, src, dst);
     }
     walked.clear();
     DeviceId at = src;

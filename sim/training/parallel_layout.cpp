@@ -63,6 +63,8 @@ std::optional<int> optimizer_state_dtype_bytes(std::string_view name) {
   return std::nullopt;
 }
 
+const char* optimizer_state_dtype_name(int bytes) { return bytes == 4 ? "fp32" : bytes == 2 ? "bf16" : "fp8"; }
+
 const char* to_string(ParallelDim d) {
   switch (d) {
     case ParallelDim::kTp: return "tp";

@@ -221,5 +221,7 @@ double adam_state_bytes_per_parameter(const ParallelLayout& layout);
 /// Bytes per element of an optimizer-state dtype name (fp32/float32 4, bf16/bfloat16 and
 /// fp16/float16 2, fp8/uint8 1), or nullopt.
 std::optional<int> optimizer_state_dtype_bytes(std::string_view name);
+/// The name a workload gives an optimizer-state type of `bytes` (4 fp32, 2 bf16, 1 fp8).
+const char* optimizer_state_dtype_name(int bytes);
 
 }  // namespace parallax
