@@ -357,7 +357,7 @@ void CollectiveSimulator::use_fitted_latency(const Fit& fit, const Communicator&
   for (TaskId i = 0; i < graph.size(); ++i) {
     const Task& t = graph.task(i);
     double own = t.wait.seconds();
-    if (t.kind == Task::Kind::kTransfer && t.src != t.dst) own += router.path_latency(t.src, t.dst, t.route_key).seconds();
+    if (t.kind == Task::Kind::kTransfer && t.src != t.dst) own += router.path_latency(t.src, t.dst, t.route_key()).seconds();
     finish[i] = start[i] + own;
     wires = std::max(wires, finish[i]);
     for (TaskId next : graph.successors(i)) start[next] = std::max(start[next], finish[i]);

@@ -28,9 +28,6 @@ TaskId TransferGraph::add_transfer(DeviceId src, DeviceId dst, Bytes bytes, Time
   t.wait = wait;
   t.channel = channel;
   t.phase = phase;
-  // One connection per (channel, sender, receiver), as NCCL keeps one per peer and channel:
-  // all its steps take the same ECMP path.
-  t.route_key = (static_cast<uint64_t>(channel) << 42) ^ (static_cast<uint64_t>(src.value) << 21) ^ dst.value;
   tasks_.push_back(t);
   add_edges(id, deps);
   return id;
@@ -79,7 +76,7 @@ std::optional<std::pair<LinkId, Time>> busiest_link(const TransferGraph& graph, 
   for (TaskId i = 0; i < graph.size(); ++i) {
     const Task& t = graph.task(i);
     if (t.kind != Task::Kind::kTransfer || t.src == t.dst) continue;
-    for (LinkId l : router.route(t.src, t.dst, t.route_key)) bytes[l.value] += t.bytes.value();
+    for (LinkId l : router.route(t.src, t.dst, t.route_key())) bytes[l.value] += t.bytes.value();
   }
   std::optional<std::pair<LinkId, Time>> busiest;
   double most = 0;
@@ -105,15 +102,16 @@ void TransferGraph::delay_start(Time latency) {
   }
 }
 
-GraphExecution::GraphExecution(Engine& engine, NetworkModel& network, const TransferGraph& graph)
-    : engine_(engine), network_(network), graph_(graph) {}
+GraphExecution::GraphExecution(Engine& engine, NetworkModel& network, const TransferGraph& graph,
+                               bool record_timings)
+    : engine_(engine), network_(network), graph_(graph), record_timings_(record_timings) {}
 
 void GraphExecution::start(std::function<void()> on_done) {
   on_done_ = std::move(on_done);
   started_at_ = finished_at_ = engine_.now();
   remaining_ = graph_.size();
   waiting_on_.resize(graph_.size());
-  timings_.assign(graph_.size(), TaskTiming{});
+  timings_.assign(record_timings_ ? graph_.size() : 0, TaskTiming{});
   for (TaskId id = 0; id < graph_.size(); ++id) waiting_on_[id] = graph_.dependency_count(id);
   if (remaining_ == 0) {
     if (on_done_) on_done_();
@@ -126,11 +124,11 @@ void GraphExecution::start(std::function<void()> on_done) {
 
 void GraphExecution::ready(TaskId id) {
   const Task& t = graph_.task(id);
-  timings_[id].ready = engine_.now();
+  if (record_timings_) timings_[id].ready = engine_.now();
   if (t.kind == Task::Kind::kDelay || t.src == t.dst) {
     // A delay, or a copy within one device: no network involved.
     engine_.schedule_in(t.wait, [this, id] {
-      timings_[id].start = engine_.now();
+      if (record_timings_) timings_[id].start = engine_.now();
       finish(id);
     });
     return;
@@ -144,12 +142,12 @@ void GraphExecution::ready(TaskId id) {
 
 void GraphExecution::launch(TaskId id) {
   const Task& task = graph_.task(id);
-  timings_[id].start = engine_.now();
-  network_.start_flow(task.src, task.dst, task.bytes, [this, id](const FlowCompletion&) { finish(id); }, task.route_key);
+  if (record_timings_) timings_[id].start = engine_.now();
+  network_.start_flow(task.src, task.dst, task.bytes, *this, id, task.route_key());
 }
 
 void GraphExecution::finish(TaskId id) {
-  timings_[id].finish = engine_.now();
+  if (record_timings_) timings_[id].finish = engine_.now();
   finished_at_ = engine_.now();
   for (TaskId s : graph_.successors(id)) {
     if (--waiting_on_[s] == 0) ready(s);
@@ -159,7 +157,7 @@ void GraphExecution::finish(TaskId id) {
 
 Time run_transfer_graph(Engine& engine, NetworkModel& network, const TransferGraph& graph,
                         std::vector<TaskTiming>* timings) {
-  GraphExecution exec(engine, network, graph);
+  GraphExecution exec(engine, network, graph, timings != nullptr);
   exec.start();
   engine.run();
   PARALLAX_INVARIANT(exec.finished(), "transfer graph", engine.now(), "tasks left unfinished (a dependency cycle?)");

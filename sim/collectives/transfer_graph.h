@@ -25,14 +25,20 @@ using TaskId = uint32_t;
 
 struct Task {
   enum class Kind : uint8_t { kTransfer, kDelay };
-  Kind kind = Kind::kTransfer;
-  DeviceId src;        ///< the sender; for a delay, the device it occupies
-  DeviceId dst;        ///< the receiver; unused for a delay
   Bytes bytes;         ///< bytes on the wire (protocol overhead included)
   Time wait;           ///< transfer: software latency between ready and the flow start; delay: duration
-  uint64_t route_key = 0;  ///< ECMP key: transfers of one connection share a path
+  DeviceId src;        ///< the sender; for a delay, the device it occupies
+  DeviceId dst;        ///< the receiver; unused for a delay
   uint16_t channel = 0;
   uint16_t phase = 0;  ///< algorithm-defined label for traces (e.g. 0 reduce-scatter, 1 all-gather)
+  Kind kind = Kind::kTransfer;
+
+  /// The ECMP key. One connection per (channel, sender, receiver), as NCCL keeps one per peer
+  /// and channel: all its steps take the same path. Computed, not stored: an all-to-all's
+  /// graph holds millions of tasks.
+  uint64_t route_key() const {
+    return (static_cast<uint64_t>(channel) << 42) ^ (static_cast<uint64_t>(src.value) << 21) ^ dst.value;
+  }
 };
 
 class TransferGraph {
@@ -86,9 +92,11 @@ struct TaskTiming {
 
 /// Plays a graph on a network model from the engine's current time. Tasks without
 /// dependencies are ready at once. `on_done` runs when the last task finishes.
-class GraphExecution {
+class GraphExecution final : private FlowSink {
  public:
-  GraphExecution(Engine& engine, NetworkModel& network, const TransferGraph& graph);
+  /// Without `record_timings`, timings() stays empty (the makespan alone is wanted: 24 bytes a
+  /// task less on an all-to-all's millions).
+  GraphExecution(Engine& engine, NetworkModel& network, const TransferGraph& graph, bool record_timings = true);
   GraphExecution(const GraphExecution&) = delete;
   GraphExecution& operator=(const GraphExecution&) = delete;
 
@@ -102,12 +110,14 @@ class GraphExecution {
   void ready(TaskId id);
   void launch(TaskId id);
   void finish(TaskId id);
+  void flow_finished(uint32_t tag) override { finish(tag); }
 
   Engine& engine_;
   NetworkModel& network_;
   const TransferGraph& graph_;
   std::vector<uint32_t> waiting_on_;
   std::vector<TaskTiming> timings_;
+  bool record_timings_;
   size_t remaining_ = 0;
   Time started_at_;
   Time finished_at_;

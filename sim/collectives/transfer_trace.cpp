@@ -69,7 +69,7 @@ std::string transfer_trace_json(const Topology& topo, const Router& router, cons
     gpu_threads[tid] = topo.device(t.src).name + (lane ? " #" + std::to_string(lane) : "");
     events.push_back({{"ph", "X"}, {"pid", 1}, {"tid", tid}, {"name", name}, {"ts", ts}, {"dur", dur}, {"args", args}});
     if (t.kind != Task::Kind::kTransfer || t.src == t.dst) continue;
-    router.route(t.src, t.dst, t.route_key, path);
+    router.route(t.src, t.dst, t.route_key(), path);
     for (LinkId l : path) {
       size_t link_lane = lane_for(link_lanes[l.value], tm.start, tm.finish);
       int link_tid = static_cast<int>(l.value) * kLanes + static_cast<int>(link_lane);

@@ -13,7 +13,7 @@ class AnalyticalNetwork final : public NetworkModel {
   std::string_view name() const override { return "analytical"; }
 
  protected:
-  void begin(FlowStart&& flow) override;
+  void begin(const FlowStart& flow) override;
 };
 
 }  // namespace parallax

@@ -85,18 +85,18 @@ uint32_t FlowNetwork::allocate_slot() {
   return static_cast<uint32_t>(flows_.size() - 1);
 }
 
-void FlowNetwork::begin(FlowStart&& start) {
+void FlowNetwork::begin(const FlowStart& start) {
   uint32_t slot = allocate_slot();
   Flow& f = flows_[slot];
   f.id = start.id;
-  f.start = start.start;
-  f.on_done = std::move(start.on_done);
+  f.sink = start.sink;
+  f.tag = start.tag;
   path_scratch_.clear();
   for (LinkId l : *start.path) {
     const uint32_t r = topo_.link(l).resource;
     if (!redundant_[r]) path_scratch_.push_back(r);
   }
-  f.path_size = static_cast<uint32_t>(path_scratch_.size());
+  f.path_size = static_cast<uint16_t>(path_scratch_.size());
   if (f.path_size <= kInlinePath) {
     std::copy(path_scratch_.begin(), path_scratch_.end(), f.short_path.begin());
     f.long_storage.reset();
@@ -110,7 +110,6 @@ void FlowNetwork::begin(FlowStart&& start) {
     audit_bytes_[slot] = AuditBytes{start.size.value(), 0.0};
   }
   f.rate = 0;
-  f.finish = Time::max();
   f.in_fluid = false;
   entering_at_.schedule_at(engine_.now() + start.latency, slot);
 }
@@ -118,11 +117,8 @@ void FlowNetwork::begin(FlowStart&& start) {
 void FlowNetwork::enter(uint32_t slot) {
   Flow& f = flows_[slot];
   if (f.remaining <= 0) {  // zero bytes: nothing to share, done after the latency
-    FlowCallback cb = std::move(f.on_done);
-    uint64_t id = f.id;
-    Time start = f.start;
     free_slots_.push_back(slot);
-    complete(id, start, cb);
+    complete(f.sink, f.tag);
     return;
   }
   f.in_fluid = true;
@@ -169,7 +165,14 @@ void FlowNetwork::leave(uint32_t slot) {
   --active_;
 }
 
-void FlowNetwork::mark_dirty(uint32_t resource) { dirty_.push_back(resource); }
+// Once per resource and solve: an all-to-all's entering flows would otherwise list each of
+// their links, four entries a flow, millions at the first solve.
+void FlowNetwork::mark_dirty(uint32_t resource) {
+  Resource& res = resources_[resource];
+  if (res.dirty) return;
+  res.dirty = true;
+  dirty_.push_back(resource);
+}
 
 void FlowNetwork::request_solve() {
   if (solve_pending_) return;
@@ -372,7 +375,10 @@ void FlowNetwork::solve() {
     add_predicted_givers(slot, subset_mark);
   }
   entering_.clear();
-  for (uint32_t r : dirty_) add_held(resources_[r], subset_mark);
+  for (uint32_t r : dirty_) {
+    resources_[r].dirty = false;
+    add_held(resources_[r], subset_mark);
+  }
   dirty_.clear();
   if (subset_.empty()) {
     reschedule_completion();
@@ -416,30 +422,26 @@ void FlowNetwork::solve() {
       problem_.add_resource(std::max(0.0, res.capacity - others));
     }
     solver_.solve(problem_, rates_, &bottlenecks_);
-    for (size_t i = 0; i < subset_.size(); ++i) {
-      Flow& f = flows_[subset_[i]];
-      f.tentative = rates_[i];
-      f.tentative_bottleneck = touched_[bottlenecks_[i]];
-    }
+    for (size_t i = 0; i < subset_.size(); ++i) bottlenecks_[i] = touched_[bottlenecks_[i]];  // local → link
 
     const size_t before = subset_.size();
     // A subset flow must be the fastest on some saturated link; if a flow outside the subset
     // outruns it on its solver bottleneck, that flow must give way: it joins.
     for (size_t i = 0; i < before; ++i) {
-      Flow& f = flows_[subset_[i]];
-      if (holds_tentative(f.tentative_bottleneck, f.tentative, subset_mark, round_mark)) continue;
+      const double tentative = rates_[i];
+      if (holds_tentative(bottlenecks_[i], tentative, subset_mark, round_mark)) continue;
       bool ok = false;
-      for (uint32_t r : f.resources()) {
-        if (holds_tentative(r, f.tentative, subset_mark, round_mark)) {
-          f.tentative_bottleneck = r;  // remember a link that holds, for later solves
+      for (uint32_t r : flows_[subset_[i]].resources()) {
+        if (holds_tentative(r, tentative, subset_mark, round_mark)) {
+          bottlenecks_[i] = r;  // remember a link that holds, for later solves
           ok = true;
           break;
         }
       }
       if (ok) continue;
-      for (uint32_t slot : resources_[f.tentative_bottleneck].flows) {
+      for (uint32_t slot : resources_[bottlenecks_[i]].flows) {
         const Flow& h = flows_[slot];
-        if (h.in_subset != subset_mark && h.rate > f.tentative * (1 + kTolerance)) add_to_subset(slot, subset_mark);
+        if (h.in_subset != subset_mark && h.rate > tentative * (1 + kTolerance)) add_to_subset(slot, subset_mark);
       }
     }
     // A flow outside the subset keeps its rate, and its recorded bottleneck still holds it:
@@ -454,15 +456,15 @@ void FlowNetwork::solve() {
   solved_flow_count_ += subset_.size();
 
   Time now = engine_.now();
-  for (uint32_t slot : subset_) {
+  for (size_t i = 0; i < subset_.size(); ++i) {
+    const uint32_t slot = subset_[i];
     Flow& f = flows_[slot];
-    set_bottleneck(slot, f.tentative_bottleneck);
-    if (f.tentative == f.rate && f.finish != Time::max()) continue;  // unchanged: finish stands
+    set_bottleneck(slot, bottlenecks_[i]);
+    if (rates_[i] == f.rate && due_.contains(slot)) continue;  // unchanged: finish stands
     settle(slot);
-    commit_rate(f, f.tentative);
+    commit_rate(f, rates_[i]);
     PARALLAX_INVARIANT(f.rate > 0, "flow network", now, "a flow got no bandwidth");
-    f.finish = now + transfer_time(Bytes(f.remaining), Bandwidth(f.rate));
-    due_.set(slot, f.finish.picoseconds(), f.id);
+    due_.set(slot, (now + transfer_time(Bytes(f.remaining), Bandwidth(f.rate))).picoseconds(), f.id);
   }
   if (options_.audit) check_allocation();
   reschedule_completion();
@@ -517,9 +519,8 @@ void FlowNetwork::on_completion_event() {
   completion_at_ = Time::max();
   const int64_t now = engine_.now().picoseconds();
   struct Done {
-    uint64_t id;
-    Time start;
-    FlowCallback cb;
+    FlowSink* sink;
+    uint32_t tag;
   };
   std::vector<Done> done;
   while (!due_.empty() && due_.top_finish() <= now) {
@@ -531,11 +532,11 @@ void FlowNetwork::on_completion_event() {
       audit_.worst_bytes_error = std::max(audit_.worst_bytes_error, std::fabs(bytes.delivered - bytes.size) / bytes.size);
     }
     leave(slot);
-    done.push_back(Done{f.id, f.start, std::move(f.on_done)});
+    done.push_back(Done{f.sink, f.tag});
     free_slots_.push_back(slot);
   }
   if (!dirty_.empty() || !entering_.empty()) request_solve();
-  for (Done& d : done) complete(d.id, d.start, d.cb);
+  for (const Done& d : done) complete(d.sink, d.tag);
   reschedule_completion();
 }
 

@@ -69,7 +69,7 @@ class FlowNetwork final : public NetworkModel {
   const Audit& audit() const { return audit_; }
 
  protected:
-  void begin(FlowStart&& flow) override;
+  void begin(const FlowStart& flow) override;
 
  private:
   // Fields in the order the solve touches them: the first 64 bytes of each record hold what
@@ -82,16 +82,15 @@ class FlowNetwork final : public NetworkModel {
       return path_size <= kInlinePath ? std::span<const uint32_t>(short_path.data(), path_size)
                                       : std::span<const uint32_t>(long_storage.get(), path_size);
     }
-    uint32_t path_size = 0;
-    std::array<uint32_t, kInlinePath> short_path{};
-    double rate = 0;                 // bytes/s
-    double tentative = 0;            // rate proposed by the solve in progress
-    uint64_t in_subset = 0;          // marks (compared with mark_ values of the solve)
-    uint32_t tentative_bottleneck = 0;
-    uint32_t bottleneck = 0;         // resource where the last solve froze it
-    uint32_t bottleneck_pos = 0;     // index of this flow in that resource's bottlenecked list
+    uint16_t path_size = 0;          // routes are shortest paths: hop counts fit (router.h)
     bool has_bottleneck = false;     // listed in resources_[bottleneck].bottlenecked
     bool in_fluid = false;
+    std::array<uint32_t, kInlinePath> short_path{};
+    uint32_t tag = 0;                // what the sink hears back
+    double rate = 0;                 // bytes/s
+    uint64_t in_subset = 0;          // marks (compared with mark_ values of the solve)
+    uint32_t bottleneck = 0;         // resource where the last solve froze it
+    uint32_t bottleneck_pos = 0;     // index of this flow in that resource's bottlenecked list
     // Index of this flow in each resource's list, inline like the path (the second half of
     // `long_storage` when longer).
     uint32_t& position(size_t i) {
@@ -100,12 +99,11 @@ class FlowNetwork final : public NetworkModel {
     std::array<uint32_t, kInlinePath> short_position{};
     double remaining = 0;            // bytes left at last_update
     Time last_update;
-    Time finish = Time::max();
-    uint64_t id = 0;
-    Time start;
-    FlowCallback on_done;
+    uint64_t id = 0;                 // the completion order among equal finishes
+    FlowSink* sink = nullptr;
     // A longer path and its positions, side by side; empty for most flows. Records stay small
-    // because an all-to-all holds millions of them at once.
+    // because an all-to-all holds millions of them at once (120 bytes; the finish lives in the
+    // completion heap, a solve's proposed rates in its own scratch).
     std::unique_ptr<uint32_t[]> long_storage;
   };
   // What only the audit reads, per slot, kept apart from the records.
@@ -124,6 +122,7 @@ class FlowNetwork final : public NetworkModel {
     int64_t subset_committed_fixed = 0;  // Σ committed rates of subset flows on this link
     uint32_t local = 0;                  // index in the round's subproblem
     bool max_stale = false;
+    bool dirty = false;                  // listed in dirty_ since the last solve
     int64_t load_fixed = 0;              // Σ committed rates, fixed point
     double capacity = 0;
     double max_rate = 0;                 // fastest committed rate, exact unless max_stale
@@ -189,8 +188,8 @@ class FlowNetwork final : public NetworkModel {
   // Scratch, reused between solves.
   MaxMinSolver solver_;
   MaxMinSolver::Problem problem_;
-  std::vector<double> rates_;
-  std::vector<uint32_t> bottlenecks_;
+  std::vector<double> rates_;         // the rate the solve proposes, by subset index
+  std::vector<uint32_t> bottlenecks_;  // the link that holds it there, by subset index
   std::vector<uint32_t> subset_;
   std::vector<uint32_t> touched_;  // one slot per resource and one spare (written branch-free)
 };

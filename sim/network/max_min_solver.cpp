@@ -116,7 +116,8 @@ void MaxMinSolver::solve(const Problem& p, std::vector<double>& rates, std::vect
   // The changed resources are collected without a branch (a resource is written at the end of
   // the list every time and counted only the first): whether it was seen is a coin toss, and
   // a mispredicted branch there cost more than the store.
-  if (changed_.size() <= p.flow_resources.size()) changed_.resize(p.flow_resources.size() + 1);
+  // A freeze lists each resource once and writes one spare slot past the last.
+  if (changed_.size() <= nr) changed_.resize(nr + 1);
   size_t changed_count = 0;
   // Freezes every unfrozen flow of `bottleneck` at `level` and collects, once each, the other
   // candidate resources they cross (their shares changed).

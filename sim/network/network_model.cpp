@@ -12,6 +12,18 @@ NetworkModel::NetworkModel(Engine& engine, const Topology& topo, const Router& r
 
 uint64_t NetworkModel::start_flow(DeviceId src, DeviceId dst, Bytes size, FlowCallback on_done,
                                   std::optional<uint64_t> route_key) {
+  check_ends(src, dst);
+  const uint32_t tag = callbacks_.add(next_flow_id_, engine_.now(), std::move(on_done));
+  return launch(src, dst, size, callbacks_, tag, route_key);
+}
+
+uint64_t NetworkModel::start_flow(DeviceId src, DeviceId dst, Bytes size, FlowSink& sink, uint32_t tag,
+                                  std::optional<uint64_t> route_key) {
+  check_ends(src, dst);
+  return launch(src, dst, size, sink, tag, route_key);
+}
+
+void NetworkModel::check_ends(DeviceId src, DeviceId dst) const {
   // Data lives in GPU, host or switch memory; a NIC only forwards it (and the flow model
   // relies on that: see redundant_resources() in flow_network.cpp).
   for (DeviceId end : {src, dst}) {
@@ -20,13 +32,14 @@ uint64_t NetworkModel::start_flow(DeviceId src, DeviceId dst, Bytes size, FlowCa
                                   "\": NICs only forward data between GPUs, CPUs and switches");
     }
   }
+}
+
+uint64_t NetworkModel::launch(DeviceId src, DeviceId dst, Bytes size, FlowSink& sink, uint32_t tag,
+                              std::optional<uint64_t> route_key) {
   uint64_t id = next_flow_id_++;
-  Time now = engine_.now();
   if (src == dst) {
     // Data already where it is needed: completes now, after the current event.
-    engine_.schedule_in(Time::zero(), [this, id, now, cb = std::move(on_done)]() mutable {
-      complete(id, now, cb);
-    });
+    engine_.schedule_in(Time::zero(), [this, sink = &sink, tag] { complete(sink, tag); });
     return id;
   }
   path_buffer_.clear();
@@ -36,13 +49,33 @@ uint64_t NetworkModel::start_flow(DeviceId src, DeviceId dst, Bytes size, FlowCa
     latency += topo_.link(l).latency;
     link_bytes_[l.value] += size.value();
   }
-  begin(FlowStart{id, now, latency, size, &path_buffer_, std::move(on_done)});
+  begin(FlowStart{id, latency, size, &path_buffer_, &sink, tag});
   return id;
 }
 
-void NetworkModel::complete(uint64_t id, Time start, FlowCallback& on_done) {
+void NetworkModel::complete(FlowSink* sink, uint32_t tag) {
   ++completed_;
-  if (on_done) on_done(FlowCompletion{id, start, engine_.now()});
+  sink->flow_finished(tag);
+}
+
+uint32_t NetworkModel::Callbacks::add(uint64_t id, Time start, FlowCallback on_done) {
+  uint32_t tag;
+  if (free_.empty()) {
+    tag = static_cast<uint32_t>(pending_.size());
+    pending_.emplace_back();
+  } else {
+    tag = free_.back();
+    free_.pop_back();
+  }
+  pending_[tag] = Pending{id, start, std::move(on_done)};
+  return tag;
+}
+
+void NetworkModel::Callbacks::flow_finished(uint32_t tag) {
+  Pending done = std::move(pending_[tag]);
+  pending_[tag].on_done = nullptr;
+  free_.push_back(tag);
+  if (done.on_done) done.on_done(FlowCompletion{done.id, done.start, engine_.now()});
 }
 
 const std::vector<NetworkModelInfo>& network_models() {

@@ -32,6 +32,20 @@ struct FlowCompletion {
 
 using FlowCallback = std::function<void(const FlowCompletion&)>;
 
+/// Who hears of a flow's last byte, by the `tag` it gave start_flow (a task id, an index). A
+/// model's record of a pending flow then holds a pointer and a number instead of a closure:
+/// an all-to-all on thousands of GPUs keeps millions of them at once.
+class FlowSink {
+ public:
+  virtual void flow_finished(uint32_t tag) = 0;
+
+ protected:
+  FlowSink() = default;
+  FlowSink(const FlowSink&) = default;
+  FlowSink& operator=(const FlowSink&) = default;
+  ~FlowSink() = default;
+};
+
 class NetworkModel {
  public:
   /// `engine`, `topo` and `router` must outlive the model.
@@ -45,6 +59,10 @@ class NetworkModel {
   /// flows from 0 in start order and is the ECMP hash key unless `route_key` is given.
   uint64_t start_flow(DeviceId src, DeviceId dst, Bytes size, FlowCallback on_done,
                       std::optional<uint64_t> route_key = std::nullopt);
+  /// The same, reporting the arrival of the last byte as `sink.flow_finished(tag)`; `sink`
+  /// must outlive the flow.
+  uint64_t start_flow(DeviceId src, DeviceId dst, Bytes size, FlowSink& sink, uint32_t tag,
+                      std::optional<uint64_t> route_key = std::nullopt);
 
   virtual std::string_view name() const = 0;
 
@@ -56,22 +74,45 @@ class NetworkModel {
  protected:
   struct FlowStart {
     uint64_t id;
-    Time start;
     Time latency;        ///< sum of the path's link latencies
     Bytes size;
     const std::vector<LinkId>* path;  ///< valid only during begin()
-    FlowCallback on_done;
+    FlowSink* sink;
+    uint32_t tag;
   };
   /// Model-specific part of start_flow; the path has at least one link.
-  virtual void begin(FlowStart&& flow) = 0;
+  virtual void begin(const FlowStart& flow) = 0;
   /// Models call this when a flow's last byte arrives (at engine.now()).
-  void complete(uint64_t id, Time start, FlowCallback& on_done);
+  void complete(FlowSink* sink, uint32_t tag);
 
   Engine& engine_;
   const Topology& topo_;
   const Router& router_;
 
  private:
+  void check_ends(DeviceId src, DeviceId dst) const;
+  uint64_t launch(DeviceId src, DeviceId dst, Bytes size, FlowSink& sink, uint32_t tag,
+                  std::optional<uint64_t> route_key);
+  // The flows started with a callback: each waits in a slot of this table, whose index is its
+  // tag, until it finishes.
+  class Callbacks final : public FlowSink {
+   public:
+    explicit Callbacks(const Engine& engine) : engine_(engine) {}
+    uint32_t add(uint64_t id, Time start, FlowCallback on_done);
+    void flow_finished(uint32_t tag) override;
+
+   private:
+    struct Pending {
+      uint64_t id = 0;
+      Time start;
+      FlowCallback on_done;
+    };
+    const Engine& engine_;
+    std::vector<Pending> pending_;
+    std::vector<uint32_t> free_;
+  };
+
+  Callbacks callbacks_{engine_};
   std::vector<double> link_bytes_;
   std::vector<LinkId> path_buffer_;
   uint64_t next_flow_id_ = 0;

@@ -212,7 +212,7 @@ class StreamExecution {
       for (TaskId t = 0; t < g.size(); ++t) {
         const Task& task = g.task(t);
         if (task.kind != Task::Kind::kTransfer || task.src == task.dst) continue;
-        played_->push_back({id, task.src, task.dst, task.bytes, task.route_key, times[t].start, times[t].finish});
+        played_->push_back({id, task.src, task.dst, task.bytes, task.route_key(), times[t].start, times[t].finish});
       }
     }
     playing_.erase(id);
