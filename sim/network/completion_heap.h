@@ -25,6 +25,16 @@ class CompletionHeap {
   int64_t top_finish() const { return heap_.front().finish; }
   bool contains(uint32_t slot) const { return slot < position_.size() && position_[slot] != kAbsent; }
 
+  /// Room for `slots` slots without growing one entry at a time (a growing array briefly holds
+  /// its old copy too); at least doubles when it grows, so that calls with a count that creeps
+  /// up cost amortised constant time.
+  void reserve(size_t slots) {
+    if (slots <= heap_.capacity()) return;
+    const size_t room = std::max(slots, 2 * heap_.capacity());
+    heap_.reserve(room);
+    position_.reserve(room);
+  }
+
   /// Inserts `slot` or moves it to its new key.
   void set(uint32_t slot, int64_t finish, uint64_t id) {
     if (slot >= position_.size()) position_.resize(slot + 1, kAbsent);

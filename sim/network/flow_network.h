@@ -74,10 +74,12 @@ class FlowNetwork final : public NetworkModel {
  private:
   // Fields in the order the solve touches them: the first 64 bytes of each record hold what
   // every repair round reads, the rest what only starts, completions and audits use.
-  static constexpr size_t kInlinePath = 6;  // resources held in the record itself
+  // Resources held in the record itself: a two-tier fabric's flows cross at most 4 once the
+  // redundant links are left out (GPU–NIC attach dropped for the NIC's line); a longer path
+  // (a third tier) takes a block of its own.
+  static constexpr size_t kInlinePath = 4;
   struct Flow {
-    // The resources of the path: inline up to kInlinePath (a fabric flow has 4 once the
-    // redundant links are left out), else the first half of `long_storage`.
+    // The resources of the path: inline up to kInlinePath, else the first half of `long_storage`.
     std::span<const uint32_t> resources() const {
       return path_size <= kInlinePath ? std::span<const uint32_t>(short_path.data(), path_size)
                                       : std::span<const uint32_t>(long_storage.get(), path_size);
@@ -102,7 +104,7 @@ class FlowNetwork final : public NetworkModel {
     uint64_t id = 0;                 // the completion order among equal finishes
     FlowSink* sink = nullptr;
     // A longer path and its positions, side by side; empty for most flows. Records stay small
-    // because an all-to-all holds millions of them at once (120 bytes; the finish lives in the
+    // because an all-to-all holds millions of them at once (104 bytes; the finish lives in the
     // completion heap, a solve's proposed rates in its own scratch).
     std::unique_ptr<uint32_t[]> long_storage;
   };

@@ -58,6 +58,47 @@ size_t first_minimum(const double* shares, size_t n, double& level) {
 }
 }  // namespace
 
+void MaxMinSolver::heap_place(uint32_t at, const Share& e) {
+  heap_[at] = e;
+  heap_at_[e.resource] = at;
+}
+
+void MaxMinSolver::heap_sift_up(uint32_t at) {
+  const Share e = heap_[at];
+  while (at > 0) {
+    const uint32_t parent = (at - 1) / 2;
+    if (!later(heap_[parent], e)) break;
+    heap_place(at, heap_[parent]);
+    at = parent;
+  }
+  heap_place(at, e);
+}
+
+void MaxMinSolver::heap_sift_down(uint32_t at) {
+  const Share e = heap_[at];
+  const uint32_t n = static_cast<uint32_t>(heap_.size());
+  while (true) {
+    uint32_t child = 2 * at + 1;
+    if (child >= n) break;
+    if (child + 1 < n && later(heap_[child], heap_[child + 1])) ++child;
+    if (!later(e, heap_[child])) break;
+    heap_place(at, heap_[child]);
+    at = child;
+  }
+  heap_place(at, e);
+}
+
+void MaxMinSolver::heap_remove(uint32_t resource) {
+  const uint32_t at = heap_at_[resource];
+  heap_at_[resource] = kNotInHeap;
+  const Share last = heap_.back();
+  heap_.pop_back();
+  if (at == heap_.size()) return;
+  heap_place(at, last);
+  if (at > 0 && later(heap_[(at - 1) / 2], last)) heap_sift_up(at);
+  else heap_sift_down(at);
+}
+
 void MaxMinSolver::solve(const Problem& p, std::vector<double>& rates, std::vector<uint32_t>* bottlenecks) {
   const size_t nf = p.flow_count();
   const size_t nr = p.capacity.size();
@@ -195,21 +236,32 @@ void MaxMinSolver::solve(const Problem& p, std::vector<double>& rates, std::vect
     return;
   }
 
+  // Many candidates (a first solve of an all-to-all): the shares in a heap that knows where
+  // each resource sits, re-keyed in place as freezes change them, so that it holds one entry per
+  // resource. (A lazy heap, pushing every new share, held one per change: 16 bytes for each flow
+  // of a million-flow solve.) Pops follow (share, resource), as the scan's minimum does.
   heap_.clear();
-  stamp_ = 0;
-  for (uint32_t r : candidates_) heap_.push_back({remaining_[r] / unfrozen_[r], r, 0});
-  std::make_heap(heap_.begin(), heap_.end(), later<Share, Share>);
+  heap_at_.assign(nr, kNotInHeap);
+  for (uint32_t r : candidates_) {
+    heap_at_[r] = static_cast<uint32_t>(heap_.size());
+    heap_.push_back({remaining_[r] / unfrozen_[r], r});
+  }
+  for (size_t i = heap_.size() / 2; i-- > 0;) heap_sift_down(static_cast<uint32_t>(i));
   while (!heap_.empty()) {
-    std::pop_heap(heap_.begin(), heap_.end(), later<Share, Share>);
-    Share top = heap_.back();
-    heap_.pop_back();
-    if (top.version != version_[top.resource] || unfrozen_[top.resource] == 0) continue;
+    const Share top = heap_.front();
+    heap_remove(top.resource);
     freeze(top.resource, top.share);
     for (uint32_t r : changed()) {
-      version_[r] = ++stamp_;
-      if (unfrozen_[r] > 0 && r != top.resource) {
-        heap_.push_back({remaining_[r] / unfrozen_[r], r, version_[r]});
-        std::push_heap(heap_.begin(), heap_.end(), later<Share, Share>);
+      version_[r] = 0;
+      if (heap_at_[r] == kNotInHeap) continue;
+      if (unfrozen_[r] == 0) {
+        heap_remove(r);
+      } else {
+        // Shares only grow, but rounding may take the last bit back: either way.
+        const uint32_t at = heap_at_[r];
+        heap_[at].share = remaining_[r] / unfrozen_[r];
+        if (at > 0 && later(heap_[(at - 1) / 2], heap_[at])) heap_sift_up(at);
+        else heap_sift_down(at);
       }
     }
   }

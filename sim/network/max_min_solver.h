@@ -7,7 +7,7 @@
 //
 // The solver knows nothing about links or networks: resources are indices with a capacity,
 // flows are lists of resource indices. On large problems, resources that their flows could
-// not fill are left out first. Shares only grow as filling proceeds, so a heap with lazy invalidation finds each
+// not fill are left out first. A heap indexed by resource, re-keyed as shares grow, finds each
 // next bottleneck in O(log R) — the whole solve is O((F·L + R) log R) for F flows crossing L
 // resources each — except on small problems (the local repairs of the flow model), where a
 // linear scan of the candidates is faster.
@@ -64,8 +64,11 @@ class MaxMinSolver {
   struct Share {
     double share;
     uint32_t resource;
-    uint32_t version;
   };
+  void heap_place(uint32_t at, const Share& e);
+  void heap_sift_up(uint32_t at);
+  void heap_sift_down(uint32_t at);
+  void heap_remove(uint32_t resource);
   std::vector<double> remaining_;
   std::vector<double> used_;
   std::vector<double> fastest_;
@@ -74,13 +77,14 @@ class MaxMinSolver {
   static constexpr uint32_t kIdle = UINT32_MAX - 1;  // a resource that can never saturate
   static constexpr double kNeverFull = 1e-9;         // relative margin for "cannot saturate"
   std::vector<double> bound_;  // most its flows could take: Σ of each one's tightest capacity
-  std::vector<uint32_t> version_;  // heap entries with another version are stale
+  std::vector<uint32_t> version_;  // kChanged while listed in changed_, kIdle, else 0
   std::vector<uint32_t> changed_;
-  uint32_t stamp_ = 0;
   std::vector<uint32_t> resource_offsets_;
   std::vector<uint32_t> resource_flows_;
   std::vector<uint8_t> frozen_;
-  std::vector<Share> heap_;
+  std::vector<Share> heap_;         // candidates by (share, resource), smallest first
+  static constexpr uint32_t kNotInHeap = UINT32_MAX;
+  std::vector<uint32_t> heap_at_;  // per resource: its index in heap_, or kNotInHeap
   static constexpr size_t kScanLimit = 1024;  // candidates up to which a linear scan is used
   std::vector<uint32_t> candidates_;         // resources that may still become a bottleneck
   std::vector<double> share_;                // scan path: remaining / unfrozen, by candidate slot

@@ -1,5 +1,6 @@
 #include "topology/router.h"
 
+#include <algorithm>
 #include <stdexcept>
 
 #include <boost/graph/breadth_first_search.hpp>
@@ -51,6 +52,7 @@ std::vector<uint16_t> hop_distances_to(const Topology& topo, DeviceId dst) {
 }
 
 Router::Router(const Topology& topo) : topo_(topo), cache_(topo.device_count()) {
+  uint32_t max_degree = 0;
   hop_offsets_.reserve(topo.device_count() + 1);
   hop_offsets_.push_back(0);
   for (uint32_t d = 0; d < topo.device_count(); ++d) {
@@ -59,7 +61,9 @@ Router::Router(const Topology& topo) : topo_(topo), cache_(topo.device_count()) 
       hops_.push_back(Hop{to.value, l.value, topo.device(to).kind == DeviceKind::kGpu});
     }
     hop_offsets_.push_back(static_cast<uint32_t>(hops_.size()));
+    max_degree = std::max(max_degree, hop_offsets_[d + 1] - hop_offsets_[d]);
   }
+  eligible_.resize(max_degree);
 }
 
 const std::vector<uint16_t>& Router::distances_to(DeviceId dst) const {
@@ -76,18 +80,20 @@ int Router::hops(DeviceId src, DeviceId dst) const {
 const Router::Hop& Router::next_hop(DeviceId at, DeviceId dst, uint64_t flow_key,
                                     const std::vector<uint16_t>& dist) const {
   const uint16_t want = static_cast<uint16_t>(dist[at.value] - 1);
-  auto eligible = [&](const Hop& hop) {
+  const uint32_t first = hop_offsets_[at.value], end = hop_offsets_[at.value + 1];
+  // One pass over the out-links lists the equal next hops (written every time, counted when
+  // eligible: whether a spine's port leads on is a coin toss for the branch predictor).
+  uint32_t n = 0;
+  for (uint32_t i = first; i < end; ++i) {
+    const Hop& hop = hops_[i];
     // A GPU other than dst has a distance only as a source; never step onto one.
-    return dist[hop.to] == want && (hop.to == dst.value || !hop.to_gpu);
-  };
-  const std::span<const Hop> hops(hops_.data() + hop_offsets_[at.value], hops_.data() + hop_offsets_[at.value + 1]);
-  size_t n = 0;
-  for (const Hop& hop : hops) n += eligible(hop) ? 1 : 0;
-  size_t pick = n <= 1 ? 0 : mix(flow_key ^ mix(at.value)) % n;
-  for (const Hop& hop : hops) {
-    if (eligible(hop) && pick-- == 0) return hop;
+    const bool eligible = dist[hop.to] == want && (hop.to == dst.value || !hop.to_gpu);
+    eligible_[n] = i;
+    n += eligible ? 1 : 0;
   }
-  throw std::logic_error("router: no next hop from " + topo_.device(at).name);  // dist says there is one
+  if (n == 0) throw std::logic_error("router: no next hop from " + topo_.device(at).name);  // dist says there is one
+  const size_t pick = n == 1 ? 0 : mix(flow_key ^ mix(at.value)) % n;
+  return hops_[eligible_[pick]];
 }
 
 void Router::route(DeviceId src, DeviceId dst, uint64_t flow_key, std::vector<LinkId>& out) const {

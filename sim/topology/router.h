@@ -64,6 +64,7 @@ class Router {
   };
   std::vector<uint32_t> hop_offsets_;
   std::vector<Hop> hops_;
+  mutable std::vector<uint32_t> eligible_;  // next_hop's scratch: the equal next hops, one per out-link
   /// The hop that route() takes from `at` (not dst) toward dst for `flow_key`.
   const Hop& next_hop(DeviceId at, DeviceId dst, uint64_t flow_key, const std::vector<uint16_t>& dist) const;
 };
