@@ -55,5 +55,27 @@ TEST(CompletionHeap, TopIsAlwaysTheEarliestOfWhatIsIn) {
   EXPECT_TRUE(in.empty());
 }
 
+// Ids and slots share a word: at equal finishes the smaller id comes first whatever the slots,
+// up to the largest id and slot the packing holds, and past them the heap refuses.
+TEST(CompletionHeap, EqualFinishesPopInIdOrderUpToTheLimits) {
+  CompletionHeap heap;
+  const uint64_t big = CompletionHeap::kMaxIds - 1;
+  const uint32_t last_slot = static_cast<uint32_t>(CompletionHeap::kMaxSlots - 1);
+  heap.set(7, 100, big);
+  heap.set(3, 100, big - 1);
+  heap.set(9, 100, 0);
+  heap.set(5, 99, big);
+  EXPECT_EQ(heap.top_slot(), 5u);
+  heap.erase(5);
+  EXPECT_EQ(heap.top_slot(), 9u);
+  heap.erase(9);
+  EXPECT_EQ(heap.top_slot(), 3u);
+  heap.erase(3);
+  EXPECT_EQ(heap.top_slot(), 7u);
+  EXPECT_EQ(heap.top_finish(), 100);
+  EXPECT_THROW(heap.set(1, 1, CompletionHeap::kMaxIds), std::length_error);
+  EXPECT_THROW(heap.set(last_slot + 1, 1, 1), std::length_error);
+}
+
 }  // namespace
 }  // namespace parallax

@@ -96,13 +96,19 @@ void FlowNetwork::begin(const FlowStart& start) {
     const uint32_t r = topo_.link(l).resource;
     if (!redundant_[r]) path_scratch_.push_back(r);
   }
+  if (f.path_size > kInlinePath) free_long_paths_.push_back(f.long_index);  // the slot's last flow's
   f.path_size = static_cast<uint16_t>(path_scratch_.size());
   if (f.path_size <= kInlinePath) {
     std::copy(path_scratch_.begin(), path_scratch_.end(), f.short_path.begin());
-    f.long_storage.reset();
   } else {
-    f.long_storage = std::make_unique<uint32_t[]>(2 * size_t{f.path_size});
-    std::copy(path_scratch_.begin(), path_scratch_.end(), f.long_storage.get());
+    if (free_long_paths_.empty()) {
+      free_long_paths_.push_back(static_cast<uint32_t>(long_paths_.size()));
+      long_paths_.emplace_back();
+    }
+    f.long_index = free_long_paths_.back();
+    free_long_paths_.pop_back();
+    long_paths_[f.long_index] = std::make_unique<uint32_t[]>(2 * size_t{f.path_size});
+    std::copy(path_scratch_.begin(), path_scratch_.end(), long_paths_[f.long_index].get());
   }
   f.remaining = start.size.value();
   if (options_.audit) {
@@ -125,10 +131,10 @@ void FlowNetwork::enter(uint32_t slot) {
   f.last_update = engine_.now();
   ++active_;
   for (size_t i = 0; i < f.path_size; ++i) {
-    auto& list = resources_[f.resources()[i]].flows;
-    f.position(i) = static_cast<uint32_t>(list.size());
+    auto& list = resources_[path(f)[i]].flows;
+    position(f, i) = static_cast<uint32_t>(list.size());
     list.push_back(slot);
-    mark_dirty(f.resources()[i]);
+    mark_dirty(path(f)[i]);
   }
   entering_.push_back(slot);
   request_solve();
@@ -139,20 +145,20 @@ void FlowNetwork::leave(uint32_t slot) {
   drop_bottleneck(slot);
   const int64_t rate_fixed = fixed(f.rate);
   for (size_t i = 0; i < f.path_size; ++i) {
-    uint32_t r = f.resources()[i];
+    uint32_t r = path(f)[i];
     Resource& res = resources_[r];
     res.load_fixed -= rate_fixed;
     if (f.rate >= res.max_rate) res.max_stale = true;
     auto& list = res.flows;
-    uint32_t pos = f.position(i);
+    uint32_t pos = position(f, i);
     uint32_t moved = list.back();
     list[pos] = moved;
     list.pop_back();
     if (moved != slot) {
       Flow& m = flows_[moved];
       for (size_t j = 0; j < m.path_size; ++j) {
-        if (m.resources()[j] == r) {
-          m.position(j) = pos;
+        if (path(m)[j] == r) {
+          position(m, j) = pos;
           break;
         }
       }
@@ -189,13 +195,22 @@ void FlowNetwork::settle(uint32_t slot) {
   f.last_update = now;
 }
 
-// Marks are 64-bit and never reused, so no flow or link carries a stale one by accident.
-uint64_t FlowNetwork::next_mark() { return ++mark_; }
+// Marks are 64-bit and never reused, so no link carries a stale one by accident. A flow keeps
+// the low half (4 bytes a record): when that half wraps, every flow's is cleared and 0 skipped,
+// so a flow's mark never equals a later solve's unless that solve set it.
+uint64_t FlowNetwork::next_mark() {
+  ++mark_;
+  if (static_cast<uint32_t>(mark_) == 0) {
+    for (Flow& f : flows_) f.in_subset = 0;
+    ++mark_;
+  }
+  return mark_;
+}
 
 void FlowNetwork::add_to_subset(uint32_t slot, uint64_t subset_mark) {
   Flow& f = flows_[slot];
-  if (f.in_subset == subset_mark) return;
-  f.in_subset = subset_mark;
+  if (f.in_subset == static_cast<uint32_t>(subset_mark)) return;
+  f.in_subset = static_cast<uint32_t>(subset_mark);
   subset_.push_back(slot);
 }
 
@@ -217,7 +232,7 @@ void FlowNetwork::add_held(Resource& res, uint64_t subset_mark) {
 void FlowNetwork::add_predicted_givers(uint32_t slot, uint64_t subset_mark) {
   double lowest = std::numeric_limits<double>::infinity();
   uint32_t tightest = 0;
-  for (uint32_t r : flows_[slot].resources()) {
+  for (uint32_t r : path(flows_[slot])) {
     const double level = predicted_level(r, subset_mark);
     if (level < lowest) {
       lowest = level;
@@ -283,7 +298,7 @@ double FlowNetwork::outside_max(uint32_t r, uint64_t subset_mark, uint64_t round
     double fastest = 0;
     for (uint32_t slot : res.flows) {
       const Flow& h = flows_[slot];
-      const double outside = static_cast<double>(h.in_subset != subset_mark);  // 0 or 1: no branch
+      const double outside = static_cast<double>(h.in_subset != static_cast<uint32_t>(subset_mark));  // 0 or 1: no branch
       fastest = std::max(fastest, h.rate * outside);
     }
     res.outside_max = fastest;
@@ -306,7 +321,7 @@ bool FlowNetwork::holds_tentative(uint32_t r, double rate, uint64_t subset_mark,
 
 void FlowNetwork::commit_rate(Flow& f, double rate) {
   const int64_t delta = fixed(rate) - fixed(f.rate);
-  for (uint32_t r : f.resources()) {
+  for (uint32_t r : path(f)) {
     Resource& res = resources_[r];
     res.load_fixed += delta;
     // Without branches (which way they go is a coin toss here): the maximum goes stale when
@@ -399,7 +414,7 @@ void FlowNetwork::solve() {
       const Flow& f = flows_[subset_[i]];
       const int64_t rate_fixed = fixed(f.rate);
       const uint32_t first_new = touched;
-      for (uint32_t r : f.resources()) {
+      for (uint32_t r : path(f)) {
         Resource& res = resources_[r];
         // Without a branch (whether a link is new to this solve is a coin toss): a link is
         // written at the end of the list every time and counted only the first time.
@@ -431,7 +446,7 @@ void FlowNetwork::solve() {
       const double tentative = rates_[i];
       if (holds_tentative(bottlenecks_[i], tentative, subset_mark, round_mark)) continue;
       bool ok = false;
-      for (uint32_t r : flows_[subset_[i]].resources()) {
+      for (uint32_t r : path(flows_[subset_[i]])) {
         if (holds_tentative(r, tentative, subset_mark, round_mark)) {
           bottlenecks_[i] = r;  // remember a link that holds, for later solves
           ok = true;
@@ -441,7 +456,9 @@ void FlowNetwork::solve() {
       if (ok) continue;
       for (uint32_t slot : resources_[bottlenecks_[i]].flows) {
         const Flow& h = flows_[slot];
-        if (h.in_subset != subset_mark && h.rate > tentative * (1 + kTolerance)) add_to_subset(slot, subset_mark);
+        if (h.in_subset != static_cast<uint32_t>(subset_mark) && h.rate > tentative * (1 + kTolerance)) {
+          add_to_subset(slot, subset_mark);
+        }
       }
     }
     // A flow outside the subset keeps its rate, and its recorded bottleneck still holds it:
@@ -502,7 +519,7 @@ void FlowNetwork::check_allocation() {
     const Flow& f = flows_[slot];
     if (!f.in_fluid) continue;
     bool ok = false;
-    for (uint32_t r : f.resources()) ok = ok || holds(r, f.rate);
+    for (uint32_t r : path(f)) ok = ok || holds(r, f.rate);
     if (!ok) ++audit_.flows_without_bottleneck;
     // The recorded bottleneck is what later solves trust: it must hold too.
     if (!f.has_bottleneck || !holds(f.bottleneck, f.rate)) ++audit_.wrong_recorded_bottlenecks;

@@ -76,38 +76,36 @@ class FlowNetwork final : public NetworkModel {
   // every repair round reads, the rest what only starts, completions and audits use.
   // Resources held in the record itself: a two-tier fabric's flows cross at most 4 once the
   // redundant links are left out (GPU–NIC attach dropped for the NIC's line); a longer path
-  // (a third tier) takes a block of its own.
+  // (an explicit topology's) takes a block of its own.
   static constexpr size_t kInlinePath = 4;
   struct Flow {
-    // The resources of the path: inline up to kInlinePath, else the first half of `long_storage`.
-    std::span<const uint32_t> resources() const {
-      return path_size <= kInlinePath ? std::span<const uint32_t>(short_path.data(), path_size)
-                                      : std::span<const uint32_t>(long_storage.get(), path_size);
-    }
     uint16_t path_size = 0;          // routes are shortest paths: hop counts fit (router.h)
     bool has_bottleneck = false;     // listed in resources_[bottleneck].bottlenecked
     bool in_fluid = false;
-    std::array<uint32_t, kInlinePath> short_path{};
+    std::array<uint32_t, kInlinePath> short_path{};  // the path's resources, when it fits
     uint32_t tag = 0;                // what the sink hears back
-    double rate = 0;                 // bytes/s
-    uint64_t in_subset = 0;          // marks (compared with mark_ values of the solve)
+    uint32_t in_subset = 0;          // the low half of a solve's mark (see next_mark)
     uint32_t bottleneck = 0;         // resource where the last solve froze it
+    double rate = 0;                 // bytes/s
     uint32_t bottleneck_pos = 0;     // index of this flow in that resource's bottlenecked list
-    // Index of this flow in each resource's list, inline like the path (the second half of
-    // `long_storage` when longer).
-    uint32_t& position(size_t i) {
-      return path_size <= kInlinePath ? short_position[i] : long_storage[path_size + i];
-    }
+    // Index of this flow in each resource's list, when the path fits.
     std::array<uint32_t, kInlinePath> short_position{};
+    uint32_t long_index = 0;         // a longer path and its positions: long_paths_[long_index]
     double remaining = 0;            // bytes left at last_update
     Time last_update;
     uint64_t id = 0;                 // the completion order among equal finishes
     FlowSink* sink = nullptr;
-    // A longer path and its positions, side by side; empty for most flows. Records stay small
-    // because an all-to-all holds millions of them at once (104 bytes; the finish lives in the
-    // completion heap, a solve's proposed rates in its own scratch).
-    std::unique_ptr<uint32_t[]> long_storage;
+    // 96 bytes: an all-to-all holds millions of records at once. The finish lives in the
+    // completion heap, a solve's proposed rates in its own scratch.
   };
+  static_assert(sizeof(void*) != 8 || sizeof(Flow) <= 96, "a flow record grew: see the memory note above");
+  std::span<const uint32_t> path(const Flow& f) const {
+    return f.path_size <= kInlinePath ? std::span<const uint32_t>(f.short_path.data(), f.path_size)
+                                      : std::span<const uint32_t>(long_paths_[f.long_index].get(), f.path_size);
+  }
+  uint32_t& position(Flow& f, size_t i) {
+    return f.path_size <= kInlinePath ? f.short_position[i] : long_paths_[f.long_index][f.path_size + i];
+  }
   // What only the audit reads, per slot, kept apart from the records.
   struct AuditBytes {
     double size = 0;
@@ -163,6 +161,9 @@ class FlowNetwork final : public NetworkModel {
   Options options_;
   std::vector<Flow> flows_;
   std::vector<uint32_t> free_slots_;
+  // Paths longer than kInlinePath, each with its positions after it; reused by index.
+  std::vector<std::unique_ptr<uint32_t[]>> long_paths_;
+  std::vector<uint32_t> free_long_paths_;
   std::vector<Resource> resources_;
   // The audit's own sums per resource, apart so that the records the solves walk stay small.
   struct AuditTotals {
