@@ -98,7 +98,7 @@ class FlowNetwork final : public NetworkModel {
     // 96 bytes: an all-to-all holds millions of records at once. The finish lives in the
     // completion heap, a solve's proposed rates in its own scratch.
   };
-  static_assert(sizeof(void*) != 8 || sizeof(Flow) <= 96, "a flow record grew: see the memory note above");
+  static_assert(sizeof(void*) != 8 || sizeof(Flow) <= 96, "a flow record grew: see the note closing Flow");
   std::span<const uint32_t> path(const Flow& f) const {
     return f.path_size <= kInlinePath ? std::span<const uint32_t>(f.short_path.data(), f.path_size)
                                       : std::span<const uint32_t>(long_paths_[f.long_index].get(), f.path_size);
