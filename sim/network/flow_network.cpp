@@ -102,11 +102,12 @@ void FlowNetwork::begin(const FlowStart& start) {
     std::copy(path_scratch_.begin(), path_scratch_.end(), f.short_path.begin());
   } else {
     if (free_long_paths_.empty()) {
-      free_long_paths_.push_back(static_cast<uint32_t>(long_paths_.size()));
+      f.long_index = static_cast<uint32_t>(long_paths_.size());
       long_paths_.emplace_back();
+    } else {
+      f.long_index = free_long_paths_.back();
+      free_long_paths_.pop_back();
     }
-    f.long_index = free_long_paths_.back();
-    free_long_paths_.pop_back();
     long_paths_[f.long_index] = std::make_unique<uint32_t[]>(2 * size_t{f.path_size});
     std::copy(path_scratch_.begin(), path_scratch_.end(), long_paths_[f.long_index].get());
   }
