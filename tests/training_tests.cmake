@@ -148,7 +148,7 @@ set_tests_properties(train.measured_step_faster_than_the_kernels_is_refused PROP
                      "--measured-step: the measured step \\(5.000 s\\) is shorter than the simulated one")
 
 # ---- layout search (planning/) -----------------------------------------------------------------
-parallax_test(planning_search_test planning_search_test.cpp
+parallax_test(planning_search_test planning_search_test.cpp planning_scaling_test.cpp
               LONG LayoutSearch.BestEqualsTheBestOfSimulatingEveryLayoutAndTheCountsAddUp)
 target_link_libraries(planning_search_test PRIVATE parallax_planning)
 # Through the CLI: the small case ranks, writes its best layout, and parallax train runs it; a
@@ -175,6 +175,24 @@ set_tests_properties(example.search.moe_dispatcher PROPERTIES LABELS long)
 add_test(NAME example.scale.small_case
          COMMAND bash -c "out=$(\"$0\" scale \"$1\" --gpus 8,16,32 --strategies ddp,zero1,fsdp --weak --plot \"$2/scale-plot\" --json \"$2/scale.json\") && echo \"$out\" && echo \"$out\" | grep -qE '^  ddp +8 .* 100\\.0%' && echo \"$out\" | grep -qE '^  fsdp +32 ' && test -s \"$2/scale-plot/scale.png\""
                  $<TARGET_FILE:parallax> ${PROJECT_SOURCE_DIR}/tests/data/workloads/gpt-1.3b-16xa100.json ${train_scratch})
+# Predicted against measured scaling: Narayanan et al. 2021's published strong scaling of GPT-3
+# 175B (384-1,536 GPUs), each point's error and the plot; a bad measured file names its line.
+add_test(NAME example.scale.measured
+         COMMAND bash -c "out=$(\"$0\" scale \"$1/workloads/train/gpt3-175b-384xdgx-a100.json\" --measured \"$1/workloads/scaling/gpt3-175b-narayanan2021-table2.csv\" --plot \"$2/scale-measured\" --json \"$2/scale-measured.json\") && echo \"$out\" && test -s \"$2/scale-measured/scale.png\" && grep -q '\"measured\"' \"$2/scale-measured.json\""
+                 $<TARGET_FILE:parallax> ${PROJECT_SOURCE_DIR} ${train_scratch})
+set_tests_properties(example.scale.measured PROPERTIES PASS_REGULAR_EXPRESSION
+                     "ddp +1536 .* 98.326 +-?[0-9.]+%\n(.*\n)*measured: 3 runs from .*: mean \\|error\\| [0-9.]+%")
+add_test(NAME scale.measured_bad_line
+         COMMAND bash -c "printf 'gpus,step_time_s\\n8,2\\n16,fast\\n' > \"$2/bad-measured.csv\" && \"$0\" scale \"$1\" --measured \"$2/bad-measured.csv\"; test $? -eq 2"
+                 $<TARGET_FILE:parallax> ${PROJECT_SOURCE_DIR}/tests/data/workloads/gpt-1.3b-16xa100.json ${train_scratch})
+set_tests_properties(scale.measured_bad_line PROPERTIES PASS_REGULAR_EXPRESSION
+                     "bad-measured.csv:3: step_time_s: expected a positive number, found \"fast\"")
+# The same layout under every rank order: TP inside a node against TP across nodes.
+add_test(NAME example.scale.rank_orders
+         COMMAND $<TARGET_FILE:parallax> scale ${PROJECT_SOURCE_DIR}/workloads/train/llama3-70b-64xdgx-h100.json
+                 --rank-orders tp-dp-pp,dp-tp-pp --json ${train_scratch}/rank-orders.json)
+set_tests_properties(example.scale.rank_orders PROPERTIES PASS_REGULAR_EXPRESSION
+                     "512 GPUs, tp 8 .*\n.*\n  tp-dp-pp .* tp 8: in a node, .*\n  dp-tp-pp .* tp 8: 8 nodes")
 # mpirun -np 2 parallax search: the same ranking and counts as one process (where MPI is built in).
 if(PARALLAX_CLI_HAS_MPI AND PARALLAX_CLI_MPIEXEC)
   add_test(NAME search.mpi_two_ranks_rank_as_one

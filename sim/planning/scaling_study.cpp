@@ -1,6 +1,7 @@
 // `parallax scale` (scaling_study.h).
 #include "planning/scaling_study.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 
@@ -9,8 +10,6 @@
 
 namespace parallax {
 namespace {
-
-double gib(Bytes b) { return b.value() / (1024.0 * 1024 * 1024); }
 
 Time worst_exposed_communication(const IterationResult& r) {
   Time worst;
@@ -22,6 +21,7 @@ ScalingCell simulate_cell(const ModelConfig& model, ParallelLayout l, const std:
                           int gpus, const IterationOptions& options) {
   ScalingCell cell;
   cell.gpus = gpus;
+  cell.tokens_per_step = static_cast<double>(l.global_batch) * static_cast<double>(l.sequence_length);
   const int model_parallel = l.tp * l.pp * l.cp;
   if (gpus % model_parallel != 0) {
     cell.problem = "tp·pp·cp = " + std::to_string(model_parallel) + " does not divide " + std::to_string(gpus);
@@ -74,20 +74,37 @@ ScalingStudy run_scaling_study(const ModelConfig& model, const ParallelLayout& b
   return study;
 }
 
+// With measurements: the measured value in the file's unit and the prediction's error, or
+// blanks where no run was measured.
+static int measured_width(const ScalingStudy& study) {
+  return static_cast<int>(std::string("measured ").size() + study.measured_column.size());
+}
+
+static std::string measured_columns(const ScalingStudy& study, const ScalingCell& c) {
+  if (study.measured_column.empty()) return "";
+  const int w = measured_width(study);
+  if (!c.measured) return format_text(" %*s %8s", w, "", "");
+  const std::string error = c.measured->error ? format_text("%+.1f%%", 100 * *c.measured->error) : "-";
+  return format_text(" %*.5g %8s", w, c.measured->value, error.c_str());
+}
+
 std::string scaling_table(const ScalingStudy& study) {
-  std::string t = format_text("  %-8s %6s %11s %10s %10s %16s %12s\n", "strategy", "GPUs", "iteration", "tok/s/GPU",
-                         "efficiency", "memory/GPU", "exposed comm");
+  std::string t = format_text("  %-8s %6s %11s %10s %10s %16s %12s", "strategy", "GPUs", "iteration", "tok/s/GPU",
+                              "efficiency", "memory/GPU", "exposed comm");
+  if (!study.measured_column.empty()) t += format_text(" %*s %8s", measured_width(study), ("measured " + study.measured_column).c_str(), "error");
+  t += "\n";
   for (const ScalingRow& row : study.rows) {
     for (const ScalingCell& c : row.cells) {
       if (!c.result) {
-        t += format_text("  %-8s %6d  not run: %s\n", row.strategy.name.c_str(), c.gpus, c.problem.c_str());
+        t += format_text("  %-8s %6d  not run: %s%s\n", row.strategy.name.c_str(), c.gpus, c.problem.c_str(),
+                         c.measured ? format_text(" (measured %.5g)", c.measured->value).c_str() : "");
         continue;
       }
       const IterationResult& r = *c.result;
-      const std::string memory = format_text("%.1f GiB%s", gib(r.peak_memory), r.out_of_memory ? " OOM" : "");
-      t += format_text("  %-8s %6d %9.3f s %10.1f %9.1f%% %16s %9.1f ms\n", row.strategy.name.c_str(), c.gpus,
-                  r.iteration_time.seconds(), r.tokens_per_second_per_gpu, 100 * c.efficiency, memory.c_str(),
-                  worst_exposed_communication(r).seconds() * 1e3);
+      const std::string memory = format_text("%.1f GiB%s", in_gib(r.peak_memory), r.out_of_memory ? " OOM" : "");
+      t += format_text("  %-8s %6d %9.3f s %10.1f %9.1f%% %16s %9.1f ms%s\n", row.strategy.name.c_str(), c.gpus,
+                       r.iteration_time.seconds(), r.tokens_per_second_per_gpu, 100 * c.efficiency, memory.c_str(),
+                       worst_exposed_communication(r).seconds() * 1e3, measured_columns(study, c).c_str());
     }
   }
   t += study.weak ? "weak scaling: the global batch grows with the GPUs; efficiency: tokens/s per GPU against the first count\n"
@@ -115,21 +132,42 @@ nlohmann::ordered_json scaling_json(const ScalingStudy& study) {
         cell["out_of_memory"] = c.result->out_of_memory;
         cell["exposed_communication_s"] = worst_exposed_communication(*c.result).seconds();
       }
+      if (c.measured) {
+        nlohmann::ordered_json m;
+        m["line"] = c.measured->line;
+        m[study.measured_column] = c.measured->value;
+        m["tokens_per_second_per_gpu"] = c.measured->tokens_per_s_per_gpu;
+        if (c.measured->error) m["error"] = *c.measured->error;
+        cell["measured"] = m;
+      }
       cells.push_back(cell);
     }
     rows.push_back({{"strategy", row.strategy.name}, {"zero_stage", static_cast<int>(row.strategy.zero)}, {"cells", cells}});
   }
   j["strategies"] = rows;
+  if (!study.measured_source.empty()) j["measured_file"] = study.measured_source;
   return j;
 }
 
 std::string scaling_data(const ScalingStudy& study) {
-  std::string out = "# GPUs, then tokens/s per GPU per strategy (NaN: not run or out of memory)\n";
+  const bool measured = !study.measured_column.empty();
+  std::string out = "# GPUs, then tokens/s per GPU per strategy (NaN: not run or out of memory)";
+  out += measured ? "; then measured tokens/s per GPU per strategy and the error labels\n" : "\n";
   for (size_t i = 0; i < study.gpus.size(); ++i) {
     out += std::to_string(study.gpus[i]);
     for (const ScalingRow& row : study.rows) {
       const ScalingCell& c = row.cells[i];
       out += c.result && !c.result->out_of_memory ? format_text(" %.6g", c.result->tokens_per_second_per_gpu) : " NaN";
+    }
+    if (measured) {
+      for (const ScalingRow& row : study.rows) {
+        const auto& m = row.cells[i].measured;
+        out += m ? format_text(" %.6g", m->tokens_per_s_per_gpu) : " NaN";
+      }
+      for (const ScalingRow& row : study.rows) {
+        const auto& m = row.cells[i].measured;
+        out += m && m->error ? format_text(" %+.1f%%", 100 * *m->error) : " -";
+      }
     }
     out += "\n";
   }
@@ -140,10 +178,24 @@ std::string scaling_script(const ScalingStudy& study, const std::string& data_fi
                            const std::string& title) {
   std::string s = "set terminal pngcairo noenhanced size 900,560\nset output '" + png + "'\n";
   s += "set title \"" + title + "\"\nset logscale x 2\nset xlabel 'GPUs'\nset ylabel 'tokens/s per GPU'\n";
-  s += "set key outside right\nset grid\nset datafile missing 'NaN'\nplot ";
+  s += "set key outside right\nset grid\nset datafile missing 'NaN'\n";
+  if (!study.measured_column.empty()) s += "set offsets 0, 0, graph 0.1, graph 0.05\n";  // room for the error labels
+  s += "plot ";
   for (size_t i = 0; i < study.rows.size(); ++i) {
-    s += format_text("%s'%s' using 1:%zu with linespoints lw 2 title '%s'", i ? ", " : "", i ? "" : data_file.c_str(), i + 2,
-                study.rows[i].strategy.name.c_str());
+    s += format_text("%s'%s' using 1:%zu with linespoints lw 2 lc %zu title '%s'", i ? ", " : "", i ? "" : data_file.c_str(),
+                     i + 2, i + 1, study.rows[i].strategy.name.c_str());
+  }
+  if (!study.measured_column.empty()) {
+    // Measured points in their strategy's colour, each labelled with the prediction's error.
+    const size_t n = study.rows.size();
+    for (size_t i = 0; i < n; ++i) {
+      if (!std::any_of(study.rows[i].cells.begin(), study.rows[i].cells.end(), [](const ScalingCell& c) { return c.measured; })) {
+        continue;
+      }
+      s += format_text(", '' using 1:%zu with points pt 7 ps 1.5 lc %zu title '%s measured'", n + 2 + i, i + 1,
+                       study.rows[i].strategy.name.c_str());
+      s += format_text(", '' using 1:%zu:%zu with labels offset 0,1.2 notitle", n + 2 + i, 2 * n + 2 + i);
+    }
   }
   return s + "\n";
 }

@@ -27,11 +27,23 @@ struct ScalingStrategy {
 /// "ddp", "zero1", "zero2", "zero3", "fsdp"; nullopt otherwise.
 std::optional<ScalingStrategy> scaling_strategy_from(const std::string& name);
 
+/// A run the user measured at a cell's strategy and GPU count (measured_scaling.h).
+struct MeasuredCell {
+  int line = 0;                     ///< its row in the measured file
+  double value = 0;                 ///< in the file's quantity (ScalingStudy::measured_column)
+  double tokens_per_s_per_gpu = 0;  ///< the same, as throughput
+  /// Predicted over measured throughput, minus 1 (+: predicted too fast); nullopt where the
+  /// cell was not run or is out of memory.
+  std::optional<double> error;
+};
+
 struct ScalingCell {
   int gpus = 0;
+  double tokens_per_step = 0;             ///< global batch × sequence at this count
   std::optional<IterationResult> result;  ///< nullopt: the layout cannot run there
   std::string problem;                    ///< why not
   double efficiency = 0;                  ///< tokens/s per GPU over the first count's (0 when either is missing)
+  std::optional<MeasuredCell> measured;
 };
 
 struct ScalingRow {
@@ -43,6 +55,8 @@ struct ScalingStudy {
   bool weak = false;
   std::vector<int> gpus;
   std::vector<ScalingRow> rows;
+  /// With measurements attached: their file and column ("step_time_s", …); empty otherwise.
+  std::string measured_source, measured_column;
 };
 
 /// `topology_for(gpus)` gives the topology of that many GPUs (or throws InputError, reported
@@ -54,8 +68,9 @@ ScalingStudy run_scaling_study(const ModelConfig& model, const ParallelLayout& b
 
 std::string scaling_table(const ScalingStudy& study);
 nlohmann::ordered_json scaling_json(const ScalingStudy& study);
-/// gnuplot data (GPUs, then tokens/s per GPU per strategy, NaN where missing) and the script
-/// that draws one curve per strategy into `png`.
+/// gnuplot data (GPUs, then tokens/s per GPU per strategy, then, with measurements, the
+/// measured tokens/s per GPU per strategy and its error label; NaN where missing) and the script
+/// that draws one curve per strategy into `png`, the measured points beside it in its colour.
 std::string scaling_data(const ScalingStudy& study);
 std::string scaling_script(const ScalingStudy& study, const std::string& data_file, const std::string& png,
                            const std::string& title);

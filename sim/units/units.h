@@ -88,6 +88,8 @@ constexpr Bytes bytes(double v) { return Bytes(v); }
 constexpr Bytes kib(double v) { return Bytes(v * 1024.0); }
 constexpr Bytes mib(double v) { return Bytes(v * 1024.0 * 1024.0); }
 constexpr Bytes gib(double v) { return Bytes(v * 1024.0 * 1024.0 * 1024.0); }
+/// The size in GiB, for reports.
+constexpr double in_gib(Bytes b) { return b.value() / (1024.0 * 1024.0 * 1024.0); }
 constexpr Bandwidth bytes_per_second(double v) { return Bandwidth(v); }
 constexpr Bandwidth gigabytes_per_second(double v) { return Bandwidth(v * 1e9); }
 constexpr Bandwidth gigabits_per_second(double v) { return Bandwidth(v * 1e9 / 8.0); }

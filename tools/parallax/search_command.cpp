@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -19,7 +20,10 @@
 #include "parallax/cli_support.h"
 #include "parallax/commands.h"
 #include "parallax/mpi_search.h"
+#include "io/text_format.h"
 #include "planning/layout_search.h"
+#include "planning/measured_scaling.h"
+#include "planning/rank_order_study.h"
 #include "planning/scaling_study.h"
 #include "planning/search_report.h"
 #include "topology/topology_loader.h"
@@ -124,6 +128,10 @@ struct ScaleArgs {
   bool weak = false;
   std::string network = "analytical";
   std::string json, plot_dir;
+  std::string measured;     // CSV of the user's own runs
+  std::string rank_orders;  // "all" or a comma-separated list
+  bool gpus_given = false;
+  bool strategies_given = false;
 };
 
 std::vector<std::string> split_commas(const std::string& s) {
@@ -155,38 +163,129 @@ std::vector<int> gpu_counts(const std::string& list) {
   return out;
 }
 
-void run_scale(const ScaleArgs& a) {
-  const std::vector<int> gpus = gpu_counts(a.gpus);
-  std::vector<ScalingStrategy> strategies;
-  for (const std::string& name : split_commas(a.strategies)) {
-    const auto s = scaling_strategy_from(name);
-    if (!s) throw InputError("", "--strategies", "\"" + name + "\" (expected ddp, zero1, zero2, zero3 or fsdp)");
-    strategies.push_back(*s);
+const char* strategy_name(ZeroStage z) {
+  switch (z) {
+    case ZeroStage::kStage0: return "ddp";
+    case ZeroStage::kStage1: return "zero1";
+    case ZeroStage::kStage2: return "zero2";
+    case ZeroStage::kStage3: return "zero3";
   }
+  return "ddp";
+}
+
+struct ScaleJob {
+  TrainingWorkload job;
+  std::function<Topology(int)> topology_for;
+  IterationOptions options;
+};
+
+ScaleJob load_scale_job(const ScaleArgs& a) {
   WorkloadOverrides o;
   o.validate_layout = false;
   o.nodes = 1;
-  const TrainingWorkload job = load_training_workload(a.workload, bundled_models_dir(), topologies_dir(), o);
-  const int per_node = static_cast<int>(job.topology.gpu_count());
-  auto topology_for = [&](int g) { return load_topology(job.topology_file, load_options_for(g, per_node)); };
-  IterationOptions options;
-  options.cosimulate = a.network == "flow";
-  options.compute = job.compute;
-  options.gemm_efficiency = job.gemm;
-  const ScalingStudy study = run_scaling_study(job.model, job.layout, topology_for, gpus, strategies, a.weak, options);
+  ScaleJob s{load_training_workload(a.workload, bundled_models_dir(), topologies_dir(), o), {}, {}};
+  const int per_node = static_cast<int>(s.job.topology.gpu_count());
+  const std::string file = s.job.topology_file;
+  s.topology_for = [file, per_node](int g) { return load_topology(file, load_options_for(g, per_node)); };
+  s.options.cosimulate = a.network == "flow";
+  s.options.compute = s.job.compute;
+  s.options.gemm_efficiency = s.job.gemm;
+  return s;
+}
+
+// The workload's own GPU count: its topology as the file sizes it (the study loads one node).
+int workload_gpus(const ScaleArgs& a) {
+  WorkloadOverrides o;
+  o.validate_layout = false;
+  return static_cast<int>(load_training_workload(a.workload, bundled_models_dir(), topologies_dir(), o).topology.gpu_count());
+}
+
+// --rank-orders: the workload's layout under each order, at its own GPU count or each of --gpus.
+void run_rank_orders(const ScaleArgs& a, const ScaleJob& s) {
+  const ParallelLayout& base = s.job.layout;
+  const int model_parallel = base.tp * base.pp * base.cp;
+  const std::vector<int> counts = a.gpus_given ? gpu_counts(a.gpus) : std::vector<int>{workload_gpus(a)};
+  nlohmann::ordered_json all = nlohmann::ordered_json::array();
+  for (int g : counts) {
+    if (g % model_parallel != 0) {
+      throw InputError("", "--gpus", "tp·pp·cp = " + std::to_string(model_parallel) + " does not divide " + std::to_string(g));
+    }
+    ParallelLayout l = base;
+    l.dp = g / model_parallel;
+    std::vector<std::string> orders;
+    if (a.rank_orders == "all") {
+      orders = distinct_rank_orders(l);
+    } else {
+      for (const std::string& order : split_commas(a.rank_orders)) {
+        try {
+          parse_rank_order(order);
+        } catch (const std::invalid_argument& e) {
+          throw InputError("", "--rank-orders", "\"" + order + "\": " + e.what());
+        }
+        orders.push_back(order);
+      }
+    }
+    const RankOrderStudy study = run_rank_order_study(s.job.model, l, s.topology_for(g), orders, s.options);
+    std::printf("# Parallax scale --rank-orders: %s on %s, %d GPUs, tp %d · cp %d · ep %d · dp %d · pp %d, %s (%s)\n",
+                s.job.model.name.c_str(), s.job.topology.info().name.c_str(), g, l.tp, l.cp, l.ep, l.dp, l.pp,
+                strategy_name(l.zero_stage), a.network == "flow" ? "co-simulated" : "analytical");
+    std::printf("%s", rank_order_table(study).c_str());
+    all.push_back(rank_order_json(study));
+  }
+  if (!a.json.empty()) write_file_atomically(a.json, all.dump(2) + "\n");
+}
+
+void run_scale(const ScaleArgs& a) {
+  std::vector<std::string> names = split_commas(a.strategies);
+  for (const std::string& name : names) {
+    if (!scaling_strategy_from(name)) {
+      throw InputError("", "--strategies", "\"" + name + "\" (expected ddp, zero1, zero2, zero3 or fsdp)");
+    }
+  }
+  std::vector<int> gpus = gpu_counts(a.gpus);
+  const ScaleJob s = load_scale_job(a);
+  if (!a.rank_orders.empty()) return run_rank_orders(a, s);
+  const std::string own = strategy_name(s.job.layout.zero_stage);
+  std::optional<MeasuredScaling> measured;
+  if (!a.measured.empty()) {
+    measured = load_measured_scaling(a.measured);
+    // The measured counts are the study's, with any --gpus beside them; a measured strategy
+    // the list lacks is added.
+    gpus = gpu_counts_with(a.gpus_given ? gpus : std::vector<int>{}, *measured);
+    if (!a.strategies_given) names = {own};
+    for (const std::string& name : strategies_missing(names, *measured, own)) names.push_back(name);
+  }
+  std::vector<ScalingStrategy> strategies;
+  for (const std::string& name : names) strategies.push_back(*scaling_strategy_from(name));
+  ScalingStudy study = run_scaling_study(s.job.model, s.job.layout, s.topology_for, gpus, strategies, a.weak, s.options);
+  if (measured) attach_measurements(study, *measured, own);
+  const ParallelLayout& l = s.job.layout;
   std::printf("# Parallax scale: %s on %s, tp %d · pp %d · cp %d, global batch %lld at %d GPUs, seq %lld (%s)\n",
-              job.model.name.c_str(), job.topology.info().name.c_str(), job.layout.tp, job.layout.pp, job.layout.cp,
-              static_cast<long long>(job.layout.global_batch), gpus.front(),
-              static_cast<long long>(job.layout.sequence_length), a.network == "flow" ? "co-simulated" : "analytical");
+              s.job.model.name.c_str(), s.job.topology.info().name.c_str(), l.tp, l.pp, l.cp,
+              static_cast<long long>(l.global_batch), gpus.front(), static_cast<long long>(l.sequence_length),
+              a.network == "flow" ? "co-simulated" : "analytical");
   std::printf("%s", scaling_table(study).c_str());
+  if (measured) {
+    const MeasuredSummary m = measured_summary(study);
+    std::string line = "measured: " + std::to_string(m.compared + m.not_compared) + " runs from " + a.measured;
+    if (m.compared > 0) {
+      line += format_text(": mean |error| %.1f%%, median %+.1f%% (error: predicted over measured tokens/s, minus 1)",
+                          100 * m.mean_abs_error, 100 * m.median_error);
+    } else {
+      line += ": — (none could be compared)";
+    }
+    if (m.not_compared > 0) line += "; " + std::to_string(m.not_compared) + " not compared (not run or out of memory)";
+    std::printf("%s\n", line.c_str());
+  }
   if (!a.json.empty()) write_file_atomically(a.json, scaling_json(study).dump(2) + "\n");
   if (!a.plot_dir.empty()) {
     std::filesystem::create_directories(a.plot_dir);
     const std::string data = a.plot_dir + "/scale.dat";
     write_file_atomically(data, scaling_data(study));
     run_gnuplot(a.plot_dir + "/scale.gp", scaling_script(study, data, a.plot_dir + "/scale.png",
-                                                         job.model.name + ": tokens/s per GPU vs GPUs (" +
-                                                             (a.weak ? "weak" : "strong") + " scaling)"));
+                                                         s.job.model.name + ": tokens/s per GPU vs GPUs (" +
+                                                             (a.weak ? "weak" : "strong") + " scaling" +
+                                                             (measured ? ", predicted and measured" : "") + ")"));
     std::printf("# plot: %s/scale.png\n", a.plot_dir.c_str());
   }
 }
@@ -226,7 +325,18 @@ void add_search_command(CLI::App& app) {
       ->check(CLI::IsMember({"analytical", "flow"}));
   sc->add_option("--json", scale->json, "write every cell as JSON");
   sc->add_option("--plot", scale->plot_dir, "draw one curve per strategy (PNG, gnuplot) into this folder");
-  sc->callback([scale] { run_scale(*scale); });
+  auto* measured = sc->add_option("--measured", scale->measured,
+                                  "CSV of your own runs (gpus, step_time_s | step_time_ms | tokens_per_s | "
+                                  "tokens_per_s_per_gpu[, strategy]): predicted and measured side by side, error per point");
+  sc->add_option("--rank-orders", scale->rank_orders,
+                 "all, or comma-separated orders (innermost first, e.g. tp-dp-pp,dp-tp-pp): the workload's layout "
+                 "under each, and which dimensions' traffic crosses nodes")
+      ->excludes(measured);
+  sc->callback([scale, sc] {
+    scale->gpus_given = sc->count("--gpus") > 0;
+    scale->strategies_given = sc->count("--strategies") > 0;
+    run_scale(*scale);
+  });
 }
 
 }  // namespace parallax::cli
