@@ -32,6 +32,7 @@ seeds() {  # the real files a target starts from
     serving_trace) ls tests/data/serving-traces/*.csv tests/data/serving-traces/*.jsonl ;;
     fleet) ls workloads/serve/*.json tests/data/serve/*.json ;;
     flow_list) ls workloads/flows/*.json ;;
+    scaling_measurements) ls workloads/scaling/*.csv ;;
   esac
 }
 
@@ -40,6 +41,9 @@ dictionary() {  # the format's keys, seen in its seeds, and the units its values
   seeds "$1" | xargs cat | grep -o '"[A-Za-z_][A-Za-z0-9_]*"' | sort -u | sed 's/^/kw=/' > "$out" || true
   printf '%s\n' 'u1="Gb/s"' 'u2="GB/s"' 'u3="us"' 'u4="ms"' 'u5="GiB"' 'u6="TFLOP/s"' 'u7="ns"' 'u8="TB/s"' \
     'n1="1e308"' 'n2="-1"' 'n3="0"' 'n4="4294967296"' 'n5="null"' 'n6="NaN"' >> "$out"
+  # CSV headers are not quoted: the measured-scaling columns by name.
+  [ "$1" != scaling_measurements ] || printf '%s\n' 'c1="gpus"' 'c2="step_time_s"' 'c3="step_time_ms"' 'c4="tokens_per_s"' \
+    'c5="tokens_per_s_per_gpu"' 'c6="strategy"' 'c7="fsdp"' 'c8="zero3"' >> "$out"
   echo "$out"
 }
 
@@ -65,7 +69,7 @@ run_target() {  # one target: its reproducers, then FUZZ_SECONDS of fuzzing; the
 }
 
 targets=("$@")
-[ ${#targets[@]} -gt 0 ] || targets=(topology workload model nccl_log measurements validation_runs serving_trace fleet flow_list)
+[ ${#targets[@]} -gt 0 ] || targets=(topology workload model nccl_log measurements validation_runs serving_trace fleet flow_list scaling_measurements)
 # One target per core at a time.
 jobs_max="$(nproc)"
 for t in "${targets[@]}"; do
