@@ -23,6 +23,7 @@ struct Candidate {
   std::string text;  // ties and determinism
 };
 
+// Cost, GPUs over tokens per second, falls as throughput rises on the search's one GPU count.
 double score_of(const LayoutSummary& r, SearchObjective objective) {
   return objective == SearchObjective::kMfu ? r.mfu : r.tokens_per_second;
 }
@@ -137,6 +138,7 @@ LayoutSummary summarize(const IterationResult& r) {
 std::optional<SearchObjective> search_objective_from(const std::string& name) {
   if (name == "tokens_per_s") return SearchObjective::kTokensPerSecond;
   if (name == "mfu") return SearchObjective::kMfu;
+  if (name == "cost") return SearchObjective::kCost;
   return std::nullopt;
 }
 

@@ -20,8 +20,10 @@
 
 namespace parallax {
 
-enum class SearchObjective { kTokensPerSecond, kMfu };
-/// "tokens_per_s", "mfu"; nullopt otherwise.
+/// kCost: GPU-hours per million tokens, lowest first. Over one GPU count it ranks as
+/// throughput does (cost = GPUs / tokens per second); the table shows it (search_report.h).
+enum class SearchObjective { kTokensPerSecond, kMfu, kCost };
+/// "tokens_per_s", "mfu", "cost"; nullopt otherwise.
 std::optional<SearchObjective> search_objective_from(const std::string& name);
 
 /// What the ranking and the reports keep of a simulated layout: plain numbers, so that

@@ -33,16 +33,28 @@ std::string row_layout(const ParallelLayout& l) {
 
 }  // namespace
 
-std::string search_table(const SearchOutcome& o, size_t top) {
-  std::string t = format_text("  %4s  %-100s %11s %9s %6s %9s  %-18s %7s\n", "rank", "layout", "iteration", "tok/s/GPU", "MFU",
-                         "memory", "most exposed comm", "bubble");
+double gpu_hours_per_million_tokens(double tokens_per_second_per_gpu) {
+  return 1e6 / (tokens_per_second_per_gpu * 3600.0);
+}
+
+std::string search_table(const SearchOutcome& o, size_t top, const CostColumn* cost) {
+  std::string t = format_text("  %4s  %-100s %11s %9s %6s %9s  %-18s %7s", "rank", "layout", "iteration", "tok/s/GPU", "MFU",
+                              "memory", "most exposed comm", "bubble");
+  if (cost) t += format_text(" %11s%s", "GPU-h/Mtok", cost->usd_per_gpu_hour ? "    $/Mtok" : "");
+  t += "\n";
   for (size_t i = 0; i < std::min(top, o.ranked.size()); ++i) {
     const SearchedLayout& s = o.ranked[i];
     const LayoutSummary& r = s.result;
-    t += format_text("  %4zu  %-100s %9.3f s %9.1f %5.1f%% %5.1f GiB  %-4s %10.2f ms %6.1f%%\n", i + 1,
-                row_layout(s.layout).c_str(), r.iteration_time_s, r.tokens_per_second_per_gpu, 100 * r.mfu,
-                in_gib(r.peak_memory_bytes), to_string(static_cast<WorkKind>(r.most_exposed_kind)), r.most_exposed_s * 1e3,
-                100 * r.pipeline_bubble_fraction);
+    t += format_text("  %4zu  %-100s %9.3f s %9.1f %5.1f%% %5.1f GiB  %-4s %10.2f ms %6.1f%%", i + 1,
+                     row_layout(s.layout).c_str(), r.iteration_time_s, r.tokens_per_second_per_gpu, 100 * r.mfu,
+                     in_gib(r.peak_memory_bytes), to_string(static_cast<WorkKind>(r.most_exposed_kind)), r.most_exposed_s * 1e3,
+                     100 * r.pipeline_bubble_fraction);
+    if (cost) {
+      const double hours = gpu_hours_per_million_tokens(r.tokens_per_second_per_gpu);
+      t += format_text(" %11.4g", hours);
+      if (cost->usd_per_gpu_hour) t += format_text(" %9.4g", hours * *cost->usd_per_gpu_hour);
+    }
+    t += "\n";
   }
   t += format_text("\nlayouts: %zu enumerated = %zu rejected by rule + %zu rejected by memory + %zu pruned by bound + "
               "%zu simulated\n",

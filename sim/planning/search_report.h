@@ -3,6 +3,7 @@
 // the throughput-vs-memory scatter with its Pareto front.
 #pragma once
 
+#include <optional>
 #include <string>
 
 #include <nlohmann/json.hpp>
@@ -12,9 +13,18 @@
 
 namespace parallax {
 
+/// What a million tokens costs, for the table of a search by cost: GPU-hours, and dollars at
+/// `usd_per_gpu_hour` when given.
+struct CostColumn {
+  std::optional<double> usd_per_gpu_hour;
+};
+/// GPU-hours a million tokens take at `tokens_per_second_per_gpu`.
+double gpu_hours_per_million_tokens(double tokens_per_second_per_gpu);
+
 /// The top `top` layouts: rank, layout, iteration time, tokens/s/GPU, MFU, peak memory, the
-/// largest exposed communication (kind and time), the pipeline bubble; then the counts.
-std::string search_table(const SearchOutcome& outcome, size_t top);
+/// largest exposed communication (kind and time), the pipeline bubble, with `cost` what a
+/// million tokens costs; then the counts.
+std::string search_table(const SearchOutcome& outcome, size_t top, const CostColumn* cost = nullptr);
 
 /// Counts and every simulated layout, best first.
 nlohmann::ordered_json search_json(const SearchOutcome& outcome);

@@ -39,6 +39,7 @@ struct SearchArgs {
   size_t top = 10;
   std::string space;
   std::string objective = "tokens_per_s";
+  std::optional<double> gpu_hour_price;  // USD per GPU-hour, for --objective cost
   std::optional<int> jobs;
   std::string network = "analytical";
   std::string emit, json, plot_dir;
@@ -64,7 +65,10 @@ void plot(const std::string& dir, const SearchOutcome& outcome, const std::strin
 
 void run_search(const SearchArgs& a) {
   const auto objective = search_objective_from(a.objective);
-  if (!objective) throw InputError("", "--objective", "\"" + a.objective + "\" (expected tokens_per_s or mfu)");
+  if (!objective) throw InputError("", "--objective", "\"" + a.objective + "\" (expected tokens_per_s, mfu or cost)");
+  if (a.gpu_hour_price && !(*a.gpu_hour_price > 0 && *a.gpu_hour_price <= 1e6)) {
+    throw InputError("", "--gpu-hour-price", "must be a price in dollars above 0 and at most 1e6");
+  }
   if (a.top < 1) throw InputError("", "--top", "must be at least 1");
   WorkloadOverrides o;
   o.validate_layout = false;  // the search finds the degrees; the file gives batch, sequence, dtype
@@ -103,7 +107,8 @@ void run_search(const SearchArgs& a) {
               job.model.name.c_str(), job.topology.info().name.c_str(), gpus,
               static_cast<long long>(job.layout.global_batch), static_cast<long long>(job.layout.sequence_length),
               a.objective.c_str(), a.network == "flow" ? "co-simulated" : "analytical");
-  std::printf("%s", search_table(outcome, a.top).c_str());
+  CostColumn cost{a.gpu_hour_price};
+  std::printf("%s", search_table(outcome, a.top, *objective == SearchObjective::kCost ? &cost : nullptr).c_str());
   if (outcome.ranked.empty()) throw InputError(a.workload, "", "no layout of the space fits and runs on these GPUs");
   const int nodes = job.topology.node_count();
   if (!a.emit.empty()) {
@@ -301,7 +306,10 @@ void add_search_command(CLI::App& app) {
   cmd->add_option("--gbs,--global-batch", args->global_batch, "global batch size (sequences)");
   cmd->add_option("--top", args->top, "layouts to show (and the bound keeps in play)")->capture_default_str();
   cmd->add_option("--space", args->space, "search space JSON: the values each dimension may take (docs/search-format.md)");
-  cmd->add_option("--objective", args->objective, "tokens_per_s or mfu")->capture_default_str();
+  cmd->add_option("--objective", args->objective,
+                  "tokens_per_s, mfu or cost (GPU-hours per million tokens; over one GPU count it ranks as tokens_per_s)")
+      ->capture_default_str();
+  cmd->add_option("--gpu-hour-price", args->gpu_hour_price, "dollars per GPU-hour: --objective cost adds $ per million tokens");
   cmd->add_option("--jobs", args->jobs, "threads (default: every core); the ranking does not depend on it");
   cmd->add_option("--network", args->network, "analytical (the default: each collective alone, fast) or flow (co-simulated)")
       ->check(CLI::IsMember({"analytical", "flow"}));
