@@ -159,6 +159,34 @@ TEST(ComputeModel, AttentionUsesTheAttentionEfficiency) {
   EXPECT_NEAR(model.compute_rate(op).value(), expected_rate, expected_rate * 1e-12);
 }
 
+// FlashAttention-2 (warp-level mma.sync) on a GPU with asynchronous tensor cores: F = 0.55 · ρ,
+// ρ = (335 / 989.4) / (225 / 312) = 0.4695 (Dao 2023); on Ampere, or a GPU of no stated
+// architecture, the same as the GPU's own kernel.
+TEST(ComputeModel, FlashAttention2LeavesAsynchronousTensorCoresIdle) {
+  OperatorCost op;
+  op.kind = OperatorKind::kAttention;
+  op.shape = GemmShape{4096, 4096, 128, 64};
+  op.flops = Flops(1e12);
+  OperatorCost fa2 = op;
+  fa2.warp_mma_only = true;
+  EXPECT_NEAR(kWarpMmaAttentionShare, 0.4695, 1e-4);
+  const double u = 0.8;
+  const double f = 0.55 * kWarpMmaAttentionShare;
+  const double expected_rate = kPeakBf16 * f * u / (1.0 + u / 128.0);
+  GpuSpec hopper = h100();
+  hopper.architecture = "hopper";
+  EXPECT_NEAR(ComputeModel(hopper).compute_rate(fa2).value(), expected_rate, expected_rate * 1e-12);
+  EXPECT_EQ(ComputeModel(hopper).compute_rate(op).value(), ComputeModel(h100()).compute_rate(op).value());
+  GpuSpec blackwell = h100();
+  blackwell.architecture = "blackwell";
+  EXPECT_NEAR(ComputeModel(blackwell).compute_rate(fa2).value(), expected_rate, expected_rate * 1e-12);
+  for (const char* arch : {"ampere", "ada", ""}) {
+    GpuSpec g = h100();
+    g.architecture = arch;
+    EXPECT_EQ(ComputeModel(g).compute_rate(fa2).value(), ComputeModel(g).compute_rate(op).value()) << arch;
+  }
+}
+
 TEST(ComputeModel, LaunchOverheadIsPaidPerKernel) {
   ComputeModel model(h100());
   OperatorCost op = memory_bound_cost(Bytes(0));

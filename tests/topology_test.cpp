@@ -2,6 +2,8 @@
 // computation; compact generation, routing (no GPU transit, rails, ECMP) and the explicit form.
 #include <gtest/gtest.h>
 
+#include <fstream>
+
 #include <set>
 
 #include "io/input_error.h"
@@ -228,6 +230,29 @@ TEST(Topology, NicsCarryTheLatencyTheirStackReports) {
     ADD_FAILURE() << "a negative reported latency was accepted";
   } catch (const InputError& e) {
     EXPECT_NE(std::string(e.what()).find("/devices/0/reported_latency"), std::string::npos) << e.what();
+  }
+}
+
+// Each preset names its GPU's tensor-core generation; an unknown one is refused with its pointer.
+TEST(Topology, PresetsNameTheirTensorCoreGeneration) {
+  const std::pair<const char*, const char*> presets[] = {
+      {"dgx-a100", "ampere"},        {"dgx-h100", "hopper"},         {"hgx-h800", "hopper"},
+      {"dgx-b200", "blackwell"},     {"gb300-nvl72", "blackwell"},   {"pcie-8gpu", "ada"},
+      {"pcie-2gpu-rtx2080ti", "turing"}};
+  for (const auto& [preset, arch] : presets) {
+    const Topology t = test::load_preset(preset);
+    EXPECT_EQ(t.gpu_specs().front().architecture, arch) << preset;
+  }
+  EXPECT_TRUE(has_async_tensor_cores(test::load_preset("dgx-h100", 1).gpu_specs().front()));
+  EXPECT_FALSE(has_async_tensor_cores(test::load_preset("dgx-a100", 1).gpu_specs().front()));
+  std::ifstream in(test::source_path("topologies/dgx-h100.json"));
+  nlohmann::json doc = nlohmann::json::parse(in);
+  doc["node"]["gpu"]["architecture"] = "lovelace";
+  try {
+    topology_from_json(doc, "h100.json", TopologyLoadOptions{1});
+    ADD_FAILURE() << "an unknown architecture was accepted";
+  } catch (const InputError& e) {
+    EXPECT_EQ(std::string(e.what()), "h100.json: /node/gpu/architecture: expected volta, turing, ampere, ada, hopper or blackwell");
   }
 }
 

@@ -49,7 +49,7 @@ TEST(PublishedRuns, DefaultsAndBadRows) {
   EXPECT_EQ(runs[2].error, "/2/cluster/gpu: unknown GPU type \"V100\"");
   // A cluster's topology is a bundled preset's name, never a path.
   EXPECT_EQ(runs[3].error.rfind("/3/cluster/topology: expected a bundled file's name", 0), 0u) << runs[3].error;
-  EXPECT_EQ(runs[4].error, "/4/layout/attention: expected flash, unfused or null, found \"sdpa\"");
+  EXPECT_EQ(runs[4].error, "/4/layout/attention: expected flash, flash2, unfused or null, found \"sdpa\"");
   // Out of memory and a throughput at once: one of them is wrong.
   EXPECT_EQ(runs[5].error, "/5/expected/tokens_per_sec_per_gpu: must be null for a run that ran out of memory");
   // A bundled model needs the models folder.

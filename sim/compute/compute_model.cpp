@@ -24,8 +24,10 @@ ComputeModel::ComputeModel(GpuSpec gpu, ComputeModelOptions options, std::shared
 FlopRate ComputeModel::compute_rate(const OperatorCost& op) const {
   switch (op.kind) {
     case OperatorKind::kGemm: return gemm_->achieved_rate(op.shape, op.dtype, gpu_);
-    case OperatorKind::kAttention:
-      return peak_rate(gpu_, op.dtype) * shape_efficiency(options_.attention_efficiency, op.shape, attention_shape_);
+    case OperatorKind::kAttention: {
+      const double share = op.warp_mma_only && has_async_tensor_cores(gpu_) ? kWarpMmaAttentionShare : 1.0;
+      return peak_rate(gpu_, op.dtype) * shape_efficiency(options_.attention_efficiency * share, op.shape, attention_shape_);
+    }
     case OperatorKind::kMemoryBound: return gpu_.fp32.value() > 0 ? gpu_.fp32 : gpu_.bf16;
   }
   return gpu_.bf16;

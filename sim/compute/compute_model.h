@@ -10,6 +10,12 @@
 //   FlashAttention-2 reaches 50–73 % of A100's dense peak forward and less backward (Dao 2023),
 //   FlashAttention-3 up to 75 % of H100's bf16 peak forward (Shah et al. 2024), and backward
 //   kernels sit well below their forward; 0.55 stands for a forward+backward mix on Hopper.
+//   That is the GPU's own fused attention (FlashAttention-2 on Ampere, FlashAttention-3 or
+//   cuDNN on Hopper and Blackwell). FlashAttention-2 itself (OperatorCost::warp_mma_only) uses
+//   Ampere's warp-level mma.sync and neither wgmma nor TMA, so on GPUs with asynchronous tensor
+//   cores it reaches ρ = (335 / 989.4) / (225 / 312) = 0.470 of the share it reaches on A100:
+//   Dao 2023 (FlashAttention-2, arXiv:2307.08691) measures the same kernels at up to 225
+//   TFLOP/s forward+backward on A100 (312 peak) and up to 335 on H100 SXM (989.4 peak).
 // - memory-bound: the fp32 vector peak (such kernels are limited by bytes; the FLOP term only
 //   matters for an unusually arithmetic-heavy elementwise kernel).
 // η_memory = 0.90: copy benchmarks on H100/H200 reach about 90 % of the datasheet HBM bandwidth
@@ -55,6 +61,10 @@ struct OperatorTiming {
   FlopRate rate;  ///< the achieved compute rate used (stand-alone, before σ)
   bool memory_bound() const { return memory > compute; }
 };
+
+/// ρ of the header: FlashAttention-2's share of the peak on a GPU with asynchronous tensor cores
+/// over its share on A100 (Dao 2023's measured maxima, forward+backward).
+inline constexpr double kWarpMmaAttentionShare = (335.0 / 989.4) / (225.0 / 312.0);
 
 class ComputeModel {
  public:

@@ -113,6 +113,9 @@ struct OperatorCost {
   DType dtype = DType::kBf16;
   /// Kernel launches the operator takes; each pays the model's launch overhead.
   int kernels = 1;
+  /// For kAttention: a kernel written for Ampere's warp-level mma.sync (FlashAttention-2), which
+  /// on GPUs with asynchronous tensor cores reaches only part of their peak (compute_model.h).
+  bool warp_mma_only = false;
 };
 
 /// A GEMM of `shape`: FLOPs 2·m·n·k·batch, bytes ((m·k + k·n)·element size + m·n·output

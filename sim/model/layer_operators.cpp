@@ -83,7 +83,9 @@ class OperatorList {
 
   // FlashAttention over the batch's attention work `w`: `heads` query heads, `kv_heads`
   // key/value heads (GQA shares them), per-head dims d_qk and d_v.
-  void attention(const AttentionWork& w, double heads, double kv_heads, double d_qk, double d_v, bool keep_qkv = true) {
+  // `warp_mma_only`: FlashAttention-2's kernels (OperatorCost::warp_mma_only).
+  void attention(const AttentionWork& w, double heads, double kv_heads, double d_qk, double d_v, bool keep_qkv,
+                 bool warp_mma_only) {
     const double flops = 2.0 * w.score_pairs * heads * (d_qk + d_v);
     const double q = w.query_tokens * heads * d_qk;
     const double kv = w.key_tokens * kv_heads * (d_qk + d_v);
@@ -91,6 +93,7 @@ class OperatorList {
     const double row_stats = w.query_tokens * heads * kFp32Bytes;  // log-sum-exp per query row
     OperatorCost forward;
     forward.kind = OperatorKind::kAttention;
+    forward.warp_mma_only = warp_mma_only;
     forward.dtype = activation_;
     forward.shape = GemmShape{w.s_q, w.s_kv, d_qk, w.sequences * heads};
     forward.flops = Flops(flops);
@@ -265,7 +268,7 @@ void add_attention(OperatorList& ops, const ModelConfig& m, AttentionKernel atte
                           static_cast<double>(m.v_head_dim()), m.attention_dropout > 0);
   } else {
     ops.attention(z.work, z.heads, z.kv_heads, static_cast<double>(m.qk_head_dim()), static_cast<double>(m.v_head_dim()),
-                  !(m.mla && recompute.mla_up_proj));
+                  !(m.mla && recompute.mla_up_proj), attention == AttentionKernel::kFlash2);
   }
   ops.gemm("attention_out_proj", z.tokens, z.hidden, z.heads * static_cast<double>(m.v_head_dim()));
   const double attention_output = z.tokens * z.heads * static_cast<double>(m.v_head_dim());
@@ -333,10 +336,18 @@ std::string to_string(const RecomputeModules& modules) {
   return s;
 }
 
-const char* to_string(AttentionKernel k) { return k == AttentionKernel::kUnfused ? "unfused" : "flash"; }
+const char* to_string(AttentionKernel k) {
+  switch (k) {
+    case AttentionKernel::kFlash: return "flash";
+    case AttentionKernel::kFlash2: return "flash2";
+    case AttentionKernel::kUnfused: return "unfused";
+  }
+  return "flash";
+}
 
 std::optional<AttentionKernel> attention_kernel_from(const std::string& name) {
   if (name == "flash") return AttentionKernel::kFlash;
+  if (name == "flash2") return AttentionKernel::kFlash2;
   if (name == "unfused") return AttentionKernel::kUnfused;
   return std::nullopt;
 }

@@ -90,12 +90,15 @@
 
 namespace parallax {
 
-/// How the attention core runs: one FlashAttention kernel, or the unfused scores, softmax and
-/// context of the file header.
-enum class AttentionKernel : uint8_t { kFlash, kUnfused };
-/// "flash" or "unfused".
+/// How the attention core runs: one fused kernel — kFlash the GPU's own (FlashAttention-2 on
+/// Ampere, FlashAttention-3 or cuDNN on Hopper and Blackwell), kFlash2 FlashAttention-2 (or
+/// the Triton kernels of 2023) on any GPU, which leaves Hopper's and Blackwell's asynchronous
+/// tensor cores unused (compute_model.h) — or the unfused scores, softmax and context of the
+/// file header.
+enum class AttentionKernel : uint8_t { kFlash, kFlash2, kUnfused };
+/// "flash", "flash2" or "unfused".
 const char* to_string(AttentionKernel k);
-/// Parses "flash" and "unfused"; nullopt otherwise.
+/// Parses "flash", "flash2" and "unfused"; nullopt otherwise.
 std::optional<AttentionKernel> attention_kernel_from(const std::string& name);
 
 /// Megatron's recompute_modules (selective granularity): modules whose forward runs again in

@@ -54,7 +54,17 @@ struct GpuSpec {
   /// Streaming multiprocessors, 0 when not given. NCCL runs one thread block per channel, each
   /// on an SM of its own, so a collective takes SMs from the kernels it overlaps.
   int sms = 0;
+  /// The tensor-core generation ("volta", "turing", "ampere", "ada", "hopper", "blackwell";
+  /// empty when not given): which kernels reach the peak (has_async_tensor_cores).
+  std::string architecture;
 };
+
+/// Hopper's and Blackwell's asynchronous tensor cores (wgmma / tcgen05, fed by TMA): the peak is
+/// reached only by kernels written for them, not by those written for Ampere's warp-level
+/// mma.sync (FlashAttention-2, the Triton kernels of 2023).
+inline bool has_async_tensor_cores(const GpuSpec& gpu) {
+  return gpu.architecture == "hopper" || gpu.architecture == "blackwell";
+}
 
 struct Device {
   std::string name;

@@ -1,6 +1,7 @@
 // Compact-form generation follows docs/topology-format.md: per node, GPUs on an NVSwitch (one
 // crossbar vertex) or a PCIe tree; NICs attached to GPUs or PCIe switches; then a one- or
 // two-tier fat tree, rail-optimized or not, with the leaf uplinks cut by the oversubscription.
+#include <algorithm>
 #include "topology/topology_loader.h"
 
 #include <cmath>
@@ -63,6 +64,13 @@ GpuSpec read_gpu_spec(JsonReader r) {
   g.memory = require_positive(r.at("memory"), r.at("memory").as_bytes());
   g.memory_bandwidth = require_positive(r.at("memory_bandwidth"), r.at("memory_bandwidth").as_bandwidth());
   if (auto v = r.find("sms")) g.sms = read_positive_int(*v, 4096);
+  if (auto v = r.find("architecture")) {
+    g.architecture = v->as_string();
+    static const char* const kKnown[] = {"volta", "turing", "ampere", "ada", "hopper", "blackwell"};
+    if (std::find(std::begin(kKnown), std::end(kKnown), g.architecture) == std::end(kKnown)) {
+      v->fail("expected volta, turing, ampere, ada, hopper or blackwell");
+    }
+  }
   r.finish();
   return g;
 }

@@ -202,7 +202,7 @@ PublishedLayout layout_of(const nlohmann::json& l, int gpus, const std::string& 
   }
   p.attention = opt_string(l, "attention", where).value_or("");
   if (!p.attention.empty() && !attention_kernel_from(p.attention)) {
-    throw RowError(where + "/attention", "expected flash, unfused or null, found \"" + p.attention + "\"");
+    throw RowError(where + "/attention", "expected flash, flash2, unfused or null, found \"" + p.attention + "\"");
   }
   if (auto layers = l.find("stage_layers"); layers != l.end() && !layers->is_null()) {
     if (!layers->is_array()) throw RowError(where + "/stage_layers", "expected an array of layer counts or null");

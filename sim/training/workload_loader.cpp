@@ -32,7 +32,7 @@ MoeDispatcher moe_dispatcher_of(const std::string& s, const std::string& file, c
 
 AttentionKernel attention_from(const std::string& s, const std::string& file, const std::string& where) {
   if (auto k = attention_kernel_from(s)) return *k;
-  throw InputError(file, where, "unknown attention kernel \"" + s + "\" (expected flash or unfused)");
+  throw InputError(file, where, "unknown attention kernel \"" + s + "\" (expected flash, flash2 or unfused)");
 }
 
 Recomputation recompute_from(const std::string& s, const std::string& file, const std::string& where) {

@@ -377,7 +377,8 @@ void add_train_command(CLI::App& app) {
   cmd->add_option("--nodes", args->nodes, "node count of the topology");
   cmd->add_option("--schedule", args->schedule, "gpipe, 1f1b, interleaved_1f1b, zb_h1 or zb_h2 (zero bubble at 1F1B's memory, or with up to 2p-1 micro-batches in flight)");
   cmd->add_option("--attention", args->attention,
-                  "attention core: flash (one FlashAttention kernel) or unfused (scores, softmax and context materialised)");
+                  "attention core: flash (the GPU's own fused kernel), flash2 (FlashAttention-2: on Hopper and Blackwell it leaves "
+                  "the asynchronous tensor cores unused) or unfused (scores, softmax and context materialised)");
   cmd->add_option("--recompute", args->recompute, "none, selective or full");
   cmd->add_option("--dtype", args->dtype, "bf16 or fp8");
   for (auto [flag, field, what] : {std::tuple{"--sequence-parallel", &args->sequence_parallel, "Megatron sequence parallelism"},
