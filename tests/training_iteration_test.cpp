@@ -38,6 +38,30 @@ Time sum_time(const ComputeModel& cm, const std::vector<ModelOperator>& ops, boo
   return t;
 }
 
+// A parallel block reduces its attention and MLP branches once over TP: a transformer layer's
+// TP collectives and bytes halve, forward and backward, with SP (all-gather + reduce-scatter
+// pairs) and without (all-reduces).
+TEST(ParallelBlock, HalvesTheTensorParallelCommunication) {
+  IterationOptions options;
+  options.transformer_layers_only = true;
+  const Topology topo = toy_cluster(2);
+  for (bool sp : {false, true}) {
+    SCOPED_TRACE(sp ? "SP" : "no SP");
+    ParallelLayout l = layout(1, 2, 1, 4);
+    l.sequence_parallel = sp;
+    ModelConfig m = tiny();
+    const IterationResult sequential = simulate_iteration(m, l, topo, options);
+    m.parallel_block = true;
+    const IterationResult parallel = simulate_iteration(m, l, topo, options);
+    const CommunicationVolume& a = sequential.stages[0].communication[kind_index(WorkKind::kTpComm)];
+    const CommunicationVolume& b = parallel.stages[0].communication[kind_index(WorkKind::kTpComm)];
+    ASSERT_GT(a.collectives, 0);
+    EXPECT_EQ(b.collectives * 2, a.collectives);
+    EXPECT_DOUBLE_EQ(b.sent.value() * 2, a.sent.value());
+    EXPECT_LT(parallel.iteration_time, sequential.iteration_time);
+  }
+}
+
 TEST(IterationBubble, FreeCommunicationGivesTheClosedForms) {
   // Equal stages (transformer layers only), every communication free: the pipeline phase is
   // stage 2's executor, so Σ bubble / (p · end of the last backward) is exactly

@@ -177,6 +177,33 @@ TEST(HfConfig, MistralAndLlamaShareTheLayout) {
     "num_attention_heads":32,"num_key_value_heads":8,"intermediate_size":14336,"vocab_size":32000,
     "max_position_embeddings":32768,"sliding_window":4096})");
   EXPECT_EQ(count_parameters(m).total, 7'241'732'096);
+  EXPECT_EQ(m.sliding_window, 4096);
+  EXPECT_EQ(m.sliding_window_layers, 1.0);
+}
+
+TEST(HfConfig, SlidingWindowsAsTransformersReadsThem) {
+  const std::string shape = R"("hidden_size":1024,"num_hidden_layers":8,"num_attention_heads":8,"intermediate_size":4096,
+    "vocab_size":32000,"max_position_embeddings":32768)";
+  // MistralConfig's default window is 4096; null is full attention (Mistral v0.2 on).
+  EXPECT_EQ(hf(R"({"architectures":["MistralForCausalLM"],)" + shape + "}").sliding_window, 4096);
+  EXPECT_EQ(hf(R"({"architectures":["MistralForCausalLM"],"sliding_window":null,)" + shape + "}").sliding_window, 0);
+  EXPECT_EQ(hf(R"({"architectures":["LlamaForCausalLM"],)" + shape + "}").sliding_window, 0);
+  // Qwen2 only with use_sliding_window, on the layers from max_window_layers on: 6 of 8.
+  EXPECT_EQ(hf(R"({"architectures":["Qwen2ForCausalLM"],"sliding_window":4096,)" + shape + "}").sliding_window, 0);
+  const ModelConfig q = hf(R"({"architectures":["Qwen2ForCausalLM"],"sliding_window":4096,"use_sliding_window":true,
+    "max_window_layers":2,)" + shape + "}");
+  EXPECT_EQ(q.sliding_window, 4096);
+  EXPECT_DOUBLE_EQ(q.sliding_window_layers, 0.75);
+  // layer_types: the share of sliding layers (Gemma-2-like alternation: a half).
+  const ModelConfig alt = hf(R"({"architectures":["MistralForCausalLM"],"sliding_window":1024,"layer_types":
+    ["sliding_attention","full_attention","sliding_attention","full_attention","sliding_attention","full_attention",
+     "sliding_attention","full_attention"],)" + shape + "}");
+  EXPECT_DOUBLE_EQ(alt.sliding_window_layers, 0.5);
+  // GPT-NeoX's parallel residual is on unless the config turns it off.
+  const std::string neox = R"({"architectures":["GPTNeoXForCausalLM"],"hidden_size":768,"num_hidden_layers":12,
+    "num_attention_heads":12,"intermediate_size":3072,"vocab_size":50304,"max_position_embeddings":2048)";
+  EXPECT_TRUE(hf(neox + "}").parallel_block);
+  EXPECT_FALSE(hf(neox + R"(,"use_parallel_residual":false})").parallel_block);
 }
 
 TEST(HfConfig, GptNeoXHasBiasesEverywhereAndUntiedEmbeddings) {

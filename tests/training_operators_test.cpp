@@ -87,6 +87,62 @@ TEST(DenseLayerFlops, PlainGptLayerMatchesTheClosedForm) {
   EXPECT_DOUBLE_EQ(matmul_flops(causal, true), 2 * 24 * b * s * h * h + 2.5 * 2 * b * s * s * h);
 }
 
+// A window w over s > w causal tokens: query i sees min(i + 1, w) keys, s·w − w²/2 pairs in the
+// model's continuous count against s²/2 — at s = 2w, three quarters of the scores.
+TEST(SlidingWindow, AttentionComputesOnlyTheWindowedScores) {
+  const double b = 2, s = 2048, h = 4096;
+  ModelConfig m = gpt(4096, 32);
+  const double full = flops_of(layer_operators(m, 0, batch(2, 2048, true), {}), "attention");
+  EXPECT_DOUBLE_EQ(full, 2 * b * s * s * h);
+  m.sliding_window = 1024;
+  EXPECT_DOUBLE_EQ(flops_of(layer_operators(m, 0, batch(2, 2048, true), {}), "attention"), 0.75 * full);
+  m.sliding_window_layers = 0.5;  // half the layers windowed: 0.875 on average
+  EXPECT_DOUBLE_EQ(flops_of(layer_operators(m, 0, batch(2, 2048, true), {}), "attention"), 0.875 * full);
+  m.sliding_window = 4096;  // a window longer than the sequence changes nothing
+  EXPECT_DOUBLE_EQ(flops_of(layer_operators(m, 0, batch(2, 2048, true), {}), "attention"), full);
+  // The model FLOPs of MFU count the same scores: 6·s·H·(d_qk + d_v)·share/2 a layer and token.
+  ModelConfig w = gpt(4096, 32);
+  const double attention_full = model_flops_per_token(w, 2048, true).value() - 6.0 * static_cast<double>(count_parameters(w).matmul_active);
+  w.sliding_window = 1024;
+  const double attention_windowed =
+      model_flops_per_token(w, 2048, true).value() - 6.0 * static_cast<double>(count_parameters(w).matmul_active);
+  EXPECT_NEAR(attention_windowed, 0.75 * attention_full, 1e-6 * attention_full);
+}
+
+// Serving: a decoded token past the window reads `window` keys; a prefill chunk after cached
+// tokens sums min(a + i, w) over its tokens, a = kv − q + 1.
+TEST(SlidingWindow, RaggedBatchesCapEachTokensKeys) {
+  RaggedBatch decode;
+  decode.sequences = {{1, 10000, true}, {1, 100, true}};
+  EXPECT_DOUBLE_EQ(ragged_attention_work(decode, 4096).score_pairs, 4096.0 + 100.0);
+  RaggedBatch chunk;
+  chunk.sequences = {{10, 4100, false}};  // tokens see 4091 … 4100 keys, capped at 4096
+  EXPECT_DOUBLE_EQ(ragged_attention_work(chunk, 4096).score_pairs, 4091.0 + 4092 + 4093 + 4094 + 4095 + 5 * 4096.0);
+  EXPECT_DOUBLE_EQ(ragged_attention_work(chunk).score_pairs, 10 * 4090.0 + 55);
+}
+
+// A parallel block: the MLP reads the attention's normalised input (no norm or kept input of
+// its own) and both branches join the residual once.
+TEST(ParallelBlock, OneNormAndOneResidualForBothBranches) {
+  ModelConfig m = bundled("llama3-8b");
+  m.parallel_block = true;
+  std::vector<std::string> names;
+  for (const auto& op : layer_operators(m, 0, batch(1, 4096), {})) names.push_back(op.name);
+  EXPECT_EQ(names, (std::vector<std::string>{"attention_norm", "qkv_proj", "rotary", "attention", "attention_out_proj",
+                                             "mlp_gate_proj", "mlp_up_proj", "mlp_activation", "mlp_down_proj",
+                                             "mlp_residual"}));
+  const ModelConfig sequential = bundled("llama3-8b");
+  auto saved = [](const std::vector<ModelOperator>& ops) {
+    double sum = 0;
+    for (const auto& op : ops) sum += op.saved.value();
+    return sum;
+  };
+  // The sequential block keeps the MLP norm's output (4096 × 4096 bf16) and its own norm input.
+  const double difference = saved(layer_operators(sequential, 0, batch(1, 4096), {})) -
+                            saved(layer_operators(m, 0, batch(1, 4096), {}));
+  EXPECT_DOUBLE_EQ(difference, 2.0 * 4096 * 4096 * 2);
+}
+
 TEST(DenseLayerFlops, OperatorsOfALlamaLayerInOrder) {
   std::vector<std::string> names;
   for (const auto& op : layer_operators(bundled("llama3-8b"), 0, batch(1, 4096), {})) names.push_back(op.name);

@@ -185,6 +185,15 @@ class OperatorList {
   std::vector<ModelOperator> ops_;
 };
 
+// The share of a causal sequence's s²/2 query-key pairs that the model's attention computes:
+// 1, or with a window w on the share f of the layers (1 − f) + f·(s·w − w²/2)/(s²/2) for s > w
+// (each query past the first w sees w keys).
+double causal_pairs_share(const ModelConfig& m, double s) {
+  const double w = static_cast<double>(m.sliding_window);
+  if (w <= 0 || s <= w) return 1.0;
+  return (1.0 - m.sliding_window_layers) + m.sliding_window_layers * (s * w - w * w / 2) / (s * s / 2);
+}
+
 // The per-GPU sizes of the file header, for a uniform micro-batch or a ragged batch.
 struct LocalSizes {
   double tokens = 0, sp_tokens = 0, hidden = 0, heads = 0, kv_heads = 0;
@@ -203,11 +212,12 @@ struct LocalSizes {
     sp_tokens = sh.sp ? tokens / sh.tp : tokens;
     // Each rank's s/c queries against all s keys; the load-balanced causal split gives every
     // rank the same half of the triangle.
-    work = AttentionWork{b, tokens, b * s, b * (tokens / b) * s * (batch.causal ? 0.5 : 1.0), tokens / b, s};
+    const double pairs_per_query = s * (batch.causal ? 0.5 * causal_pairs_share(m, s) : 1.0);
+    work = AttentionWork{b, tokens, b * s, b * (tokens / b) * pairs_per_query, tokens / b, s};
   }
 
   LocalSizes(const ModelConfig& m, const RaggedBatch& batch, const ShardingFactors& sh) : LocalSizes(m, sh) {
-    work = ragged_attention_work(batch);
+    work = ragged_attention_work(batch, m.sliding_window, m.sliding_window_layers);
     tokens = work.query_tokens;
     sp_tokens = sh.sp ? tokens / sh.tp : tokens;
   }
@@ -274,7 +284,8 @@ void add_attention(OperatorList& ops, const ModelConfig& m, AttentionKernel atte
   const double attention_output = z.tokens * z.heads * static_cast<double>(m.v_head_dim());
   ops.keep(attention_output);  // 16-bit: the attention's backward reads it too
   ops.keep_quantised_copy(attention_output);
-  ops.residual("attention_residual", z.sp_tokens, z.hidden, m.hidden_dropout > 0);
+  // A parallel block adds both branches to the residual once, after the MLP.
+  if (!m.parallel_block) ops.residual("attention_residual", z.sp_tokens, z.hidden, m.hidden_dropout > 0);
 }
 
 void add_moe(OperatorList& ops, const ModelConfig& m, const ShardingFactors& sh, const LocalSizes& z,
@@ -400,12 +411,13 @@ std::vector<ModelOperator> layer_ops(const ModelConfig& m, int layer, const Loca
   }
   OperatorList ops(dtype, cast);
   add_attention(ops, m, attention, z, recompute);
-  ops.norm("mlp_norm", m, z.sp_tokens, z.hidden);
+  // A parallel block's MLP reads the attention's normalised input, which that keeps already.
+  if (!m.parallel_block) ops.norm("mlp_norm", m, z.sp_tokens, z.hidden);
   if (m.is_moe_layer(layer)) {
     add_moe(ops, m, sh, z, recompute);
   } else {
-    ops.mlp("mlp_", m, z.tokens, static_cast<double>(m.ffn) / sh.tp, z.hidden, z.sp_tokens * z.hidden, 1, false,
-            recompute.mlp);
+    ops.mlp("mlp_", m, z.tokens, static_cast<double>(m.ffn) / sh.tp, z.hidden,
+            m.parallel_block ? 0.0 : z.sp_tokens * z.hidden, 1, false, recompute.mlp);
   }
   ops.residual("mlp_residual", z.sp_tokens, z.hidden, m.hidden_dropout > 0);
   return ops.take();
@@ -491,15 +503,24 @@ std::vector<ModelOperator> output_operators(const ModelConfig& m, const RaggedBa
   return ops.take();
 }
 
-AttentionWork ragged_attention_work(const RaggedBatch& batch) {
+AttentionWork ragged_attention_work(const RaggedBatch& batch, int64_t window, double window_layers) {
   AttentionWork w;
   for (const SequenceChunk& c : batch.sequences) {
     const double q = static_cast<double>(c.q_len), kv = static_cast<double>(c.kv_len);
     w.sequences += 1;
     w.query_tokens += q;
     w.key_tokens += kv;
-    // New token i (0-based) sees the kv − q cached keys and the new ones up to itself.
-    w.score_pairs += q * (kv - q) + q * (q + 1) / 2;
+    // New token i (0-based) sees the kv − q cached keys and the new ones up to itself: a + i
+    // keys, a = kv − q + 1; under a window at most `window` of them.
+    const double full = q * (kv - q) + q * (q + 1) / 2;
+    double pairs = full;
+    if (window > 0) {
+      const double a = kv - q + 1, cap = static_cast<double>(window);
+      const double below = std::clamp(cap - a + 1, 0.0, q);  // tokens that see fewer than the window
+      const double windowed = below * a + below * (below - 1) / 2 + (q - below) * cap;
+      pairs = (1.0 - window_layers) * full + window_layers * windowed;
+    }
+    w.score_pairs += pairs;
   }
   if (w.sequences > 0) {
     w.s_q = w.query_tokens / w.sequences;
@@ -543,7 +564,8 @@ Bytes saved_activation_bytes(const std::vector<ModelOperator>& ops, bool selecti
 
 Flops model_flops_per_token(const ModelConfig& m, int64_t sequence_length, bool causal) {
   const double n = static_cast<double>(count_parameters(m).matmul_active);
-  const double mask = causal ? 0.5 : 1.0;
+  const double s = static_cast<double>(sequence_length);
+  const double mask = causal ? 0.5 * causal_pairs_share(m, s) : 1.0;
   const double attention_per_layer = 6.0 * static_cast<double>(sequence_length) * m.heads *
                                      static_cast<double>(m.qk_head_dim() + m.v_head_dim()) * mask;
   return Flops(6.0 * n + m.layers * attention_per_layer);

@@ -163,8 +163,10 @@ struct AttentionWork {
   double s_kv = 0;
 };
 
-/// A ragged batch's attention work (the pairs of the file header).
-AttentionWork ragged_attention_work(const RaggedBatch& batch);
+/// A ragged batch's attention work (the pairs of the file header); with a sliding `window`
+/// (ModelConfig::sliding_window) on the share `window_layers` of the layers, each new token's
+/// keys capped at the window there.
+AttentionWork ragged_attention_work(const RaggedBatch& batch, int64_t window = 0, double window_layers = 1.0);
 /// The sequences of `batch` that sample a token.
 int64_t sampled_rows(const RaggedBatch& batch);
 

@@ -75,6 +75,15 @@ struct ModelConfig {
   /// residual branch (fused into the residual add, as Megatron's bias-dropout-add).
   double attention_dropout = 0;
   double hidden_dropout = 0;
+  /// Sliding-window attention: each query attends to itself and the `sliding_window` − 1 keys
+  /// before it (Mistral v0.1, MegaScale); 0 is full causal attention. On the share
+  /// `sliding_window_layers` of the layers (1: all; Gemma-2's alternation: ½); the others full.
+  int64_t sliding_window = 0;
+  double sliding_window_layers = 1.0;
+  /// Parallel attention and MLP (GPT-J, GPT-NeoX's parallel residual, PaLM, Falcon, MegaScale's
+  /// parallel transformer block): both branches read one normalised input and are summed into
+  /// one residual, so a TP group reduces once per block instead of twice.
+  bool parallel_block = false;
   std::optional<MoeConfig> moe;
   std::optional<MlaConfig> mla;
   int mtp_layers = 0;  ///< DeepSeek-V3 multi-token-prediction modules (counted apart)

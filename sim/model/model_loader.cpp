@@ -54,6 +54,7 @@ class HfFields {
   explicit HfFields(JsonReader& root) : root_(root) {}
 
   bool present(const std::string& key) const { return root_.has(key) && !root_.raw()[key].is_null(); }
+  bool has(const std::string& key) const { return root_.has(key); }
 
   JsonReader at(const std::string& key) { return root_.at(key); }
 
@@ -102,6 +103,28 @@ void require_multiple(HfFields& f, const std::string& key, int64_t value, const 
   }
 }
 
+// Sliding-window attention as transformers reads it: `sliding_window` (MistralConfig's default
+// 4096, null = full attention; Qwen2/3 only with `use_sliding_window`, on the layers from
+// `max_window_layers` on), or the share of "sliding_attention" entries in `layer_types`.
+void read_sliding_window(HfFields& f, HfFamily family, ModelConfig& m) {
+  const bool qwen = family == HfFamily::kQwen2 || family == HfFamily::kQwen3 || family == HfFamily::kQwen3Moe;
+  if (qwen && !f.flag_or("use_sliding_window", false)) return;
+  const int64_t fallback = family == HfFamily::kMistral ? 4096 : 0;
+  m.sliding_window = f.present("sliding_window") ? f.positive("sliding_window") : (f.has("sliding_window") ? 0 : fallback);
+  if (m.sliding_window == 0) return;
+  if (f.present("layer_types")) {
+    JsonReader types = f.at("layer_types");
+    const auto entries = types.elements();
+    if (entries.size() != static_cast<size_t>(m.layers)) types.fail("expected one entry per layer");
+    double sliding = 0;
+    for (const JsonReader& t : entries) sliding += t.as_string() == "sliding_attention" ? 1 : 0;
+    m.sliding_window_layers = sliding / static_cast<double>(m.layers);
+  } else if (qwen) {
+    const int64_t full = std::min<int64_t>(f.non_negative_or("max_window_layers", m.layers, kMaxCount), m.layers);
+    m.sliding_window_layers = static_cast<double>(m.layers - full) / static_cast<double>(m.layers);
+  }
+}
+
 // The Llama family: Llama, Mistral, Mixtral, Qwen2/3 (dense and MoE) share these keys.
 void read_llama_like(HfFields& f, HfFamily family, ModelConfig& m) {
   m.layers = f.count("num_hidden_layers");
@@ -133,6 +156,7 @@ void read_llama_like(HfFields& f, HfFamily family, ModelConfig& m) {
   m.mlp_bias = f.flag_or("mlp_bias", false);
   m.qk_norm = family == HfFamily::kQwen3 || family == HfFamily::kQwen3Moe;
   m.attention_dropout = f.probability_or("attention_dropout", 0.0);
+  read_sliding_window(f, family, m);
 }
 
 void read_mixtral_moe(HfFields& f, ModelConfig& m) {
@@ -246,6 +270,7 @@ void read_gpt_neox(HfFields& f, ModelConfig& m) {
   m.mlp_bias = true;
   m.attention_dropout = f.probability_or("attention_dropout", 0.0);
   m.hidden_dropout = f.probability_or("hidden_dropout", 0.0);
+  m.parallel_block = f.flag_or("use_parallel_residual", true);  // GPTNeoXConfig's default
 }
 
 std::optional<HfFamily> family_of_architecture(const std::string& a) {
@@ -444,6 +469,12 @@ ModelConfig model_from_block(JsonReader r) {
   m.qk_norm = block_flag(r, "qk_norm", false);
   m.attention_dropout = block_probability(r, "attention_dropout");
   m.hidden_dropout = block_probability(r, "hidden_dropout");
+  m.sliding_window = block_non_negative(r, "sliding_window", 0, kMaxSize);
+  if (auto v = r.find("sliding_window_layers")) {
+    m.sliding_window_layers = v->as_number();
+    if (!(m.sliding_window_layers >= 0 && m.sliding_window_layers <= 1)) v->fail("must be a share in [0, 1]");
+  }
+  m.parallel_block = block_flag(r, "parallel_block", false);
   if (auto moe = r.find("moe")) m.moe = read_moe_block(*moe, m.layers);
   if (auto mla = r.find("mla")) {
     m.mla = read_mla_block(*mla);

@@ -7,8 +7,10 @@
 //    the file is ignored (these files carry tokenizer ids, rope scaling, quantisation, …);
 //    defaults are those of the transformers configuration classes (e.g. GPT-2 ties its
 //    embeddings, n_inner null means 4·n_embd; Qwen3 head_dim defaults to 128).
-//    Not modelled: sliding-window attention (Mistral v0.1's 4096 window is read as full
-//    attention), GPT-NeoX's partial rotary (no parameters), DeepSeek's router bias
+//    Sliding windows: `sliding_window` (Mistral's default 4096; Qwen2/3 only with
+//    `use_sliding_window`, from `max_window_layers` on) or `layer_types`; GPT-NeoX's
+//    `use_parallel_residual` (default true) is the parallel block.
+//    Not modelled: GPT-NeoX's partial rotary (no parameters), DeepSeek's router bias
 //    (e_score_correction_bias, 256 numbers per layer), embedding dropout. Dropout
 //    probabilities: attn_pdrop / resid_pdrop (GPT-2, default 0.1 each, as GPT2Config),
 //    attention_dropout / hidden_dropout (GPT-NeoX), attention_dropout (the Llama family and
@@ -19,7 +21,8 @@
 //        "max_sequence": 4096, "norm": "rmsnorm" | "layernorm",
 //        "position_embedding": "rotary" | "learned", "qkv_bias": false,
 //        "attention_output_bias": false, "mlp_bias": false, "qk_norm": false,
-//        "attention_dropout": 0.0, "hidden_dropout": 0.0,
+//        "attention_dropout": 0.0, "hidden_dropout": 0.0, "sliding_window": 0,
+//        "sliding_window_layers": 1.0, "parallel_block": false,
 //        "moe": { "experts": 8, "top_k": 2, "expert_ffn": 14336, "shared_experts": 0,
 //                 "shared_expert_ffn": 14336, "first_dense_layers": 0, "layer_frequency": 1,
 //                 "dense_layers": [] },

@@ -155,7 +155,7 @@ StepBreakdown StepModel::step(const RaggedBatch& batch_in) const {
       b.flops += one.flops * static_cast<double>(count);
       b.hbm_bytes += one.hbm_bytes * static_cast<double>(count);
     }
-    all_reduces += 2 * layers;
+    all_reduces += (model_.parallel_block ? 1 : 2) * layers;  // a parallel block reduces its two branches once
     if (s == shape_.pp - 1) stage += add_forward(compute_, output_operators(model_, batch, sharding, trusted), b);
     const Time tp = layer_all_reduce * all_reduces;
     b.tp_communication += tp;

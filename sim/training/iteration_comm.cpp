@@ -336,7 +336,8 @@ CommunicationPlan::CommunicationPlan(const ModelConfig& model, const ParallelLay
       output_tp_forward[static_cast<size_t>(s)] = cross_entropy;
       output_tp_backward[static_cast<size_t>(s)] = tp_collective(CollectiveOp::kAllReduce, activation_message);
     }
-    tp_forward[static_cast<size_t>(s)] = twice(one_block);  // attention block and MLP block
+    // The attention block and the MLP block; a parallel block reduces their sum once.
+    tp_forward[static_cast<size_t>(s)] = model.parallel_block ? one_block : twice(one_block);
     tp_backward[static_cast<size_t>(s)] = layout.recompute == Recomputation::kFull
                                               ? twice(tp_forward[static_cast<size_t>(s)])
                                               : tp_forward[static_cast<size_t>(s)];

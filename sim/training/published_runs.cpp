@@ -101,6 +101,10 @@ ModelConfig model_of(const nlohmann::json& m, const std::string& where) {
   } else {
     throw RowError(where + "/mlp", "unknown MLP \"" + mlp + "\" (expected gelu, swiglu, relu2 or null)");
   }
+  // MegaScale's, Mistral's and GPT-J's architecture choices (ModelConfig): a sliding window
+  // (on every layer) and the parallel attention + MLP block.
+  c.sliding_window = opt_int(m, "sliding_window", where).value_or(0);
+  c.parallel_block = opt_bool(m, "parallel_block", where).value_or(false);
   if (auto experts = opt_int(m, "num_experts", where)) {
     MoeConfig moe;
     moe.experts = static_cast<int>(*experts);
