@@ -47,6 +47,12 @@ TEST(MeasuredScaling, ReadsEachQuantityWithItsStrategyAndLine) {
   EXPECT_EQ(strategies_missing({"ddp"}, m, "zero1"), (std::vector<std::string>{"zero1", "fsdp"}));
 }
 
+TEST(MeasuredScaling, EachZeroStageNamesTheStrategyItIs) {
+  for (ZeroStage z : {ZeroStage::kStage0, ZeroStage::kStage1, ZeroStage::kStage2, ZeroStage::kStage3}) {
+    EXPECT_EQ(scaling_strategy_from(scaling_strategy_name(z))->zero, z);
+  }
+}
+
 TEST(MeasuredScaling, BadFilesNameTheLineAndTheReason) {
   EXPECT_EQ(error_of("# only a comment\n"), "runs.csv: no header line (e.g. \"gpus,step_time_s\")");
   EXPECT_EQ(error_of("gpus,step_time_s\n"), "runs.csv:1: no measurement after the header");

@@ -48,6 +48,16 @@ std::optional<ScalingStrategy> scaling_strategy_from(const std::string& name) {
   return std::nullopt;
 }
 
+const char* scaling_strategy_name(ZeroStage zero) {
+  switch (zero) {
+    case ZeroStage::kStage0: return "ddp";
+    case ZeroStage::kStage1: return "zero1";
+    case ZeroStage::kStage2: return "zero2";
+    case ZeroStage::kStage3: return "zero3";
+  }
+  return "ddp";
+}
+
 ScalingStudy run_scaling_study(const ModelConfig& model, const ParallelLayout& base,
                                const std::function<Topology(int gpus)>& topology_for, const std::vector<int>& gpus,
                                const std::vector<ScalingStrategy>& strategies, bool weak, const IterationOptions& options) {

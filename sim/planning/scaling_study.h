@@ -26,6 +26,8 @@ struct ScalingStrategy {
 };
 /// "ddp", "zero1", "zero2", "zero3", "fsdp"; nullopt otherwise.
 std::optional<ScalingStrategy> scaling_strategy_from(const std::string& name);
+/// The strategy a ZeRO stage is: "ddp", "zero1", "zero2", "zero3".
+const char* scaling_strategy_name(ZeroStage zero);
 
 /// A run the user measured at a cell's strategy and GPU count (measured_scaling.h).
 struct MeasuredCell {

@@ -168,16 +168,6 @@ std::vector<int> gpu_counts(const std::string& list) {
   return out;
 }
 
-const char* strategy_name(ZeroStage z) {
-  switch (z) {
-    case ZeroStage::kStage0: return "ddp";
-    case ZeroStage::kStage1: return "zero1";
-    case ZeroStage::kStage2: return "zero2";
-    case ZeroStage::kStage3: return "zero3";
-  }
-  return "ddp";
-}
-
 struct ScaleJob {
   TrainingWorkload job;
   std::function<Topology(int)> topology_for;
@@ -233,7 +223,7 @@ void run_rank_orders(const ScaleArgs& a, const ScaleJob& s) {
     const RankOrderStudy study = run_rank_order_study(s.job.model, l, s.topology_for(g), orders, s.options);
     std::printf("# Parallax scale --rank-orders: %s on %s, %d GPUs, tp %d · cp %d · ep %d · dp %d · pp %d, %s (%s)\n",
                 s.job.model.name.c_str(), s.job.topology.info().name.c_str(), g, l.tp, l.cp, l.ep, l.dp, l.pp,
-                strategy_name(l.zero_stage), a.network == "flow" ? "co-simulated" : "analytical");
+                scaling_strategy_name(l.zero_stage), a.network == "flow" ? "co-simulated" : "analytical");
     std::printf("%s", rank_order_table(study).c_str());
     all.push_back(rank_order_json(study));
   }
@@ -250,7 +240,7 @@ void run_scale(const ScaleArgs& a) {
   std::vector<int> gpus = gpu_counts(a.gpus);
   const ScaleJob s = load_scale_job(a);
   if (!a.rank_orders.empty()) return run_rank_orders(a, s);
-  const std::string own = strategy_name(s.job.layout.zero_stage);
+  const std::string own = scaling_strategy_name(s.job.layout.zero_stage);
   std::optional<MeasuredScaling> measured;
   if (!a.measured.empty()) {
     measured = load_measured_scaling(a.measured);
