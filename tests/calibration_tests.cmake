@@ -4,10 +4,9 @@
 # ---- Calibration library (calibrate/lib/): measurement sets, robust fitting ----------------------
 # (Restored by the harness author after overwriting this file by mistake; reconstructed from the
 # build trees' CTestTestfile/flags: two GoogleTest executables linking parallax_calibration.)
-parallax_test(measurement_set_test measurement_set_test.cpp)
-target_link_libraries(measurement_set_test PRIVATE parallax_calibration)
-parallax_test(robust_fit_test robust_fit_test.cpp)
-target_link_libraries(robust_fit_test PRIVATE parallax_calibration)
+parallax_test(calibration_test measurement_set_test.cpp robust_fit_test.cpp collective_fit_test.cpp
+              LONG CalibratedModel.TheSimulatorPredictsWithTheFittedParameters)
+target_link_libraries(calibration_test PRIVATE parallax_calibration)
 # ---- end of the calibration library block ---------------------------------------------------------
 
 # ---- Harnesses (calibrate/harness/): parallax-nccl-bench, parallax-mpi-bench ----------------------
@@ -63,8 +62,7 @@ endif()
 # ---- end of the harness block ---------------------------------------------------------------------
 
 # ---- Collective α/β fit (calibrate/lib/collective_fit.h) --------------------------------------------
-parallax_test(collective_fit_test collective_fit_test.cpp LONG CalibratedModel.TheSimulatorPredictsWithTheFittedParameters)
-target_link_libraries(collective_fit_test PRIVATE parallax_calibration)
+# (Its tests are in calibration_test above.)
 # ---- end of the collective fit block ----------------------------------------------------------------
 
 # ---- parallax calibrate fit|compare through the CLI ---------------------------------------------------

@@ -13,7 +13,7 @@ namespace {
 
 ModelConfig llama(const std::string& name) { return load_bundled_model(test::source_path("workloads/models"), name); }
 
-const ModelOperator& find(const std::vector<ModelOperator>& ops, const std::string& name) {
+const ModelOperator& op_named(const std::vector<ModelOperator>& ops, const std::string& name) {
   for (const ModelOperator& op : ops) {
     if (op.name == name) return op;
   }
@@ -44,8 +44,8 @@ TEST(RaggedBatch, AWholePromptHasTheMicroBatchGemms) {
   }
   // Llama-3 8B: 32 heads of 128 over TP 2 = 16 per GPU; causal pairs 4096·4097/2.
   const double pairs = 4096.0 * 4097.0 / 2.0;
-  EXPECT_DOUBLE_EQ(find(serving, "attention").forward.flops.value(), 2.0 * pairs * 16 * (128 + 128));
-  EXPECT_DOUBLE_EQ(find(training, "attention").forward.flops.value(), 2.0 * 4096.0 * 4096.0 / 2.0 * 16 * 256);
+  EXPECT_DOUBLE_EQ(op_named(serving, "attention").forward.flops.value(), 2.0 * pairs * 16 * (128 + 128));
+  EXPECT_DOUBLE_EQ(op_named(training, "attention").forward.flops.value(), 2.0 * 4096.0 * 4096.0 / 2.0 * 16 * 256);
 }
 
 TEST(RaggedBatch, APrefillChunkAfterCachedTokensAttendsToThemAll) {
@@ -58,13 +58,13 @@ TEST(RaggedBatch, APrefillChunkAfterCachedTokensAttendsToThemAll) {
   EXPECT_DOUBLE_EQ(w.key_tokens, 2048);
   const auto ops = layer_operators(m, 0, chunk, ShardingFactors{8, 1, 1, false});
   // 64 query heads / 8 = 8 per GPU; 8 KV heads / 8 = 1; d = 128.
-  const OperatorCost& a = find(ops, "attention").forward;
+  const OperatorCost& a = op_named(ops, "attention").forward;
   EXPECT_DOUBLE_EQ(a.flops.value(), 2.0 * w.score_pairs * 8 * 256);
   // Q and O of the 512 new tokens, K and V of all 2048, and fp32 row statistics, in bf16.
   const double q = 512.0 * 8 * 128, kv = 2048.0 * 1 * 256, o = 512.0 * 8 * 128;
   EXPECT_DOUBLE_EQ(a.bytes_read_written.value(), (q + kv + o) * 2 + 512.0 * 8 * 4);
   // The GEMMs run on the 512 new rows: qkv is 512 × (8 + 2·1)·128 × 8192.
-  EXPECT_DOUBLE_EQ(find(ops, "qkv_proj").forward.flops.value(), 2.0 * 512 * 10 * 128 * 8192);
+  EXPECT_DOUBLE_EQ(op_named(ops, "qkv_proj").forward.flops.value(), 2.0 * 512 * 10 * 128 * 8192);
   // A chunk that does not end its prompt samples nothing: no logits.
   const auto out = output_operators(m, chunk, ShardingFactors{8, 1, 1, false});
   EXPECT_EQ(out.size(), 1u);
@@ -83,11 +83,11 @@ TEST(RaggedBatch, ADecodeStepReadsEveryCachedKeyOnce) {
   const auto ops = layer_operators(m, 0, batch, ShardingFactors{1, 1, 1, false});
   // K and V of 128,000 cached tokens × 8 KV heads × 2·128, in bf16, dominate the bytes.
   const double kv_bytes = 128000.0 * 8 * 256 * 2;
-  const OperatorCost& a = find(ops, "attention").forward;
+  const OperatorCost& a = op_named(ops, "attention").forward;
   EXPECT_DOUBLE_EQ(a.bytes_read_written.value(), kv_bytes + (64.0 * 32 * 128 * 2) * 2 + 64.0 * 32 * 4);
   // The head runs on the 64 sampled rows: 64 × 128256 × 4096.
   const auto out = output_operators(m, batch, ShardingFactors{1, 1, 1, false});
-  EXPECT_DOUBLE_EQ(find(out, "logits").forward.flops.value(), 2.0 * 64 * 128256 * 4096);
+  EXPECT_DOUBLE_EQ(op_named(out, "logits").forward.flops.value(), 2.0 * 64 * 128256 * 4096);
   EXPECT_EQ(sampled_rows(batch), 64);
 }
 

@@ -17,12 +17,9 @@
 namespace parallax {
 namespace {
 
-ModelConfig llama(const std::string& name) { return load_bundled_model(test::source_path("workloads/models"), name); }
+using test::bundled;
 
-std::shared_ptr<const Topology> dgx_h100(int nodes = 1) {
-  return std::make_shared<const Topology>(
-      load_topology(test::source_path("topologies/dgx-h100.json"), TopologyLoadOptions{nodes}));
-}
+using test::shared_dgx_h100;
 
 class ConstantTimer final : public StepTimer {
  public:
@@ -47,8 +44,8 @@ class ExponentialTimer final : public StepTimer {
 // single server whose service time is the timer's.
 FleetConfig queue(int instances, double rate, int64_t requests, RoutingPolicy router = RoutingPolicy::kRoundRobin) {
   FleetConfig c;
-  c.model = llama("llama3-8b");
-  c.topology = dgx_h100();
+  c.model = bundled("llama3-8b");
+  c.topology = shared_dgx_h100();
   PoolConfig pool;
   pool.count = instances;
   pool.batching.max_sequences = 1;
@@ -290,17 +287,17 @@ TEST(ServingBatching, ARequestThatCanNeverFitIsRejected) {
 TEST(ServingMemory, KvBlocksFromMemoryByHand) {
   // H100: 80 GiB; reserve 10%: 72 GiB usable = 77,309,411,328 B.
   const double usable = 0.9 * 80.0 * 1024 * 1024 * 1024;
-  const GpuSpec h100 = dgx_h100()->gpu_spec_of(dgx_h100()->gpus().front());
+  const GpuSpec h100 = shared_dgx_h100()->gpu_spec_of(shared_dgx_h100()->gpus().front());
   // Llama-3 8B, TP 1: 8,030,261,248 parameters, 16,060,522,496 B of bf16 weights; a block of
   // 16 tokens keeps 32 layers × K,V × 8 heads × 128 × 2 B × 16 = 2,097,152 B.
-  const ModelConfig m8 = llama("llama3-8b");
+  const ModelConfig m8 = bundled("llama3-8b");
   ASSERT_EQ(count_parameters(m8).total, 8030261248);
   const KvCapacity c8 = kv_capacity(m8, h100, InstanceShape{1, 1}, 16, 0.10, Bytes(0));
   EXPECT_EQ(c8.block_bytes.value(), 2097152.0);
   EXPECT_EQ(c8.blocks, static_cast<int64_t>(std::floor((usable - 16060522496.0) / 2097152.0)));  // 29,206
   // Llama-3 70B, TP 4: 70,553,706,496 parameters, a quarter of 141,107,412,992 B per GPU; 8 KV
   // heads over 4 ranks: 2 per GPU, so a block is 80 × 2 × 2 × 128 × 2 B × 16 = 1,310,720 B.
-  const ModelConfig m70 = llama("llama3-70b");
+  const ModelConfig m70 = bundled("llama3-70b");
   ASSERT_EQ(count_parameters(m70).total, 70553706496);
   const KvCapacity c70 = kv_capacity(m70, h100, InstanceShape{4, 1}, 16, 0.10, Bytes(0));
   EXPECT_EQ(c70.block_bytes.value(), 1310720.0);
@@ -316,8 +313,8 @@ TEST(ServingMemory, KvBlocksFromMemoryByHand) {
 
 TEST(ServingFleet, TheCostModelRunsAFleetAndRerunsIdentically) {
   FleetConfig c;
-  c.model = llama("llama3-8b");
-  c.topology = dgx_h100();
+  c.model = bundled("llama3-8b");
+  c.topology = shared_dgx_h100();
   PoolConfig pool;
   pool.count = 2;
   pool.shape = InstanceShape{2, 1};

@@ -15,10 +15,7 @@
 namespace parallax {
 namespace {
 
-std::shared_ptr<const Topology> dgx_h100(int nodes) {
-  return std::make_shared<const Topology>(
-      load_topology(test::source_path("topologies/dgx-h100.json"), TopologyLoadOptions{nodes}));
-}
+using test::shared_dgx_h100;
 
 PoolConfig pool(const std::string& name, PoolRole role, int tp, int count) {
   PoolConfig p;
@@ -57,7 +54,7 @@ Time lone_flow(const Topology& topo, DeviceId src, DeviceId dst, Bytes size, uin
 TEST(ServingDisaggregation, ALoneRequestsTtftIsItsPrefillPlusItsKvTransfer) {
   FleetConfig c;
   c.model = load_bundled_model(test::source_path("workloads/models"), "llama3-8b");
-  c.topology = dgx_h100(2);
+  c.topology = shared_dgx_h100(2);
   c.pools = {pool("prefill", PoolRole::kPrefill, 8, 1), pool("decode", PoolRole::kDecode, 8, 1)};
   c.replay = at_once(1, 4096, 10);
   const FleetResult r = simulate_fleet(c);
@@ -88,7 +85,7 @@ TEST(ServingDisaggregation, ALoneRequestsTtftIsItsPrefillPlusItsKvTransfer) {
 TEST(ServingDisaggregation, StreamedKvOverlapsThePrefillAndLandsAfterItsLastLayer) {
   FleetConfig c;
   c.model = load_bundled_model(test::source_path("workloads/models"), "llama3-8b");
-  c.topology = dgx_h100(2);
+  c.topology = shared_dgx_h100(2);
   c.pools = {pool("prefill", PoolRole::kPrefill, 8, 1), pool("decode", PoolRole::kDecode, 8, 1)};
   c.kv_streaming = true;
   c.pools[0].batching.token_budget = 32768;  // each prompt in one step
@@ -122,7 +119,7 @@ TEST(ServingDisaggregation, StreamedKvOverlapsThePrefillAndLandsAfterItsLastLaye
 TEST(ServingDisaggregation, TransfersIntoOneNicShareIt) {
   FleetConfig c;
   c.model = load_bundled_model(test::source_path("workloads/models"), "llama3-8b");
-  c.topology = dgx_h100(2);
+  c.topology = shared_dgx_h100(2);
   // Eight one-GPU prefill instances fill node 0; the one decode instance is GPU 0 of node 1.
   c.pools = {pool("prefill", PoolRole::kPrefill, 1, 8), pool("decode", PoolRole::kDecode, 1, 1)};
   c.router = RoutingPolicy::kRoundRobin;
@@ -142,7 +139,7 @@ TEST(ServingDisaggregation, TransfersIntoOneNicShareIt) {
 TEST(ServingPlacement, PoolsArePlacedWherePutAndPackedWithoutStraddlingNodes) {
   FleetConfig c;
   c.model = load_bundled_model(test::source_path("workloads/models"), "llama3-8b");
-  c.topology = dgx_h100(2);
+  c.topology = shared_dgx_h100(2);
   c.replay = at_once(1, 4096, 4);
   c.pools = {pool("prefill", PoolRole::kPrefill, 4, 1), pool("decode", PoolRole::kDecode, 4, 1)};
   // Packed, both sit on node 0: the KV moves over NVLink.
@@ -180,7 +177,7 @@ TEST(ServingPlacement, PoolsArePlacedWherePutAndPackedWithoutStraddlingNodes) {
 TEST(ServingDisaggregation, FleetsMustPairPrefillWithDecode) {
   FleetConfig c;
   c.model = load_bundled_model(test::source_path("workloads/models"), "llama3-8b");
-  c.topology = dgx_h100(1);
+  c.topology = shared_dgx_h100(1);
   c.replay = at_once(1, 16, 4);
   c.pools = {pool("prefill", PoolRole::kPrefill, 1, 2)};
   EXPECT_THROW(simulate_fleet(c), std::invalid_argument);

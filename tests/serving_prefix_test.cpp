@@ -19,7 +19,7 @@
 namespace parallax {
 namespace {
 
-class ConstantTimer final : public StepTimer {
+class MillisecondTimer final : public StepTimer {
  public:
   Time step_time(const RaggedBatch&) override { return Time::ms(1); }
 };
@@ -45,7 +45,7 @@ FleetConfig fleet(std::shared_ptr<const std::vector<Request>> trace, int instanc
 }
 
 FleetSummary run(const FleetConfig& c) {
-  return summarize(c, simulate_fleet(c, [](const PoolConfig&, int) { return std::make_unique<ConstantTimer>(); }));
+  return summarize(c, simulate_fleet(c, [](const PoolConfig&, int) { return std::make_unique<MillisecondTimer>(); }));
 }
 
 TEST(ServingPrefixCache, AnUnboundedCacheHitsTheTracesOwnBlockReuse) {
@@ -129,11 +129,11 @@ TEST(ServingPrefixCache, APromptThatCouldOnlyFitWithoutTheCacheIsRejectedNotStuc
   r.prefix_block_tokens = 32;
   trace->push_back(r);
   FleetConfig c = fleet(trace, 1, 2);
-  const FleetResult result = simulate_fleet(c, [](const PoolConfig&, int) { return std::make_unique<ConstantTimer>(); });
+  const FleetResult result = simulate_fleet(c, [](const PoolConfig&, int) { return std::make_unique<MillisecondTimer>(); });
   EXPECT_TRUE(result.requests[0].rejected);
   EXPECT_NE(result.requests[0].rejection.find("need 3 KV blocks"), std::string::npos) << result.requests[0].rejection;
   c.pools[0].batching.prefix_caching = false;
-  EXPECT_TRUE(simulate_fleet(c, [](const PoolConfig&, int) { return std::make_unique<ConstantTimer>(); }).requests[0].completed);
+  EXPECT_TRUE(simulate_fleet(c, [](const PoolConfig&, int) { return std::make_unique<MillisecondTimer>(); }).requests[0].completed);
 }
 
 }  // namespace

@@ -13,7 +13,7 @@
 namespace parallax {
 namespace {
 
-ModelConfig llama(const std::string& name) { return load_bundled_model(test::source_path("workloads/models"), name); }
+using test::bundled;
 Topology dgx_h100(int nodes = 1) {
   return load_topology(test::source_path("topologies/dgx-h100.json"), TopologyLoadOptions{nodes});
 }
@@ -31,7 +31,7 @@ RaggedBatch prefill_batch(int sequences, int64_t length) {
 }
 
 TEST(ServingStep, ADecodeStepCostsItsBytesAtTheHbmBandwidth) {
-  const ModelConfig m = llama("llama3-8b");
+  const ModelConfig m = bundled("llama3-8b");
   StepModelOptions o;
   o.step_overhead = Time::zero();
   const StepModel model(m, dgx_h100(), InstanceShape{1, 1}, o);
@@ -66,7 +66,7 @@ TEST(ServingStep, ADecodeStepCostsItsBytesAtTheHbmBandwidth) {
 }
 
 TEST(ServingStep, ALongPrefillIsComputeBoundAndScalesWithItsFlops) {
-  const ModelConfig m = llama("llama3-8b");
+  const ModelConfig m = bundled("llama3-8b");
   StepModelOptions o;
   o.step_overhead = Time::zero();
   const StepModel model(m, dgx_h100(), InstanceShape{1, 1}, o);
@@ -85,7 +85,7 @@ TEST(ServingStep, ALongPrefillIsComputeBoundAndScalesWithItsFlops) {
 }
 
 TEST(ServingStep, TensorParallelismAddsTwoAllReducesPerLayer) {
-  const ModelConfig m = llama("llama3-70b");
+  const ModelConfig m = bundled("llama3-70b");
   StepModelOptions o;
   o.step_overhead = Time::zero();
   const Topology one_node = dgx_h100(1);
@@ -107,7 +107,7 @@ TEST(ServingStep, TensorParallelismAddsTwoAllReducesPerLayer) {
 }
 
 TEST(ServingStep, Fp8RunsTheGemmsInFp8AndEverythingElseInBf16) {
-  const ModelConfig m = llama("llama3-70b");
+  const ModelConfig m = bundled("llama3-70b");
   const RaggedBatch batch = prefill_batch(1, 2048);
   RaggedBatch fp8 = batch;
   fp8.dtype = DType::kFp8;
@@ -158,7 +158,7 @@ std::vector<ModelOperator> experts(const ModelConfig& m, const RaggedBatch& batc
 }
 
 TEST(ServingStep, AFewTokensReadOnlyTheExpertsTheyReach) {
-  const ModelConfig m = llama("mixtral-8x7b");  // 8 experts, top 2, h 4096, f_e 14336
+  const ModelConfig m = bundled("mixtral-8x7b");  // 8 experts, top 2, h 4096, f_e 14336
   // One decode token on one GPU: 2 slots over 8 experts reach 8·(1 − (7/8)²) = 1.875 of them
   // on average, each on 2/1.875 rows; the weights read are those of 1.875 experts.
   const std::vector<ModelOperator> one = experts(m, decode_batch(1, 1024), ShardingFactors{});
@@ -178,7 +178,7 @@ TEST(ServingStep, AFewTokensReadOnlyTheExpertsTheyReach) {
 }
 
 TEST(ServingStep, ExpertParallelismSpreadsWholeExpertsOverTheTpGroup) {
-  const ModelConfig m = llama("mixtral-8x7b");
+  const ModelConfig m = bundled("mixtral-8x7b");
   const RaggedBatch batch = prefill_batch(1, 4096);
   // TP 4 without EP: all 8 experts on every GPU, each 14336/4 wide, on all 8192 slots.
   // TP 4 with EP 4: 2 whole experts per GPU on the 8192/4 slots routed to them. The same FLOPs.
@@ -198,11 +198,11 @@ TEST(ServingStep, ExpertParallelismSpreadsWholeExpertsOverTheTpGroup) {
   const Topology node = dgx_h100(1);
   EXPECT_NO_THROW(StepModel(m, node, InstanceShape{4, 1, 4}, o));
   EXPECT_THROW(StepModel(m, node, InstanceShape{4, 1, 2}, o), std::invalid_argument);
-  EXPECT_THROW(StepModel(llama("llama3-8b"), node, InstanceShape{2, 1, 2}, o), std::invalid_argument);
+  EXPECT_THROW(StepModel(bundled("llama3-8b"), node, InstanceShape{2, 1, 2}, o), std::invalid_argument);
 }
 
 TEST(ServingStep, WhereAnInstanceSitsDecidesWhichLinksItsStagesUse) {
-  const ModelConfig m = llama("llama3-70b");
+  const ModelConfig m = bundled("llama3-70b");
   StepModelOptions o;
   const Topology two = dgx_h100(2);
   const RaggedBatch batch = decode_batch(64, 1024);
@@ -221,7 +221,7 @@ TEST(ServingStep, WhereAnInstanceSitsDecidesWhichLinksItsStagesUse) {
 TEST(ServingStep, PipelineStagesSplitTheLayersAndHandOff) {
   EXPECT_EQ(split_layers(80, 3), (std::vector<int>{27, 27, 26}));
   EXPECT_THROW(split_layers(2, 3), std::invalid_argument);
-  const ModelConfig m = llama("llama3-70b");
+  const ModelConfig m = bundled("llama3-70b");
   StepModelOptions o;
   o.step_overhead = Time::ms(1);
   const StepModel pp1(m, dgx_h100(), InstanceShape{4, 1}, o);

@@ -1,8 +1,14 @@
 # Tests of sim/serving and `parallax serve`. Included OPTIONAL from tests/CMakeLists.txt.
 
-# ---- engine steps of model-parallel instances ----------------------------------------------------
-parallax_test(serving_step_test serving_step_test.cpp)
-target_link_libraries(serving_step_test PRIVATE parallax_serving)
+# One executable for the serving tests: engine steps of model-parallel instances, the fleet
+# (queues, batching, memory), request traces, prefix caching and routing, P/D disaggregation.
+parallax_test(serving_test serving_step_test.cpp serving_fleet_test.cpp serving_trace_test.cpp serving_prefix_test.cpp
+              serving_pd_test.cpp
+              LONG ServingQueue.MM1WaitingTimeIsRhoOverMuMinusLambda ServingQueue.MD1WaitingTimeIsPollaczekKhinchine
+                   ServingQueue.JoinShortestQueueWaitsLessThanPowerOfTwoThanRoundRobin
+                   ServingPrefixCache.CacheAwareRoutersHitMoreThanRoundRobin ServingPrefixIndex.AForgetfulRouterIndexLosesAffinity
+                   ServingPrefixCache.AnUnboundedCacheHitsTheTracesOwnBlockReuse)
+target_link_libraries(serving_test PRIVATE parallax_serving)
 
 # ---- parallax serve step through the CLI -------------------------------------------------------------
 set(serve_scratch ${CMAKE_CURRENT_BINARY_DIR}/serve-scratch)
@@ -23,10 +29,6 @@ add_test(NAME example.serve.step_bad_prefill
                  $<TARGET_FILE:parallax> serve step --model llama3-8b --topology dgx-h100 --prefill 4096)
 
 # ---- the fleet simulation: queues, batching, memory --------------------------------------------
-parallax_test(serving_fleet_test serving_fleet_test.cpp
-              LONG ServingQueue.MM1WaitingTimeIsRhoOverMuMinusLambda ServingQueue.MD1WaitingTimeIsPollaczekKhinchine
-                   ServingQueue.JoinShortestQueueWaitsLessThanPowerOfTwoThanRoundRobin)
-target_link_libraries(serving_fleet_test PRIVATE parallax_serving)
 
 # ---- parallax serve FLEET.json through the CLI ---------------------------------------------------
 set(serve_fleet ${PROJECT_SOURCE_DIR}/workloads/serve/llama3-8b-4xtp2-h100.json)
@@ -67,8 +69,6 @@ set_tests_properties(example.serve.no_output_on_error PROPERTIES
                      DEPENDS "example.serve.bad_router;example.serve.bad_tp;example.serve.pool_does_not_fit;example.serve.prefill_without_decode;example.serve.malformed")
 
 # ---- request traces and their replay -------------------------------------------------------------------
-parallax_test(serving_trace_test serving_trace_test.cpp)
-target_link_libraries(serving_trace_test PRIVATE parallax_serving)
 add_test(NAME example.serve.replay_azure_code
          COMMAND parallax serve ${serve_fleet} --replay ${PROJECT_SOURCE_DIR}/tests/data/serving-traces/azure-llm-2023-code.csv
                  --rate-scale 4)
@@ -79,14 +79,8 @@ add_test(NAME example.serve.replay_mooncake
 set_tests_properties(example.serve.replay_mooncake PROPERTIES PASS_REGULAR_EXPRESSION "Mooncake JSON lines, 1000 requests.*1000 completed")
 
 # ---- prefix caching and prefix-aware routing -------------------------------------------------------------
-parallax_test(serving_prefix_test serving_prefix_test.cpp
-              LONG ServingPrefixCache.CacheAwareRoutersHitMoreThanRoundRobin ServingPrefixIndex.AForgetfulRouterIndexLosesAffinity
-                   ServingPrefixCache.AnUnboundedCacheHitsTheTracesOwnBlockReuse)
-target_link_libraries(serving_prefix_test PRIVATE parallax_serving)
 
 # ---- prefill/decode disaggregation ---------------------------------------------------------------------
-parallax_test(serving_pd_test serving_pd_test.cpp)
-target_link_libraries(serving_pd_test PRIVATE parallax_serving)
 add_test(NAME example.serve.fleet_disaggregated
          COMMAND parallax serve ${PROJECT_SOURCE_DIR}/workloads/serve/llama3-70b-pd-2xdgx-h100.json --requests 300)
 set_tests_properties(example.serve.fleet_disaggregated PROPERTIES PASS_REGULAR_EXPRESSION "300 completed.*KV move")

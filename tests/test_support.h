@@ -2,9 +2,11 @@
 #pragma once
 
 #include <fstream>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "model/model_loader.h"
 #include "topology/topology.h"
 #include "topology/topology_loader.h"
 
@@ -13,6 +15,14 @@ namespace parallax::test {
 inline std::string source_path(const std::string& relative) {
   return std::string(PARALLAX_SOURCE_DIR) + "/" + relative;
 }
+
+/// DGX H100 nodes, shared (as the serving fleet holds its topology).
+inline std::shared_ptr<const Topology> shared_dgx_h100(int nodes = 1) {
+  return std::make_shared<const Topology>(load_topology(source_path("topologies/dgx-h100.json"), TopologyLoadOptions{nodes}));
+}
+
+/// A bundled model (workloads/models/<name>.json).
+inline ModelConfig bundled(const std::string& name) { return load_bundled_model(source_path("workloads/models"), name); }
 
 inline Topology load_preset(const std::string& name, std::optional<int> nodes = std::nullopt) {
   return load_topology(source_path("topologies/" + name + ".json"), TopologyLoadOptions{nodes});

@@ -18,9 +18,11 @@ namespace {
 using test::expect_parts_add_up;
 using test::tiny;
 using test::toy_cluster;
+using test::kDp;
+using test::kCp;
+using test::kEp;
+using test::kTp;
 
-constexpr size_t kCp = static_cast<size_t>(WorkKind::kCpComm);
-constexpr size_t kDp = static_cast<size_t>(WorkKind::kDpComm);
 
 // cp ranks (tp = dp = pp = 1), micro-batches of one 512-token sequence.
 ParallelLayout cp_layout(int cp, int64_t micro_batches, ContextParallelComm comm = ContextParallelComm::kRing) {

@@ -21,9 +21,11 @@ namespace {
 
 using test::expect_parts_add_up;
 using test::toy_cluster;
+using test::kDp;
+using test::kCp;
+using test::kEp;
+using test::kTp;
 
-constexpr size_t kEp = static_cast<size_t>(WorkKind::kEpComm);
-constexpr size_t kDp = static_cast<size_t>(WorkKind::kDpComm);
 
 // The tiny Llama-style model of the iteration tests (8 layers, hidden 256, 4 heads of 64,
 // vocab 1024) with every MLP a MoE of 4 routed experts, top-2, expert FFN 512.
@@ -166,7 +168,6 @@ TEST(IterationExpertParallel, ExpertTensorParallelismOfOneKeepsExpertsWholeOnThe
   const IterationResult folded = simulate_iteration(model, l, topo);
   const double per_gpu_experts = 8.0 * static_cast<double>(layer_parameters(model, 0).routed_experts) / 2;  // /(etp·ep)
   EXPECT_NEAR(folded.stages[0].parameters - same.stages[0].parameters, per_gpu_experts / 2, 1e-6);
-  constexpr size_t kTp = static_cast<size_t>(WorkKind::kTpComm);
   EXPECT_EQ(same.stages[0].communication[kTp].collectives - folded.stages[0].communication[kTp].collectives, 8 * 4);
   EXPECT_GT(folded.stages[0].communication[kDp].sent.value(), same.stages[0].communication[kDp].sent.value());
   // The GEMMs' FLOPs are the same; only the per-slot weighting of the unpermute (2 FLOPs per

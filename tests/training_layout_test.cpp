@@ -15,9 +15,7 @@
 namespace parallax {
 namespace {
 
-ModelConfig bundled(const std::string& name) {
-  return load_bundled_model(test::source_path("workloads/models"), name);
-}
+using test::bundled;
 
 // Llama-3-8B (32 layers, 32 heads, 8 KV heads, ffn 14336) on 64 GPUs: tp 8, pp 2, dp 4.
 ParallelLayout llama_layout() {

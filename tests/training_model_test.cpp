@@ -14,7 +14,7 @@ namespace parallax {
 namespace {
 
 std::string models_dir() { return test::source_path("workloads/models"); }
-ParameterCounts bundled(const std::string& name) { return count_parameters(load_bundled_model(models_dir(), name)); }
+ParameterCounts parameters_of(const std::string& name) { return count_parameters(load_bundled_model(models_dir(), name)); }
 
 // Published totals are given to 3–4 significant digits; 1 % covers the rounding and nothing else.
 void expect_within_percent(int64_t counted, double published, double percent) {
@@ -31,11 +31,11 @@ TEST(BundledModels, AllNineAreThere) {
 TEST(BundledModels, Llama2) {
   // 7B: per layer 4·4096² (MHA) + 3·4096·11008 + 2·4096 = 202,383,360 × 32 = 6,476,267,520;
   // embeddings 2·32000·4096 = 262,144,000; norm 4,096: 6,738,415,616, Meta's "6.74B".
-  EXPECT_EQ(bundled("llama2-7b").total, 6'738'415'616);
+  EXPECT_EQ(parameters_of("llama2-7b").total, 6'738'415'616);
   // 13B: (4·5120² + 3·5120·13824 + 2·5120) × 40 + 2·32000·5120 + 5120 = 13,015,864,320.
-  EXPECT_EQ(bundled("llama2-13b").total, 13'015'864'320);
+  EXPECT_EQ(parameters_of("llama2-13b").total, 13'015'864'320);
   // 70B: (2·8192² + 2·8192·1024 + 3·8192·28672 + 2·8192) × 80 + 2·32000·8192 + 8192 = 68,976,648,192.
-  EXPECT_EQ(bundled("llama2-70b").total, 68'976'648'192);
+  EXPECT_EQ(parameters_of("llama2-70b").total, 68'976'648'192);
 }
 
 TEST(BundledModels, Llama3_8B) {
@@ -43,7 +43,7 @@ TEST(BundledModels, Llama3_8B) {
   // SwiGLU 3·4096·14336 = 176,160,768; two RMSNorms 8,192 → 218,112,000 × 32 = 6,979,584,000.
   // Untied embedding and head 2·128256·4096 = 1,050,673,152; final norm 4,096.
   // Total 8,030,261,248: Meta's "8.03B".
-  ParameterCounts p = bundled("llama3-8b");
+  ParameterCounts p = parameters_of("llama3-8b");
   EXPECT_EQ(p.total, 8'030'261'248);
   EXPECT_EQ(p.embedding, 525'336'576);
   EXPECT_EQ(p.output_head, 525'336'576);
@@ -55,7 +55,7 @@ TEST(BundledModels, Llama3_70B) {
   // Per layer: 2·8192² + 2·8192·1024 = 150,994,944; 3·8192·28672 = 704,643,072; norms 16,384
   // → 855,654,400 × 80 = 68,452,352,000; embeddings 2·128256·8192 = 2,101,346,304; norm 8,192.
   // Total 70,553,706,496: the published 70.55 B.
-  ParameterCounts p = bundled("llama3-70b");
+  ParameterCounts p = parameters_of("llama3-70b");
   EXPECT_EQ(p.total, 70'553'706'496);
   expect_within_percent(p.total, 70.55e9, 1);
 }
@@ -64,7 +64,7 @@ TEST(BundledModels, Llama3_405B) {
   // Per layer: 2·16384² + 2·16384·1024 = 570,425,344; 3·16384·53248 = 2,617,245,696;
   // norms 32,768 → 3,187,703,808 × 126 = 401,650,679,808; embeddings 2·128256·16384 =
   // 4,202,692,608; norm 16,384. Total 405,853,388,800: the published 405.8 B.
-  ParameterCounts p = bundled("llama3-405b");
+  ParameterCounts p = parameters_of("llama3-405b");
   EXPECT_EQ(p.total, 405'853'388'800);
   expect_within_percent(p.total, 405.8e9, 1);
 }
@@ -74,7 +74,7 @@ TEST(BundledModels, Gpt3_175B) {
   // LayerNorms 4h) = 1,812,099,072 × 96 = 173,961,510,912; tied token embedding 50257·h =
   // 617,558,016; learned positions 2048·h = 25,165,824; final LayerNorm 2h = 24,576.
   // Total 174,604,259,328 ≈ 174.6 B (the "175B" of Brown et al.).
-  ParameterCounts p = bundled("gpt3-175b");
+  ParameterCounts p = parameters_of("gpt3-175b");
   EXPECT_EQ(p.total, 174'604'259'328);
   EXPECT_EQ(p.output_head, 0);
   EXPECT_EQ(p.embedding, 617'558'016 + 25'165'824);
@@ -90,7 +90,7 @@ TEST(BundledModels, Mixtral8x7B) {
   // Embeddings 2·32000·4096 = 262,144,000; final norm 4,096. Total 46,702,792,704 (46.7 B).
   // Active: 2 of 8 experts → per layer 41,943,040 + 352,321,536 + 32,768 + 8,192 = 394,305,536
   // × 32 = 12,617,777,152, + 262,148,096 = 12,879,925,248 (12.9 B, embeddings included).
-  ParameterCounts p = bundled("mixtral-8x7b");
+  ParameterCounts p = parameters_of("mixtral-8x7b");
   EXPECT_EQ(p.total, 46'702'792'704);
   EXPECT_EQ(p.active, 12'879'925'248);
   EXPECT_EQ(p.routed_experts, 32 * int64_t{1'409'286'144});
@@ -108,7 +108,7 @@ TEST(BundledModels, DeepSeekV3) {
   // Total 671,026,404,352: DeepSeek's 671 B (which leaves out the 11.5 B MTP module).
   // Active: 8 of 256 routed experts → 37,552,282,624; without the input embedding (926,679,040)
   // 36,625,603,584: DeepSeek's "36.6 B (including 0.9 B for the output head)", rounded to 37 B.
-  ParameterCounts p = bundled("deepseek-v3");
+  ParameterCounts p = parameters_of("deepseek-v3");
   EXPECT_EQ(p.total, 671'026'404'352);
   EXPECT_EQ(p.active, 37'552'282'624);
   expect_within_percent(p.total, 671e9, 1);
@@ -267,7 +267,7 @@ TEST(ModelBlock, Llama3_8BWrittenAsABlockCountsLikeItsConfigJson) {
   ModelConfig m = read_model(root.at("model"), models_dir());
   EXPECT_EQ(m.name, "llama3-8b-block");
   EXPECT_EQ(m.head_dim, 128);
-  EXPECT_EQ(count_parameters(m).total, bundled("llama3-8b").total);
+  EXPECT_EQ(count_parameters(m).total, parameters_of("llama3-8b").total);
 }
 
 TEST(ModelBlock, InlineMoeBlockFromAFile) {

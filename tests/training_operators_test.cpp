@@ -17,9 +17,7 @@
 namespace parallax {
 namespace {
 
-ModelConfig bundled(const std::string& name) {
-  return load_bundled_model(test::source_path("workloads/models"), name);
-}
+using test::bundled;
 
 // A GPT-2/3 layer of hidden h: MHA, plain GELU MLP of 4h, LayerNorm, learned positions.
 ModelConfig gpt(int64_t h, int heads) {

@@ -8,6 +8,12 @@
 
 namespace parallax::test {
 
+/// Indexes of the per-kind arrays of a stage's result (communication, exposed time).
+inline constexpr size_t kTp = static_cast<size_t>(WorkKind::kTpComm);
+inline constexpr size_t kCp = static_cast<size_t>(WorkKind::kCpComm);
+inline constexpr size_t kEp = static_cast<size_t>(WorkKind::kEpComm);
+inline constexpr size_t kDp = static_cast<size_t>(WorkKind::kDpComm);
+
 /// n toy GPUs (1 TFLOP/s bf16, 100 GB/s HBM, 1 GiB) on one 100 GB/s switch.
 inline Topology toy_cluster(int n) { return star(n, gigabytes_per_second(100), Time::us(1)); }
 

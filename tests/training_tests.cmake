@@ -1,25 +1,15 @@
 # Tests of the compute layer and of the model part of training (architectures, parameter
 # counts, per-operator costs, memory formulas). Included OPTIONAL from tests/CMakeLists.txt.
-foreach(training_test compute_model_test training_model_test training_operators_test training_memory_test)
-  parallax_test(${training_test} ${training_test}.cpp)
-  target_link_libraries(${training_test} PRIVATE parallax_training)
-endforeach()
+# One executable for the compute, model and training tests (one link and fewer compiled units
+# than one each): the model layer's serving batches too (model/layer_operators.h); the training
+# job's parallel layout, pipeline schedules, simulated iteration, published runs and EP.
+parallax_test(training_test compute_model_test.cpp training_model_test.cpp training_operators_test.cpp
+              training_memory_test.cpp model_ragged_test.cpp training_layout_test.cpp training_pipeline_test.cpp
+              training_iteration_test.cpp training_cp_test.cpp training_symmetry_test.cpp training_cosim_test.cpp
+              training_published_runs_test.cpp training_ep_test.cpp)
+target_link_libraries(training_test PRIVATE parallax_training)
 
-# ---- the model layer's serving batches (model/layer_operators.h) ---------------------------------
-parallax_test(model_ragged_test model_ragged_test.cpp)
-target_link_libraries(model_ragged_test PRIVATE parallax_model)
 
-
-# ---- training job: parallel layout, pipeline schedules, simulated iteration ----------------
-foreach(training_test training_layout_test training_pipeline_test training_iteration_test training_cp_test
-                      training_symmetry_test training_cosim_test)
-  parallax_test(${training_test} ${training_test}.cpp)
-  target_link_libraries(${training_test} PRIVATE parallax_training)
-endforeach()
-
-# ---- published training runs (validation rows) ------------------------------------------------
-parallax_test(training_published_runs_test training_published_runs_test.cpp)
-target_link_libraries(training_published_runs_test PRIVATE parallax_training)
 
 # ---- parallax train / validate through the CLI ----------------------------------------------------
 file(GLOB train_workloads CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/workloads/train/*.json)
@@ -60,9 +50,6 @@ add_test(NAME example.validate.per_source
          COMMAND bash -c "\"$0\" validate \"$1\" 2>/dev/null | grep -E '^  Narayanan et al\\. 2021 +22 rows: median [+-][0-9.]+%, mean \\|error\\| [0-9.]+%$'"
                  $<TARGET_FILE:parallax> ${PROJECT_SOURCE_DIR}/workloads/validation/dev-runs.json)
 
-# ---- expert parallelism in the simulated iteration --------------------------------------------
-parallax_test(training_ep_test training_ep_test.cpp)
-target_link_libraries(training_ep_test PRIVATE parallax_training)
 # The trace opens in Perfetto: one process per pipeline stage, compute and communication threads;
 # co-simulated, a process of the busiest links, with an arrow from each task to the links it crossed.
 add_test(NAME example.train.trace
