@@ -135,7 +135,9 @@ TEST(ParallelBlock, OneNormAndOneResidualForBothBranches) {
     for (const auto& op : ops) sum += op.saved.value();
     return sum;
   };
-  // The sequential block keeps the MLP norm's output (4096 × 4096 bf16) and its own norm input.
+  // The sequential block keeps two tensors more, each 4096 tokens × 4096 hidden in bf16: the MLP
+  // norm's input (for its backward) and the MLP's input (the norm's output, for the weight
+  // gradients) — 2 · 4096 · 4096 · 2 bytes.
   const double difference = saved(layer_operators(sequential, 0, batch(1, 4096), {})) -
                             saved(layer_operators(m, 0, batch(1, 4096), {}));
   EXPECT_DOUBLE_EQ(difference, 2.0 * 4096 * 4096 * 2);

@@ -84,19 +84,23 @@ ScalingStudy run_scaling_study(const ModelConfig& model, const ParallelLayout& b
   return study;
 }
 
+namespace {
+
 // With measurements: the measured value in the file's unit and the prediction's error, or
 // blanks where no run was measured.
-static int measured_width(const ScalingStudy& study) {
+int measured_width(const ScalingStudy& study) {
   return static_cast<int>(std::string("measured ").size() + study.measured_column.size());
 }
 
-static std::string measured_columns(const ScalingStudy& study, const ScalingCell& c) {
+std::string measured_columns(const ScalingStudy& study, const ScalingCell& c) {
   if (study.measured_column.empty()) return "";
   const int w = measured_width(study);
   if (!c.measured) return format_text(" %*s %8s", w, "", "");
   const std::string error = c.measured->error ? format_text("%+.1f%%", 100 * *c.measured->error) : "-";
   return format_text(" %*.5g %8s", w, c.measured->value, error.c_str());
 }
+
+}  // namespace
 
 std::string scaling_table(const ScalingStudy& study) {
   std::string t = format_text("  %-8s %6s %11s %10s %10s %16s %12s", "strategy", "GPUs", "iteration", "tok/s/GPU",

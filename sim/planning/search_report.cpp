@@ -14,8 +14,6 @@ namespace {
 
 namespace fs = std::filesystem;
 
-double in_gib(double bytes) { return bytes / (1024.0 * 1024 * 1024); }
-
 const char* recompute_name(Recomputation r) {
   return r == Recomputation::kFull ? "full" : r == Recomputation::kSelective ? "selective" : "none";
 }
@@ -47,7 +45,7 @@ std::string search_table(const SearchOutcome& o, size_t top, const CostColumn* c
     const LayoutSummary& r = s.result;
     t += format_text("  %4zu  %-100s %9.3f s %9.1f %5.1f%% %5.1f GiB  %-4s %10.2f ms %6.1f%%", i + 1,
                      row_layout(s.layout).c_str(), r.iteration_time_s, r.tokens_per_second_per_gpu, 100 * r.mfu,
-                     in_gib(r.peak_memory_bytes), to_string(static_cast<WorkKind>(r.most_exposed_kind)), r.most_exposed_s * 1e3,
+                     in_gib(Bytes(r.peak_memory_bytes)), to_string(static_cast<WorkKind>(r.most_exposed_kind)), r.most_exposed_s * 1e3,
                      100 * r.pipeline_bubble_fraction);
     if (cost) {
       const double hours = gpu_hours_per_million_tokens(r.tokens_per_second_per_gpu);
@@ -157,7 +155,7 @@ std::string pareto_data(const SearchOutcome& o) {
   // Block 0: every simulated layout; block 1: the Pareto front (no other layout is at least as
   // fast with no more memory), by memory.
   std::vector<std::pair<double, double>> points;  // (memory GiB, tokens/s per GPU)
-  for (const SearchedLayout& s : o.ranked) points.emplace_back(in_gib(s.result.peak_memory_bytes), s.result.tokens_per_second_per_gpu);
+  for (const SearchedLayout& s : o.ranked) points.emplace_back(in_gib(Bytes(s.result.peak_memory_bytes)), s.result.tokens_per_second_per_gpu);
   std::string out = "# peak memory per GPU (GiB), tokens/s per GPU\n";
   std::vector<std::pair<double, double>> front;
   for (size_t i = 0; i < points.size(); ++i) {

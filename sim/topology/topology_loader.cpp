@@ -1,9 +1,9 @@
 // Compact-form generation follows docs/topology-format.md: per node, GPUs on an NVSwitch (one
 // crossbar vertex) or a PCIe tree; NICs attached to GPUs or PCIe switches; then a one- or
 // two-tier fat tree, rail-optimized or not, with the leaf uplinks cut by the oversubscription.
-#include <algorithm>
 #include "topology/topology_loader.h"
 
+#include <algorithm>
 #include <cmath>
 #include <stdexcept>
 
