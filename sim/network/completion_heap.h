@@ -47,10 +47,7 @@ class CompletionHeap {
 
   /// Inserts `slot` or moves it to its new key. Throws std::length_error past the limits above.
   void set(uint32_t slot, int64_t finish, uint64_t id) {
-    if (slot >= kMaxSlots || id >= kMaxIds) {
-      throw std::length_error("flow model: more than " + std::to_string(kMaxSlots) + " flows at once or " +
-                              std::to_string(kMaxIds) + " in one simulation");
-    }
+    check_limits(slot, id);
     if (slot >= position_.size()) position_.resize(slot + 1, kAbsent);
     const Entry e{finish, (id << kSlotBits) | slot};
     uint32_t at = position_[slot];
@@ -65,6 +62,19 @@ class CompletionHeap {
     entry(at) = e;
     if (earlier(e, old)) sift_up(at);
     else sift_down(at);
+  }
+
+  /// Calls f(slot, finish, id) for every slot in, in heap order.
+  template <class F>
+  void for_each(F f) const {
+    for (uint32_t k = 0; k < size_; ++k) f(slot_of(entry(k)), entry(k).finish, entry(k).key >> kSlotBits);
+  }
+  /// Throws std::length_error when a slot or an id does not fit the packing above.
+  static void check_limits(uint32_t slot, uint64_t id) {
+    if (slot >= kMaxSlots || id >= kMaxIds) {
+      throw std::length_error("flow model: more than " + std::to_string(kMaxSlots) + " flows at once or " +
+                              std::to_string(kMaxIds) + " in one simulation");
+    }
   }
 
   /// Takes `slot` out if it is in.

@@ -476,7 +476,7 @@ void FlowNetwork::solve() {
   Time now = engine_.now();
   // Every slot may be pending at once: room for all of them before the first of a solve's
   // million new finishes, rather than doubling while the solve's own arrays are largest.
-  due_.reserve(flows_.size());
+  due_.reserve(flows_.capacity());
   for (size_t i = 0; i < subset_.size(); ++i) {
     const uint32_t slot = subset_[i];
     Flow& f = flows_[slot];

@@ -22,7 +22,7 @@
 #include <vector>
 
 #include "engine/batched_events.h"
-#include "network/completion_heap.h"
+#include "network/completion_queue.h"
 #include "network/max_min_solver.h"
 #include "network/network_model.h"
 
@@ -176,7 +176,7 @@ class FlowNetwork final : public NetworkModel {
   std::vector<uint32_t> path_scratch_;  // begin() builds a path here
   std::vector<uint32_t> dirty_;
   std::vector<uint32_t> entering_;
-  CompletionHeap due_;  // every fluid flow's predicted finish
+  CompletionQueue due_;  // every fluid flow's predicted finish
   BatchedEvents<uint32_t> entering_at_{engine_, [this](uint32_t slot) { enter(slot); }};  // after α
   EventId completion_event_;
   Time completion_at_ = Time::max();
