@@ -55,6 +55,26 @@ TEST(ShapeEfficiency, LargeSquareBf16GemmReachesTheDocumentedRate) {
   EXPECT_NEAR(model.achieved_rate(cube(8192), DType::kBf16, h100()).value(), 790e12, 0.01 * 790e12);
 }
 
+TEST(ShapeEfficiency, AMeasuredMatmulCeilingSetsThePeakFraction) {
+  // GB200's measured ceilings (1822 of 2500 TFLOP/s bf16, 3615.6 of 5000 fp8) replace F = 0.80:
+  // F = 0.7288 and 0.72312 in the same closed form; fp16 takes the bf16 figure; a dtype with
+  // no figure (tf32) keeps 0.80.
+  GpuSpec gpu = h100();
+  gpu.bf16 = gpu.fp16 = teraflops_per_second(2500);
+  gpu.fp8 = teraflops_per_second(5000);
+  gpu.achievable_bf16 = teraflops_per_second(1822);
+  gpu.achievable_fp8 = teraflops_per_second(3615.6);
+  ShapeEfficiency model;
+  EXPECT_DOUBLE_EQ(model.peak_fraction(DType::kBf16, gpu), 1822.0 / 2500.0);
+  EXPECT_DOUBLE_EQ(model.peak_fraction(DType::kFp16, gpu), 1822.0 / 2500.0);
+  EXPECT_DOUBLE_EQ(model.peak_fraction(DType::kFp8, gpu), 3615.6 / 5000.0);
+  EXPECT_DOUBLE_EQ(model.peak_fraction(DType::kTf32, gpu), 0.80);
+  EXPECT_NEAR(model.achieved_rate(cube(8192), DType::kBf16, gpu).value(),
+              2500e12 * closed_form(1822.0 / 2500.0, 8192, 8192, 8192), 1.0);
+  // Without a figure, the default.
+  EXPECT_DOUBLE_EQ(model.peak_fraction(DType::kBf16, h100()), 0.80);
+}
+
 TEST(ShapeEfficiency, SmallAndSkinnyProductsAreLessEfficient) {
   ShapeEfficiency model;
   EXPECT_LT(model.efficiency(cube(128)), model.efficiency(cube(1024)));
@@ -129,14 +149,14 @@ TEST(ComputeModel, DecodeGemmIsMemoryBound) {
 
 TEST(ComputeModel, SustainedFractionSlowsEveryKernelButNotItsLaunch) {
   ComputeModel alone(h100(), standalone());
-  ComputeModel in_step(h100());  // σ = 0.80 by default
-  EXPECT_DOUBLE_EQ(in_step.options().sustained_fraction, 0.80);
+  ComputeModel in_step(h100());  // σ = 0.74 by default
+  EXPECT_DOUBLE_EQ(in_step.options().sustained_fraction, 0.74);
   // Compute-bound (8192³) and memory-bound (a 1 GiB copy) alike: the kernel's own time is
   // divided by σ (to the picosecond the rounding allows); the launch gap is not.
   for (const OperatorCost& op : {gemm_cost(cube(8192), DType::kBf16), memory_bound_cost(gib(1.0))}) {
     const OperatorTiming a = alone.timing(op), s = in_step.timing(op);
     const double kernel_alone = std::max(a.compute, a.memory).seconds();
-    EXPECT_NEAR((s.total - kLaunch).seconds(), kernel_alone / 0.80, 2e-12);
+    EXPECT_NEAR((s.total - kLaunch).seconds(), kernel_alone / 0.74, 2e-12);
     EXPECT_EQ(s.launch, a.launch);
     EXPECT_EQ(s.rate, a.rate);  // the stand-alone rate is what the report shows
   }

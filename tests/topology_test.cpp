@@ -256,6 +256,27 @@ TEST(Topology, PresetsNameTheirTensorCoreGeneration) {
   }
 }
 
+// Presets carry the measured matmul ceiling of their GPU (bf16, fp8) where one was published; a
+// figure above the datasheet peak is refused with its pointer.
+TEST(Topology, PresetsCarryTheirGpusMeasuredMatmulCeiling) {
+  const GpuSpec gb200 = test::load_preset("gb200-nvl72").gpu_specs().front();
+  EXPECT_DOUBLE_EQ(gb200.achievable_bf16.value(), 1822.0e12);
+  EXPECT_DOUBLE_EQ(gb200.achievable_fp8.value(), 3615.6e12);
+  const GpuSpec a100 = test::load_preset("dgx-a100", 1).gpu_specs().front();
+  EXPECT_DOUBLE_EQ(a100.achievable_bf16.value(), 271.2e12);
+  EXPECT_EQ(a100.achievable_fp8.value(), 0.0);  // no fp8 tensor cores, no figure
+  EXPECT_EQ(test::load_preset("gb300-nvl72").gpu_specs().front().achievable_bf16.value(), 0.0);  // not measured
+  std::ifstream in(test::source_path("topologies/dgx-h100.json"));
+  nlohmann::json doc = nlohmann::json::parse(in);
+  doc["node"]["gpu"]["achievable_matmul"]["fp8"] = "2000 TFLOP/s";
+  try {
+    topology_from_json(doc, "h100.json", TopologyLoadOptions{1});
+    ADD_FAILURE() << "a ceiling above the peak was accepted";
+  } catch (const InputError& e) {
+    EXPECT_EQ(std::string(e.what()), "h100.json: /node/gpu/achievable_matmul/fp8: exceeds the datasheet peak (\"peak\": fp8)");
+  }
+}
+
 TEST(Topology, GpusThatOnlyMeetThroughAnotherGpuAreRejected) {
   // a - sw1 - b - sw2 - c: a reaches c only through GPU b.
   nlohmann::json doc = nlohmann::json::parse(R"({

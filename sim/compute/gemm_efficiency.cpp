@@ -38,14 +38,25 @@ double ShapeEfficiency::efficiency(const GemmShape& shape) const {
   return shape_efficiency(params_.peak_fraction, shape, params_);
 }
 
+double ShapeEfficiency::peak_fraction(DType dtype, const GpuSpec& gpu) const {
+  FlopRate measured;
+  if (dtype == DType::kBf16 || dtype == DType::kFp16) measured = gpu.achievable_bf16;
+  if (dtype == DType::kFp8 && gpu.fp8.value() > 0) measured = gpu.achievable_fp8;
+  const FlopRate peak = peak_rate(gpu, dtype);
+  if (measured.value() > 0 && peak.value() > 0) return measured.value() / peak.value();
+  return params_.peak_fraction;
+}
+
 FlopRate ShapeEfficiency::achieved_rate(const GemmShape& shape, DType dtype, const GpuSpec& gpu) const {
-  return peak_rate(gpu, dtype) * efficiency(shape);
+  return peak_rate(gpu, dtype) * shape_efficiency(peak_fraction(dtype, gpu), shape, params_);
 }
 
 std::string ShapeEfficiency::describe() const {
-  char buf[160];
-  std::snprintf(buf, sizeof buf, "shape model: %.3g x peak x u/(1+u*%.3g/W), u=d/(d+%.3g)", params_.peak_fraction,
-                params_.half_volume, params_.half_min_dim);
+  char buf[200];
+  std::snprintf(buf, sizeof buf,
+                "shape model: F x peak x u/(1+u*%.3g/W), u=d/(d+%.3g), F the GPU's measured matmul ceiling over its "
+                "peak (else %.3g)",
+                params_.half_volume, params_.half_min_dim, params_.peak_fraction);
   return buf;
 }
 

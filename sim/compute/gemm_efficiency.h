@@ -10,12 +10,14 @@
 //   W = m·n·k·batch (multiply-accumulates of the kernel), u = d / (d + d½), d = min(m, n, k)
 //   achieved FLOP/s = peak(dtype) · efficiency
 //
-// - F = 0.80, the fraction of the datasheet dense peak that cuBLASLt reaches on a large square
-//   product. Public measurements: bf16 8192³ on H100/H200 SXM reaches about 790 of 989 TFLOP/s
-//   (Bekman, "Machine Learning Engineering", maximum achievable matmul FLOPS table: H100 SXM
-//   ≈ 794 TFLOP/s, 80 %; A100 SXM ≈ 271 of 312, 87 %). 0.80 is the Hopper figure; Ampere does a
-//   little better and MI300X much worse, so a measured table (MeasuredGemmTable) should replace
-//   it for a real cluster.
+// - F, the fraction of the datasheet dense peak that cuBLASLt reaches on a large product: the
+//   GPU's measured maximum achievable matmul FLOPS over its peak where the topology's GPU spec
+//   gives it (`achievable_matmul`; the bundled presets take Bekman's table, "Machine Learning
+//   Engineering", compute/accelerator: bf16 A100 SXM 271.2 of 312, 86.9 %; H100 SXM 794.5 of
+//   989, 80.3 %; B200 1745 of 2250, 77.6 %; GB200 1822 of 2500, 72.9 %; fp8 H100 70.9 %, B200
+//   76.3 %, GB200 72.3 %), else 0.80, the Hopper bf16 figure. Blackwell's rack parts reach a
+//   smaller share of a larger peak: the clocks hold less of it under the power limit. A
+//   measured table of shapes (MeasuredGemmTable) replaces the whole form for a real cluster.
 // - W½ = 2³⁰ (a 1024³ product, 2.7 µs at 0.8 × 989 TFLOP/s). A 1024³ bf16 GEMM has 64 output
 //   tiles of 128×128 for 132 SMs, under half a wave, and measures at roughly half the
 //   large-GEMM rate; the form gives 0.49 of F there, 0.977 at 4096³ and 0.994 at 8192³.
@@ -69,6 +71,9 @@ class ShapeEfficiency : public GemmEfficiency {
   explicit ShapeEfficiency(ShapeEfficiencyParams params = {});
   /// The fraction of the dense peak reached by `shape`, in (0, peak_fraction).
   double efficiency(const GemmShape& shape) const;
+  /// F for `dtype` on `gpu`: its measured matmul ceiling over its peak where the GPU spec has
+  /// one (bf16 and fp16 from the bf16 measurement, fp8 from the fp8 one), else the default.
+  double peak_fraction(DType dtype, const GpuSpec& gpu) const;
   FlopRate achieved_rate(const GemmShape& shape, DType dtype, const GpuSpec& gpu) const override;
   std::string describe() const override;
   const ShapeEfficiencyParams& params() const { return params_; }

@@ -57,6 +57,10 @@ struct GpuSpec {
   /// The tensor-core generation ("volta", "turing", "ampere", "ada", "hopper", "blackwell";
   /// empty when not given): which kernels reach the peak (has_async_tensor_cores).
   std::string architecture;
+  /// The largest matmul rate measured on this GPU (its maximum achievable matmul FLOPS: the best
+  /// of a sweep of large shapes), bf16 and fp8; zero when not measured. Where given it replaces
+  /// the GEMM model's default fraction of the datasheet peak (compute/gemm_efficiency.h).
+  FlopRate achievable_bf16, achievable_fp8;
 };
 
 /// Hopper's and Blackwell's asynchronous tensor cores (wgmma / tcgen05, fed by TMA): the peak is

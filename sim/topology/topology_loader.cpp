@@ -61,6 +61,20 @@ GpuSpec read_gpu_spec(JsonReader r) {
   if (auto v = peak.find("fp8")) g.fp8 = require_positive(*v, v->as_flop_rate());
   if (auto v = peak.find("fp4")) g.fp4 = require_positive(*v, v->as_flop_rate());
   peak.finish();
+  if (auto achievable = r.find("achievable_matmul")) {
+    // A measured rate above the datasheet's would be a unit mistake or a misread table.
+    const auto read = [&](const char* key, FlopRate peak_rate) {
+      auto v = achievable->find(key);
+      if (!v) return FlopRate{};
+      const FlopRate rate = require_positive(*v, v->as_flop_rate());
+      if (!(peak_rate.value() > 0)) v->fail(std::string("no \"peak\" ") + key + " figure to measure against");
+      if (rate > peak_rate) v->fail(std::string("exceeds the datasheet peak (\"peak\": ") + key + ")");
+      return rate;
+    };
+    g.achievable_bf16 = read("bf16", g.bf16);
+    g.achievable_fp8 = read("fp8", g.fp8);
+    achievable->finish();
+  }
   g.memory = require_positive(r.at("memory"), r.at("memory").as_bytes());
   g.memory_bandwidth = require_positive(r.at("memory_bandwidth"), r.at("memory_bandwidth").as_bandwidth());
   if (auto v = r.find("sms")) g.sms = read_positive_int(*v, 4096);
