@@ -33,8 +33,8 @@
 // and PyTorch FSDP), with each GPU's GEMMs at its own measured matmul ceiling
 // (gemm_efficiency.h): fitted on any two of its three sources it is 0.73–0.75, and the third
 // source's error falls with it; the H100 and Blackwell runs outside that set were not used
-// (docs/performance-and-accuracy.md, the sustained fraction). σ = 1 gives the stand-alone kernel model; a
-// cluster's own measured iteration gives the figure for its software stack
+// (docs/performance-and-accuracy.md, the sustained fraction). σ = 1 gives the stand-alone
+// kernel model; a cluster's own measured iteration gives the figure for its software stack
 // (fit_sustained_fraction in training/iteration.h, `parallax train --measured-step`).
 #pragma once
 
