@@ -15,9 +15,9 @@
 //   gives it (`achievable_matmul`; the bundled presets take Bekman's table, "Machine Learning
 //   Engineering", compute/accelerator: bf16 A100 SXM 271.2 of 312, 86.9 %; H100 SXM 794.5 of
 //   989, 80.3 %; B200 1745 of 2250, 77.6 %; GB200 1822 of 2500, 72.9 %; fp8 H100 70.9 %, B200
-//   76.3 %, GB200 72.3 %), else 0.80, the Hopper bf16 figure. Blackwell's rack parts reach a
-//   smaller share of a larger peak: the clocks hold less of it under the power limit. A
-//   measured table of shapes (MeasuredGemmTable) replaces the whole form for a real cluster.
+//   76.3 %, GB200 72.3 %), else 0.80, the Hopper bf16 figure. The datasheets put GB200 11 %
+//   above B200; the table, 4 % (1,822 against 1,745 TFLOP/s bf16). A measured table of shapes
+//   (MeasuredGemmTable) replaces the whole form for a real cluster.
 // - W½ = 2³⁰ (a 1024³ product, 2.7 µs at 0.8 × 989 TFLOP/s). A 1024³ bf16 GEMM has 64 output
 //   tiles of 128×128 for 132 SMs, under half a wave, and measures at roughly half the
 //   large-GEMM rate; the form gives 0.49 of F there, 0.977 at 4096³ and 0.994 at 8192³.

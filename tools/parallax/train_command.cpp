@@ -18,6 +18,7 @@
 #include "io/atomic_file.h"
 #include "io/input_error.h"
 #include "io/json_reader.h"
+#include "io/text_format.h"
 #include "parallax/cli_support.h"
 #include "parallax/commands.h"
 #include "parallax/text_table.h"
@@ -34,6 +35,13 @@
 
 namespace parallax::cli {
 namespace {
+
+// The default comes from the compute model, so that the help never says another figure.
+std::string sustained_fraction_help() {
+  return format_text("fraction of their stand-alone speed that kernels keep in a training step (default %.2f; 1 = the "
+                     "kernel model alone)",
+                     ComputeModelOptions{}.sustained_fraction);
+}
 
 namespace fs = std::filesystem;
 
@@ -404,7 +412,7 @@ void add_train_command(CLI::App& app) {
   cmd->add_option("--gemm-table", args->gemm_table,
                   "GEMM rates measured by the calibration harness (its JSON-lines file) instead of the closed form");
   cmd->add_option("--sustained-fraction", args->sustained_fraction,
-                  "fraction of their stand-alone speed that kernels keep in a training step (default 0.74; 1 = the kernel model alone)");
+                  sustained_fraction_help());
   cmd->add_option("--measured-step", args->measured_step,
                   "a step time measured on your cluster (\"9.5 s\"): fit the sustained fraction to it, then report at that fraction");
   cmd->callback([args] { run_train(*args); });
@@ -414,7 +422,7 @@ void add_train_command(CLI::App& app) {
   v->add_option("runs", vargs->runs, "runs file (format: workloads/validation/README.md)")->required();
   v->add_option("--json", vargs->json, "write one object per row (id, predicted, expected, error or error_message)");
   v->add_option("--sustained-fraction", vargs->sustained_fraction,
-                "fraction of their stand-alone speed that kernels keep in a training step (default 0.74; 1 = the kernel model alone)")
+                sustained_fraction_help())
       ->check(CLI::Range(1e-9, 1.0));
   v->add_option("--network", vargs->network, "analytical (each collective alone) or flow (co-simulated)")
       ->check(CLI::IsMember({"analytical", "flow"}))
