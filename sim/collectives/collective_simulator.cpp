@@ -467,4 +467,12 @@ const CollectiveSimulator& CollectiveSimulatorCache::for_group(const std::vector
   return *sim;
 }
 
+SiblingContention& CollectiveSimulatorCache::sibling_contention() {
+  if (!contention_) {
+    contention_router_ = std::make_unique<Router>(topo_);
+    contention_ = std::make_unique<SiblingContention>(topo_, *contention_router_);
+  }
+  return *contention_;
+}
+
 }  // namespace parallax

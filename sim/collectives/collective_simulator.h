@@ -17,6 +17,7 @@
 #include "collectives/calibrated_model.h"
 #include "collectives/collective.h"
 #include "collectives/nccl_tuning.h"
+#include "collectives/sibling_contention.h"
 #include "collectives/transfer_graph.h"
 #include "topology/router.h"
 #include "topology/topology.h"
@@ -154,10 +155,16 @@ class CollectiveSimulatorCache {
   const Topology& topology() const { return topo_; }
   std::optional<LinkEfficiency> efficiency() const { return efficiency_; }
 
+  /// The slowdown of a group by its siblings on this topology (sibling_contention.h), built on
+  /// first use: routing the whole fabric once, not once per training layout simulated.
+  SiblingContention& sibling_contention();
+
  private:
   const Topology& topo_;
   std::optional<LinkEfficiency> efficiency_;
   std::map<std::pair<int, int>, std::unique_ptr<CollectiveSimulator>> by_shape_;
+  std::unique_ptr<Router> contention_router_;
+  std::unique_ptr<SiblingContention> contention_;
 };
 
 }  // namespace parallax

@@ -190,11 +190,10 @@ CommunicationPlan::CommunicationPlan(const ModelConfig& model, const ParallelLay
   // are slowed by what its siblings put on the links they share, and by where the group
   // really sits rather than where its time was taken (sibling_contention.h). A collective
   // slowed n-fold is timed as one of n times the bytes: latency-bound sizes barely change.
-  std::unique_ptr<Router> contention_router;
-  std::unique_ptr<SiblingContention> contention;
+  SiblingContention* contention = nullptr;
   if (options.replica_contention && !options.free_communication) {
-    contention_router = std::make_unique<Router>(topo);
-    contention = std::make_unique<SiblingContention>(topo, *contention_router);
+    if (&simulators.topology() != &topo) throw std::invalid_argument("the collective simulators are of another topology");
+    contention = &simulators.sibling_contention();
   }
   // The slowdown of `own`, stage s's group of the simulated replica, among the groups that
   // `group_of` gives every rank of stage s (each group once).

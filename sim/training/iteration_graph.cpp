@@ -155,7 +155,8 @@ ChannelId IterationGraphBuilder::channel_of(int s, const CommTask& c) const {
 }
 
 void IterationGraphBuilder::note_across(WorkId id, bool across) {
-  if (built_.across_nodes.size() <= id) built_.across_nodes.resize(id + 1, false);
+  // Grown by doubling (one task in four or so is communication); build() trims it.
+  if (built_.across_nodes.size() <= id) built_.across_nodes.resize(std::max<size_t>(id + 1, 2 * built_.across_nodes.size()), false);
   built_.across_nodes[id] = across;
 }
 

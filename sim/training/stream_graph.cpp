@@ -5,6 +5,8 @@
 #include <cmath>
 #include <map>
 #include <optional>
+#include <queue>
+#include <type_traits>
 #include <stdexcept>
 
 #include "engine/invariant.h"
@@ -74,11 +76,86 @@ std::span<const WorkId> StreamGraph::dependencies(WorkId id) const {
 
 namespace {
 
-class StreamExecution {
+// What an execution schedules: the end of a task without a channel, a channel's next
+// completion, or the end of a task whose transfers have landed. A channel event carries the
+// channel's generation when it was scheduled: once the channel is rescheduled it is stale.
+struct ExecutionEvent {
+  enum class Kind : uint8_t { kFinish, kChannel, kPlayed };
+  Kind kind = Kind::kFinish;
+  uint32_t target = 0;  // the task, or the channel
+  uint32_t generation = 0;
+};
+
+class EventSink {
+ public:
+  virtual void handle(const ExecutionEvent& e) = 0;
+
+ protected:
+  ~EventSink() = default;
+};
+
+// The events on a shared engine (co-simulation: the network's events interleave with the
+// graph's); a stale channel event is cancelled there.
+class EngineClock {
+ public:
+  using Handle = EventId;
+  EngineClock(Engine& engine, EventSink& sink) : engine_(engine), sink_(sink) {}
+  Engine& engine() { return engine_; }
+  Time now() const { return engine_.now(); }
+  Handle schedule_in(Time delay, ExecutionEvent e) {
+    return engine_.schedule_in(delay, [this, e] { sink_.handle(e); });
+  }
+  void cancel(Handle h) { engine_.cancel(h); }
+  void run() { engine_.run(); }
+
+ private:
+  Engine& engine_;
+  EventSink& sink_;
+};
+
+// The events alone (no network): a queue of plain records in the engine's order, by time and
+// then by the order they were scheduled, so that both clocks give the same timings. Stale
+// channel events stay queued and are skipped by the sink when they come.
+class LocalClock {
+ public:
+  struct Handle {};
+  LocalClock(Engine& engine, EventSink& sink) : now_(engine.now()), sink_(sink) {}
+  Time now() const { return now_; }
+  Handle schedule_in(Time delay, ExecutionEvent e) {
+    queue_.push(Entry{(now_ + delay).picoseconds(), sequence_++, e});
+    return {};
+  }
+  void cancel(Handle) {}
+  void run() {
+    while (!queue_.empty()) {
+      const Entry next = queue_.top();
+      queue_.pop();
+      now_ = Time::ps(next.time);
+      sink_.handle(next.event);
+    }
+  }
+
+ private:
+  struct Entry {
+    int64_t time;
+    uint64_t sequence;
+    ExecutionEvent event;
+    bool operator<(const Entry& o) const {  // the priority queue's top is the largest
+      return time != o.time ? time > o.time : sequence > o.sequence;
+    }
+  };
+  Time now_;
+  uint64_t sequence_ = 0;
+  std::priority_queue<Entry> queue_;
+  EventSink& sink_;
+};
+
+template <class Clock>
+class StreamExecution final : private EventSink {
  public:
   StreamExecution(Engine& engine, const StreamGraph& graph, NetworkModel* network, std::vector<PlayedTransfer>* played)
-      : engine_(engine), graph_(graph), network_(network), played_(played), timings_(graph.size()), waiting_(graph.size()),
-        position_(graph.stream_count(), 0), busy_(graph.stream_count(), false),
+      : clock_(engine, *this), graph_(graph), network_(network), played_(played), timings_(graph.size()),
+        waiting_(graph.size()), position_(graph.stream_count(), 0), busy_(graph.stream_count(), 0),
         offsets_(graph.size() + 1, 0), channels_(graph.channel_count()) {
     // Successors in compressed rows, for releasing dependants at completion.
     for (WorkId id = 0; id < graph.size(); ++id) {
@@ -95,10 +172,10 @@ class StreamExecution {
 
   void run() {
     for (StreamId s = 0; s < graph_.stream_count(); ++s) try_start(s);
-    engine_.run();
+    clock_.run();
     for (StreamId s = 0; s < graph_.stream_count(); ++s) {
       const Stream& stream = graph_.stream(s);
-      PARALLAX_INVARIANT(position_[s] == stream.tasks.size(), "training/stream_graph", engine_.now(),
+      PARALLAX_INVARIANT(position_[s] == stream.tasks.size(), "training/stream_graph", clock_.now(),
                          "stream " + std::to_string(s) + " (" + stream.name + " of rank " +
                              std::to_string(stream.rank) + ") is stuck at task " +
                              std::to_string(stream.tasks[position_[s]]) +
@@ -109,30 +186,42 @@ class StreamExecution {
   std::vector<WorkTiming> take() { return std::move(timings_); }
 
  private:
+  void handle(const ExecutionEvent& e) override {
+    switch (e.kind) {
+      case ExecutionEvent::Kind::kFinish: finish(e.target); break;
+      case ExecutionEvent::Kind::kChannel:
+        if (e.generation == channels_[e.target].generation) channel_done(e.target);
+        break;
+      case ExecutionEvent::Kind::kPlayed: finish_played(e.target); break;
+    }
+  }
+
   // Starts the head of stream `s` if the stream is free and the head's dependencies are done.
   void try_start(StreamId s) {
     const Stream& stream = graph_.stream(s);
     if (busy_[s] || position_[s] >= stream.tasks.size()) return;
     const WorkId id = stream.tasks[position_[s]];
     if (waiting_[id] != 0) return;
-    busy_[s] = true;
-    timings_[id].start = engine_.now();
+    busy_[s] = 1;
+    timings_[id].start = clock_.now();
     occupy(id, +1);
     const StreamTask& task = graph_.task(id);
-    if (network_ && task.transfers && task.transfers->size() > 0) {
-      auto played = std::make_unique<GraphExecution>(engine_, *network_, *task.transfers);
-      GraphExecution& run = *played;
-      playing_.emplace(id, std::move(played));
-      run.start([this, id] { engine_.schedule_in(Time::zero(), [this, id] { finish_played(id); }); });
-      return;
+    if constexpr (std::is_same_v<Clock, EngineClock>) {
+      if (network_ && task.transfers && task.transfers->size() > 0) {
+        auto played = std::make_unique<GraphExecution>(clock_.engine(), *network_, *task.transfers);
+        GraphExecution& run = *played;
+        playing_.emplace(id, std::move(played));
+        run.start([this, id] { clock_.schedule_in(Time::zero(), {ExecutionEvent::Kind::kPlayed, id}); });
+        return;
+      }
     }
     const ChannelId c = task.channel;
     if (c == kNoChannel) {
-      engine_.schedule_in(graph_.task(id).duration, [this, id] { finish(id); });
+      clock_.schedule_in(task.duration, {ExecutionEvent::Kind::kFinish, id});
       return;
     }
     settle(c);
-    channels_[c].active.push_back({id, static_cast<double>(graph_.task(id).duration.picoseconds())});
+    channels_[c].active.push_back({id, static_cast<double>(task.duration.picoseconds())});
     reschedule(c);
   }
 
@@ -144,8 +233,9 @@ class StreamExecution {
   struct Channel {
     std::vector<InFlight> active;
     Time since;  // when `remaining` was last brought up to date
-    EventId next;
-    int occupied = 0;  // SMs held by running tasks (SM pools only)
+    typename Clock::Handle next;
+    uint32_t generation = 0;  // of `next`: earlier events of the channel are stale
+    int occupied = 0;         // SMs held by running tasks (SM pools only)
   };
 
   // The channel's speed: 1, or for an SM pool the share of SMs left (at least one SM's worth).
@@ -167,22 +257,24 @@ class StreamExecution {
 
   void settle(ChannelId c) {
     Channel& ch = channels_[c];
-    const double done = static_cast<double>((engine_.now() - ch.since).picoseconds());
+    const double done = static_cast<double>((clock_.now() - ch.since).picoseconds());
     if (!ch.active.empty() && done > 0) {
       const double share = done * speed(c) / static_cast<double>(ch.active.size());
       for (InFlight& f : ch.active) f.remaining -= share;
     }
-    ch.since = engine_.now();
+    ch.since = clock_.now();
   }
 
   void reschedule(ChannelId c) {
     Channel& ch = channels_[c];
-    engine_.cancel(ch.next);
+    clock_.cancel(ch.next);
+    ++ch.generation;
     if (ch.active.empty()) return;
     double least = ch.active.front().remaining;
     for (const InFlight& f : ch.active) least = std::min(least, f.remaining);
     const double wait = std::max(0.0, least) * static_cast<double>(ch.active.size()) / speed(c);
-    ch.next = engine_.schedule_in(Time::ps(static_cast<int64_t>(std::ceil(wait))), [this, c] { channel_done(c); });
+    ch.next = clock_.schedule_in(Time::ps(static_cast<int64_t>(std::ceil(wait))),
+                                 {ExecutionEvent::Kind::kChannel, c, ch.generation});
   }
 
   // Completes the channel's tasks whose work is done (within rounding to whole picoseconds).
@@ -190,7 +282,7 @@ class StreamExecution {
     settle(c);
     Channel& ch = channels_[c];
     std::vector<WorkId> done;
-    done.swap(done_scratch_);  // reused: channel_done runs only from the engine, never inside itself
+    done.swap(done_scratch_);  // reused: channel_done runs only from the clock, never inside itself
     done.clear();
     const double slack = static_cast<double>(ch.active.size());  // the ceil above, per task
     std::erase_if(ch.active, [&](const InFlight& f) {
@@ -221,9 +313,9 @@ class StreamExecution {
 
   void finish(WorkId id) {
     const StreamId s = graph_.task(id).stream;
-    timings_[id].finish = engine_.now();
+    timings_[id].finish = clock_.now();
     occupy(id, -1);
-    busy_[s] = false;
+    busy_[s] = 0;
     ++position_[s];
     for (uint32_t k = offsets_[id]; k < offsets_[id + 1]; ++k) {
       const WorkId next = successors_[k];
@@ -232,7 +324,7 @@ class StreamExecution {
     try_start(s);
   }
 
-  Engine& engine_;
+  Clock clock_;
   const StreamGraph& graph_;
   NetworkModel* network_;
   std::vector<PlayedTransfer>* played_;
@@ -240,7 +332,7 @@ class StreamExecution {
   std::vector<WorkTiming> timings_;
   std::vector<uint32_t> waiting_;
   std::vector<size_t> position_;
-  std::vector<bool> busy_;
+  std::vector<uint8_t> busy_;
   std::vector<uint32_t> offsets_;
   std::vector<WorkId> successors_;
   std::vector<Channel> channels_;
@@ -280,7 +372,14 @@ std::vector<WorkId> critical_path(const StreamGraph& graph, const std::vector<Wo
 
 std::vector<WorkTiming> run_stream_graph(Engine& engine, const StreamGraph& graph, NetworkModel* network,
                                          std::vector<PlayedTransfer>* played) {
-  StreamExecution execution(engine, graph, network, played);
+  // Without a network nothing else shares the engine: the graph's events run on a clock of
+  // their own, without the engine's type-erased callbacks, and the engine's clock is left as it was.
+  if (!network) {
+    StreamExecution<LocalClock> execution(engine, graph, network, played);
+    execution.run();
+    return execution.take();
+  }
+  StreamExecution<EngineClock> execution(engine, graph, network, played);
   execution.run();
   return execution.take();
 }

@@ -140,8 +140,10 @@ struct PlayedTransfer {
   Time start, finish;
 };
 
-/// With `network`, tasks that carry transfers play them on it (co-simulation); with `played`,
-/// each of those transfers is recorded there.
+/// With `network`, tasks that carry transfers play them on it (co-simulation), on `engine`,
+/// which the network model schedules on too; with `played`, each of those transfers is
+/// recorded there. Without a network the graph's events run on a queue of their own, starting
+/// from engine.now(), and the engine itself is left untouched.
 std::vector<WorkTiming> run_stream_graph(Engine& engine, const StreamGraph& graph, NetworkModel* network = nullptr,
                                          std::vector<PlayedTransfer>* played = nullptr);
 
