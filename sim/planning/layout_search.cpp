@@ -17,6 +17,14 @@ namespace {
 // depend on the thread count.
 constexpr size_t kBatch = 32;
 
+// What one thread keeps from layout to layout: its collective simulators, and the graphs it
+// played (layouts that differ only in their rank order often build the same graph).
+struct ThreadCaches {
+  ThreadCaches(const Topology& topology, std::optional<LinkEfficiency> efficiency) : collectives(topology, efficiency) {}
+  CollectiveSimulatorCache collectives;
+  StreamGraphMemo graphs;
+};
+
 struct Candidate {
   ParallelLayout layout;
   Time bound;
@@ -53,12 +61,13 @@ std::vector<Candidate> fitting_candidates(const ModelConfig& model, std::vector<
 // as not simulated.
 std::vector<LayoutSummary> simulate_batch(const ModelConfig& model, const std::vector<const Candidate*>& batch,
                                           const std::vector<size_t>& mine, const Topology& topology,
-                                          const IterationOptions& options, std::vector<CollectiveSimulatorCache>& caches) {
+                                          const IterationOptions& options, std::vector<ThreadCaches>& caches) {
   std::vector<LayoutSummary> results(mine.size());
   std::atomic<size_t> next{0};
   auto work = [&](size_t t) {
     IterationOptions o = options;
-    o.collective_simulators = &caches[t];
+    o.collective_simulators = &caches[t].collectives;
+    o.graph_memo = &caches[t].graphs;
     for (size_t i = next++; i < mine.size(); i = next++) {
       try {
         results[i] = summarize(simulate_iteration(model, batch[mine[i]]->layout, topology, o));
@@ -80,7 +89,7 @@ std::vector<LayoutSummary> simulate_batch(const ModelConfig& model, const std::v
 // through the partition (each process's share in rank order, as simulate_batch returned it).
 std::vector<LayoutSummary> summarise_batch(const ModelConfig& model, const std::vector<const Candidate*>& batch,
                                            const Topology& topology, const IterationOptions& options,
-                                           std::vector<CollectiveSimulatorCache>& caches, SearchPartition* partition) {
+                                           std::vector<ThreadCaches>& caches, SearchPartition* partition) {
   const int rank = partition ? partition->rank() : 0, size = partition ? partition->size() : 1;
   auto share_of = [&](int r) {
     std::vector<size_t> share;
@@ -158,7 +167,8 @@ SearchOutcome search_layouts(const ModelConfig& model, const ParallelLayout& bas
   const GpuSpec& gpu = topology.gpu_spec_of(topology.gpus()[0]);
   const std::vector<Candidate> candidates =
       fitting_candidates(model, std::move(e.valid), gpu, options.iteration, out.rejected_by_memory);
-  std::vector<CollectiveSimulatorCache> caches;
+  std::vector<ThreadCaches> caches;
+  caches.reserve(static_cast<size_t>(std::max(1, options.threads)));
   for (int t = 0; t < std::max(1, options.threads); ++t) caches.emplace_back(topology, options.iteration.link_efficiency);
   const bool details_later = !options.details_for_every_layout && options.top > 0;
   IterationOptions ranking = options.iteration;
@@ -194,7 +204,7 @@ SearchOutcome search_layouts(const ModelConfig& model, const ParallelLayout& bas
     if (options.progress) options.progress(out.simulated, candidates.size() - i);
   }
   for (auto& [text, s] : ranked) out.ranked.push_back(std::move(s));
-  if (details_later) add_details(model, topology, options, caches[0], out.ranked);
+  if (details_later) add_details(model, topology, options, caches[0].collectives, out.ranked);
   return out;
 }
 

@@ -235,7 +235,9 @@ IterationResult simulate_iteration(const ModelConfig& model, const ParallelLayou
       cosim ? make_network_model("flow", engine, cosim->topology(), cosim->router()) : nullptr;
   std::vector<PlayedTransfer> played;  // for the trace's link tracks
   const bool record = network && options.keep_timeline;
-  const std::vector<WorkTiming> timings = run_stream_graph(engine, graph, network.get(), record ? &played : nullptr);
+  const std::vector<WorkTiming> timings = network || !options.graph_memo
+                                              ? run_stream_graph(engine, graph, network.get(), record ? &played : nullptr)
+                                              : options.graph_memo->run(engine, graph);
   IterationResult result;
   result.tasks = graph.size();
   result.network = cosim ? "flow (co-simulated)" : "analytical";

@@ -198,6 +198,9 @@ struct IterationOptions {
   /// the topology per group shape, the costly part of timing a small layout): a layout search
   /// gives each thread one for all its layouts. Null: the iteration builds its own.
   CollectiveSimulatorCache* collective_simulators = nullptr;
+  /// Timings of the stream graphs played before, reused for an equal graph (analytical network
+  /// only; stream_graph.h): a layout search gives each thread one. Null: every graph is played.
+  StreamGraphMemo* graph_memo = nullptr;
   /// Capacity factor c > 0: each expert processes at most c·T·top_k/E of the T·top_k slots
   /// routed in its EP group, the others are dropped. nullopt: dropless.
   std::optional<double> moe_capacity_factor;

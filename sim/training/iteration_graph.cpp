@@ -402,6 +402,16 @@ void IterationGraphBuilder::add_optimizer_steps() {
 }
 
 IterationGraph IterationGraphBuilder::build() {
+  // Each unit's pass adds its kernels and about two tasks of communication: room for them up
+  // front spares the graph's arrays their regrowth.
+  size_t unit_passes = 0;
+  for (int s = 0; s < p_; ++s) {
+    for (const PipelineOp& op : plan_.schedule.per_stage[static_cast<size_t>(s)]) {
+      unit_passes += plan_.units[static_cast<size_t>(op.chunk * p_ + s)].size();
+    }
+  }
+  graph_.reserve(3 * unit_passes);
+  built_.across_nodes.reserve(3 * unit_passes);
   prefetch_zero12_gathers();
   for (auto [s, position] : pipeline_pass_order(plan_.schedule)) {
     add_pass(s, plan_.schedule.per_stage[static_cast<size_t>(s)][position]);

@@ -78,7 +78,7 @@ Unit unit_from(const OperatorSums& s, Recomputation recompute, bool transformer_
                         {s.forward - s.forward_before_attention - s.attention_forward}};
   // Backward and its B part, side by side: B leaves out each side's weight gradients.
   for (const bool whole : {true, false}) {
-    std::vector<Segment>& list = whole ? u.backward_segments : u.input_gradient_segments;
+    SegmentList& list = whole ? u.backward_segments : u.input_gradient_segments;
     if (recompute == Recomputation::kFull) list = u.forward_segments;
     list.push_back({s.backward - s.backward_before_attention - s.attention_backward -
                     (whole ? Time::zero() : s.weight_after_attention)});

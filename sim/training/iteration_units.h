@@ -4,7 +4,10 @@
 // keep, and the pipeline schedule those pass times give. Time and memory are both built on it.
 #pragma once
 
+#include <array>
 #include <cstdint>
+#include <initializer_list>
+#include <stdexcept>
 #include <vector>
 
 #include "compute/compute_model.h"
@@ -24,15 +27,39 @@ struct Segment {
   AttentionPass attention = AttentionPass::kNone;
 };
 
+// A pass's segments, held in place: a stage's units are copies of one layer's, and a search
+// builds them for every layout, so copying one must not allocate. Six at most: full
+// recomputation's backward replays the forward's three before its own three.
+class SegmentList {
+ public:
+  static constexpr size_t kCapacity = 6;
+  SegmentList() = default;
+  SegmentList(std::initializer_list<Segment> segments) {
+    for (const Segment& s : segments) push_back(s);
+  }
+  void push_back(const Segment& s) {
+    if (size_ == kCapacity) throw std::logic_error("a pass has more than six segments");
+    items_[size_++] = s;
+  }
+  const Segment* data() const { return items_.data(); }
+  const Segment* begin() const { return items_.data(); }
+  const Segment* end() const { return items_.data() + size_; }
+  size_t size() const { return size_; }
+
+ private:
+  std::array<Segment, kCapacity> items_{};
+  size_t size_ = 0;
+};
+
 // A layer, the embedding or the output layer of one virtual stage, on one GPU.
 struct Unit {
   Time forward;
   Time backward;  // recomputation included
-  std::vector<Segment> forward_segments;   // add up to forward
-  std::vector<Segment> backward_segments;  // add up to backward
+  SegmentList forward_segments;   // add up to forward
+  SegmentList backward_segments;  // add up to backward
   // Zero-bubble schedules split the backward: B (input gradients) and W (the GEMMs' weight
   // gradients, each the volume of its forward, so timed as the forward GEMM).
-  std::vector<Segment> input_gradient_segments;  // add up to backward − weight_gradient
+  SegmentList input_gradient_segments;  // add up to backward − weight_gradient
   Time weight_gradient;
   Flops weight_gradient_flops;
   Flops forward_flops;

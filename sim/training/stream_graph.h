@@ -66,12 +66,16 @@ struct StreamTask {
   int sms = 0;
   /// Flows to play on the network instead of the duration (see the file comment).
   std::shared_ptr<const TransferGraph> transfers;
+
+  friend bool operator==(const StreamTask&, const StreamTask&) = default;
 };
 
 struct Stream {
   int rank = 0;      ///< the simulated rank (GPU) the stream belongs to
   std::string name;  ///< e.g. "compute", "pp", "dp"
   std::vector<WorkId> tasks;  ///< in execution order
+
+  friend bool operator==(const Stream&, const Stream&) = default;
 };
 
 class StreamGraph {
@@ -99,12 +103,20 @@ class StreamGraph {
     return add(stream, duration, kind, std::span<const WorkId>(deps.begin(), deps.size()), peer_rank, channel);
   }
 
+  /// Room for `tasks` tasks and as many dependencies again, ahead of adding them.
+  void reserve(size_t tasks);
+
   size_t size() const { return tasks_.size(); }
   const StreamTask& task(WorkId id) const { return tasks_[id]; }
   std::span<const WorkId> dependencies(WorkId id) const;
   size_t stream_count() const { return streams_.size(); }
   size_t channel_count() const { return channels_; }
   const Stream& stream(StreamId id) const { return streams_[id]; }
+
+  /// Equal graphs play the same: same tasks, dependencies, streams and channels.
+  friend bool operator==(const StreamGraph&, const StreamGraph&) = default;
+  /// A hash of everything operator== compares but the streams' names.
+  uint64_t content_hash() const;
 
  private:
   std::vector<StreamTask> tasks_;
@@ -130,6 +142,32 @@ struct WorkTiming {
 /// predecessor that finished at its start (the latest, when none did exactly, as when a
 /// channel shared its speed) — to a task that started at the graph's start.
 std::vector<WorkId> critical_path(const StreamGraph& graph, const std::vector<WorkTiming>& timings);
+
+/// The timings of graphs played before without a network, for a caller that plays many graphs
+/// of which some are equal: in a layout search, layouts that differ only in their rank order
+/// often build the same graph (when the tensor-parallel group fills a node, the data- and
+/// pipeline-parallel groups sit alike under either order). Keeps the last `capacity` graphs,
+/// looks one up by its hash and compares it whole, so a hit returns exactly what playing it
+/// again would.
+class StreamGraphMemo {
+ public:
+  explicit StreamGraphMemo(size_t capacity = 4) : capacity_(capacity) {}
+  /// run_stream_graph(engine, graph), or the timings of an equal graph played from the same
+  /// instant before.
+  std::vector<WorkTiming> run(Engine& engine, const StreamGraph& graph);
+  size_t hits() const { return hits_; }
+
+ private:
+  struct Played {
+    uint64_t hash;
+    Time start;
+    StreamGraph graph;
+    std::vector<WorkTiming> timings;
+  };
+  size_t capacity_;
+  size_t hits_ = 0;
+  std::vector<Played> played_;  // oldest first
+};
 
 /// One transfer a task played on the network, for traces.
 struct PlayedTransfer {
