@@ -6,9 +6,12 @@
 #include <numeric>
 #include <random>
 
+#include "network/network_model.h"
+#include "topology/router.h"
 #include "training/iteration_units.h"
 #include "training/pipeline_schedule.h"
 #include "training/stream_graph.h"
+#include "training_test_support.h"
 
 namespace parallax {
 namespace {
@@ -306,6 +309,99 @@ TEST(StreamGraph, CommunicationHoldingSmsSlowsTheComputeBesideIt) {
   EXPECT_EQ(t[elsewhere].finish, Time::us(200));
   EXPECT_THROW(g.add_sm_pool(0), std::invalid_argument);
   EXPECT_THROW(g.occupy(c1, ChannelId{99}, 1), std::invalid_argument);
+}
+
+// A random graph of four ranks: each a compute stream on its SM pool, and communication
+// streams on two shared channels whose tasks hold SMs, with dependencies across ranks.
+StreamGraph random_stream_graph(uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_int_distribution<int> pick(0, 1'000'000);
+  StreamGraph g;
+  std::vector<StreamId> streams;
+  std::vector<ChannelId> pools;
+  for (int r = 0; r < 4; ++r) {
+    for (const char* name : {"compute", "tp", "dp"}) streams.push_back(g.add_stream(r, name));
+    pools.push_back(g.add_sm_pool(132));
+  }
+  const ChannelId nvlink = g.add_channel(), nic = g.add_channel();
+  for (int i = 0; i < 400; ++i) {
+    const size_t s = static_cast<size_t>(pick(rng)) % streams.size();
+    const int rank = static_cast<int>(s / 3);
+    const bool compute = s % 3 == 0;
+    std::vector<WorkId> deps;
+    for (int d = 0; d < 2 && g.size() > 0; ++d) {
+      if (pick(rng) % 3 == 0) deps.push_back(static_cast<WorkId>(static_cast<size_t>(pick(rng)) % g.size()));
+    }
+    const ChannelId channel = compute ? pools[static_cast<size_t>(rank)] : (pick(rng) % 2 ? nvlink : nic);
+    const WorkId id = g.add(streams[s], Time::ns(1 + pick(rng) % 5000), compute ? WorkKind::kCompute : WorkKind::kDpComm,
+                            deps, -1, channel);
+    if (!compute && pick(rng) % 2) g.occupy(id, pools[static_cast<size_t>(rank)], 1 + pick(rng) % 32);
+  }
+  return g;
+}
+
+TEST(StreamGraph, PlaysAloneAsOnAnEngineSharedWithANetwork) {
+  // Without a network the graph's events run on a queue of their own; with one, on the engine
+  // the network schedules on. Tasks that carry no transfers must play the same on both, to the
+  // picosecond, and the engine is not touched in the first case.
+  const Topology topo = test::toy_cluster(4);
+  const Router router(topo);
+  for (uint32_t seed = 1; seed <= 20; ++seed) {
+    const StreamGraph g = random_stream_graph(seed);
+    Engine alone;
+    const std::vector<WorkTiming> a = run_stream_graph(alone, g);
+    EXPECT_EQ(alone.events_executed(), 0u);
+    Engine shared;
+    const std::unique_ptr<NetworkModel> network = make_network_model("flow", shared, topo, router);
+    const std::vector<WorkTiming> b = run_stream_graph(shared, g, network.get());
+    ASSERT_EQ(a.size(), b.size());
+    for (size_t i = 0; i < a.size(); ++i) {
+      EXPECT_EQ(a[i].start, b[i].start) << "seed " << seed << ", task " << i;
+      EXPECT_EQ(a[i].finish, b[i].finish) << "seed " << seed << ", task " << i;
+    }
+  }
+}
+
+TEST(StreamGraphMemo, AnEqualGraphGetsThePlayedTimingsAndAnotherIsPlayed) {
+  StreamGraphMemo memo(2);
+  Engine engine;
+  const StreamGraph g = random_stream_graph(7);
+  const std::vector<WorkTiming> played = run_stream_graph(engine, g);
+  auto same = [](const std::vector<WorkTiming>& x, const std::vector<WorkTiming>& y) {
+    if (x.size() != y.size()) return false;
+    for (size_t i = 0; i < x.size(); ++i) {
+      if (x[i].start != y[i].start || x[i].finish != y[i].finish) return false;
+    }
+    return true;
+  };
+  EXPECT_TRUE(same(memo.run(engine, g), played));
+  EXPECT_EQ(memo.hits(), 0u);
+  const StreamGraph twin = random_stream_graph(7);  // built apart, equal
+  EXPECT_TRUE(same(memo.run(engine, twin), played));
+  EXPECT_EQ(memo.hits(), 1u);
+  // One task a picosecond longer: another graph, played.
+  StreamGraph longer;
+  for (size_t s = 0; s < g.stream_count(); ++s) longer.add_stream(g.stream(s).rank, g.stream(s).name);
+  for (size_t c = 0; c < g.channel_count(); ++c) {
+    if (g.pool_sms(static_cast<ChannelId>(c)) > 0) {
+      longer.add_sm_pool(g.pool_sms(static_cast<ChannelId>(c)));
+    } else {
+      longer.add_channel();
+    }
+  }
+  for (WorkId id = 0; id < g.size(); ++id) {
+    const StreamTask& t = g.task(id);
+    const Time d = id == 0 ? t.duration + Time::ps(1) : t.duration;
+    longer.add(t.stream, d, t.kind, g.dependencies(id), t.peer_rank, t.channel);
+    if (t.sm_pool != kNoChannel) longer.occupy(id, t.sm_pool, t.sms);
+  }
+  EXPECT_FALSE(longer == g);
+  EXPECT_TRUE(same(memo.run(engine, longer), run_stream_graph(engine, longer)));
+  EXPECT_EQ(memo.hits(), 1u);
+  // Capacity 2: g and `longer` are kept; a third graph pushes g out.
+  memo.run(engine, random_stream_graph(8));
+  memo.run(engine, g);
+  EXPECT_EQ(memo.hits(), 1u);
 }
 
 // The compute bound against the pipeline closed forms: p equal stages of forward f and backward
