@@ -11,6 +11,7 @@
 #include "training/iteration_units.h"
 #include "training/pipeline_schedule.h"
 #include "training/stream_graph.h"
+#include "training/stream_graph_memo.h"
 #include "training_test_support.h"
 
 namespace parallax {

@@ -127,6 +127,7 @@
 #include "model/model_config.h"
 #include "training/parallel_layout.h"
 #include "training/stream_graph.h"
+#include "training/stream_graph_memo.h"
 
 namespace parallax {
 
