@@ -420,7 +420,7 @@ IterationGraph IterationGraphBuilder::build() {
   built_.across_nodes.resize(graph_.size(), false);
   built_.bottleneck.assign(graph_.size(), -1);
   for (WorkId id = 0; id < graph_.size() && cosim_; ++id) {
-    if (const auto& played = graph_.task(id).transfers) {
+    if (const auto& played = graph_.transfers(id)) {
       if (const std::optional<LinkId> l = cosim_->bottleneck(*played)) built_.bottleneck[id] = l->value;
     }
   }

@@ -51,7 +51,8 @@ void StreamGraph::occupy(WorkId id, ChannelId pool, int sms) {
 
 void StreamGraph::set_transfers(WorkId id, std::shared_ptr<const TransferGraph> transfers) {
   if (id >= tasks_.size()) throw std::invalid_argument("no task " + std::to_string(id));
-  tasks_[id].transfers = std::move(transfers);
+  if (transfers_.size() <= id) transfers_.resize(id + 1);
+  transfers_[id] = std::move(transfers);
 }
 
 WorkId StreamGraph::add(StreamId stream, Time duration, WorkKind kind, std::span<const WorkId> deps, int peer_rank,
@@ -65,7 +66,7 @@ WorkId StreamGraph::add(StreamId stream, Time duration, WorkKind kind, std::span
     dep_list_.push_back(d);
   }
   dep_offsets_.push_back(static_cast<uint32_t>(dep_list_.size()));
-  tasks_.push_back(StreamTask{stream, duration, kind, peer_rank, channel, kNoChannel, 0, nullptr});
+  tasks_.push_back(StreamTask{duration, stream, peer_rank, channel, kNoChannel, 0, kind});
   streams_[stream].tasks.push_back(id);
   return id;
 }
@@ -213,8 +214,9 @@ class StreamExecution final : private EventSink {
     occupy(id, +1);
     const StreamTask& task = graph_.task(id);
     if constexpr (std::is_same_v<Clock, EngineClock>) {
-      if (network_ && task.transfers && task.transfers->size() > 0) {
-        auto played = std::make_unique<GraphExecution>(clock_.engine(), *network_, *task.transfers);
+      const std::shared_ptr<const TransferGraph>& transfers = graph_.transfers(id);
+      if (network_ && transfers && transfers->size() > 0) {
+        auto played = std::make_unique<GraphExecution>(clock_.engine(), *network_, *transfers);
         GraphExecution& run = *played;
         playing_.emplace(id, std::move(played));
         run.start([this, id] { clock_.schedule_in(Time::zero(), {ExecutionEvent::Kind::kPlayed, id}); });
@@ -305,7 +307,7 @@ class StreamExecution final : private EventSink {
   // A task's transfers have landed; its execution is dropped once it has returned.
   void finish_played(WorkId id) {
     if (played_) {
-      const TransferGraph& g = *graph_.task(id).transfers;
+      const TransferGraph& g = *graph_.transfers(id);
       const std::vector<TaskTiming>& times = playing_.at(id)->timings();
       for (TaskId t = 0; t < g.size(); ++t) {
         const Task& task = g.task(t);
@@ -401,8 +403,8 @@ uint64_t StreamGraph::content_hash() const {
     mix((static_cast<uint64_t>(t.stream) << 32) | t.channel);
     mix((static_cast<uint64_t>(static_cast<uint32_t>(t.peer_rank)) << 32) | static_cast<uint64_t>(t.kind));
     mix((static_cast<uint64_t>(t.sm_pool) << 32) | static_cast<uint32_t>(t.sms));
-    mix(reinterpret_cast<uintptr_t>(t.transfers.get()));
   }
+  for (const auto& t : transfers_) mix(reinterpret_cast<uintptr_t>(t.get()));
   for (WorkId d : dep_list_) mix(d);
   for (uint32_t o : dep_offsets_) mix(o);
   for (const Stream& st : streams_) {

@@ -32,6 +32,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "collectives/transfer_graph.h"
@@ -54,21 +55,22 @@ using WorkId = uint32_t;
 using ChannelId = uint32_t;
 inline constexpr ChannelId kNoChannel = UINT32_MAX;
 
+// 32 bytes and trivially copyable: a search builds and plays millions of them. A task's
+// transfers sit beside the tasks (StreamGraph::transfers).
 struct StreamTask {
-  StreamId stream = 0;
   Time duration;  ///< alone on its channel
-  WorkKind kind = WorkKind::kCompute;
+  StreamId stream = 0;
   /// A second rank that the task also occupies (the receiver of a pipeline send), or -1.
   int peer_rank = -1;
   ChannelId channel = kNoChannel;
   /// An SM pool the task holds `sms` SMs of while it runs (see the file comment).
   ChannelId sm_pool = kNoChannel;
   int sms = 0;
-  /// Flows to play on the network instead of the duration (see the file comment).
-  std::shared_ptr<const TransferGraph> transfers;
+  WorkKind kind = WorkKind::kCompute;
 
   friend bool operator==(const StreamTask&, const StreamTask&) = default;
 };
+static_assert(std::is_trivially_copyable_v<StreamTask>);
 
 struct Stream {
   int rank = 0;      ///< the simulated rank (GPU) the stream belongs to
@@ -108,6 +110,11 @@ class StreamGraph {
 
   size_t size() const { return tasks_.size(); }
   const StreamTask& task(WorkId id) const { return tasks_[id]; }
+  /// The flows task `id` plays on the network (see the file comment), or null.
+  const std::shared_ptr<const TransferGraph>& transfers(WorkId id) const {
+    static const std::shared_ptr<const TransferGraph> kNone;
+    return id < transfers_.size() ? transfers_[id] : kNone;
+  }
   std::span<const WorkId> dependencies(WorkId id) const;
   size_t stream_count() const { return streams_.size(); }
   size_t channel_count() const { return channels_; }
@@ -125,6 +132,7 @@ class StreamGraph {
   std::vector<Stream> streams_;
   size_t channels_ = 0;
   std::vector<int> pool_sms_;  // per channel: SMs of a pool, 0 for a plain channel
+  std::vector<std::shared_ptr<const TransferGraph>> transfers_;  // by task, up to the last that has some
 };
 
 struct WorkTiming {
