@@ -6,7 +6,7 @@
 #include <string>
 
 #include "collectives/sibling_contention.h"
-#include "topology/router.h"
+#include "engine/invariant.h"
 #include "model/parameter_count.h"
 #include "training/iteration_memory.h"
 
@@ -192,7 +192,8 @@ CommunicationPlan::CommunicationPlan(const ModelConfig& model, const ParallelLay
   // slowed n-fold is timed as one of n times the bytes: latency-bound sizes barely change.
   SiblingContention* contention = nullptr;
   if (options.replica_contention && !options.free_communication) {
-    if (&simulators.topology() != &topo) throw std::invalid_argument("the collective simulators are of another topology");
+    PARALLAX_INVARIANT(&simulators.topology() == &topo, "training/iteration_comm", Time::zero(),
+                       "the collective simulators are of another topology than the iteration's");
     contention = &simulators.sibling_contention();
   }
   // The slowdown of `own`, stage s's group of the simulated replica, among the groups that

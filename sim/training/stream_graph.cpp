@@ -6,8 +6,8 @@
 #include <map>
 #include <optional>
 #include <queue>
-#include <type_traits>
 #include <stdexcept>
+#include <type_traits>
 
 #include "engine/invariant.h"
 

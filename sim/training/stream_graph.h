@@ -140,11 +140,6 @@ struct WorkTiming {
   Time finish = Time::max();
 };
 
-/// Plays `graph` on `engine` from engine.now(): one event per task completion (per channel,
-/// one pending event for its earliest completion, moved as tasks join and leave). Returns the
-/// timings, indexed by WorkId. A task's dependencies and its stream predecessors were all
-/// added before it, so waits point to lower ids and every graph runs to the end (an invariant
-/// checks it).
 /// The chain of tasks that sets the graph's length, in execution order: from the task that
 /// finishes last, back through whatever it started on — the dependency or the stream
 /// predecessor that finished at its start (the latest, when none did exactly, as when a
@@ -160,6 +155,11 @@ struct PlayedTransfer {
   Time start, finish;
 };
 
+/// Plays `graph` on `engine` from engine.now(): one event per task completion (per channel,
+/// one pending event for its earliest completion, moved as tasks join and leave). Returns the
+/// timings, indexed by WorkId. A task's dependencies and its stream predecessors were all
+/// added before it, so waits point to lower ids and every graph runs to the end (an invariant
+/// checks it).
 /// With `network`, tasks that carry transfers play them on it (co-simulation), on `engine`,
 /// which the network model schedules on too; with `played`, each of those transfers is
 /// recorded there. Without a network the graph's events run on a queue of their own, starting
