@@ -6,17 +6,21 @@
 // reproduce in direction: Narayanan et al. 2021 (SC21) and Rajbhandari et al. 2020 (ZeRO).
 #include <gtest/gtest.h>
 
+#include <array>
 #include <condition_variable>
 #include <cstdio>
 #include <mutex>
+#include <set>
 #include <thread>
 #include <fstream>
 
 #include "io/input_error.h"
 #include "io/json_reader.h"
 #include "planning/layout_search.h"
+#include "planning/rank_order_study.h"
 #include "planning/scaling_study.h"
 #include "planning/search_report.h"
+#include "training/iteration_memo.h"
 #include "training/iteration_report.h"
 #include "topology/topology_loader.h"
 #include "training/workload_loader.h"
@@ -76,6 +80,47 @@ TEST(LayoutSearch, BestEqualsTheBestOfSimulatingEveryLayoutAndTheCountsAddUp) {
   EXPECT_DOUBLE_EQ(found.ranked.front().result.tokens_per_second, best) << best_layout;
   EXPECT_EQ(found.ranked.front().result.simulated, 1);
   for (size_t i = 1; i < found.ranked.size(); ++i) EXPECT_GE(found.ranked[i - 1].score, found.ranked[i].score);
+}
+
+// Every rank order of layouts on the small case's two nodes, simulated with one memo and each
+// on its own: the same results, down to each stage's breakdown. Some orders place the groups
+// alike (the memo answers them), others do not (simulated, and different).
+TEST(IterationMemo, ARankOrderThatTimesAlikeGetsItsTwinsResultAndOneThatDoesNotIsSimulated) {
+  const TrainingWorkload job = small_case();
+  IterationMemo memo;
+  IterationOptions with_memo;
+  with_memo.result_memo = &memo;
+  std::set<double> distinct_times;
+  size_t simulated = 0;
+  for (auto [tp, pp, dp] : {std::array<int, 3>{2, 2, 4}, {4, 2, 2}, {8, 2, 1}}) {
+    ParallelLayout layout = job.layout;
+    layout.tp = tp;
+    layout.pp = pp;
+    layout.dp = dp;
+    for (const std::string& order : distinct_rank_orders(layout)) {
+      layout.rank_order = order;
+      const IterationResult alone = simulate_iteration(job.model, layout, job.topology, IterationOptions{});
+      const IterationResult remembered = simulate_iteration(job.model, layout, job.topology, with_memo);
+      ++simulated;
+      distinct_times.insert(alone.iteration_time.seconds());
+      const std::string what = layout_description(layout) + " " + order;
+      EXPECT_EQ(alone.iteration_time, remembered.iteration_time) << what;
+      EXPECT_EQ(alone.peak_memory, remembered.peak_memory) << what;
+      EXPECT_EQ(alone.tasks, remembered.tasks) << what;
+      EXPECT_EQ(alone.critical_path.tasks, remembered.critical_path.tasks) << what;
+      ASSERT_EQ(alone.stages.size(), remembered.stages.size()) << what;
+      for (size_t s = 0; s < alone.stages.size(); ++s) {
+        EXPECT_EQ(alone.stages[s].time.bubble, remembered.stages[s].time.bubble) << what;
+        for (size_t k = 0; k < kWorkKinds; ++k) {
+          EXPECT_EQ(alone.stages[s].time.exposed[k], remembered.stages[s].time.exposed[k]) << what;
+          EXPECT_EQ(alone.stages[s].communication[k].replica_slowdown, remembered.stages[s].communication[k].replica_slowdown) << what;
+        }
+      }
+    }
+  }
+  EXPECT_GT(memo.hits(), 0u);
+  EXPECT_LT(memo.hits(), simulated);
+  EXPECT_GT(distinct_times.size(), 3u);  // orders that differ were not answered from the memo
 }
 
 TEST(LayoutSearch, TheRankingDoesNotDependOnTheThreads) {

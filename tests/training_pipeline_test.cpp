@@ -226,6 +226,26 @@ TEST(PipelineBubble, RejectsTimesThatDoNotSplitIntoChunks) {
   EXPECT_THROW(run_pipeline(s, Time::ps(3), Time::ps(4)), std::invalid_argument);
 }
 
+// The shared schedule is make_pipeline_schedule's, handed out again for equal inputs; the pass
+// times tell zero-bubble schedules apart and no other kind.
+TEST(PipelineSchedule, SharedSchedulesAreMadeOnceForEqualInputs) {
+  const std::vector<StagePassTimes> even(4, {Time::us(10), Time::us(10), Time::us(10)});
+  std::vector<StagePassTimes> slow_last = even;
+  slow_last.back().forward = Time::us(30);
+  for (PipelineScheduleKind kind : {PipelineScheduleKind::kOneFOneB, PipelineScheduleKind::kZeroBubbleH1}) {
+    const auto a = shared_pipeline_schedule(kind, 4, 8, 1, even);
+    EXPECT_EQ(a->per_stage, make_pipeline_schedule(kind, 4, 8, 1, even).per_stage);
+    EXPECT_EQ(shared_pipeline_schedule(kind, 4, 8, 1, even), a);  // the same object
+    const auto b = shared_pipeline_schedule(kind, 4, 8, 1, slow_last);
+    EXPECT_EQ(b->per_stage, make_pipeline_schedule(kind, 4, 8, 1, slow_last).per_stage);
+    EXPECT_EQ(b == a, kind == PipelineScheduleKind::kOneFOneB);
+    EXPECT_NE(shared_pipeline_schedule(kind, 4, 12, 1, even), a);
+  }
+  // Zero-bubble orders do follow the times: a slow last stage reorders the others' passes.
+  EXPECT_NE(shared_pipeline_schedule(PipelineScheduleKind::kZeroBubbleH1, 4, 8, 1, slow_last)->per_stage,
+            shared_pipeline_schedule(PipelineScheduleKind::kZeroBubbleH1, 4, 8, 1, even)->per_stage);
+}
+
 TEST(StreamGraph, StreamsRunInOrderAndWaitForDependencies) {
   // Stream a: x (3 ps) then y (1 ps); stream b: z (2 ps) waits for x. y starts at 3, z at 3.
   StreamGraph g;

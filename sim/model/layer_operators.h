@@ -109,6 +109,7 @@ struct RecomputeModules {
   bool moe_act = false;      ///< the routed experts' activation: its output, the down projection's input, not kept
   bool mlp = false;          ///< a dense layer's MLP: only its input kept
   bool any() const { return mla_up_proj || moe_act || mlp; }
+  bool operator==(const RecomputeModules&) const = default;
 };
 /// Parses Megatron's module names "mla_up_proj", "moe_act", "mlp"; nullopt for another.
 std::optional<RecomputeModules> add_recompute_module(RecomputeModules modules, const std::string& name);

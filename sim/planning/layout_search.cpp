@@ -8,6 +8,7 @@
 
 #include "engine/invariant.h"
 #include "io/input_error.h"
+#include "training/iteration_memo.h"
 #include "training/iteration_report.h"
 
 namespace parallax {
@@ -17,11 +18,13 @@ namespace {
 // depend on the thread count.
 constexpr size_t kBatch = 32;
 
-// What one thread keeps from layout to layout: its collective simulators, and the graphs it
-// played (layouts that differ only in their rank order often build the same graph).
+// What one thread keeps from layout to layout: its collective simulators, the results of the
+// layouts it simulated (layouts that differ only in their rank order often simulate alike) and
+// the graphs it played.
 struct ThreadCaches {
   ThreadCaches(const Topology& topology, std::optional<LinkEfficiency> efficiency) : collectives(topology, efficiency) {}
   CollectiveSimulatorCache collectives;
+  IterationMemo results;
   StreamGraphMemo graphs;
 };
 
@@ -56,6 +59,25 @@ std::vector<Candidate> fitting_candidates(const ModelConfig& model, std::vector<
   return out;
 }
 
+// The runs of `mine` (each its first index and one past its last) whose layouts differ only in
+// their rank order: one thread simulates a run, so that its memo sees them all.
+std::vector<std::pair<size_t, size_t>> rank_order_runs(const std::vector<const Candidate*>& batch,
+                                                       const std::vector<size_t>& mine) {
+  std::vector<std::pair<size_t, size_t>> runs;
+  for (size_t i = 0; i < mine.size(); ++i) {
+    ParallelLayout layout = batch[mine[i]]->layout;
+    if (!runs.empty()) {
+      layout.rank_order = batch[mine[i - 1]]->layout.rank_order;
+      if (layout == batch[mine[i - 1]]->layout) {
+        runs.back().second = i + 1;
+        continue;
+      }
+    }
+    runs.emplace_back(i, i + 1);
+  }
+  return runs;
+}
+
 // Simulates the layouts of `batch` at `mine` on one thread per cache, each thread with its own
 // collective simulators; a layout the simulation refuses (a rule only it checks) is summarised
 // as not simulated.
@@ -63,18 +85,22 @@ std::vector<LayoutSummary> simulate_batch(const ModelConfig& model, const std::v
                                           const std::vector<size_t>& mine, const Topology& topology,
                                           const IterationOptions& options, std::vector<ThreadCaches>& caches) {
   std::vector<LayoutSummary> results(mine.size());
+  const std::vector<std::pair<size_t, size_t>> runs = rank_order_runs(batch, mine);
   std::atomic<size_t> next{0};
   auto work = [&](size_t t) {
     IterationOptions o = options;
     o.collective_simulators = &caches[t].collectives;
+    o.result_memo = &caches[t].results;
     o.graph_memo = &caches[t].graphs;
-    for (size_t i = next++; i < mine.size(); i = next++) {
-      try {
-        results[i] = summarize(simulate_iteration(model, batch[mine[i]]->layout, topology, o));
-      } catch (const InputError&) {
-        results[i] = LayoutSummary{};
-      } catch (const std::invalid_argument&) {
-        results[i] = LayoutSummary{};
+    for (size_t r = next++; r < runs.size(); r = next++) {
+      for (size_t i = runs[r].first; i < runs[r].second; ++i) {
+        try {
+          results[i] = summarize(simulate_iteration(model, batch[mine[i]]->layout, topology, o));
+        } catch (const InputError&) {
+          results[i] = LayoutSummary{};
+        } catch (const std::invalid_argument&) {
+          results[i] = LayoutSummary{};
+        }
       }
     }
   };

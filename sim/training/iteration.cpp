@@ -25,6 +25,7 @@
 #include "training/cosimulation.h"
 #include "training/iteration_comm.h"
 #include "training/iteration_graph.h"
+#include "training/iteration_memo.h"
 #include "training/iteration_memory.h"
 #include "training/iteration_units.h"
 #include "training/pipeline_schedule.h"
@@ -222,6 +223,13 @@ IterationResult simulate_iteration(const ModelConfig& model, const ParallelLayou
       options.cosimulate && !options.free_communication ? std::make_unique<CoSimulation>(simulators) : nullptr;
   const bool every_replica = cosim && options.cosimulate_every_replica;
   CommunicationPlan comm(model, layout, topo, options, plan, every_replica, simulators);
+  // Without co-simulation the rank order acts only through the plan's timings (iteration_memo.h).
+  IterationMemo* const memo = cosim ? nullptr : options.result_memo;
+  std::vector<double> signature;
+  if (memo) {
+    signature = comm.timing_signature();
+    if (const IterationResult* seen = memo->find(model, topo, layout, signature)) return *seen;
+  }
   // ---- the stream graph --------------------------------------------------------------------
   IterationGraph built = build_iteration_graph(layout, options, gpu, cm, plan, comm, cosim.get(), every_replica);
   const StreamGraph& graph = built.graph;
@@ -354,6 +362,7 @@ IterationResult simulate_iteration(const ModelConfig& model, const ParallelLayou
         result.moe_dropped_fraction * tokens * static_cast<double>(model.moe->top_k) * moe_layers;
   }
   result.stages = std::move(stages);
+  if (memo) memo->keep(model, topo, layout, std::move(signature), result);
   return result;
 }
 

@@ -131,6 +131,8 @@
 
 namespace parallax {
 
+class IterationMemo;
+
 /// How the router spreads token-slots over the routed experts: expert i gets the share
 /// wᵢ/Σw, wᵢ = relative[i] when `relative` is given (one entry per expert, ≥ 0, not all 0),
 /// else wᵢ = (i+1)^−zipf_exponent (Zipf; 0 is uniform). Expert i lives on EP rank
@@ -202,6 +204,10 @@ struct IterationOptions {
   /// Timings of the stream graphs played before, reused for an equal graph (analytical network
   /// only; stream_graph.h): a layout search gives each thread one. Null: every graph is played.
   StreamGraphMemo* graph_memo = nullptr;
+  /// Results of iterations simulated before, reused for a layout equal but for its rank order
+  /// whose communication times alike (analytical network only; iteration_memo.h): a layout
+  /// search gives each thread one. Null: every layout is simulated.
+  IterationMemo* result_memo = nullptr;
   /// Capacity factor c > 0: each expert processes at most c·T·top_k/E of the T·top_k slots
   /// routed in its EP group, the others are dropped. nullopt: dropless.
   std::optional<double> moe_capacity_factor;

@@ -387,4 +387,29 @@ CommunicationPlan::CommunicationPlan(const ModelConfig& model, const ParallelLay
   }
 }
 
+std::vector<double> CommunicationPlan::timing_signature() const {
+  std::vector<double> out;
+  auto add_task = [&out](const CommTask& c) {
+    out.insert(out.end(), {static_cast<double>(c.time.picoseconds()), c.sent.value(), static_cast<double>(c.collectives),
+                           c.across_nodes ? 1.0 : 0.0, static_cast<double>(c.sms)});
+  };
+  auto add_shape = [&](const std::vector<int>& group) {
+    const auto [n, per_node] = timer_.shape_of(group);
+    out.insert(out.end(), {static_cast<double>(n), static_cast<double>(per_node)});
+  };
+  for (const std::vector<CommTask>* per_stage :
+       {&tp_forward, &tp_backward, &moe_tp_forward, &moe_tp_backward, &embedding_tp_forward, &embedding_tp_backward,
+        &output_tp_forward, &output_tp_backward, &pp_send_forward, &pp_send_backward, &ep_forward, &ep_backward,
+        &cp_ring_step, &cp_scatter_heads, &cp_gather_heads}) {
+    for (const CommTask& c : *per_stage) add_task(c);
+  }
+  for (const auto& kinds : slowdown_of) out.insert(out.end(), kinds.begin(), kinds.end());
+  for (size_t s = 0; s < dp_group_.size(); ++s) {
+    add_shape(dp_group_[s]);
+    add_shape(expert_dp_group_[s]);
+    out.insert(out.end(), {dp_slowdown_[s], expert_dp_slowdown_[s]});
+  }
+  return out;
+}
+
 }  // namespace parallax::iteration_detail

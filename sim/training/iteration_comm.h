@@ -11,6 +11,7 @@
 #include <memory>
 #include <optional>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 #include "collectives/collective_simulator.h"
@@ -65,6 +66,9 @@ class CollectiveTimer {
     return t;
   }
 
+  /// The group's shape: its size and the most of its ranks on one node.
+  std::pair<int, int> shape_of(const std::vector<int>& ranks) const { return simulators_.shape_of(ranks); }
+
   /// Where the group's collectives are timed: its shape placed from the first node on.
   std::vector<DeviceId> placement(const std::vector<int>& ranks) const {
     const auto [n, per_node] = simulators_.shape_of(ranks);
@@ -103,6 +107,13 @@ class CommunicationPlan {
       cp_gather_heads;
   /// The largest sibling slowdown applied per stage and kind, for the report.
   std::vector<std::array<double, kWorkKinds>> slowdown_of;
+
+  /// Everything of the plan that the graph builder reads, but the calls (which name the ranks):
+  /// every task's time, bytes, collectives, node span and SMs, the slowdowns, and what the
+  /// per-unit gradient tasks are timed from (the DP and expert-DP groups' shapes and slowdowns).
+  /// Two plans of one model and layout (rank order aside) with equal signatures build the same
+  /// graph without co-simulation (iteration_memo.h).
+  std::vector<double> timing_signature() const;
 
  private:
   CommTask collective(CollectiveOp op, Bytes size, const std::vector<int>& group, double slowdown = 1.0);

@@ -85,9 +85,9 @@ IterationGraphBuilder::IterationGraphBuilder(const ParallelLayout& layout, const
       ring_attention_(layout.cp > 1 && layout.cp_comm == ContextParallelComm::kRing),
       zero12_(layout.zero_stage == ZeroStage::kStage1 || layout.zero_stage == ZeroStage::kStage2),
       zero3_(layout.zero_stage == ZeroStage::kStage3), dp_comm_(layout.dp * layout.cp > 1),
-      split_(plan.schedule.split_backward()), gradient_kind_(split_ ? PassKind::kWeight : PassKind::kBackward),
+      split_(plan.schedule->split_backward()), gradient_kind_(split_ ? PassKind::kWeight : PassKind::kBackward),
       last_compute_(static_cast<size_t>(layout.pp)),
-      passes_(static_cast<size_t>(plan.schedule.stages) * plan.schedule.pass_slots()) {
+      passes_(static_cast<size_t>(plan.schedule->stages) * plan.schedule->pass_slots()) {
   const bool sm_pools = options.sm_contention && gpu.sms > 0;
   for (int s = 0; s < p_; ++s) {
     streams_.push_back({graph_.add_stream(s, "compute"), graph_.add_stream(s, "tp"), graph_.add_stream(s, "pp"),
@@ -102,7 +102,7 @@ IterationGraphBuilder::IterationGraphBuilder(const ParallelLayout& layout, const
     }
   }
   for (int s = 0; s < p_; ++s) {
-    for (const PipelineOp& op : plan.schedule.per_stage[static_cast<size_t>(s)]) {
+    for (const PipelineOp& op : plan.schedule->per_stage[static_cast<size_t>(s)]) {
       if (op.kind == gradient_kind_) last_backward_[{s, op.chunk}] = op.micro_batch;
     }
   }
@@ -146,7 +146,7 @@ CallPhases IterationGraphBuilder::with_siblings(const CallPhases& phases) const 
 
 // Stage, then the schedule's own numbering of the pass (pipeline_pass_order has checked it).
 size_t IterationGraphBuilder::pass_slot(int s, const PipelineOp& op) const {
-  return static_cast<size_t>(s) * plan_.schedule.pass_slots() + plan_.schedule.pass_slot(op);
+  return static_cast<size_t>(s) * plan_.schedule->pass_slots() + plan_.schedule->pass_slot(op);
 }
 
 ChannelId IterationGraphBuilder::channel_of(int s, const CommTask& c) const {
@@ -301,7 +301,7 @@ void IterationGraphBuilder::add_pass(int s, const PipelineOp& op) {
   const bool gradients = op.kind == gradient_kind_;
 
   WorkIdList input;
-  if (auto dep = pipeline_dependency(plan_.schedule, s, op)) {
+  if (auto dep = pipeline_dependency(*plan_.schedule, s, op)) {
     const PassTasks& before = passes_[pass_slot(dep->stage, dep->op)];
     input = dep->stage != s ? WorkIdList{*before.send} : before.done;
   }
@@ -406,15 +406,15 @@ IterationGraph IterationGraphBuilder::build() {
   // front spares the graph's arrays their regrowth.
   size_t unit_passes = 0;
   for (int s = 0; s < p_; ++s) {
-    for (const PipelineOp& op : plan_.schedule.per_stage[static_cast<size_t>(s)]) {
+    for (const PipelineOp& op : plan_.schedule->per_stage[static_cast<size_t>(s)]) {
       unit_passes += plan_.units[static_cast<size_t>(op.chunk * p_ + s)].size();
     }
   }
   graph_.reserve(3 * unit_passes);
   built_.across_nodes.reserve(3 * unit_passes);
   prefetch_zero12_gathers();
-  for (auto [s, position] : pipeline_pass_order(plan_.schedule)) {
-    add_pass(s, plan_.schedule.per_stage[static_cast<size_t>(s)][position]);
+  for (auto [s, position] : pipeline_pass_order(*plan_.schedule)) {
+    add_pass(s, plan_.schedule->per_stage[static_cast<size_t>(s)][position]);
   }
   add_optimizer_steps();
   built_.across_nodes.resize(graph_.size(), false);

@@ -22,7 +22,7 @@ std::vector<StageMemory> stage_memory(const ModelConfig& model, const ParallelLa
   const MessageSizes sizes = message_sizes(model, layout);
   const std::vector<std::vector<Unit>>& units = plan.units;
   const std::vector<int>& vs_layers = plan.virtual_stage_layers;
-  const PipelineSchedule& schedule = plan.schedule;
+  const PipelineSchedule& schedule = *plan.schedule;
   std::vector<StageMemory> out(static_cast<size_t>(p));
   // Activations: what each operator keeps for its backward (layer_operators.h; for a GPT layer
   // Korthikanti et al.'s sbh·(34 + 5as/h) form), per micro-batch in flight. A stage's layers

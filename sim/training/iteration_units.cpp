@@ -256,7 +256,7 @@ StagePlan plan_stages(const ModelConfig& model, const ParallelLayout& layout, co
       times.weight += u.weight_gradient;
     }
   }
-  plan.schedule = make_pipeline_schedule(layout.schedule, p, m, v, pass_times);
+  plan.schedule = shared_pipeline_schedule(layout.schedule, p, m, v, pass_times);
   return plan;
 }
 

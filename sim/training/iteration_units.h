@@ -7,6 +7,7 @@
 #include <array>
 #include <cstdint>
 #include <initializer_list>
+#include <memory>
 #include <stdexcept>
 #include <vector>
 
@@ -113,7 +114,7 @@ struct StagePlan {
   std::vector<int> virtual_stage_layers;  ///< transformer layers per virtual stage
   int moe_layers = 0;
   Routing routing;
-  PipelineSchedule schedule;
+  std::shared_ptr<const PipelineSchedule> schedule;  ///< shared_pipeline_schedule's
 };
 
 /// The operators' times, FLOPs and saved activations, summed.

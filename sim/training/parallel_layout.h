@@ -132,6 +132,7 @@ struct ParallelLayout {
   int expert_tensor_parallel() const { return expert_tp > 0 ? expert_tp : tp; }
   /// The DP degree of the expert layers: tp·cp·dp / (etp·ep) (dp·cp / ep when etp = tp).
   int expert_data_parallel() const { return tp * cp * dp / (expert_tensor_parallel() * ep); }
+  bool operator==(const ParallelLayout&) const = default;
 };
 
 /// Throws InputError(file, pointer + "/field", reason) at the first problem, e.g.

@@ -215,29 +215,14 @@ std::vector<std::vector<PipelineOp>> zero_bubble_by_events(int p, int m, int lim
 
 namespace {
 
-// A layout search asks for the same order many times (the memory estimate and the simulation,
-// and layouts that differ only in what the order does not read: ZeRO stage, rank order, switches):
-// each thread keeps the orders it built, by their inputs, up to a bound. A pure function's
-// cache: the same results.
-std::vector<std::vector<PipelineOp>> memoised_zero_bubble(int p, int m, int limit, const std::vector<StagePassTimes>& times) {
-  using Key = std::tuple<int, int, int, std::vector<int64_t>>;
-  constexpr size_t kEntries = 64;
-  thread_local std::map<Key, std::vector<std::vector<PipelineOp>>> built;
-  std::vector<int64_t> pass_ps;
-  for (const StagePassTimes& t : times) {
-    pass_ps.insert(pass_ps.end(), {t.forward.picoseconds(), t.input_backward.picoseconds(), t.weight.picoseconds()});
-  }
-  Key key{p, m, limit, std::move(pass_ps)};
-  if (auto it = built.find(key); it != built.end()) return it->second;
-  if (built.size() >= kEntries) built.clear();
-  // Weight gradients may take no time (a stage of the embedding alone): no other stage reads them.
+// Zero-bubble orders for forward and backward times above zero by events; weight gradients may
+// take no time (a stage of the embedding alone): no other stage reads them.
+std::vector<std::vector<PipelineOp>> zero_bubble(int p, int m, int limit, const std::vector<StagePassTimes>& times) {
   const bool timed = std::all_of(times.begin(), times.end(), [](const StagePassTimes& t) {
     return t.forward > Time::zero() && t.input_backward > Time::zero() && t.weight >= Time::zero();
   });
-  return built
-      .emplace(std::move(key), timed ? pipeline_detail::zero_bubble_by_events(p, m, limit, times)
-                                     : pipeline_detail::zero_bubble_by_turns(p, m, limit, times))
-      .first->second;
+  return timed ? pipeline_detail::zero_bubble_by_events(p, m, limit, times)
+               : pipeline_detail::zero_bubble_by_turns(p, m, limit, times);
 }
 
 // A stage-and-position pair in an order where every pass comes after its dependency and after
@@ -342,7 +327,7 @@ PipelineSchedule make_pipeline_schedule(PipelineScheduleKind kind, int p, int m,
     }
     const StagePassTimes unit{Time::ps(1), Time::ps(1), Time::ps(1)};
     const int limit = kind == PipelineScheduleKind::kZeroBubbleH1 ? p : 2 * p - 1;
-    sch.per_stage = memoised_zero_bubble(
+    sch.per_stage = zero_bubble(
         p, m, limit, times.empty() ? std::vector<StagePassTimes>(static_cast<size_t>(p), unit) : times);
     return sch;
   }
@@ -368,6 +353,40 @@ PipelineSchedule make_pipeline_schedule(PipelineScheduleKind kind, int p, int m,
     }
   }
   return sch;
+}
+
+std::shared_ptr<const PipelineSchedule> shared_pipeline_schedule(PipelineScheduleKind kind, int p, int m, int v,
+                                                                 const std::vector<StagePassTimes>& times) {
+  struct Kept {
+    PipelineScheduleKind kind;
+    int p, m, v;
+    std::vector<StagePassTimes> times;
+    std::shared_ptr<const PipelineSchedule> schedule;
+    size_t passes;
+  };
+  // Bounded by entries and by passes held (about 12 bytes each: some 25 MB per thread at most).
+  constexpr size_t kEntries = 64, kPasses = size_t{1} << 21;
+  thread_local std::vector<Kept> kept;  // least recently used first
+  thread_local size_t passes_kept = 0;
+  const bool reads_times = kind == PipelineScheduleKind::kZeroBubbleH1 || kind == PipelineScheduleKind::kZeroBubbleH2;
+  for (auto it = kept.begin(); it != kept.end(); ++it) {
+    if (it->kind == kind && it->p == p && it->m == m && it->v == v && (!reads_times || it->times == times)) {
+      std::rotate(it, it + 1, kept.end());
+      return kept.back().schedule;
+    }
+  }
+  auto schedule = std::make_shared<const PipelineSchedule>(make_pipeline_schedule(kind, p, m, v, times));
+  size_t passes = 0;
+  for (const auto& stage : schedule->per_stage) passes += stage.size();
+  while (!kept.empty() && (kept.size() >= kEntries || passes_kept + passes > kPasses)) {
+    passes_kept -= kept.front().passes;
+    kept.erase(kept.begin());
+  }
+  if (passes <= kPasses) {
+    kept.push_back(Kept{kind, p, m, v, reads_times ? times : std::vector<StagePassTimes>{}, schedule, passes});
+    passes_kept += passes;
+  }
+  return schedule;
 }
 
 std::optional<StagedOp> pipeline_dependency(const PipelineSchedule& sch, int s, const PipelineOp& op) {

@@ -43,6 +43,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -92,6 +93,7 @@ struct StagePassTimes {
   Time forward;
   Time input_backward;  ///< B
   Time weight;          ///< W
+  bool operator==(const StagePassTimes&) const = default;
 };
 
 /// The schedule of `kind` for p stages, m micro-batches and v chunks. ZB-H1 is ordered with
@@ -100,6 +102,14 @@ struct StagePassTimes {
 /// times of the wrong length.
 PipelineSchedule make_pipeline_schedule(PipelineScheduleKind kind, int stages, int micro_batches, int chunks = 1,
                                         const std::vector<StagePassTimes>& times = {});
+
+/// make_pipeline_schedule's schedule, shared: each thread keeps the schedules it made last, by
+/// their inputs (the pass times only for the zero-bubble orders, which read them), and hands
+/// the same one out again. A layout search plans thousands of layouts (for their memory, then
+/// again to simulate them) with a few hundred distinct schedules. A pure function's cache.
+std::shared_ptr<const PipelineSchedule> shared_pipeline_schedule(PipelineScheduleKind kind, int stages,
+                                                                 int micro_batches, int chunks,
+                                                                 const std::vector<StagePassTimes>& times);
 
 namespace pipeline_detail {
 /// ZB-H1/H2's list scheduling (make_pipeline_schedule) as written: every free stage looks at
