@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <vector>
 
 #include "engine/engine.h"
@@ -13,8 +14,8 @@ namespace parallax {
 /// of which some are equal: in a layout search, layouts that differ only in their rank order
 /// often build the same graph (when the tensor-parallel group fills a node, the data- and
 /// pipeline-parallel groups sit alike under either order). Keeps the last `capacity` graphs,
-/// looks one up by its hash and compares it whole, so a hit returns exactly what playing it
-/// again would.
+/// looks one up by its size, then its hash (each hashed only when a graph of its size is looked
+/// up), and compares it whole, so a hit returns exactly what playing it again would.
 class StreamGraphMemo {
  public:
   explicit StreamGraphMemo(size_t capacity = 4) : capacity_(capacity) {}
@@ -25,7 +26,7 @@ class StreamGraphMemo {
 
  private:
   struct Played {
-    uint64_t hash;
+    std::optional<uint64_t> hash;  // hashed when a graph of its size is looked up
     Time start;
     StreamGraph graph;
     std::vector<WorkTiming> timings;
