@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <exception>
 #include <optional>
 #include <thread>
 
@@ -39,19 +40,42 @@ double score_of(const LayoutSummary& r, SearchObjective objective) {
   return objective == SearchObjective::kMfu ? r.mfu : r.tokens_per_second;
 }
 
+// Runs body(i) for i in [0, n) on `threads` threads; the first exception (by index) is rethrown.
+template <typename Body>
+void parallel_for(size_t n, int threads, const Body& body) {
+  std::vector<std::exception_ptr> failed(n);
+  std::atomic<size_t> next{0};
+  auto work = [&] {
+    for (size_t i = next++; i < n; i = next++) {
+      try {
+        body(i);
+      } catch (...) {
+        failed[i] = std::current_exception();
+      }
+    }
+  };
+  std::vector<std::thread> pool;
+  for (int t = 1; t < threads; ++t) pool.emplace_back(work);
+  work();
+  for (std::thread& th : pool) th.join();
+  for (const std::exception_ptr& e : failed) {
+    if (e) std::rethrow_exception(e);
+  }
+}
+
 // The layouts that fit in memory, with their bounds, in bound order (then text).
 std::vector<Candidate> fitting_candidates(const ModelConfig& model, std::vector<ParallelLayout> layouts, const GpuSpec& gpu,
-                                          const IterationOptions& options, size_t& rejected_by_memory) {
+                                          const IterationOptions& options, int threads, size_t& rejected_by_memory) {
+  std::vector<std::optional<IterationEstimate>> estimates(layouts.size());
+  parallel_for(layouts.size(), threads, [&](size_t i) { estimates[i] = estimate_iteration(model, layouts[i], gpu, options); });
   std::vector<Candidate> out;
-  for (ParallelLayout& l : layouts) {
-    const IterationEstimate estimate = estimate_iteration(model, l, gpu, options);
-    if (estimate.memory.out_of_memory) {
+  for (size_t i = 0; i < layouts.size(); ++i) {
+    if (estimates[i]->memory.out_of_memory) {
       ++rejected_by_memory;
       continue;
     }
-    const Time bound = estimate.time_lower_bound;
-    std::string text = layout_description(l) + " / " + l.rank_order;
-    out.push_back(Candidate{std::move(l), bound, std::move(text)});
+    std::string text = layout_description(layouts[i]) + " / " + layouts[i].rank_order;
+    out.push_back(Candidate{std::move(layouts[i]), estimates[i]->time_lower_bound, std::move(text)});
   }
   std::stable_sort(out.begin(), out.end(), [](const Candidate& a, const Candidate& b) {
     return a.bound != b.bound ? a.bound < b.bound : a.text < b.text;
@@ -192,7 +216,8 @@ SearchOutcome search_layouts(const ModelConfig& model, const ParallelLayout& bas
   }
   const GpuSpec& gpu = topology.gpu_spec_of(topology.gpus()[0]);
   const std::vector<Candidate> candidates =
-      fitting_candidates(model, std::move(e.valid), gpu, options.iteration, out.rejected_by_memory);
+      fitting_candidates(model, std::move(e.valid), gpu, options.iteration, std::max(1, options.threads),
+                         out.rejected_by_memory);
   std::vector<ThreadCaches> caches;
   caches.reserve(static_cast<size_t>(std::max(1, options.threads)));
   for (int t = 0; t < std::max(1, options.threads); ++t) caches.emplace_back(topology, options.iteration.link_efficiency);
