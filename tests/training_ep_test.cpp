@@ -73,6 +73,60 @@ TEST(IterationExpertParallel, DispatchSendsTokensTimesTopKTimesHidden) {
   EXPECT_EQ(simulate_iteration(model, full, topo).stages[0].communication[kEp].collectives, 48);
 }
 
+// Megatron's --moe-shared-expert-overlap: the shared experts run on their own stream beside the
+// dispatch and combine, so each MoE pass hides min(shared experts, all-to-all) and keeps its
+// compute. With contention off (no shared links or SMs) the iteration is shorter by exactly that
+// sum; the shared experts' span is the sum of their operators' times.
+TEST(IterationExpertParallel, OverlappedSharedExpertsHideBehindTheDispatch) {
+  ModelConfig model = tiny_moe();
+  model.moe->shared_experts = 1;
+  model.moe->shared_expert_ffn = 512;
+  const Topology topo = toy_cluster(4);
+  IterationOptions options;
+  options.keep_timeline = true;
+  options.sm_contention = false;
+  options.communication_contention = false;
+  ParallelLayout layout = moe_layout(4, 4);
+  const IterationResult after = simulate_iteration(model, layout, topo, options);
+  layout.moe_shared_expert_overlap = true;
+  const IterationResult beside = simulate_iteration(model, layout, topo, options);
+
+  const ComputeModel cm(topo.gpu_spec_of(topo.gpus()[0]), options.compute);
+  ShardingFactors sharding;
+  sharding.ep = 4;
+  Time shared_forward;
+  for (const ModelOperator& op : layer_operators(model, 0, MicroBatch{1, 512}, sharding)) {
+    if (op.shared_expert) shared_forward += cm.time(op.forward);
+  }
+  ASSERT_GT(shared_forward, Time::zero());
+
+  Time hidden, compute_after, compute_beside;
+  int passes = 0;
+  for (const TimelineSpan& span : after.timeline) {
+    if (span.kind == WorkKind::kCompute) compute_after += span.finish - span.start;
+  }
+  for (const TimelineSpan& span : beside.timeline) {
+    if (span.kind == WorkKind::kCompute) compute_beside += span.finish - span.start;
+    if (span.stream != "shared_expert") continue;
+    if (passes == 0) {
+      EXPECT_EQ(span.finish - span.start, shared_forward);  // the first layer's forward
+    }
+    ++passes;
+    for (const TimelineSpan& a2a : beside.timeline) {
+      if (a2a.kind == WorkKind::kEpComm && a2a.start == span.start) hidden += std::min(a2a.finish - a2a.start, span.finish - span.start);
+    }
+  }
+  EXPECT_EQ(passes, 16);  // 8 MoE layers, forward and backward, one micro-batch
+  EXPECT_EQ(compute_beside, compute_after);
+  EXPECT_GT(hidden, Time::zero());
+  EXPECT_EQ(after.iteration_time - beside.iteration_time, hidden);
+  // Without EP there is no dispatch to hide behind: the switch changes nothing.
+  ParallelLayout no_ep = moe_layout(4, 1);
+  const Time plain = simulate_iteration(model, no_ep, topo, options).iteration_time;
+  no_ep.moe_shared_expert_overlap = true;
+  EXPECT_EQ(simulate_iteration(model, no_ep, topo, options).iteration_time, plain);
+}
+
 TEST(IterationExpertParallel, FlexDispatchSendsATokenOncePerRemoteNode) {
   // 16 experts, top-4, ep 16 over two DGX H100 nodes (8 experts per node). The flat all-to-all
   // sends each token's 4 slots, 15/16 of them off the GPU. DeepEP / HybridEP (flex) sends a

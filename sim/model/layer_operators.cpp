@@ -30,6 +30,10 @@ class OperatorList {
         cast_(is_quantised(dtype) ? cast : std::nullopt) {}
 
   double element_bytes() const { return element_; }
+  // The operators from `first` on are a shared expert's.
+  void mark_shared_expert(size_t first) {
+    for (size_t i = first; i < ops_.size(); ++i) ops_[i].shared_expert = true;
+  }
 
   // y[m×n] = x[m×k]·W[k×n], `groups` times in one kernel. The backward is the data gradient
   // and the weight gradient: two kernels, each with the forward's volume and bytes.
@@ -313,7 +317,9 @@ void add_moe(OperatorList& ops, const ModelConfig& m, const ShardingFactors& sh,
   ops.keep(slots * z.hidden);  // the experts' outputs, for the gradient of the routing weights
   if (moe.shared_experts > 0) {
     const double f_shared = static_cast<double>(moe.shared_experts * moe.shared_expert_ffn) / sh.tp;
+    const size_t first = ops.size();
     ops.mlp("shared_expert_", m, z.tokens, f_shared, z.hidden, 0.0);
+    ops.mark_shared_expert(first);
   }
 }
 

@@ -206,6 +206,9 @@ struct ModelOperator {
   Bytes saved_scores;
   /// Part of a recomputed module (RecomputeModules): its forward runs again in the backward.
   bool recomputed = false;
+  /// A shared expert's kernel (MoE layers), which may run beside the token dispatch
+  /// (ParallelLayout::moe_shared_expert_overlap).
+  bool shared_expert = false;
 };
 
 /// The activation bytes one micro-batch of `ops` keeps on this GPU: every operator's `saved`,

@@ -16,11 +16,18 @@ struct Knob {
   std::function<void(ParallelLayout&, WorkloadOverrides&)> apply;
 };
 
-std::vector<Knob> knobs() {
+std::vector<Knob> knobs(const ModelConfig& model) {
+  const bool shared_experts = model.moe && model.moe->shared_experts > 0;
   auto is_1f1b = [](const ParallelLayout& l) { return l.pp > 1 && l.schedule == PipelineScheduleKind::kOneFOneB; };
   return {
       {"tp_comm_overlap on", "--tp-comm-overlap on", [](const ParallelLayout& l) { return l.tp > 1 && !l.tp_comm_overlap; },
        [](ParallelLayout& l, WorkloadOverrides& o) { l.tp_comm_overlap = true; o.tp_comm_overlap = true; }},
+      {"shared experts overlapped", "--moe-shared-expert-overlap on",
+       [shared_experts](const ParallelLayout& l) { return shared_experts && l.ep > 1 && !l.moe_shared_expert_overlap; },
+       [](ParallelLayout& l, WorkloadOverrides& o) {
+         l.moe_shared_expert_overlap = true;
+         o.moe_shared_expert_overlap = true;
+       }},
       {"grad_reduce_overlap on", "--grad-reduce-overlap on",
        [](const ParallelLayout& l) { return l.dp * l.cp > 1 && !l.grad_reduce_overlap; },
        [](ParallelLayout& l, WorkloadOverrides& o) { l.grad_reduce_overlap = true; o.grad_reduce_overlap = true; }},
@@ -69,7 +76,7 @@ std::vector<Knob> knobs() {
 std::vector<Suggestion> explain_layout(const ModelConfig& model, const ParallelLayout& layout, const Topology& topology,
                                        const IterationOptions& options, const IterationResult& base) {
   std::vector<Suggestion> out;
-  for (const Knob& k : knobs()) {
+  for (const Knob& k : knobs(model)) {
     if (!k.applies(layout)) continue;
     Suggestion s;
     s.knob = k.name;

@@ -2,6 +2,7 @@
 // guessed. The candidates come from a fixed list of knobs, each applied alone to the layout
 // (when it applies and the result is a valid layout):
 //   tp_comm_overlap on          TP collectives pipelined with the GEMMs (tp > 1)
+//   shared experts overlapped   MoE shared experts beside the dispatch (ep > 1, a model with them)
 //   grad_reduce_overlap on      gradient buckets reduced during the backward (dp·cp > 1)
 //   param_gather_prefetch on    ZeRO parameter gathers one layer ahead (ZeRO ≥ 1, dp·cp > 1)
 //   sequence_parallel on        Megatron SP (tp > 1)

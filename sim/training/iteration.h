@@ -50,7 +50,10 @@
 //            a buffer of T_sp·top_k·h·bytes_per_element (nccl-tests' all-to-all size), of which
 //            (ep−1)/ep leaves the GPU. Timed on the EP group (the ranks sharing a stage and TP
 //            coordinate per Megatron's expert rank generator) on the compute stream, since the
-//            expert GEMMs wait for it: kind ep.
+//            expert GEMMs wait for it: kind ep. With moe_shared_expert_overlap the shared
+//            experts' kernels (their B part in a zero-bubble B pass) leave the compute stream
+//            for a stream of their own that starts with the dispatch and runs beside dispatch
+//            and combine on the SMs their kernels leave; the layer ends when both have.
 //   routing  expert_load gives each expert's share of the routed slots; experts sit E/ep in a
 //            row per EP rank (Megatron's placement). A capacity factor c caps every expert at
 //            c·T·top_k/E of the T·top_k slots of its EP group (Megatron's token-drop, counted

@@ -23,6 +23,7 @@ namespace {
 struct StageStreams {
   StreamId compute, tp, pp, dp, cp, gather;
   ChannelId scale_up, scale_out, sms;
+  StreamId shared_expert;  // with moe_shared_expert_overlap
 };
 
 // The tasks of one pass: what the next pass of the stage waits for, and its send (PP).
@@ -30,6 +31,23 @@ struct PassTasks {
   WorkIdList done;
   std::optional<WorkId> send;
 };
+
+// Takes `shared` out of the pass's longest stretch outside the attention core (the MoE part,
+// where the shared experts run) and returns what it took: the compute stream runs the rest.
+Time take_shared_expert(SegmentList& segments, Time shared) {
+  if (shared <= Time::zero()) return Time::zero();
+  std::optional<size_t> longest;
+  for (size_t i = 0; i < segments.size(); ++i) {
+    if (segments[i].attention == AttentionPass::kNone && (!longest || segments[i].compute > segments[*longest].compute)) {
+      longest = i;
+    }
+  }
+  if (!longest) return Time::zero();
+  Segment& seg = segments[*longest];
+  const Time taken = std::min(shared, seg.compute);
+  seg.compute = seg.compute - taken;
+  return taken;
+}
 
 class IterationGraphBuilder {
  public:
@@ -50,7 +68,9 @@ class IterationGraphBuilder {
   WorkId add_ring_attention(int s, const Segment& seg, const WorkIdList& deps);
   void prefetch_zero12_gathers();
   void add_pass(int s, const PipelineOp& op);
-  WorkIdList add_layer_communication(int s, const Unit& u, bool forward, const WorkIdList& deps, WorkIdList prev);
+  Time overlapped_shared_expert(const Unit& u, const PipelineOp& op) const;
+  WorkIdList add_layer_communication(int s, const Unit& u, bool forward, const WorkIdList& deps, WorkIdList prev,
+                                     Time shared_expert);
   void add_optimizer_steps();
 
   const ParallelLayout& layout_;
@@ -64,6 +84,7 @@ class IterationGraphBuilder {
   const RankMapping ranks_;
   const bool ring_attention_, zero12_, zero3_, dp_comm_;
   const bool split_;             // B and W passes (zero bubble)
+  const bool shared_expert_overlap_;  // shared experts beside the dispatch (MoE layers, ep > 1)
   const PassKind gradient_kind_;  // the pass that yields the weight gradients
 
   IterationGraph built_;
@@ -85,7 +106,8 @@ IterationGraphBuilder::IterationGraphBuilder(const ParallelLayout& layout, const
       ring_attention_(layout.cp > 1 && layout.cp_comm == ContextParallelComm::kRing),
       zero12_(layout.zero_stage == ZeroStage::kStage1 || layout.zero_stage == ZeroStage::kStage2),
       zero3_(layout.zero_stage == ZeroStage::kStage3), dp_comm_(layout.dp * layout.cp > 1),
-      split_(plan.schedule->split_backward()), gradient_kind_(split_ ? PassKind::kWeight : PassKind::kBackward),
+      split_(plan.schedule->split_backward()),
+      shared_expert_overlap_(layout.moe_shared_expert_overlap && layout.ep > 1 && plan.moe_layers > 0), gradient_kind_(split_ ? PassKind::kWeight : PassKind::kBackward),
       last_compute_(static_cast<size_t>(layout.pp)),
       passes_(static_cast<size_t>(plan.schedule->stages) * plan.schedule->pass_slots()) {
   const bool sm_pools = options.sm_contention && gpu.sms > 0;
@@ -93,7 +115,8 @@ IterationGraphBuilder::IterationGraphBuilder(const ParallelLayout& layout, const
     streams_.push_back({graph_.add_stream(s, "compute"), graph_.add_stream(s, "tp"), graph_.add_stream(s, "pp"),
                         graph_.add_stream(s, "dp"), ring_attention_ ? graph_.add_stream(s, "cp") : StreamId{},
                         zero3_ ? graph_.add_stream(s, "dp_gather") : StreamId{}, graph_.add_channel(), graph_.add_channel(),
-                        sm_pools ? graph_.add_sm_pool(gpu.sms) : kNoChannel});
+                        sm_pools ? graph_.add_sm_pool(gpu.sms) : kNoChannel,
+                        shared_expert_overlap_ ? graph_.add_stream(s, "shared_expert") : StreamId{}});
   }
   built_.stages.resize(static_cast<size_t>(p_));
   for (int s = 0; s < p_; ++s) {
@@ -241,6 +264,15 @@ WorkId IterationGraphBuilder::add_ring_attention(int s, const Segment& seg, cons
   return backward ? add_compute(s, Time::zero(), WorkKind::kCompute, WorkIdList{*computed, *passed}) : *computed;
 }
 
+// The shared experts' kernels that a pass of `u` runs beside its dispatch and combine: none
+// but in MoE layers with moe_shared_expert_overlap; in a zero-bubble schedule's B pass those of
+// the input gradients (the W pass has no dispatch to hide behind).
+Time IterationGraphBuilder::overlapped_shared_expert(const Unit& u, const PipelineOp& op) const {
+  if (!shared_expert_overlap_ || !u.moe_layer || op.kind == PassKind::kWeight) return Time::zero();
+  if (op.kind == PassKind::kForward) return u.shared_expert_forward;
+  return split_ ? u.shared_expert_backward - u.shared_expert_weight_gradient : u.shared_expert_backward;
+}
+
 // ZeRO 1/2 with prefetch: the parameter gathers lead the iteration, one per bucket.
 void IterationGraphBuilder::prefetch_zero12_gathers() {
   if (!zero12_ || !dp_comm_ || !layout_.param_gather_prefetch) return;
@@ -260,11 +292,22 @@ void IterationGraphBuilder::prefetch_zero12_gathers() {
 // transformer layer's TP); `deps` are what the layer's kernels waited for, `prev` the task that
 // ends them. Returns what the layer's end now is.
 WorkIdList IterationGraphBuilder::add_layer_communication(int s, const Unit& u, bool forward, const WorkIdList& deps,
-                                                          WorkIdList prev) {
+                                                          WorkIdList prev, Time shared_expert) {
   const size_t i = static_cast<size_t>(s);
   if (u.moe_layer && layout_.ep > 1) {
-    // Dispatch and combine on the compute stream, in line with the layer's kernels.
-    prev = {add_blocking_comm(s, forward ? comm_.ep_forward[i] : comm_.ep_backward[i], WorkKind::kEpComm)};
+    // Dispatch and combine on the compute stream, in line with the layer's kernels; the shared
+    // experts, when overlapped, beside them on their own stream, on the SMs the dispatch's
+    // kernels leave.
+    const CommTask& ep = forward ? comm_.ep_forward[i] : comm_.ep_backward[i];
+    if (shared_expert > Time::zero()) {
+      const StageStreams& st = streams_[i];
+      const WorkId shared = graph_.add(st.shared_expert, shared_expert, WorkKind::kCompute, prev, -1, st.sms);
+      const WorkId a2a = add_blocking_comm(s, ep, WorkKind::kEpComm);
+      if (st.sms != kNoChannel && ep.sms > 0) graph_.occupy(a2a, st.sms, ep.sms);
+      prev = {a2a, shared};
+    } else {
+      prev = {add_blocking_comm(s, ep, WorkKind::kEpComm)};
+    }
   }
   if ((u.embedding || u.output_layer) && t_ > 1) {
     // In line with the kernels that need them (the next layer's input, the logits).
@@ -333,18 +376,18 @@ void IterationGraphBuilder::add_pass(int s, const PipelineOp& op) {
     }
     if (forward && prefetched_.count({vs, k})) deps.push_back(prefetched_.at({vs, k}));
     const Segment weight_segment{u.weight_gradient};
-    const WorkId c = add_segments(s,
-                                  forward  ? std::span<const Segment>(u.forward_segments)
-                                  : weight ? std::span<const Segment>(&weight_segment, 1)
-                                  : split_ ? std::span<const Segment>(u.input_gradient_segments)
-                                           : std::span<const Segment>(u.backward_segments),
-                                  deps);
+    SegmentList segments = forward  ? u.forward_segments
+                           : weight ? SegmentList{weight_segment}
+                           : split_ ? u.input_gradient_segments
+                                    : u.backward_segments;
+    const Time shared_expert = take_shared_expert(segments, overlapped_shared_expert(u, op));
+    const WorkId c = add_segments(s, segments, deps);
     stage.hardware_flops += forward  ? u.forward_flops
                             : weight ? u.weight_gradient_flops
                             : split_ ? u.backward_flops - u.weight_gradient_flops
                                      : u.backward_flops;
     compute_ids.push_back(c);
-    prev = weight ? WorkIdList{c} : add_layer_communication(s, u, forward, deps, {c});
+    prev = weight ? WorkIdList{c} : add_layer_communication(s, u, forward, deps, {c}, shared_expert);
     if (reducing && layout_.grad_reduce_overlap) {
       reductions_.push_back(add_comm(s, st.dp, comm_.gradient_reduction(s, u), WorkKind::kDpComm, prev));
     }

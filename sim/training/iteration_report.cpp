@@ -78,7 +78,10 @@ std::string layout_description(const ParallelLayout& l) {
   std::string s = format_text("tp %d · pp %d · dp %d", l.tp, l.pp, l.dp);
   if (l.virtual_stages > 1) s += format_text(" · vpp %d", l.virtual_stages);
   if (l.cp > 1) s += format_text(" · cp %d (%s)", l.cp, to_string(l.cp_comm));
-  if (l.ep > 1) s += format_text(" · ep %d%s", l.ep, l.moe_dispatcher == MoeDispatcher::kFlex ? " (flex)" : "");
+  if (l.ep > 1) {
+    s += format_text(" · ep %d%s%s", l.ep, l.moe_dispatcher == MoeDispatcher::kFlex ? " (flex)" : "",
+                     l.moe_shared_expert_overlap ? " (shared experts overlapped)" : "");
+  }
   if (l.expert_tensor_parallel() != l.tp) s += format_text(" · etp %d", l.expert_tensor_parallel());
   std::string dtype = to_string(l.dtype);
   if (l.dtype == DType::kFp8 && (l.fp8_recipe != Fp8Recipe::kDelayed || l.fp8_param_gather)) {

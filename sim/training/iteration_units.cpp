@@ -31,6 +31,11 @@ OperatorSums sum_operators(const ComputeModel& cm, const std::vector<ModelOperat
       (before ? s.weight_before_attention : s.weight_after_attention) += forward;
       s.weight_flops += op.forward.flops;
     }
+    if (op.shared_expert) {
+      s.shared_expert_forward += forward;
+      s.shared_expert_backward += backward + (op.recomputed ? forward : Time::zero());
+      if (op.forward.kind == OperatorKind::kGemm) s.shared_expert_weight += forward;
+    }
     if (op.attention_core) {
       before = false;
       s.attention_forward += forward;
@@ -60,9 +65,13 @@ Unit unit_from(const OperatorSums& s, Recomputation recompute, bool transformer_
   u.backward = s.backward;
   u.forward_flops = s.forward_flops;
   u.backward_flops = s.backward_flops;
+  u.shared_expert_forward = s.shared_expert_forward;
+  u.shared_expert_backward = s.shared_expert_backward;
+  u.shared_expert_weight_gradient = s.shared_expert_weight;
   if (transformer_layer && recompute == Recomputation::kFull) {
     u.backward += s.forward;
     u.backward_flops += s.forward_flops;
+    u.shared_expert_backward += s.shared_expert_forward;
   } else if (transformer_layer && recompute == Recomputation::kSelective) {
     u.backward += s.attention_forward;
     u.backward_flops += s.attention_forward_flops;

@@ -46,6 +46,7 @@ class SegmentList {
   const Segment* begin() const { return items_.data(); }
   const Segment* end() const { return items_.data() + size_; }
   size_t size() const { return size_; }
+  Segment& operator[](size_t i) { return items_[i]; }
 
  private:
   std::array<Segment, kCapacity> items_{};
@@ -62,6 +63,10 @@ struct Unit {
   // gradients, each the volume of its forward, so timed as the forward GEMM).
   SegmentList input_gradient_segments;  // add up to backward − weight_gradient
   Time weight_gradient;
+  // Of the passes above, a MoE layer's shared experts' kernels (a recomputed forward included),
+  // and of the backward the weight gradients: moe_shared_expert_overlap runs them beside the
+  // dispatch and combine.
+  Time shared_expert_forward, shared_expert_backward, shared_expert_weight_gradient;
   Flops weight_gradient_flops;
   Flops forward_flops;
   Flops backward_flops;
@@ -81,6 +86,7 @@ struct OperatorSums {
   Time forward, backward, attention_forward, attention_backward;
   Time forward_before_attention, backward_before_attention;  // the operators ahead of the core
   Time weight_before_attention, weight_after_attention;      // the GEMMs' weight gradients
+  Time shared_expert_forward, shared_expert_backward, shared_expert_weight;  // ModelOperator::shared_expert
   Flops forward_flops, backward_flops, attention_forward_flops, weight_flops;
   Bytes saved, saved_scores;  // activations kept for the backward (layer_operators.h)
 };

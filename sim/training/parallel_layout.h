@@ -114,6 +114,9 @@ struct ParallelLayout {
   /// DeepSpeed since). Each tensor's collective pays its own latency.
   bool param_gather_per_tensor = false;
   bool tp_comm_overlap = false;       ///< TP collectives run beside the GEMMs, not before/after
+  /// MoE layers with EP: the shared experts' kernels run on a stream of their own beside the
+  /// token dispatch and combine (Megatron's --moe-shared-expert-overlap), not after them.
+  bool moe_shared_expert_overlap = false;
   std::string rank_order = "tp-cp-ep-dp-pp";  ///< innermost first
   /// Layers of each virtual stage, pp·v entries in model order (virtual stage c·pp + s is chunk
   /// c of stage s); empty: layers / (pp·v) each.

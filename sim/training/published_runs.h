@@ -36,6 +36,8 @@ struct PublishedLayout {
   bool fp8_param_gather = false;
   /// TP collectives overlapped with the GEMMs (Megatron's --tp-comm-overlap, userbuffers).
   bool tp_comm_overlap = false;
+  /// MoE rows: shared experts beside the dispatch (Megatron's --moe-shared-expert-overlap).
+  bool moe_shared_expert_overlap = false;
   /// fp8/fp4 rows: decoder layers at each end whose GEMMs stay bf16.
   int bf16_layers_at_start = 0;
   int bf16_layers_at_end = 0;
