@@ -5,10 +5,12 @@
 #include <gtest/gtest.h>
 
 #include <iostream>
+#include <optional>
 #include <stdexcept>
 
 #include "compute/compute_model.h"
 #include "io/input_error.h"
+#include "training/explain.h"
 #include "training/iteration.h"
 #include "model/layer_operators.h"
 #include "model/model_loader.h"
@@ -125,6 +127,28 @@ TEST(IterationExpertParallel, OverlappedSharedExpertsHideBehindTheDispatch) {
   const Time plain = simulate_iteration(model, no_ep, topo, options).iteration_time;
   no_ep.moe_shared_expert_overlap = true;
   EXPECT_EQ(simulate_iteration(model, no_ep, topo, options).iteration_time, plain);
+}
+
+// --explain offers the overlap only where it can act: a model with shared experts, ep > 1.
+TEST(IterationExpertParallel, ExplainOffersSharedExpertOverlapOnlyToModelsWithSharedExperts) {
+  const Topology topo = toy_cluster(4);
+  const ParallelLayout layout = moe_layout(4, 4);
+  auto knob = [&](const ModelConfig& model) -> std::optional<Suggestion> {
+    const IterationResult base = simulate_iteration(model, layout, topo);
+    for (const Suggestion& s : explain_layout(model, layout, topo, IterationOptions{}, base)) {
+      if (s.knob == "shared experts overlapped") return s;
+    }
+    return std::nullopt;
+  };
+  EXPECT_FALSE(knob(tiny_moe()));
+  ModelConfig shared = tiny_moe();
+  shared.moe->shared_experts = 1;
+  shared.moe->shared_expert_ffn = 512;
+  const std::optional<Suggestion> s = knob(shared);
+  ASSERT_TRUE(s);
+  EXPECT_LT(s->delta, Time::zero());
+  EXPECT_TRUE(s->layout.moe_shared_expert_overlap);
+  EXPECT_EQ(s->overrides.moe_shared_expert_overlap, std::optional<bool>(true));
 }
 
 TEST(IterationExpertParallel, FlexDispatchSendsATokenOncePerRemoteNode) {
