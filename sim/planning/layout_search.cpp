@@ -40,23 +40,24 @@ double score_of(const LayoutSummary& r, SearchObjective objective) {
   return objective == SearchObjective::kMfu ? r.mfu : r.tokens_per_second;
 }
 
-// Runs body(i) for i in [0, n) on `threads` threads; the first exception (by index) is rethrown.
+// Runs body(worker, i) for i in [0, n) on `threads` threads, worker being the thread's number
+// (0 is the caller's); the first exception (by index) is rethrown.
 template <typename Body>
 void parallel_for(size_t n, int threads, const Body& body) {
   std::vector<std::exception_ptr> failed(n);
   std::atomic<size_t> next{0};
-  auto work = [&] {
+  auto work = [&](size_t worker) {
     for (size_t i = next++; i < n; i = next++) {
       try {
-        body(i);
+        body(worker, i);
       } catch (...) {
         failed[i] = std::current_exception();
       }
     }
   };
   std::vector<std::thread> pool;
-  for (int t = 1; t < threads; ++t) pool.emplace_back(work);
-  work();
+  for (int t = 1; t < threads; ++t) pool.emplace_back(work, static_cast<size_t>(t));
+  work(0);
   for (std::thread& th : pool) th.join();
   for (const std::exception_ptr& e : failed) {
     if (e) std::rethrow_exception(e);
@@ -67,7 +68,8 @@ void parallel_for(size_t n, int threads, const Body& body) {
 std::vector<Candidate> fitting_candidates(const ModelConfig& model, std::vector<ParallelLayout> layouts, const GpuSpec& gpu,
                                           const IterationOptions& options, int threads, size_t& rejected_by_memory) {
   std::vector<std::optional<IterationEstimate>> estimates(layouts.size());
-  parallel_for(layouts.size(), threads, [&](size_t i) { estimates[i] = estimate_iteration(model, layouts[i], gpu, options); });
+  parallel_for(layouts.size(), threads,
+               [&](size_t, size_t i) { estimates[i] = estimate_iteration(model, layouts[i], gpu, options); });
   std::vector<Candidate> out;
   for (size_t i = 0; i < layouts.size(); ++i) {
     if (estimates[i]->memory.out_of_memory) {
@@ -110,28 +112,23 @@ std::vector<LayoutSummary> simulate_batch(const ModelConfig& model, const std::v
                                           const IterationOptions& options, std::vector<ThreadCaches>& caches) {
   std::vector<LayoutSummary> results(mine.size());
   const std::vector<std::pair<size_t, size_t>> runs = rank_order_runs(batch, mine);
-  std::atomic<size_t> next{0};
-  auto work = [&](size_t t) {
-    IterationOptions o = options;
-    o.collective_simulators = &caches[t].collectives;
-    o.result_memo = &caches[t].results;
-    o.graph_memo = &caches[t].graphs;
-    for (size_t r = next++; r < runs.size(); r = next++) {
-      for (size_t i = runs[r].first; i < runs[r].second; ++i) {
-        try {
-          results[i] = summarize(simulate_iteration(model, batch[mine[i]]->layout, topology, o));
-        } catch (const InputError&) {
-          results[i] = LayoutSummary{};
-        } catch (const std::invalid_argument&) {
-          results[i] = LayoutSummary{};
-        }
+  std::vector<IterationOptions> own(caches.size(), options);
+  for (size_t t = 0; t < caches.size(); ++t) {
+    own[t].collective_simulators = &caches[t].collectives;
+    own[t].result_memo = &caches[t].results;
+    own[t].graph_memo = &caches[t].graphs;
+  }
+  parallel_for(runs.size(), static_cast<int>(caches.size()), [&](size_t worker, size_t r) {
+    for (size_t i = runs[r].first; i < runs[r].second; ++i) {
+      try {
+        results[i] = summarize(simulate_iteration(model, batch[mine[i]]->layout, topology, own[worker]));
+      } catch (const InputError&) {
+        results[i] = LayoutSummary{};
+      } catch (const std::invalid_argument&) {
+        results[i] = LayoutSummary{};
       }
     }
-  };
-  std::vector<std::thread> pool;
-  for (size_t t = 1; t < caches.size(); ++t) pool.emplace_back(work, t);
-  work(0);
-  for (std::thread& th : pool) th.join();
+  });
   return results;
 }
 

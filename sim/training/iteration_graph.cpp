@@ -35,7 +35,6 @@ struct PassTasks {
 // Takes `shared` out of the pass's longest stretch outside the attention core (the MoE part,
 // where the shared experts run) and returns what it took: the compute stream runs the rest.
 Time take_shared_expert(SegmentList& segments, Time shared) {
-  if (shared <= Time::zero()) return Time::zero();
   std::optional<size_t> longest;
   for (size_t i = 0; i < segments.size(); ++i) {
     if (segments[i].attention == AttentionPass::kNone && (!longest || segments[i].compute > segments[*longest].compute)) {
@@ -107,7 +106,8 @@ IterationGraphBuilder::IterationGraphBuilder(const ParallelLayout& layout, const
       zero12_(layout.zero_stage == ZeroStage::kStage1 || layout.zero_stage == ZeroStage::kStage2),
       zero3_(layout.zero_stage == ZeroStage::kStage3), dp_comm_(layout.dp * layout.cp > 1),
       split_(plan.schedule->split_backward()),
-      shared_expert_overlap_(layout.moe_shared_expert_overlap && layout.ep > 1 && plan.moe_layers > 0), gradient_kind_(split_ ? PassKind::kWeight : PassKind::kBackward),
+      shared_expert_overlap_(layout.moe_shared_expert_overlap && layout.ep > 1 && plan.moe_layers > 0),
+      gradient_kind_(split_ ? PassKind::kWeight : PassKind::kBackward),
       last_compute_(static_cast<size_t>(layout.pp)),
       passes_(static_cast<size_t>(plan.schedule->stages) * plan.schedule->pass_slots()) {
   const bool sm_pools = options.sm_contention && gpu.sms > 0;
@@ -376,11 +376,17 @@ void IterationGraphBuilder::add_pass(int s, const PipelineOp& op) {
     }
     if (forward && prefetched_.count({vs, k})) deps.push_back(prefetched_.at({vs, k}));
     const Segment weight_segment{u.weight_gradient};
-    SegmentList segments = forward  ? u.forward_segments
-                           : weight ? SegmentList{weight_segment}
-                           : split_ ? u.input_gradient_segments
-                                    : u.backward_segments;
-    const Time shared_expert = take_shared_expert(segments, overlapped_shared_expert(u, op));
+    std::span<const Segment> segments = forward  ? std::span<const Segment>(u.forward_segments)
+                                        : weight ? std::span<const Segment>(&weight_segment, 1)
+                                        : split_ ? std::span<const Segment>(u.input_gradient_segments)
+                                                 : std::span<const Segment>(u.backward_segments);
+    SegmentList trimmed;  // the segments less the shared experts that run beside the dispatch
+    Time shared_expert = overlapped_shared_expert(u, op);
+    if (shared_expert > Time::zero()) {
+      for (const Segment& seg : segments) trimmed.push_back(seg);
+      shared_expert = take_shared_expert(trimmed, shared_expert);
+      segments = trimmed;
+    }
     const WorkId c = add_segments(s, segments, deps);
     stage.hardware_flops += forward  ? u.forward_flops
                             : weight ? u.weight_gradient_flops
