@@ -347,6 +347,30 @@ TEST(IterationCommunication, TensorParallelSendsFourAllReducesPerLayer) {
             64);
 }
 
+TEST(IterationCommunication, PipelineSendsScatterOverTensorParallelRanks) {
+  // tp 2 · pp 2, m = 4 micro-batches of S = b·s·h·2 bytes. Every TP rank sends only its half,
+  // S/2 (Megatron-LM's scatter-gather, DeepSpeed's partitioned activations): with SP that is the
+  // slice it holds; without SP the two receivers then all-gather S, (t−1)/t·S = S/2 sent each.
+  // So per stage and iteration: 4 sends of S/2, plus without SP 4 all-gathers of S/2.
+  const double S = 1 * 512 * 256 * 2.0;
+  const Topology topo = toy_cluster(4);
+  ParallelLayout l = layout(1, 2, 2, 4);
+  auto pp_of = [&](const ParallelLayout& lay, int stage) {
+    return simulate_iteration(tiny(), lay, topo).stages[static_cast<size_t>(stage)].communication[static_cast<size_t>(
+        WorkKind::kPpComm)];
+  };
+  for (int stage : {0, 1}) {
+    l.sequence_parallel = false;
+    const auto plain = pp_of(l, stage);
+    EXPECT_EQ(plain.collectives, 8);
+    EXPECT_DOUBLE_EQ(plain.sent.value(), 4 * S / 2 + 4 * S / 2);
+    l.sequence_parallel = true;
+    const auto sp = pp_of(l, stage);
+    EXPECT_EQ(sp.collectives, 4);
+    EXPECT_DOUBLE_EQ(sp.sent.value(), 4 * S / 2);
+  }
+}
+
 TEST(IterationTime, TwoStageOneFOneBMatchesTheHandTimeline) {
   // pp = 2, m = 2, tp = dp = 1. Stage 0 holds the embedding and layers 0–3, stage 1 layers 4–7
   // and the output layer. a, b0: stage 0's forward and backward per micro-batch; f1, b1: stage

@@ -32,8 +32,8 @@
 //            output layer's all-gather of the SP shard and reduce-scatter of its gradient
 //            (without SP: the gradient's all-reduce), and the cross-entropy's three fp32
 //            all-reduces per token (max, Σexp, target logit), on the compute stream.
-//   PP       one send of the activations (S elements, S/tp with SP: Megatron's scatter-gather)
-//            to the next virtual stage after each forward, and of their gradient back after
+//   PP       one send of the activations (S/tp elements per TP rank; without SP the receivers
+//            then all-gather the S elements over TP: scatter-gather) to the next virtual stage after each forward, and of their gradient back after
 //            each backward, on the sender's PP stream; the receiver's pass waits for it.
 //            ZB-H1 (pipeline_schedule.h) splits each backward into B — the backward less the
 //            GEMMs' weight gradients, which TP, EP, ZeRO-3 and the PP send go with — and W,

@@ -370,10 +370,14 @@ CommunicationPlan::CommunicationPlan(const ModelConfig& model, const ParallelLay
         };
         const std::vector<int> pair = pair_of(stage_rank(s));
         CommTask sent =
-            collective(CollectiveOp::kSendRecv, pp_message, pair,
+            collective(CollectiveOp::kSendRecv, sizes.pp_send, pair,
                        note_slowdown(s, WorkKind::kPpComm, sibling_slowdown(s, pair, pair_of, TrafficPattern::kRing)));
         for (auto& phase : sent.calls) {
           for (CollectiveCall& call : phase) call.one_way = true;  // to the peer only
+        }
+        if (sizes.pp_send < pp_message) {
+          // Scatter-gather: each TP rank sent its 1/t slice; the receivers all-gather the tensor.
+          sent = plus(sent, collective(CollectiveOp::kAllGather, pp_message, ranks.group(ParallelDim::kTp, pair[1])));
         }
         return sent;
       };

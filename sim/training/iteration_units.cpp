@@ -169,6 +169,7 @@ MessageSizes message_sizes(const ModelConfig& model, const ParallelLayout& layou
   m.activation = Bytes(static_cast<double>(layout.micro_batch) * static_cast<double>(layout.sequence_length / cp) *
                        static_cast<double>(model.hidden) * element);
   m.pp = layout.sequence_parallel ? m.activation / t : m.activation;
+  m.pp_send = m.activation / t;
   const double cp_tokens = static_cast<double>(layout.micro_batch) * static_cast<double>(layout.sequence_length / cp);
   const double local_heads = static_cast<double>(model.heads / t);
   const double local_kv_heads = std::max(1.0, static_cast<double>(model.attention_kv_heads() / t));

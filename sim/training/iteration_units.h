@@ -100,14 +100,17 @@ struct Routing {
 };
 
 /// Message sizes of one micro-batch on one GPU. S = b·(s/cp)·h activation elements; the PP
-/// send carries S (S/tp with SP: Megatron's scatter-gather). Context parallelism, per CP rank
+/// send carries S/tp: with SP each rank holds that slice; without SP the ranks scatter the
+/// tensor and the receivers all-gather it (Megatron-LM's scatter_gather_tensors_in_pipeline,
+/// DeepSpeed pipeline engine's partitioned activations and gradients). Context parallelism, per CP rank
 /// of T_cp = b·s/cp tokens: ring attention passes K/V blocks of T_cp·kv·(d_qk + d_v) elements
 /// (kv the KV heads of a TP rank); Ulysses sends Q, K and V (T_cp·(H/t·d_qk + kv·(d_qk + d_v)),
 /// KV heads fewer than cp replicated so that each CP rank receives one) to their head owners
 /// and the output (T_cp·H/t·d_v) back. In activation_dtype of the layout's dtype.
 struct MessageSizes {
   Bytes activation;
-  Bytes pp;
+  Bytes pp;       ///< the tokens a rank holds between layers: S, or S/tp with SP
+  Bytes pp_send;  ///< what a rank sends to the next stage: S/tp (SP, or Megatron's and DeepSpeed's scatter-gather)
   Bytes kv_block;
   Bytes ulysses_qkv;
   Bytes ulysses_output;
