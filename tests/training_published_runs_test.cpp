@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <fstream>
+#include <map>
 
 #include "io/input_error.h"
 #include "model/parameter_count.h"
@@ -171,6 +172,34 @@ TEST(PublishedRuns, ARowOnItsOwnClusterWithItsStacksChoices) {
   EXPECT_TRUE(late.account_for_embedding);
   EXPECT_TRUE(late.account_for_loss);
   EXPECT_EQ(late.pp, 12);
+}
+
+// vTrain's measured Megatron-DeepSpeed layouts (data/ground_truth_multi.csv): 109 lines of 4 GPT
+// models on 64–512 A100s of one cluster (800 Gb/s per 8-GPU node), each an iteration time that
+// the row turns into tokens/s per GPU; the stack's choices as the repository states them.
+TEST(PublishedRuns, VTrainLayoutsReadAsMeasured) {
+  auto runs = read_published_runs(kSource + "/workloads/validation/vtrain-a100-layouts.json");
+  ASSERT_EQ(runs.size(), 109u);
+  std::map<std::string, int> per_model;
+  for (const auto& r : runs) {
+    EXPECT_EQ(r.error, "") << r.id;
+    EXPECT_EQ(r.preset, "hgx-a100-4hdr") << r.id;
+    ++per_model[r.model.name];
+  }
+  EXPECT_EQ(per_model, (std::map<std::string, int>{{"GPT 3.6B", 26}, {"GPT 18.4B", 15}, {"GPT 39.1B", 47}, {"GPT 175B", 21}}));
+  EXPECT_TRUE(std::ifstream(kSource + "/topologies/hgx-a100-4hdr.json").good());
+  const auto first = std::find_if(runs.begin(), runs.end(), [](const PublishedRun& r) { return r.id == "vtrain-multi-L2"; });
+  ASSERT_NE(first, runs.end());
+  // 3.6B, 64 GPUs, 512 sequences of 2048 tokens in 3566.5 ms.
+  EXPECT_NEAR(first->expected_tokens_per_sec_per_gpu, 512.0 * 2048 / (3.5665 * 64), 0.01);
+  const ParallelLayout l = parallel_layout_of(*first);
+  EXPECT_EQ(l.tp, 1);
+  EXPECT_EQ(l.dp, 64);
+  EXPECT_EQ(l.micro_batch, 8);
+  EXPECT_EQ(l.recompute, Recomputation::kFull);
+  EXPECT_EQ(l.attention, AttentionKernel::kUnfused);
+  EXPECT_FALSE(l.grad_reduce_overlap);
+  EXPECT_FALSE(l.grad_reduce_in_fp32);
 }
 
 // Spearman's ρ = 1 − 6·Σd²/(n(n² − 1)) without ties; ties take their average rank.
