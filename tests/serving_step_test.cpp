@@ -162,13 +162,15 @@ TEST(ServingStep, AFewTokensReadOnlyTheExpertsTheyReach) {
   // One decode token on one GPU: 2 slots over 8 experts reach 8·(1 − (7/8)²) = 1.875 of them
   // on average, each on 2/1.875 rows; the weights read are those of 1.875 experts.
   const std::vector<ModelOperator> one = experts(m, decode_batch(1, 1024), ShardingFactors{});
-  ASSERT_EQ(one.size(), 3u);  // gate, up, down
+  ASSERT_EQ(one.size(), 2u);  // gate and up (one GEMM, 2·f_e wide), down
   for (const ModelOperator& op : one) {
+    const double width = op.name == "expert_gate_up_proj" ? 2.0 : 1.0;
     EXPECT_DOUBLE_EQ(op.forward.shape.batch, 1.875) << op.name;
     EXPECT_DOUBLE_EQ(op.forward.shape.m, 2 / 1.875) << op.name;
-    EXPECT_DOUBLE_EQ(op.forward.flops.value(), 2.0 * 2 * 4096 * 14336) << op.name;  // 2 slots, whatever the split
-    EXPECT_GT(op.forward.bytes_read_written.value(), 1.875 * 4096 * 14336 * 2) << op.name;
-    EXPECT_LT(op.forward.bytes_read_written.value(), 1.876 * 4096 * 14336 * 2) << op.name;
+    // 2 slots, whatever the split
+    EXPECT_DOUBLE_EQ(op.forward.flops.value(), 2.0 * 2 * 4096 * 14336 * width) << op.name;
+    EXPECT_GT(op.forward.bytes_read_written.value(), 1.875 * 4096 * 14336 * 2 * width) << op.name;
+    EXPECT_LT(op.forward.bytes_read_written.value(), 1.876 * 4096 * 14336 * 2 * width) << op.name;
   }
   // 4096 tokens reach every expert (8·(1 − (7/8)^8192) = 8 in double precision).
   for (const ModelOperator& op : experts(m, prefill_batch(1, 4096), ShardingFactors{})) {
@@ -191,8 +193,8 @@ TEST(ServingStep, ExpertParallelismSpreadsWholeExpertsOverTheTpGroup) {
     EXPECT_EQ(spread[i].forward.shape.m, 1024.0);  // 2048 slots over 2 experts
     EXPECT_DOUBLE_EQ(spread[i].forward.flops.value(), split[i].forward.flops.value());
   }
-  EXPECT_EQ(split[0].forward.shape.n, 14336.0 / 4);  // gate_proj: h → f_e/t
-  EXPECT_EQ(spread[0].forward.shape.n, 14336.0);     // h → f_e
+  EXPECT_EQ(split[0].forward.shape.n, 2 * 14336.0 / 4);  // gate_up_proj: h → 2f_e/t
+  EXPECT_EQ(spread[0].forward.shape.n, 2 * 14336.0);     // h → 2f_e
   // The step model takes ep = tp or 1, and only for a MoE model.
   StepModelOptions o;
   const Topology node = dgx_h100(1);

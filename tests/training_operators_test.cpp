@@ -127,7 +127,7 @@ TEST(ParallelBlock, OneNormAndOneResidualForBothBranches) {
   std::vector<std::string> names;
   for (const auto& op : layer_operators(m, 0, batch(1, 4096), {})) names.push_back(op.name);
   EXPECT_EQ(names, (std::vector<std::string>{"attention_norm", "qkv_proj", "rotary", "attention", "attention_out_proj",
-                                             "mlp_gate_proj", "mlp_up_proj", "mlp_activation", "mlp_down_proj",
+                                             "mlp_gate_up_proj", "mlp_activation", "mlp_down_proj",
                                              "mlp_residual"}));
   const ModelConfig sequential = bundled("llama3-8b");
   auto saved = [](const std::vector<ModelOperator>& ops) {
@@ -147,7 +147,7 @@ TEST(DenseLayerFlops, OperatorsOfALlamaLayerInOrder) {
   std::vector<std::string> names;
   for (const auto& op : layer_operators(bundled("llama3-8b"), 0, batch(1, 4096), {})) names.push_back(op.name);
   EXPECT_EQ(names, (std::vector<std::string>{"attention_norm", "qkv_proj", "rotary", "attention", "attention_out_proj",
-                                             "attention_residual", "mlp_norm", "mlp_gate_proj", "mlp_up_proj",
+                                             "attention_residual", "mlp_norm", "mlp_gate_up_proj",
                                              "mlp_activation", "mlp_down_proj", "mlp_residual"}));
 }
 
@@ -174,10 +174,15 @@ TEST(Fp8Recipes, EachFp8GemmQuantisesItsInputAndItsOutputGradient) {
     EXPECT_DOUBLE_EQ(cast.forward.bytes_read_written.value(), 4096.0 * 4096 * per_element);
     EXPECT_DOUBLE_EQ(cast.backward.bytes_read_written.value(), 4096.0 * 6144 * per_element);
     EXPECT_EQ(cast.forward.kind, OperatorKind::kMemoryBound);
-    // One per fp8 GEMM: qkv, out_proj, gate, up, down; the attention core stays 16-bit.
+    // One per fp8 GEMM: qkv, out_proj, the fused gate and up (one input), down; the attention
+    // core stays 16-bit.
     EXPECT_EQ(std::count_if(ops.begin(), ops.end(),
                             [](const ModelOperator& op) { return op.name.ends_with("_fp8_cast"); }),
-              5);
+              4);
+    // The fused gate/up GEMM casts its input once and its 2f-wide output gradient.
+    const ModelOperator gate_up = find("mlp_gate_up_proj_fp8_cast");
+    EXPECT_DOUBLE_EQ(gate_up.forward.bytes_read_written.value(), 4096.0 * 4096 * per_element);
+    EXPECT_DOUBLE_EQ(gate_up.backward.bytes_read_written.value(), 4096.0 * 2 * 14336 * per_element);
   }
   // bf16 GEMMs quantise nothing.
   for (const ModelOperator& op : layer_operators(llama, 0, batch(1, 4096), {})) {
@@ -217,7 +222,7 @@ TEST(Fp4Recipes, EachFp4GemmQuantisesItsInputAndItsOutputGradient) {
     EXPECT_EQ(attention->forward.dtype, DType::kBf16);
     EXPECT_EQ(std::count_if(ops.begin(), ops.end(),
                             [](const ModelOperator& op) { return op.name.ends_with("_fp4_cast"); }),
-              5);
+              4);
   }
 }
 
@@ -250,11 +255,11 @@ TEST(MoeLayerFlops, MixtralLayerMatchesTheClosedForm) {
   const double expected = 2 * T * h * 6144 + 2 * T * h * h + 2 * s * s * h + 2 * T * h * 8 + 2 * (2 * T) * 3 * h * f;
   EXPECT_DOUBLE_EQ(matmul_flops(ops), expected);
   EXPECT_DOUBLE_EQ(flops_of(ops, "router"), 2 * T * h * 8);
-  // The grouped expert GEMM: 8 groups of 2T/8 = 1024 rows each.
-  const GemmShape up = find(ops, "expert_up_proj").forward.shape;
+  // The grouped expert GEMM: 8 groups of 2T/8 = 1024 rows each, gate and up fused (2f_e).
+  const GemmShape up = find(ops, "expert_gate_up_proj").forward.shape;
   EXPECT_EQ(up.batch, 8);
   EXPECT_EQ(up.m, 1024);
-  EXPECT_EQ(up.n, 14336);
+  EXPECT_EQ(up.n, 2 * 14336);
   EXPECT_EQ(up.k, 4096);
 }
 
@@ -420,7 +425,7 @@ TEST(SavedActivations, RecomputedModulesKeepOnlyTheirInputs) {
   EXPECT_DOUBLE_EQ(saved_activation_bytes(dense, false).value() - saved_activation_bytes(mlp, false).value(),
                    2 * T * 3 * 18432);
   EXPECT_EQ(recomputed_names(mlp),
-            (std::vector<std::string>{"mlp_gate_proj", "mlp_up_proj", "mlp_activation", "mlp_down_proj"}));
+            (std::vector<std::string>{"mlp_gate_up_proj", "mlp_activation", "mlp_down_proj"}));
   // A MoE layer has no dense MLP: "mlp" leaves it alone (Megatron's "moe" is the whole layer).
   EXPECT_DOUBLE_EQ(saved_activation_bytes(layer_operators(ds, 3, with({.mlp = true}), {}), false).value(), keep);
 
@@ -533,16 +538,16 @@ TEST(Sharding, ExpertParallelismRegroupsButKeepsTheRoutedWork) {
   // Expert tensor parallelism (= tp) splits f_e: tp = 2 halves the expert FLOPs.
   const ModelConfig m = bundled("mixtral-8x7b");
   const MicroBatch mb = batch(1, 4096);
-  const double whole = flops_of(layer_operators(m, 0, mb, {}), "expert_up_proj");
+  const double whole = flops_of(layer_operators(m, 0, mb, {}), "expert_gate_up_proj");
   const auto ep8 = layer_operators(m, 0, mb, {1, 1, 8, false});
-  EXPECT_DOUBLE_EQ(flops_of(ep8, "expert_up_proj"), whole);
-  EXPECT_EQ(find(ep8, "expert_up_proj").forward.shape.batch, 1);
-  EXPECT_EQ(find(ep8, "expert_up_proj").forward.shape.m, 8192);
+  EXPECT_DOUBLE_EQ(flops_of(ep8, "expert_gate_up_proj"), whole);
+  EXPECT_EQ(find(ep8, "expert_gate_up_proj").forward.shape.batch, 1);
+  EXPECT_EQ(find(ep8, "expert_gate_up_proj").forward.shape.m, 8192);
   const auto ep2 = layer_operators(m, 0, mb, {1, 1, 2, false});
-  EXPECT_EQ(find(ep2, "expert_up_proj").forward.shape.batch, 4);
-  EXPECT_EQ(find(ep2, "expert_up_proj").forward.shape.m, 2048);
+  EXPECT_EQ(find(ep2, "expert_gate_up_proj").forward.shape.batch, 4);
+  EXPECT_EQ(find(ep2, "expert_gate_up_proj").forward.shape.m, 2048);
   const auto tp2 = layer_operators(m, 0, mb, {2, 1, 8, false});
-  EXPECT_DOUBLE_EQ(2 * flops_of(tp2, "expert_up_proj"), whole);
+  EXPECT_DOUBLE_EQ(2 * flops_of(tp2, "expert_gate_up_proj"), whole);
 }
 
 TEST(Sharding, LogitsSplitTheVocabulary) {

@@ -149,10 +149,10 @@ class OperatorList {
     const double tokens = rows * groups;
     const size_t first = ops_.size();
     const bool gated = model.mlp == MlpKind::kGated;
-    if (gated) gemm(prefix + "gate_proj", rows, f_local, hidden, groups);
-    if (gated) keep_gemm_input(kept_input);
-    gemm(prefix + "up_proj", rows, f_local, hidden, groups);
-    if (!gated) keep_gemm_input(kept_input);
+    // A gated MLP's gate and up projections are one GEMM of 2f outputs on one quantised input
+    // (Megatron-Core's linear_fc1, vLLM's gate_up_proj).
+    gemm(prefix + (gated ? "gate_up_proj" : "up_proj"), rows, (gated ? 2.0 : 1.0) * f_local, hidden, groups);
+    keep_gemm_input(kept_input);
     const size_t activation = ops_.size();
     memory(prefix + "activation", (gated ? 3.0 : 2.0) * tokens * f_local * element_,
            (gated ? kSwigluFlops : kGeluFlops) * tokens * f_local);

@@ -18,7 +18,8 @@
 // GEMM y[m×n] = x[m×k]·W[k×n], FLOPs 2mnk:
 //   qkv_proj           m=T, k=h, n=(H+2G)·d/t
 //   attention_out_proj m=T, k=H·d_v/t, n=h
-//   mlp gate/up/down   m=T, (h → f/t) ×2 gated or ×1 plain, then f/t → h
+//   mlp gate_up/down   m=T, h → 2f/t gated (gate and up in one GEMM on one input, as
+//                      Megatron-Core, vLLM and TurboMind run them) or h → f/t plain, then f/t → h
 //   router             m=T_sp, k=h, n=E  (not split)
 //   experts            grouped: the touched ones of E/e local experts (below), on the GPU's
 //                      T·k_top·etp/t routed token-slots on average, whatever e is, h → f_e/etp → h;
@@ -191,7 +192,7 @@ struct ShardingFactors {
 
 /// One operator of the list, with its forward and backward cost on one GPU.
 struct ModelOperator {
-  std::string name;  ///< e.g. "qkv_proj", "attention", "expert_up_proj"
+  std::string name;  ///< e.g. "qkv_proj", "attention", "expert_gate_up_proj"
   OperatorCost forward;
   OperatorCost backward;
   /// Part of the attention core (what selective recomputation re-runs and context parallelism
