@@ -190,6 +190,31 @@ TEST(Fp8Recipes, EachFp8GemmQuantisesItsInputAndItsOutputGradient) {
   }
 }
 
+TEST(Fp8Recipes, SequenceParallelCastsTheShardBeforeTheAllGather) {
+  // Llama-3 8B, one 4096-token sequence, fp8 current scaling (6 B per element), TP 4 with SP:
+  // T = 4096, T_sp = 1024. The column-parallel GEMMs' inputs (qkv, gate_up) are gathered from
+  // the sequence shards and the row-parallel GEMMs' output gradients (out_proj, down) too:
+  // Transformer Engine quantises the T_sp × h shard before the all-gather. The other casts
+  // (their local tensors) keep all T rows: qkv's output gradient T × 6144/4, out_proj's input
+  // T × 4096/4. Without SP every cast covers T rows.
+  const ModelConfig llama = bundled("llama3-8b");
+  MicroBatch mb = batch(1, 4096);
+  mb.dtype = DType::kFp8;
+  mb.fp8_recipe = Fp8Recipe::kCurrent;
+  const double T = 4096, T_sp = 1024, h = 4096, f = 14336;
+  const std::vector<ModelOperator> sp = layer_operators(llama, 0, mb, {4, 1, 1, true});
+  EXPECT_DOUBLE_EQ(find(sp, "qkv_proj_fp8_cast").forward.bytes_read_written.value(), T_sp * h * 6);
+  EXPECT_DOUBLE_EQ(find(sp, "qkv_proj_fp8_cast").backward.bytes_read_written.value(), T * 6144 / 4 * 6);
+  EXPECT_DOUBLE_EQ(find(sp, "attention_out_proj_fp8_cast").forward.bytes_read_written.value(), T * h / 4 * 6);
+  EXPECT_DOUBLE_EQ(find(sp, "attention_out_proj_fp8_cast").backward.bytes_read_written.value(), T_sp * h * 6);
+  EXPECT_DOUBLE_EQ(find(sp, "mlp_gate_up_proj_fp8_cast").forward.bytes_read_written.value(), T_sp * h * 6);
+  EXPECT_DOUBLE_EQ(find(sp, "mlp_down_proj_fp8_cast").backward.bytes_read_written.value(), T_sp * h * 6);
+  const std::vector<ModelOperator> plain = layer_operators(llama, 0, mb, {4, 1, 1, false});
+  EXPECT_DOUBLE_EQ(find(plain, "qkv_proj_fp8_cast").forward.bytes_read_written.value(), T * h * 6);
+  EXPECT_DOUBLE_EQ(find(plain, "mlp_down_proj_fp8_cast").backward.bytes_read_written.value(), T * h * 6);
+  EXPECT_DOUBLE_EQ(find(plain, "mlp_down_proj_fp8_cast").forward.bytes_read_written.value(), T * f / 4 * 6);
+}
+
 TEST(Fp4Recipes, EachFp4GemmQuantisesItsInputAndItsOutputGradient) {
   // The same qkv_proj in fp4. NVFP4 (Transformer Engine's NVFP4BlockScaling) reads the 16-bit
   // tensor for its per-tensor amax, again for the cast, and writes a row-wise and a column-wise

@@ -20,6 +20,15 @@ constexpr double kFp32Bytes = 4;
 constexpr double kActivationBytes = 2;  // saved activations are kept in 16 bits
 constexpr double kMaskBytes = 1;        // a dropout mask, one byte per element
 
+// The share of a GEMM's rows that its quantisation kernels cast. With sequence parallelism a
+// column-parallel GEMM's input and a row-parallel GEMM's output gradient are all-gathered from
+// the sequence shards; Transformer Engine quantises the shard before the all-gather (and
+// gathers fp8), so those casts cover T_sp = T/t rows, not T.
+struct CastRows {
+  double input = 1;
+  double output_gradient = 1;
+};
+
 class OperatorList {
  public:
   // GEMMs run in `dtype`; everything else on activations in activation_dtype(dtype).
@@ -37,14 +46,15 @@ class OperatorList {
 
   // y[m×n] = x[m×k]·W[k×n], `groups` times in one kernel. The backward is the data gradient
   // and the weight gradient: two kernels, each with the forward's volume and bytes.
-  void gemm(const std::string& name, double m, double n, double k, double groups = 1) {
-    gemm_in(dtype_, name, m, n, k, groups);
+  // `cast_rows`: the share of the m rows that its quantisation kernels cast (below).
+  void gemm(const std::string& name, double m, double n, double k, double groups = 1, CastRows cast_rows = {}) {
+    gemm_in(dtype_, name, m, n, k, groups, cast_rows);
   }
   // A product of two activations (the unfused attention's): in the activation type.
   void activation_gemm(const std::string& name, double m, double n, double k, double groups) {
-    gemm_in(activation_, name, m, n, k, groups);
+    gemm_in(activation_, name, m, n, k, groups, {});
   }
-  void gemm_in(DType type, const std::string& name, double m, double n, double k, double groups) {
+  void gemm_in(DType type, const std::string& name, double m, double n, double k, double groups, CastRows cast_rows) {
     OperatorCost forward = gemm_cost(GemmShape{m, n, k, groups}, type);
     OperatorCost backward = forward;
     backward.flops = forward.flops * 2.0;
@@ -53,10 +63,10 @@ class OperatorList {
     ops_.push_back({name, forward, backward, false, Bytes(), Bytes()});
     if (is_quantised(type) && cast_) {
       const double per_element = cast_->cast_bytes_per_element;
+      const double in = groups * m * cast_rows.input * k, out = groups * m * cast_rows.output_gradient * n;
       ops_.push_back({name + "_" + to_string(type) + "_cast",
-                      memory_bound_cost(Bytes(groups * m * k * per_element), Flops(groups * m * k), activation_),
-                      memory_bound_cost(Bytes(groups * m * n * per_element), Flops(groups * m * n), activation_),
-                      false, Bytes(), Bytes()});
+                      memory_bound_cost(Bytes(in * per_element), Flops(in), activation_),
+                      memory_bound_cost(Bytes(out * per_element), Flops(out), activation_), false, Bytes(), Bytes()});
     }
   }
 
@@ -144,20 +154,24 @@ class OperatorList {
   // `recompute_activation`: the activation runs again in the backward from the kept first
   // linear's output, so the down projection's input is not kept; `recompute_all`: the whole
   // MLP runs again from its input, the only tensor kept.
+  // `sp_share`: T_sp/T when its input is gathered from, and its output scattered to, sequence
+  // shards (a TP-split MLP under SP); 1 for routed experts, whose tokens the dispatch brings.
   void mlp(const std::string& prefix, const ModelConfig& model, double rows, double f_local, double hidden,
-           double kept_input, double groups = 1, bool recompute_activation = false, bool recompute_all = false) {
+           double kept_input, double groups = 1, bool recompute_activation = false, bool recompute_all = false,
+           double sp_share = 1) {
     const double tokens = rows * groups;
     const size_t first = ops_.size();
     const bool gated = model.mlp == MlpKind::kGated;
     // A gated MLP's gate and up projections are one GEMM of 2f outputs on one quantised input
     // (Megatron-Core's linear_fc1, vLLM's gate_up_proj).
-    gemm(prefix + (gated ? "gate_up_proj" : "up_proj"), rows, (gated ? 2.0 : 1.0) * f_local, hidden, groups);
+    gemm(prefix + (gated ? "gate_up_proj" : "up_proj"), rows, (gated ? 2.0 : 1.0) * f_local, hidden, groups,
+         {sp_share, 1});
     keep_gemm_input(kept_input);
     const size_t activation = ops_.size();
     memory(prefix + "activation", (gated ? 3.0 : 2.0) * tokens * f_local * element_,
            (gated ? kSwigluFlops : kGeluFlops) * tokens * f_local);
     if (!recompute_all) keep((gated ? 2.0 : 1.0) * tokens * f_local);  // gate and up outputs; the GELU's input
-    gemm(prefix + "down_proj", rows, hidden, f_local, groups);
+    gemm(prefix + "down_proj", rows, hidden, f_local, groups, {1, sp_share});
     if (!recompute_all && !recompute_activation) keep_gemm_input(tokens * f_local);  // the activation's output
     if (recompute_all) recompute_from(first);
     if (recompute_activation && !recompute_all) ops_[activation].recomputed = true;
@@ -247,17 +261,18 @@ void add_attention(OperatorList& ops, const ModelConfig& m, AttentionKernel atte
       ops.keep_gemm_input(z.sp_tokens * z.hidden);  // the norm's output, shared with kv_down_proj
       ops.norm("q_latent_norm", m, z.sp_tokens, q_lora);
       const size_t q_up = ops.size();
-      ops.gemm("q_up_proj", z.tokens, z.heads * qk, q_lora);
+      ops.gemm("q_up_proj", z.tokens, z.heads * qk, q_lora, 1, {z.sp_tokens / z.tokens, 1});
       ops.keep_gemm_input(z.tokens * q_lora);
       if (recompute.mla_up_proj) ops.recompute_from(q_up);
     } else {
-      ops.gemm("q_proj", z.tokens, z.heads * qk, z.hidden);
+      ops.gemm("q_proj", z.tokens, z.heads * qk, z.hidden, 1, {z.sp_tokens / z.tokens, 1});
       ops.keep_gemm_input(z.sp_tokens * z.hidden);
     }
     ops.gemm("kv_down_proj", z.sp_tokens, kv_lora + static_cast<double>(a.qk_rope_head_dim), z.hidden);
     ops.norm("kv_latent_norm", m, z.sp_tokens, kv_lora);
     const size_t up = ops.size();
-    ops.gemm("kv_up_proj", z.tokens, z.heads * static_cast<double>(a.qk_nope_head_dim + a.v_head_dim), kv_lora);
+    ops.gemm("kv_up_proj", z.tokens, z.heads * static_cast<double>(a.qk_nope_head_dim + a.v_head_dim), kv_lora, 1,
+             {z.sp_tokens / z.tokens, 1});
     ops.keep_gemm_input(z.tokens * kv_lora);
     // Rotary on every query head's rope part and on the one shared rope key.
     const double rotated = z.tokens * (z.heads + 1) * rotary;
@@ -267,7 +282,7 @@ void add_attention(OperatorList& ops, const ModelConfig& m, AttentionKernel atte
     if (recompute.mla_up_proj) ops.recompute_from(up);
   } else {
     const double d = static_cast<double>(m.head_dim);
-    ops.gemm("qkv_proj", z.tokens, (z.heads + 2 * z.kv_heads) * d, z.hidden);
+    ops.gemm("qkv_proj", z.tokens, (z.heads + 2 * z.kv_heads) * d, z.hidden, 1, {z.sp_tokens / z.tokens, 1});
     ops.keep_gemm_input(z.sp_tokens * z.hidden);
     const double qk_elements = z.tokens * (z.heads + z.kv_heads) * d;
     if (m.qk_norm) {
@@ -284,7 +299,8 @@ void add_attention(OperatorList& ops, const ModelConfig& m, AttentionKernel atte
     ops.attention(z.work, z.heads, z.kv_heads, static_cast<double>(m.qk_head_dim()), static_cast<double>(m.v_head_dim()),
                   !(m.mla && recompute.mla_up_proj), attention == AttentionKernel::kFlash2);
   }
-  ops.gemm("attention_out_proj", z.tokens, z.hidden, z.heads * static_cast<double>(m.v_head_dim()));
+  ops.gemm("attention_out_proj", z.tokens, z.hidden, z.heads * static_cast<double>(m.v_head_dim()), 1,
+           {1, z.sp_tokens / z.tokens});
   const double attention_output = z.tokens * z.heads * static_cast<double>(m.v_head_dim());
   ops.keep(attention_output);  // 16-bit: the attention's backward reads it too
   ops.keep_quantised_copy(attention_output);
@@ -318,7 +334,7 @@ void add_moe(OperatorList& ops, const ModelConfig& m, const ShardingFactors& sh,
   if (moe.shared_experts > 0) {
     const double f_shared = static_cast<double>(moe.shared_experts * moe.shared_expert_ffn) / sh.tp;
     const size_t first = ops.size();
-    ops.mlp("shared_expert_", m, z.tokens, f_shared, z.hidden, 0.0);
+    ops.mlp("shared_expert_", m, z.tokens, f_shared, z.hidden, 0.0, 1, false, false, z.sp_tokens / z.tokens);
     ops.mark_shared_expert(first);
   }
 }
@@ -423,7 +439,7 @@ std::vector<ModelOperator> layer_ops(const ModelConfig& m, int layer, const Loca
     add_moe(ops, m, sh, z, recompute);
   } else {
     ops.mlp("mlp_", m, z.tokens, static_cast<double>(m.ffn) / sh.tp, z.hidden,
-            m.parallel_block ? 0.0 : z.sp_tokens * z.hidden, 1, false, recompute.mlp);
+            m.parallel_block ? 0.0 : z.sp_tokens * z.hidden, 1, false, recompute.mlp, z.sp_tokens / z.tokens);
   }
   ops.residual("mlp_residual", z.sp_tokens, z.hidden, m.hidden_dropout > 0);
   return ops.take();
