@@ -311,6 +311,33 @@ TEST(LayoutSearch, MoeSpacesVaryExpertTensorParallelismWhereItDiffersFromTp) {
   EXPECT_EQ(default_search_space(small_case().model, small_case().layout, 16, 8).expert_tp, std::vector<int>{0});
 }
 
+TEST(LayoutSearch, ActivationOffloadingStaysWhereMegatronAllowsIt) {
+  // The workload offloads 40 layers: layouts with pp 1 and no recomputation keep that (or the
+  // space's values), the others run without it instead of being rejected.
+  const TrainingWorkload job =
+      load_training_workload(test::source_path("workloads/train/llama3-70b-64xgb200-fsdp-offload.json"),
+                             test::source_path("workloads/models"), test::source_path("topologies"), WorkloadOverrides{});
+  SearchSpace space = default_search_space(job.model, job.layout, 64, 72);
+  EXPECT_EQ(space.cpu_offloading_layers, std::vector<int>{40});
+  space.tp = {1, 2};
+  space.pp = {1, 2};
+  space.zero = {ZeroStage::kStage3};
+  space.micro_batch = {1};
+  space.cpu_offloading_layers = {0, 40};
+  const Enumeration e = enumerate_layouts(space, job.model, job.layout, 64);
+  EXPECT_EQ(e.rejected_by_rule, 0u);
+  size_t offloading = 0;
+  for (const ParallelLayout& l : e.valid) {
+    if (l.cpu_offloading_layers > 0) {
+      ++offloading;
+      EXPECT_EQ(l.pp, 1) << layout_description(l);
+      EXPECT_EQ(l.recompute, Recomputation::kNone) << layout_description(l);
+    }
+  }
+  // tp 1 and 2 at pp 1 without recomputation, each with and without offloading.
+  EXPECT_EQ(offloading, 2u);
+}
+
 // ---- published findings, in direction ------------------------------------------------------------
 
 IterationResult run(const TrainingWorkload& job, const ParallelLayout& l, int nodes) {

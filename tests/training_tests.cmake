@@ -6,7 +6,7 @@
 parallax_test(training_test compute_model_test.cpp training_model_test.cpp training_operators_test.cpp
               training_memory_test.cpp model_ragged_test.cpp training_layout_test.cpp training_pipeline_test.cpp
               training_iteration_test.cpp training_cp_test.cpp training_symmetry_test.cpp training_cosim_test.cpp
-              training_published_runs_test.cpp training_ep_test.cpp)
+              training_published_runs_test.cpp training_ep_test.cpp training_offload_test.cpp)
 target_link_libraries(training_test PRIVATE parallax_training)
 
 
@@ -34,6 +34,17 @@ add_test(NAME example.train.what_if_flags
          COMMAND parallax train ${PROJECT_SOURCE_DIR}/workloads/train/llama3-70b-64xdgx-h100.json --pp 8 --nodes 32
                  --schedule interleaved_1f1b --vpp 2 --zero 3)
 set_tests_properties(example.train.what_if_flags PROPERTIES PASS_REGULAR_EXPRESSION "tp 8 · pp 8 · dp 4 · vpp 2")
+# Activation offloading: the recipe's 40 layers fit a GB200's memory, none do not; every layer
+# is refused as Megatron-Core refuses it, naming the flag.
+add_test(NAME example.train.offload_none
+         COMMAND parallax train ${PROJECT_SOURCE_DIR}/workloads/train/llama3-70b-64xgb200-fsdp-offload.json
+                 --cpu-offloading-layers 0 --network analytical)
+set_tests_properties(example.train.offload_none PROPERTIES PASS_REGULAR_EXPRESSION "OUT OF MEMORY")
+add_test(NAME train.offloading_every_layer_is_refused
+         COMMAND bash -c "\"$0\" train \"$1\" --cpu-offloading-layers 80; test $? -eq 2" $<TARGET_FILE:parallax>
+                 ${PROJECT_SOURCE_DIR}/workloads/train/llama3-70b-64xgb200-fsdp-offload.json)
+set_tests_properties(train.offloading_every_layer_is_refused PROPERTIES PASS_REGULAR_EXPRESSION
+                     "cpu_offloading_layers: must be at least 0 and less than the 80 layers")
 add_test(NAME train.bad_tp_is_refused
          COMMAND bash -c "! \"$0\" train \"$1\" --tp 6" $<TARGET_FILE:parallax>
                  ${PROJECT_SOURCE_DIR}/workloads/train/llama3-70b-64xdgx-h100.json)

@@ -90,6 +90,7 @@ SearchSpace default_search_space(const ModelConfig& model, const ParallelLayout&
   s.moe_dispatcher = {base.moe_dispatcher};
   s.sequence_parallel = {true};
   s.tp_comm_overlap = {base.tp_comm_overlap};
+  s.cpu_offloading_layers = {base.cpu_offloading_layers};
   s.rank_order = {"tp-cp-ep-dp-pp", "tp-cp-ep-pp-dp"};
   return s;
 }
@@ -124,6 +125,11 @@ SearchSpace read_search_space(const std::string& path, SearchSpace s, int gpus) 
   read_list(root, "moe_dispatcher", s.moe_dispatcher, moe_dispatcher_of);
   read_list(root, "sequence_parallel", s.sequence_parallel, [](JsonReader& r) { return r.as_bool(); });
   read_list(root, "tp_comm_overlap", s.tp_comm_overlap, [](JsonReader& r) { return r.as_bool(); });
+  read_list(root, "cpu_offloading_layers", s.cpu_offloading_layers, [](JsonReader& r) {
+    const int64_t v = r.as_int();
+    if (v < 0 || v > 1 << 20) r.fail("must be between 0 and 1048576, found " + std::to_string(v));
+    return static_cast<int>(v);
+  });
   read_list(root, "rank_order", s.rank_order, [](JsonReader& r) {
     const std::string order = r.as_string();
     try {
@@ -178,6 +184,7 @@ Layouts degrees(const SearchSpace& space, const ParallelLayout& base, int gpus) 
         l.virtual_stages = 1;
         l.sequence_parallel = l.tp_comm_overlap = false;
         l.expert_tp = 0;
+        l.cpu_offloading_layers = 0;
         l.rank_order = space.rank_order.front();
         l.stage_layers.clear();
         out.push_back(std::move(l));
@@ -213,6 +220,10 @@ Enumeration enumerate_layouts(const SearchSpace& space, const ModelConfig& model
              [](ParallelLayout& x, bool v) { x.sequence_parallel = v; });
   l = expand(l, space.tp_comm_overlap, [](const ParallelLayout& x) { return x.tp > 1; },
              [](ParallelLayout& x, bool v) { x.tp_comm_overlap = v; });
+  // Megatron-Core offloads activations only without pipelining or recomputation.
+  l = expand(l, space.cpu_offloading_layers,
+             [](const ParallelLayout& x) { return x.pp == 1 && x.recompute == Recomputation::kNone; },
+             [](ParallelLayout& x, int v) { x.cpu_offloading_layers = v; });
   // Rank orders differ only with both DP and PP above one.
   l = expand(l, space.rank_order, [](const ParallelLayout& x) { return x.dp > 1 && x.pp > 1; },
              [](ParallelLayout& x, const std::string& v) { x.rank_order = v; });

@@ -26,6 +26,7 @@ struct SearchSpace {
   std::vector<MoeDispatcher> moe_dispatcher;  ///< with ep > 1
   std::vector<bool> sequence_parallel;       ///< with tp > 1
   std::vector<bool> tp_comm_overlap;         ///< with tp > 1
+  std::vector<int> cpu_offloading_layers;    ///< with pp = 1 and no recomputation (else 0)
   std::vector<std::string> rank_order;       ///< innermost first
 };
 
@@ -34,7 +35,8 @@ struct SearchSpace {
 /// sequences of 16k tokens or more), EP over the experts' divisors and expert TP = tp or 1 (MoE),
 /// ZeRO 0–3, micro-batches
 /// 1–8, recomputation none/selective/full, 1F1B, interleaved (vpp 2, 4) and ZB-H1, SP on,
-/// TP overlap as the base layout has it, rank orders with DP or PP innermost after TP.
+/// TP overlap as the base layout has it, rank orders with DP or PP innermost after TP, activation
+/// offloading as the base layout has it where Megatron allows it (pp 1, no recomputation).
 SearchSpace default_search_space(const ModelConfig& model, const ParallelLayout& base, int gpus, int gpus_per_node);
 
 /// Reads a space file over `defaults` for `gpus` GPUs: each key given replaces that dimension's

@@ -61,6 +61,9 @@ struct GpuSpec {
   /// of a sweep of large shapes), bf16 and fp8; zero when not measured. Where given it replaces
   /// the GEMM model's default fraction of the datasheet peak (compute/gemm_efficiency.h).
   FlopRate achievable_bf16, achievable_fp8;
+  /// GPU↔host memory, per direction, per GPU while every GPU of its node copies at once (NVLink-C2C
+  /// on Grace-based nodes, else PCIe); zero when not known. Activation offloading uses it.
+  Bandwidth host_bandwidth;
 };
 
 /// Hopper's and Blackwell's asynchronous tensor cores (wgmma / tcgen05, fed by TMA): the peak is

@@ -78,6 +78,7 @@ GpuSpec read_gpu_spec(JsonReader r) {
   g.memory = require_positive(r.at("memory"), r.at("memory").as_bytes());
   g.memory_bandwidth = require_positive(r.at("memory_bandwidth"), r.at("memory_bandwidth").as_bandwidth());
   if (auto v = r.find("sms")) g.sms = read_positive_int(*v, 4096);
+  if (auto v = r.find("host_bandwidth")) g.host_bandwidth = require_positive(*v, v->as_bandwidth());
   if (auto v = r.find("architecture")) {
     g.architecture = v->as_string();
     static const char* const kKnown[] = {"volta", "turing", "ampere", "ada", "hopper", "blackwell"};
@@ -158,7 +159,7 @@ void generate_compact(JsonReader& root, Topology& topo, const TopologyLoadOption
     root.fail_at("nodes", std::to_string(nodes) + " nodes of " + std::to_string(gpus) + " GPUs exceed the " +
                               std::to_string(kMaxGpus) + " GPUs a topology may have");
   }
-  int spec = topo.add_gpu_spec(read_gpu_spec(node.at("gpu")));
+  GpuSpec gpu_spec = read_gpu_spec(node.at("gpu"));
 
   JsonReader up = node.at("scale_up");
   std::string kind = up.at("kind").as_string();
@@ -206,7 +207,10 @@ void generate_compact(JsonReader& root, Topology& topo, const TopologyLoadOption
     nic_attach = read_link_spec(attach);
     attach.finish();
     n->finish();
+    // Without a figure of its own, a GPU reaches host memory over the PCIe path its NIC hangs on.
+    if (!(gpu_spec.host_bandwidth.value() > 0)) gpu_spec.host_bandwidth = nic_attach.bandwidth;
   }
+  const int spec = topo.add_gpu_spec(gpu_spec);
   node.finish();
   if (opt.gpus_per_node && *opt.gpus_per_node != gpus) {
     const int used = *opt.gpus_per_node;

@@ -75,7 +75,7 @@ RankBreakdown breakdown(const std::vector<Interval>& intervals, Time pipeline_en
   // Bottleneck links exist only co-simulated; without them the running sets are not kept.
   const bool any_link = links && std::any_of(intervals.begin(), intervals.end(), [](const Interval& i) { return i.link >= 0; });
   constexpr WorkKind kPriority[] = {WorkKind::kTpComm, WorkKind::kCpComm, WorkKind::kEpComm, WorkKind::kPpComm,
-                                    WorkKind::kDpComm};
+                                    WorkKind::kDpComm, WorkKind::kOffload};
   RankBreakdown b;
   Time t = Time::zero();
   auto attribute = [&](Time from, Time to) {
@@ -200,6 +200,10 @@ IterationResult simulate_iteration(const ModelConfig& model, const ParallelLayou
   const FlopRate peak = peak_rate(gpu, layout.dtype);
   if (!(peak.value() > 0)) {
     throw std::invalid_argument(gpu.name + " has no " + to_string(layout.dtype) + " peak for MFU");
+  }
+  if (layout.cpu_offloading_layers > 0 && !(gpu.host_bandwidth.value() > 0)) {
+    throw InputError("", "cpu_offloading_layers",
+                     gpu.name + " has no link to host memory in the topology (the GPU's host_bandwidth, or a NIC attach link)");
   }
   const ComputeModel cm(gpu, options.compute, options.gemm_efficiency);
   const int p = layout.pp, v = layout.virtual_stages, t = layout.tp, dp = layout.dp;

@@ -62,6 +62,14 @@
 //            GEMMs run at the pace of the busiest expert (rows per expert = the busiest
 //            expert's processed slots, for every local expert), and its all-to-all buffer is
 //            the busiest EP rank's received share. Hardware FLOPs count the processed slots.
+//   OFFLOAD  with cpu_offloading_layers = n (pp = 1, no recomputation, as Megatron-Core allows):
+//            after each of the first n layers' forward its saved activations go to host memory
+//            on a copy stream (activations / the GPU's host_bandwidth); the compute stream
+//            waits for layer j's copy at the end of layer cpu_offloading_sync_layers(n, L)[j]
+//            and the backward brings layer j back from the start of that layer's backward, on
+//            a second copy stream, the layer's backward waiting for it: kind offload. Memory
+//            holds, at the forward's peak, the kept layers and the offloaded layers whose
+//            window is still open.
 //   CP       the attention core of each layer is cut out of its pass (the operators before
 //            and after it run as before). Ring attention (TransformerEngine's p2p schedule):
 //            cp blocks; block i computes while the CP stream passes the K/V block

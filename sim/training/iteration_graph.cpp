@@ -24,6 +24,7 @@ struct StageStreams {
   StreamId compute, tp, pp, dp, cp, gather;
   ChannelId scale_up, scale_out, sms;
   StreamId shared_expert;  // with moe_shared_expert_overlap
+  StreamId d2h, h2d;       // with cpu_offloading_layers: the copy engines to and from the host
 };
 
 // The tasks of one pass: what the next pass of the stage waits for, and its send (PP).
@@ -71,6 +72,7 @@ class IterationGraphBuilder {
   WorkIdList add_layer_communication(int s, const Unit& u, bool forward, const WorkIdList& deps, WorkIdList prev,
                                      Time shared_expert);
   void add_optimizer_steps();
+  Time copy_time(const Unit& u) const;
 
   const ParallelLayout& layout_;
   const IterationOptions& options_;
@@ -84,6 +86,9 @@ class IterationGraphBuilder {
   const bool ring_attention_, zero12_, zero3_, dp_comm_;
   const bool split_;             // B and W passes (zero bubble)
   const bool shared_expert_overlap_;  // shared experts beside the dispatch (MoE layers, ep > 1)
+  const bool offload_;                // activations of the first layers to host memory (pp = 1)
+  const Bandwidth host_bandwidth_;
+  std::vector<int> offload_sync_layer_;  // per offloaded layer: the layer whose end waits for its copy
   const PassKind gradient_kind_;  // the pass that yields the weight gradients
 
   IterationGraph built_;
@@ -107,6 +112,8 @@ IterationGraphBuilder::IterationGraphBuilder(const ParallelLayout& layout, const
       zero3_(layout.zero_stage == ZeroStage::kStage3), dp_comm_(layout.dp * layout.cp > 1),
       split_(plan.schedule->split_backward()),
       shared_expert_overlap_(layout.moe_shared_expert_overlap && layout.ep > 1 && plan.moe_layers > 0),
+      offload_(layout.cpu_offloading_layers > 0), host_bandwidth_(gpu.host_bandwidth),
+      offload_sync_layer_(cpu_offloading_sync_layers(layout.cpu_offloading_layers, plan.virtual_stage_layers.front())),
       gradient_kind_(split_ ? PassKind::kWeight : PassKind::kBackward),
       last_compute_(static_cast<size_t>(layout.pp)),
       passes_(static_cast<size_t>(plan.schedule->stages) * plan.schedule->pass_slots()) {
@@ -116,7 +123,9 @@ IterationGraphBuilder::IterationGraphBuilder(const ParallelLayout& layout, const
                         graph_.add_stream(s, "dp"), ring_attention_ ? graph_.add_stream(s, "cp") : StreamId{},
                         zero3_ ? graph_.add_stream(s, "dp_gather") : StreamId{}, graph_.add_channel(), graph_.add_channel(),
                         sm_pools ? graph_.add_sm_pool(gpu.sms) : kNoChannel,
-                        shared_expert_overlap_ ? graph_.add_stream(s, "shared_expert") : StreamId{}});
+                        shared_expert_overlap_ ? graph_.add_stream(s, "shared_expert") : StreamId{},
+                        offload_ ? graph_.add_stream(s, "offload_d2h") : StreamId{},
+                        offload_ ? graph_.add_stream(s, "offload_h2d") : StreamId{}});
   }
   built_.stages.resize(static_cast<size_t>(p_));
   for (int s = 0; s < p_; ++s) {
@@ -355,6 +364,12 @@ void IterationGraphBuilder::add_pass(int s, const PipelineOp& op) {
   WorkIdList prev = input;
   std::vector<WorkId> compute_ids;  // of this pass, in execution order
   const size_t n = list.size();
+  // Activation offloading: this pass's copies of each offloaded layer, out (forward) or back.
+  std::vector<WorkId> copies(offload_sync_layer_.size());
+  std::vector<const Unit*> offloaded(offload_sync_layer_.size());
+  for (const Unit& u : list) {
+    if (u.offloaded) offloaded[static_cast<size_t>(u.layer)] = &u;
+  }
   for (size_t step = 0; step < n; ++step) {
     const size_t k = forward ? step : n - 1 - step;
     const Unit& u = list[k];
@@ -375,6 +390,15 @@ void IterationGraphBuilder::add_pass(int s, const PipelineOp& op) {
       deps.push_back(add_comm(s, st.gather, comm_.parameter_gather(s, u), WorkKind::kDpComm, when));
     }
     if (forward && prefetched_.count({vs, k})) deps.push_back(prefetched_.at({vs, k}));
+    if (offload_ && op.kind == PassKind::kBackward && u.transformer_layer) {
+      // Bring back each layer whose window starts here, then wait for this layer's own.
+      for (size_t j = offload_sync_layer_.size(); j-- > 0;) {
+        if (offload_sync_layer_[j] == u.layer) {
+          copies[j] = graph_.add(st.h2d, copy_time(*offloaded[j]), WorkKind::kOffload, std::span<const WorkId>(deps));
+        }
+      }
+      if (u.offloaded) deps.push_back(copies[static_cast<size_t>(u.layer)]);
+    }
     const Segment weight_segment{u.weight_gradient};
     std::span<const Segment> segments = forward  ? std::span<const Segment>(u.forward_segments)
                                         : weight ? std::span<const Segment>(&weight_segment, 1)
@@ -394,6 +418,14 @@ void IterationGraphBuilder::add_pass(int s, const PipelineOp& op) {
                                      : u.backward_flops;
     compute_ids.push_back(c);
     prev = weight ? WorkIdList{c} : add_layer_communication(s, u, forward, deps, {c}, shared_expert);
+    if (offload_ && forward && u.transformer_layer) {
+      // Copy this layer's activations out after its kernels; the compute stream waits for each
+      // copy at the end of its window.
+      if (u.offloaded) copies[static_cast<size_t>(u.layer)] = graph_.add(st.d2h, copy_time(u), WorkKind::kOffload, {c});
+      for (size_t j = 0; j < offload_sync_layer_.size(); ++j) {
+        if (offload_sync_layer_[j] == u.layer) prev.push_back(copies[j]);
+      }
+    }
     if (reducing && layout_.grad_reduce_overlap) {
       reductions_.push_back(add_comm(s, st.dp, comm_.gradient_reduction(s, u), WorkKind::kDpComm, prev));
     }
@@ -413,6 +445,11 @@ void IterationGraphBuilder::add_pass(int s, const PipelineOp& op) {
   }
   if (!forward) built_.backward_ends.insert(built_.backward_ends.end(), prev.begin(), prev.end());
   passes_[pass_slot(s, op)] = std::move(tasks);
+}
+
+// One offloaded layer's saved activations over the GPU's link to host memory.
+Time IterationGraphBuilder::copy_time(const Unit& u) const {
+  return Time::from_seconds(u.activations.value() / host_bandwidth_.value());
 }
 
 // Global barrier (gradient-norm all-reduce), optimizer step, ZeRO 1/2 parameter gathers.

@@ -9,6 +9,33 @@
 
 namespace parallax::iteration_detail {
 
+namespace {
+
+// With activation offloading (pp = 1: one micro-batch in flight) the forward's peak: at the end of
+// each layer, the kept layers so far and the offloaded ones whose window is still open.
+Bytes offloading_forward_peak(const ParallelLayout& layout, const std::vector<Unit>& units) {
+  std::vector<Bytes> offloaded(static_cast<size_t>(layout.cpu_offloading_layers));
+  int layers = 0;
+  for (const Unit& u : units) {
+    if (u.offloaded) offloaded[static_cast<size_t>(u.layer)] = u.activations;
+    layers += u.transformer_layer ? 1 : 0;
+  }
+  const std::vector<int> sync = cpu_offloading_sync_layers(layout.cpu_offloading_layers, layers);
+  Bytes kept, peak;
+  for (const Unit& u : units) {
+    if (!u.transformer_layer) continue;
+    if (!u.offloaded) kept += u.activations;
+    Bytes open;
+    for (size_t j = 0; j < sync.size() && static_cast<int>(j) <= u.layer; ++j) {
+      if (sync[j] >= u.layer) open += offloaded[j];
+    }
+    peak = std::max(peak, kept + open);
+  }
+  return peak;
+}
+
+}  // namespace
+
 std::vector<StageMemory> stage_memory(const ModelConfig& model, const ParallelLayout& layout, const StagePlan& plan) {
   const int p = layout.pp, v = layout.virtual_stages, cp = layout.cp;
   const int data_parallel = layout.dp * cp;  // ranks sharing the model states
@@ -70,6 +97,7 @@ std::vector<StageMemory> stage_memory(const ModelConfig& model, const ParallelLa
       }
     }
     mem.activations = stage.layers > 0 ? layer_activations * (held_layers / stage.layers) : Bytes();
+    if (layout.cpu_offloading_layers > 0) mem.activations = offloading_forward_peak(layout, units.front());
     if (output_activations > Bytes()) {
       std::vector<double> last_chunk(static_cast<size_t>(v), 0.0);
       last_chunk.back() = 1.0;

@@ -104,6 +104,7 @@ std::string layout_description(const ParallelLayout& l) {
   if (l.precision_aware_optimizer) {
     s += format_text(", precision-aware Adam (%g B of state per parameter)", adam_state_bytes_per_parameter(l));
   }
+  if (l.cpu_offloading_layers > 0) s += format_text(", activations of %d layers offloaded", l.cpu_offloading_layers);
   if (l.dp * l.cp > 1 && (l.grad_reduce_in_fp32 || !l.grad_reduce_overlap)) {
     s += format_text(", %s gradients reduced %s", l.grad_reduce_in_fp32 ? "fp32" : "bf16",
                    l.grad_reduce_overlap ? "during the backward" : "after the backward");
@@ -114,6 +115,8 @@ std::string layout_description(const ParallelLayout& l) {
 std::string gemm_model_description(const TrainingWorkload& job) { return job.gemm ? job.gemm->describe() : ShapeEfficiency().describe(); }
 
 nlohmann::ordered_json iteration_json(const TrainingWorkload& job, const IterationResult& r) {
+  // The offload kind only where the layout offloads: every other report stays as it was.
+  auto shown = [&](int k) { return static_cast<WorkKind>(k) != WorkKind::kOffload || job.layout.cpu_offloading_layers > 0; };
   nlohmann::ordered_json j;
   j["model"] = job.model.name;
   j["topology"] = job.topology_file;
@@ -136,6 +139,7 @@ nlohmann::ordered_json iteration_json(const TrainingWorkload& job, const Iterati
   j["network"] = r.network;
   nlohmann::ordered_json path;
   for (int k = 0; k < kWorkKinds; ++k) {
+    if (!shown(k)) continue;
     path[std::string(to_string(static_cast<WorkKind>(k))) + "_s"] = r.critical_path.by_kind[static_cast<size_t>(k)].seconds();
   }
   path["waiting_s"] = r.critical_path.waiting.seconds();
@@ -159,10 +163,13 @@ nlohmann::ordered_json iteration_json(const TrainingWorkload& job, const Iterati
     st["compute_s"] = s.time.compute.seconds();
     st["compute_slowed_by_communication_s"] = s.compute_slowed_by_communication.seconds();
     nlohmann::ordered_json exposed;
-    for (int k = 1; k < kWorkKinds; ++k) exposed[to_string(static_cast<WorkKind>(k))] = s.time.exposed[static_cast<size_t>(k)].seconds();
+    for (int k = 1; k < kWorkKinds; ++k) {
+      if (shown(k)) exposed[to_string(static_cast<WorkKind>(k))] = s.time.exposed[static_cast<size_t>(k)].seconds();
+    }
     st["exposed_communication_s"] = exposed;
     nlohmann::ordered_json across;
     for (int k = 1; k < kWorkKinds; ++k) {
+      if (!shown(k)) continue;
       across[to_string(static_cast<WorkKind>(k))] = s.time.exposed_across_nodes[static_cast<size_t>(k)].seconds();
     }
     st["exposed_across_nodes_s"] = across;
@@ -187,11 +194,13 @@ nlohmann::ordered_json iteration_json(const TrainingWorkload& job, const Iterati
     st["memory_bytes"] = mem;
     nlohmann::ordered_json sent;
     for (int k = 1; k < kWorkKinds; ++k) {
+      if (!shown(k)) continue;
       sent[to_string(static_cast<WorkKind>(k))] = s.communication[static_cast<size_t>(k)].sent.value();
     }
     st["bytes_sent"] = sent;
     nlohmann::ordered_json slowdown;
     for (int k = 1; k < kWorkKinds; ++k) {
+      if (!shown(k)) continue;
       slowdown[to_string(static_cast<WorkKind>(k))] = s.communication[static_cast<size_t>(k)].replica_slowdown;
     }
     st["replica_slowdown"] = slowdown;

@@ -236,6 +236,8 @@ StagePlan plan_stages(const ModelConfig& model, const ParallelLayout& layout, co
       // Full recomputation keeps the layer's 16-bit input, 2sbh (Korthikanti et al.; s per CP rank).
       if (layout.recompute == Recomputation::kFull) u.activations = Bytes(2.0 * layer_input_tokens * static_cast<double>(model.hidden));
       u.moe_layer = moe;
+      u.layer = l;
+      u.offloaded = l < layout.cpu_offloading_layers;
       moe_layers += moe ? 1 : 0;
       const LayerParameterCounts lp = layer_parameters(model, l);
       const double experts = static_cast<double>(lp.routed_experts) / (layout.expert_tensor_parallel() * layout.ep);

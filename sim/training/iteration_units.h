@@ -76,6 +76,8 @@ struct Unit {
   double expert_parameters = 0;
   bool transformer_layer = false;
   bool moe_layer = false;
+  int layer = -1;             // its transformer layer's index in the model, −1 for the ends
+  bool offloaded = false;     // its activations go to host memory (ParallelLayout::cpu_offloading_layers)
   bool embedding = false;     // the input side of the first virtual stage
   bool output_layer = false;  // the output side of the last one (when timed)
   bool output_side = false;   // the output side, timed or not

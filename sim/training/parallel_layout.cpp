@@ -197,6 +197,14 @@ std::vector<int> virtual_stage_layers(const ParallelLayout& layout, const ModelC
   return split_pipeline_layers(layout, model.layers).layers;
 }
 
+std::vector<int> cpu_offloading_sync_layers(int n, int layers) {
+  std::vector<int> out;
+  if (n <= 0 || layers <= 0) return out;
+  const int w = layers / n, rest = layers % n;
+  for (int j = 0; j < n; ++j) out.push_back((j + 1) * w - 1 + (j < rest ? j + 1 : rest));
+  return out;
+}
+
 void validate(const ParallelLayout& l, const ModelConfig& model, int gpus, const std::string& file,
               const std::string& pointer) {
   auto fail = [&](const std::string& field, const std::string& reason) {
@@ -214,6 +222,17 @@ void validate(const ParallelLayout& l, const ModelConfig& model, int gpus, const
     fail("bf16_layers_at_start", "bf16 layers at the start (" + num(l.bf16_layers_at_start) + ") and end (" +
                                      num(l.bf16_layers_at_end) + ") must be at least 0 and at most the " +
                                      num(model.layers) + " layers together");
+  }
+  if (l.cpu_offloading_layers != 0) {
+    // Megatron-Core's TransformerConfig refuses the same.
+    if (l.cpu_offloading_layers < 0 || l.cpu_offloading_layers >= model.layers) {
+      fail("cpu_offloading_layers", "must be at least 0 and less than the " + num(model.layers) + " layers, got " +
+                                        num(l.cpu_offloading_layers));
+    }
+    if (l.pp > 1) fail("cpu_offloading_layers", "activation offloading needs pp = 1 (Megatron-Core has no pipeline support for it)");
+    if (l.recompute != Recomputation::kNone) {
+      fail("cpu_offloading_layers", "activation offloading does not work with activation recomputation (recompute \"none\")");
+    }
   }
   if (l.global_batch < 1) fail("global_batch", "must be at least 1, got " + num(l.global_batch));
   if (l.sequence_length < 1) fail("sequence_length", "must be at least 1, got " + num(l.sequence_length));

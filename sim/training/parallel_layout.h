@@ -16,6 +16,7 @@
 // of a stage that share a TP coordinate; the rule is Megatron's: etp·ep divides tp·cp·dp.
 #pragma once
 
+#include <algorithm>
 #include <array>
 #include <cstdint>
 #include <optional>
@@ -117,6 +118,10 @@ struct ParallelLayout {
   /// MoE layers with EP: the shared experts' kernels run on a stream of their own beside the
   /// token dispatch and combine (Megatron's --moe-shared-expert-overlap), not after them.
   bool moe_shared_expert_overlap = false;
+  /// Activations of the first N Transformer layers moved to host memory after their forward
+  /// and brought back before their backward, on copy streams beside the compute (Megatron's
+  /// --cpu-offloading with --cpu-offloading-num-layers; activations only, not weights).
+  int cpu_offloading_layers = 0;
   std::string rank_order = "tp-cp-ep-dp-pp";  ///< innermost first
   /// Layers of each virtual stage, pp·v entries in model order (virtual stage c·pp + s is chunk
   /// c of stage s); empty: layers / (pp·v) each.
@@ -138,6 +143,12 @@ struct ParallelLayout {
   bool operator==(const ParallelLayout&) const = default;
 };
 
+/// Megatron's (Transformer Engine's) offload windows for n offloaded layers of `layers`: entry j
+/// is the layer at whose end the compute stream waits for layer j's copy to host memory (and
+/// frees it): (j + 1)·w − 1 with w = layers / n, the remainder spread over the first windows. In
+/// the backward, layer j is brought back from the start of that layer's backward.
+std::vector<int> cpu_offloading_sync_layers(int n, int layers);
+
 /// Throws InputError(file, pointer + "/field", reason) at the first problem, e.g.
 /// "/parallel/tp: 6 does not divide num_heads=32". Checks: every degree ≥ 1; tp divides the
 /// heads and the ffn, and tp and the KV heads divide one another (fewer KV heads than tp are
@@ -148,7 +159,8 @@ struct ParallelLayout {
 /// needs pp > 1 and micro-batches a multiple of pp; the sequence length splits over cp (2·cp
 /// chunks when causal) and, with SP, the tokens over tp; Ulysses CP needs cp to divide the
 /// heads of a TP rank and to divide, or be a multiple of, its KV heads; the rank order is a permutation of
-/// tp, cp, ep, dp, pp (cp and ep may be left out when their degree is 1).
+/// tp, cp, ep, dp, pp (cp and ep may be left out when their degree is 1); activation offloading
+/// (cpu_offloading_layers below the layers) needs pp = 1 and no recomputation, as Megatron-Core's.
 void validate(const ParallelLayout& layout, const ModelConfig& model, int gpus, const std::string& file = "",
               const std::string& pointer = "/parallel");
 

@@ -242,7 +242,8 @@ PublishedLayout layout_of(const nlohmann::json& l, int gpus, const std::string& 
     *field = *bytes;
   }
   for (auto [key, field] : {std::pair{"bf16_layers_at_start", &p.bf16_layers_at_start},
-                            std::pair{"bf16_layers_at_end", &p.bf16_layers_at_end}}) {
+                            std::pair{"bf16_layers_at_end", &p.bf16_layers_at_end},
+                            std::pair{"cpu_offloading_layers", &p.cpu_offloading_layers}}) {
     auto n = opt_int(l, key, where);
     if (!n) continue;
     if (*n < 0 || *n > 1 << 20) throw RowError(where + "/" + key, "expected 0 to 1048576, found " + std::to_string(*n));
@@ -284,6 +285,7 @@ ParallelLayout parallel_layout_of(const PublishedRun& run) {
   l.fp8_param_gather = run.layout.fp8_param_gather;
   l.tp_comm_overlap = run.layout.tp_comm_overlap;
   l.moe_shared_expert_overlap = run.layout.moe_shared_expert_overlap;
+  l.cpu_offloading_layers = run.layout.cpu_offloading_layers;
   l.expert_tp = run.layout.expert_tp;
   l.moe_dispatcher = moe_dispatcher_from(run.layout.moe_dispatcher).value_or(MoeDispatcher::kAllToAll);
   l.bf16_layers_at_start = run.layout.bf16_layers_at_start;

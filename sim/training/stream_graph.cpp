@@ -21,6 +21,7 @@ const char* to_string(WorkKind k) {
     case WorkKind::kEpComm: return "ep";
     case WorkKind::kPpComm: return "pp";
     case WorkKind::kDpComm: return "dp";
+    case WorkKind::kOffload: return "offload";
   }
   return "?";
 }

@@ -43,9 +43,10 @@
 namespace parallax {
 
 /// What a task does, for the breakdown of a rank's time.
-enum class WorkKind : uint8_t { kCompute, kTpComm, kCpComm, kEpComm, kPpComm, kDpComm };
-inline constexpr int kWorkKinds = 6;
-/// "compute", "tp", "cp", "ep", "pp", "dp".
+/// kOffload: activation copies to and from host memory (ParallelLayout::cpu_offloading_layers).
+enum class WorkKind : uint8_t { kCompute, kTpComm, kCpComm, kEpComm, kPpComm, kDpComm, kOffload };
+inline constexpr int kWorkKinds = 7;
+/// "compute", "tp", "cp", "ep", "pp", "dp", "offload".
 const char* to_string(WorkKind k);
 /// The kind as an index of arrays of kWorkKinds.
 inline size_t kind_index(WorkKind k) { return static_cast<size_t>(k); }

@@ -195,6 +195,7 @@ void read_parallel(JsonReader p, const std::string& path, ParallelLayout& l, boo
   bool_field("fp8_param_gather", l.fp8_param_gather);
   int_field("bf16_layers_at_start", l.bf16_layers_at_start, 0);
   int_field("bf16_layers_at_end", l.bf16_layers_at_end, 0);
+  int_field("cpu_offloading_layers", l.cpu_offloading_layers, 0);
   if (auto v = p.find("attention")) l.attention = attention_from(v->as_string(), path, v->pointer());
   bool_field("grad_reduce_overlap", l.grad_reduce_overlap);
   bool_field("grad_reduce_in_fp32", l.grad_reduce_in_fp32);
@@ -245,6 +246,8 @@ void apply_overrides(const WorkloadOverrides& a, ParallelLayout& l, bool& dp_giv
     in_range(flag, v ? std::optional<int64_t>(*v) : std::nullopt, 1, kMaxDegree);
   }
   in_range("--expert-tp", a.expert_tp ? std::optional<int64_t>(*a.expert_tp) : std::nullopt, 0, kMaxDegree);
+  in_range("--cpu-offloading-layers",
+           a.cpu_offloading_layers ? std::optional<int64_t>(*a.cpu_offloading_layers) : std::nullopt, 0, kMaxDegree);
   in_range("--micro-batch", a.micro_batch, 1, kMaxBatch);
   in_range("--global-batch", a.global_batch, 1, kMaxBatch);
   in_range("--seq", a.sequence, 1, kMaxSequence);
@@ -271,6 +274,7 @@ void apply_overrides(const WorkloadOverrides& a, ParallelLayout& l, bool& dp_giv
   if (a.sequence_parallel) l.sequence_parallel = *a.sequence_parallel;
   if (a.tp_comm_overlap) l.tp_comm_overlap = *a.tp_comm_overlap;
   if (a.moe_shared_expert_overlap) l.moe_shared_expert_overlap = *a.moe_shared_expert_overlap;
+  if (a.cpu_offloading_layers) l.cpu_offloading_layers = *a.cpu_offloading_layers;
   if (a.grad_reduce_overlap) l.grad_reduce_overlap = *a.grad_reduce_overlap;
   if (a.param_gather_prefetch) l.param_gather_prefetch = *a.param_gather_prefetch;
   if (a.param_gather_per_tensor) l.param_gather_per_tensor = *a.param_gather_per_tensor;

@@ -50,7 +50,7 @@ const std::string& kTopologiesDir = topologies_dir();
 
 struct TrainArgs {
   std::string workload;
-  std::optional<int> tp, pp, dp, vpp, cp, ep, expert_tp, zero, nodes;
+  std::optional<int> tp, pp, dp, vpp, cp, ep, expert_tp, zero, nodes, cpu_offloading_layers;
   std::optional<int64_t> micro_batch, global_batch, sequence;
   std::string schedule, recompute, dtype, cp_comm, attention, moe_dispatcher;
   std::string network = "flow";
@@ -81,6 +81,7 @@ Job read_job(const TrainArgs& a) {
   o.cp = a.cp;
   o.ep = a.ep;
   o.expert_tp = a.expert_tp;
+  o.cpu_offloading_layers = a.cpu_offloading_layers;
   o.zero = a.zero;
   o.nodes = a.nodes;
   o.micro_batch = a.micro_batch;
@@ -167,14 +168,24 @@ void run_train(const TrainArgs& a) {
   std::printf("  pipeline bubble      %.1f%%\n", 100 * r.pipeline_bubble_fraction);
   std::printf("  peak memory per GPU  %s of %s: %s\n\n", gib(r.peak_memory).c_str(), gib(r.gpu_memory).c_str(),
               r.out_of_memory ? "OUT OF MEMORY" : "fits");
-  TextTable t({"stage", "layers", "compute", "TP", "CP", "EP", "DP", "PP", "bubble", "idle", "params+grads+optim", "activations",
-               "memory"});
+  // The offload column only where the layout offloads activations.
+  const bool offloading = job.layout.cpu_offloading_layers > 0;
+  std::vector<std::string> header{"stage", "layers", "compute", "TP", "CP", "EP", "DP", "PP"};
+  if (offloading) header.push_back("offload");
+  for (const char* h : {"bubble", "idle", "params+grads+optim", "activations", "memory"}) header.push_back(h);
+  TextTable t(header);
   for (const StageResult& s : r.stages) {
     auto exposed = [&](WorkKind k) { return seconds_text(s.time.exposed[static_cast<size_t>(k)]); };
-    t.add_row({std::to_string(s.stage), std::to_string(s.layers), seconds_text(s.time.compute), exposed(WorkKind::kTpComm),
-               exposed(WorkKind::kCpComm), exposed(WorkKind::kEpComm), exposed(WorkKind::kDpComm), exposed(WorkKind::kPpComm), seconds_text(s.time.bubble), seconds_text(s.time.idle),
-               gib(s.memory.parameters + s.memory.gradients + s.memory.optimizer_states), gib(s.memory.activations),
-               gib(s.memory.total())});
+    std::vector<std::string> row{std::to_string(s.stage),      std::to_string(s.layers),     seconds_text(s.time.compute),
+                                 exposed(WorkKind::kTpComm),   exposed(WorkKind::kCpComm),   exposed(WorkKind::kEpComm),
+                                 exposed(WorkKind::kDpComm),   exposed(WorkKind::kPpComm)};
+    if (offloading) row.push_back(exposed(WorkKind::kOffload));
+    for (std::string cell : {seconds_text(s.time.bubble), seconds_text(s.time.idle),
+                             gib(s.memory.parameters + s.memory.gradients + s.memory.optimizer_states),
+                             gib(s.memory.activations), gib(s.memory.total())}) {
+      row.push_back(std::move(cell));
+    }
+    t.add_row(row);
   }
   std::printf("per pipeline stage (time columns: exposed, per iteration):\n%s\n", t.render().c_str());
   // Which of that exposed communication went across nodes (NICs and the network).
@@ -378,6 +389,8 @@ void add_train_command(CLI::App& app) {
   cmd->add_option("--moe-dispatcher", args->moe_dispatcher,
                   "MoE token dispatch: alltoall, or flex (DeepEP / HybridEP: a token sent once per remote node)");
   cmd->add_option("--ep", args->ep, "expert-parallel size");
+  cmd->add_option("--cpu-offloading-layers", args->cpu_offloading_layers,
+                  "activations of the first N Transformer layers offloaded to host memory (Megatron's --cpu-offloading)");
   cmd->add_option("--expert-tp", args->expert_tp, "expert tensor-parallel size (MoE parallel folding; default: tp)");
   cmd->add_option("--zero", args->zero, "ZeRO stage 0-3 (3 = FSDP)");
   cmd->add_option("--mbs,--micro-batch", args->micro_batch, "micro-batch size (sequences)");
