@@ -73,6 +73,9 @@ class IterationGraphBuilder {
                                      Time shared_expert);
   void add_optimizer_steps();
   Time copy_time(const Unit& u) const;
+  void copy_out(int s, const Unit& u, WorkId c, std::vector<WorkId>& copies, WorkIdList& prev);
+  void bring_back(int s, const Unit& u, const std::vector<const Unit*>& offloaded, std::vector<WorkId>& copies,
+                  WorkIdList& deps);
 
   const ParallelLayout& layout_;
   const IterationOptions& options_;
@@ -390,15 +393,7 @@ void IterationGraphBuilder::add_pass(int s, const PipelineOp& op) {
       deps.push_back(add_comm(s, st.gather, comm_.parameter_gather(s, u), WorkKind::kDpComm, when));
     }
     if (forward && prefetched_.count({vs, k})) deps.push_back(prefetched_.at({vs, k}));
-    if (offload_ && op.kind == PassKind::kBackward && u.transformer_layer) {
-      // Bring back each layer whose window starts here, then wait for this layer's own.
-      for (size_t j = offload_sync_layer_.size(); j-- > 0;) {
-        if (offload_sync_layer_[j] == u.layer) {
-          copies[j] = graph_.add(st.h2d, copy_time(*offloaded[j]), WorkKind::kOffload, std::span<const WorkId>(deps));
-        }
-      }
-      if (u.offloaded) deps.push_back(copies[static_cast<size_t>(u.layer)]);
-    }
+    if (offload_ && op.kind == PassKind::kBackward && u.transformer_layer) bring_back(s, u, offloaded, copies, deps);
     const Segment weight_segment{u.weight_gradient};
     std::span<const Segment> segments = forward  ? std::span<const Segment>(u.forward_segments)
                                         : weight ? std::span<const Segment>(&weight_segment, 1)
@@ -418,14 +413,7 @@ void IterationGraphBuilder::add_pass(int s, const PipelineOp& op) {
                                      : u.backward_flops;
     compute_ids.push_back(c);
     prev = weight ? WorkIdList{c} : add_layer_communication(s, u, forward, deps, {c}, shared_expert);
-    if (offload_ && forward && u.transformer_layer) {
-      // Copy this layer's activations out after its kernels; the compute stream waits for each
-      // copy at the end of its window.
-      if (u.offloaded) copies[static_cast<size_t>(u.layer)] = graph_.add(st.d2h, copy_time(u), WorkKind::kOffload, {c});
-      for (size_t j = 0; j < offload_sync_layer_.size(); ++j) {
-        if (offload_sync_layer_[j] == u.layer) prev.push_back(copies[j]);
-      }
-    }
+    if (offload_ && forward && u.transformer_layer) copy_out(s, u, c, copies, prev);
     if (reducing && layout_.grad_reduce_overlap) {
       reductions_.push_back(add_comm(s, st.dp, comm_.gradient_reduction(s, u), WorkKind::kDpComm, prev));
     }
@@ -450,6 +438,30 @@ void IterationGraphBuilder::add_pass(int s, const PipelineOp& op) {
 // One offloaded layer's saved activations over the GPU's link to host memory.
 Time IterationGraphBuilder::copy_time(const Unit& u) const {
   return Time::from_seconds(u.activations.value() / host_bandwidth_.value());
+}
+
+// Forward, after layer u's kernels `c`: its activations go out when it is offloaded, and the
+// compute stream waits for each copy whose window ends with u.
+void IterationGraphBuilder::copy_out(int s, const Unit& u, WorkId c, std::vector<WorkId>& copies, WorkIdList& prev) {
+  if (u.offloaded) {
+    copies[static_cast<size_t>(u.layer)] = graph_.add(streams_[static_cast<size_t>(s)].d2h, copy_time(u), WorkKind::kOffload, {c});
+  }
+  for (size_t j = 0; j < offload_sync_layer_.size(); ++j) {
+    if (offload_sync_layer_[j] == u.layer) prev.push_back(copies[j]);
+  }
+}
+
+// Backward, before layer u: brings back each layer whose window starts here (from what u waits
+// for), then makes u wait for its own.
+void IterationGraphBuilder::bring_back(int s, const Unit& u, const std::vector<const Unit*>& offloaded,
+                                       std::vector<WorkId>& copies, WorkIdList& deps) {
+  for (size_t j = offload_sync_layer_.size(); j-- > 0;) {
+    if (offload_sync_layer_[j] == u.layer) {
+      copies[j] = graph_.add(streams_[static_cast<size_t>(s)].h2d, copy_time(*offloaded[j]), WorkKind::kOffload,
+                             std::span<const WorkId>(deps));
+    }
+  }
+  if (u.offloaded) deps.push_back(copies[static_cast<size_t>(u.layer)]);
 }
 
 // Global barrier (gradient-norm all-reduce), optimizer step, ZeRO 1/2 parameter gathers.
