@@ -32,12 +32,17 @@ ParallelLayout offloading(int layers) {
   return l;
 }
 
+// tiny()'s transformer layers alone (no embedding or output side) on `topo`.
+IterationResult layers_only(const Topology& topo, int offloaded, int layers = 8) {
+  IterationOptions options;
+  options.transformer_layers_only = true;
+  return simulate_iteration(tiny(layers), offloading(offloaded), topo, options);
+}
+
 // What one layer of tiny() keeps for its backward: 9 layers less 8 (the output side's the same).
 double layer_activations(const Topology& topo) {
-  IterationOptions layers_only;
-  layers_only.transformer_layers_only = true;
-  return simulate_iteration(tiny(9), offloading(0), topo, layers_only).stages[0].memory.activations.value() -
-         simulate_iteration(tiny(8), offloading(0), topo, layers_only).stages[0].memory.activations.value();
+  return layers_only(topo, 0, 9).stages[0].memory.activations.value() -
+         layers_only(topo, 0, 8).stages[0].memory.activations.value();
 }
 
 TEST(ActivationOffloading, WindowsSpreadTheLayersAsMegatronDoes) {
@@ -60,11 +65,9 @@ TEST(ActivationOffloading, TheForwardKeepsTheOtherLayersAndTheOpenWindows) {
   // After layer ℓ the GPU holds the kept layers so far, max(0, ℓ + 1 − 4), and the offloaded
   // layers j ≤ ℓ whose window has not closed (sync_j ≥ ℓ): 1, 2, 2, 3, 1+2, 2+2, 3+1, 4+1.
   // The peak is 5a, against 8a without offloading.
-  IterationOptions layers_only;
-  layers_only.transformer_layers_only = true;
   const Topology topo = one_gpu(gigabytes_per_second(50));
-  const IterationResult kept = simulate_iteration(tiny(), offloading(0), topo, layers_only);
-  const IterationResult offloaded = simulate_iteration(tiny(), offloading(4), topo, layers_only);
+  const IterationResult kept = layers_only(topo, 0);
+  const IterationResult offloaded = layers_only(topo, 4);
   const double a = layer_activations(topo);
   ASSERT_GT(a, 0);
   EXPECT_NEAR(kept.stages[0].memory.activations.value() - offloaded.stages[0].memory.activations.value(), 3 * a,
@@ -80,11 +83,9 @@ TEST(ActivationOffloading, CopiesSlowerThanTheLayersSetTheIteration) {
   // from the start (its window ends at layer 7), each next one when the copy before it is done
   // and its window's layer starts; layer 0 waits for the fourth, at T0 + 4c, then runs b:
   // f + 8c + b in all.
-  IterationOptions layers_only;
-  layers_only.transformer_layers_only = true;
   const Topology slow = one_gpu(Bandwidth(1e6));
-  const IterationResult base = simulate_iteration(tiny(), offloading(0), slow, layers_only);
-  const IterationResult r = simulate_iteration(tiny(), offloading(4), slow, layers_only);
+  const IterationResult base = layers_only(slow, 0);
+  const IterationResult r = layers_only(slow, 4);
   const Time f = Time::from_seconds(base.stages[0].forward_compute.seconds() / 8);
   const Time b = Time::from_seconds(base.stages[0].backward_compute.seconds() / 8);
   const Time c = Time::from_seconds(layer_activations(slow) / 1e6);
@@ -93,7 +94,7 @@ TEST(ActivationOffloading, CopiesSlowerThanTheLayersSetTheIteration) {
   EXPECT_GT(r.stages[0].time.exposed[kind_index(WorkKind::kOffload)], c * 7);
   expect_parts_add_up(r);
   // A link fast enough hides every copy behind the layers: the same time as without.
-  const IterationResult fast = simulate_iteration(tiny(), offloading(4), one_gpu(Bandwidth(1e18)), layers_only);
+  const IterationResult fast = layers_only(one_gpu(Bandwidth(1e18)), 4);
   EXPECT_NEAR(fast.pipeline_end.seconds(), base.pipeline_end.seconds(), 1e-9);
 }
 
