@@ -130,6 +130,20 @@ add_test(NAME example.validate.bloom_layouts
                  ${train_scratch}/bloom-layouts.json)
 # 80 pipelines of 2-48 stages and 64-512 micro-batches: 44 s under the sanitizers, 1 s in release.
 set_tests_properties(example.validate.bloom_layouts PROPERTIES LABELS long)
+# Layout-ranking sets read whole and predicted, each with its rank agreement per model: vTrain's
+# measured Megatron-DeepSpeed layouts (109 rows, 4 models) and MegaScale's 175B/530B runs of
+# Megatron-LM and MegaScale on 256-12,288 A100s (22 rows, 2 models).
+foreach(pair "vtrain-a100-layouts:109:4" "megascale-a100-holdout:22:2")
+  string(REPLACE ":" ";" parts ${pair})
+  list(GET parts 0 file)
+  list(GET parts 1 rows)
+  list(GET parts 2 groups)
+  add_test(NAME example.validate.${file}
+           COMMAND bash -c "\"$0\" validate \"$1\" --json \"$2\" > \"$2.txt\" && grep -q \"mean over $4 groups\" \"$2.txt\" && python3 -c 'import json,sys; rows=json.load(open(sys.argv[1])); assert len(rows)==int(sys.argv[2]) and all(\"error\" in r for r in rows)' \"$2\" \"$3\""
+                   $<TARGET_FILE:parallax> ${PROJECT_SOURCE_DIR}/workloads/validation/${file}.json ${train_scratch}/${file}.json
+                   ${rows} ${groups})
+  set_tests_properties(example.validate.${file} PROPERTIES LABELS long)
+endforeach()
 add_test(NAME example.validate.h100_fp8_holdout
          COMMAND bash -c "\"$0\" validate \"$1\" --json \"$2\" > /dev/null && python3 -c 'import json,sys; rows=json.load(open(sys.argv[1])); assert len(rows)==7 and all(\"error\" in r for r in rows)' \"$2\""
                  $<TARGET_FILE:parallax> ${PROJECT_SOURCE_DIR}/workloads/validation/mpt-h100-fp8-holdout.json ${train_scratch}/h100-fp8-holdout.json)
