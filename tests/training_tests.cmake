@@ -132,8 +132,9 @@ add_test(NAME example.validate.bloom_layouts
 set_tests_properties(example.validate.bloom_layouts PROPERTIES LABELS long)
 # Layout-ranking sets read whole and predicted, each with its rank agreement per model: vTrain's
 # measured Megatron-DeepSpeed layouts (109 rows, 4 models) and MegaScale's 175B/530B runs of
-# Megatron-LM and MegaScale on 256-12,288 A100s (22 rows, 2 models).
-foreach(pair "vtrain-a100-layouts:109:4" "megascale-a100-holdout:22:2")
+# Megatron-LM and MegaScale on 256-12,288 A100s (22 rows, 2 models); MegaScale-MoE's 352B MoE on
+# 240-1,440 H800s (10 rows, Megatron-LM and MegaScale-MoE).
+foreach(pair "vtrain-a100-layouts:109:4" "megascale-a100-holdout:22:2" "megascale-moe-h800-holdout:10:1")
   string(REPLACE ":" ";" parts ${pair})
   list(GET parts 0 file)
   list(GET parts 1 rows)

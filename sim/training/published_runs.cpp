@@ -196,6 +196,10 @@ PublishedLayout layout_of(const nlohmann::json& l, int gpus, const std::string& 
     throw RowError(where + "/moe_dispatcher", "unknown MoE token dispatcher \"" + p.moe_dispatcher +
                                                   "\" (expected alltoall, flex or null)");
   }
+  p.cp_comm = opt_string(l, "cp_comm", where).value_or("ring");
+  if (!context_parallel_comm_from(p.cp_comm)) {
+    throw RowError(where + "/cp_comm", "unknown context-parallel communication \"" + p.cp_comm + "\" (expected ring, ulysses or null)");
+  }
   for (auto [key, field] : {std::pair{"param_gather_prefetch", &p.param_gather_prefetch},
                             std::pair{"param_gather_per_tensor", &p.param_gather_per_tensor},
                             std::pair{"fp8_param_gather", &p.fp8_param_gather},
@@ -288,6 +292,7 @@ ParallelLayout parallel_layout_of(const PublishedRun& run) {
   l.cpu_offloading_layers = run.layout.cpu_offloading_layers;
   l.expert_tp = run.layout.expert_tp;
   l.moe_dispatcher = moe_dispatcher_from(run.layout.moe_dispatcher).value_or(MoeDispatcher::kAllToAll);
+  l.cp_comm = context_parallel_comm_from(run.layout.cp_comm).value_or(ContextParallelComm::kRing);
   l.bf16_layers_at_start = run.layout.bf16_layers_at_start;
   l.bf16_layers_at_end = run.layout.bf16_layers_at_end;
   if (run.layout.megatron_style) {

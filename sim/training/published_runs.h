@@ -46,6 +46,7 @@ struct PublishedLayout {
   int expert_tp = 0;
   /// MoE rows: Megatron's token dispatcher, "alltoall" (the default) or "flex" (DeepEP / HybridEP).
   std::string moe_dispatcher = "alltoall";
+  std::string cp_comm = "ring";
   /// Data-parallel gradients: reduced during the backward pass or after it, in fp32 or in the
   /// training dtype; unset, the row's style decides (Megatron-style: after, fp32).
   std::optional<bool> grad_reduce_overlap, grad_reduce_in_fp32;
