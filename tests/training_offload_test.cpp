@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "io/input_error.h"
+#include "training/explain.h"
 #include "training/iteration.h"
 #include "training/workload_loader.h"
 #include "training_test_support.h"
@@ -111,6 +112,31 @@ TEST(ActivationOffloading, RefusedWhereMegatronRefusesIt) {
   EXPECT_THROW(simulate_iteration(tiny(), l, test::star(2, gigabytes_per_second(100), Time::us(1))), InputError);
   // No link to host memory in the topology: nothing to offload over.
   EXPECT_THROW(simulate_iteration(tiny(), offloading(2), one_gpu(Bandwidth{})), InputError);
+}
+
+TEST(ActivationOffloading, ExplainOffersTheFewestLayersThatFit) {
+  // Megatron-Bridge's GB200 FSDP recipe without its offloading does not fit 186 GiB; --explain
+  // finds the fewest offloaded layers that do (the recipe itself takes 40), re-simulated.
+  WorkloadOverrides none;
+  none.cpu_offloading_layers = 0;
+  const TrainingWorkload job =
+      load_training_workload(test::source_path("workloads/train/llama3-70b-64xgb200-fsdp-offload.json"),
+                             test::source_path("workloads/models"), test::source_path("topologies"), none);
+  const IterationOptions analytical;  // cosimulate off: each collective timed alone
+  const IterationResult base = simulate_iteration(job.model, job.layout, job.topology, analytical);
+  ASSERT_TRUE(base.out_of_memory);
+  const std::vector<Suggestion> s = explain_layout(job.model, job.layout, job.topology, analytical, base);
+  ASSERT_FALSE(s.empty());
+  EXPECT_TRUE(s.front().fits);
+  ASSERT_TRUE(s.front().overrides.cpu_offloading_layers.has_value());
+  const int n = *s.front().overrides.cpu_offloading_layers;
+  EXPECT_GT(n, 0);
+  EXPECT_LE(n, 40);
+  EXPECT_EQ(s.front().flags, "--cpu-offloading-layers " + std::to_string(n));
+  // One layer fewer does not fit.
+  ParallelLayout fewer = job.layout;
+  fewer.cpu_offloading_layers = n - 1;
+  EXPECT_TRUE(estimate_memory(job.model, fewer, job.topology.gpu_spec_of(job.topology.gpus()[0]), analytical).out_of_memory);
 }
 
 TEST(ActivationOffloading, PresetsGiveTheHostLink) {

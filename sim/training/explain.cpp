@@ -71,12 +71,36 @@ std::vector<Knob> knobs(const ModelConfig& model) {
   };
 }
 
+// Out of memory without pipelining or recomputation: the fewest layers whose activations, moved to
+// host memory, let the layout fit (memory only: estimate_memory); 0 when none does or cannot.
+int fewest_offloaded_layers_that_fit(const ModelConfig& model, const ParallelLayout& layout, const GpuSpec& gpu,
+                                     const IterationOptions& options) {
+  if (layout.pp > 1 || layout.recompute != Recomputation::kNone || layout.cpu_offloading_layers > 0 ||
+      !(gpu.host_bandwidth.value() > 0)) {
+    return 0;
+  }
+  ParallelLayout l = layout;
+  for (l.cpu_offloading_layers = 1; l.cpu_offloading_layers < model.layers; ++l.cpu_offloading_layers) {
+    if (!estimate_memory(model, l, gpu, options).out_of_memory) return l.cpu_offloading_layers;
+  }
+  return 0;
+}
+
 }  // namespace
 
 std::vector<Suggestion> explain_layout(const ModelConfig& model, const ParallelLayout& layout, const Topology& topology,
                                        const IterationOptions& options, const IterationResult& base) {
   std::vector<Suggestion> out;
-  for (const Knob& k : knobs(model)) {
+  std::vector<Knob> list = knobs(model);
+  if (base.out_of_memory) {
+    const int n = fewest_offloaded_layers_that_fit(model, layout, topology.gpu_spec_of(topology.gpus()[0]), options);
+    if (n > 0) {
+      list.push_back({"activations of " + std::to_string(n) + " layers offloaded", "--cpu-offloading-layers " + std::to_string(n),
+                      [](const ParallelLayout&) { return true; },
+                      [n](ParallelLayout& l, WorkloadOverrides& o) { l.cpu_offloading_layers = n; o.cpu_offloading_layers = n; }});
+    }
+  }
+  for (const Knob& k : list) {
     if (!k.applies(layout)) continue;
     Suggestion s;
     s.knob = k.name;

@@ -11,6 +11,8 @@
 //   recompute one step lighter  full → selective, selective → none
 //   micro-batch × 2             when the global batch still splits
 //   DP innermost                rank order tp-cp-ep-dp-pp ↔ tp-cp-ep-pp-dp (pp > 1, dp > 1)
+//   activation offloading       out of memory with pp 1 and no recomputation: the fewest layers
+//                               whose activations in host memory let it fit (estimate_memory)
 // Each suggestion is the difference of two simulations with the same options; one that does
 // not fit in GPU memory is kept, marked, after the ones that do.
 #pragma once
