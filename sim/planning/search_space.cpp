@@ -221,8 +221,7 @@ Enumeration enumerate_layouts(const SearchSpace& space, const ModelConfig& model
   l = expand(l, space.tp_comm_overlap, [](const ParallelLayout& x) { return x.tp > 1; },
              [](ParallelLayout& x, bool v) { x.tp_comm_overlap = v; });
   // Megatron-Core offloads activations only without pipelining or recomputation.
-  l = expand(l, space.cpu_offloading_layers,
-             [](const ParallelLayout& x) { return x.pp == 1 && x.recompute == Recomputation::kNone; },
+  l = expand(l, space.cpu_offloading_layers, [](const ParallelLayout& x) { return x.activation_offloading_possible(); },
              [](ParallelLayout& x, int v) { x.cpu_offloading_layers = v; });
   // Rank orders differ only with both DP and PP above one.
   l = expand(l, space.rank_order, [](const ParallelLayout& x) { return x.dp > 1 && x.pp > 1; },

@@ -75,8 +75,7 @@ std::vector<Knob> knobs(const ModelConfig& model) {
 // host memory, let the layout fit (memory only: estimate_memory); 0 when none does or cannot.
 int fewest_offloaded_layers_that_fit(const ModelConfig& model, const ParallelLayout& layout, const GpuSpec& gpu,
                                      const IterationOptions& options) {
-  if (layout.pp > 1 || layout.recompute != Recomputation::kNone || layout.cpu_offloading_layers > 0 ||
-      !(gpu.host_bandwidth.value() > 0)) {
+  if (!layout.activation_offloading_possible() || layout.cpu_offloading_layers > 0 || !(gpu.host_bandwidth.value() > 0)) {
     return 0;
   }
   ParallelLayout l = layout;

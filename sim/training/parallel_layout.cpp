@@ -229,9 +229,9 @@ void validate(const ParallelLayout& l, const ModelConfig& model, int gpus, const
       fail("cpu_offloading_layers", "must be at least 0 and less than the " + num(model.layers) + " layers, got " +
                                         num(l.cpu_offloading_layers));
     }
-    if (l.pp > 1) fail("cpu_offloading_layers", "activation offloading needs pp = 1 (Megatron-Core has no pipeline support for it)");
-    if (l.recompute != Recomputation::kNone) {
-      fail("cpu_offloading_layers", "activation offloading does not work with activation recomputation (recompute \"none\")");
+    if (!l.activation_offloading_possible()) {
+      fail("cpu_offloading_layers", l.pp > 1 ? "activation offloading needs pp = 1 (Megatron-Core has no pipeline support for it)"
+                                             : "activation offloading does not work with activation recomputation (recompute \"none\")");
     }
   }
   if (l.global_batch < 1) fail("global_batch", "must be at least 1, got " + num(l.global_batch));

@@ -122,6 +122,9 @@ struct ParallelLayout {
   /// and brought back before their backward, on copy streams beside the compute (Megatron's
   /// --cpu-offloading with --cpu-offloading-num-layers; activations only, not weights).
   int cpu_offloading_layers = 0;
+  /// Whether Megatron-Core would offload this layout's activations: only without pipelining
+  /// and without recomputation.
+  bool activation_offloading_possible() const { return pp == 1 && recompute == Recomputation::kNone; }
   std::string rank_order = "tp-cp-ep-dp-pp";  ///< innermost first
   /// Layers of each virtual stage, pp·v entries in model order (virtual stage c·pp + s is chunk
   /// c of stage s); empty: layers / (pp·v) each.
