@@ -220,6 +220,24 @@ TEST(ComputeModel, LaunchOverheadIsPaidPerKernel) {
   EXPECT_EQ(ComputeModel(h100(), graphs).time(op), Time::zero());
 }
 
+TEST(ComputeModel, HostIssuedKernelsTakeAtLeastTheHostsTime) {
+  // A grouped GEMM issued expert by expert: t = max(max(compute, memory) + kernels·t_launch,
+  // host_issued·t_host). 32 tiny GEMMs are host-bound (32·55 µs), 32 huge ones GPU-bound.
+  ComputeModel model(h100());
+  OperatorCost tiny = gemm_cost(GemmShape{16, 64, 64, 32}, DType::kBf16);
+  tiny.kernels = tiny.host_issued_kernels = 32;
+  EXPECT_EQ(model.timing(tiny).host, Time::us(32 * 55));
+  EXPECT_EQ(model.time(tiny), Time::us(32 * 55));
+  OperatorCost huge = gemm_cost(GemmShape{8192, 8192, 8192, 32}, DType::kBf16);
+  const Time alone = model.time(huge);
+  huge.kernels = huge.host_issued_kernels = 32;
+  EXPECT_EQ(model.time(huge), alone + Time::us(31 * 2));  // only the 31 further launches
+  ComputeModelOptions no_host;
+  no_host.host_gemm_issue = Time::zero();
+  EXPECT_EQ(ComputeModel(h100(), no_host).time(tiny), ComputeModel(h100(), no_host).timing(tiny).compute +
+                                                            Time::us(32 * 2));
+}
+
 TEST(ComputeModel, MissingTensorCorePathsFallBack) {
   GpuSpec g = h100();
   g.fp8 = FlopRate(0);

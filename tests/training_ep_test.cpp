@@ -151,6 +151,31 @@ TEST(IterationExpertParallel, ExplainOffersSharedExpertOverlapOnlyToModelsWithSh
   EXPECT_EQ(s->overrides.moe_shared_expert_overlap, std::optional<bool>(true));
 }
 
+TEST(IterationExpertParallel, ExplainOffersGroupedExpertGemmsOnlyToMoeLayersIssuedPerExpert) {
+  // One GPU, 4 local experts issued per expert by a host far slower than the toy GPU's GEMMs:
+  // --expert-gemm grouped is offered and saves time; a grouped layout or a dense model is not
+  // offered it.
+  const Topology topo = toy_cluster(1);
+  IterationOptions slow_host;
+  slow_host.compute.host_gemm_issue = Time::from_seconds(1);
+  auto knob = [&](const ModelConfig& model, const ParallelLayout& layout) -> std::optional<Suggestion> {
+    const IterationResult base = simulate_iteration(model, layout, topo, slow_host);
+    for (const Suggestion& s : explain_layout(model, layout, topo, slow_host, base)) {
+      if (s.flags == "--expert-gemm grouped") return s;
+    }
+    return std::nullopt;
+  };
+  const std::optional<Suggestion> s = knob(tiny_moe(), moe_layout(1, 1));
+  ASSERT_TRUE(s);
+  EXPECT_LT(s->delta, Time::zero());
+  EXPECT_EQ(s->layout.expert_gemms, ExpertGemms::kGrouped);
+  EXPECT_EQ(s->overrides.expert_gemm, "grouped");
+  ParallelLayout grouped = moe_layout(1, 1);
+  grouped.expert_gemms = ExpertGemms::kGrouped;
+  EXPECT_FALSE(knob(tiny_moe(), grouped));
+  EXPECT_FALSE(knob(test::tiny(8), moe_layout(1, 1)));
+}
+
 TEST(IterationExpertParallel, FlexDispatchSendsATokenOncePerRemoteNode) {
   // 16 experts, top-4, ep 16 over two DGX H100 nodes (8 experts per node). The flat all-to-all
   // sends each token's 4 slots, 15/16 of them off the GPU. DeepEP / HybridEP (flex) sends a
@@ -207,7 +232,8 @@ TEST(IterationExpertParallel, EpOneAddsNothingToThePreEpModel) {
   const Topology topo = toy_cluster(1);
   const IterationResult r = simulate_iteration(model, moe_layout(1, 1), topo);
   const ComputeModel cm(topo.gpu_specs()[0]);
-  const MicroBatch mb{1, 512, true, DType::kBf16};
+  MicroBatch mb{1, 512, true, DType::kBf16};
+  mb.expert_gemms = ExpertGemms::kPerExpert;  // the layout's default, Megatron-Core's
   Time expected;
   auto add = [&](const std::vector<ModelOperator>& ops, int times) {
     for (const ModelOperator& op : ops) expected += (cm.time(op.forward) + cm.time(op.backward)) * times;
@@ -226,6 +252,37 @@ TEST(IterationExpertParallel, EpOneAddsNothingToThePreEpModel) {
   const IterationResult dp4 = simulate_iteration(model, moe_layout(4, 1), toy_cluster(4));
   EXPECT_EQ(simulate_iteration(model, moe_layout(4, 1), toy_cluster(4), uniform).iteration_time, dp4.iteration_time);
   EXPECT_EQ(dp4.stages[0].communication[kEp].sent.value(), 0.0);
+}
+
+TEST(IterationExpertParallel, ExpertsIssuedPerExpertWaitForTheHost) {
+  // One GPU, 4 local experts. With a host that takes 1 s to issue a GEMM (far longer than any
+  // of the toy GPU's expert GEMMs), per-expert issue makes each expert GEMM host-bound: 4 host
+  // issues forward and 8 backward for each of a MoE layer's two expert GEMMs. Grouped (one
+  // device-side kernel per GEMM) they run at the GPU's pace; nothing else changes.
+  const ModelConfig model = tiny_moe();
+  const Topology topo = toy_cluster(1);
+  IterationOptions slow_host;
+  slow_host.compute.host_gemm_issue = Time::from_seconds(1);
+  ParallelLayout grouped = moe_layout(1, 1);
+  grouped.expert_gemms = ExpertGemms::kGrouped;
+  const IterationResult per_expert = simulate_iteration(model, moe_layout(1, 1), topo, slow_host);
+  const IterationResult on_device = simulate_iteration(model, grouped, topo, slow_host);
+  const ComputeModel cm(topo.gpu_specs()[0], slow_host.compute);
+  MicroBatch mb{1, 512, true, DType::kBf16};
+  auto expert_time = [&](ExpertGemms g) {
+    mb.expert_gemms = g;
+    Time t;
+    for (const ModelOperator& op : layer_operators(model, 0, mb, {})) {
+      if (op.name.rfind("expert_", 0) == 0 && op.forward.kind == OperatorKind::kGemm) {
+        t += cm.time(op.forward) + cm.time(op.backward);
+      }
+    }
+    return t;
+  };
+  EXPECT_EQ(expert_time(ExpertGemms::kPerExpert), Time::from_seconds(2 * (4 + 8)));
+  EXPECT_LT(expert_time(ExpertGemms::kGrouped), Time::from_seconds(1));
+  EXPECT_EQ(per_expert.iteration_time - on_device.iteration_time,
+            (expert_time(ExpertGemms::kPerExpert) - expert_time(ExpertGemms::kGrouped)) * 8);
 }
 
 TEST(IterationExpertParallel, ExpertTensorParallelismOfOneKeepsExpertsWholeOnTheirTokens) {

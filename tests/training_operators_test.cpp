@@ -575,6 +575,37 @@ TEST(Sharding, ExpertParallelismRegroupsButKeepsTheRoutedWork) {
   EXPECT_DOUBLE_EQ(2 * flops_of(tp2, "expert_gate_up_proj"), whole);
 }
 
+TEST(ExpertGemms, PerExpertIssueIsOneHostGemmPerLocalExpertAndPass) {
+  // DeepSeek-V3 on ep 8: 32 local experts, each touched by the 4096·8 slots of a micro-batch.
+  // Issued per expert, each expert GEMM is a kernel of its own issued by the host: 32 in the
+  // forward, 64 (data and weight gradients) in the backward; grouped, one kernel, no host issue.
+  // The FLOPs and bytes do not change, nor do the dense GEMMs.
+  const ModelConfig m = bundled("deepseek-v3");
+  MicroBatch mb = batch(1, 4096);
+  const ShardingFactors ep8{1, 1, 8, false};
+  const auto grouped = layer_operators(m, 5, mb, ep8);
+  mb.expert_gemms = ExpertGemms::kPerExpert;
+  const auto per_expert = layer_operators(m, 5, mb, ep8);
+  for (const char* name : {"expert_gate_up_proj", "expert_down_proj"}) {
+    const ModelOperator& g = find(grouped, name);
+    const ModelOperator& p = find(per_expert, name);
+    EXPECT_EQ(g.forward.host_issued_kernels, 0) << name;
+    EXPECT_EQ(g.forward.kernels, 1) << name;
+    EXPECT_EQ(p.forward.host_issued_kernels, 32) << name;
+    EXPECT_EQ(p.forward.kernels, 32) << name;
+    EXPECT_EQ(p.backward.host_issued_kernels, 64) << name;
+    EXPECT_DOUBLE_EQ(p.forward.flops.value(), g.forward.flops.value()) << name;
+    EXPECT_DOUBLE_EQ(p.backward.bytes_read_written.value(), g.backward.bytes_read_written.value()) << name;
+  }
+  EXPECT_EQ(find(per_expert, "shared_expert_gate_up_proj").forward.host_issued_kernels, 0);
+  EXPECT_EQ(find(per_expert, "router").forward.host_issued_kernels, 0);
+  const auto dense = layer_operators(m, 0, mb, ep8);
+  EXPECT_EQ(find(dense, "mlp_gate_up_proj").forward.host_issued_kernels, 0);
+  EXPECT_EQ(to_string(ExpertGemms::kPerExpert), std::string("per_expert"));
+  EXPECT_EQ(expert_gemms_from("grouped"), ExpertGemms::kGrouped);
+  EXPECT_FALSE(expert_gemms_from("sequential").has_value());
+}
+
 TEST(Sharding, LogitsSplitTheVocabulary) {
   // Llama-3 8B at tp = 8: 128256 / 8 = 16032 vocabulary columns per GPU.
   const auto ops = output_operators(bundled("llama3-8b"), batch(1, 4096), {8, 1, 1, true});

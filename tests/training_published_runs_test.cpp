@@ -41,8 +41,9 @@ TEST(PublishedRuns, TheDevSetReadsWhole) {
 
 TEST(PublishedRuns, DefaultsAndBadRows) {
   auto runs = read_published_runs(kSource + "/tests/data/training/bad-published-runs.json");
-  ASSERT_EQ(runs.size(), 8u);
+  ASSERT_EQ(runs.size(), 9u);
   EXPECT_EQ(runs[0].error, "");
+  EXPECT_EQ(parallel_layout_of(runs[0]).expert_gemms, ExpertGemms::kPerExpert);  // Megatron-Core's default
   EXPECT_EQ(runs[0].layout.dp, 16);                 // 32 GPUs / tp 2
   EXPECT_TRUE(runs[0].layout.sequence_parallel);    // null and tp > 1
   EXPECT_EQ(runs[0].model.kv_heads, 24);            // null: as many as heads
@@ -56,6 +57,21 @@ TEST(PublishedRuns, DefaultsAndBadRows) {
   // A bundled model needs the models folder.
   EXPECT_EQ(runs[6].error, "/6/model/bundled: no bundled model \"deepseek-v3\"");
   EXPECT_EQ(runs[7].error, "/7/layout/exp_avg_sq_dtype: expected fp32, bf16, fp16, fp8 or null, found \"fp64\"");
+  EXPECT_EQ(runs[8].error, "/8/layout/expert_gemm: unknown expert GEMM issue \"sequential\" (expected per_expert, grouped or null)");
+}
+
+// Megatron-Bridge's MoE recipes from v0.5.0 (26.06) on run the experts as CuTe DSL grouped MLPs
+// under a full-iteration CUDA graph: those rows say "grouped"; the releases before, Megatron
+// Core's per-expert GEMMs (the default).
+TEST(PublishedRuns, ExpertGemmsAsEachReleaseRanThem) {
+  for (const char* file : {"mbridge-qwen3-moe-holdout", "mbridge-qwen3-moe-dev", "mbridge-deepseek-v3-holdout"}) {
+    for (const PublishedRun& r :
+         read_published_runs(kSource + "/workloads/validation/" + file + ".json", kSource + "/workloads/models")) {
+      EXPECT_EQ(r.error, "") << r.id;
+      const bool from_26_06 = r.id.find("_26.06") != std::string::npos || r.id.find("_26.08") != std::string::npos;
+      EXPECT_EQ(parallel_layout_of(r).expert_gemms, from_26_06 ? ExpertGemms::kGrouped : ExpertGemms::kPerExpert) << r.id;
+    }
+  }
 }
 
 // A row may take a bundled model's architecture (what the row's fields cannot say: MLA, the

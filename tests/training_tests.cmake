@@ -29,6 +29,16 @@ set_tests_properties(example.train.flow PROPERTIES PASS_REGULAR_EXPRESSION "busi
 add_test(NAME example.train.moe_flex
          COMMAND parallax train ${PROJECT_SOURCE_DIR}/workloads/train/mixtral-8x7b-8xdgx-h100-ep8.json --moe-dispatcher flex)
 set_tests_properties(example.train.moe_flex PROPERTIES PASS_REGULAR_EXPRESSION "ep 8 \\(flex\\)")
+# How the experts' GEMMs are issued, from the command line: named in the layout line when grouped,
+# and an unknown one refused with exit 2, naming the flag.
+add_test(NAME example.train.expert_gemm_grouped
+         COMMAND parallax train ${PROJECT_SOURCE_DIR}/workloads/train/mixtral-8x7b-8xdgx-h100-ep8.json --expert-gemm grouped)
+set_tests_properties(example.train.expert_gemm_grouped PROPERTIES PASS_REGULAR_EXPRESSION "ep 8 \\(grouped expert GEMMs\\)")
+add_test(NAME train.bad_expert_gemm_is_refused
+         COMMAND bash -c "\"$0\" train \"$1\" --expert-gemm sequential; test $? -eq 2" $<TARGET_FILE:parallax>
+                 ${PROJECT_SOURCE_DIR}/workloads/train/mixtral-8x7b-8xdgx-h100-ep8.json)
+set_tests_properties(train.bad_expert_gemm_is_refused PROPERTIES PASS_REGULAR_EXPRESSION
+                     "--expert-gemm: unknown expert GEMM issue \"sequential\" \\(expected per_expert or grouped\\)")
 # What-if flags override the file; a layout that cannot run is refused before anything runs.
 add_test(NAME example.train.what_if_flags
          COMMAND parallax train ${PROJECT_SOURCE_DIR}/workloads/train/llama3-70b-64xdgx-h100.json --pp 8 --nodes 32
@@ -94,6 +104,10 @@ set_tests_properties(example.train.measured_gemm_table PROPERTIES PASS_REGULAR_E
 add_test(NAME example.train.sustained_fraction_flag
          COMMAND parallax train ${PROJECT_SOURCE_DIR}/workloads/train/llama3-70b-64xdgx-h100.json --sustained-fraction 0.9)
 set_tests_properties(example.train.sustained_fraction_flag PROPERTIES PASS_REGULAR_EXPRESSION "kernels at 0.90 of their")
+add_test(NAME train.bad_host_gemm_issue_is_refused
+         COMMAND bash -c "\"$0\" train \"$1\"; test $? -eq 2" $<TARGET_FILE:parallax> ${PROJECT_SOURCE_DIR}/tests/data/training/bad-host-gemm-issue.json)
+set_tests_properties(train.bad_host_gemm_issue_is_refused PROPERTIES PASS_REGULAR_EXPRESSION
+                     "bad-host-gemm-issue.json: /compute/host_gemm_issue: \"-5 us\" is negative")
 add_test(NAME train.bad_sustained_fraction_is_refused
          COMMAND bash -c "! \"$0\" train \"$1\"" $<TARGET_FILE:parallax> ${PROJECT_SOURCE_DIR}/tests/data/training/bad-sustained-fraction.json)
 set_tests_properties(train.bad_sustained_fraction_is_refused PROPERTIES PASS_REGULAR_EXPRESSION

@@ -13,8 +13,8 @@ ComputeModel::ComputeModel(GpuSpec gpu, ComputeModelOptions options, std::shared
       !in_unit(options_.sustained_fraction)) {
     throw std::invalid_argument("ComputeModel: efficiencies and the sustained fraction must be in (0, 1]");
   }
-  if (options_.kernel_launch_overhead < Time::zero()) {
-    throw std::invalid_argument("ComputeModel: negative kernel launch overhead");
+  if (options_.kernel_launch_overhead < Time::zero() || options_.host_gemm_issue < Time::zero()) {
+    throw std::invalid_argument("ComputeModel: negative kernel launch overhead or host issue time");
   }
   if (!(gpu_.bf16.value() > 0) || !(gpu_.memory_bandwidth.value() > 0)) {
     throw std::invalid_argument("ComputeModel: GPU \"" + gpu_.name + "\" needs a bf16 peak and a memory bandwidth");
@@ -41,9 +41,11 @@ OperatorTiming ComputeModel::timing(const OperatorCost& op) const {
   t.compute = compute_time(op.flops, t.rate * options_.sustained_fraction);
   t.memory = transfer_time(op.bytes_read_written, memory_bandwidth() * options_.sustained_fraction);
   t.launch = options_.kernel_launch_overhead * std::max(0, op.kernels);
+  t.host = options_.host_gemm_issue * std::max(0, op.host_issued_kernels);
   Time bound = std::max(t.compute, t.memory);
   // An operator that can never finish (a zero rate) stays at Time::max() instead of overflowing.
-  t.total = bound == Time::max() ? bound : bound + t.launch;
+  // The host issues the next kernel while the GPU runs this one: the slower of the two sets the pace.
+  t.total = bound == Time::max() ? bound : std::max(bound + t.launch, t.host);
   return t;
 }
 

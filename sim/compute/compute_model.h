@@ -1,7 +1,9 @@
 // The time of one operator on one GPU: a roofline with achieved efficiencies, plus a fixed
-// launch overhead per kernel.
+// launch overhead per kernel, and never less than the host's time to issue the kernels that it
+// can only issue one by one.
 //
-//   t = max(FLOPs / (peak(dtype) · η_compute),  bytes / (B_HBM · η_memory))  +  kernels · t_launch
+//   t = max( max(FLOPs / (peak(dtype) · η_compute),  bytes / (B_HBM · η_memory))  +  kernels · t_launch,
+//            host_issued · t_host )
 //
 // η_compute depends on the operator kind:
 // - GEMM: the GemmEfficiency model (closed-form by shape, or a measured table);
@@ -23,6 +25,21 @@
 // on one stream without CUDA graphs is a few microseconds; calibrate it for a given software stack.
 // The roofline assumes compute and memory traffic overlap perfectly inside a kernel and that
 // nothing else runs on the GPU; contention with communication kernels is the caller's business.
+//
+// t_host = 55 µs: the host's time to issue one GEMM whose shape it learns only at run time — a
+// MoE layer's per-expert GEMMs (layer_operators.h, ExpertGemms::kPerExpert): Transformer
+// Engine's GroupedLinear reads the experts' row counts back from the GPU (`m_splits.tolist()`,
+// a synchronisation), quantises each expert's rows into tensors of their own, and then, per
+// expert, builds cuBLASLt descriptors, queries cuBLASLt's heuristic and launches the matmul
+// (transformer_engine/common/gemm/cublaslt_gemm.cu, multi_stream_cublas_gemm). The GPU runs
+// each GEMM while the host prepares the next, so the slower of the two sets the pace: many
+// small experts per GPU (DeepSeek-V3 on ep 8: 32 per GPU) are host-bound, a few large ones are
+// not. Fitted once, as one global constant, on the Megatron-Bridge MoE dev rows
+// (workloads/validation/mbridge-deepseek-v3-dev.json and mbridge-qwen3-moe-dev.json: 35 rows, 32
+// of them issued per expert; MAPE 21.8 % → 10.6 %); fitted on either model alone it is 45
+// (Qwen3) or 60 µs (DeepSeek-V3), and the other model's error falls with it
+// (docs/performance-and-accuracy.md).
+// A device-side grouped GEMM or a CUDA graph of the experts has no such term.
 //
 // σ, the sustained fraction: every kernel runs at σ times the speed above, which is what a
 // kernel reaches alone in a benchmark. Inside a training step kernels lose speed to what no
@@ -46,19 +63,25 @@
 
 namespace parallax {
 
+/// t_host of the header: the host's time to issue one GEMM whose shape it reads back from the GPU.
+inline constexpr Time kHostGemmIssue = Time::us(55);
+
 struct ComputeModelOptions {
   double memory_efficiency = 0.90;     ///< η_memory, in (0, 1]
   double attention_efficiency = 0.55;  ///< η_attention, in (0, 1]
   Time kernel_launch_overhead = Time::us(2);
+  /// The host's time to issue one GEMM whose shape it learns only at run time (header).
+  Time host_gemm_issue = kHostGemmIssue;
   double sustained_fraction = 0.74;    ///< σ, in (0, 1]
 };
 
 /// Where an operator's time went.
 struct OperatorTiming {
-  Time total;     ///< max(compute, memory) + launch
+  Time total;     ///< max(max(compute, memory) + launch, host)
   Time compute;   ///< FLOPs at the achieved rate, σ included
   Time memory;    ///< bytes at the achievable HBM bandwidth, σ included
   Time launch;    ///< kernels × launch overhead
+  Time host;      ///< host-issued kernels × the host's issue time
   FlopRate rate;  ///< the achieved compute rate used (stand-alone, before σ)
   bool memory_bound() const { return memory > compute; }
 };

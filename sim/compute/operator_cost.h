@@ -113,6 +113,11 @@ struct OperatorCost {
   DType dtype = DType::kBf16;
   /// Kernel launches the operator takes; each pays the model's launch overhead.
   int kernels = 1;
+  /// Of those, how many the host issues one by one only after it has read their shapes back
+  /// from the GPU (a grouped MLP's per-expert GEMMs whose row counts the router computed on
+  /// the device): the operator then takes at least that many host issue times
+  /// (ComputeModelOptions::host_gemm_issue), whatever the GPU's speed.
+  int host_issued_kernels = 0;
   /// For kAttention: a kernel written for Ampere's warp-level mma.sync (FlashAttention-2), which
   /// on GPUs with asynchronous tensor cores reaches only part of their peak (compute_model.h).
   bool warp_mma_only = false;

@@ -44,6 +44,9 @@ class OperatorList {
     for (size_t i = first; i < ops_.size(); ++i) ops_[i].shared_expert = true;
   }
 
+  // From now on, GEMMs of several groups are issued by the host one group at a time (ExpertGemms).
+  void issue_groups_from_host(bool on) { host_issued_groups_ = on; }
+
   // y[m×n] = x[m×k]·W[k×n], `groups` times in one kernel. The backward is the data gradient
   // and the weight gradient: two kernels, each with the forward's volume and bytes.
   // `cast_rows`: the share of the m rows that its quantisation kernels cast (below).
@@ -60,6 +63,10 @@ class OperatorList {
     backward.flops = forward.flops * 2.0;
     backward.bytes_read_written = forward.bytes_read_written * 2.0;
     backward.kernels = 2;
+    if (host_issued_groups_) {
+      forward.kernels = forward.host_issued_kernels = static_cast<int>(std::ceil(groups));
+      backward.kernels = backward.host_issued_kernels = 2 * forward.host_issued_kernels;
+    }
     ops_.push_back({name, forward, backward, false, Bytes(), Bytes()});
     if (is_quantised(type) && cast_) {
       const double per_element = cast_->cast_bytes_per_element;
@@ -200,6 +207,7 @@ class OperatorList {
   DType activation_;
   double element_;
   std::optional<QuantisedOperands> cast_;
+  bool host_issued_groups_ = false;
   std::vector<ModelOperator> ops_;
 };
 
@@ -309,7 +317,7 @@ void add_attention(OperatorList& ops, const ModelConfig& m, AttentionKernel atte
 }
 
 void add_moe(OperatorList& ops, const ModelConfig& m, const ShardingFactors& sh, const LocalSizes& z,
-             const RecomputeModules& recompute) {
+             const RecomputeModules& recompute, ExpertGemms expert_gemms) {
   const MoeConfig& moe = *m.moe;
   const double e = ops.element_bytes();
   const double experts = moe.experts;
@@ -328,7 +336,9 @@ void add_moe(OperatorList& ops, const ModelConfig& m, const ShardingFactors& sh,
   const double local_experts = experts / sh.ep;
   const double touched = local_experts * -std::expm1(slots * std::log1p(-1.0 / local_experts));
   const double groups = local_experts > 1 ? touched : 1.0;
+  ops.issue_groups_from_host(expert_gemms == ExpertGemms::kPerExpert);
   ops.mlp("expert_", m, slots / groups, expert_ffn, z.hidden, slots * z.hidden, groups, recompute.moe_act);
+  ops.issue_groups_from_host(false);
   ops.memory("moe_unpermute", (slots + z.tokens) * z.hidden * e, 2.0 * slots * z.hidden);
   ops.keep(slots * z.hidden);  // the experts' outputs, for the gradient of the routing weights
   if (moe.shared_experts > 0) {
@@ -367,6 +377,14 @@ std::string to_string(const RecomputeModules& modules) {
   std::string s;
   for (const std::string& name : module_names(modules)) s += (s.empty() ? "" : "+") + name;
   return s;
+}
+
+const char* to_string(ExpertGemms g) { return g == ExpertGemms::kPerExpert ? "per_expert" : "grouped"; }
+
+std::optional<ExpertGemms> expert_gemms_from(const std::string& name) {
+  if (name == "grouped") return ExpertGemms::kGrouped;
+  if (name == "per_expert") return ExpertGemms::kPerExpert;
+  return std::nullopt;
 }
 
 const char* to_string(AttentionKernel k) {
@@ -427,7 +445,8 @@ namespace {
 std::vector<ModelOperator> layer_ops(const ModelConfig& m, int layer, const LocalSizes& z, DType dtype,
                                      AttentionKernel attention, const ShardingFactors& sh,
                                      std::optional<QuantisedOperands> cast = std::nullopt,
-                                     const RecomputeModules& recompute = {}) {
+                                     const RecomputeModules& recompute = {},
+                                     ExpertGemms expert_gemms = ExpertGemms::kGrouped) {
   if (layer < 0 || layer >= m.layers + m.mtp_layers) {
     throw std::invalid_argument("layer " + std::to_string(layer) + " is outside the model");
   }
@@ -436,7 +455,7 @@ std::vector<ModelOperator> layer_ops(const ModelConfig& m, int layer, const Loca
   // A parallel block's MLP reads the attention's normalised input, which that keeps already.
   if (!m.parallel_block) ops.norm("mlp_norm", m, z.sp_tokens, z.hidden);
   if (m.is_moe_layer(layer)) {
-    add_moe(ops, m, sh, z, recompute);
+    add_moe(ops, m, sh, z, recompute, expert_gemms);
   } else {
     ops.mlp("mlp_", m, z.tokens, static_cast<double>(m.ffn) / sh.tp, z.hidden,
             m.parallel_block ? 0.0 : z.sp_tokens * z.hidden, 1, false, recompute.mlp, z.sp_tokens / z.tokens);
@@ -468,7 +487,8 @@ std::vector<ModelOperator> layer_operators(const ModelConfig& m, int layer, cons
                                            const ShardingFactors& sh) {
   require_valid(m, batch, sh);
   return layer_ops(m, layer, LocalSizes(m, batch, sh), batch.dtype, batch.attention, sh,
-                   training_quantisation(batch.dtype, batch.fp8_recipe, batch.fp4_recipe), batch.recompute);
+                   training_quantisation(batch.dtype, batch.fp8_recipe, batch.fp4_recipe), batch.recompute,
+                   batch.expert_gemms);
 }
 
 std::vector<ModelOperator> layer_operators(const ModelConfig& m, int layer, const RaggedBatch& batch,

@@ -119,6 +119,21 @@ std::vector<std::string> module_names(const RecomputeModules& modules);
 /// "mla_up_proj+moe_act" ("" for none).
 std::string to_string(const RecomputeModules& modules);
 
+/// How a MoE layer's routed experts run their GEMMs. kGrouped: one device-side grouped kernel
+/// per GEMM that reads the experts' row counts on the GPU (cuBLASLt's grouped GEMM through
+/// Transformer Engine's grouped tensors, a CuTe DSL fused grouped MLP, DeepGEMM, vLLM's and
+/// SGLang's fused MoE kernels), or any experts under a CUDA graph of static shapes. kPerExpert:
+/// the host reads the row counts back from the GPU and issues one GEMM per local expert
+/// (Transformer Engine's GroupedLinear with host-side m_splits: `m_splits.tolist()`, then a
+/// cuBLASLt matmul, with its descriptors and heuristic query, per expert on 4 streams; Megatron
+/// Core's TEGroupedMLP by default, its SequentialMLP too). Each such GEMM is host-issued
+/// (OperatorCost::host_issued_kernels): its forward one per expert, its backward two.
+enum class ExpertGemms : uint8_t { kGrouped, kPerExpert };
+/// "grouped" or "per_expert".
+const char* to_string(ExpertGemms g);
+/// Parses "grouped" and "per_expert"; nullopt otherwise.
+std::optional<ExpertGemms> expert_gemms_from(const std::string& name);
+
 /// b sequences of s tokens; `dtype` the GEMMs' type (activations: activation_dtype of it).
 struct MicroBatch {
   int64_t sequences = 1;
@@ -135,6 +150,7 @@ struct MicroBatch {
   Fp8Recipe fp8_recipe = Fp8Recipe::kDelayed;
   Fp4Recipe fp4_recipe = Fp4Recipe::kNvfp4;
   RecomputeModules recompute{};
+  ExpertGemms expert_gemms = ExpertGemms::kGrouped;
 };
 
 /// One sequence of a serving step: q_len new tokens after kv_len − q_len cached ones

@@ -73,6 +73,7 @@ nlohmann::ordered_json parallel_block(const ParallelLayout& l) {
   if (l.ep > 1) p["ep"] = l.ep;
   if (l.ep > 1 && l.moe_dispatcher == MoeDispatcher::kFlex) p["moe_dispatcher"] = to_string(l.moe_dispatcher);
   if (l.expert_tp > 0) p["expert_tp"] = l.expert_tp;
+  if (l.expert_gemms != ExpertGemms::kPerExpert) p["expert_gemm"] = to_string(l.expert_gemms);
   p["zero_stage"] = static_cast<int>(l.zero_stage);
   p["micro_batch"] = l.micro_batch;
   p["global_batch"] = l.global_batch;

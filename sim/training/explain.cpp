@@ -28,6 +28,12 @@ std::vector<Knob> knobs(const ModelConfig& model) {
          l.moe_shared_expert_overlap = true;
          o.moe_shared_expert_overlap = true;
        }},
+      {"grouped expert GEMMs (Megatron's moe_use_grouped_tensor)", "--expert-gemm grouped",
+       [moe = model.moe.has_value()](const ParallelLayout& l) { return moe && l.expert_gemms == ExpertGemms::kPerExpert; },
+       [](ParallelLayout& l, WorkloadOverrides& o) {
+         l.expert_gemms = ExpertGemms::kGrouped;
+         o.expert_gemm = "grouped";
+       }},
       {"grad_reduce_overlap on", "--grad-reduce-overlap on",
        [](const ParallelLayout& l) { return l.dp * l.cp > 1 && !l.grad_reduce_overlap; },
        [](ParallelLayout& l, WorkloadOverrides& o) { l.grad_reduce_overlap = true; o.grad_reduce_overlap = true; }},

@@ -146,12 +146,16 @@ std::vector<ModelOperator> scale_experts(std::vector<ModelOperator> ops, double 
     if (op.forward.kind == OperatorKind::kGemm) {
       GemmShape shape = op.forward.shape;
       shape.m *= factor;
-      const int backward_kernels = op.backward.kernels;
+      // New sizes, the same kernels (and the same ones issued by the host).
+      const OperatorCost forward = op.forward, backward = op.backward;
       op.forward = gemm_cost(shape, dtype);
+      op.forward.kernels = forward.kernels;
+      op.forward.host_issued_kernels = forward.host_issued_kernels;
       op.backward = op.forward;
       op.backward.flops = op.forward.flops * 2.0;
       op.backward.bytes_read_written = op.forward.bytes_read_written * 2.0;
-      op.backward.kernels = backward_kernels;
+      op.backward.kernels = backward.kernels;
+      op.backward.host_issued_kernels = backward.host_issued_kernels;
     } else {
       for (OperatorCost* c : {&op.forward, &op.backward}) {
         c->flops = c->flops * factor;
@@ -189,7 +193,8 @@ StagePlan plan_stages(const ModelConfig& model, const ParallelLayout& layout, co
   const MicroBatch batch{layout.micro_batch, layout.sequence_length, true,
                          layout.dtype,       layout.attention,       layout.fp8_recipe,
                          layout.fp4_recipe,
-                         layout.recompute == Recomputation::kFull ? RecomputeModules{} : layout.recompute_modules};
+                         layout.recompute == Recomputation::kFull ? RecomputeModules{} : layout.recompute_modules,
+                         layout.expert_gemms};
   const ShardingFactors sharding{t, layout.cp, layout.ep, layout.sequence_parallel, false, layout.expert_tp};
   const ParameterCounts counts = count_parameters(model);
   const bool timed_ends = !options.transformer_layers_only;

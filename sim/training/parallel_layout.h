@@ -72,6 +72,10 @@ struct ParallelLayout {
   /// ranks with ep (the expert grid above).
   int expert_tp = 0;
   MoeDispatcher moe_dispatcher = MoeDispatcher::kAllToAll;
+  /// How the routed experts' GEMMs are issued (layer_operators.h): one GEMM per local expert,
+  /// issued by the host, as Megatron-Core does by default (TEGroupedMLP without
+  /// --moe-use-grouped-tensor), or device-side grouped kernels.
+  ExpertGemms expert_gemms = ExpertGemms::kPerExpert;
   bool sequence_parallel = false;  ///< Megatron SP over the TP group
   ZeroStage zero_stage = ZeroStage::kStage0;  ///< kStage3 is FSDP
   int64_t micro_batch = 1;       ///< sequences per micro-batch

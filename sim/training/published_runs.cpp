@@ -196,6 +196,11 @@ PublishedLayout layout_of(const nlohmann::json& l, int gpus, const std::string& 
     throw RowError(where + "/moe_dispatcher", "unknown MoE token dispatcher \"" + p.moe_dispatcher +
                                                   "\" (expected alltoall, flex or null)");
   }
+  p.expert_gemm = opt_string(l, "expert_gemm", where).value_or("per_expert");
+  if (!expert_gemms_from(p.expert_gemm)) {
+    throw RowError(where + "/expert_gemm", "unknown expert GEMM issue \"" + p.expert_gemm +
+                                               "\" (expected per_expert, grouped or null)");
+  }
   p.cp_comm = opt_string(l, "cp_comm", where).value_or("ring");
   if (!context_parallel_comm_from(p.cp_comm)) {
     throw RowError(where + "/cp_comm", "unknown context-parallel communication \"" + p.cp_comm + "\" (expected ring, ulysses or null)");
@@ -292,6 +297,7 @@ ParallelLayout parallel_layout_of(const PublishedRun& run) {
   l.cpu_offloading_layers = run.layout.cpu_offloading_layers;
   l.expert_tp = run.layout.expert_tp;
   l.moe_dispatcher = moe_dispatcher_from(run.layout.moe_dispatcher).value_or(MoeDispatcher::kAllToAll);
+  l.expert_gemms = expert_gemms_from(run.layout.expert_gemm).value_or(ExpertGemms::kPerExpert);
   l.cp_comm = context_parallel_comm_from(run.layout.cp_comm).value_or(ContextParallelComm::kRing);
   l.bf16_layers_at_start = run.layout.bf16_layers_at_start;
   l.bf16_layers_at_end = run.layout.bf16_layers_at_end;

@@ -46,6 +46,8 @@ struct PublishedLayout {
   int expert_tp = 0;
   /// MoE rows: Megatron's token dispatcher, "alltoall" (the default) or "flex" (DeepEP / HybridEP).
   std::string moe_dispatcher = "alltoall";
+  /// MoE rows: how the experts' GEMMs are issued, "per_expert" (the default) or "grouped".
+  std::string expert_gemm = "per_expert";
   std::string cp_comm = "ring";
   /// Data-parallel gradients: reduced during the backward pass or after it, in fp32 or in the
   /// training dtype; unset, the row's style decides (Megatron-style: after, fp32).

@@ -30,6 +30,11 @@ MoeDispatcher moe_dispatcher_of(const std::string& s, const std::string& file, c
   throw InputError(file, where, "unknown MoE token dispatcher \"" + s + "\" (expected alltoall or flex)");
 }
 
+ExpertGemms expert_gemms_of(const std::string& s, const std::string& file, const std::string& where) {
+  if (auto g = expert_gemms_from(s)) return *g;
+  throw InputError(file, where, "unknown expert GEMM issue \"" + s + "\" (expected per_expert or grouped)");
+}
+
 AttentionKernel attention_from(const std::string& s, const std::string& file, const std::string& where) {
   if (auto k = attention_kernel_from(s)) return *k;
   throw InputError(file, where, "unknown attention kernel \"" + s + "\" (expected flash, flash2 or unfused)");
@@ -70,7 +75,7 @@ double unit_fraction(JsonReader& v) {
 
 // The compute model of a workload (all keys optional): {"sustained_fraction": σ,
 // "memory_efficiency": η, "attention_efficiency": η, "kernel_launch_overhead": "2 us",
-// "gemm_table": harness JSON lines, relative to the workload}.
+// "host_gemm_issue": "25 us", "gemm_table": harness JSON lines, relative to the workload}.
 void read_compute(JsonReader c, const std::string& workload, TrainingWorkload& job) {
   if (auto v = c.find("sustained_fraction")) {
     job.compute.sustained_fraction = unit_fraction(*v);
@@ -82,6 +87,7 @@ void read_compute(JsonReader c, const std::string& workload, TrainingWorkload& j
     job.compute.kernel_launch_overhead = v->as_time();
     if (job.compute.kernel_launch_overhead < Time::zero()) v->fail("must not be negative");
   }
+  if (auto v = c.find("host_gemm_issue")) job.compute.host_gemm_issue = v->as_time();
   if (auto v = c.find("gemm_table")) {
     job.gemm = std::make_shared<MeasuredGemmTable>(load_gemm_measurements(beside_workload(workload, v->as_string())));
   }
@@ -171,6 +177,7 @@ void read_parallel(JsonReader p, const std::string& path, ParallelLayout& l, boo
   int_field("ep", l.ep);
   int_field("expert_tp", l.expert_tp, 0);
   if (auto v = p.find("moe_dispatcher")) l.moe_dispatcher = moe_dispatcher_of(v->as_string(), path, v->pointer());
+  if (auto v = p.find("expert_gemm")) l.expert_gemms = expert_gemms_of(v->as_string(), path, v->pointer());
   if (p.find("dp")) {
     int_field("dp", l.dp);
     dp_given = true;
@@ -258,6 +265,7 @@ void apply_overrides(const WorkloadOverrides& a, ParallelLayout& l, bool& dp_giv
   if (!a.cp_comm.empty()) l.cp_comm = cp_comm_from(a.cp_comm, "", "--cp-comm");
   if (a.ep) l.ep = *a.ep;
   if (!a.moe_dispatcher.empty()) l.moe_dispatcher = moe_dispatcher_of(a.moe_dispatcher, "", "--moe-dispatcher");
+  if (!a.expert_gemm.empty()) l.expert_gemms = expert_gemms_of(a.expert_gemm, "", "--expert-gemm");
   if (a.expert_tp) l.expert_tp = *a.expert_tp;
   if (a.dp) {
     l.dp = *a.dp;

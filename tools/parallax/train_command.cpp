@@ -52,7 +52,7 @@ struct TrainArgs {
   std::string workload;
   std::optional<int> tp, pp, dp, vpp, cp, ep, expert_tp, zero, nodes, cpu_offloading_layers;
   std::optional<int64_t> micro_batch, global_batch, sequence;
-  std::string schedule, recompute, dtype, cp_comm, attention, moe_dispatcher;
+  std::string schedule, recompute, dtype, cp_comm, attention, moe_dispatcher, expert_gemm;
   std::string network = "flow";
   std::string json;
   std::string trace;
@@ -92,6 +92,7 @@ Job read_job(const TrainArgs& a) {
   o.dtype = a.dtype;
   o.cp_comm = a.cp_comm;
   o.moe_dispatcher = a.moe_dispatcher;
+  o.expert_gemm = a.expert_gemm;
   o.attention = a.attention;
   o.gemm_table = a.gemm_table;
   o.sustained_fraction = a.sustained_fraction;
@@ -389,6 +390,9 @@ void add_train_command(CLI::App& app) {
   cmd->add_option("--moe-dispatcher", args->moe_dispatcher,
                   "MoE token dispatch: alltoall, or flex (DeepEP / HybridEP: a token sent once per remote node)");
   cmd->add_option("--ep", args->ep, "expert-parallel size");
+  cmd->add_option("--expert-gemm", args->expert_gemm,
+                  "MoE experts' GEMMs: per_expert (the host issues one per local expert after reading their rows back: "
+                  "Megatron-Core's default) or grouped (one device-side grouped kernel, or a CUDA graph)");
   cmd->add_option("--cpu-offloading-layers", args->cpu_offloading_layers,
                   "activations of the first N Transformer layers offloaded to host memory (Megatron's --cpu-offloading)");
   cmd->add_option("--expert-tp", args->expert_tp, "expert tensor-parallel size (MoE parallel folding; default: tp)");
