@@ -259,6 +259,7 @@ TEST(LayoutSearch, ABadSpaceFailsWithItsPointer) {
   fails_at(R"({"rank_order": ["tp-dp-tp"]})", "/rank_order/0");
   fails_at(R"({"tpp": [1]})", "tpp");
   fails_at(R"({"pp": [1, 3]})", "/pp/1: 3 does not divide the 16 GPUs");
+  fails_at(R"({"expert_gemm": ["per_expert", "sequential"]})", "/expert_gemm/1");
   // A space whose every layout breaks a rule fails before any simulation.
   std::ofstream(path) << R"({"tp": [16], "pp": [16]})";
   EXPECT_THROW(search_layouts(job.model, job.layout, job.topology, read_search_space(path, defaults, 16), SearchOptions{}),
@@ -307,6 +308,11 @@ TEST(LayoutSearch, MoeSpacesVaryExpertTensorParallelismWhereItDiffersFromTp) {
     }
   }
   EXPECT_GT(folded, 0u);
+  // How the experts' GEMMs are issued: the workload's, or both when the space asks; each layout
+  // of a MoE model comes in both, a dense model's in one.
+  EXPECT_EQ(space.expert_gemms, std::vector<ExpertGemms>{ExpertGemms::kPerExpert});
+  space.expert_gemms = {ExpertGemms::kPerExpert, ExpertGemms::kGrouped};
+  EXPECT_EQ(enumerate_layouts(space, job.model, job.layout, 64).valid.size(), 2 * e.valid.size());
   // Dense models have no expert TP to vary.
   EXPECT_EQ(default_search_space(small_case().model, small_case().layout, 16, 8).expert_tp, std::vector<int>{0});
 }

@@ -53,6 +53,12 @@ MoeDispatcher moe_dispatcher_of(JsonReader& r) {
   r.fail("\"" + s + "\" is not a MoE token dispatcher (expected alltoall or flex)");
 }
 
+ExpertGemms expert_gemms_of(JsonReader& r) {
+  const std::string s = r.as_string();
+  if (auto g = expert_gemms_from(s)) return *g;
+  r.fail("\"" + s + "\" is not a way to issue expert GEMMs (expected per_expert or grouped)");
+}
+
 int positive_int(JsonReader& r) {
   const int64_t v = r.as_int();
   if (v < 1 || v > (1 << 20)) r.fail("must be between 1 and 1048576");
@@ -88,6 +94,7 @@ SearchSpace default_search_space(const ModelConfig& model, const ParallelLayout&
                 PipelineScheduleKind::kZeroBubbleH1};
   s.cp_comm = {base.cp_comm};
   s.moe_dispatcher = {base.moe_dispatcher};
+  s.expert_gemms = {base.expert_gemms};
   s.sequence_parallel = {true};
   s.tp_comm_overlap = {base.tp_comm_overlap};
   s.cpu_offloading_layers = {base.cpu_offloading_layers};
@@ -123,6 +130,7 @@ SearchSpace read_search_space(const std::string& path, SearchSpace s, int gpus) 
             [&](JsonReader& r) { return schedule_from(r.as_string(), path, r.pointer()); });
   read_list(root, "cp_comm", s.cp_comm, cp_comm_of);
   read_list(root, "moe_dispatcher", s.moe_dispatcher, moe_dispatcher_of);
+  read_list(root, "expert_gemm", s.expert_gemms, expert_gemms_of);
   read_list(root, "sequence_parallel", s.sequence_parallel, [](JsonReader& r) { return r.as_bool(); });
   read_list(root, "tp_comm_overlap", s.tp_comm_overlap, [](JsonReader& r) { return r.as_bool(); });
   read_list(root, "cpu_offloading_layers", s.cpu_offloading_layers, [](JsonReader& r) {
@@ -216,6 +224,8 @@ Enumeration enumerate_layouts(const SearchSpace& space, const ModelConfig& model
              [](ParallelLayout& x, ContextParallelComm v) { x.cp_comm = v; });
   l = expand(l, space.moe_dispatcher, [&](const ParallelLayout& x) { return model.moe && x.ep > 1; },
              [](ParallelLayout& x, MoeDispatcher v) { x.moe_dispatcher = v; });
+  l = expand(l, space.expert_gemms, [&](const ParallelLayout&) { return model.moe.has_value(); },
+             [](ParallelLayout& x, ExpertGemms v) { x.expert_gemms = v; });
   l = expand(l, space.sequence_parallel, [](const ParallelLayout& x) { return x.tp > 1; },
              [](ParallelLayout& x, bool v) { x.sequence_parallel = v; });
   l = expand(l, space.tp_comm_overlap, [](const ParallelLayout& x) { return x.tp > 1; },
