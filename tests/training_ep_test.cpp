@@ -176,6 +176,65 @@ TEST(IterationExpertParallel, ExplainOffersGroupedExpertGemmsOnlyToMoeLayersIssu
   EXPECT_FALSE(knob(test::tiny(8), moe_layout(1, 1)));
 }
 
+TEST(IterationExpertParallel, OverlappedAllToAllsHideBehindTheOtherMicroBatchsKernels) {
+  // Megatron's combined 1F1B on one stage (dp 4, ep 4, 4 micro-batches): F0 alone, then B0+F1,
+  // B1+F2, B2+F3 as one, then B3 alone. In the pairs each pass's dispatch and combine run beside
+  // the other pass's kernels, so the iteration is shorter and less EP time is exposed; it can be
+  // no shorter than the compute alone nor than the all-to-alls alone. With one micro-batch
+  // there is no pair: nothing changes. The same dispatches and combines are sent either way.
+  const ModelConfig model = tiny_moe();
+  const Topology topo = toy_cluster(4);
+  ParallelLayout blocking = moe_layout(4, 4);
+  blocking.global_batch = 16;
+  ParallelLayout overlapped = blocking;
+  overlapped.moe_a2a_overlap = true;
+  const IterationResult b = simulate_iteration(model, blocking, topo);
+  const IterationResult o = simulate_iteration(model, overlapped, topo);
+  const auto& tb = b.stages[0].time;
+  const auto& to = o.stages[0].time;
+  EXPECT_LT(o.iteration_time, b.iteration_time);
+  EXPECT_LT(to.exposed[kEp], tb.exposed[kEp]);
+  EXPECT_GE(o.iteration_time, to.compute);
+  EXPECT_EQ(to.compute, tb.compute);
+  EXPECT_EQ(o.stages[0].communication[kEp].collectives, b.stages[0].communication[kEp].collectives);
+  EXPECT_EQ(o.stages[0].communication[kEp].sent.value(), b.stages[0].communication[kEp].sent.value());
+  // Of the blocking iteration's exposed EP time, at most the share of the 3 paired of 4
+  // micro-batches' can hide.
+  EXPECT_GE(to.exposed[kEp] * 4, tb.exposed[kEp]);
+  ParallelLayout one = moe_layout(4, 4);
+  one.moe_a2a_overlap = true;
+  EXPECT_EQ(simulate_iteration(model, one, topo).iteration_time, simulate_iteration(model, moe_layout(4, 4), topo).iteration_time);
+  EXPECT_NE(layout_description(overlapped).find("ep 4 (all-to-alls overlapped)"), std::string::npos);
+}
+
+TEST(IterationExpertParallel, OverlappedAllToAllsFollowMegatronsRules) {
+  // Megatron-Core refuses --overlap-moe-expert-parallel-comm without EP, with full
+  // recomputation, and with pp > 1 unless the schedule is interleaved.
+  const ModelConfig model = tiny_moe();
+  auto refused = [&](ParallelLayout l, int gpus, const std::string& reason) {
+    l.moe_a2a_overlap = true;
+    try {
+      simulate_iteration(model, l, toy_cluster(gpus));
+      ADD_FAILURE() << reason << " was accepted";
+    } catch (const InputError& e) {
+      EXPECT_EQ(e.pointer(), "/parallel/moe_a2a_overlap");
+      EXPECT_NE(e.reason().find(reason), std::string::npos) << e.reason();
+    }
+  };
+  refused(moe_layout(4, 1), 4, "needs expert parallelism");
+  ParallelLayout full = moe_layout(4, 4);
+  full.recompute = Recomputation::kFull;
+  refused(full, 4, "full recomputation");
+  ParallelLayout pp2 = moe_layout(2, 2);
+  pp2.pp = 2;
+  pp2.global_batch = 8;
+  refused(pp2, 4, "needs interleaved_1f1b");
+  pp2.schedule = PipelineScheduleKind::kInterleavedOneFOneB;
+  pp2.virtual_stages = 2;
+  pp2.moe_a2a_overlap = true;
+  EXPECT_NO_THROW(simulate_iteration(model, pp2, toy_cluster(4)));
+}
+
 TEST(IterationExpertParallel, FlexDispatchSendsATokenOncePerRemoteNode) {
   // 16 experts, top-4, ep 16 over two DGX H100 nodes (8 experts per node). The flat all-to-all
   // sends each token's 4 slots, 15/16 of them off the GPU. DeepEP / HybridEP (flex) sends a

@@ -70,6 +70,10 @@ TEST(PublishedRuns, ExpertGemmsAsEachReleaseRanThem) {
       EXPECT_EQ(r.error, "") << r.id;
       const bool from_26_06 = r.id.find("_26.06") != std::string::npos || r.id.find("_26.08") != std::string::npos;
       EXPECT_EQ(parallel_layout_of(r).expert_gemms, from_26_06 ? ExpertGemms::kGrouped : ExpertGemms::kPerExpert) << r.id;
+      // Their all-to-alls overlapped as the recipes set moe_a2a_overlap: from 26.06 on, and the
+      // H100 recipe of Qwen3-235B before.
+      EXPECT_EQ(parallel_layout_of(r).moe_a2a_overlap, from_26_06 || r.id.find("235b_a22b_dgx-h100") != std::string::npos)
+          << r.id;
     }
   }
 }

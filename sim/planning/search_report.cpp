@@ -102,6 +102,7 @@ nlohmann::ordered_json parallel_block(const ParallelLayout& l) {
   p["param_gather_prefetch"] = l.param_gather_prefetch;
   p["tp_comm_overlap"] = l.tp_comm_overlap;
   if (l.moe_shared_expert_overlap) p["moe_shared_expert_overlap"] = true;
+  if (l.moe_a2a_overlap) p["moe_a2a_overlap"] = true;
   if (l.cpu_offloading_layers > 0) p["cpu_offloading_layers"] = l.cpu_offloading_layers;
   p["rank_order"] = l.rank_order;
   if (l.account_for_embedding) p["account_for_embedding_in_pipeline_split"] = true;

@@ -25,6 +25,7 @@ struct StageStreams {
   ChannelId scale_up, scale_out, sms;
   StreamId shared_expert;  // with moe_shared_expert_overlap
   StreamId d2h, h2d;       // with cpu_offloading_layers: the copy engines to and from the host
+  StreamId ep;             // with moe_a2a_overlap: the dispatch and combine of passes run as one
 };
 
 // The tasks of one pass: what the next pass of the stage waits for, and its send (PP).
@@ -67,10 +68,29 @@ class IterationGraphBuilder {
   WorkId add_segments(int s, std::span<const Segment> segments, WorkIdList deps);
   WorkId add_ring_attention(int s, const Segment& seg, const WorkIdList& deps);
   void prefetch_zero12_gathers();
+  // A pass under construction: add_pass builds one, add_pass_pair two at once, unit by unit.
+  struct PassBuild {
+    int s = 0;
+    PipelineOp op;
+    int vs = 0;
+    const std::vector<Unit>* list = nullptr;
+    bool forward = false, weight = false, reducing = false;
+    bool overlapped = false;  // run as one with another pass: its all-to-alls on the EP stream
+    std::optional<WorkId> before_pass;
+    WorkIdList input, prev;
+    std::vector<WorkId> compute_ids;  // of this pass, in execution order
+    std::vector<WorkId> copies;       // offloaded layers' copies, out (forward) or back
+    std::vector<const Unit*> offloaded;
+  };
   void add_pass(int s, const PipelineOp& op);
+  void add_pass_pair(int s, const PipelineOp& first, const PipelineOp& second);
+  bool pairs_with(int s, const PipelineOp& first, const PipelineOp& second) const;
+  PassBuild begin_pass(int s, const PipelineOp& op);
+  void add_unit(PassBuild& b, size_t step);
+  void finish_pass(PassBuild& b);
   Time overlapped_shared_expert(const Unit& u, const PipelineOp& op) const;
   WorkIdList add_layer_communication(int s, const Unit& u, bool forward, const WorkIdList& deps, WorkIdList prev,
-                                     Time shared_expert);
+                                     Time shared_expert, bool overlapped);
   void add_optimizer_steps();
   Time copy_time(const Unit& u) const;
   void copy_out(int s, const Unit& u, WorkId c, std::vector<WorkId>& copies, WorkIdList& prev);
@@ -90,6 +110,7 @@ class IterationGraphBuilder {
   const bool split_;             // B and W passes (zero bubble)
   const bool shared_expert_overlap_;  // shared experts beside the dispatch (MoE layers, ep > 1)
   const bool offload_;                // activations of the first layers to host memory (pp = 1)
+  const bool a2a_overlap_;            // moe_a2a_overlap: forward and backward passes run as one (MoE, ep > 1)
   const Bandwidth host_bandwidth_;
   std::vector<int> offload_sync_layer_;  // per offloaded layer: the layer whose end waits for its copy
   const PassKind gradient_kind_;  // the pass that yields the weight gradients
@@ -101,6 +122,7 @@ class IterationGraphBuilder {
   std::map<std::pair<int, size_t>, WorkId> prefetched_;  // (virtual stage, unit) → ZeRO 1/2 gather
   std::map<std::pair<int, int>, int> last_backward_;     // (stage, chunk) → micro-batch of its last gradient pass
   std::vector<PassTasks> passes_;  // by pass_slot(stage, pass)
+  std::vector<char> built_passes_;  // by pass_slot(stage, pass): added to the graph
   size_t pass_slot(int s, const PipelineOp& op) const;
   std::vector<WorkId> reductions_;
 };
@@ -115,11 +137,13 @@ IterationGraphBuilder::IterationGraphBuilder(const ParallelLayout& layout, const
       zero3_(layout.zero_stage == ZeroStage::kStage3), dp_comm_(layout.dp * layout.cp > 1),
       split_(plan.schedule->split_backward()),
       shared_expert_overlap_(layout.moe_shared_expert_overlap && layout.ep > 1 && plan.moe_layers > 0),
-      offload_(layout.cpu_offloading_layers > 0), host_bandwidth_(gpu.host_bandwidth),
+      offload_(layout.cpu_offloading_layers > 0),
+      a2a_overlap_(layout.moe_a2a_overlap && layout.ep > 1 && plan.moe_layers > 0), host_bandwidth_(gpu.host_bandwidth),
       offload_sync_layer_(cpu_offloading_sync_layers(layout.cpu_offloading_layers, plan.virtual_stage_layers.front())),
       gradient_kind_(split_ ? PassKind::kWeight : PassKind::kBackward),
       last_compute_(static_cast<size_t>(layout.pp)),
-      passes_(static_cast<size_t>(plan.schedule->stages) * plan.schedule->pass_slots()) {
+      passes_(static_cast<size_t>(plan.schedule->stages) * plan.schedule->pass_slots()),
+      built_passes_(passes_.size(), 0) {
   const bool sm_pools = options.sm_contention && gpu.sms > 0;
   for (int s = 0; s < p_; ++s) {
     streams_.push_back({graph_.add_stream(s, "compute"), graph_.add_stream(s, "tp"), graph_.add_stream(s, "pp"),
@@ -128,7 +152,8 @@ IterationGraphBuilder::IterationGraphBuilder(const ParallelLayout& layout, const
                         sm_pools ? graph_.add_sm_pool(gpu.sms) : kNoChannel,
                         shared_expert_overlap_ ? graph_.add_stream(s, "shared_expert") : StreamId{},
                         offload_ ? graph_.add_stream(s, "offload_d2h") : StreamId{},
-                        offload_ ? graph_.add_stream(s, "offload_h2d") : StreamId{}});
+                        offload_ ? graph_.add_stream(s, "offload_h2d") : StreamId{},
+                        a2a_overlap_ ? graph_.add_stream(s, "ep") : StreamId{}});
   }
   built_.stages.resize(static_cast<size_t>(p_));
   for (int s = 0; s < p_; ++s) {
@@ -304,9 +329,12 @@ void IterationGraphBuilder::prefetch_zero12_gathers() {
 // transformer layer's TP); `deps` are what the layer's kernels waited for, `prev` the task that
 // ends them. Returns what the layer's end now is.
 WorkIdList IterationGraphBuilder::add_layer_communication(int s, const Unit& u, bool forward, const WorkIdList& deps,
-                                                          WorkIdList prev, Time shared_expert) {
+                                                          WorkIdList prev, Time shared_expert, bool overlapped) {
   const size_t i = static_cast<size_t>(s);
-  if (u.moe_layer && layout_.ep > 1) {
+  if (u.moe_layer && layout_.ep > 1 && overlapped) {
+    // On the EP stream: the other pass's kernels, next on the compute stream, run beside them.
+    prev = {add_comm(s, streams_[i].ep, forward ? comm_.ep_forward[i] : comm_.ep_backward[i], WorkKind::kEpComm, prev)};
+  } else if (u.moe_layer && layout_.ep > 1) {
     // Dispatch and combine on the compute stream, in line with the layer's kernels; the shared
     // experts, when overlapped, beside them on their own stream, on the SMs the dispatch's
     // kernels leave.
@@ -347,92 +375,134 @@ WorkIdList IterationGraphBuilder::add_layer_communication(int s, const Unit& u, 
 // One pass of the schedule on stage s: each unit's ZeRO-3 gather, kernels and communication in
 // the pass's order, the gradient reductions it starts, and its PP send.
 void IterationGraphBuilder::add_pass(int s, const PipelineOp& op) {
-  const StageStreams& st = streams_[static_cast<size_t>(s)];
-  StageResult& stage = built_.stages[static_cast<size_t>(s)];
-  const int vs = op.chunk * p_ + s;
-  const auto& list = plan_.units[static_cast<size_t>(vs)];
-  const bool forward = op.kind == PassKind::kForward;
-  const bool weight = op.kind == PassKind::kWeight;  // W: no communication but the reduction
-  const bool gradients = op.kind == gradient_kind_;
+  PassBuild pass = begin_pass(s, op);
+  for (size_t step = 0; step < pass.list->size(); ++step) add_unit(pass, step);
+  finish_pass(pass);
+}
 
-  WorkIdList input;
+// moe_a2a_overlap (Megatron's combined 1F1B): two adjacent passes of a stage, a forward and a
+// backward of different micro-batches, run as one, unit by unit in turn on the compute stream;
+// each one's dispatch and combine go to the EP stream, where only its own next unit waits for
+// them, so they run beside the other pass's kernels.
+void IterationGraphBuilder::add_pass_pair(int s, const PipelineOp& first, const PipelineOp& second) {
+  PassBuild a = begin_pass(s, first);
+  PassBuild b = begin_pass(s, second);
+  a.overlapped = b.overlapped = true;
+  for (size_t step = 0; step < std::max(a.list->size(), b.list->size()); ++step) {
+    if (step < a.list->size()) add_unit(a, step);
+    if (step < b.list->size()) add_unit(b, step);
+  }
+  finish_pass(a);
+  finish_pass(b);
+}
+
+// Whether `second`, right after `first` on stage s, runs with it as one (add_pass_pair): a
+// forward and a backward, with what `second` waits for on other stages already built.
+bool IterationGraphBuilder::pairs_with(int s, const PipelineOp& first, const PipelineOp& second) const {
+  if (!a2a_overlap_ || (first.kind == PassKind::kForward) == (second.kind == PassKind::kForward)) return false;
+  const std::optional<StagedOp> dep = pipeline_dependency(*plan_.schedule, s, second);
+  return !dep || built_passes_[pass_slot(dep->stage, dep->op)];
+}
+
+IterationGraphBuilder::PassBuild IterationGraphBuilder::begin_pass(int s, const PipelineOp& op) {
+  PassBuild b;
+  b.s = s;
+  b.op = op;
+  b.vs = op.chunk * p_ + s;
+  b.list = &plan_.units[static_cast<size_t>(b.vs)];
+  b.forward = op.kind == PassKind::kForward;
+  b.weight = op.kind == PassKind::kWeight;  // W: no communication but the reduction
   if (auto dep = pipeline_dependency(*plan_.schedule, s, op)) {
     const PassTasks& before = passes_[pass_slot(dep->stage, dep->op)];
-    input = dep->stage != s ? WorkIdList{*before.send} : before.done;
+    b.input = dep->stage != s ? WorkIdList{*before.send} : before.done;
   }
-  const bool reducing = dp_comm_ && gradients &&
-                        (layout_.zero_stage == ZeroStage::kStage2 || zero3_ ||
-                         last_backward_.at({s, op.chunk}) == op.micro_batch);
-  const std::optional<WorkId> before_pass = last_compute_[static_cast<size_t>(s)];
-  WorkIdList prev = input;
-  std::vector<WorkId> compute_ids;  // of this pass, in execution order
-  const size_t n = list.size();
+  b.reducing = dp_comm_ && op.kind == gradient_kind_ &&
+               (layout_.zero_stage == ZeroStage::kStage2 || zero3_ || last_backward_.at({s, op.chunk}) == op.micro_batch);
+  b.before_pass = last_compute_[static_cast<size_t>(s)];
+  b.prev = b.input;
   // Activation offloading: this pass's copies of each offloaded layer, out (forward) or back.
-  std::vector<WorkId> copies(offload_sync_layer_.size());
-  std::vector<const Unit*> offloaded(offload_sync_layer_.size());
-  for (const Unit& u : list) {
-    if (u.offloaded) offloaded[static_cast<size_t>(u.layer)] = &u;
+  b.copies.resize(offload_sync_layer_.size());
+  b.offloaded.resize(offload_sync_layer_.size());
+  for (const Unit& u : *b.list) {
+    if (u.offloaded) b.offloaded[static_cast<size_t>(u.layer)] = &u;
   }
-  for (size_t step = 0; step < n; ++step) {
-    const size_t k = forward ? step : n - 1 - step;
-    const Unit& u = list[k];
-    WorkIdList deps = prev;
-    if (zero3_ && dp_comm_ && !weight) {
-      // Issued when the layer before the previous one is done (prefetch: it overlaps the
-      // previous layer) or when the previous one is done.
-      WorkIdList when;
-      const size_t lag = layout_.param_gather_prefetch ? 2 : 1;
-      if (step >= lag) {
-        when.push_back(compute_ids[step - lag]);
-      } else if (layout_.param_gather_prefetch) {
-        if (before_pass) when.push_back(*before_pass);
-      } else {
-        when = input;
-        if (before_pass) when.push_back(*before_pass);
-      }
-      deps.push_back(add_comm(s, st.gather, comm_.parameter_gather(s, u), WorkKind::kDpComm, when));
+  built_passes_[pass_slot(s, op)] = 1;
+  return b;
+}
+
+// The pass's `step`-th unit (in the pass's order: the backward runs the units last to first).
+void IterationGraphBuilder::add_unit(PassBuild& b, size_t step) {
+  const int s = b.s;
+  const StageStreams& st = streams_[static_cast<size_t>(s)];
+  StageResult& stage = built_.stages[static_cast<size_t>(s)];
+  const std::vector<Unit>& list = *b.list;
+  const size_t n = list.size();
+  const size_t k = b.forward ? step : n - 1 - step;
+  const Unit& u = list[k];
+  WorkIdList deps = b.prev;
+  if (zero3_ && dp_comm_ && !b.weight) {
+    // Issued when the layer before the previous one is done (prefetch: it overlaps the
+    // previous layer) or when the previous one is done.
+    WorkIdList when;
+    const size_t lag = layout_.param_gather_prefetch ? 2 : 1;
+    if (step >= lag) {
+      when.push_back(b.compute_ids[step - lag]);
+    } else if (layout_.param_gather_prefetch) {
+      if (b.before_pass) when.push_back(*b.before_pass);
+    } else {
+      when = b.input;
+      if (b.before_pass) when.push_back(*b.before_pass);
     }
-    if (forward && prefetched_.count({vs, k})) deps.push_back(prefetched_.at({vs, k}));
-    if (offload_ && op.kind == PassKind::kBackward && u.transformer_layer) bring_back(s, u, offloaded, copies, deps);
-    const Segment weight_segment{u.weight_gradient};
-    std::span<const Segment> segments = forward  ? std::span<const Segment>(u.forward_segments)
-                                        : weight ? std::span<const Segment>(&weight_segment, 1)
-                                        : split_ ? std::span<const Segment>(u.input_gradient_segments)
+    deps.push_back(add_comm(s, st.gather, comm_.parameter_gather(s, u), WorkKind::kDpComm, when));
+  }
+  if (b.forward && prefetched_.count({b.vs, k})) deps.push_back(prefetched_.at({b.vs, k}));
+  if (offload_ && b.op.kind == PassKind::kBackward && u.transformer_layer) bring_back(s, u, b.offloaded, b.copies, deps);
+  const Segment weight_segment{u.weight_gradient};
+  std::span<const Segment> segments = b.forward  ? std::span<const Segment>(u.forward_segments)
+                                      : b.weight ? std::span<const Segment>(&weight_segment, 1)
+                                      : split_   ? std::span<const Segment>(u.input_gradient_segments)
                                                  : std::span<const Segment>(u.backward_segments);
-    SegmentList trimmed;  // the segments less the shared experts that run beside the dispatch
-    Time shared_expert = overlapped_shared_expert(u, op);
-    if (shared_expert > Time::zero()) {
-      for (const Segment& seg : segments) trimmed.push_back(seg);
-      shared_expert = take_shared_expert(trimmed, shared_expert);
-      segments = trimmed;
-    }
-    const WorkId c = add_segments(s, segments, deps);
-    stage.hardware_flops += forward  ? u.forward_flops
-                            : weight ? u.weight_gradient_flops
-                            : split_ ? u.backward_flops - u.weight_gradient_flops
-                                     : u.backward_flops;
-    compute_ids.push_back(c);
-    prev = weight ? WorkIdList{c} : add_layer_communication(s, u, forward, deps, {c}, shared_expert);
-    if (offload_ && forward && u.transformer_layer) copy_out(s, u, c, copies, prev);
-    if (reducing && layout_.grad_reduce_overlap) {
-      reductions_.push_back(add_comm(s, st.dp, comm_.gradient_reduction(s, u), WorkKind::kDpComm, prev));
-    }
+  SegmentList trimmed;  // the segments less the shared experts that run beside the dispatch
+  Time shared_expert = b.overlapped ? Time::zero() : overlapped_shared_expert(u, b.op);
+  if (shared_expert > Time::zero()) {
+    for (const Segment& seg : segments) trimmed.push_back(seg);
+    shared_expert = take_shared_expert(trimmed, shared_expert);
+    segments = trimmed;
   }
-  if (reducing && !layout_.grad_reduce_overlap) {
+  const WorkId c = add_segments(s, segments, deps);
+  stage.hardware_flops += b.forward  ? u.forward_flops
+                          : b.weight ? u.weight_gradient_flops
+                          : split_   ? u.backward_flops - u.weight_gradient_flops
+                                     : u.backward_flops;
+  b.compute_ids.push_back(c);
+  b.prev = b.weight ? WorkIdList{c} : add_layer_communication(s, u, b.forward, deps, {c}, shared_expert, b.overlapped);
+  if (offload_ && b.forward && u.transformer_layer) copy_out(s, u, c, b.copies, b.prev);
+  if (b.reducing && layout_.grad_reduce_overlap) {
+    reductions_.push_back(add_comm(s, st.dp, comm_.gradient_reduction(s, u), WorkKind::kDpComm, b.prev));
+  }
+}
+
+// The gradient reductions left to the pass's end, and its PP send.
+void IterationGraphBuilder::finish_pass(PassBuild& b) {
+  const int s = b.s;
+  const StageStreams& st = streams_[static_cast<size_t>(s)];
+  const std::vector<Unit>& list = *b.list;
+  const size_t n = list.size();
+  if (b.reducing && !layout_.grad_reduce_overlap) {
     for (size_t step = 0; step < n; ++step) {
-      reductions_.push_back(add_comm(s, st.dp, comm_.gradient_reduction(s, list[n - 1 - step]), WorkKind::kDpComm, prev));
+      reductions_.push_back(add_comm(s, st.dp, comm_.gradient_reduction(s, list[n - 1 - step]), WorkKind::kDpComm, b.prev));
     }
   }
   PassTasks tasks;
-  tasks.done = prev;
-  if (forward && vs < p_ * v_ - 1) {
-    tasks.send = add_comm(s, st.pp, comm_.pp_send_forward[static_cast<size_t>(s)], WorkKind::kPpComm, prev, (s + 1) % p_);
-  } else if (op.kind == PassKind::kBackward && vs > 0) {
+  tasks.done = b.prev;
+  if (b.forward && b.vs < p_ * v_ - 1) {
+    tasks.send = add_comm(s, st.pp, comm_.pp_send_forward[static_cast<size_t>(s)], WorkKind::kPpComm, b.prev, (s + 1) % p_);
+  } else if (b.op.kind == PassKind::kBackward && b.vs > 0) {
     tasks.send =
-        add_comm(s, st.pp, comm_.pp_send_backward[static_cast<size_t>(s)], WorkKind::kPpComm, prev, (s + p_ - 1) % p_);
+        add_comm(s, st.pp, comm_.pp_send_backward[static_cast<size_t>(s)], WorkKind::kPpComm, b.prev, (s + p_ - 1) % p_);
   }
-  if (!forward) built_.backward_ends.insert(built_.backward_ends.end(), prev.begin(), prev.end());
-  passes_[pass_slot(s, op)] = std::move(tasks);
+  if (!b.forward) built_.backward_ends.insert(built_.backward_ends.end(), b.prev.begin(), b.prev.end());
+  passes_[pass_slot(s, b.op)] = std::move(tasks);
 }
 
 // One offloaded layer's saved activations over the GPU's link to host memory.
@@ -512,7 +582,13 @@ IterationGraph IterationGraphBuilder::build() {
   built_.across_nodes.reserve(3 * unit_passes);
   prefetch_zero12_gathers();
   for (auto [s, position] : pipeline_pass_order(*plan_.schedule)) {
-    add_pass(s, plan_.schedule->per_stage[static_cast<size_t>(s)][position]);
+    const std::vector<PipelineOp>& ops = plan_.schedule->per_stage[static_cast<size_t>(s)];
+    if (built_passes_[pass_slot(s, ops[position])]) continue;  // run with the pass before it
+    if (position + 1 < ops.size() && pairs_with(s, ops[position], ops[position + 1])) {
+      add_pass_pair(s, ops[position], ops[position + 1]);
+    } else {
+      add_pass(s, ops[position]);
+    }
   }
   add_optimizer_steps();
   built_.across_nodes.resize(graph_.size(), false);

@@ -79,8 +79,9 @@ std::string layout_description(const ParallelLayout& l) {
   if (l.virtual_stages > 1) s += format_text(" · vpp %d", l.virtual_stages);
   if (l.cp > 1) s += format_text(" · cp %d (%s)", l.cp, to_string(l.cp_comm));
   if (l.ep > 1) {
-    s += format_text(" · ep %d%s%s", l.ep, l.moe_dispatcher == MoeDispatcher::kFlex ? " (flex)" : "",
-                     l.moe_shared_expert_overlap ? " (shared experts overlapped)" : "");
+    s += format_text(" · ep %d%s%s%s", l.ep, l.moe_dispatcher == MoeDispatcher::kFlex ? " (flex)" : "",
+                     l.moe_shared_expert_overlap ? " (shared experts overlapped)" : "",
+                     l.moe_a2a_overlap ? " (all-to-alls overlapped)" : "");
   }
   if (l.expert_tensor_parallel() != l.tp) s += format_text(" · etp %d", l.expert_tensor_parallel());
   if (l.expert_gemms == ExpertGemms::kGrouped) s += " (grouped expert GEMMs)";

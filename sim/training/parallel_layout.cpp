@@ -284,6 +284,16 @@ void validate(const ParallelLayout& l, const ModelConfig& model, int gpus, const
     }
   }
 
+  if (l.moe_a2a_overlap) {
+    // Megatron-Core's rules for --overlap-moe-expert-parallel-comm (transformer_config.py).
+    if (l.ep < 2) fail("moe_a2a_overlap", "needs expert parallelism (ep > 1), got ep=" + num(l.ep));
+    if (l.recompute == Recomputation::kFull) fail("moe_a2a_overlap", "does not run with full recomputation");
+    if (l.pp > 1 ? l.schedule != PipelineScheduleKind::kInterleavedOneFOneB : l.schedule != PipelineScheduleKind::kOneFOneB) {
+      fail("moe_a2a_overlap", "needs interleaved_1f1b with pp > 1 (or 1f1b on one stage), not " + std::string(to_string(l.schedule)) +
+                                  " with pp=" + num(l.pp));
+    }
+  }
+
   if (l.global_batch % (int64_t{l.dp} * l.micro_batch) != 0) {
     fail("global_batch", num(l.global_batch) + " is not divisible by dp·micro_batch=" + num(l.dp) + "·" +
                              num(l.micro_batch) + "=" + num(int64_t{l.dp} * l.micro_batch));

@@ -122,6 +122,12 @@ struct ParallelLayout {
   /// MoE layers with EP: the shared experts' kernels run on a stream of their own beside the
   /// token dispatch and combine (Megatron's --moe-shared-expert-overlap), not after them.
   bool moe_shared_expert_overlap = false;
+  /// MoE layers with EP: Megatron's --overlap-moe-expert-parallel-comm (Megatron-Bridge's
+  /// moe_a2a_overlap, combined 1F1B): in the steady state a forward and a backward pass of two
+  /// micro-batches run as one, layer by layer, each one's dispatch and combine beside the other's
+  /// kernels. Needs ep > 1, interleaved 1F1B when pp > 1 (or 1F1B on one stage), no full
+  /// recomputation.
+  bool moe_a2a_overlap = false;
   /// Activations of the first N Transformer layers moved to host memory after their forward
   /// and brought back before their backward, on copy streams beside the compute (Megatron's
   /// --cpu-offloading with --cpu-offloading-num-layers; activations only, not weights).

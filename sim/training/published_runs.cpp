@@ -210,6 +210,7 @@ PublishedLayout layout_of(const nlohmann::json& l, int gpus, const std::string& 
                             std::pair{"fp8_param_gather", &p.fp8_param_gather},
                             std::pair{"tp_comm_overlap", &p.tp_comm_overlap},
                             std::pair{"moe_shared_expert_overlap", &p.moe_shared_expert_overlap},
+                            std::pair{"moe_a2a_overlap", &p.moe_a2a_overlap},
                             std::pair{"account_for_embedding_in_pipeline_split", &p.account_for_embedding},
                             std::pair{"account_for_loss_in_pipeline_split", &p.account_for_loss}}) {
     if (auto v = opt_bool(l, key, where)) *field = *v;
@@ -294,6 +295,7 @@ ParallelLayout parallel_layout_of(const PublishedRun& run) {
   l.fp8_param_gather = run.layout.fp8_param_gather;
   l.tp_comm_overlap = run.layout.tp_comm_overlap;
   l.moe_shared_expert_overlap = run.layout.moe_shared_expert_overlap;
+  l.moe_a2a_overlap = run.layout.moe_a2a_overlap;
   l.cpu_offloading_layers = run.layout.cpu_offloading_layers;
   l.expert_tp = run.layout.expert_tp;
   l.moe_dispatcher = moe_dispatcher_from(run.layout.moe_dispatcher).value_or(MoeDispatcher::kAllToAll);

@@ -38,6 +38,7 @@ struct PublishedLayout {
   bool tp_comm_overlap = false;
   /// MoE rows: shared experts beside the dispatch (Megatron's --moe-shared-expert-overlap).
   bool moe_shared_expert_overlap = false;
+  bool moe_a2a_overlap = false;
   int cpu_offloading_layers = 0;
   /// fp8/fp4 rows: decoder layers at each end whose GEMMs stay bf16.
   int bf16_layers_at_start = 0;

@@ -218,6 +218,7 @@ void read_parallel(JsonReader p, const std::string& path, ParallelLayout& l, boo
   bool_field("param_gather_per_tensor", l.param_gather_per_tensor);
   bool_field("tp_comm_overlap", l.tp_comm_overlap);
   bool_field("moe_shared_expert_overlap", l.moe_shared_expert_overlap);
+  bool_field("moe_a2a_overlap", l.moe_a2a_overlap);
   if (auto v = p.find("rank_order")) l.rank_order = v->as_string();
   if (auto v = p.find("stage_layers")) {
     for (auto& e : v->elements()) {
@@ -282,6 +283,7 @@ void apply_overrides(const WorkloadOverrides& a, ParallelLayout& l, bool& dp_giv
   if (a.sequence_parallel) l.sequence_parallel = *a.sequence_parallel;
   if (a.tp_comm_overlap) l.tp_comm_overlap = *a.tp_comm_overlap;
   if (a.moe_shared_expert_overlap) l.moe_shared_expert_overlap = *a.moe_shared_expert_overlap;
+  if (a.moe_a2a_overlap) l.moe_a2a_overlap = *a.moe_a2a_overlap;
   if (a.cpu_offloading_layers) l.cpu_offloading_layers = *a.cpu_offloading_layers;
   if (a.grad_reduce_overlap) l.grad_reduce_overlap = *a.grad_reduce_overlap;
   if (a.param_gather_prefetch) l.param_gather_prefetch = *a.param_gather_prefetch;

@@ -40,7 +40,7 @@ struct WorkloadOverrides {
   std::optional<int64_t> micro_batch, global_batch, sequence;
   std::string schedule, recompute, dtype, cp_comm, attention, moe_dispatcher, expert_gemm;
   std::optional<bool> sequence_parallel, tp_comm_overlap, grad_reduce_overlap, param_gather_prefetch,
-      param_gather_per_tensor, moe_shared_expert_overlap;
+      param_gather_per_tensor, moe_shared_expert_overlap, moe_a2a_overlap;
   std::string rank_order;
   std::string gemm_table;  ///< harness JSON lines of measured GEMMs
   /// false: the layout is not checked against the GPUs (a layout search takes only its batch,

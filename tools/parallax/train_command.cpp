@@ -60,7 +60,7 @@ struct TrainArgs {
   std::optional<double> sustained_fraction;
   std::string measured_step;  // a time string: fit σ to it
   std::string sequence_parallel, tp_comm_overlap, grad_reduce_overlap, param_gather_prefetch,
-      param_gather_per_tensor, moe_shared_expert_overlap;  // "on" / "off"
+      param_gather_per_tensor, moe_shared_expert_overlap, moe_a2a_overlap;  // "on" / "off"
   std::string rank_order;
   bool explain = false;
 };
@@ -99,6 +99,7 @@ Job read_job(const TrainArgs& a) {
   o.sequence_parallel = switch_of(a.sequence_parallel);
   o.tp_comm_overlap = switch_of(a.tp_comm_overlap);
   o.moe_shared_expert_overlap = switch_of(a.moe_shared_expert_overlap);
+  o.moe_a2a_overlap = switch_of(a.moe_a2a_overlap);
   o.grad_reduce_overlap = switch_of(a.grad_reduce_overlap);
   o.param_gather_prefetch = switch_of(a.param_gather_prefetch);
   o.param_gather_per_tensor = switch_of(a.param_gather_per_tensor);
@@ -411,6 +412,9 @@ void add_train_command(CLI::App& app) {
                                    std::tuple{"--tp-comm-overlap", &args->tp_comm_overlap, "TP collectives pipelined with the GEMMs"},
                                    std::tuple{"--moe-shared-expert-overlap", &args->moe_shared_expert_overlap,
                                               "MoE shared experts beside the EP dispatch and combine"},
+                                   std::tuple{"--moe-a2a-overlap", &args->moe_a2a_overlap,
+                                              "MoE dispatch and combine of one micro-batch beside another's kernels "
+                                              "(Megatron's --overlap-moe-expert-parallel-comm)"},
                                    std::tuple{"--grad-reduce-overlap", &args->grad_reduce_overlap,
                                               "gradient buckets reduced during the backward"},
                                    std::tuple{"--param-gather-prefetch", &args->param_gather_prefetch,
