@@ -313,6 +313,16 @@ TEST(LayoutSearch, MoeSpacesVaryExpertTensorParallelismWhereItDiffersFromTp) {
   EXPECT_EQ(space.expert_gemms, std::vector<ExpertGemms>{ExpertGemms::kPerExpert});
   space.expert_gemms = {ExpertGemms::kPerExpert, ExpertGemms::kGrouped};
   EXPECT_EQ(enumerate_layouts(space, job.model, job.layout, 64).valid.size(), 2 * e.valid.size());
+  // The all-to-alls overlapped across micro-batches: only where Megatron allows it (ep > 1, no
+  // full recomputation, 1F1B on one stage), every such layout both ways.
+  space.expert_gemms = {ExpertGemms::kPerExpert};
+  space.moe_a2a_overlap = {false, true};
+  size_t allowed = 0;
+  for (const ParallelLayout& l : e.valid) allowed += l.ep > 1 && l.schedule == PipelineScheduleKind::kOneFOneB;
+  EXPECT_GT(allowed, 0u);
+  const Enumeration both = enumerate_layouts(space, job.model, job.layout, 64);
+  EXPECT_EQ(both.valid.size(), e.valid.size() + allowed);
+  for (const ParallelLayout& l : both.valid) EXPECT_TRUE(!l.moe_a2a_overlap || l.ep > 1) << layout_description(l);
   // Dense models have no expert TP to vary.
   EXPECT_EQ(default_search_space(small_case().model, small_case().layout, 16, 8).expert_tp, std::vector<int>{0});
 }

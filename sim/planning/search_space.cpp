@@ -95,6 +95,7 @@ SearchSpace default_search_space(const ModelConfig& model, const ParallelLayout&
   s.cp_comm = {base.cp_comm};
   s.moe_dispatcher = {base.moe_dispatcher};
   s.expert_gemms = {base.expert_gemms};
+  s.moe_a2a_overlap = {base.moe_a2a_overlap};
   s.sequence_parallel = {true};
   s.tp_comm_overlap = {base.tp_comm_overlap};
   s.cpu_offloading_layers = {base.cpu_offloading_layers};
@@ -131,6 +132,7 @@ SearchSpace read_search_space(const std::string& path, SearchSpace s, int gpus) 
   read_list(root, "cp_comm", s.cp_comm, cp_comm_of);
   read_list(root, "moe_dispatcher", s.moe_dispatcher, moe_dispatcher_of);
   read_list(root, "expert_gemm", s.expert_gemms, expert_gemms_of);
+  read_list(root, "moe_a2a_overlap", s.moe_a2a_overlap, [](JsonReader& r) { return r.as_bool(); });
   read_list(root, "sequence_parallel", s.sequence_parallel, [](JsonReader& r) { return r.as_bool(); });
   read_list(root, "tp_comm_overlap", s.tp_comm_overlap, [](JsonReader& r) { return r.as_bool(); });
   read_list(root, "cpu_offloading_layers", s.cpu_offloading_layers, [](JsonReader& r) {
@@ -226,6 +228,14 @@ Enumeration enumerate_layouts(const SearchSpace& space, const ModelConfig& model
              [](ParallelLayout& x, MoeDispatcher v) { x.moe_dispatcher = v; });
   l = expand(l, space.expert_gemms, [&](const ParallelLayout&) { return model.moe.has_value(); },
              [](ParallelLayout& x, ExpertGemms v) { x.expert_gemms = v; });
+  // Megatron's combined 1F1B: interleaved with a pipeline, plain 1F1B without, no full recomputation.
+  l = expand(l, space.moe_a2a_overlap,
+             [](const ParallelLayout& x) {
+               const bool schedule = x.pp > 1 ? x.schedule == PipelineScheduleKind::kInterleavedOneFOneB
+                                              : x.schedule == PipelineScheduleKind::kOneFOneB;
+               return x.ep > 1 && schedule && x.recompute != Recomputation::kFull;
+             },
+             [](ParallelLayout& x, bool v) { x.moe_a2a_overlap = v; });
   l = expand(l, space.sequence_parallel, [](const ParallelLayout& x) { return x.tp > 1; },
              [](ParallelLayout& x, bool v) { x.sequence_parallel = v; });
   l = expand(l, space.tp_comm_overlap, [](const ParallelLayout& x) { return x.tp > 1; },

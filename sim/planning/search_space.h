@@ -25,6 +25,7 @@ struct SearchSpace {
   std::vector<ContextParallelComm> cp_comm;  ///< with cp > 1
   std::vector<MoeDispatcher> moe_dispatcher;  ///< with ep > 1
   std::vector<ExpertGemms> expert_gemms;     ///< MoE models
+  std::vector<bool> moe_a2a_overlap;         ///< with ep > 1 where Megatron allows it
   std::vector<bool> sequence_parallel;       ///< with tp > 1
   std::vector<bool> tp_comm_overlap;         ///< with tp > 1
   std::vector<int> cpu_offloading_layers;    ///< with pp = 1 and no recomputation (else 0)
