@@ -54,6 +54,10 @@
 //            experts' kernels (their B part in a zero-bubble B pass) leave the compute stream
 //            for a stream of their own that starts with the dispatch and runs beside dispatch
 //            and combine on the SMs their kernels leave; the layer ends when both have.
+//            With moe_a2a_overlap (Megatron's combined 1F1B) a forward and a backward pass of
+//            a stage that follow each other, of different micro-batches, are built as one, unit
+//            by unit in turn, their dispatches and combines on an EP stream where only their
+//            own pass's next unit waits: each pass's all-to-alls run beside the other's kernels.
 //   routing  expert_load gives each expert's share of the routed slots; experts sit E/ep in a
 //            row per EP rank (Megatron's placement). A capacity factor c caps every expert at
 //            c·T·top_k/E of the T·top_k slots of its EP group (Megatron's token-drop, counted
