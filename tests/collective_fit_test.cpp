@@ -152,6 +152,41 @@ TEST(CalibratedModel, TheSimulatorPredictsWithTheFittedParameters) {
   EXPECT_FALSE(plain.run(CollectiveOp::kAllReduce, Bytes(1048576.0), o).calibrated);
 }
 
+TEST(CollectiveFit, AFineSweepFindsItsBandwidthStep) {
+  // 8 ranks of one node, NCCL's own protocol per size, 181 sizes from 1 KiB to 1 GiB (every
+  // 2^(1/9)): too many to try every breakpoint pair, so the searches try a grid and then the
+  // cells beside its best. Truth per protocol: launch + 14·α + bytes/β, the simple protocol's
+  // bandwidth dropping from 300 to 210 GB/s from 64 MiB on. Fitted on every other size, the
+  // held-out sizes are predicted within 1%, and the series' last (protocol, regime) starts
+  // within a factor 1.6 (one grid cell: 181 / 32 ≈ 6 sizes) of 64 MiB.
+  Topology topo = load_topology(kSource + "/topologies/dgx-h100.json", TopologyLoadOptions{1});
+  CollectiveTermModel model(topo);
+  std::vector<CollectiveMeasurement> ms;
+  std::vector<CollectiveTerms> ts;
+  for (int i = 0; i <= 180; ++i) {
+    const double s = std::round(1024.0 * std::pow(2.0, i / 9.0) / 16.0) * 16.0;
+    CollectiveMeasurement m = point(CollectiveOp::kAllReduce, 8, 1, s, 1.0);
+    CollectiveTerms t = model.terms(m);
+    const bool simple = t.protocol == Protocol::kSimple;
+    const double launch = simple ? 12e-6 : 6e-6, alpha = simple ? 1.0e-6 : 0.5e-6;
+    const double beta = !simple ? (t.protocol == Protocol::kLL ? 80e9 : 200e9) : s >= 64.0 * (1 << 20) ? 210e9 : 300e9;
+    m.time = Time::from_seconds(launch + t.intra_steps * alpha + t.bus_bytes / beta);
+    ms.push_back(m);
+    ts.push_back(t);
+  }
+  std::vector<bool> use = alternate_sizes_split(ms);
+  CollectiveFit fit = fit_collectives_with_regimes(ms, ts, use);
+  std::vector<bool> held(use.size());
+  for (size_t i = 0; i < use.size(); ++i) held[i] = !use[i];
+  PredictionErrors e = prediction_errors(ms, ts, fit, held);
+  EXPECT_EQ(e.unpredicted, 0u);
+  EXPECT_LE(e.median_time(), 0.01);
+  double last = 0;
+  for (const auto& [name, bytes] : fit.regime_starts) last = std::max(last, bytes);
+  EXPECT_GT(last, 64.0 * (1 << 20) / 1.6);
+  EXPECT_LT(last, 64.0 * (1 << 20) * 1.6);
+}
+
 struct LogCase {
   const char* log;
   const char* preset;

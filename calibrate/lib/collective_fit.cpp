@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <limits>
 #include <stdexcept>
 #include <tuple>
@@ -166,6 +167,70 @@ CollectiveFit fit_collectives(const std::vector<CollectiveMeasurement>& measurem
   return fit;
 }
 
+namespace {
+
+// The breakpoint searches below try every position while a series has few sizes (a harness
+// sweep of powers of two has about 30). Each try is a whole fit, and the two-breakpoint search
+// tries pairs, so a fine sweep (a size every MiB up to 1 GiB: 1,024) would take hours; there
+// they try a grid of kGridPoints positions, then every position of the grid cells beside the
+// best, one breakpoint at a time.
+constexpr std::ptrdiff_t kGridPoints = 33;
+
+// The positions of [lo, hi] to try first: all of them, or kGridPoints spread evenly.
+std::vector<std::ptrdiff_t> breakpoint_grid(std::ptrdiff_t lo, std::ptrdiff_t hi) {
+  std::vector<std::ptrdiff_t> grid;
+  if (lo > hi) return grid;
+  const std::ptrdiff_t span = hi - lo;
+  if (span < kGridPoints) {
+    for (std::ptrdiff_t b = lo; b <= hi; ++b) grid.push_back(b);
+    return grid;
+  }
+  for (std::ptrdiff_t i = 0; i < kGridPoints; ++i) grid.push_back(lo + span * i / (kGridPoints - 1));
+  return grid;
+}
+
+// The grid cells beside position b of [lo, hi]: from the grid point before it to the one after.
+std::pair<std::ptrdiff_t, std::ptrdiff_t> cells_beside(std::ptrdiff_t b, std::ptrdiff_t lo, std::ptrdiff_t hi) {
+  const std::ptrdiff_t cell = (hi - lo + kGridPoints - 2) / (kGridPoints - 1);
+  return {std::max(lo, b - cell), std::min(hi, b + cell)};
+}
+
+struct Split {
+  std::ptrdiff_t b1, b2;
+  double score;
+};
+
+// The lowest score(b1, b2) over lo1 ≤ b1 ≤ hi1 and b1 + gap ≤ b2 ≤ hi2 (b2 = hi2 alone when
+// `single`), taken only where it beats `best` by more than rounding; ties keep the first tried.
+Split search_split(std::ptrdiff_t lo1, std::ptrdiff_t hi1, std::ptrdiff_t gap, std::ptrdiff_t hi2, bool single,
+                   Split best, const std::function<double(std::ptrdiff_t, std::ptrdiff_t)>& score) {
+  auto consider = [&](std::ptrdiff_t b1, std::ptrdiff_t b2) {
+    const double v = score(b1, b2);
+    if (v < best.score - 1e-12) best = {b1, b2, v};
+  };
+  const bool coarse = hi1 - lo1 >= kGridPoints || hi2 - (lo1 + gap) >= kGridPoints;
+  for (std::ptrdiff_t b1 : breakpoint_grid(lo1, hi1)) {
+    if (single) {
+      consider(b1, hi2);
+      continue;
+    }
+    for (std::ptrdiff_t b2 : breakpoint_grid(b1 + gap, hi2)) consider(b1, b2);
+  }
+  if (!coarse || best.b1 < lo1 || best.b1 > hi1) return best;  // every position tried, or none better
+  const auto [from1, to1] = cells_beside(best.b1, lo1, hi1);
+  const std::ptrdiff_t b2_now = best.b2;
+  for (std::ptrdiff_t b1 = from1; b1 <= to1; ++b1) {
+    if (single || b1 + gap <= b2_now) consider(b1, single ? hi2 : b2_now);
+  }
+  if (single) return best;
+  const auto [from2, to2] = cells_beside(best.b2, best.b1 + gap, hi2);
+  const std::ptrdiff_t b1_now = best.b1;
+  for (std::ptrdiff_t b2 = from2; b2 <= to2; ++b2) consider(b1_now, b2);
+  return best;
+}
+
+}  // namespace
+
 CollectiveFit fit_collectives_with_regimes(const std::vector<CollectiveMeasurement>& measurements,
                                            std::vector<CollectiveTerms>& terms, const std::vector<bool>& use,
                                            const RobustFitOptions& options) {
@@ -221,24 +286,18 @@ CollectiveFit fit_collectives_with_regimes(const std::vector<CollectiveMeasureme
         terms[i].protocol = s.candidates[std::min(regime, s.candidates.size() - 1)];
       }
     };
-    double best = std::numeric_limits<double>::infinity();
-    std::pair<size_t, size_t> best_split{0, 0};
-    const bool three = s.candidates.size() >= 3;
-    for (size_t b1 = 0; b1 <= k; ++b1) {
-      for (size_t b2 = three ? b1 : k; b2 <= k; ++b2) {
-        assign(b1, b2);
-        try {
-          const double v = score_rows(fit_collectives(measurements, terms, use, options), s.rows);
-          if (v < best - 1e-12) {
-            best = v;
-            best_split = {b1, b2};
-          }
-        } catch (const std::invalid_argument&) {
-          // This split leaves a regime without enough points: not a candidate.
-        }
-      }
-    }
-    assign(best_split.first, best_split.second);
+    const auto n = static_cast<std::ptrdiff_t>(k);
+    const Split best = search_split(0, n, 0, n, s.candidates.size() < 3, {0, 0, std::numeric_limits<double>::infinity()},
+                                    [&](std::ptrdiff_t b1, std::ptrdiff_t b2) {
+                                      assign(static_cast<size_t>(b1), static_cast<size_t>(b2));
+                                      try {
+                                        return score_rows(fit_collectives(measurements, terms, use, options), s.rows);
+                                      } catch (const std::invalid_argument&) {
+                                        // This split leaves a regime without enough points: not a candidate.
+                                        return std::numeric_limits<double>::infinity();
+                                      }
+                                    });
+    assign(static_cast<size_t>(best.b1), static_cast<size_t>(best.b2));
   }
   // Bandwidth steps inside the largest protocol's sizes (more channels, another algorithm, or —
   // for MPI over shared memory — eager vs rendezvous and cache-resident vs memory-bound copies):
@@ -265,42 +324,26 @@ CollectiveFit fit_collectives_with_regimes(const std::vector<CollectiveMeasureme
         terms[i].regime = terms[i].protocol != largest ? 0 : pos >= b2 ? 2 : pos >= b1 ? 1 : 0;
       }
     };
-    auto try_split = [&](size_t b1, size_t b2) {
-      assign(b1, b2);
+    auto try_split = [&](std::ptrdiff_t b1, std::ptrdiff_t b2) {
+      assign(static_cast<size_t>(b1), static_cast<size_t>(b2));
       try {
         return score_rows(fit_collectives(measurements, terms, use, options), s.rows);
       } catch (const std::invalid_argument&) {
         return std::numeric_limits<double>::infinity();
       }
     };
-    constexpr size_t kMinRegime = 3;  // sizes per regime: enough for launch/α and β with a spare
-    const double none = try_split(k, k);
-    double one = none;
-    size_t one_b = k;
-    for (size_t b = first + kMinRegime; b + kMinRegime <= k; ++b) {
-      const double v = try_split(b, k);
-      if (v < one - 1e-12) {
-        one = v;
-        one_b = b;
-      }
+    constexpr std::ptrdiff_t kMinRegime = 3;  // sizes per regime: enough for launch/α and β with a spare
+    const auto n = static_cast<std::ptrdiff_t>(k), start = static_cast<std::ptrdiff_t>(first) + kMinRegime;
+    const double none = try_split(n, n);
+    const Split one = search_split(start, n - kMinRegime, 0, n, true, {n, n, none}, try_split);
+    Split two = one;
+    if (one.score < 0.8 * none) {
+      two = search_split(start, n - 2 * kMinRegime, kMinRegime, n - kMinRegime, false, one, try_split);
     }
-    double two = one;
-    std::pair<size_t, size_t> two_b{one_b, k};
-    if (one < 0.8 * none) {
-      for (size_t b1 = first + kMinRegime; b1 + 2 * kMinRegime <= k; ++b1) {
-        for (size_t b2 = b1 + kMinRegime; b2 + kMinRegime <= k; ++b2) {
-          const double v = try_split(b1, b2);
-          if (v < two - 1e-12) {
-            two = v;
-            two_b = {b1, b2};
-          }
-        }
-      }
-    }
-    if (two < 0.8 * one && one < 0.8 * none) {
-      assign(two_b.first, two_b.second);
-    } else if (one < 0.8 * none) {
-      assign(one_b, k);
+    if (two.score < 0.8 * one.score && one.score < 0.8 * none) {
+      assign(static_cast<size_t>(two.b1), static_cast<size_t>(two.b2));
+    } else if (one.score < 0.8 * none) {
+      assign(static_cast<size_t>(one.b1), k);
     } else {
       assign(k, k);
     }
