@@ -31,6 +31,16 @@ CollectiveMeasurement point(CollectiveOp op, int ranks, int nodes, double bytes,
   return m;
 }
 
+// Fitted on every other size of each series (`fit`), the errors of the sizes held out.
+PredictionErrors held_out_errors(const std::vector<CollectiveMeasurement>& ms, std::vector<CollectiveTerms>& ts,
+                                 CollectiveFit& fit) {
+  const std::vector<bool> use = alternate_sizes_split(ms);
+  fit = fit_collectives_with_regimes(ms, ts, use);
+  std::vector<bool> held(use.size());
+  for (size_t i = 0; i < use.size(); ++i) held[i] = !use[i];
+  return prediction_errors(ms, ts, fit, held);
+}
+
 TEST(CollectiveTerms, RingAllReduceOnTwoNodesFollowsNcclsTable) {
   // 16 ranks on 2 DGX H100 nodes, ring forced: nsteps = 2(n−1) = 30, of which 2(nNodes−1) = 2
   // cross nodes (reference §2.4's Ring row); bus bytes = S·nsteps/n = S·30/16; β is the network's.
@@ -174,11 +184,8 @@ TEST(CollectiveFit, AFineSweepFindsItsBandwidthStep) {
     ms.push_back(m);
     ts.push_back(t);
   }
-  std::vector<bool> use = alternate_sizes_split(ms);
-  CollectiveFit fit = fit_collectives_with_regimes(ms, ts, use);
-  std::vector<bool> held(use.size());
-  for (size_t i = 0; i < use.size(); ++i) held[i] = !use[i];
-  PredictionErrors e = prediction_errors(ms, ts, fit, held);
+  CollectiveFit fit;
+  PredictionErrors e = held_out_errors(ms, ts, fit);
   EXPECT_EQ(e.unpredicted, 0u);
   EXPECT_LE(e.median_time(), 0.01);
   double last = 0;
@@ -222,11 +229,9 @@ TEST_P(HeldOutAccuracy, EveryBundledLog) {
   CollectiveTermModel model(topo);
   std::vector<CollectiveTerms> ts;
   for (const auto& m : ms) ts.push_back(model.terms(m));
-  std::vector<bool> use = alternate_sizes_split(ms);
-  CollectiveFit fit = fit_collectives_with_regimes(ms, ts, use);
-  std::vector<bool> held(use.size());
-  for (size_t i = 0; i < use.size(); ++i) held[i] = !use[i];
-  PredictionErrors e = prediction_errors(ms, ts, fit, held);
+  CollectiveFit fit;
+  PredictionErrors e = held_out_errors(ms, ts, fit);
+  const std::vector<bool> use = alternate_sizes_split(ms);  // the sizes the fit saw
   EXPECT_EQ(e.unpredicted, 0u);
   EXPECT_LE(e.median_time(), time_bar) << c.log;
   if (!e.busbw_large.empty()) {

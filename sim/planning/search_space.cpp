@@ -228,13 +228,7 @@ Enumeration enumerate_layouts(const SearchSpace& space, const ModelConfig& model
              [](ParallelLayout& x, MoeDispatcher v) { x.moe_dispatcher = v; });
   l = expand(l, space.expert_gemms, [&](const ParallelLayout&) { return model.moe.has_value(); },
              [](ParallelLayout& x, ExpertGemms v) { x.expert_gemms = v; });
-  // Megatron's combined 1F1B: interleaved with a pipeline, plain 1F1B without, no full recomputation.
-  l = expand(l, space.moe_a2a_overlap,
-             [](const ParallelLayout& x) {
-               const bool schedule = x.pp > 1 ? x.schedule == PipelineScheduleKind::kInterleavedOneFOneB
-                                              : x.schedule == PipelineScheduleKind::kOneFOneB;
-               return x.ep > 1 && schedule && x.recompute != Recomputation::kFull;
-             },
+  l = expand(l, space.moe_a2a_overlap, [](const ParallelLayout& x) { return x.moe_a2a_overlap_possible(); },
              [](ParallelLayout& x, bool v) { x.moe_a2a_overlap = v; });
   l = expand(l, space.sequence_parallel, [](const ParallelLayout& x) { return x.tp > 1; },
              [](ParallelLayout& x, bool v) { x.sequence_parallel = v; });

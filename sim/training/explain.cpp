@@ -29,11 +29,7 @@ std::vector<Knob> knobs(const ModelConfig& model) {
          o.moe_shared_expert_overlap = true;
        }},
       {"all-to-alls beside the other micro-batch's kernels (combined 1F1B)", "--moe-a2a-overlap on",
-       [](const ParallelLayout& l) {
-         const bool schedule = l.pp > 1 ? l.schedule == PipelineScheduleKind::kInterleavedOneFOneB
-                                        : l.schedule == PipelineScheduleKind::kOneFOneB;
-         return l.ep > 1 && !l.moe_a2a_overlap && l.recompute != Recomputation::kFull && schedule;
-       },
+       [](const ParallelLayout& l) { return !l.moe_a2a_overlap && l.moe_a2a_overlap_possible(); },
        [](ParallelLayout& l, WorkloadOverrides& o) { l.moe_a2a_overlap = true; o.moe_a2a_overlap = true; }},
       {"grouped expert GEMMs (Megatron's moe_use_grouped_tensor)", "--expert-gemm grouped",
        [moe = model.moe.has_value()](const ParallelLayout& l) { return moe && l.expert_gemms == ExpertGemms::kPerExpert; },

@@ -135,6 +135,14 @@ struct ParallelLayout {
   /// Whether Megatron-Core would offload this layout's activations: only without pipelining
   /// and without recomputation.
   bool activation_offloading_possible() const { return pp == 1 && recompute == Recomputation::kNone; }
+  /// Whether Megatron-Core would overlap this layout's all-to-alls across micro-batches
+  /// (moe_a2a_overlap): ep > 1, no full recomputation, interleaved 1F1B with a pipeline and
+  /// 1F1B without.
+  bool moe_a2a_overlap_possible() const {
+    const bool combinable = pp > 1 ? schedule == PipelineScheduleKind::kInterleavedOneFOneB
+                                   : schedule == PipelineScheduleKind::kOneFOneB;
+    return ep > 1 && recompute != Recomputation::kFull && combinable;
+  }
   std::string rank_order = "tp-cp-ep-dp-pp";  ///< innermost first
   /// Layers of each virtual stage, pp·v entries in model order (virtual stage c·pp + s is chunk
   /// c of stage s); empty: layers / (pp·v) each.
