@@ -75,7 +75,7 @@ double unit_fraction(JsonReader& v) {
 
 // The compute model of a workload (all keys optional): {"sustained_fraction": σ,
 // "memory_efficiency": η, "attention_efficiency": η, "kernel_launch_overhead": "2 us",
-// "host_gemm_issue": "25 us", "gemm_table": harness JSON lines, relative to the workload}.
+// "host_gemm_issue": "55 us", "gemm_table": harness JSON lines, relative to the workload}.
 void read_compute(JsonReader c, const std::string& workload, TrainingWorkload& job) {
   if (auto v = c.find("sustained_fraction")) {
     job.compute.sustained_fraction = unit_fraction(*v);
