@@ -279,8 +279,9 @@ TEST(IterationMemory, Fp4TrainingCachesTwoQuantisedCopiesOfEachWeight) {
   try {
     simulate_iteration(model, l, topo);
     FAIL() << "fp4 GEMMs on a GPU without fp4 tensor cores";
-  } catch (const std::invalid_argument& e) {
-    EXPECT_NE(std::string(e.what()).find("has no fp4 peak"), std::string::npos) << e.what();
+  } catch (const InputError& e) {
+    EXPECT_EQ(e.pointer(), "/parallel/dtype");
+    EXPECT_NE(e.reason().find("has no fp4 peak"), std::string::npos) << e.what();
   }
   GpuSpec with_fp4 = test::toy_gpu();
   with_fp4.fp4 = FlopRate(4 * with_fp4.bf16.value());

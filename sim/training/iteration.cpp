@@ -198,11 +198,14 @@ IterationResult simulate_iteration(const ModelConfig& model, const ParallelLayou
   validate(layout, model, static_cast<int>(topo.gpu_count()));
   const GpuSpec& gpu = topo.gpu_spec_of(topo.gpus()[0]);
   const FlopRate peak = peak_rate(gpu, layout.dtype);
+  // What the layout asks of the GPU: an input error of the layout (exit 2), not a bug.
   if (!(peak.value() > 0)) {
-    throw std::invalid_argument(gpu.name + " has no " + to_string(layout.dtype) + " peak for MFU");
+    throw InputError("", "/parallel/dtype",
+                     gpu.name + " has no " + std::string(to_string(layout.dtype)) + " peak: no " + to_string(layout.dtype) +
+                         " tensor cores to train on");
   }
   if (layout.cpu_offloading_layers > 0 && !(gpu.host_bandwidth.value() > 0)) {
-    throw InputError("", "cpu_offloading_layers",
+    throw InputError("", "/parallel/cpu_offloading_layers",
                      gpu.name + " has no link to host memory in the topology (the GPU's host_bandwidth, or a NIC attach link)");
   }
   const ComputeModel cm(gpu, options.compute, options.gemm_efficiency);
