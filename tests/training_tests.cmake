@@ -34,11 +34,9 @@ set_tests_properties(example.train.moe_flex PROPERTIES PASS_REGULAR_EXPRESSION "
 add_test(NAME example.train.expert_gemm_grouped
          COMMAND parallax train ${PROJECT_SOURCE_DIR}/workloads/train/mixtral-8x7b-8xdgx-h100-ep8.json --expert-gemm grouped)
 set_tests_properties(example.train.expert_gemm_grouped PROPERTIES PASS_REGULAR_EXPRESSION "ep 8 \\(grouped expert GEMMs\\)")
-add_test(NAME train.bad_expert_gemm_is_refused
-         COMMAND bash -c "\"$0\" train \"$1\" --expert-gemm sequential; test $? -eq 2" $<TARGET_FILE:parallax>
-                 ${PROJECT_SOURCE_DIR}/workloads/train/mixtral-8x7b-8xdgx-h100-ep8.json)
-set_tests_properties(train.bad_expert_gemm_is_refused PROPERTIES PASS_REGULAR_EXPRESSION
-                     "--expert-gemm: unknown expert GEMM issue \"sequential\" \\(expected per_expert or grouped\\)")
+parallax_refuses(train.bad_expert_gemm_is_refused
+                 "--expert-gemm: unknown expert GEMM issue \"sequential\" \\(expected per_expert or grouped\\)"
+                 train ${PROJECT_SOURCE_DIR}/workloads/train/mixtral-8x7b-8xdgx-h100-ep8.json --expert-gemm sequential)
 # What-if flags override the file; a layout that cannot run is refused before anything runs.
 add_test(NAME example.train.what_if_flags
          COMMAND parallax train ${PROJECT_SOURCE_DIR}/workloads/train/llama3-70b-64xdgx-h100.json --pp 8 --nodes 32
@@ -50,15 +48,10 @@ add_test(NAME example.train.offload_none
          COMMAND parallax train ${PROJECT_SOURCE_DIR}/workloads/train/llama3-70b-64xgb200-fsdp-offload.json
                  --cpu-offloading-layers 0 --network analytical)
 set_tests_properties(example.train.offload_none PROPERTIES PASS_REGULAR_EXPRESSION "OUT OF MEMORY")
-add_test(NAME train.offloading_every_layer_is_refused
-         COMMAND bash -c "\"$0\" train \"$1\" --cpu-offloading-layers 80; test $? -eq 2" $<TARGET_FILE:parallax>
-                 ${PROJECT_SOURCE_DIR}/workloads/train/llama3-70b-64xgb200-fsdp-offload.json)
-set_tests_properties(train.offloading_every_layer_is_refused PROPERTIES PASS_REGULAR_EXPRESSION
-                     "cpu_offloading_layers: must be at least 0 and less than the 80 layers")
-add_test(NAME train.bad_tp_is_refused
-         COMMAND bash -c "! \"$0\" train \"$1\" --tp 6" $<TARGET_FILE:parallax>
-                 ${PROJECT_SOURCE_DIR}/workloads/train/llama3-70b-64xdgx-h100.json)
-set_tests_properties(train.bad_tp_is_refused PROPERTIES PASS_REGULAR_EXPRESSION "/parallel/tp: 6 does not divide")
+parallax_refuses(train.offloading_every_layer_is_refused "cpu_offloading_layers: must be at least 0 and less than the 80 layers"
+                 train ${PROJECT_SOURCE_DIR}/workloads/train/llama3-70b-64xgb200-fsdp-offload.json --cpu-offloading-layers 80)
+parallax_refuses(train.bad_tp_is_refused "/parallel/tp: 6 does not divide"
+                 train ${PROJECT_SOURCE_DIR}/workloads/train/llama3-70b-64xdgx-h100.json --tp 6)
 # Every published run of the dev set is predicted or reported with its reason.
 set(train_scratch ${CMAKE_CURRENT_BINARY_DIR}/train-scratch)
 file(MAKE_DIRECTORY ${train_scratch})
@@ -84,10 +77,8 @@ add_test(NAME example.train.cp_ulysses
                  --cp-comm ulysses --tp 4 --cp 2 --gbs 64)
 set_tests_properties(example.train.cp_ulysses PROPERTIES PASS_REGULAR_EXPRESSION "cp 2 \\(ulysses\\)")
 # ...and refuses it, naming the field, where cp does not divide a TP rank's heads.
-add_test(NAME train.ulysses_needs_divisible_heads
-         COMMAND bash -c "! \"$0\" train \"$1\" --cp-comm ulysses --cp 16 --pp 2" $<TARGET_FILE:parallax>
-                 ${PROJECT_SOURCE_DIR}/workloads/train/llama3-70b-seq64k-cp8-32xdgx-h100.json)
-set_tests_properties(train.ulysses_needs_divisible_heads PROPERTIES PASS_REGULAR_EXPRESSION "/parallel/cp: Ulysses needs cp=16")
+parallax_refuses(train.ulysses_needs_divisible_heads "/parallel/cp: Ulysses needs cp=16"
+                 train ${PROJECT_SOURCE_DIR}/workloads/train/llama3-70b-seq64k-cp8-32xdgx-h100.json --cp-comm ulysses --cp 16 --pp 2)
 # The zero-bubble schedule through the CLI.
 add_test(NAME example.train.zero_bubble
          COMMAND parallax train ${PROJECT_SOURCE_DIR}/workloads/train/llama3-70b-64xdgx-h100.json --schedule zb_h1)
@@ -104,14 +95,11 @@ set_tests_properties(example.train.measured_gemm_table PROPERTIES PASS_REGULAR_E
 add_test(NAME example.train.sustained_fraction_flag
          COMMAND parallax train ${PROJECT_SOURCE_DIR}/workloads/train/llama3-70b-64xdgx-h100.json --sustained-fraction 0.9)
 set_tests_properties(example.train.sustained_fraction_flag PROPERTIES PASS_REGULAR_EXPRESSION "kernels at 0.90 of their")
-add_test(NAME train.bad_host_gemm_issue_is_refused
-         COMMAND bash -c "\"$0\" train \"$1\"; test $? -eq 2" $<TARGET_FILE:parallax> ${PROJECT_SOURCE_DIR}/tests/data/training/bad-host-gemm-issue.json)
-set_tests_properties(train.bad_host_gemm_issue_is_refused PROPERTIES PASS_REGULAR_EXPRESSION
-                     "bad-host-gemm-issue.json: /compute/host_gemm_issue: \"-5 us\" is negative")
-add_test(NAME train.bad_sustained_fraction_is_refused
-         COMMAND bash -c "! \"$0\" train \"$1\"" $<TARGET_FILE:parallax> ${PROJECT_SOURCE_DIR}/tests/data/training/bad-sustained-fraction.json)
-set_tests_properties(train.bad_sustained_fraction_is_refused PROPERTIES PASS_REGULAR_EXPRESSION
-                     "bad-sustained-fraction.json: /compute/sustained_fraction: must be in \\(0, 1\\], found 1.2")
+parallax_refuses(train.bad_host_gemm_issue_is_refused "bad-host-gemm-issue.json: /compute/host_gemm_issue: \"-5 us\" is negative"
+                 train ${PROJECT_SOURCE_DIR}/tests/data/training/bad-host-gemm-issue.json)
+parallax_refuses(train.bad_sustained_fraction_is_refused
+                 "bad-sustained-fraction.json: /compute/sustained_fraction: must be in \\(0, 1\\], found 1.2"
+                 train ${PROJECT_SOURCE_DIR}/tests/data/training/bad-sustained-fraction.json)
 # The hold-out set (H100 rows that played no part in choosing the defaults) is predicted whole.
 add_test(NAME example.validate.h100_holdout
          COMMAND bash -c "\"$0\" validate \"$1\" --json \"$2\" > /dev/null && python3 -c 'import json,sys; rows=json.load(open(sys.argv[1])); assert len(rows)==15 and all(\"error\" in r for r in rows)' \"$2\""
@@ -168,11 +156,9 @@ add_test(NAME example.train.measured_step
          COMMAND parallax train ${PROJECT_SOURCE_DIR}/workloads/train/llama3-70b-64xdgx-h100.json --measured-step "21 s")
 set_tests_properties(example.train.measured_step PROPERTIES PASS_REGULAR_EXPRESSION
                      "fitted to the measured step of 21.000 s: 0\\.[0-9]+.*iteration time +21\\.00[0-9] s")
-add_test(NAME train.measured_step_faster_than_the_kernels_is_refused
-         COMMAND bash -c "! \"$0\" train \"$1\" --measured-step '5 s'" $<TARGET_FILE:parallax>
-                 ${PROJECT_SOURCE_DIR}/workloads/train/llama3-70b-64xdgx-h100.json)
-set_tests_properties(train.measured_step_faster_than_the_kernels_is_refused PROPERTIES PASS_REGULAR_EXPRESSION
-                     "--measured-step: the measured step \\(5.000 s\\) is shorter than the simulated one")
+parallax_refuses(train.measured_step_faster_than_the_kernels_is_refused
+                 "--measured-step: the measured step \\(5.000 s\\) is shorter than the simulated one"
+                 train ${PROJECT_SOURCE_DIR}/workloads/train/llama3-70b-64xdgx-h100.json --measured-step "5 s")
 
 # ---- layout search (planning/) -----------------------------------------------------------------
 parallax_test(planning_search_test planning_search_test.cpp planning_scaling_test.cpp
@@ -185,10 +171,9 @@ add_test(NAME example.search.small_case
                  $<TARGET_FILE:parallax> ${PROJECT_SOURCE_DIR}/tests/data/workloads/gpt-1.3b-16xa100.json ${train_scratch})
 set_tests_properties(example.search.small_case PROPERTIES PASS_REGULAR_EXPRESSION
                      "layouts: [0-9]+ enumerated = .*simulated.*\n.*best layout written.*\n.*Parallax train: gpt-1.3b")
-add_test(NAME search.bad_space
-         COMMAND bash -c "echo '{\"tp\": [0]}' > \"$2/space.json\" && ! \"$0\" search \"$1\" --space \"$2/space.json\""
-                 $<TARGET_FILE:parallax> ${PROJECT_SOURCE_DIR}/tests/data/workloads/gpt-1.3b-16xa100.json ${train_scratch})
-set_tests_properties(search.bad_space PROPERTIES PASS_REGULAR_EXPRESSION "space.json: /tp/0: must be between 1")
+file(WRITE ${train_scratch}/space.json "{\"tp\": [0]}\n")
+parallax_refuses(search.bad_space "space.json: /tp/0: must be between 1"
+                 search ${PROJECT_SOURCE_DIR}/tests/data/workloads/gpt-1.3b-16xa100.json --space ${train_scratch}/space.json)
 # The MoE dispatcher as a search dimension: both appear in the ranking (equal where the EP group
 # stays in one node), and the emitted best layout keeps its dispatcher.
 add_test(NAME example.search.moe_dispatcher
@@ -216,11 +201,9 @@ add_test(NAME example.scale.measured
                  $<TARGET_FILE:parallax> ${PROJECT_SOURCE_DIR} ${train_scratch})
 set_tests_properties(example.scale.measured PROPERTIES PASS_REGULAR_EXPRESSION
                      "ddp +1536 .* 98.326 +-?[0-9.]+%\n(.*\n)*measured: 3 runs from .*: mean \\|error\\| [0-9.]+%")
-add_test(NAME scale.measured_bad_line
-         COMMAND bash -c "printf 'gpus,step_time_s\\n8,2\\n16,fast\\n' > \"$2/bad-measured.csv\" && \"$0\" scale \"$1\" --measured \"$2/bad-measured.csv\"; test $? -eq 2"
-                 $<TARGET_FILE:parallax> ${PROJECT_SOURCE_DIR}/tests/data/workloads/gpt-1.3b-16xa100.json ${train_scratch})
-set_tests_properties(scale.measured_bad_line PROPERTIES PASS_REGULAR_EXPRESSION
-                     "bad-measured.csv:3: step_time_s: expected a positive number, found \"fast\"")
+file(WRITE ${train_scratch}/bad-measured.csv "gpus,step_time_s\n8,2\n16,fast\n")
+parallax_refuses(scale.measured_bad_line "bad-measured.csv:3: step_time_s: expected a positive number, found \"fast\""
+                 scale ${PROJECT_SOURCE_DIR}/tests/data/workloads/gpt-1.3b-16xa100.json --measured ${train_scratch}/bad-measured.csv)
 # The same layout under every rank order: TP inside a node against TP across nodes.
 add_test(NAME example.scale.rank_orders
          COMMAND $<TARGET_FILE:parallax> scale ${PROJECT_SOURCE_DIR}/workloads/train/llama3-70b-64xdgx-h100.json
@@ -234,18 +217,14 @@ if(PARALLAX_CLI_HAS_MPI AND PARALLAX_CLI_MPIEXEC)
                    ${PROJECT_SOURCE_DIR}/tests/data/workloads/gpt-1.3b-16xa100.json ${train_scratch}/search-mpi)
 endif()
 # A space with no valid layout, and GPUs the nodes cannot hold, fail before any simulation.
-add_test(NAME search.no_valid_layout
-         COMMAND bash -c "echo '{\"tp\": [16], \"pp\": [16]}' > \"$2/empty-space.json\" && ! \"$0\" search \"$1\" --space \"$2/empty-space.json\""
-                 $<TARGET_FILE:parallax> ${PROJECT_SOURCE_DIR}/tests/data/workloads/gpt-1.3b-16xa100.json ${train_scratch})
-set_tests_properties(search.no_valid_layout PROPERTIES PASS_REGULAR_EXPRESSION "empty-space.json: no layout of the space is valid on 16 GPUs")
+file(WRITE ${train_scratch}/empty-space.json "{\"tp\": [16], \"pp\": [16]}\n")
+parallax_refuses(search.no_valid_layout "empty-space.json: no layout of the space is valid on 16 GPUs"
+                 search ${PROJECT_SOURCE_DIR}/tests/data/workloads/gpt-1.3b-16xa100.json --space ${train_scratch}/empty-space.json)
 # 12 GPUs of 8-GPU nodes: placed as a launcher would, 6 on each of 2 nodes.
 add_test(NAME search.gpus_on_part_of_each_node
          COMMAND $<TARGET_FILE:parallax> search ${PROJECT_SOURCE_DIR}/tests/data/workloads/gpt-1.3b-16xa100.json --gpus 12 --top 1)
 set_tests_properties(search.gpus_on_part_of_each_node PROPERTIES PASS_REGULAR_EXPRESSION "DGX A100, 12 GPUs")
-add_test(NAME search.no_gpus
-         COMMAND bash -c "\"$0\" search \"$1\" --gpus 0; test $? -eq 2" $<TARGET_FILE:parallax>
-                 ${PROJECT_SOURCE_DIR}/tests/data/workloads/gpt-1.3b-16xa100.json)
-set_tests_properties(search.no_gpus PROPERTIES PASS_REGULAR_EXPRESSION "--gpus: must be at least 1")
+parallax_refuses(search.no_gpus "--gpus: must be at least 1" search ${PROJECT_SOURCE_DIR}/tests/data/workloads/gpt-1.3b-16xa100.json --gpus 0)
 
 # A job on part of a scale-up domain: 64 of an NVL72 rack's 72 GPUs, sized from the layout;
 # and 256 GPUs as 4 racks of 64 (--gpus).
@@ -256,10 +235,8 @@ set_tests_properties(train.part_of_a_rack PROPERTIES PASS_REGULAR_EXPRESSION "on
 add_test(NAME train.nvfp4_on_gb200
          COMMAND $<TARGET_FILE:parallax> train ${PROJECT_SOURCE_DIR}/tests/data/workloads/llama3-70b-64xgb200-nvl72.json --network analytical --dtype fp4)
 set_tests_properties(train.nvfp4_on_gb200 PROPERTIES PASS_REGULAR_EXPRESSION "fp4 \\(nvfp4\\)")
-add_test(NAME train.fp4_on_h100_refused
-         COMMAND bash -c "\"$0\" train \"$1\" --network analytical --dtype fp4; test $? -eq 2" $<TARGET_FILE:parallax>
-                 ${PROJECT_SOURCE_DIR}/workloads/train/llama3-70b-64xdgx-h100.json)
-set_tests_properties(train.fp4_on_h100_refused PROPERTIES PASS_REGULAR_EXPRESSION "H100-SXM5-80GB has no fp4 peak")
+parallax_refuses(train.fp4_on_h100_refused "H100-SXM5-80GB has no fp4 peak"
+                 train ${PROJECT_SOURCE_DIR}/workloads/train/llama3-70b-64xdgx-h100.json --network analytical --dtype fp4)
 add_test(NAME train.racks_of_64
          COMMAND $<TARGET_FILE:parallax> train ${PROJECT_SOURCE_DIR}/tests/data/workloads/llama3-70b-64xgb200-nvl72.json --dp 64 --network analytical)
 set_tests_properties(train.racks_of_64 PROPERTIES PASS_REGULAR_EXPRESSION "on GB200 NVL72, 256 GPUs")

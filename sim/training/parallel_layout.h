@@ -16,7 +16,6 @@
 // of a stage that share a TP coordinate; the rule is Megatron's: etp·ep divides tp·cp·dp.
 #pragma once
 
-#include <algorithm>
 #include <array>
 #include <cstdint>
 #include <optional>

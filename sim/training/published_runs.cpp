@@ -56,6 +56,15 @@ std::optional<std::string> opt_string(const nlohmann::json& obj, const std::stri
   return it->get<std::string>();
 }
 
+// One of a field's named choices (`known` accepts it); absent or null: `fallback`.
+template <class Known>
+std::string opt_choice(const nlohmann::json& obj, const std::string& key, const std::string& where,
+                       const std::string& fallback, Known known, const std::string& what, const std::string& choices) {
+  std::string v = opt_string(obj, key, where).value_or(fallback);
+  if (!known(v)) throw RowError(where + "/" + key, "unknown " + what + " \"" + v + "\" (expected " + choices + " or null)");
+  return v;
+}
+
 std::optional<bool> opt_bool(const nlohmann::json& obj, const std::string& key, const std::string& where) {
   auto it = obj.find(key);
   if (it == obj.end() || it->is_null()) return std::nullopt;
@@ -191,20 +200,12 @@ PublishedLayout layout_of(const nlohmann::json& l, int gpus, const std::string& 
   p.sequence_parallel = (sp != l.end() && sp->is_boolean()) ? sp->get<bool>() : p.tp > 1;
   p.recompute = opt_string(l, "activation_recompute", where).value_or("none");
   p.expert_tp = static_cast<int>(opt_int(l, "expert_tp", where).value_or(0));
-  p.moe_dispatcher = opt_string(l, "moe_dispatcher", where).value_or("alltoall");
-  if (!moe_dispatcher_from(p.moe_dispatcher)) {
-    throw RowError(where + "/moe_dispatcher", "unknown MoE token dispatcher \"" + p.moe_dispatcher +
-                                                  "\" (expected alltoall, flex or null)");
-  }
-  p.expert_gemm = opt_string(l, "expert_gemm", where).value_or("per_expert");
-  if (!expert_gemms_from(p.expert_gemm)) {
-    throw RowError(where + "/expert_gemm", "unknown expert GEMM issue \"" + p.expert_gemm +
-                                               "\" (expected per_expert, grouped or null)");
-  }
-  p.cp_comm = opt_string(l, "cp_comm", where).value_or("ring");
-  if (!context_parallel_comm_from(p.cp_comm)) {
-    throw RowError(where + "/cp_comm", "unknown context-parallel communication \"" + p.cp_comm + "\" (expected ring, ulysses or null)");
-  }
+  p.moe_dispatcher = opt_choice(l, "moe_dispatcher", where, "alltoall", moe_dispatcher_from, "MoE token dispatcher",
+                                "alltoall, flex");
+  p.expert_gemm = opt_choice(l, "expert_gemm", where, "per_expert", expert_gemms_from, "expert GEMM issue",
+                             "per_expert, grouped");
+  p.cp_comm = opt_choice(l, "cp_comm", where, "ring", context_parallel_comm_from, "context-parallel communication",
+                         "ring, ulysses");
   for (auto [key, field] : {std::pair{"param_gather_prefetch", &p.param_gather_prefetch},
                             std::pair{"param_gather_per_tensor", &p.param_gather_per_tensor},
                             std::pair{"fp8_param_gather", &p.fp8_param_gather},
