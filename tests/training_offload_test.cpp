@@ -111,7 +111,12 @@ TEST(ActivationOffloading, RefusedWhereMegatronRefusesIt) {
   l.global_batch = 2;
   EXPECT_THROW(simulate_iteration(tiny(), l, test::star(2, gigabytes_per_second(100), Time::us(1))), InputError);
   // No link to host memory in the topology: nothing to offload over.
-  EXPECT_THROW(simulate_iteration(tiny(), offloading(2), one_gpu(Bandwidth{})), InputError);
+  try {
+    simulate_iteration(tiny(), offloading(2), one_gpu(Bandwidth{}));
+    ADD_FAILURE() << "offloading without a host link was accepted";
+  } catch (const InputError& e) {
+    EXPECT_EQ(e.pointer(), "/parallel/cpu_offloading_layers");
+  }
 }
 
 TEST(ActivationOffloading, ExplainOffersTheFewestLayersThatFit) {
@@ -140,12 +145,13 @@ TEST(ActivationOffloading, ExplainOffersTheFewestLayersThatFit) {
 }
 
 TEST(ActivationOffloading, PresetsGiveTheHostLink) {
-  // GB200/GB300: NVLink-C2C, 900 GB/s both ways per Grace shared by two GPUs; a DGX's GPU
-  // reaches the host over the PCIe path of its NIC.
+  // GB200/GB300: NVLink-C2C, 900 GB/s both ways per Grace shared by two GPUs (225 GB/s per GPU
+  // per direction); a DGX H100's GPU reaches the host over the PCIe Gen5 x16 path of its NIC,
+  // the preset's 64 GB/s attach link.
   const Topology gb200 = load_topology(test::source_path("topologies/gb200-nvl72.json"));
   EXPECT_DOUBLE_EQ(gb200.gpu_spec_of(gb200.gpus()[0]).host_bandwidth.value(), 225e9);
   const Topology dgx = load_topology(test::source_path("topologies/dgx-h100.json"));
-  EXPECT_GT(dgx.gpu_spec_of(dgx.gpus()[0]).host_bandwidth.value(), 0);
+  EXPECT_DOUBLE_EQ(dgx.gpu_spec_of(dgx.gpus()[0]).host_bandwidth.value(), 64e9);
 }
 
 }  // namespace
