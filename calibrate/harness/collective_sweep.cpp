@@ -9,6 +9,9 @@
 #include <iostream>
 #include <sstream>
 #include <stdexcept>
+#include <string>
+
+#include "harness/whole_line.h"
 
 namespace parallax::harness {
 namespace {
@@ -63,7 +66,7 @@ class SweepRunner {
   }
 
  private:
-  std::ostream& note() const { return *c_.progress << c_.harness << ": "; }
+  WholeLine note() const { return WholeLine(*c_.progress, std::string(c_.harness) + ": "); }
 
   SweepEnd run_sweep(const RankGroup& group, const Forcing& forcing) {
     if (coord_.broadcast(root_ && c_.clock->must_stop() ? kStop : kMeasure) == kStop) return SweepEnd::kStopped;
@@ -373,7 +376,7 @@ class SweepRunner {
                       const std::string& error) {
     // Each process reports its own error (the root may not have one); the sweep is abandoned.
     if (!error.empty()) {
-      std::cerr << c_.harness << ": group " << group.name << ", algo " << forcing.algo << ", proto " << forcing.proto
+      WholeLine(std::cerr) << c_.harness << ": group " << group.name << ", algo " << forcing.algo << ", proto " << forcing.proto
                 << ": " << what << " failed: " << error << "\n";
     }
     if (root_) note() << "abandoning group " << group.name << " (algo " << forcing.algo << ", proto " << forcing.proto

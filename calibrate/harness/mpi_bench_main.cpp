@@ -16,6 +16,7 @@
 #include "harness/mpi_coordinator.h"
 #include "harness/run_context.h"
 #include "harness/sweep_options.h"
+#include "harness/whole_line.h"
 
 namespace {
 
@@ -69,7 +70,7 @@ int run(int argc, char** argv) {
                 << hosts.size() << " node(s), " << meta["mpi"].get<std::string>() << "\n";
     }
   } catch (const std::exception& e) {
-    if (root) std::cerr << kHarness << ": error: " << e.what() << "\n";
+    if (root) WholeLine(std::cerr) << kHarness << ": error: " << e.what() << "\n";
     return kExitFailed;
   }
 
@@ -91,7 +92,7 @@ int run(int argc, char** argv) {
     tally.add(run_collective_sweeps(context));
   } catch (const std::exception& e) {
     // Only the root writes, so only it fails here, while the others wait in a collective.
-    std::cerr << kHarness << ": error: " << e.what() << "\n";
+    WholeLine(std::cerr) << kHarness << ": error: " << e.what() << "\n";
     MPI_Abort(MPI_COMM_WORLD, kExitFailed);
   }
   tally.interrupted = clock.interrupted();

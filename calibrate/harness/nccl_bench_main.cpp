@@ -19,6 +19,7 @@
 #include "harness/nccl_collectives.h"
 #include "harness/run_context.h"
 #include "harness/sweep_options.h"
+#include "harness/whole_line.h"
 
 #ifdef PARALLAX_HAVE_MPI
 #include "harness/mpi_coordinator.h"
@@ -164,12 +165,12 @@ int measure(int argc, char** argv, const SweepOptions& o, const GpuArgs& g, cons
     }
   }
   if (coordinator.any(!setup_error.empty())) {
-    std::cerr << kHarness << ": error" << (me.multi_process ? " on rank " + std::to_string(me.rank) : "") << ": "
+    WholeLine(std::cerr) << kHarness << ": error" << (me.multi_process ? " on rank " + std::to_string(me.rank) : "") << ": "
               << (setup_error.empty() ? "another rank failed to start" : setup_error) << "\n";
     return kExitFailed;
   }
   if (me.multi_process && root && me.local_size > gpu_count) {
-    std::cerr << kHarness << ": warning: " << me.local_size << " ranks on " << host << " share " << gpu_count
+    WholeLine(std::cerr) << kHarness << ": warning: " << me.local_size << " ranks on " << host << " share " << gpu_count
               << " GPU(s)\n";
   }
 
@@ -207,7 +208,7 @@ int measure(int argc, char** argv, const SweepOptions& o, const GpuArgs& g, cons
                 << std::flush;
     }
   } catch (const std::exception& e) {
-    if (root) std::cerr << kHarness << ": error: " << e.what() << "\n";
+    if (root) WholeLine(std::cerr) << kHarness << ": error: " << e.what() << "\n";
     return kExitFailed;
   }
 
@@ -232,7 +233,7 @@ int measure(int argc, char** argv, const SweepOptions& o, const GpuArgs& g, cons
       tally.add(run_collective_sweeps(context));
     } catch (const std::exception& e) {
       // Writing the file failed (only the root writes): nothing more can be kept.
-      std::cerr << kHarness << ": error: " << e.what() << "\n";
+      WholeLine(std::cerr) << kHarness << ": error: " << e.what() << "\n";
 #ifdef PARALLAX_HAVE_MPI
       if (me.multi_process) MPI_Abort(MPI_COMM_WORLD, kExitFailed);
 #endif
@@ -268,7 +269,7 @@ int measure(int argc, char** argv, const SweepOptions& o, const GpuArgs& g, cons
       if (g.gemm) merge(run_gemm_sweep(run, g.gemm_dtypes));
       if (g.memcpy && !tally.stopped) merge(run_memcpy_sweep(run, g.memcpy_max_bytes));
     } catch (const std::exception& e) {
-      std::cerr << kHarness << ": error: " << e.what() << "\n";
+      WholeLine(std::cerr) << kHarness << ": error: " << e.what() << "\n";
       ++tally.failures;
     }
   }

@@ -10,6 +10,7 @@
 
 #include "collectives/nccl_tests_log.h"
 #include "harness/gpu_check.h"
+#include "harness/whole_line.h"
 
 #if defined(NCCL_VERSION_CODE) && NCCL_VERSION_CODE >= NCCL_VERSION(2, 28, 0)
 // Weak, as nccl-tests declares it: a binary built against 2.28 headers still loads an older
@@ -271,7 +272,7 @@ void NcclCollectives::release_setup() {
 
 void NcclCollectives::close(bool failed) noexcept {
   auto report = [](const char* what, const std::string& detail) {
-    std::cerr << "parallax-nccl-bench: warning: " << what << ": " << detail << "\n";
+    WholeLine(std::cerr) << "parallax-nccl-bench: warning: " << what << ": " << detail << "\n";
   };
   // A set-up communicator still here means open() failed halfway: nothing to drain.
   for (Slot& s : slots_) failed = failed || s.setup_comm;
