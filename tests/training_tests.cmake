@@ -147,9 +147,17 @@ foreach(pair "vtrain-a100-layouts:109:4" "megascale-a100-holdout:22:2" "megascal
                    ${rows} ${groups})
   set_tests_properties(example.validate.${file} PROPERTIES LABELS long)
 endforeach()
-add_test(NAME example.validate.h100_fp8_holdout
-         COMMAND bash -c "\"$0\" validate \"$1\" --json \"$2\" > /dev/null && python3 -c 'import json,sys; rows=json.load(open(sys.argv[1])); assert len(rows)==7 and all(\"error\" in r for r in rows)' \"$2\""
-                 $<TARGET_FILE:parallax> ${PROJECT_SOURCE_DIR}/workloads/validation/mpt-h100-fp8-holdout.json ${train_scratch}/h100-fp8-holdout.json)
+# H100 hold-outs read whole and every row simulated: llm-foundry's FP8 table (7 rows) and
+# Megatron-Core r0.8.0's weak-scaling table of GPT 1.7B-462B on 48-6,144 H100s (9 rows).
+foreach(pair "mpt-h100-fp8-holdout:7" "megatron-core-h100-holdout:9")
+  string(REPLACE ":" ";" parts ${pair})
+  list(GET parts 0 file)
+  list(GET parts 1 rows)
+  add_test(NAME example.validate.${file}
+           COMMAND bash -c "\"$0\" validate \"$1\" --json \"$2\" > /dev/null && python3 -c 'import json,sys; rows=json.load(open(sys.argv[1])); assert len(rows)==int(sys.argv[2]) and all(\"error\" in r for r in rows)' \"$2\" \"$3\""
+                   $<TARGET_FILE:parallax> ${PROJECT_SOURCE_DIR}/workloads/validation/${file}.json ${train_scratch}/${file}.json
+                   ${rows})
+endforeach()
 # --measured-step fits σ to a step timed on the user's cluster and reports at it: the reported
 # iteration is the measured one (to the bisection's 1e-4 on σ: well under 10 ms of 21 s).
 add_test(NAME example.train.measured_step
