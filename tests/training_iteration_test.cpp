@@ -340,12 +340,32 @@ TEST(IterationCommunication, TensorParallelSendsFourAllReducesPerLayer) {
   l.sequence_parallel = false;
   l.recompute = Recomputation::kFull;
   EXPECT_EQ(tp_of(l).collectives, 96 + 10);
+  // Megatron's block method: only the first 3 of the stage's 8 layers repeat their forward's 2.
+  l.recompute_layers = 3;
+  EXPECT_EQ(tp_of(l).collectives, 64 + 3 * 2 * 2 + 10);
+  l.recompute_layers = 0;
   // Without the ends (transformer layers only), exactly the layers' 64.
   IterationOptions layers_only;
   layers_only.transformer_layers_only = true;
   l.recompute = Recomputation::kNone;
   EXPECT_EQ(simulate_iteration(tiny(), l, topo, layers_only).stages[0].communication[static_cast<size_t>(WorkKind::kTpComm)].collectives,
             64);
+}
+
+TEST(IterationTime, BlockRecomputationRepeatsOnlyItsLayersForwards) {
+  // One GPU, 8 layers, 2 micro-batches: recomputing the first N layers adds N of the 8 layers'
+  // forwards to each backward, N/8 of what full recomputation adds; N ≥ 8 is full recomputation.
+  const Topology topo = toy_cluster(1);
+  ParallelLayout l = layout(1, 1, 1, 2);
+  const double none = simulate_iteration(tiny(), l, topo).iteration_time.seconds();
+  l.recompute = Recomputation::kFull;
+  const double full = simulate_iteration(tiny(), l, topo).iteration_time.seconds();
+  ASSERT_GT(full, none);
+  l.recompute_layers = 3;
+  EXPECT_NEAR(simulate_iteration(tiny(), l, topo).iteration_time.seconds() - none, 3.0 / 8 * (full - none),
+              1e-9 * full);
+  l.recompute_layers = 8;
+  EXPECT_DOUBLE_EQ(simulate_iteration(tiny(), l, topo).iteration_time.seconds(), full);
 }
 
 TEST(IterationCommunication, PipelineSendsScatterOverTensorParallelRanks) {
@@ -463,6 +483,12 @@ TEST(IterationMemory, ActivationsFollowTheScheduleAndStatesFollowZero) {
   l.recompute = Recomputation::kFull;
   r = simulate_iteration(tiny(), l, topo);
   EXPECT_DOUBLE_EQ(r.stages[3].memory.activations.value(), 1 * 2 * sbh * 2 + output);
+  // Recomputing only the first layer of each stage (block method) keeps the other's whole.
+  l.recompute_layers = 1;
+  r = simulate_iteration(tiny(), l, topo);
+  EXPECT_DOUBLE_EQ(r.stages[3].memory.activations.value(),
+                   1 * (2 * sbh + sbh * (40 + 2.0 * 4 * 512 / 256)) + output);
+  l.recompute_layers = 0;
   l.recompute = Recomputation::kNone;
   l.attention = AttentionKernel::kFlash;
   r = simulate_iteration(tiny(), l, topo);

@@ -50,6 +50,9 @@ add_test(NAME example.train.offload_none
 set_tests_properties(example.train.offload_none PROPERTIES PASS_REGULAR_EXPRESSION "OUT OF MEMORY")
 parallax_refuses(train.offloading_every_layer_is_refused "cpu_offloading_layers: must be at least 0 and less than the 80 layers"
                  train ${PROJECT_SOURCE_DIR}/workloads/train/llama3-70b-64xgb200-fsdp-offload.json --cpu-offloading-layers 80)
+parallax_refuses(train.recompute_layers_without_full_recomputation_is_refused
+                 "/parallel/recompute_layers: needs full recomputation"
+                 train ${PROJECT_SOURCE_DIR}/workloads/train/llama3-70b-64xdgx-h100.json --recompute selective --recompute-layers 4)
 parallax_refuses(train.bad_tp_is_refused "/parallel/tp: 6 does not divide"
                  train ${PROJECT_SOURCE_DIR}/workloads/train/llama3-70b-64xdgx-h100.json --tp 6)
 # Every published run of the dev set is predicted or reported with its reason.

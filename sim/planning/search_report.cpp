@@ -79,6 +79,7 @@ nlohmann::ordered_json parallel_block(const ParallelLayout& l) {
   p["global_batch"] = l.global_batch;
   p["sequence_parallel"] = l.sequence_parallel;
   p["recompute"] = recompute_name(l.recompute);
+  if (l.recompute == Recomputation::kFull && l.recompute_layers > 0) p["recompute_layers"] = l.recompute_layers;
   if (l.recompute != Recomputation::kFull && l.recompute_modules.any()) p["recompute_modules"] = module_names(l.recompute_modules);
   p["schedule"] = to_string(l.schedule);
   p["dtype"] = to_string(l.dtype);

@@ -216,7 +216,10 @@ Enumeration enumerate_layouts(const SearchSpace& space, const ModelConfig& model
              [](ParallelLayout& x, int v) { x.expert_tp = v == x.tp ? 0 : v; });
   l = expand(l, space.zero, always, [](ParallelLayout& x, ZeroStage v) { x.zero_stage = v; });
   l = expand(l, space.micro_batch, always, [](ParallelLayout& x, int64_t v) { x.micro_batch = v; });
-  l = expand(l, space.recompute, always, [](ParallelLayout& x, Recomputation v) { x.recompute = v; });
+  l = expand(l, space.recompute, always, [](ParallelLayout& x, Recomputation v) {
+    x.recompute = v;
+    if (v != Recomputation::kFull) x.recompute_layers = 0;  // a block of layers is a choice of full recomputation
+  });
   // Only pipelines have schedules; only the interleaved one has chunks.
   l = expand(l, space.schedule, [](const ParallelLayout& x) { return x.pp > 1; },
              [](ParallelLayout& x, PipelineScheduleKind v) { x.schedule = v; });

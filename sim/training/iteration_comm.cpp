@@ -161,7 +161,9 @@ CommunicationPlan::CommunicationPlan(const ModelConfig& model, const ParallelLay
       moe_tp_backward(tp_forward.size()), embedding_tp_forward(tp_forward.size()),
       embedding_tp_backward(tp_forward.size()), output_tp_forward(tp_forward.size()), output_tp_backward(tp_forward.size()),
       pp_send_forward(tp_forward.size()), pp_send_backward(tp_forward.size()), ep_forward(tp_forward.size()),
-      ep_backward(tp_forward.size()), cp_ring_step(tp_forward.size()), cp_scatter_heads(tp_forward.size()),
+      ep_backward(tp_forward.size()), tp_recomputed_backward(tp_forward.size()),
+      moe_tp_recomputed_backward(tp_forward.size()), ep_recomputed_backward(tp_forward.size()),
+      cp_ring_step(tp_forward.size()), cp_scatter_heads(tp_forward.size()),
       cp_gather_heads(tp_forward.size()), slowdown_of(tp_forward.size()), topo_(topo), layout_(layout),
       timer_(simulators, options), dp_group_(tp_forward.size()), expert_dp_group_(tp_forward.size()),
       dp_slowdown_(tp_forward.size(), 1.0), expert_dp_slowdown_(tp_forward.size(), 1.0) {
@@ -298,9 +300,8 @@ CommunicationPlan::CommunicationPlan(const ModelConfig& model, const ParallelLay
                        {{CollectiveCall{CollectiveOp::kAllToAll, buffer * routing.busiest_rank * slowdown, ep_group}}}};
       }
       ep_forward[static_cast<size_t>(s)] = twice(*a2a);  // dispatch and combine
-      ep_backward[static_cast<size_t>(s)] = layout.recompute == Recomputation::kFull
-                                                ? twice(ep_forward[static_cast<size_t>(s)])
-                                                : ep_forward[static_cast<size_t>(s)];
+      ep_backward[static_cast<size_t>(s)] = ep_forward[static_cast<size_t>(s)];
+      ep_recomputed_backward[static_cast<size_t>(s)] = twice(ep_forward[static_cast<size_t>(s)]);
     }
     if ((expert_parallel || folded_experts) && moe_layers > 0) {
       expert_dp_group_[static_cast<size_t>(s)] = expert_dp_group_of(stage_rank(s));
@@ -338,9 +339,8 @@ CommunicationPlan::CommunicationPlan(const ModelConfig& model, const ParallelLay
     }
     // The attention block and the MLP block; a parallel block reduces their sum once.
     tp_forward[static_cast<size_t>(s)] = model.parallel_block ? one_block : twice(one_block);
-    tp_backward[static_cast<size_t>(s)] = layout.recompute == Recomputation::kFull
-                                              ? twice(tp_forward[static_cast<size_t>(s)])
-                                              : tp_forward[static_cast<size_t>(s)];
+    tp_backward[static_cast<size_t>(s)] = tp_forward[static_cast<size_t>(s)];
+    tp_recomputed_backward[static_cast<size_t>(s)] = twice(tp_forward[static_cast<size_t>(s)]);
     moe_tp_forward[static_cast<size_t>(s)] = tp_forward[static_cast<size_t>(s)];
     if (folded_experts && moe_layers > 0) {
       // The attention block over TP (a shared expert's MLP too); the routed experts' slots
@@ -357,9 +357,8 @@ CommunicationPlan::CommunicationPlan(const ModelConfig& model, const ParallelLay
       }
       moe_tp_forward[static_cast<size_t>(s)] = moe;
     }
-    moe_tp_backward[static_cast<size_t>(s)] = layout.recompute == Recomputation::kFull
-                                                  ? twice(moe_tp_forward[static_cast<size_t>(s)])
-                                                  : moe_tp_forward[static_cast<size_t>(s)];
+    moe_tp_backward[static_cast<size_t>(s)] = moe_tp_forward[static_cast<size_t>(s)];
+    moe_tp_recomputed_backward[static_cast<size_t>(s)] = twice(moe_tp_forward[static_cast<size_t>(s)]);
     if (p > 1) {
       // Every rank of the stage sends to its peer of the next (previous) stage at once.
       auto send = [&](int to) {
@@ -404,7 +403,8 @@ std::vector<double> CommunicationPlan::timing_signature() const {
   for (const std::vector<CommTask>* per_stage :
        {&tp_forward, &tp_backward, &moe_tp_forward, &moe_tp_backward, &embedding_tp_forward, &embedding_tp_backward,
         &output_tp_forward, &output_tp_backward, &pp_send_forward, &pp_send_backward, &ep_forward, &ep_backward,
-        &cp_ring_step, &cp_scatter_heads, &cp_gather_heads}) {
+        &tp_recomputed_backward, &moe_tp_recomputed_backward, &ep_recomputed_backward, &cp_ring_step,
+        &cp_scatter_heads, &cp_gather_heads}) {
     for (const CommTask& c : *per_stage) add_task(c);
   }
   for (const auto& kinds : slowdown_of) out.insert(out.end(), kinds.begin(), kinds.end());

@@ -331,14 +331,17 @@ void IterationGraphBuilder::prefetch_zero12_gathers() {
 WorkIdList IterationGraphBuilder::add_layer_communication(int s, const Unit& u, bool forward, const WorkIdList& deps,
                                                           WorkIdList prev, Time shared_expert, bool overlapped) {
   const size_t i = static_cast<size_t>(s);
+  const bool recomputed = !forward && u.recomputed;
+  const CommTask& ep = forward      ? comm_.ep_forward[i]
+                       : recomputed ? comm_.ep_recomputed_backward[i]
+                                    : comm_.ep_backward[i];
   if (u.moe_layer && layout_.ep > 1 && overlapped) {
     // On the EP stream: the other pass's kernels, next on the compute stream, run beside them.
-    prev = {add_comm(s, streams_[i].ep, forward ? comm_.ep_forward[i] : comm_.ep_backward[i], WorkKind::kEpComm, prev)};
+    prev = {add_comm(s, streams_[i].ep, ep, WorkKind::kEpComm, prev)};
   } else if (u.moe_layer && layout_.ep > 1) {
     // Dispatch and combine on the compute stream, in line with the layer's kernels; the shared
     // experts, when overlapped, beside them on their own stream, on the SMs the dispatch's
     // kernels leave.
-    const CommTask& ep = forward ? comm_.ep_forward[i] : comm_.ep_backward[i];
     if (shared_expert > Time::zero()) {
       const StageStreams& st = streams_[i];
       const WorkId shared = graph_.add(st.shared_expert, shared_expert, WorkKind::kCompute, prev, -1, st.sms);
@@ -355,8 +358,12 @@ WorkIdList IterationGraphBuilder::add_layer_communication(int s, const Unit& u, 
                                      : (forward ? comm_.output_tp_forward[i] : comm_.output_tp_backward[i]);
     if (tp.collectives > 0) prev = {add_blocking_comm(s, tp, WorkKind::kTpComm)};
   }
-  const CommTask& tp = !u.moe_layer ? (forward ? comm_.tp_forward[i] : comm_.tp_backward[i])
-                                    : (forward ? comm_.moe_tp_forward[i] : comm_.moe_tp_backward[i]);
+  const CommTask& tp = !u.moe_layer ? (forward      ? comm_.tp_forward[i]
+                                       : recomputed ? comm_.tp_recomputed_backward[i]
+                                                    : comm_.tp_backward[i])
+                                    : (forward      ? comm_.moe_tp_forward[i]
+                                       : recomputed ? comm_.moe_tp_recomputed_backward[i]
+                                                    : comm_.moe_tp_backward[i]);
   if (u.transformer_layer && tp.collectives > 0) {
     if (!layout_.tp_comm_overlap) return {add_blocking_comm(s, tp, WorkKind::kTpComm)};
     // TransformerEngine's overlap: each all-gather / reduce-scatter is cut into t chunks

@@ -96,7 +96,10 @@ std::string layout_description(const ParallelLayout& l) {
   s += format_text(", %s, ZeRO-%d, mbs %lld, gbs %lld, seq %lld, %s%s", to_string(l.schedule), static_cast<int>(l.zero_stage),
                    static_cast<long long>(l.micro_batch), static_cast<long long>(l.global_batch),
                    static_cast<long long>(l.sequence_length), dtype.c_str(), l.sequence_parallel ? ", SP" : "");
-  if (l.recompute != Recomputation::kNone) s += l.recompute == Recomputation::kFull ? ", full recompute" : ", selective recompute";
+  if (l.recompute == Recomputation::kSelective) s += ", selective recompute";
+  if (l.recompute == Recomputation::kFull) {
+    s += l.recompute_layers > 0 ? format_text(", full recompute of %d layers per stage", l.recompute_layers) : ", full recompute";
+  }
   if (l.attention == AttentionKernel::kUnfused) s += ", unfused attention";
   if (l.recompute_modules.any() && l.recompute != Recomputation::kFull) s += ", recompute " + to_string(l.recompute_modules);
   if (l.zero_stage == ZeroStage::kStage3 && l.dp * l.cp > 1 && (l.param_gather_per_tensor || !l.param_gather_prefetch)) {

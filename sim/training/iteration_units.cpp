@@ -237,9 +237,14 @@ StagePlan plan_stages(const ModelConfig& model, const ParallelLayout& layout, co
       const bool bf16 = is_quantised(layout.dtype) && l < model.layers && layout.bf16_layer(l, model.layers);
       const std::pair<bool, bool> kind{moe, bf16};
       if (!layer_sums.count(kind)) layer_sums[kind] = sums_of(l, moe, bf16);
-      Unit u = unit_from(layer_sums[kind], layout.recompute, true, true, cp > 1);
+      // Full recomputation may cover only the first layers of each virtual stage (block method).
+      const bool recomputed = layout.fully_recomputed(l - first_layer);
+      const Recomputation recompute = layout.recompute == Recomputation::kFull && !recomputed ? Recomputation::kNone
+                                                                                            : layout.recompute;
+      Unit u = unit_from(layer_sums[kind], recompute, true, true, cp > 1);
       // Full recomputation keeps the layer's 16-bit input, 2sbh (Korthikanti et al.; s per CP rank).
-      if (layout.recompute == Recomputation::kFull) u.activations = Bytes(2.0 * layer_input_tokens * static_cast<double>(model.hidden));
+      if (recomputed) u.activations = Bytes(2.0 * layer_input_tokens * static_cast<double>(model.hidden));
+      u.recomputed = recomputed;
       u.moe_layer = moe;
       u.layer = l;
       u.offloaded = l < layout.cpu_offloading_layers;

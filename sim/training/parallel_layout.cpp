@@ -234,6 +234,10 @@ void validate(const ParallelLayout& l, const ModelConfig& model, int gpus, const
                                              : "activation offloading does not work with activation recomputation (recompute \"none\")");
     }
   }
+  if (l.recompute_layers < 0) fail("recompute_layers", "must be at least 0, got " + num(l.recompute_layers));
+  if (l.recompute_layers > 0 && l.recompute != Recomputation::kFull) {
+    fail("recompute_layers", "needs full recomputation (recompute \"full\"): it chooses which layers are fully recomputed");
+  }
   if (l.global_batch < 1) fail("global_batch", "must be at least 1, got " + num(l.global_batch));
   if (l.sequence_length < 1) fail("sequence_length", "must be at least 1, got " + num(l.sequence_length));
 

@@ -81,6 +81,14 @@ struct ParallelLayout {
   int64_t global_batch = 1;      ///< sequences per iteration, over all DP replicas
   int64_t sequence_length = 0;   ///< tokens per sequence
   Recomputation recompute = Recomputation::kNone;
+  /// With full recomputation: 0 recomputes every Transformer layer; N > 0 only the first N of
+  /// each virtual stage (Megatron's --recompute-method block --recompute-num-layers N: the
+  /// others keep their activations, for speed where memory allows).
+  int recompute_layers = 0;
+  /// Whether the layer at `index` within its virtual stage is fully recomputed.
+  bool fully_recomputed(int index) const {
+    return recompute == Recomputation::kFull && (recompute_layers == 0 || index < recompute_layers);
+  }
   PipelineScheduleKind schedule = PipelineScheduleKind::kOneFOneB;
   DType dtype = DType::kBf16;    ///< GEMM inputs and activations
   Fp8Recipe fp8_recipe = Fp8Recipe::kDelayed;  ///< with fp8: how tensors are scaled (operator_cost.h)

@@ -254,7 +254,8 @@ PublishedLayout layout_of(const nlohmann::json& l, int gpus, const std::string& 
   }
   for (auto [key, field] : {std::pair{"bf16_layers_at_start", &p.bf16_layers_at_start},
                             std::pair{"bf16_layers_at_end", &p.bf16_layers_at_end},
-                            std::pair{"cpu_offloading_layers", &p.cpu_offloading_layers}}) {
+                            std::pair{"cpu_offloading_layers", &p.cpu_offloading_layers},
+                            std::pair{"recompute_layers", &p.recompute_layers}}) {
     auto n = opt_int(l, key, where);
     if (!n) continue;
     if (*n < 0 || *n > 1 << 20) throw RowError(where + "/" + key, "expected 0 to 1048576, found " + std::to_string(*n));
@@ -298,6 +299,7 @@ ParallelLayout parallel_layout_of(const PublishedRun& run) {
   l.moe_shared_expert_overlap = run.layout.moe_shared_expert_overlap;
   l.moe_a2a_overlap = run.layout.moe_a2a_overlap;
   l.cpu_offloading_layers = run.layout.cpu_offloading_layers;
+  l.recompute_layers = run.layout.recompute_layers;
   l.expert_tp = run.layout.expert_tp;
   l.moe_dispatcher = moe_dispatcher_from(run.layout.moe_dispatcher).value_or(MoeDispatcher::kAllToAll);
   l.expert_gemms = expert_gemms_from(run.layout.expert_gemm).value_or(ExpertGemms::kPerExpert);

@@ -40,6 +40,8 @@ struct PublishedLayout {
   bool moe_shared_expert_overlap = false;
   bool moe_a2a_overlap = false;
   int cpu_offloading_layers = 0;
+  /// With full recomputation: the first N layers of each (virtual) stage only; 0 every layer.
+  int recompute_layers = 0;
   /// fp8/fp4 rows: decoder layers at each end whose GEMMs stay bf16.
   int bf16_layers_at_start = 0;
   int bf16_layers_at_end = 0;

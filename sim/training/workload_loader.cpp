@@ -203,6 +203,7 @@ void read_parallel(JsonReader p, const std::string& path, ParallelLayout& l, boo
   int_field("bf16_layers_at_start", l.bf16_layers_at_start, 0);
   int_field("bf16_layers_at_end", l.bf16_layers_at_end, 0);
   int_field("cpu_offloading_layers", l.cpu_offloading_layers, 0);
+  int_field("recompute_layers", l.recompute_layers, 0);
   if (auto v = p.find("attention")) l.attention = attention_from(v->as_string(), path, v->pointer());
   bool_field("grad_reduce_overlap", l.grad_reduce_overlap);
   bool_field("grad_reduce_in_fp32", l.grad_reduce_in_fp32);
@@ -256,6 +257,8 @@ void apply_overrides(const WorkloadOverrides& a, ParallelLayout& l, bool& dp_giv
   in_range("--expert-tp", a.expert_tp ? std::optional<int64_t>(*a.expert_tp) : std::nullopt, 0, kMaxDegree);
   in_range("--cpu-offloading-layers",
            a.cpu_offloading_layers ? std::optional<int64_t>(*a.cpu_offloading_layers) : std::nullopt, 0, kMaxDegree);
+  in_range("--recompute-layers", a.recompute_layers ? std::optional<int64_t>(*a.recompute_layers) : std::nullopt, 0,
+           kMaxDegree);
   in_range("--micro-batch", a.micro_batch, 1, kMaxBatch);
   in_range("--global-batch", a.global_batch, 1, kMaxBatch);
   in_range("--seq", a.sequence, 1, kMaxSequence);
@@ -278,6 +281,7 @@ void apply_overrides(const WorkloadOverrides& a, ParallelLayout& l, bool& dp_giv
   if (a.sequence) l.sequence_length = *a.sequence;
   if (!a.schedule.empty()) l.schedule = schedule_from(a.schedule, "", "--schedule");
   if (!a.recompute.empty()) l.recompute = recompute_from(a.recompute, "", "--recompute");
+  if (a.recompute_layers) l.recompute_layers = *a.recompute_layers;
   if (!a.dtype.empty()) l.dtype = dtype_from(a.dtype, "", "--dtype");
   if (!a.attention.empty()) l.attention = attention_from(a.attention, "", "--attention");
   if (a.sequence_parallel) l.sequence_parallel = *a.sequence_parallel;

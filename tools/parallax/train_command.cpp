@@ -50,7 +50,7 @@ const std::string& kTopologiesDir = topologies_dir();
 
 struct TrainArgs {
   std::string workload;
-  std::optional<int> tp, pp, dp, vpp, cp, ep, expert_tp, zero, nodes, cpu_offloading_layers;
+  std::optional<int> tp, pp, dp, vpp, cp, ep, expert_tp, zero, nodes, cpu_offloading_layers, recompute_layers;
   std::optional<int64_t> micro_batch, global_batch, sequence;
   std::string schedule, recompute, dtype, cp_comm, attention, moe_dispatcher, expert_gemm;
   std::string network = "flow";
@@ -82,6 +82,7 @@ Job read_job(const TrainArgs& a) {
   o.ep = a.ep;
   o.expert_tp = a.expert_tp;
   o.cpu_offloading_layers = a.cpu_offloading_layers;
+  o.recompute_layers = a.recompute_layers;
   o.zero = a.zero;
   o.nodes = a.nodes;
   o.micro_batch = a.micro_batch;
@@ -407,6 +408,9 @@ void add_train_command(CLI::App& app) {
                   "attention core: flash (the GPU's own fused kernel), flash2 (FlashAttention-2: on Hopper and Blackwell it leaves "
                   "the asynchronous tensor cores unused) or unfused (scores, softmax and context materialised)");
   cmd->add_option("--recompute", args->recompute, "none, selective or full");
+  cmd->add_option("--recompute-layers", args->recompute_layers,
+                  "with --recompute full: only the first N Transformer layers of each (virtual) pipeline stage "
+                  "(Megatron's --recompute-method block --recompute-num-layers N); 0: every layer");
   cmd->add_option("--dtype", args->dtype, "bf16 or fp8");
   for (auto [flag, field, what] : {std::tuple{"--sequence-parallel", &args->sequence_parallel, "Megatron sequence parallelism"},
                                    std::tuple{"--tp-comm-overlap", &args->tp_comm_overlap, "TP collectives pipelined with the GEMMs"},
