@@ -367,5 +367,37 @@ TEST(Explain, EverySuggestionIsASimulationAndItsFlagsReproduceIt) {
   EXPECT_EQ(s.front().iteration_time - base.iteration_time, s.front().delta);
 }
 
+TEST(Explain, FullRecomputationWithMemoryToSpareOffersTheFewestLayersThatFit) {
+  // GPT-3 175B on 1,024 A100s at micro-batch 2 recomputes all 12 layers of each stage and fits
+  // with room to spare, while selective recomputation does not fit. The suggestion recomputes the
+  // fewest N layers per stage that still fit: N fits, N − 1 does not, it is faster, and its flag
+  // reproduces it.
+  const std::string workload = test::source_path("workloads/train/gpt3-175b-128xdgx-a100.json");
+  const std::string models = test::source_path("workloads/models"), topologies = test::source_path("topologies");
+  WorkloadOverrides mbs2;
+  mbs2.micro_batch = 2;
+  const TrainingWorkload job = load_training_workload(workload, models, topologies, mbs2);
+  IterationOptions options;
+  options.compute = job.compute;
+  const IterationResult base = simulate_iteration(job.model, job.layout, job.topology, options);
+  ASSERT_FALSE(base.out_of_memory);
+  const std::vector<Suggestion> s = explain_layout(job.model, job.layout, job.topology, options, base);
+  const auto it = std::find_if(s.begin(), s.end(), [](const Suggestion& x) { return x.overrides.recompute_layers.has_value(); });
+  ASSERT_NE(it, s.end());
+  const int n = *it->overrides.recompute_layers;
+  EXPECT_GT(n, 1);
+  EXPECT_LT(n, 12);
+  EXPECT_TRUE(it->fits);
+  EXPECT_LT(it->delta, Time::zero());
+  EXPECT_EQ(it->flags, "--recompute-layers " + std::to_string(n));
+  ParallelLayout fewer = job.layout;
+  fewer.recompute_layers = n - 1;
+  EXPECT_TRUE(estimate_memory(job.model, fewer, job.topology.gpu_spec_of(job.topology.gpus()[0]), options).out_of_memory);
+  WorkloadOverrides both = it->overrides;
+  both.micro_batch = 2;
+  const TrainingWorkload applied = load_training_workload(workload, models, topologies, both);
+  EXPECT_EQ(simulate_iteration(applied.model, applied.layout, applied.topology, options).iteration_time, it->iteration_time);
+}
+
 }  // namespace
 }  // namespace parallax

@@ -94,6 +94,22 @@ int fewest_offloaded_layers_that_fit(const ModelConfig& model, const ParallelLay
   return 0;
 }
 
+// Full recomputation with memory to spare: the fewest layers per virtual stage that, recomputed
+// (Megatron's block method), still let the layout fit; 0 when the layout does not fit as it is or
+// no smaller block fits.
+int fewest_recomputed_layers_that_fit(const ModelConfig& model, const ParallelLayout& layout, const GpuSpec& gpu,
+                                      const IterationOptions& options) {
+  if (layout.recompute != Recomputation::kFull) return 0;
+  const std::vector<int> per_stage = virtual_stage_layers(layout, model);
+  const int most = *std::max_element(per_stage.begin(), per_stage.end());
+  const int now = layout.recompute_layers > 0 ? std::min(layout.recompute_layers, most) : most;
+  ParallelLayout l = layout;
+  for (l.recompute_layers = 1; l.recompute_layers < now; ++l.recompute_layers) {
+    if (!estimate_memory(model, l, gpu, options).out_of_memory) return l.recompute_layers;
+  }
+  return 0;
+}
+
 }  // namespace
 
 std::vector<Suggestion> explain_layout(const ModelConfig& model, const ParallelLayout& layout, const Topology& topology,
@@ -106,6 +122,14 @@ std::vector<Suggestion> explain_layout(const ModelConfig& model, const ParallelL
       list.push_back({"activations of " + std::to_string(n) + " layers offloaded", "--cpu-offloading-layers " + std::to_string(n),
                       [](const ParallelLayout&) { return true; },
                       [n](ParallelLayout& l, WorkloadOverrides& o) { l.cpu_offloading_layers = n; o.cpu_offloading_layers = n; }});
+    }
+  }
+  if (!base.out_of_memory) {
+    const int n = fewest_recomputed_layers_that_fit(model, layout, topology.gpu_spec_of(topology.gpus()[0]), options);
+    if (n > 0) {
+      list.push_back({"full recomputation of only " + std::to_string(n) + (n == 1 ? " layer" : " layers") + " per stage",
+                      "--recompute-layers " + std::to_string(n), [](const ParallelLayout&) { return true; },
+                      [n](ParallelLayout& l, WorkloadOverrides& o) { l.recompute_layers = n; o.recompute_layers = n; }});
     }
   }
   for (const Knob& k : list) {

@@ -13,6 +13,8 @@
 //   DP innermost                rank order tp-cp-ep-dp-pp ↔ tp-cp-ep-pp-dp (pp > 1, dp > 1)
 //   activation offloading       out of memory with pp 1 and no recomputation: the fewest layers
 //                               whose activations in host memory let it fit (estimate_memory)
+//   fewer recomputed layers     full recomputation that fits: the fewest layers per stage whose
+//                               recomputation (Megatron's block method) still lets it fit
 // Each suggestion is the difference of two simulations with the same options; one that does
 // not fit in GPU memory is kept, marked, after the ones that do.
 #pragma once
