@@ -41,7 +41,7 @@ TEST(PublishedRuns, TheDevSetReadsWhole) {
 
 TEST(PublishedRuns, DefaultsAndBadRows) {
   auto runs = read_published_runs(kSource + "/tests/data/training/bad-published-runs.json");
-  ASSERT_EQ(runs.size(), 9u);
+  ASSERT_EQ(runs.size(), 11u);
   EXPECT_EQ(runs[0].error, "");
   EXPECT_EQ(parallel_layout_of(runs[0]).expert_gemms, ExpertGemms::kPerExpert);  // Megatron-Core's default
   EXPECT_EQ(runs[0].layout.dp, 16);                 // 32 GPUs / tp 2
@@ -58,6 +58,10 @@ TEST(PublishedRuns, DefaultsAndBadRows) {
   EXPECT_EQ(runs[6].error, "/6/model/bundled: no bundled model \"deepseek-v3\"");
   EXPECT_EQ(runs[7].error, "/7/layout/exp_avg_sq_dtype: expected fp32, bf16, fp16, fp8 or null, found \"fp64\"");
   EXPECT_EQ(runs[8].error, "/8/layout/expert_gemm: unknown expert GEMM issue \"sequential\" (expected per_expert, grouped or null)");
+  // Counts of layers may be 0, written out (none in bf16, none offloaded, every layer recomputed).
+  EXPECT_EQ(runs[9].error, "");
+  EXPECT_EQ(parallel_layout_of(runs[9]).recompute_layers, 0);
+  EXPECT_EQ(runs[10].error, "/10/layout/recompute_layers: must be at least 0, found -2");
 }
 
 // Megatron-Bridge's MoE recipes from v0.5.0 (26.06) on run the experts as CuTe DSL grouped MLPs

@@ -26,14 +26,18 @@ const nlohmann::json& member(const nlohmann::json& obj, const std::string& key, 
   return *it;
 }
 
-// Absent and null mean the same: unknown, take the format's default.
-std::optional<int64_t> opt_int(const nlohmann::json& obj, const std::string& key, const std::string& where) {
+// Absent and null mean the same: unknown, take the format's default. `least` is the smallest
+// value allowed: 1 for sizes and degrees, 0 for counts of layers.
+std::optional<int64_t> opt_int(const nlohmann::json& obj, const std::string& key, const std::string& where,
+                               int64_t least = 1) {
   if (!obj.is_object()) throw RowError(where, "expected an object");
   auto it = obj.find(key);
   if (it == obj.end() || it->is_null()) return std::nullopt;
   const nlohmann::json& v = *it;
   if (!v.is_number_integer()) throw RowError(where + "/" + key, "expected an integer or null, found " + v.dump());
-  if (v.get<int64_t>() < 1) throw RowError(where + "/" + key, "must be at least 1, found " + v.dump());
+  if (v.get<int64_t>() < least) {
+    throw RowError(where + "/" + key, "must be at least " + std::to_string(least) + ", found " + v.dump());
+  }
   // No count of a published run comes near this; beyond it products of counts overflow.
   constexpr int64_t kLargest = int64_t{1} << 30;
   if (v.get<int64_t>() > kLargest) {
@@ -256,9 +260,9 @@ PublishedLayout layout_of(const nlohmann::json& l, int gpus, const std::string& 
                             std::pair{"bf16_layers_at_end", &p.bf16_layers_at_end},
                             std::pair{"cpu_offloading_layers", &p.cpu_offloading_layers},
                             std::pair{"recompute_layers", &p.recompute_layers}}) {
-    auto n = opt_int(l, key, where);
+    auto n = opt_int(l, key, where, 0);
     if (!n) continue;
-    if (*n < 0 || *n > 1 << 20) throw RowError(where + "/" + key, "expected 0 to 1048576, found " + std::to_string(*n));
+    if (*n > 1 << 20) throw RowError(where + "/" + key, "expected 0 to 1048576, found " + std::to_string(*n));
     *field = static_cast<int>(*n);
   }
   if (p.recompute != "none" && p.recompute != "selective" && p.recompute != "full") {
