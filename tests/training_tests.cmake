@@ -150,10 +150,11 @@ foreach(pair "vtrain-a100-layouts:109:4" "megascale-a100-holdout:22:2" "megascal
                    ${rows} ${groups})
   set_tests_properties(example.validate.${file} PROPERTIES LABELS long)
 endforeach()
-# H100 hold-outs read whole and every row simulated: llm-foundry's FP8 table (7 rows),
+# Hold-outs read whole and every row simulated: llm-foundry's H100 FP8 table (7 rows),
 # Megatron-Core r0.8.0's weak-scaling table of GPT 1.7B-462B on 48-6,144 H100s (9 rows), NeMo 24.07's
-# DGX-H100 FP8 table (12 rows).
-foreach(pair "mpt-h100-fp8-holdout:7" "megatron-core-h100-holdout:9" "nemo-h100-fp8-holdout:12")
+# DGX-H100 FP8 table (12 rows), NeMo 25.02-25.07's DGX-B200 and GB200 FP8 tables (20 rows).
+foreach(pair "mpt-h100-fp8-holdout:7" "megatron-core-h100-holdout:9" "nemo-h100-fp8-holdout:12"
+             "nemo-blackwell-fp8-holdout:20")
   string(REPLACE ":" ";" parts ${pair})
   list(GET parts 0 file)
   list(GET parts 1 rows)
