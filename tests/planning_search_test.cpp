@@ -354,6 +354,42 @@ TEST(LayoutSearch, ActivationOffloadingStaysWhereMegatronAllowsIt) {
   EXPECT_EQ(offloading, 2u);
 }
 
+TEST(LayoutSearch, BlocksOfRecomputedLayersAreFullRecomputationOnly) {
+  // recompute_layers 0, 2 and 8 on the 1.3B GPT (24 layers): full recomputation takes each value,
+  // none and selective only 0; a block as deep as a stage's layers (8 at pp 4: 6 layers each) is
+  // the same layout as 0 and counted as rejected; with 0 absent from the list it stays, as 0.
+  const TrainingWorkload job = small_case();
+  SearchSpace space = small_space(job);
+  space.tp = {1};
+  space.pp = {1, 4};
+  space.zero = {ZeroStage::kStage1};
+  space.micro_batch = {1};
+  space.schedule = {PipelineScheduleKind::kOneFOneB};
+  space.rank_order = {"tp-cp-ep-dp-pp"};
+  space.recompute = {Recomputation::kNone, Recomputation::kSelective, Recomputation::kFull};
+  space.recompute_layers = {0, 2, 8};
+  Enumeration e = enumerate_layouts(space, job.model, job.layout, 16);
+  std::multiset<std::pair<int, int>> full;  // (pp, recompute_layers)
+  for (const ParallelLayout& l : e.valid) {
+    if (l.recompute == Recomputation::kFull) {
+      full.insert({l.pp, l.recompute_layers});
+    } else {
+      EXPECT_EQ(l.recompute_layers, 0) << layout_description(l);
+    }
+  }
+  EXPECT_EQ(full, (std::multiset<std::pair<int, int>>{{1, 0}, {1, 2}, {1, 8}, {4, 0}, {4, 2}}));
+  EXPECT_EQ(e.enumerated, 2u * (2 + 3));
+  EXPECT_EQ(e.rejected_by_rule, 1u);
+  space.recompute_layers = {2, 8};
+  e = enumerate_layouts(space, job.model, job.layout, 16);
+  full.clear();
+  for (const ParallelLayout& l : e.valid) {
+    if (l.recompute == Recomputation::kFull) full.insert({l.pp, l.recompute_layers});
+  }
+  EXPECT_EQ(full, (std::multiset<std::pair<int, int>>{{1, 2}, {1, 8}, {4, 2}, {4, 0}}));
+  EXPECT_EQ(e.rejected_by_rule, 0u);
+}
+
 // ---- published findings, in direction ------------------------------------------------------------
 
 IterationResult run(const TrainingWorkload& job, const ParallelLayout& l, int nodes) {

@@ -90,6 +90,7 @@ SearchSpace default_search_space(const ModelConfig& model, const ParallelLayout&
   s.zero = {ZeroStage::kStage0, ZeroStage::kStage1, ZeroStage::kStage2, ZeroStage::kStage3};
   s.micro_batch = {1, 2, 4, 8};
   s.recompute = {Recomputation::kNone, Recomputation::kSelective, Recomputation::kFull};
+  s.recompute_layers = {base.recompute_layers};
   s.schedule = {PipelineScheduleKind::kOneFOneB, PipelineScheduleKind::kInterleavedOneFOneB,
                 PipelineScheduleKind::kZeroBubbleH1};
   s.cp_comm = {base.cp_comm};
@@ -127,6 +128,11 @@ SearchSpace read_search_space(const std::string& path, SearchSpace s, int gpus) 
   read_list(root, "zero", s.zero, zero_of);
   read_list(root, "micro_batch", s.micro_batch, [](JsonReader& r) { return static_cast<int64_t>(positive_int(r)); });
   read_list(root, "recompute", s.recompute, recompute_of);
+  read_list(root, "recompute_layers", s.recompute_layers, [](JsonReader& r) {
+    const int64_t v = r.as_int();
+    if (v < 0 || v > 1 << 20) r.fail("must be between 0 and 1048576, found " + std::to_string(v));
+    return static_cast<int>(v);
+  });
   read_list(root, "schedule", s.schedule,
             [&](JsonReader& r) { return schedule_from(r.as_string(), path, r.pointer()); });
   read_list(root, "cp_comm", s.cp_comm, cp_comm_of);
@@ -218,8 +224,11 @@ Enumeration enumerate_layouts(const SearchSpace& space, const ModelConfig& model
   l = expand(l, space.micro_batch, always, [](ParallelLayout& x, int64_t v) { x.micro_batch = v; });
   l = expand(l, space.recompute, always, [](ParallelLayout& x, Recomputation v) {
     x.recompute = v;
-    if (v != Recomputation::kFull) x.recompute_layers = 0;  // a block of layers is a choice of full recomputation
+    x.recompute_layers = 0;
   });
+  // A block of layers is a choice of full recomputation.
+  l = expand(l, space.recompute_layers, [](const ParallelLayout& x) { return x.recompute == Recomputation::kFull; },
+             [](ParallelLayout& x, int v) { x.recompute_layers = v; });
   // Only pipelines have schedules; only the interleaved one has chunks.
   l = expand(l, space.schedule, [](const ParallelLayout& x) { return x.pp > 1; },
              [](ParallelLayout& x, PipelineScheduleKind v) { x.schedule = v; });
@@ -245,9 +254,23 @@ Enumeration enumerate_layouts(const SearchSpace& space, const ModelConfig& model
              [](ParallelLayout& x, const std::string& v) { x.rank_order = v; });
   Enumeration out;
   out.enumerated = l.size();
+  const bool every_layer_too =
+      std::find(space.recompute_layers.begin(), space.recompute_layers.end(), 0) != space.recompute_layers.end();
   for (ParallelLayout& x : l) {
     try {
       validate(x, model, gpus);
+      if (x.recompute_layers > 0) {
+        // Recomputing as many layers as a stage holds, or more, is recomputing every layer (0):
+        // the same layout as 0 where the space has 0.
+        const std::vector<int> per_stage = virtual_stage_layers(x, model);
+        if (x.recompute_layers >= *std::max_element(per_stage.begin(), per_stage.end())) {
+          if (every_layer_too) {
+            ++out.rejected_by_rule;
+            continue;
+          }
+          x.recompute_layers = 0;
+        }
+      }
       out.valid.push_back(std::move(x));
     } catch (const InputError&) {
       ++out.rejected_by_rule;

@@ -21,6 +21,8 @@ struct SearchSpace {
   std::vector<ZeroStage> zero;
   std::vector<int64_t> micro_batch;
   std::vector<Recomputation> recompute;
+  /// With full recomputation: 0 every layer, N the first N of each virtual stage (block method).
+  std::vector<int> recompute_layers;
   std::vector<PipelineScheduleKind> schedule;
   std::vector<ContextParallelComm> cp_comm;  ///< with cp > 1
   std::vector<MoeDispatcher> moe_dispatcher;  ///< with ep > 1
@@ -36,7 +38,8 @@ struct SearchSpace {
 /// GPUs × 2 and up to 64, PP over the divisors of the GPUs up to the layers, CP 1 (and 2–8 for
 /// sequences of 16k tokens or more), EP over the experts' divisors and expert TP = tp or 1 (MoE),
 /// ZeRO 0–3, micro-batches
-/// 1–8, recomputation none/selective/full, 1F1B, interleaved (vpp 2, 4) and ZB-H1, SP on,
+/// 1–8, recomputation none/selective/full (full of every layer, or of as many per stage as the base
+/// layout's recompute_layers), 1F1B, interleaved (vpp 2, 4) and ZB-H1, SP on,
 /// TP overlap as the base layout has it, rank orders with DP or PP innermost after TP, activation
 /// offloading as the base layout has it where Megatron allows it (pp 1, no recomputation).
 SearchSpace default_search_space(const ModelConfig& model, const ParallelLayout& base, int gpus, int gpus_per_node);
@@ -49,7 +52,8 @@ SearchSpace read_search_space(const std::string& path, SearchSpace defaults, int
 struct Enumeration {
   std::vector<ParallelLayout> valid;  ///< in enumeration order
   size_t enumerated = 0;              ///< combinations with dp·tp·pp·cp = GPUs
-  size_t rejected_by_rule = 0;        ///< of them, refused by the layout's validation
+  size_t rejected_by_rule = 0;        ///< of them, refused by the layout's validation, or the same
+                                      ///< layout as another (a block of every layer of a stage is 0)
 };
 
 /// Every combination of the space on `gpus` GPUs, from `base` (batch, sequence, dtype and the
