@@ -105,7 +105,7 @@ parallax_refuses(train.bad_sustained_fraction_is_refused
                  train ${PROJECT_SOURCE_DIR}/tests/data/training/bad-sustained-fraction.json)
 # The hold-out set (H100 rows that played no part in choosing the defaults) is predicted whole.
 add_test(NAME example.validate.h100_holdout
-         COMMAND bash -c "\"$0\" validate \"$1\" --json \"$2\" > /dev/null && python3 -c 'import json,sys; rows=json.load(open(sys.argv[1])); assert len(rows)==15 and all(\"error\" in r for r in rows)' \"$2\""
+         COMMAND bash -c "\"$0\" validate \"$1\" --json \"$2\" > /dev/null && python3 -c 'import json,sys; rows=json.load(open(sys.argv[1])); assert len(rows)==70 and all(\"error\" in r for r in rows)' \"$2\""
                  $<TARGET_FILE:parallax> ${PROJECT_SOURCE_DIR}/workloads/validation/mpt-h100-holdout.json ${train_scratch}/h100-holdout.json)
 # Megatron-Bridge's Hopper and Blackwell tables (FP8 current scaling, MXFP8, NVFP4; GB200/GB300
 # racks in part): every row simulated, none refused.
@@ -150,10 +150,11 @@ foreach(pair "vtrain-a100-layouts:109:4" "megascale-a100-holdout:22:2" "megascal
                    ${rows} ${groups})
   set_tests_properties(example.validate.${file} PROPERTIES LABELS long)
 endforeach()
-# Hold-outs read whole and every row simulated: llm-foundry's H100 FP8 table (7 rows),
+# Hold-outs read whole and every row simulated: llm-foundry's H100 FP8 table (7 rows) and A100 80GB
+# table (61 rows),
 # Megatron-Core r0.8.0's weak-scaling table of GPT 1.7B-462B on 48-6,144 H100s (9 rows), NeMo 24.07's
 # DGX-H100 FP8 table (12 rows), NeMo 25.02-25.07's DGX-B200 and GB200 FP8 tables (20 rows).
-foreach(pair "mpt-h100-fp8-holdout:7" "megatron-core-h100-holdout:9" "nemo-h100-fp8-holdout:12"
+foreach(pair "mpt-h100-fp8-holdout:7" "mpt-a100-80gb-holdout:61" "megatron-core-h100-holdout:9" "nemo-h100-fp8-holdout:12"
              "nemo-blackwell-fp8-holdout:20")
   string(REPLACE ":" ";" parts ${pair})
   list(GET parts 0 file)
