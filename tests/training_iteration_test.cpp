@@ -538,6 +538,10 @@ TEST(IterationMemory, EstimatedWithoutTimeAsTheSimulationHasIt) {
   ParallelLayout context = layout(1, 4, 2, 8);
   context.cp = 2;
   layouts.push_back(context);
+  ParallelLayout block = interleaved;  // full recomputation of the first 3 of each chunk's 8 layers
+  block.recompute = Recomputation::kFull;
+  block.recompute_layers = 3;
+  layouts.push_back(block);
   for (const ParallelLayout& l : layouts) {
     const IterationResult r = simulate_iteration(model, l, topo);
     const IterationMemory m = estimate_memory(model, l, topo.gpu_spec_of(topo.gpus()[0]));
