@@ -278,12 +278,20 @@ struct ValidateArgs {
   std::string network = "analytical";
 };
 
-// The error summaries under the table: over every simulated row, per GPU type and per source
-// (signed: a bias shared by one publication's rows — its framework, its kernels — shows there,
-// where per-row errors only look like scatter); rows published as out of memory counted apart.
+// A row's group by hardware and number format: "H100-80GB fp8 (current)", "GB200 bf16".
+std::string gpu_and_precision(const PublishedRun& run) {
+  std::string label = run.gpu + " " + run.precision;
+  if (run.precision == "fp8") label += " (" + run.fp8_recipe + ")";
+  return label;
+}
+
+// The error summaries under the table: over every simulated row, per GPU type and precision,
+// and per source (signed: a bias shared by one publication's rows — its framework, its kernels,
+// its hardware — shows there, where per-row errors only look like scatter); rows published as
+// out of memory counted apart.
 void print_error_summaries(const std::vector<PublishedRun>& runs, const std::vector<RunPrediction>& predictions) {
   std::vector<double> errors;
-  std::map<std::string, std::vector<double>> by_gpu;
+  std::map<std::string, std::vector<double>> by_gpu;     // signed errors
   std::map<std::string, std::vector<double>> by_source;  // signed errors
   size_t out_of_memory = 0, agreed = 0;
   for (size_t i = 0; i < runs.size(); ++i) {
@@ -296,7 +304,7 @@ void print_error_summaries(const std::vector<PublishedRun>& runs, const std::vec
       continue;
     }
     errors.push_back(std::fabs(p.error));
-    by_gpu[run.gpu].push_back(std::fabs(p.error));
+    by_gpu[gpu_and_precision(run)].push_back(p.error);
     by_source[source_label(run.source)].push_back(p.error);
   }
   const size_t simulated = errors.size() + out_of_memory;
@@ -309,15 +317,21 @@ void print_error_summaries(const std::vector<PublishedRun>& runs, const std::vec
   if (out_of_memory > 0) {
     std::printf("published out of memory: %zu rows, %zu of them predicted out of memory\n", out_of_memory, agreed);
   }
-  for (const auto& [gpu, v] : by_gpu) {
-    std::printf("  %-10s %3zu rows: median %.1f%%, mean %.1f%%\n", gpu.c_str(), v.size(), 100 * median_error(v), 100 * mean_error(v));
+  auto magnitudes = [](const std::vector<double>& v) {
+    std::vector<double> m;
+    for (double e : v) m.push_back(std::fabs(e));
+    return m;
+  };
+  std::printf("per GPU type and precision: rows, median |error|, median signed error (bias), mean |error|\n");
+  for (const auto& [group, v] : by_gpu) {
+    const std::vector<double> m = magnitudes(v);
+    std::printf("  %-26s %3zu rows: median %.1f%%, bias %+.1f%%, mean %.1f%%\n", group.c_str(), v.size(),
+                100 * median_error(m), 100 * median_error(v), 100 * mean_error(m));
   }
   std::printf("per source: rows, median signed error (bias), mean |error|\n");
   for (const auto& [source, v] : by_source) {
-    std::vector<double> magnitude;
-    for (double e : v) magnitude.push_back(std::fabs(e));
     std::printf("  %-40s %3zu rows: median %+.1f%%, mean |error| %.1f%%\n", source.c_str(), v.size(), 100 * median_error(v),
-                100 * mean_error(magnitude));
+                100 * mean_error(magnitudes(v)));
   }
 }
 
