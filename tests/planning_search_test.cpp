@@ -378,7 +378,7 @@ TEST(LayoutSearch, BlocksOfRecomputedLayersAreFullRecomputationOnly) {
     }
   }
   EXPECT_EQ(full, (std::multiset<std::pair<int, int>>{{1, 0}, {1, 2}, {1, 8}, {4, 0}, {4, 2}}));
-  EXPECT_EQ(e.enumerated, 2u * (2 + 3));
+  EXPECT_EQ(e.enumerated, 2u * (2 + 3));  // per pp: none and selective once, full with each of 3 blocks
   EXPECT_EQ(e.rejected_by_rule, 1u);
   space.recompute_layers = {2, 8};
   e = enumerate_layouts(space, job.model, job.layout, 16);

@@ -65,6 +65,13 @@ int positive_int(JsonReader& r) {
   return static_cast<int>(v);
 }
 
+// A count of layers: 0 allowed.
+int layer_count(JsonReader& r) {
+  const int64_t v = r.as_int();
+  if (v < 0 || v > 1 << 20) r.fail("must be between 0 and 1048576, found " + std::to_string(v));
+  return static_cast<int>(v);
+}
+
 // Reads `key`'s list, when given, into `into` (each element by `read`).
 template <typename T, typename Read>
 void read_list(JsonReader& root, const std::string& key, std::vector<T>& into, Read read) {
@@ -128,11 +135,7 @@ SearchSpace read_search_space(const std::string& path, SearchSpace s, int gpus) 
   read_list(root, "zero", s.zero, zero_of);
   read_list(root, "micro_batch", s.micro_batch, [](JsonReader& r) { return static_cast<int64_t>(positive_int(r)); });
   read_list(root, "recompute", s.recompute, recompute_of);
-  read_list(root, "recompute_layers", s.recompute_layers, [](JsonReader& r) {
-    const int64_t v = r.as_int();
-    if (v < 0 || v > 1 << 20) r.fail("must be between 0 and 1048576, found " + std::to_string(v));
-    return static_cast<int>(v);
-  });
+  read_list(root, "recompute_layers", s.recompute_layers, layer_count);
   read_list(root, "schedule", s.schedule,
             [&](JsonReader& r) { return schedule_from(r.as_string(), path, r.pointer()); });
   read_list(root, "cp_comm", s.cp_comm, cp_comm_of);
@@ -141,11 +144,7 @@ SearchSpace read_search_space(const std::string& path, SearchSpace s, int gpus) 
   read_list(root, "moe_a2a_overlap", s.moe_a2a_overlap, [](JsonReader& r) { return r.as_bool(); });
   read_list(root, "sequence_parallel", s.sequence_parallel, [](JsonReader& r) { return r.as_bool(); });
   read_list(root, "tp_comm_overlap", s.tp_comm_overlap, [](JsonReader& r) { return r.as_bool(); });
-  read_list(root, "cpu_offloading_layers", s.cpu_offloading_layers, [](JsonReader& r) {
-    const int64_t v = r.as_int();
-    if (v < 0 || v > 1 << 20) r.fail("must be between 0 and 1048576, found " + std::to_string(v));
-    return static_cast<int>(v);
-  });
+  read_list(root, "cpu_offloading_layers", s.cpu_offloading_layers, layer_count);
   read_list(root, "rank_order", s.rank_order, [](JsonReader& r) {
     const std::string order = r.as_string();
     try {

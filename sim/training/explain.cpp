@@ -80,18 +80,24 @@ std::vector<Knob> knobs(const ModelConfig& model) {
   };
 }
 
+// The smallest value from 1 to below − 1 of a count of layers in the layout (`field`) with which
+// it fits in memory (memory only: estimate_memory); 0 when none does.
+int fewest_layers_that_fit(const ModelConfig& model, ParallelLayout l, int ParallelLayout::*field, int below,
+                           const GpuSpec& gpu, const IterationOptions& options) {
+  for (l.*field = 1; l.*field < below; ++(l.*field)) {
+    if (!estimate_memory(model, l, gpu, options).out_of_memory) return l.*field;
+  }
+  return 0;
+}
+
 // Out of memory without pipelining or recomputation: the fewest layers whose activations, moved to
-// host memory, let the layout fit (memory only: estimate_memory); 0 when none does or cannot.
+// host memory, let the layout fit; 0 when none does or cannot.
 int fewest_offloaded_layers_that_fit(const ModelConfig& model, const ParallelLayout& layout, const GpuSpec& gpu,
                                      const IterationOptions& options) {
   if (!layout.activation_offloading_possible() || layout.cpu_offloading_layers > 0 || !(gpu.host_bandwidth.value() > 0)) {
     return 0;
   }
-  ParallelLayout l = layout;
-  for (l.cpu_offloading_layers = 1; l.cpu_offloading_layers < model.layers; ++l.cpu_offloading_layers) {
-    if (!estimate_memory(model, l, gpu, options).out_of_memory) return l.cpu_offloading_layers;
-  }
-  return 0;
+  return fewest_layers_that_fit(model, layout, &ParallelLayout::cpu_offloading_layers, model.layers, gpu, options);
 }
 
 // Full recomputation with memory to spare: the fewest layers per virtual stage that, recomputed
@@ -103,11 +109,7 @@ int fewest_recomputed_layers_that_fit(const ModelConfig& model, const ParallelLa
   const std::vector<int> per_stage = virtual_stage_layers(layout, model);
   const int most = *std::max_element(per_stage.begin(), per_stage.end());
   const int now = layout.recompute_layers > 0 ? std::min(layout.recompute_layers, most) : most;
-  ParallelLayout l = layout;
-  for (l.recompute_layers = 1; l.recompute_layers < now; ++l.recompute_layers) {
-    if (!estimate_memory(model, l, gpu, options).out_of_memory) return l.recompute_layers;
-  }
-  return 0;
+  return fewest_layers_that_fit(model, layout, &ParallelLayout::recompute_layers, now, gpu, options);
 }
 
 }  // namespace
