@@ -75,6 +75,24 @@ TEST(ShapeEfficiency, AMeasuredMatmulCeilingSetsThePeakFraction) {
   EXPECT_DOUBLE_EQ(model.peak_fraction(DType::kBf16, h100()), 0.80);
 }
 
+TEST(ShapeEfficiency, HopperFp8TakesOneFastAccumulatingForwardAndTwoPreciseBackwards) {
+  // H100's fp8 ceiling (1402.6 of 1978.9, measured without fast accumulation): a training step's
+  // forward GEMM runs 1.08 times faster with it, its two backward GEMMs do not, so the three
+  // take 1/1.08 + 2 ceiling-times for 3: F = 0.70878 · 3/(1/1.08 + 2) = 0.72672. Blackwell has
+  // no such mode, and bf16 is untouched.
+  GpuSpec gpu = h100();
+  gpu.architecture = "hopper";
+  gpu.achievable_bf16 = teraflops_per_second(794.5);
+  gpu.achievable_fp8 = teraflops_per_second(1402.6);
+  ShapeEfficiency model;
+  const double ceiling = 1402.6 / 1978.9;
+  EXPECT_NEAR(model.peak_fraction(DType::kFp8, gpu), ceiling * 3.0 / (1.0 / 1.08 + 2.0), 1e-12);
+  EXPECT_NEAR(model.peak_fraction(DType::kFp8, gpu), 0.72672, 1e-5);
+  EXPECT_DOUBLE_EQ(model.peak_fraction(DType::kBf16, gpu), 794.5 / 989.4);
+  gpu.architecture = "blackwell";
+  EXPECT_DOUBLE_EQ(model.peak_fraction(DType::kFp8, gpu), ceiling);
+}
+
 TEST(ShapeEfficiency, SmallAndSkinnyProductsAreLessEfficient) {
   ShapeEfficiency model;
   EXPECT_LT(model.efficiency(cube(128)), model.efficiency(cube(1024)));

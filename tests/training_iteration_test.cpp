@@ -9,6 +9,7 @@
 #include "compute/compute_model.h"
 #include "io/input_error.h"
 #include "training/iteration.h"
+#include "training/operator_breakdown.h"
 #include "model/layer_operators.h"
 #include "model/model_loader.h"
 #include "model/parameter_count.h"
@@ -366,6 +367,48 @@ TEST(IterationTime, BlockRecomputationRepeatsOnlyItsLayersForwards) {
               1e-9 * full);
   l.recompute_layers = 8;
   EXPECT_DOUBLE_EQ(simulate_iteration(tiny(), l, topo).iteration_time.seconds(), full);
+}
+
+// The per-operator breakdown is the iteration's own arithmetic kept per operator: on one GPU,
+// with nothing to communicate, two more micro-batches add twice its units to the compute (the
+// optimizer step, also compute, stays).
+Time breakdown_total(const std::vector<UnitBreakdown>& units) {
+  Time t;
+  for (const UnitBreakdown& u : units) t += u.total() * u.count;
+  return t;
+}
+
+double two_more_micro_batches(const ParallelLayout& l, const Topology& topo) {
+  ParallelLayout more = l;
+  more.global_batch += 2;
+  return simulate_iteration(tiny(), more, topo).stages[0].time.compute.seconds() -
+         simulate_iteration(tiny(), l, topo).stages[0].time.compute.seconds();
+}
+
+TEST(OperatorBreakdown, AddsUpToTheIterationsComputeAndNamesItsRecomputation) {
+  const Topology topo = toy_cluster(1);
+  const GpuSpec& gpu = topo.gpu_spec_of(topo.gpus()[0]);
+  ParallelLayout l = layout(1, 1, 1, 2);
+  for (const Recomputation r : {Recomputation::kNone, Recomputation::kSelective, Recomputation::kFull}) {
+    l.recompute = r;
+    const std::vector<UnitBreakdown> units = operator_breakdown(tiny(), l, gpu);
+    ASSERT_EQ(units.size(), 3u);  // embedding, the layers, output layer
+    EXPECT_EQ(units[1].count, 8);
+    EXPECT_NEAR((breakdown_total(units) * 2).seconds(), two_more_micro_batches(l, topo), 1e-9) << static_cast<int>(r);
+    for (const OperatorTime& op : units[1].operators) {
+      const bool recomputed = r == Recomputation::kFull || (r == Recomputation::kSelective && op.name == "attention");
+      EXPECT_EQ(op.recomputed, recomputed ? op.forward : Time::zero()) << static_cast<int>(r) << " " << op.name;
+    }
+  }
+  // Megatron's block method: 3 of the stage's 8 layers recomputed, a kind of their own.
+  l.recompute_layers = 3;
+  const std::vector<UnitBreakdown> block = operator_breakdown(tiny(), l, gpu);
+  ASSERT_EQ(block.size(), 4u);
+  EXPECT_EQ(block[1].unit, "Transformer layer (recomputed)");
+  EXPECT_EQ(block[1].count, 3);
+  EXPECT_EQ(block[2].unit, "Transformer layer");
+  EXPECT_EQ(block[2].count, 5);
+  EXPECT_NEAR((breakdown_total(block) * 2).seconds(), two_more_micro_batches(l, topo), 1e-9);
 }
 
 TEST(IterationCommunication, PipelineSendsScatterOverTensorParallelRanks) {

@@ -43,8 +43,8 @@ double ShapeEfficiency::peak_fraction(DType dtype, const GpuSpec& gpu) const {
   if (dtype == DType::kBf16 || dtype == DType::kFp16) measured = gpu.achievable_bf16;
   if (dtype == DType::kFp8 && gpu.fp8.value() > 0) measured = gpu.achievable_fp8;
   const FlopRate peak = peak_rate(gpu, dtype);
-  if (measured.value() > 0 && peak.value() > 0) return measured.value() / peak.value();
-  return params_.peak_fraction;
+  const double fraction = measured.value() > 0 && peak.value() > 0 ? measured.value() / peak.value() : params_.peak_fraction;
+  return dtype == DType::kFp8 && gpu.architecture == "hopper" ? fraction * kHopperFp8TrainingBlend : fraction;
 }
 
 FlopRate ShapeEfficiency::achieved_rate(const GemmShape& shape, DType dtype, const GpuSpec& gpu) const {

@@ -29,6 +29,18 @@
 // Together: 8192³ bf16 on a 989.4 TFLOP/s H100 → 0.80 · 0.99611 / (1 + 0.99611 · 2⁻⁹) = 0.7953,
 // 786.9 TFLOP/s.
 //
+// fp8 on Hopper: the measured ceilings (Bekman's table: torch._scaled_mm, whose use_fast_accum
+// defaults to False) accumulate with periodic promotion to fp32. Transformer Engine's
+// tensor-scaled recipes (delayed and current scaling) run the forward GEMM with cuBLASLt's fast
+// accumulation (recipe fp8_gemm_fprop use_split_accumulator=False, dgrad and wgrad True;
+// transformer_engine/common/recipe/__init__.py, pytorch/module/base.py _2X_ACC_*), which Hopper
+// runs g = 1.08 times faster: torch._scaled_mm on one H100 at 2048³, 1.538 against 1.420 times
+// bf16 with and without (V. Kuzo, gist 2f09182b of 2024-08-13); FBGEMM's fast-accumulating
+// row-wise fp8 GEMM at 8192³ is 1.92 times bf16 on a 500 W H100 (pytorch/FBGEMM#2546), against
+// the 1.77 of the two ceilings (1.085). As the measured table does (MeasuredGemmTable), every
+// fp8 GEMM on Hopper takes the rate of a training step's three: 3 / (1/g + 2) = 1.0256 times the
+// ceiling. Blackwell has no such mode (its tensor cores accumulate in fp32 throughout).
+//
 // A grouped GEMM (batch > 1) fills the GPU with all its groups at once, so W counts every
 // group, while d is the per-group minimum.
 #pragma once
@@ -54,6 +66,12 @@ class GemmEfficiency {
   virtual std::string describe() const = 0;
 };
 
+/// g of the header: Hopper's fp8 GEMM with fast accumulation over one without.
+inline constexpr double kHopperFastAccumulationGain = 1.08;
+/// A training step's fp8 rate on Hopper over the ceiling measured without fast accumulation:
+/// one forward GEMM with it, two backward without (header).
+inline constexpr double kHopperFp8TrainingBlend = 3.0 / (1.0 / kHopperFastAccumulationGain + 2.0);
+
 /// The constants of the closed form above.
 struct ShapeEfficiencyParams {
   double peak_fraction = 0.80;
@@ -72,7 +90,8 @@ class ShapeEfficiency : public GemmEfficiency {
   /// The fraction of the dense peak reached by `shape`, in (0, peak_fraction).
   double efficiency(const GemmShape& shape) const;
   /// F for `dtype` on `gpu`: its measured matmul ceiling over its peak where the GPU spec has
-  /// one (bf16 and fp16 from the bf16 measurement, fp8 from the fp8 one), else the default.
+  /// one (bf16 and fp16 from the bf16 measurement, fp8 from the fp8 one), else the default;
+  /// fp8 on Hopper times kHopperFp8TrainingBlend (header).
   double peak_fraction(DType dtype, const GpuSpec& gpu) const;
   FlopRate achieved_rate(const GemmShape& shape, DType dtype, const GpuSpec& gpu) const override;
   std::string describe() const override;

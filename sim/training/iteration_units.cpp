@@ -166,6 +166,27 @@ std::vector<ModelOperator> scale_experts(std::vector<ModelOperator> ops, double 
   return ops;
 }
 
+MicroBatch micro_batch_of(const ParallelLayout& layout) {
+  // Full recomputation re-runs every module anyway (Megatron ignores the modules with it).
+  return MicroBatch{layout.micro_batch, layout.sequence_length, true,
+                    layout.dtype,       layout.attention,       layout.fp8_recipe,
+                    layout.fp4_recipe,
+                    layout.recompute == Recomputation::kFull ? RecomputeModules{} : layout.recompute_modules,
+                    layout.expert_gemms};
+}
+
+ShardingFactors sharding_of(const ParallelLayout& layout) {
+  return ShardingFactors{layout.tp, layout.cp, layout.ep, layout.sequence_parallel, false, layout.expert_tp};
+}
+
+std::vector<ModelOperator> timed_layer_operators(const ModelConfig& model, const ParallelLayout& layout, int layer,
+                                                 bool bf16, double expert_rows) {
+  MicroBatch batch = micro_batch_of(layout);
+  if (bf16) batch.dtype = DType::kBf16;
+  std::vector<ModelOperator> ops = layer_operators(model, layer, batch, sharding_of(layout));
+  return model.is_moe_layer(layer) ? scale_experts(std::move(ops), expert_rows, batch.dtype) : ops;
+}
+
 MessageSizes message_sizes(const ModelConfig& model, const ParallelLayout& layout) {
   const int t = layout.tp, cp = layout.cp;
   const double element = bytes_per_element(activation_dtype(layout.dtype));
@@ -189,13 +210,8 @@ StagePlan plan_stages(const ModelConfig& model, const ParallelLayout& layout, co
                       const IterationOptions& options) {
   const int p = layout.pp, v = layout.virtual_stages, t = layout.tp, cp = layout.cp;
   const int m = static_cast<int>(layout.micro_batches());
-  // Full recomputation re-runs every module anyway (Megatron ignores the modules with it).
-  const MicroBatch batch{layout.micro_batch, layout.sequence_length, true,
-                         layout.dtype,       layout.attention,       layout.fp8_recipe,
-                         layout.fp4_recipe,
-                         layout.recompute == Recomputation::kFull ? RecomputeModules{} : layout.recompute_modules,
-                         layout.expert_gemms};
-  const ShardingFactors sharding{t, layout.cp, layout.ep, layout.sequence_parallel, false, layout.expert_tp};
+  const MicroBatch batch = micro_batch_of(layout);
+  const ShardingFactors sharding = sharding_of(layout);
   const ParameterCounts counts = count_parameters(model);
   const bool timed_ends = !options.transformer_layers_only;
   const bool expert_parallel = layout.ep > 1;
@@ -209,13 +225,10 @@ StagePlan plan_stages(const ModelConfig& model, const ParallelLayout& layout, co
   // Layers differ in cost only by dense vs MoE, and by bf16 GEMMs at the ends of a quantised run.
   std::map<std::pair<bool, bool>, OperatorSums> layer_sums;
   auto sums_of = [&](int l, bool moe, bool bf16) {
-    MicroBatch layer_batch = batch;
-    if (bf16) layer_batch.dtype = DType::kBf16;
-    const std::vector<ModelOperator> ops = layer_operators(model, l, layer_batch, sharding);
-    if (!moe) return sum_operators(cm, ops);
+    if (!moe) return sum_operators(cm, timed_layer_operators(model, layout, l, bf16, 1.0));
     // Time at the busiest expert's pace, FLOPs of the slots actually processed.
-    OperatorSums s = sum_operators(cm, scale_experts(ops, routing.pace, layout.dtype));
-    const OperatorSums work = sum_operators(cm, scale_experts(ops, routing.processed, layout.dtype));
+    OperatorSums s = sum_operators(cm, timed_layer_operators(model, layout, l, bf16, routing.pace));
+    const OperatorSums work = sum_operators(cm, timed_layer_operators(model, layout, l, bf16, routing.processed));
     s.forward_flops = work.forward_flops;
     s.backward_flops = work.backward_flops;
     s.attention_forward_flops = work.attention_forward_flops;

@@ -146,6 +146,16 @@ Routing route(const MoeConfig& moe, int ep, const IterationOptions& options);
 // the activations they keep.
 std::vector<ModelOperator> scale_experts(std::vector<ModelOperator> ops, double factor, DType dtype);
 
+/// The micro-batch and the sharding that a layout gives every layer's operators.
+MicroBatch micro_batch_of(const ParallelLayout& layout);
+ShardingFactors sharding_of(const ParallelLayout& layout);
+
+/// Layer `layer`'s operators under `layout` (`bf16`: its GEMMs in 16 bits, as the ends of a
+/// quantised run may be), a MoE layer's routed experts at `expert_rows` times their average
+/// rows (Routing's pace for time, its processed share for work).
+std::vector<ModelOperator> timed_layer_operators(const ModelConfig& model, const ParallelLayout& layout, int layer,
+                                                 bool bf16, double expert_rows);
+
 /// Every virtual stage's units (the embedding on the first, the output layer on the last) and
 /// the schedule their pass times give (zero-bubble orders follow them).
 StagePlan plan_stages(const ModelConfig& model, const ParallelLayout& layout, const ComputeModel& cm,

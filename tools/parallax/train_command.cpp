@@ -30,6 +30,7 @@
 #include "training/run_validation.h"
 #include "training/explain.h"
 #include "training/iteration_report.h"
+#include "training/operator_breakdown.h"
 #include "training/workload_loader.h"
 #include "units/unit_parse.h"
 
@@ -63,6 +64,7 @@ struct TrainArgs {
       param_gather_per_tensor, moe_shared_expert_overlap, moe_a2a_overlap;  // "on" / "off"
   std::string rank_order;
   bool explain = false;
+  bool ops = false;
 };
 
 std::optional<bool> switch_of(const std::string& v) {
@@ -124,6 +126,28 @@ void print_suggestions(const std::vector<Suggestion>& suggestions) {
                s.knob + (s.fits ? "" : " (does not fit in memory)"), s.flags, strprintf("%.1f%%", 100 * s.bubble_fraction)});
   }
   std::printf("%s", suggestions.empty() ? "  (no knob of the list applies to this layout)\n" : t.render().c_str());
+}
+
+// One table per kind of unit: where a micro-batch's compute goes, operator by operator.
+void print_operator_breakdown(const std::vector<UnitBreakdown>& units, double sustained_fraction) {
+  std::printf("\ncompute per operator, one micro-batch on one GPU (kernels at %.2f of their stand-alone speed; "
+              "recomputed: the forward run again in the backward):\n",
+              sustained_fraction);
+  for (const UnitBreakdown& u : units) {
+    std::printf("%s x%d: %s each\n", u.unit.c_str(), u.count, seconds_text(u.total()).c_str());
+    TextTable t({"operator", "forward", "backward", "recomputed", "share", "TFLOP/s", "bound"},
+                {TextTable::Align::kLeft, TextTable::Align::kRight, TextTable::Align::kRight, TextTable::Align::kRight,
+                 TextTable::Align::kRight, TextTable::Align::kRight, TextTable::Align::kLeft});
+    const double unit_s = u.total().seconds();
+    for (const OperatorTime& op : u.operators) {
+      const double s = op.total().seconds();
+      t.add_row({op.name, seconds_text(op.forward), seconds_text(op.backward),
+                 op.recomputed > Time::zero() ? seconds_text(op.recomputed) : "-",
+                 strprintf("%.1f%%", unit_s > 0 ? 100 * s / unit_s : 0.0),
+                 s > 0 && op.bound != "memory" ? strprintf("%.0f", op.flops.value() / s / 1e12) : "-", op.bound});
+    }
+    std::printf("%s", t.render().c_str());
+  }
 }
 
 void run_train(const TrainArgs& a) {
@@ -264,8 +288,17 @@ void run_train(const TrainArgs& a) {
   }
   std::printf("compute: GEMMs by the %s; kernels at %.2f of their stand-alone speed (sustained fraction)\n",
               gemm_model_description(job).c_str(), job.compute.sustained_fraction);
+  std::vector<UnitBreakdown> units;
+  if (a.ops) {
+    units = operator_breakdown(job.model, job.layout, job.topology.gpu_spec_of(job.topology.gpus()[0]), options);
+    print_operator_breakdown(units, job.compute.sustained_fraction);
+  }
   if (a.explain) print_suggestions(explain_layout(job.model, job.layout, job.topology, options, r));
-  if (!a.json.empty()) write_file_atomically(a.json, iteration_json(job, r).dump(2) + "\n");
+  if (!a.json.empty()) {
+    nlohmann::ordered_json j = iteration_json(job, r);
+    if (a.ops) j["operator_breakdown"] = operator_breakdown_json(units);
+    write_file_atomically(a.json, j.dump(2) + "\n");
+  }
   if (!a.trace.empty()) write_file_atomically(a.trace, iteration_trace_json(job, r));
 }
 
@@ -442,6 +475,9 @@ void add_train_command(CLI::App& app) {
     cmd->add_option(flag, *field, std::string(what) + ": on or off")->check(CLI::IsMember({"on", "off"}));
   }
   cmd->add_option("--rank-order", args->rank_order, "rank order, innermost first (e.g. tp-cp-ep-dp-pp)");
+  cmd->add_flag("--ops", args->ops,
+                "after the report, where a micro-batch's compute goes: each operator of each kind of layer, forward, "
+                "backward and recomputed, its rate and what bounds it (with --json, also in the file)");
   cmd->add_flag("--explain", args->explain,
                 "after the report, what to try: a fixed list of knobs, each re-simulated alone, ranked by the time it saves");
   cmd->add_option("--network", args->network,

@@ -1,0 +1,112 @@
+// Per-operator compute of one micro-batch (operator_breakdown.h).
+#include "training/operator_breakdown.h"
+
+#include <algorithm>
+#include <map>
+#include <tuple>
+
+#include "compute/gemm_efficiency.h"
+#include "io/input_error.h"
+#include "training/iteration_units.h"
+
+namespace parallax {
+namespace {
+
+using iteration_detail::micro_batch_of;
+using iteration_detail::sharding_of;
+using iteration_detail::timed_layer_operators;
+
+std::string bound_of(const OperatorTiming& t) {
+  const Time work = std::max(t.compute, t.memory);
+  if (t.host > work + t.launch) return "host";
+  if (t.launch > work) return "launch";
+  return t.memory_bound() ? "memory" : "compute";
+}
+
+// `recompute_all`: the unit's whole forward runs again in its backward; otherwise the attention
+// core's under selective recomputation, and the recomputed modules'.
+std::vector<OperatorTime> timed(const ComputeModel& cm, const std::vector<ModelOperator>& ops, bool recompute_all,
+                                bool selective) {
+  std::vector<OperatorTime> rows;
+  for (const ModelOperator& op : ops) {
+    const OperatorTiming f = cm.timing(op.forward), b = cm.timing(op.backward);
+    OperatorTime row{op.name, f.total, b.total, Time::zero(), op.forward.flops + op.backward.flops,
+                     bound_of(b.total > f.total ? b : f)};
+    if (recompute_all || op.recomputed || (selective && op.attention_core)) {
+      row.recomputed = f.total;
+      row.flops = row.flops + op.forward.flops;
+    }
+    rows.push_back(row);
+  }
+  return rows;
+}
+
+std::string layer_unit_name(bool moe, bool bf16, bool recomputed) {
+  std::string name = moe ? "MoE layer" : "Transformer layer";
+  std::string notes;
+  if (bf16) notes = "bf16 GEMMs";
+  if (recomputed) notes += std::string(notes.empty() ? "" : ", ") + "recomputed";
+  return notes.empty() ? name : name + " (" + notes + ")";
+}
+
+}  // namespace
+
+Time UnitBreakdown::total() const {
+  Time t;
+  for (const OperatorTime& op : operators) t += op.total();
+  return t;
+}
+
+std::vector<UnitBreakdown> operator_breakdown(const ModelConfig& model, const ParallelLayout& layout, const GpuSpec& gpu,
+                                              const IterationOptions& options) {
+  validate(layout, model, layout.world_size());
+  if (!(peak_rate(gpu, layout.dtype).value() > 0)) {
+    throw InputError("", "/parallel/dtype", gpu.name + " has no " + std::string(to_string(layout.dtype)) + " peak");
+  }
+  const ComputeModel cm(gpu, options.compute, options.gemm_efficiency);
+  const double pace = model.moe ? iteration_detail::route(*model.moe, layout.ep, options).pace : 1.0;
+  const bool selective = layout.recompute == Recomputation::kSelective;
+  // Layers differ only by dense vs MoE, 16-bit ends and (block method) full recomputation.
+  std::map<std::tuple<bool, bool, bool>, size_t> index;
+  std::vector<UnitBreakdown> units;
+  int first = 0;
+  for (const int stage_layers : virtual_stage_layers(layout, model)) {
+    for (int l = first; l < first + stage_layers; ++l) {
+      const bool moe = model.is_moe_layer(l);
+      const bool bf16 = is_quantised(layout.dtype) && layout.bf16_layer(l, model.layers);
+      const bool recomputed = layout.fully_recomputed(l - first);
+      const auto [it, added] = index.try_emplace({moe, bf16, recomputed}, units.size());
+      if (added) {
+        units.push_back({layer_unit_name(moe, bf16, recomputed), 0,
+                         timed(cm, timed_layer_operators(model, layout, l, bf16, moe ? pace : 1.0), recomputed, selective)});
+      }
+      ++units[it->second].count;
+    }
+    first += stage_layers;
+  }
+  if (options.transformer_layers_only) return units;
+  const MicroBatch batch = micro_batch_of(layout);
+  const ShardingFactors sharding = sharding_of(layout);
+  units.insert(units.begin(), UnitBreakdown{"embedding", 1, timed(cm, embedding_operators(model, batch, sharding), false, false)});
+  units.push_back({"output layer", 1, timed(cm, output_operators(model, batch, sharding), false, false)});
+  return units;
+}
+
+nlohmann::ordered_json operator_breakdown_json(const std::vector<UnitBreakdown>& units) {
+  nlohmann::ordered_json out = nlohmann::ordered_json::array();
+  for (const UnitBreakdown& u : units) {
+    nlohmann::ordered_json ops = nlohmann::ordered_json::array();
+    for (const OperatorTime& op : u.operators) {
+      ops.push_back({{"name", op.name},
+                     {"forward_s", op.forward.seconds()},
+                     {"backward_s", op.backward.seconds()},
+                     {"recomputed_s", op.recomputed.seconds()},
+                     {"flops", op.flops.value()},
+                     {"bound", op.bound}});
+    }
+    out.push_back({{"unit", u.unit}, {"count", u.count}, {"total_s", u.total().seconds()}, {"operators", std::move(ops)}});
+  }
+  return out;
+}
+
+}  // namespace parallax
