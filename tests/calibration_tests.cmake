@@ -54,6 +54,14 @@ endif()
 # The GPU smoke script with a stand-in binary: its output files, part logs and point timeout.
 add_test(NAME harness.gpu_smoke.script
          COMMAND bash ${harness_dir}/gpu-smoke-test.sh ${harness_dir}/gpu-smoke.sh ${harness_scratch}/gpu_smoke)
+# The attention benchmark without a GPU: its plan's FLOPs are the compute model's (causal
+# 2·(s²/2)·heads·batch·2d), and with no PyTorch or no GPU it says so and exits 3, writing nothing.
+find_package(Python3 COMPONENTS Interpreter QUIET)
+if(Python3_Interpreter_FOUND)
+  add_test(NAME harness.attention_bench.no_gpu
+           COMMAND bash ${harness_dir}/attention-bench-test.sh ${Python3_EXECUTABLE}
+                   ${PROJECT_SOURCE_DIR}/calibrate/scripts/attention-bench.py ${harness_scratch}/attention_bench)
+endif()
 # The GPU harness's host code that needs no GPU (built only where CUDA and NCCL are found).
 if(TARGET parallax_harness_gpu)
   parallax_test(harness_gpu_test ${harness_dir}/harness_gpu_test.cpp)

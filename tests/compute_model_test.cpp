@@ -344,6 +344,73 @@ TEST(MeasuredGemmTable, Fp8FastAndPreciseAccumulationMakeOneTrainingRate) {
   EXPECT_EQ(table.achieved_rate(GemmShape{2048, 2048, 7168, 1}, DType::kBf16, h100()).value(), 450e12);
 }
 
+// The attention core as layer_operators builds it for one sequence of s tokens, causal, on
+// `heads` heads of dimension d: forward 2·(s²/2)·heads·2d FLOPs, backward 2.5 times that.
+OperatorCost attention_op(double s, double d, double heads, bool backward, bool flash2) {
+  OperatorCost op;
+  op.kind = OperatorKind::kAttention;
+  op.shape = GemmShape{s, s, d, heads};
+  op.flops = Flops(2.0 * (s * s / 2) * heads * 2 * d * (backward ? 2.5 : 1.0));
+  op.backward_pass = backward;
+  op.warp_mma_only = flash2;
+  return op;
+}
+
+const char* kAttentionLines =
+    R"({"kind":"gemm","dtype":"bf16","m":4096,"n":4096,"k":4096,"tflops":700})" "\n"
+    R"({"kind":"attention","kernel":"fused","pass":"forward","s_q":2048,"s_kv":2048,"d_qk":128,"tflops":500})" "\n"
+    R"({"kind":"attention","kernel":"fused","pass":"forward","s_q":8192,"s_kv":8192,"d_qk":128,"tflops":600})" "\n"
+    R"({"kind":"attention","kernel":"fused","pass":"backward","s_q":8192,"s_kv":8192,"d_qk":128,"tflops":450})" "\n"
+    R"({"kind":"attention","kernel":"fused","pass":"forward","s_q":8192,"s_kv":8192,"d_qk":64,"tflops":400})" "\n"
+    R"({"kind":"attention","kernel":"flash2","pass":"forward","s_q":8192,"s_kv":8192,"d_qk":128,"tflops":320})" "\n";
+
+TEST(MeasuredAttentionTable, MeasuredKernelsReplaceTheClosedForm) {
+  const auto table = std::make_shared<MeasuredGemmTable>(parse_gemm_measurements(kAttentionLines, "attn.jsonl"));
+  GpuSpec hopper = h100();
+  hopper.architecture = "hopper";
+  const ComputeModel model(hopper, standalone(), table);
+  // A measured shape: its rate exactly, per pass and kernel.
+  EXPECT_EQ(model.compute_rate(attention_op(8192, 128, 32, false, false)).value(), 600e12);
+  EXPECT_EQ(model.compute_rate(attention_op(8192, 128, 32, true, false)).value(), 450e12);
+  EXPECT_EQ(model.compute_rate(attention_op(8192, 128, 32, false, true)).value(), 320e12);
+  // s = 4096 lies halfway between 2048 and 8192 in log(s_q·s_kv): (500 + 600) / 2.
+  EXPECT_NEAR(model.compute_rate(attention_op(4096, 128, 32, false, false)).value(), 550e12, 1e3);
+  // Outside the measured sequences, the nearest end; head dim 96 is nearer 128 than 64 by ratio
+  // (log 4/3 against log 3/2), 80 nearer 64.
+  EXPECT_EQ(model.compute_rate(attention_op(65536, 128, 32, false, false)).value(), 600e12);
+  EXPECT_EQ(model.compute_rate(attention_op(8192, 96, 32, false, false)).value(), 600e12);
+  EXPECT_EQ(model.compute_rate(attention_op(8192, 80, 32, false, false)).value(), 400e12);
+  // The time is the FLOPs at that rate: 2 · 8192²/2 · 32 · 256 / 600e12, plus the launch.
+  const OperatorCost forward = attention_op(8192, 128, 32, false, false);
+  EXPECT_EQ(model.time(forward), seconds_rounded_up(forward.flops.value() / 600e12) + kLaunch);
+  // FlashAttention-2's backward was not measured: on Hopper the closed form answers for it.
+  const ComputeModel closed(hopper, standalone());
+  EXPECT_EQ(model.compute_rate(attention_op(8192, 128, 32, true, true)).value(),
+            closed.compute_rate(attention_op(8192, 128, 32, true, true)).value());
+  // GEMMs from the same file.
+  EXPECT_EQ(model.compute_rate(gemm_cost(cube(4096), DType::kBf16)).value(), 700e12);
+  EXPECT_NE(table->describe().find("attention kernels measured (5 points)"), std::string::npos);
+}
+
+TEST(MeasuredAttentionTable, OnAmpereFlashAttention2IsTheGpusOwnKernel) {
+  // Only "flash2" lines (what a sweep on an A100 may write): the fused kernel is the same there.
+  const std::string text =
+      R"({"kind":"attention","kernel":"flash2","pass":"backward","s_q":4096,"s_kv":4096,"d_qk":128,"tflops":180})" "\n";
+  const auto table = std::make_shared<MeasuredGemmTable>(parse_gemm_measurements(text, "a100.jsonl"));
+  GpuSpec ampere = h100();
+  ampere.architecture = "ampere";
+  EXPECT_EQ(ComputeModel(ampere, standalone(), table).compute_rate(attention_op(4096, 128, 16, true, false)).value(),
+            180e12);
+  // On Hopper the two kernels differ: no line for the fused one, so the closed form.
+  GpuSpec hopper = ampere;
+  hopper.architecture = "hopper";
+  EXPECT_EQ(ComputeModel(hopper, standalone(), table).compute_rate(attention_op(4096, 128, 16, true, false)).value(),
+            ComputeModel(hopper, standalone()).compute_rate(attention_op(4096, 128, 16, true, false)).value());
+  // No gemm line: every GEMM from the closed form.
+  EXPECT_EQ(table->achieved_rate(cube(4096), DType::kBf16, ampere).value(),
+            ShapeEfficiency().achieved_rate(cube(4096), DType::kBf16, ampere).value());
+}
+
 void expect_input_error(const std::string& text, const std::string& where, const std::string& pointer,
                         const std::string& reason_part) {
   try {
@@ -368,7 +435,16 @@ TEST(MeasuredGemmTable, BadLinesNameTheFileLineAndField) {
   expect_input_error(R"({"kind":"gemm","dtype":"bf16","m":1,"n":1,"k":1,"tflops":0})", "bench.jsonl:1", "/tflops",
                      "greater than zero");
   expect_input_error(R"({"dtype":"bf16"})", "bench.jsonl:1", "", "missing required key \"kind\"");
-  expect_input_error(R"({"kind":"meta"})", "bench.jsonl", "", "no \"kind\":\"gemm\" measurements");
+  expect_input_error(R"({"kind":"meta"})", "bench.jsonl", "", "no \"kind\":\"gemm\" or \"kind\":\"attention\" measurements");
+  // Attention lines: their kernel, pass and fields.
+  const std::string attention = R"({"kind":"attention","kernel":"fused","pass":"forward","s_q":4096,"s_kv":4096,"d_qk":128,)";
+  expect_input_error(attention + R"("tflops":0})", "bench.jsonl:1", "/tflops", "greater than zero");
+  expect_input_error(R"({"kind":"attention","kernel":"xformers","pass":"forward","s_q":1,"s_kv":1,"d_qk":1,"tflops":1})",
+                     "bench.jsonl:1", "/kernel", "unknown kernel");
+  expect_input_error(R"({"kind":"attention","kernel":"fused","pass":"both","s_q":1,"s_kv":1,"d_qk":1,"tflops":1})",
+                     "bench.jsonl:1", "/pass", "unknown pass");
+  expect_input_error(R"({"kind":"attention","kernel":"fused","pass":"forward","s_q":1,"d_qk":1,"tflops":1})",
+                     "bench.jsonl:1", "", "missing required key \"s_kv\"");
 }
 
 }  // namespace

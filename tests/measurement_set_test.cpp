@@ -248,6 +248,18 @@ TEST(MeasurementSet, DefaultsOfOptionalFields) {
   EXPECT_TRUE(c.run.empty());
 }
 
+TEST(MeasurementSet, AttentionLinesAreTheComputeModelsAndPassWithoutAProblem) {
+  // attention-bench.py appends to the harness's file; `calibrate fit` reads it without a warning.
+  ReadOutcome out = parse_measurement_lines(
+      "{\"kind\":\"collective\",\"op\":\"all_reduce\",\"group\":\"all\",\"ranks\":2,\"nodes\":1,"
+      "\"size_bytes\":64,\"time_us\":3}\n"
+      "{\"kind\":\"attention\",\"kernel\":\"fused\",\"pass\":\"forward\",\"s_q\":4096,\"s_kv\":4096,"
+      "\"d_qk\":128,\"tflops\":500}\n",
+      "mixed.jsonl");
+  EXPECT_TRUE(out.ok()) << (out.problems.empty() ? "" : out.problems[0].message());
+  EXPECT_EQ(out.set.collectives.size(), 1u);
+}
+
 TEST(MeasurementSet, EmptyFileIsAnEmptySet) {
   TempFile empty("empty.jsonl", "\n  \n");
   ReadOutcome out = read_measurements(empty.path());

@@ -6,25 +6,28 @@
 #      8 B … 1 GiB ×2, -w 5 -n 20, out of place only (in place, one rank moves nothing);
 #   3. the cuBLASLt GEMM sweep (bf16, and fp8 with and without fast accumulation where the GPU
 #      has it), after ~1 s of untimed products that bring the clocks up;
-#   4. the memcpy sweep (d2d, h2d, d2h; 1 MiB … 4 GiB).
+#   4. the memcpy sweep (d2d, h2d, d2h; 1 MiB … 4 GiB);
+#   5. where the machine has PyTorch with CUDA, the attention core (calibrate/scripts/
+#      attention-bench.py: the fused kernels, forward and backward, head dims 64 and 128,
+#      1k–16k tokens).
 # After each part, the SM and memory clocks, power, temperature and throttle reasons go into
 # machine.txt, so that a slow point can be told from a throttled GPU.
 #
-# Time on one H200: about 1.5 minutes (collectives ~15 s, GEMMs ~60 s, copies ~10 s, from the
-# FLOPs and bytes of the sweeps at datasheet-like rates; not yet timed on one). Hard ceiling:
-# under 6 minutes (every part has its own --time-limit and a `timeout` behind it inside
-# a 350 s budget, and stops cleanly keeping what it measured); a part that fails does not stop
-# the others. A collective point still running after 20 s (--point-timeout) is reported by name
+# Time on one H200: about 2 minutes (collectives ~15 s, GEMMs ~60 s, copies ~10 s, attention
+# ~20 s, from the FLOPs and bytes of the sweeps at datasheet-like rates; not yet timed on one).
+# Hard ceiling: under 7 minutes (every part has its own --time-limit and a `timeout` behind it
+# inside a 390 s budget, and stops cleanly keeping what it measured); a part that fails does not
+# stop the others. A collective point still running after 20 s (--point-timeout) is reported by name
 # as a hang and its communicator aborted, well inside its part's budget.
 #
 # What the output calibrates: the GEMM efficiency table (bf16, fp8 fast and precise, transformer
-# and MoE shapes; `parallax train --gemm-table`), HBM bandwidth (d2d) and host-copy bandwidth
+# and MoE shapes) and the attention kernels' rates (`parallax train --gemm-table`), HBM bandwidth (d2d) and host-copy bandwidth
 # over PCIe or C2C (h2d, d2h), and NCCL's one-rank launch cost. What it cannot: any NVLink,
 # NVLS or network α/β — those need two or more GPUs (pair-intra, node) or nodes (one-per-node).
 #
-# Everything lands in OUT_DIR, six files at most: measurements.jsonl (every part, FORMAT.md
-# lines), collectives.txt, gemm.txt, memcpy.txt (each part's tables and messages, stdout and
-# stderr together), machine.txt, summary.txt.
+# Everything lands in OUT_DIR, seven files at most: measurements.jsonl (every part, FORMAT.md
+# lines), collectives.txt, gemm.txt, memcpy.txt, attention.txt (each part's tables and messages,
+# stdout and stderr together), machine.txt, summary.txt.
 # Usage: gpu-smoke.sh PATH/TO/parallax-nccl-bench OUT_DIR
 set -u
 
@@ -36,7 +39,7 @@ bin=$1
 out=$2
 mkdir -p "$out" || exit 2
 start=$(date +%s)
-budget=350  # seconds for the whole script: 6 minutes less a margin
+budget=390  # seconds for the whole script: 7 minutes less a margin
 point_timeout=20
 results=()
 
@@ -130,9 +133,10 @@ fi
 export NCCL_DEBUG=${NCCL_DEBUG:-WARN}
 
 # ---- 2-4. the measurements ------------------------------------------------------------------
-# part NAME PLANNED_SECONDS ARGS...: runs the binary with --time-limit min(PLANNED, what is left
-# less a grace), SIGINT at the limit + 20 s (it stops after the current point), KILL 15 s later;
-# its stdout and stderr go to NAME.txt.
+# part NAME PLANNED_SECONDS ARGS...: runs the program (`runner`: the binary, or the attention
+# script) with --time-limit min(PLANNED, what is left less a grace), SIGINT at the limit + 20 s
+# (it stops after the current point), KILL 15 s later; its stdout and stderr go to NAME.txt.
+runner=("$bin")
 part() {
   local name=$1 planned=$2
   shift 2
@@ -144,8 +148,8 @@ part() {
     results+=("$name: skipped (no time left)")
     return
   fi
-  log "$name: starting (--time-limit $limit): $bin $* -o $out/measurements.jsonl"
-  timeout -s INT -k 15 $((limit + 20)) "$bin" "$@" --time-limit "$limit" -o "$out/measurements.jsonl" \
+  log "$name: starting (--time-limit $limit): ${runner[*]} $* -o $out/measurements.jsonl"
+  timeout -s INT -k 15 $((limit + 20)) "${runner[@]}" "$@" --time-limit "$limit" -o "$out/measurements.jsonl" \
     >"$out/$name.txt" 2>&1
   status=$?
   tail -n 5 "$out/$name.txt" >&2
@@ -165,12 +169,29 @@ part collectives 100 --groups self --placement out --ops all -b 8 -e 1G -f 2 -w 
 part gemm 150 --no-collectives --gemm -w 5 -n 20
 part memcpy 70 --no-collectives --memcpy --memcpy-max 4G -w 3 -n 10
 
+# The attention core needs PyTorch: the first Python that imports it with a CUDA device.
+attention_python=""
+for py in python3 /opt/torch/.venv/bin/python3 /opt/*/.venv/bin/python3 /usr/local/bin/python3; do
+  command -v "$py" >/dev/null 2>&1 || continue
+  if timeout 60 "$py" -c 'import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)' >/dev/null 2>&1; then
+    attention_python=$py
+    break
+  fi
+done
+if [ -n "$attention_python" ]; then
+  runner=("$attention_python" "$(dirname "$0")/../scripts/attention-bench.py")
+  part attention 40 --head-dims 64,128 --seqs 1024,2048,4096,8192,16384 -w 3 -n 10
+else
+  log "attention: skipped, no Python with PyTorch and a CUDA device"
+  results+=("attention: skipped (no PyTorch)")
+fi
+
 # ---- summary ----------------------------------------------------------------------------------
 {
   echo "== results"
   printf '%s\n' "${results[@]}"
   if [ -f "$out/measurements.jsonl" ]; then
-    for kind in meta collective gemm memcpy; do
+    for kind in meta collective gemm memcpy attention; do
       echo "$kind lines: $(grep -c "\"kind\":\"$kind\"" "$out/measurements.jsonl")"
     done
   fi

@@ -297,8 +297,10 @@ void read_line(const std::string& text, const std::string& file, int line_number
   } else if (kind == "meta") {
     set.runs.push_back(read_meta(f, source));
     latest_run = set.runs.back().run;
-  } else {
-    throw LineError{"/kind: unknown kind \"" + kind + "\" (expected meta, collective, gemm or memcpy)"};
+  } else if (kind != "attention") {
+    // Attention lines (calibrate/scripts/attention-bench.py) are the compute model's
+    // (sim/compute/measured_attention_table.h, through --gemm-table); no fit here uses them.
+    throw LineError{"/kind: unknown kind \"" + kind + "\" (expected meta, collective, gemm, memcpy or attention)"};
   }
   // Unknown keys are accepted on purpose: a newer harness may add fields, and an old reader
   // should still use the lines. Every field the fit depends on is required above.

@@ -25,6 +25,7 @@ FlopRate ComputeModel::compute_rate(const OperatorCost& op) const {
   switch (op.kind) {
     case OperatorKind::kGemm: return gemm_->achieved_rate(op.shape, op.dtype, gpu_);
     case OperatorKind::kAttention: {
+      if (const std::optional<FlopRate> measured = gemm_->attention_rate(op, gpu_)) return *measured;
       const double share = op.warp_mma_only && has_async_tensor_cores(gpu_) ? kWarpMmaAttentionShare : 1.0;
       return peak_rate(gpu_, op.dtype) * shape_efficiency(options_.attention_efficiency * share, op.shape, attention_shape_);
     }

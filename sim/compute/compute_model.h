@@ -18,6 +18,8 @@
 //   cores it reaches ρ = (335 / 989.4) / (225 / 312) = 0.470 of the share it reaches on A100:
 //   Dao 2023 (FlashAttention-2, arXiv:2307.08691) measures the same kernels at up to 225
 //   TFLOP/s forward+backward on A100 (312 peak) and up to 335 on H100 SXM (989.4 peak).
+//   A measurement file with attention lines (MeasuredGemmTable, measured_attention_table.h)
+//   replaces this closed form with the measured kernels' rates.
 // - memory-bound: the fp32 vector peak (such kernels are limited by bytes; the FLOP term only
 //   matters for an unusually arithmetic-heavy elementwise kernel).
 // η_memory = 0.90: copy benchmarks on H100/H200 reach about 90 % of the datasheet HBM bandwidth

@@ -34,6 +34,8 @@ ShapeEfficiency::ShapeEfficiency(ShapeEfficiencyParams params) : params_(params)
   }
 }
 
+std::optional<FlopRate> GemmEfficiency::attention_rate(const OperatorCost&, const GpuSpec&) const { return std::nullopt; }
+
 double ShapeEfficiency::efficiency(const GemmShape& shape) const {
   return shape_efficiency(params_.peak_fraction, shape, params_);
 }

@@ -45,6 +45,7 @@
 // group, while d is the per-group minimum.
 #pragma once
 
+#include <optional>
 #include <string>
 
 #include "compute/operator_cost.h"
@@ -64,6 +65,10 @@ class GemmEfficiency {
   virtual FlopRate achieved_rate(const GemmShape& shape, DType dtype, const GpuSpec& gpu) const = 0;
   /// One line naming the model and its constants or data source, for reports.
   virtual std::string describe() const = 0;
+  /// A measured rate for the attention core `op` (kAttention) on `gpu`, where the kernel rates
+  /// come from a measurement file that has one (MeasuredGemmTable); nullopt: the compute
+  /// model's closed form.
+  virtual std::optional<FlopRate> attention_rate(const OperatorCost& op, const GpuSpec& gpu) const;
 };
 
 /// g of the header: Hopper's fp8 GEMM with fast accumulation over one without.

@@ -12,10 +12,14 @@
 namespace parallax {
 
 MeasuredGemmTable::MeasuredGemmTable(std::vector<MeasuredGemmRate> measurements, std::string source,
-                                     std::shared_ptr<const GemmEfficiency> fallback)
-    : measurements_(std::move(measurements)), source_(std::move(source)), fallback_(std::move(fallback)) {
+                                     std::shared_ptr<const GemmEfficiency> fallback,
+                                     std::shared_ptr<const MeasuredAttentionTable> attention)
+    : measurements_(std::move(measurements)),
+      source_(std::move(source)),
+      fallback_(std::move(fallback)),
+      attention_(std::move(attention)) {
   if (!fallback_) fallback_ = std::make_shared<ShapeEfficiency>();
-  if (measurements_.empty()) throw std::invalid_argument("MeasuredGemmTable: no measurements");
+  if (measurements_.empty() && !attention_) throw std::invalid_argument("MeasuredGemmTable: no measurements");
 
   struct Sum {
     double total = 0;
@@ -73,21 +77,22 @@ FlopRate MeasuredGemmTable::achieved_rate(const GemmShape& shape, DType dtype, c
   return FlopRate(lo->rate + t * (hi->rate - lo->rate));
 }
 
+std::optional<FlopRate> MeasuredGemmTable::attention_rate(const OperatorCost& op, const GpuSpec& gpu) const {
+  if (attention_) return attention_->rate(op, gpu);
+  return fallback_->attention_rate(op, gpu);
+}
+
 std::string MeasuredGemmTable::describe() const {
   std::string dtypes;
   for (const auto& [dtype, curve] : by_dtype_) dtypes += (dtypes.empty() ? "" : ", ") + std::string(to_string(dtype));
-  return "measured GEMM table (" + std::to_string(measurements_.size()) + " shapes, " + dtypes + ") from " +
-         source_ + "; other dtypes: " + fallback_->describe();
+  const std::string attention =
+      attention_ ? "attention kernels measured (" + std::to_string(attention_->size()) + " points)" : "";
+  if (measurements_.empty()) return fallback_->describe() + "; " + attention + " from " + source_;
+  return "measured GEMM table (" + std::to_string(measurements_.size()) + " shapes, " + dtypes + ") from " + source_ +
+         (attention.empty() ? "" : "; " + attention) + "; other dtypes: " + fallback_->describe();
 }
 
 namespace {
-
-double positive_number(JsonReader& line, const std::string& key) {
-  JsonReader v = line.at(key);
-  double x = v.as_number();
-  if (!(x > 0)) v.fail("must be greater than zero, found " + v.raw().dump());
-  return x;
-}
 
 double positive_dimension(JsonReader& line, const std::string& key) {
   JsonReader v = line.at(key);
@@ -101,6 +106,7 @@ double positive_dimension(JsonReader& line, const std::string& key) {
 MeasuredGemmTable parse_gemm_measurements(const std::string& text, const std::string& name,
                                           std::shared_ptr<const GemmEfficiency> fallback) {
   std::vector<MeasuredGemmRate> out;
+  std::vector<MeasuredAttentionRate> attention;
   std::istringstream in(text);
   std::string raw_line;
   int line_number = 0;
@@ -117,6 +123,7 @@ MeasuredGemmTable parse_gemm_measurements(const std::string& text, const std::st
     }
     JsonReader line(doc, where);
     std::string kind = line.at("kind").as_string();
+    if (kind == "attention") attention.push_back(parse_attention_line(line));
     if (kind != "gemm") continue;
     MeasuredGemmRate m;
     JsonReader dtype = line.at("dtype");
@@ -128,13 +135,17 @@ MeasuredGemmTable parse_gemm_measurements(const std::string& text, const std::st
     m.shape.k = positive_dimension(line, "k");
     if (line.has("batch")) m.shape.batch = positive_dimension(line, "batch");
     if (auto fast = line.find("fast_accum")) m.fast_accum = fast->as_bool();
-    m.achieved = teraflops_per_second(positive_number(line, "tflops"));
-    if (line.has("peak_tflops")) m.peak = teraflops_per_second(positive_number(line, "peak_tflops"));
+    m.achieved = teraflops_per_second(positive_number_at(line, "tflops"));
+    if (line.has("peak_tflops")) m.peak = teraflops_per_second(positive_number_at(line, "peak_tflops"));
     if (auto label = line.find("label")) m.label = label->as_string();
     out.push_back(std::move(m));
   }
-  if (out.empty()) throw InputError(name, "", "no \"kind\":\"gemm\" measurements in the file");
-  return MeasuredGemmTable(std::move(out), name, std::move(fallback));
+  if (out.empty() && attention.empty()) {
+    throw InputError(name, "", "no \"kind\":\"gemm\" or \"kind\":\"attention\" measurements in the file");
+  }
+  auto attention_table =
+      attention.empty() ? nullptr : std::make_shared<const MeasuredAttentionTable>(std::move(attention));
+  return MeasuredGemmTable(std::move(out), name, std::move(fallback), std::move(attention_table));
 }
 
 MeasuredGemmTable load_gemm_measurements(const std::string& path, std::shared_ptr<const GemmEfficiency> fallback) {

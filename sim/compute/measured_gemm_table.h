@@ -30,6 +30,7 @@
 #include <vector>
 
 #include "compute/gemm_efficiency.h"
+#include "compute/measured_attention_table.h"
 
 namespace parallax {
 
@@ -46,13 +47,16 @@ struct MeasuredGemmRate {
 
 class MeasuredGemmTable : public GemmEfficiency {
  public:
-  /// `measurements` must be non-empty with positive shapes and rates (std::invalid_argument
-  /// otherwise). `fallback` answers dtypes that were not measured; null means ShapeEfficiency{}.
+  /// `measurements` must have positive shapes and rates, and be non-empty unless `attention`
+  /// is given (std::invalid_argument otherwise). `fallback` answers dtypes that were not
+  /// measured; null means ShapeEfficiency{}. `attention`: the file's attention lines, if any.
   MeasuredGemmTable(std::vector<MeasuredGemmRate> measurements, std::string source,
-                    std::shared_ptr<const GemmEfficiency> fallback = nullptr);
+                    std::shared_ptr<const GemmEfficiency> fallback = nullptr,
+                    std::shared_ptr<const MeasuredAttentionTable> attention = nullptr);
 
   FlopRate achieved_rate(const GemmShape& shape, DType dtype, const GpuSpec& gpu) const override;
   std::string describe() const override;
+  std::optional<FlopRate> attention_rate(const OperatorCost& op, const GpuSpec& gpu) const override;
 
   const std::vector<MeasuredGemmRate>& measurements() const { return measurements_; }
   /// True when at least one line measured `dtype`.
@@ -72,12 +76,14 @@ class MeasuredGemmTable : public GemmEfficiency {
   std::vector<MeasuredGemmRate> measurements_;
   std::string source_;
   std::shared_ptr<const GemmEfficiency> fallback_;
+  std::shared_ptr<const MeasuredAttentionTable> attention_;
   std::map<DType, Curve> by_dtype_;
 };
 
-/// Reads the `"kind":"gemm"` lines of a harness file. Blank lines are skipped; a line that does
-/// not parse, lacks `kind`, or is a gemm line with a missing or invalid field throws InputError
-/// naming "file:line" and the JSON pointer. A file without any gemm line is an error too.
+/// Reads the `"kind":"gemm"` and `"kind":"attention"` lines of a measurement file. Blank lines
+/// are skipped; a line that does not parse, lacks `kind`, or is a gemm or attention line with a
+/// missing or invalid field throws InputError naming "file:line" and the JSON pointer. A file
+/// with neither kind of line is an error too.
 MeasuredGemmTable load_gemm_measurements(const std::string& path,
                                          std::shared_ptr<const GemmEfficiency> fallback = nullptr);
 /// Same from text; `name` stands for the file in errors.

@@ -121,6 +121,8 @@ struct OperatorCost {
   /// For kAttention: a kernel written for Ampere's warp-level mma.sync (FlashAttention-2), which
   /// on GPUs with asynchronous tensor cores reaches only part of their peak (compute_model.h).
   bool warp_mma_only = false;
+  /// The backward pass of its operator (a measured attention table has a rate per pass).
+  bool backward_pass = false;
 };
 
 /// A GEMM of `shape`: FLOPs 2·m·n·k·batch, bytes ((m·k + k·n)·element size + m·n·output

@@ -225,4 +225,11 @@ void JsonReader::finish() const {
   }
 }
 
+double positive_number_at(JsonReader& r, const std::string& key) {
+  JsonReader v = r.at(key);
+  const double x = v.as_number();
+  if (!(x > 0)) v.fail("must be greater than zero, found " + v.raw().dump());
+  return x;
+}
+
 }  // namespace parallax

@@ -97,4 +97,8 @@ Q require_positive(const JsonReader& r, Q value) {
   return value;
 }
 
+/// The number under `key` of object `r`, which must be greater than zero (fails at the child
+/// with the value found).
+double positive_number_at(JsonReader& r, const std::string& key);
+
 }  // namespace parallax

@@ -120,6 +120,7 @@ class OperatorList {
     forward.flops = Flops(flops);
     forward.bytes_read_written = Bytes((q + kv + o) * element_ + row_stats);
     OperatorCost backward = forward;
+    backward.backward_pass = true;
     backward.flops = Flops(2.5 * flops);
     // Reads Q, K, V, O, dO and the row statistics; writes dQ, dK, dV (and the dO·O row sums).
     backward.bytes_read_written = Bytes((2 * q + 2 * kv + 2 * o) * element_ + 2 * row_stats);

@@ -345,7 +345,7 @@ CLI::App* add_step_subcommand(CLI::App* serve) {
   step->add_option("--decode", a->decode, "one decode step of BATCH sequences (with --context)");
   step->add_option("--context", a->context, "tokens each decoding sequence holds (its KV cache)");
   step->add_option("--overhead", a->overhead, "framework time per step")->capture_default_str();
-  step->add_option("--gemm-table", a->gemm_table, "measured GEMM rates (parallax-nccl-bench --gemm lines)");
+  step->add_option("--gemm-table", a->gemm_table, "measured GEMM rates (parallax-nccl-bench --gemm lines), and attention kernels' (attention-bench.py lines)");
   step->add_option("--json", a->json, "write the breakdown as JSON (step_time_ms and its parts)");
   step->callback([a] { run_step(*a); });
   return step;

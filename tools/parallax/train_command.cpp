@@ -488,7 +488,8 @@ void add_train_command(CLI::App& app) {
   cmd->add_option("--trace", args->trace, "write a Chrome/Perfetto trace: one process per pipeline stage, one thread per stream; co-simulated, "
                   "the busiest links with their load and an arrow from each task to the links it crossed");
   cmd->add_option("--gemm-table", args->gemm_table,
-                  "GEMM rates measured by the calibration harness (its JSON-lines file) instead of the closed form");
+                  "GEMM rates measured by the calibration harness (its JSON-lines file), and the attention kernels' where "
+                  "the file has them (calibrate/scripts/attention-bench.py), instead of the closed forms");
   cmd->add_option("--sustained-fraction", args->sustained_fraction,
                   sustained_fraction_help());
   cmd->add_option("--measured-step", args->measured_step,
