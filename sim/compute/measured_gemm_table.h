@@ -14,7 +14,9 @@
 //   in log V between the two measured volumes around it (measurements of different shapes with
 //   the same volume are averaged into one point), and outside the measured range it is the
 //   rate of the nearest end (no extrapolation);
-// - a dtype with no measurement is answered by the fallback model (by default ShapeEfficiency).
+// - a dtype with no measurement is answered by the fallback model (by default ShapeEfficiency);
+// - the file's `"kind":"attention"` lines, where it has them, are the attention core's measured
+//   rates (measured_attention_table.h), which attention_rate gives the compute model.
 // What this ignores: two shapes of equal volume but different aspect (8192×8192×128 against
 // 2048³) get the same interpolated rate unless one of them was measured. Measure the shapes the
 // workload uses (the harness's `label` field names them) to make this exact.
