@@ -160,9 +160,10 @@ endforeach()
 # Hold-outs read whole and every row simulated: llm-foundry's H100 FP8 table (7 rows) and A100 80GB
 # table (61 rows),
 # Megatron-Core r0.8.0's weak-scaling table of GPT 1.7B-462B on 48-6,144 H100s (9 rows), NeMo 24.07's
-# DGX-H100 FP8 table (12 rows), NeMo 25.02-25.07's DGX-B200 and GB200 FP8 tables (20 rows).
+# DGX-H100 FP8 table (12 rows), NeMo 25.02-25.07's DGX-B200 and GB200 FP8 tables (20 rows), NeMo's
+# long-context table of Llama 2 7B on DGX-H100 with CP, 4K-1M tokens (9 rows).
 foreach(pair "mpt-h100-fp8-holdout:7" "mpt-a100-80gb-holdout:61" "megatron-core-h100-holdout:9" "nemo-h100-fp8-holdout:12"
-             "nemo-blackwell-fp8-holdout:20")
+             "nemo-blackwell-fp8-holdout:20" "nemo-h100-long-context-holdout:9")
   string(REPLACE ":" ";" parts ${pair})
   list(GET parts 0 file)
   list(GET parts 1 rows)
