@@ -519,18 +519,22 @@ TEST(IterationMemory, ActivationsFollowTheScheduleAndStatesFollowZero) {
   l.attention = AttentionKernel::kUnfused;
   r = simulate_iteration(tiny(), l, topo);
   EXPECT_DOUBLE_EQ(r.stages[3].memory.activations.value(), 1 * 2 * sbh * (40 + 2.0 * 4 * 512 / 256) + output);
+  // During a layer's backward its recomputation re-creates the 2as²b again, one layer at a time.
   l.recompute = Recomputation::kSelective;
   r = simulate_iteration(tiny(), l, topo);
-  EXPECT_DOUBLE_EQ(r.stages[3].memory.activations.value(), 1 * 2 * sbh * 40 + output);
-  // Full recomputation keeps each layer's input, 2sbh; the output side is not recomputed.
+  const double scores = sbh * 2.0 * 4 * 512 / 256;
+  EXPECT_DOUBLE_EQ(r.stages[3].memory.activations.value(), 1 * 2 * sbh * 40 + output + scores);
+  // Full recomputation keeps each layer's input, 2sbh; the output side is not recomputed. The
+  // layer being back-propagated has its whole set again beside its kept input.
   l.recompute = Recomputation::kFull;
   r = simulate_iteration(tiny(), l, topo);
-  EXPECT_DOUBLE_EQ(r.stages[3].memory.activations.value(), 1 * 2 * sbh * 2 + output);
+  const double whole = sbh * 40 + scores;
+  EXPECT_DOUBLE_EQ(r.stages[3].memory.activations.value(), 1 * 2 * sbh * 2 + output + (whole - 2 * sbh));
+  EXPECT_DOUBLE_EQ(r.stages[0].memory.activations.value(), 4 * 2 * sbh * 2 + (whole - 2 * sbh));
   // Recomputing only the first layer of each stage (block method) keeps the other's whole.
   l.recompute_layers = 1;
   r = simulate_iteration(tiny(), l, topo);
-  EXPECT_DOUBLE_EQ(r.stages[3].memory.activations.value(),
-                   1 * (2 * sbh + sbh * (40 + 2.0 * 4 * 512 / 256)) + output);
+  EXPECT_DOUBLE_EQ(r.stages[3].memory.activations.value(), 1 * (2 * sbh + whole) + output + (whole - 2 * sbh));
   l.recompute_layers = 0;
   l.recompute = Recomputation::kNone;
   l.attention = AttentionKernel::kFlash;

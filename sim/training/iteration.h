@@ -116,12 +116,16 @@
 // otherwise as bubble before the last backward of the pipeline ends and idle after it.
 //
 // Memory per GPU: model states by ZeRO (zero_model_state_bytes; the dp·cp group shards them,
-// the expert-DP group the routed experts' when ep > 1), activations by Korthikanti et al. of
-// s/cp tokens per layer, FlashAttention's form (no s×s scores; flash_activation_bytes_per_layer) × the layers of each chunk × the micro-batches in flight on that stage
-// (peak_in_flight of the schedule: p−s on stage s for 1F1B, m for GPipe), and communication
-// buffers (PP send and receive, one DP gradient bucket, ZeRO-3's gathered layers: two with
-// prefetch; CP's two K/V blocks, or Ulysses' Q, K, V). Not counted: logits and loss buffers,
-// allocator fragmentation, CUDA context, workspace.
+// the expert-DP group the routed experts' when ep > 1); activations by Korthikanti et al. of
+// s/cp tokens per layer, FlashAttention's form (no s×s scores; flash_activation_bytes_per_layer),
+// × the layers of each chunk × the micro-batches in flight on that stage (peak_in_flight of the
+// schedule: p−s on stage s for 1F1B, m for GPipe), plus the output side's (the final norm's and
+// the logits' inputs, the cross-entropy's fp32 softmax) and what the recomputation of one layer
+// re-creates during its backward (a fully recomputed layer's whole set beyond its input, the
+// unfused core's s×s tensors under selective recomputation); and communication buffers (PP send
+// and receive, one DP gradient bucket, ZeRO-3's gathered layers: two with prefetch; CP's two K/V
+// blocks, or Ulysses' Q, K, V). Not counted: transient gradients, allocator fragmentation, CUDA
+// context, workspace.
 //
 // Not modelled yet: contention with other replicas' traffic on shared switches; zero-bubble
 // schedules beyond ZB-H1 (ZB-H2, ZB-V); for MoE: the imbalance of the all-to-all's senders

@@ -89,14 +89,17 @@ std::vector<StageMemory> stage_memory(const ModelConfig& model, const ParallelLa
     for (int c = 0; c < v; ++c) chunk_layers.push_back(vs_layers[static_cast<size_t>(c * p + s)]);
     const double held_layers = peak_in_flight(schedule, s, chunk_layers);
     stage.in_flight_micro_batches = stage.layers > 0 ? held_layers / stage.layers : 0.0;
-    Bytes layer_activations, output_activations;
+    Bytes layer_activations, output_activations, working_set;
     for (int c = 0; c < v; ++c) {
       for (const Unit& u : units[static_cast<size_t>(c * p + s)]) {
         if (u.transformer_layer) layer_activations += u.activations;
         if (u.output_side) output_activations += u.activations;
+        working_set = std::max(working_set, u.recomputed_working_set);
       }
     }
-    mem.activations = stage.layers > 0 ? layer_activations * (held_layers / stage.layers) : Bytes();
+    // The peak falls in a backward (1F1B's first, GPipe's): what is held plus what the
+    // recomputation of the layer being back-propagated re-creates, one layer at a time.
+    mem.activations = stage.layers > 0 ? layer_activations * (held_layers / stage.layers) + working_set : Bytes();
     if (layout.cpu_offloading_layers > 0) mem.activations = offloading_forward_peak(layout, units.front());
     if (output_activations > Bytes()) {
       std::vector<double> last_chunk(static_cast<size_t>(v), 0.0);

@@ -55,6 +55,7 @@ Unit unit_from(const OperatorSums& s, Recomputation recompute, bool transformer_
   u.transformer_layer = transformer_layer;
   // Full recomputation keeps only the layer's input (set by the caller, who knows its size).
   u.activations = s.saved + (recompute == Recomputation::kSelective && transformer_layer ? Bytes() : s.saved_scores);
+  if (recompute == Recomputation::kSelective && transformer_layer) u.recomputed_working_set = s.saved_scores;
   if (!timed) {
     u.forward_segments = u.backward_segments = u.input_gradient_segments = {{Time::zero()}};
     return u;
@@ -256,7 +257,11 @@ StagePlan plan_stages(const ModelConfig& model, const ParallelLayout& layout, co
                                                                                             : layout.recompute;
       Unit u = unit_from(layer_sums[kind], recompute, true, true, cp > 1);
       // Full recomputation keeps the layer's 16-bit input, 2sbh (Korthikanti et al.; s per CP rank).
-      if (recomputed) u.activations = Bytes(2.0 * layer_input_tokens * static_cast<double>(model.hidden));
+      if (recomputed) {
+        const Bytes whole = layer_sums[kind].saved + layer_sums[kind].saved_scores;
+        u.activations = Bytes(2.0 * layer_input_tokens * static_cast<double>(model.hidden));
+        u.recomputed_working_set = std::max(Bytes(), whole - u.activations);
+      }
       u.recomputed = recomputed;
       u.moe_layer = moe;
       u.layer = l;

@@ -83,6 +83,10 @@ struct Unit {
   bool output_layer = false;  // the output side of the last one (when timed)
   bool output_side = false;   // the output side, timed or not
   Bytes activations;          // kept from one micro-batch's forward for its backward
+  // Re-created by its recomputation and alive during its backward, beyond `activations`: a
+  // fully recomputed layer's whole set less the input it kept, the unfused core's s×s tensors
+  // under selective recomputation (Megatron's recompute_modules are not counted here).
+  Bytes recomputed_working_set;
 };
 
 struct OperatorSums {
