@@ -157,6 +157,13 @@ foreach(pair "vtrain-a100-layouts:109:4" "megascale-a100-holdout:22:2" "megascal
                    ${rows} ${groups})
   set_tests_properties(example.validate.${file} PROPERTIES LABELS long)
 endforeach()
+# Issue 19's check on vTrain's layouts: in every model the layout predicted fastest publishes
+# within 5% of the fastest published.
+add_test(NAME example.validate.vtrain_first_choice
+         COMMAND bash -c "\"$0\" validate \"$1\" > \"$2\" && python3 -c 'import re,sys; worst=[float(x) for x in re.findall(r\"first choice at worst ([-+0-9.]+)% from the best\", open(sys.argv[1]).read())]; assert len(worst)==1 and worst[0] >= -5.0, worst' \"$2\""
+                 $<TARGET_FILE:parallax> ${PROJECT_SOURCE_DIR}/workloads/validation/vtrain-a100-layouts.json
+                 ${train_scratch}/vtrain-first-choice.txt)
+set_tests_properties(example.validate.vtrain_first_choice PROPERTIES LABELS long)
 # Hold-outs read whole and every row simulated: llm-foundry's H100 FP8 table (7 rows) and A100 80GB
 # table (61 rows),
 # Megatron-Core r0.8.0's weak-scaling table of GPT 1.7B-462B on 48-6,144 H100s (9 rows), NeMo 24.07's
