@@ -7,7 +7,7 @@ parallax_test(serving_test serving_step_test.cpp serving_fleet_test.cpp serving_
               LONG ServingQueue.MM1WaitingTimeIsRhoOverMuMinusLambda ServingQueue.MD1WaitingTimeIsPollaczekKhinchine
                    ServingQueue.JoinShortestQueueWaitsLessThanPowerOfTwoThanRoundRobin
                    ServingPrefixCache.CacheAwareRoutersHitMoreThanRoundRobin ServingPrefixIndex.AForgetfulRouterIndexLosesAffinity
-                   ServingPrefixCache.AnUnboundedCacheHitsTheTracesOwnBlockReuse)
+                   ServingPrefixCache.AnUnboundedCacheHitsTheTracesOwnBlockReuse ServingTrace.MooncakeKeepsItsPrefixBlocks)
 target_link_libraries(serving_test PRIVATE parallax_serving)
 
 # ---- parallax serve step through the CLI -------------------------------------------------------------

@@ -6,7 +6,10 @@
 parallax_test(training_test compute_model_test.cpp training_model_test.cpp training_operators_test.cpp
               training_memory_test.cpp model_ragged_test.cpp training_layout_test.cpp training_pipeline_test.cpp
               training_iteration_test.cpp training_cp_test.cpp training_symmetry_test.cpp training_cosim_test.cpp
-              training_published_runs_test.cpp training_ep_test.cpp training_offload_test.cpp)
+              training_published_runs_test.cpp training_ep_test.cpp training_offload_test.cpp
+              LONG IterationSymmetry.EveryReplicaGivesTheFoldedResultOn64Gpus
+                   Explain.FullRecomputationWithMemoryToSpareOffersTheFewestLayersThatFit
+                   Explain.EverySuggestionIsASimulationAndItsFlagsReproduceIt)
 target_link_libraries(training_test PRIVATE parallax_training)
 
 
