@@ -49,7 +49,10 @@ if(TARGET parallax-mpi-bench)
                      $<TARGET_FILE:parallax-mpi-bench> ${harness_scratch}/mpi_${check})
     set_tests_properties(harness.mpi_bench.${check} PROPERTIES TIMEOUT 60 RUN_SERIAL TRUE)
   endforeach()
-  set_tests_properties(harness.mpi_bench.kill PROPERTIES LABELS long)
+  # Under the sanitizers each launch takes seconds and the file's resume and repair are covered
+  # in-process by harness_test (HarnessLog, HarnessSweep): these run in the release pass only.
+  set_tests_properties(harness.mpi_bench.kill harness.mpi_bench.resume harness.mpi_bench.repair
+                       harness.mpi_bench.np4 PROPERTIES LABELS long)
 endif()
 # The GPU smoke script with a stand-in binary: its output files, part logs and point timeout.
 add_test(NAME harness.gpu_smoke.script

@@ -145,188 +145,211 @@ int device_node(JsonReader v) {
   return static_cast<int>(n);
 }
 
-void generate_compact(JsonReader& root, Topology& topo, const TopologyLoadOptions& opt) {
-  int nodes = read_positive_int(root.at("nodes"), kMaxNodes);
-  if (opt.nodes) {
-    if (*opt.nodes <= 0 || *opt.nodes > kMaxNodes) {
-      root.fail_at("nodes", "--nodes must be between 1 and " + std::to_string(kMaxNodes));
-    }
-    nodes = *opt.nodes;
-  }
-  JsonReader node = root.at("node");
-  int gpus = read_positive_int(node.at("gpus"), 4096);
-  if (int64_t{nodes} * gpus > kMaxGpus) {
-    root.fail_at("nodes", std::to_string(nodes) + " nodes of " + std::to_string(gpus) + " GPUs exceed the " +
-                              std::to_string(kMaxGpus) + " GPUs a topology may have");
-  }
-  GpuSpec gpu_spec = read_gpu_spec(node.at("gpu"));
-
-  JsonReader up = node.at("scale_up");
-  std::string kind = up.at("kind").as_string();
-  ScaleUp scale_up;
+// The compact form's "node" block as read, and as far as a job uses it.
+struct CompactNode {
+  int gpus = 0;
+  int spec = -1;  ///< the GPU spec's index in the topology
+  ScaleUp scale_up = ScaleUp::kNone;
   LinkSpec nvlink;
   bool nvls = false;
   PcieTree pcie;
+  int nics = 0;
+  LinkSpec nic_line, nic_attach;
+  Time nic_reported_latency;
+};
+
+void read_pcie_tree(JsonReader& up, PcieTree& pcie) {
+  pcie.sockets = read_positive_int(up.at("sockets"), 64);
+  pcie.switches_per_socket = read_positive_int(up.at("switches_per_socket"), 64);
+  auto gl = up.at("gpu_link");
+  pcie.gpu_link = read_link_spec(gl);
+  gl.finish();
+  auto su = up.at("switch_uplink");
+  pcie.switch_uplink = read_link_spec(su);
+  su.finish();
+  if (pcie.sockets > 1) {
+    auto is = up.at("inter_socket");
+    pcie.inter_socket = read_link_spec(is);
+    is.finish();
+  } else if (auto is = up.find("inter_socket")) {
+    pcie.inter_socket = read_link_spec(*is);
+    is->finish();
+  }
+}
+
+void read_scale_up(JsonReader up, CompactNode& c) {
+  std::string kind = up.at("kind").as_string();
   if (kind == "nvswitch") {
-    scale_up = ScaleUp::kNVSwitch;
-    nvlink = read_link_spec(up);
-    if (auto v = up.find("nvls")) nvls = v->as_bool();
+    c.scale_up = ScaleUp::kNVSwitch;
+    c.nvlink = read_link_spec(up);
+    if (auto v = up.find("nvls")) c.nvls = v->as_bool();
   } else if (kind == "pcie") {
-    scale_up = ScaleUp::kPcie;
-    pcie.sockets = read_positive_int(up.at("sockets"), 64);
-    pcie.switches_per_socket = read_positive_int(up.at("switches_per_socket"), 64);
-    auto gl = up.at("gpu_link");
-    pcie.gpu_link = read_link_spec(gl);
-    gl.finish();
-    auto su = up.at("switch_uplink");
-    pcie.switch_uplink = read_link_spec(su);
-    su.finish();
-    if (pcie.sockets > 1) {
-      auto is = up.at("inter_socket");
-      pcie.inter_socket = read_link_spec(is);
-      is.finish();
-    } else if (auto is = up.find("inter_socket")) {
-      pcie.inter_socket = read_link_spec(*is);
-      is->finish();
-    }
+    c.scale_up = ScaleUp::kPcie;
+    read_pcie_tree(up, c.pcie);
   } else if (kind == "none") {
-    scale_up = ScaleUp::kNone;
+    c.scale_up = ScaleUp::kNone;
   } else {
     up.fail_at("kind", "unknown scale-up kind \"" + kind + "\" (expected nvswitch, pcie or none)");
   }
   up.finish();
+}
 
-  int nics = 0;
-  LinkSpec nic_line, nic_attach;
-  Time nic_reported_latency;
-  if (auto n = node.find("nics")) {
-    nics = read_positive_int(n->at("count"), 4096);
-    nic_line = read_link_spec(*n);
-    if (auto r = n->find("reported_latency")) nic_reported_latency = read_non_negative_time(*r);
-    auto attach = n->at("attach");
-    nic_attach = read_link_spec(attach);
-    attach.finish();
-    n->finish();
-    // Without a figure of its own, a GPU reaches host memory over the PCIe path its NIC hangs on.
-    if (!(gpu_spec.host_bandwidth.value() > 0)) gpu_spec.host_bandwidth = nic_attach.bandwidth;
+// Without a figure of its own, a GPU reaches host memory over the PCIe path its NIC hangs on.
+void read_nics(JsonReader& n, CompactNode& c, GpuSpec& gpu_spec) {
+  c.nics = read_positive_int(n.at("count"), 4096);
+  c.nic_line = read_link_spec(n);
+  if (auto r = n.find("reported_latency")) c.nic_reported_latency = read_non_negative_time(*r);
+  auto attach = n.at("attach");
+  c.nic_attach = read_link_spec(attach);
+  attach.finish();
+  n.finish();
+  if (!(gpu_spec.host_bandwidth.value() > 0)) gpu_spec.host_bandwidth = c.nic_attach.bandwidth;
+}
+
+CompactNode read_compact_node(JsonReader& root, JsonReader node, int nodes, Topology& topo) {
+  CompactNode c;
+  c.gpus = read_positive_int(node.at("gpus"), 4096);
+  if (int64_t{nodes} * c.gpus > kMaxGpus) {
+    root.fail_at("nodes", std::to_string(nodes) + " nodes of " + std::to_string(c.gpus) + " GPUs exceed the " +
+                              std::to_string(kMaxGpus) + " GPUs a topology may have");
   }
-  const int spec = topo.add_gpu_spec(gpu_spec);
+  GpuSpec gpu_spec = read_gpu_spec(node.at("gpu"));
+  read_scale_up(node.at("scale_up"), c);
+  if (auto n = node.find("nics")) read_nics(*n, c, gpu_spec);
+  c.spec = topo.add_gpu_spec(gpu_spec);
   node.finish();
-  if (opt.gpus_per_node && *opt.gpus_per_node != gpus) {
-    const int used = *opt.gpus_per_node;
-    if (used < 1 || used > gpus) {
-      root.fail_at("node", "a job uses 1 to " + std::to_string(gpus) + " GPUs of each node, not " + std::to_string(used));
-    }
-    if (scale_up == ScaleUp::kPcie) root.fail_at("node", "part of a PCIe node is not modelled (its switch tree is the whole node's)");
-    // The used GPUs' NICs: their share when every GPU has its own, else those they map to.
-    nics = nics >= gpus ? std::max(1, nics * used / gpus) : std::min(nics, used);
-    gpus = used;
-  }
+  return c;
+}
 
+// A job on part of each node: the GPUs it uses, and their NICs — their share when every GPU has
+// its own, else those they map to.
+void take_job_share(JsonReader& root, CompactNode& c, int used) {
+  if (used == c.gpus) return;
+  if (used < 1 || used > c.gpus) {
+    root.fail_at("node", "a job uses 1 to " + std::to_string(c.gpus) + " GPUs of each node, not " + std::to_string(used));
+  }
+  if (c.scale_up == ScaleUp::kPcie) root.fail_at("node", "part of a PCIe node is not modelled (its switch tree is the whole node's)");
+  c.nics = c.nics >= c.gpus ? std::max(1, c.nics * used / c.gpus) : std::min(c.nics, used);
+  c.gpus = used;
+}
+
+FatTree read_fat_tree(JsonReader& net) {
   FatTree tree;
-  std::optional<JsonReader> net = root.find("network");
-  if (net) {
-    std::string nk = net->at("kind").as_string();
-    if (nk != "fat_tree") net->fail_at("kind", "unknown network kind \"" + nk + "\" (expected fat_tree)");
-    tree.tiers = read_positive_int(net->at("tiers"), 2);
-    if (auto v = net->find("rail_optimized")) tree.rail_optimized = v->as_bool();
-    if (auto v = net->find("nodes_per_leaf")) tree.nodes_per_leaf = read_positive_int(*v, kMaxNodes);
-    if (auto v = net->find("oversubscription")) {
-      tree.oversubscription = v->as_ratio();
-      if (tree.oversubscription < 1.0) v->fail("oversubscription below 1:1 is not a fat tree");
-    }
-    if (auto v = net->find("spines")) tree.spines = read_positive_int(*v, 1 << 16);
-    tree.link_latency = net->at("link_latency").as_time();
-    if (auto v = net->find("sharp")) tree.sharp = v->as_bool();
-    net->finish();
+  std::string nk = net.at("kind").as_string();
+  if (nk != "fat_tree") net.fail_at("kind", "unknown network kind \"" + nk + "\" (expected fat_tree)");
+  tree.tiers = read_positive_int(net.at("tiers"), 2);
+  if (auto v = net.find("rail_optimized")) tree.rail_optimized = v->as_bool();
+  if (auto v = net.find("nodes_per_leaf")) tree.nodes_per_leaf = read_positive_int(*v, kMaxNodes);
+  if (auto v = net.find("oversubscription")) {
+    tree.oversubscription = v->as_ratio();
+    if (tree.oversubscription < 1.0) v->fail("oversubscription below 1:1 is not a fat tree");
   }
-  if (nodes > 1 && !net) root.fail("a topology with more than one node needs a \"network\" section");
-  if (nodes > 1 && nics == 0) root.fail_at("node", "a topology with more than one node needs \"nics\"");
-  if (nodes > 1 && scale_up == ScaleUp::kNone && nics < gpus) {
-    root.fail_at("node", "without a scale-up fabric every GPU needs its own NIC (count >= gpus)");
+  if (auto v = net.find("spines")) tree.spines = read_positive_int(*v, 1 << 16);
+  tree.link_latency = net.at("link_latency").as_time();
+  if (auto v = net.find("sharp")) tree.sharp = v->as_bool();
+  net.finish();
+  return tree;
+}
+
+// A node's PCIe tree: its CPU sockets, linked pairwise, their switches, and the GPUs spread over
+// the switches in order. Returns the switches.
+std::vector<DeviceId> add_pcie_tree(Topology& topo, const CompactNode& c, const std::string& p, int n,
+                                    const std::vector<DeviceId>& gpu_ids) {
+  const PcieTree& pcie = c.pcie;
+  std::vector<DeviceId> cpus;
+  for (int s = 0; s < pcie.sockets; ++s) {
+    cpus.push_back(topo.add_device(Device{p + "cpu" + std::to_string(s), DeviceKind::kCpu,
+                                          SwitchKind::kNone, n, s, -1, false, false, {}}));
   }
-
-  topo.info().gpu_host_link = scale_up == ScaleUp::kPcie ? pcie.gpu_link.bandwidth : nic_attach.bandwidth;
-
-  // Devices of each node.
-  std::vector<std::vector<DeviceId>> node_nics(static_cast<size_t>(nodes));
-  for (int n = 0; n < nodes; ++n) {
-    std::string p = "n" + std::to_string(n) + ".";
-    std::vector<DeviceId> gpu_ids;
-    for (int i = 0; i < gpus; ++i) {
-      gpu_ids.push_back(topo.add_device(Device{p + "gpu" + std::to_string(i), DeviceKind::kGpu,
-                                               SwitchKind::kNone, n, i, spec, false, false, {}}));
-    }
-    std::vector<DeviceId> pcie_switches;
-    if (scale_up == ScaleUp::kNVSwitch) {
-      DeviceId sw = topo.add_device(Device{p + "nvswitch", DeviceKind::kSwitch, SwitchKind::kNVSwitch,
-                                           n, -1, -1, nvls, false, {}});
-      for (DeviceId g : gpu_ids) topo.add_link(g, sw, LinkClass::kNVLink, nvlink.bandwidth, nvlink.latency);
-    } else if (scale_up == ScaleUp::kPcie) {
-      std::vector<DeviceId> cpus;
-      for (int s = 0; s < pcie.sockets; ++s) {
-        cpus.push_back(topo.add_device(Device{p + "cpu" + std::to_string(s), DeviceKind::kCpu,
-                                              SwitchKind::kNone, n, s, -1, false, false, {}}));
-      }
-      for (int a = 0; a < pcie.sockets; ++a) {
-        for (int b = a + 1; b < pcie.sockets; ++b) {
-          topo.add_link(cpus[static_cast<size_t>(a)], cpus[static_cast<size_t>(b)], LinkClass::kCpu,
-                        pcie.inter_socket.bandwidth, pcie.inter_socket.latency);
-        }
-      }
-      int total = pcie.sockets * pcie.switches_per_socket;
-      for (int j = 0; j < total; ++j) {
-        DeviceId sw = topo.add_device(Device{p + "pcie" + std::to_string(j), DeviceKind::kSwitch,
-                                             SwitchKind::kPcie, n, j, -1, false, false, {}});
-        topo.add_link(sw, cpus[static_cast<size_t>(j / pcie.switches_per_socket)], LinkClass::kPcie,
-                      pcie.switch_uplink.bandwidth, pcie.switch_uplink.latency);
-        pcie_switches.push_back(sw);
-      }
-      for (int i = 0; i < gpus; ++i) {
-        // Spread in order: GPU i on switch floor(i * switches / gpus).
-        auto j = static_cast<size_t>(static_cast<int64_t>(i) * total / gpus);
-        topo.add_link(gpu_ids[static_cast<size_t>(i)], pcie_switches[j], LinkClass::kPcie,
-                      pcie.gpu_link.bandwidth, pcie.gpu_link.latency);
-      }
-    }
-    if (nodes > 1) {
-      for (int k = 0; k < nics; ++k) {
-        DeviceId nic = topo.add_device(Device{p + "nic" + std::to_string(k), DeviceKind::kNic,
-                                              SwitchKind::kNone, n, k, -1, false, false, nic_reported_latency});
-        node_nics[static_cast<size_t>(n)].push_back(nic);
-        if (scale_up == ScaleUp::kPcie) {
-          topo.add_link(nic, pcie_switches[static_cast<size_t>(k) % pcie_switches.size()], LinkClass::kPcie,
-                        nic_attach.bandwidth, nic_attach.latency);
-        } else if (nics >= gpus) {
-          topo.add_link(gpu_ids[static_cast<size_t>(k % gpus)], nic, LinkClass::kPcie,
-                        nic_attach.bandwidth, nic_attach.latency);
-        }
-      }
-      if (scale_up != ScaleUp::kPcie && nics < gpus) {
-        for (int i = 0; i < gpus; ++i) {
-          topo.add_link(gpu_ids[static_cast<size_t>(i)], node_nics[static_cast<size_t>(n)][static_cast<size_t>(i % nics)],
-                        LinkClass::kPcie, nic_attach.bandwidth, nic_attach.latency);
-        }
-      }
+  for (int a = 0; a < pcie.sockets; ++a) {
+    for (int b = a + 1; b < pcie.sockets; ++b) {
+      topo.add_link(cpus[static_cast<size_t>(a)], cpus[static_cast<size_t>(b)], LinkClass::kCpu,
+                    pcie.inter_socket.bandwidth, pcie.inter_socket.latency);
     }
   }
-  if (nodes == 1) return;
+  std::vector<DeviceId> switches;
+  int total = pcie.sockets * pcie.switches_per_socket;
+  for (int j = 0; j < total; ++j) {
+    DeviceId sw = topo.add_device(Device{p + "pcie" + std::to_string(j), DeviceKind::kSwitch,
+                                         SwitchKind::kPcie, n, j, -1, false, false, {}});
+    topo.add_link(sw, cpus[static_cast<size_t>(j / pcie.switches_per_socket)], LinkClass::kPcie,
+                  pcie.switch_uplink.bandwidth, pcie.switch_uplink.latency);
+    switches.push_back(sw);
+  }
+  for (int i = 0; i < c.gpus; ++i) {
+    // GPU i on switch floor(i * switches / gpus).
+    auto j = static_cast<size_t>(static_cast<int64_t>(i) * total / c.gpus);
+    topo.add_link(gpu_ids[static_cast<size_t>(i)], switches[j], LinkClass::kPcie, pcie.gpu_link.bandwidth,
+                  pcie.gpu_link.latency);
+  }
+  return switches;
+}
 
-  // The fat tree.
+// A node's NICs: on its PCIe switches in turn, one per GPU, or shared by the GPUs in turn.
+std::vector<DeviceId> add_node_nics(Topology& topo, const CompactNode& c, const std::string& p, int n,
+                                    const std::vector<DeviceId>& gpu_ids, const std::vector<DeviceId>& pcie_switches) {
+  const LinkSpec& at = c.nic_attach;
+  std::vector<DeviceId> nics;
+  for (int k = 0; k < c.nics; ++k) {
+    DeviceId nic = topo.add_device(Device{p + "nic" + std::to_string(k), DeviceKind::kNic, SwitchKind::kNone, n, k,
+                                          -1, false, false, c.nic_reported_latency});
+    nics.push_back(nic);
+    if (c.scale_up == ScaleUp::kPcie) {
+      topo.add_link(nic, pcie_switches[static_cast<size_t>(k) % pcie_switches.size()], LinkClass::kPcie,
+                    at.bandwidth, at.latency);
+    } else if (c.nics >= c.gpus) {
+      topo.add_link(gpu_ids[static_cast<size_t>(k % c.gpus)], nic, LinkClass::kPcie, at.bandwidth, at.latency);
+    }
+  }
+  if (c.scale_up != ScaleUp::kPcie && c.nics < c.gpus) {
+    for (int i = 0; i < c.gpus; ++i) {
+      topo.add_link(gpu_ids[static_cast<size_t>(i)], nics[static_cast<size_t>(i % c.nics)], LinkClass::kPcie,
+                    at.bandwidth, at.latency);
+    }
+  }
+  return nics;
+}
+
+// Node n's GPUs, scale-up fabric and (with more than one node) NICs; returns the NICs.
+std::vector<DeviceId> add_node(Topology& topo, const CompactNode& c, int n, bool with_nics) {
+  std::string p = "n" + std::to_string(n) + ".";
+  std::vector<DeviceId> gpu_ids;
+  for (int i = 0; i < c.gpus; ++i) {
+    gpu_ids.push_back(topo.add_device(Device{p + "gpu" + std::to_string(i), DeviceKind::kGpu,
+                                             SwitchKind::kNone, n, i, c.spec, false, false, {}}));
+  }
+  std::vector<DeviceId> pcie_switches;
+  if (c.scale_up == ScaleUp::kNVSwitch) {
+    DeviceId sw = topo.add_device(Device{p + "nvswitch", DeviceKind::kSwitch, SwitchKind::kNVSwitch,
+                                         n, -1, -1, c.nvls, false, {}});
+    for (DeviceId g : gpu_ids) topo.add_link(g, sw, LinkClass::kNVLink, c.nvlink.bandwidth, c.nvlink.latency);
+  } else if (c.scale_up == ScaleUp::kPcie) {
+    pcie_switches = add_pcie_tree(topo, c, p, n, gpu_ids);
+  }
+  if (!with_nics) return {};
+  return add_node_nics(topo, c, p, n, gpu_ids, pcie_switches);
+}
+
+// The fat tree over every node's NICs: one leaf (tiers 1), or leaves per rail (rail-optimized)
+// and group of nodes_per_leaf nodes under spines whose uplinks the oversubscription cuts.
+void add_fat_tree(Topology& topo, const FatTree& tree, const CompactNode& c,
+                  const std::vector<std::vector<DeviceId>>& node_nics) {
+  const auto nodes = static_cast<int>(node_nics.size());
+  const LinkSpec& line = c.nic_line;
   auto add_switch = [&](const std::string& name, SwitchKind k) {
     return topo.add_device(Device{name, DeviceKind::kSwitch, k, -1, -1, -1, false, tree.sharp, {}});
   };
   if (tree.tiers == 1) {
     DeviceId sw = add_switch("leaf.g0", SwitchKind::kLeaf);
     for (auto& list : node_nics) {
-      for (DeviceId nic : list) topo.add_link(nic, sw, LinkClass::kNetwork, nic_line.bandwidth, nic_line.latency);
+      for (DeviceId nic : list) topo.add_link(nic, sw, LinkClass::kNetwork, line.bandwidth, line.latency);
     }
     return;
   }
   int groups = (nodes + tree.nodes_per_leaf - 1) / tree.nodes_per_leaf;
-  int rails = tree.rail_optimized ? nics : 1;
+  int rails = tree.rail_optimized ? c.nics : 1;
   // Designed (full-group) ports per leaf, so every leaf has the same uplink whatever the fill.
-  int ports_down = tree.rail_optimized ? tree.nodes_per_leaf : tree.nodes_per_leaf * nics;
+  int ports_down = tree.rail_optimized ? tree.nodes_per_leaf : tree.nodes_per_leaf * c.nics;
   std::vector<DeviceId> leaves;
   for (int r = 0; r < rails; ++r) {
     for (int g = 0; g < groups; ++g) {
@@ -337,22 +360,47 @@ void generate_compact(JsonReader& root, Topology& topo, const TopologyLoadOption
   }
   for (int n = 0; n < nodes; ++n) {
     int g = n / tree.nodes_per_leaf;
-    for (int k = 0; k < nics; ++k) {
+    for (int k = 0; k < c.nics; ++k) {
       int r = tree.rail_optimized ? k : 0;
       DeviceId leaf = leaves[static_cast<size_t>(r * groups + g)];
       topo.add_link(node_nics[static_cast<size_t>(n)][static_cast<size_t>(k)], leaf, LinkClass::kNetwork,
-                    nic_line.bandwidth, nic_line.latency);
+                    line.bandwidth, line.latency);
     }
   }
   if (leaves.size() == 1) return;
   double ideal_spines = std::ceil(ports_down / tree.oversubscription);
   int spines = tree.spines.value_or(std::max(1, static_cast<int>(ideal_spines)));
-  Bandwidth uplink = nic_line.bandwidth * (ports_down / tree.oversubscription) / static_cast<double>(spines);
+  Bandwidth uplink = line.bandwidth * (ports_down / tree.oversubscription) / static_cast<double>(spines);
   std::vector<DeviceId> spine_ids;
   for (int s = 0; s < spines; ++s) spine_ids.push_back(add_switch("spine" + std::to_string(s), SwitchKind::kSpine));
   for (DeviceId leaf : leaves) {
     for (DeviceId sp : spine_ids) topo.add_link(leaf, sp, LinkClass::kNetwork, uplink, tree.link_latency);
   }
+}
+
+void generate_compact(JsonReader& root, Topology& topo, const TopologyLoadOptions& opt) {
+  int nodes = read_positive_int(root.at("nodes"), kMaxNodes);
+  if (opt.nodes) {
+    if (*opt.nodes <= 0 || *opt.nodes > kMaxNodes) {
+      root.fail_at("nodes", "--nodes must be between 1 and " + std::to_string(kMaxNodes));
+    }
+    nodes = *opt.nodes;
+  }
+  CompactNode c = read_compact_node(root, root.at("node"), nodes, topo);
+  if (opt.gpus_per_node) take_job_share(root, c, *opt.gpus_per_node);
+
+  std::optional<FatTree> tree;
+  if (auto net = root.find("network")) tree = read_fat_tree(*net);
+  if (nodes > 1 && !tree) root.fail("a topology with more than one node needs a \"network\" section");
+  if (nodes > 1 && c.nics == 0) root.fail_at("node", "a topology with more than one node needs \"nics\"");
+  if (nodes > 1 && c.scale_up == ScaleUp::kNone && c.nics < c.gpus) {
+    root.fail_at("node", "without a scale-up fabric every GPU needs its own NIC (count >= gpus)");
+  }
+  topo.info().gpu_host_link = c.scale_up == ScaleUp::kPcie ? c.pcie.gpu_link.bandwidth : c.nic_attach.bandwidth;
+
+  std::vector<std::vector<DeviceId>> node_nics;
+  for (int n = 0; n < nodes; ++n) node_nics.push_back(add_node(topo, c, n, nodes > 1));
+  if (nodes > 1) add_fat_tree(topo, *tree, c, node_nics);
 }
 
 // ---------------------------------------------------------------- explicit form

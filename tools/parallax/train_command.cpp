@@ -150,41 +150,27 @@ void print_operator_breakdown(const std::vector<UnitBreakdown>& units, double su
   }
 }
 
-void run_train(const TrainArgs& a) {
-  Job job = read_job(a);
-  IterationOptions options;
-  // flow: the co-simulation, every collective as flows on one shared network (the closed forms
-  // still give each task's stand-alone duration, for reports).
-  options.cosimulate = a.network == "flow";
-  options.keep_timeline = !a.trace.empty();
-  options.compute = job.compute;
-  options.gemm_efficiency = job.gemm;
-  if (!a.measured_step.empty()) {
-    // σ for this stack from one timed step; the report below is then at that σ.
-    Time measured;
-    try {
-      measured = parse_time(a.measured_step);
-    } catch (const UnitError& e) {
-      throw InputError("", "--measured-step", e.what());
-    }
-    if (measured <= Time::zero()) throw InputError("", "--measured-step", "must be greater than zero");
-    try {
-      options.compute.sustained_fraction = job.compute.sustained_fraction =
-          fit_sustained_fraction(job.model, job.layout, job.topology, options, measured);
-    } catch (const std::invalid_argument& e) {
-      throw InputError("", "--measured-step", e.what());
-    }
-    std::printf("# sustained fraction fitted to the measured step of %s: %.4f (default %.2f); put it in the workload's\n"
-                "# \"compute\" block as \"sustained_fraction\" to predict other layouts on this stack\n",
-                seconds_text(measured).c_str(), job.compute.sustained_fraction, ComputeModelOptions{}.sustained_fraction);
-  }
-  IterationResult r;
+// --measured-step: σ for this stack from one timed step, so the report is at that σ.
+void fit_measured_step(const std::string& text, Job& job, IterationOptions& options) {
+  Time measured;
   try {
-    r = simulate_iteration(job.model, job.layout, job.topology, options);
-  } catch (const InputError& e) {
-    if (!e.file().empty()) throw;
-    throw InputError(a.workload, e.pointer(), e.reason());  // the layout came from this file
+    measured = parse_time(text);
+  } catch (const UnitError& e) {
+    throw InputError("", "--measured-step", e.what());
   }
+  if (measured <= Time::zero()) throw InputError("", "--measured-step", "must be greater than zero");
+  try {
+    options.compute.sustained_fraction = job.compute.sustained_fraction =
+        fit_sustained_fraction(job.model, job.layout, job.topology, options, measured);
+  } catch (const std::invalid_argument& e) {
+    throw InputError("", "--measured-step", e.what());
+  }
+  std::printf("# sustained fraction fitted to the measured step of %s: %.4f (default %.2f); put it in the workload's\n"
+              "# \"compute\" block as \"sustained_fraction\" to predict other layouts on this stack\n",
+              seconds_text(measured).c_str(), job.compute.sustained_fraction, ComputeModelOptions{}.sustained_fraction);
+}
+
+void print_iteration_summary(const Job& job, const IterationResult& r) {
   const auto params = count_parameters(job.model);
   std::printf("# Parallax train: %s (%.1f B parameters) on %s, %d GPUs\n", job.model.name.c_str(),
               static_cast<double>(params.total) / 1e9, job.topology.info().name.c_str(), r.gpus);
@@ -195,7 +181,10 @@ void run_train(const TrainArgs& a) {
   std::printf("  pipeline bubble      %.1f%%\n", 100 * r.pipeline_bubble_fraction);
   std::printf("  peak memory per GPU  %s of %s: %s\n\n", gib(r.peak_memory).c_str(), gib(r.gpu_memory).c_str(),
               r.out_of_memory ? "OUT OF MEMORY" : "fits");
-  // The offload column only where the layout offloads activations.
+}
+
+// The offload column only where the layout offloads activations.
+void print_stage_table(const Job& job, const IterationResult& r) {
   const bool offloading = job.layout.cpu_offloading_layers > 0;
   std::vector<std::string> header{"stage", "layers", "compute", "TP", "CP", "EP", "DP", "PP"};
   if (offloading) header.push_back("offload");
@@ -215,32 +204,35 @@ void run_train(const TrainArgs& a) {
     t.add_row(row);
   }
   std::printf("per pipeline stage (time columns: exposed, per iteration):\n%s\n", t.render().c_str());
-  // Which of that exposed communication went across nodes (NICs and the network).
+}
+
+// Which of the exposed communication went across nodes (NICs and the network), and,
+// co-simulated, the link that bound most of each kind's exposed time.
+void print_exposed_links(const IterationResult& r) {
   std::string across;
-  for (const StageResult& s : r.stages) {
-    for (int k = 1; k < kWorkKinds; ++k) {
-      const Time part = s.time.exposed_across_nodes[static_cast<size_t>(k)];
-      if (part > Time::zero()) {
-        across += strprintf("%sstage %d %s %s", across.empty() ? "" : ", ", s.stage, to_string(static_cast<WorkKind>(k)),
-                            seconds_text(part).c_str());
-      }
-    }
-  }
-  if (!across.empty()) std::printf("of it across nodes (NICs and network): %s\n\n", across.c_str());
-  // Co-simulated: the link that bound most of each kind's exposed time.
   std::string bound;
   for (const StageResult& s : r.stages) {
     for (int k = 1; k < kWorkKinds; ++k) {
+      const char* kind = to_string(static_cast<WorkKind>(k));
+      const Time part = s.time.exposed_across_nodes[static_cast<size_t>(k)];
+      if (part > Time::zero()) {
+        across += strprintf("%sstage %d %s %s", across.empty() ? "" : ", ", s.stage, kind, seconds_text(part).c_str());
+      }
       const auto& links = s.time.exposed_by_link[static_cast<size_t>(k)];
       if (links.empty()) continue;
-      bound += strprintf("%s  stage %d %-3s %-32s %s of %s\n", "", s.stage, to_string(static_cast<WorkKind>(k)),
-                         links.front().first.c_str(), seconds_text(links.front().second).c_str(),
+      bound += strprintf("  stage %d %-3s %-32s %s of %s\n", s.stage, kind, links.front().first.c_str(),
+                         seconds_text(links.front().second).c_str(),
                          seconds_text(s.time.exposed[static_cast<size_t>(k)]).c_str());
     }
   }
+  if (!across.empty()) std::printf("of it across nodes (NICs and network): %s\n\n", across.c_str());
   if (!bound.empty()) std::printf("the link that bound most of each exposed kind (co-simulated):\n%s\n", bound.c_str());
-  // Where the other replicas' traffic on shared links slowed a kind of collective: one entry
-  // per kind when every stage has the same factor, else one per stage.
+}
+
+// Where the other replicas' traffic on shared links slowed a kind of collective: one entry per
+// kind when every stage has the same factor, else one per stage; and the compute stretched by
+// the SMs that overlapped collectives held (part of the compute column).
+void print_slowdowns(const IterationResult& r) {
   std::string slowed;
   for (int k = 1; k < kWorkKinds; ++k) {
     const char* kind = to_string(static_cast<WorkKind>(k));
@@ -259,7 +251,6 @@ void run_train(const TrainArgs& a) {
     for (const auto& [stage, f] : factors) slowed += strprintf("%sstage %d %s x%.2f", slowed.empty() ? "" : ", ", stage, kind, f);
   }
   if (!slowed.empty()) std::printf("slowed by the other replicas' traffic on shared links: %s\n\n", slowed.c_str());
-  // Compute stretched by the SMs that overlapped collectives held (part of the compute column).
   std::string stretched;
   for (const StageResult& s : r.stages) {
     if (s.compute_slowed_by_communication <= Time::zero()) continue;
@@ -270,6 +261,9 @@ void run_train(const TrainArgs& a) {
     std::printf("compute slowed by the SMs of the collectives beside it (in the compute column): %s\n\n",
                 stretched.c_str());
   }
+}
+
+void print_critical_path_and_links(const Job& job, const IterationResult& r) {
   std::string path;
   for (int k = 0; k < kWorkKinds; ++k) {
     const Time part = r.critical_path.by_kind[static_cast<size_t>(k)];
@@ -288,6 +282,30 @@ void run_train(const TrainArgs& a) {
   }
   std::printf("compute: GEMMs by the %s; kernels at %.2f of their stand-alone speed (sustained fraction)\n",
               gemm_model_description(job).c_str(), job.compute.sustained_fraction);
+}
+
+void run_train(const TrainArgs& a) {
+  Job job = read_job(a);
+  IterationOptions options;
+  // flow: the co-simulation, every collective as flows on one shared network (the closed forms
+  // still give each task's stand-alone duration, for reports).
+  options.cosimulate = a.network == "flow";
+  options.keep_timeline = !a.trace.empty();
+  options.compute = job.compute;
+  options.gemm_efficiency = job.gemm;
+  if (!a.measured_step.empty()) fit_measured_step(a.measured_step, job, options);
+  IterationResult r;
+  try {
+    r = simulate_iteration(job.model, job.layout, job.topology, options);
+  } catch (const InputError& e) {
+    if (!e.file().empty()) throw;
+    throw InputError(a.workload, e.pointer(), e.reason());  // the layout came from this file
+  }
+  print_iteration_summary(job, r);
+  print_stage_table(job, r);
+  print_exposed_links(r);
+  print_slowdowns(r);
+  print_critical_path_and_links(job, r);
   std::vector<UnitBreakdown> units;
   if (a.ops) {
     units = operator_breakdown(job.model, job.layout, job.topology.gpu_spec_of(job.topology.gpus()[0]), options);
