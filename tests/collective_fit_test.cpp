@@ -4,8 +4,10 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <fstream>
 #include <random>
 
+#include "calibration_record.h"
 #include "collective_fit.h"
 #include "collectives/collective_simulator.h"
 #include "test_support.h"
@@ -160,6 +162,43 @@ TEST(CalibratedModel, TheSimulatorPredictsWithTheFittedParameters) {
   // Without the parameters the same question takes NCCL's uncalibrated formula.
   CollectiveSimulator plain(topo, 16, 8);
   EXPECT_FALSE(plain.run(CollectiveOp::kAllReduce, Bytes(1048576.0), o).calibrated);
+}
+
+TEST(CalibrationRecord, TheWrittenBlockLoadsBackAsTheFit) {
+  // The block `calibrate fit` writes into a topology: loaded back, the topology carries exactly
+  // the fitted values (those the data could not separate as 0) and the regime starts.
+  ReadOutcome in = read_measurements(kSource + "/tests/data/nccl-tests/crusoe-a100-80gb-2node-16gpu-ib-allreduce.txt");
+  ASSERT_TRUE(in.ok());
+  const auto& ms = in.set.collectives;
+  Topology topo = load_topology(kSource + "/topologies/dgx-a100.json", TopologyLoadOptions{2});
+  CollectiveTermModel model(topo);
+  std::vector<CollectiveTerms> ts;
+  for (const auto& m : ms) ts.push_back(model.terms(m));
+  CollectiveFit fit = fit_collectives_with_regimes(ms, ts);
+  FitErrors errors;
+  errors.in_sample = prediction_errors(ms, ts, fit, {});
+  const nlohmann::ordered_json block = calibration_block(in.set, fit, errors);
+  std::ifstream base(kSource + "/topologies/dgx-a100.json");
+  nlohmann::json doc = nlohmann::json::parse(base);
+  doc["calibration"] = block;
+  Topology loaded = topology_from_json(doc, "calibrated.json", TopologyLoadOptions{2});
+  size_t values = 0;
+  for (const FittedParameter& p : fit.parameters) {
+    ASSERT_TRUE(loaded.info().calibration.count(p.name)) << p.name;
+    EXPECT_EQ(loaded.info().calibration.at(p.name), p.identifiable ? p.value : 0.0) << p.name;
+    ++values;
+  }
+  EXPECT_EQ(loaded.info().calibration.size(), values + fit.regime_starts.size());
+  EXPECT_EQ(block["cross_validation"].count("leave_one_group_out"), 0u);
+  EXPECT_EQ(block["residuals"]["in_sample"]["rows"], ms.size());
+}
+
+TEST(CalibrationRecord, ParameterValuesInHumanUnits) {
+  FittedParameter beta{"inverse_bandwidth.network.simple", 1e-11, 0, false, true};
+  EXPECT_EQ(parameter_text(beta, beta.value), "100.00 GB/s");  // 1 / (1e-11 s/B) = 1e11 B/s
+  EXPECT_EQ(parameter_text(beta, 0.0), "unbounded");
+  FittedParameter alpha{"alpha.network.simple", 4.5e-6, 0, false, true};
+  EXPECT_EQ(parameter_text(alpha, alpha.value), "4.500 us");
 }
 
 TEST(CollectiveFit, AFineSweepFindsItsBandwidthStep) {

@@ -15,6 +15,7 @@
 #include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
 
+#include "calibration_record.h"
 #include "collective_fit.h"
 #include "io/atomic_file.h"
 #include "io/input_error.h"
@@ -113,26 +114,11 @@ std::vector<CollectiveTerms> terms_of(const MeasurementSet& set, CollectiveTermM
   return terms;
 }
 
-std::string human(const FittedParameter& p, double value) {
-  if (p.name.rfind("inverse_bandwidth.", 0) == 0) return value > 0 ? strprintf("%.2f GB/s", 1e-9 / value) : "unbounded";
-  return strprintf("%.3f us", value * 1e6);
-}
-
 std::string percent(double fraction) { return std::isnan(fraction) ? "n/a" : strprintf("%.1f%%", 100 * fraction); }
 
 std::string series_name(const CollectiveMeasurement& m) {
   return strprintf("%s %s %s n=%d nodes=%d%s", std::filesystem::path(m.source.file).filename().c_str(),
                    std::string(op_name(m.op)).c_str(), m.group.c_str(), m.ranks, m.nodes, m.in_place ? " in-place" : "");
-}
-
-nlohmann::ordered_json errors_json(const PredictionErrors& e) {
-  nlohmann::ordered_json j;
-  j["rows"] = e.time.size();
-  j["time_median_abs_error"] = e.median_time();
-  j["time_p90_abs_error"] = e.p90_time();
-  j["busbw_median_abs_error_ge_1MiB"] = e.busbw_large.empty() ? nlohmann::ordered_json() : nlohmann::ordered_json(e.median_busbw_large());
-  j["unpredicted"] = e.unpredicted;
-  return j;
 }
 
 // A fit that the measurements cannot determine is the input's fault: named by its files.
@@ -146,22 +132,19 @@ CollectiveFit fit_or_refuse(const MeasurementSet& set, std::vector<CollectiveTer
   }
 }
 
-void run_fit(const CalibrateArgs& a) {
-  MeasurementSet set = read_inputs(a);
-  Topology base = load_for(a.topology, set);
-  CollectiveTermModel model(base);
+// Cross-validation, each on its own copy of the terms (a fit reassigns their regimes): fit on
+// every other size and predict the rest; and, where there are other groups than "all", fit on
+// them and predict "all".
+FitErrors cross_validate(const MeasurementSet& set, CollectiveTermModel& model) {
   const auto& ms = set.collectives;
-
-  // Cross-validation first (it reassigns regimes on its own copy of the terms).
+  FitErrors errors;
   std::vector<CollectiveTerms> cv_terms = terms_of(set, model);
   std::vector<bool> half = alternate_sizes_split(ms);
   CollectiveFit half_fit = fit_or_refuse(set, cv_terms, half);
   std::vector<bool> held(half.size());
   for (size_t i = 0; i < half.size(); ++i) held[i] = !half[i];
-  PredictionErrors held_errors = prediction_errors(ms, cv_terms, half_fit, held);
+  errors.held_out_alternate_sizes = prediction_errors(ms, cv_terms, half_fit, held);
 
-  // Leave-one-group-out: fit on every group but "all", predict "all".
-  std::optional<PredictionErrors> logo;
   std::vector<bool> others(ms.size()), whole(ms.size());
   bool have_all = false, have_others = false;
   for (size_t i = 0; i < ms.size(); ++i) {
@@ -174,16 +157,16 @@ void run_fit(const CalibrateArgs& a) {
     std::vector<CollectiveTerms> logo_terms = terms_of(set, model);
     try {
       CollectiveFit f = fit_collectives_with_regimes(ms, logo_terms, others);
-      logo = prediction_errors(ms, logo_terms, f, whole);
+      errors.leave_one_group_out = prediction_errors(ms, logo_terms, f, whole);
     } catch (const std::invalid_argument& e) {
       spdlog::warn("leave-one-group-out skipped: {}", e.what());
     }
   }
+  return errors;
+}
 
-  std::vector<CollectiveTerms> terms = terms_of(set, model);
-  CollectiveFit fit = fit_or_refuse(set, terms, {});
-  PredictionErrors in_sample = prediction_errors(ms, terms, fit, {});
-
+void print_fit(const MeasurementSet& set, const Topology& base, const CollectiveFit& fit, const FitErrors& errors) {
+  const auto& ms = set.collectives;
   std::printf("# Parallax calibration fit: %zu collective measurements from %zu file(s) on %s\n", ms.size(),
               set.files.size(), base.info().name.c_str());
   TextTable t({"parameter", "value", "std. error", "note"},
@@ -193,88 +176,34 @@ void run_fit(const CalibrateArgs& a) {
     std::string se = std::isnan(p.standard_error) ? "-" : strprintf("%.3g%%", 100 * p.standard_error / std::max(p.value, 1e-300));
     std::string shown = p.name;
     if (shown.rfind("inverse_bandwidth.", 0) == 0) shown = "beta." + shown.substr(18);
-    t.add_row({shown, human(p, p.value), se, p.at_bound ? "at bound 0" : ""});
+    t.add_row({shown, parameter_text(p, p.value), se, p.at_bound ? "at bound 0" : ""});
   }
   std::printf("%s", t.render().c_str());
   for (const std::string& f : fit.folded) std::printf("  folded: %s\n", f.c_str());
   std::printf("  rejected as outliers: %zu of %zu rows\n", fit.raw.rejected_rows.size(), ms.size());
-  std::printf("  in-sample: time median |err| %s, p90 %s\n", percent(in_sample.median_time()).c_str(),
-              percent(in_sample.p90_time()).c_str());
+  std::printf("  in-sample: time median |err| %s, p90 %s\n", percent(errors.in_sample.median_time()).c_str(),
+              percent(errors.in_sample.p90_time()).c_str());
+  const PredictionErrors& held = errors.held_out_alternate_sizes;
   std::printf("  held-out sizes (fit on every other size): time median |err| %s, busbw >= 1 MiB median |err| %s\n",
-              percent(held_errors.median_time()).c_str(), percent(held_errors.median_busbw_large()).c_str());
-  if (logo) {
+              percent(held.median_time()).c_str(), percent(held.median_busbw_large()).c_str());
+  if (const auto& logo = errors.leave_one_group_out) {
     std::printf("  leave-one-group-out (fit without group \"all\", predict it): time median |err| %s, busbw >= 1 MiB %s\n",
                 percent(logo->median_time()).c_str(), percent(logo->median_busbw_large()).c_str());
   }
+}
 
+void run_fit(const CalibrateArgs& a) {
+  MeasurementSet set = read_inputs(a);
+  Topology base = load_for(a.topology, set);
+  CollectiveTermModel model(base);
+  FitErrors errors = cross_validate(set, model);
+  std::vector<CollectiveTerms> terms = terms_of(set, model);
+  CollectiveFit fit = fit_or_refuse(set, terms, {});
+  errors.in_sample = prediction_errors(set.collectives, terms, fit, {});
+  print_fit(set, base, fit, errors);
   // The calibrated topology: the base file as written, plus the calibration block.
   nlohmann::ordered_json out = read_json_file(a.topology);
-  nlohmann::ordered_json cal;
-  cal["format"] = 1;
-  cal["model"] = "t = launch_p + n_intra*alpha_intra_p + n_inter*alpha_network_p + bus_bytes/beta_class_p (calibrate/lib/collective_fit.h)";
-  nlohmann::ordered_json inputs = nlohmann::ordered_json::array();
-  for (const std::string& f : set.files) inputs.push_back(f);
-  cal["provenance"]["inputs"] = inputs;
-  nlohmann::ordered_json runs = nlohmann::ordered_json::array();
-  for (const RunMetadata& r : set.runs) {
-    nlohmann::ordered_json j;
-    j["run"] = r.run;
-    if (!r.harness.empty()) j["harness"] = r.harness;
-    if (!r.date.empty()) j["date"] = r.date;
-    if (!r.gpu.empty()) j["gpu"] = r.gpu;
-    if (!r.nccl.empty()) j["nccl"] = r.nccl;
-    if (!r.cuda_runtime.empty()) j["cuda_runtime"] = r.cuda_runtime;
-    if (!r.mpi.empty()) j["mpi"] = r.mpi;
-    if (!r.hosts.empty()) j["hosts"] = r.hosts;
-    runs.push_back(j);
-  }
-  cal["provenance"]["runs"] = runs;
-  cal["provenance"]["fitted_by"] = "parallax 0.1.0 calibrate fit";
-  nlohmann::ordered_json params = nlohmann::ordered_json::array();
-  for (const FittedParameter& p : fit.parameters) {
-    nlohmann::ordered_json j;
-    j["name"] = p.name;
-    j["identifiable"] = p.identifiable;
-    if (p.identifiable) {
-      j["value"] = human(p, p.value);
-      j["value_si"] = p.value;
-      j["standard_error_si"] = std::isnan(p.standard_error) ? nlohmann::ordered_json() : nlohmann::ordered_json(p.standard_error);
-      j["at_bound"] = p.at_bound;
-    }
-    params.push_back(j);
-  }
-  cal["parameters"] = params;
-  // Where the fit saw each (protocol, regime) start, per collective and communicator shape: the
-  // simulator puts a size in the regime the fit did.
-  nlohmann::ordered_json regimes = nlohmann::ordered_json::array();
-  for (const auto& [name, bytes] : fit.regime_starts) regimes.push_back({{"name", name}, {"from_bytes", bytes}});
-  cal["regimes"] = regimes;
-  nlohmann::ordered_json residuals;
-  residuals["in_sample"] = errors_json(in_sample);
-  nlohmann::ordered_json rejected = nlohmann::ordered_json::array();
-  for (size_t r : fit.raw.rejected_rows) rejected.push_back(ms[r].source.file + ":" + std::to_string(ms[r].source.line));
-  residuals["rejected_rows"] = rejected;
-  cal["residuals"] = residuals;
-  // Compute efficiency: the measured GEMMs are the table the compute model interpolates
-  // (sim/compute/measured_gemm_table.h); they travel with the calibration as measured.
-  if (!set.gemms.empty()) {
-    nlohmann::ordered_json gemms = nlohmann::ordered_json::array();
-    for (const GemmMeasurement& g : set.gemms) {
-      nlohmann::ordered_json j;
-      j["dtype"] = g.dtype;
-      j["m"] = g.m;
-      j["n"] = g.n;
-      j["k"] = g.k;
-      if (g.batch != 1) j["batch"] = g.batch;
-      if (g.fast_accum) j["fast_accum"] = true;
-      j["tflops"] = g.achieved().value() / 1e12;
-      if (g.peak) j["efficiency"] = g.achieved().value() / g.peak->value();
-      gemms.push_back(j);
-    }
-    cal["compute_efficiency"] = gemms;
-  }
-  cal["cross_validation"]["held_out_alternate_sizes"] = errors_json(held_errors);
-  if (logo) cal["cross_validation"]["leave_one_group_out"] = errors_json(*logo);
+  nlohmann::ordered_json cal = calibration_block(set, fit, errors);
   out["calibration"] = cal;
   write_file_atomically(a.output, out.dump(2) + "\n");
   if (!a.json.empty()) write_file_atomically(a.json, cal.dump(2) + "\n");
