@@ -207,86 +207,98 @@ MessageSizes message_sizes(const ModelConfig& model, const ParallelLayout& layou
   return m;
 }
 
-StagePlan plan_stages(const ModelConfig& model, const ParallelLayout& layout, const ComputeModel& cm,
-                      const IterationOptions& options) {
-  const int p = layout.pp, v = layout.virtual_stages, t = layout.tp, cp = layout.cp;
-  const int m = static_cast<int>(layout.micro_batches());
-  const MicroBatch batch = micro_batch_of(layout);
-  const ShardingFactors sharding = sharding_of(layout);
-  const ParameterCounts counts = count_parameters(model);
-  const bool timed_ends = !options.transformer_layers_only;
-  const bool expert_parallel = layout.ep > 1;
-  StagePlan plan;
-  plan.routing = model.moe ? route(*model.moe, layout.ep, options) : Routing{};
-  const Routing& routing = plan.routing;
-  plan.virtual_stage_layers = virtual_stage_layers(layout, model);
-  const std::vector<int>& vs_layers = plan.virtual_stage_layers;
-  std::vector<std::vector<Unit>>& units = plan.units;
-  units.resize(static_cast<size_t>(p * v));
-  // Layers differ in cost only by dense vs MoE, and by bf16 GEMMs at the ends of a quantised run.
-  std::map<std::pair<bool, bool>, OperatorSums> layer_sums;
-  auto sums_of = [&](int l, bool moe, bool bf16) {
-    if (!moe) return sum_operators(cm, timed_layer_operators(model, layout, l, bf16, 1.0));
-    // Time at the busiest expert's pace, FLOPs of the slots actually processed.
-    OperatorSums s = sum_operators(cm, timed_layer_operators(model, layout, l, bf16, routing.pace));
-    const OperatorSums work = sum_operators(cm, timed_layer_operators(model, layout, l, bf16, routing.processed));
+namespace {
+
+// Layers differ in cost only by dense vs MoE, and by bf16 GEMMs at the ends of a quantised run:
+// the operator sums of each kind, computed once. A MoE layer is timed at the busiest expert's
+// pace, with the FLOPs of the slots actually processed.
+class LayerSums {
+ public:
+  LayerSums(const ModelConfig& model, const ParallelLayout& layout, const ComputeModel& cm, const Routing& routing)
+      : model_(model), layout_(layout), cm_(cm), routing_(routing) {}
+
+  const OperatorSums& of(int l, bool moe, bool bf16) {
+    auto [it, added] = sums_.try_emplace({moe, bf16});
+    if (added) it->second = compute(l, moe, bf16);
+    return it->second;
+  }
+
+ private:
+  OperatorSums compute(int l, bool moe, bool bf16) const {
+    if (!moe) return sum_operators(cm_, timed_layer_operators(model_, layout_, l, bf16, 1.0));
+    OperatorSums s = sum_operators(cm_, timed_layer_operators(model_, layout_, l, bf16, routing_.pace));
+    const OperatorSums work = sum_operators(cm_, timed_layer_operators(model_, layout_, l, bf16, routing_.processed));
     s.forward_flops = work.forward_flops;
     s.backward_flops = work.backward_flops;
     s.attention_forward_flops = work.attention_forward_flops;
     return s;
-  };
-  int& moe_layers = plan.moe_layers;
-  int first_layer = 0;
-  const double layer_input_tokens = static_cast<double>(layout.micro_batch) * static_cast<double>(layout.sequence_length / layout.cp);
-  for (int vs = 0; vs < p * v; ++vs) {
-    auto& list = units[static_cast<size_t>(vs)];
-    if (vs == 0) {
-      Unit u = unit_from(sum_operators(cm, embedding_operators(model, batch, sharding)), layout.recompute, false, timed_ends, false);
-      u.parameters = static_cast<double>(counts.embedding) / t;
-      u.embedding = timed_ends;
-      list.push_back(u);
-    }
-    for (int l = first_layer; l < first_layer + vs_layers[static_cast<size_t>(vs)]; ++l) {
-      const bool moe = model.is_moe_layer(l);
-      const bool bf16 = is_quantised(layout.dtype) && l < model.layers && layout.bf16_layer(l, model.layers);
-      const std::pair<bool, bool> kind{moe, bf16};
-      if (!layer_sums.count(kind)) layer_sums[kind] = sums_of(l, moe, bf16);
-      // Full recomputation may cover only the first layers of each virtual stage (block method).
-      const bool recomputed = layout.fully_recomputed(l - first_layer);
-      const Recomputation recompute = layout.recompute == Recomputation::kFull && !recomputed ? Recomputation::kNone
-                                                                                            : layout.recompute;
-      Unit u = unit_from(layer_sums[kind], recompute, true, true, cp > 1);
-      // Full recomputation keeps the layer's 16-bit input, 2sbh (Korthikanti et al.; s per CP rank).
-      if (recomputed) {
-        const Bytes whole = layer_sums[kind].saved + layer_sums[kind].saved_scores;
-        u.activations = Bytes(2.0 * layer_input_tokens * static_cast<double>(model.hidden));
-        u.recomputed_working_set = std::max(Bytes(), whole - u.activations);
-      }
-      u.recomputed = recomputed;
-      u.moe_layer = moe;
-      u.layer = l;
-      u.offloaded = l < layout.cpu_offloading_layers;
-      moe_layers += moe ? 1 : 0;
-      const LayerParameterCounts lp = layer_parameters(model, l);
-      const double experts = static_cast<double>(lp.routed_experts) / (layout.expert_tensor_parallel() * layout.ep);
-      u.parameters = static_cast<double>(lp.attention + lp.mlp) / t + experts + static_cast<double>(lp.router + lp.vectors);
-      u.expert_parameters = expert_parallel || layout.expert_tensor_parallel() != t ? experts : 0.0;
-      list.push_back(u);
-    }
-    first_layer += vs_layers[static_cast<size_t>(vs)];
-    if (vs == p * v - 1) {
-      Unit u = unit_from(sum_operators(cm, output_operators(model, batch, sharding)), layout.recompute, false, timed_ends, false);
-      // A tied head is the embedding matrix; a separate last stage keeps its own copy of it.
-      const double head = model.tied_embeddings ? (p * v > 1 ? static_cast<double>(counts.embedding) : 0.0)
-                                                : static_cast<double>(counts.output_head);
-      u.parameters = head / t + static_cast<double>(counts.final_norm);
-      u.output_layer = timed_ends;
-      u.output_side = true;
-      list.push_back(u);
-    }
   }
 
-  // ZB-H1's order follows each stage's pass times (its compute; communication left out).
+  const ModelConfig& model_;
+  const ParallelLayout& layout_;
+  const ComputeModel& cm_;
+  const Routing& routing_;
+  std::map<std::pair<bool, bool>, OperatorSums> sums_;
+};
+
+// Transformer layer l, the `index`-th of its virtual stage: its passes, what it keeps, and its
+// parameters on this GPU.
+Unit layer_unit(const ModelConfig& model, const ParallelLayout& layout, LayerSums& layer_sums, int l, int index) {
+  const int t = layout.tp;
+  const bool moe = model.is_moe_layer(l);
+  const bool bf16 = is_quantised(layout.dtype) && l < model.layers && layout.bf16_layer(l, model.layers);
+  const OperatorSums& sums = layer_sums.of(l, moe, bf16);
+  // Full recomputation may cover only the first layers of each virtual stage (block method).
+  const bool recomputed = layout.fully_recomputed(index);
+  const Recomputation recompute =
+      layout.recompute == Recomputation::kFull && !recomputed ? Recomputation::kNone : layout.recompute;
+  Unit u = unit_from(sums, recompute, true, true, layout.cp > 1);
+  // Full recomputation keeps the layer's 16-bit input, 2sbh (Korthikanti et al.; s per CP rank).
+  if (recomputed) {
+    const double input_tokens =
+        static_cast<double>(layout.micro_batch) * static_cast<double>(layout.sequence_length / layout.cp);
+    u.activations = Bytes(2.0 * input_tokens * static_cast<double>(model.hidden));
+    u.recomputed_working_set = std::max(Bytes(), sums.saved + sums.saved_scores - u.activations);
+  }
+  u.recomputed = recomputed;
+  u.moe_layer = moe;
+  u.layer = l;
+  u.offloaded = l < layout.cpu_offloading_layers;
+  const LayerParameterCounts lp = layer_parameters(model, l);
+  const double experts = static_cast<double>(lp.routed_experts) / (layout.expert_tensor_parallel() * layout.ep);
+  u.parameters = static_cast<double>(lp.attention + lp.mlp) / t + experts + static_cast<double>(lp.router + lp.vectors);
+  u.expert_parameters = layout.ep > 1 || layout.expert_tensor_parallel() != t ? experts : 0.0;
+  return u;
+}
+
+// The embedding (first virtual stage) and the output side (last): timed unless the options
+// time transformer layers only.
+Unit embedding_unit(const ModelConfig& model, const ParallelLayout& layout, const ComputeModel& cm, bool timed) {
+  Unit u = unit_from(sum_operators(cm, embedding_operators(model, micro_batch_of(layout), sharding_of(layout))),
+                     layout.recompute, false, timed, false);
+  u.parameters = static_cast<double>(count_parameters(model).embedding) / layout.tp;
+  u.embedding = timed;
+  return u;
+}
+
+Unit output_unit(const ModelConfig& model, const ParallelLayout& layout, const ComputeModel& cm, bool timed) {
+  Unit u = unit_from(sum_operators(cm, output_operators(model, micro_batch_of(layout), sharding_of(layout))),
+                     layout.recompute, false, timed, false);
+  const ParameterCounts counts = count_parameters(model);
+  // A tied head is the embedding matrix; a separate last stage keeps its own copy of it.
+  const int stages = layout.pp * layout.virtual_stages;
+  const double head = model.tied_embeddings ? (stages > 1 ? static_cast<double>(counts.embedding) : 0.0)
+                                            : static_cast<double>(counts.output_head);
+  u.parameters = head / layout.tp + static_cast<double>(counts.final_norm);
+  u.output_layer = timed;
+  u.output_side = true;
+  return u;
+}
+
+// ZB-H1's order follows each stage's pass times (its compute; communication left out).
+std::shared_ptr<const PipelineSchedule> schedule_for(const ParallelLayout& layout,
+                                                     const std::vector<std::vector<Unit>>& units) {
+  const int p = layout.pp, v = layout.virtual_stages;
   std::vector<StagePassTimes> pass_times(static_cast<size_t>(p));
   for (int vs = 0; vs < p * v; ++vs) {
     StagePassTimes& times = pass_times[static_cast<size_t>(vs % p)];
@@ -296,7 +308,33 @@ StagePlan plan_stages(const ModelConfig& model, const ParallelLayout& layout, co
       times.weight += u.weight_gradient;
     }
   }
-  plan.schedule = shared_pipeline_schedule(layout.schedule, p, m, v, pass_times);
+  return shared_pipeline_schedule(layout.schedule, p, static_cast<int>(layout.micro_batches()), v, pass_times);
+}
+
+}  // namespace
+
+StagePlan plan_stages(const ModelConfig& model, const ParallelLayout& layout, const ComputeModel& cm,
+                      const IterationOptions& options) {
+  const int stages = layout.pp * layout.virtual_stages;
+  const bool timed_ends = !options.transformer_layers_only;
+  StagePlan plan;
+  plan.routing = model.moe ? route(*model.moe, layout.ep, options) : Routing{};
+  plan.virtual_stage_layers = virtual_stage_layers(layout, model);
+  plan.units.resize(static_cast<size_t>(stages));
+  LayerSums layer_sums(model, layout, cm, plan.routing);
+  int first_layer = 0;
+  for (int vs = 0; vs < stages; ++vs) {
+    auto& list = plan.units[static_cast<size_t>(vs)];
+    if (vs == 0) list.push_back(embedding_unit(model, layout, cm, timed_ends));
+    const int layers = plan.virtual_stage_layers[static_cast<size_t>(vs)];
+    for (int l = first_layer; l < first_layer + layers; ++l) {
+      list.push_back(layer_unit(model, layout, layer_sums, l, l - first_layer));
+      plan.moe_layers += list.back().moe_layer ? 1 : 0;
+    }
+    first_layer += layers;
+    if (vs == stages - 1) list.push_back(output_unit(model, layout, cm, timed_ends));
+  }
+  plan.schedule = schedule_for(layout, plan.units);
   return plan;
 }
 
