@@ -168,8 +168,8 @@ ModelConfig bundled_model_of(const nlohmann::json& m, const std::string& name, c
   return c;
 }
 
-PublishedLayout layout_of(const nlohmann::json& l, int gpus, const std::string& where) {
-  PublishedLayout p;
+// tp, pp, cp, ep, vpp, and dp (null: what the GPUs leave).
+void read_degrees(const nlohmann::json& l, int gpus, const std::string& where, PublishedLayout& p) {
   p.tp = static_cast<int>(opt_int(l, "tp", where).value_or(1));
   p.pp = static_cast<int>(opt_int(l, "pp", where).value_or(1));
   p.cp = static_cast<int>(opt_int(l, "cp", where).value_or(1));
@@ -178,14 +178,19 @@ PublishedLayout layout_of(const nlohmann::json& l, int gpus, const std::string& 
   const int model_parallel = p.tp * p.pp * p.cp;
   if (auto dp = opt_int(l, "dp", where)) {
     p.dp = static_cast<int>(*dp);
-  } else {
-    if (gpus % model_parallel != 0) {
-      throw RowError(where + "/dp", "null, and tp·pp·cp = " + std::to_string(model_parallel) + " does not divide " +
-                                        std::to_string(gpus) + " GPUs");
-    }
-    p.dp = gpus / model_parallel;
+    return;
   }
-  auto fsdp = l.find("fsdp");  // absent or null: not fully sharded
+  if (gpus % model_parallel != 0) {
+    throw RowError(where + "/dp", "null, and tp·pp·cp = " + std::to_string(model_parallel) + " does not divide " +
+                                      std::to_string(gpus) + " GPUs");
+  }
+  p.dp = gpus / model_parallel;
+}
+
+// fsdp (absent or null: not fully sharded) and zero_stage; neither given is Megatron's own
+// distributed optimizer setting.
+void read_sharding(const nlohmann::json& l, const std::string& where, PublishedLayout& p) {
+  auto fsdp = l.find("fsdp");
   p.fsdp = fsdp != l.end() && fsdp->is_boolean() && fsdp->get<bool>();
   auto zero = l.find("zero_stage");
   p.megatron_style = (zero == l.end() || zero->is_null()) && !p.fsdp;
@@ -196,14 +201,11 @@ PublishedLayout layout_of(const nlohmann::json& l, int gpus, const std::string& 
     p.zero_stage = static_cast<int>(zero->get<int64_t>());
   }
   if (p.fsdp) p.zero_stage = 3;
-  auto mb = opt_int(l, "micro_batch_size", where);
-  p.micro_batch = static_cast<int>(mb.value_or(1));
-  p.micro_batch_assumed = !mb.has_value();
-  p.global_batch = static_cast<int>(req_int(l, "global_batch_size", where));
-  auto sp = l.find("sequence_parallel");
-  p.sequence_parallel = (sp != l.end() && sp->is_boolean()) ? sp->get<bool>() : p.tp > 1;
-  p.recompute = opt_string(l, "activation_recompute", where).value_or("none");
-  p.expert_tp = static_cast<int>(opt_int(l, "expert_tp", where).value_or(0));
+}
+
+// The kernels and overlaps the run chose: dispatcher, expert GEMMs, CP communication, the
+// boolean switches, the attention kernel.
+void read_kernel_choices(const nlohmann::json& l, const std::string& where, PublishedLayout& p) {
   p.moe_dispatcher = opt_choice(l, "moe_dispatcher", where, "alltoall", moe_dispatcher_from, "MoE token dispatcher",
                                 "alltoall, flex");
   p.expert_gemm = opt_choice(l, "expert_gemm", where, "per_expert", expert_gemms_from, "expert GEMM issue",
@@ -224,6 +226,10 @@ PublishedLayout layout_of(const nlohmann::json& l, int gpus, const std::string& 
   if (!p.attention.empty() && !attention_kernel_from(p.attention)) {
     throw RowError(where + "/attention", "expected flash, flash2, unfused or null, found \"" + p.attention + "\"");
   }
+}
+
+// stage_layers (each stage's layer count) and recompute_modules (Megatron's module names).
+void read_stage_lists(const nlohmann::json& l, const std::string& where, PublishedLayout& p) {
   if (auto layers = l.find("stage_layers"); layers != l.end() && !layers->is_null()) {
     if (!layers->is_array()) throw RowError(where + "/stage_layers", "expected an array of layer counts or null");
     for (size_t i = 0; i < layers->size(); ++i) {
@@ -246,6 +252,11 @@ PublishedLayout layout_of(const nlohmann::json& l, int gpus, const std::string& 
       p.recompute_modules = *added;
     }
   }
+}
+
+// The gradients' reduction, the optimizer's state types, and the layer counts (bf16 ends,
+// offloaded, recomputed).
+void read_gradients_optimizer_and_counts(const nlohmann::json& l, const std::string& where, PublishedLayout& p) {
   p.grad_reduce_overlap = opt_bool(l, "grad_reduce_overlap", where);
   p.grad_reduce_in_fp32 = opt_bool(l, "grad_reduce_in_fp32", where);
   p.precision_aware_optimizer = opt_bool(l, "precision_aware_optimizer", where).value_or(false);
@@ -265,6 +276,23 @@ PublishedLayout layout_of(const nlohmann::json& l, int gpus, const std::string& 
     if (*n > 1 << 20) throw RowError(where + "/" + key, "expected 0 to 1048576, found " + std::to_string(*n));
     *field = static_cast<int>(*n);
   }
+}
+
+PublishedLayout layout_of(const nlohmann::json& l, int gpus, const std::string& where) {
+  PublishedLayout p;
+  read_degrees(l, gpus, where, p);
+  read_sharding(l, where, p);
+  auto mb = opt_int(l, "micro_batch_size", where);
+  p.micro_batch = static_cast<int>(mb.value_or(1));
+  p.micro_batch_assumed = !mb.has_value();
+  p.global_batch = static_cast<int>(req_int(l, "global_batch_size", where));
+  auto sp = l.find("sequence_parallel");
+  p.sequence_parallel = (sp != l.end() && sp->is_boolean()) ? sp->get<bool>() : p.tp > 1;
+  p.recompute = opt_string(l, "activation_recompute", where).value_or("none");
+  p.expert_tp = static_cast<int>(opt_int(l, "expert_tp", where).value_or(0));
+  read_kernel_choices(l, where, p);
+  read_stage_lists(l, where, p);
+  read_gradients_optimizer_and_counts(l, where, p);
   if (p.recompute != "none" && p.recompute != "selective" && p.recompute != "full") {
     throw RowError(where + "/activation_recompute", "expected none, selective, full or null, found \"" + p.recompute + "\"");
   }
