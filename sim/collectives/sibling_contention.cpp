@@ -1,3 +1,5 @@
+// Sibling contention (sibling_contention.h): the pools of a fat tree's links, whether the fabric
+// blocks at all, and the slowdown of one group's collective by its siblings' traffic.
 #include "collectives/sibling_contention.h"
 
 #include <algorithm>
@@ -10,51 +12,71 @@ namespace parallax {
 
 SiblingContention::SiblingContention(const Topology& topo, const Router& router, Options options)
     : topo_(topo), router_(router) {
-  // Pools: a leaf's uplinks (to any spine) are one; the downlinks into a leaf (from any spine)
-  // another; every other resource is its own.
-  const uint32_t resources = static_cast<uint32_t>(topo.resource_count());
+  build_pools();
+  non_blocking_ = fabric_is_non_blocking();
+  two_tier_ = options.skip_far_pairs && fabric_is_two_tier();
+  access_.assign(topo.device_count(), {});
+  if (two_tier_ && !non_blocking_) build_access();  // a non-blocking fabric never routes a pair
+}
+
+namespace {
+
+bool leaf_to_spine(const Topology& topo, const Link& link) {
+  return topo.device(link.from).switch_kind == SwitchKind::kLeaf && topo.device(link.to).switch_kind == SwitchKind::kSpine;
+}
+
+bool spine_to_leaf(const Topology& topo, const Link& link) {
+  return topo.device(link.from).switch_kind == SwitchKind::kSpine && topo.device(link.to).switch_kind == SwitchKind::kLeaf;
+}
+
+}  // namespace
+
+// Pools: a leaf's uplinks (to any spine) are one; the downlinks into a leaf (from any spine)
+// another; every other resource is its own.
+void SiblingContention::build_pools() {
+  const uint32_t resources = static_cast<uint32_t>(topo_.resource_count());
   pool_of_resource_.assign(resources, UINT32_MAX);
   std::map<std::pair<int, uint32_t>, uint32_t> pools;  // (0 up / 1 down, leaf) → pool
-  for (uint32_t l = 0; l < topo.link_count(); ++l) {
-    const Link& link = topo.link(LinkId{l});
-    const SwitchKind from = topo.device(link.from).switch_kind, to = topo.device(link.to).switch_kind;
-    if (from == SwitchKind::kLeaf && to == SwitchKind::kSpine) {
+  for (uint32_t l = 0; l < topo_.link_count(); ++l) {
+    const Link& link = topo_.link(LinkId{l});
+    if (leaf_to_spine(topo_, link)) {
       pools.emplace(std::make_pair(0, link.from.value), 0);
-    } else if (from == SwitchKind::kSpine && to == SwitchKind::kLeaf) {
+    } else if (spine_to_leaf(topo_, link)) {
       pools.emplace(std::make_pair(1, link.to.value), 0);
     }
   }
   uint32_t next = resources;
   for (auto& [key, id] : pools) id = next++;
   pool_capacity_.assign(next, 0.0);
-  for (uint32_t l = 0; l < topo.link_count(); ++l) {
-    const Link& link = topo.link(LinkId{l});
+  for (uint32_t l = 0; l < topo_.link_count(); ++l) {
+    const Link& link = topo_.link(LinkId{l});
     if (pool_of_resource_[link.resource] != UINT32_MAX) continue;
-    const SwitchKind from = topo.device(link.from).switch_kind, to = topo.device(link.to).switch_kind;
     uint32_t pool = link.resource;
-    if (from == SwitchKind::kLeaf && to == SwitchKind::kSpine) {
+    if (leaf_to_spine(topo_, link)) {
       pool = pools.at(std::make_pair(0, link.from.value));
-    } else if (from == SwitchKind::kSpine && to == SwitchKind::kLeaf) {
+    } else if (spine_to_leaf(topo_, link)) {
       pool = pools.at(std::make_pair(1, link.to.value));
     }
     pool_of_resource_[link.resource] = pool;
-    pool_capacity_[pool] += topo.resource_capacity(link.resource).value();
+    pool_capacity_[pool] += topo_.resource_capacity(link.resource).value();
   }
   load_.assign(next, 0.0);
+}
 
-  // Non-blocking: no PCIe switch or CPU that GPUs could share inside a node, each NIC's only
-  // non-fabric neighbour is one GPU, and each leaf's uplinks carry at least the sum of its
-  // links from NICs.
-  non_blocking_ = true;
+// Non-blocking: no PCIe switch or CPU that GPUs could share inside a node, each NIC's only
+// non-fabric neighbour is one GPU, and each leaf's uplinks carry at least the sum of its links
+// from NICs.
+bool SiblingContention::fabric_is_non_blocking() const {
+  bool non_blocking = true;
   std::map<uint32_t, double> leaf_down, leaf_up;  // by leaf: capacity from NICs, to spines
-  for (uint32_t d = 0; d < topo.device_count(); ++d) {
-    const Device& device = topo.device(DeviceId{d});
-    if (device.kind == DeviceKind::kCpu || device.switch_kind == SwitchKind::kPcie) non_blocking_ = false;
+  for (uint32_t d = 0; d < topo_.device_count(); ++d) {
+    const Device& device = topo_.device(DeviceId{d});
+    if (device.kind == DeviceKind::kCpu || device.switch_kind == SwitchKind::kPcie) non_blocking = false;
     if (device.kind != DeviceKind::kNic) continue;
     int gpus = 0, others = 0;
-    for (LinkId l : topo.out_links(DeviceId{d})) {
-      const Link& link = topo.link(l);
-      const Device& peer = topo.device(link.to);
+    for (LinkId l : topo_.out_links(DeviceId{d})) {
+      const Link& link = topo_.link(l);
+      const Device& peer = topo_.device(link.to);
       if (peer.kind == DeviceKind::kGpu) {
         ++gpus;
       } else if (peer.switch_kind == SwitchKind::kLeaf) {
@@ -63,55 +85,56 @@ SiblingContention::SiblingContention(const Topology& topo, const Router& router,
         ++others;
       }
     }
-    if (gpus != 1 || others != 0) non_blocking_ = false;
+    if (gpus != 1 || others != 0) non_blocking = false;
   }
-  for (uint32_t l = 0; l < topo.link_count(); ++l) {
-    const Link& link = topo.link(LinkId{l});
-    if (topo.device(link.from).switch_kind == SwitchKind::kLeaf && topo.device(link.to).switch_kind == SwitchKind::kSpine) {
-      leaf_up[link.from.value] += link.bandwidth.value();
-    }
+  for (uint32_t l = 0; l < topo_.link_count(); ++l) {
+    const Link& link = topo_.link(LinkId{l});
+    if (leaf_to_spine(topo_, link)) leaf_up[link.from.value] += link.bandwidth.value();
   }
   for (const auto& [leaf, down] : leaf_down) {
-    if (leaf_up[leaf] < down * (1 - 1e-9) && leaf_up[leaf] > 0) non_blocking_ = false;
+    if (leaf_up[leaf] < down * (1 - 1e-9) && leaf_up[leaf] > 0) non_blocking = false;
   }
+  return non_blocking;
+}
 
-  // A two-tier fat tree: the fabric switches are leaves and spines, joined leaf to spine only,
-  // and a leaf's other links go to NICs. What each GPU reaches without passing another GPU or
-  // a spine: the devices of its node on its way out, and the leaves next to its NICs.
-  two_tier_ = true;
-  for (uint32_t l = 0; l < topo.link_count(); ++l) {
-    const Link& link = topo.link(LinkId{l});
-    const Device& from = topo.device(link.from);
-    const Device& to = topo.device(link.to);
+// A two-tier fat tree: the fabric switches are leaves and spines, joined leaf to spine only,
+// and a leaf's other links go to NICs.
+bool SiblingContention::fabric_is_two_tier() const {
+  for (uint32_t l = 0; l < topo_.link_count(); ++l) {
+    const Link& link = topo_.link(LinkId{l});
+    const Device& from = topo_.device(link.from);
+    const Device& to = topo_.device(link.to);
     const bool fabric_from = from.switch_kind == SwitchKind::kLeaf || from.switch_kind == SwitchKind::kSpine;
     const bool fabric_to = to.switch_kind == SwitchKind::kLeaf || to.switch_kind == SwitchKind::kSpine;
-    if (fabric_from && fabric_to && from.switch_kind == to.switch_kind) two_tier_ = false;
-    if (from.switch_kind == SwitchKind::kSpine && !fabric_to) two_tier_ = false;
-    if (from.switch_kind == SwitchKind::kLeaf && !fabric_to && to.kind != DeviceKind::kNic) two_tier_ = false;
-    if (!fabric_from && !fabric_to && from.node != to.node) two_tier_ = false;
+    if (fabric_from && fabric_to && from.switch_kind == to.switch_kind) return false;
+    if (from.switch_kind == SwitchKind::kSpine && !fabric_to) return false;
+    if (from.switch_kind == SwitchKind::kLeaf && !fabric_to && to.kind != DeviceKind::kNic) return false;
+    if (!fabric_from && !fabric_to && from.node != to.node) return false;
   }
-  if (!options.skip_far_pairs) two_tier_ = false;
-  access_.assign(topo.device_count(), {});
-  if (two_tier_ && !non_blocking_) {  // a non-blocking fabric never routes a pair
-    // seen[d] == the search's stamp: one array for every GPU's search, never cleared.
-    std::vector<uint32_t> seen(topo.device_count(), 0);
-    uint32_t stamp = 0;
-    for (DeviceId gpu : topo.gpus()) {
-      std::vector<DeviceId> frontier{gpu};
-      ++stamp;
-      seen[gpu.value] = stamp;
-      while (!frontier.empty()) {
-        const DeviceId at = frontier.back();
-        frontier.pop_back();
-        for (LinkId l : topo.out_links(at)) {
-          const DeviceId neighbour = topo.link(l).to;
-          const Device& device = topo.device(neighbour);
-          if (seen[neighbour.value] == stamp) continue;
-          seen[neighbour.value] = stamp;
-          if (device.kind == DeviceKind::kGpu || device.switch_kind == SwitchKind::kSpine) continue;
-          access_[gpu.value].push_back(neighbour.value);
-          if (device.switch_kind != SwitchKind::kLeaf) frontier.push_back(neighbour);
-        }
+  return true;
+}
+
+// What each GPU reaches without passing another GPU or a spine: the devices of its node on its
+// way out, and the leaves next to its NICs.
+void SiblingContention::build_access() {
+  // seen[d] == the search's stamp: one array for every GPU's search, never cleared.
+  std::vector<uint32_t> seen(topo_.device_count(), 0);
+  uint32_t stamp = 0;
+  for (DeviceId gpu : topo_.gpus()) {
+    std::vector<DeviceId> frontier{gpu};
+    ++stamp;
+    seen[gpu.value] = stamp;
+    while (!frontier.empty()) {
+      const DeviceId at = frontier.back();
+      frontier.pop_back();
+      for (LinkId l : topo_.out_links(at)) {
+        const DeviceId neighbour = topo_.link(l).to;
+        const Device& device = topo_.device(neighbour);
+        if (seen[neighbour.value] == stamp) continue;
+        seen[neighbour.value] = stamp;
+        if (device.kind == DeviceKind::kGpu || device.switch_kind == SwitchKind::kSpine) continue;
+        access_[gpu.value].push_back(neighbour.value);
+        if (device.switch_kind != SwitchKind::kLeaf) frontier.push_back(neighbour);
       }
     }
   }

@@ -63,6 +63,11 @@ class SiblingContention {
                   TrafficPattern pattern);
 
  private:
+  void build_pools();
+  bool fabric_is_non_blocking() const;
+  bool fabric_is_two_tier() const;
+  void build_access();
+
   const Topology& topo_;
   const Router& router_;
   bool non_blocking_ = false;  // dedicated NICs, leaves not oversubscribed: the slowdown is 1
