@@ -22,6 +22,6 @@ done
 if [ "${presets[*]}" != release ]; then
   # Every parser fuzzed briefly on its corpus after replaying the kept reproducers (the asan
   # build has the targets; tools/fuzz.sh with a larger FUZZ_SECONDS is the longer campaign).
-  echo "== fuzzing each parser on ${FUZZ_RUNS:-5000} inputs (seed 1: the same inputs every run)"
-  FUZZ_RUNS="${FUZZ_RUNS:-5000}" bash tools/fuzz.sh
+  echo "== fuzzing each parser on ${FUZZ_RUNS:-2000} inputs (seed 1: the same inputs every run)"
+  FUZZ_RUNS="${FUZZ_RUNS:-2000}" bash tools/fuzz.sh
 fi
