@@ -9,6 +9,7 @@
 
 #include "calibration_record.h"
 #include "collective_fit.h"
+#include "measurement_comparison.h"
 #include "collectives/collective_simulator.h"
 #include "test_support.h"
 #include "topology/topology_loader.h"
@@ -191,6 +192,39 @@ TEST(CalibrationRecord, TheWrittenBlockLoadsBackAsTheFit) {
   EXPECT_EQ(loaded.info().calibration.size(), values + fit.regime_starts.size());
   EXPECT_EQ(block["cross_validation"].count("leave_one_group_out"), 0u);
   EXPECT_EQ(block["residuals"]["in_sample"]["rows"], ms.size());
+}
+
+TEST(MeasurementComparison, ACalibratedTopologyPredictsItsFitsFastestRegime) {
+  // Compared on the topology a fit calibrated, each measurement's prediction is the fit's
+  // fastest (protocol, regime); the bus bandwidths are the same size over the two times, so
+  // 1 + busbw error = 1 / (1 + time error) exactly.
+  ReadOutcome in = read_measurements(kSource + "/tests/data/nccl-tests/crusoe-a100-80gb-2node-16gpu-ib-allreduce.txt");
+  ASSERT_TRUE(in.ok());
+  const auto& ms = in.set.collectives;
+  Topology topo = load_topology(kSource + "/topologies/dgx-a100.json", TopologyLoadOptions{2});
+  CollectiveTermModel model(topo);
+  std::vector<CollectiveTerms> ts;
+  for (const auto& m : ms) ts.push_back(model.terms(m));
+  CollectiveFit fit = fit_collectives_with_regimes(ms, ts);
+  Topology calibrated = topo;
+  calibrated.info().calibration = fit.model().parameters();
+  MeasurementComparison comparison(calibrated, ts);
+  ASSERT_TRUE(comparison.calibrated());
+  size_t compared = 0;
+  for (size_t i = 0; i < ms.size(); ++i) {
+    const ComparedPoint p = comparison.compare(ms[i], i);
+    const auto best = fit.model().fastest(ts[i]);
+    ASSERT_EQ(p.predicted.has_value(), best.has_value());
+    if (!p.predicted_positive() || ms[i].size.value() == 0) continue;
+    EXPECT_EQ(*p.predicted, best->first);
+    EXPECT_NEAR(1 + p.busbw_error, 1 / (1 + p.time_error), 1e-12);
+    ++compared;
+  }
+  EXPECT_GT(compared, ms.size() / 2);
+  // Without a calibration the same points take NCCL's model on the datasheet topology.
+  MeasurementComparison plain(topo, ts);
+  EXPECT_FALSE(plain.calibrated());
+  EXPECT_TRUE(plain.compare(ms.back(), ms.size() - 1).predicted_positive());
 }
 
 TEST(CalibrationRecord, ParameterValuesInHumanUnits) {

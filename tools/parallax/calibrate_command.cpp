@@ -17,6 +17,7 @@
 
 #include "calibration_record.h"
 #include "collective_fit.h"
+#include "measurement_comparison.h"
 #include "io/atomic_file.h"
 #include "io/input_error.h"
 #include "parallax/cli_support.h"
@@ -233,104 +234,90 @@ void plot(const std::string& dir, const std::vector<std::pair<std::string, std::
   run_gnuplot(dir + "/plots.gp", script);
 }
 
-void run_compare(const CalibrateArgs& a) {
-  MeasurementSet set = read_inputs(a);
-  Topology topo = load_for(a.topology, set);
-  const CalibratedCollectiveModel calibrated(topo.info().calibration);
-  const bool fit = !calibrated.empty();
-  CollectiveTermModel model(topo);
-  std::vector<CollectiveTerms> terms = terms_of(set, model);
-  const auto& ms = set.collectives;
-  std::map<std::pair<int, int>, std::unique_ptr<CollectiveSimulator>> sims;
-
-  std::printf("# Parallax calibrate compare: %s (%s)\n", a.topology.c_str(),
-              fit ? "calibrated" : "uncalibrated: NCCL's model on the datasheet topology");
-  std::printf("# measured time: the median iteration where the file gives it, else the mean\n");
-  std::vector<double> time_err, busbw_err;
-  std::map<std::string, std::vector<size_t>> by_series;
-  std::vector<std::string> order;
+// The measurements' series (file, op, group, ranks, nodes, in-place), in the order first seen.
+std::vector<std::pair<std::string, std::vector<size_t>>> series_of(const std::vector<CollectiveMeasurement>& ms) {
+  std::vector<std::pair<std::string, std::vector<size_t>>> series;
+  std::map<std::string, size_t> index;
   for (size_t i = 0; i < ms.size(); ++i) {
     std::string s = series_name(ms[i]);
-    if (!by_series.count(s)) order.push_back(s);
-    by_series[s].push_back(i);
+    auto [it, added] = index.try_emplace(s, series.size());
+    if (added) series.emplace_back(s, std::vector<size_t>{});
+    series[it->second].second.push_back(i);
   }
+  return series;
+}
+
+std::vector<std::string> compared_row(const CollectiveMeasurement& m, const ComparedPoint& p) {
+  const std::string size = strprintf("%.0f", m.size.value()), time = strprintf("%.2f", p.measured.seconds() * 1e6);
+  const std::string bus = strprintf("%.2f", p.measured_busbw_gbs);
+  if (!p.predicted_positive()) return {size, time, "-", "-", bus, "-", "-"};
+  return {size, time, strprintf("%.2f", p.predicted->seconds() * 1e6), strprintf("%+.1f%%", 100 * p.time_error), bus,
+          strprintf("%.2f", p.predicted_busbw_gbs), m.size.value() > 0 ? strprintf("%+.1f%%", 100 * p.busbw_error) : "-"};
+}
+
+// What a comparison gathers beyond its tables: the errors, the JSON rows, the busbw curves and,
+// per rank count, the largest size of the first op (the scaling plot).
+struct ComparisonTotals {
+  std::vector<double> time_err, busbw_err;
+  nlohmann::ordered_json rows = nlohmann::ordered_json::array();
   std::vector<std::pair<std::string, std::vector<std::array<double, 3>>>> plots;
-  std::map<int, std::array<double, 3>> scaling;  // ranks → (ranks, measured, predicted) at the largest size
-  nlohmann::ordered_json jrows = nlohmann::ordered_json::array();
-  for (const std::string& s : order) {
-    std::printf("\n## %s\n", s.c_str());
-    TextTable t({"size", "time_us", "pred_us", "err", "busbw", "pred_busbw", "err"});
-    std::vector<std::array<double, 3>> curve;
-    for (size_t i : by_series[s]) {
-      const CollectiveMeasurement& m = ms[i];
-      std::optional<Time> p;
-      if (fit) {
-        // NCCL's choice of protocol is closest to the fastest regime the fit knows.
-        std::optional<Protocol> forced;
-        if (m.proto != "auto") forced = parse_protocol(m.proto);
-        if (auto best = calibrated.fastest(terms[i], forced)) p = best->first;
-      } else {
-        auto key = std::make_pair(m.ranks, m.ranks_per_node);
-        if (!sims.count(key)) sims[key] = std::make_unique<CollectiveSimulator>(topo, m.ranks, m.ranks_per_node);
-        CollectiveOptions o;
-        o.model = "analytical";
-        p = sims[key]->run(m.op, m.size, o).time;
-      }
-      const double factor = busbw_factor(m.op, m.ranks);
-      const double meas_bus = m.size.value() / m.typical_time().seconds() * factor / 1e9;
-      if (!p || p->seconds() <= 0) {
-        t.add_row({strprintf("%.0f", m.size.value()), strprintf("%.2f", m.typical_time().seconds() * 1e6), "-", "-",
-                   strprintf("%.2f", meas_bus), "-", "-"});
-        continue;
-      }
-      const double pred_bus = m.size.value() / p->seconds() * factor / 1e9;
-      const double te = (p->seconds() - m.typical_time().seconds()) / m.typical_time().seconds();
-      const double be = m.size.value() > 0 ? (pred_bus - meas_bus) / meas_bus : 0.0;
-      time_err.push_back(std::fabs(te));
-      if (m.size.value() >= 1 << 20) busbw_err.push_back(std::fabs(be));
-      t.add_row({strprintf("%.0f", m.size.value()), strprintf("%.2f", m.typical_time().seconds() * 1e6),
-                 strprintf("%.2f", p->seconds() * 1e6), strprintf("%+.1f%%", 100 * te), strprintf("%.2f", meas_bus),
-                 strprintf("%.2f", pred_bus), m.size.value() > 0 ? strprintf("%+.1f%%", 100 * be) : "-"});
-      if (m.size.value() > 0) curve.push_back({m.size.value(), meas_bus, pred_bus});
-      auto& sc = scaling[m.ranks];
-      if (!m.in_place && m.op == ms.front().op && m.size.value() >= sc[0]) sc = {m.size.value(), meas_bus, pred_bus};
-      nlohmann::ordered_json j;
-      j["file"] = m.source.file;
-      j["line"] = m.source.line;
-      j["op"] = op_name(m.op);
-      j["group"] = m.group;
-      j["ranks"] = m.ranks;
-      j["size_bytes"] = m.size.value();
-      j["in_place"] = m.in_place;
-      j["measured_time_us"] = m.typical_time().seconds() * 1e6;
-      j["predicted_time_us"] = p->seconds() * 1e6;
-      j["time_error"] = te;
-      j["measured_busbw_gbs"] = meas_bus;
-      j["predicted_busbw_gbs"] = pred_bus;
-      jrows.push_back(j);
-    }
-    std::printf("%s", t.render().c_str());
-    plots.emplace_back(s, curve);
-  }
+  std::map<int, std::array<double, 3>> scaling;  // ranks → (size, measured, predicted) at the largest size
+};
+
+void write_comparison(const CalibrateArgs& a, bool calibrated, const ComparisonTotals& c) {
   std::printf("\n# summary: time |err| median %s, p90 %s over %zu rows; busbw >= 1 MiB |err| median %s, p90 %s\n",
-              percent(median_of(time_err)).c_str(), percent(quantile_of(time_err, 0.9)).c_str(), time_err.size(),
-              percent(median_of(busbw_err)).c_str(), percent(quantile_of(busbw_err, 0.9)).c_str());
+              percent(median_of(c.time_err)).c_str(), percent(quantile_of(c.time_err, 0.9)).c_str(), c.time_err.size(),
+              percent(median_of(c.busbw_err)).c_str(), percent(quantile_of(c.busbw_err, 0.9)).c_str());
   if (!a.json.empty()) {
     nlohmann::ordered_json j;
     j["topology"] = a.topology;
-    j["calibrated"] = fit;
-    j["rows"] = jrows;
-    j["time_median_abs_error"] = median_of(time_err);
-    j["time_p90_abs_error"] = quantile_of(time_err, 0.9);
-    j["busbw_median_abs_error_ge_1MiB"] = median_of(busbw_err);
+    j["calibrated"] = calibrated;
+    j["rows"] = c.rows;
+    j["time_median_abs_error"] = median_of(c.time_err);
+    j["time_p90_abs_error"] = quantile_of(c.time_err, 0.9);
+    j["busbw_median_abs_error_ge_1MiB"] = median_of(c.busbw_err);
     write_file_atomically(a.json, j.dump(2) + "\n");
   }
   if (!a.plot_dir.empty()) {
     std::vector<std::array<double, 3>> sc;
-    for (const auto& [ranks, v] : scaling) sc.push_back({static_cast<double>(ranks), v[1], v[2]});
-    plot(a.plot_dir, plots, sc);
+    for (const auto& [ranks, v] : c.scaling) sc.push_back({static_cast<double>(ranks), v[1], v[2]});
+    plot(a.plot_dir, c.plots, sc);
     std::printf("# plots: %s/busbw-*.png%s\n", a.plot_dir.c_str(), sc.size() >= 2 ? ", scaling.png" : "");
   }
+}
+
+void run_compare(const CalibrateArgs& a) {
+  MeasurementSet set = read_inputs(a);
+  Topology topo = load_for(a.topology, set);
+  CollectiveTermModel model(topo);
+  MeasurementComparison comparison(topo, terms_of(set, model));
+  const auto& ms = set.collectives;
+  std::printf("# Parallax calibrate compare: %s (%s)\n", a.topology.c_str(),
+              comparison.calibrated() ? "calibrated" : "uncalibrated: NCCL's model on the datasheet topology");
+  std::printf("# measured time: the median iteration where the file gives it, else the mean\n");
+  ComparisonTotals c;
+  for (const auto& [s, indices] : series_of(ms)) {
+    std::printf("\n## %s\n", s.c_str());
+    TextTable t({"size", "time_us", "pred_us", "err", "busbw", "pred_busbw", "err"});
+    std::vector<std::array<double, 3>> curve;
+    for (size_t i : indices) {
+      const CollectiveMeasurement& m = ms[i];
+      const ComparedPoint p = comparison.compare(m, i);
+      t.add_row(compared_row(m, p));
+      if (!p.predicted_positive()) continue;
+      c.time_err.push_back(std::fabs(p.time_error));
+      if (m.size.value() >= 1 << 20) c.busbw_err.push_back(std::fabs(p.busbw_error));
+      if (m.size.value() > 0) curve.push_back({m.size.value(), p.measured_busbw_gbs, p.predicted_busbw_gbs});
+      auto& sc = c.scaling[m.ranks];
+      if (!m.in_place && m.op == ms.front().op && m.size.value() >= sc[0]) {
+        sc = {m.size.value(), p.measured_busbw_gbs, p.predicted_busbw_gbs};
+      }
+      c.rows.push_back(compared_point_json(m, p));
+    }
+    std::printf("%s", t.render().c_str());
+    c.plots.emplace_back(s, curve);
+  }
+  write_comparison(a, comparison.calibrated(), c);
 }
 
 void common_options(CLI::App* cmd, CalibrateArgs& a) {
