@@ -256,6 +256,65 @@ double median(std::vector<double> v) {
   return v.size() % 2 ? v[m] : 0.5 * (v[m - 1] + v[m]);
 }
 
+// Each measured row of a log beside the simulator's prediction, as table rows and JSON, with the
+// absolute errors over every size and over sizes of 1 MiB or more.
+struct LogComparison {
+  std::vector<std::vector<std::string>> table;
+  nlohmann::ordered_json rows = nlohmann::ordered_json::array();
+  std::vector<double> err_all, err_large, bw_err_all, bw_err_large;
+};
+
+LogComparison compare_log_rows(const NcclTestsLog& log, const CollectiveSimulator& sim, CollectiveOp op, int ranks,
+                               const CollectiveOptions& options) {
+  LogComparison c;
+  for (const NcclTestsRow& row : log.rows) {
+    const auto& measured = row.out_of_place ? row.out_of_place : row.in_place;
+    if (!measured || row.size_bytes <= 0 || measured->time_us <= 0) continue;
+    CollectiveResult r = sim.run(op, Bytes(static_cast<double>(row.size_bytes)), options);
+    const double pred_us = r.time.seconds() * 1e6;
+    const double time_err = (pred_us - measured->time_us) / measured->time_us;
+    const double meas_bus = static_cast<double>(row.size_bytes) / measured->time_us / 1e3 * busbw_factor(op, ranks);
+    const double bw_err = meas_bus > 0 ? (r.busbw_gbs - meas_bus) / meas_bus : NAN;
+    c.err_all.push_back(std::fabs(time_err));
+    c.bw_err_all.push_back(std::fabs(bw_err));
+    if (row.size_bytes >= (int64_t{1} << 20)) {
+      c.err_large.push_back(std::fabs(time_err));
+      c.bw_err_large.push_back(std::fabs(bw_err));
+    }
+    c.table.push_back({std::to_string(row.size_bytes), strprintf("%.2f", measured->time_us), strprintf("%.2f", pred_us),
+                       strprintf("%+.1f%%", 100 * time_err), strprintf("%.2f", meas_bus), strprintf("%.2f", r.busbw_gbs),
+                       strprintf("%+.1f%%", 100 * bw_err), std::string(algorithm_name(r.algorithm)),
+                       std::string(protocol_name(r.protocol))});
+    nlohmann::ordered_json j = result_json(r);
+    j["measured_time_us"] = measured->time_us;
+    j["measured_busbw_gbs"] = meas_bus;
+    j["time_error"] = time_err;
+    j["busbw_error"] = bw_err;
+    c.rows.push_back(j);
+  }
+  return c;
+}
+
+// The table and the error summary. A log without sizes of 1 MiB or more has no large-size
+// figures: said, not printed as nan.
+std::string log_comparison_text(const LogComparison& c) {
+  using A = TextTable::Align;
+  TextTable table({"size (B)", "meas us", "pred us", "time err", "meas busbw", "pred busbw", "busbw err", "algo", "proto"},
+                  {A::kRight, A::kRight, A::kRight, A::kRight, A::kRight, A::kRight, A::kRight, A::kLeft, A::kLeft});
+  for (const auto& row : c.table) table.add_row(row);
+  auto max_of = [](const std::vector<double>& v) { return v.empty() ? NAN : *std::max_element(v.begin(), v.end()); };
+  auto large = [&](const std::vector<double>& v) {
+    return v.empty() ? std::string("none")
+                     : strprintf("median %.1f%%, max %.1f%%", 100 * median(v), 100 * max_of(v));
+  };
+  std::string text = table.render() + "\n";
+  text += strprintf("|time error|:  median %.1f%%, max %.1f%% over %zu sizes; sizes >= 1 MiB: %s\n",
+                    100 * median(c.err_all), 100 * max_of(c.err_all), c.err_all.size(), large(c.err_large).c_str());
+  text += strprintf("|busbw error|: median %.1f%%, max %.1f%%; sizes >= 1 MiB: %s\n", 100 * median(c.bw_err_all),
+                    100 * max_of(c.bw_err_all), large(c.bw_err_large).c_str());
+  return text;
+}
+
 void run_compare(const CollectiveArgs& a) {
   NcclTestsLog log = read_nccl_tests_log(a.compare);
   std::optional<CollectiveOp> op = log.op;
@@ -271,53 +330,12 @@ void run_compare(const CollectiveArgs& a) {
   if (!per_node && nodes && *ranks % *nodes == 0) per_node = *ranks / *nodes;
   const std::unique_ptr<CollectiveSimulator> simulator = simulator_for(a, topo, *ranks, per_node);
   const CollectiveSimulator& sim = *simulator;
-  CollectiveOptions options = simulation_options(a);
 
+  const LogComparison c = compare_log_rows(log, sim, *op, *ranks, simulation_options(a));
+  if (c.err_all.empty()) throw InputError(a.compare, "", "no row with a positive size and time to compare");
   std::string text = "measured: " + a.compare + (log.nccl_version.empty() ? "" : " (NCCL " + log.nccl_version + ")") +
                      "\npredicted: " + describe(sim, a.model) + "\ncollective: " + std::string(op_name(*op)) + "\n\n";
-  using A = TextTable::Align;
-  TextTable table({"size (B)", "meas us", "pred us", "time err", "meas busbw", "pred busbw", "busbw err", "algo", "proto"},
-                  {A::kRight, A::kRight, A::kRight, A::kRight, A::kRight, A::kRight, A::kRight, A::kLeft, A::kLeft});
-  std::vector<double> err_all, err_large, bw_err_all, bw_err_large;
-  nlohmann::ordered_json jrows = nlohmann::ordered_json::array();
-  for (const NcclTestsRow& row : log.rows) {
-    const auto& measured = row.out_of_place ? row.out_of_place : row.in_place;
-    if (!measured || row.size_bytes <= 0 || measured->time_us <= 0) continue;
-    CollectiveResult r = sim.run(*op, Bytes(static_cast<double>(row.size_bytes)), options);
-    const double pred_us = r.time.seconds() * 1e6;
-    const double time_err = (pred_us - measured->time_us) / measured->time_us;
-    const double meas_bus = static_cast<double>(row.size_bytes) / measured->time_us / 1e3 * busbw_factor(*op, *ranks);
-    const double bw_err = meas_bus > 0 ? (r.busbw_gbs - meas_bus) / meas_bus : NAN;
-    err_all.push_back(std::fabs(time_err));
-    bw_err_all.push_back(std::fabs(bw_err));
-    if (row.size_bytes >= (int64_t{1} << 20)) {
-      err_large.push_back(std::fabs(time_err));
-      bw_err_large.push_back(std::fabs(bw_err));
-    }
-    table.add_row({std::to_string(row.size_bytes), strprintf("%.2f", measured->time_us), strprintf("%.2f", pred_us),
-                   strprintf("%+.1f%%", 100 * time_err), strprintf("%.2f", meas_bus), strprintf("%.2f", r.busbw_gbs),
-                   strprintf("%+.1f%%", 100 * bw_err), std::string(algorithm_name(r.algorithm)),
-                   std::string(protocol_name(r.protocol))});
-    nlohmann::ordered_json j = result_json(r);
-    j["measured_time_us"] = measured->time_us;
-    j["measured_busbw_gbs"] = meas_bus;
-    j["time_error"] = time_err;
-    j["busbw_error"] = bw_err;
-    jrows.push_back(j);
-  }
-  if (err_all.empty()) throw InputError(a.compare, "", "no row with a positive size and time to compare");
-  auto max_of = [](const std::vector<double>& v) { return v.empty() ? NAN : *std::max_element(v.begin(), v.end()); };
-  text += table.render() + "\n";
-  // A log without sizes of 1 MiB or more has no large-size figures: said, not printed as nan.
-  auto large = [&](const std::vector<double>& v) {
-    return v.empty() ? std::string("none")
-                     : strprintf("median %.1f%%, max %.1f%%", 100 * median(v), 100 * max_of(v));
-  };
-  text += strprintf("|time error|:  median %.1f%%, max %.1f%% over %zu sizes; sizes >= 1 MiB: %s\n",
-                    100 * median(err_all), 100 * max_of(err_all), err_all.size(), large(err_large).c_str());
-  text += strprintf("|busbw error|: median %.1f%%, max %.1f%%; sizes >= 1 MiB: %s\n", 100 * median(bw_err_all),
-                    100 * max_of(bw_err_all), large(bw_err_large).c_str());
-  std::fputs(text.c_str(), stdout);
+  std::fputs((text + log_comparison_text(c)).c_str(), stdout);
   if (!a.json.empty()) {
     nlohmann::ordered_json j;
     j["log"] = a.compare;
@@ -326,11 +344,11 @@ void run_compare(const CollectiveArgs& a) {
     j["ranks"] = *ranks;
     j["nodes"] = sim.communicator().node_count();
     j["model"] = a.model;
-    j["median_abs_time_error"] = median(err_all);
-    j["median_abs_time_error_ge_1MiB"] = median(err_large);
-    j["median_abs_busbw_error"] = median(bw_err_all);
-    j["median_abs_busbw_error_ge_1MiB"] = median(bw_err_large);
-    j["rows"] = jrows;
+    j["median_abs_time_error"] = median(c.err_all);
+    j["median_abs_time_error_ge_1MiB"] = median(c.err_large);
+    j["median_abs_busbw_error"] = median(c.bw_err_all);
+    j["median_abs_busbw_error_ge_1MiB"] = median(c.bw_err_large);
+    j["rows"] = c.rows;
     write_file_atomically(a.json, j.dump(2) + "\n");
   }
   if (!a.trace.empty() && !log.rows.empty()) write_trace(a, sim, *op, log.rows.back().size_bytes);
