@@ -44,20 +44,17 @@ struct Interval {
   int64_t link = -1;  // co-simulated: the task's bottleneck link
 };
 
-// The per-rank breakdown by a sweep over the start and end of every task the rank takes part in.
-// An exposed stretch of communication counts as across nodes while a task of its kind that
-// crosses nodes is active.
-RankBreakdown breakdown(const std::vector<Interval>& intervals, Time pipeline_end, Time iteration_end,
-                        const Topology* links) {
-  // An interval's start or end: its time, then its place in the order the edges were added
-  // (2·interval, +1 for an end), so that same-instant edges keep that order; the iteration's
-  // end sorts last at its instant.
-  struct Edge {
-    int64_t at;
-    uint64_t added;
-    bool operator<(const Edge& o) const { return at != o.at ? at < o.at : added < o.added; }
-  };
-  constexpr uint64_t kIterationEnd = UINT64_MAX;
+// An interval's start or end: its time, then its place in the order the edges were added
+// (2·interval, +1 for an end), so that same-instant edges keep that order; the iteration's end
+// sorts last at its instant.
+struct Edge {
+  int64_t at;
+  uint64_t added;
+  bool operator<(const Edge& o) const { return at != o.at ? at < o.at : added < o.added; }
+};
+constexpr uint64_t kIterationEnd = UINT64_MAX;
+
+std::vector<Edge> sorted_edges(const std::vector<Interval>& intervals, Time iteration_end) {
   std::vector<Edge> edges;
   edges.reserve(2 * intervals.size() + 1);
   for (size_t n = 0; n < intervals.size(); ++n) {
@@ -68,59 +65,93 @@ RankBreakdown breakdown(const std::vector<Interval>& intervals, Time pipeline_en
   }
   edges.push_back({iteration_end.picoseconds(), kIterationEnd});
   std::sort(edges.begin(), edges.end());
-  std::array<int, kWorkKinds> active{}, active_across{};
-  // Per kind, the active intervals by start (then index): the latest names the bottleneck.
-  std::array<std::set<std::pair<Time, size_t>>, kWorkKinds> running;
-  std::array<std::map<int64_t, Time>, kWorkKinds> by_link;
-  // Bottleneck links exist only co-simulated; without them the running sets are not kept.
-  const bool any_link = links && std::any_of(intervals.begin(), intervals.end(), [](const Interval& i) { return i.link >= 0; });
-  constexpr WorkKind kPriority[] = {WorkKind::kTpComm, WorkKind::kCpComm, WorkKind::kEpComm, WorkKind::kPpComm,
-                                    WorkKind::kDpComm, WorkKind::kOffload};
-  RankBreakdown b;
-  Time t = Time::zero();
-  auto attribute = [&](Time from, Time to) {
+  return edges;
+}
+
+// The sweep's state: how many intervals of each kind are active (and of them across nodes),
+// and, co-simulated, the active ones per kind by start (then index), the latest naming the
+// bottleneck link. A stretch goes to compute if any runs, else to the first exposed kind by
+// priority, else to the bubble (before the pipeline's end) or idle time.
+class BreakdownSweep {
+ public:
+  BreakdownSweep(const std::vector<Interval>& intervals, Time pipeline_end, bool track_links)
+      : intervals_(intervals), pipeline_end_(pipeline_end), track_links_(track_links) {}
+
+  void attribute(Time from, Time to) {
     if (to <= from) return;
-    if (active[kind_index(WorkKind::kCompute)] > 0) {
-      b.compute += to - from;
+    if (active_[kind_index(WorkKind::kCompute)] > 0) {
+      b_.compute += to - from;
       return;
     }
+    constexpr WorkKind kPriority[] = {WorkKind::kTpComm, WorkKind::kCpComm, WorkKind::kEpComm, WorkKind::kPpComm,
+                                      WorkKind::kDpComm, WorkKind::kOffload};
     for (WorkKind k : kPriority) {
-      if (active[kind_index(k)] > 0) {
-        b.exposed[kind_index(k)] += to - from;
-        if (active_across[kind_index(k)] > 0) b.exposed_across_nodes[kind_index(k)] += to - from;
-        const auto& r = running[kind_index(k)];
-        if (!r.empty() && intervals[r.rbegin()->second].link >= 0) by_link[kind_index(k)][intervals[r.rbegin()->second].link] += to - from;
-        return;
-      }
+      const size_t ki = kind_index(k);
+      if (active_[ki] == 0) continue;
+      b_.exposed[ki] += to - from;
+      if (active_across_[ki] > 0) b_.exposed_across_nodes[ki] += to - from;
+      const auto& r = running_[ki];
+      if (!r.empty() && intervals_[r.rbegin()->second].link >= 0) by_link_[ki][intervals_[r.rbegin()->second].link] += to - from;
+      return;
     }
     // Split a quiet stretch at the end of the pipeline: bubble before, idle after.
-    const Time split = std::clamp(pipeline_end, from, to);
-    b.bubble += split - from;
-    b.idle += to - split;
-  };
-  for (const Edge& e : edges) {
-    const Time at = Time::ps(e.at);
-    attribute(t, at);
-    t = at;
-    if (e.added == kIterationEnd) continue;
+    const Time split = std::clamp(pipeline_end_, from, to);
+    b_.bubble += split - from;
+    b_.idle += to - split;
+  }
+
+  void apply(const Edge& e) {
+    if (e.added == kIterationEnd) return;
     const size_t n = e.added / 2;
-    const Interval& i = intervals[n];
+    const Interval& i = intervals_[n];
     const int delta = e.added % 2 ? -1 : +1;
-    active[kind_index(i.kind)] += delta;
-    if (i.across_nodes) active_across[kind_index(i.kind)] += delta;
-    if (!any_link) continue;
-    if (delta > 0) running[kind_index(i.kind)].emplace(i.start, n);
-    if (delta < 0) running[kind_index(i.kind)].erase({i.start, n});
+    active_[kind_index(i.kind)] += delta;
+    if (i.across_nodes) active_across_[kind_index(i.kind)] += delta;
+    if (!track_links_) return;
+    if (delta > 0) running_[kind_index(i.kind)].emplace(i.start, n);
+    if (delta < 0) running_[kind_index(i.kind)].erase({i.start, n});
   }
-  for (size_t k = 0; k < kWorkKinds && links; ++k) {
-    for (const auto& [link, time] : by_link[k]) {
-      const Link& l = links->link(LinkId{static_cast<uint32_t>(link)});
-      b.exposed_by_link[k].emplace_back(links->device(l.from).name + " -> " + links->device(l.to).name, time);
+
+  // The breakdown, with each kind's exposed time per bottleneck link named from `links`, the
+  // link that bound most first.
+  RankBreakdown finish(const Topology* links) {
+    for (size_t k = 0; k < kWorkKinds && links; ++k) {
+      for (const auto& [link, time] : by_link_[k]) {
+        const Link& l = links->link(LinkId{static_cast<uint32_t>(link)});
+        b_.exposed_by_link[k].emplace_back(links->device(l.from).name + " -> " + links->device(l.to).name, time);
+      }
+      std::stable_sort(b_.exposed_by_link[k].begin(), b_.exposed_by_link[k].end(),
+                       [](const auto& x, const auto& y) { return x.second > y.second; });
     }
-    std::stable_sort(b.exposed_by_link[k].begin(), b.exposed_by_link[k].end(),
-                     [](const auto& x, const auto& y) { return x.second > y.second; });
+    return std::move(b_);
   }
-  return b;
+
+ private:
+  const std::vector<Interval>& intervals_;
+  Time pipeline_end_;
+  bool track_links_;
+  std::array<int, kWorkKinds> active_{}, active_across_{};
+  std::array<std::set<std::pair<Time, size_t>>, kWorkKinds> running_;
+  std::array<std::map<int64_t, Time>, kWorkKinds> by_link_;
+  RankBreakdown b_;
+};
+
+// The per-rank breakdown by a sweep over the start and end of every task the rank takes part in.
+// An exposed stretch of communication counts as across nodes while a task of its kind that
+// crosses nodes is active.
+RankBreakdown breakdown(const std::vector<Interval>& intervals, Time pipeline_end, Time iteration_end,
+                        const Topology* links) {
+  // Bottleneck links exist only co-simulated; without them the running sets are not kept.
+  const bool any_link = links && std::any_of(intervals.begin(), intervals.end(), [](const Interval& i) { return i.link >= 0; });
+  BreakdownSweep sweep(intervals, pipeline_end, any_link);
+  Time t = Time::zero();
+  for (const Edge& e : sorted_edges(intervals, iteration_end)) {
+    const Time at = Time::ps(e.at);
+    sweep.attribute(t, at);
+    t = at;
+    sweep.apply(e);
+  }
+  return sweep.finish(links);
 }
 
 // The load over time of each of `links` from the transfers played (each routed once): a
