@@ -135,18 +135,31 @@ TEST(CollectiveFit, FoldsTermsTheDataCannotSeparate) {
   EXPECT_NEAR(fit.find("alpha.nvlink.simple")->value * 14, 10e-6, 1e-9);
 }
 
+// The Crusoe 2×8 A100 log fitted on the DGX A100 preset of two nodes, as `calibrate fit` does.
+struct CrusoeFit {
+  MeasurementSet set;
+  Topology topo;
+  std::vector<CollectiveTerms> ts;
+  CollectiveFit fit;
+};
+
+CrusoeFit fit_crusoe() {
+  ReadOutcome in = read_measurements(kSource + "/tests/data/nccl-tests/crusoe-a100-80gb-2node-16gpu-ib-allreduce.txt");
+  EXPECT_TRUE(in.ok());
+  CrusoeFit c{std::move(in.set), load_topology(kSource + "/topologies/dgx-a100.json", TopologyLoadOptions{2}), {}, {}};
+  CollectiveTermModel model(c.topo);
+  for (const auto& m : c.set.collectives) c.ts.push_back(model.terms(m));
+  c.fit = fit_collectives_with_regimes(c.set.collectives, c.ts);
+  return c;
+}
+
 TEST(CalibratedModel, TheSimulatorPredictsWithTheFittedParameters) {
   // Fit the Crusoe 2×8 A100 log, hand the parameters to a topology as `calibrate fit` does, and
   // ask the simulator (analytical) for a size the log measured: it must give the fit's own
   // prediction for NCCL's algorithm with the fastest fitted protocol, and say it is calibrated.
-  ReadOutcome in = read_measurements(kSource + "/tests/data/nccl-tests/crusoe-a100-80gb-2node-16gpu-ib-allreduce.txt");
-  ASSERT_TRUE(in.ok());
-  const auto& ms = in.set.collectives;
-  Topology topo = load_topology(kSource + "/topologies/dgx-a100.json", TopologyLoadOptions{2});
-  CollectiveTermModel model(topo);
-  std::vector<CollectiveTerms> ts;
-  for (const auto& m : ms) ts.push_back(model.terms(m));
-  CollectiveFit fit = fit_collectives_with_regimes(ms, ts);
+  const CrusoeFit c = fit_crusoe();
+  const Topology& topo = c.topo;
+  const CollectiveFit& fit = c.fit;
   Topology calibrated = topo;
   calibrated.info().calibration = fit.model().parameters();
   CollectiveSimulator sim(calibrated, 16, 8);
@@ -168,17 +181,13 @@ TEST(CalibratedModel, TheSimulatorPredictsWithTheFittedParameters) {
 TEST(CalibrationRecord, TheWrittenBlockLoadsBackAsTheFit) {
   // The block `calibrate fit` writes into a topology: loaded back, the topology carries exactly
   // the fitted values (those the data could not separate as 0) and the regime starts.
-  ReadOutcome in = read_measurements(kSource + "/tests/data/nccl-tests/crusoe-a100-80gb-2node-16gpu-ib-allreduce.txt");
-  ASSERT_TRUE(in.ok());
-  const auto& ms = in.set.collectives;
-  Topology topo = load_topology(kSource + "/topologies/dgx-a100.json", TopologyLoadOptions{2});
-  CollectiveTermModel model(topo);
-  std::vector<CollectiveTerms> ts;
-  for (const auto& m : ms) ts.push_back(model.terms(m));
-  CollectiveFit fit = fit_collectives_with_regimes(ms, ts);
+  const CrusoeFit c = fit_crusoe();
+  const auto& ms = c.set.collectives;
+  const std::vector<CollectiveTerms>& ts = c.ts;
+  const CollectiveFit& fit = c.fit;
   FitErrors errors;
   errors.in_sample = prediction_errors(ms, ts, fit, {});
-  const nlohmann::ordered_json block = calibration_block(in.set, fit, errors);
+  const nlohmann::ordered_json block = calibration_block(c.set, fit, errors);
   std::ifstream base(kSource + "/topologies/dgx-a100.json");
   nlohmann::json doc = nlohmann::json::parse(base);
   doc["calibration"] = block;
@@ -198,14 +207,11 @@ TEST(MeasurementComparison, ACalibratedTopologyPredictsItsFitsFastestRegime) {
   // Compared on the topology a fit calibrated, each measurement's prediction is the fit's
   // fastest (protocol, regime); the bus bandwidths are the same size over the two times, so
   // 1 + busbw error = 1 / (1 + time error) exactly.
-  ReadOutcome in = read_measurements(kSource + "/tests/data/nccl-tests/crusoe-a100-80gb-2node-16gpu-ib-allreduce.txt");
-  ASSERT_TRUE(in.ok());
-  const auto& ms = in.set.collectives;
-  Topology topo = load_topology(kSource + "/topologies/dgx-a100.json", TopologyLoadOptions{2});
-  CollectiveTermModel model(topo);
-  std::vector<CollectiveTerms> ts;
-  for (const auto& m : ms) ts.push_back(model.terms(m));
-  CollectiveFit fit = fit_collectives_with_regimes(ms, ts);
+  const CrusoeFit c = fit_crusoe();
+  const auto& ms = c.set.collectives;
+  const Topology& topo = c.topo;
+  const std::vector<CollectiveTerms>& ts = c.ts;
+  const CollectiveFit& fit = c.fit;
   Topology calibrated = topo;
   calibrated.info().calibration = fit.model().parameters();
   MeasurementComparison comparison(calibrated, ts);
