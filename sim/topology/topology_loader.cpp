@@ -194,7 +194,8 @@ void read_scale_up(JsonReader up, CompactNode& c) {
   up.finish();
 }
 
-// Without a figure of its own, a GPU reaches host memory over the PCIe path its NIC hangs on.
+// The node's NICs. A GPU without a host bandwidth of its own reaches host memory over the PCIe
+// path its NIC hangs on.
 void read_nics(JsonReader& n, CompactNode& c, GpuSpec& gpu_spec) {
   c.nics = read_positive_int(n.at("count"), 4096);
   c.nic_line = read_link_spec(n);
