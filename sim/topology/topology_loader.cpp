@@ -406,6 +406,73 @@ void generate_compact(JsonReader& root, Topology& topo, const TopologyLoadOption
 
 // ---------------------------------------------------------------- explicit form
 
+// One entry of "devices": a GPU (its spec among `spec_index`, node and local index), a NIC or a
+// CPU, or a switch of a kind.
+Device read_device(JsonReader& d, const std::unordered_map<std::string, int>& spec_index) {
+  Device dev;
+  dev.name = d.at("name").as_string();
+  if (dev.name.empty()) d.fail_at("name", "a device name must not be empty");
+  std::string kind = d.at("kind").as_string();
+  if (kind == "gpu") {
+    dev.kind = DeviceKind::kGpu;
+    std::string s = d.at("spec").as_string();
+    auto it = spec_index.find(s);
+    if (it == spec_index.end()) d.fail_at("spec", "no GPU spec named \"" + s + "\" in /gpu_specs");
+    dev.gpu_spec = it->second;
+    dev.node = device_node(d.at("node"));
+    dev.local_index = static_cast<int>(d.at("local").as_int());
+    if (dev.node < 0) d.fail_at("node", "must be zero or more");
+    if (dev.local_index < 0) d.fail_at("local", "must be zero or more");
+  } else if (kind == "nic" || kind == "cpu") {
+    dev.kind = kind == "nic" ? DeviceKind::kNic : DeviceKind::kCpu;
+    if (auto v = d.find("node")) dev.node = device_node(*v);
+    if (auto v = d.find("local")) dev.local_index = static_cast<int>(v->as_int());
+    if (auto v = d.find("reported_latency"); v && dev.kind == DeviceKind::kNic) {
+      dev.reported_latency = read_non_negative_time(*v);
+    }
+  } else if (kind == "switch") {
+    dev.kind = DeviceKind::kSwitch;
+    std::string sk = d.at("switch").as_string();
+    auto k = switch_kind_from_string(sk);
+    if (!k) d.fail_at("switch", "unknown switch kind \"" + sk + "\" (expected nvswitch, pcie, leaf or spine)");
+    dev.switch_kind = *k;
+    if (auto v = d.find("node")) dev.node = device_node(*v);
+    if (auto v = d.find("nvls")) dev.nvls = v->as_bool();
+    if (auto v = d.find("sharp")) dev.sharp = v->as_bool();
+  } else {
+    d.fail_at("kind", "unknown device kind \"" + kind + "\" (expected gpu, nic, cpu or switch)");
+  }
+  d.finish();
+  return dev;
+}
+
+// One entry of "links": two existing, different devices, a class, bandwidth and latency, duplex.
+void add_explicit_link(JsonReader& l, Topology& topo) {
+  auto between = l.at("between");
+  auto ends = between.elements();
+  if (ends.size() != 2) between.fail("expected two device names");
+  DeviceId id[2];
+  for (int i = 0; i < 2; ++i) {
+    std::string name = ends[static_cast<size_t>(i)].as_string();
+    auto found = topo.find_device(name);
+    if (!found) ends[static_cast<size_t>(i)].fail("no device named \"" + name + "\" (dangling link endpoint)");
+    id[i] = *found;
+  }
+  if (id[0] == id[1]) between.fail("a link cannot join a device to itself");
+  std::string cls = l.at("class").as_string();
+  auto c = link_class_from_string(cls);
+  if (!c) l.fail_at("class", "unknown link class \"" + cls + "\" (expected nvlink, pcie, network, cpu or shm)");
+  LinkSpec spec = read_link_spec(l);
+  Duplex duplex = Duplex::kFull;
+  if (auto v = l.find("duplex")) {
+    std::string s = v->as_string();
+    if (s == "half") duplex = Duplex::kHalf;
+    else if (s != "full") v->fail("expected \"full\" or \"half\", found \"" + s + "\"");
+  }
+  l.finish();
+  topo.add_link(id[0], id[1], *c, spec.bandwidth, spec.latency, duplex);
+}
+
 void build_explicit(JsonReader& root, Topology& topo) {
   std::unordered_map<std::string, int> spec_index;
   if (auto specs = root.find("gpu_specs")) {
@@ -413,69 +480,12 @@ void build_explicit(JsonReader& root, Topology& topo) {
   }
   auto devices = root.at("devices");
   for (auto& d : devices.elements()) {
-    Device dev;
-    dev.name = d.at("name").as_string();
-    if (dev.name.empty()) d.fail_at("name", "a device name must not be empty");
-    std::string kind = d.at("kind").as_string();
-    if (kind == "gpu") {
-      dev.kind = DeviceKind::kGpu;
-      std::string s = d.at("spec").as_string();
-      auto it = spec_index.find(s);
-      if (it == spec_index.end()) d.fail_at("spec", "no GPU spec named \"" + s + "\" in /gpu_specs");
-      dev.gpu_spec = it->second;
-      dev.node = device_node(d.at("node"));
-      dev.local_index = static_cast<int>(d.at("local").as_int());
-      if (dev.node < 0) d.fail_at("node", "must be zero or more");
-      if (dev.local_index < 0) d.fail_at("local", "must be zero or more");
-    } else if (kind == "nic" || kind == "cpu") {
-      dev.kind = kind == "nic" ? DeviceKind::kNic : DeviceKind::kCpu;
-      if (auto v = d.find("node")) dev.node = device_node(*v);
-      if (auto v = d.find("local")) dev.local_index = static_cast<int>(v->as_int());
-      if (auto v = d.find("reported_latency"); v && dev.kind == DeviceKind::kNic) {
-        dev.reported_latency = read_non_negative_time(*v);
-      }
-    } else if (kind == "switch") {
-      dev.kind = DeviceKind::kSwitch;
-      std::string sk = d.at("switch").as_string();
-      auto k = switch_kind_from_string(sk);
-      if (!k) d.fail_at("switch", "unknown switch kind \"" + sk + "\" (expected nvswitch, pcie, leaf or spine)");
-      dev.switch_kind = *k;
-      if (auto v = d.find("node")) dev.node = device_node(*v);
-      if (auto v = d.find("nvls")) dev.nvls = v->as_bool();
-      if (auto v = d.find("sharp")) dev.sharp = v->as_bool();
-    } else {
-      d.fail_at("kind", "unknown device kind \"" + kind + "\" (expected gpu, nic, cpu or switch)");
-    }
-    d.finish();
+    Device dev = read_device(d, spec_index);
     if (topo.find_device(dev.name)) d.fail_at("name", "duplicate device name \"" + dev.name + "\"");
     topo.add_device(std::move(dev));
   }
   auto links = root.at("links");
-  for (auto& l : links.elements()) {
-    auto between = l.at("between");
-    auto ends = between.elements();
-    if (ends.size() != 2) between.fail("expected two device names");
-    DeviceId id[2];
-    for (int i = 0; i < 2; ++i) {
-      std::string name = ends[static_cast<size_t>(i)].as_string();
-      auto found = topo.find_device(name);
-      if (!found) ends[static_cast<size_t>(i)].fail("no device named \"" + name + "\" (dangling link endpoint)");
-      id[i] = *found;
-    }
-    if (id[0] == id[1]) between.fail("a link cannot join a device to itself");
-    std::string cls = l.at("class").as_string();
-    auto c = link_class_from_string(cls);
-    if (!c) l.fail_at("class", "unknown link class \"" + cls + "\" (expected nvlink, pcie, network, cpu or shm)");
-    LinkSpec spec = read_link_spec(l);
-    Duplex duplex = Duplex::kFull;
-    if (auto v = l.find("duplex")) {
-      std::string s = v->as_string();
-      if (s == "half") duplex = Duplex::kHalf;
-      else if (s != "full") v->fail("expected \"full\" or \"half\", found \"" + s + "\"");
-    }
-    l.finish();
-    topo.add_link(id[0], id[1], *c, spec.bandwidth, spec.latency, duplex);
-  }
+  for (auto& l : links.elements()) add_explicit_link(l, topo);
 }
 
 }  // namespace
