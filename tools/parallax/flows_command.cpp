@@ -34,25 +34,9 @@ std::string link_name(const Topology& topo, LinkId l) {
   return topo.device(link.from).name + " -> " + topo.device(link.to).name;
 }
 
-void run_flows(const FlowsOptions& o) {
-  Topology topo = load_topology(o.topology, TopologyLoadOptions{o.nodes});
-  Router router(topo);
-  auto flows = load_flow_list(o.flows, router);
-  Engine engine;
-  std::unique_ptr<NetworkModel> network;
-  try {
-    network = make_network_model(o.model, engine, topo, router);
-  } catch (const std::invalid_argument& e) {
-    throw InputError("", "--model", e.what());
-  }
-  spdlog::info("running {} flows on {} ({} GPUs) with the {} model", flows.size(), topo.info().name,
-               topo.gpu_count(), o.model);
-  auto outcomes = run_flow_list(flows, engine, *network);
-
-  Time makespan;
-  for (const auto& f : outcomes) makespan = std::max(makespan, f.finish);
-  std::string text = "flows on " + topo.info().name + " (" + std::to_string(topo.node_count()) + " nodes, " +
-                     std::to_string(topo.gpu_count()) + " GPUs), network model: " + std::string(network->name()) + "\n\n";
+// Each flow's endpoints, bytes, start, finish, duration and throughput: the table into `text`,
+// the JSON returned.
+nlohmann::ordered_json add_flow_table(const Topology& topo, const std::vector<FlowOutcome>& outcomes, std::string& text) {
   using A = TextTable::Align;
   TextTable table({"#", "label", "src", "dst", "bytes", "start", "finish", "duration", "throughput"},
                   {A::kRight, A::kLeft, A::kLeft, A::kLeft, A::kRight, A::kRight, A::kRight, A::kRight, A::kRight});
@@ -74,32 +58,61 @@ void run_flows(const FlowsOptions& o) {
                       {"throughput_Bps", tput.value()}});
   }
   text += table.render();
-  text += "\nmakespan: " + format_time(makespan) + "\n";
+  return jflows;
+}
 
-  // Busiest links: bytes carried over what the link could have carried in the makespan.
+// The `top` busiest links: bytes carried over what the link could have carried in the makespan.
+// The table into `text`, the JSON returned.
+nlohmann::ordered_json add_busiest_links(const Topology& topo, const NetworkModel& network, Time makespan, int top,
+                                         std::string& text) {
   std::vector<std::pair<double, LinkId>> busy;
   for (uint32_t i = 0; i < topo.link_count(); ++i) {
     LinkId l{i};
-    double b = network->link_bytes(l).value();
+    double b = network.link_bytes(l).value();
     if (b > 0) busy.emplace_back(b / (topo.link(l).bandwidth.value() * makespan.seconds()), l);
   }
   std::stable_sort(busy.begin(), busy.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
-  if (busy.size() > static_cast<size_t>(o.top_links)) busy.resize(static_cast<size_t>(o.top_links));
+  if (busy.size() > static_cast<size_t>(top)) busy.resize(static_cast<size_t>(top));
   text += "\nbusiest links (bytes carried / (bandwidth x makespan)):\n";
+  using A = TextTable::Align;
   TextTable links({"link", "class", "per direction", "bytes", "utilisation"},
                   {A::kLeft, A::kLeft, A::kRight, A::kRight, A::kRight});
   nlohmann::ordered_json jlinks = nlohmann::ordered_json::array();
   for (auto [util, l] : busy) {
     const Link& link = topo.link(l);
     links.add_row({link_name(topo, l), to_string(link.link_class), format_bandwidth(link.bandwidth),
-                   format_bytes(network->link_bytes(l)), strprintf("%.1f%%", 100.0 * util)});
+                   format_bytes(network.link_bytes(l)), strprintf("%.1f%%", 100.0 * util)});
     jlinks.push_back({{"link", link_name(topo, l)},
                       {"class", to_string(link.link_class)},
-                      {"bytes", network->link_bytes(l).value()},
+                      {"bytes", network.link_bytes(l).value()},
                       {"utilisation", util}});
   }
   text += links.render();
+  return jlinks;
+}
 
+void run_flows(const FlowsOptions& o) {
+  Topology topo = load_topology(o.topology, TopologyLoadOptions{o.nodes});
+  Router router(topo);
+  auto flows = load_flow_list(o.flows, router);
+  Engine engine;
+  std::unique_ptr<NetworkModel> network;
+  try {
+    network = make_network_model(o.model, engine, topo, router);
+  } catch (const std::invalid_argument& e) {
+    throw InputError("", "--model", e.what());
+  }
+  spdlog::info("running {} flows on {} ({} GPUs) with the {} model", flows.size(), topo.info().name,
+               topo.gpu_count(), o.model);
+  auto outcomes = run_flow_list(flows, engine, *network);
+
+  Time makespan;
+  for (const auto& f : outcomes) makespan = std::max(makespan, f.finish);
+  std::string text = "flows on " + topo.info().name + " (" + std::to_string(topo.node_count()) + " nodes, " +
+                     std::to_string(topo.gpu_count()) + " GPUs), network model: " + std::string(network->name()) + "\n\n";
+  nlohmann::ordered_json jflows = add_flow_table(topo, outcomes, text);
+  text += "\nmakespan: " + format_time(makespan) + "\n";
+  nlohmann::ordered_json jlinks = add_busiest_links(topo, *network, makespan, o.top_links, text);
   if (!o.json.empty()) {
     nlohmann::ordered_json j;
     j["topology"] = topo.info().name;
