@@ -273,18 +273,19 @@ Unit layer_unit(const ModelConfig& model, const ParallelLayout& layout, LayerSum
 
 // The embedding (first virtual stage) and the output side (last): timed unless the options
 // time transformer layers only.
-Unit embedding_unit(const ModelConfig& model, const ParallelLayout& layout, const ComputeModel& cm, bool timed) {
+Unit embedding_unit(const ModelConfig& model, const ParallelLayout& layout, const ComputeModel& cm,
+                    const ParameterCounts& counts, bool timed) {
   Unit u = unit_from(sum_operators(cm, embedding_operators(model, micro_batch_of(layout), sharding_of(layout))),
                      layout.recompute, false, timed, false);
-  u.parameters = static_cast<double>(count_parameters(model).embedding) / layout.tp;
+  u.parameters = static_cast<double>(counts.embedding) / layout.tp;
   u.embedding = timed;
   return u;
 }
 
-Unit output_unit(const ModelConfig& model, const ParallelLayout& layout, const ComputeModel& cm, bool timed) {
+Unit output_unit(const ModelConfig& model, const ParallelLayout& layout, const ComputeModel& cm,
+                 const ParameterCounts& counts, bool timed) {
   Unit u = unit_from(sum_operators(cm, output_operators(model, micro_batch_of(layout), sharding_of(layout))),
                      layout.recompute, false, timed, false);
-  const ParameterCounts counts = count_parameters(model);
   // A tied head is the embedding matrix; a separate last stage keeps its own copy of it.
   const int stages = layout.pp * layout.virtual_stages;
   const double head = model.tied_embeddings ? (stages > 1 ? static_cast<double>(counts.embedding) : 0.0)
@@ -317,6 +318,7 @@ StagePlan plan_stages(const ModelConfig& model, const ParallelLayout& layout, co
                       const IterationOptions& options) {
   const int stages = layout.pp * layout.virtual_stages;
   const bool timed_ends = !options.transformer_layers_only;
+  const ParameterCounts counts = count_parameters(model);
   StagePlan plan;
   plan.routing = model.moe ? route(*model.moe, layout.ep, options) : Routing{};
   plan.virtual_stage_layers = virtual_stage_layers(layout, model);
@@ -325,14 +327,14 @@ StagePlan plan_stages(const ModelConfig& model, const ParallelLayout& layout, co
   int first_layer = 0;
   for (int vs = 0; vs < stages; ++vs) {
     auto& list = plan.units[static_cast<size_t>(vs)];
-    if (vs == 0) list.push_back(embedding_unit(model, layout, cm, timed_ends));
+    if (vs == 0) list.push_back(embedding_unit(model, layout, cm, counts, timed_ends));
     const int layers = plan.virtual_stage_layers[static_cast<size_t>(vs)];
     for (int l = first_layer; l < first_layer + layers; ++l) {
       list.push_back(layer_unit(model, layout, layer_sums, l, l - first_layer));
       plan.moe_layers += list.back().moe_layer ? 1 : 0;
     }
     first_layer += layers;
-    if (vs == stages - 1) list.push_back(output_unit(model, layout, cm, timed_ends));
+    if (vs == stages - 1) list.push_back(output_unit(model, layout, cm, counts, timed_ends));
   }
   plan.schedule = schedule_for(layout, plan.units);
   return plan;
