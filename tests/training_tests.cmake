@@ -7,6 +7,7 @@ parallax_test(training_test compute_model_test.cpp training_model_test.cpp train
               training_memory_test.cpp model_ragged_test.cpp training_layout_test.cpp training_pipeline_test.cpp
               training_iteration_test.cpp training_cp_test.cpp training_symmetry_test.cpp training_cosim_test.cpp
               training_published_runs_test.cpp training_ep_test.cpp training_offload_test.cpp
+              training_op_checkpointing_test.cpp
               LONG IterationSymmetry.EveryReplicaGivesTheFoldedResultOn64Gpus
                    Explain.FullRecomputationWithMemoryToSpareOffersTheFewestLayersThatFit
                    Explain.EverySuggestionIsASimulationAndItsFlagsReproduceIt)
@@ -56,6 +57,9 @@ parallax_refuses(train.offloading_every_layer_is_refused "cpu_offloading_layers:
 parallax_refuses(train.recompute_layers_without_full_recomputation_is_refused
                  "/parallel/recompute_layers: needs full recomputation"
                  train ${PROJECT_SOURCE_DIR}/workloads/train/llama3-70b-64xdgx-h100.json --recompute selective --recompute-layers 4)
+# torchtitan's op-level checkpointing is modelled without TP, and refused with it, naming the field.
+parallax_refuses(train.selective_op_with_tp_is_refused "/parallel/recompute: selective_op needs tp = 1"
+                 train ${PROJECT_SOURCE_DIR}/workloads/train/llama3-70b-64xdgx-h100.json --recompute selective_op)
 parallax_refuses(train.bad_tp_is_refused "/parallel/tp: 6 does not divide"
                  train ${PROJECT_SOURCE_DIR}/workloads/train/llama3-70b-64xdgx-h100.json --tp 6)
 # Every published run of the dev set is predicted or reported with its reason.
@@ -171,9 +175,10 @@ set_tests_properties(example.validate.vtrain_first_choice PROPERTIES LABELS long
 # table (61 rows),
 # Megatron-Core r0.8.0's weak-scaling table of GPT 1.7B-462B on 48-6,144 H100s (9 rows), NeMo 24.07's
 # DGX-H100 FP8 table (12 rows), NeMo 25.02-25.07's DGX-B200 and GB200 FP8 tables (20 rows), NeMo's
-# long-context table of Llama 2 7B on DGX-H100 with CP, 4K-1M tokens (9 rows).
+# long-context table of Llama 2 7B on DGX-H100 with CP, 4K-1M tokens (9 rows), torchtitan's Llama 3.1 8B
+# on 32 and 64 H200s with op-level selective checkpointing (2 rows).
 foreach(pair "mpt-h100-fp8-holdout:7" "mpt-a100-80gb-holdout:61" "megatron-core-h100-holdout:9" "nemo-h100-fp8-holdout:12"
-             "nemo-blackwell-fp8-holdout:20" "nemo-h100-long-context-holdout:9")
+             "nemo-blackwell-fp8-holdout:20" "nemo-h100-long-context-holdout:9" "torchtitan-h200-fp8-holdout:2")
   string(REPLACE ":" ";" parts ${pair})
   list(GET parts 0 file)
   list(GET parts 1 rows)

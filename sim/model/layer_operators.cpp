@@ -1,6 +1,8 @@
 #include "model/layer_operators.h"
 
+#include <algorithm>
 #include <cmath>
+#include <map>
 #include <stdexcept>
 
 #include "model/parameter_count.h"
@@ -46,6 +48,11 @@ class OperatorList {
 
   // From now on, GEMMs of several groups are issued by the host one group at a time (ExpertGemms).
   void issue_groups_from_host(bool on) { host_issued_groups_ = on; }
+  // Projections that read one input run as separate GEMMs (torchtitan's wq, wk, wv; w1, w3), not
+  // as one of their concatenated outputs. The input is quantised once: torch.compile merges
+  // the identical casts.
+  void separate_projections(bool on) { separate_projections_ = on; }
+  bool separate_projections() const { return separate_projections_; }
 
   // y[m×n] = x[m×k]·W[k×n], `groups` times in one kernel. The backward is the data gradient
   // and the weight gradient: two kernels, each with the forward's volume and bytes.
@@ -68,6 +75,7 @@ class OperatorList {
       backward.kernels = backward.host_issued_kernels = 2 * forward.host_issued_kernels;
     }
     ops_.push_back({name, forward, backward, false, Bytes(), Bytes()});
+    outputs_[ops_.size() - 1] = groups * m * n * element_;
     if (is_quantised(type) && cast_) {
       const double per_element = cast_->cast_bytes_per_element;
       const double in = groups * m * cast_rows.input * k, out = groups * m * cast_rows.output_gradient * n;
@@ -125,10 +133,34 @@ class OperatorList {
     // Reads Q, K, V, O, dO and the row statistics; writes dQ, dK, dV (and the dO·O row sums).
     backward.bytes_read_written = Bytes((2 * q + 2 * kv + 2 * o) * element_ + 2 * row_stats);
     ops_.push_back({"attention", forward, backward, true, Bytes(), Bytes()});
+    outputs_[ops_.size() - 1] = o * element_ + row_stats;
     // Q, K and V of this GPU's tokens (context parallelism passes the others' blocks again in
     // the backward) and the row statistics; O is kept by the output projection.
     if (keep_qkv) keep(q + w.query_tokens * kv_heads * (d_qk + d_v));
     keep(row_stats, 1.0);
+  }
+
+  // PyTorch's selective checkpointing by operator (MicroBatch::op_checkpointing) over the
+  // operators from `first` on, one Transformer layer whose input has `input_elements`: what they
+  // kept is replaced by the layer's input, the attention core's output and row statistics, and
+  // the outputs of the odd-numbered weight GEMMs (torchtitan's policy saves aten.mm's output
+  // except every second one; FlashAttention's output is saved); every other operator runs again
+  // in the backward. What the list kept and the policy does not is re-created there.
+  void checkpoint_by_operator(size_t first, double input_elements) {
+    Bytes listed, kept(input_elements * kActivationBytes);
+    int matmuls = 0;
+    for (size_t i = first; i < ops_.size(); ++i) {
+      ModelOperator& op = ops_[i];
+      listed += op.saved + op.saved_scores;
+      op.saved = op.saved_scores = Bytes();
+      const bool weight_gemm = op.forward.kind == OperatorKind::kGemm && !op.attention_core;
+      const bool saved = op.attention_core || (weight_gemm && ++matmuls % 2 == 1);
+      if (saved) op.saved = Bytes(outputs_.at(i));
+      op.recomputed = !saved;
+      kept += op.saved;
+    }
+    ops_[first].saved += Bytes(input_elements * kActivationBytes);
+    ops_[first].regenerated = std::max(Bytes(), listed - kept);
   }
 
   // Marks the operators from `first` on as a recomputed module's.
@@ -170,11 +202,17 @@ class OperatorList {
     const double tokens = rows * groups;
     const size_t first = ops_.size();
     const bool gated = model.mlp == MlpKind::kGated;
-    // A gated MLP's gate and up projections are one GEMM of 2f outputs on one quantised input
-    // (Megatron-Core's linear_fc1, vLLM's gate_up_proj).
-    gemm(prefix + (gated ? "gate_up_proj" : "up_proj"), rows, (gated ? 2.0 : 1.0) * f_local, hidden, groups,
-         {sp_share, 1});
-    keep_gemm_input(kept_input);
+    if (gated && separate_projections_) {
+      gemm(prefix + "gate_proj", rows, f_local, hidden, groups, {sp_share, 1});
+      keep_gemm_input(kept_input);
+      gemm(prefix + "up_proj", rows, f_local, hidden, groups, {0, 1});
+    } else {
+      // A gated MLP's gate and up projections are one GEMM of 2f outputs on one quantised input
+      // (Megatron-Core's linear_fc1, vLLM's gate_up_proj).
+      gemm(prefix + (gated ? "gate_up_proj" : "up_proj"), rows, (gated ? 2.0 : 1.0) * f_local, hidden, groups,
+           {sp_share, 1});
+      keep_gemm_input(kept_input);
+    }
     const size_t activation = ops_.size();
     memory(prefix + "activation", (gated ? 3.0 : 2.0) * tokens * f_local * element_,
            (gated ? kSwigluFlops : kGeluFlops) * tokens * f_local);
@@ -209,7 +247,9 @@ class OperatorList {
   double element_;
   std::optional<QuantisedOperands> cast_;
   bool host_issued_groups_ = false;
+  bool separate_projections_ = false;
   std::vector<ModelOperator> ops_;
+  std::map<size_t, double> outputs_;  // output bytes of the GEMMs and attention cores, by index
 };
 
 // The share of a causal sequence's s²/2 query-key pairs that the model's attention computes:
@@ -291,8 +331,15 @@ void add_attention(OperatorList& ops, const ModelConfig& m, AttentionKernel atte
     if (recompute.mla_up_proj) ops.recompute_from(up);
   } else {
     const double d = static_cast<double>(m.head_dim);
-    ops.gemm("qkv_proj", z.tokens, (z.heads + 2 * z.kv_heads) * d, z.hidden, 1, {z.sp_tokens / z.tokens, 1});
-    ops.keep_gemm_input(z.sp_tokens * z.hidden);
+    if (ops.separate_projections()) {
+      ops.gemm("q_proj", z.tokens, z.heads * d, z.hidden, 1, {z.sp_tokens / z.tokens, 1});
+      ops.keep_gemm_input(z.sp_tokens * z.hidden);
+      ops.gemm("k_proj", z.tokens, z.kv_heads * d, z.hidden, 1, {0, 1});
+      ops.gemm("v_proj", z.tokens, z.kv_heads * d, z.hidden, 1, {0, 1});
+    } else {
+      ops.gemm("qkv_proj", z.tokens, (z.heads + 2 * z.kv_heads) * d, z.hidden, 1, {z.sp_tokens / z.tokens, 1});
+      ops.keep_gemm_input(z.sp_tokens * z.hidden);
+    }
     const double qk_elements = z.tokens * (z.heads + z.kv_heads) * d;
     if (m.qk_norm) {
       ops.memory("qk_norm", 2.0 * qk_elements * e, kRmsNormFlops * qk_elements);
@@ -443,25 +490,36 @@ std::string sharding_problem(const ModelConfig& m, const MicroBatch& batch, cons
 
 namespace {
 
-std::vector<ModelOperator> layer_ops(const ModelConfig& m, int layer, const LocalSizes& z, DType dtype,
-                                     AttentionKernel attention, const ShardingFactors& sh,
-                                     std::optional<QuantisedOperands> cast = std::nullopt,
-                                     const RecomputeModules& recompute = {},
-                                     ExpertGemms expert_gemms = ExpertGemms::kGrouped) {
+// How a layer's kernels run: a training micro-batch's recipe, or a serving step's (16-bit or
+// weight-only quantised, forward only, nothing recomputed).
+struct LayerRecipe {
+  DType dtype = DType::kBf16;
+  AttentionKernel attention = AttentionKernel::kFlash;
+  std::optional<QuantisedOperands> cast;
+  RecomputeModules recompute{};
+  ExpertGemms expert_gemms = ExpertGemms::kGrouped;
+  bool op_checkpointing = false;
+};
+
+std::vector<ModelOperator> layer_ops(const ModelConfig& m, int layer, const LocalSizes& z, const LayerRecipe& r,
+                                     const ShardingFactors& sh) {
   if (layer < 0 || layer >= m.layers + m.mtp_layers) {
     throw std::invalid_argument("layer " + std::to_string(layer) + " is outside the model");
   }
-  OperatorList ops(dtype, cast);
-  add_attention(ops, m, attention, z, recompute);
+  OperatorList ops(r.dtype, r.cast);
+  ops.separate_projections(r.op_checkpointing);
+  const RecomputeModules recompute = r.op_checkpointing ? RecomputeModules{} : r.recompute;
+  add_attention(ops, m, r.attention, z, recompute);
   // A parallel block's MLP reads the attention's normalised input, which that keeps already.
   if (!m.parallel_block) ops.norm("mlp_norm", m, z.sp_tokens, z.hidden);
   if (m.is_moe_layer(layer)) {
-    add_moe(ops, m, sh, z, recompute, expert_gemms);
+    add_moe(ops, m, sh, z, recompute, r.expert_gemms);
   } else {
     ops.mlp("mlp_", m, z.tokens, static_cast<double>(m.ffn) / sh.tp, z.hidden,
             m.parallel_block ? 0.0 : z.sp_tokens * z.hidden, 1, false, recompute.mlp, z.sp_tokens / z.tokens);
   }
   ops.residual("mlp_residual", z.sp_tokens, z.hidden, m.hidden_dropout > 0);
+  if (r.op_checkpointing) ops.checkpoint_by_operator(0, z.sp_tokens * z.hidden);
   return ops.take();
 }
 
@@ -487,15 +545,18 @@ double vocab_slice(const ModelConfig& m, const ShardingFactors& sh) {
 std::vector<ModelOperator> layer_operators(const ModelConfig& m, int layer, const MicroBatch& batch,
                                            const ShardingFactors& sh) {
   require_valid(m, batch, sh);
-  return layer_ops(m, layer, LocalSizes(m, batch, sh), batch.dtype, batch.attention, sh,
-                   training_quantisation(batch.dtype, batch.fp8_recipe, batch.fp4_recipe), batch.recompute,
-                   batch.expert_gemms);
+  const LayerRecipe recipe{batch.dtype,     batch.attention,    training_quantisation(batch.dtype, batch.fp8_recipe, batch.fp4_recipe),
+                           batch.recompute, batch.expert_gemms, batch.op_checkpointing};
+  return layer_ops(m, layer, LocalSizes(m, batch, sh), recipe, sh);
 }
 
 std::vector<ModelOperator> layer_operators(const ModelConfig& m, int layer, const RaggedBatch& batch,
                                            const ShardingFactors& sh, Validation v) {
   if (v == Validation::kCheck) require_valid(m, batch, sh);
-  return layer_ops(m, layer, LocalSizes(m, batch, sh), batch.dtype, batch.attention, sh);
+  LayerRecipe recipe;
+  recipe.dtype = batch.dtype;
+  recipe.attention = batch.attention;
+  return layer_ops(m, layer, LocalSizes(m, batch, sh), recipe, sh);
 }
 
 std::vector<ModelOperator> embedding_operators(const ModelConfig& m, const MicroBatch& batch,

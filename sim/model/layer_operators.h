@@ -151,6 +151,15 @@ struct MicroBatch {
   Fp4Recipe fp4_recipe = Fp4Recipe::kNvfp4;
   RecomputeModules recompute{};
   ExpertGemms expert_gemms = ExpertGemms::kGrouped;
+  /// PyTorch's selective activation checkpointing by operator, as torchtitan applies it to every
+  /// Transformer layer (activation_checkpoint mode "selective", selective_ac_option "op"): the
+  /// layer runs its projections as separate GEMMs (Q, K, V; gate, up), and keeps only its input,
+  /// the attention core's output and the outputs of its odd-numbered matmuls in forward order;
+  /// the even-numbered matmuls and every other operator run again in the backward (the casts
+  /// of an fp8 layer too: nothing quantised is kept, so each weight gradient casts its input
+  /// anew). Dense layers without MLA, linear biases or the unfused attention core only
+  /// (ParallelLayout::validate refuses the others). `recompute` is ignored with it.
+  bool op_checkpointing = false;
 };
 
 /// One sequence of a serving step: q_len new tokens after kv_len − q_len cached ones
@@ -226,6 +235,9 @@ struct ModelOperator {
   /// A shared expert's kernel (MoE layers), which may run beside the token dispatch
   /// (ParallelLayout::moe_shared_expert_overlap).
   bool shared_expert = false;
+  /// Activations that recomputation creates again for the backward beyond what is kept (op
+  /// checkpointing, MicroBatch::op_checkpointing): held while this layer's backward runs.
+  Bytes regenerated{};
 };
 
 /// The activation bytes one micro-batch of `ops` keeps on this GPU: every operator's `saved`,

@@ -14,10 +14,6 @@ namespace {
 
 namespace fs = std::filesystem;
 
-const char* recompute_name(Recomputation r) {
-  return r == Recomputation::kFull ? "full" : r == Recomputation::kSelective ? "selective" : "none";
-}
-
 std::string absolute_beside(const std::string& path, const std::string& original_path) {
   fs::path p(path);
   if (p.is_relative()) p = fs::absolute(fs::path(original_path).parent_path() / p);
@@ -78,7 +74,7 @@ nlohmann::ordered_json parallel_block(const ParallelLayout& l) {
   p["micro_batch"] = l.micro_batch;
   p["global_batch"] = l.global_batch;
   p["sequence_parallel"] = l.sequence_parallel;
-  p["recompute"] = recompute_name(l.recompute);
+  p["recompute"] = to_string(l.recompute);
   if (l.recompute == Recomputation::kFull && l.recompute_layers > 0) p["recompute_layers"] = l.recompute_layers;
   if (l.recompute != Recomputation::kFull && l.recompute_modules.any()) p["recompute_modules"] = module_names(l.recompute_modules);
   p["schedule"] = to_string(l.schedule);

@@ -35,10 +35,8 @@ ZeroStage zero_of(JsonReader& r) {
 
 Recomputation recompute_of(JsonReader& r) {
   const std::string s = r.as_string();
-  if (s == "none") return Recomputation::kNone;
-  if (s == "selective") return Recomputation::kSelective;
-  if (s == "full") return Recomputation::kFull;
-  r.fail("\"" + s + "\" is not a recomputation (expected none, selective or full)");
+  if (auto recompute = recomputation_from(s)) return *recompute;
+  r.fail("\"" + s + "\" is not a recomputation (expected none, selective, full or selective_op)");
 }
 
 ContextParallelComm cp_comm_of(JsonReader& r) {

@@ -97,6 +97,7 @@ std::string layout_description(const ParallelLayout& l) {
                    static_cast<long long>(l.micro_batch), static_cast<long long>(l.global_batch),
                    static_cast<long long>(l.sequence_length), dtype.c_str(), l.sequence_parallel ? ", SP" : "");
   if (l.recompute == Recomputation::kSelective) s += ", selective recompute";
+  if (l.recompute == Recomputation::kSelectiveOp) s += ", op-level selective checkpointing";
   if (l.recompute == Recomputation::kFull) {
     s += l.recompute_layers > 0 ? format_text(", full recompute of %d layers per stage", l.recompute_layers) : ", full recompute";
   }

@@ -22,6 +22,7 @@ OperatorSums sum_operators(const ComputeModel& cm, const std::vector<ModelOperat
     s.backward_flops += op.backward.flops;
     s.saved += op.saved;
     s.saved_scores += op.saved_scores;
+    s.regenerated += op.regenerated;
     if (op.recomputed) {  // a recomputed module's forward runs again in the backward
       s.backward += forward;
       s.backward_flops += op.forward.flops;
@@ -56,6 +57,7 @@ Unit unit_from(const OperatorSums& s, Recomputation recompute, bool transformer_
   // Full recomputation keeps only the layer's input (set by the caller, who knows its size).
   u.activations = s.saved + (recompute == Recomputation::kSelective && transformer_layer ? Bytes() : s.saved_scores);
   if (recompute == Recomputation::kSelective && transformer_layer) u.recomputed_working_set = s.saved_scores;
+  if (recompute == Recomputation::kSelectiveOp && transformer_layer) u.recomputed_working_set = s.regenerated;
   if (!timed) {
     u.forward_segments = u.backward_segments = u.input_gradient_segments = {{Time::zero()}};
     return u;
@@ -169,11 +171,16 @@ std::vector<ModelOperator> scale_experts(std::vector<ModelOperator> ops, double 
 
 MicroBatch micro_batch_of(const ParallelLayout& layout) {
   // Full recomputation re-runs every module anyway (Megatron ignores the modules with it).
-  return MicroBatch{layout.micro_batch, layout.sequence_length, true,
-                    layout.dtype,       layout.attention,       layout.fp8_recipe,
+  return MicroBatch{layout.micro_batch,
+                    layout.sequence_length,
+                    true,
+                    layout.dtype,
+                    layout.attention,
+                    layout.fp8_recipe,
                     layout.fp4_recipe,
                     layout.recompute == Recomputation::kFull ? RecomputeModules{} : layout.recompute_modules,
-                    layout.expert_gemms};
+                    layout.expert_gemms,
+                    layout.recompute == Recomputation::kSelectiveOp};
 }
 
 ShardingFactors sharding_of(const ParallelLayout& layout) {

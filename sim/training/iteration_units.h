@@ -85,7 +85,8 @@ struct Unit {
   Bytes activations;          // kept from one micro-batch's forward for its backward
   // Re-created by its recomputation and alive during its backward, beyond `activations`: a
   // fully recomputed layer's whole set less the input it kept, the unfused core's s×s tensors
-  // under selective recomputation (Megatron's recompute_modules are not counted here).
+  // under selective recomputation, what op-level checkpointing re-creates (Megatron's
+  // recompute_modules are not counted here).
   Bytes recomputed_working_set;
 };
 
@@ -96,6 +97,7 @@ struct OperatorSums {
   Time shared_expert_forward, shared_expert_backward, shared_expert_weight;  // ModelOperator::shared_expert
   Flops forward_flops, backward_flops, attention_forward_flops, weight_flops;
   Bytes saved, saved_scores;  // activations kept for the backward (layer_operators.h)
+  Bytes regenerated;          // re-created by recomputation for the backward (ModelOperator::regenerated)
 };
 
 // The router's spread of a MoE layer's token-slots, in units of the uniform share: expert i

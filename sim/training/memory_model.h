@@ -39,6 +39,8 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
+#include <string>
 
 #include "units/units.h"
 
@@ -55,11 +57,18 @@ inline constexpr double kAdamOptimizerBytesPerParameter = 12.0;
 Bytes zero_model_state_bytes(double parameters, ZeroStage stage, int data_parallel,
                              double optimizer_bytes_per_parameter = kAdamOptimizerBytesPerParameter);
 
-enum class Recomputation : uint8_t { kNone, kSelective, kFull };
+/// kSelective: Megatron's selective recomputation (the attention core). kSelectiveOp: PyTorch's
+/// selective checkpointing by operator, torchtitan's "op" policy (MicroBatch::op_checkpointing in
+/// model/layer_operators.h); the closed forms below do not cover it.
+enum class Recomputation : uint8_t { kNone, kSelective, kFull, kSelectiveOp };
+/// "none", "selective", "full", "selective_op".
+const char* to_string(Recomputation r);
+/// Parses the names above; nullopt for another.
+std::optional<Recomputation> recomputation_from(const std::string& name);
 
 /// Korthikanti et al.'s activation bytes of one GPT layer for one micro-batch (Table 2).
 /// s sequence length (per CP rank), b micro-batch, h hidden, a heads, t tensor parallel ≥ 1.
-/// Throws std::invalid_argument for non-positive sizes.
+/// Throws std::invalid_argument for non-positive sizes and for kSelectiveOp.
 Bytes activation_bytes_per_layer(double s, double b, double h, double a, int t, bool sequence_parallel,
                                  Recomputation recomputation);
 

@@ -19,6 +19,20 @@ size_t index(ParallelDim d) { return static_cast<size_t>(d); }
 
 std::string num(int64_t v) { return std::to_string(v); }
 
+// Where op-level checkpointing (torchtitan's policy, MicroBatch::op_checkpointing) is modelled:
+// the dense Llama-style layers torchtitan checkpoints that way. Elsewhere the policy saves other
+// tensors: a linear with a bias runs as addmm, which it does not count; grouped expert GEMMs
+// and MLA's latents are other operators; with TP it re-runs the layer's collectives.
+std::string op_checkpointing_problem(const ModelConfig& model, const ParallelLayout& l) {
+  if (l.tp > 1) return "selective_op needs tp = 1: with TP the policy re-runs the layer's collectives, not modelled";
+  if (model.moe || model.mla) return "selective_op is modelled for dense layers without MLA; " + model.name + " has " + (model.moe ? "experts" : "MLA");
+  if (model.qkv_bias || model.attention_output_bias || model.mlp_bias) {
+    return "selective_op is modelled for linear layers without biases (a biased linear runs as addmm, which the policy does not count)";
+  }
+  if (l.attention == AttentionKernel::kUnfused) return "selective_op needs a fused attention core (flash or flash2), not unfused";
+  return {};
+}
+
 }  // namespace
 
 const char* to_string(PipelineScheduleKind k) {
@@ -237,6 +251,9 @@ void validate(const ParallelLayout& l, const ModelConfig& model, int gpus, const
   if (l.recompute_layers < 0) fail("recompute_layers", "must be at least 0, got " + num(l.recompute_layers));
   if (l.recompute_layers > 0 && l.recompute != Recomputation::kFull) {
     fail("recompute_layers", "needs full recomputation (recompute \"full\"): it chooses which layers are fully recomputed");
+  }
+  if (l.recompute == Recomputation::kSelectiveOp) {
+    if (std::string why = op_checkpointing_problem(model, l); !why.empty()) fail("recompute", why);
   }
   if (l.global_batch < 1) fail("global_batch", "must be at least 1, got " + num(l.global_batch));
   if (l.sequence_length < 1) fail("sequence_length", "must be at least 1, got " + num(l.sequence_length));

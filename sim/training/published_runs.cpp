@@ -293,8 +293,9 @@ PublishedLayout layout_of(const nlohmann::json& l, int gpus, const std::string& 
   read_kernel_choices(l, where, p);
   read_stage_lists(l, where, p);
   read_gradients_optimizer_and_counts(l, where, p);
-  if (p.recompute != "none" && p.recompute != "selective" && p.recompute != "full") {
-    throw RowError(where + "/activation_recompute", "expected none, selective, full or null, found \"" + p.recompute + "\"");
+  if (!recomputation_from(p.recompute)) {
+    throw RowError(where + "/activation_recompute",
+                   "expected none, selective, full, selective_op or null, found \"" + p.recompute + "\"");
   }
   return p;
 }
@@ -314,9 +315,7 @@ ParallelLayout parallel_layout_of(const PublishedRun& run) {
   l.micro_batch = run.layout.micro_batch;
   l.global_batch = run.layout.global_batch;
   l.sequence_parallel = run.layout.sequence_parallel;
-  l.recompute = run.layout.recompute == "full"        ? Recomputation::kFull
-                : run.layout.recompute == "selective" ? Recomputation::kSelective
-                                                      : Recomputation::kNone;
+  l.recompute = recomputation_from(run.layout.recompute).value_or(Recomputation::kNone);
   const bool fp4 = run.precision == "fp4" || run.precision == "nvfp4" || run.precision == "mxfp4";
   l.dtype = run.precision == "fp8" ? DType::kFp8 : fp4 ? DType::kFp4 : DType::kBf16;
   if (run.precision == "mxfp4") l.fp4_recipe = Fp4Recipe::kMxfp4;
@@ -357,7 +356,7 @@ ParallelLayout parallel_layout_of(const PublishedRun& run) {
 std::optional<std::string> preset_for_gpu(const std::string& gpu) {
   static const std::pair<const char*, const char*> kPresets[] = {
       {"A100-40GB", "dgx-a100-40gb"}, {"A100-80GB", "dgx-a100"}, {"H100-80GB", "dgx-h100"},
-      {"H800-80GB", "hgx-h800"},      {"B200", "dgx-b200"},      {"B300", "dgx-b300"},
+      {"H800-80GB", "hgx-h800"},      {"H200", "hgx-h200"},     {"B200", "dgx-b200"},      {"B300", "dgx-b300"},
       {"GB200", "gb200-nvl72"},       {"GB300", "gb300-nvl72"},
   };
   for (const auto& [name, preset] : kPresets) {

@@ -41,10 +41,8 @@ AttentionKernel attention_from(const std::string& s, const std::string& file, co
 }
 
 Recomputation recompute_from(const std::string& s, const std::string& file, const std::string& where) {
-  if (s == "none") return Recomputation::kNone;
-  if (s == "selective") return Recomputation::kSelective;
-  if (s == "full") return Recomputation::kFull;
-  throw InputError(file, where, "unknown recomputation \"" + s + "\" (expected none, selective or full)");
+  if (auto recompute = recomputation_from(s)) return *recompute;
+  throw InputError(file, where, "unknown recomputation \"" + s + "\" (expected none, selective, full or selective_op)");
 }
 
 DType dtype_from(const std::string& s, const std::string& file, const std::string& where) {

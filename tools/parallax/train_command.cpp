@@ -472,7 +472,7 @@ void add_train_command(CLI::App& app) {
   cmd->add_option("--attention", args->attention,
                   "attention core: flash (the GPU's own fused kernel), flash2 (FlashAttention-2: on Hopper and Blackwell it leaves "
                   "the asynchronous tensor cores unused) or unfused (scores, softmax and context materialised)");
-  cmd->add_option("--recompute", args->recompute, "none, selective or full");
+  cmd->add_option("--recompute", args->recompute, "none, selective, full or selective_op");
   cmd->add_option("--recompute-layers", args->recompute_layers,
                   "with --recompute full: only the first N Transformer layers of each (virtual) pipeline stage "
                   "(Megatron's --recompute-method block --recompute-num-layers N); 0: every layer");
