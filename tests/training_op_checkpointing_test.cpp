@@ -11,6 +11,7 @@
 #include "io/input_error.h"
 #include "model/layer_operators.h"
 #include "training/iteration_units.h"
+#include "training/memory_model.h"
 #include "training/parallel_layout.h"
 #include "test_support.h"
 
@@ -135,6 +136,18 @@ TEST(OpCheckpointing, CountsMatmulsWhateverTheMlp) {
   m.mlp = MlpKind::kPlain;
   const auto ops = layer_operators(m, 0, batch_of(4096, DType::kBf16, true), {});
   EXPECT_EQ(names(ops, false), (std::vector<std::string>{"q_proj", "v_proj", "attention", "mlp_up_proj"}));
+}
+
+// Its name reads back, and Korthikanti's GPT closed forms refuse it rather than answer for it.
+TEST(OpCheckpointing, NamedAndLeftOutOfTheClosedForms) {
+  for (Recomputation r : {Recomputation::kNone, Recomputation::kSelective, Recomputation::kFull, Recomputation::kSelectiveOp}) {
+    EXPECT_EQ(recomputation_from(to_string(r)), r);
+  }
+  EXPECT_EQ(std::string(to_string(Recomputation::kSelectiveOp)), "selective_op");
+  EXPECT_FALSE(recomputation_from("op"));
+  EXPECT_THROW(activation_bytes_per_layer(2048, 1, 4096, 32, 1, false, Recomputation::kSelectiveOp), std::invalid_argument);
+  EXPECT_THROW(flash_activation_bytes_per_layer(2048, 1, 4096, 32, 1, false, Recomputation::kSelectiveOp),
+               std::invalid_argument);
 }
 
 void expect_refused(const ParallelLayout& l, const ModelConfig& m, int gpus, const std::string& reason) {

@@ -47,10 +47,8 @@ Bytes activation_bytes_per_layer(double s, double b, double h, double a, int t, 
     case Recomputation::kSelective: return Bytes(sp ? sbh * 34.0 / tp : sbh * (10.0 + 24.0 / tp));
     case Recomputation::kNone:
       return Bytes(sp ? sbh * (34.0 + scores) / tp : sbh * (10.0 + 24.0 / tp + scores / tp));
-    case Recomputation::kSelectiveOp: break;
-  }
-  if (r == Recomputation::kSelectiveOp) {
-    throw std::invalid_argument("activation_bytes_per_layer: Korthikanti's forms do not cover op-level checkpointing");
+    case Recomputation::kSelectiveOp:
+      throw std::invalid_argument("activation_bytes_per_layer: Korthikanti's forms do not cover op-level checkpointing");
   }
   return Bytes(sbh * (34.0 + scores));
 }
