@@ -46,6 +46,31 @@ TEST(LayoutValidation, AcceptsAGoodLayout) {
   EXPECT_NO_THROW(validate(llama_layout(), bundled("llama3-8b"), 64));
 }
 
+// torchtitan's op-level checkpointing (recompute "selective_op") is modelled where the policy keeps
+// what the operator list says: refused with TP, experts, linear biases or the unfused core.
+TEST(LayoutValidation, OpCheckpointingIsRefusedWhereThePolicyKeepsOtherTensors) {
+  ParallelLayout l;
+  l.dp = 8;
+  l.micro_batch = 1;
+  l.global_batch = 8;
+  l.sequence_length = 4096;
+  l.recompute = Recomputation::kSelectiveOp;
+  const ModelConfig llama = bundled("llama3-8b");
+  EXPECT_NO_THROW(validate(l, llama, 8));
+  ParallelLayout tp = l;
+  tp.tp = 2;
+  tp.dp = 4;
+  expect_error(tp, llama, 8, "/parallel/recompute", "needs tp = 1");
+  expect_error(l, bundled("mixtral-8x7b"), 8, "/parallel/recompute", "dense layers without MLA");
+  ModelConfig biased = llama;
+  biased.qkv_bias = true;
+  expect_error(l, biased, 8, "/parallel/recompute", "without biases");
+  ParallelLayout unfused = l;
+  unfused.attention = AttentionKernel::kUnfused;
+  expect_error(unfused, llama, 8, "/parallel/recompute", "fused attention core");
+}
+
+
 TEST(LayoutValidation, TensorParallelMustDivideHeads) {
   ParallelLayout l = llama_layout();
   l.tp = 6;

@@ -1,6 +1,7 @@
 // Op-level selective activation checkpointing (torchtitan's "op" policy, recompute
 // "selective_op"): which operators keep their output and which run again in the backward, the
-// bytes kept and re-created against hand-derived closed forms, and the layouts it is refused for.
+// bytes kept and re-created against hand-derived closed forms (the layouts it is refused for:
+// training_layout_test.cpp).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -8,11 +9,9 @@
 #include <vector>
 
 #include "compute/compute_model.h"
-#include "io/input_error.h"
 #include "model/layer_operators.h"
 #include "training/iteration_units.h"
 #include "training/memory_model.h"
-#include "training/parallel_layout.h"
 #include "test_support.h"
 
 namespace parallax {
@@ -148,38 +147,6 @@ TEST(OpCheckpointing, NamedAndLeftOutOfTheClosedForms) {
   EXPECT_THROW(activation_bytes_per_layer(2048, 1, 4096, 32, 1, false, Recomputation::kSelectiveOp), std::invalid_argument);
   EXPECT_THROW(flash_activation_bytes_per_layer(2048, 1, 4096, 32, 1, false, Recomputation::kSelectiveOp),
                std::invalid_argument);
-}
-
-void expect_refused(const ParallelLayout& l, const ModelConfig& m, int gpus, const std::string& reason) {
-  try {
-    validate(l, m, gpus, "job.json");
-    ADD_FAILURE() << "no error; expected " << reason;
-  } catch (const InputError& e) {
-    EXPECT_EQ(e.pointer(), "/parallel/recompute") << e.what();
-    EXPECT_NE(e.reason().find(reason), std::string::npos) << e.what();
-  }
-}
-
-TEST(OpCheckpointing, RefusedWhereThePolicyKeepsOtherTensors) {
-  ParallelLayout l;
-  l.dp = 8;
-  l.micro_batch = 1;
-  l.global_batch = 8;
-  l.sequence_length = 4096;
-  l.recompute = Recomputation::kSelectiveOp;
-  const ModelConfig llama = bundled("llama3-8b");
-  EXPECT_NO_THROW(validate(l, llama, 8));
-  ParallelLayout tp = l;
-  tp.tp = 2;
-  tp.dp = 4;
-  expect_refused(tp, llama, 8, "needs tp = 1");
-  expect_refused(l, bundled("mixtral-8x7b"), 8, "dense layers without MLA");
-  ModelConfig biased = llama;
-  biased.qkv_bias = true;
-  expect_refused(l, biased, 8, "without biases");
-  ParallelLayout unfused = l;
-  unfused.attention = AttentionKernel::kUnfused;
-  expect_refused(unfused, llama, 8, "fused attention core");
 }
 
 }  // namespace
