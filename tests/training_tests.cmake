@@ -26,6 +26,11 @@ endforeach()
 add_test(NAME example.train.explain
          COMMAND parallax train ${PROJECT_SOURCE_DIR}/workloads/train/llama3-70b-64xdgx-h100.json --explain)
 set_tests_properties(example.train.explain PROPERTIES PASS_REGULAR_EXPRESSION "what to try.*\n +-[0-9.]+ s +[0-9.]+ s +tp_comm_overlap on +--tp-comm-overlap on")
+# torchtitan's op-level checkpointing with memory to spare on H200: dropping it is offered, re-simulated.
+add_test(NAME example.train.explain_selective_op
+         COMMAND parallax train ${PROJECT_SOURCE_DIR}/workloads/train/llama3-8b-32xh200-torchtitan-fp8.json --explain)
+set_tests_properties(example.train.explain_selective_op PROPERTIES PASS_REGULAR_EXPRESSION
+                     "what to try.*\n +-[0-9.]+ s +[0-9.]+ s +no recomputation instead of op-level checkpointing +--recompute none")
 add_test(NAME example.train.flow
          COMMAND parallax train ${PROJECT_SOURCE_DIR}/workloads/train/llama3-70b-64xdgx-h100.json --network flow --tp-comm-overlap on)
 set_tests_properties(example.train.flow PROPERTIES PASS_REGULAR_EXPRESSION "busiest link of each class")

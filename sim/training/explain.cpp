@@ -65,6 +65,9 @@ std::vector<Knob> knobs(const ModelConfig& model) {
       {"no recomputation instead of selective", "--recompute none",
        [](const ParallelLayout& l) { return l.recompute == Recomputation::kSelective; },
        [](ParallelLayout& l, WorkloadOverrides& o) { l.recompute = Recomputation::kNone; o.recompute = "none"; }},
+      {"no recomputation instead of op-level checkpointing", "--recompute none",
+       [](const ParallelLayout& l) { return l.recompute == Recomputation::kSelectiveOp; },
+       [](ParallelLayout& l, WorkloadOverrides& o) { l.recompute = Recomputation::kNone; o.recompute = "none"; }},
       {"micro-batch x2", "--mbs",
        [](const ParallelLayout& l) { return l.global_batch % (int64_t{l.dp} * l.micro_batch * 2) == 0; },
        [](ParallelLayout& l, WorkloadOverrides& o) {
