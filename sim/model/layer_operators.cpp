@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <map>
 #include <stdexcept>
 
 #include "model/parameter_count.h"
@@ -75,7 +74,6 @@ class OperatorList {
       backward.kernels = backward.host_issued_kernels = 2 * forward.host_issued_kernels;
     }
     ops_.push_back({name, forward, backward, false, Bytes(), Bytes()});
-    outputs_[ops_.size() - 1] = groups * m * n * element_;
     if (is_quantised(type) && cast_) {
       const double per_element = cast_->cast_bytes_per_element;
       const double in = groups * m * cast_rows.input * k, out = groups * m * cast_rows.output_gradient * n;
@@ -133,7 +131,7 @@ class OperatorList {
     // Reads Q, K, V, O, dO and the row statistics; writes dQ, dK, dV (and the dO·O row sums).
     backward.bytes_read_written = Bytes((2 * q + 2 * kv + 2 * o) * element_ + 2 * row_stats);
     ops_.push_back({"attention", forward, backward, true, Bytes(), Bytes()});
-    outputs_[ops_.size() - 1] = o * element_ + row_stats;
+    attention_output_ = Bytes(o * element_ + row_stats);
     // Q, K and V of this GPU's tokens (context parallelism passes the others' blocks again in
     // the backward) and the row statistics; O is kept by the output projection.
     if (keep_qkv) keep(q + w.query_tokens * kv_heads * (d_qk + d_v));
@@ -155,7 +153,8 @@ class OperatorList {
       op.saved = op.saved_scores = Bytes();
       const bool weight_gemm = op.forward.kind == OperatorKind::kGemm && !op.attention_core;
       const bool saved = op.attention_core || (weight_gemm && ++matmuls % 2 == 1);
-      if (saved) op.saved = Bytes(outputs_.at(i));
+      const GemmShape& y = op.forward.shape;  // a GEMM's output: m×n, `batch` times, 16-bit
+      if (saved) op.saved = op.attention_core ? attention_output_ : Bytes(y.m * y.n * y.batch * element_);
       op.recomputed = !saved;
       kept += op.saved;
     }
@@ -249,7 +248,7 @@ class OperatorList {
   bool host_issued_groups_ = false;
   bool separate_projections_ = false;
   std::vector<ModelOperator> ops_;
-  std::map<size_t, double> outputs_;  // output bytes of the GEMMs and attention cores, by index
+  Bytes attention_output_;  // the fused attention core's output and row statistics (the last one added)
 };
 
 // The share of a causal sequence's s²/2 query-key pairs that the model's attention computes:
