@@ -7,7 +7,7 @@ parallax_test(training_test compute_model_test.cpp training_model_test.cpp train
               training_memory_test.cpp model_ragged_test.cpp training_layout_test.cpp training_pipeline_test.cpp
               training_iteration_test.cpp training_cp_test.cpp training_symmetry_test.cpp training_cosim_test.cpp
               training_published_runs_test.cpp training_ep_test.cpp training_offload_test.cpp
-              training_op_checkpointing_test.cpp
+              training_op_checkpointing_test.cpp training_sustained_fraction_fit_test.cpp
               LONG IterationSymmetry.EveryReplicaGivesTheFoldedResultOn64Gpus
                    Explain.FullRecomputationWithMemoryToSpareOffersTheFewestLayersThatFit
                    Explain.EverySuggestionIsASimulationAndItsFlagsReproduceIt)
@@ -84,6 +84,13 @@ add_test(NAME example.validate.per_gpu_and_precision
          COMMAND bash -c "\"$0\" validate \"$1\" 2>/dev/null | grep -E '^  H100-80GB fp8 \\(current\\) +9 rows: median [0-9.]+%, bias [+-][0-9.]+%, mean [0-9.]+%$'"
                  $<TARGET_FILE:parallax> ${PROJECT_SOURCE_DIR}/workloads/validation/mbridge-dev.json)
 set_tests_properties(example.validate.per_gpu_and_precision PROPERTIES LABELS long)
+
+# σ fitted to a file's rows, each source held out, then every row reported at the fitted σ;
+# the fit and a given σ exclude each other.
+add_test(NAME example.validate.fit_sustained_fraction
+         COMMAND bash -c "\"$0\" validate \"$1\" --fit-sustained-fraction --jobs 2 2>/dev/null > \"$2\" && s=$(sed -nE 's/^fitted sigma (0\\.[0-9]+): MAPE [0-9.]+%, median \\|error\\| [0-9.]+%, median signed error [+-][0-9.]+%$/\\1/p' \"$2\") && test -n \"$s\" && grep -Eq '^  mosaicml/llm-foundry [^ ]+ +7 rows: alone 0\\.[0-9]+ \\(MAPE [0-9.]+%\\); no other source' \"$2\" && grep -q \"kernels at $s of their stand-alone speed\" \"$2\" && ! \"$0\" validate \"$1\" --fit-sustained-fraction --sustained-fraction 0.8 > /dev/null 2>&1"
+                 $<TARGET_FILE:parallax> ${PROJECT_SOURCE_DIR}/workloads/validation/mpt-h100-fp8-holdout.json
+                 ${CMAKE_CURRENT_BINARY_DIR}/fit_sustained_fraction.txt)
 
 # The trace opens in Perfetto: one process per pipeline stage, compute and communication threads;
 # co-simulated, a process of the busiest links, with an arrow from each task to the links it crossed.

@@ -2,12 +2,10 @@
 #include "planning/layout_search.h"
 
 #include <algorithm>
-#include <atomic>
-#include <exception>
 #include <optional>
-#include <thread>
 
 #include "engine/invariant.h"
+#include "engine/parallel_for.h"
 #include "io/input_error.h"
 #include "training/iteration_memo.h"
 #include "training/iteration_report.h"
@@ -38,30 +36,6 @@ struct Candidate {
 // Cost, GPUs over tokens per second, falls as throughput rises on the search's one GPU count.
 double score_of(const LayoutSummary& r, SearchObjective objective) {
   return objective == SearchObjective::kMfu ? r.mfu : r.tokens_per_second;
-}
-
-// Runs body(worker, i) for i in [0, n) on `threads` threads, worker being the thread's number
-// (0 is the caller's); the first exception (by index) is rethrown.
-template <typename Body>
-void parallel_for(size_t n, int threads, const Body& body) {
-  std::vector<std::exception_ptr> failed(n);
-  std::atomic<size_t> next{0};
-  auto work = [&](size_t worker) {
-    for (size_t i = next++; i < n; i = next++) {
-      try {
-        body(worker, i);
-      } catch (...) {
-        failed[i] = std::current_exception();
-      }
-    }
-  };
-  std::vector<std::thread> pool;
-  for (int t = 1; t < threads; ++t) pool.emplace_back(work, static_cast<size_t>(t));
-  work(0);
-  for (std::thread& th : pool) th.join();
-  for (const std::exception_ptr& e : failed) {
-    if (e) std::rethrow_exception(e);
-  }
 }
 
 // The layouts that fit in memory, with their bounds, in bound order (then text).

@@ -10,6 +10,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <thread>
 #include <tuple>
 
 #include <nlohmann/json.hpp>
@@ -28,6 +29,7 @@
 #include "model/parameter_count.h"
 #include "training/published_runs.h"
 #include "training/run_validation.h"
+#include "training/sustained_fraction_fit.h"
 #include "training/explain.h"
 #include "training/iteration_report.h"
 #include "training/operator_breakdown.h"
@@ -327,7 +329,44 @@ struct ValidateArgs {
   std::string json;
   double sustained_fraction = ComputeModelOptions{}.sustained_fraction;
   std::string network = "analytical";
+  bool fit_sustained_fraction = false;
+  std::optional<int> jobs;
 };
+
+// The grid `validate --fit-sustained-fraction` searches: wide enough for any stack measured so
+// far (0.72-0.88 in docs/performance-and-accuracy.md), fine enough for the figures printed.
+constexpr double kFitLowest = 0.40, kFitHighest = 1.00, kFitStep = 0.01;
+
+// Fits σ to the file's rows (sustained_fraction_fit.h), prints the fit, its curve and each
+// source held out, and returns the fitted σ.
+double fit_and_print_sustained_fraction(const ValidateArgs& a, const std::vector<PublishedRun>& runs) {
+  const int threads = a.jobs.value_or(static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));
+  const SigmaSweep sweep = sweep_sustained_fraction(
+      runs, kTopologiesDir, a.network == "flow", sigma_grid(kFitLowest, kFitHighest, kFitStep), threads,
+      [](size_t done, size_t total) { std::fprintf(stderr, "\rparallax validate: sustained fraction %zu/%zu", done, total); });
+  std::fprintf(stderr, "\n");
+  std::vector<std::string> sources;
+  for (const PublishedRun& run : runs) sources.push_back(source_label(run.source));
+  const SustainedFractionFit fit = fit_sustained_fraction_to_runs(sweep, sources);
+  std::printf("# sustained fraction fitted to %s: sigma %.2f-%.2f in steps of %.2f, the least mean |error| over %zu rows\n",
+              a.runs.c_str(), kFitLowest, kFitHighest, kFitStep, fit.rows);
+  std::printf("fitted sigma %.2f: MAPE %.1f%%, median |error| %.1f%%, median signed error %+.1f%%%s\n", fit.sigma,
+              100 * fit.mape, 100 * fit.median_abs, 100 * fit.median_signed,
+              fit.sigma <= kFitLowest || fit.sigma >= kFitHighest ? " (at the grid's edge)" : "");
+  std::printf("MAPE by sigma:");
+  for (size_t s = 0; s < sweep.sigmas.size(); s += 5) std::printf(" %.2f %.1f%%", sweep.sigmas[s], 100 * fit.mape_by_sigma[s]);
+  std::printf("\nper source: sigma fitted on its rows alone; sigma fitted on every other source, and this source's MAPE there\n");
+  for (const SourceHoldOut& h : fit.sources) {
+    std::printf("  %-40s %3zu rows: alone %.2f (MAPE %.1f%%)", h.source.c_str(), h.rows, h.own_sigma, 100 * h.own_mape);
+    if (std::isnan(h.others_sigma)) {
+      std::printf("; no other source to hold it out against\n");
+    } else {
+      std::printf("; others %.2f, held out: MAPE %.1f%%\n", h.others_sigma, 100 * h.held_out_mape);
+    }
+  }
+  std::printf("\n");
+  return fit.sigma;
+}
 
 // A row's group by hardware and number format: "H100-80GB fp8 (current)", "GB200 bf16".
 std::string gpu_and_precision(const PublishedRun& run) {
@@ -420,8 +459,9 @@ std::vector<std::string> validation_row(const PublishedRun& run, const RunPredic
           strprintf("%+.1f%%", 100 * p.error), p.note};
 }
 
-void run_validate(const ValidateArgs& a) {
+void run_validate(ValidateArgs a) {
   std::vector<PublishedRun> runs = read_published_runs(a.runs, bundled_models_dir());
+  if (a.fit_sustained_fraction) a.sustained_fraction = fit_and_print_sustained_fraction(a, runs);
   TextTable t({"id", "gpu", "gpus", "layout", "published", "predicted", "error", "note"},
               {TextTable::Align::kLeft, TextTable::Align::kLeft, TextTable::Align::kRight, TextTable::Align::kLeft,
                TextTable::Align::kRight, TextTable::Align::kRight, TextTable::Align::kRight, TextTable::Align::kLeft});
@@ -518,9 +558,13 @@ void add_train_command(CLI::App& app) {
   auto* v = app.add_subcommand("validate", "predict published training runs and report the error per row");
   v->add_option("runs", vargs->runs, "runs file (format: workloads/validation/README.md)")->required();
   v->add_option("--json", vargs->json, "write one object per row (id, predicted, expected, error or error_message)");
-  v->add_option("--sustained-fraction", vargs->sustained_fraction,
-                sustained_fraction_help())
-      ->check(CLI::Range(1e-9, 1.0));
+  auto* sigma = v->add_option("--sustained-fraction", vargs->sustained_fraction, sustained_fraction_help())
+                    ->check(CLI::Range(1e-9, 1.0));
+  v->add_flag("--fit-sustained-fraction", vargs->fit_sustained_fraction,
+              "fit the sustained fraction to these rows (the least mean |error| on a grid of 0.40-1.00 by 0.01), with each "
+              "source held out (fitted on the others, its error there); then report every row at the fitted value")
+      ->excludes(sigma);
+  v->add_option("--jobs", vargs->jobs, "threads for --fit-sustained-fraction (default: all cores)")->check(CLI::PositiveNumber);
   v->add_option("--network", vargs->network, "analytical (each collective alone) or flow (co-simulated)")
       ->check(CLI::IsMember({"analytical", "flow"}))
       ->capture_default_str();

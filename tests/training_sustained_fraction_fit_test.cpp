@@ -1,0 +1,124 @@
+// Fitting σ to runs: the grid, the fit and the leave-one-source-out check against their closed
+// forms on synthetic errors, and the sweep against RunValidator on real published rows.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "training/published_runs.h"
+#include "training/run_validation.h"
+#include "training/sustained_fraction_fit.h"
+
+using namespace parallax;
+
+namespace {
+
+const std::string kFitRepository = PARALLAX_SOURCE_DIR;
+constexpr double kNotCompared = std::numeric_limits<double>::quiet_NaN();
+
+// A row that only computes: its throughput is proportional to σ, so at σ its error is
+// σ / σ_row − 1, σ_row being the σ that reproduces it exactly.
+SigmaSweep compute_bound_sweep(const std::vector<double>& row_sigmas, const std::vector<double>& grid) {
+  SigmaSweep sweep;
+  sweep.sigmas = grid;
+  for (double s : grid) {
+    std::vector<double> errors;
+    for (double r : row_sigmas) errors.push_back(std::isnan(r) ? kNotCompared : s / r - 1.0);
+    sweep.errors.push_back(errors);
+  }
+  return sweep;
+}
+
+}  // namespace
+
+TEST(SigmaGrid, EndsIncludedInEvenSteps) {
+  const std::vector<double> grid = sigma_grid(0.40, 1.00, 0.01);
+  ASSERT_EQ(grid.size(), 61u);
+  EXPECT_DOUBLE_EQ(grid.front(), 0.40);
+  EXPECT_DOUBLE_EQ(grid.back(), 1.00);
+  EXPECT_NEAR(grid[34], 0.74, 1e-12);
+  EXPECT_EQ(sigma_grid(0.5, 0.5, 0.1).size(), 1u);
+  EXPECT_THROW(sigma_grid(0.0, 1.0, 0.01), std::invalid_argument);
+  EXPECT_THROW(sigma_grid(0.5, 1.2, 0.01), std::invalid_argument);
+  EXPECT_THROW(sigma_grid(0.8, 0.5, 0.01), std::invalid_argument);
+  EXPECT_THROW(sigma_grid(0.5, 0.8, 0.0), std::invalid_argument);
+}
+
+// Three compute-bound rows of three sources, reproduced exactly at σ 0.70, 0.74 and 0.80. The
+// MAPE Σ|σ/σ_r − 1|/3 is piecewise linear with slopes ±1/σ_r: below 0.74 it falls (1/0.70 <
+// 1/0.74 + 1/0.80), above it rises (1/0.70 + 1/0.74 > 1/0.80), so the fit is 0.74, MAPE
+// (0.74/0.70 − 1 + 1 − 0.74/0.80)/3 = 0.044048. Held out, each source meets the σ the other two
+// fit: without C the slope between 0.70 and 0.74 is 1/0.70 − 1/0.74 > 0, so 0.70 and C's error
+// 1 − 0.70/0.80 = 0.125; without B likewise 0.70, B's error 1 − 0.70/0.74 = 0.054054; without A
+// 0.74 (slope 1/0.74 − 1/0.80 > 0 above it), A's error 0.74/0.70 − 1 = 0.057143.
+TEST(SustainedFractionFit, LeastMapeAndEachSourceHeldOutMatchTheClosedForm) {
+  const SigmaSweep sweep = compute_bound_sweep({0.70, 0.74, 0.80}, sigma_grid(0.60, 0.90, 0.01));
+  const SustainedFractionFit fit = fit_sustained_fraction_to_runs(sweep, {"A", "B", "C"});
+  EXPECT_EQ(fit.rows, 3u);
+  EXPECT_NEAR(fit.sigma, 0.74, 1e-9);
+  EXPECT_NEAR(fit.mape, (0.74 / 0.70 - 1 + 1 - 0.74 / 0.80) / 3, 1e-9);
+  EXPECT_NEAR(fit.median_signed, 0.0, 1e-9);
+  EXPECT_NEAR(fit.median_abs, 0.74 / 0.70 - 1, 1e-9);  // the middle of 0.0571, 0, 0.075
+  ASSERT_EQ(fit.mape_by_sigma.size(), sweep.sigmas.size());
+  ASSERT_EQ(fit.sources.size(), 3u);
+  const double own[] = {0.70, 0.74, 0.80}, others[] = {0.74, 0.70, 0.70};
+  const double held_out[] = {0.74 / 0.70 - 1, 1 - 0.70 / 0.74, 1 - 0.70 / 0.80};
+  for (size_t i = 0; i < 3; ++i) {
+    const SourceHoldOut& h = fit.sources[i];
+    EXPECT_EQ(h.source, std::string(1, static_cast<char>('A' + i)));
+    EXPECT_EQ(h.rows, 1u);
+    EXPECT_NEAR(h.own_sigma, own[i], 1e-9) << h.source;
+    EXPECT_NEAR(h.own_mape, 0.0, 1e-9) << h.source;
+    EXPECT_NEAR(h.others_sigma, others[i], 1e-9) << h.source;
+    EXPECT_NEAR(h.held_out_mape, held_out[i], 1e-9) << h.source;
+  }
+}
+
+TEST(SustainedFractionFit, RowsNotComparedAreLeftOutAndOneSourceHasNoHoldOut) {
+  const SigmaSweep sweep = compute_bound_sweep({0.80, kNotCompared, 0.80}, sigma_grid(0.60, 0.90, 0.01));
+  const SustainedFractionFit fit = fit_sustained_fraction_to_runs(sweep, {"A", "B", "A"});
+  EXPECT_EQ(fit.rows, 2u);
+  EXPECT_NEAR(fit.sigma, 0.80, 1e-9);
+  EXPECT_NEAR(fit.mape, 0.0, 1e-9);
+  ASSERT_EQ(fit.sources.size(), 1u);  // B has no compared row
+  EXPECT_EQ(fit.sources[0].rows, 2u);
+  EXPECT_TRUE(std::isnan(fit.sources[0].others_sigma));
+  EXPECT_TRUE(std::isnan(fit.sources[0].held_out_mape));
+}
+
+TEST(SustainedFractionFit, BadSweepsAreRefused) {
+  EXPECT_THROW(fit_sustained_fraction_to_runs(SigmaSweep{}, {}), std::invalid_argument);
+  const SigmaSweep sweep = compute_bound_sweep({0.7, 0.8}, {0.7, 0.8});
+  EXPECT_THROW(fit_sustained_fraction_to_runs(sweep, {"A"}), std::invalid_argument);
+  EXPECT_THROW(fit_sustained_fraction_to_runs(compute_bound_sweep({kNotCompared}, {0.7, 0.8}), {"A"}), std::invalid_argument);
+}
+
+// On real rows (llm-foundry's H100 FP8 table, 7 rows): the sweep gives what RunValidator gives
+// at each σ, whatever the thread count, and no row's predicted throughput falls as σ rises.
+TEST(SustainedFractionSweep, EqualsTheValidatorAtEachSigmaOnAnyThreadCount) {
+  const std::vector<PublishedRun> runs =
+      read_published_runs(kFitRepository + "/workloads/validation/mpt-h100-fp8-holdout.json", kFitRepository + "/workloads/models");
+  const std::string topologies = kFitRepository + "/topologies";
+  const std::vector<double> grid = {0.60, 0.74, 0.90};
+  const SigmaSweep one = sweep_sustained_fraction(runs, topologies, false, grid, 1);
+  size_t calls = 0;
+  const SigmaSweep three = sweep_sustained_fraction(runs, topologies, false, grid, 3, [&](size_t done, size_t total) {
+    ++calls;
+    EXPECT_EQ(total, grid.size());
+    EXPECT_LE(done, total);
+  });
+  EXPECT_EQ(calls, grid.size());
+  ASSERT_EQ(one.errors.size(), grid.size());
+  RunValidator at_default(topologies, 0.74);
+  for (size_t r = 0; r < runs.size(); ++r) {
+    const RunPrediction p = at_default.predict(runs[r]);
+    ASSERT_TRUE(p.problem.empty()) << runs[r].id << ": " << p.problem;
+    EXPECT_EQ(one.errors[1][r], p.error) << runs[r].id;
+    for (size_t s = 0; s < grid.size(); ++s) EXPECT_EQ(one.errors[s][r], three.errors[s][r]) << runs[r].id;
+    EXPECT_LT(one.errors[0][r], one.errors[1][r]) << runs[r].id;
+    EXPECT_LT(one.errors[1][r], one.errors[2][r]) << runs[r].id;
+  }
+}
