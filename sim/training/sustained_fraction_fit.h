@@ -52,7 +52,8 @@ struct SustainedFractionFit {
   std::vector<SourceHoldOut> sources; ///< by source name
 };
 
-/// The fit of the header over `sweep`, `row_sources[i]` naming row i's source. Throws
+/// The fit of the header over `sweep`, `row_sources[i]` naming row i's source (or any other
+/// grouping of the rows to hold out one at a time: GPU type and precision). Throws
 /// std::invalid_argument when the sweep is empty, the sizes disagree, or no row is compared.
 SustainedFractionFit fit_sustained_fraction_to_runs(const SigmaSweep& sweep, const std::vector<std::string>& row_sources);
 

@@ -333,41 +333,6 @@ struct ValidateArgs {
   std::optional<int> jobs;
 };
 
-// The grid `validate --fit-sustained-fraction` searches: wide enough for any stack measured so
-// far (0.72-0.88 in docs/performance-and-accuracy.md), fine enough for the figures printed.
-constexpr double kFitLowest = 0.40, kFitHighest = 1.00, kFitStep = 0.01;
-
-// Fits σ to the file's rows (sustained_fraction_fit.h), prints the fit, its curve and each
-// source held out, and returns the fitted σ.
-double fit_and_print_sustained_fraction(const ValidateArgs& a, const std::vector<PublishedRun>& runs) {
-  const int threads = a.jobs.value_or(static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));
-  const SigmaSweep sweep = sweep_sustained_fraction(
-      runs, kTopologiesDir, a.network == "flow", sigma_grid(kFitLowest, kFitHighest, kFitStep), threads,
-      [](size_t done, size_t total) { std::fprintf(stderr, "\rparallax validate: sustained fraction %zu/%zu", done, total); });
-  std::fprintf(stderr, "\n");
-  std::vector<std::string> sources;
-  for (const PublishedRun& run : runs) sources.push_back(source_label(run.source));
-  const SustainedFractionFit fit = fit_sustained_fraction_to_runs(sweep, sources);
-  std::printf("# sustained fraction fitted to %s: sigma %.2f-%.2f in steps of %.2f, the least mean |error| over %zu rows\n",
-              a.runs.c_str(), kFitLowest, kFitHighest, kFitStep, fit.rows);
-  std::printf("fitted sigma %.2f: MAPE %.1f%%, median |error| %.1f%%, median signed error %+.1f%%%s\n", fit.sigma,
-              100 * fit.mape, 100 * fit.median_abs, 100 * fit.median_signed,
-              fit.sigma <= kFitLowest || fit.sigma >= kFitHighest ? " (at the grid's edge)" : "");
-  std::printf("MAPE by sigma:");
-  for (size_t s = 0; s < sweep.sigmas.size(); s += 5) std::printf(" %.2f %.1f%%", sweep.sigmas[s], 100 * fit.mape_by_sigma[s]);
-  std::printf("\nper source: sigma fitted on its rows alone; sigma fitted on every other source, and this source's MAPE there\n");
-  for (const SourceHoldOut& h : fit.sources) {
-    std::printf("  %-40s %3zu rows: alone %.2f (MAPE %.1f%%)", h.source.c_str(), h.rows, h.own_sigma, 100 * h.own_mape);
-    if (std::isnan(h.others_sigma)) {
-      std::printf("; no other source to hold it out against\n");
-    } else {
-      std::printf("; others %.2f, held out: MAPE %.1f%%\n", h.others_sigma, 100 * h.held_out_mape);
-    }
-  }
-  std::printf("\n");
-  return fit.sigma;
-}
-
 // A row's group by hardware and number format: "H100-80GB fp8 (current)", "GB200 bf16".
 std::string gpu_and_precision(const PublishedRun& run) {
   std::string label = run.gpu + " " + run.precision;
@@ -457,6 +422,51 @@ std::vector<std::string> validation_row(const PublishedRun& run, const RunPredic
   }
   return {run.id, run.gpu, std::to_string(run.gpus), layout, published, strprintf("%.0f", p.predicted),
           strprintf("%+.1f%%", 100 * p.error), p.note};
+}
+
+// The grid `validate --fit-sustained-fraction` searches: wide enough for any stack measured so
+// far (0.72-0.88 in docs/performance-and-accuracy.md), fine enough for the figures printed.
+constexpr double kFitLowest = 0.40, kFitHighest = 1.00, kFitStep = 0.01;
+
+// One line per group: σ fitted on its rows alone, and held out against the others.
+void print_hold_outs(const std::vector<SourceHoldOut>& groups, const char* what) {
+  for (const SourceHoldOut& h : groups) {
+    std::printf("  %-40s %3zu rows: alone %.2f (MAPE %.1f%%)", h.source.c_str(), h.rows, h.own_sigma, 100 * h.own_mape);
+    if (std::isnan(h.others_sigma)) {
+      std::printf("; no other %s to hold it out against\n", what);
+    } else {
+      std::printf("; others %.2f, held out: MAPE %.1f%%\n", h.others_sigma, 100 * h.held_out_mape);
+    }
+  }
+}
+
+// Fits σ to the file's rows (sustained_fraction_fit.h), prints the fit, its curve and each
+// source held out, and returns the fitted σ.
+double fit_and_print_sustained_fraction(const ValidateArgs& a, const std::vector<PublishedRun>& runs) {
+  const int threads = a.jobs.value_or(static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));
+  const SigmaSweep sweep = sweep_sustained_fraction(
+      runs, kTopologiesDir, a.network == "flow", sigma_grid(kFitLowest, kFitHighest, kFitStep), threads,
+      [](size_t done, size_t total) { std::fprintf(stderr, "\rparallax validate: sustained fraction %zu/%zu", done, total); });
+  std::fprintf(stderr, "\n");
+  std::vector<std::string> sources, gpus;
+  for (const PublishedRun& run : runs) {
+    sources.push_back(source_label(run.source));
+    gpus.push_back(gpu_and_precision(run));
+  }
+  const SustainedFractionFit fit = fit_sustained_fraction_to_runs(sweep, sources);
+  std::printf("# sustained fraction fitted to %s: sigma %.2f-%.2f in steps of %.2f, the least mean |error| over %zu rows\n",
+              a.runs.c_str(), kFitLowest, kFitHighest, kFitStep, fit.rows);
+  std::printf("fitted sigma %.2f: MAPE %.1f%%, median |error| %.1f%%, median signed error %+.1f%%%s\n", fit.sigma,
+              100 * fit.mape, 100 * fit.median_abs, 100 * fit.median_signed,
+              fit.sigma <= kFitLowest || fit.sigma >= kFitHighest ? " (at the grid's edge)" : "");
+  std::printf("MAPE by sigma:");
+  for (size_t s = 0; s < sweep.sigmas.size(); s += 5) std::printf(" %.2f %.1f%%", sweep.sigmas[s], 100 * fit.mape_by_sigma[s]);
+  std::printf("\nper source: sigma fitted on its rows alone; sigma fitted on every other source, and this source's MAPE there\n");
+  print_hold_outs(fit.sources, "source");
+  std::printf("per GPU type and precision, the same\n");
+  print_hold_outs(fit_sustained_fraction_to_runs(sweep, gpus).sources, "group");
+  std::printf("\n");
+  return fit.sigma;
 }
 
 void run_validate(ValidateArgs a) {
