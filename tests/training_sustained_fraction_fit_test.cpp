@@ -11,6 +11,7 @@
 #include "training/published_runs.h"
 #include "training/run_validation.h"
 #include "training/sustained_fraction_fit.h"
+#include "training/validation_plots.h"
 
 using namespace parallax;
 
@@ -121,4 +122,31 @@ TEST(SustainedFractionSweep, EqualsTheValidatorAtEachSigmaOnAnyThreadCount) {
     EXPECT_LT(one.errors[0][r], one.errors[1][r]) << runs[r].id;
     EXPECT_LT(one.errors[1][r], one.errors[2][r]) << runs[r].id;
   }
+}
+
+// The plots' data: rows grouped by source in name order, rows not compared left out; the fit's
+// curve one line per σ with every source's MAPE beside the whole set's.
+TEST(ValidationPlots, ParityDataGroupsComparedRowsBySource) {
+  std::vector<PublishedRun> runs(3);
+  runs[0].expected_tokens_per_sec_per_gpu = 1000;
+  runs[1].expected_out_of_memory = true;
+  runs[2].expected_tokens_per_sec_per_gpu = 250;
+  std::vector<RunPrediction> predictions(3);
+  predictions[0].predicted = 1100;
+  predictions[2].predicted = 200;
+  std::vector<std::string> groups;
+  const std::string data = parity_data(runs, predictions, {"Zeta", "Alpha", "Alpha"}, groups);
+  EXPECT_EQ(groups, (std::vector<std::string>{"Alpha", "Zeta"}));
+  EXPECT_EQ(data, "# Alpha\n250 200\n\n\n# Zeta\n1000 1100\n\n\n");
+  const std::string script = parity_script("v.dat", "v.png", "t", groups);
+  EXPECT_NE(script.find("'v.dat' index 1 using 1:2 with points pt 7 ps 0.8 title \"Zeta\""), std::string::npos);
+}
+
+TEST(ValidationPlots, SigmaCurveHasEverySourcesMape) {
+  const SigmaSweep sweep = compute_bound_sweep({0.80, 0.80}, {0.70, 0.80});
+  const SustainedFractionFit fit = fit_sustained_fraction_to_runs(sweep, {"A", "B"});
+  EXPECT_EQ(sigma_fit_data(sweep, fit),
+            "# sigma, MAPE of every row, then of each source's rows (%)\n0.70 12.5000 12.5000 12.5000\n"
+            "0.80 0.0000 0.0000 0.0000\n");
+  EXPECT_NE(sigma_fit_script("s.dat", "s.png", "t", fit).find("using 1:4 with lines lw 1.5 title \"B\""), std::string::npos);
 }

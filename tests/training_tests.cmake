@@ -88,7 +88,7 @@ set_tests_properties(example.validate.per_gpu_and_precision PROPERTIES LABELS lo
 # σ fitted to a file's rows, each source held out, then every row reported at the fitted σ;
 # the fit and a given σ exclude each other.
 add_test(NAME example.validate.fit_sustained_fraction
-         COMMAND bash -c "\"$0\" validate \"$1\" --fit-sustained-fraction --jobs 2 2>/dev/null > \"$2\" && s=$(sed -nE 's/^fitted sigma (0\\.[0-9]+): MAPE [0-9.]+%, median \\|error\\| [0-9.]+%, median signed error [+-][0-9.]+%$/\\1/p' \"$2\") && test -n \"$s\" && grep -Eq '^  mosaicml/llm-foundry [^ ]+ +7 rows: alone 0\\.[0-9]+ \\(MAPE [0-9.]+%\\); no other source' \"$2\" && grep -q \"kernels at $s of their stand-alone speed\" \"$2\" && ! \"$0\" validate \"$1\" --fit-sustained-fraction --sustained-fraction 0.8 > /dev/null 2>&1"
+         COMMAND bash -c "\"$0\" validate \"$1\" --fit-sustained-fraction --jobs 2 --plot \"$2.plots\" 2>/dev/null > \"$2\" && s=$(sed -nE 's/^fitted sigma (0\\.[0-9]+): MAPE [0-9.]+%, median \\|error\\| [0-9.]+%, median signed error [+-][0-9.]+%$/\\1/p' \"$2\") && test -n \"$s\" && grep -Eq '^  mosaicml/llm-foundry [^ ]+ +7 rows: alone 0\\.[0-9]+ \\(MAPE [0-9.]+%\\); no other source' \"$2\" && grep -q \"kernels at $s of their stand-alone speed\" \"$2\" && test -s \"$2.plots/validate.png\" && test -s \"$2.plots/sigma.png\" && ! \"$0\" validate \"$1\" --fit-sustained-fraction --sustained-fraction 0.8 > /dev/null 2>&1"
                  $<TARGET_FILE:parallax> ${PROJECT_SOURCE_DIR}/workloads/validation/mpt-h100-fp8-holdout.json
                  ${CMAKE_CURRENT_BINARY_DIR}/fit_sustained_fraction.txt)
 

@@ -54,6 +54,7 @@ SourceHoldOut hold_out(const SigmaSweep& sweep, const std::vector<std::string>& 
     others[r] = compared[r] && row_sources[r] != source;
     h.rows += mine[r] ? 1 : 0;
   }
+  for (size_t s = 0; s < sweep.sigmas.size(); ++s) h.mape_by_sigma.push_back(mape_at(sweep, s, mine));
   const size_t own = best_sigma(sweep, mine);
   h.own_sigma = sweep.sigmas[own];
   h.own_mape = mape_at(sweep, own, mine);

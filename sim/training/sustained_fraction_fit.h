@@ -40,6 +40,7 @@ struct SourceHoldOut {
   double own_mape = 0;      ///< its MAPE there
   double others_sigma = 0;  ///< σ fitted on every other source's rows (NaN with one source)
   double held_out_mape = 0; ///< this source's MAPE at others_sigma (NaN with one source)
+  std::vector<double> mape_by_sigma;  ///< this source's MAPE at each grid σ
 };
 
 struct SustainedFractionFit {

@@ -30,6 +30,7 @@
 #include "training/published_runs.h"
 #include "training/run_validation.h"
 #include "training/sustained_fraction_fit.h"
+#include "training/validation_plots.h"
 #include "training/explain.h"
 #include "training/iteration_report.h"
 #include "training/operator_breakdown.h"
@@ -331,6 +332,7 @@ struct ValidateArgs {
   std::string network = "analytical";
   bool fit_sustained_fraction = false;
   std::optional<int> jobs;
+  std::string plot_dir;
 };
 
 // A row's group by hardware and number format: "H100-80GB fp8 (current)", "GB200 bf16".
@@ -440,11 +442,16 @@ void print_hold_outs(const std::vector<SourceHoldOut>& groups, const char* what)
   }
 }
 
-// Fits σ to the file's rows (sustained_fraction_fit.h), prints the fit, its curve and each
-// source held out, and returns the fitted σ.
-double fit_and_print_sustained_fraction(const ValidateArgs& a, const std::vector<PublishedRun>& runs) {
+struct SigmaFitOutcome {
+  SigmaSweep sweep;
+  SustainedFractionFit fit;
+};
+
+// Fits σ to the file's rows (sustained_fraction_fit.h) and prints the fit, its curve and each
+// source held out.
+SigmaFitOutcome fit_and_print_sustained_fraction(const ValidateArgs& a, const std::vector<PublishedRun>& runs) {
   const int threads = a.jobs.value_or(static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));
-  const SigmaSweep sweep = sweep_sustained_fraction(
+  SigmaSweep sweep = sweep_sustained_fraction(
       runs, kTopologiesDir, a.network == "flow", sigma_grid(kFitLowest, kFitHighest, kFitStep), threads,
       [](size_t done, size_t total) { std::fprintf(stderr, "\rparallax validate: sustained fraction %zu/%zu", done, total); });
   std::fprintf(stderr, "\n");
@@ -453,7 +460,7 @@ double fit_and_print_sustained_fraction(const ValidateArgs& a, const std::vector
     sources.push_back(source_label(run.source));
     gpus.push_back(gpu_and_precision(run));
   }
-  const SustainedFractionFit fit = fit_sustained_fraction_to_runs(sweep, sources);
+  SustainedFractionFit fit = fit_sustained_fraction_to_runs(sweep, sources);
   std::printf("# sustained fraction fitted to %s: sigma %.2f-%.2f in steps of %.2f, the least mean |error| over %zu rows\n",
               a.runs.c_str(), kFitLowest, kFitHighest, kFitStep, fit.rows);
   std::printf("fitted sigma %.2f: MAPE %.1f%%, median |error| %.1f%%, median signed error %+.1f%%%s\n", fit.sigma,
@@ -466,12 +473,36 @@ double fit_and_print_sustained_fraction(const ValidateArgs& a, const std::vector
   std::printf("per GPU type and precision, the same\n");
   print_hold_outs(fit_sustained_fraction_to_runs(sweep, gpus).sources, "group");
   std::printf("\n");
-  return fit.sigma;
+  return {std::move(sweep), std::move(fit)};
+}
+
+// --plot: the parity plot of every compared row, and with the fit its MAPE-against-σ curves.
+void plot_validation(const ValidateArgs& a, const std::vector<PublishedRun>& runs,
+                     const std::vector<RunPrediction>& predictions, const std::optional<SigmaFitOutcome>& fitted) {
+  std::filesystem::create_directories(a.plot_dir);
+  std::vector<std::string> sources, groups;
+  for (const PublishedRun& run : runs) sources.push_back(source_label(run.source));
+  const std::string name = std::filesystem::path(a.runs).stem().string();
+  write_file_atomically(a.plot_dir + "/validate.dat", parity_data(runs, predictions, sources, groups));
+  run_gnuplot(a.plot_dir + "/validate.gp",
+              parity_script(a.plot_dir + "/validate.dat", a.plot_dir + "/validate.png",
+                            name + ": predicted vs published tokens/s per GPU, sigma " + strprintf("%.2f", a.sustained_fraction),
+                            groups));
+  std::printf("# plot: %s/validate.png\n", a.plot_dir.c_str());
+  if (!fitted) return;
+  write_file_atomically(a.plot_dir + "/sigma.dat", sigma_fit_data(fitted->sweep, fitted->fit));
+  run_gnuplot(a.plot_dir + "/sigma.gp", sigma_fit_script(a.plot_dir + "/sigma.dat", a.plot_dir + "/sigma.png",
+                                                         name + ": MAPE against the sustained fraction", fitted->fit));
+  std::printf("# plot: %s/sigma.png\n", a.plot_dir.c_str());
 }
 
 void run_validate(ValidateArgs a) {
   std::vector<PublishedRun> runs = read_published_runs(a.runs, bundled_models_dir());
-  if (a.fit_sustained_fraction) a.sustained_fraction = fit_and_print_sustained_fraction(a, runs);
+  std::optional<SigmaFitOutcome> fitted;
+  if (a.fit_sustained_fraction) {
+    fitted = fit_and_print_sustained_fraction(a, runs);
+    a.sustained_fraction = fitted->fit.sigma;
+  }
   TextTable t({"id", "gpu", "gpus", "layout", "published", "predicted", "error", "note"},
               {TextTable::Align::kLeft, TextTable::Align::kLeft, TextTable::Align::kRight, TextTable::Align::kLeft,
                TextTable::Align::kRight, TextTable::Align::kRight, TextTable::Align::kRight, TextTable::Align::kLeft});
@@ -490,6 +521,7 @@ void run_validate(ValidateArgs a) {
   print_error_summaries(runs, predictions);
   print_rank_agreement(runs, predictions);
   if (!a.json.empty()) write_file_atomically(a.json, out.dump(2) + "\n");
+  if (!a.plot_dir.empty()) plot_validation(a, runs, predictions, fitted);
 }
 
 }  // namespace
@@ -574,6 +606,9 @@ void add_train_command(CLI::App& app) {
               "fit the sustained fraction to these rows (the least mean |error| on a grid of 0.40-1.00 by 0.01), with each "
               "source held out (fitted on the others, its error there); then report every row at the fitted value")
       ->excludes(sigma);
+  v->add_option("--plot", vargs->plot_dir,
+                "write PNGs (gnuplot) into this directory: predicted vs published per source (validate.png), and with "
+                "--fit-sustained-fraction each source's MAPE against sigma (sigma.png)");
   v->add_option("--jobs", vargs->jobs, "threads for --fit-sustained-fraction (default: all cores)")->check(CLI::PositiveNumber);
   v->add_option("--network", vargs->network, "analytical (each collective alone) or flow (co-simulated)")
       ->check(CLI::IsMember({"analytical", "flow"}))
