@@ -91,6 +91,11 @@ add_test(NAME example.validate.fit_sustained_fraction
          COMMAND bash -c "\"$0\" validate \"$1\" --fit-sustained-fraction --jobs 2 --plot \"$2.plots\" 2>/dev/null > \"$2\" && s=$(sed -nE 's/^fitted sigma (0\\.[0-9]+): MAPE [0-9.]+%, median \\|error\\| [0-9.]+%, median signed error [+-][0-9.]+%$/\\1/p' \"$2\") && test -n \"$s\" && grep -Eq '^  mosaicml/llm-foundry [^ ]+ +7 rows: alone 0\\.[0-9]+ \\(MAPE [0-9.]+%\\); no other source' \"$2\" && grep -q \"kernels at $s of their stand-alone speed\" \"$2\" && test -s \"$2.plots/validate.png\" && test -s \"$2.plots/sigma.png\" && ! \"$0\" validate \"$1\" --fit-sustained-fraction --sustained-fraction 0.8 > /dev/null 2>&1"
                  $<TARGET_FILE:parallax> ${PROJECT_SOURCE_DIR}/workloads/validation/mpt-h100-fp8-holdout.json
                  ${CMAKE_CURRENT_BINARY_DIR}/fit_sustained_fraction.txt)
+# A file with no published throughput (one row published as out of memory) cannot fit σ: exit 2
+# before any simulation, naming the file.
+add_test(NAME example.validate.fit_without_throughput
+         COMMAND bash -c "\"$0\" validate \"$1\" --fit-sustained-fraction 2>&1 >/dev/null | grep -q 'out-of-memory-only-runs.json: --fit-sustained-fraction needs a row with a published throughput' && test \"\${PIPESTATUS[0]}\" = 2"
+                 $<TARGET_FILE:parallax> ${PROJECT_SOURCE_DIR}/tests/data/training/out-of-memory-only-runs.json)
 
 # The trace opens in Perfetto: one process per pipeline stage, compute and communication threads;
 # co-simulated, a process of the busiest links, with an arrow from each task to the links it crossed.

@@ -450,6 +450,10 @@ struct SigmaFitOutcome {
 // Fits σ to the file's rows (sustained_fraction_fit.h) and prints the fit, its curve and each
 // source held out.
 SigmaFitOutcome fit_and_print_sustained_fraction(const ValidateArgs& a, const std::vector<PublishedRun>& runs) {
+  const auto comparable = [](const PublishedRun& run) { return run.error.empty() && !run.expected_out_of_memory; };
+  if (std::none_of(runs.begin(), runs.end(), comparable)) {
+    throw InputError(a.runs, "", "--fit-sustained-fraction needs a row with a published throughput, and none has one");
+  }
   const int threads = a.jobs.value_or(static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));
   SigmaSweep sweep = sweep_sustained_fraction(
       runs, kTopologiesDir, a.network == "flow", sigma_grid(kFitLowest, kFitHighest, kFitStep), threads,
@@ -460,7 +464,13 @@ SigmaFitOutcome fit_and_print_sustained_fraction(const ValidateArgs& a, const st
     sources.push_back(source_label(run.source));
     gpus.push_back(gpu_and_precision(run));
   }
-  SustainedFractionFit fit = fit_sustained_fraction_to_runs(sweep, sources);
+  std::optional<SustainedFractionFit> fitted;
+  try {
+    fitted = fit_sustained_fraction_to_runs(sweep, sources);
+  } catch (const std::invalid_argument& e) {  // every comparable row failed to simulate
+    throw InputError(a.runs, "", std::string("--fit-sustained-fraction: ") + e.what());
+  }
+  SustainedFractionFit& fit = *fitted;
   std::printf("# sustained fraction fitted to %s: sigma %.2f-%.2f in steps of %.2f, the least mean |error| over %zu rows\n",
               a.runs.c_str(), kFitLowest, kFitHighest, kFitStep, fit.rows);
   std::printf("fitted sigma %.2f: MAPE %.1f%%, median |error| %.1f%%, median signed error %+.1f%%%s\n", fit.sigma,
@@ -473,7 +483,7 @@ SigmaFitOutcome fit_and_print_sustained_fraction(const ValidateArgs& a, const st
   std::printf("per GPU type and precision, the same\n");
   print_hold_outs(fit_sustained_fraction_to_runs(sweep, gpus).sources, "group");
   std::printf("\n");
-  return {std::move(sweep), std::move(fit)};
+  return {std::move(sweep), std::move(*fitted)};
 }
 
 // --plot: the parity plot of every compared row, and with the fit its MAPE-against-σ curves.
