@@ -345,6 +345,15 @@ TEST(IterationCommunication, TensorParallelSendsFourAllReducesPerLayer) {
   l.recompute_layers = 3;
   EXPECT_EQ(tp_of(l).collectives, 64 + 3 * 2 * 2 + 10);
   l.recompute_layers = 0;
+  // Op-level checkpointing (torchtitan's policy, with SP as its TP plan runs) keeps each
+  // block's reduce-scatter output but gathers its input again in the backward: 2 more
+  // all-gathers per layer and micro-batch, 8·2·2 = 32, each sending 3/4·S.
+  l.recompute = Recomputation::kSelectiveOp;
+  l.sequence_parallel = true;
+  const CommunicationVolume op = tp_of(l);
+  EXPECT_EQ(op.collectives, 128 + 32 + 14);
+  EXPECT_NEAR(op.sent.value(), 64 * 1.5 * S + 32 * 0.75 * S + ends, 1e-6);
+  l.sequence_parallel = false;
   // Without the ends (transformer layers only), exactly the layers' 64.
   IterationOptions layers_only;
   layers_only.transformer_layers_only = true;

@@ -93,6 +93,24 @@ TEST(OpCheckpointing, Llama3_8BKeepsOddMatmulsAttentionAndItsInput) {
   EXPECT_EQ(u.backward, a.backward);
 }
 
+// With TP t = 4 and sequence parallelism (torchtitan's TP plan), the layer's input and the two
+// blocks' reduce-scatter outputs are each a T/t shard of h; Q, V, O and the gate are the local
+// heads' and columns' (T·h/t, T·1024/t, T·h/t, T·f/t); the down projection's output is the full
+// T·h partial sum its reduce-scatter reads, kept as mm's output. In 16-bit elements
+// T·(3h/t + h/t + 1024/t + h/t + f/t + h) = T·(5h + 1024 + f)/t + T·h, plus 4·T·(32/t) bytes of
+// statistics (the local heads').
+TEST(OpCheckpointing, WithTensorParallelismKeepsTheReduceScattersOutputs) {
+  const double T = 8192, h = 4096, f = 14336, t = 4;
+  ShardingFactors tp;
+  tp.tp = 4;
+  tp.sp = true;
+  const auto ops = layer_operators(bundled("llama3-8b"), 0, batch_of(8192, DType::kBf16, true), tp);
+  EXPECT_EQ(names(ops, false),
+            (std::vector<std::string>{"q_proj", "v_proj", "attention", "mlp_gate_proj", "mlp_down_proj"}));
+  EXPECT_DOUBLE_EQ(bytes(saved_activation_bytes(ops, false)),
+                   2 * (T * (5 * h + 1024 + f) / t + T * h) + 4 * T * 32 / t);
+}
+
 // fp8 with per-tensor current scaling (6 bytes per cast element): the separate projections'
 // input is quantised once (torch.compile merges the identical casts), so the casts move what
 // the fused layer's do — forward T·h for Q, K, V and T·h for gate and up; backward each output

@@ -140,12 +140,14 @@ class OperatorList {
 
   // PyTorch's selective checkpointing by operator (MicroBatch::op_checkpointing) over the
   // operators from `first` on, one Transformer layer whose input has `input_elements`: what they
-  // kept is replaced by the layer's input, the attention core's output and row statistics, and
-  // the outputs of the odd-numbered weight GEMMs (torchtitan's policy saves aten.mm's output
-  // except every second one; FlashAttention's output is saved); every other operator runs again
+  // kept is replaced by the layer's input, the `reduced_elements` of its TP reduce-scatters'
+  // outputs, the attention core's output and row statistics, and the outputs of the
+  // odd-numbered weight GEMMs (torchtitan's policy saves aten.mm's output except every second
+  // one, FlashAttention's output and reduce_scatter_tensor's); every other operator runs again
   // in the backward. What the list kept and the policy does not is re-created there.
-  void checkpoint_by_operator(size_t first, double input_elements) {
-    Bytes listed, kept(input_elements * kActivationBytes);
+  void checkpoint_by_operator(size_t first, double input_elements, double reduced_elements) {
+    const Bytes always((input_elements + reduced_elements) * kActivationBytes);
+    Bytes listed, kept = always;
     int matmuls = 0;
     for (size_t i = first; i < ops_.size(); ++i) {
       ModelOperator& op = ops_[i];
@@ -158,7 +160,7 @@ class OperatorList {
       op.recomputed = !saved;
       kept += op.saved;
     }
-    ops_[first].saved += Bytes(input_elements * kActivationBytes);
+    ops_[first].saved += always;
     ops_[first].regenerated = std::max(Bytes(), listed - kept);
   }
 
@@ -518,7 +520,11 @@ std::vector<ModelOperator> layer_ops(const ModelConfig& m, int layer, const Loca
             m.parallel_block ? 0.0 : z.sp_tokens * z.hidden, 1, false, recompute.mlp, z.sp_tokens / z.tokens);
   }
   ops.residual("mlp_residual", z.sp_tokens, z.hidden, m.hidden_dropout > 0);
-  if (r.op_checkpointing) ops.checkpoint_by_operator(0, z.sp_tokens * z.hidden);
+  if (r.op_checkpointing) {
+    // With TP (and so sequence parallelism), each block's output shard as its reduce-scatter left it.
+    const double reduced = sh.tp > 1 ? (m.parallel_block ? 1.0 : 2.0) * z.sp_tokens * z.hidden : 0.0;
+    ops.checkpoint_by_operator(0, z.sp_tokens * z.hidden, reduced);
+  }
   return ops.take();
 }
 

@@ -163,7 +163,7 @@ CommunicationPlan::CommunicationPlan(const ModelConfig& model, const ParallelLay
       pp_send_forward(tp_forward.size()), pp_send_backward(tp_forward.size()), ep_forward(tp_forward.size()),
       ep_backward(tp_forward.size()), tp_recomputed_backward(tp_forward.size()),
       moe_tp_recomputed_backward(tp_forward.size()), ep_recomputed_backward(tp_forward.size()),
-      cp_ring_step(tp_forward.size()), cp_scatter_heads(tp_forward.size()),
+      tp_op_checkpointed_backward(tp_forward.size()), cp_ring_step(tp_forward.size()), cp_scatter_heads(tp_forward.size()),
       cp_gather_heads(tp_forward.size()), slowdown_of(tp_forward.size()), topo_(topo), layout_(layout),
       timer_(simulators, options), dp_group_(tp_forward.size()), expert_dp_group_(tp_forward.size()),
       dp_slowdown_(tp_forward.size(), 1.0), expert_dp_slowdown_(tp_forward.size(), 1.0) {
@@ -341,6 +341,12 @@ CommunicationPlan::CommunicationPlan(const ModelConfig& model, const ParallelLay
     tp_forward[static_cast<size_t>(s)] = model.parallel_block ? one_block : twice(one_block);
     tp_backward[static_cast<size_t>(s)] = tp_forward[static_cast<size_t>(s)];
     tp_recomputed_backward[static_cast<size_t>(s)] = twice(tp_forward[static_cast<size_t>(s)]);
+    // torchtitan's op-level policy saves each block's reduce-scatter output but not its
+    // all-gather's (its TP plan always shards the norms' sequence): the backward gathers each
+    // block's input again for the weight gradients of the GEMMs it feeds.
+    const CommTask regathered = tp_collective(CollectiveOp::kAllGather, activation_message);
+    tp_op_checkpointed_backward[static_cast<size_t>(s)] =
+        plus(tp_backward[static_cast<size_t>(s)], model.parallel_block ? regathered : twice(regathered));
     moe_tp_forward[static_cast<size_t>(s)] = tp_forward[static_cast<size_t>(s)];
     if (folded_experts && moe_layers > 0) {
       // The attention block over TP (a shared expert's MLP too); the routed experts' slots
@@ -403,7 +409,7 @@ std::vector<double> CommunicationPlan::timing_signature() const {
   for (const std::vector<CommTask>* per_stage :
        {&tp_forward, &tp_backward, &moe_tp_forward, &moe_tp_backward, &embedding_tp_forward, &embedding_tp_backward,
         &output_tp_forward, &output_tp_backward, &pp_send_forward, &pp_send_backward, &ep_forward, &ep_backward,
-        &tp_recomputed_backward, &moe_tp_recomputed_backward, &ep_recomputed_backward, &cp_ring_step,
+        &tp_recomputed_backward, &moe_tp_recomputed_backward, &ep_recomputed_backward, &tp_op_checkpointed_backward, &cp_ring_step,
         &cp_scatter_heads, &cp_gather_heads}) {
     for (const CommTask& c : *per_stage) add_task(c);
   }

@@ -101,11 +101,13 @@ class CommunicationPlan {
   // Per stage: a transformer layer's TP collectives (forward, backward; a MoE layer's with its
   // experts' TP group, the same unless expert_tp ≠ tp), the ends', the PP
   // sends to the next and previous stage, EP dispatch+combine, the backward of a fully
-  // recomputed layer (its forward's collectives again, then the backward's), one ring-attention
-  // step, and Ulysses' two all-to-alls.
+  // recomputed layer (its forward's collectives again, then the backward's), the backward of a
+  // layer under op-level checkpointing (each block's input gathered again, then the backward's),
+  // one ring-attention step, and Ulysses' two all-to-alls.
   std::vector<CommTask> tp_forward, tp_backward, moe_tp_forward, moe_tp_backward, embedding_tp_forward, embedding_tp_backward, output_tp_forward,
       output_tp_backward, pp_send_forward, pp_send_backward, ep_forward, ep_backward, tp_recomputed_backward,
-      moe_tp_recomputed_backward, ep_recomputed_backward, cp_ring_step, cp_scatter_heads, cp_gather_heads;
+      moe_tp_recomputed_backward, ep_recomputed_backward, tp_op_checkpointed_backward, cp_ring_step, cp_scatter_heads,
+      cp_gather_heads;
   /// The largest sibling slowdown applied per stage and kind, for the report.
   std::vector<std::array<double, kWorkKinds>> slowdown_of;
 

@@ -358,9 +358,11 @@ WorkIdList IterationGraphBuilder::add_layer_communication(int s, const Unit& u, 
                                      : (forward ? comm_.output_tp_forward[i] : comm_.output_tp_backward[i]);
     if (tp.collectives > 0) prev = {add_blocking_comm(s, tp, WorkKind::kTpComm)};
   }
-  const CommTask& tp = !u.moe_layer ? (forward      ? comm_.tp_forward[i]
-                                       : recomputed ? comm_.tp_recomputed_backward[i]
-                                                    : comm_.tp_backward[i])
+  const bool op_checkpointed = !forward && layout_.recompute == Recomputation::kSelectiveOp;
+  const CommTask& tp = !u.moe_layer ? (forward           ? comm_.tp_forward[i]
+                                       : recomputed      ? comm_.tp_recomputed_backward[i]
+                                       : op_checkpointed ? comm_.tp_op_checkpointed_backward[i]
+                                                         : comm_.tp_backward[i])
                                     : (forward      ? comm_.moe_tp_forward[i]
                                        : recomputed ? comm_.moe_tp_recomputed_backward[i]
                                                     : comm_.moe_tp_backward[i]);

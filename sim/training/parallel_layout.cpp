@@ -22,9 +22,12 @@ std::string num(int64_t v) { return std::to_string(v); }
 // Where op-level checkpointing (torchtitan's policy, MicroBatch::op_checkpointing) is modelled:
 // the dense Llama-style layers torchtitan checkpoints that way. Elsewhere the policy saves other
 // tensors: a linear with a bias runs as addmm, which it does not count; grouped expert GEMMs
-// and MLA's latents are other operators; with TP it re-runs the layer's collectives.
+// and MLA's latents are other operators. With TP it is modelled as torchtitan's TP plan runs it,
+// with the norms' sequence sharded (sequence parallelism).
 std::string op_checkpointing_problem(const ModelConfig& model, const ParallelLayout& l) {
-  if (l.tp > 1) return "selective_op needs tp = 1: with TP the policy re-runs the layer's collectives, not modelled";
+  if (l.tp > 1 && !l.sequence_parallel) {
+    return "selective_op with tp > 1 needs sequence parallelism, as torchtitan's TP plan runs it (its norms shard the sequence)";
+  }
   if (model.moe || model.mla) return "selective_op is modelled for dense layers without MLA; " + model.name + " has " + (model.moe ? "experts" : "MLA");
   if (model.qkv_bias || model.attention_output_bias || model.mlp_bias) {
     return "selective_op is modelled for linear layers without biases (a biased linear runs as addmm, which the policy does not count)";
