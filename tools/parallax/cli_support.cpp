@@ -19,10 +19,14 @@ const std::string& topologies_dir() {
   return dir;
 }
 
-void run_gnuplot(const std::string& script_file, const std::string& script) {
+void require_gnuplot() {
   if (std::system("command -v gnuplot > /dev/null 2>&1") != 0) {
     throw InputError("", "--plot", "gnuplot is not installed (Debian: apt-get install gnuplot-nox)");
   }
+}
+
+void run_gnuplot(const std::string& script_file, const std::string& script) {
+  require_gnuplot();
   write_file_atomically(script_file, script);
   if (std::system(("gnuplot '" + script_file + "'").c_str()) != 0) {
     throw std::runtime_error("gnuplot failed on " + script_file);

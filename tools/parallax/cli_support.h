@@ -10,6 +10,9 @@ namespace parallax::cli {
 const std::string& bundled_models_dir();
 const std::string& topologies_dir();
 
+/// InputError (on --plot) when gnuplot is not installed: for a command to check before long work.
+void require_gnuplot();
+
 /// Writes `script` to `script_file` and runs gnuplot on it. InputError (on --plot) when gnuplot
 /// is not installed; std::runtime_error when it fails.
 void run_gnuplot(const std::string& script_file, const std::string& script);

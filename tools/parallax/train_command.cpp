@@ -426,8 +426,8 @@ std::vector<std::string> validation_row(const PublishedRun& run, const RunPredic
           strprintf("%+.1f%%", 100 * p.error), p.note};
 }
 
-// The grid `validate --fit-sustained-fraction` searches: wide enough for any stack measured so
-// far (0.72-0.88 in docs/performance-and-accuracy.md), fine enough for the figures printed.
+// The grid `validate --fit-sustained-fraction` searches: wide enough for every source of the
+// bundled files (0.55-0.87, docs/performance-and-accuracy.md), fine enough for the figures printed.
 constexpr double kFitLowest = 0.40, kFitHighest = 1.00, kFitStep = 0.01;
 
 // One line per group: σ fitted on its rows alone, and held out against the others.
@@ -447,30 +447,10 @@ struct SigmaFitOutcome {
   SustainedFractionFit fit;
 };
 
-// Fits σ to the file's rows (sustained_fraction_fit.h) and prints the fit, its curve and each
-// source held out.
-SigmaFitOutcome fit_and_print_sustained_fraction(const ValidateArgs& a, const std::vector<PublishedRun>& runs) {
-  const auto comparable = [](const PublishedRun& run) { return run.error.empty() && !run.expected_out_of_memory; };
-  if (std::none_of(runs.begin(), runs.end(), comparable)) {
-    throw InputError(a.runs, "", "--fit-sustained-fraction needs a row with a published throughput, and none has one");
-  }
-  const int threads = a.jobs.value_or(static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));
-  SigmaSweep sweep = sweep_sustained_fraction(
-      runs, kTopologiesDir, a.network == "flow", sigma_grid(kFitLowest, kFitHighest, kFitStep), threads,
-      [](size_t done, size_t total) { std::fprintf(stderr, "\rparallax validate: sustained fraction %zu/%zu", done, total); });
-  std::fprintf(stderr, "\n");
-  std::vector<std::string> sources, gpus;
-  for (const PublishedRun& run : runs) {
-    sources.push_back(source_label(run.source));
-    gpus.push_back(gpu_and_precision(run));
-  }
-  std::optional<SustainedFractionFit> fitted;
-  try {
-    fitted = fit_sustained_fraction_to_runs(sweep, sources);
-  } catch (const std::invalid_argument& e) {  // every comparable row failed to simulate
-    throw InputError(a.runs, "", std::string("--fit-sustained-fraction: ") + e.what());
-  }
-  SustainedFractionFit& fit = *fitted;
+// The fit's report: σ, the MAPE curve, and each source and each GPU type held out.
+void print_sustained_fraction_fit(const ValidateArgs& a, const SigmaFitOutcome& f, const std::vector<std::string>& gpus) {
+  const SigmaSweep& sweep = f.sweep;
+  const SustainedFractionFit& fit = f.fit;
   std::printf("# sustained fraction fitted to %s: sigma %.2f-%.2f in steps of %.2f, the least mean |error| over %zu rows\n",
               a.runs.c_str(), kFitLowest, kFitHighest, kFitStep, fit.rows);
   std::printf("fitted sigma %.2f: MAPE %.1f%%, median |error| %.1f%%, median signed error %+.1f%%%s\n", fit.sigma,
@@ -483,7 +463,32 @@ SigmaFitOutcome fit_and_print_sustained_fraction(const ValidateArgs& a, const st
   std::printf("per GPU type and precision, the same\n");
   print_hold_outs(fit_sustained_fraction_to_runs(sweep, gpus).sources, "group");
   std::printf("\n");
-  return {std::move(sweep), std::move(*fitted)};
+}
+
+// Fits σ to the file's rows (sustained_fraction_fit.h) and prints the fit.
+SigmaFitOutcome fit_and_print_sustained_fraction(const ValidateArgs& a, const std::vector<PublishedRun>& runs) {
+  const auto comparable = [](const PublishedRun& run) { return run.error.empty() && !run.expected_out_of_memory; };
+  if (std::none_of(runs.begin(), runs.end(), comparable)) {
+    throw InputError(a.runs, "", "--fit-sustained-fraction needs a row with a published throughput, and none has one");
+  }
+  const int threads = a.jobs.value_or(static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));
+  SigmaFitOutcome f;
+  f.sweep = sweep_sustained_fraction(
+      runs, kTopologiesDir, a.network == "flow", sigma_grid(kFitLowest, kFitHighest, kFitStep), threads,
+      [](size_t done, size_t total) { std::fprintf(stderr, "\rparallax validate: sustained fraction %zu/%zu", done, total); });
+  std::fprintf(stderr, "\n");
+  std::vector<std::string> sources, gpus;
+  for (const PublishedRun& run : runs) {
+    sources.push_back(source_label(run.source));
+    gpus.push_back(gpu_and_precision(run));
+  }
+  try {
+    f.fit = fit_sustained_fraction_to_runs(f.sweep, sources);
+  } catch (const std::invalid_argument& e) {  // every comparable row failed to simulate
+    throw InputError(a.runs, "", std::string("--fit-sustained-fraction: ") + e.what());
+  }
+  print_sustained_fraction_fit(a, f, gpus);
+  return f;
 }
 
 // --plot: the parity plot of every compared row, and with the fit its MAPE-against-σ curves.
@@ -508,6 +513,7 @@ void plot_validation(const ValidateArgs& a, const std::vector<PublishedRun>& run
 
 void run_validate(ValidateArgs a) {
   std::vector<PublishedRun> runs = read_published_runs(a.runs, bundled_models_dir());
+  if (!a.plot_dir.empty()) require_gnuplot();
   std::optional<SigmaFitOutcome> fitted;
   if (a.fit_sustained_fraction) {
     fitted = fit_and_print_sustained_fraction(a, runs);
