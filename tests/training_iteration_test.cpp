@@ -5,6 +5,8 @@
 // training_ep_test; context parallelism: training_cp_test).
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include "collectives/collective_simulator.h"
 #include "compute/compute_model.h"
 #include "io/input_error.h"
@@ -13,6 +15,7 @@
 #include "model/layer_operators.h"
 #include "model/model_loader.h"
 #include "model/parameter_count.h"
+#include "training/iteration_units.h"
 #include "training_test_support.h"
 
 namespace parallax {
@@ -37,6 +40,36 @@ Time sum_time(const ComputeModel& cm, const std::vector<ModelOperator>& ops, boo
   Time t;
   for (const auto& op : ops) t += cm.time(backward ? op.backward : op.forward);
   return t;
+}
+
+// DeepSeek's multi-token-prediction module runs on the last pipeline stage after the model's
+// layers: its input (the shifted tokens' embedding, two norms, the 2h → h projection), one more
+// Transformer layer (index layers) and the output head it shares. The last stage's forward grows
+// by exactly those operators' times and its parameters by the module's own (count_parameters'
+// mtp: 3 norms, 2h², the layer); the first stage does not change.
+TEST(MultiTokenPrediction, TheModuleRunsOnTheLastStageWithTheSharedHead) {
+  const Topology topo = toy_cluster(2);
+  const ParallelLayout l = layout(1, 1, 2, 2);
+  ModelConfig without = tiny(4);
+  ModelConfig with = without;
+  with.mtp_layers = 1;
+  const IterationResult a = simulate_iteration(without, l, topo);
+  const IterationResult b = simulate_iteration(with, l, topo);
+  EXPECT_EQ(b.stages[0].forward_compute, a.stages[0].forward_compute);
+  EXPECT_EQ(b.stages[0].parameters, a.stages[0].parameters);
+  const ComputeModel cm(topo.gpu_specs().front());
+  const MicroBatch mb = iteration_detail::micro_batch_of(l);
+  const ShardingFactors sh = iteration_detail::sharding_of(l);
+  const Time module = sum_time(cm, mtp_input_operators(with, mb, sh), false) +
+                      sum_time(cm, layer_operators(with, 4, mb, sh), false) +
+                      sum_time(cm, output_operators(with, mb, sh), false);
+  EXPECT_EQ(b.stages[1].forward_compute, a.stages[1].forward_compute + module);
+  EXPECT_DOUBLE_EQ(b.stages[1].parameters - a.stages[1].parameters, static_cast<double>(count_parameters(with).mtp));
+  // The projection: T·h output columns from 2h inputs, 2·T·h·2h FLOPs forward.
+  const std::vector<ModelOperator> input = mtp_input_operators(with, mb, sh);
+  const auto proj = std::find_if(input.begin(), input.end(), [](const ModelOperator& op) { return op.name == "mtp_eh_proj"; });
+  ASSERT_NE(proj, input.end());
+  EXPECT_DOUBLE_EQ(proj->forward.flops.value(), 2.0 * 512 * 256 * 512);
 }
 
 // A parallel block reduces its attention and MLP branches once over TP: a transformer layer's

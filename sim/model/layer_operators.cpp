@@ -576,6 +576,19 @@ std::vector<ModelOperator> embedding_operators(const ModelConfig& m, const Ragge
   return embedding_ops(m, LocalSizes(m, batch, sh), batch.dtype, sh);
 }
 
+std::vector<ModelOperator> mtp_input_operators(const ModelConfig& m, const MicroBatch& batch,
+                                               const ShardingFactors& sh) {
+  std::vector<ModelOperator> ops = embedding_operators(m, batch, sh);
+  const LocalSizes z(m, batch, sh);
+  OperatorList own(batch.dtype);
+  own.norm("mtp_embedding_norm", m, z.sp_tokens, z.hidden);
+  own.norm("mtp_hidden_norm", m, z.sp_tokens, z.hidden);
+  own.activation_gemm("mtp_eh_proj", z.tokens, z.hidden / sh.tp, 2.0 * z.hidden, 1);
+  own.keep(2.0 * z.sp_tokens * z.hidden);  // the concatenation, for the weight gradient
+  for (ModelOperator& op : own.take()) ops.push_back(std::move(op));
+  return ops;
+}
+
 std::vector<ModelOperator> output_operators(const ModelConfig& m, const MicroBatch& batch, const ShardingFactors& sh) {
   require_valid(m, batch, sh);
   const LocalSizes z(m, batch, sh);

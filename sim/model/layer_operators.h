@@ -259,6 +259,13 @@ std::vector<ModelOperator> layer_operators(const ModelConfig& model, int layer, 
 /// The input side of the model (first pipeline stage): token (and position) embedding.
 std::vector<ModelOperator> embedding_operators(const ModelConfig& model, const MicroBatch& batch,
                                                const ShardingFactors& sharding);
+/// A DeepSeek multi-token-prediction module's own input, on the last pipeline stage before its
+/// Transformer layer (layer_operators at index layers + i) and its head (output_operators: the
+/// module's final norm, then the output head it shares with the model): the shifted tokens'
+/// embedding lookup, RMSNorms of that embedding and of the previous depth's hidden state, and
+/// the projection of their concatenation, 2h → h split over TP (`eh_proj`, in 16 bits).
+std::vector<ModelOperator> mtp_input_operators(const ModelConfig& model, const MicroBatch& batch,
+                                               const ShardingFactors& sharding);
 /// The output side (last pipeline stage): final norm, logits, cross-entropy.
 std::vector<ModelOperator> output_operators(const ModelConfig& model, const MicroBatch& batch,
                                             const ShardingFactors& sharding);

@@ -303,6 +303,29 @@ Unit output_unit(const ModelConfig& model, const ParallelLayout& layout, const C
   return u;
 }
 
+// DeepSeek's multi-token-prediction modules, after the model's layers on the last virtual stage
+// (where Megatron places them with the loss): each its input (embedding lookup, two norms, the
+// 2h → h projection), its Transformer layer (index layers + i; `index` its place in the stage,
+// for block recomputation) and its head, the output head it shares with the model (so only the
+// module's norms and projection are parameters of its own beside the layer's).
+void append_mtp_modules(std::vector<Unit>& list, const ModelConfig& model, const ParallelLayout& layout,
+                        const ComputeModel& cm, const ParameterCounts& counts, LayerSums& layer_sums, int index,
+                        bool timed) {
+  const double norm = static_cast<double>(counts.final_norm);  // one norm of the hidden width
+  for (int i = 0; i < model.mtp_layers; ++i) {
+    Unit input = unit_from(sum_operators(cm, mtp_input_operators(model, micro_batch_of(layout), sharding_of(layout))),
+                           layout.recompute, false, timed, false);
+    const double h = static_cast<double>(model.hidden);
+    input.parameters = 2.0 * h * h / layout.tp + 3.0 * norm;
+    input.output_side = true;  // what it keeps is held as the head's is, on the last virtual stage
+    list.push_back(input);
+    list.push_back(layer_unit(model, layout, layer_sums, model.layers + i, index + i));
+    Unit head = output_unit(model, layout, cm, counts, timed);
+    head.parameters = 0;
+    list.push_back(head);
+  }
+}
+
 // ZB-H1's order follows each stage's pass times (its compute; communication left out).
 std::shared_ptr<const PipelineSchedule> schedule_for(const ParallelLayout& layout,
                                                      const std::vector<std::vector<Unit>>& units) {
@@ -341,7 +364,10 @@ StagePlan plan_stages(const ModelConfig& model, const ParallelLayout& layout, co
       plan.moe_layers += list.back().moe_layer ? 1 : 0;
     }
     first_layer += layers;
-    if (vs == stages - 1) list.push_back(output_unit(model, layout, cm, counts, timed_ends));
+    if (vs == stages - 1) {
+      append_mtp_modules(list, model, layout, cm, counts, layer_sums, layers, timed_ends);
+      list.push_back(output_unit(model, layout, cm, counts, timed_ends));
+    }
   }
   plan.schedule = schedule_for(layout, plan.units);
   return plan;
