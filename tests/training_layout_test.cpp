@@ -47,7 +47,8 @@ TEST(LayoutValidation, AcceptsAGoodLayout) {
 }
 
 // torchtitan's op-level checkpointing (recompute "selective_op") is modelled where the policy keeps
-// what the operator list says: refused with TP, experts, linear biases or the unfused core.
+// what the operator list says: refused with TP but no sequence parallelism (torchtitan's TP plan
+// shards the norms' sequence), experts, linear biases or the unfused core.
 TEST(LayoutValidation, OpCheckpointingIsRefusedWhereThePolicyKeepsOtherTensors) {
   ParallelLayout l;
   l.dp = 8;

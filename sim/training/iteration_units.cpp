@@ -311,17 +311,18 @@ Unit output_unit(const ModelConfig& model, const ParallelLayout& layout, const C
 void append_mtp_modules(std::vector<Unit>& list, const ModelConfig& model, const ParallelLayout& layout,
                         const ComputeModel& cm, const ParameterCounts& counts, LayerSums& layer_sums, int index,
                         bool timed) {
+  if (model.mtp_layers == 0) return;
   const double norm = static_cast<double>(counts.final_norm);  // one norm of the hidden width
+  const double h = static_cast<double>(model.hidden);
+  Unit input = unit_from(sum_operators(cm, mtp_input_operators(model, micro_batch_of(layout), sharding_of(layout))),
+                         layout.recompute, false, timed, false);
+  input.parameters = 2.0 * h * h / layout.tp + 3.0 * norm;
+  input.output_side = true;  // what it keeps is held as the head's is, on the last virtual stage
+  Unit head = output_unit(model, layout, cm, counts, timed);
+  head.parameters = 0;
   for (int i = 0; i < model.mtp_layers; ++i) {
-    Unit input = unit_from(sum_operators(cm, mtp_input_operators(model, micro_batch_of(layout), sharding_of(layout))),
-                           layout.recompute, false, timed, false);
-    const double h = static_cast<double>(model.hidden);
-    input.parameters = 2.0 * h * h / layout.tp + 3.0 * norm;
-    input.output_side = true;  // what it keeps is held as the head's is, on the last virtual stage
     list.push_back(input);
     list.push_back(layer_unit(model, layout, layer_sums, model.layers + i, index + i));
-    Unit head = output_unit(model, layout, cm, counts, timed);
-    head.parameters = 0;
     list.push_back(head);
   }
 }
