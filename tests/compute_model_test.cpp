@@ -257,6 +257,57 @@ TEST(ComputeModel, HostIssuedKernelsTakeAtLeastTheHostsTime) {
                                                             Time::us(32 * 2));
 }
 
+// A pass issued by the host onto one stream (issued_stream_time). Every kernel costs the host
+// t_dispatch to issue; the GPU starts an operator once its first kernel is issued.
+TEST(IssuedStream, SumsTheKernelsWhenTheHostKeepsAhead) {
+  // Without t_dispatch the pass is the sum of its operators' times, host-issued GEMMs included.
+  ComputeModelOptions no_dispatch;
+  no_dispatch.host_dispatch = Time::zero();
+  const ComputeModel model(h100(), no_dispatch);
+  OperatorCost experts = gemm_cost(GemmShape{16, 64, 64, 32}, DType::kBf16);
+  experts.kernels = experts.host_issued_kernels = 32;
+  const OperatorCost big = gemm_cost(GemmShape{8192, 8192, 8192}, DType::kBf16);
+  const OperatorCost norm = memory_bound_cost(Bytes(64e6));
+  const std::vector<const OperatorCost*> pass{&big, &experts, &norm, &big};
+  EXPECT_EQ(issued_stream_time(model, pass), model.time(big) * 2 + model.time(experts) + model.time(norm));
+  // With it, kernels far longer than t_dispatch: only the first kernel's issue is exposed.
+  const ComputeModel eager(h100());
+  const std::vector<const OperatorCost*> gemms{&big, &big, &big};
+  EXPECT_EQ(issued_stream_time(eager, gemms), kHostDispatch + eager.time(big) * 3);
+}
+
+TEST(IssuedStream, TinyKernelsRunAtTheHostsPace) {
+  // n kernels each shorter than t_dispatch: the GPU runs each as soon as it is issued, so the
+  // pass takes n·t_dispatch + the last kernel's time; a two-kernel operator (a GEMM's backward)
+  // costs the host two dispatches, and its second kernel, half its time, runs after the second.
+  const ComputeModel eager(h100());
+  const OperatorCost tiny = memory_bound_cost(Bytes(1e3));
+  ASSERT_LT(eager.time(tiny), kHostDispatch);
+  const std::vector<const OperatorCost*> pass(10, &tiny);
+  EXPECT_EQ(issued_stream_time(eager, pass), kHostDispatch * 10 + eager.time(tiny));
+  OperatorCost two = tiny;
+  two.kernels = 2;
+  EXPECT_EQ(eager.timing(two).issue, kHostDispatch * 2);
+  const std::vector<const OperatorCost*> pairs(5, &two);
+  EXPECT_EQ(issued_stream_time(eager, pairs), kHostDispatch * 10 + Time::ps(eager.timing(two).device.picoseconds() / 2));
+}
+
+TEST(IssuedStream, HostIssuedGemmsWaitForTheGpuFirst) {
+  // The host reads the experts' row counts back before issuing their GEMMs: it cannot have
+  // issued them ahead while the GPU ran the long GEMM before them. So: one dispatch, the long
+  // GEMM, then 32 host issues (t_host each, longer than the tiny GEMMs), then the last norm's
+  // dispatch (the host is ahead of the GPU no more) and the norm itself.
+  const ComputeModel eager(h100());
+  const OperatorCost big = gemm_cost(GemmShape{8192, 8192, 8192}, DType::kBf16);
+  OperatorCost experts = gemm_cost(GemmShape{16, 64, 64, 32}, DType::kBf16);
+  experts.kernels = experts.host_issued_kernels = 32;
+  const OperatorCost norm = memory_bound_cost(Bytes(1e3));
+  ASSERT_EQ(eager.time(experts), Time::us(32 * 55));
+  const std::vector<const OperatorCost*> pass{&big, &experts, &norm};
+  EXPECT_EQ(issued_stream_time(eager, pass),
+            kHostDispatch + eager.time(big) + Time::us(32 * 55) + kHostDispatch + eager.time(norm));
+}
+
 TEST(ComputeModel, MissingTensorCorePathsFallBack) {
   GpuSpec g = h100();
   g.fp8 = FlopRate(0);

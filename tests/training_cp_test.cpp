@@ -100,7 +100,7 @@ struct OneLayer {
 };
 
 OneLayer one_layer_times(const ModelConfig& model, const ParallelLayout& l, const GpuSpec& gpu) {
-  const ComputeModel cm(gpu, IterationOptions{}.compute);
+  const ComputeModel cm(gpu, test::kernels_only().compute);
   const MicroBatch batch{l.micro_batch, l.sequence_length, true, l.dtype};
   OneLayer t;
   bool before = true;
@@ -126,7 +126,7 @@ TEST(IterationContextParallel, RingOverlapsBlocksWithTheirTransfers) {
   // Backward: step 0 computes (t_b) while K/V moves; step 1 waits for both, and its pass of
   // dK/dV (t_m, after step 0's block) runs beside it; the input side waits for both:
   // 2·max(0, t_m − t_b) exposed. Exposed CP = max(0, t_m − t_f) + 2·max(0, t_m − t_b).
-  IterationOptions options;
+  IterationOptions options = test::kernels_only();
   options.transformer_layers_only = true;
   const ModelConfig model = tiny(1);
   const ParallelLayout l = cp_layout(2, 1);

@@ -84,7 +84,7 @@ TEST(IterationExpertParallel, OverlappedSharedExpertsHideBehindTheDispatch) {
   model.moe->shared_experts = 1;
   model.moe->shared_expert_ffn = 512;
   const Topology topo = toy_cluster(4);
-  IterationOptions options;
+  IterationOptions options = test::kernels_only();
   options.keep_timeline = true;
   options.sm_contention = false;
   options.communication_contention = false;
@@ -289,8 +289,8 @@ TEST(IterationExpertParallel, EpOneAddsNothingToThePreEpModel) {
   //   embedding + 8 MoE layers + output layer, forward and backward, + optimizer.
   const ModelConfig model = tiny_moe();
   const Topology topo = toy_cluster(1);
-  const IterationResult r = simulate_iteration(model, moe_layout(1, 1), topo);
-  const ComputeModel cm(topo.gpu_specs()[0]);
+  const IterationResult r = simulate_iteration(model, moe_layout(1, 1), topo, test::kernels_only());
+  const ComputeModel cm(topo.gpu_specs()[0], test::kernels_only().compute);
   MicroBatch mb{1, 512, true, DType::kBf16};
   mb.expert_gemms = ExpertGemms::kPerExpert;  // the layout's default, Megatron-Core's
   Time expected;
@@ -320,7 +320,7 @@ TEST(IterationExpertParallel, ExpertsIssuedPerExpertWaitForTheHost) {
   // device-side kernel per GEMM) they run at the GPU's pace; nothing else changes.
   const ModelConfig model = tiny_moe();
   const Topology topo = toy_cluster(1);
-  IterationOptions slow_host;
+  IterationOptions slow_host = test::kernels_only();
   slow_host.compute.host_gemm_issue = Time::from_seconds(1);
   ParallelLayout grouped = moe_layout(1, 1);
   grouped.expert_gemms = ExpertGemms::kGrouped;

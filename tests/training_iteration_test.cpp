@@ -53,11 +53,11 @@ TEST(MultiTokenPrediction, TheModuleRunsOnTheLastStageWithTheSharedHead) {
   ModelConfig without = tiny(4);
   ModelConfig with = without;
   with.mtp_layers = 1;
-  const IterationResult a = simulate_iteration(without, l, topo);
-  const IterationResult b = simulate_iteration(with, l, topo);
+  const IterationResult a = simulate_iteration(without, l, topo, test::kernels_only());
+  const IterationResult b = simulate_iteration(with, l, topo, test::kernels_only());
   EXPECT_EQ(b.stages[0].forward_compute, a.stages[0].forward_compute);
   EXPECT_EQ(b.stages[0].parameters, a.stages[0].parameters);
-  const ComputeModel cm(topo.gpu_specs().front());
+  const ComputeModel cm(topo.gpu_specs().front(), test::kernels_only().compute);
   const MicroBatch mb = iteration_detail::micro_batch_of(l);
   const ShardingFactors sh = iteration_detail::sharding_of(l);
   const Time module = sum_time(cm, mtp_input_operators(with, mb, sh), false) +
@@ -126,12 +126,40 @@ TEST(IterationBubble, FreeCommunicationGivesTheClosedForms) {
   }
 }
 
+TEST(IterationTime, SmallLayersRunAtTheHostsPace) {
+  // A host that takes 1 s to issue a kernel, far longer than any of the toy model's kernels:
+  // each pass of a layer takes its n kernels' issue times, n·t_dispatch, plus at most its own
+  // kernels once more (the last one runs after its issue). Over the 8 layers of a micro-batch:
+  // 8·n_f s forward, 8·n_b s backward, each within the kernels-only pass above it.
+  IterationOptions slow_host;
+  slow_host.transformer_layers_only = true;
+  slow_host.compute.host_dispatch = Time::from_seconds(1);
+  const Topology topo = toy_cluster(1);
+  const ParallelLayout l = layout(1, 1, 1, 1);
+  const IterationResult host = simulate_iteration(tiny(), l, topo, slow_host);
+  const IterationResult kernels = simulate_iteration(tiny(), l, topo, test::kernels_only(slow_host));
+  const std::vector<ModelOperator> ops =
+      layer_operators(tiny(), 0, iteration_detail::micro_batch_of(l), iteration_detail::sharding_of(l));
+  int forward_kernels = 0, backward_kernels = 0;
+  for (const ModelOperator& op : ops) {
+    forward_kernels += op.forward.kernels;
+    backward_kernels += op.backward.kernels;
+  }
+  const Time forward_issue = Time::from_seconds(8.0 * forward_kernels);
+  const Time backward_issue = Time::from_seconds(8.0 * backward_kernels);
+  ASSERT_LT(kernels.stages[0].forward_compute, Time::from_seconds(1));
+  EXPECT_GE(host.stages[0].forward_compute, forward_issue);
+  EXPECT_LE(host.stages[0].forward_compute, forward_issue + kernels.stages[0].forward_compute);
+  EXPECT_GE(host.stages[0].backward_compute, backward_issue);
+  EXPECT_LE(host.stages[0].backward_compute, backward_issue + kernels.stages[0].backward_compute);
+}
+
 TEST(IterationTime, SustainedFractionStretchesEveryKernel) {
   // Free communication and no launch gaps: the iteration is kernels and bubbles only, and every
   // kernel takes its stand-alone time / σ. At σ = 0.5 each kernel takes twice as long (up to
   // its own picosecond of rounding up), so the iteration does too, and the pipeline's shape —
   // its bubble fraction, 3/11 for p = 4, m = 8 — stays the same.
-  IterationOptions alone;
+  IterationOptions alone = test::kernels_only();
   alone.free_communication = true;
   alone.transformer_layers_only = true;
   alone.compute.kernel_launch_overhead = Time::zero();
@@ -492,9 +520,9 @@ TEST(IterationTime, TwoStageOneFOneBMatchesTheHandTimeline) {
   const ModelConfig model = tiny();
   const Topology topo = toy_cluster(2);
   const ParallelLayout l = layout(1, 1, 2, 2);
-  const IterationResult r = simulate_iteration(model, l, topo);
+  const IterationResult r = simulate_iteration(model, l, topo, test::kernels_only());
 
-  const ComputeModel cm(topo.gpu_specs()[0]);
+  const ComputeModel cm(topo.gpu_specs()[0], test::kernels_only().compute);
   const MicroBatch mb{1, 512, true, DType::kBf16};
   const auto layer = layer_operators(model, 0, mb, {});
   const auto embed = embedding_operators(model, mb, {});

@@ -104,9 +104,9 @@ TEST(SustainedFractionSweep, EqualsTheValidatorAtEachSigmaOnAnyThreadCount) {
       read_published_runs(kFitRepository + "/workloads/validation/mpt-h100-fp8-holdout.json", kFitRepository + "/workloads/models");
   const std::string topologies = kFitRepository + "/topologies";
   const std::vector<double> grid = {0.60, 0.74, 0.90};
-  const SigmaSweep one = sweep_sustained_fraction(runs, topologies, false, grid, 1);
+  const SigmaSweep one = sweep_sustained_fraction(runs, topologies, {}, grid, 1);
   size_t calls = 0;
-  const SigmaSweep three = sweep_sustained_fraction(runs, topologies, false, grid, 3, [&](size_t done, size_t total) {
+  const SigmaSweep three = sweep_sustained_fraction(runs, topologies, {}, grid, 3, [&](size_t done, size_t total) {
     ++calls;
     EXPECT_EQ(total, grid.size());
     EXPECT_LE(done, total);

@@ -33,6 +33,13 @@ inline ModelConfig tiny(int layers = 8) {
 }
 
 /// Every simulated rank's breakdown adds up to the iteration time.
+// Options under which a pass takes exactly the sum of its kernels' times: the host issues
+// them faster than any GPU runs them (no t_dispatch), as the hand-timed tests assume.
+inline IterationOptions kernels_only(IterationOptions options = {}) {
+  options.compute.host_dispatch = Time::zero();
+  return options;
+}
+
 inline void expect_parts_add_up(const IterationResult& r) {
   for (const StageResult& s : r.stages) {
     EXPECT_EQ(s.time.compute + s.time.exposed_communication() + s.time.bubble + s.time.idle, r.iteration_time)

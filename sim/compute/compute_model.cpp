@@ -13,8 +13,9 @@ ComputeModel::ComputeModel(GpuSpec gpu, ComputeModelOptions options, std::shared
       !in_unit(options_.sustained_fraction)) {
     throw std::invalid_argument("ComputeModel: efficiencies and the sustained fraction must be in (0, 1]");
   }
-  if (options_.kernel_launch_overhead < Time::zero() || options_.host_gemm_issue < Time::zero()) {
-    throw std::invalid_argument("ComputeModel: negative kernel launch overhead or host issue time");
+  if (options_.kernel_launch_overhead < Time::zero() || options_.host_gemm_issue < Time::zero() ||
+      options_.host_dispatch < Time::zero()) {
+    throw std::invalid_argument("ComputeModel: negative kernel launch overhead, host issue or dispatch time");
   }
   if (!(gpu_.bf16.value() > 0) || !(gpu_.memory_bandwidth.value() > 0)) {
     throw std::invalid_argument("ComputeModel: GPU \"" + gpu_.name + "\" needs a bf16 peak and a memory bandwidth");
@@ -43,11 +44,35 @@ OperatorTiming ComputeModel::timing(const OperatorCost& op) const {
   t.memory = transfer_time(op.bytes_read_written, memory_bandwidth() * options_.sustained_fraction);
   t.launch = options_.kernel_launch_overhead * std::max(0, op.kernels);
   t.host = options_.host_gemm_issue * std::max(0, op.host_issued_kernels);
+  const int host_issued = std::max(0, op.host_issued_kernels);
+  t.issue = t.host + options_.host_dispatch * std::max(0, op.kernels - host_issued);
   Time bound = std::max(t.compute, t.memory);
   // An operator that can never finish (a zero rate) stays at Time::max() instead of overflowing.
   // The host issues the next kernel while the GPU runs this one: the slower of the two sets the pace.
-  t.total = bound == Time::max() ? bound : std::max(bound + t.launch, t.host);
+  t.device = bound == Time::max() ? bound : bound + t.launch;
+  t.total = std::max(t.device, t.host);
   return t;
+}
+
+Time issued_stream_time(const ComputeModel& cm, std::span<const OperatorCost* const> ops) {
+  const Time dispatch = cm.options().host_dispatch;
+  Time host, gpu;  // when each is done with what it has been given
+  for (const OperatorCost* op : ops) {
+    const OperatorTiming t = cm.timing(*op);
+    if (t.total == Time::max()) return t.total;
+    if (op->host_issued_kernels > 0) {  // the host reads the GPU's results back first
+      const Time start = std::max(host, gpu);
+      host = start + t.issue;
+      gpu = start + std::max(t.total, t.issue);
+      continue;
+    }
+    const Time first_issued = host + (op->kernels > 0 ? dispatch : Time::zero());
+    host += t.issue;
+    // Its last kernel (an even share of its time) starts no sooner than the host issues it.
+    const Time last_kernel = op->kernels > 1 ? Time::ps(t.device.picoseconds() / op->kernels) : t.device;
+    gpu = std::max(std::max(gpu, first_issued) + t.device, host + last_kernel);
+  }
+  return gpu;
 }
 
 }  // namespace parallax

@@ -47,6 +47,15 @@
 // (docs/performance-and-accuracy.md).
 // A device-side grouped GEMM or a CUDA graph of the experts has no such term.
 //
+// t_dispatch = 74 µs: the host's time to issue one kernel of an operator from an eager framework
+// (Python, autograd, the dispatcher, the module's small bias, dropout and copy kernels folded into
+// the operator, the launch). Small layers on fast GPUs run at the host's pace, not the GPU's
+// (issued_stream_time below). Fitted once, as one global constant, on vTrain's 1,440 single-node
+// runs (GPT of 12–24 layers, hidden 1,024 and 2,048, on 2–8 A100s under Megatron-DeepSpeed:
+// workloads/validation/vtrain-a100-single-node.json), where GPUs wait for the host: MAPE 70.6 % →
+// 8.0 %, with σ unchanged (docs/performance-and-accuracy.md). 0 for a stack that replays its
+// kernels from a CUDA graph.
+//
 // σ, the sustained fraction: every kernel runs at σ times the speed above, which is what a
 // kernel reaches alone in a benchmark. Inside a training step kernels lose speed to what no
 // per-kernel benchmark shows: clocks held down by the power limit on real (not constant) data,
@@ -62,6 +71,7 @@
 #pragma once
 
 #include <memory>
+#include <span>
 
 #include "compute/gemm_efficiency.h"
 #include "compute/operator_cost.h"
@@ -71,6 +81,8 @@ namespace parallax {
 
 /// t_host of the header: the host's time to issue one GEMM whose shape it reads back from the GPU.
 inline constexpr Time kHostGemmIssue = Time::us(55);
+/// t_dispatch of the header: the host's time to issue one kernel from an eager framework.
+inline constexpr Time kHostDispatch = Time::us(74);
 
 struct ComputeModelOptions {
   double memory_efficiency = 0.90;     ///< η_memory, in (0, 1]
@@ -78,6 +90,8 @@ struct ComputeModelOptions {
   Time kernel_launch_overhead = Time::us(2);
   /// The host's time to issue one GEMM whose shape it learns only at run time (header).
   Time host_gemm_issue = kHostGemmIssue;
+  /// The host's time to issue one kernel of any other operator (header), for issued_stream_time.
+  Time host_dispatch = kHostDispatch;
   double sustained_fraction = 0.74;    ///< σ, in (0, 1]
 };
 
@@ -88,6 +102,8 @@ struct OperatorTiming {
   Time memory;    ///< bytes at the achievable HBM bandwidth, σ included
   Time launch;    ///< kernels × launch overhead
   Time host;      ///< host-issued kernels × the host's issue time
+  Time device;    ///< max(compute, memory) + launch: the GPU's own time
+  Time issue;     ///< the host's time to issue all the kernels: `host`, plus the others × t_dispatch
   FlopRate rate;  ///< the achieved compute rate used (stand-alone, before σ)
   bool memory_bound() const { return memory > compute; }
 };
@@ -122,5 +138,14 @@ class ComputeModel {
   std::shared_ptr<const GemmEfficiency> gemm_;
   ShapeEfficiencyParams attention_shape_;  // only its half-saturation constants are used
 };
+
+/// A pass of operators issued in order by one host thread onto one stream, the host and the GPU
+/// in step at its start: the GPU starts an operator once the host has issued its first kernel
+/// and runs its last kernel (an even share of its time) no sooner than the host has issued that,
+/// while the host issues ahead of the GPU as far as it can. An operator with
+/// host-issued kernels (a MoE layer's per-expert GEMMs) makes the host wait for the GPU first, as
+/// it reads their shapes back. Returns the pass's time: the sum of the operators' times when the
+/// host keeps ahead (or t_dispatch is 0), the host's total when the GPU waits for it.
+Time issued_stream_time(const ComputeModel& cm, std::span<const OperatorCost* const> ops);
 
 }  // namespace parallax

@@ -11,11 +11,32 @@
 
 namespace parallax::iteration_detail {
 
+PassStretch host_stretch(const ComputeModel& cm, const std::vector<ModelOperator>& ops) {
+  std::vector<const OperatorCost*> forward, backward;
+  Time kernels_forward, kernels_backward;
+  for (const ModelOperator& op : ops) {
+    forward.push_back(&op.forward);
+    kernels_forward += cm.time(op.forward);
+    kernels_backward += cm.time(op.backward);
+  }
+  for (auto it = ops.rbegin(); it != ops.rend(); ++it) backward.push_back(&it->backward);
+  auto stretch = [&](const std::vector<const OperatorCost*>& pass, Time kernels) {
+    const Time issued = issued_stream_time(cm, pass);
+    return kernels > Time::zero() && issued > kernels && issued != Time::max() ? issued.seconds() / kernels.seconds()
+                                                                                 : 1.0;
+  };
+  return {stretch(forward, kernels_forward), stretch(backward, kernels_backward)};
+}
+
+Time stretched(Time t, double factor) { return factor == 1.0 ? t : Time::from_seconds(t.seconds() * factor); }
+
 OperatorSums sum_operators(const ComputeModel& cm, const std::vector<ModelOperator>& ops) {
   OperatorSums s;
   bool before = true;
+  const PassStretch stretch = host_stretch(cm, ops);
   for (const ModelOperator& op : ops) {
-    const Time forward = cm.time(op.forward), backward = cm.time(op.backward);
+    const Time forward = stretched(cm.time(op.forward), stretch.forward);
+    const Time backward = stretched(cm.time(op.backward), stretch.backward);
     s.forward += forward;
     s.backward += backward;
     s.forward_flops += op.forward.flops;

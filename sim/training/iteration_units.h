@@ -90,6 +90,17 @@ struct Unit {
   Bytes recomputed_working_set;
 };
 
+// How much longer than its kernels each pass of a unit takes because the GPU waits for the host
+// to issue them (issued_stream_time): the forward in model order, the backward in reverse; 1 when
+// the host keeps ahead. Every operator of the pass is stretched by it, so that its parts still
+// add up to the pass.
+struct PassStretch {
+  double forward = 1, backward = 1;
+};
+PassStretch host_stretch(const ComputeModel& cm, const std::vector<ModelOperator>& ops);
+/// t × factor, to the picosecond; t itself when the factor is 1.
+Time stretched(Time t, double factor);
+
 struct OperatorSums {
   Time forward, backward, attention_forward, attention_backward;
   Time forward_before_attention, backward_before_attention;  // the operators ahead of the core

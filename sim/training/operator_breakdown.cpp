@@ -16,9 +16,10 @@ using iteration_detail::micro_batch_of;
 using iteration_detail::sharding_of;
 using iteration_detail::timed_layer_operators;
 
-std::string bound_of(const OperatorTiming& t) {
+// `host_paced`: its pass waits for the host to issue its kernels (iteration_detail::host_stretch).
+std::string bound_of(const OperatorTiming& t, bool host_paced) {
   const Time work = std::max(t.compute, t.memory);
-  if (t.host > work + t.launch) return "host";
+  if (host_paced || t.host > work + t.launch) return "host";
   if (t.launch > work) return "launch";
   return t.memory_bound() ? "memory" : "compute";
 }
@@ -28,12 +29,16 @@ std::string bound_of(const OperatorTiming& t) {
 std::vector<OperatorTime> timed(const ComputeModel& cm, const std::vector<ModelOperator>& ops, bool recompute_all,
                                 bool selective) {
   std::vector<OperatorTime> rows;
+  const iteration_detail::PassStretch stretch = iteration_detail::host_stretch(cm, ops);
   for (const ModelOperator& op : ops) {
     const OperatorTiming f = cm.timing(op.forward), b = cm.timing(op.backward);
-    OperatorTime row{op.name, f.total, b.total, Time::zero(), op.forward.flops + op.backward.flops,
-                     bound_of(b.total > f.total ? b : f)};
+    const Time forward = iteration_detail::stretched(f.total, stretch.forward);
+    const Time backward = iteration_detail::stretched(b.total, stretch.backward);
+    const bool backward_slower = backward > forward;
+    OperatorTime row{op.name, forward, backward, Time::zero(), op.forward.flops + op.backward.flops,
+                     bound_of(backward_slower ? b : f, (backward_slower ? stretch.backward : stretch.forward) > 1)};
     if (recompute_all || op.recomputed || (selective && op.attention_core)) {
-      row.recomputed = f.total;
+      row.recomputed = forward;
       row.flops = row.flops + op.forward.flops;
     }
     rows.push_back(row);

@@ -26,7 +26,8 @@ struct OperatorTime {
   Time recomputed;    ///< the forward run again in the backward (full or selective recomputation, modules)
   Flops flops;        ///< forward + backward + recomputed
   /// What bounds the slower of its passes: "compute", "memory", "launch" (kernel launches
-  /// longer than the work) or "host" (host-issued GEMMs).
+  /// longer than the work) or "host" (host-issued GEMMs, or a pass whose kernels the GPU runs
+  /// faster than the host issues them: every time above is then the host's pace).
   std::string bound;
   Time total() const { return forward + backward + recomputed; }
 };

@@ -11,8 +11,8 @@
 
 namespace parallax {
 
-RunValidator::RunValidator(std::string topologies_dir, double sustained_fraction, bool cosimulate)
-    : topologies_dir_(std::move(topologies_dir)), sustained_fraction_(sustained_fraction), cosimulate_(cosimulate) {}
+RunValidator::RunValidator(std::string topologies_dir, double sustained_fraction, ValidationModel model)
+    : topologies_dir_(std::move(topologies_dir)), sustained_fraction_(sustained_fraction), model_(model) {}
 
 RunPrediction RunValidator::predict(const PublishedRun& run) {
   RunPrediction p;
@@ -31,7 +31,8 @@ RunPrediction RunValidator::predict(const PublishedRun& run) {
     const Topology topo = load_topology(file, load_options_for(run.gpus, per_node));
     IterationOptions options;
     options.compute.sustained_fraction = sustained_fraction_;
-    options.cosimulate = cosimulate_;
+    options.compute.host_dispatch = model_.host_dispatch;
+    options.cosimulate = model_.cosimulate;
     p.result = simulate_iteration(run.model, *p.layout, topo, options);
     p.predicted = p.result.tokens_per_second_per_gpu;
     if (!run.expected_out_of_memory) p.error = p.predicted / run.expected_tokens_per_sec_per_gpu - 1.0;

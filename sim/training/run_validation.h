@@ -25,11 +25,16 @@ struct RunPrediction {
   IterationResult result;
 };
 
+/// What every row is simulated with besides its own facts.
+struct ValidationModel {
+  bool cosimulate = false;              ///< IterationOptions::cosimulate
+  Time host_dispatch = kHostDispatch;   ///< ComputeModelOptions::host_dispatch
+};
+
 /// Simulates published runs, loading each preset's topology once per node count.
 class RunValidator {
  public:
-  /// `cosimulate`: every run with IterationOptions::cosimulate.
-  RunValidator(std::string topologies_dir, double sustained_fraction, bool cosimulate = false);
+  RunValidator(std::string topologies_dir, double sustained_fraction, ValidationModel model = {});
   /// A row that cannot be simulated (its own error, a bad layout, GPUs that do not fill whole
   /// nodes) comes back with `problem` set, never as an exception.
   RunPrediction predict(const PublishedRun& run);
@@ -37,7 +42,7 @@ class RunValidator {
  private:
   std::string topologies_dir_;
   double sustained_fraction_;
-  bool cosimulate_;
+  ValidationModel model_;
   std::map<std::string, Topology> one_node_;
 };
 

@@ -80,7 +80,7 @@ std::vector<double> sigma_grid(double lo, double hi, double step) {
 }
 
 SigmaSweep sweep_sustained_fraction(const std::vector<PublishedRun>& runs, const std::string& topologies_dir,
-                                    bool cosimulate, std::vector<double> sigmas, int threads,
+                                    ValidationModel model, std::vector<double> sigmas, int threads,
                                     const std::function<void(size_t, size_t)>& on_sigma_done) {
   SigmaSweep sweep;
   sweep.sigmas = std::move(sigmas);
@@ -88,7 +88,7 @@ SigmaSweep sweep_sustained_fraction(const std::vector<PublishedRun>& runs, const
   std::mutex progress;
   size_t done = 0;
   parallel_for(sweep.sigmas.size(), std::max(1, threads), [&](size_t, size_t s) {
-    RunValidator validator(topologies_dir, sweep.sigmas[s], cosimulate);
+    RunValidator validator(topologies_dir, sweep.sigmas[s], model);
     for (size_t r = 0; r < runs.size(); ++r) {
       const RunPrediction p = validator.predict(runs[r]);
       if (p.problem.empty() && !runs[r].expected_out_of_memory) sweep.errors[s][r] = p.error;

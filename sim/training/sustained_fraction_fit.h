@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "training/published_runs.h"
+#include "training/run_validation.h"
 
 namespace parallax {
 
@@ -29,7 +30,7 @@ std::vector<double> sigma_grid(double lo, double hi, double step);
 /// NaN. `on_sigma_done(done, total)` is called after each σ, one call at a time. The result
 /// does not depend on `threads`.
 SigmaSweep sweep_sustained_fraction(const std::vector<PublishedRun>& runs, const std::string& topologies_dir,
-                                    bool cosimulate, std::vector<double> sigmas, int threads,
+                                    ValidationModel model, std::vector<double> sigmas, int threads,
                                     const std::function<void(size_t, size_t)>& on_sigma_done = {});
 
 /// One source of the set, fitted alone and held out.

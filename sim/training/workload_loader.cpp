@@ -73,7 +73,8 @@ double unit_fraction(JsonReader& v) {
 
 // The compute model of a workload (all keys optional): {"sustained_fraction": σ,
 // "memory_efficiency": η, "attention_efficiency": η, "kernel_launch_overhead": "2 us",
-// "host_gemm_issue": "55 us", "gemm_table": harness JSON lines, relative to the workload}.
+// "host_gemm_issue": "55 us", "host_dispatch": "74 us", "gemm_table": harness JSON lines, relative to the
+// workload}.
 void read_compute(JsonReader c, const std::string& workload, TrainingWorkload& job) {
   if (auto v = c.find("sustained_fraction")) {
     job.compute.sustained_fraction = unit_fraction(*v);
@@ -86,6 +87,10 @@ void read_compute(JsonReader c, const std::string& workload, TrainingWorkload& j
     if (job.compute.kernel_launch_overhead < Time::zero()) v->fail("must not be negative");
   }
   if (auto v = c.find("host_gemm_issue")) job.compute.host_gemm_issue = v->as_time();
+  if (auto v = c.find("host_dispatch")) {
+    job.compute.host_dispatch = v->as_time();
+    if (job.compute.host_dispatch < Time::zero()) v->fail("must not be negative");
+  }
   if (auto v = c.find("gemm_table")) {
     job.gemm = std::make_shared<MeasuredGemmTable>(load_gemm_measurements(beside_workload(workload, v->as_string())));
   }

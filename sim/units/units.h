@@ -10,6 +10,7 @@
 #include <cmath>
 #include <compare>
 #include <cstdint>
+#include <concepts>
 #include <limits>
 
 namespace parallax {
@@ -40,6 +41,9 @@ class Time {
   constexpr Time& operator+=(Time o) { ps_ += o.ps_; return *this; }
   constexpr Time& operator-=(Time o) { ps_ -= o.ps_; return *this; }
   constexpr Time operator*(int64_t k) const { return Time(ps_ * k); }
+  // A fractional factor would silently truncate to an integer: scale with Time::from_seconds.
+  template <std::floating_point F>
+  Time operator*(F) const = delete;
 
  private:
   constexpr explicit Time(int64_t v) : ps_(v) {}
