@@ -154,6 +154,24 @@ TEST(IterationTime, SmallLayersRunAtTheHostsPace) {
   EXPECT_LE(host.stages[0].backward_compute, backward_issue + kernels.stages[0].backward_compute);
 }
 
+TEST(IterationTime, KernelsReplayedFromGraphsCostTheHostNothing) {
+  // The same slow host: under a full-iteration CUDA graph the iteration is the kernels-only one,
+  // to the picosecond; under per-layer graphs only the embedding and the output layer still
+  // wait for the host, so the step lies between the two.
+  IterationOptions slow_host;
+  slow_host.compute.host_dispatch = Time::from_seconds(1);
+  const Topology topo = toy_cluster(1);
+  ParallelLayout l = layout(1, 1, 1, 1);
+  const IterationResult kernels = simulate_iteration(tiny(), l, topo, test::kernels_only(slow_host));
+  const IterationResult eager = simulate_iteration(tiny(), l, topo, slow_host);
+  l.cuda_graphs = CudaGraphs::kFullIteration;
+  EXPECT_EQ(simulate_iteration(tiny(), l, topo, slow_host).iteration_time, kernels.iteration_time);
+  l.cuda_graphs = CudaGraphs::kLayers;
+  const IterationResult layers = simulate_iteration(tiny(), l, topo, slow_host);
+  EXPECT_GT(layers.iteration_time, kernels.iteration_time + Time::from_seconds(1));
+  EXPECT_LT(layers.iteration_time, eager.iteration_time - Time::from_seconds(100));
+}
+
 TEST(IterationTime, SustainedFractionStretchesEveryKernel) {
   // Free communication and no launch gaps: the iteration is kernels and bubbles only, and every
   // kernel takes its stand-alone time / σ. At σ = 0.5 each kernel takes twice as long (up to

@@ -375,11 +375,16 @@ StagePlan plan_stages(const ModelConfig& model, const ParallelLayout& layout, co
   plan.routing = model.moe ? route(*model.moe, layout.ep, options) : Routing{};
   plan.virtual_stage_layers = virtual_stage_layers(layout, model);
   plan.units.resize(static_cast<size_t>(stages));
-  LayerSums layer_sums(model, layout, cm, plan.routing);
+  // Kernels replayed from CUDA graphs cost the host nothing to issue: the layers' under per-layer
+  // graphs, every unit's under a full-iteration graph.
+  const ComputeModel graphed = cm.replayed_from_graphs();
+  const ComputeModel& layer_cm = layout.cuda_graphs == CudaGraphs::kNone ? cm : graphed;
+  const ComputeModel& ends_cm = layout.cuda_graphs == CudaGraphs::kFullIteration ? graphed : cm;
+  LayerSums layer_sums(model, layout, layer_cm, plan.routing);
   int first_layer = 0;
   for (int vs = 0; vs < stages; ++vs) {
     auto& list = plan.units[static_cast<size_t>(vs)];
-    if (vs == 0) list.push_back(embedding_unit(model, layout, cm, counts, timed_ends));
+    if (vs == 0) list.push_back(embedding_unit(model, layout, ends_cm, counts, timed_ends));
     const int layers = plan.virtual_stage_layers[static_cast<size_t>(vs)];
     for (int l = first_layer; l < first_layer + layers; ++l) {
       list.push_back(layer_unit(model, layout, layer_sums, l, l - first_layer));
@@ -387,8 +392,8 @@ StagePlan plan_stages(const ModelConfig& model, const ParallelLayout& layout, co
     }
     first_layer += layers;
     if (vs == stages - 1) {
-      append_mtp_modules(list, model, layout, cm, counts, layer_sums, layers, timed_ends);
-      list.push_back(output_unit(model, layout, cm, counts, timed_ends));
+      append_mtp_modules(list, model, layout, ends_cm, counts, layer_sums, layers, timed_ends);
+      list.push_back(output_unit(model, layout, ends_cm, counts, timed_ends));
     }
   }
   plan.schedule = schedule_for(layout, plan.units);

@@ -68,7 +68,10 @@ std::vector<UnitBreakdown> operator_breakdown(const ModelConfig& model, const Pa
   if (!(peak_rate(gpu, layout.dtype).value() > 0)) {
     throw InputError("", "/parallel/dtype", gpu.name + " has no " + std::string(to_string(layout.dtype)) + " peak");
   }
-  const ComputeModel cm(gpu, options.compute, options.gemm_efficiency);
+  const ComputeModel eager(gpu, options.compute, options.gemm_efficiency);
+  const ComputeModel graphed = eager.replayed_from_graphs();
+  const ComputeModel& cm = layout.cuda_graphs == CudaGraphs::kNone ? eager : graphed;  // the layers
+  const ComputeModel& ends = layout.cuda_graphs == CudaGraphs::kFullIteration ? graphed : eager;
   const double pace = model.moe ? iteration_detail::route(*model.moe, layout.ep, options).pace : 1.0;
   const bool selective = layout.recompute == Recomputation::kSelective;
   // Layers differ only by dense vs MoE, 16-bit ends and (block method) full recomputation.
@@ -92,8 +95,8 @@ std::vector<UnitBreakdown> operator_breakdown(const ModelConfig& model, const Pa
   if (options.transformer_layers_only) return units;
   const MicroBatch batch = micro_batch_of(layout);
   const ShardingFactors sharding = sharding_of(layout);
-  units.insert(units.begin(), UnitBreakdown{"embedding", 1, timed(cm, embedding_operators(model, batch, sharding), false, false)});
-  units.push_back({"output layer", 1, timed(cm, output_operators(model, batch, sharding), false, false)});
+  units.insert(units.begin(), UnitBreakdown{"embedding", 1, timed(ends, embedding_operators(model, batch, sharding), false, false)});
+  units.push_back({"output layer", 1, timed(ends, output_operators(model, batch, sharding), false, false)});
   return units;
 }
 

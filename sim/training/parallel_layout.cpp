@@ -65,6 +65,22 @@ std::optional<MoeDispatcher> moe_dispatcher_from(const std::string& name) {
   return std::nullopt;
 }
 
+const char* to_string(CudaGraphs g) {
+  switch (g) {
+    case CudaGraphs::kNone: return "none";
+    case CudaGraphs::kLayers: return "layers";
+    case CudaGraphs::kFullIteration: return "full_iteration";
+  }
+  return "none";
+}
+
+std::optional<CudaGraphs> cuda_graphs_from(const std::string& name) {
+  for (const CudaGraphs g : {CudaGraphs::kNone, CudaGraphs::kLayers, CudaGraphs::kFullIteration}) {
+    if (name == to_string(g)) return g;
+  }
+  return std::nullopt;
+}
+
 double adam_state_bytes_per_parameter(const ParallelLayout& layout) {
   if (!layout.precision_aware_optimizer) return kAdamOptimizerBytesPerParameter;
   const bool fused_adam_owns_master = layout.dtype != DType::kFp8 || layout.fp8_recipe == Fp8Recipe::kDelayed;

@@ -53,6 +53,16 @@ const char* to_string(MoeDispatcher d);
 /// Parses "alltoall" and "flex" (or "deepep", "hybridep"); nullopt otherwise.
 std::optional<MoeDispatcher> moe_dispatcher_from(const std::string& name);
 
+/// Which kernels the stack replays from CUDA graphs, so that the host issues them without its
+/// per-kernel dispatch (ComputeModelOptions::host_dispatch): none; every Transformer layer's
+/// passes (Megatron's and NeMo's per-layer graphs, `cuda_graph_impl local` over whole layers, TE's
+/// make_graphed_callables); or the whole iteration (`cuda_graph_impl full_iteration`).
+enum class CudaGraphs : uint8_t { kNone, kLayers, kFullIteration };
+/// "none", "layers", "full_iteration".
+const char* to_string(CudaGraphs g);
+/// Parses those names; nullopt otherwise.
+std::optional<CudaGraphs> cuda_graphs_from(const std::string& name);
+
 /// The dimensions of the rank grid, in the spelling of the order string.
 enum class ParallelDim : uint8_t { kTp, kCp, kEp, kDp, kPp };
 /// "tp", "cp", "ep", "dp", "pp".
@@ -126,6 +136,7 @@ struct ParallelLayout {
   /// DeepSpeed since). Each tensor's collective pays its own latency.
   bool param_gather_per_tensor = false;
   bool tp_comm_overlap = false;       ///< TP collectives run beside the GEMMs, not before/after
+  CudaGraphs cuda_graphs = CudaGraphs::kNone;
   /// MoE layers with EP: the shared experts' kernels run on a stream of their own beside the
   /// token dispatch and combine (Megatron's --moe-shared-expert-overlap), not after them.
   bool moe_shared_expert_overlap = false;

@@ -51,6 +51,8 @@ struct PublishedLayout {
   std::string moe_dispatcher = "alltoall";
   /// MoE rows: how the experts' GEMMs are issued, "per_expert" (the default) or "grouped".
   std::string expert_gemm = "per_expert";
+  /// Kernels replayed from CUDA graphs: "none" (the default), "layers" or "full_iteration".
+  std::string cuda_graphs = "none";
   std::string cp_comm = "ring";
   /// Data-parallel gradients: reduced during the backward pass or after it, in fp32 or in the
   /// training dtype; unset, the row's style decides (Megatron-style: after, fp32).

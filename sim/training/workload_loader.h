@@ -38,7 +38,7 @@ struct WorkloadOverrides {
   /// whatever the workload's nodes say.
   std::optional<int> gpus;
   std::optional<int64_t> micro_batch, global_batch, sequence;
-  std::string schedule, recompute, dtype, cp_comm, attention, moe_dispatcher, expert_gemm;
+  std::string schedule, recompute, dtype, cp_comm, attention, moe_dispatcher, expert_gemm, cuda_graphs;
   std::optional<bool> sequence_parallel, tp_comm_overlap, grad_reduce_overlap, param_gather_prefetch,
       param_gather_per_tensor, moe_shared_expert_overlap, moe_a2a_overlap;
   std::string rank_order;

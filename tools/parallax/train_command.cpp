@@ -56,7 +56,7 @@ struct TrainArgs {
   std::string workload;
   std::optional<int> tp, pp, dp, vpp, cp, ep, expert_tp, zero, nodes, cpu_offloading_layers, recompute_layers;
   std::optional<int64_t> micro_batch, global_batch, sequence;
-  std::string schedule, recompute, dtype, cp_comm, attention, moe_dispatcher, expert_gemm;
+  std::string schedule, recompute, dtype, cp_comm, attention, moe_dispatcher, expert_gemm, cuda_graphs;
   std::string network = "flow";
   std::string json;
   std::string trace;
@@ -99,6 +99,7 @@ Job read_job(const TrainArgs& a) {
   o.cp_comm = a.cp_comm;
   o.moe_dispatcher = a.moe_dispatcher;
   o.expert_gemm = a.expert_gemm;
+  o.cuda_graphs = a.cuda_graphs;
   o.attention = a.attention;
   o.gemm_table = a.gemm_table;
   o.sustained_fraction = a.sustained_fraction;
@@ -574,6 +575,9 @@ void add_train_command(CLI::App& app) {
   cmd->add_option("--expert-gemm", args->expert_gemm,
                   "MoE experts' GEMMs: per_expert (the host issues one per local expert after reading their rows back: "
                   "Megatron-Core's default) or grouped (one device-side grouped kernel, or a CUDA graph)");
+  cmd->add_option("--cuda-graphs", args->cuda_graphs,
+                  "kernels replayed from CUDA graphs, which the host issues without its per-kernel dispatch: none, layers "
+                  "(every Transformer layer's passes) or full_iteration");
   cmd->add_option("--cpu-offloading-layers", args->cpu_offloading_layers,
                   "activations of the first N Transformer layers offloaded to host memory (Megatron's --cpu-offloading)");
   cmd->add_option("--expert-tp", args->expert_tp, "expert tensor-parallel size (MoE parallel folding; default: tp)");
