@@ -170,6 +170,31 @@ TEST(IterationTime, KernelsReplayedFromGraphsCostTheHostNothing) {
   const IterationResult layers = simulate_iteration(tiny(), l, topo, slow_host);
   EXPECT_GT(layers.iteration_time, kernels.iteration_time + Time::from_seconds(1));
   EXPECT_LT(layers.iteration_time, eager.iteration_time - Time::from_seconds(100));
+  // Megatron's scopes: the attention block and the MLP block together are the whole layer; each
+  // alone leaves the other's kernels to the host, in a pass of its own.
+  l.cuda_graphs = CudaGraphs::kScoped;
+  l.cuda_graph_scope = {.attn = true, .mlp = true};
+  EXPECT_EQ(simulate_iteration(tiny(), l, topo, slow_host).iteration_time, layers.iteration_time);
+  l.cuda_graph_scope = {.attn = true};
+  const IterationResult attention = simulate_iteration(tiny(), l, topo, slow_host);
+  l.cuda_graph_scope = {.mlp = true};
+  const IterationResult mlp = simulate_iteration(tiny(), l, topo, slow_host);
+  EXPECT_GT(attention.iteration_time, layers.iteration_time + Time::from_seconds(8));
+  EXPECT_GT(mlp.iteration_time, layers.iteration_time + Time::from_seconds(8));
+  EXPECT_LT(attention.iteration_time, eager.iteration_time);
+  EXPECT_LT(mlp.iteration_time, eager.iteration_time);
+}
+
+TEST(CudaGraphScopes, ReadAsMegatronNamesThem) {
+  const auto scoped = cuda_graphs_from("attn/moe_router,moe_preprocess");
+  ASSERT_TRUE(scoped);
+  EXPECT_EQ(scoped->first, CudaGraphs::kScoped);
+  EXPECT_EQ(scoped->second, (CudaGraphScope{.attn = true, .moe_router = true, .moe_preprocess = true}));
+  EXPECT_EQ(to_string(scoped->first, scoped->second), "attn/moe_router/moe_preprocess");
+  EXPECT_EQ(cuda_graphs_from("full_iteration")->first, CudaGraphs::kFullIteration);
+  EXPECT_FALSE(cuda_graphs_from("attn/experts"));
+  EXPECT_FALSE(cuda_graphs_from(""));
+  EXPECT_FALSE(cuda_graphs_from("attn/"));
 }
 
 TEST(IterationTime, SustainedFractionStretchesEveryKernel) {

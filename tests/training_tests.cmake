@@ -46,13 +46,14 @@ set_tests_properties(example.train.expert_gemm_grouped PROPERTIES PASS_REGULAR_E
 parallax_refuses(train.bad_expert_gemm_is_refused
                  "--expert-gemm: unknown expert GEMM issue \"sequential\" \\(expected per_expert or grouped\\)"
                  train ${PROJECT_SOURCE_DIR}/workloads/train/mixtral-8x7b-8xdgx-h100-ep8.json --expert-gemm sequential)
-# Kernels replayed from CUDA graphs: named in the layout line; an unknown scope refused with exit 2.
+# Kernels replayed from CUDA graphs: named in the layout line (a Megatron scope in its order);
+# an unknown scope refused with exit 2.
 add_test(NAME example.train.cuda_graphs
-         COMMAND parallax train ${PROJECT_SOURCE_DIR}/workloads/train/llama3-70b-64xdgx-h100.json --cuda-graphs layers)
-set_tests_properties(example.train.cuda_graphs PROPERTIES PASS_REGULAR_EXPRESSION "CUDA graphs \\(layers\\)")
+         COMMAND parallax train ${PROJECT_SOURCE_DIR}/workloads/train/mixtral-8x7b-8xdgx-h100-ep8.json --cuda-graphs moe_router,attn)
+set_tests_properties(example.train.cuda_graphs PROPERTIES PASS_REGULAR_EXPRESSION "CUDA graphs \\(attn/moe_router\\)")
 parallax_refuses(train.bad_cuda_graphs_is_refused
-                 "--cuda-graphs: unknown CUDA graph scope \"attn\" \\(expected none, layers or full_iteration\\)"
-                 train ${PROJECT_SOURCE_DIR}/workloads/train/llama3-70b-64xdgx-h100.json --cuda-graphs attn)
+                 "--cuda-graphs: unknown CUDA graph scope \"attn/experts\" \\(expected none, layers, full_iteration, or parts of attn/mlp/moe_router/moe_preprocess\\)"
+                 train ${PROJECT_SOURCE_DIR}/workloads/train/llama3-70b-64xdgx-h100.json --cuda-graphs attn/experts)
 # What-if flags override the file; a layout that cannot run is refused before anything runs.
 add_test(NAME example.train.what_if_flags
          COMMAND parallax train ${PROJECT_SOURCE_DIR}/workloads/train/llama3-70b-64xdgx-h100.json --pp 8 --nodes 32

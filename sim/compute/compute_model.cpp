@@ -45,7 +45,8 @@ OperatorTiming ComputeModel::timing(const OperatorCost& op) const {
   t.launch = options_.kernel_launch_overhead * std::max(0, op.kernels);
   t.host = options_.host_gemm_issue * std::max(0, op.host_issued_kernels);
   const int host_issued = std::max(0, op.host_issued_kernels);
-  t.issue = t.host + options_.host_dispatch * std::max(0, op.kernels - host_issued);
+  const int dispatched = op.graph_replayed ? 0 : std::max(0, op.kernels - host_issued);
+  t.issue = t.host + options_.host_dispatch * dispatched;
   Time bound = std::max(t.compute, t.memory);
   // An operator that can never finish (a zero rate) stays at Time::max() instead of overflowing.
   // The host issues the next kernel while the GPU runs this one: the slower of the two sets the pace.
@@ -72,7 +73,7 @@ Time issued_stream_time(const ComputeModel& cm, std::span<const OperatorCost* co
       gpu = start + std::max(t.total, t.issue);
       continue;
     }
-    const Time first_issued = host + (op->kernels > 0 ? dispatch : Time::zero());
+    const Time first_issued = host + (op->kernels > 0 && !op->graph_replayed ? dispatch : Time::zero());
     host += t.issue;
     // Its last kernel (an even share of its time) starts no sooner than the host issues it.
     const Time last_kernel = op->kernels > 1 ? Time::ps(t.device.picoseconds() / op->kernels) : t.device;

@@ -118,6 +118,9 @@ struct OperatorCost {
   /// the device): the operator then takes at least that many host issue times
   /// (ComputeModelOptions::host_gemm_issue), whatever the GPU's speed.
   int host_issued_kernels = 0;
+  /// Its kernels are replayed from a CUDA graph: the host issues them without its per-kernel
+  /// dispatch (ComputeModelOptions::host_dispatch).
+  bool graph_replayed = false;
   /// For kAttention: a kernel written for Ampere's warp-level mma.sync (FlashAttention-2), which
   /// on GPUs with asynchronous tensor cores reaches only part of their peak (compute_model.h).
   bool warp_mma_only = false;

@@ -208,12 +208,43 @@ ShardingFactors sharding_of(const ParallelLayout& layout) {
   return ShardingFactors{layout.tp, layout.cp, layout.ep, layout.sequence_parallel, false, layout.expert_tp};
 }
 
+namespace {
+
+// Whether a layer's operator is replayed from a CUDA graph under `layout`. Scoped graphs go by the
+// operator's place: the attention block runs up to its residual add (or, in a parallel block, up
+// to the MLP), the rest is the MLP block.
+void mark_graph_replayed(std::vector<ModelOperator>& ops, const ParallelLayout& layout, bool moe) {
+  const CudaGraphs g = layout.cuda_graphs;
+  if (g == CudaGraphs::kNone) return;
+  const CudaGraphScope& scope = layout.cuda_graph_scope;
+  bool attention_block = true;
+  for (ModelOperator& op : ops) {
+    if (op.name == "mlp_norm" || op.name == "router" || op.name.rfind("mlp_", 0) == 0) attention_block = false;
+    bool graphed = g != CudaGraphs::kScoped;
+    if (g == CudaGraphs::kScoped) {
+      if (attention_block) {
+        graphed = scope.attn;
+      } else if (!moe) {
+        graphed = scope.mlp;
+      } else {
+        graphed = (scope.moe_router && (op.name == "mlp_norm" || op.name.rfind("router", 0) == 0)) ||
+                  (scope.moe_preprocess && op.name == "moe_permute");
+      }
+    }
+    op.forward.graph_replayed = op.backward.graph_replayed = graphed;
+  }
+}
+
+}  // namespace
+
 std::vector<ModelOperator> timed_layer_operators(const ModelConfig& model, const ParallelLayout& layout, int layer,
                                                  bool bf16, double expert_rows) {
   MicroBatch batch = micro_batch_of(layout);
   if (bf16) batch.dtype = DType::kBf16;
   std::vector<ModelOperator> ops = layer_operators(model, layer, batch, sharding_of(layout));
-  return model.is_moe_layer(layer) ? scale_experts(std::move(ops), expert_rows, batch.dtype) : ops;
+  const bool moe = model.is_moe_layer(layer);
+  mark_graph_replayed(ops, layout, moe);
+  return moe ? scale_experts(std::move(ops), expert_rows, batch.dtype) : ops;
 }
 
 MessageSizes message_sizes(const ModelConfig& model, const ParallelLayout& layout) {
@@ -375,12 +406,11 @@ StagePlan plan_stages(const ModelConfig& model, const ParallelLayout& layout, co
   plan.routing = model.moe ? route(*model.moe, layout.ep, options) : Routing{};
   plan.virtual_stage_layers = virtual_stage_layers(layout, model);
   plan.units.resize(static_cast<size_t>(stages));
-  // Kernels replayed from CUDA graphs cost the host nothing to issue: the layers' under per-layer
-  // graphs, every unit's under a full-iteration graph.
+  // Kernels replayed from CUDA graphs cost the host nothing to issue: the layers' marked by
+  // timed_layer_operators, the embedding's and the output side's under a full-iteration graph.
   const ComputeModel graphed = cm.replayed_from_graphs();
-  const ComputeModel& layer_cm = layout.cuda_graphs == CudaGraphs::kNone ? cm : graphed;
   const ComputeModel& ends_cm = layout.cuda_graphs == CudaGraphs::kFullIteration ? graphed : cm;
-  LayerSums layer_sums(model, layout, layer_cm, plan.routing);
+  LayerSums layer_sums(model, layout, cm, plan.routing);
   int first_layer = 0;
   for (int vs = 0; vs < stages; ++vs) {
     auto& list = plan.units[static_cast<size_t>(vs)];

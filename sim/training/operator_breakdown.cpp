@@ -68,10 +68,9 @@ std::vector<UnitBreakdown> operator_breakdown(const ModelConfig& model, const Pa
   if (!(peak_rate(gpu, layout.dtype).value() > 0)) {
     throw InputError("", "/parallel/dtype", gpu.name + " has no " + std::string(to_string(layout.dtype)) + " peak");
   }
-  const ComputeModel eager(gpu, options.compute, options.gemm_efficiency);
-  const ComputeModel graphed = eager.replayed_from_graphs();
-  const ComputeModel& cm = layout.cuda_graphs == CudaGraphs::kNone ? eager : graphed;  // the layers
-  const ComputeModel& ends = layout.cuda_graphs == CudaGraphs::kFullIteration ? graphed : eager;
+  const ComputeModel cm(gpu, options.compute, options.gemm_efficiency);
+  const ComputeModel graphed = cm.replayed_from_graphs();
+  const ComputeModel& ends = layout.cuda_graphs == CudaGraphs::kFullIteration ? graphed : cm;
   const double pace = model.moe ? iteration_detail::route(*model.moe, layout.ep, options).pace : 1.0;
   const bool selective = layout.recompute == Recomputation::kSelective;
   // Layers differ only by dense vs MoE, 16-bit ends and (block method) full recomputation.

@@ -65,20 +65,38 @@ std::optional<MoeDispatcher> moe_dispatcher_from(const std::string& name) {
   return std::nullopt;
 }
 
-const char* to_string(CudaGraphs g) {
+std::string to_string(CudaGraphs g, const CudaGraphScope& scope) {
   switch (g) {
     case CudaGraphs::kNone: return "none";
     case CudaGraphs::kLayers: return "layers";
     case CudaGraphs::kFullIteration: return "full_iteration";
+    case CudaGraphs::kScoped: break;
   }
-  return "none";
+  std::string parts;
+  for (auto [on, name] : {std::pair{scope.attn, "attn"}, std::pair{scope.mlp, "mlp"},
+                          std::pair{scope.moe_router, "moe_router"}, std::pair{scope.moe_preprocess, "moe_preprocess"}}) {
+    if (on) parts += (parts.empty() ? "" : "/") + std::string(name);
+  }
+  return parts.empty() ? "none" : parts;
 }
 
-std::optional<CudaGraphs> cuda_graphs_from(const std::string& name) {
+std::optional<std::pair<CudaGraphs, CudaGraphScope>> cuda_graphs_from(const std::string& name) {
   for (const CudaGraphs g : {CudaGraphs::kNone, CudaGraphs::kLayers, CudaGraphs::kFullIteration}) {
-    if (name == to_string(g)) return g;
+    if (name == to_string(g)) return std::pair{g, CudaGraphScope{}};
   }
-  return std::nullopt;
+  CudaGraphScope scope;
+  size_t begin = 0;
+  while (begin <= name.size()) {
+    const size_t end = std::min(name.find_first_of("/,", begin), name.size());
+    const std::string part = name.substr(begin, end - begin);
+    if (part == "attn") scope.attn = true;
+    else if (part == "mlp") scope.mlp = true;
+    else if (part == "moe_router") scope.moe_router = true;
+    else if (part == "moe_preprocess") scope.moe_preprocess = true;
+    else return std::nullopt;
+    begin = end + 1;
+  }
+  return std::pair{CudaGraphs::kScoped, scope};
 }
 
 double adam_state_bytes_per_parameter(const ParallelLayout& layout) {

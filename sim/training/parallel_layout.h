@@ -55,13 +55,22 @@ std::optional<MoeDispatcher> moe_dispatcher_from(const std::string& name);
 
 /// Which kernels the stack replays from CUDA graphs, so that the host issues them without its
 /// per-kernel dispatch (ComputeModelOptions::host_dispatch): none; every Transformer layer's
-/// passes (Megatron's and NeMo's per-layer graphs, `cuda_graph_impl local` over whole layers, TE's
-/// make_graphed_callables); or the whole iteration (`cuda_graph_impl full_iteration`).
-enum class CudaGraphs : uint8_t { kNone, kLayers, kFullIteration };
-/// "none", "layers", "full_iteration".
-const char* to_string(CudaGraphs g);
-/// Parses those names; nullopt otherwise.
-std::optional<CudaGraphs> cuda_graphs_from(const std::string& name);
+/// passes (Megatron's and NeMo's per-layer graphs, TE's make_graphed_callables); the whole
+/// iteration (`cuda_graph_impl full_iteration`); or parts of each layer (Megatron's
+/// `cuda_graph_scope`, CudaGraphScope).
+enum class CudaGraphs : uint8_t { kNone, kLayers, kFullIteration, kScoped };
+/// Megatron's `cuda_graph_scope` parts of a layer: `attn` (the attention block: its norm, the
+/// projections, the core and its residual add), `mlp` (a dense layer's MLP block), `moe_router`
+/// (a MoE layer's norm, router and top-k) and `moe_preprocess` (the token permutation). A MoE
+/// layer's experts and their all-to-alls stay eager.
+struct CudaGraphScope {
+  bool attn = false, mlp = false, moe_router = false, moe_preprocess = false;
+  bool operator==(const CudaGraphScope&) const = default;
+};
+/// "none", "layers", "full_iteration", or the scope's parts joined by '/' ("attn/moe_router").
+std::string to_string(CudaGraphs g, const CudaGraphScope& scope = {});
+/// Parses those names, a scope's parts separated by '/' or ','; nullopt otherwise.
+std::optional<std::pair<CudaGraphs, CudaGraphScope>> cuda_graphs_from(const std::string& name);
 
 /// The dimensions of the rank grid, in the spelling of the order string.
 enum class ParallelDim : uint8_t { kTp, kCp, kEp, kDp, kPp };
@@ -137,6 +146,7 @@ struct ParallelLayout {
   bool param_gather_per_tensor = false;
   bool tp_comm_overlap = false;       ///< TP collectives run beside the GEMMs, not before/after
   CudaGraphs cuda_graphs = CudaGraphs::kNone;
+  CudaGraphScope cuda_graph_scope;  ///< with CudaGraphs::kScoped
   /// MoE layers with EP: the shared experts' kernels run on a stream of their own beside the
   /// token dispatch and combine (Megatron's --moe-shared-expert-overlap), not after them.
   bool moe_shared_expert_overlap = false;

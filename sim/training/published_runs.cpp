@@ -213,7 +213,7 @@ void read_kernel_choices(const nlohmann::json& l, const std::string& where, Publ
   p.cp_comm = opt_choice(l, "cp_comm", where, "ring", context_parallel_comm_from, "context-parallel communication",
                          "ring, ulysses");
   p.cuda_graphs = opt_choice(l, "cuda_graphs", where, "none", cuda_graphs_from, "CUDA graph scope",
-                             "none, layers, full_iteration");
+                             "none, layers, full_iteration, parts of attn/mlp/moe_router/moe_preprocess");
   for (auto [key, field] : {std::pair{"param_gather_prefetch", &p.param_gather_prefetch},
                             std::pair{"param_gather_per_tensor", &p.param_gather_per_tensor},
                             std::pair{"fp8_param_gather", &p.fp8_param_gather},
@@ -336,7 +336,8 @@ ParallelLayout parallel_layout_of(const PublishedRun& run) {
   l.expert_tp = run.layout.expert_tp;
   l.moe_dispatcher = moe_dispatcher_from(run.layout.moe_dispatcher).value_or(MoeDispatcher::kAllToAll);
   l.expert_gemms = expert_gemms_from(run.layout.expert_gemm).value_or(ExpertGemms::kPerExpert);
-  l.cuda_graphs = cuda_graphs_from(run.layout.cuda_graphs).value_or(CudaGraphs::kNone);
+  std::tie(l.cuda_graphs, l.cuda_graph_scope) =
+      cuda_graphs_from(run.layout.cuda_graphs).value_or(std::pair{CudaGraphs::kNone, CudaGraphScope{}});
   l.cp_comm = context_parallel_comm_from(run.layout.cp_comm).value_or(ContextParallelComm::kRing);
   l.bf16_layers_at_start = run.layout.bf16_layers_at_start;
   l.bf16_layers_at_end = run.layout.bf16_layers_at_end;

@@ -51,7 +51,8 @@ struct PublishedLayout {
   std::string moe_dispatcher = "alltoall";
   /// MoE rows: how the experts' GEMMs are issued, "per_expert" (the default) or "grouped".
   std::string expert_gemm = "per_expert";
-  /// Kernels replayed from CUDA graphs: "none" (the default), "layers" or "full_iteration".
+  /// Kernels replayed from CUDA graphs: "none" (the default), "layers", "full_iteration" or a
+  /// Megatron cuda_graph_scope ("attn/moe_router/moe_preprocess").
   std::string cuda_graphs = "none";
   std::string cp_comm = "ring";
   /// Data-parallel gradients: reduced during the backward pass or after it, in fp32 or in the

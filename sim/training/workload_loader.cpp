@@ -35,9 +35,13 @@ ExpertGemms expert_gemms_of(const std::string& s, const std::string& file, const
   throw InputError(file, where, "unknown expert GEMM issue \"" + s + "\" (expected per_expert or grouped)");
 }
 
-CudaGraphs cuda_graphs_of(const std::string& s, const std::string& file, const std::string& where) {
-  if (auto g = cuda_graphs_from(s)) return *g;
-  throw InputError(file, where, "unknown CUDA graph scope \"" + s + "\" (expected none, layers or full_iteration)");
+void set_cuda_graphs(ParallelLayout& l, const std::string& s, const std::string& file, const std::string& where) {
+  const auto g = cuda_graphs_from(s);
+  if (!g) {
+    throw InputError(file, where, "unknown CUDA graph scope \"" + s +
+                                      "\" (expected none, layers, full_iteration, or parts of attn/mlp/moe_router/moe_preprocess)");
+  }
+  std::tie(l.cuda_graphs, l.cuda_graph_scope) = *g;
 }
 
 AttentionKernel attention_from(const std::string& s, const std::string& file, const std::string& where) {
@@ -186,7 +190,7 @@ void read_parallel(JsonReader p, const std::string& path, ParallelLayout& l, boo
   int_field("expert_tp", l.expert_tp, 0);
   if (auto v = p.find("moe_dispatcher")) l.moe_dispatcher = moe_dispatcher_of(v->as_string(), path, v->pointer());
   if (auto v = p.find("expert_gemm")) l.expert_gemms = expert_gemms_of(v->as_string(), path, v->pointer());
-  if (auto v = p.find("cuda_graphs")) l.cuda_graphs = cuda_graphs_of(v->as_string(), path, v->pointer());
+  if (auto v = p.find("cuda_graphs")) set_cuda_graphs(l, v->as_string(), path, v->pointer());
   if (p.find("dp")) {
     int_field("dp", l.dp);
     dp_given = true;
@@ -279,7 +283,7 @@ void apply_overrides(const WorkloadOverrides& a, ParallelLayout& l, bool& dp_giv
   if (a.ep) l.ep = *a.ep;
   if (!a.moe_dispatcher.empty()) l.moe_dispatcher = moe_dispatcher_of(a.moe_dispatcher, "", "--moe-dispatcher");
   if (!a.expert_gemm.empty()) l.expert_gemms = expert_gemms_of(a.expert_gemm, "", "--expert-gemm");
-  if (!a.cuda_graphs.empty()) l.cuda_graphs = cuda_graphs_of(a.cuda_graphs, "", "--cuda-graphs");
+  if (!a.cuda_graphs.empty()) set_cuda_graphs(l, a.cuda_graphs, "", "--cuda-graphs");
   if (a.expert_tp) l.expert_tp = *a.expert_tp;
   if (a.dp) {
     l.dp = *a.dp;
