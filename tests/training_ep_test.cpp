@@ -12,6 +12,7 @@
 #include "io/input_error.h"
 #include "training/explain.h"
 #include "training/iteration.h"
+#include "training/iteration_units.h"
 #include "model/layer_operators.h"
 #include "model/model_loader.h"
 #include "model/parameter_count.h"
@@ -49,6 +50,24 @@ ParallelLayout moe_layout(int dp, int ep) {
   return l;
 }
 
+
+TEST(CudaGraphScopes, MoeRouterAndPreprocessLeaveTheExpertsToTheHost) {
+  // Megatron-Bridge's DeepSeek-V3 recipes on GB200: cuda_graph_scope moe_router, moe_preprocess.
+  // Graphed: the MLP's norm, the router and its top-k, the permutation. Not: the attention block,
+  // the experts, the unpermutation and the residual add.
+  ParallelLayout l = moe_layout(1, 1);
+  l.cuda_graphs = CudaGraphs::kScoped;
+  l.cuda_graph_scope = {.moe_router = true, .moe_preprocess = true};
+  std::vector<std::string> graphed, eager;
+  for (const ModelOperator& op : iteration_detail::timed_layer_operators(tiny_moe(), l, 0, false, 1.0)) {
+    EXPECT_EQ(op.forward.graph_replayed, op.backward.graph_replayed) << op.name;
+    (op.forward.graph_replayed ? graphed : eager).push_back(op.name);
+  }
+  EXPECT_EQ(graphed, (std::vector<std::string>{"mlp_norm", "router", "router_topk", "moe_permute"}));
+  for (const char* name : {"attention_norm", "attention_out_proj", "expert_down_proj", "moe_unpermute", "mlp_residual"}) {
+    EXPECT_NE(std::find(eager.begin(), eager.end(), name), eager.end()) << name;
+  }
+}
 
 TEST(IterationExpertParallel, DispatchSendsTokensTimesTopKTimesHidden) {
   // Uniform routing, tp = 1, no SP: each GPU dispatches T = b·s = 512 tokens × top_k = 2

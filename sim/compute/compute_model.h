@@ -53,7 +53,7 @@
 // (issued_stream_time below). Fitted once, as one global constant, on vTrain's 1,440 single-node
 // runs (GPT of 12–24 layers, hidden 1,024 and 2,048, on 2–8 A100s under Megatron-DeepSpeed:
 // workloads/validation/vtrain-a100-single-node.json), where GPUs wait for the host: MAPE 70.6 % →
-// 8.0 %, with σ unchanged (docs/performance-and-accuracy.md). 0 for a stack that replays its
+// 7.8 %, with σ unchanged (docs/performance-and-accuracy.md). 0 for a stack that replays its
 // kernels from a CUDA graph.
 //
 // σ, the sustained fraction: every kernel runs at σ times the speed above, which is what a
