@@ -138,6 +138,13 @@ set_tests_properties(example.train.measured_gemm_table PROPERTIES PASS_REGULAR_E
 add_test(NAME example.train.sustained_fraction_flag
          COMMAND parallax train ${PROJECT_SOURCE_DIR}/workloads/train/llama3-70b-64xdgx-h100.json --sustained-fraction 0.9)
 set_tests_properties(example.train.sustained_fraction_flag PROPERTIES PASS_REGULAR_EXPRESSION "kernels at 0.90 of their")
+parallax_refuses(train.bad_host_dispatch_is_refused "bad-host-dispatch.json: /compute/host_dispatch: \"-74 us\" is negative"
+                 train ${PROJECT_SOURCE_DIR}/tests/data/training/bad-host-dispatch.json)
+# validate's dispatch time: a time, not negative, refused before any row is simulated.
+parallax_refuses(validate.bad_host_dispatch_is_refused "--host-dispatch: \"fast\" is not a time"
+                 validate ${PROJECT_SOURCE_DIR}/workloads/validation/mpt-h100-fp8-holdout.json --host-dispatch fast)
+parallax_refuses(validate.negative_host_dispatch_is_refused "--host-dispatch: \"-1 us\" is negative"
+                 validate ${PROJECT_SOURCE_DIR}/workloads/validation/mpt-h100-fp8-holdout.json --host-dispatch "-1 us")
 parallax_refuses(train.bad_host_gemm_issue_is_refused "bad-host-gemm-issue.json: /compute/host_gemm_issue: \"-5 us\" is negative"
                  train ${PROJECT_SOURCE_DIR}/tests/data/training/bad-host-gemm-issue.json)
 parallax_refuses(train.bad_sustained_fraction_is_refused

@@ -96,10 +96,7 @@ void read_compute(JsonReader c, const std::string& workload, TrainingWorkload& j
     if (job.compute.kernel_launch_overhead < Time::zero()) v->fail("must not be negative");
   }
   if (auto v = c.find("host_gemm_issue")) job.compute.host_gemm_issue = v->as_time();
-  if (auto v = c.find("host_dispatch")) {
-    job.compute.host_dispatch = v->as_time();
-    if (job.compute.host_dispatch < Time::zero()) v->fail("must not be negative");
-  }
+  if (auto v = c.find("host_dispatch")) job.compute.host_dispatch = v->as_time();
   if (auto v = c.find("gemm_table")) {
     job.gemm = std::make_shared<MeasuredGemmTable>(load_gemm_measurements(beside_workload(workload, v->as_string())));
   }

@@ -347,7 +347,6 @@ ValidationModel validation_model(const ValidateArgs& a) {
   } catch (const UnitError& e) {
     throw InputError("", "--host-dispatch", e.what());
   }
-  if (m.host_dispatch < Time::zero()) throw InputError("", "--host-dispatch", "must not be negative");
   return m;
 }
 
