@@ -7,7 +7,7 @@ parallax_test(training_test compute_model_test.cpp training_model_test.cpp train
               training_memory_test.cpp model_ragged_test.cpp training_layout_test.cpp training_pipeline_test.cpp
               training_iteration_test.cpp training_cp_test.cpp training_symmetry_test.cpp training_cosim_test.cpp
               training_published_runs_test.cpp training_ep_test.cpp training_offload_test.cpp
-              training_op_checkpointing_test.cpp training_sustained_fraction_fit_test.cpp
+              training_op_checkpointing_test.cpp training_constant_fit_test.cpp
               LONG IterationSymmetry.EveryReplicaGivesTheFoldedResultOn64Gpus
                    Explain.FullRecomputationWithMemoryToSpareOffersTheFewestLayersThatFit
                    Explain.EverySuggestionIsASimulationAndItsFlagsReproduceIt)
@@ -140,6 +140,13 @@ add_test(NAME example.train.sustained_fraction_flag
 set_tests_properties(example.train.sustained_fraction_flag PROPERTIES PASS_REGULAR_EXPRESSION "kernels at 0.90 of their")
 parallax_refuses(train.bad_host_dispatch_is_refused "bad-host-dispatch.json: /compute/host_dispatch: \"-74 us\" is negative"
                  train ${PROJECT_SOURCE_DIR}/tests/data/training/bad-host-dispatch.json)
+# The host's dispatch time fitted to 12 of vTrain's single-node runs (every 120th row of the
+# bundled file, tests/data/training/vtrain-single-node-sample.json): the fit, each source and GPU
+# held out, then every row at the fitted value.
+add_test(NAME validate.fit_host_dispatch
+         COMMAND parallax validate ${PROJECT_SOURCE_DIR}/tests/data/training/vtrain-single-node-sample.json --fit-host-dispatch --jobs 2)
+set_tests_properties(validate.fit_host_dispatch PROPERTIES PASS_REGULAR_EXPRESSION
+                     "fitted t_dispatch [0-9]+ us: MAPE .*\n(.*\n)*# Parallax validate: .* [0-9]+ us to issue one")
 # validate's dispatch time: a time, not negative, refused before any row is simulated.
 parallax_refuses(validate.bad_host_dispatch_is_refused "--host-dispatch: \"fast\" is not a time"
                  validate ${PROJECT_SOURCE_DIR}/workloads/validation/mpt-h100-fp8-holdout.json --host-dispatch fast)

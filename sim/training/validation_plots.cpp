@@ -56,14 +56,14 @@ std::string parity_script(const std::string& data_file, const std::string& png, 
   return s + "\n";
 }
 
-std::string sigma_fit_data(const SigmaSweep& sweep, const SustainedFractionFit& fit) {
-  std::string data = "# sigma, MAPE of every row, then of each source's rows (%)\n";
-  char cell[32];
-  for (size_t s = 0; s < sweep.sigmas.size(); ++s) {
-    std::snprintf(cell, sizeof cell, "%.2f %.4f", sweep.sigmas[s], 100 * fit.mape_by_sigma[s]);
+std::string constant_fit_data(const ConstantSweep& sweep, const ConstantFit& fit) {
+  std::string data = "# the constant, MAPE of every row, then of each source's rows (%)\n";
+  char cell[48];
+  for (size_t s = 0; s < sweep.values.size(); ++s) {
+    std::snprintf(cell, sizeof cell, "%.6g %.4f", sweep.values[s], 100 * fit.mape_by_value[s]);
     data += cell;
     for (const SourceHoldOut& h : fit.sources) {
-      std::snprintf(cell, sizeof cell, " %.4f", 100 * h.mape_by_sigma[s]);
+      std::snprintf(cell, sizeof cell, " %.4f", 100 * h.mape_by_value[s]);
       data += cell;
     }
     data += "\n";
@@ -71,15 +71,15 @@ std::string sigma_fit_data(const SigmaSweep& sweep, const SustainedFractionFit& 
   return data;
 }
 
-std::string sigma_fit_script(const std::string& data_file, const std::string& png, const std::string& title,
-                             const SustainedFractionFit& fit) {
+std::string constant_fit_script(const std::string& data_file, const std::string& png, const std::string& title,
+                                const std::string& axis, const ConstantFit& fit) {
   std::string s = png_header(png, title, "top center");
   char at[160];
-  std::snprintf(at, sizeof at, "set arrow from %.2f, graph 0 to %.2f, graph 1 nohead dt 3 lc rgb '#d04020'\n", fit.sigma,
-                fit.sigma);
+  std::snprintf(at, sizeof at, "set arrow from %.6g, graph 0 to %.6g, graph 1 nohead dt 3 lc rgb '#d04020'\n", fit.value,
+                fit.value);
   s += at;
-  s += "set xlabel 'sustained fraction (sigma)'\nset ylabel 'MAPE, tokens/s per GPU (%)'\nset yrange [0:60]\n";
-  std::snprintf(at, sizeof at, "every row (fitted %.2f)", fit.sigma);
+  s += "set xlabel " + quoted(axis) + "\nset ylabel 'MAPE, tokens/s per GPU (%)'\nset yrange [0:60]\n";
+  std::snprintf(at, sizeof at, "every row (fitted %.6g)", fit.value);
   s += "plot '" + data_file + "' using 1:2 with lines lw 3 lc rgb '#000000' title " + quoted(at);
   for (size_t g = 0; g < fit.sources.size(); ++g) {
     s += ", \\\n     '' using 1:" + std::to_string(g + 3) + " with lines lw 1.5 title " + quoted(fit.sources[g].source);

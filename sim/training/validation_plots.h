@@ -9,7 +9,7 @@
 
 #include "training/published_runs.h"
 #include "training/run_validation.h"
-#include "training/sustained_fraction_fit.h"
+#include "training/constant_fit.h"
 
 namespace parallax {
 
@@ -21,9 +21,10 @@ std::string parity_data(const std::vector<PublishedRun>& runs, const std::vector
 std::string parity_script(const std::string& data_file, const std::string& png, const std::string& title,
                           const std::vector<std::string>& groups);
 
-/// The fit's curve: per grid σ a line "σ MAPE(all) MAPE(source 1) …", sources as in fit.sources.
-std::string sigma_fit_data(const SigmaSweep& sweep, const SustainedFractionFit& fit);
-std::string sigma_fit_script(const std::string& data_file, const std::string& png, const std::string& title,
-                             const SustainedFractionFit& fit);
+/// The fit's curve: per grid value a line "value MAPE(all) MAPE(source 1) …", sources as in
+/// fit.sources. `axis` names the constant on the plot's x axis ("sustained fraction (sigma)").
+std::string constant_fit_data(const ConstantSweep& sweep, const ConstantFit& fit);
+std::string constant_fit_script(const std::string& data_file, const std::string& png, const std::string& title,
+                                const std::string& axis, const ConstantFit& fit);
 
 }  // namespace parallax

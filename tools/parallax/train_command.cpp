@@ -29,7 +29,7 @@
 #include "model/parameter_count.h"
 #include "training/published_runs.h"
 #include "training/run_validation.h"
-#include "training/sustained_fraction_fit.h"
+#include "training/constant_fit.h"
 #include "training/validation_plots.h"
 #include "training/explain.h"
 #include "training/iteration_report.h"
@@ -332,6 +332,7 @@ struct ValidateArgs {
   double sustained_fraction = ComputeModelOptions{}.sustained_fraction;
   std::string network = "analytical";
   bool fit_sustained_fraction = false;
+  bool fit_host_dispatch = false;
   std::optional<int> jobs;
   std::string plot_dir;
   std::string host_dispatch;  // a time string; empty: the default
@@ -441,56 +442,89 @@ std::vector<std::string> validation_row(const PublishedRun& run, const RunPredic
           strprintf("%+.1f%%", 100 * p.error), p.note};
 }
 
-// The grid `validate --fit-sustained-fraction` searches: wide enough for every source of the
-// bundled files (0.55-0.87, docs/performance-and-accuracy.md), fine enough for the figures printed.
-constexpr double kFitLowest = 0.40, kFitHighest = 1.00, kFitStep = 0.01;
+// A constant `validate` can fit to a file's rows, and how it is shown.
+struct FitSpec {
+  const char* flag;       // the option that asks for it
+  const char* name;       // in the report's words
+  const char* symbol;     // in the report's lines
+  const char* unit;       // after each value ("" or " us")
+  int decimals;           // of each value
+  double lo, hi, step;    // the grid searched
+  const char* plot;       // the PNG's stem
+  const char* axis;       // the plot's x axis
+};
 
-// One line per group: σ fitted on its rows alone, and held out against the others.
-void print_hold_outs(const std::vector<SourceHoldOut>& groups, const char* what) {
+// σ: a grid wide enough for every source of the bundled files (0.55-0.87,
+// docs/performance-and-accuracy.md), fine enough for the figures printed. t_dispatch: from none
+// (CUDA graphs) to well past the 74 us of an eager 2023 stack, by 1 us.
+constexpr FitSpec kSigmaFit{"--fit-sustained-fraction", "sustained fraction", "sigma", "", 2, 0.40, 1.00, 0.01,
+                            "sigma", "sustained fraction (sigma)"};
+constexpr FitSpec kDispatchFit{"--fit-host-dispatch", "host dispatch time", "t_dispatch", " us", 0, 0, 200, 1,
+                               "host-dispatch", "the host's time to issue a kernel (us)"};
+
+std::string value_text(const FitSpec& spec, double v) { return strprintf("%.*f%s", spec.decimals, v, spec.unit); }
+
+// One line per group: the value fitted on its rows alone, and held out against the others.
+void print_hold_outs(const FitSpec& spec, const std::vector<SourceHoldOut>& groups, const char* what) {
   for (const SourceHoldOut& h : groups) {
-    std::printf("  %-40s %3zu rows: alone %.2f (MAPE %.1f%%)", h.source.c_str(), h.rows, h.own_sigma, 100 * h.own_mape);
-    if (std::isnan(h.others_sigma)) {
+    std::printf("  %-40s %3zu rows: alone %s (MAPE %.1f%%)", h.source.c_str(), h.rows, value_text(spec, h.own_value).c_str(),
+                100 * h.own_mape);
+    if (std::isnan(h.others_value)) {
       std::printf("; no other %s to hold it out against\n", what);
     } else {
-      std::printf("; others %.2f, held out: MAPE %.1f%%\n", h.others_sigma, 100 * h.held_out_mape);
+      std::printf("; others %s, held out: MAPE %.1f%%\n", value_text(spec, h.others_value).c_str(), 100 * h.held_out_mape);
     }
   }
 }
 
-struct SigmaFitOutcome {
-  SigmaSweep sweep;
-  SustainedFractionFit fit;
+struct ConstantFitOutcome {
+  const FitSpec* spec = nullptr;
+  ConstantSweep sweep;
+  ConstantFit fit;
 };
 
-// The fit's report: σ, the MAPE curve, and each source and each GPU type held out.
-void print_sustained_fraction_fit(const ValidateArgs& a, const SigmaFitOutcome& f, const std::vector<std::string>& gpus) {
-  const SigmaSweep& sweep = f.sweep;
-  const SustainedFractionFit& fit = f.fit;
-  std::printf("# sustained fraction fitted to %s: sigma %.2f-%.2f in steps of %.2f, the least mean |error| over %zu rows\n",
-              a.runs.c_str(), kFitLowest, kFitHighest, kFitStep, fit.rows);
-  std::printf("fitted sigma %.2f: MAPE %.1f%%, median |error| %.1f%%, median signed error %+.1f%%%s\n", fit.sigma,
-              100 * fit.mape, 100 * fit.median_abs, 100 * fit.median_signed,
-              fit.sigma <= kFitLowest || fit.sigma >= kFitHighest ? " (at the grid's edge)" : "");
-  std::printf("MAPE by sigma:");
-  for (size_t s = 0; s < sweep.sigmas.size(); s += 5) std::printf(" %.2f %.1f%%", sweep.sigmas[s], 100 * fit.mape_by_sigma[s]);
-  std::printf("\nper source: sigma fitted on its rows alone; sigma fitted on every other source, and this source's MAPE there\n");
-  print_hold_outs(fit.sources, "source");
+// The fit's report: the value, the MAPE curve, and each source and each GPU type held out.
+void print_constant_fit(const ValidateArgs& a, const ConstantFitOutcome& f, const std::vector<std::string>& gpus) {
+  const FitSpec& spec = *f.spec;
+  const ConstantFit& fit = f.fit;
+  std::printf("# %s fitted to %s: %s %s-%s in steps of %s, the least mean |error| over %zu rows\n", spec.name,
+              a.runs.c_str(), spec.symbol, value_text(spec, spec.lo).c_str(), value_text(spec, spec.hi).c_str(),
+              value_text(spec, spec.step).c_str(), fit.rows);
+  std::printf("fitted %s %s: MAPE %.1f%%, median |error| %.1f%%, median signed error %+.1f%%%s\n", spec.symbol,
+              value_text(spec, fit.value).c_str(), 100 * fit.mape, 100 * fit.median_abs, 100 * fit.median_signed,
+              fit.value <= spec.lo || fit.value >= spec.hi ? " (at the grid's edge)" : "");
+  std::printf("MAPE by %s:", spec.symbol);
+  for (size_t s = 0; s < f.sweep.values.size(); s += 5) {
+    std::printf(" %s %.1f%%", value_text(spec, f.sweep.values[s]).c_str(), 100 * fit.mape_by_value[s]);
+  }
+  std::printf("\nper source: %s fitted on its rows alone; fitted on every other source, and this source's MAPE there\n",
+              spec.symbol);
+  print_hold_outs(spec, fit.sources, "source");
   std::printf("per GPU type and precision, the same\n");
-  print_hold_outs(fit_sustained_fraction_to_runs(sweep, gpus).sources, "group");
+  print_hold_outs(spec, fit_constant_to_runs(f.sweep, gpus).sources, "group");
   std::printf("\n");
 }
 
-// Fits σ to the file's rows (sustained_fraction_fit.h) and prints the fit.
-SigmaFitOutcome fit_and_print_sustained_fraction(const ValidateArgs& a, const std::vector<PublishedRun>& runs) {
+// Fits the constant of `spec` to the file's rows (constant_fit.h) and prints the fit.
+ConstantFitOutcome fit_and_print_constant(const ValidateArgs& a, const FitSpec& spec, const std::vector<PublishedRun>& runs) {
   const auto comparable = [](const PublishedRun& run) { return run.error.empty() && !run.expected_out_of_memory; };
   if (std::none_of(runs.begin(), runs.end(), comparable)) {
-    throw InputError(a.runs, "", "--fit-sustained-fraction needs a row with a published throughput, and none has one");
+    throw InputError(a.runs, "", std::string(spec.flag) + " needs a row with a published throughput, and none has one");
   }
   const int threads = a.jobs.value_or(static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));
-  SigmaFitOutcome f;
-  f.sweep = sweep_sustained_fraction(
-      runs, kTopologiesDir, validation_model(a), sigma_grid(kFitLowest, kFitHighest, kFitStep), threads,
-      [](size_t done, size_t total) { std::fprintf(stderr, "\rparallax validate: sustained fraction %zu/%zu", done, total); });
+  const auto progress = [&spec](size_t done, size_t total) {
+    std::fprintf(stderr, "\rparallax validate: %s %zu/%zu", spec.name, done, total);
+  };
+  ConstantFitOutcome f;
+  f.spec = &spec;
+  if (&spec == &kSigmaFit) {
+    f.sweep = sweep_sustained_fraction(runs, kTopologiesDir, validation_model(a), sigma_grid(spec.lo, spec.hi, spec.step),
+                                       threads, progress);
+  } else {
+    std::vector<double> grid;
+    for (int i = 0; spec.lo + i * spec.step <= spec.hi + 1e-9; ++i) grid.push_back(spec.lo + i * spec.step);
+    f.sweep = sweep_host_dispatch(runs, kTopologiesDir, validation_model(a), a.sustained_fraction, grid, threads, progress);
+  }
   std::fprintf(stderr, "\n");
   std::vector<std::string> sources, gpus;
   for (const PublishedRun& run : runs) {
@@ -498,17 +532,17 @@ SigmaFitOutcome fit_and_print_sustained_fraction(const ValidateArgs& a, const st
     gpus.push_back(gpu_and_precision(run));
   }
   try {
-    f.fit = fit_sustained_fraction_to_runs(f.sweep, sources);
+    f.fit = fit_constant_to_runs(f.sweep, sources);
   } catch (const std::invalid_argument& e) {  // every comparable row failed to simulate
-    throw InputError(a.runs, "", std::string("--fit-sustained-fraction: ") + e.what());
+    throw InputError(a.runs, "", std::string(spec.flag) + ": " + e.what());
   }
-  print_sustained_fraction_fit(a, f, gpus);
+  print_constant_fit(a, f, gpus);
   return f;
 }
 
 // --plot: the parity plot of every compared row, and with the fit its MAPE-against-σ curves.
 void plot_validation(const ValidateArgs& a, const std::vector<PublishedRun>& runs,
-                     const std::vector<RunPrediction>& predictions, const std::optional<SigmaFitOutcome>& fitted) {
+                     const std::vector<RunPrediction>& predictions, const std::optional<ConstantFitOutcome>& fitted) {
   std::filesystem::create_directories(a.plot_dir);
   std::vector<std::string> sources, groups;
   for (const PublishedRun& run : runs) sources.push_back(source_label(run.source));
@@ -520,19 +554,24 @@ void plot_validation(const ValidateArgs& a, const std::vector<PublishedRun>& run
                             groups));
   std::printf("# plot: %s/validate.png\n", a.plot_dir.c_str());
   if (!fitted) return;
-  write_file_atomically(a.plot_dir + "/sigma.dat", sigma_fit_data(fitted->sweep, fitted->fit));
-  run_gnuplot(a.plot_dir + "/sigma.gp", sigma_fit_script(a.plot_dir + "/sigma.dat", a.plot_dir + "/sigma.png",
-                                                         name + ": MAPE against the sustained fraction", fitted->fit));
-  std::printf("# plot: %s/sigma.png\n", a.plot_dir.c_str());
+  const FitSpec& spec = *fitted->spec;
+  const std::string stem = a.plot_dir + "/" + spec.plot;
+  write_file_atomically(stem + ".dat", constant_fit_data(fitted->sweep, fitted->fit));
+  run_gnuplot(stem + ".gp", constant_fit_script(stem + ".dat", stem + ".png",
+                                                name + ": MAPE against the " + spec.name, spec.axis, fitted->fit));
+  std::printf("# plot: %s.png\n", stem.c_str());
 }
 
 void run_validate(ValidateArgs a) {
   std::vector<PublishedRun> runs = read_published_runs(a.runs, bundled_models_dir());
   if (!a.plot_dir.empty()) require_gnuplot();
-  std::optional<SigmaFitOutcome> fitted;
+  std::optional<ConstantFitOutcome> fitted;
   if (a.fit_sustained_fraction) {
-    fitted = fit_and_print_sustained_fraction(a, runs);
-    a.sustained_fraction = fitted->fit.sigma;
+    fitted = fit_and_print_constant(a, kSigmaFit, runs);
+    a.sustained_fraction = fitted->fit.value;
+  } else if (a.fit_host_dispatch) {
+    fitted = fit_and_print_constant(a, kDispatchFit, runs);
+    a.host_dispatch = strprintf("%g us", fitted->fit.value);
   }
   TextTable t({"id", "gpu", "gpus", "layout", "published", "predicted", "error", "note"},
               {TextTable::Align::kLeft, TextTable::Align::kLeft, TextTable::Align::kRight, TextTable::Align::kLeft,
@@ -637,20 +676,26 @@ void add_train_command(CLI::App& app) {
   v->add_option("--json", vargs->json, "write one object per row (id, predicted, expected, error or error_message)");
   auto* sigma = v->add_option("--sustained-fraction", vargs->sustained_fraction, sustained_fraction_help())
                     ->check(CLI::Range(1e-9, 1.0));
-  v->add_flag("--fit-sustained-fraction", vargs->fit_sustained_fraction,
-              "fit the sustained fraction to these rows (the least mean |error| on a grid of 0.40-1.00 by 0.01), with each "
-              "source held out (fitted on the others, its error there); then report every row at the fitted value")
-      ->excludes(sigma);
+  auto* fit_sigma = v->add_flag("--fit-sustained-fraction", vargs->fit_sustained_fraction,
+                                "fit the sustained fraction to these rows (the least mean |error| on a grid of 0.40-1.00 by "
+                                "0.01), with each source held out (fitted on the others, its error there); then report "
+                                "every row at the fitted value");
+  fit_sigma->excludes(sigma);
   v->add_option("--plot", vargs->plot_dir,
-                "write PNGs (gnuplot) into this directory: predicted vs published per source (validate.png), and with "
-                "--fit-sustained-fraction each source's MAPE against sigma (sigma.png)");
-  v->add_option("--jobs", vargs->jobs, "threads for --fit-sustained-fraction (default: all cores)")->check(CLI::PositiveNumber);
+                "write PNGs (gnuplot) into this directory: predicted vs published per source (validate.png), and with a "
+                "fit each source's MAPE against the constant (sigma.png, host-dispatch.png)");
+  v->add_option("--jobs", vargs->jobs, "threads for a fit (default: all cores)")->check(CLI::PositiveNumber);
   v->add_option("--network", vargs->network, "analytical (each collective alone) or flow (co-simulated)")
       ->check(CLI::IsMember({"analytical", "flow"}))
       ->capture_default_str();
-  v->add_option("--host-dispatch", vargs->host_dispatch,
-                "the host's time to issue one kernel (\"74 us\", the default: an eager framework; \"0 us\" for kernels "
-                "replayed from CUDA graphs): small layers on fast GPUs run at the host's pace");
+  auto* dispatch = v->add_option("--host-dispatch", vargs->host_dispatch,
+                                 "the host's time to issue one kernel (\"74 us\", the default: an eager framework; \"0 us\" "
+                                 "for kernels replayed from CUDA graphs): small layers on fast GPUs run at the host's pace");
+  v->add_flag("--fit-host-dispatch", vargs->fit_host_dispatch,
+              "fit the host's time to issue a kernel to these rows (0-200 us by 1 us, at the sustained fraction given), "
+              "each source held out as for the sustained fraction; then report every row at the fitted value")
+      ->excludes(dispatch)
+      ->excludes(fit_sigma);
   v->callback([vargs] { run_validate(*vargs); });
 }
 

@@ -1,5 +1,6 @@
-// Fitting σ to runs: the grid, the fit and the leave-one-source-out check against their closed
-// forms on synthetic errors, and the sweep against RunValidator on real published rows.
+// Fitting a constant to runs: the grid, the fit and the leave-one-source-out check against their
+// closed forms on synthetic errors, and the sweeps (σ, t_dispatch) against RunValidator on real
+// published rows.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -10,7 +11,7 @@
 
 #include "training/published_runs.h"
 #include "training/run_validation.h"
-#include "training/sustained_fraction_fit.h"
+#include "training/constant_fit.h"
 #include "training/validation_plots.h"
 
 using namespace parallax;
@@ -22,9 +23,9 @@ constexpr double kNotCompared = std::numeric_limits<double>::quiet_NaN();
 
 // A row that only computes: its throughput is proportional to σ, so at σ its error is
 // σ / σ_row − 1, σ_row being the σ that reproduces it exactly.
-SigmaSweep compute_bound_sweep(const std::vector<double>& row_sigmas, const std::vector<double>& grid) {
-  SigmaSweep sweep;
-  sweep.sigmas = grid;
+ConstantSweep compute_bound_sweep(const std::vector<double>& row_sigmas, const std::vector<double>& grid) {
+  ConstantSweep sweep;
+  sweep.values = grid;
   for (double s : grid) {
     std::vector<double> errors;
     for (double r : row_sigmas) errors.push_back(std::isnan(r) ? kNotCompared : s / r - 1.0);
@@ -55,15 +56,15 @@ TEST(SigmaGrid, EndsIncludedInEvenSteps) {
 // fit: without C the slope between 0.70 and 0.74 is 1/0.70 − 1/0.74 > 0, so 0.70 and C's error
 // 1 − 0.70/0.80 = 0.125; without B likewise 0.70, B's error 1 − 0.70/0.74 = 0.054054; without A
 // 0.74 (slope 1/0.74 − 1/0.80 > 0 above it), A's error 0.74/0.70 − 1 = 0.057143.
-TEST(SustainedFractionFit, LeastMapeAndEachSourceHeldOutMatchTheClosedForm) {
-  const SigmaSweep sweep = compute_bound_sweep({0.70, 0.74, 0.80}, sigma_grid(0.60, 0.90, 0.01));
-  const SustainedFractionFit fit = fit_sustained_fraction_to_runs(sweep, {"A", "B", "C"});
+TEST(ConstantFit, LeastMapeAndEachSourceHeldOutMatchTheClosedForm) {
+  const ConstantSweep sweep = compute_bound_sweep({0.70, 0.74, 0.80}, sigma_grid(0.60, 0.90, 0.01));
+  const ConstantFit fit = fit_constant_to_runs(sweep, {"A", "B", "C"});
   EXPECT_EQ(fit.rows, 3u);
-  EXPECT_NEAR(fit.sigma, 0.74, 1e-9);
+  EXPECT_NEAR(fit.value, 0.74, 1e-9);
   EXPECT_NEAR(fit.mape, (0.74 / 0.70 - 1 + 1 - 0.74 / 0.80) / 3, 1e-9);
   EXPECT_NEAR(fit.median_signed, 0.0, 1e-9);
   EXPECT_NEAR(fit.median_abs, 0.74 / 0.70 - 1, 1e-9);  // the middle of 0.0571, 0, 0.075
-  ASSERT_EQ(fit.mape_by_sigma.size(), sweep.sigmas.size());
+  ASSERT_EQ(fit.mape_by_value.size(), sweep.values.size());
   ASSERT_EQ(fit.sources.size(), 3u);
   const double own[] = {0.70, 0.74, 0.80}, others[] = {0.74, 0.70, 0.70};
   const double held_out[] = {0.74 / 0.70 - 1, 1 - 0.70 / 0.74, 1 - 0.70 / 0.80};
@@ -71,30 +72,30 @@ TEST(SustainedFractionFit, LeastMapeAndEachSourceHeldOutMatchTheClosedForm) {
     const SourceHoldOut& h = fit.sources[i];
     EXPECT_EQ(h.source, std::string(1, static_cast<char>('A' + i)));
     EXPECT_EQ(h.rows, 1u);
-    EXPECT_NEAR(h.own_sigma, own[i], 1e-9) << h.source;
+    EXPECT_NEAR(h.own_value, own[i], 1e-9) << h.source;
     EXPECT_NEAR(h.own_mape, 0.0, 1e-9) << h.source;
-    EXPECT_NEAR(h.others_sigma, others[i], 1e-9) << h.source;
+    EXPECT_NEAR(h.others_value, others[i], 1e-9) << h.source;
     EXPECT_NEAR(h.held_out_mape, held_out[i], 1e-9) << h.source;
   }
 }
 
-TEST(SustainedFractionFit, RowsNotComparedAreLeftOutAndOneSourceHasNoHoldOut) {
-  const SigmaSweep sweep = compute_bound_sweep({0.80, kNotCompared, 0.80}, sigma_grid(0.60, 0.90, 0.01));
-  const SustainedFractionFit fit = fit_sustained_fraction_to_runs(sweep, {"A", "B", "A"});
+TEST(ConstantFit, RowsNotComparedAreLeftOutAndOneSourceHasNoHoldOut) {
+  const ConstantSweep sweep = compute_bound_sweep({0.80, kNotCompared, 0.80}, sigma_grid(0.60, 0.90, 0.01));
+  const ConstantFit fit = fit_constant_to_runs(sweep, {"A", "B", "A"});
   EXPECT_EQ(fit.rows, 2u);
-  EXPECT_NEAR(fit.sigma, 0.80, 1e-9);
+  EXPECT_NEAR(fit.value, 0.80, 1e-9);
   EXPECT_NEAR(fit.mape, 0.0, 1e-9);
   ASSERT_EQ(fit.sources.size(), 1u);  // B has no compared row
   EXPECT_EQ(fit.sources[0].rows, 2u);
-  EXPECT_TRUE(std::isnan(fit.sources[0].others_sigma));
+  EXPECT_TRUE(std::isnan(fit.sources[0].others_value));
   EXPECT_TRUE(std::isnan(fit.sources[0].held_out_mape));
 }
 
-TEST(SustainedFractionFit, BadSweepsAreRefused) {
-  EXPECT_THROW(fit_sustained_fraction_to_runs(SigmaSweep{}, {}), std::invalid_argument);
-  const SigmaSweep sweep = compute_bound_sweep({0.7, 0.8}, {0.7, 0.8});
-  EXPECT_THROW(fit_sustained_fraction_to_runs(sweep, {"A"}), std::invalid_argument);
-  EXPECT_THROW(fit_sustained_fraction_to_runs(compute_bound_sweep({kNotCompared}, {0.7, 0.8}), {"A"}), std::invalid_argument);
+TEST(ConstantFit, BadSweepsAreRefused) {
+  EXPECT_THROW(fit_constant_to_runs(ConstantSweep{}, {}), std::invalid_argument);
+  const ConstantSweep sweep = compute_bound_sweep({0.7, 0.8}, {0.7, 0.8});
+  EXPECT_THROW(fit_constant_to_runs(sweep, {"A"}), std::invalid_argument);
+  EXPECT_THROW(fit_constant_to_runs(compute_bound_sweep({kNotCompared}, {0.7, 0.8}), {"A"}), std::invalid_argument);
 }
 
 // On real rows (llm-foundry's H100 FP8 table, 7 rows): the sweep gives what RunValidator gives
@@ -104,9 +105,9 @@ TEST(SustainedFractionSweep, EqualsTheValidatorAtEachSigmaOnAnyThreadCount) {
       read_published_runs(kFitRepository + "/workloads/validation/mpt-h100-fp8-holdout.json", kFitRepository + "/workloads/models");
   const std::string topologies = kFitRepository + "/topologies";
   const std::vector<double> grid = {0.60, 0.74, 0.90};
-  const SigmaSweep one = sweep_sustained_fraction(runs, topologies, {}, grid, 1);
+  const ConstantSweep one = sweep_sustained_fraction(runs, topologies, {}, grid, 1);
   size_t calls = 0;
-  const SigmaSweep three = sweep_sustained_fraction(runs, topologies, {}, grid, 3, [&](size_t done, size_t total) {
+  const ConstantSweep three = sweep_sustained_fraction(runs, topologies, {}, grid, 3, [&](size_t done, size_t total) {
     ++calls;
     EXPECT_EQ(total, grid.size());
     EXPECT_LE(done, total);
@@ -143,10 +144,39 @@ TEST(ValidationPlots, ParityDataGroupsComparedRowsBySource) {
 }
 
 TEST(ValidationPlots, SigmaCurveHasEverySourcesMape) {
-  const SigmaSweep sweep = compute_bound_sweep({0.80, 0.80}, {0.70, 0.80});
-  const SustainedFractionFit fit = fit_sustained_fraction_to_runs(sweep, {"A", "B"});
-  EXPECT_EQ(sigma_fit_data(sweep, fit),
-            "# sigma, MAPE of every row, then of each source's rows (%)\n0.70 12.5000 12.5000 12.5000\n"
-            "0.80 0.0000 0.0000 0.0000\n");
-  EXPECT_NE(sigma_fit_script("s.dat", "s.png", "t", fit).find("using 1:4 with lines lw 1.5 title \"B\""), std::string::npos);
+  const ConstantSweep sweep = compute_bound_sweep({0.80, 0.80}, {0.70, 0.80});
+  const ConstantFit fit = fit_constant_to_runs(sweep, {"A", "B"});
+  EXPECT_EQ(constant_fit_data(sweep, fit),
+            "# the constant, MAPE of every row, then of each source's rows (%)\n0.7 12.5000 12.5000 12.5000\n"
+            "0.8 0.0000 0.0000 0.0000\n");
+  const std::string script = constant_fit_script("s.dat", "s.png", "t", "sustained fraction (sigma)", fit);
+  EXPECT_NE(script.find("using 1:4 with lines lw 1.5 title \"B\""), std::string::npos);
+  EXPECT_NE(script.find("set xlabel \"sustained fraction (sigma)\""), std::string::npos);
+}
+
+// The host's dispatch time over the first rows of vTrain's single-node file (small layers, where
+// it matters): the sweep gives what RunValidator gives at the default and at none, whatever the
+// thread count, and no row's predicted throughput rises as the host gets slower.
+TEST(HostDispatchSweep, EqualsTheValidatorAndSlowsEveryRowAsItGrows) {
+  std::vector<PublishedRun> runs = read_published_runs(kFitRepository + "/workloads/validation/vtrain-a100-single-node.json",
+                                                       kFitRepository + "/workloads/models");
+  runs.resize(6);
+  const std::string topologies = kFitRepository + "/topologies";
+  const std::vector<double> grid = {0, 74, 150};
+  const ConstantSweep one = sweep_host_dispatch(runs, topologies, {}, 0.74, grid, 1);
+  const ConstantSweep two = sweep_host_dispatch(runs, topologies, {}, 0.74, grid, 2);
+  RunValidator at_default(topologies, 0.74);
+  ValidationModel none;
+  none.host_dispatch = Time::zero();
+  RunValidator eager_free(topologies, 0.74, none);
+  bool host_bound = false;
+  for (size_t r = 0; r < runs.size(); ++r) {
+    EXPECT_EQ(one.errors[1][r], at_default.predict(runs[r]).error) << runs[r].id;
+    EXPECT_EQ(one.errors[0][r], eager_free.predict(runs[r]).error) << runs[r].id;
+    for (size_t v = 0; v < grid.size(); ++v) EXPECT_EQ(one.errors[v][r], two.errors[v][r]) << runs[r].id;
+    EXPECT_GE(one.errors[0][r], one.errors[1][r]) << runs[r].id;
+    EXPECT_GE(one.errors[1][r], one.errors[2][r]) << runs[r].id;
+    host_bound = host_bound || one.errors[2][r] < one.errors[0][r];
+  }
+  EXPECT_TRUE(host_bound);
 }
