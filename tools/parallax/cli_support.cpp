@@ -4,8 +4,10 @@
 #include <cstdlib>
 #include <stdexcept>
 
+#include "compute/compute_model.h"
 #include "io/atomic_file.h"
 #include "io/input_error.h"
+#include "io/text_format.h"
 
 namespace parallax::cli {
 
@@ -17,6 +19,15 @@ const std::string& bundled_models_dir() {
 const std::string& topologies_dir() {
   static const std::string dir = std::string(PARALLAX_SOURCE_DIR) + "/topologies";
   return dir;
+}
+
+std::string gib(Bytes b) { return format_text("%.1f GiB", b.value() / (1024.0 * 1024 * 1024)); }
+
+// The default comes from the compute model, so that the help never says another figure.
+std::string sustained_fraction_help() {
+  return format_text("fraction of their stand-alone speed that kernels keep in a training step (default %.2f; 1 = the "
+                     "kernel model alone)",
+                     ComputeModelOptions{}.sustained_fraction);
 }
 
 void require_gnuplot() {

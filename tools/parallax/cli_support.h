@@ -4,11 +4,19 @@
 
 #include <string>
 
+#include "units/units.h"
+
 namespace parallax::cli {
 
 /// workloads/models and topologies of the source tree the binary was built from.
 const std::string& bundled_models_dir();
 const std::string& topologies_dir();
+
+/// "12.3 GiB".
+std::string gib(Bytes b);
+
+/// The help of --sustained-fraction, its default read from the compute model.
+std::string sustained_fraction_help();
 
 /// InputError (on --plot) when gnuplot is not installed: for a command to check before long work.
 void require_gnuplot();

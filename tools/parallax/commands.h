@@ -13,8 +13,10 @@ void add_flows_command(CLI::App& app);
 void add_collective_command(CLI::App& app);
 /// `parallax calibrate fit|compare MEASUREMENTS... --topology FILE [-o FILE] [--plot DIR] ...`
 void add_calibrate_command(CLI::App& app);
-/// `parallax train WORKLOAD.json [--tp N --pp N ...]` and `parallax validate RUNS.json`
+/// `parallax train WORKLOAD.json [--tp N --pp N ...]`
 void add_train_command(CLI::App& app);
+/// `parallax validate RUNS.json [--fit-sustained-fraction | --fit-host-dispatch] [--plot DIR] ...`
+void add_validate_command(CLI::App& app);
 /// `parallax search` (the best parallel layouts of a training job) and `parallax scale` (its
 /// data-parallel strategies over GPU counts).
 void add_search_command(CLI::App& app);

@@ -72,6 +72,7 @@ int main(int argc, char** argv) {
   parallax::cli::add_collective_command(app);
   parallax::cli::add_calibrate_command(app);
   parallax::cli::add_train_command(app);
+  parallax::cli::add_validate_command(app);
   parallax::cli::add_search_command(app);
   parallax::cli::add_serve_command(app);
   app.parse_complete_callback([&] {
