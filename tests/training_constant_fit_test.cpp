@@ -47,6 +47,14 @@ TEST(SigmaGrid, EndsIncludedInEvenSteps) {
   EXPECT_THROW(sigma_grid(0.5, 1.2, 0.01), std::invalid_argument);
   EXPECT_THROW(sigma_grid(0.8, 0.5, 0.01), std::invalid_argument);
   EXPECT_THROW(sigma_grid(0.5, 0.8, 0.0), std::invalid_argument);
+  // Any constant's: the host's dispatch time from 0 to 200 µs by 1, both ends included.
+  const std::vector<double> us = value_grid(0, 200, 1);
+  ASSERT_EQ(us.size(), 201u);
+  EXPECT_DOUBLE_EQ(us.front(), 0);
+  EXPECT_DOUBLE_EQ(us[74], 74);
+  EXPECT_DOUBLE_EQ(us.back(), 200);
+  EXPECT_THROW(value_grid(2, 1, 1), std::invalid_argument);
+  EXPECT_THROW(value_grid(0, 1, 0), std::invalid_argument);
 }
 
 // Three compute-bound rows of three sources, reproduced exactly at σ 0.70, 0.74 and 0.80. The

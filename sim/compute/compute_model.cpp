@@ -55,12 +55,6 @@ OperatorTiming ComputeModel::timing(const OperatorCost& op) const {
   return t;
 }
 
-ComputeModel ComputeModel::replayed_from_graphs() const {
-  ComputeModel graphed = *this;
-  graphed.options_.host_dispatch = Time::zero();
-  return graphed;
-}
-
 Time issued_stream_time(const ComputeModel& cm, std::span<const OperatorCost* const> ops) {
   const Time dispatch = cm.options().host_dispatch;
   Time host, gpu;  // when each is done with what it has been given

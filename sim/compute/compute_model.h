@@ -131,8 +131,6 @@ class ComputeModel {
   const GpuSpec& gpu() const { return gpu_; }
   const ComputeModelOptions& options() const { return options_; }
   const GemmEfficiency& gemm_efficiency() const { return *gemm_; }
-  /// The same model with kernels that cost the host no dispatch (replayed from a CUDA graph).
-  ComputeModel replayed_from_graphs() const;
 
  private:
   GpuSpec gpu_;

@@ -67,9 +67,12 @@ SourceHoldOut hold_out(const ConstantSweep& sweep, const std::vector<std::string
 }  // namespace
 
 std::vector<double> sigma_grid(double lo, double hi, double step) {
-  if (!(lo > 0 && hi <= 1 && lo <= hi) || !(step > 0)) {
-    throw std::invalid_argument("sustained-fraction grid: need 0 < lo <= hi <= 1 and a positive step");
-  }
+  if (!(lo > 0 && hi <= 1)) throw std::invalid_argument("sustained-fraction grid: need 0 < lo <= hi <= 1");
+  return value_grid(lo, hi, step);
+}
+
+std::vector<double> value_grid(double lo, double hi, double step) {
+  if (!(lo <= hi) || !(step > 0)) throw std::invalid_argument("grid: need lo <= hi and a positive step");
   std::vector<double> grid;
   for (int i = 0;; ++i) {
     const double s = lo + i * step;

@@ -25,6 +25,8 @@ struct ConstantSweep {
 /// σ from lo to hi (both in (0, 1], lo ≤ hi) in steps of `step`, hi included where the steps
 /// reach it within 1e-9. Throws std::invalid_argument on a bad range or step.
 std::vector<double> sigma_grid(double lo, double hi, double step);
+/// The same for any constant: lo ≤ hi, a positive step.
+std::vector<double> value_grid(double lo, double hi, double step);
 
 /// A validator for one grid value; each worker thread of a sweep builds its own.
 using ValidatorAt = std::function<RunValidator(double value)>;

@@ -210,32 +210,37 @@ ShardingFactors sharding_of(const ParallelLayout& layout) {
 
 namespace {
 
+void set_graph_replayed(ModelOperator& op, bool graphed) { op.forward.graph_replayed = op.backward.graph_replayed = graphed; }
+
 // Whether a layer's operator is replayed from a CUDA graph under `layout`. Scoped graphs go by the
 // operator's place: the attention block runs up to its residual add (or, in a parallel block, up
-// to the MLP), the rest is the MLP block.
+// to the MLP, whose operators are named mlp_*, or a MoE's router), the rest is the MLP block.
 void mark_graph_replayed(std::vector<ModelOperator>& ops, const ParallelLayout& layout, bool moe) {
-  const CudaGraphs g = layout.cuda_graphs;
-  if (g == CudaGraphs::kNone) return;
+  if (layout.cuda_graphs != CudaGraphs::kScoped) {
+    for (ModelOperator& op : ops) set_graph_replayed(op, layout.cuda_graphs != CudaGraphs::kNone);
+    return;
+  }
   const CudaGraphScope& scope = layout.cuda_graph_scope;
   bool attention_block = true;
   for (ModelOperator& op : ops) {
-    if (op.name == "mlp_norm" || op.name == "router" || op.name.rfind("mlp_", 0) == 0) attention_block = false;
-    bool graphed = g != CudaGraphs::kScoped;
-    if (g == CudaGraphs::kScoped) {
-      if (attention_block) {
-        graphed = scope.attn;
-      } else if (!moe) {
-        graphed = scope.mlp;
-      } else {
-        graphed = (scope.moe_router && (op.name == "mlp_norm" || op.name.rfind("router", 0) == 0)) ||
-                  (scope.moe_preprocess && op.name == "moe_permute");
-      }
+    if (op.name == "router" || op.name.rfind("mlp_", 0) == 0) attention_block = false;
+    if (attention_block) {
+      set_graph_replayed(op, scope.attn);
+    } else if (!moe) {
+      set_graph_replayed(op, scope.mlp);
+    } else {
+      set_graph_replayed(op, (scope.moe_router && (op.name == "mlp_norm" || op.name.rfind("router", 0) == 0)) ||
+                                 (scope.moe_preprocess && op.name == "moe_permute"));
     }
-    op.forward.graph_replayed = op.backward.graph_replayed = graphed;
   }
 }
 
 }  // namespace
+
+std::vector<ModelOperator> replayed_under_full_iteration(std::vector<ModelOperator> ops, const ParallelLayout& layout) {
+  for (ModelOperator& op : ops) set_graph_replayed(op, layout.cuda_graphs == CudaGraphs::kFullIteration);
+  return ops;
+}
 
 std::vector<ModelOperator> timed_layer_operators(const ModelConfig& model, const ParallelLayout& layout, int layer,
                                                  bool bf16, double expert_rows) {
@@ -334,7 +339,8 @@ Unit layer_unit(const ModelConfig& model, const ParallelLayout& layout, LayerSum
 // time transformer layers only.
 Unit embedding_unit(const ModelConfig& model, const ParallelLayout& layout, const ComputeModel& cm,
                     const ParameterCounts& counts, bool timed) {
-  Unit u = unit_from(sum_operators(cm, embedding_operators(model, micro_batch_of(layout), sharding_of(layout))),
+  Unit u = unit_from(sum_operators(cm, replayed_under_full_iteration(
+                                             embedding_operators(model, micro_batch_of(layout), sharding_of(layout)), layout)),
                      layout.recompute, false, timed, false);
   u.parameters = static_cast<double>(counts.embedding) / layout.tp;
   u.embedding = timed;
@@ -343,7 +349,8 @@ Unit embedding_unit(const ModelConfig& model, const ParallelLayout& layout, cons
 
 Unit output_unit(const ModelConfig& model, const ParallelLayout& layout, const ComputeModel& cm,
                  const ParameterCounts& counts, bool timed) {
-  Unit u = unit_from(sum_operators(cm, output_operators(model, micro_batch_of(layout), sharding_of(layout))),
+  Unit u = unit_from(sum_operators(cm, replayed_under_full_iteration(
+                                             output_operators(model, micro_batch_of(layout), sharding_of(layout)), layout)),
                      layout.recompute, false, timed, false);
   // A tied head is the embedding matrix; a separate last stage keeps its own copy of it.
   const int stages = layout.pp * layout.virtual_stages;
@@ -366,7 +373,8 @@ void append_mtp_modules(std::vector<Unit>& list, const ModelConfig& model, const
   if (model.mtp_layers == 0) return;
   const double norm = static_cast<double>(counts.final_norm);  // one norm of the hidden width
   const double h = static_cast<double>(model.hidden);
-  Unit input = unit_from(sum_operators(cm, mtp_input_operators(model, micro_batch_of(layout), sharding_of(layout))),
+  Unit input = unit_from(sum_operators(cm, replayed_under_full_iteration(
+                                                 mtp_input_operators(model, micro_batch_of(layout), sharding_of(layout)), layout)),
                          layout.recompute, false, timed, false);
   input.parameters = 2.0 * h * h / layout.tp + 3.0 * norm;
   input.output_side = true;  // what it keeps is held as the head's is, on the last virtual stage
@@ -406,15 +414,11 @@ StagePlan plan_stages(const ModelConfig& model, const ParallelLayout& layout, co
   plan.routing = model.moe ? route(*model.moe, layout.ep, options) : Routing{};
   plan.virtual_stage_layers = virtual_stage_layers(layout, model);
   plan.units.resize(static_cast<size_t>(stages));
-  // Kernels replayed from CUDA graphs cost the host nothing to issue: the layers' marked by
-  // timed_layer_operators, the embedding's and the output side's under a full-iteration graph.
-  const ComputeModel graphed = cm.replayed_from_graphs();
-  const ComputeModel& ends_cm = layout.cuda_graphs == CudaGraphs::kFullIteration ? graphed : cm;
   LayerSums layer_sums(model, layout, cm, plan.routing);
   int first_layer = 0;
   for (int vs = 0; vs < stages; ++vs) {
     auto& list = plan.units[static_cast<size_t>(vs)];
-    if (vs == 0) list.push_back(embedding_unit(model, layout, ends_cm, counts, timed_ends));
+    if (vs == 0) list.push_back(embedding_unit(model, layout, cm, counts, timed_ends));
     const int layers = plan.virtual_stage_layers[static_cast<size_t>(vs)];
     for (int l = first_layer; l < first_layer + layers; ++l) {
       list.push_back(layer_unit(model, layout, layer_sums, l, l - first_layer));
@@ -422,8 +426,8 @@ StagePlan plan_stages(const ModelConfig& model, const ParallelLayout& layout, co
     }
     first_layer += layers;
     if (vs == stages - 1) {
-      append_mtp_modules(list, model, layout, ends_cm, counts, layer_sums, layers, timed_ends);
-      list.push_back(output_unit(model, layout, ends_cm, counts, timed_ends));
+      append_mtp_modules(list, model, layout, cm, counts, layer_sums, layers, timed_ends);
+      list.push_back(output_unit(model, layout, cm, counts, timed_ends));
     }
   }
   plan.schedule = schedule_for(layout, plan.units);

@@ -100,6 +100,10 @@ struct PassStretch {
 PassStretch host_stretch(const ComputeModel& cm, const std::vector<ModelOperator>& ops);
 /// t × factor, to the picosecond; t itself when the factor is 1.
 Time stretched(Time t, double factor);
+/// The embedding's, the output side's or an MTP input's operators, marked as replayed from a CUDA
+/// graph when the layout graphs the whole iteration (a layer's are marked by
+/// timed_layer_operators, by the layout's scope).
+std::vector<ModelOperator> replayed_under_full_iteration(std::vector<ModelOperator> ops, const ParallelLayout& layout);
 
 struct OperatorSums {
   Time forward, backward, attention_forward, attention_backward;

@@ -69,8 +69,6 @@ std::vector<UnitBreakdown> operator_breakdown(const ModelConfig& model, const Pa
     throw InputError("", "/parallel/dtype", gpu.name + " has no " + std::string(to_string(layout.dtype)) + " peak");
   }
   const ComputeModel cm(gpu, options.compute, options.gemm_efficiency);
-  const ComputeModel graphed = cm.replayed_from_graphs();
-  const ComputeModel& ends = layout.cuda_graphs == CudaGraphs::kFullIteration ? graphed : cm;
   const double pace = model.moe ? iteration_detail::route(*model.moe, layout.ep, options).pace : 1.0;
   const bool selective = layout.recompute == Recomputation::kSelective;
   // Layers differ only by dense vs MoE, 16-bit ends and (block method) full recomputation.
@@ -94,8 +92,14 @@ std::vector<UnitBreakdown> operator_breakdown(const ModelConfig& model, const Pa
   if (options.transformer_layers_only) return units;
   const MicroBatch batch = micro_batch_of(layout);
   const ShardingFactors sharding = sharding_of(layout);
-  units.insert(units.begin(), UnitBreakdown{"embedding", 1, timed(ends, embedding_operators(model, batch, sharding), false, false)});
-  units.push_back({"output layer", 1, timed(ends, output_operators(model, batch, sharding), false, false)});
+  using iteration_detail::replayed_under_full_iteration;
+  units.insert(units.begin(),
+               UnitBreakdown{"embedding", 1,
+                             timed(cm, replayed_under_full_iteration(embedding_operators(model, batch, sharding), layout),
+                                   false, false)});
+  units.push_back({"output layer", 1,
+                   timed(cm, replayed_under_full_iteration(output_operators(model, batch, sharding), layout), false,
+                         false)});
   return units;
 }
 

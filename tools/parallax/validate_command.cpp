@@ -151,6 +151,7 @@ std::vector<std::string> validation_row(const PublishedRun& run, const RunPredic
 
 // A constant `validate` can fit to a file's rows, and how it is shown.
 struct FitSpec {
+  bool sustained_fraction;  // σ, or else the host's dispatch time
   const char* flag;       // the option that asks for it
   const char* name;       // in the report's words
   const char* symbol;     // in the report's lines
@@ -164,9 +165,9 @@ struct FitSpec {
 // σ: a grid wide enough for every source of the bundled files (0.55-0.87,
 // docs/performance-and-accuracy.md), fine enough for the figures printed. t_dispatch: from none
 // (CUDA graphs) to well past the 74 us of an eager 2023 stack, by 1 us.
-constexpr FitSpec kSigmaFit{"--fit-sustained-fraction", "sustained fraction", "sigma", "", 2, 0.40, 1.00, 0.01,
+constexpr FitSpec kSigmaFit{true, "--fit-sustained-fraction", "sustained fraction", "sigma", "", 2, 0.40, 1.00, 0.01,
                             "sigma", "sustained fraction (sigma)"};
-constexpr FitSpec kDispatchFit{"--fit-host-dispatch", "host dispatch time", "t_dispatch", " us", 0, 0, 200, 1,
+constexpr FitSpec kDispatchFit{false, "--fit-host-dispatch", "host dispatch time", "t_dispatch", " us", 0, 0, 200, 1,
                                "host-dispatch", "the host's time to issue a kernel (us)"};
 
 std::string value_text(const FitSpec& spec, double v) { return strprintf("%.*f%s", spec.decimals, v, spec.unit); }
@@ -224,13 +225,12 @@ ConstantFitOutcome fit_and_print_constant(const ValidateArgs& a, const FitSpec& 
   };
   ConstantFitOutcome f;
   f.spec = &spec;
-  if (&spec == &kSigmaFit) {
+  if (spec.sustained_fraction) {
     f.sweep = sweep_sustained_fraction(runs, kRunsTopologiesDir, validation_model(a), sigma_grid(spec.lo, spec.hi, spec.step),
                                        threads, progress);
   } else {
-    std::vector<double> grid;
-    for (int i = 0; spec.lo + i * spec.step <= spec.hi + 1e-9; ++i) grid.push_back(spec.lo + i * spec.step);
-    f.sweep = sweep_host_dispatch(runs, kRunsTopologiesDir, validation_model(a), a.sustained_fraction, grid, threads, progress);
+    f.sweep = sweep_host_dispatch(runs, kRunsTopologiesDir, validation_model(a), a.sustained_fraction,
+                                  value_grid(spec.lo, spec.hi, spec.step), threads, progress);
   }
   std::fprintf(stderr, "\n");
   std::vector<std::string> sources, gpus;
