@@ -544,6 +544,47 @@ TEST(OperatorBreakdown, AddsUpToTheIterationsComputeAndNamesItsRecomputation) {
   EXPECT_NEAR((breakdown_total(block) * 2).seconds(), two_more_micro_batches(l, topo), 1e-9);
 }
 
+TEST(OperatorBreakdown, NamesTheHostOnlyWhereItsPassWaitsForIt) {
+  // A host that takes 1 s per kernel: every pass waits for it, by its issued time over its
+  // kernels' own, and each operator (the toy's kernels all take far less than 1 s) is "host".
+  // The kernels alone: no pass waits, and no operator is named "host".
+  const Topology topo = toy_cluster(1);
+  const GpuSpec& gpu = topo.gpu_spec_of(topo.gpus()[0]);
+  const ParallelLayout l = layout(1, 1, 1, 2);
+  IterationOptions slow_host;
+  slow_host.transformer_layers_only = true;
+  slow_host.compute.host_dispatch = Time::from_seconds(1);
+  const std::vector<UnitBreakdown> host = operator_breakdown(tiny(), l, gpu, slow_host);
+  const std::vector<UnitBreakdown> kernels = operator_breakdown(tiny(), l, gpu, test::kernels_only(slow_host));
+  ASSERT_EQ(host.size(), 1u);
+  ASSERT_EQ(kernels.size(), 1u);
+  // A pass of n kernels taking T alone is issued in n s, plus at most T after the last issue.
+  const std::vector<ModelOperator> ops =
+      layer_operators(tiny(), 0, iteration_detail::micro_batch_of(l), iteration_detail::sharding_of(l));
+  double n_forward = 0, n_backward = 0, t_forward = 0, t_backward = 0;
+  for (size_t i = 0; i < ops.size(); ++i) {
+    n_forward += ops[i].forward.kernels;
+    n_backward += ops[i].backward.kernels;
+    t_forward += kernels[0].operators[i].forward.seconds();
+    t_backward += kernels[0].operators[i].backward.seconds();
+  }
+  EXPECT_GE(host[0].host_pace_forward, n_forward / t_forward);
+  EXPECT_LE(host[0].host_pace_forward, (n_forward + t_forward) / t_forward);
+  EXPECT_GE(host[0].host_pace_backward, n_backward / t_backward);
+  EXPECT_LE(host[0].host_pace_backward, (n_backward + t_backward) / t_backward);
+  EXPECT_EQ(kernels[0].host_pace_forward, 1.0);
+  EXPECT_EQ(kernels[0].host_pace_backward, 1.0);
+  for (size_t i = 0; i < host[0].operators.size(); ++i) {
+    const OperatorTime& paced = host[0].operators[i];
+    const OperatorTime& alone = kernels[0].operators[i];
+    EXPECT_EQ(paced.bound, "host") << paced.name;
+    EXPECT_NE(alone.bound, "host") << alone.name;
+    EXPECT_NEAR(paced.forward.seconds(), alone.forward.seconds() * host[0].host_pace_forward,
+                1e-9 * paced.forward.seconds())
+        << paced.name;
+  }
+}
+
 TEST(IterationCommunication, PipelineSendsScatterOverTensorParallelRanks) {
   // tp 2 · pp 2, m = 4 micro-batches of S = b·s·h·2 bytes. Every TP rank sends only its half,
   // S/2 (Megatron-LM's scatter-gather, DeepSpeed's partitioned activations): with SP that is the

@@ -16,20 +16,22 @@ using iteration_detail::micro_batch_of;
 using iteration_detail::sharding_of;
 using iteration_detail::timed_layer_operators;
 
-// `host_paced`: its pass waits for the host to issue its kernels (iteration_detail::host_stretch).
+// `host_paced`: its pass waits for the host to issue its kernels (iteration_detail::host_stretch);
+// of such a pass, the operators whose own kernels the GPU runs faster than the host issues them
+// are the ones it waits at.
 std::string bound_of(const OperatorTiming& t, bool host_paced) {
   const Time work = std::max(t.compute, t.memory);
-  if (host_paced || t.host > work + t.launch) return "host";
+  if ((host_paced && t.issue > t.device) || t.host > work + t.launch) return "host";
   if (t.launch > work) return "launch";
   return t.memory_bound() ? "memory" : "compute";
 }
 
 // `recompute_all`: the unit's whole forward runs again in its backward; otherwise the attention
 // core's under selective recomputation, and the recomputed modules'.
-std::vector<OperatorTime> timed(const ComputeModel& cm, const std::vector<ModelOperator>& ops, bool recompute_all,
-                                bool selective) {
-  std::vector<OperatorTime> rows;
+UnitBreakdown timed(std::string unit, int count, const ComputeModel& cm, const std::vector<ModelOperator>& ops,
+                    bool recompute_all, bool selective) {
   const iteration_detail::PassStretch stretch = iteration_detail::host_stretch(cm, ops);
+  UnitBreakdown u{std::move(unit), count, {}, stretch.forward, stretch.backward};
   for (const ModelOperator& op : ops) {
     const OperatorTiming f = cm.timing(op.forward), b = cm.timing(op.backward);
     const Time forward = iteration_detail::stretched(f.total, stretch.forward);
@@ -41,9 +43,9 @@ std::vector<OperatorTime> timed(const ComputeModel& cm, const std::vector<ModelO
       row.recomputed = forward;
       row.flops = row.flops + op.forward.flops;
     }
-    rows.push_back(row);
+    u.operators.push_back(row);
   }
-  return rows;
+  return u;
 }
 
 std::string layer_unit_name(bool moe, bool bf16, bool recomputed) {
@@ -82,8 +84,8 @@ std::vector<UnitBreakdown> operator_breakdown(const ModelConfig& model, const Pa
       const bool recomputed = layout.fully_recomputed(l - first);
       const auto [it, added] = index.try_emplace({moe, bf16, recomputed}, units.size());
       if (added) {
-        units.push_back({layer_unit_name(moe, bf16, recomputed), 0,
-                         timed(cm, timed_layer_operators(model, layout, l, bf16, moe ? pace : 1.0), recomputed, selective)});
+        units.push_back(timed(layer_unit_name(moe, bf16, recomputed), 0, cm,
+                              timed_layer_operators(model, layout, l, bf16, moe ? pace : 1.0), recomputed, selective));
       }
       ++units[it->second].count;
     }
@@ -93,13 +95,11 @@ std::vector<UnitBreakdown> operator_breakdown(const ModelConfig& model, const Pa
   const MicroBatch batch = micro_batch_of(layout);
   const ShardingFactors sharding = sharding_of(layout);
   using iteration_detail::replayed_under_full_iteration;
-  units.insert(units.begin(),
-               UnitBreakdown{"embedding", 1,
-                             timed(cm, replayed_under_full_iteration(embedding_operators(model, batch, sharding), layout),
-                                   false, false)});
-  units.push_back({"output layer", 1,
-                   timed(cm, replayed_under_full_iteration(output_operators(model, batch, sharding), layout), false,
-                         false)});
+  units.insert(units.begin(), timed("embedding", 1, cm,
+                                    replayed_under_full_iteration(embedding_operators(model, batch, sharding), layout),
+                                    false, false));
+  units.push_back(timed("output layer", 1, cm,
+                        replayed_under_full_iteration(output_operators(model, batch, sharding), layout), false, false));
   return units;
 }
 
@@ -115,7 +115,12 @@ nlohmann::ordered_json operator_breakdown_json(const std::vector<UnitBreakdown>&
                      {"flops", op.flops.value()},
                      {"bound", op.bound}});
     }
-    out.push_back({{"unit", u.unit}, {"count", u.count}, {"total_s", u.total().seconds()}, {"operators", std::move(ops)}});
+    out.push_back({{"unit", u.unit},
+                   {"count", u.count},
+                   {"total_s", u.total().seconds()},
+                   {"host_pace_forward", u.host_pace_forward},
+                   {"host_pace_backward", u.host_pace_backward},
+                   {"operators", std::move(ops)}});
   }
   return out;
 }

@@ -26,8 +26,8 @@ struct OperatorTime {
   Time recomputed;    ///< the forward run again in the backward (full or selective recomputation, modules)
   Flops flops;        ///< forward + backward + recomputed
   /// What bounds the slower of its passes: "compute", "memory", "launch" (kernel launches
-  /// longer than the work) or "host" (host-issued GEMMs, or a pass whose kernels the GPU runs
-  /// faster than the host issues them: every time above is then the host's pace).
+  /// longer than the work) or "host" (host-issued GEMMs; or, in a pass that waits for the host,
+  /// an operator whose own kernels the GPU runs faster than the host issues them).
   std::string bound;
   Time total() const { return forward + backward + recomputed; }
 };
@@ -37,6 +37,10 @@ struct UnitBreakdown {
   std::string unit;   ///< "Transformer layer", "MoE layer", "Transformer layer (bf16 GEMMs)", "embedding", "output layer"
   int count = 0;      ///< units of this kind in the model (each pipeline rank runs its share)
   std::vector<OperatorTime> operators;  ///< in forward order
+  /// Each pass's time at the host's pace over its kernels' own (iteration_detail::host_stretch):
+  /// 1 where the GPU never waits for the host; every operator time above includes it.
+  double host_pace_forward = 1;
+  double host_pace_backward = 1;
   Time total() const;
 };
 
@@ -48,7 +52,8 @@ struct UnitBreakdown {
 std::vector<UnitBreakdown> operator_breakdown(const ModelConfig& model, const ParallelLayout& layout, const GpuSpec& gpu,
                                               const IterationOptions& options = {});
 
-/// The breakdown as JSON: one object per unit kind (unit, count, total_s) with its operators
+/// The breakdown as JSON: one object per unit kind (unit, count, total_s, host_pace_forward,
+/// host_pace_backward) with its operators
 /// (name, forward_s, backward_s, recomputed_s, flops, bound).
 nlohmann::ordered_json operator_breakdown_json(const std::vector<UnitBreakdown>& units);
 

@@ -125,7 +125,12 @@ void print_operator_breakdown(const std::vector<UnitBreakdown>& units, double su
               "recomputed: the forward run again in the backward):\n",
               sustained_fraction);
   for (const UnitBreakdown& u : units) {
-    std::printf("%s x%d: %s each\n", u.unit.c_str(), u.count, seconds_text(u.total()).c_str());
+    std::string pace;
+    if (u.host_pace_forward > 1 || u.host_pace_backward > 1) {
+      pace = strprintf(" (at the host's pace: forward %+.1f%%, backward %+.1f%%)", 100 * (u.host_pace_forward - 1),
+                       100 * (u.host_pace_backward - 1));
+    }
+    std::printf("%s x%d: %s each%s\n", u.unit.c_str(), u.count, seconds_text(u.total()).c_str(), pace.c_str());
     TextTable t({"operator", "forward", "backward", "recomputed", "share", "TFLOP/s", "bound"},
                 {TextTable::Align::kLeft, TextTable::Align::kRight, TextTable::Align::kRight, TextTable::Align::kRight,
                  TextTable::Align::kRight, TextTable::Align::kRight, TextTable::Align::kLeft});
