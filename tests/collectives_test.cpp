@@ -2,6 +2,8 @@
 // bounds, channel and contention behaviour.
 #include <gtest/gtest.h>
 
+#include <map>
+
 #include "collectives/algorithms.h"
 #include "collectives/closed_forms.h"
 #include "network/flow_network.h"
@@ -182,6 +184,28 @@ TEST(RingOrder, LeavesAndEntersNodesOnTheSameRail) {
       }
     }
   }
+}
+
+TEST(RingOrder, ChannelsTakeTurnsOnNicsThatGpusShare) {
+  // HGX A100 with 4 NICs, GPUs 2k and 2k+1 on NIC k. A channel rotated by one GPU would leave
+  // and enter node 0 through GPUs c−1 and c, so channels 1 and 3 would use NICs 0 and 1 only;
+  // rotated by the two GPUs of a NIC, channel c leaves through GPU 2c−1 (NIC c−1) and comes back
+  // through GPU 2c (NIC c): over four channels each NIC carries two crossings.
+  Topology topo = test::load_preset("hgx-a100-4hdr", 2);
+  Communicator comm = place_ranks(topo, 16);
+  std::map<std::string, int> crossings;
+  for (int c = 0; c < 4; ++c) {
+    const std::vector<int> order = ring_order(comm, c);
+    for (size_t i = 0; i < order.size(); ++i) {
+      const int a = order[i], b = order[(i + 1) % order.size()];
+      if (comm.node_of(a) == comm.node_of(b)) continue;
+      const int local = comm.node_of(a) == 0 ? a : b;  // node 0's end of the crossing
+      for (LinkId l : topo.out_links(comm.device(local))) {
+        if (topo.device(topo.link(l).to).kind == DeviceKind::kNic) ++crossings[topo.device(topo.link(l).to).name];
+      }
+    }
+  }
+  EXPECT_EQ(crossings, (std::map<std::string, int>{{"n0.nic0", 2}, {"n0.nic1", 2}, {"n0.nic2", 2}, {"n0.nic3", 2}}));
 }
 
 }  // namespace

@@ -113,6 +113,36 @@ TEST(SiblingContention, GpusThatShareANicSlowEachOther) {
   EXPECT_NEAR(contention.slowdown(rings, 0, rings[0], TrafficPattern::kRing), 2.0, 1e-12);
 }
 
+TEST(SiblingContention, RingsLeaveANodeThroughTheNicsOfAllTheirGpusThere) {
+  // HGX A100 with 4 NICs (25 GB/s; GPUs 2k, 2k+1 on NIC k), 4 nodes; a ring runs both ways at
+  // half its rate each, as NCCL's channels leave a node through each of its GPUs' NICs.
+  // - Eight rings of one GPU per node (tp 8: ring r over GPU r): NIC k carries rings 2k and 2k+1,
+  //   each 2 × 12.5 GB/s out: 50 on 25, load 2; ring 0 alone, 1. Slowdown 2.
+  // - Four rings of two GPUs per node (tp 4 · dp 2 per node: ring j over GPUs j and j+4 of each
+  //   node in turn): ring j leaves a node from GPU j+4 (NIC j/2 + 2) one way and from GPU j
+  //   (NIC j/2) the other, 12.5 GB/s each; rings 0 and 1 share NICs 0 and 2, 25 GB/s on each,
+  //   load 1. The reference, the same shape on GPUs 0 and 1 (both on NIC 0): 25 on NIC 0, load 1.
+  //   Slowdown 1: each ring has a NIC's worth, as where the collective was timed.
+  Topology topo = test::load_preset("hgx-a100-4hdr", 4);
+  Router router(topo);
+  SiblingContention contention(topo, router);
+  EXPECT_FALSE(contention.non_blocking());
+  const std::vector<std::vector<DeviceId>> rails = every_rail(topo, 4);
+  EXPECT_NEAR(contention.slowdown(rails, 0, rails[0], TrafficPattern::kRing), 2.0, 1e-12);
+  std::vector<std::vector<DeviceId>> pairs(4);
+  std::vector<DeviceId> reference;
+  for (int n = 0; n < 4; ++n) {
+    const auto node = topo.gpus_of_node(n);
+    for (size_t j = 0; j < 4; ++j) {
+      pairs[j].push_back(node[j]);
+      pairs[j].push_back(node[j + 4]);
+    }
+    reference.push_back(node[0]);
+    reference.push_back(node[1]);
+  }
+  for (size_t own : {0u, 3u}) EXPECT_NEAR(contention.slowdown(pairs, own, reference, TrafficPattern::kRing), 1.0, 1e-12);
+}
+
 TEST(SiblingContention, SkippingFarPairsChangesNothing) {
   // Random partitions of the GPUs into groups (rings and all-to-alls) on two 4:1 fabrics: the
   // slowdown with the far sibling pairs skipped equals the one with every pair routed.

@@ -165,6 +165,34 @@ TEST(Routing, PathsFollowRailsAndNeverTransitAGpu) {
   }
 }
 
+TEST(Routing, GpusThatShareANicTalkOverTheirOwnFabric) {
+  // HGX A100 with 4 NICs: as on the board, each PCIe switch holds two neighbouring GPUs and one
+  // NIC, so GPUs 2k and 2k+1 share NIC k. Between those two GPUs the NIC is as short a way
+  // (2 hops) as the NVSwitch, but a NIC joins its node to the network and relays nothing inside
+  // it: every flow goes over the NVSwitch. Across nodes the NIC is the way out and in.
+  Topology t = load_preset("hgx-a100-4hdr", 2);
+  Router r(t);
+  auto id = [&](const std::string& n) { return *t.find_device(n); };
+  for (int g = 0; g < 8; ++g) {
+    const DeviceId gpu = id("n0.gpu" + std::to_string(g));
+    int nics = 0;
+    for (LinkId l : t.out_links(gpu)) {
+      if (t.device(t.link(l).to).kind != DeviceKind::kNic) continue;
+      EXPECT_EQ(t.device(t.link(l).to).name, "n0.nic" + std::to_string(g / 2));
+      ++nics;
+    }
+    EXPECT_EQ(nics, 1) << g;
+  }
+  for (uint64_t key = 0; key < 64; ++key) {
+    const std::vector<LinkId> inside = r.route(id("n0.gpu0"), id("n0.gpu1"), key);
+    ASSERT_EQ(inside.size(), 2u);
+    EXPECT_EQ(t.device(t.link(inside[0]).to).switch_kind, SwitchKind::kNVSwitch) << key;
+  }
+  const std::vector<LinkId> across = r.route(id("n0.gpu1"), id("n1.gpu1"));
+  EXPECT_EQ(t.device(t.link(across.front()).to).name, "n0.nic0");
+  EXPECT_EQ(t.device(t.link(across.back()).from).name, "n1.nic0");
+}
+
 TEST(Routing, EcmpIsDeterministicAndSpreadsOverSpines) {
   // 32 equal spines between the rail-0 and rail-1 leaves; 512 flow keys should use most of
   // them (a uniform hash leaves a given spine unused with probability (31/32)^512 ≈ 1e-7),

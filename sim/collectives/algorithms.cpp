@@ -68,13 +68,33 @@ Communicator place_ranks(const Topology& topo, int gpus, std::optional<int> per_
   return Communicator(topo, std::move(ranks));
 }
 
+namespace {
+
+// How many of a node's ranks share each NIC they reach directly (1 where each has its own, or
+// none): a channel's rotation steps by it, so that consecutive channels leave and enter the
+// node through different NICs, as NCCL's search spreads channels over the NICs.
+size_t ranks_per_nic(const Communicator& comm, const std::vector<int>& local) {
+  const Topology& topo = comm.topology();
+  std::set<uint32_t> nics;
+  for (int r : local) {
+    for (LinkId l : topo.out_links(comm.device(r))) {
+      const DeviceId to = topo.link(l).to;
+      if (topo.device(to).kind == DeviceKind::kNic) nics.insert(to.value);
+    }
+  }
+  return nics.empty() || nics.size() >= local.size() ? 1 : local.size() / nics.size();
+}
+
+}  // namespace
+
 std::vector<int> ring_order(const Communicator& comm, int channel) {
   std::vector<int> order;
   for (size_t k = 0; k < comm.nodes().size(); ++k) {
     const auto& local = comm.nodes()[k];
     const size_t m = local.size();
+    const size_t start = static_cast<size_t>(channel) * ranks_per_nic(comm, local);
     std::vector<int> rotated;
-    for (size_t j = 0; j < m; ++j) rotated.push_back(local[(static_cast<size_t>(channel) + j) % m]);
+    for (size_t j = 0; j < m; ++j) rotated.push_back(local[(start + j) % m]);
     if (k % 2 == 1) std::reverse(rotated.begin(), rotated.end());
     order.insert(order.end(), rotated.begin(), rotated.end());
   }

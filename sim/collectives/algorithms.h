@@ -84,8 +84,9 @@ std::optional<std::string> unsupported_reason(CollectiveOp op, Algorithm algo, c
 TransferGraph lower_collective(const CollectiveSpec& spec, const Communicator& comm, const Router& router,
                                const LoweringOptions& options);
 
-/// The ring of channel `c`: nodes in order; inside each node the ranks rotated by c, and every
-/// other node reversed, so that the ring leaves and enters nodes on the same rail.
+/// The ring of channel `c`: nodes in order; inside each node the ranks rotated by c (by c·k where
+/// k of the node's ranks share each of their NICs, so that channels take turns on the NICs), and
+/// every other node reversed, so that the ring leaves and enters nodes on the same rail.
 std::vector<int> ring_order(const Communicator& comm, int channel);
 
 }  // namespace parallax

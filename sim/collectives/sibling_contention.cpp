@@ -147,18 +147,24 @@ double SiblingContention::slowdown(const std::vector<std::vector<DeviceId>>& gro
                                 std::to_string(groups.size()));
   }
   if (non_blocking_) return 1.0;
-  // The pairs of a group's pattern, in order.
+  // The pairs of a group's pattern, each with the share of its rate it offers. A ring runs both
+  // ways at half its rate each: NCCL's channels enter and leave a node through the NICs of the
+  // group's different GPUs there, so each of those NICs carries both directions.
   auto for_each_pair = [&](const std::vector<DeviceId>& group, const auto& visit) {
     const size_t n = group.size();
     for (size_t i = 0; i < n && n >= 2; ++i) {
+      if (pattern == TrafficPattern::kRing) {
+        visit(group[i], group[(i + 1) % n], 0.5);
+        visit(group[(i + 1) % n], group[i], 0.5);
+        continue;
+      }
       for (size_t j = 0; j < n; ++j) {
-        if (j == i || (pattern == TrafficPattern::kRing && j != (i + 1) % n)) continue;
-        visit(group[i], group[j]);
+        if (j != i) visit(group[i], group[j], 1.0);
       }
     }
   };
-  // A pair offers its standalone rate to every pool on its path.
-  auto offer = [&](DeviceId src, DeviceId dst) {
+  // A pair offers its share of its standalone rate to every pool on its path.
+  auto offer = [&](DeviceId src, DeviceId dst, double share) {
     path_.clear();
     router_.route(src, dst, 0, path_);
     double rate = std::numeric_limits<double>::infinity();
@@ -166,13 +172,13 @@ double SiblingContention::slowdown(const std::vector<std::vector<DeviceId>>& gro
     for (LinkId l : path_) {
       const uint32_t pool = pool_of_resource_[topo_.link(l).resource];
       if (load_[pool] == 0.0) touched_.push_back(pool);
-      load_[pool] += rate;
+      load_[pool] += rate * share;
     }
   };
   // The most loaded pool on `group`'s paths, as a multiple of its capacity (at least 1).
   auto peak = [&](const std::vector<DeviceId>& group) {
     double worst = 1.0;
-    for_each_pair(group, [&](DeviceId src, DeviceId dst) {
+    for_each_pair(group, [&](DeviceId src, DeviceId dst, double) {
       path_.clear();
       router_.route(src, dst, 0, path_);
       for (LinkId l : path_) {
@@ -193,7 +199,7 @@ double SiblingContention::slowdown(const std::vector<std::vector<DeviceId>>& gro
   std::vector<char> on_own_paths;
   if (two_tier_) {
     on_own_paths.assign(topo_.device_count(), 0);
-    for_each_pair(groups[own], [&](DeviceId src, DeviceId dst) {
+    for_each_pair(groups[own], [&](DeviceId src, DeviceId dst, double) {
       path_.clear();
       router_.route(src, dst, 0, path_);
       for (LinkId l : path_) {
@@ -210,8 +216,8 @@ double SiblingContention::slowdown(const std::vector<std::vector<DeviceId>>& gro
     return false;
   };
   for (size_t g = 0; g < groups.size(); ++g) {
-    for_each_pair(groups[g], [&](DeviceId src, DeviceId dst) {
-      if (g == own || !two_tier_ || near(src) || near(dst)) offer(src, dst);
+    for_each_pair(groups[g], [&](DeviceId src, DeviceId dst, double share) {
+      if (g == own || !two_tier_ || near(src) || near(dst)) offer(src, dst, share);
     });
   }
   const double with = peak(groups[own]);

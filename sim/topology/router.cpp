@@ -11,15 +11,23 @@
 namespace parallax {
 namespace {
 
-// On the reversed graph, BFS from dst walks original edges backwards. An original edge u→g into
-// a GPU g other than dst would make g a transit hop, so it is filtered out.
-struct NoTransitThroughGpu {
+// On the reversed graph, BFS from dst walks original edges backwards. Two kinds of original edge
+// are filtered out: u→g into a GPU g other than dst, which would make g a transit hop; and an
+// edge into a NIC from its own node (not from the network) when dst is another device of that
+// node, which would make the NIC a relay between two devices of its node (node_relay below).
+struct NoForbiddenTransit {
   const Topology* topo = nullptr;
   uint32_t dst = 0;
   template <class Edge>
   bool operator()(const Edge& e) const {
-    uint32_t target = static_cast<uint32_t>(boost::target(e.underlying_descx, topo->graph()));
-    return target == dst || topo->device(DeviceId{target}).kind != DeviceKind::kGpu;
+    const auto& g = topo->graph();
+    const uint32_t target = static_cast<uint32_t>(boost::target(e.underlying_descx, g));
+    if (target == dst) return true;
+    const Device& to = topo->device(DeviceId{target});
+    if (to.kind == DeviceKind::kGpu) return false;
+    const LinkId link{boost::get(boost::edge_index, g, e.underlying_descx)};
+    return !(to.kind == DeviceKind::kNic && topo->link(link).link_class != LinkClass::kNetwork &&
+             to.node == topo->device(DeviceId{dst}).node);
   }
 };
 
@@ -41,8 +49,8 @@ std::vector<uint16_t> hop_distances_to(const Topology& topo, DeviceId dst) {
   const auto& g = topo.graph();
   auto reversed = boost::make_reverse_graph(g);
   using Reversed = decltype(reversed);
-  NoTransitThroughGpu keep{&topo, dst.value};
-  boost::filtered_graph<Reversed, NoTransitThroughGpu> fg(reversed, keep);
+  NoForbiddenTransit keep{&topo, dst.value};
+  boost::filtered_graph<Reversed, NoForbiddenTransit> fg(reversed, keep);
   std::vector<uint16_t> dist(boost::num_vertices(g), kUnreachable);
   dist[dst.value] = 0;
   boost::breadth_first_search(
@@ -58,7 +66,9 @@ Router::Router(const Topology& topo) : topo_(topo), cache_(topo.device_count()) 
   for (uint32_t d = 0; d < topo.device_count(); ++d) {
     for (LinkId l : topo.out_links(DeviceId{d})) {
       const DeviceId to = topo.link(l).to;
-      hops_.push_back(Hop{to.value, l.value, topo.device(to).kind == DeviceKind::kGpu});
+      const Device& device = topo.device(to);
+      const bool into_nic_from_node = device.kind == DeviceKind::kNic && topo.link(l).link_class != LinkClass::kNetwork;
+      hops_.push_back(Hop{to.value, l.value, device.kind == DeviceKind::kGpu, into_nic_from_node ? device.node : -1});
     }
     hop_offsets_.push_back(static_cast<uint32_t>(hops_.size()));
     max_degree = std::max(max_degree, hop_offsets_[d + 1] - hop_offsets_[d]);
@@ -80,14 +90,17 @@ int Router::hops(DeviceId src, DeviceId dst) const {
 const Router::Hop& Router::next_hop(DeviceId at, DeviceId dst, uint64_t flow_key,
                                     const std::vector<uint16_t>& dist) const {
   const uint16_t want = static_cast<uint16_t>(dist[at.value] - 1);
+  const int dst_node = topo_.device(dst).node;
   const uint32_t first = hop_offsets_[at.value], end = hop_offsets_[at.value + 1];
   // One pass over the out-links lists the equal next hops (written every time, counted when
   // eligible: whether a spine's port leads on is a coin toss for the branch predictor).
   uint32_t n = 0;
   for (uint32_t i = first; i < end; ++i) {
     const Hop& hop = hops_[i];
-    // A GPU other than dst has a distance only as a source; never step onto one.
-    const bool eligible = dist[hop.to] == want && (hop.to == dst.value || !hop.to_gpu);
+    // A GPU other than dst has a distance only as a source; never step onto one. Nor into a NIC
+    // from its node toward another device of that node (NoForbiddenTransit).
+    const bool relay = hop.relay_node >= 0 && hop.relay_node == dst_node;
+    const bool eligible = dist[hop.to] == want && (hop.to == dst.value || (!hop.to_gpu && !relay));
     eligible_[n] = i;
     n += eligible ? 1 : 0;
   }

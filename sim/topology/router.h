@@ -1,6 +1,7 @@
 // Routes between devices: shortest paths in hops that never pass through a GPU (GPUs are
 // endpoints, they do not forward; a relay through a GPU, as NCCL's PXN does, is the job of the
-// layer that schedules the traffic). Where several next hops are equally short (ECMP), the
+// layer that schedules the traffic), nor through a NIC between two devices of its own node (a
+// NIC joins its node to the network; two GPUs that share one talk over their own fabric). Where several next hops are equally short (ECMP), the
 // choice is a deterministic hash of the flow key and the current device. The rail-optimized
 // convention (GPU i of every node on rail i) follows from how the fabric is wired: GPU i's
 // NIC joins rail i's leaf, so same-rail traffic stays under one leaf.
@@ -61,6 +62,7 @@ class Router {
     uint32_t to;
     uint32_t link;
     bool to_gpu;
+    int relay_node;  ///< a NIC entered from its node: that node (it relays nothing back into it); else -1
   };
   std::vector<uint32_t> hop_offsets_;
   std::vector<Hop> hops_;

@@ -304,7 +304,7 @@ std::vector<DeviceId> add_node_nics(Topology& topo, const CompactNode& c, const 
   }
   if (c.scale_up != ScaleUp::kPcie && c.nics < c.gpus) {
     for (int i = 0; i < c.gpus; ++i) {
-      topo.add_link(gpu_ids[static_cast<size_t>(i)], nics[static_cast<size_t>(i % c.nics)], LinkClass::kPcie,
+      topo.add_link(gpu_ids[static_cast<size_t>(i)], nics[static_cast<size_t>(i * c.nics / c.gpus)], LinkClass::kPcie,
                     at.bandwidth, at.latency);
     }
   }
