@@ -14,7 +14,8 @@ namespace {
 // On the reversed graph, BFS from dst walks original edges backwards. Two kinds of original edge
 // are filtered out: u→g into a GPU g other than dst, which would make g a transit hop; and an
 // edge into a NIC from its own node (not from the network) when dst is another device of that
-// node, which would make the NIC a relay between two devices of its node (node_relay below).
+// node, which would make the NIC a relay between two devices of its node (next_hop keeps the same
+// rule).
 struct NoForbiddenTransit {
   const Topology* topo = nullptr;
   uint32_t dst = 0;

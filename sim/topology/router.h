@@ -1,10 +1,11 @@
 // Routes between devices: shortest paths in hops that never pass through a GPU (GPUs are
 // endpoints, they do not forward; a relay through a GPU, as NCCL's PXN does, is the job of the
 // layer that schedules the traffic), nor through a NIC between two devices of its own node (a
-// NIC joins its node to the network; two GPUs that share one talk over their own fabric). Where several next hops are equally short (ECMP), the
-// choice is a deterministic hash of the flow key and the current device. The rail-optimized
-// convention (GPU i of every node on rail i) follows from how the fabric is wired: GPU i's
-// NIC joins rail i's leaf, so same-rail traffic stays under one leaf.
+// NIC joins its node to the network; two GPUs that share one talk over their own fabric). Where
+// several next hops are equally short (ECMP), the choice is a deterministic hash of the flow key
+// and the current device. The rail-optimized convention (GPU i of every node on rail i) follows
+// from how the fabric is wired: GPU i's NIC joins rail i's leaf, so same-rail traffic stays under
+// one leaf.
 #pragma once
 
 #include <cstdint>
