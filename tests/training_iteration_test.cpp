@@ -585,6 +585,35 @@ TEST(OperatorBreakdown, NamesTheHostOnlyWhereItsPassWaitsForIt) {
   }
 }
 
+TEST(IterationCommunication, DataParallelReductionsAreBoundByTheNodesNics) {
+  // Llama 2 7B on two HGX A100 nodes with 4 NICs of 25 GB/s each (100 GB/s a node), bf16
+  // gradients reduced after the backward (so the DP time is all exposed). A DP ring all-reduce
+  // of S bytes sends 2(n−1)/n·S out of each node it crosses; with G rings leaving every node,
+  // no schedule beats G·2(n−1)/n·S / 100 GB/s, and NCCL on the NICs reaches about 80% of it.
+  // - TP 8 · DP 2: 8 rings of 2 (one GPU per node), S = 2 B × 6.7B / 8: 135 ms.
+  // - TP 4 · DP 4: 4 rings of 4 (two GPUs per node), S = 2 B × 6.7B / 4: 202 ms; each ring
+  //   leaves a node through both its GPUs' NICs, which it shares with another ring.
+  // Both, analytical and co-simulated, within [1, 1.6] of the bound.
+  const Topology topo = test::load_preset("hgx-a100-4hdr", 2);
+  const ModelConfig model = test::bundled("llama2-7b");
+  const double params = static_cast<double>(count_parameters(model).total);
+  for (const int tp : {8, 4}) {
+    ParallelLayout l = layout(16 / tp, tp, 1, 16 / tp);
+    l.grad_reduce_overlap = false;
+    const int n = l.dp;
+    const double s = 2.0 * params / tp;
+    const double bound = tp * 2.0 * (n - 1) / n * s / 100e9;  // tp rings leave each node
+    for (const bool cosimulate : {false, true}) {
+      IterationOptions o;
+      o.cosimulate = cosimulate;
+      const IterationResult r = simulate_iteration(model, l, topo, o);
+      const double dp = r.stages[0].time.exposed[static_cast<size_t>(WorkKind::kDpComm)].seconds();
+      EXPECT_GE(dp, bound) << "tp " << tp << (cosimulate ? " co-simulated" : "");
+      EXPECT_LE(dp, 1.6 * bound) << "tp " << tp << (cosimulate ? " co-simulated" : "");
+    }
+  }
+}
+
 TEST(IterationCommunication, PipelineSendsScatterOverTensorParallelRanks) {
   // tp 2 · pp 2, m = 4 micro-batches of S = b·s·h·2 bytes. Every TP rank sends only its half,
   // S/2 (Megatron-LM's scatter-gather, DeepSpeed's partitioned activations): with SP that is the
