@@ -11,6 +11,7 @@
 #include "model/parameter_count.h"
 #include "training/published_runs.h"
 #include "training/run_validation.h"
+#include "training/workload_loader.h"
 
 namespace parallax {
 namespace {
@@ -224,6 +225,41 @@ TEST(PublishedRuns, VTrainLayoutsReadAsMeasured) {
   EXPECT_EQ(l.attention, AttentionKernel::kUnfused);
   EXPECT_FALSE(l.grad_reduce_overlap);
   EXPECT_FALSE(l.grad_reduce_in_fp32);
+}
+
+// `validate --emit-workload`: a row written as a workload file simulates, read back by the
+// workload loader, to the very iteration that validate predicts for the row: every field of the
+// model (MoE, MLA, dense layers, biases, dropout, windows), of the layout (pipeline splits,
+// CUDA graphs, offloading, recomputed modules, fp8 recipes) and of the placement survives. Rows of
+// every kind the validation files hold; a row that cannot be simulated is refused, naming it.
+TEST(PublishedRuns, ARowWrittenAsAWorkloadSimulatesAsTheRow) {
+  const std::string scratch = ::testing::TempDir() + "/row-workload.json";
+  const ValidationModel model{false, Time::from_seconds(50e-6)};
+  RunValidator validator(kSource + "/topologies", 0.8, model);
+  size_t compared = 0;
+  for (const std::string file : {"dev-runs", "mbridge-deepseek-v3-dev", "mbridge-qwen3-moe-dev",
+                                 "nemo-blackwell-fp8-holdout", "nemo-h100-long-context-holdout",
+                                 "torchtitan-h200-fp8-holdout", "megascale-moe-h800-holdout", "vtrain-a100-layouts"}) {
+    for (const PublishedRun& run :
+         read_published_runs(kSource + "/workloads/validation/" + file + ".json", kSource + "/workloads/models")) {
+      SCOPED_TRACE(run.id);
+      const RunPrediction predicted = validator.predict(run);
+      ASSERT_EQ(predicted.problem, "");
+      std::ofstream(scratch) << workload_of_run(run, 0.8, model).dump(2);
+      const TrainingWorkload w =
+          load_training_workload(scratch, kSource + "/workloads/models", kSource + "/topologies");
+      IterationOptions options;
+      options.compute = w.compute;
+      const IterationResult r = simulate_iteration(w.model, w.layout, w.topology, options);
+      EXPECT_EQ(r.iteration_time, predicted.result.iteration_time);
+      EXPECT_EQ(r.peak_memory.value(), predicted.result.peak_memory.value());
+      ++compared;
+    }
+  }
+  EXPECT_GT(compared, 280u);
+  PublishedRun bad = read_published_runs(kSource + "/tests/data/training/bad-published-runs.json")[0];
+  bad.error = "no layout";
+  EXPECT_THROW(workload_of_run(bad, 0.8, model), InputError);
 }
 
 // Spearman's ρ = 1 − 6·Σd²/(n(n² − 1)) without ties; ties take their average rank.

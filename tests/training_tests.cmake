@@ -10,7 +10,8 @@ parallax_test(training_test compute_model_test.cpp training_model_test.cpp train
               training_op_checkpointing_test.cpp training_constant_fit_test.cpp
               LONG IterationSymmetry.EveryReplicaGivesTheFoldedResultOn64Gpus
                    Explain.FullRecomputationWithMemoryToSpareOffersTheFewestLayersThatFit
-                   Explain.EverySuggestionIsASimulationAndItsFlagsReproduceIt)
+                   Explain.EverySuggestionIsASimulationAndItsFlagsReproduceIt
+                   PublishedRuns.ARowWrittenAsAWorkloadSimulatesAsTheRow)
 target_link_libraries(training_test PRIVATE parallax_training)
 
 
@@ -230,6 +231,15 @@ foreach(pair "mpt-h100-fp8-holdout:7" "mpt-a100-80gb-holdout:61" "megatron-core-
   # Data checks: the release pass runs them; the sanitizer pass has the same code paths elsewhere.
   set_tests_properties(example.validate.${file} PROPERTIES LABELS long)
 endforeach()
+# One published row as a workload that parallax train runs (to look into it with --ops); a row
+# the file does not have is refused, naming the flag.
+add_test(NAME example.validate.emit_workload
+         COMMAND bash -c "\"$0\" validate \"$1\" --emit-workload vtrain-multi-L41 \"$2/row.json\" && \"$0\" train \"$2/row.json\" --network analytical --ops"
+                 $<TARGET_FILE:parallax> ${PROJECT_SOURCE_DIR}/workloads/validation/vtrain-a100-layouts.json ${train_scratch})
+set_tests_properties(example.validate.emit_workload PROPERTIES PASS_REGULAR_EXPRESSION
+                     "# row vtrain-multi-L41 written to .*row.json.*\n# Parallax train: GPT 18.4B (.|\n)*compute per operator")
+parallax_refuses(validate.emit_unknown_row "vtrain-a100-layouts.json: --emit-workload: no row has the id \"nope\""
+                 validate ${PROJECT_SOURCE_DIR}/workloads/validation/vtrain-a100-layouts.json --emit-workload nope ${train_scratch}/nope.json)
 # --measured-step fits σ to a step timed on the user's cluster and reports at it: the reported
 # iteration is the measured one (to the bisection's 1e-4 on σ: well under 10 ms of 21 s).
 add_test(NAME example.train.measured_step

@@ -56,57 +56,6 @@ std::string search_table(const SearchOutcome& o, size_t top, const CostColumn* c
   return t;
 }
 
-nlohmann::ordered_json parallel_block(const ParallelLayout& l) {
-  nlohmann::ordered_json p;
-  p["tp"] = l.tp;
-  p["pp"] = l.pp;
-  p["dp"] = l.dp;
-  if (l.virtual_stages > 1) p["vpp"] = l.virtual_stages;
-  if (l.cp > 1) {
-    p["cp"] = l.cp;
-    p["cp_comm"] = to_string(l.cp_comm);
-  }
-  if (l.ep > 1) p["ep"] = l.ep;
-  if (l.ep > 1 && l.moe_dispatcher == MoeDispatcher::kFlex) p["moe_dispatcher"] = to_string(l.moe_dispatcher);
-  if (l.expert_tp > 0) p["expert_tp"] = l.expert_tp;
-  if (l.expert_gemms != ExpertGemms::kPerExpert) p["expert_gemm"] = to_string(l.expert_gemms);
-  p["zero_stage"] = static_cast<int>(l.zero_stage);
-  p["micro_batch"] = l.micro_batch;
-  p["global_batch"] = l.global_batch;
-  p["sequence_parallel"] = l.sequence_parallel;
-  p["recompute"] = to_string(l.recompute);
-  if (l.recompute == Recomputation::kFull && l.recompute_layers > 0) p["recompute_layers"] = l.recompute_layers;
-  if (l.recompute != Recomputation::kFull && l.recompute_modules.any()) p["recompute_modules"] = module_names(l.recompute_modules);
-  p["schedule"] = to_string(l.schedule);
-  p["dtype"] = to_string(l.dtype);
-  if (l.dtype == DType::kFp8) {
-    p["fp8_recipe"] = to_string(l.fp8_recipe);
-    p["fp8_param_gather"] = l.fp8_param_gather;
-  }
-  if (l.dtype == DType::kFp4) p["fp4_recipe"] = to_string(l.fp4_recipe);
-  if (is_quantised(l.dtype) && l.bf16_layers_at_start + l.bf16_layers_at_end > 0) {
-    p["bf16_layers_at_start"] = l.bf16_layers_at_start;
-    p["bf16_layers_at_end"] = l.bf16_layers_at_end;
-  }
-  p["attention"] = to_string(l.attention);
-  p["grad_reduce_overlap"] = l.grad_reduce_overlap;
-  p["grad_reduce_in_fp32"] = l.grad_reduce_in_fp32;
-  if (l.precision_aware_optimizer) {
-    p["precision_aware_optimizer"] = true;
-    p["exp_avg_dtype"] = optimizer_state_dtype_name(l.exp_avg_bytes);
-    p["exp_avg_sq_dtype"] = optimizer_state_dtype_name(l.exp_avg_sq_bytes);
-  }
-  p["param_gather_prefetch"] = l.param_gather_prefetch;
-  p["tp_comm_overlap"] = l.tp_comm_overlap;
-  if (l.moe_shared_expert_overlap) p["moe_shared_expert_overlap"] = true;
-  if (l.moe_a2a_overlap) p["moe_a2a_overlap"] = true;
-  if (l.cpu_offloading_layers > 0) p["cpu_offloading_layers"] = l.cpu_offloading_layers;
-  p["rank_order"] = l.rank_order;
-  if (l.account_for_embedding) p["account_for_embedding_in_pipeline_split"] = true;
-  if (l.account_for_loss) p["account_for_loss_in_pipeline_split"] = true;
-  return p;
-}
-
 nlohmann::ordered_json search_json(const SearchOutcome& o) {
   nlohmann::ordered_json j;
   j["enumerated"] = o.enumerated;

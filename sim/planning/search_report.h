@@ -10,6 +10,7 @@
 
 #include "planning/layout_search.h"
 #include "training/workload_loader.h"
+#include "training/workload_writer.h"
 
 namespace parallax {
 
@@ -33,9 +34,6 @@ nlohmann::ordered_json search_json(const SearchOutcome& outcome);
 /// `layout`, its topology sized to `nodes`, and its relative paths made absolute.
 nlohmann::ordered_json workload_with_layout(const nlohmann::json& original, const std::string& original_path,
                                             const std::string& topology_file, int nodes, const ParallelLayout& layout);
-
-/// The workload file's parallel block for `layout`.
-nlohmann::ordered_json parallel_block(const ParallelLayout& layout);
 
 /// gnuplot data: every simulated layout (peak memory GiB, tokens/s per GPU), then, as a second
 /// block, its Pareto front; and the script that draws them into `png`.

@@ -7,7 +7,9 @@
 #include <stdexcept>
 
 #include "io/input_error.h"
+#include "model/model_block.h"
 #include "topology/topology_loader.h"
+#include "training/workload_writer.h"
 
 namespace parallax {
 
@@ -45,6 +47,20 @@ RunPrediction RunValidator::predict(const PublishedRun& run) {
     p.problem = e.what();
   }
   return p;
+}
+
+nlohmann::ordered_json workload_of_run(const PublishedRun& run, double sustained_fraction, const ValidationModel& model) {
+  if (!run.error.empty()) throw InputError("", "/" + run.id, run.error);
+  const ParallelLayout layout = parallel_layout_of(run);
+  nlohmann::ordered_json w;
+  w["description"] = "The published run " + run.id + " as `parallax validate` simulates it. " + run.source;
+  w["model"] = model_block(run.model);
+  w["topology"] = {{"preset", run.preset}, {"gpus", run.gpus}};
+  w["sequence_length"] = layout.sequence_length;
+  w["parallel"] = parallel_block(layout);
+  w["compute"] = {{"sustained_fraction", sustained_fraction},
+                  {"host_dispatch", std::to_string(model.host_dispatch.picoseconds()) + " ps"}};
+  return w;
 }
 
 nlohmann::ordered_json run_json(const PublishedRun& run, const RunPrediction& p) {

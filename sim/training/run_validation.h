@@ -47,6 +47,13 @@ class RunValidator {
 };
 
 /// The row as `validate --json` writes it.
+/// `run` as a workload file that `parallax train` reads back to the same simulation as
+/// RunValidator::predict (with `--network flow` where `model.cosimulate`, the workload format
+/// having no key for it): the model as an inline block, the preset with the run's GPU count
+/// (placed as predict places it), the layout, and σ and t_dispatch in the compute block.
+/// Throws InputError for a row that cannot be simulated (its own error, a bad layout).
+nlohmann::ordered_json workload_of_run(const PublishedRun& run, double sustained_fraction, const ValidationModel& model);
+
 nlohmann::ordered_json run_json(const PublishedRun& run, const RunPrediction& p);
 
 /// A short name for a row's source: its text up to the first comma, parenthesis or dash clause

@@ -12,6 +12,7 @@
 #include <optional>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -43,6 +44,7 @@ struct ValidateArgs {
   std::optional<int> jobs;
   std::string plot_dir;
   std::string host_dispatch;  // a time string; empty: the default
+  std::vector<std::string> emit_workload;  // {row id, file}
 };
 
 // What every row is simulated with: the network mode and the host's dispatch time.
@@ -269,8 +271,23 @@ void plot_validation(const ValidateArgs& a, const std::vector<PublishedRun>& run
   std::printf("# plot: %s.png\n", stem.c_str());
 }
 
+// --emit-workload ID FILE: one row as a workload for `parallax train` (--ops, --explain, --trace).
+void emit_row_workload(const ValidateArgs& a, const std::vector<PublishedRun>& runs) {
+  const std::string& id = a.emit_workload[0];
+  const std::string& file = a.emit_workload[1];
+  const auto run = std::find_if(runs.begin(), runs.end(), [&](const PublishedRun& r) { return r.id == id; });
+  if (run == runs.end()) throw InputError(a.runs, "--emit-workload", "no row has the id \"" + id + "\"");
+  write_file_atomically(file, workload_of_run(*run, a.sustained_fraction, validation_model(a)).dump(2) + "\n");
+  std::printf("# row %s written to %s: parallax train %s%s gives validate's prediction\n", id.c_str(), file.c_str(),
+              file.c_str(), a.network == "flow" ? "" : " --network analytical");
+}
+
 void run_validate(ValidateArgs a) {
   std::vector<PublishedRun> runs = read_published_runs(a.runs, bundled_models_dir());
+  if (!a.emit_workload.empty()) {
+    emit_row_workload(a, runs);
+    return;
+  }
   if (!a.plot_dir.empty()) require_gnuplot();
   std::optional<ConstantFitOutcome> fitted;
   if (a.fit_sustained_fraction) {
@@ -330,6 +347,12 @@ void add_validate_command(CLI::App& app) {
               "fit the host's time to issue a kernel to these rows (0-200 us by 1 us, at the sustained fraction given), "
               "each source held out as for the sustained fraction; then report every row at the fitted value")
       ->excludes(dispatch)
+      ->excludes(fit_sigma);
+  v->add_option("--emit-workload", vargs->emit_workload,
+                "ID FILE: write row ID as a workload that parallax train runs to the same prediction (to look into one "
+                "row with --ops, --explain or --trace), at the sustained fraction and host dispatch given; nothing "
+                "else is done")
+      ->expected(2)
       ->excludes(fit_sigma);
   v->callback([vargs] { run_validate(*vargs); });
 }

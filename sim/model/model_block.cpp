@@ -1,0 +1,60 @@
+// The workload model block from a ModelConfig (model_block.h).
+#include "model/model_block.h"
+
+namespace parallax {
+namespace {
+
+nlohmann::ordered_json moe_block(const MoeConfig& moe) {
+  nlohmann::ordered_json j;
+  j["experts"] = moe.experts;
+  j["top_k"] = moe.top_k;
+  j["expert_ffn"] = moe.expert_ffn;
+  j["shared_experts"] = moe.shared_experts;
+  j["shared_expert_ffn"] = moe.shared_expert_ffn;
+  j["first_dense_layers"] = moe.first_dense_layers;
+  j["layer_frequency"] = moe.layer_frequency;
+  j["dense_layers"] = moe.dense_layers;
+  return j;
+}
+
+nlohmann::ordered_json mla_block(const MlaConfig& mla) {
+  return {{"q_lora_rank", mla.q_lora_rank},
+          {"kv_lora_rank", mla.kv_lora_rank},
+          {"qk_nope_head_dim", mla.qk_nope_head_dim},
+          {"qk_rope_head_dim", mla.qk_rope_head_dim},
+          {"v_head_dim", mla.v_head_dim}};
+}
+
+}  // namespace
+
+nlohmann::ordered_json model_block(const ModelConfig& m) {
+  nlohmann::ordered_json j;
+  j["name"] = m.name;
+  j["layers"] = m.layers;
+  j["hidden"] = m.hidden;
+  j["heads"] = m.heads;
+  j["kv_heads"] = m.kv_heads;
+  j["head_dim"] = m.head_dim;
+  if (m.ffn > 0) j["ffn"] = m.ffn;
+  j["mlp"] = to_string(m.mlp);
+  j["vocab"] = m.vocab;
+  j["tied_embeddings"] = m.tied_embeddings;
+  j["max_sequence"] = m.max_sequence;
+  j["norm"] = to_string(m.norm);
+  j["position_embedding"] = to_string(m.position);
+  j["qkv_bias"] = m.qkv_bias;
+  j["attention_output_bias"] = m.attention_output_bias;
+  j["mlp_bias"] = m.mlp_bias;
+  j["qk_norm"] = m.qk_norm;
+  j["attention_dropout"] = m.attention_dropout;
+  j["hidden_dropout"] = m.hidden_dropout;
+  j["sliding_window"] = m.sliding_window;
+  j["sliding_window_layers"] = m.sliding_window_layers;
+  j["parallel_block"] = m.parallel_block;
+  if (m.moe) j["moe"] = moe_block(*m.moe);
+  if (m.mla) j["mla"] = mla_block(*m.mla);
+  j["mtp_layers"] = m.mtp_layers;
+  return j;
+}
+
+}  // namespace parallax
