@@ -614,6 +614,33 @@ TEST(IterationCommunication, DataParallelReductionsAreBoundByTheNodesNics) {
   }
 }
 
+TEST(IterationCommunication, RingsAcrossRacksTakeNvlinkFromTheTensorParallelCollectives) {
+  // Llama-3 70B, TP 2 · DP 64 with ZeRO-3 on two GB200 NVL72 racks (64 GPUs each), analytical.
+  // The data-parallel group has 32 ranks in each rack, so its rings cross the racks through the
+  // NICs but hop over NVLink 31 times in 32: at ~670 GB/s of busbw they keep about 70% of each
+  // GPU's 900 GB/s busy, and the TP collectives that overlap them get the max-min fair rest.
+  // So sharing links costs TP time here (at most 3×: two loads beside one TP collective leave
+  // it a third), while with TP 8 · DP 16 (one rank of each DP group per 8 GPUs, rails across
+  // two DGX H100 nodes) the rings never touch NVLink and the TP time is what it is alone.
+  const ModelConfig model = test::bundled("llama3-70b");
+  auto tp_time = [&](const Topology& topo, ParallelLayout l, bool contention) {
+    l.sequence_length = 8192;
+    l.sequence_parallel = l.tp > 1;
+    l.zero_stage = ZeroStage::kStage3;
+    IterationOptions o;
+    o.communication_contention = contention;
+    return simulate_iteration(model, l, topo, o).stages[0].time.exposed[static_cast<size_t>(WorkKind::kTpComm)].seconds();
+  };
+  TopologyLoadOptions two_racks(2);
+  two_racks.gpus_per_node = 64;
+  const Topology racks = load_topology(test::source_path("topologies/gb200-nvl72.json"), two_racks);
+  const double shared = tp_time(racks, layout(64, 2, 1, 64), true), alone = tp_time(racks, layout(64, 2, 1, 64), false);
+  EXPECT_GT(shared, 1.05 * alone);
+  EXPECT_LE(shared, 3.0 * alone);
+  const Topology dgx = test::load_preset("dgx-h100", 2);
+  EXPECT_DOUBLE_EQ(tp_time(dgx, layout(2, 8, 1, 16), true), tp_time(dgx, layout(2, 8, 1, 16), false));
+}
+
 TEST(IterationCommunication, PipelineSendsScatterOverTensorParallelRanks) {
   // tp 2 · pp 2, m = 4 micro-batches of S = b·s·h·2 bytes. Every TP rank sends only its half,
   // S/2 (Megatron-LM's scatter-gather, DeepSpeed's partitioned activations): with SP that is the

@@ -332,8 +332,39 @@ TEST(StreamGraph, CommunicationHoldingSmsSlowsTheComputeBesideIt) {
   EXPECT_THROW(g.occupy(c1, ChannelId{99}, 1), std::invalid_argument);
 }
 
+TEST(StreamGraph, ALoadTakesItsMaxMinShareOfAChannel) {
+  // TP collective x (10 µs) on the NVLink channel from 0. A cross-node ring r1 on the NIC
+  // channel loads the NVLink by 0.3 from 0 to 4 µs: x runs at 0.7, so 2.8 µs of its work are
+  // done at 4 µs and it ends at 11.2 µs. Later, y (10 µs) from 20 µs beside r2, a load of 0.8
+  // for 4 µs: the fair level of two is 1/2 < 0.8, so y does 2 µs of work by 24 µs and ends at
+  // 32 µs. The loads themselves run their own time on their channel.
+  StreamGraph g;
+  const StreamId tp = g.add_stream(0, "tp"), dp = g.add_stream(0, "dp");
+  const ChannelId nvlink = g.add_channel(), nic = g.add_channel();
+  const WorkId x = g.add(tp, Time::us(10), WorkKind::kTpComm, {}, -1, nvlink);
+  const WorkId r1 = g.add(dp, Time::us(4), WorkKind::kDpComm, {}, -1, nic);
+  g.load(r1, nvlink, 0.3);
+  const WorkId idle = g.add(dp, Time::us(16), WorkKind::kDpComm, {});
+  const WorkId r2 = g.add(dp, Time::us(4), WorkKind::kDpComm, {}, -1, nic);
+  g.load(r2, nvlink, 0.8);
+  const WorkId gap = g.add(tp, Time::us(20) - Time::ps(11'200'000), WorkKind::kTpComm, {});
+  const WorkId y = g.add(tp, Time::us(10), WorkKind::kTpComm, {}, -1, nvlink);
+  Engine engine;
+  auto t = run_stream_graph(engine, g);
+  EXPECT_EQ(t[r1].finish, Time::us(4));
+  EXPECT_EQ(t[x].finish, Time::ps(11'200'000));
+  EXPECT_EQ(t[idle].finish, Time::us(20));
+  EXPECT_EQ(t[gap].finish, Time::us(20));
+  EXPECT_EQ(t[r2].finish, Time::us(24));
+  EXPECT_EQ(t[y].finish, Time::us(32));
+  EXPECT_THROW(g.load(x, nvlink, 0.0), std::invalid_argument);
+  EXPECT_THROW(g.load(x, nvlink, 1.5), std::invalid_argument);
+  EXPECT_THROW(g.load(x, g.add_sm_pool(10), 0.5), std::invalid_argument);
+}
+
 // A random graph of four ranks: each a compute stream on its SM pool, and communication
-// streams on two shared channels whose tasks hold SMs, with dependencies across ranks.
+// streams on two shared channels whose tasks hold SMs (and on one, load the other), with
+// dependencies across ranks.
 StreamGraph random_stream_graph(uint32_t seed) {
   std::mt19937 rng(seed);
   std::uniform_int_distribution<int> pick(0, 1'000'000);
@@ -357,6 +388,7 @@ StreamGraph random_stream_graph(uint32_t seed) {
     const WorkId id = g.add(streams[s], Time::ns(1 + pick(rng) % 5000), compute ? WorkKind::kCompute : WorkKind::kDpComm,
                             deps, -1, channel);
     if (!compute && pick(rng) % 2) g.occupy(id, pools[static_cast<size_t>(rank)], 1 + pick(rng) % 32);
+    if (channel == nic && pick(rng) % 2) g.load(id, nvlink, (1 + pick(rng) % 100) / 100.0);
   }
   return g;
 }

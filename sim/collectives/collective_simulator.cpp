@@ -164,8 +164,12 @@ CollectiveSimulator::CollectiveSimulator(const Topology& topo, int gpus, std::op
     }
     const double speed = nccl_search_speed(arch_, true, std::min(nic_gbs, intra_gbs_));
     graph.bw_intra_gbs = graph.bw_inter_gbs = speed;
-    graph.channels = std::clamp(nic_count * std::max(1, static_cast<int>(std::floor(nic_gbs / speed))), 1,
-                                kNcclMaxChannels / 2);
+    // Every channel's ring also passes each GPU's NVLink at its speed (NCCL's search takes the
+    // speed off every link of the path), so with many NICs per node (a 72-GPU NVLink rack, one
+    // NIC per GPU) the GPU's NVLink, not the NIC count, caps the channels.
+    int channels = nic_count * std::max(1, static_cast<int>(std::floor(nic_gbs / speed)));
+    if (nodes.front().size() >= 2) channels = std::min(channels, static_cast<int>(std::floor(intra_gbs_ / speed)));
+    graph.channels = std::clamp(channels, 1, kNcclMaxChannels / 2);
     inter_gbs_ = nic_gbs * nic_count / static_cast<double>(c.ranks_per_node());
   }
   graph = nccl_dup_channels(cc, graph, kNcclMaxChannels);

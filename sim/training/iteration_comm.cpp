@@ -42,12 +42,17 @@ std::vector<double> dense_layer_tensor_shares(const ModelConfig& model) {
 }  // namespace
 
 CommTask twice(CommTask c) {
-  return CommTask{c.time + c.time, c.sent + c.sent, 2 * c.collectives, c.across_nodes, c.sms, concatenated(c.calls, c.calls)};
+  return CommTask{c.time + c.time, c.sent + c.sent, 2 * c.collectives, c.across_nodes, c.sms,
+                  concatenated(c.calls, c.calls), c.scale_up_load};
 }
 
 CommTask plus(CommTask a, CommTask b) {
+  // One after the other: the load is the parts' average over the time they take.
+  const double total = a.time.seconds() + b.time.seconds();
+  const double load =
+      total > 0 ? (a.scale_up_load * a.time.seconds() + b.scale_up_load * b.time.seconds()) / total : 0.0;
   return CommTask{a.time + b.time, a.sent + b.sent, a.collectives + b.collectives, a.across_nodes || b.across_nodes,
-                  std::max(a.sms, b.sms), concatenated(a.calls, b.calls)};
+                  std::max(a.sms, b.sms), concatenated(a.calls, b.calls), load};
 }
 
 CommTask share(CommTask c, double f) {
@@ -55,7 +60,7 @@ CommTask share(CommTask c, double f) {
     for (CollectiveCall& call : phase) call.size = call.size * f;
   }
   return CommTask{Time::from_seconds(c.time.seconds() * f), c.sent * f, f >= 0.5 ? c.collectives : 0, c.across_nodes,
-                  c.sms, std::move(c.calls)};
+                  c.sms, std::move(c.calls), c.scale_up_load};
 }
 
 Bytes bytes_sent(CollectiveOp op, int n, Bytes size) {
@@ -111,8 +116,24 @@ CommTask CommunicationPlan::collective(CollectiveOp op, Bytes size, const std::v
   const int n = static_cast<int>(group.size());
   if (n < 2) return CommTask{};
   const CollectiveTimer::Timing timed = timer_.timing(op, size * slowdown, group);
-  return CommTask{timed.time, bytes_sent(op, n, size), 1, spans_nodes(group), timed.channels,
-                  CallPhases{{CollectiveCall{op, size * slowdown, group}}}};
+  CommTask c{timed.time, bytes_sent(op, n, size), 1, spans_nodes(group), timed.channels,
+             CallPhases{{CollectiveCall{op, size * slowdown, group}}}};
+  if (c.across_nodes) c.scale_up_load = scale_up_load(op, group, c);
+  return c;
+}
+
+// A collective across nodes also runs over NVLink wherever its group has several ranks on a
+// node: a ring's hop to a rank of the same node (k − 1 of every k, channels taking turns on
+// the NICs), an all-to-all's chunks to the k − 1 local peers of its n − 1. That traffic, over
+// the collective's time, is the share of the GPU's NVLink it takes from the TP (or CP, EP)
+// collectives beside it: on a 72-GPU rack, a data-parallel ring crossing racks runs near
+// NVLink speed, on an 8-GPU node with a NIC per GPU at most the NICs' rate.
+double CommunicationPlan::scale_up_load(CollectiveOp op, const std::vector<int>& group, const CommTask& c) const {
+  const auto [n, k] = timer_.shape_of(group);
+  if (k < 2 || c.time <= Time::zero() || !(scale_up_bandwidth_ > 0)) return 0.0;
+  const double local_share = op == CollectiveOp::kAllToAll ? static_cast<double>(k - 1) / (n - 1)
+                                                            : static_cast<double>(k - 1) / k;
+  return std::min(1.0, c.sent.value() * local_share / (c.time.seconds() * scale_up_bandwidth_));
 }
 
 CommTask CommunicationPlan::per_bucket(int s, const Unit& u, CollectiveOp op, double bytes_per_parameter) {
@@ -167,6 +188,11 @@ CommunicationPlan::CommunicationPlan(const ModelConfig& model, const ParallelLay
       cp_gather_heads(tp_forward.size()), slowdown_of(tp_forward.size()), topo_(topo), layout_(layout),
       timer_(simulators, options), dp_group_(tp_forward.size()), expert_dp_group_(tp_forward.size()),
       dp_slowdown_(tp_forward.size(), 1.0), expert_dp_slowdown_(tp_forward.size(), 1.0) {
+  if (!topo.gpus().empty()) {
+    for (LinkId l : topo.out_links(topo.gpus().front())) {
+      if (topo.link(l).link_class == LinkClass::kNVLink) scale_up_bandwidth_ += topo.link(l).bandwidth.value();
+    }
+  }
   if (layout.param_gather_per_tensor && layout.zero_stage == ZeroStage::kStage3) {
     layer_tensor_shares_ = dense_layer_tensor_shares(model);
   }
@@ -400,7 +426,7 @@ std::vector<double> CommunicationPlan::timing_signature() const {
   std::vector<double> out;
   auto add_task = [&out](const CommTask& c) {
     out.insert(out.end(), {static_cast<double>(c.time.picoseconds()), c.sent.value(), static_cast<double>(c.collectives),
-                           c.across_nodes ? 1.0 : 0.0, static_cast<double>(c.sms)});
+                           c.across_nodes ? 1.0 : 0.0, static_cast<double>(c.sms), c.scale_up_load});
   };
   auto add_shape = [&](const std::vector<int>& group) {
     const auto [n, per_node] = timer_.shape_of(group);

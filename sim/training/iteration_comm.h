@@ -25,7 +25,8 @@
 namespace parallax::iteration_detail {
 
 /// One communication task of a rank: its time alone, the bytes it sends, the collectives it
-/// counts, whether its group spans nodes, the SMs its kernels hold, and what it runs.
+/// counts, whether its group spans nodes, the share of the GPU's NVLink it keeps busy if it
+/// does, the SMs its kernels hold, and what it runs.
 struct CommTask {
   Time time;
   Bytes sent;
@@ -33,6 +34,9 @@ struct CommTask {
   bool across_nodes = false;  ///< its group spans nodes: it goes through the NICs
   int sms = 0;                ///< SMs its kernels hold (NCCL channels), the most of its parts
   CallPhases calls;           ///< what it runs, for the co-simulation (cosimulation.h)
+  /// Across nodes, with other ranks of its group on this GPU's node: the share of the GPU's
+  /// scale-up bandwidth (one direction) that its hops to them take while it runs, in [0, 1].
+  double scale_up_load = 0;
 };
 
 /// Both, one after the other.
@@ -125,6 +129,7 @@ class CommunicationPlan {
   // (stage, reduction or gather, the unit's parameters, its experts', transformer layer or not)
   std::map<std::tuple<int, bool, double, double, bool>, CommTask> per_unit_;
   bool spans_nodes(const std::vector<int>& group) const;
+  double scale_up_load(CollectiveOp op, const std::vector<int>& group, const CommTask& c) const;
   std::optional<CommTask> flex_dispatch(int rank, const std::vector<int>& ep_group, Bytes tokens, int experts,
                                         int top_k, double load, double processed);
 
@@ -133,6 +138,7 @@ class CommunicationPlan {
   CollectiveTimer timer_;
   std::vector<std::vector<int>> dp_group_, expert_dp_group_;
   std::vector<double> dp_slowdown_, expert_dp_slowdown_;
+  double scale_up_bandwidth_ = 0;  ///< bytes/s one GPU's NVLink carries in one direction
   /// With param_gather_per_tensor: each parameter tensor's share of a dense transformer layer.
   std::vector<double> layer_tensor_shares_;
 };

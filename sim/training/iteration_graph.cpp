@@ -61,6 +61,7 @@ class IterationGraphBuilder {
   CallPhases with_siblings(const CallPhases& phases) const;
   ChannelId channel_of(int s, const CommTask& c) const;
   void note_across(WorkId id, bool across);
+  void load_scale_up(int s, WorkId id, const CommTask& c);
   void count(int s, const CommTask& c, WorkKind kind);
   WorkId add_comm(int s, StreamId stream, const CommTask& c, WorkKind kind, std::span<const WorkId> deps, int peer = -1);
   WorkId add_compute(int s, Time duration, WorkKind kind, std::span<const WorkId> deps, ChannelId channel = kNoChannel);
@@ -214,6 +215,12 @@ ChannelId IterationGraphBuilder::channel_of(int s, const CommTask& c) const {
   return c.across_nodes ? streams_[static_cast<size_t>(s)].scale_out : streams_[static_cast<size_t>(s)].scale_up;
 }
 
+// Co-simulated, the transfers share the NVLink themselves.
+void IterationGraphBuilder::load_scale_up(int s, WorkId id, const CommTask& c) {
+  if (!options_.communication_contention || cosim_ || !c.across_nodes || !(c.scale_up_load > 0)) return;
+  graph_.load(id, streams_[static_cast<size_t>(s)].scale_up, c.scale_up_load);
+}
+
 void IterationGraphBuilder::note_across(WorkId id, bool across) {
   // Grown by doubling (one task in four or so is communication); build() trims it.
   if (built_.across_nodes.size() <= id) built_.across_nodes.resize(std::max<size_t>(id + 1, 2 * built_.across_nodes.size()), false);
@@ -231,6 +238,7 @@ WorkId IterationGraphBuilder::add_comm(int s, StreamId stream, const CommTask& c
   count(s, c, kind);
   const WorkId id = graph_.add(stream, c.time, kind, deps, peer, channel_of(s, c));
   note_across(id, c.across_nodes);
+  load_scale_up(s, id, c);
   if (cosim_ && !c.calls.empty()) graph_.set_transfers(id, cosim_->transfers(with_siblings(c.calls)));
   const ChannelId pool = streams_[static_cast<size_t>(s)].sms;
   if (pool != kNoChannel && c.sms > 0) graph_.occupy(id, pool, c.sms);
@@ -250,6 +258,7 @@ WorkId IterationGraphBuilder::add_blocking_comm(int s, const CommTask& c, WorkKi
   count(s, c, kind);
   const WorkId id = add_compute(s, c.time, kind, deps, channel_of(s, c));
   note_across(id, c.across_nodes);
+  load_scale_up(s, id, c);
   if (cosim_ && !c.calls.empty()) graph_.set_transfers(id, cosim_->transfers(with_siblings(c.calls)));
   return id;
 }

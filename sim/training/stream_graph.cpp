@@ -2,6 +2,7 @@
 #include "training/stream_graph.h"
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <map>
 #include <optional>
@@ -48,6 +49,14 @@ void StreamGraph::occupy(WorkId id, ChannelId pool, int sms) {
   if (sms < 0) throw std::invalid_argument("a task cannot hold a negative count of SMs");
   tasks_[id].sm_pool = pool;
   tasks_[id].sms = sms;
+}
+
+void StreamGraph::load(WorkId id, ChannelId c, double share) {
+  if (id >= tasks_.size()) throw std::invalid_argument("no task " + std::to_string(id));
+  if (c >= channels_ || pool_sms(c) != 0) throw std::invalid_argument("a load needs a plain channel");
+  if (!(share > 0 && share <= 1)) throw std::invalid_argument("a load is a share of its channel in (0, 1]");
+  if (loads_.size() <= id) loads_.resize(id + 1);
+  loads_[id] = Load{c, share};
 }
 
 void StreamGraph::set_transfers(WorkId id, std::shared_ptr<const TransferGraph> transfers) {
@@ -243,25 +252,47 @@ class StreamExecution final : private EventSink {
     std::vector<InFlight> active;
     Time since;  // when `remaining` was last brought up to date
     typename Clock::Handle next;
-    uint32_t generation = 0;  // of `next`: earlier events of the channel are stale
-    int occupied = 0;         // SMs held by running tasks (SM pools only)
+    uint32_t generation = 0;   // of `next`: earlier events of the channel are stale
+    int occupied = 0;          // SMs held by running tasks (SM pools only)
+    std::vector<double> loads;  // shares other channels' running tasks take of it, ascending
   };
 
-  // The channel's speed: 1, or for an SM pool the share of SMs left (at least one SM's worth).
+  // The channel's speed, shared by its tasks: 1, less what loads take of it (the max-min fair
+  // level, see the header), or for an SM pool the share of SMs left (at least one SM's worth).
   double speed(ChannelId c) const {
+    const Channel& ch = channels_[c];
     const int sms = graph_.pool_sms(c);
-    if (sms == 0) return 1.0;
-    return static_cast<double>(std::max(1, sms - channels_[c].occupied)) / static_cast<double>(sms);
+    if (sms != 0) return static_cast<double>(std::max(1, sms - ch.occupied)) / static_cast<double>(sms);
+    if (ch.loads.empty() || ch.active.empty()) return 1.0;
+    double left = 1.0;
+    size_t sharing = ch.active.size() + ch.loads.size();
+    for (double f : ch.loads) {  // smallest first
+      if (f > left / static_cast<double>(sharing)) break;
+      left -= f;
+      --sharing;
+    }
+    return static_cast<double>(ch.active.size()) * left / static_cast<double>(sharing);
   }
 
-  // A task that holds SMs of a pool takes them at its start and gives them back at its end; the
-  // pool's tasks are brought up to date at the old speed first.
+  // A task that holds SMs of a pool, or loads a channel, takes them at its start and gives them
+  // back at its end; the channel's tasks are brought up to date at the old speed first.
   void occupy(WorkId id, int sign) {
     const StreamTask& task = graph_.task(id);
-    if (task.sm_pool == kNoChannel || task.sms == 0) return;
-    settle(task.sm_pool);
-    channels_[task.sm_pool].occupied += sign * task.sms;
-    reschedule(task.sm_pool);
+    if (task.sm_pool != kNoChannel && task.sms != 0) {
+      settle(task.sm_pool);
+      channels_[task.sm_pool].occupied += sign * task.sms;
+      reschedule(task.sm_pool);
+    }
+    const StreamGraph::Load load = graph_.load_of(id);
+    if (load.channel == kNoChannel) return;
+    settle(load.channel);
+    std::vector<double>& loads = channels_[load.channel].loads;
+    if (sign > 0) {
+      loads.insert(std::upper_bound(loads.begin(), loads.end(), load.share), load.share);
+    } else {
+      loads.erase(std::find(loads.begin(), loads.end(), load.share));
+    }
+    reschedule(load.channel);
   }
 
   void settle(ChannelId c) {
@@ -406,6 +437,10 @@ uint64_t StreamGraph::content_hash() const {
     mix((static_cast<uint64_t>(t.sm_pool) << 32) | static_cast<uint32_t>(t.sms));
   }
   for (const auto& t : transfers_) mix(reinterpret_cast<uintptr_t>(t.get()));
+  for (const Load& l : loads_) {
+    mix(l.channel);
+    mix(std::bit_cast<uint64_t>(l.share));
+  }
   for (WorkId d : dep_list_) mix(d);
   for (uint32_t o : dep_offsets_) mix(o);
   for (const Stream& st : streams_) {

@@ -19,6 +19,12 @@
 // solo duration D overlapped for C by a collective holding k of S SMs thus ends at D + C·k/S:
 // the SM-time the collective took.
 //
+// A task may also load a plain channel by a share of it while it runs (load): a collective
+// across nodes whose rings also hop over the GPU's NVLink. The channel's own tasks then get a
+// max-min fair share of what is left: with loads f_i and n tasks of its own, each of them runs
+// at the level L where Σ min(f_i, L) + n·L = 1 (1/n with no load). A load is what its task
+// takes of the channel, it is not slowed by the channel in turn: it runs on its own channel.
+//
 // A task may instead carry transfers (set_transfers): a collective lowered to point-to-point
 // flows (collectives/transfer_graph.h). Run with a network model, such a task plays its
 // transfers on it when it starts and ends when the last one lands, so every collective of the
@@ -92,6 +98,16 @@ class StreamGraph {
   /// Makes task `id` hold `sms` SMs of `pool` while it runs. Throws std::invalid_argument on a
   /// channel that is not an SM pool or a negative count.
   void occupy(WorkId id, ChannelId pool, int sms);
+  /// Makes task `id` load the plain channel `c` by `share` ∈ (0, 1] while it runs (see the file
+  /// comment). Throws std::invalid_argument on an SM pool or a share outside (0, 1].
+  void load(WorkId id, ChannelId c, double share);
+  /// The channel task `id` loads and by how much; share 0 if none.
+  struct Load {
+    ChannelId channel = kNoChannel;
+    double share = 0;
+    friend bool operator==(const Load&, const Load&) = default;
+  };
+  Load load_of(WorkId id) const { return id < loads_.size() ? loads_[id] : Load{}; }
   /// Makes task `id` play `transfers` on the network when run with one.
   void set_transfers(WorkId id, std::shared_ptr<const TransferGraph> transfers);
   /// The SMs of a pool; 0 for a plain channel.
@@ -134,6 +150,7 @@ class StreamGraph {
   size_t channels_ = 0;
   std::vector<int> pool_sms_;  // per channel: SMs of a pool, 0 for a plain channel
   std::vector<std::shared_ptr<const TransferGraph>> transfers_;  // by task, up to the last that has some
+  std::vector<Load> loads_;                                       // by task, up to the last that has one
 };
 
 struct WorkTiming {
