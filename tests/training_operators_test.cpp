@@ -341,6 +341,39 @@ TEST(AttentionKernels, UnfusedCoreMaterialisesEveryScore) {
   EXPECT_EQ(attention_kernel_from("eager"), std::nullopt);
 }
 
+TEST(AttentionKernels, MegatronsSoftmaxFallsBackToPyTorchWhereItsKernelDoesNotFit) {
+  // 16 heads over TP 8: 2 per rank. Megatron's fused softmax needs b·heads a multiple of 4
+  // (its kernel's batches per block at s > 128). At micro-batch 2 (4 batches) it runs: one
+  // kernel each way, 2·2 bytes a score forward, 1.5× that backward, the bf16 output kept. At
+  // micro-batch 1 (2 batches) PyTorch's softmax_in_fp32 path runs: five kernels each way,
+  // 2·2 + 24 bytes a score forward (casts, scale, masked_fill, softmax in fp32), 2·2 + 36
+  // backward, and its fp32 output kept beside the bf16 one. A sequence of 4,100 (over 4,096)
+  // misses the kernel too, and so does one of 1,022 (not a multiple of 4).
+  const ShardingFactors tp8{8};
+  auto softmax = [&](int64_t b, int64_t s) {
+    MicroBatch mb = batch(b, s);
+    mb.attention = AttentionKernel::kUnfused;
+    return find(layer_operators(gpt(1024, 16), 0, mb, tp8), "attention_softmax");
+  };
+  const double s = 1024;
+  const ModelOperator fused = softmax(2, 1024);
+  const double scores2 = 2 * 2 * s * s;
+  EXPECT_EQ(fused.forward.kernels, 1);
+  EXPECT_DOUBLE_EQ(fused.forward.bytes_read_written.value(), 4 * scores2);
+  EXPECT_DOUBLE_EQ(fused.backward.bytes_read_written.value(), 6 * scores2);
+  EXPECT_DOUBLE_EQ(fused.saved_scores.value(), 2 * scores2);
+  const ModelOperator torch = softmax(1, 1024);
+  const double scores1 = 1 * 2 * s * s;
+  EXPECT_EQ(torch.forward.kernels, 5);
+  EXPECT_EQ(torch.backward.kernels, 5);
+  EXPECT_DOUBLE_EQ(torch.forward.bytes_read_written.value(), 28 * scores1);
+  EXPECT_DOUBLE_EQ(torch.backward.bytes_read_written.value(), 40 * scores1);
+  EXPECT_DOUBLE_EQ(torch.saved_scores.value(), (4 + 2) * scores1);
+  EXPECT_EQ(softmax(4, 4096).forward.kernels, 1);
+  EXPECT_EQ(softmax(4, 4100).forward.kernels, 5);
+  EXPECT_EQ(softmax(4, 1022).forward.kernels, 5);
+}
+
 // ---- activations each operator keeps for the backward (the memory model's input) ---------
 
 TEST(SavedActivations, GptLayerWithDropoutIsKorthikantisFormula) {

@@ -178,7 +178,11 @@ class OperatorList {
     activation_gemm("attention_scores", s_q, s_kv, d_qk, groups);
     keep(groups * (s_q + s_kv) * d_qk);  // Q and K
     const double scores = groups * s_q * s_kv;
-    memory("attention_softmax", 2.0 * scores * element_, kSoftmaxFlops * scores, 1.5);
+    if (megatron_fused_softmax_runs(groups, s_q, s_kv)) {
+      memory("attention_softmax", 2.0 * scores * element_, kSoftmaxFlops * scores, 1.5);
+    } else {
+      torch_softmax(scores);
+    }
     keep_scores(scores * kActivationBytes);  // its output, which its backward reads
     if (dropout) {
       memory("attention_dropout", (2.0 * element_ + kMaskBytes) * scores, scores, 1.0);
@@ -187,6 +191,34 @@ class OperatorList {
     activation_gemm("attention_context", s_q, d_v, s_kv, groups);
     keep(groups * s_kv * d_v);  // V
     for (size_t i = first; i < ops_.size(); ++i) ops_[i].attention_core = true;
+  }
+
+  // Megatron's FusedScaleMaskSoftmax runs its one fused kernel (scale, causal mask, softmax)
+  // only on 16-bit scores of shapes the kernel was written for: 16 < s_kv ≤ 4,096, s_q and s_kv
+  // multiples of 4, and the rows' batches b·heads (this rank's heads) a multiple of the
+  // kernel's batches per block, 4 (8 where s_kv ≤ 128, two rows to a warp): is_kernel_available
+  // in megatron/model/fused_softmax.py from 2021 (≤ 2,048 then) to Megatron-Core 0.x. So 16
+  // heads over TP 8 at micro-batch 1 (2 batches), or BLOOM's 112 over TP 8 (14), miss it.
+  bool megatron_fused_softmax_runs(double batches, double s_q, double s_kv) const {
+    auto multiple_of = [](double v, double k) { return std::fmod(v, k) == 0; };
+    const double per_block = s_kv <= 128 ? 8 : 4;
+    return element_ == 2 && s_kv > 16 && s_kv <= 4096 && multiple_of(s_q, 4) && multiple_of(s_kv, 4) &&
+           multiple_of(batches, per_block);
+  }
+
+  // Elsewhere it runs PyTorch's softmax_in_fp32 path, five kernels each way on every score:
+  // forward the cast to fp32, the scale, masked_fill, softmax and the cast back (reads and
+  // writes of 2e + 24 bytes); backward autograd's five (2e + 36: softmax's reads its fp32
+  // output beside the gradient). It keeps that fp32 output for its backward.
+  void torch_softmax(double scores) {
+    constexpr int kKernels = 5;
+    OperatorCost forward =
+        memory_bound_cost(Bytes((2 * element_ + 6 * kFp32Bytes) * scores), Flops(kSoftmaxFlops * scores), activation_);
+    OperatorCost backward =
+        memory_bound_cost(Bytes((2 * element_ + 9 * kFp32Bytes) * scores), Flops(kSoftmaxFlops * scores), activation_);
+    forward.kernels = backward.kernels = kKernels;
+    ops_.push_back({"attention_softmax", forward, backward, false, Bytes(), Bytes()});
+    keep_scores(scores * kFp32Bytes);
   }
 
   // An MLP of intermediate size f_local on `rows` rows per group (`groups` experts at once).
