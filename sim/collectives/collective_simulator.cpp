@@ -50,18 +50,24 @@ bool nccl_models(Algorithm a) {
   }
 }
 
+// `nominal_gbs` is the bottleneck as NCCL's topology sees it: NVLink and PCIe at NCCL's own
+// figures (which the scaled links already are), a NIC at the speed it reports (its wire
+// efficiency, `network_efficiency`, undone). NCCL's search quantises that to its speed arrays.
 struct PathFacts {
   double bottleneck_gbs = 0;
+  double nominal_gbs = 0;
   bool all_nvlink = true;
   std::optional<LinkId> first_network_link;
 };
 
-PathFacts path_facts(const Topology& topo, const Router& router, DeviceId a, DeviceId b) {
+PathFacts path_facts(const Topology& topo, const Router& router, DeviceId a, DeviceId b, double network_efficiency) {
   PathFacts f;
-  f.bottleneck_gbs = INFINITY;
+  f.bottleneck_gbs = f.nominal_gbs = INFINITY;
   for (LinkId l : router.route(a, b)) {
     const Link& link = topo.link(l);
-    f.bottleneck_gbs = std::min(f.bottleneck_gbs, link.bandwidth.value() / 1e9);
+    const double gbs = link.bandwidth.value() / 1e9;
+    f.bottleneck_gbs = std::min(f.bottleneck_gbs, gbs);
+    f.nominal_gbs = std::min(f.nominal_gbs, link.link_class == LinkClass::kNetwork ? gbs / network_efficiency : gbs);
     f.all_nvlink = f.all_nvlink && link.link_class == LinkClass::kNVLink;
     if (!f.first_network_link && link.link_class == LinkClass::kNetwork) f.first_network_link = l;
   }
@@ -126,8 +132,11 @@ CollectiveSimulator::CollectiveSimulator(const Topology& topo, int gpus, std::op
   const int cc = compute_capability(arch_);
   constexpr double kLocalBw = 5000;  // NCCL's LOC_BW: a rank alone in its node
   intra_gbs_ = kLocalBw;
+  const double network_efficiency =
+      efficiency.value_or(LinkEfficiency::defaults_for(gpu_arch_of(topo.gpu_spec_of(topo.gpus()[0])))).network;
   if (nodes.front().size() >= 2) {
-    PathFacts f = path_facts(*topo_, *router_, c.device(nodes.front()[0]), c.device(nodes.front()[1]));
+    PathFacts f =
+        path_facts(*topo_, *router_, c.device(nodes.front()[0]), c.device(nodes.front()[1]), network_efficiency);
     intra_gbs_ = f.bottleneck_gbs;
     in.intra = f.all_nvlink ? NcclLinkType::kNvlink : NcclLinkType::kPci;
   }
@@ -150,11 +159,12 @@ CollectiveSimulator::CollectiveSimulator(const Topology& topo, int gpus, std::op
     inter_gbs_ = intra_gbs_;
   } else {
     std::set<uint32_t> nics;
-    double nic_gbs = INFINITY;
+    double nic_gbs = INFINITY, nic_nominal_gbs = INFINITY;
     const size_t local = std::min(nodes[0].size(), nodes[1].size());
     for (size_t g = 0; g < local; ++g) {
-      PathFacts f = path_facts(*topo_, *router_, c.device(nodes[0][g]), c.device(nodes[1][g]));
+      PathFacts f = path_facts(*topo_, *router_, c.device(nodes[0][g]), c.device(nodes[1][g]), network_efficiency);
       nic_gbs = std::min(nic_gbs, f.bottleneck_gbs);
+      nic_nominal_gbs = std::min(nic_nominal_gbs, f.nominal_gbs);
       if (f.first_network_link) nics.insert(f.first_network_link->value);
     }
     const int nic_count = std::max<int>(1, static_cast<int>(nics.size()));
@@ -162,12 +172,12 @@ CollectiveSimulator::CollectiveSimulator(const Topology& topo, int gpus, std::op
     for (uint32_t l : nics) {
       in.latency_inter_us = std::max(in.latency_inter_us, topo_->device(topo_->link(LinkId{l}).from).reported_latency.seconds() * 1e6);
     }
-    const double speed = nccl_search_speed(arch_, true, std::min(nic_gbs, intra_gbs_));
+    const double speed = nccl_search_speed(arch_, true, std::min(nic_nominal_gbs, intra_gbs_));
     graph.bw_intra_gbs = graph.bw_inter_gbs = speed;
     // Every channel's ring also passes each GPU's NVLink at its speed (NCCL's search takes the
     // speed off every link of the path), so with many NICs per node (a 72-GPU NVLink rack, one
     // NIC per GPU) the GPU's NVLink, not the NIC count, caps the channels.
-    int channels = nic_count * std::max(1, static_cast<int>(std::floor(nic_gbs / speed)));
+    int channels = nic_count * std::max(1, static_cast<int>(std::floor(nic_nominal_gbs / speed)));
     if (nodes.front().size() >= 2) channels = std::min(channels, static_cast<int>(std::floor(intra_gbs_ / speed)));
     graph.channels = std::clamp(channels, 1, kNcclMaxChannels / 2);
     inter_gbs_ = nic_gbs * nic_count / static_cast<double>(c.ranks_per_node());
