@@ -197,8 +197,8 @@ class OperatorList {
   // only on 16-bit scores of shapes the kernel was written for: 16 < s_kv ≤ 4,096, s_q and s_kv
   // multiples of 4, and the rows' batches b·heads (this rank's heads) a multiple of the
   // kernel's batches per block, 4 (8 where s_kv ≤ 128, two rows to a warp): is_kernel_available
-  // in megatron/model/fused_softmax.py from 2021 (≤ 2,048 then) to Megatron-Core 0.x. So 16
-  // heads over TP 8 at micro-batch 1 (2 batches), or BLOOM's 112 over TP 8 (14), miss it.
+  // in Megatron's fused_softmax.py from 2021 (s_kv ≤ 2,048 then) through the Megatron-Core of
+  // 2024. So 16 heads over TP 8 at micro-batch 1 (2 batches), or 112 over TP 8 (14), miss it.
   bool megatron_fused_softmax_runs(double batches, double s_q, double s_kv) const {
     auto multiple_of = [](double v, double k) { return std::fmod(v, k) == 0; };
     const double per_block = s_kv <= 128 ? 8 : 4;
