@@ -3,34 +3,8 @@
 #include <algorithm>
 #include <stdexcept>
 
-#include <boost/graph/breadth_first_search.hpp>
-#include <boost/graph/filtered_graph.hpp>
-#include <boost/graph/reverse_graph.hpp>
-#include <boost/graph/visitors.hpp>
-
 namespace parallax {
 namespace {
-
-// On the reversed graph, BFS from dst walks original edges backwards. Two kinds of original edge
-// are filtered out: u→g into a GPU g other than dst, which would make g a transit hop; and an
-// edge into a NIC from its own node (not from the network) when dst is another device of that
-// node, which would make the NIC a relay between two devices of its node (next_hop keeps the same
-// rule).
-struct NoForbiddenTransit {
-  const Topology* topo = nullptr;
-  uint32_t dst = 0;
-  template <class Edge>
-  bool operator()(const Edge& e) const {
-    const auto& g = topo->graph();
-    const uint32_t target = static_cast<uint32_t>(boost::target(e.underlying_descx, g));
-    if (target == dst) return true;
-    const Device& to = topo->device(DeviceId{target});
-    if (to.kind == DeviceKind::kGpu) return false;
-    const LinkId link{boost::get(boost::edge_index, g, e.underlying_descx)};
-    return !(to.kind == DeviceKind::kNic && topo->link(link).link_class != LinkClass::kNetwork &&
-             to.node == topo->device(DeviceId{dst}).node);
-  }
-};
 
 std::invalid_argument no_route(const Topology& topo, DeviceId src, DeviceId dst) {
   return std::invalid_argument("no route from " + topo.device(src).name + " to " + topo.device(dst).name);
@@ -46,21 +20,69 @@ uint64_t mix(uint64_t x) {
 
 }  // namespace
 
+// Every device's in-links in compressed rows, with what the BFS's rule reads: a breadth-first
+// search from dst over them walks the original links backwards. Two kinds of link are never
+// walked: one into a GPU other than dst (a GPU would be a transit hop), and one into a NIC from
+// its own node (not from the network) when dst is another device of that node (the NIC would
+// relay between two devices of its node; next_hop keeps the same rule). A GPU thus gets a
+// distance only as a source.
+class ReverseLinks {
+ public:
+  explicit ReverseLinks(const Topology& topo)
+      : offsets_(topo.device_count() + 1, 0), kind_(topo.device_count()), node_(topo.device_count()) {
+    for (uint32_t d = 0; d < topo.device_count(); ++d) {
+      kind_[d] = topo.device(DeviceId{d}).kind;
+      node_[d] = topo.device(DeviceId{d}).node;
+      for (LinkId l : topo.out_links(DeviceId{d})) ++offsets_[topo.link(l).to.value + 1];
+    }
+    for (size_t i = 1; i < offsets_.size(); ++i) offsets_[i] += offsets_[i - 1];
+    from_.resize(offsets_.back());
+    from_network_.resize(offsets_.back());
+    std::vector<uint32_t> fill(offsets_.begin(), offsets_.end() - 1);
+    for (uint32_t d = 0; d < topo.device_count(); ++d) {
+      for (LinkId l : topo.out_links(DeviceId{d})) {
+        const uint32_t at = fill[topo.link(l).to.value]++;
+        from_[at] = d;
+        from_network_[at] = topo.link(l).link_class == LinkClass::kNetwork ? 1 : 0;
+      }
+    }
+  }
+
+  std::vector<uint16_t> distances_to(DeviceId dst) const {
+    std::vector<uint16_t> dist(kind_.size(), kUnreachable);
+    std::vector<uint32_t> queue;
+    queue.reserve(kind_.size());
+    dist[dst.value] = 0;
+    queue.push_back(dst.value);
+    const int dst_node = node_[dst.value];
+    for (size_t head = 0; head < queue.size(); ++head) {
+      const uint32_t v = queue[head];
+      if (v != dst.value && kind_[v] == DeviceKind::kGpu) continue;
+      const bool network_only = v != dst.value && kind_[v] == DeviceKind::kNic && node_[v] == dst_node;
+      for (uint32_t i = offsets_[v]; i < offsets_[v + 1]; ++i) {
+        const uint32_t u = from_[i];
+        if (dist[u] != kUnreachable || (network_only && !from_network_[i])) continue;
+        dist[u] = static_cast<uint16_t>(dist[v] + 1);
+        queue.push_back(u);
+      }
+    }
+    return dist;
+  }
+
+ private:
+  std::vector<uint32_t> offsets_;
+  std::vector<uint32_t> from_;
+  std::vector<uint8_t> from_network_;
+  std::vector<DeviceKind> kind_;
+  std::vector<int> node_;
+};
+
 std::vector<uint16_t> hop_distances_to(const Topology& topo, DeviceId dst) {
-  const auto& g = topo.graph();
-  auto reversed = boost::make_reverse_graph(g);
-  using Reversed = decltype(reversed);
-  NoForbiddenTransit keep{&topo, dst.value};
-  boost::filtered_graph<Reversed, NoForbiddenTransit> fg(reversed, keep);
-  std::vector<uint16_t> dist(boost::num_vertices(g), kUnreachable);
-  dist[dst.value] = 0;
-  boost::breadth_first_search(
-      fg, boost::vertex(dst.value, g),
-      boost::visitor(boost::make_bfs_visitor(boost::record_distances(dist.data(), boost::on_tree_edge()))));
-  return dist;
+  return ReverseLinks(topo).distances_to(dst);
 }
 
-Router::Router(const Topology& topo) : topo_(topo), cache_(topo.device_count()) {
+Router::Router(const Topology& topo)
+    : topo_(topo), cache_(topo.device_count()), reverse_(std::make_shared<const ReverseLinks>(topo)) {
   uint32_t max_degree = 0;
   hop_offsets_.reserve(topo.device_count() + 1);
   hop_offsets_.push_back(0);
@@ -79,7 +101,7 @@ Router::Router(const Topology& topo) : topo_(topo), cache_(topo.device_count()) 
 
 const std::vector<uint16_t>& Router::distances_to(DeviceId dst) const {
   auto& slot = cache_[dst.value];
-  if (!slot) slot = std::make_unique<std::vector<uint16_t>>(hop_distances_to(topo_, dst));
+  if (!slot) slot = std::make_unique<std::vector<uint16_t>>(reverse_->distances_to(dst));
   return *slot;
 }
 

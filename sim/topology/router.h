@@ -17,10 +17,13 @@
 
 namespace parallax {
 
-/// Hop distances from every device to `dst` along paths that do not transit a GPU;
-/// kUnreachable where there is none. Uses Boost's BFS on the reversed graph.
+/// Hop distances from every device to `dst` along paths that do not transit a GPU (nor a NIC
+/// between two devices of its node); kUnreachable where there is none. A breadth-first search
+/// over every device's in-links.
 inline constexpr uint16_t kUnreachable = UINT16_MAX;
 std::vector<uint16_t> hop_distances_to(const Topology& topo, DeviceId dst);
+
+class ReverseLinks;
 
 class Router {
  public:
@@ -57,6 +60,7 @@ class Router {
 
   const Topology& topo_;
   mutable std::vector<std::unique_ptr<std::vector<uint16_t>>> cache_;
+  std::shared_ptr<const ReverseLinks> reverse_;  // every device's in-links, for the BFS (router.cpp)
   // Every device's out-links in compressed rows, in out_links order, with what a route step
   // reads of each: walking a spine's hundreds of ports then stays in one contiguous array.
   struct Hop {
