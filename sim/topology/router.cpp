@@ -121,7 +121,7 @@ const Router::Hop& Router::next_hop(DeviceId at, DeviceId dst, uint64_t flow_key
   for (uint32_t i = first; i < end; ++i) {
     const Hop& hop = hops_[i];
     // A GPU other than dst has a distance only as a source; never step onto one. Nor into a NIC
-    // from its node toward another device of that node (NoForbiddenTransit).
+    // from its node toward another device of that node (ReverseLinks' rule).
     const bool relay = hop.relay_node >= 0 && hop.relay_node == dst_node;
     const bool eligible = dist[hop.to] == want && (hop.to == dst.value || (!hop.to_gpu && !relay));
     eligible_[n] = i;
