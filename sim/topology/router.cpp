@@ -20,69 +20,53 @@ uint64_t mix(uint64_t x) {
 
 }  // namespace
 
-// Every device's in-links in compressed rows, with what the BFS's rule reads: a breadth-first
-// search from dst over them walks the original links backwards. Two kinds of link are never
-// walked: one into a GPU other than dst (a GPU would be a transit hop), and one into a NIC from
-// its own node (not from the network) when dst is another device of that node (the NIC would
-// relay between two devices of its node; next_hop keeps the same rule). A GPU thus gets a
-// distance only as a source.
-class ReverseLinks {
- public:
-  explicit ReverseLinks(const Topology& topo)
-      : offsets_(topo.device_count() + 1, 0), kind_(topo.device_count()), node_(topo.device_count()) {
-    for (uint32_t d = 0; d < topo.device_count(); ++d) {
-      kind_[d] = topo.device(DeviceId{d}).kind;
-      node_[d] = topo.device(DeviceId{d}).node;
-      for (LinkId l : topo.out_links(DeviceId{d})) ++offsets_[topo.link(l).to.value + 1];
-    }
-    for (size_t i = 1; i < offsets_.size(); ++i) offsets_[i] += offsets_[i - 1];
-    from_.resize(offsets_.back());
-    from_network_.resize(offsets_.back());
-    std::vector<uint32_t> fill(offsets_.begin(), offsets_.end() - 1);
-    for (uint32_t d = 0; d < topo.device_count(); ++d) {
-      for (LinkId l : topo.out_links(DeviceId{d})) {
-        const uint32_t at = fill[topo.link(l).to.value]++;
-        from_[at] = d;
-        from_network_[at] = topo.link(l).link_class == LinkClass::kNetwork ? 1 : 0;
-      }
+// A breadth-first search from dst over the in-links walks the original links backwards. Two
+// kinds of link are never walked: one into a GPU other than dst (a GPU would be a transit hop),
+// and one into a NIC from its own node (not from the network) when dst is another device of
+// that node (the NIC would relay between two devices of its node; next_hop keeps the same
+// rule). A GPU thus gets a distance only as a source.
+HopDistances::HopDistances(const Topology& topo)
+    : offsets_(topo.device_count() + 1, 0), kind_(topo.device_count()), node_(topo.device_count()) {
+  for (uint32_t d = 0; d < topo.device_count(); ++d) {
+    kind_[d] = topo.device(DeviceId{d}).kind;
+    node_[d] = topo.device(DeviceId{d}).node;
+    for (LinkId l : topo.out_links(DeviceId{d})) ++offsets_[topo.link(l).to.value + 1];
+  }
+  for (size_t i = 1; i < offsets_.size(); ++i) offsets_[i] += offsets_[i - 1];
+  from_.resize(offsets_.back());
+  from_network_.resize(offsets_.back());
+  std::vector<uint32_t> fill(offsets_.begin(), offsets_.end() - 1);
+  for (uint32_t d = 0; d < topo.device_count(); ++d) {
+    for (LinkId l : topo.out_links(DeviceId{d})) {
+      const uint32_t at = fill[topo.link(l).to.value]++;
+      from_[at] = d;
+      from_network_[at] = topo.link(l).link_class == LinkClass::kNetwork ? 1 : 0;
     }
   }
-
-  std::vector<uint16_t> distances_to(DeviceId dst) const {
-    std::vector<uint16_t> dist(kind_.size(), kUnreachable);
-    std::vector<uint32_t> queue;
-    queue.reserve(kind_.size());
-    dist[dst.value] = 0;
-    queue.push_back(dst.value);
-    const int dst_node = node_[dst.value];
-    for (size_t head = 0; head < queue.size(); ++head) {
-      const uint32_t v = queue[head];
-      if (v != dst.value && kind_[v] == DeviceKind::kGpu) continue;
-      const bool network_only = v != dst.value && kind_[v] == DeviceKind::kNic && node_[v] == dst_node;
-      for (uint32_t i = offsets_[v]; i < offsets_[v + 1]; ++i) {
-        const uint32_t u = from_[i];
-        if (dist[u] != kUnreachable || (network_only && !from_network_[i])) continue;
-        dist[u] = static_cast<uint16_t>(dist[v] + 1);
-        queue.push_back(u);
-      }
-    }
-    return dist;
-  }
-
- private:
-  std::vector<uint32_t> offsets_;
-  std::vector<uint32_t> from_;
-  std::vector<uint8_t> from_network_;
-  std::vector<DeviceKind> kind_;
-  std::vector<int> node_;
-};
-
-std::vector<uint16_t> hop_distances_to(const Topology& topo, DeviceId dst) {
-  return ReverseLinks(topo).distances_to(dst);
 }
 
-Router::Router(const Topology& topo)
-    : topo_(topo), cache_(topo.device_count()), reverse_(std::make_shared<const ReverseLinks>(topo)) {
+std::vector<uint16_t> HopDistances::to(DeviceId dst) const {
+  std::vector<uint16_t> dist(kind_.size(), kUnreachable);
+  std::vector<uint32_t> queue;
+  queue.reserve(kind_.size());
+  dist[dst.value] = 0;
+  queue.push_back(dst.value);
+  const int dst_node = node_[dst.value];
+  for (size_t head = 0; head < queue.size(); ++head) {
+    const uint32_t v = queue[head];
+    if (v != dst.value && kind_[v] == DeviceKind::kGpu) continue;
+    const bool network_only = v != dst.value && kind_[v] == DeviceKind::kNic && node_[v] == dst_node;
+    for (uint32_t i = offsets_[v]; i < offsets_[v + 1]; ++i) {
+      const uint32_t u = from_[i];
+      if (dist[u] != kUnreachable || (network_only && !from_network_[i])) continue;
+      dist[u] = static_cast<uint16_t>(dist[v] + 1);
+      queue.push_back(u);
+    }
+  }
+  return dist;
+}
+
+Router::Router(const Topology& topo) : topo_(topo), distances_(topo), cache_(topo.device_count()) {
   uint32_t max_degree = 0;
   hop_offsets_.reserve(topo.device_count() + 1);
   hop_offsets_.push_back(0);
@@ -101,7 +85,7 @@ Router::Router(const Topology& topo)
 
 const std::vector<uint16_t>& Router::distances_to(DeviceId dst) const {
   auto& slot = cache_[dst.value];
-  if (!slot) slot = std::make_unique<std::vector<uint16_t>>(reverse_->distances_to(dst));
+  if (!slot) slot = std::make_unique<std::vector<uint16_t>>(distances_.to(dst));
   return *slot;
 }
 
@@ -121,7 +105,7 @@ const Router::Hop& Router::next_hop(DeviceId at, DeviceId dst, uint64_t flow_key
   for (uint32_t i = first; i < end; ++i) {
     const Hop& hop = hops_[i];
     // A GPU other than dst has a distance only as a source; never step onto one. Nor into a NIC
-    // from its node toward another device of that node (ReverseLinks' rule).
+    // from its node toward another device of that node (HopDistances' rule).
     const bool relay = hop.relay_node >= 0 && hop.relay_node == dst_node;
     const bool eligible = dist[hop.to] == want && (hop.to == dst.value || (!hop.to_gpu && !relay));
     eligible_[n] = i;

@@ -17,13 +17,24 @@
 
 namespace parallax {
 
-/// Hop distances from every device to `dst` along paths that do not transit a GPU (nor a NIC
-/// between two devices of its node); kUnreachable where there is none. A breadth-first search
-/// over every device's in-links.
 inline constexpr uint16_t kUnreachable = UINT16_MAX;
-std::vector<uint16_t> hop_distances_to(const Topology& topo, DeviceId dst);
 
-class ReverseLinks;
+/// Hop distances from every device to a destination along paths that do not transit a GPU (nor
+/// a NIC between two devices of its node); kUnreachable where there is none. Built once per
+/// topology (every device's in-links in compressed rows), then one breadth-first search per
+/// destination.
+class HopDistances {
+ public:
+  explicit HopDistances(const Topology& topo);
+  std::vector<uint16_t> to(DeviceId dst) const;
+
+ private:
+  std::vector<uint32_t> offsets_;  // per device: its in-links in from_ and from_network_
+  std::vector<uint32_t> from_;
+  std::vector<uint8_t> from_network_;
+  std::vector<DeviceKind> kind_;
+  std::vector<int> node_;
+};
 
 class Router {
  public:
@@ -59,8 +70,8 @@ class Router {
   const std::vector<uint16_t>& distances_to(DeviceId dst) const;
 
   const Topology& topo_;
+  HopDistances distances_;
   mutable std::vector<std::unique_ptr<std::vector<uint16_t>>> cache_;
-  std::shared_ptr<const ReverseLinks> reverse_;  // every device's in-links, for the BFS (router.cpp)
   // Every device's out-links in compressed rows, in out_links order, with what a route step
   // reads of each: walking a spine's hundreds of ports then stays in one contiguous array.
   struct Hop {

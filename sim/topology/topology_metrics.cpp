@@ -100,9 +100,10 @@ Bandwidth bisection_bandwidth(const Topology& topo) {
 
 int gpu_diameter(const Topology& topo) {
   int worst = 0;
+  const HopDistances distances(topo);
   for (DeviceId dst : topo.gpus()) {
     // One BFS per destination, not cached: a Router's cache would hold them all at once.
-    auto dist = hop_distances_to(topo, dst);
+    auto dist = distances.to(dst);
     for (DeviceId src : topo.gpus()) worst = std::max(worst, static_cast<int>(dist[src.value]));
   }
   return worst;
