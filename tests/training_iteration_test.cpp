@@ -617,8 +617,9 @@ TEST(IterationCommunication, DataParallelReductionsAreBoundByTheNodesNics) {
 TEST(IterationCommunication, RingsAcrossRacksTakeNvlinkFromTheTensorParallelCollectives) {
   // Llama-3 70B, TP 2 · DP 64 with ZeRO-3 on two GB200 NVL72 racks (64 GPUs each), analytical.
   // The data-parallel group has 32 ranks in each rack, so its rings cross the racks through the
-  // NICs but hop over NVLink 31 times in 32: at ~670 GB/s of busbw they keep about 70% of each
-  // GPU's 900 GB/s busy, and the TP collectives that overlap them get the max-min fair rest.
+  // NICs but hop over NVLink 31 times in 32: at ~670 GB/s of busbw they keep about 90% of each
+  // GPU's NVLink busy (900 GB/s at NCCL's 40.1/50 of line rate, 722 GB/s), and the TP
+  // collectives that overlap them get the max-min fair rest.
   // So sharing links costs TP time here (at most 3×: two loads beside one TP collective leave
   // it a third), while with TP 8 · DP 16 (one rank of each DP group per 8 GPUs, rails across
   // two DGX H100 nodes) the rings never touch NVLink and the TP time is what it is alone.

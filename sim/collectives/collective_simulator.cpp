@@ -95,10 +95,14 @@ LinkEfficiency LinkEfficiency::defaults_for(GpuArch arch) {
   return e;
 }
 
-Topology with_link_efficiency(const Topology& topo, std::optional<LinkEfficiency> efficiency) {
+LinkEfficiency link_efficiency_of(const Topology& topo, std::optional<LinkEfficiency> efficiency) {
   if (topo.gpu_count() == 0) throw std::invalid_argument("the topology has no GPUs");
+  return efficiency.value_or(LinkEfficiency::defaults_for(gpu_arch_of(topo.gpu_spec_of(topo.gpus()[0]))));
+}
+
+Topology with_link_efficiency(const Topology& topo, std::optional<LinkEfficiency> efficiency) {
   Topology scaled = topo;
-  const LinkEfficiency e = efficiency.value_or(LinkEfficiency::defaults_for(gpu_arch_of(topo.gpu_spec_of(topo.gpus()[0]))));
+  const LinkEfficiency e = link_efficiency_of(topo, efficiency);
   scaled.scale_link_bandwidth(LinkClass::kNVLink, e.nvlink);
   scaled.scale_link_bandwidth(LinkClass::kPcie, e.pcie);
   scaled.scale_link_bandwidth(LinkClass::kNetwork, e.network);
@@ -132,8 +136,7 @@ CollectiveSimulator::CollectiveSimulator(const Topology& topo, int gpus, std::op
   const int cc = compute_capability(arch_);
   constexpr double kLocalBw = 5000;  // NCCL's LOC_BW: a rank alone in its node
   intra_gbs_ = kLocalBw;
-  const double network_efficiency =
-      efficiency.value_or(LinkEfficiency::defaults_for(gpu_arch_of(topo.gpu_spec_of(topo.gpus()[0])))).network;
+  const double network_efficiency = link_efficiency_of(topo, efficiency).network;
   if (nodes.front().size() >= 2) {
     PathFacts f =
         path_facts(*topo_, *router_, c.device(nodes.front()[0]), c.device(nodes.front()[1]), network_efficiency);

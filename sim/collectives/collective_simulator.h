@@ -39,8 +39,11 @@ struct LinkEfficiency {
   static LinkEfficiency none() { return LinkEfficiency{1, 1, 1, 1, 1}; }
 };
 
-/// A copy of `topo` with each link class scaled by `efficiency` (defaults for its GPU when
-/// nullopt): the links collectives see.
+/// `efficiency`, or the defaults for `topo`'s GPU when nullopt.
+LinkEfficiency link_efficiency_of(const Topology& topo, std::optional<LinkEfficiency> efficiency);
+
+/// A copy of `topo` with each link class scaled by link_efficiency_of(topo, efficiency): the
+/// links collectives see.
 Topology with_link_efficiency(const Topology& topo, std::optional<LinkEfficiency> efficiency);
 
 struct CollectiveOptions {

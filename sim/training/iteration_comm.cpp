@@ -188,10 +188,13 @@ CommunicationPlan::CommunicationPlan(const ModelConfig& model, const ParallelLay
       cp_gather_heads(tp_forward.size()), slowdown_of(tp_forward.size()), topo_(topo), layout_(layout),
       timer_(simulators, options), dp_group_(tp_forward.size()), expert_dp_group_(tp_forward.size()),
       dp_slowdown_(tp_forward.size(), 1.0), expert_dp_slowdown_(tp_forward.size(), 1.0) {
+  // At the rate the collectives' own times assume (their links' NCCL figure, not line rate), so
+  // that a ring as fast as NVLink lets it takes all of it.
   if (!topo.gpus().empty()) {
     for (LinkId l : topo.out_links(topo.gpus().front())) {
       if (topo.link(l).link_class == LinkClass::kNVLink) scale_up_bandwidth_ += topo.link(l).bandwidth.value();
     }
+    scale_up_bandwidth_ *= link_efficiency_of(topo, simulators.efficiency()).nvlink;
   }
   if (layout.param_gather_per_tensor && layout.zero_stage == ZeroStage::kStage3) {
     layer_tensor_shares_ = dense_layer_tensor_shares(model);

@@ -138,7 +138,7 @@ class CommunicationPlan {
   CollectiveTimer timer_;
   std::vector<std::vector<int>> dp_group_, expert_dp_group_;
   std::vector<double> dp_slowdown_, expert_dp_slowdown_;
-  double scale_up_bandwidth_ = 0;  ///< bytes/s one GPU's NVLink carries in one direction
+  double scale_up_bandwidth_ = 0;  ///< bytes/s one GPU's NVLink carries in one direction, as collectives see it
   /// With param_gather_per_tensor: each parameter tensor's share of a dense transformer layer.
   std::vector<double> layer_tensor_shares_;
 };
