@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <cmath>
 #include <random>
+#include <span>
+#include <utility>
 #include <string>
 
 #include "network/max_min_solver.h"
@@ -180,6 +182,48 @@ TEST_P(MaxMinProperties, SameProblemSameRates) {
   std::mt19937_64 rng(GetParam());
   Problem p = random_problem(rng, 30, 100);
   EXPECT_EQ(solve(p), solve(p));
+}
+
+// A flow of weight w is w equal flows on one path: the problem with every weighted flow written
+// out as that many flows of weight 1 has the same rates, each copy the weighted flow's rate.
+TEST_P(MaxMinProperties, AWeightedFlowIsThatManyEqualFlows) {
+  const uint64_t seed = GetParam();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  std::mt19937_64 rng(seed);
+  std::uniform_int_distribution<uint32_t> weight(1, 6);
+  for (auto [resources, flows] : {std::pair{40, 120}, std::pair{3000, 2500}}) {
+    const Problem plain = random_problem(rng, resources, flows);
+    Problem weighted, expanded;
+    weighted.capacity = expanded.capacity = plain.capacity;
+    std::vector<uint32_t> first_copy;
+    for (size_t f = 0; f < plain.flow_count(); ++f) {
+      const std::span<const uint32_t> path(plain.flow_resources.data() + plain.flow_offsets[f],
+                                           plain.flow_offsets[f + 1] - plain.flow_offsets[f]);
+      const uint32_t w = weight(rng);
+      weighted.add_flow(path, w);
+      first_copy.push_back(static_cast<uint32_t>(expanded.flow_count()));
+      for (uint32_t c = 0; c < w; ++c) expanded.add_flow(path);
+    }
+    const std::vector<double> by_weight = solve(weighted), by_copies = solve(expanded);
+    for (size_t f = 0; f < plain.flow_count(); ++f) {
+      EXPECT_NEAR(by_weight[f], by_copies[first_copy[f]], 1e-12 * by_copies[first_copy[f]]) << "flow " << f;
+    }
+  }
+}
+
+TEST(MaxMinSolver, AFlowOfWeightThreeTakesThreeSharesOfItsLink) {
+  // One link of capacity 8: a flow of weight 3 and one of weight 1 split it 3 : 1, each of the
+  // four flows they stand for at 2; the link reports its whole load.
+  Problem p;
+  const uint32_t link = p.add_resource(8);
+  p.add_flow(std::vector<uint32_t>{link}, 3);
+  p.add_flow(std::vector<uint32_t>{link});
+  MaxMinSolver solver;
+  std::vector<double> rates;
+  solver.solve(p, rates);
+  EXPECT_DOUBLE_EQ(rates[0], 2);
+  EXPECT_DOUBLE_EQ(rates[1], 2);
+  EXPECT_DOUBLE_EQ(solver.resource_load()[link], 8);
 }
 
 INSTANTIATE_TEST_SUITE_P(Seeds, MaxMinProperties, ::testing::Values(1u, 2u, 3u, 42u, 1234u, 99991u));

@@ -2,6 +2,8 @@
 // follows max-min sharing (incast, shared links, disjoint rails); properties with fixed seeds.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <random>
 
 #include "network/analytical_network.h"
@@ -219,6 +221,81 @@ TEST_P(RandomTraffic, CompletionTimeGrowsWithSize) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Seeds, RandomTraffic, ::testing::Values(7u, 8u, 2024u));
+
+// Starts `flows` on the flow model, flow i standing for weights[i] equal flows (weight w: w
+// flows of size/w each when `written_out`), every copy routed by key i as one connection's
+// would be; returns when each flow's last byte arrived and what the audit saw.
+RunResult run_weighted(const Topology& t, const std::vector<FlowSpec>& flows, const std::vector<uint32_t>& weights,
+                       bool written_out) {
+  struct Finishes final : FlowSink {
+    Engine* engine = nullptr;
+    std::vector<uint32_t> owner;  // tag → flow
+    std::vector<Time> finish;
+    void flow_finished(uint32_t tag) override {
+      Time& f = finish[owner[tag]];
+      f = std::max(f, engine->now());
+    }
+  } sink;
+  Engine engine;
+  Router router(t);
+  FlowNetwork net(engine, t, router, FlowNetwork::Options{true, true});
+  sink.engine = &engine;
+  sink.finish.assign(flows.size(), Time::zero());
+  for (uint32_t i = 0; i < flows.size(); ++i) {
+    const uint32_t copies = written_out ? weights[i] : 1;
+    const Bytes each = written_out ? Bytes(flows[i].size.value() / weights[i]) : flows[i].size;
+    for (uint32_t c = 0; c < copies; ++c) {
+      const auto tag = static_cast<uint32_t>(sink.owner.size());
+      sink.owner.push_back(i);
+      engine.schedule_at(flows[i].start, [&net, &sink, f = flows[i], each, tag, i, w = written_out ? 1 : weights[i]] {
+        net.start_flow(f.src, f.dst, each, sink, tag, uint64_t{i}, w);
+      });
+    }
+  }
+  engine.run();
+  return RunResult{sink.finish, net.solves(), net.solved_flow_count(), net.audit()};
+}
+
+TEST_P(RandomTraffic, AWeightedFlowFinishesWithTheEqualFlowsItStandsFor) {
+  // Seeded random traffic on 4 DGX H100 nodes, each flow standing for 1–4 equal flows: played
+  // as weighted flows, and again with each written out as that many flows of its bytes'
+  // share on the same route. The finishes agree (to the rounding of the sums), and the weighted
+  // run keeps every audited property of the max-min allocation.
+  const uint64_t seed = GetParam();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  Topology t = load_preset("dgx-h100", 4);
+  std::vector<FlowSpec> flows = random_flows(t, seed, 150);
+  std::mt19937_64 rng(seed);
+  std::uniform_int_distribution<uint32_t> weight(1, 4);
+  std::vector<uint32_t> weights;
+  for (FlowSpec& f : flows) {
+    weights.push_back(weight(rng));
+    f.size = Bytes(std::floor(f.size.value() / weights.back()) * weights.back());  // splits evenly
+  }
+  const RunResult weighted = run_weighted(t, flows, weights, false);
+  const RunResult copies = run_weighted(t, flows, weights, true);
+  EXPECT_LE(weighted.audit.worst_overload, 1e-9);
+  EXPECT_LE(weighted.audit.worst_bytes_error, 1e-6);
+  EXPECT_EQ(weighted.audit.flows_without_bottleneck + weighted.audit.wrong_recorded_bottlenecks, 0u);
+  EXPECT_EQ(weighted.audit.stale_maxima, 0u);
+  EXPECT_LE(weighted.audit.worst_aggregate_error, 1e-12);
+  for (size_t i = 0; i < flows.size(); ++i) {
+    EXPECT_NEAR(static_cast<double>(weighted.finish[i].picoseconds()), static_cast<double>(copies.finish[i].picoseconds()),
+                1e-9 * static_cast<double>(copies.finish[i].picoseconds()) + 2)
+        << "flow " << i << " of weight " << weights[i];
+  }
+}
+
+TEST(Network, AFlowOfWeightThreeTakesThreeSharesOfALink) {
+  // Two GPUs send to a third through a star of 100 GB/s links, 1 us a hop: 3 GiB as one flow
+  // standing for three, and 1 GiB. The receiver's link splits 3 : 1, 75 and 25 GB/s, so both
+  // finish together at α + 4 GiB / 100 GB/s, as four flows of 1 GiB would.
+  Topology t = test::star(3, gigabytes_per_second(100), Time::us(1));
+  const std::vector<FlowSpec> f{flow(t, "g1", "g0", gib(3)), flow(t, "g2", "g0", gib(1))};
+  const RunResult r = run_weighted(t, f, {3, 1}, false);
+  EXPECT_EQ(r.finish[0], Time::us(2) + transfer_time(gib(4), gigabytes_per_second(100)));
+  EXPECT_EQ(r.finish[1], r.finish[0]);
+}
 
 class RedundantLinks : public ::testing::TestWithParam<std::string> {};
 

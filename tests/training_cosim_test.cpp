@@ -5,6 +5,7 @@
 // --explain's suggestions (training/explain.h): re-simulated, and reproduced by their flags.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <map>
 #include <set>
@@ -82,6 +83,60 @@ TEST(CoSimulation, PhasesChainAndCallsOfAPhaseRunTogether) {
   // nccl-tests' send/recv of two ranks sends both ways: 2 transfers, one-way 1.
   EXPECT_EQ(cosim.transfers({{CollectiveCall{CollectiveOp::kSendRecv, gb, {0, 1}}}})->size(), 2u);
   EXPECT_EQ(cosim.transfers({{CollectiveCall{CollectiveOp::kSendRecv, gb, {0, 1}, true}}})->size(), 1u);
+}
+
+TEST(CoSimulation, ACollectiveInsideANodeTakesANvlinkShareForEachOfItsChannels) {
+  // Two GB200 NVL72 racks. A ring over GPUs 0, 1 (rack 0) and 72, 73 (rack 1) passes GPU 0's
+  // NVLink port on its edge 0 → 1, one flow per NCCL channel; a TP all-reduce of GPUs 0 and 2
+  // crosses the same port. Inside a rack the all-reduce is one transfer per ring edge that
+  // stands for its channels, so while both run it gets w / (w + c) of the port (w its channels,
+  // c the ring's), not the 1 / (c + 1) of one flow among c: its time grows by (w + c) / w.
+  const Topology topo = test::load_preset("gb200-nvl72", 2);
+  CollectiveSimulatorCache simulators(topo, std::nullopt);
+  CoSimulation cosim(simulators);
+  const CollectiveCall tp{CollectiveOp::kAllReduce, Bytes(256.0 * (1 << 20)), {0, 2}};
+  const CollectiveCall ring{CollectiveOp::kAllGather, Bytes(16.0 * (1 << 30)), {0, 1, 72, 73}};
+  const std::shared_ptr<const TransferGraph> tp_graph = cosim.transfers({{tp}});
+  CollectiveOptions analytical;
+  analytical.model = "analytical";
+  const CollectiveResult nccl = simulators.for_group(tp.group).run(tp.op, tp.size, analytical);
+  const int w = std::min(nccl.channels, 255);
+  ASSERT_GT(w, 1);
+  size_t transfers = 0;
+  for (TaskId i = 0; i < tp_graph->size(); ++i) {
+    const Task& t = tp_graph->task(i);
+    if (t.kind != Task::Kind::kTransfer) continue;
+    ++transfers;
+    EXPECT_EQ(t.weight, w) << "transfer " << i;
+  }
+  EXPECT_EQ(transfers, 2u);  // one per edge of the two-rank ring, not one per channel
+  const std::shared_ptr<const TransferGraph> ring_graph = cosim.transfers({{ring}});
+  std::set<uint16_t> ring_channels;
+  for (TaskId i = 0; i < ring_graph->size(); ++i) {
+    const Task& t = ring_graph->task(i);
+    if (t.kind == Task::Kind::kTransfer && t.src == topo.gpus()[0] && t.dst == topo.gpus()[1]) {
+      ring_channels.insert(t.channel);
+    }
+    if (t.kind == Task::Kind::kTransfer) {
+      EXPECT_EQ(t.weight, 1);  // across racks: a flow per channel
+    }
+  }
+  const auto c = static_cast<double>(ring_channels.size());
+  ASSERT_GE(c, 1.0);
+  auto tp_time = [&](bool with_ring) {
+    StreamGraph g;
+    const WorkId x = g.add(g.add_stream(0, "tp"), Time::zero(), WorkKind::kTpComm, {});
+    g.set_transfers(x, tp_graph);
+    if (with_ring) g.set_transfers(g.add(g.add_stream(1, "dp"), Time::zero(), WorkKind::kDpComm, {}), ring_graph);
+    Engine engine;
+    const std::unique_ptr<NetworkModel> network = make_network_model("flow", engine, cosim.topology(), cosim.router());
+    return run_stream_graph(engine, g, network.get())[x].finish.seconds();
+  };
+  const double alone = tp_time(false), shared = tp_time(true);
+  std::printf("all-reduce of GPUs 0, 2: %d channels, %.1f us alone; beside a ring of %.0f channels %.1f us (x%.3f, "
+              "(w + c) / w = %.3f)\n",
+              w, alone * 1e6, c, shared * 1e6, shared / alone, (w + c) / w);
+  EXPECT_NEAR(shared / alone, (w + c) / w, 0.05 * (w + c) / w);
 }
 
 ParallelLayout llama_layout(int dp, int tp, int pp, int64_t global_batch) {

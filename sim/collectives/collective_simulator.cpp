@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <set>
 #include <stdexcept>
 
@@ -407,10 +408,12 @@ CollectiveSimulator::Lowered CollectiveSimulator::lower(CollectiveOp op, Bytes s
   spec.algorithm = choice.algorithm;
   spec.size = size;
   spec.root = options.root;
-  LoweringOptions lowering = lowering_options(op, choice.algorithm, protocol, channels);
+  const int lowered_channels = options.channels_as_weight ? 1 : channels;
+  LoweringOptions lowering = lowering_options(op, choice.algorithm, protocol, lowered_channels);
   if (fit) lowering.base_latency = lowering.step_latency_intra = lowering.step_latency_inter = Time::zero();
   lowering.granularity = options.granularity;
   Lowered out{lower_collective(spec, comm, router, lowering), protocol, fit.has_value()};
+  if (options.channels_as_weight) out.graph.weigh_transfers(static_cast<uint32_t>(std::min(channels, UINT8_MAX)));
   if (fit) {
     use_fitted_bandwidth(fit->second, router, out.graph);
     use_fitted_latency(*fit, comm, router, out.graph);

@@ -51,6 +51,11 @@ struct CollectiveOptions {
   std::optional<Algorithm> algorithm;      ///< nullopt: chosen by NCCL's cost model
   std::optional<Protocol> protocol;        ///< nullopt: chosen by NCCL's cost model
   std::optional<int> channels;             ///< nullopt: as NCCL's search would give
+  /// Lower a ring's or tree's channels as one transfer per edge that stands for all of them
+  /// (TransferGraph::weigh_transfers) rather than one transfer per channel: where every channel
+  /// takes the same links (inside a node), the flow model then gives them the same shares under
+  /// contention with n× fewer flows.
+  bool channels_as_weight = false;
   int root = 0;
   LoweringOptions::Granularity granularity = LoweringOptions::Granularity::kAuto;
   bool keep_graph = false;                 ///< keep the transfer graph and timings (for traces)

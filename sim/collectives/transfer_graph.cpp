@@ -1,9 +1,11 @@
 // Transfer graphs and their execution on a network model.
 #include "collectives/transfer_graph.h"
 
+#include <cstdint>
 #include <map>
-
 #include <numeric>
+#include <stdexcept>
+#include <string>
 
 #include "engine/invariant.h"
 
@@ -18,10 +20,12 @@ void TransferGraph::add_edges(TaskId to, std::span<const TaskId> deps) {
 }
 
 TaskId TransferGraph::add_transfer(DeviceId src, DeviceId dst, Bytes bytes, Time wait, std::span<const TaskId> deps,
-                                   uint16_t channel, uint16_t phase) {
+                                   uint16_t channel, uint16_t phase, uint8_t weight) {
+  if (weight < 1) throw std::invalid_argument("a transfer stands for at least one flow");
   auto id = static_cast<TaskId>(tasks_.size());
   Task t;
   t.kind = Task::Kind::kTransfer;
+  t.weight = weight;
   t.src = src;
   t.dst = dst;
   t.bytes = bytes;
@@ -102,6 +106,15 @@ void TransferGraph::delay_start(Time latency) {
   }
 }
 
+void TransferGraph::weigh_transfers(uint32_t weight) {
+  if (weight < 1 || weight > UINT8_MAX) {
+    throw std::invalid_argument("a transfer stands for 1 to 255 flows, not " + std::to_string(weight));
+  }
+  for (Task& t : tasks_) {
+    if (t.kind == Task::Kind::kTransfer) t.weight = static_cast<uint8_t>(weight);
+  }
+}
+
 GraphExecution::GraphExecution(Engine& engine, NetworkModel& network, const TransferGraph& graph,
                                bool record_timings)
     : engine_(engine), network_(network), graph_(graph), record_timings_(record_timings) {}
@@ -143,7 +156,7 @@ void GraphExecution::ready(TaskId id) {
 void GraphExecution::launch(TaskId id) {
   const Task& task = graph_.task(id);
   if (record_timings_) timings_[id].start = engine_.now();
-  network_.start_flow(task.src, task.dst, task.bytes, *this, id, task.route_key());
+  network_.start_flow(task.src, task.dst, task.bytes, *this, id, task.route_key(), task.weight);
 }
 
 void GraphExecution::finish(TaskId id) {

@@ -32,6 +32,7 @@ struct Task {
   uint16_t channel = 0;
   uint16_t phase = 0;  ///< algorithm-defined label for traces (e.g. 0 reduce-scatter, 1 all-gather)
   Kind kind = Kind::kTransfer;
+  uint8_t weight = 1;  ///< equal flows the transfer stands for (NetworkModel::start_flow)
 
   /// The ECMP key. One connection per (channel, sender, receiver), as NCCL keeps one per peer
   /// and channel: all its steps take the same path. Computed, not stored: an all-to-all's
@@ -45,10 +46,11 @@ class TransferGraph {
  public:
   /// Adds a transfer that becomes ready when every task in `deps` has finished.
   TaskId add_transfer(DeviceId src, DeviceId dst, Bytes bytes, Time wait, std::span<const TaskId> deps,
-                      uint16_t channel = 0, uint16_t phase = 0);
+                      uint16_t channel = 0, uint16_t phase = 0, uint8_t weight = 1);
   TaskId add_transfer(DeviceId src, DeviceId dst, Bytes bytes, Time wait, std::initializer_list<TaskId> deps,
-                      uint16_t channel = 0, uint16_t phase = 0) {
-    return add_transfer(src, dst, bytes, wait, std::span<const TaskId>(deps.begin(), deps.size()), channel, phase);
+                      uint16_t channel = 0, uint16_t phase = 0, uint8_t weight = 1) {
+    return add_transfer(src, dst, bytes, wait, std::span<const TaskId>(deps.begin(), deps.size()), channel, phase,
+                        weight);
   }
   /// Adds a local delay of `duration` on `where` (compute, synchronisation).
   TaskId add_delay(DeviceId where, Time duration, std::span<const TaskId> deps, uint16_t phase = 0);
@@ -64,6 +66,9 @@ class TransferGraph {
   void scale_bytes(double factor);
   /// Adds `latency` to the wait of every task that depends on none (the collective's start).
   void delay_start(Time latency);
+  /// Makes every transfer stand for `weight` (1–255) equal flows: the channels one transfer
+  /// carries, each taking its own share of a link under contention.
+  void weigh_transfers(uint32_t weight);
 
  private:
   void add_edges(TaskId to, std::span<const TaskId> deps);

@@ -1,9 +1,11 @@
 #include "network/flow_network.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <cmath>
 #include <limits>
 #include <span>
+#include <stdexcept>
 #include <utility>
 
 #include "engine/invariant.h"
@@ -91,13 +93,15 @@ void FlowNetwork::begin(const FlowStart& start) {
   f.id = start.id;
   f.sink = start.sink;
   f.tag = start.tag;
+  f.weight = static_cast<uint8_t>(start.weight);
   path_scratch_.clear();
   for (LinkId l : *start.path) {
     const uint32_t r = topo_.link(l).resource;
     if (!redundant_[r]) path_scratch_.push_back(r);
   }
   if (f.path_size > kInlinePath) free_long_paths_.push_back(f.long_index);  // the slot's last flow's
-  f.path_size = static_cast<uint16_t>(path_scratch_.size());
+  if (path_scratch_.size() > UINT8_MAX) throw std::length_error("a route of more than 255 shared links");
+  f.path_size = static_cast<uint8_t>(path_scratch_.size());
   if (f.path_size <= kInlinePath) {
     std::copy(path_scratch_.begin(), path_scratch_.end(), f.short_path.begin());
   } else {
@@ -132,9 +136,10 @@ void FlowNetwork::enter(uint32_t slot) {
   f.last_update = engine_.now();
   ++active_;
   for (size_t i = 0; i < f.path_size; ++i) {
-    auto& list = resources_[path(f)[i]].flows;
-    position(f, i) = static_cast<uint32_t>(list.size());
-    list.push_back(slot);
+    Resource& res = resources_[path(f)[i]];
+    position(f, i) = static_cast<uint32_t>(res.flows.size());
+    res.flows.push_back(slot);
+    res.shares += f.weight;
     mark_dirty(path(f)[i]);
   }
   entering_.push_back(slot);
@@ -144,11 +149,12 @@ void FlowNetwork::enter(uint32_t slot) {
 void FlowNetwork::leave(uint32_t slot) {
   Flow& f = flows_[slot];
   drop_bottleneck(slot);
-  const int64_t rate_fixed = fixed(f.rate);
+  const int64_t rate_fixed = fixed(f.rate) * f.weight;
   for (size_t i = 0; i < f.path_size; ++i) {
     uint32_t r = path(f)[i];
     Resource& res = resources_[r];
     res.load_fixed -= rate_fixed;
+    res.shares -= f.weight;
     if (f.rate >= res.max_rate) res.max_stale = true;
     auto& list = res.flows;
     uint32_t pos = position(f, i);
@@ -190,7 +196,7 @@ void FlowNetwork::request_solve() {
 void FlowNetwork::settle(uint32_t slot) {
   Flow& f = flows_[slot];
   Time now = engine_.now();
-  double moved = f.rate * (now - f.last_update).seconds();
+  double moved = f.rate * f.weight * (now - f.last_update).seconds();
   f.remaining = std::max(0.0, f.remaining - moved);
   if (options_.audit) audit_bytes_[slot].delivered += moved;
   f.last_update = now;
@@ -255,16 +261,17 @@ void FlowNetwork::add_predicted_givers(uint32_t slot, uint64_t subset_mark) {
 double FlowNetwork::predicted_level(uint32_t r, uint64_t subset_mark) {
   Resource& res = resources_[r];
   if (res.level_mark == subset_mark) return res.level;
-  double level = res.capacity / static_cast<double>(res.flows.size());
+  double level = res.capacity / static_cast<double>(res.shares);
   for (size_t pass = 0; pass < res.flows.size(); ++pass) {
     double below = 0;
     size_t wanting = 0;
     for (uint32_t other : res.flows) {
-      const double rate = flows_[other].rate;  // 0: entered at this instant, not yet solved
+      const Flow& h = flows_[other];
+      const double rate = h.rate;  // 0: entered at this instant, not yet solved
       if (rate > 0 && rate < level) {
-        below += rate;
+        below += rate * h.weight;
       } else {
-        ++wanting;
+        wanting += h.weight;
       }
     }
     const double raised = (res.capacity - below) / static_cast<double>(wanting);
@@ -321,7 +328,7 @@ bool FlowNetwork::holds_tentative(uint32_t r, double rate, uint64_t subset_mark,
 }
 
 void FlowNetwork::commit_rate(Flow& f, double rate) {
-  const int64_t delta = fixed(rate) - fixed(f.rate);
+  const int64_t delta = (fixed(rate) - fixed(f.rate)) * f.weight;
   for (uint32_t r : path(f)) {
     Resource& res = resources_[r];
     res.load_fixed += delta;
@@ -413,7 +420,7 @@ void FlowNetwork::solve() {
     const uint64_t round_mark = next_mark();
     for (size_t i = built; i < subset_.size(); ++i) {
       const Flow& f = flows_[subset_[i]];
-      const int64_t rate_fixed = fixed(f.rate);
+      const int64_t rate_fixed = fixed(f.rate) * f.weight;
       const uint32_t first_new = touched;
       for (uint32_t r : path(f)) {
         Resource& res = resources_[r];
@@ -429,6 +436,10 @@ void FlowNetwork::solve() {
       }
       for (uint32_t t = first_new; t < touched; ++t) add_held(resources_[touched_[t]], subset_mark);
       problem_.flow_offsets.push_back(static_cast<uint32_t>(problem_.flow_resources.size()));
+      if (f.weight != 1 || !problem_.flow_weights.empty()) {
+        problem_.flow_weights.resize(i, 1);  // the rows before the first weighted flow's
+        problem_.flow_weights.push_back(f.weight);
+      }
     }
     built = subset_.size();
     problem_.capacity.clear();
@@ -485,7 +496,7 @@ void FlowNetwork::solve() {
     settle(slot);
     commit_rate(f, rates_[i]);
     PARALLAX_INVARIANT(f.rate > 0, "flow network", now, "a flow got no bandwidth");
-    due_.set(slot, (now + transfer_time(Bytes(f.remaining), Bandwidth(f.rate))).picoseconds(), f.id);
+    due_.set(slot, (now + transfer_time(Bytes(f.remaining), Bandwidth(f.rate * f.weight))).picoseconds(), f.id);
   }
   if (options_.audit) check_allocation();
   reschedule_completion();
@@ -502,7 +513,7 @@ void FlowNetwork::check_allocation() {
     sums = AuditTotals{};
     if (res.flows.empty()) continue;
     for (uint32_t slot : res.flows) {
-      sums.load += flows_[slot].rate;
+      sums.load += flows_[slot].rate * flows_[slot].weight;
       sums.max = std::max(sums.max, flows_[slot].rate);
     }
     audit_.worst_overload = std::max(audit_.worst_overload, sums.load / res.capacity - 1.0);
@@ -563,7 +574,7 @@ void FlowNetwork::on_completion_event() {
 
 std::optional<Bandwidth> FlowNetwork::rate_of(uint64_t flow_id) const {
   for (const Flow& f : flows_) {
-    if (f.in_fluid && f.id == flow_id) return Bandwidth(f.rate);
+    if (f.in_fluid && f.id == flow_id) return Bandwidth(f.rate * f.weight);
   }
   return std::nullopt;
 }

@@ -79,14 +79,15 @@ class FlowNetwork final : public NetworkModel {
   // (an explicit topology's) takes a block of its own.
   static constexpr size_t kInlinePath = 4;
   struct Flow {
-    uint16_t path_size = 0;          // routes are shortest paths: hop counts fit (router.h)
+    uint8_t path_size = 0;           // routes are shortest paths: hop counts fit (begin checks)
+    uint8_t weight = 1;              // equal flows it stands for; `rate` is each one's
     bool has_bottleneck = false;     // listed in resources_[bottleneck].bottlenecked
     bool in_fluid = false;
     std::array<uint32_t, kInlinePath> short_path{};  // the path's resources, when it fits
     uint32_t tag = 0;                // what the sink hears back
     uint32_t in_subset = 0;          // the low half of a solve's mark (see next_mark)
     uint32_t bottleneck = 0;         // resource where the last solve froze it
-    double rate = 0;                 // bytes/s
+    double rate = 0;                 // bytes/s, of each of the `weight` flows
     uint32_t bottleneck_pos = 0;     // index of this flow in that resource's bottlenecked list
     // Index of this flow in each resource's list, when the path fits.
     std::array<uint32_t, kInlinePath> short_position{};
@@ -128,6 +129,7 @@ class FlowNetwork final : public NetworkModel {
     double max_rate = 0;                 // fastest committed rate, exact unless max_stale
     std::vector<uint32_t> bottlenecked;  // flows whose recorded bottleneck is this link
     std::vector<uint32_t> flows;
+    uint32_t shares = 0;                 // Σ weights of `flows`
     uint64_t outside_max_mark = 0;
     double outside_max = 0;              // fastest committed rate of flows outside the subset
     uint64_t level_mark = 0;             // the solve whose seeding computed `level`

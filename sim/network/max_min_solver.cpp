@@ -115,6 +115,15 @@ void MaxMinSolver::solve(const Problem& p, std::vector<double>& rates, std::vect
   for (uint32_t r : p.flow_resources) ++unfrozen_[r];
   resource_offsets_.assign(nr + 1, 0);
   for (size_t r = 0; r < nr; ++r) resource_offsets_[r + 1] = resource_offsets_[r] + unfrozen_[r];
+  const bool weighted = !p.flow_weights.empty();
+  if (weighted) {  // from here on a resource counts the flows its flows stand for
+    std::fill(unfrozen_.begin(), unfrozen_.end(), 0);
+    for (uint32_t f = 0; f < nf; ++f) {
+      for (uint32_t i = p.flow_offsets[f]; i < p.flow_offsets[f + 1]; ++i) {
+        unfrozen_[p.flow_resources[i]] += p.flow_weights[f];
+      }
+    }
+  }
   resource_flows_.resize(p.flow_resources.size());
   {
     std::vector<uint32_t>& fill = version_;  // borrowed as a cursor, reset below
@@ -141,7 +150,10 @@ void MaxMinSolver::solve(const Problem& p, std::vector<double>& rates, std::vect
       for (uint32_t i = p.flow_offsets[f]; i < p.flow_offsets[f + 1]; ++i) {
         tightest = std::min(tightest, remaining_[p.flow_resources[i]]);
       }
-      for (uint32_t i = p.flow_offsets[f]; i < p.flow_offsets[f + 1]; ++i) bound_[p.flow_resources[i]] += tightest;
+      const double weight = weighted ? p.flow_weights[f] : 1.0;
+      for (uint32_t i = p.flow_offsets[f]; i < p.flow_offsets[f + 1]; ++i) {
+        bound_[p.flow_resources[i]] += tightest * weight;
+      }
     }
   }
   candidates_.clear();
@@ -170,12 +182,14 @@ void MaxMinSolver::solve(const Problem& p, std::vector<double>& rates, std::vect
       frozen_[f] = 1;
       rates[f] = level;
       if (bottlenecks) (*bottlenecks)[f] = bottleneck;
+      const uint32_t weight = weighted ? p.flow_weights[f] : 1;
+      const double taken = level * weight;  // exactly `level` when unweighted
       for (uint32_t i = p.flow_offsets[f]; i < p.flow_offsets[f + 1]; ++i) {
         uint32_t r = p.flow_resources[i];
-        remaining_[r] = std::max(0.0, remaining_[r] - level);
-        used_[r] += level;
+        remaining_[r] = std::max(0.0, remaining_[r] - taken);
+        used_[r] += taken;
         fastest_[r] = level;
-        --unfrozen_[r];
+        unfrozen_[r] -= weight;
         const uint32_t version = version_[r];
         const uint32_t first = static_cast<uint32_t>(version != kChanged) & static_cast<uint32_t>(version != kIdle);
         changed_[changed_count] = r;

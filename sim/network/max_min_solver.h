@@ -6,11 +6,13 @@
 // which its rate is the largest (its bottleneck).
 //
 // The solver knows nothing about links or networks: resources are indices with a capacity,
-// flows are lists of resource indices. On large problems, resources that their flows could
-// not fill are left out first. A heap indexed by resource, re-keyed as shares grow, finds each
-// next bottleneck in O(log R) — the whole solve is O((F·L + R) log R) for F flows crossing L
-// resources each — except on small problems (the local repairs of the flow model), where a
-// linear scan of the candidates is faster.
+// flows are lists of resource indices. A flow may stand for several equal flows on one path
+// (its weight): it then takes that many shares wherever it is held, and its rate is each
+// one's. On large problems, resources that their flows could not fill are left out first. A
+// heap indexed by resource, re-keyed as shares grow, finds each next bottleneck in O(log R) —
+// the whole solve is O((F·L + R) log R) for F flows crossing L resources each — except on
+// small problems (the local repairs of the flow model), where a linear scan of the candidates
+// is faster.
 #pragma once
 
 #include <cstdint>
@@ -28,33 +30,44 @@ class MaxMinSolver {
     std::vector<double> capacity;
     std::vector<uint32_t> flow_offsets{0};
     std::vector<uint32_t> flow_resources;
+    /// Per flow, how many equal flows it stands for; empty while every flow stands for one.
+    std::vector<uint32_t> flow_weights;
 
     void clear() {
       capacity.clear();
       flow_offsets.assign(1, 0);
       flow_resources.clear();
+      flow_weights.clear();
     }
     uint32_t add_resource(double cap) {
       capacity.push_back(cap);
       return static_cast<uint32_t>(capacity.size() - 1);
     }
-    /// Adds a flow crossing `resources` (each at most once); returns its index.
-    uint32_t add_flow(std::span<const uint32_t> resources) {
+    /// Adds a flow crossing `resources` (each at most once) that stands for `weight` >= 1 equal
+    /// flows; returns its index.
+    uint32_t add_flow(std::span<const uint32_t> resources, uint32_t weight = 1) {
+      const size_t f = flow_count();
+      if (weight != 1 || !flow_weights.empty()) {
+        flow_weights.resize(f, 1);  // the flows before the first weighted one stand for one each
+        flow_weights.push_back(weight);
+      }
       flow_resources.insert(flow_resources.end(), resources.begin(), resources.end());
       flow_offsets.push_back(static_cast<uint32_t>(flow_resources.size()));
-      return static_cast<uint32_t>(flow_offsets.size() - 2);
+      return static_cast<uint32_t>(f);
     }
     size_t flow_count() const { return flow_offsets.size() - 1; }
+    uint32_t weight(size_t f) const { return flow_weights.empty() ? 1 : flow_weights[f]; }
   };
 
-  /// Fills `rates` (one per flow). A flow that crosses no resource gets +infinity. When
-  /// `bottlenecks` is given, it receives for each flow the resource at which it froze (its
-  /// bottleneck), or UINT32_MAX for a flow without resources.
+  /// Fills `rates` (one per flow; a weighted flow's is that of each flow it stands for). A flow
+  /// that crosses no resource gets +infinity. When `bottlenecks` is given, it receives for each
+  /// flow the resource at which it froze (its bottleneck), or UINT32_MAX for a flow without
+  /// resources.
   /// Reuses internal buffers between calls; not thread-safe.
   void solve(const Problem& problem, std::vector<double>& rates,
              std::vector<uint32_t>* bottlenecks = nullptr);
 
-  /// After solve(), per resource: the sum of its flows' rates, and the fastest of them (flows
+  /// After solve(), per resource: the sum of its flows' rates (times their weights), and the fastest of them (flows
   /// freeze at non-decreasing levels, so the last level seen is the largest). Valid until
   /// the next solve.
   std::span<const double> resource_load() const { return used_; }
@@ -72,7 +85,7 @@ class MaxMinSolver {
   std::vector<double> remaining_;
   std::vector<double> used_;
   std::vector<double> fastest_;
-  std::vector<uint32_t> unfrozen_;
+  std::vector<uint32_t> unfrozen_;  // per resource: Σ weights of its unfrozen flows
   static constexpr uint32_t kChanged = UINT32_MAX;  // marks a resource re-keyed this step
   static constexpr uint32_t kIdle = UINT32_MAX - 1;  // a resource that can never saturate
   static constexpr double kNeverFull = 1e-9;         // relative margin for "cannot saturate"

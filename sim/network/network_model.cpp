@@ -1,6 +1,7 @@
 #include "network/network_model.h"
 
 #include <stdexcept>
+#include <string>
 
 #include "network/analytical_network.h"
 #include "network/flow_network.h"
@@ -18,9 +19,12 @@ uint64_t NetworkModel::start_flow(DeviceId src, DeviceId dst, Bytes size, FlowCa
 }
 
 uint64_t NetworkModel::start_flow(DeviceId src, DeviceId dst, Bytes size, FlowSink& sink, uint32_t tag,
-                                  std::optional<uint64_t> route_key) {
+                                  std::optional<uint64_t> route_key, uint32_t weight) {
   check_ends(src, dst);
-  return launch(src, dst, size, sink, tag, route_key);
+  if (weight < 1 || weight > 255) {
+    throw std::invalid_argument("a flow's weight must be 1 to 255, not " + std::to_string(weight));
+  }
+  return launch(src, dst, size, sink, tag, route_key, weight);
 }
 
 void NetworkModel::check_ends(DeviceId src, DeviceId dst) const {
@@ -35,7 +39,7 @@ void NetworkModel::check_ends(DeviceId src, DeviceId dst) const {
 }
 
 uint64_t NetworkModel::launch(DeviceId src, DeviceId dst, Bytes size, FlowSink& sink, uint32_t tag,
-                              std::optional<uint64_t> route_key) {
+                              std::optional<uint64_t> route_key, uint32_t weight) {
   uint64_t id = next_flow_id_++;
   if (src == dst) {
     // Data already where it is needed: completes now, after the current event.
@@ -49,7 +53,7 @@ uint64_t NetworkModel::launch(DeviceId src, DeviceId dst, Bytes size, FlowSink& 
     latency += topo_.link(l).latency;
     link_bytes_[l.value] += size.value();
   }
-  begin(FlowStart{id, latency, size, &path_buffer_, &sink, tag});
+  begin(FlowStart{id, latency, size, &path_buffer_, &sink, tag, weight});
   return id;
 }
 

@@ -60,9 +60,11 @@ class NetworkModel {
   uint64_t start_flow(DeviceId src, DeviceId dst, Bytes size, FlowCallback on_done,
                       std::optional<uint64_t> route_key = std::nullopt);
   /// The same, reporting the arrival of the last byte as `sink.flow_finished(tag)`; `sink`
-  /// must outlive the flow.
+  /// must outlive the flow. A `weight` of w (1–255) makes it stand for w equal flows that split
+  /// `size` on its path: where it is held it takes w fair shares (a contention-free model, which
+  /// gives a lone flow its whole path, treats it as one).
   uint64_t start_flow(DeviceId src, DeviceId dst, Bytes size, FlowSink& sink, uint32_t tag,
-                      std::optional<uint64_t> route_key = std::nullopt);
+                      std::optional<uint64_t> route_key = std::nullopt, uint32_t weight = 1);
 
   virtual std::string_view name() const = 0;
 
@@ -79,6 +81,7 @@ class NetworkModel {
     const std::vector<LinkId>* path;  ///< valid only during begin()
     FlowSink* sink;
     uint32_t tag;
+    uint32_t weight;  ///< 1–255 (start_flow)
   };
   /// Model-specific part of start_flow; the path has at least one link.
   virtual void begin(const FlowStart& flow) = 0;
@@ -92,7 +95,7 @@ class NetworkModel {
  private:
   void check_ends(DeviceId src, DeviceId dst) const;
   uint64_t launch(DeviceId src, DeviceId dst, Bytes size, FlowSink& sink, uint32_t tag,
-                  std::optional<uint64_t> route_key);
+                  std::optional<uint64_t> route_key, uint32_t weight = 1);
   // The flows started with a callback: each waits in a slot of this table, whose index is its
   // tag, until it finishes.
   class Callbacks final : public FlowSink {

@@ -16,7 +16,9 @@ TransferGraph sent_from(const TransferGraph& g, DeviceId from) {
   TransferGraph out;
   for (TaskId i = 0; i < g.size(); ++i) {
     const Task& t = g.task(i);
-    if (t.kind == Task::Kind::kTransfer && t.src == from) out.add_transfer(t.src, t.dst, t.bytes, t.wait, {}, t.channel, t.phase);
+    if (t.kind == Task::Kind::kTransfer && t.src == from) {
+      out.add_transfer(t.src, t.dst, t.bytes, t.wait, {}, t.channel, t.phase, t.weight);
+    }
   }
   return out;
 }
@@ -34,8 +36,9 @@ std::vector<TaskId> append(TransferGraph& into, const TransferGraph& part, const
     for (TaskId d : deps[i]) wait.push_back(id[d]);
     if (deps[i].empty()) wait = after;
     const Task& t = part.task(i);
-    id[i] = t.kind == Task::Kind::kDelay ? into.add_delay(t.src, t.wait, wait, t.phase)
-                                         : into.add_transfer(t.src, t.dst, t.bytes, t.wait, wait, t.channel, t.phase);
+    id[i] = t.kind == Task::Kind::kDelay
+                ? into.add_delay(t.src, t.wait, wait, t.phase)
+                : into.add_transfer(t.src, t.dst, t.bytes, t.wait, wait, t.channel, t.phase, t.weight);
   }
   return id;
 }
@@ -59,9 +62,10 @@ const TransferGraph& CoSimulation::lowered(const CollectiveCall& call) {
   CollectiveOptions o;
   o.model = "flow";
   // One transfer per ring edge with every step's bytes (exact on an idle ring, n× fewer flows);
-  // inside a node every channel of a ring crosses the same GPU ports, so one carries it all.
+  // inside a node every channel of a ring crosses the same GPU ports, so one carries them all
+  // and takes, under contention, the shares of as many flows as NCCL runs channels.
   o.granularity = LoweringOptions::Granularity::kPipelined;
-  if (one_node) o.channels = 1;
+  o.channels_as_weight = one_node;
   TransferGraph g = sim.lower_on(call.op, call.size, o, comm, *router_);
   if (call.one_way && call.op == CollectiveOp::kSendRecv) g = sent_from(g, sender);
   return calls_.emplace(std::move(key), std::move(g)).first->second;
