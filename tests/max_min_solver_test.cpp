@@ -6,8 +6,8 @@
 #include <cmath>
 #include <random>
 #include <span>
-#include <utility>
 #include <string>
+#include <utility>
 
 #include "network/max_min_solver.h"
 
