@@ -56,7 +56,6 @@ class MaxMinSolver {
       return static_cast<uint32_t>(f);
     }
     size_t flow_count() const { return flow_offsets.size() - 1; }
-    uint32_t weight(size_t f) const { return flow_weights.empty() ? 1 : flow_weights[f]; }
   };
 
   /// Fills `rates` (one per flow; a weighted flow's is that of each flow it stands for). A flow
