@@ -85,6 +85,37 @@ TEST(CoSimulation, PhasesChainAndCallsOfAPhaseRunTogether) {
   EXPECT_EQ(cosim.transfers({{CollectiveCall{CollectiveOp::kSendRecv, gb, {0, 1}, true}}})->size(), 1u);
 }
 
+TEST(CoSimulation, APhaseWaitsOnOneJoinOfTheTransfersBeforeIt) {
+  // Two all-to-alls of 8 GPUs in turn. The second one's first transfers wait on one zero-length
+  // join of the first one's transfers, not each on all of them (an edge per pair: quadratic in
+  // the ranks), and on an idle network the two take twice the time of one.
+  const Topology topo = test::toy_cluster(8);
+  CollectiveSimulatorCache simulators(topo, LinkEfficiency::none());
+  CoSimulation cosim(simulators);
+  const CollectiveCall a2a{CollectiveOp::kAllToAll, Bytes(64e6), {0, 1, 2, 3, 4, 5, 6, 7}};
+  const std::shared_ptr<const TransferGraph> one = cosim.transfers({{a2a}});
+  const std::shared_ptr<const TransferGraph> two = cosim.transfers({{a2a}, {a2a}});
+  ASSERT_GT(one->size(), 8u);
+  ASSERT_EQ(two->size(), 2 * one->size() + 1);
+  auto edges = [](const TransferGraph& g, TaskId from, TaskId to) {
+    size_t n = 0;
+    for (TaskId i = from; i < to; ++i) n += g.dependency_count(i);
+    return n;
+  };
+  const auto n = static_cast<TaskId>(one->size());
+  size_t roots = 0;
+  for (TaskId i = 0; i < n; ++i) roots += one->dependency_count(i) == 0 ? 1 : 0;
+  EXPECT_EQ(edges(*two, n, n + 1), one->size());  // the join: on every transfer of the first
+  EXPECT_EQ(edges(*two, n + 1, 2 * n + 1), edges(*one, 0, n) + roots);
+  auto played = [&](const TransferGraph& g) {
+    Engine engine;
+    const std::unique_ptr<NetworkModel> network =
+        make_network_model("flow", engine, cosim.topology(), cosim.router());
+    return run_transfer_graph(engine, *network, g);
+  };
+  EXPECT_NEAR(played(*two).seconds(), 2 * played(*one).seconds(), 1e-12);
+}
+
 TEST(CoSimulation, ACollectiveInsideANodeTakesANvlinkShareForEachOfItsChannels) {
   // Two GB200 NVL72 racks. A ring over GPUs 0, 1 (rack 0) and 72, 73 (rack 1) passes GPU 0's
   // NVLink port on its edge 0 → 1, one flow per NCCL channel; a TP all-reduce of GPUs 0 and 2
