@@ -63,6 +63,18 @@ TEST(CoSimulatedStreams, TransferTasksShareTheLinksTheyCross) {
   EXPECT_EQ(d[x].finish, Time::ms(1));
 }
 
+TEST(CoSimulatedStreams, ProgressCountsFinishedTasksUpToAllOfThem) {
+  // 1,000 tasks on one stream: a report every 1,000 / 200 = 5 finished tasks, the last at 1,000.
+  StreamGraph g;
+  const StreamId s = g.add_stream(0, "compute");
+  for (int i = 0; i < 1000; ++i) g.add(s, Time::us(1), WorkKind::kCompute, {});
+  std::vector<std::pair<size_t, size_t>> reports;
+  Engine engine;
+  run_stream_graph(engine, g, nullptr, nullptr, [&](size_t done, size_t all) { reports.emplace_back(done, all); });
+  ASSERT_EQ(reports.size(), 200u);
+  for (size_t i = 0; i < reports.size(); ++i) EXPECT_EQ(reports[i], std::make_pair(5 * (i + 1), size_t{1000}));
+}
+
 TEST(CoSimulation, PhasesChainAndCallsOfAPhaseRunTogether) {
   // Two one-way passes at once (0→1 and 1→0 of 1 GB each, opposite directions: no sharing),
   // then one send 0→1: 10 ms + 10 ms plus the latencies of the lowered sends.

@@ -282,7 +282,8 @@ IterationResult simulate_iteration(const ModelConfig& model, const ParallelLayou
   std::vector<PlayedTransfer> played;  // for the trace's link tracks
   const bool record = network && options.keep_timeline;
   const std::vector<WorkTiming> timings = network || !options.graph_memo
-                                              ? run_stream_graph(engine, graph, network.get(), record ? &played : nullptr)
+                                              ? run_stream_graph(engine, graph, network.get(), record ? &played : nullptr,
+                                                                 network ? options.progress : StreamProgress{})
                                               : options.graph_memo->run(engine, graph);
   IterationResult result;
   result.tasks = graph.size();

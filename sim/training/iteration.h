@@ -135,6 +135,7 @@
 #pragma once
 
 #include <array>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -230,6 +231,9 @@ struct IterationOptions {
   /// Capacity factor c > 0: each expert processes at most c·T·top_k/E of the T·top_k slots
   /// routed in its EP group, the others are dropped. nullopt: dropless.
   std::optional<double> moe_capacity_factor;
+  /// Co-simulated only: called as the iteration's tasks finish (done, in all), for a progress
+  /// bar (run_stream_graph); the analytical mode is too quick to need one.
+  std::function<void(size_t, size_t)> progress;
 };
 
 /// One task of a simulated rank: on which stream, what kind of work, when.

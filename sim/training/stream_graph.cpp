@@ -170,8 +170,10 @@ class LocalClock {
 template <class Clock>
 class StreamExecution final : private EventSink {
  public:
-  StreamExecution(Engine& engine, const StreamGraph& graph, NetworkModel* network, std::vector<PlayedTransfer>* played)
-      : clock_(engine, *this), graph_(graph), network_(network), played_(played), timings_(graph.size()),
+  StreamExecution(Engine& engine, const StreamGraph& graph, NetworkModel* network, std::vector<PlayedTransfer>* played,
+                  const StreamProgress& progress)
+      : clock_(engine, *this), graph_(graph), network_(network), played_(played), progress_(progress),
+        report_every_(std::max<size_t>(1, graph.size() / 200)), timings_(graph.size()),
         waiting_(graph.size()), position_(graph.stream_count(), 0), busy_(graph.stream_count(), 0),
         offsets_(graph.size() + 1, 0), channels_(graph.channel_count()) {
     // Successors in compressed rows, for releasing dependants at completion.
@@ -352,6 +354,9 @@ class StreamExecution final : private EventSink {
   }
 
   void finish(WorkId id) {
+    if (progress_ && (++finished_ % report_every_ == 0 || finished_ == graph_.size())) {
+      progress_(finished_, graph_.size());
+    }
     const StreamId s = graph_.task(id).stream;
     timings_[id].finish = clock_.now();
     occupy(id, -1);
@@ -368,6 +373,9 @@ class StreamExecution final : private EventSink {
   const StreamGraph& graph_;
   NetworkModel* network_;
   std::vector<PlayedTransfer>* played_;
+  const StreamProgress& progress_;
+  const size_t report_every_;
+  size_t finished_ = 0;
   std::map<WorkId, std::unique_ptr<GraphExecution>> playing_;  // tasks whose transfers are in flight
   std::vector<WorkTiming> timings_;
   std::vector<uint32_t> waiting_;
@@ -411,15 +419,15 @@ std::vector<WorkId> critical_path(const StreamGraph& graph, const std::vector<Wo
 }
 
 std::vector<WorkTiming> run_stream_graph(Engine& engine, const StreamGraph& graph, NetworkModel* network,
-                                         std::vector<PlayedTransfer>* played) {
+                                         std::vector<PlayedTransfer>* played, const StreamProgress& progress) {
   // Without a network nothing else shares the engine: the graph's events run on a clock of
   // their own, without the engine's type-erased callbacks, and the engine's clock is left as it was.
   if (!network) {
-    StreamExecution<LocalClock> execution(engine, graph, network, played);
+    StreamExecution<LocalClock> execution(engine, graph, network, played, progress);
     execution.run();
     return execution.take();
   }
-  StreamExecution<EngineClock> execution(engine, graph, network, played);
+  StreamExecution<EngineClock> execution(engine, graph, network, played, progress);
   execution.run();
   return execution.take();
 }

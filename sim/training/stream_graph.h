@@ -34,6 +34,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <initializer_list>
 #include <memory>
 #include <span>
@@ -182,7 +183,11 @@ struct PlayedTransfer {
 /// which the network model schedules on too; with `played`, each of those transfers is
 /// recorded there. Without a network the graph's events run on a queue of their own, starting
 /// from engine.now(), and the engine itself is left untouched.
+/// With `progress`, it is called as tasks finish — (tasks finished, tasks in all), about 200 times
+/// over the run and once at its end — for a progress bar on a long co-simulation.
+using StreamProgress = std::function<void(size_t done, size_t total)>;
 std::vector<WorkTiming> run_stream_graph(Engine& engine, const StreamGraph& graph, NetworkModel* network = nullptr,
-                                         std::vector<PlayedTransfer>* played = nullptr);
+                                         std::vector<PlayedTransfer>* played = nullptr,
+                                         const StreamProgress& progress = {});
 
 }  // namespace parallax

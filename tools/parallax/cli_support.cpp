@@ -1,6 +1,10 @@
 // Shared pieces of the commands (cli_support.h).
 #include "parallax/cli_support.h"
 
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
 #include <cstdlib>
 #include <stdexcept>
 
@@ -28,6 +32,17 @@ std::string sustained_fraction_help() {
   return format_text("fraction of their stand-alone speed that kernels keep in a training step (default %.2f; 1 = the "
                      "kernel model alone)",
                      ComputeModelOptions{}.sustained_fraction);
+}
+
+std::function<void(size_t, size_t)> progress_bar(std::string what) {
+  if (isatty(STDERR_FILENO) == 0) return {};
+  return [what = std::move(what)](size_t done, size_t total) {
+    const size_t width = 40;
+    const size_t filled = total ? width * std::min(done, total) / total : width;
+    std::fprintf(stderr, "\r  [%s%s] %zu of %zu %s ", std::string(filled, '#').c_str(),
+                 std::string(width - filled, ' ').c_str(), done, total, what.c_str());
+    if (done >= total) std::fprintf(stderr, "\r%100s\r", "");
+  };
 }
 
 void require_gnuplot() {

@@ -1,7 +1,9 @@
 // What several `parallax` commands share: where the bundled models and topology presets are,
-// and running gnuplot on a script for --plot.
+// a progress bar, and running gnuplot on a script for --plot.
 #pragma once
 
+#include <cstddef>
+#include <functional>
 #include <string>
 
 #include "units/units.h"
@@ -17,6 +19,10 @@ std::string gib(Bytes b);
 
 /// The help of --sustained-fraction, its default read from the compute model.
 std::string sustained_fraction_help();
+
+/// A progress bar on stderr, "[####    ] 120 of 480 <what>", cleared when done reaches total;
+/// empty (nothing printed) when stderr is not a terminal, so logs and pipes stay clean.
+std::function<void(size_t done, size_t total)> progress_bar(std::string what);
 
 /// InputError (on --plot) when gnuplot is not installed: for a command to check before long work.
 void require_gnuplot();

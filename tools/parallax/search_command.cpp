@@ -2,7 +2,6 @@
 // sim/planning/layout_search.h, formats in search_report.h) and `parallax scale WORKLOAD.json`
 // (its data-parallel strategies over GPU counts: sim/planning/scaling_study.h). Thin: arguments,
 // the progress bar, printing and output files.
-#include <unistd.h>
 
 #include <algorithm>
 #include <cstdio>
@@ -45,17 +44,6 @@ struct SearchArgs {
   std::string emit, json, plot_dir;
 };
 
-std::function<void(size_t, size_t)> progress_bar() {
-  if (isatty(STDERR_FILENO) == 0) return {};
-  return [](size_t done, size_t left) {
-    const size_t all = done + left, width = 40;
-    const size_t filled = all ? width * done / all : width;
-    std::fprintf(stderr, "\r  [%s%s] %zu simulated, %zu to go ", std::string(filled, '#').c_str(),
-                 std::string(width - filled, ' ').c_str(), done, left);
-    if (left == 0) std::fprintf(stderr, "\r%90s\r", "");
-  };
-}
-
 void plot(const std::string& dir, const SearchOutcome& outcome, const std::string& title) {
   std::filesystem::create_directories(dir);
   const std::string data = dir + "/search.dat";
@@ -94,7 +82,11 @@ void run_search(const SearchArgs& a) {
   options.iteration.gemm_efficiency = job.gemm;
   MpiSession mpi;
   options.partition = mpi.partition();
-  if (mpi.is_root()) options.progress = progress_bar();
+  if (mpi.is_root()) {
+    if (auto bar = cli::progress_bar("layouts simulated")) {
+      options.progress = [bar](size_t done, size_t left) { bar(done, done + left); };
+    }
+  }
   SearchOutcome outcome;
   try {
     outcome = search_layouts(job.model, job.layout, job.topology, space, options);

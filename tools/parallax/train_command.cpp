@@ -290,6 +290,7 @@ void run_train(const TrainArgs& a) {
   options.compute = job.compute;
   options.gemm_efficiency = job.gemm;
   if (!a.measured_step.empty()) fit_measured_step(a.measured_step, job, options);
+  if (options.cosimulate) options.progress = cli::progress_bar("tasks co-simulated");
   IterationResult r;
   try {
     r = simulate_iteration(job.model, job.layout, job.topology, options);
@@ -297,6 +298,7 @@ void run_train(const TrainArgs& a) {
     if (!e.file().empty()) throw;
     throw InputError(a.workload, e.pointer(), e.reason());  // the layout came from this file
   }
+  options.progress = {};  // --explain's re-simulations go without
   print_iteration_summary(job, r);
   print_stage_table(job, r);
   print_exposed_links(r);
