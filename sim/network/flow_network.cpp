@@ -436,10 +436,7 @@ void FlowNetwork::solve() {
       }
       for (uint32_t t = first_new; t < touched; ++t) add_held(resources_[touched_[t]], subset_mark);
       problem_.flow_offsets.push_back(static_cast<uint32_t>(problem_.flow_resources.size()));
-      if (f.weight != 1 || !problem_.flow_weights.empty()) {
-        problem_.flow_weights.resize(i, 1);  // the rows before the first weighted flow's
-        problem_.flow_weights.push_back(f.weight);
-      }
+      problem_.weigh_last_flow(f.weight);
     }
     built = subset_.size();
     problem_.capacity.clear();

@@ -46,14 +46,17 @@ class MaxMinSolver {
     /// Adds a flow crossing `resources` (each at most once) that stands for `weight` >= 1 equal
     /// flows; returns its index.
     uint32_t add_flow(std::span<const uint32_t> resources, uint32_t weight = 1) {
-      const size_t f = flow_count();
-      if (weight != 1 || !flow_weights.empty()) {
-        flow_weights.resize(f, 1);  // the flows before the first weighted one stand for one each
-        flow_weights.push_back(weight);
-      }
       flow_resources.insert(flow_resources.end(), resources.begin(), resources.end());
       flow_offsets.push_back(static_cast<uint32_t>(flow_resources.size()));
-      return static_cast<uint32_t>(f);
+      weigh_last_flow(weight);
+      return static_cast<uint32_t>(flow_count() - 1);
+    }
+    /// Makes the flow added last stand for `weight` equal flows (for callers that write the
+    /// rows themselves); `flow_weights` stays empty until a weight other than 1 appears.
+    void weigh_last_flow(uint32_t weight) {
+      if (weight == 1 && flow_weights.empty()) return;
+      flow_weights.resize(flow_count() - 1, 1);  // the flows before the first weighted one
+      flow_weights.push_back(weight);
     }
     size_t flow_count() const { return flow_offsets.size() - 1; }
   };
@@ -66,9 +69,9 @@ class MaxMinSolver {
   void solve(const Problem& problem, std::vector<double>& rates,
              std::vector<uint32_t>* bottlenecks = nullptr);
 
-  /// After solve(), per resource: the sum of its flows' rates (times their weights), and the fastest of them (flows
-  /// freeze at non-decreasing levels, so the last level seen is the largest). Valid until
-  /// the next solve.
+  /// After solve(), per resource: the sum of its flows' rates (times their weights), and the
+  /// fastest of them (flows freeze at non-decreasing levels, so the last level seen is the
+  /// largest). Valid until the next solve.
   std::span<const double> resource_load() const { return used_; }
   std::span<const double> resource_fastest() const { return fastest_; }
 
