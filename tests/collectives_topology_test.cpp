@@ -525,5 +525,61 @@ TEST(Analytical, AgreesWithSimulationOnAnIdleRing) {
   EXPECT_NEAR(analytical, simulated, 0.05 * simulated);
 }
 
+TEST(DirectAllToAll, AcrossNodesPxnKeepsTheNetworkOnRailsAndAggregatesTheLegs) {
+  // 16 ranks on two DGX H100 nodes, 32 MiB per rank (2 MiB to each peer), no channels. With PXN
+  // (NCCL >= 2.12, NCCL_P2P_PXN_LEVEL 2) rank a's bytes for rank b of the other node go over
+  // NVLink to a's node peer on b's rail, which sends them and its own over its NIC: 16 · 7 NVLink
+  // legs, each with a's 2 MiB for that peer and 2 MiB to relay, and 16 network legs, each with
+  // the 8 · 2 MiB that a node sends to one rank of the other. No leg crosses rails.
+  Topology topo = test::load_preset("dgx-h100", 2);
+  Router router(topo);
+  Communicator comm = place_ranks(topo, 16);
+  CollectiveSpec spec;
+  spec.op = CollectiveOp::kAllToAll;
+  spec.algorithm = Algorithm::kDirect;
+  spec.size = mib(32);
+  const TransferGraph graph = lower_collective(spec, comm, router, LoweringOptions{});
+  int nvlink = 0, network = 0;
+  for (TaskId i = 0; i < graph.size(); ++i) {
+    const Task& t = graph.task(i);
+    const Device& from = topo.device(t.src);
+    const Device& to = topo.device(t.dst);
+    if (from.node == to.node) {
+      ++nvlink;
+      EXPECT_DOUBLE_EQ(t.bytes.value(), 2.0 * mib(2).value());
+    } else {
+      ++network;
+      EXPECT_EQ(from.local_index, to.local_index);
+      EXPECT_DOUBLE_EQ(t.bytes.value(), 8.0 * mib(2).value());
+    }
+  }
+  EXPECT_EQ(nvlink, 16 * 7);
+  EXPECT_EQ(network, 16);
+}
+
+TEST(DirectAllToAll, AcrossNodesTheAnalyticalFormIsTheSlowerOfNicAndNvlinkAsSimulated) {
+  // p ranks, k per node, S per rank, line rates: the NICs carry (p − k)/p · S, the NVLink at the
+  // same time (k − 1)/k · S (the node's own share and the relays), so the time is
+  // max((p − k)/p · S / 50 GB/s, (k − 1)/k · S / 450 GB/s) — not (p − 1)/p · S at the NIC's rate,
+  // which counted the NVLink bytes on the NIC (29% too slow on 4 nodes of 8). The flow model
+  // plays the same legs: both agree with the closed form within 1% at 1 GiB.
+  for (const auto& [nodes, per_node] : std::vector<std::pair<int, int>>{{4, 8}, {8, 4}, {2, 8}, {16, 1}}) {
+    Topology topo = test::load_preset("dgx-h100", nodes);
+    const int p = nodes * per_node;
+    CollectiveSimulator sim(topo, p, per_node, LinkEfficiency::none());
+    CollectiveOptions o;
+    o.algorithm = Algorithm::kDirect;
+    o.protocol = Protocol::kSimple;
+    const double s = gib(1).value();
+    const double expected = std::max(static_cast<double>(p - per_node) / p * s / 50e9,
+                                     (per_node - 1.0) / per_node * s / 450e9);
+    const double simulated = sim.run(CollectiveOp::kAllToAll, gib(1), o).time.seconds();
+    o.model = "analytical";
+    const double analytical = sim.run(CollectiveOp::kAllToAll, gib(1), o).time.seconds();
+    EXPECT_NEAR(simulated, expected, 0.01 * expected) << nodes << " x " << per_node;
+    EXPECT_NEAR(analytical, expected, 0.01 * expected) << nodes << " x " << per_node;
+  }
+}
+
 }  // namespace
 }  // namespace parallax

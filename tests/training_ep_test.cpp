@@ -261,15 +261,19 @@ TEST(IterationExpertParallel, FlexDispatchSendsATokenOncePerRemoteNode) {
   // = 1 − 70/1820, then its 4 slots over NVLink inside the node (7/8 off the GPU): per
   // direction, with T·h·2 bytes of tokens,
   //   flat: T·h·2 · 4 · 15/16,   flex: T·h·2 · (P(hit) + 4 · 7/8),
-  // and two collectives for each of the flat one's.
+  // and two collectives for each of the flat one's. The flat one's time is what crosses the NICs
+  // (8/16 of its slots; NVLink carries the rest at once), flex's about one copy per token there:
+  // with 16k-token sequences, where bandwidth outweighs flex's second latency, flex is faster.
   ModelConfig model = tiny_moe();
   model.moe->experts = 16;
   model.moe->top_k = 4;
+  model.max_sequence = 16384;
   const Topology two_nodes = test::load_preset("dgx-h100", 2);
   ParallelLayout flat = moe_layout(16, 16);
+  flat.sequence_length = 16384;
   ParallelLayout flex = flat;
   flex.moe_dispatcher = MoeDispatcher::kFlex;
-  const double tokens = 512.0 * 256 * 2;
+  const double tokens = 16384.0 * 256 * 2;
   const double hit = 1.0 - 70.0 / 1820.0;
   const IterationResult a = simulate_iteration(model, flat, two_nodes);
   const IterationResult b = simulate_iteration(model, flex, two_nodes);

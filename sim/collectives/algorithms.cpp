@@ -544,6 +544,10 @@ class Lowering {
   // All-to-all: direct posts every pair at once (NCCL's grouped send/recv); pairwise runs n−1
   // shifted steps, each rank exchanging with one peer per step (MPI's pairwise exchange).
   void all_to_all(bool direct) {
+    if (direct && comm_.node_count() > 1) {
+      direct_all_to_all_over_rails();
+      return;
+    }
     const std::vector<Time> wires = all_pair_wire_latencies();
     std::vector<std::vector<TaskId>> last(static_cast<size_t>(n_));
     std::vector<std::vector<TaskId>> next(direct ? 0 : static_cast<size_t>(n_));
@@ -565,6 +569,46 @@ class Lowering {
         }
       }
       if (!direct) std::swap(last, next);
+    }
+  }
+
+  // NCCL's direct all-to-all across nodes with PXN (on by default since NCCL 2.12, with
+  // NCCL_P2P_PXN_LEVEL 2: aggregate as much as possible): what `a` sends to a GPU of another node
+  // goes first over NVLink to the member of a's node on the receiver's rail (the same local
+  // index), which sends it over its own NIC, so that the network carries only same-rail traffic.
+  // Where a's node has no member on that rail, a sends it itself. A relay's NVLink leg and its
+  // network leg run at once (NCCL pipelines them chunk by chunk), and every leg between the same
+  // two GPUs carries the bytes of all the pairs that use it: the transfers go from n·(n − 1) to
+  // about n·(ranks per node + nodes − 2).
+  void direct_all_to_all_over_rails() {
+    // on_rail[node][local index]: the member of that node on that rail, or −1.
+    std::vector<std::vector<int>> on_rail(static_cast<size_t>(comm_.node_count()));
+    auto local_index = [&](int r) { return comm_.topology().device(dev(r)).local_index; };
+    for (int r = 0; r < n_; ++r) {
+      auto& rail = on_rail[static_cast<size_t>(comm_.node_of(r))];
+      const size_t i = static_cast<size_t>(std::max(0, local_index(r)));
+      if (rail.size() <= i) rail.resize(i + 1, -1);
+      rail[i] = r;
+    }
+    std::map<std::pair<int, int>, double> legs;  // (from, to) → bytes; ordered: deterministic
+    for (int a = 0; a < n_; ++a) {
+      for (int b = 0; b < n_; ++b) {
+        const double bytes = a == b ? 0.0 : pair_bytes(a, b);
+        if (bytes <= 0) continue;
+        int relay = a;
+        if (comm_.node_of(a) != comm_.node_of(b)) {
+          const auto& rail = on_rail[static_cast<size_t>(comm_.node_of(a))];
+          const size_t i = static_cast<size_t>(std::max(0, local_index(b)));
+          if (i < rail.size() && rail[i] >= 0) relay = rail[i];
+        }
+        if (relay != a) legs[{a, relay}] += bytes;
+        legs[{relay, b}] += bytes;
+      }
+    }
+    const std::vector<TaskId> none;
+    for (const auto& [pair, bytes] : legs) {
+      const Time latency = step_latency_once(pair.first, pair.second);
+      for (int c = 0; c < channels_; ++c) send(pair.first, pair.second, bytes / channels_, latency, none, c, 0);
     }
   }
 

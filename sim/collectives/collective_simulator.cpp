@@ -307,7 +307,11 @@ Time CollectiveSimulator::analytical_time(CollectiveOp op, Bytes size, Algorithm
                                          : closed_form::recursive_gather_scatter(p, size, alpha, port);
       break;
     case Algorithm::kPairwise: t = closed_form::pairwise_all_to_all(p, size, alpha, port); break;
-    case Algorithm::kDirect: t = closed_form::direct_all_to_all(p, size, alpha, port); break;
+    case Algorithm::kDirect:
+      t = closed_form::direct_all_to_all_over_rails(p, c.ranks_per_node(), size, alpha,
+                                                    gigabytes_per_second(intra_gbs_ * o.wire_efficiency),
+                                                    gigabytes_per_second(inter_gbs_ * o.wire_efficiency));
+      break;
     case Algorithm::kHierarchical: {
       const int ppn = c.ranks_per_node();
       Bandwidth intra = gigabytes_per_second(intra_gbs_ * o.wire_efficiency);
