@@ -555,6 +555,10 @@ TEST(DirectAllToAll, AcrossNodesPxnKeepsTheNetworkOnRailsAndAggregatesTheLegs) {
   }
   EXPECT_EQ(nvlink, 16 * 7);
   EXPECT_EQ(network, 16);
+  // NCCL relays over NVLink only: between PCIe GPUs every rank sends each pair itself.
+  Topology pcie = test::load_preset("pcie-8gpu", 2);
+  Router pcie_router(pcie);
+  EXPECT_EQ(lower_collective(spec, place_ranks(pcie, 16), pcie_router, LoweringOptions{}).size(), 16u * 15u);
 }
 
 TEST(DirectAllToAll, AcrossNodesTheAnalyticalFormIsTheSlowerOfNicAndNvlinkAsSimulated) {

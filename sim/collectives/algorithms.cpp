@@ -576,7 +576,8 @@ class Lowering {
   // NCCL_P2P_PXN_LEVEL 2: aggregate as much as possible): what `a` sends to a GPU of another node
   // goes first over NVLink to the member of a's node on the receiver's rail (the same local
   // index), which sends it over its own NIC, so that the network carries only same-rail traffic.
-  // Where a's node has no member on that rail, a sends it itself. A relay's NVLink leg and its
+  // Where a's node has no member on that rail, or reaches it other than by NVLink alone (NCCL
+  // relays over NVLink only), a sends it itself. A relay's NVLink leg and its
   // network leg run at once (NCCL pipelines them chunk by chunk), and every leg between the same
   // two GPUs carries the bytes of all the pairs that use it: the transfers go from n·(n − 1) to
   // about n·(ranks per node + nodes − 2).
@@ -590,6 +591,16 @@ class Lowering {
       if (rail.size() <= i) rail.resize(i + 1, -1);
       rail[i] = r;
     }
+    std::map<std::pair<int, int>, bool> nvlink;  // (a, relay) → reached by NVLink links alone
+    auto over_nvlink = [&](int a, int relay) {
+      auto [it, added] = nvlink.try_emplace({a, relay}, true);
+      if (added) {
+        for (LinkId l : router_.route(dev(a), dev(relay))) {
+          it->second = it->second && comm_.topology().link(l).link_class == LinkClass::kNVLink;
+        }
+      }
+      return it->second;
+    };
     std::map<std::pair<int, int>, double> legs;  // (from, to) → bytes; ordered: deterministic
     for (int a = 0; a < n_; ++a) {
       for (int b = 0; b < n_; ++b) {
@@ -599,7 +610,7 @@ class Lowering {
         if (comm_.node_of(a) != comm_.node_of(b)) {
           const auto& rail = on_rail[static_cast<size_t>(comm_.node_of(a))];
           const size_t i = static_cast<size_t>(std::max(0, local_index(b)));
-          if (i < rail.size() && rail[i] >= 0) relay = rail[i];
+          if (i < rail.size() && rail[i] >= 0 && over_nvlink(a, rail[i])) relay = rail[i];
         }
         if (relay != a) legs[{a, relay}] += bytes;
         legs[{relay, b}] += bytes;
