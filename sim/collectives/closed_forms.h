@@ -57,14 +57,16 @@ inline Time pairwise_all_to_all(int p, Bytes s, Time alpha, Bandwidth bw) {
 inline Time direct_all_to_all(int p, Bytes s, Time alpha, Bandwidth bw) {
   return Time::from_seconds(alpha.seconds() + (p - 1.0) / p * s.value() / bw.value());
 }
-/// Direct all-to-all of p ranks, k on each node, with NCCL's PXN: a rank's NIC carries what its
-/// node sends to the other nodes' ranks on its rail, (p−k)/p · S, while its NVLink carries, at
-/// the same time, what goes to its node's peers and what it relays to their rails, (k−1)/k · S.
-/// The slower of the two sets the time; k = p is the one-node form.
-inline Time direct_all_to_all_over_rails(int p, int k, Bytes s, Time alpha, Bandwidth intra, Bandwidth inter) {
+/// Direct all-to-all of p ranks, k on each node: a rank's NIC carries (p−k)/p · S, while its
+/// links inside the node carry, at the same time, (k−1)/p · S to its node's peers — and with
+/// NCCL's PXN over NVLink (`relayed`) what it relays to their rails too, (k−1)/k · S in all (the
+/// NIC then carries what its node sends to the other nodes' ranks on its rail, as much). The
+/// slower of the two sets the time; k = p is the one-node form.
+inline Time direct_all_to_all_across_nodes(int p, int k, bool relayed, Bytes s, Time alpha, Bandwidth intra,
+                                           Bandwidth inter) {
   const double network = (p - static_cast<double>(k)) / p * s.value() / inter.value();
-  const double nvlink = (k - 1.0) / k * s.value() / intra.value();
-  return Time::from_seconds(alpha.seconds() + std::max(network, nvlink));
+  const double inside = (k - 1.0) / (relayed ? k : p) * s.value() / intra.value();
+  return Time::from_seconds(alpha.seconds() + std::max(network, inside));
 }
 /// Lower bound of any all-reduce: 2(p−1)/p · S/B_injection (every rank must send and receive
 /// that much; Chan et al. 2007).
