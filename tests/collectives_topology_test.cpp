@@ -530,7 +530,8 @@ TEST(DirectAllToAll, AcrossNodesPxnKeepsTheNetworkOnRailsAndAggregatesTheLegs) {
   // (NCCL >= 2.12, NCCL_P2P_PXN_LEVEL 2) rank a's bytes for rank b of the other node go over
   // NVLink to a's node peer on b's rail, which sends them and its own over its NIC: 16 · 7 NVLink
   // legs, each with a's 2 MiB for that peer and 2 MiB to relay, and 16 network legs, each with
-  // the 8 · 2 MiB that a node sends to one rank of the other. No leg crosses rails.
+  // the 8 · 2 MiB that a node sends to one rank of the other. No leg crosses rails. A leg stands
+  // for the connections of its pairs (NCCL keeps one per pair through the relay): 2 and 8.
   Topology topo = test::load_preset("dgx-h100", 2);
   Router router(topo);
   Communicator comm = place_ranks(topo, 16);
@@ -547,10 +548,12 @@ TEST(DirectAllToAll, AcrossNodesPxnKeepsTheNetworkOnRailsAndAggregatesTheLegs) {
     if (from.node == to.node) {
       ++nvlink;
       EXPECT_DOUBLE_EQ(t.bytes.value(), 2.0 * mib(2).value());
+      EXPECT_EQ(t.weight, 2);
     } else {
       ++network;
       EXPECT_EQ(from.local_index, to.local_index);
       EXPECT_DOUBLE_EQ(t.bytes.value(), 8.0 * mib(2).value());
+      EXPECT_EQ(t.weight, 8);
     }
   }
   EXPECT_EQ(nvlink, 16 * 7);

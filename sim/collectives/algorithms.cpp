@@ -196,14 +196,16 @@ class Lowering {
     return lat > wire ? lat - wire : Time::zero();
   }
   // A transfer; the first tasks of the collective also carry its base latency.
-  TaskId send(int a, int b, double payload, Time wait, const std::vector<TaskId>& deps, int channel, int phase) {
-    return send_device(dev(a), dev(b), wire(payload).value(), wait, deps, channel, phase);
+  // `weight`: the equal flows (connections) the transfer stands for.
+  TaskId send(int a, int b, double payload, Time wait, const std::vector<TaskId>& deps, int channel, int phase,
+              uint8_t weight = 1) {
+    return send_device(dev(a), dev(b), wire(payload).value(), wait, deps, channel, phase, weight);
   }
   TaskId send_device(DeviceId a, DeviceId b, double wire_bytes, Time wait, const std::vector<TaskId>& deps, int channel,
-                     int phase) {
+                     int phase, uint8_t weight = 1) {
     if (deps.empty()) wait = wait + opt_.base_latency;
     return graph_.add_transfer(a, b, Bytes(wire_bytes), wait, deps, static_cast<uint16_t>(channel),
-                               static_cast<uint16_t>(phase));
+                               static_cast<uint16_t>(phase), weight);
   }
   bool pipelined(size_t step_transfers) const {
     switch (opt_.granularity) {
@@ -579,8 +581,10 @@ class Lowering {
   // Where a's node has no member on that rail, or reaches it other than by NVLink alone (NCCL
   // relays over NVLink only), a sends it itself. A relay's NVLink leg and its
   // network leg run at once (NCCL pipelines them chunk by chunk), and every leg between the same
-  // two GPUs carries the bytes of all the pairs that use it: the transfers go from n·(n − 1) to
-  // about n·(ranks per node + nodes − 2).
+  // two GPUs is one transfer with the bytes of all the pairs that use it: the transfers go from
+  // n·(n − 1) to about n·(ranks per node + nodes − 2). NCCL keeps a connection per pair through
+  // the relay, so a leg stands for its pairs' flows (weight, at most 255) in the sharing of its
+  // links with other traffic.
   void direct_all_to_all_over_rails() {
     // on_rail[node][local index]: the member of that node on that rail, or −1.
     std::vector<std::vector<int>> on_rail(static_cast<size_t>(comm_.node_count()));
@@ -601,7 +605,11 @@ class Lowering {
       }
       return it->second;
     };
-    std::map<std::pair<int, int>, double> legs;  // (from, to) → bytes; ordered: deterministic
+    struct Leg {
+      double bytes = 0;
+      int pairs = 0;
+    };
+    std::map<std::pair<int, int>, Leg> legs;  // by (from, to); ordered: deterministic
     for (int a = 0; a < n_; ++a) {
       for (int b = 0; b < n_; ++b) {
         const double bytes = a == b ? 0.0 : pair_bytes(a, b);
@@ -612,14 +620,18 @@ class Lowering {
           const size_t i = static_cast<size_t>(std::max(0, local_index(b)));
           if (i < rail.size() && rail[i] >= 0 && over_nvlink(a, rail[i])) relay = rail[i];
         }
-        if (relay != a) legs[{a, relay}] += bytes;
-        legs[{relay, b}] += bytes;
+        for (const std::pair<int, int>& leg : {std::pair{a, relay}, std::pair{relay, b}}) {
+          if (leg.first == leg.second) continue;
+          legs[leg].bytes += bytes;
+          ++legs[leg].pairs;
+        }
       }
     }
     const std::vector<TaskId> none;
-    for (const auto& [pair, bytes] : legs) {
+    for (const auto& [pair, leg] : legs) {
       const Time latency = step_latency_once(pair.first, pair.second);
-      for (int c = 0; c < channels_; ++c) send(pair.first, pair.second, bytes / channels_, latency, none, c, 0);
+      const auto weight = static_cast<uint8_t>(std::min(leg.pairs, 255));
+      for (int c = 0; c < channels_; ++c) send(pair.first, pair.second, leg.bytes / channels_, latency, none, c, 0, weight);
     }
   }
 
