@@ -442,16 +442,21 @@ TEST(CoSimulatedIteration, TpAcrossTwoPcieBoxesSharesTheirNics) {
 }
 
 TEST(Explain, EverySuggestionIsASimulationAndItsFlagsReproduceIt) {
-  // The bundled Llama-3 70B example: at least three knobs apply, each a re-simulation; the top
-  // one, applied through its command-line overrides, gives exactly its iteration time.
+  // The bundled Llama-3 70B example: at least three knobs apply, each a re-simulation (the
+  // progress hears 0 of n, then each one done); the top one, applied through its command-line
+  // overrides, gives exactly its iteration time.
   const std::string workload = test::source_path("workloads/train/llama3-70b-64xdgx-h100.json");
   const std::string models = test::source_path("workloads/models"), topologies = test::source_path("topologies");
   const TrainingWorkload job = load_training_workload(workload, models, topologies);
   IterationOptions options;
   options.compute = job.compute;
   const IterationResult base = simulate_iteration(job.model, job.layout, job.topology, options);
-  const std::vector<Suggestion> s = explain_layout(job.model, job.layout, job.topology, options, base);
+  std::vector<std::pair<size_t, size_t>> heard;
+  const std::vector<Suggestion> s = explain_layout(job.model, job.layout, job.topology, options, base,
+                                                   [&](size_t done, size_t total) { heard.emplace_back(done, total); });
   ASSERT_GE(s.size(), 3u);
+  ASSERT_EQ(heard.size(), s.size() + 1);
+  for (size_t i = 0; i < heard.size(); ++i) EXPECT_EQ(heard[i], std::make_pair(i, s.size()));
   for (size_t i = 0; i + 1 < s.size(); ++i) {
     if (s[i].fits == s[i + 1].fits) {
       EXPECT_LE(s[i].delta, s[i + 1].delta);

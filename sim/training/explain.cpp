@@ -118,7 +118,8 @@ int fewest_recomputed_layers_that_fit(const ModelConfig& model, const ParallelLa
 }  // namespace
 
 std::vector<Suggestion> explain_layout(const ModelConfig& model, const ParallelLayout& layout, const Topology& topology,
-                                       const IterationOptions& options, const IterationResult& base) {
+                                       const IterationOptions& options, const IterationResult& base,
+                                       const std::function<void(size_t done, size_t total)>& progress) {
   std::vector<Suggestion> out;
   std::vector<Knob> list = knobs(model);
   if (base.out_of_memory) {
@@ -150,12 +151,17 @@ std::vector<Suggestion> explain_layout(const ModelConfig& model, const ParallelL
     } catch (const InputError&) {
       continue;  // e.g. micro-batches not a multiple of pp for the interleaved schedule
     }
+    out.push_back(std::move(s));
+  }
+  if (progress) progress(0, out.size());
+  for (size_t i = 0; i < out.size(); ++i) {
+    Suggestion& s = out[i];
     const IterationResult r = simulate_iteration(model, s.layout, topology, options);
     s.iteration_time = r.iteration_time;
     s.delta = r.iteration_time - base.iteration_time;
     s.bubble_fraction = r.pipeline_bubble_fraction;
     s.fits = !r.out_of_memory;
-    out.push_back(std::move(s));
+    if (progress) progress(i + 1, out.size());
   }
   std::stable_sort(out.begin(), out.end(), [](const Suggestion& a, const Suggestion& b) {
     if (a.fits != b.fits) return a.fits;

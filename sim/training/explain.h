@@ -19,6 +19,7 @@
 // not fit in GPU memory is kept, marked, after the ones that do.
 #pragma once
 
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -42,8 +43,10 @@ struct Suggestion {
 };
 
 /// Every applicable knob, re-simulated; those that fit first, by delta (most negative first),
-/// then those that do not fit. `base` is simulate_iteration's result for `layout`.
+/// then those that do not fit. `base` is simulate_iteration's result for `layout`. `progress`,
+/// when given, hears (simulations done, simulations in all) before the first and after each.
 std::vector<Suggestion> explain_layout(const ModelConfig& model, const ParallelLayout& layout, const Topology& topology,
-                                       const IterationOptions& options, const IterationResult& base);
+                                       const IterationOptions& options, const IterationResult& base,
+                                       const std::function<void(size_t done, size_t total)>& progress = {});
 
 }  // namespace parallax

@@ -298,7 +298,7 @@ void run_train(const TrainArgs& a) {
     if (!e.file().empty()) throw;
     throw InputError(a.workload, e.pointer(), e.reason());  // the layout came from this file
   }
-  options.progress = {};  // --explain's re-simulations go without
+  options.progress = {};  // --explain's re-simulations count suggestions instead
   print_iteration_summary(job, r);
   print_stage_table(job, r);
   print_exposed_links(r);
@@ -309,7 +309,10 @@ void run_train(const TrainArgs& a) {
     units = operator_breakdown(job.model, job.layout, job.topology.gpu_spec_of(job.topology.gpus()[0]), options);
     print_operator_breakdown(units, job.compute.sustained_fraction);
   }
-  if (a.explain) print_suggestions(explain_layout(job.model, job.layout, job.topology, options, r));
+  if (a.explain) {
+    print_suggestions(explain_layout(job.model, job.layout, job.topology, options, r,
+                                     cli::progress_bar("suggestions simulated")));
+  }
   if (!a.json.empty()) {
     nlohmann::ordered_json j = iteration_json(job, r);
     if (a.ops) j["operator_breakdown"] = operator_breakdown_json(units);
