@@ -8,6 +8,7 @@
 #include <optional>
 #include <stdexcept>
 
+#include "collectives/collective_simulator.h"
 #include "compute/compute_model.h"
 #include "io/input_error.h"
 #include "training/explain.h"
@@ -283,6 +284,15 @@ TEST(IterationExpertParallel, FlexDispatchSendsATokenOncePerRemoteNode) {
   EXPECT_NEAR(vb.sent.value(), 32 * tokens * (hit + 4 * 7.0 / 8), 1e-6 * vb.sent.value());
   EXPECT_EQ(vb.collectives, 2 * va.collectives);
   EXPECT_LT(b.stages[0].time.exposed[kEp], a.stages[0].time.exposed[kEp]);
+  // One kernel forwards over NVLink what arrives by RDMA: each dispatch or combine takes the
+  // slower of its rail all-to-all (2 ranks, one per node) and its NVLink one (8 ranks), not both.
+  CollectiveSimulator rail(two_nodes, 2, 1), local(two_nodes, 8);
+  CollectiveOptions analytical;
+  analytical.model = "analytical";
+  const double across = rail.run(CollectiveOp::kAllToAll, Bytes(tokens * 2 * hit), analytical).time.seconds();
+  const double inside = local.run(CollectiveOp::kAllToAll, Bytes(tokens * 4), analytical).time.seconds();
+  const double each = b.stages[0].time.exposed[kEp].seconds() / (vb.collectives / 2);
+  EXPECT_NEAR(each, std::max(across, inside), 0.02 * std::max(across, inside)) << across << " " << inside;
   expect_parts_add_up(b);
   // Inside one node there is nothing to deduplicate: the same iteration.
   const Topology one_node = test::load_preset("dgx-h100", 1);

@@ -55,6 +55,19 @@ CommTask plus(CommTask a, CommTask b) {
                   std::max(a.sms, b.sms), concatenated(a.calls, b.calls), load};
 }
 
+CommTask beside(CommTask a, CommTask b) {
+  // At once: the slower sets the time; the load is both parts' NVLink time over it.
+  const Time time = std::max(a.time, b.time);
+  const double load = time > Time::zero() ? std::min(1.0, (a.scale_up_load * a.time.seconds() +
+                                                           b.scale_up_load * b.time.seconds()) / time.seconds())
+                                          : 0.0;
+  CallPhases calls = std::move(a.calls);
+  calls.resize(std::max(calls.size(), b.calls.size()));
+  for (size_t i = 0; i < b.calls.size(); ++i) calls[i].insert(calls[i].end(), b.calls[i].begin(), b.calls[i].end());
+  return CommTask{time, a.sent + b.sent, a.collectives + b.collectives, a.across_nodes || b.across_nodes,
+                  a.sms + b.sms, std::move(calls), load};
+}
+
 CommTask share(CommTask c, double f) {
   for (auto& phase : c.calls) {
     for (CollectiveCall& call : phase) call.size = call.size * f;
@@ -82,9 +95,12 @@ bool CommunicationPlan::spans_nodes(const std::vector<int>& group) const {
 // DeepEP / HybridEP (MoeDispatcher::kFlex) over an EP group on n nodes of g ranks each: a
 // token goes once to each other node holding one of its top-k experts — with the experts spread
 // evenly, P(a node is hit) = 1 − C(E − E/n, k) / C(E, k) — over the rail group (this rank's peers
-// at its place on every node), then over the node's NVLink to its experts' GPUs (k slots per
-// token, as the flat all-to-all has). `load` scales what the busiest rank receives; nullopt
-// when the nodes hold unequal shares of the group (the flat all-to-all then stands).
+// at its place on every node), and over the node's NVLink to its experts' GPUs (k slots per
+// token, as the flat all-to-all has). One kernel forwards what arrives by RDMA over NVLink while
+// more arrives (DeepEP's "NVLink and RDMA forwarding", whose throughput it gives as the
+// bottleneck domain's bandwidth): the two stages run at once. `load` scales what the busiest
+// rank receives; nullopt when the nodes hold unequal shares of the group (the flat all-to-all
+// then stands).
 std::optional<CommTask> CommunicationPlan::flex_dispatch(int rank, const std::vector<int>& ep_group, Bytes tokens,
                                                          int experts, int top_k, double load, double processed) {
   auto node = [&](int r) { return topo_.device(topo_.gpus()[static_cast<size_t>(r)]).node; };
@@ -109,7 +125,7 @@ std::optional<CommTask> CommunicationPlan::flex_dispatch(int rank, const std::ve
   CommTask b = collective(CollectiveOp::kAllToAll, inside * load, local);
   a.sent = bytes_sent(CollectiveOp::kAllToAll, static_cast<int>(rail.size()), across * processed);
   b.sent = bytes_sent(CollectiveOp::kAllToAll, static_cast<int>(local.size()), inside * processed);
-  return plus(a, b);
+  return beside(a, b);
 }
 
 CommTask CommunicationPlan::collective(CollectiveOp op, Bytes size, const std::vector<int>& group, double slowdown) {

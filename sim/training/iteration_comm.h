@@ -42,6 +42,8 @@ struct CommTask {
 /// Both, one after the other.
 CommTask twice(CommTask c);
 CommTask plus(CommTask a, CommTask b);
+/// Both at once (their calls in the same phases, co-simulated).
+CommTask beside(CommTask a, CommTask b);
 /// The share `f` of a task's time and bytes (its collectives counted once, in the f ≥ ½ part);
 /// co-simulated, each of its collectives at f of its size (a chunk of it).
 CommTask share(CommTask c, double f);
