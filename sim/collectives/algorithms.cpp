@@ -586,45 +586,24 @@ class Lowering {
   // the relay, so a leg stands for its pairs' flows (weight, at most 255) in the sharing of its
   // links with other traffic.
   void direct_all_to_all_over_rails() {
-    // on_rail[node][local index]: the member of that node on that rail, or −1.
-    std::vector<std::vector<int>> on_rail(static_cast<size_t>(comm_.node_count()));
-    auto local_index = [&](int r) { return comm_.topology().device(dev(r)).local_index; };
-    for (int r = 0; r < n_; ++r) {
-      auto& rail = on_rail[static_cast<size_t>(comm_.node_of(r))];
-      const size_t i = static_cast<size_t>(std::max(0, local_index(r)));
-      if (rail.size() <= i) rail.resize(i + 1, -1);
-      rail[i] = r;
-    }
-    std::map<std::pair<int, int>, bool> nvlink;  // (a, relay) → reached by NVLink links alone
-    auto over_nvlink = [&](int a, int relay) {
-      auto [it, added] = nvlink.try_emplace({a, relay}, true);
-      if (added) {
-        for (LinkId l : router_.route(dev(a), dev(relay))) {
-          it->second = it->second && comm_.topology().link(l).link_class == LinkClass::kNVLink;
-        }
-      }
-      return it->second;
-    };
+    const std::vector<std::vector<int>> relay = rail_relays();
     struct Leg {
       double bytes = 0;
       int pairs = 0;
     };
     std::map<std::pair<int, int>, Leg> legs;  // by (from, to); ordered: deterministic
+    auto add = [&](int from, int to, double bytes) {
+      Leg& leg = legs[{from, to}];
+      leg.bytes += bytes;
+      ++leg.pairs;
+    };
     for (int a = 0; a < n_; ++a) {
       for (int b = 0; b < n_; ++b) {
         const double bytes = a == b ? 0.0 : pair_bytes(a, b);
         if (bytes <= 0) continue;
-        int relay = a;
-        if (comm_.node_of(a) != comm_.node_of(b)) {
-          const auto& rail = on_rail[static_cast<size_t>(comm_.node_of(a))];
-          const size_t i = static_cast<size_t>(std::max(0, local_index(b)));
-          if (i < rail.size() && rail[i] >= 0 && over_nvlink(a, rail[i])) relay = rail[i];
-        }
-        for (const std::pair<int, int>& leg : {std::pair{a, relay}, std::pair{relay, b}}) {
-          if (leg.first == leg.second) continue;
-          legs[leg].bytes += bytes;
-          ++legs[leg].pairs;
-        }
+        const int via = comm_.node_of(a) == comm_.node_of(b) ? a : relay[static_cast<size_t>(a)][rail_of(b)];
+        if (via != a) add(a, via, bytes);
+        add(via, b, bytes);
       }
     }
     const std::vector<TaskId> none;
@@ -633,6 +612,27 @@ class Lowering {
       const auto weight = static_cast<uint8_t>(std::min(leg.pairs, 255));
       for (int c = 0; c < channels_; ++c) send(pair.first, pair.second, leg.bytes / channels_, latency, none, c, 0, weight);
     }
+  }
+  size_t rail_of(int rank) const { return static_cast<size_t>(std::max(0, comm_.topology().device(dev(rank)).local_index)); }
+  // relay[a][rail]: the rank that sends a's bytes for another node's rank on `rail` over its NIC —
+  // a's node peer on that rail where a reaches it by NVLink alone, else a itself.
+  std::vector<std::vector<int>> rail_relays() const {
+    size_t rails = 0;
+    for (int r = 0; r < n_; ++r) rails = std::max(rails, rail_of(r) + 1);
+    std::vector<std::vector<int>> on_rail(static_cast<size_t>(comm_.node_count()), std::vector<int>(rails, -1));
+    for (int r = 0; r < n_; ++r) on_rail[static_cast<size_t>(comm_.node_of(r))][rail_of(r)] = r;
+    std::vector<std::vector<int>> relay(static_cast<size_t>(n_), std::vector<int>(rails));
+    for (int a = 0; a < n_; ++a) {
+      for (size_t i = 0; i < rails; ++i) {
+        const int peer = on_rail[static_cast<size_t>(comm_.node_of(a))][i];
+        bool nvlink = peer >= 0;
+        for (LinkId l : nvlink && peer != a ? router_.route(dev(a), dev(peer)) : std::vector<LinkId>{}) {
+          nvlink = nvlink && comm_.topology().link(l).link_class == LinkClass::kNVLink;
+        }
+        relay[static_cast<size_t>(a)][i] = nvlink ? peer : a;
+      }
+    }
+    return relay;
   }
 
   // Intra-node ring reduce-scatter, ring all-reduce across nodes among ranks of the same local

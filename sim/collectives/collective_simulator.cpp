@@ -143,7 +143,6 @@ CollectiveSimulator::CollectiveSimulator(const Topology& topo, int gpus, std::op
         path_facts(*topo_, *router_, c.device(nodes.front()[0]), c.device(nodes.front()[1]), network_efficiency);
     intra_gbs_ = f.bottleneck_gbs;
     in.intra = f.all_nvlink ? NcclLinkType::kNvlink : NcclLinkType::kPci;
-    intra_nvlink_ = f.all_nvlink;
   }
   NcclGraphBw graph;
   if (c.node_count() == 1) {
@@ -308,11 +307,13 @@ Time CollectiveSimulator::analytical_time(CollectiveOp op, Bytes size, Algorithm
                                          : closed_form::recursive_gather_scatter(p, size, alpha, port);
       break;
     case Algorithm::kPairwise: t = closed_form::pairwise_all_to_all(p, size, alpha, port); break;
-    case Algorithm::kDirect:
-      t = closed_form::direct_all_to_all_across_nodes(p, c.ranks_per_node(), intra_nvlink_, size, alpha,
+    case Algorithm::kDirect: {
+      const bool relayed = tuning_->inputs().intra == NcclLinkType::kNvlink;  // PXN relays over NVLink only
+      t = closed_form::direct_all_to_all_across_nodes(p, c.ranks_per_node(), relayed, size, alpha,
                                                     gigabytes_per_second(intra_gbs_ * o.wire_efficiency),
                                                     gigabytes_per_second(inter_gbs_ * o.wire_efficiency));
       break;
+    }
     case Algorithm::kHierarchical: {
       const int ppn = c.ranks_per_node();
       Bandwidth intra = gigabytes_per_second(intra_gbs_ * o.wire_efficiency);

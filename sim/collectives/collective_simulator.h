@@ -145,7 +145,6 @@ class CollectiveSimulator {
   GpuArch arch_ = GpuArch::kHopper;
   double intra_gbs_ = 0;    ///< per-rank bandwidth inside a node (achievable)
   double inter_gbs_ = 0;    ///< per-rank bandwidth across nodes (achievable)
-  bool intra_nvlink_ = false;  ///< a node's ranks reach each other over NVLink alone (PXN relays)
 };
 
 /// CollectiveSimulators of one topology by the shape of a group of its GPUs (ranks, and ranks
