@@ -96,6 +96,16 @@ add_test(NAME example.validate.per_gpu_and_precision
                  $<TARGET_FILE:parallax> ${PROJECT_SOURCE_DIR}/workloads/validation/mbridge-dev.json)
 set_tests_properties(example.validate.per_gpu_and_precision PROPERTIES LABELS long)
 
+# Several runs files at once: the summaries over all their rows, then one line per file; --json
+# holds every row; a row that cannot be simulated names its file, and a file that is not a runs
+# file fails the whole command (exit 2), naming it.
+add_test(NAME example.validate.several_files
+         COMMAND bash -c "\"$0\" validate \"$1\" \"$2\" --json \"$4\" 2>/dev/null > \"$4.txt\" && grep -q 'over 9 simulated rows' \"$4.txt\" && grep -Eq '^  .*mpt-h100-fp8-holdout\\.json +7 rows: MAPE [0-9.]+%, median [0-9.]+%, bias [+-][0-9.]+%$' \"$4.txt\" && grep -Eq '^  .*torchtitan-h200-fp8-holdout\\.json +2 rows: MAPE' \"$4.txt\" && grep -q '^# Parallax validate: 2 runs files (9 runs' \"$4.txt\" && python3 -c 'import json,sys; assert len(json.load(open(sys.argv[1])))==9' \"$4\" && \"$0\" validate \"$1\" \"$3\" 2>/dev/null | grep -q 'not simulated: .*bad-published-runs.json: /1/layout/tp: expected an integer' && \"$0\" validate \"$1\" \"$5\" > /dev/null 2> \"$4.err\"; test $? = 2 && grep -q 'llama3-70b-64xdgx-h100.json: expected an array of runs' \"$4.err\""
+                 $<TARGET_FILE:parallax> ${PROJECT_SOURCE_DIR}/workloads/validation/mpt-h100-fp8-holdout.json
+                 ${PROJECT_SOURCE_DIR}/workloads/validation/torchtitan-h200-fp8-holdout.json
+                 ${PROJECT_SOURCE_DIR}/tests/data/training/bad-published-runs.json ${train_scratch}/several-files.json
+                 ${PROJECT_SOURCE_DIR}/workloads/train/llama3-70b-64xdgx-h100.json)
+
 # σ fitted to a file's rows, each source held out, then every row reported at the fitted σ;
 # the fit and a given σ exclude each other.
 add_test(NAME example.validate.fit_sustained_fraction

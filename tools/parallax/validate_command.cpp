@@ -1,5 +1,6 @@
-// `parallax validate RUNS.json`: published (or the user's own) training runs predicted, the
-// error per row and its summaries, the rank agreement per model, and --fit-sustained-fraction /
+// `parallax validate RUNS.json...`: published (or the user's own) training runs predicted, the
+// error per row and its summaries (over every file given, and per file), the rank agreement per
+// model, and --fit-sustained-fraction /
 // --fit-host-dispatch, which fit one of the model's global constants to the rows. Thin: the rows
 // are read by sim/training/published_runs.h, predicted by run_validation.h, fitted by
 // constant_fit.h.
@@ -35,7 +36,7 @@ namespace {
 const std::string& kRunsTopologiesDir = topologies_dir();
 
 struct ValidateArgs {
-  std::string runs;
+  std::vector<std::string> runs;  // one file or more, read in this order
   std::string json;
   double sustained_fraction = ComputeModelOptions{}.sustained_fraction;
   std::string network = "analytical";
@@ -46,6 +47,30 @@ struct ValidateArgs {
   std::string host_dispatch;  // a time string; empty: the default
   std::vector<std::string> emit_workload;  // {row id, file}
 };
+
+// The runs files as the reports name them: the path of the one, or how many.
+std::string runs_label(const ValidateArgs& a) {
+  return a.runs.size() == 1 ? a.runs.front() : std::to_string(a.runs.size()) + " runs files";
+}
+
+// Every file's rows in the order given; `file_of[i]` is row i's file.
+struct RunsOfFiles {
+  std::vector<PublishedRun> runs;
+  std::vector<size_t> file_of;
+};
+
+RunsOfFiles read_runs_files(const ValidateArgs& a) {
+  RunsOfFiles r;
+  for (size_t f = 0; f < a.runs.size(); ++f) {
+    for (PublishedRun& run : read_published_runs(a.runs[f], bundled_models_dir())) {
+      // The row's JSON path alone would not say which file it is in.
+      if (!run.error.empty() && a.runs.size() > 1) run.error = a.runs[f] + ": " + run.error;
+      r.runs.push_back(std::move(run));
+      r.file_of.push_back(f);
+    }
+  }
+  return r;
+}
 
 // What every row is simulated with: the network mode and the host's dispatch time.
 ValidationModel validation_model(const ValidateArgs& a) {
@@ -114,6 +139,31 @@ void print_error_summaries(const std::vector<PublishedRun>& runs, const std::vec
   for (const auto& [source, v] : by_source) {
     std::printf("  %-40s %3zu rows: median %+.1f%%, mean |error| %.1f%%\n", source.c_str(), v.size(), 100 * median_error(v),
                 100 * mean_error(magnitudes(v)));
+  }
+}
+
+// With several files: each file's compared rows, its MAPE and signed median (a dev set and a
+// hold-out given together stay apart here).
+void print_file_summaries(const ValidateArgs& a, const RunsOfFiles& files, const std::vector<RunPrediction>& predictions) {
+  std::vector<std::vector<double>> signed_errors(a.runs.size());
+  for (size_t i = 0; i < files.runs.size(); ++i) {
+    if (predictions[i].problem.empty() && !files.runs[i].expected_out_of_memory) {
+      signed_errors[files.file_of[i]].push_back(predictions[i].error);
+    }
+  }
+  int width = 0;
+  for (const std::string& file : a.runs) width = std::max(width, static_cast<int>(file.size()));
+  std::printf("per file: rows compared, mean |error| (MAPE), median |error|, median signed error (bias)\n");
+  for (size_t f = 0; f < a.runs.size(); ++f) {
+    const std::vector<double>& v = signed_errors[f];
+    if (v.empty()) {
+      std::printf("  %-*s    0 rows\n", width, a.runs[f].c_str());
+      continue;
+    }
+    std::vector<double> m;
+    for (double e : v) m.push_back(std::fabs(e));
+    std::printf("  %-*s %4zu rows: MAPE %.1f%%, median %.1f%%, bias %+.1f%%\n", width, a.runs[f].c_str(), v.size(),
+                100 * mean_error(m), 100 * median_error(m), 100 * median_error(v));
   }
 }
 
@@ -198,7 +248,7 @@ void print_constant_fit(const ValidateArgs& a, const ConstantFitOutcome& f, cons
   const FitSpec& spec = *f.spec;
   const ConstantFit& fit = f.fit;
   std::printf("# %s fitted to %s: %s %s-%s in steps of %s, the least mean |error| over %zu rows\n", spec.name,
-              a.runs.c_str(), spec.symbol, value_text(spec, spec.lo).c_str(), value_text(spec, spec.hi).c_str(),
+              runs_label(a).c_str(), spec.symbol, value_text(spec, spec.lo).c_str(), value_text(spec, spec.hi).c_str(),
               value_text(spec, spec.step).c_str(), fit.rows);
   std::printf("fitted %s %s: MAPE %.1f%%, median |error| %.1f%%, median signed error %+.1f%%%s\n", spec.symbol,
               value_text(spec, fit.value).c_str(), 100 * fit.mape, 100 * fit.median_abs, 100 * fit.median_signed,
@@ -219,7 +269,7 @@ void print_constant_fit(const ValidateArgs& a, const ConstantFitOutcome& f, cons
 ConstantFitOutcome fit_and_print_constant(const ValidateArgs& a, const FitSpec& spec, const std::vector<PublishedRun>& runs) {
   const auto comparable = [](const PublishedRun& run) { return run.error.empty() && !run.expected_out_of_memory; };
   if (std::none_of(runs.begin(), runs.end(), comparable)) {
-    throw InputError(a.runs, "", std::string(spec.flag) + " needs a row with a published throughput, and none has one");
+    throw InputError(runs_label(a), "", std::string(spec.flag) + " needs a row with a published throughput, and none has one");
   }
   const int threads = a.jobs.value_or(static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));
   const auto progress = [&spec](size_t done, size_t total) {
@@ -243,7 +293,7 @@ ConstantFitOutcome fit_and_print_constant(const ValidateArgs& a, const FitSpec& 
   try {
     f.fit = fit_constant_to_runs(f.sweep, sources);
   } catch (const std::invalid_argument& e) {  // every comparable row failed to simulate
-    throw InputError(a.runs, "", std::string(spec.flag) + ": " + e.what());
+    throw InputError(runs_label(a), "", std::string(spec.flag) + ": " + e.what());
   }
   print_constant_fit(a, f, gpus);
   return f;
@@ -255,7 +305,7 @@ void plot_validation(const ValidateArgs& a, const std::vector<PublishedRun>& run
   std::filesystem::create_directories(a.plot_dir);
   std::vector<std::string> sources, groups;
   for (const PublishedRun& run : runs) sources.push_back(source_label(run.source));
-  const std::string name = std::filesystem::path(a.runs).stem().string();
+  const std::string name = a.runs.size() == 1 ? std::filesystem::path(a.runs.front()).stem().string() : runs_label(a);
   write_file_atomically(a.plot_dir + "/validate.dat", parity_data(runs, predictions, sources, groups));
   run_gnuplot(a.plot_dir + "/validate.gp",
               parity_script(a.plot_dir + "/validate.dat", a.plot_dir + "/validate.png",
@@ -276,14 +326,15 @@ void emit_row_workload(const ValidateArgs& a, const std::vector<PublishedRun>& r
   const std::string& id = a.emit_workload[0];
   const std::string& file = a.emit_workload[1];
   const auto run = std::find_if(runs.begin(), runs.end(), [&](const PublishedRun& r) { return r.id == id; });
-  if (run == runs.end()) throw InputError(a.runs, "--emit-workload", "no row has the id \"" + id + "\"");
+  if (run == runs.end()) throw InputError(runs_label(a), "--emit-workload", "no row has the id \"" + id + "\"");
   write_file_atomically(file, workload_of_run(*run, a.sustained_fraction, validation_model(a)).dump(2) + "\n");
   std::printf("# row %s written to %s: parallax train %s%s gives validate's prediction\n", id.c_str(), file.c_str(),
               file.c_str(), a.network == "flow" ? "" : " --network analytical");
 }
 
 void run_validate(ValidateArgs a) {
-  std::vector<PublishedRun> runs = read_published_runs(a.runs, bundled_models_dir());
+  RunsOfFiles files = read_runs_files(a);
+  const std::vector<PublishedRun>& runs = files.runs;
   if (!a.emit_workload.empty()) {
     emit_row_workload(a, runs);
     return;
@@ -311,9 +362,10 @@ void run_validate(ValidateArgs a) {
   }
   std::fprintf(stderr, "\n");
   std::printf("# Parallax validate: %s (%zu runs; kernels at %.2f of their stand-alone speed, %g us to issue one)\n%s\n",
-              a.runs.c_str(), runs.size(), a.sustained_fraction, validation_model(a).host_dispatch.microseconds(),
+              runs_label(a).c_str(), runs.size(), a.sustained_fraction, validation_model(a).host_dispatch.microseconds(),
               t.render().c_str());
   print_error_summaries(runs, predictions);
+  if (a.runs.size() > 1) print_file_summaries(a, files, predictions);
   print_rank_agreement(runs, predictions);
   if (!a.json.empty()) write_file_atomically(a.json, out.dump(2) + "\n");
   if (!a.plot_dir.empty()) plot_validation(a, runs, predictions, fitted);
@@ -324,7 +376,10 @@ void run_validate(ValidateArgs a) {
 void add_validate_command(CLI::App& app) {
   auto vargs = std::make_shared<ValidateArgs>();
   auto* v = app.add_subcommand("validate", "predict published training runs and report the error per row");
-  v->add_option("runs", vargs->runs, "runs file (format: workloads/validation/README.md)")->required();
+  v->add_option("runs", vargs->runs,
+                "runs files (format: workloads/validation/README.md); with several, the summaries cover them all, then "
+                "each file")
+      ->required();
   v->add_option("--json", vargs->json, "write one object per row (id, predicted, expected, error or error_message)");
   auto* sigma = v->add_option("--sustained-fraction", vargs->sustained_fraction, sustained_fraction_help())
                     ->check(CLI::Range(1e-9, 1.0));
