@@ -284,6 +284,18 @@ TEST(Topology, PresetsNameTheirTensorCoreGeneration) {
   }
 }
 
+// Every data-centre preset counts its GPU's SMs, so that collectives beside the compute take
+// theirs from it on every generation (B200 148 of 160 on its two dies; B300 160).
+TEST(Topology, DataCentrePresetsCountTheirGpusSms) {
+  const std::pair<const char*, int> presets[] = {
+      {"dgx-a100", 108},    {"dgx-a100-40gb", 108}, {"dgx-h100", 132},    {"hgx-h800", 132},
+      {"hgx-h200", 132},    {"dgx-b200", 148},      {"gb200-nvl72", 148}, {"dgx-b300", 160},
+      {"gb300-nvl72", 160}};
+  for (const auto& [preset, sms] : presets) {
+    EXPECT_EQ(test::load_preset(preset).gpu_specs().front().sms, sms) << preset;
+  }
+}
+
 // Presets carry the measured matmul ceiling of their GPU (bf16, fp8) where one was published; a
 // figure above the datasheet peak is refused with its pointer.
 TEST(Topology, PresetsCarryTheirGpusMeasuredMatmulCeiling) {
