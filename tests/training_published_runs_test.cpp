@@ -49,7 +49,7 @@ TEST(PublishedRuns, DefaultsAndBadRows) {
   EXPECT_TRUE(runs[0].layout.sequence_parallel);    // null and tp > 1
   EXPECT_EQ(runs[0].model.kv_heads, 24);            // null: as many as heads
   EXPECT_EQ(runs[1].error, "/1/layout/tp: expected an integer or null, found \"two\"");
-  EXPECT_EQ(runs[2].error, "/2/cluster/gpu: unknown GPU type \"V100\"");
+  EXPECT_EQ(runs[2].error.rfind("/2/cluster/gpu: unknown GPU type \"V100\" (expected A100-40GB, ", 0), 0u) << runs[2].error;
   // A cluster's topology is a bundled preset's name, never a path.
   EXPECT_EQ(runs[3].error.rfind("/3/cluster/topology: expected a bundled file's name", 0), 0u) << runs[3].error;
   EXPECT_EQ(runs[4].error, "/4/layout/attention: expected flash, flash2, unfused or null, found \"sdpa\"");
@@ -300,6 +300,22 @@ TEST(RankAgreement, FirstChoiceShortfallIsThePickedLayoutsDistanceFromTheBest) {
   EXPECT_EQ(ranks[0].rows, 3u);
   EXPECT_NEAR(ranks[0].rho, 0.5, 1e-12);  // Σd² = 2: 1 − 12/24
   EXPECT_NEAR(ranks[0].first_choice_shortfall, 90.0 / 100.0 - 1.0, 1e-12);
+}
+
+// The format's GPU names as sources spell them: case, spaces, hyphens and the vendor's and
+// system's words aside; an A100 must say its memory, and an H100 PCIe or NVL is another part.
+TEST(PublishedRuns, GpuNamesAsSourcesSpellThem) {
+  const std::pair<const char*, const char*> spellings[] = {
+      {"H100-80GB", "H100-80GB"},         {"NVIDIA H100 SXM5 80GB HBM3", "H100-80GB"}, {"h100", "H100-80GB"},
+      {"H100 SXM", "H100-80GB"},          {"A100-SXM4-80GB", "A100-80GB"},             {"a100 40gb", "A100-40GB"},
+      {"NVIDIA H800", "H800-80GB"},       {"H200 SXM 141GB", "H200"},                  {"DGX B200", "B200"},
+      {"NVIDIA B300 SXM6 AC", "B300"},    {"GB200 NVL72", "GB200"},                    {"NVIDIA GB300", "GB300"}};
+  for (const auto& [spelled, name] : spellings) {
+    EXPECT_EQ(canonical_gpu_name(spelled).value_or("none"), name) << spelled;
+  }
+  for (const char* other : {"A100", "H100 PCIe", "H100 NVL", "V100", "MI300X", "B200X", ""}) {
+    EXPECT_FALSE(canonical_gpu_name(other).has_value()) << other;
+  }
 }
 
 TEST(PublishedRuns, EveryGpuTypeOfTheFormatHasAPreset) {

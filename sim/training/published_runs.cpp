@@ -1,6 +1,7 @@
 #include "training/published_runs.h"
 
 #include <algorithm>
+#include <cctype>
 #include <fstream>
 #include <stdexcept>
 
@@ -13,6 +14,20 @@
 
 namespace parallax {
 namespace {
+
+// Why a row's GPU is none of the format's, with what the format takes.
+std::string unknown_gpu_message(const std::string& spelled) {
+  std::string squeezed;
+  for (char c : spelled) {
+    if (std::isalnum(static_cast<unsigned char>(c))) squeezed += static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  }
+  if (squeezed.find("A100") != std::string::npos && squeezed.find("GB") == std::string::npos) {
+    return "\"" + spelled + "\" does not say which A100: A100-40GB or A100-80GB";
+  }
+  return "unknown GPU type \"" + spelled +
+         "\" (expected A100-40GB, A100-80GB, H100-80GB, H800-80GB, H200, B200, B300, GB200 or GB300, in any case, with or "
+         "without the vendor's words: \"NVIDIA H100 SXM5 80GB\", \"DGX B200\")";
+}
 
 // A row field failed: carries the JSON pointer below the row.
 struct RowError : std::runtime_error {
@@ -369,6 +384,33 @@ std::optional<std::string> preset_for_gpu(const std::string& gpu) {
   return std::nullopt;
 }
 
+std::optional<std::string> canonical_gpu_name(const std::string& spelled) {
+  std::string s;  // upper case, letters and digits only
+  for (char c : spelled) {
+    if (std::isalnum(static_cast<unsigned char>(c))) s += static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  }
+  const auto drop = [&s](const std::string& word) {
+    if (const size_t at = s.find(word); at != std::string::npos) s.erase(at, word.size());
+  };
+  // Longer words first, so that "SXM5" goes whole and "HBM3E" does not leave an "E".
+  for (const char* word : {"NVIDIA", "TENSORCORE", "GPU", "DGX", "HGX", "NVL72", "SXM6", "SXM5", "SXM4", "SXM", "HBM3E",
+                           "HBM3", "AC"}) {
+    drop(word);
+  }
+  const auto memory_or_none = [&s](const std::string& part, const std::string& memory) {
+    return s == part || s == part + memory;
+  };
+  if (s == "A10040GB") return "A100-40GB";
+  if (s == "A10080GB") return "A100-80GB";
+  if (memory_or_none("H100", "80GB")) return "H100-80GB";
+  if (memory_or_none("H800", "80GB")) return "H800-80GB";
+  if (memory_or_none("H200", "141GB")) return "H200";
+  for (const char* part : {"B200", "B300", "GB200", "GB300"}) {
+    if (s == part) return std::string(part);
+  }
+  return std::nullopt;
+}
+
 std::vector<PublishedRun> read_published_runs(const std::string& path, const std::string& models_dir) {
   const nlohmann::json doc = load_json_file(path);  // line and column of a syntax error, depth limited
   if (!doc.is_array()) throw InputError(path, "", "expected an array of runs");
@@ -381,9 +423,10 @@ std::vector<PublishedRun> read_published_runs(const std::string& path, const std
       run.id = opt_string(row, "id", where).value_or("row " + std::to_string(i));
       run.source = opt_string(row, "source", where).value_or("");
       const nlohmann::json& cluster = member(row, "cluster", where);
-      run.gpu = opt_string(cluster, "gpu", where + "/cluster").value_or("");
+      const std::string spelled = opt_string(cluster, "gpu", where + "/cluster").value_or("");
+      run.gpu = canonical_gpu_name(spelled).value_or(spelled);
       auto preset = preset_for_gpu(run.gpu);
-      if (!preset) throw RowError(where + "/cluster/gpu", "unknown GPU type \"" + run.gpu + "\"");
+      if (!preset) throw RowError(where + "/cluster/gpu", unknown_gpu_message(spelled));
       run.preset = *preset;
       if (auto topology = opt_string(cluster, "topology", where + "/cluster")) {
         run.preset = bundled_name(*topology, where + "/cluster/topology", "topologies");
