@@ -10,6 +10,7 @@
 #include "io/input_error.h"
 #include "model/parameter_count.h"
 #include "training/published_runs.h"
+#include "training/run_spellings.h"
 #include "training/run_validation.h"
 #include "training/workload_loader.h"
 
@@ -316,6 +317,35 @@ TEST(PublishedRuns, GpuNamesAsSourcesSpellThem) {
   for (const char* other : {"A100", "H100 PCIe", "H100 NVL", "V100", "MI300X", "B200X", ""}) {
     EXPECT_FALSE(canonical_gpu_name(other).has_value()) << other;
   }
+}
+
+// Number formats and fp8 recipes as the tables print them; a recipe the precision already names
+// must agree with it.
+TEST(PublishedRuns, NumberFormatsAsTablesPrintThem) {
+  const std::tuple<const char*, const char*, const char*> formats[] = {
+      {"BF16", "bf16", ""},       {"fp8", "fp8", ""},          {"FP8-CS", "fp8", "current"}, {"FP8-MX", "fp8", "mxfp8"},
+      {"MXFP8", "fp8", "mxfp8"},  {"fp8_delayed", "fp8", "delayed"}, {"NVFP4", "fp4", ""}, {"MXFP4", "mxfp4", ""}};
+  for (const auto& [spelled, precision, recipe] : formats) {
+    const auto f = number_format(spelled);
+    ASSERT_TRUE(f.has_value()) << spelled;
+    EXPECT_EQ(f->precision, precision) << spelled;
+    EXPECT_EQ(f->fp8_recipe, recipe) << spelled;
+  }
+  EXPECT_FALSE(number_format("int8").has_value());
+  EXPECT_EQ(fp8_recipe_name("Current scaling").value_or(""), "current");
+  EXPECT_EQ(fp8_recipe_name("tensorwise").value_or(""), "current");
+  EXPECT_EQ(fp8_recipe_name("Delayed").value_or(""), "delayed");
+  EXPECT_EQ(fp8_recipe_name("MXFP8").value_or(""), "mxfp8");
+  EXPECT_FALSE(fp8_recipe_name("blockwise").has_value());  // DeepSeek's 128x128 blocks: not modelled
+
+  const std::vector<PublishedRun> runs =
+      read_published_runs(kSource + "/tests/data/training/spelled-runs.json", kSource + "/workloads/models");
+  ASSERT_EQ(runs.size(), 3u);
+  EXPECT_EQ(runs[0].error, "");
+  EXPECT_EQ(runs[0].gpu, "H100-80GB");
+  EXPECT_EQ(runs[0].fp8_recipe, "current");
+  EXPECT_EQ(runs[1].fp8_recipe, "current");
+  EXPECT_EQ(runs[2].error, "/2/fp8_recipe: \"delayed\" contradicts the precision \"FP8-MX\"");
 }
 
 TEST(PublishedRuns, EveryGpuTypeOfTheFormatHasAPreset) {

@@ -1,7 +1,6 @@
 #include "training/published_runs.h"
 
 #include <algorithm>
-#include <cctype>
 #include <fstream>
 #include <stdexcept>
 
@@ -11,28 +10,16 @@
 #include "io/json_reader.h"
 #include "model/layer_operators.h"
 #include "model/model_loader.h"
+#include "training/run_spellings.h"
 
 namespace parallax {
 namespace {
-
-// Why a row's GPU is none of the format's, with what the format takes.
-std::string unknown_gpu_message(const std::string& spelled) {
-  std::string squeezed;
-  for (char c : spelled) {
-    if (std::isalnum(static_cast<unsigned char>(c))) squeezed += static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
-  }
-  if (squeezed.find("A100") != std::string::npos && squeezed.find("GB") == std::string::npos) {
-    return "\"" + spelled + "\" does not say which A100: A100-40GB or A100-80GB";
-  }
-  return "unknown GPU type \"" + spelled +
-         "\" (expected A100-40GB, A100-80GB, H100-80GB, H800-80GB, H200, B200, B300, GB200 or GB300, in any case, with or "
-         "without the vendor's words: \"NVIDIA H100 SXM5 80GB\", \"DGX B200\")";
-}
 
 // A row field failed: carries the JSON pointer below the row.
 struct RowError : std::runtime_error {
   RowError(const std::string& where, const std::string& why) : std::runtime_error(where + ": " + why) {}
 };
+
 
 const nlohmann::json& member(const nlohmann::json& obj, const std::string& key, const std::string& where) {
   if (!obj.is_object()) throw RowError(where, "expected an object");
@@ -73,6 +60,26 @@ std::optional<std::string> opt_string(const nlohmann::json& obj, const std::stri
   if (it == obj.end() || it->is_null()) return std::nullopt;
   if (!it->is_string()) throw RowError(where + "/" + key, "expected a string or null, found " + it->dump());
   return it->get<std::string>();
+}
+
+// `precision` and `fp8_recipe` of a row, in whichever spelling; a recipe named twice must agree.
+void read_number_format(const nlohmann::json& row, const std::string& where, PublishedRun& run) {
+  const std::string spelled = opt_string(row, "precision", where).value_or("bf16");
+  const auto format = number_format(spelled);
+  if (!format) {
+    throw RowError(where + "/precision", "expected bf16, fp8 (or FP8-CS, FP8-MX, MXFP8), fp4 (nvfp4) or mxfp4, found \"" +
+                                             spelled + "\"");
+  }
+  run.precision = format->precision;
+  run.fp8_recipe = format->fp8_recipe.empty() ? "delayed" : format->fp8_recipe;
+  if (auto recipe = opt_string(row, "fp8_recipe", where)) {
+    const auto named = fp8_recipe_name(*recipe);
+    if (!named) throw RowError(where + "/fp8_recipe", "expected delayed, current or mxfp8, found \"" + *recipe + "\"");
+    if (!format->fp8_recipe.empty() && *named != format->fp8_recipe) {
+      throw RowError(where + "/fp8_recipe", "\"" + *recipe + "\" contradicts the precision \"" + spelled + "\"");
+    }
+    run.fp8_recipe = *named;
+  }
 }
 
 // One of a field's named choices (`known` accepts it); absent or null: `fallback`.
@@ -384,33 +391,6 @@ std::optional<std::string> preset_for_gpu(const std::string& gpu) {
   return std::nullopt;
 }
 
-std::optional<std::string> canonical_gpu_name(const std::string& spelled) {
-  std::string s;  // upper case, letters and digits only
-  for (char c : spelled) {
-    if (std::isalnum(static_cast<unsigned char>(c))) s += static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
-  }
-  const auto drop = [&s](const std::string& word) {
-    if (const size_t at = s.find(word); at != std::string::npos) s.erase(at, word.size());
-  };
-  // Longer words first, so that "SXM5" goes whole and "HBM3E" does not leave an "E".
-  for (const char* word : {"NVIDIA", "TENSORCORE", "GPU", "DGX", "HGX", "NVL72", "SXM6", "SXM5", "SXM4", "SXM", "HBM3E",
-                           "HBM3", "AC"}) {
-    drop(word);
-  }
-  const auto memory_or_none = [&s](const std::string& part, const std::string& memory) {
-    return s == part || s == part + memory;
-  };
-  if (s == "A10040GB") return "A100-40GB";
-  if (s == "A10080GB") return "A100-80GB";
-  if (memory_or_none("H100", "80GB")) return "H100-80GB";
-  if (memory_or_none("H800", "80GB")) return "H800-80GB";
-  if (memory_or_none("H200", "141GB")) return "H200";
-  for (const char* part : {"B200", "B300", "GB200", "GB300"}) {
-    if (s == part) return std::string(part);
-  }
-  return std::nullopt;
-}
-
 std::vector<PublishedRun> read_published_runs(const std::string& path, const std::string& models_dir) {
   const nlohmann::json doc = load_json_file(path);  // line and column of a syntax error, depth limited
   if (!doc.is_array()) throw InputError(path, "", "expected an array of runs");
@@ -432,15 +412,7 @@ std::vector<PublishedRun> read_published_runs(const std::string& path, const std
         run.preset = bundled_name(*topology, where + "/cluster/topology", "topologies");
       }
       run.gpus = static_cast<int>(req_int(cluster, "num_gpus", where + "/cluster"));
-      run.precision = opt_string(row, "precision", where).value_or("bf16");
-      if (run.precision != "bf16" && run.precision != "fp8" && run.precision != "fp4" && run.precision != "nvfp4" &&
-          run.precision != "mxfp4") {
-        throw RowError(where + "/precision", "expected bf16, fp8, fp4 (nvfp4) or mxfp4, found \"" + run.precision + "\"");
-      }
-      run.fp8_recipe = opt_string(row, "fp8_recipe", where).value_or("delayed");
-      if (!fp8_recipe_from_string(run.fp8_recipe)) {
-        throw RowError(where + "/fp8_recipe", "expected delayed, current or mxfp8, found \"" + run.fp8_recipe + "\"");
-      }
+      read_number_format(row, where, run);
       const nlohmann::json& model = member(row, "model", where);
       if (auto bundled = opt_string(model, "bundled", where + "/model")) {
         run.model = bundled_model_of(model, bundled_name(*bundled, where + "/model/bundled", "workloads/models"),

@@ -98,11 +98,6 @@ struct PublishedRun {
 /// `cluster.topology` names another bundled preset where the cluster was not the vendor's node.
 std::optional<std::string> preset_for_gpu(const std::string& gpu);
 
-/// A GPU as a source may spell it, as the format names it: case, spaces and hyphens aside, with
-/// the vendor's and the system's words dropped ("NVIDIA H100 SXM5 80GB HBM3", "h100", "DGX B200",
-/// "GB200 NVL72" → "H100-80GB", "B200", "GB200"). Nullopt when it is none of the format's GPUs or
-/// does not say which (an A100 without its memory size; an H100 PCIe or NVL, which are other parts).
-std::optional<std::string> canonical_gpu_name(const std::string& spelled);
 
 /// The layout a row runs under: its sizes and batches, 1F1B (interleaved when vpp > 1), its ZeRO
 /// stage, SP and recomputation, fp8 or fp4 GEMMs when its precision says so (fp8 under the
