@@ -53,7 +53,7 @@ TEST(PublishedRuns, DefaultsAndBadRows) {
   EXPECT_EQ(runs[2].error.rfind("/2/cluster/gpu: unknown GPU type \"V100\" (expected A100-40GB, ", 0), 0u) << runs[2].error;
   // A cluster's topology is a bundled preset's name, never a path.
   EXPECT_EQ(runs[3].error.rfind("/3/cluster/topology: expected a bundled file's name", 0), 0u) << runs[3].error;
-  EXPECT_EQ(runs[4].error, "/4/layout/attention: expected flash, flash2, unfused or null, found \"sdpa\"");
+  EXPECT_EQ(runs[4].error, "/4/layout/attention: expected flash (or cuDNN, FA3), flash2 (FA2), unfused or null, found \"sdpa\"");
   // Out of memory and a throughput at once: one of them is wrong.
   EXPECT_EQ(runs[5].error, "/5/expected/tokens_per_sec_per_gpu: must be null for a run that ran out of memory");
   // A bundled model needs the models folder.
@@ -337,6 +337,12 @@ TEST(PublishedRuns, NumberFormatsAsTablesPrintThem) {
   EXPECT_EQ(fp8_recipe_name("Delayed").value_or(""), "delayed");
   EXPECT_EQ(fp8_recipe_name("MXFP8").value_or(""), "mxfp8");
   EXPECT_FALSE(fp8_recipe_name("blockwise").has_value());  // DeepSeek's 128x128 blocks: not modelled
+  EXPECT_EQ(attention_kernel_name("cuDNN").value_or(""), "flash");
+  EXPECT_EQ(attention_kernel_name("FlashAttention-3").value_or(""), "flash");
+  EXPECT_EQ(attention_kernel_name("FA2").value_or(""), "flash2");
+  EXPECT_EQ(attention_kernel_name("flash-attn 2").value_or(""), "flash2");
+  EXPECT_EQ(attention_kernel_name("unfused").value_or(""), "unfused");
+  EXPECT_FALSE(attention_kernel_name("sdpa").has_value());  // PyTorch picks the kernel per GPU
 
   const std::vector<PublishedRun> runs =
       read_published_runs(kSource + "/tests/data/training/spelled-runs.json", kSource + "/workloads/models");

@@ -246,9 +246,13 @@ void read_kernel_choices(const nlohmann::json& l, const std::string& where, Publ
                             std::pair{"account_for_loss_in_pipeline_split", &p.account_for_loss}}) {
     if (auto v = opt_bool(l, key, where)) *field = *v;
   }
-  p.attention = opt_string(l, "attention", where).value_or("");
-  if (!p.attention.empty() && !attention_kernel_from(p.attention)) {
-    throw RowError(where + "/attention", "expected flash, flash2, unfused or null, found \"" + p.attention + "\"");
+  if (auto spelled = opt_string(l, "attention", where)) {
+    const auto kernel = attention_kernel_name(*spelled);
+    if (!kernel) {
+      throw RowError(where + "/attention", "expected flash (or cuDNN, FA3), flash2 (FA2), unfused or null, found \"" +
+                                               *spelled + "\"");
+    }
+    p.attention = *kernel;
   }
 }
 

@@ -72,4 +72,16 @@ std::optional<std::string> fp8_recipe_name(const std::string& spelled) {
   return std::nullopt;
 }
 
+std::optional<std::string> attention_kernel_name(const std::string& spelled) {
+  const std::string key = squeezed(spelled);
+  for (const char* own : {"flash", "cudnn", "fused", "fa3", "flashattention3", "flashattn3", "fa4", "flashattention4"}) {
+    if (key == own) return "flash";
+  }
+  for (const char* fa2 : {"flash2", "fa2", "flashattention2", "flashattn2"}) {
+    if (key == fa2) return "flash2";
+  }
+  if (key == "unfused" || key == "eager" || key == "math") return "unfused";
+  return std::nullopt;
+}
+
 }  // namespace parallax

@@ -1,6 +1,7 @@
 // How published tables and users spell what a validation row names — GPUs ("NVIDIA H100 SXM5
-// 80GB", "DGX B200"), number formats ("FP8-CS", "MXFP8", "NVFP4") and fp8 recipes
-// ("tensorwise") — and the one name the runs format (workloads/validation/README.md) gives each.
+// 80GB", "DGX B200"), number formats ("FP8-CS", "MXFP8", "NVFP4"), fp8 recipes ("tensorwise")
+// and attention kernels ("cuDNN", "FA2") — and the one name the runs format
+// (workloads/validation/README.md) gives each.
 #pragma once
 
 #include <optional>
@@ -31,5 +32,10 @@ std::optional<NumberFormat> number_format(const std::string& spelled);
 /// An fp8 recipe as sources name it ("delayed", "current scaling", "tensorwise", "MXFP8"): delayed,
 /// current or mxfp8, or nullopt.
 std::optional<std::string> fp8_recipe_name(const std::string& spelled);
+
+/// An attention core as sources name it: "flash" (the GPU's own fused kernel: also cuDNN, fused,
+/// FA3, FlashAttention-3, FA4), "flash2" (FA2, FlashAttention-2, flash-attn 2) or "unfused"
+/// (also eager, math), or nullopt (PyTorch's "sdpa" says no kernel: it picks one per GPU).
+std::optional<std::string> attention_kernel_name(const std::string& spelled);
 
 }  // namespace parallax
