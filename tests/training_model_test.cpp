@@ -22,10 +22,10 @@ void expect_within_percent(int64_t counted, double published, double percent) {
       << "counted " << static_cast<double>(counted) / 1e9 << " B, published " << published / 1e9 << " B";
 }
 
-TEST(BundledModels, AllNineAreThere) {
+TEST(BundledModels, AllTenAreThere) {
   EXPECT_EQ(bundled_model_names(models_dir()),
-            (std::vector<std::string>{"deepseek-v3", "gpt3-175b", "llama2-13b", "llama2-70b", "llama2-7b", "llama3-405b",
-                                      "llama3-70b", "llama3-8b", "mixtral-8x7b"}));
+            (std::vector<std::string>{"deepseek-v3", "gpt-oss-120b", "gpt3-175b", "llama2-13b", "llama2-70b", "llama2-7b",
+                                      "llama3-405b", "llama3-70b", "llama3-8b", "mixtral-8x7b"}));
 }
 
 TEST(BundledModels, Llama2) {
@@ -96,6 +96,28 @@ TEST(BundledModels, Mixtral8x7B) {
   EXPECT_EQ(p.routed_experts, 32 * int64_t{1'409'286'144});
   expect_within_percent(p.total, 46.7e9, 1);
   expect_within_percent(p.active, 12.9e9, 1);
+}
+
+TEST(BundledModels, GptOss120B) {
+  // Per layer (h 2880, 64 query heads and 8 KV heads of 64): q and out 2880·4096 = 11,796,480
+  // each, k and v 2880·512 = 1,474,560 each, their biases 4,096 + 512 + 512 + 2,880 = 8,000;
+  // 128 experts of gate/up 2·2880·2880 and down 2880·2880 = 24,883,200 with biases 8,640;
+  // router 128·2880 = 368,640; two norms 5,760 → 3,213,080,000 × 36 = 115,670,880,000.
+  // Embedding and head (untied) 2·201088·2880 = 1,158,266,880; final norm 2,880.
+  // Total 116,829,149,760: OpenAI's 116.83 B (gpt-oss model card; its per-head sinks and router
+  // biases, 2,304 and 4,608 parameters, are left out here).
+  // Active: 4 of 128 experts → 126,491,840 a layer, × 36 + embeddings 5,711,976,000; without the
+  // input embedding 5,132,842,560: the card's 5.13 B.
+  ParameterCounts p = parameters_of("gpt-oss-120b");
+  EXPECT_EQ(p.total, 116'829'149'760);
+  EXPECT_EQ(p.active, 5'711'976'000);
+  expect_within_percent(p.total, 116.83e9, 0.1);
+  expect_within_percent(p.active_without_embedding(), 5.13e9, 0.1);
+  const ModelConfig m = load_bundled_model(models_dir(), "gpt-oss-120b");
+  EXPECT_EQ(m.sliding_window, 128);
+  EXPECT_DOUBLE_EQ(m.sliding_window_layers, 0.5);
+  EXPECT_TRUE(m.qkv_bias && m.attention_output_bias && m.mlp_bias);
+  EXPECT_EQ(m.head_dim, 64);
 }
 
 TEST(BundledModels, DeepSeekV3) {
@@ -204,6 +226,25 @@ TEST(HfConfig, SlidingWindowsAsTransformersReadsThem) {
     "num_attention_heads":12,"intermediate_size":3072,"vocab_size":50304,"max_position_embeddings":2048)";
   EXPECT_TRUE(hf(neox + "}").parallel_block);
   EXPECT_FALSE(hf(neox + R"(,"use_parallel_residual":false})").parallel_block);
+}
+
+TEST(HfConfig, GptOssAlternatesSlidingWindowsByDefaultAndBiasesItsAttention) {
+  // gpt-oss-20b's shape without layer_types or attention_bias: GptOssConfig's defaults
+  // alternate sliding and full layers and put biases on the attention projections.
+  ModelConfig m = hf(R"({"model_type":"gpt_oss","hidden_size":2880,"num_hidden_layers":24,"num_attention_heads":64,
+    "num_key_value_heads":8,"head_dim":64,"intermediate_size":2880,"num_local_experts":32,"num_experts_per_tok":4,
+    "vocab_size":201088,"max_position_embeddings":131072,"sliding_window":128})");
+  EXPECT_DOUBLE_EQ(m.sliding_window_layers, 0.5);
+  EXPECT_EQ(m.sliding_window, 128);
+  EXPECT_TRUE(m.qkv_bias && m.attention_output_bias && m.mlp_bias);
+  ASSERT_TRUE(m.moe.has_value());
+  EXPECT_EQ(m.moe->experts, 32);
+  EXPECT_EQ(m.moe->top_k, 4);
+  EXPECT_EQ(m.moe_layer_count(), 24);
+  // 20.9 B: OpenAI's gpt-oss-20b card says 20.91 B total, 3.61 B active.
+  const ParameterCounts p = count_parameters(m);
+  expect_within_percent(p.total, 20.91e9, 0.1);
+  expect_within_percent(p.active_without_embedding(), 3.61e9, 0.5);
 }
 
 TEST(HfConfig, GptNeoXHasBiasesEverywhereAndUntiedEmbeddings) {

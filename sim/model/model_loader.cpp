@@ -14,7 +14,7 @@ namespace fs = std::filesystem;
 constexpr int64_t kMaxCount = int64_t{1} << 16;  // layers, heads, experts
 constexpr int64_t kMaxSize = int64_t{1} << 24;   // dimensions, vocabulary, sequence length
 
-enum class HfFamily { kLlama, kMistral, kMixtral, kQwen2, kQwen3, kQwen3Moe, kDeepseekV3, kGpt2, kGptNeoX };
+enum class HfFamily { kLlama, kMistral, kMixtral, kQwen2, kQwen3, kQwen3Moe, kDeepseekV3, kGptOss, kGpt2, kGptNeoX };
 
 struct HfArchitecture {
   const char* architecture;
@@ -30,6 +30,7 @@ constexpr HfArchitecture kHfArchitectures[] = {
     {"Qwen3ForCausalLM", "qwen3", HfFamily::kQwen3},
     {"Qwen3MoeForCausalLM", "qwen3_moe", HfFamily::kQwen3Moe},
     {"DeepseekV3ForCausalLM", "deepseek_v3", HfFamily::kDeepseekV3},
+    {"GptOssForCausalLM", "gpt_oss", HfFamily::kGptOss},
     {"GPT2LMHeadModel", "gpt2", HfFamily::kGpt2},
     {"GPTNeoXForCausalLM", "gpt_neox", HfFamily::kGptNeoX},
 };
@@ -119,6 +120,8 @@ void read_sliding_window(HfFields& f, HfFamily family, ModelConfig& m) {
     double sliding = 0;
     for (const JsonReader& t : entries) sliding += t.as_string() == "sliding_attention" ? 1 : 0;
     m.sliding_window_layers = sliding / static_cast<double>(m.layers);
+  } else if (family == HfFamily::kGptOss) {
+    m.sliding_window_layers = 0.5;  // GptOssConfig's default layer_types: sliding, full, sliding, …
   } else if (qwen) {
     const int64_t full = std::min<int64_t>(f.non_negative_or("max_window_layers", m.layers, kMaxCount), m.layers);
     m.sliding_window_layers = static_cast<double>(m.layers - full) / static_cast<double>(m.layers);
@@ -167,6 +170,17 @@ void read_mixtral_moe(HfFields& f, ModelConfig& m) {
   moe.expert_ffn = f.positive("intermediate_size");
   m.ffn = moe.expert_ffn;
   m.moe = moe;
+}
+
+// GPT-OSS: Llama-like attention with biases (attention_bias, GptOssConfig's default true) and
+// learned per-head softmax offsets ("sinks": one scalar a head, no compute to speak of), sliding
+// windows on alternate layers, and every layer a Mixtral-like MoE whose experts carry biases
+// (gate_up_proj_bias, down_proj_bias); its clamped SwiGLU costs what a gated MLP does.
+void read_gpt_oss(HfFields& f, ModelConfig& m) {
+  read_llama_like(f, HfFamily::kGptOss, m);
+  m.qkv_bias = m.attention_output_bias = f.flag_or("attention_bias", true);
+  read_mixtral_moe(f, m);
+  m.mlp_bias = true;
 }
 
 void read_qwen3_moe(HfFields& f, ModelConfig& m) {
@@ -426,6 +440,7 @@ ModelConfig model_from_hf_config(const nlohmann::json& doc, const std::string& f
       read_qwen3_moe(f, m);
       break;
     case HfFamily::kDeepseekV3: read_deepseek_v3(f, m); break;
+    case HfFamily::kGptOss: read_gpt_oss(f, m); break;
     case HfFamily::kGpt2: read_gpt2(f, m); break;
     case HfFamily::kGptNeoX: read_gpt_neox(f, m); break;
   }

@@ -50,7 +50,8 @@ LayerParameterCounts layer_parameters(const ModelConfig& m, int layer) {
     const int64_t expert = mlp_matrices(m, moe.expert_ffn);
     c.routed_experts = moe.experts * expert;
     c.routed_per_token = moe.top_k * expert;
-    c.vectors += moe.experts * mlp_biases(m, moe.expert_ffn);
+    c.routed_vectors = moe.experts * mlp_biases(m, moe.expert_ffn);
+    c.routed_vectors_per_token = moe.top_k * mlp_biases(m, moe.expert_ffn);
     c.router = moe.experts * m.hidden;
     if (moe.shared_experts > 0) {
       // Shared experts act as one MLP of shared_experts·f_s intermediate size.
@@ -80,7 +81,7 @@ ParameterCounts count_parameters(const ModelConfig& m) {
     (m.is_moe_layer(i) ? p.shared_experts : p.dense_mlp) += c.mlp;
     p.routed_experts += c.routed_experts;
     p.router += c.router;
-    p.layer_vectors += c.vectors;
+    p.layer_vectors += c.vectors + c.routed_vectors;
     layers_active += c.active();
     layers_matmul += c.matmul_active();
   }

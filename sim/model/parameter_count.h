@@ -28,11 +28,13 @@ struct LayerParameterCounts {
   int64_t routed_experts = 0;    ///< matrices of all routed experts
   int64_t routed_per_token = 0;  ///< matrices of the top-k experts one token uses
   int64_t router = 0;            ///< router matrix
-  int64_t vectors = 0;           ///< biases and norm gains
+  int64_t vectors = 0;           ///< biases and norm gains, the routed experts' biases apart
+  int64_t routed_vectors = 0;    ///< biases of all routed experts
+  int64_t routed_vectors_per_token = 0;  ///< biases of the top-k experts one token uses
 
-  int64_t total() const { return attention + mlp + routed_experts + router + vectors; }
-  /// What one token touches: the unselected routed experts left out.
-  int64_t active() const { return attention + mlp + routed_per_token + router + vectors; }
+  int64_t total() const { return attention + mlp + routed_experts + router + vectors + routed_vectors; }
+  /// What one token touches: the unselected routed experts (and their biases) left out.
+  int64_t active() const { return attention + mlp + routed_per_token + router + vectors + routed_vectors_per_token; }
   /// Matrices one token is multiplied by (the N of 6N, per layer).
   int64_t matmul_active() const { return attention + mlp + routed_per_token + router; }
 };
