@@ -6,6 +6,7 @@
 #include <functional>
 
 #include "io/input_error.h"
+#include "model/model_block.h"
 #include "model/model_loader.h"
 #include "model/parameter_count.h"
 #include "test_support.h"
@@ -309,6 +310,23 @@ TEST(ModelBlock, Llama3_8BWrittenAsABlockCountsLikeItsConfigJson) {
   EXPECT_EQ(m.name, "llama3-8b-block");
   EXPECT_EQ(m.head_dim, 128);
   EXPECT_EQ(count_parameters(m).total, parameters_of("llama3-8b").total);
+}
+
+// Every bundled model written as a workload's model block (what validate --emit-workload and
+// the search's best layout write) reads back to the same parameters and layer kinds.
+TEST(ModelBlock, EveryBundledModelRoundTripsThroughItsBlock) {
+  for (const std::string& name : bundled_model_names(models_dir())) {
+    const ModelConfig m = load_bundled_model(models_dir(), name);
+    const nlohmann::json doc = {{"model", model_block(m)}};
+    JsonReader root(doc, name + ".json");
+    ModelConfig back;
+    ASSERT_NO_THROW(back = read_model(root.at("model"), models_dir())) << name;
+    EXPECT_EQ(count_parameters(back).total, count_parameters(m).total) << name;
+    EXPECT_EQ(count_parameters(back).active, count_parameters(m).active) << name;
+    EXPECT_EQ(back.moe_layer_count(), m.moe_layer_count()) << name;
+    EXPECT_EQ(back.sliding_window, m.sliding_window) << name;
+    EXPECT_DOUBLE_EQ(back.sliding_window_layers, m.sliding_window_layers) << name;
+  }
 }
 
 TEST(ModelBlock, InlineMoeBlockFromAFile) {

@@ -10,7 +10,9 @@ nlohmann::ordered_json moe_block(const MoeConfig& moe) {
   j["top_k"] = moe.top_k;
   j["expert_ffn"] = moe.expert_ffn;
   j["shared_experts"] = moe.shared_experts;
-  j["shared_expert_ffn"] = moe.shared_expert_ffn;
+  // Without shared experts their width means nothing (a config.json loads it as 0, which a
+  // block refuses): left out, the reader takes the experts' own.
+  if (moe.shared_experts > 0) j["shared_expert_ffn"] = moe.shared_expert_ffn;
   j["first_dense_layers"] = moe.first_dense_layers;
   j["layer_frequency"] = moe.layer_frequency;
   j["dense_layers"] = moe.dense_layers;
