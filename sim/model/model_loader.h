@@ -4,14 +4,13 @@
 //    absent or not one we know): LlamaForCausalLM, MistralForCausalLM, MixtralForCausalLM,
 //    Qwen2ForCausalLM, Qwen3ForCausalLM, Qwen3MoeForCausalLM, DeepseekV3ForCausalLM,
 //    GptOssForCausalLM, GPT2LMHeadModel, GPTNeoXForCausalLM. Only the keys that shape cost are
-//    read and the rest of
-//    the file is ignored (these files carry tokenizer ids, rope scaling, quantisation, …);
-//    defaults are those of the transformers configuration classes (e.g. GPT-2 ties its
-//    embeddings, n_inner null means 4·n_embd; Qwen3 head_dim defaults to 128).
+//    read and the rest of the file is ignored (these files carry tokenizer ids, rope scaling,
+//    quantisation, …); defaults are those of the transformers configuration classes (e.g. GPT-2
+//    ties its embeddings, n_inner null means 4·n_embd; Qwen3 head_dim defaults to 128).
 //    Sliding windows: `sliding_window` (Mistral's default 4096; Qwen2/3 only with
 //    `use_sliding_window`, from `max_window_layers` on) or `layer_types` (GPT-OSS: alternate
-//    layers when it is absent); GPT-NeoX's
-//    `use_parallel_residual` (default true) is the parallel block.
+//    layers when it is absent); GPT-NeoX's `use_parallel_residual` (default true) is the
+//    parallel block.
 //    Not modelled: GPT-NeoX's partial rotary (no parameters), DeepSeek's router bias
 //    (e_score_correction_bias, 256 numbers per layer), GPT-OSS's router bias and per-head
 //    softmax offsets ("sinks"), embedding dropout. Dropout

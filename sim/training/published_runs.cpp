@@ -20,7 +20,6 @@ struct RowError : std::runtime_error {
   RowError(const std::string& where, const std::string& why) : std::runtime_error(where + ": " + why) {}
 };
 
-
 const nlohmann::json& member(const nlohmann::json& obj, const std::string& key, const std::string& where) {
   if (!obj.is_object()) throw RowError(where, "expected an object");
   auto it = obj.find(key);

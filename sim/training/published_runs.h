@@ -98,7 +98,6 @@ struct PublishedRun {
 /// `cluster.topology` names another bundled preset where the cluster was not the vendor's node.
 std::optional<std::string> preset_for_gpu(const std::string& gpu);
 
-
 /// The layout a row runs under: its sizes and batches, 1F1B (interleaved when vpp > 1), its ZeRO
 /// stage, SP and recomputation, fp8 or fp4 GEMMs when its precision says so (fp8 under the
 /// row's recipe, delayed scaling when it names none; NVFP4 for fp4), and the attention core —
