@@ -248,6 +248,36 @@ TEST(HfConfig, GptOssAlternatesSlidingWindowsByDefaultAndBiasesItsAttention) {
   expect_within_percent(p.active_without_embedding(), 3.61e9, 0.5);
 }
 
+// A multimodal wrapper's language model is read from its text_config: Kimi-K2.5's (model type
+// kimi_k2, DeepSeek-V3's architecture with 384 experts and 64 heads).
+TEST(HfConfig, TheLanguageModelOfAMultimodalWrapperIsItsTextConfig) {
+  ModelConfig m = hf(R"({"architectures":["KimiK25ForConditionalGeneration"],"model_type":"kimi_k25",
+    "vision_config":{"hidden_size":1152},
+    "text_config":{"model_type":"kimi_k2","hidden_size":7168,"intermediate_size":18432,"moe_intermediate_size":2048,
+      "num_hidden_layers":61,"num_attention_heads":64,"num_key_value_heads":64,"kv_lora_rank":512,"q_lora_rank":1536,
+      "qk_nope_head_dim":128,"qk_rope_head_dim":64,"v_head_dim":128,"n_routed_experts":384,"n_shared_experts":1,
+      "num_experts_per_tok":8,"moe_layer_freq":1,"first_k_dense_replace":1,"max_position_embeddings":262144,
+      "tie_word_embeddings":false,"vocab_size":163840}})");
+  EXPECT_EQ(m.layers, 61);
+  EXPECT_EQ(m.heads, 64);
+  ASSERT_TRUE(m.mla.has_value());
+  EXPECT_EQ(m.mla->kv_lora_rank, 512);
+  ASSERT_TRUE(m.moe.has_value());
+  EXPECT_EQ(m.moe->experts, 384);
+  EXPECT_EQ(m.moe->top_k, 8);
+  EXPECT_EQ(m.moe_layer_count(), 60);
+  EXPECT_EQ(m.mtp_layers, 0);
+  // A wrapper whose text_config names nothing we know points at the wrapper's own name.
+  try {
+    hf(R"({"architectures":["SomeVLForConditionalGeneration"],"text_config":{"model_type":"some_text"}})");
+    ADD_FAILURE() << "an unknown wrapper was accepted";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("/architectures/0: unknown architecture \"SomeVLForConditionalGeneration\""),
+              std::string::npos)
+        << e.what();
+  }
+}
+
 TEST(HfConfig, GptNeoXHasBiasesEverywhereAndUntiedEmbeddings) {
   // Pythia-160M-like: 12 layers, 768 hidden, 12 heads, 3072 ffn, vocab 50304.
   // Per layer 12h² + 13h = 7,077,888 + 9,984 = 7,087,872 × 12 = 85,054,464; untied embeddings

@@ -297,6 +297,9 @@ std::optional<HfFamily> family_of_model_type(const std::string& t) {
   for (const auto& e : kHfArchitectures) {
     if (t == e.model_type) return e.family;
   }
+  // Kimi K2 is DeepSeek-V3's architecture (its config.json names DeepseekV3ForCausalLM);
+  // the multimodal K2.5 gives only this type in its text_config.
+  if (t == "kimi_k2") return HfFamily::kDeepseekV3;
   return std::nullopt;
 }
 
@@ -392,15 +395,15 @@ std::string stem_of(const std::string& path) { return fs::path(path).stem().stri
 
 }  // namespace
 
-ModelConfig model_from_hf_config(const nlohmann::json& doc, const std::string& file, const std::string& name) {
-  JsonReader root(doc, file);
-  if (!doc.is_object()) root.fail(std::string("expected an object, found ") + doc.type_name());
-  HfFields f(root);
+namespace {
+
+// The family a config names by `architectures[0]`, else by `model_type`; nullopt when neither
+// is one we know (`unknown_at` then points at the name, if any, and `unknown_name` holds it).
+std::optional<HfFamily> named_family(JsonReader& r, HfFields& f, std::optional<JsonReader>& unknown_at,
+                                     std::string& unknown_name) {
   std::optional<HfFamily> family;
-  std::optional<JsonReader> unknown_at;  // where to point if nothing is recognised
-  std::string unknown_name;
   if (f.present("architectures")) {
-    JsonReader archs = root.at("architectures");
+    JsonReader archs = r.at("architectures");
     auto list = archs.elements();
     if (list.empty()) archs.fail("is an empty list");
     unknown_name = list.front().as_string();
@@ -408,35 +411,34 @@ ModelConfig model_from_hf_config(const nlohmann::json& doc, const std::string& f
     if (!family) unknown_at = list.front();
   }
   if (!family && f.present("model_type")) {
-    JsonReader type = root.at("model_type");
+    JsonReader type = r.at("model_type");
     family = family_of_model_type(type.as_string());
     if (!family && !unknown_at) {
       unknown_at = type;
       unknown_name = type.as_string();
     }
   }
-  if (!family) {
-    if (!unknown_at) root.fail("neither \"architectures\" nor \"model_type\" says what model this is");
-    unknown_at->fail("unknown architecture \"" + unknown_name + "\" (supported: " + supported_list() + ")");
-  }
+  return family;
+}
 
+ModelConfig read_family(HfFamily family, JsonReader& r, HfFields& f, const std::string& file, const std::string& name) {
   ModelConfig m;
   m.name = name;
   m.source = file;
-  switch (*family) {
+  switch (family) {
     case HfFamily::kLlama:
     case HfFamily::kMistral:
     case HfFamily::kQwen2:
     case HfFamily::kQwen3:
-      read_llama_like(f, *family, m);
+      read_llama_like(f, family, m);
       m.ffn = f.positive("intermediate_size");
       break;
     case HfFamily::kMixtral:
-      read_llama_like(f, *family, m);
+      read_llama_like(f, family, m);
       read_mixtral_moe(f, m);
       break;
     case HfFamily::kQwen3Moe:
-      read_llama_like(f, *family, m);
+      read_llama_like(f, family, m);
       read_qwen3_moe(f, m);
       break;
     case HfFamily::kDeepseekV3: read_deepseek_v3(f, m); break;
@@ -444,8 +446,33 @@ ModelConfig model_from_hf_config(const nlohmann::json& doc, const std::string& f
     case HfFamily::kGpt2: read_gpt2(f, m); break;
     case HfFamily::kGptNeoX: read_gpt_neox(f, m); break;
   }
-  if (std::string p = m.problem(); !p.empty()) root.fail(p);
+  if (std::string p = m.problem(); !p.empty()) r.fail(p);
   return m;
+}
+
+}  // namespace
+
+ModelConfig model_from_hf_config(const nlohmann::json& doc, const std::string& file, const std::string& name) {
+  JsonReader root(doc, file);
+  if (!doc.is_object()) root.fail(std::string("expected an object, found ") + doc.type_name());
+  HfFields f(root);
+  std::optional<JsonReader> unknown_at;  // where to point if nothing is recognised
+  std::string unknown_name;
+  if (auto family = named_family(root, f, unknown_at, unknown_name)) return read_family(*family, root, f, file, name);
+  // A multimodal wrapper (Kimi-K2.5, the VL models) keeps its language model under text_config:
+  // that is the model trained here, read from there.
+  if (doc.contains("text_config") && doc["text_config"].is_object()) {
+    JsonReader text = root.at("text_config");
+    HfFields tf(text);
+    std::optional<JsonReader> text_unknown_at;
+    std::string text_unknown_name;
+    if (auto family = named_family(text, tf, text_unknown_at, text_unknown_name)) {
+      return read_family(*family, text, tf, file, name);
+    }
+  }
+  if (!unknown_at) root.fail("neither \"architectures\" nor \"model_type\" says what model this is");
+  unknown_at->fail("unknown architecture \"" + unknown_name + "\" (supported: " + supported_list() + ")");
+  return {};  // not reached: fail throws
 }
 
 ModelConfig model_from_block(JsonReader r) {

@@ -2,8 +2,9 @@
 //
 // 1. A Hugging Face config.json, dispatched on `architectures[0]` (or `model_type` when that is
 //    absent or not one we know): LlamaForCausalLM, MistralForCausalLM, MixtralForCausalLM,
-//    Qwen2ForCausalLM, Qwen3ForCausalLM, Qwen3MoeForCausalLM, DeepseekV3ForCausalLM,
-//    GptOssForCausalLM, GPT2LMHeadModel, GPTNeoXForCausalLM. Only the keys that shape cost are
+//    Qwen2ForCausalLM, Qwen3ForCausalLM, Qwen3MoeForCausalLM, DeepseekV3ForCausalLM (also model
+//    type kimi_k2), GptOssForCausalLM, GPT2LMHeadModel, GPTNeoXForCausalLM; a multimodal
+//    wrapper that is none of them is read from its `text_config`. Only the keys that shape cost are
 //    read and the rest of the file is ignored (these files carry tokenizer ids, rope scaling,
 //    quantisation, …); defaults are those of the transformers configuration classes (e.g. GPT-2
 //    ties its embeddings, n_inner null means 4·n_embd; Qwen3 head_dim defaults to 128).
