@@ -23,10 +23,10 @@ void expect_within_percent(int64_t counted, double published, double percent) {
       << "counted " << static_cast<double>(counted) / 1e9 << " B, published " << published / 1e9 << " B";
 }
 
-TEST(BundledModels, AllTenAreThere) {
+TEST(BundledModels, AllElevenAreThere) {
   EXPECT_EQ(bundled_model_names(models_dir()),
-            (std::vector<std::string>{"deepseek-v3", "gpt-oss-120b", "gpt3-175b", "llama2-13b", "llama2-70b", "llama2-7b",
-                                      "llama3-405b", "llama3-70b", "llama3-8b", "mixtral-8x7b"}));
+            (std::vector<std::string>{"deepseek-v3", "gpt-oss-120b", "gpt3-175b", "kimi-k2", "llama2-13b", "llama2-70b",
+                                      "llama2-7b", "llama3-405b", "llama3-70b", "llama3-8b", "mixtral-8x7b"}));
 }
 
 TEST(BundledModels, Llama2) {
@@ -119,6 +119,18 @@ TEST(BundledModels, GptOss120B) {
   EXPECT_DOUBLE_EQ(m.sliding_window_layers, 0.5);
   EXPECT_TRUE(m.qkv_bias && m.attention_output_bias && m.mlp_bias);
   EXPECT_EQ(m.head_dim, 64);
+}
+
+TEST(BundledModels, KimiK2) {
+  // DeepSeek-V3's layer with 64 heads: MLA q 7168·1536 + 1536·64·192 = 29,884,416, kv
+  // 7168·576 + 512·64·256 = 12,517,376, out 64·128·7168 = 58,720,256 → 101,122,048 + 2,048 norm gains.
+  // One dense layer (3·7168·18432), 60 MoE layers of 384 + 1 shared experts of 3·7168·2048 and a
+  // router 384·7168; two norms 14,336 a layer; embedding and head 2·163840·7168.
+  // Total 1,026,408,209,408; active (8 of 384) 32,861,477,888.
+  ParameterCounts p = parameters_of("kimi-k2");
+  EXPECT_EQ(p.total, 1'026'408'209'408);
+  EXPECT_EQ(p.active, 32'861'477'888);
+  EXPECT_EQ(p.mtp, 0);
 }
 
 TEST(BundledModels, DeepSeekV3) {
