@@ -625,14 +625,15 @@ class Lowering {
     for (int a = 0; a < n_; ++a) {
       for (size_t i = 0; i < rails; ++i) {
         const int peer = on_rail[static_cast<size_t>(comm_.node_of(a))][i];
-        bool nvlink = peer >= 0;
-        for (LinkId l : nvlink && peer != a ? router_.route(dev(a), dev(peer)) : std::vector<LinkId>{}) {
-          nvlink = nvlink && comm_.topology().link(l).link_class == LinkClass::kNVLink;
-        }
-        relay[static_cast<size_t>(a)][i] = nvlink ? peer : a;
+        relay[static_cast<size_t>(a)][i] = peer >= 0 && (peer == a || by_nvlink_alone(a, peer)) ? peer : a;
       }
     }
     return relay;
+  }
+  bool by_nvlink_alone(int a, int b) const {
+    const std::vector<LinkId> route = router_.route(dev(a), dev(b));
+    return std::all_of(route.begin(), route.end(),
+                       [&](LinkId l) { return comm_.topology().link(l).link_class == LinkClass::kNVLink; });
   }
 
   // Intra-node ring reduce-scatter, ring all-reduce across nodes among ranks of the same local

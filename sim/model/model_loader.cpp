@@ -472,7 +472,6 @@ ModelConfig model_from_hf_config(const nlohmann::json& doc, const std::string& f
   }
   if (!unknown_at) root.fail("neither \"architectures\" nor \"model_type\" says what model this is");
   unknown_at->fail("unknown architecture \"" + unknown_name + "\" (supported: " + supported_list() + ")");
-  return {};  // not reached: fail throws
 }
 
 ModelConfig model_from_block(JsonReader r) {

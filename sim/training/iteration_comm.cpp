@@ -39,6 +39,11 @@ std::vector<double> dense_layer_tensor_shares(const ModelConfig& model) {
   return shares;
 }
 
+// The seconds of NVLink that two tasks' scale-up loads amount to.
+double scale_up_seconds(const CommTask& a, const CommTask& b) {
+  return a.scale_up_load * a.time.seconds() + b.scale_up_load * b.time.seconds();
+}
+
 }  // namespace
 
 CommTask twice(CommTask c) {
@@ -49,8 +54,7 @@ CommTask twice(CommTask c) {
 CommTask plus(CommTask a, CommTask b) {
   // One after the other: the load is the parts' average over the time they take.
   const double total = a.time.seconds() + b.time.seconds();
-  const double load =
-      total > 0 ? (a.scale_up_load * a.time.seconds() + b.scale_up_load * b.time.seconds()) / total : 0.0;
+  const double load = total > 0 ? scale_up_seconds(a, b) / total : 0.0;
   return CommTask{a.time + b.time, a.sent + b.sent, a.collectives + b.collectives, a.across_nodes || b.across_nodes,
                   std::max(a.sms, b.sms), concatenated(a.calls, b.calls), load};
 }
@@ -58,9 +62,7 @@ CommTask plus(CommTask a, CommTask b) {
 CommTask beside(CommTask a, CommTask b) {
   // At once: the slower sets the time; the load is both parts' NVLink time over it.
   const Time time = std::max(a.time, b.time);
-  const double load = time > Time::zero() ? std::min(1.0, (a.scale_up_load * a.time.seconds() +
-                                                           b.scale_up_load * b.time.seconds()) / time.seconds())
-                                          : 0.0;
+  const double load = time > Time::zero() ? std::min(1.0, scale_up_seconds(a, b) / time.seconds()) : 0.0;
   CallPhases calls = std::move(a.calls);
   calls.resize(std::max(calls.size(), b.calls.size()));
   for (size_t i = 0; i < b.calls.size(); ++i) calls[i].insert(calls[i].end(), b.calls[i].begin(), b.calls[i].end());
