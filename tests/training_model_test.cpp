@@ -23,10 +23,11 @@ void expect_within_percent(int64_t counted, double published, double percent) {
       << "counted " << static_cast<double>(counted) / 1e9 << " B, published " << published / 1e9 << " B";
 }
 
-TEST(BundledModels, AllElevenAreThere) {
+TEST(BundledModels, AllTwelveAreThere) {
   EXPECT_EQ(bundled_model_names(models_dir()),
             (std::vector<std::string>{"deepseek-v3", "gpt-oss-120b", "gpt3-175b", "kimi-k2", "llama2-13b", "llama2-70b",
-                                      "llama2-7b", "llama3-405b", "llama3-70b", "llama3-8b", "mixtral-8x7b"}));
+                                      "llama2-7b", "llama3-405b", "llama3-70b", "llama3-8b", "mixtral-8x7b",
+                                      "nemotron-3-nano"}));
 }
 
 TEST(BundledModels, Llama2) {
@@ -445,7 +446,7 @@ TEST(ModelLoaderErrors, BlockErrorsCarryTheirJsonPath) {
   expect_error(block("{" + base + R"(,"moe":{"experts":4,"top_k":5,"expert_ffn":64}})"), "w.json", "/model/moe/top_k",
                "top_k=5 is larger than experts=4");
   expect_error(block("{" + base + R"(,"ffn":512,"mlp":"relu"})"), "w.json", "/model/mlp",
-               "unknown value \"relu\" (expected \"swiglu\", \"gelu\")");
+               "unknown value \"relu\" (expected \"swiglu\", \"gelu\", \"relu2\")");
   expect_error(block("{" + base + R"(,"ffn":512,"hidden_dropout":1.0})"), "w.json", "/model/hidden_dropout",
                "must be a probability in [0, 1), found 1.0");
   expect_error(block(R"("llama-9000")"), "w.json", "/model", "unknown model \"llama-9000\" (bundled: deepseek-v3,");

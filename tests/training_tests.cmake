@@ -7,7 +7,7 @@ parallax_test(training_test compute_model_test.cpp training_model_test.cpp train
               training_memory_test.cpp model_ragged_test.cpp training_layout_test.cpp training_pipeline_test.cpp
               training_iteration_test.cpp training_cp_test.cpp training_symmetry_test.cpp training_cosim_test.cpp
               training_published_runs_test.cpp training_ep_test.cpp training_offload_test.cpp
-              training_op_checkpointing_test.cpp training_constant_fit_test.cpp
+              training_op_checkpointing_test.cpp training_constant_fit_test.cpp training_hybrid_test.cpp
               LONG IterationSymmetry.EveryReplicaGivesTheFoldedResultOn64Gpus
                    Explain.FullRecomputationWithMemoryToSpareOffersTheFewestLayersThatFit
                    Explain.EverySuggestionIsASimulationAndItsFlagsReproduceIt
@@ -53,7 +53,7 @@ add_test(NAME example.train.cuda_graphs
          COMMAND parallax train ${PROJECT_SOURCE_DIR}/workloads/train/mixtral-8x7b-8xdgx-h100-ep8.json --cuda-graphs moe_router,attn)
 set_tests_properties(example.train.cuda_graphs PROPERTIES PASS_REGULAR_EXPRESSION "CUDA graphs \\(attn/moe_router\\)")
 parallax_refuses(train.bad_cuda_graphs_is_refused
-                 "--cuda-graphs: unknown CUDA graph scope \"attn/experts\" \\(expected none, layers, full_iteration, or parts of attn/mlp/moe_router/moe_preprocess\\)"
+                 "--cuda-graphs: unknown CUDA graph scope \"attn/experts\" \\(expected none, layers, full_iteration, or parts of attn/mlp/moe_router/moe_preprocess/mamba\\)"
                  train ${PROJECT_SOURCE_DIR}/workloads/train/llama3-70b-64xdgx-h100.json --cuda-graphs attn/experts)
 # What-if flags override the file; a layout that cannot run is refused before anything runs.
 add_test(NAME example.train.what_if_flags

@@ -17,6 +17,9 @@ constexpr double kSwigluFlops = 5;     // sigmoid (~3), x·σ, ·up
 constexpr double kGeluFlops = 8;       // tanh approximation
 constexpr double kRotaryFlops = 3;     // two multiplies and an add per rotated element
 constexpr double kSoftmaxFlops = 5;    // max, subtract, exp, sum, divide
+constexpr double kSiluFlops = 4;       // sigmoid (~3), x·σ
+constexpr int kSsdForwardKernels = 5;  // chunk cumsum, chunk states, state passing, C·Bᵀ, chunk scan
+constexpr int kSsdBackwardKernels = 9;
 constexpr double kFp32Bytes = 4;
 constexpr double kActivationBytes = 2;  // saved activations are kept in 16 bits
 constexpr double kMaskBytes = 1;        // a dropout mask, one byte per element
@@ -106,6 +109,30 @@ class OperatorList {
     const double mask = dropout ? kMaskBytes : 0.0;
     memory(name, (3.0 * element_ + mask) * tokens * width, tokens * width, 1.0);
     if (dropout) keep(tokens * width, kMaskBytes);
+  }
+
+  // Mamba-2's chunked scan (the SSD algorithm, Dao & Gu 2024) over `tokens` tokens of `heads`
+  // local heads in `groups` local groups, in chunks of q: per chunk and group C·Bᵀ (q×q×N),
+  // per head the masked scores times x (q×q×P), the chunk's state Bᵀ·x (N×P) and the output
+  // from the states C·h (N×P): 2qN·G + H·(2qP + 4NP) FLOPs a token, on the tensor cores in
+  // 16 bits, at the efficiency of a batch of q×P×N products. It reads x, B, C and dt, writes y,
+  // and writes then reads the fp32 states of every chunk. Its backward: twice the forward.
+  void ssd_scan(const MambaConfig& a, double tokens, double heads, double groups) {
+    const double q = static_cast<double>(a.chunk), n = static_cast<double>(a.state), p = static_cast<double>(a.head_dim);
+    const double chunks = std::ceil(tokens / q);
+    OperatorCost forward = gemm_cost(GemmShape{q, p, n, chunks * heads}, activation_);
+    forward.flops = Flops(tokens * (2.0 * q * n * groups + heads * (2.0 * q * p + 4.0 * n * p)));
+    const double read = tokens * (heads * p + 2.0 * groups * n + heads) * element_;
+    const double written = tokens * heads * p * element_;
+    const double states = 2.0 * chunks * heads * n * p * kFp32Bytes;
+    forward.bytes_read_written = Bytes(read + written + states);
+    forward.kernels = kSsdForwardKernels;
+    OperatorCost backward = forward;
+    backward.backward_pass = true;
+    backward.flops = forward.flops * 2.0;
+    backward.bytes_read_written = forward.bytes_read_written * 2.0;
+    backward.kernels = kSsdBackwardKernels;
+    ops_.push_back({"mamba_ssd_scan", forward, backward, false, Bytes(), Bytes()});
   }
 
   // FlashAttention over the batch's attention work `w`: `heads` query heads, `kv_heads`
@@ -397,6 +424,32 @@ void add_attention(OperatorList& ops, const ModelConfig& m, AttentionKernel atte
   if (!m.parallel_block) ops.residual("attention_residual", z.sp_tokens, z.hidden, m.hidden_dropout > 0);
 }
 
+// Megatron-Core's MambaMixer over TP t, which splits its heads, groups and inner width t ways:
+// the input projection column-parallel (on the gathered sequence under SP), the causal
+// depthwise convolution with its SiLU over x, B and C, the chunked scan, the gated RMSNorm
+// (norm(y)·SiLU(z)), the output projection row-parallel. Kept for the backward: the projections'
+// inputs, the input projection's output (the fused scan's backward recomputes the convolution
+// from it) and y.
+void add_mamba(OperatorList& ops, const ModelConfig& m, const ShardingFactors& sh, const LocalSizes& z) {
+  const MambaConfig& a = *m.mamba;
+  const double e = ops.element_bytes();
+  const double t = sh.tp;
+  const double inner = static_cast<double>(a.inner()) / t;
+  const double width = static_cast<double>(a.in_proj_width()) / t;
+  const double channels = static_cast<double>(a.conv_channels()) / t;
+  ops.norm("mamba_norm", m, z.sp_tokens, z.hidden);
+  ops.gemm("mamba_in_proj", z.tokens, width, z.hidden, 1, {z.sp_tokens / z.tokens, 1});
+  ops.keep_gemm_input(z.sp_tokens * z.hidden);
+  ops.keep(z.tokens * width);
+  ops.memory("mamba_conv1d", 2.0 * z.tokens * channels * e, (2.0 * a.conv_kernel + kSiluFlops) * z.tokens * channels);
+  ops.ssd_scan(a, z.tokens, a.heads / t, a.groups / t);
+  ops.keep(z.tokens * inner);
+  ops.memory("mamba_gated_norm", 3.0 * z.tokens * inner * e, (kRmsNormFlops + kSiluFlops + 1) * z.tokens * inner);
+  ops.gemm("mamba_out_proj", z.tokens, z.hidden, inner, 1, {1, z.sp_tokens / z.tokens});
+  ops.keep_gemm_input(z.tokens * inner);
+  ops.residual("mamba_residual", z.sp_tokens, z.hidden, m.hidden_dropout > 0);
+}
+
 void add_moe(OperatorList& ops, const ModelConfig& m, const ShardingFactors& sh, const LocalSizes& z,
              const RecomputeModules& recompute, ExpertGemms expert_gemms) {
   const MoeConfig& moe = *m.moe;
@@ -494,9 +547,11 @@ std::string sharding_problem(const ModelConfig& m, const MicroBatch& batch, cons
   if (!m.mla && m.kv_heads % sh.tp != 0 && sh.tp % m.kv_heads != 0) {
     return "tp=" + n(sh.tp) + " and kv_heads=" + n(m.kv_heads) + " do not divide one another";
   }
-  bool any_dense = false;
-  for (int i = 0; i < m.layers; ++i) any_dense = any_dense || !m.is_moe_layer(i);
-  if (any_dense && m.ffn % sh.tp != 0) return "tp=" + n(sh.tp) + " does not divide ffn=" + n(m.ffn);
+  if (m.mamba) {
+    if (m.mamba->groups % sh.tp != 0) return "tp=" + n(sh.tp) + " does not divide mamba.groups=" + n(m.mamba->groups);
+    if (sh.cp > 1) return "context parallelism of Mamba layers is not modelled (cp=" + n(sh.cp) + ")";
+  }
+  if (m.any_dense_mlp() && m.ffn % sh.tp != 0) return "tp=" + n(sh.tp) + " does not divide ffn=" + n(m.ffn);
   if (m.moe) {
     if (m.moe->experts % sh.ep != 0) return "ep=" + n(sh.ep) + " does not divide experts=" + n(m.moe->experts);
     if (sh.experts_in_tp_group && sh.ep != sh.tp) return "ep=" + n(sh.ep) + " must equal tp=" + n(sh.tp) + " (or be 1)";
@@ -542,14 +597,21 @@ std::vector<ModelOperator> layer_ops(const ModelConfig& m, int layer, const Loca
   OperatorList ops(r.dtype, r.cast);
   ops.separate_projections(r.op_checkpointing);
   const RecomputeModules recompute = r.op_checkpointing ? RecomputeModules{} : r.recompute;
-  add_attention(ops, m, r.attention, z, recompute);
+  const LayerKind kind = m.layer_kind(layer);
+  if (kind == LayerKind::kMamba) {
+    add_mamba(ops, m, sh, z);
+    return ops.take();
+  }
+  if (kind == LayerKind::kTransformer || kind == LayerKind::kAttention) add_attention(ops, m, r.attention, z, recompute);
+  if (kind == LayerKind::kAttention) return ops.take();
   // A parallel block's MLP reads the attention's normalised input, which that keeps already.
-  if (!m.parallel_block) ops.norm("mlp_norm", m, z.sp_tokens, z.hidden);
+  const bool own_norm = !m.parallel_block || kind != LayerKind::kTransformer;
+  if (own_norm) ops.norm("mlp_norm", m, z.sp_tokens, z.hidden);
   if (m.is_moe_layer(layer)) {
     add_moe(ops, m, sh, z, recompute, r.expert_gemms);
   } else {
-    ops.mlp("mlp_", m, z.tokens, static_cast<double>(m.ffn) / sh.tp, z.hidden,
-            m.parallel_block ? 0.0 : z.sp_tokens * z.hidden, 1, false, recompute.mlp, z.sp_tokens / z.tokens);
+    ops.mlp("mlp_", m, z.tokens, static_cast<double>(m.ffn) / sh.tp, z.hidden, own_norm ? z.sp_tokens * z.hidden : 0.0,
+            1, false, recompute.mlp, z.sp_tokens / z.tokens);
   }
   ops.residual("mlp_residual", z.sp_tokens, z.hidden, m.hidden_dropout > 0);
   if (r.op_checkpointing) {
@@ -722,7 +784,15 @@ Flops model_flops_per_token(const ModelConfig& m, int64_t sequence_length, bool 
   const double mask = causal ? 0.5 * causal_pairs_share(m, s) : 1.0;
   const double attention_per_layer = 6.0 * static_cast<double>(sequence_length) * m.heads *
                                      static_cast<double>(m.qk_head_dim() + m.v_head_dim()) * mask;
-  return Flops(6.0 * n + m.layers * attention_per_layer);
+  double flops = 6.0 * n + m.attention_layer_count() * attention_per_layer;
+  if (m.mamba) {
+    // The chunked scan's products (OperatorList::ssd_scan), forward and backward.
+    const MambaConfig& a = *m.mamba;
+    const double q = static_cast<double>(a.chunk), state = static_cast<double>(a.state), p = static_cast<double>(a.head_dim);
+    const double scan = 2.0 * q * state * a.groups + a.heads * (2.0 * q * p + 4.0 * state * p);
+    flops += 3.0 * scan * static_cast<double>(std::count(m.hybrid_pattern.begin(), m.hybrid_pattern.end(), 'M'));
+  }
+  return Flops(flops);
 }
 
 }  // namespace parallax

@@ -77,8 +77,16 @@
 // and write bf16 (activation_dtype in compute/operator_cost.h); the attention core, the
 // memory-bound kernels, the output head and the products of two activations stay in bf16, as in
 // Transformer Engine's and TensorRT-LLM's fp8 recipes.
+// Hybrid models (ModelConfig::hybrid_pattern): each layer is one block with its own norm and
+// residual — attention or an MLP/MoE as above, or a Mamba-2 mixer (Megatron-Core's MambaMixer,
+// heads, groups and inner width d_in split by TP):
+//   mamba_in_proj      m=T, k=h, n=(2·d_in + 2·G·N + H_m)/t
+//   mamba_conv1d       causal depthwise convolution + SiLU over (d_in + 2·G·N)/t channels
+//   mamba_ssd_scan     the chunked scan, chunks of q: 2qN·G/t + (H_m/t)·(2qP + 4NP) FLOPs a token
+//   mamba_gated_norm   RMSNorm(y)·SiLU(z) over d_in/t
+//   mamba_out_proj     m=T, k=d_in/t, n=h
 // Not modelled: embedding dropout, sliding windows, padding of the vocabulary beyond ⌈V/t⌉,
-// load imbalance between experts (the average is used).
+// load imbalance between experts (the average is used), context parallelism of Mamba layers.
 #pragma once
 
 #include <optional>
@@ -286,7 +294,8 @@ std::vector<ModelOperator> output_operators(const ModelConfig& model, const Ragg
                                             const ShardingFactors& sharding, Validation v = Validation::kCheck);
 
 /// Model FLOPs per token of one training step (forward + backward), for MFU:
-///   6·N + Σ_layers 6 · s · H · (d_qk + d_v) · (½ if causal)
+///   6·N + Σ_attention layers 6 · s · H · (d_qk + d_v) · (½ if causal) + Σ_Mamba layers 3 · scan
+/// (scan: the chunked scan's forward FLOPs a token, 2qN·G + H_m·(2qP + 4NP), see below)
 /// N = count_parameters().matmul_active (output head included, input embedding excluded). The
 /// attention term: the forward score and value products cost 2·s·H·(d_qk + d_v) per token,
 /// halved when causal; forward plus backward is three times that. This is the

@@ -27,6 +27,11 @@ nlohmann::ordered_json mla_block(const MlaConfig& mla) {
           {"v_head_dim", mla.v_head_dim}};
 }
 
+nlohmann::ordered_json mamba_block(const MambaConfig& a) {
+  return {{"heads", a.heads},           {"head_dim", a.head_dim},       {"state", a.state},
+          {"groups", a.groups},         {"conv_kernel", a.conv_kernel}, {"chunk", a.chunk}};
+}
+
 }  // namespace
 
 nlohmann::ordered_json model_block(const ModelConfig& m) {
@@ -56,6 +61,8 @@ nlohmann::ordered_json model_block(const ModelConfig& m) {
   if (m.moe) j["moe"] = moe_block(*m.moe);
   if (m.mla) j["mla"] = mla_block(*m.mla);
   j["mtp_layers"] = m.mtp_layers;
+  if (m.hybrid()) j["hybrid_pattern"] = m.hybrid_pattern;
+  if (m.mamba) j["mamba"] = mamba_block(*m.mamba);
   return j;
 }
 

@@ -8,8 +8,55 @@ const char* to_string(MlpKind k) { return k == MlpKind::kGated ? "swiglu" : "gel
 const char* to_string(NormKind k) { return k == NormKind::kRmsNorm ? "rmsnorm" : "layernorm"; }
 const char* to_string(PositionEmbedding p) { return p == PositionEmbedding::kRotary ? "rotary" : "learned"; }
 
+const char* to_string(LayerKind k) {
+  switch (k) {
+    case LayerKind::kTransformer: return "transformer";
+    case LayerKind::kMamba: return "mamba";
+    case LayerKind::kAttention: return "attention";
+    case LayerKind::kMlp: return "mlp";
+    case LayerKind::kMoe: return "moe";
+  }
+  return "transformer";
+}
+
+LayerKind ModelConfig::layer_kind(int layer) const {
+  // A hybrid model's MTP layers (past `layers`) are not modelled; they read as Transformer layers.
+  if (!hybrid() || layer < 0 || layer >= static_cast<int>(hybrid_pattern.size())) return LayerKind::kTransformer;
+  switch (hybrid_pattern[static_cast<size_t>(layer)]) {
+    case 'M': return LayerKind::kMamba;
+    case '*': return LayerKind::kAttention;
+    case '-': return LayerKind::kMlp;
+    case 'E': return LayerKind::kMoe;
+    default: return LayerKind::kTransformer;
+  }
+}
+
+bool ModelConfig::has_attention(int layer) const {
+  const LayerKind k = layer_kind(layer);
+  return k == LayerKind::kTransformer || k == LayerKind::kAttention;
+}
+
+int ModelConfig::attention_layer_count() const {
+  int n = 0;
+  for (int i = 0; i < layers; ++i) n += has_attention(i) ? 1 : 0;
+  return n;
+}
+
+bool ModelConfig::has_dense_mlp(int layer) const {
+  const LayerKind k = layer_kind(layer);
+  return k == LayerKind::kMlp || (k == LayerKind::kTransformer && !is_moe_layer(layer));
+}
+
+bool ModelConfig::any_dense_mlp() const {
+  for (int i = 0; i < layers; ++i) {
+    if (has_dense_mlp(i)) return true;
+  }
+  return false;
+}
+
 bool ModelConfig::is_moe_layer(int layer) const {
   if (!moe || moe->experts <= 0) return false;
+  if (hybrid() && layer < layers) return layer_kind(layer) == LayerKind::kMoe;
   if (layer < moe->first_dense_layers) return false;
   if (moe->layer_frequency > 1 && layer % moe->layer_frequency != 0) return false;
   return std::find(moe->dense_layers.begin(), moe->dense_layers.end(), layer) == moe->dense_layers.end();
@@ -48,9 +95,29 @@ std::string ModelConfig::problem() const {
     if (kv_heads <= 0) return "kv_heads must be positive";
     if (heads % kv_heads != 0) return "heads=" + s(heads) + " is not a multiple of kv_heads=" + s(kv_heads);
   }
-  bool any_dense = false;
-  for (int i = 0; i < layers; ++i) any_dense = any_dense || !is_moe_layer(i);
-  if (any_dense && ffn <= 0) return "ffn must be positive (some layers have a dense MLP)";
+  if (hybrid()) {
+    if (static_cast<int64_t>(hybrid_pattern.size()) != layers) {
+      return "hybrid_pattern has " + s(static_cast<int64_t>(hybrid_pattern.size())) + " layers, not layers=" + s(layers);
+    }
+    const size_t odd = hybrid_pattern.find_first_not_of("M*-E");
+    if (odd != std::string::npos) {
+      return std::string("hybrid_pattern: '") + hybrid_pattern[odd] + "' at layer " + s(static_cast<int64_t>(odd)) +
+             " is not M (Mamba), * (attention), - (MLP) or E (MoE)";
+    }
+    if (hybrid_pattern.find('M') != std::string::npos && !mamba) return "hybrid_pattern has M layers but no mamba block";
+    if (hybrid_pattern.find('E') != std::string::npos && !moe) return "hybrid_pattern has E layers but no moe block";
+    if (mtp_layers > 0) return "a hybrid model's multi-token-prediction layers are not modelled (mtp_layers must be 0)";
+  }
+  if (mamba) {
+    if (mamba->heads <= 0 || mamba->head_dim <= 0 || mamba->state <= 0 || mamba->groups <= 0 ||
+        mamba->conv_kernel <= 0 || mamba->chunk <= 0) {
+      return "mamba: heads, head_dim, state, groups, conv_kernel and chunk must be positive";
+    }
+    if (mamba->heads % mamba->groups != 0) {
+      return "mamba.heads=" + s(mamba->heads) + " is not a multiple of mamba.groups=" + s(mamba->groups);
+    }
+  }
+  if (any_dense_mlp() && ffn <= 0) return "ffn must be positive (some layers have a dense MLP)";
   if (moe) {
     if (moe->experts <= 0) return "moe.experts must be positive";
     if (moe->top_k <= 0 || moe->top_k > moe->experts) {

@@ -1,6 +1,7 @@
 // The architecture of a decoder-only transformer, as far as cost and memory depend on it:
 // sizes, attention variant (MHA, GQA/MQA, DeepSeek's MLA), MLP variant (SwiGLU or plain GELU),
-// mixture-of-experts layout, embeddings. Loaders (model_loader.h) fill it from a Hugging Face
+// mixture-of-experts layout, embeddings, and hybrid models whose layers are single blocks
+// (Mamba-2 mixers, attention, MLPs or MoEs: Megatron's hybrid layer pattern). Loaders (model_loader.h) fill it from a Hugging Face
 // config.json or from the workloads' own model block; counting (parameter_count.h) and
 // per-operator costs (layer_operators.h) read it. Nothing here knows about parallel layouts.
 #pragma once
@@ -50,6 +51,32 @@ struct MlaConfig {
   int64_t v_head_dim = 0;
 };
 
+/// The Mamba-2 mixer (Dao & Gu 2024, its state-space dual form), as Megatron-Core's MambaMixer
+/// and the Nemotron-H family run it: inner width d_in = heads·head_dim; the input projection
+/// gives z (d_in), x (d_in), B and C (groups·state each) and dt (heads); a causal depthwise
+/// convolution of conv_kernel taps over x, B and C; the chunked scan in chunks of `chunk`
+/// tokens; a gated RMSNorm of y by z; the output projection d_in → h.
+struct MambaConfig {
+  int heads = 0;
+  int64_t head_dim = 0;
+  int64_t state = 0;
+  int groups = 1;
+  int conv_kernel = 4;
+  int64_t chunk = 128;
+
+  int64_t inner() const { return heads * head_dim; }
+  /// The input projection's output width: 2·d_in + 2·groups·state + heads.
+  int64_t in_proj_width() const { return 2 * inner() + 2 * groups * state + heads; }
+  /// The convolved channels: x, B and C.
+  int64_t conv_channels() const { return inner() + 2 * groups * state; }
+};
+
+/// What one layer is. A Transformer layer is attention then an MLP (or MoE); a hybrid model's
+/// layers are one block each (Megatron's hybrid_override_pattern: M, *, - and E).
+enum class LayerKind : uint8_t { kTransformer, kMamba, kAttention, kMlp, kMoe };
+/// "transformer", "mamba", "attention", "mlp", "moe".
+const char* to_string(LayerKind k);
+
 struct ModelConfig {
   std::string name;
   std::string source;  ///< file it was read from, if any (for messages)
@@ -87,8 +114,23 @@ struct ModelConfig {
   std::optional<MoeConfig> moe;
   std::optional<MlaConfig> mla;
   int mtp_layers = 0;  ///< DeepSeek-V3 multi-token-prediction modules (counted apart)
+  /// A hybrid model's layers, one character each (Megatron's hybrid_override_pattern): M a
+  /// Mamba-2 mixer, * attention, - an MLP, E a MoE, each with its own pre-norm and residual.
+  /// Empty: every layer is a Transformer layer.
+  std::string hybrid_pattern;
+  std::optional<MambaConfig> mamba;
 
+  bool hybrid() const { return !hybrid_pattern.empty(); }
+  LayerKind layer_kind(int layer) const;
+  /// The layer's feed-forward block is a MoE (a Transformer layer's MLP, or a hybrid E layer).
   bool is_moe_layer(int layer) const;
+  /// Has attention (a Transformer layer or a hybrid * layer).
+  bool has_attention(int layer) const;
+  int attention_layer_count() const;
+  /// Has a dense MLP (a Transformer layer that is not MoE, or a hybrid - layer).
+  bool has_dense_mlp(int layer) const;
+  /// Some layer has a dense MLP (so ffn is used).
+  bool any_dense_mlp() const;
   int moe_layer_count() const;
   /// Query/key dim per head: head_dim, or qk_nope + qk_rope with MLA.
   int64_t qk_head_dim() const;

@@ -14,7 +14,9 @@ namespace fs = std::filesystem;
 constexpr int64_t kMaxCount = int64_t{1} << 16;  // layers, heads, experts
 constexpr int64_t kMaxSize = int64_t{1} << 24;   // dimensions, vocabulary, sequence length
 
-enum class HfFamily { kLlama, kMistral, kMixtral, kQwen2, kQwen3, kQwen3Moe, kDeepseekV3, kGptOss, kGpt2, kGptNeoX };
+enum class HfFamily {
+  kLlama, kMistral, kMixtral, kQwen2, kQwen3, kQwen3Moe, kDeepseekV3, kGptOss, kNemotronH, kGpt2, kGptNeoX
+};
 
 struct HfArchitecture {
   const char* architecture;
@@ -31,6 +33,7 @@ constexpr HfArchitecture kHfArchitectures[] = {
     {"Qwen3MoeForCausalLM", "qwen3_moe", HfFamily::kQwen3Moe},
     {"DeepseekV3ForCausalLM", "deepseek_v3", HfFamily::kDeepseekV3},
     {"GptOssForCausalLM", "gpt_oss", HfFamily::kGptOss},
+    {"NemotronHForCausalLM", "nemotron_h", HfFamily::kNemotronH},
     {"GPT2LMHeadModel", "gpt2", HfFamily::kGpt2},
     {"GPTNeoXForCausalLM", "gpt_neox", HfFamily::kGptNeoX},
 };
@@ -246,6 +249,80 @@ void read_deepseek_v3(HfFields& f, ModelConfig& m) {
   if (m.moe_layer_count() < m.layers) m.ffn = f.positive("intermediate_size");
 }
 
+// A hybrid layer pattern as Megatron writes it (hybrid_override_pattern: M, *, -, E), or as
+// newer transformers lists it (layers_block_type: "mamba", "attention", "mlp", "moe").
+std::string read_hybrid_pattern(HfFields& f) {
+  if (f.present("hybrid_override_pattern")) return f.at("hybrid_override_pattern").as_string();
+  if (!f.present("layers_block_type")) f.at("hybrid_override_pattern");  // fails: missing
+  std::string pattern;
+  for (const JsonReader& e : f.at("layers_block_type").elements()) {
+    const std::string kind = e.as_string();
+    if (kind == "mamba") pattern += 'M';
+    else if (kind == "attention") pattern += '*';
+    else if (kind == "mlp") pattern += '-';
+    else if (kind == "moe") pattern += 'E';
+    else e.fail("unknown layer type \"" + kind + "\" (expected mamba, attention, mlp or moe)");
+  }
+  return pattern;
+}
+
+// Nemotron-H and Nemotron 3 (NemotronHForCausalLM): Megatron's hybrid layers — Mamba-2 mixers
+// (mamba_num_heads × mamba_head_dim, ssm_state_size, n_groups, conv_kernel, chunk_size), GQA
+// attention, and squared-ReLU MLPs (mlp_hidden_act relu2: two matrices, as a plain MLP) or
+// MoEs of them with a shared expert. Not modelled: Nemotron 3 Super's latent MoE
+// (moe_latent_size, refused), multi-token prediction layers (refused), and that these attention
+// layers have no rotary embedding (the model's rotary pass on six layers is a few µs).
+void read_nemotron_h(HfFields& f, ModelConfig& m) {
+  m.layers = f.count("num_hidden_layers");
+  m.hidden = f.positive("hidden_size");
+  m.heads = f.count("num_attention_heads");
+  m.kv_heads = f.count_or("num_key_value_heads", m.heads);
+  require_multiple(f, "num_attention_heads", m.heads, "num_key_value_heads", m.kv_heads);
+  if (f.present("head_dim")) {
+    m.head_dim = f.positive("head_dim");
+  } else {
+    require_multiple(f, "hidden_size", m.hidden, "num_attention_heads", m.heads);
+    m.head_dim = m.hidden / m.heads;
+  }
+  m.vocab = f.positive("vocab_size");
+  m.max_sequence = f.positive("max_position_embeddings");
+  m.tied_embeddings = f.flag_or("tie_word_embeddings", false);
+  m.norm = NormKind::kRmsNorm;
+  m.position = PositionEmbedding::kRotary;
+  m.qkv_bias = m.attention_output_bias = f.flag_or("attention_bias", false);
+  m.mlp_bias = f.flag_or("mlp_bias", false);
+  m.attention_dropout = f.probability_or("attention_dropout", 0.0);
+  if (f.present("mlp_hidden_act")) {
+    const std::string act = f.at("mlp_hidden_act").as_string();
+    if (act != "relu2") f.fail_at("mlp_hidden_act", "\"" + act + "\" is not modelled (expected relu2)");
+  }
+  m.mlp = MlpKind::kPlain;
+  if (f.present("moe_latent_size")) f.fail_at("moe_latent_size", "a latent MoE (Nemotron 3 Super's) is not modelled");
+  if (f.non_negative_or("num_nextn_predict_layers", 0, kMaxCount) > 0) {
+    f.fail_at("num_nextn_predict_layers", "a hybrid model's multi-token prediction layers are not modelled");
+  }
+  m.hybrid_pattern = read_hybrid_pattern(f);
+  MambaConfig mamba;
+  mamba.heads = f.count("mamba_num_heads");
+  mamba.head_dim = f.positive("mamba_head_dim");
+  mamba.state = f.positive("ssm_state_size");
+  mamba.groups = f.count_or("n_groups", 1);
+  mamba.conv_kernel = f.count_or("conv_kernel", 4);
+  mamba.chunk = f.positive_or("chunk_size", 128);
+  m.mamba = mamba;
+  if (m.hybrid_pattern.find('E') != std::string::npos) {
+    MoeConfig moe;
+    moe.experts = f.count("n_routed_experts");
+    moe.top_k = f.count("num_experts_per_tok");
+    if (moe.top_k > moe.experts) f.fail_at("num_experts_per_tok", "is larger than n_routed_experts");
+    moe.expert_ffn = f.positive("moe_intermediate_size");
+    moe.shared_experts = static_cast<int>(f.non_negative_or("n_shared_experts", 0, kMaxCount));
+    moe.shared_expert_ffn = f.positive_or("moe_shared_expert_intermediate_size", moe.expert_ffn);
+    m.moe = moe;
+  }
+  if (m.hybrid_pattern.find('-') != std::string::npos) m.ffn = f.positive("intermediate_size");
+}
+
 void read_gpt2(HfFields& f, ModelConfig& m) {
   m.layers = f.count("n_layer");
   m.hidden = f.positive("n_embd");
@@ -391,6 +468,18 @@ MlaConfig read_mla_block(JsonReader r) {
   return mla;
 }
 
+MambaConfig read_mamba_block(JsonReader r) {
+  MambaConfig a;
+  a.heads = block_count(r, "heads");
+  a.head_dim = block_size(r, "head_dim");
+  a.state = block_size(r, "state");
+  a.groups = static_cast<int>(block_optional(r, "groups", kMaxCount).value_or(1));
+  a.conv_kernel = static_cast<int>(block_optional(r, "conv_kernel", kMaxCount).value_or(4));
+  a.chunk = block_optional(r, "chunk", kMaxSize).value_or(128);
+  r.finish();
+  return a;
+}
+
 std::string stem_of(const std::string& path) { return fs::path(path).stem().string(); }
 
 }  // namespace
@@ -443,6 +532,7 @@ ModelConfig read_family(HfFamily family, JsonReader& r, HfFields& f, const std::
       break;
     case HfFamily::kDeepseekV3: read_deepseek_v3(f, m); break;
     case HfFamily::kGptOss: read_gpt_oss(f, m); break;
+    case HfFamily::kNemotronH: read_nemotron_h(f, m); break;
     case HfFamily::kGpt2: read_gpt2(f, m); break;
     case HfFamily::kGptNeoX: read_gpt_neox(f, m); break;
   }
@@ -496,7 +586,9 @@ ModelConfig model_from_block(JsonReader r) {
     }
     m.head_dim = m.hidden / m.heads;
   }
-  m.mlp = block_choice(r, "mlp", MlpKind::kGated, {{"swiglu", MlpKind::kGated}, {"gelu", MlpKind::kPlain}});
+  // relu2 (squared ReLU, Nemotron-H's) costs what a plain GELU MLP does: two matrices.
+  m.mlp = block_choice(r, "mlp", MlpKind::kGated,
+                       {{"swiglu", MlpKind::kGated}, {"gelu", MlpKind::kPlain}, {"relu2", MlpKind::kPlain}});
   m.vocab = block_size(r, "vocab");
   m.tied_embeddings = block_flag(r, "tied_embeddings", false);
   m.max_sequence = block_size(r, "max_sequence");
@@ -523,9 +615,11 @@ ModelConfig model_from_block(JsonReader r) {
     m.kv_heads = m.heads;
   }
   m.mtp_layers = static_cast<int>(block_non_negative(r, "mtp_layers", 0, kMaxCount));
+  if (auto pattern = r.find("hybrid_pattern")) m.hybrid_pattern = pattern->as_string();
+  if (auto mamba = r.find("mamba")) m.mamba = read_mamba_block(*mamba);
   if (auto ffn = block_optional(r, "ffn", kMaxSize)) {
     m.ffn = *ffn;
-  } else if (m.moe_layer_count() < m.layers) {
+  } else if (m.any_dense_mlp()) {
     r.fail("missing required key \"ffn\" (some layers have a dense MLP)");
   }
   r.finish();

@@ -3,7 +3,7 @@
 // 1. A Hugging Face config.json, dispatched on `architectures[0]` (or `model_type` when that is
 //    absent or not one we know): LlamaForCausalLM, MistralForCausalLM, MixtralForCausalLM,
 //    Qwen2ForCausalLM, Qwen3ForCausalLM, Qwen3MoeForCausalLM, DeepseekV3ForCausalLM (also model
-//    type kimi_k2), GptOssForCausalLM, GPT2LMHeadModel, GPTNeoXForCausalLM; a multimodal
+//    type kimi_k2), GptOssForCausalLM, NemotronHForCausalLM (hybrid Mamba-2), GPT2LMHeadModel, GPTNeoXForCausalLM; a multimodal
 //    wrapper that is none of them is read from its `text_config`. Only the keys that shape cost are
 //    read and the rest of the file is ignored (these files carry tokenizer ids, rope scaling,
 //    quantisation, …); defaults are those of the transformers configuration classes (e.g. GPT-2
@@ -31,10 +31,15 @@
 //                 "dense_layers": [] },
 //        "mla": { "q_lora_rank": 1536, "kv_lora_rank": 512, "qk_nope_head_dim": 128,
 //                 "qk_rope_head_dim": 64, "v_head_dim": 128 },
-//        "mtp_layers": 0, "description": "free text" }
+//        "mtp_layers": 0, "hybrid_pattern": "MEM*E",
+//        "mamba": { "heads": 64, "head_dim": 64, "state": 128, "groups": 8, "conv_kernel": 4,
+//                   "chunk": 128 },
+//        "description": "free text" }
 //    Required: name, layers, hidden, heads, vocab, max_sequence, and ffn unless every layer is
 //    MoE. Defaults: kv_heads = heads, head_dim = hidden / heads, mlp swiglu, rmsnorm, rotary,
-//    no biases, no dropout, shared_expert_ffn = expert_ffn. The meanings are those of ModelConfig.
+//    no biases, no dropout, shared_expert_ffn = expert_ffn, mamba groups 1, conv_kernel 4,
+//    chunk 128; "mlp": "relu2" reads as "gelu" (two matrices). The meanings are those of
+//    ModelConfig.
 // 3. A bundled name ("llama3-70b"), which is the file <models_dir>/<name>.json.
 //
 // Every error is an InputError naming the file, the JSON pointer and the reason.

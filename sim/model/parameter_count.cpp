@@ -39,12 +39,27 @@ void count_attention(const ModelConfig& m, LayerParameterCounts& c) {
   if (m.qk_norm) c.vectors += 2 * m.head_dim;
 }
 
+// The projections split over TP count as the attention's: they shard the same way.
+void count_mamba(const ModelConfig& m, LayerParameterCounts& c) {
+  const MambaConfig& a = *m.mamba;
+  c.attention += m.hidden * a.in_proj_width() + a.inner() * m.hidden;
+  c.vectors += a.conv_channels() * (a.conv_kernel + 1) + 3 * int64_t{a.heads} + a.inner();
+}
+
 }  // namespace
 
 LayerParameterCounts layer_parameters(const ModelConfig& m, int layer) {
   LayerParameterCounts c;
-  count_attention(m, c);
-  c.vectors += 2 * norm_size(m, m.hidden);
+  const LayerKind kind = m.layer_kind(layer);
+  if (kind != LayerKind::kTransformer) {
+    c.vectors += norm_size(m, m.hidden);
+    if (kind == LayerKind::kMamba) count_mamba(m, c);
+    if (kind == LayerKind::kAttention) count_attention(m, c);
+    if (kind == LayerKind::kAttention || kind == LayerKind::kMamba) return c;
+  } else {
+    count_attention(m, c);
+    c.vectors += 2 * norm_size(m, m.hidden);
+  }
   if (m.is_moe_layer(layer)) {
     const MoeConfig& moe = *m.moe;
     const int64_t expert = mlp_matrices(m, moe.expert_ffn);

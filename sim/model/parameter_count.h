@@ -9,6 +9,9 @@
 //   MLP        3·h·f gated, 2·h·f plain                    (+ 2f + h, or f + h, biases)
 //   MoE        E·(3·h·f_e) routed, shared·3·h·f_s, router E·h
 //   norms      two per layer: h each (RMSNorm) or 2h (LayerNorm); Qwen3's q/k norms 2·d
+//   Mamba-2    h·(2·d_in + 2·G·N + H_m) + d_in·h (matrices), and (d_in + 2·G·N)·(K + 1)
+//              conv taps and biases, 3·H_m (dt bias, A, D), d_in (the gated norm) as vectors
+//   A hybrid model's layer has one block (attention, Mamba, MLP or MoE) and one norm.
 // Model: token embedding V·h (+ learned positions max_sequence·h), output head V·h unless tied,
 // final norm. DeepSeek-V3's multi-token-prediction modules are counted apart (mtp) and left
 // out of total, as DeepSeek's own 671 B excludes them: each is two norms, a 2h×h projection,
@@ -23,7 +26,7 @@ namespace parallax {
 
 /// The parameters of one transformer layer.
 struct LayerParameterCounts {
-  int64_t attention = 0;         ///< attention matrices
+  int64_t attention = 0;         ///< attention matrices, or a Mamba mixer's two projections
   int64_t mlp = 0;               ///< dense MLP matrices, or the shared experts' in a MoE layer
   int64_t routed_experts = 0;    ///< matrices of all routed experts
   int64_t routed_per_token = 0;  ///< matrices of the top-k experts one token uses

@@ -63,6 +63,11 @@ StepModel::StepModel(ModelConfig model, const Topology& topology, InstanceShape 
                                 " needs " + std::to_string(gpus) + " GPUs; the topology has " +
                                 std::to_string(topology.gpu_count()));
   }
+  // A Mamba layer's decode step reads a fixed state, not a KV cache: neither the step costs nor the
+  // KV capacity here know that.
+  if (model_.hybrid()) {
+    throw std::invalid_argument(model_.name + " is a hybrid model (Mamba layers): serving it is not modelled");
+  }
   if (shape_.ep != 1 && !model_.moe) throw std::invalid_argument("ep applies to MoE models; " + model_.name + " is dense");
   if (shape_.ep != 1 && shape_.ep != shape_.tp) {
     throw std::invalid_argument("ep=" + std::to_string(shape_.ep) + " must be 1 or tp=" + std::to_string(shape_.tp) +

@@ -206,6 +206,10 @@ CommunicationPlan::CommunicationPlan(const ModelConfig& model, const ParallelLay
       cp_gather_heads(tp_forward.size()), slowdown_of(tp_forward.size()), topo_(topo), layout_(layout),
       timer_(simulators, options), dp_group_(tp_forward.size()), expert_dp_group_(tp_forward.size()),
       dp_slowdown_(tp_forward.size(), 1.0), expert_dp_slowdown_(tp_forward.size(), 1.0) {
+  for (auto* per_stage : {&block_tp_forward, &block_tp_recomputed_backward, &moe_block_tp_forward,
+                          &moe_block_tp_recomputed_backward}) {
+    per_stage->resize(tp_forward.size());
+  }
   // At the rate the collectives' own times assume (their links' NCCL figure, not line rate), so
   // that a ring as fast as NVLink lets it takes all of it.
   if (!topo.gpus().empty()) {
@@ -395,21 +399,31 @@ CommunicationPlan::CommunicationPlan(const ModelConfig& model, const ParallelLay
     tp_op_checkpointed_backward[static_cast<size_t>(s)] =
         plus(tp_backward[static_cast<size_t>(s)], model.parallel_block ? regathered : twice(regathered));
     moe_tp_forward[static_cast<size_t>(s)] = tp_forward[static_cast<size_t>(s)];
+    block_tp_forward[static_cast<size_t>(s)] = one_block;
+    block_tp_recomputed_backward[static_cast<size_t>(s)] = twice(one_block);
+    moe_block_tp_forward[static_cast<size_t>(s)] = one_block;
     if (folded_experts && moe_layers > 0) {
       // The attention block over TP (a shared expert's MLP too); the routed experts' slots
       // gathered over the expert-TP group after the dispatch and reduce-scattered before the
       // combine (Megatron's MoE parallel folding): etp·T_sp·k_top tokens of h, none at etp = 1.
+      // A hybrid model's MoE layer has no attention block: the same without it.
+      const bool shared = model.moe->shared_experts > 0 && t > 1;
       CommTask moe = t > 1 ? one_block : CommTask{};
-      if (model.moe->shared_experts > 0 && t > 1) moe = plus(moe, one_block);
+      CommTask experts = shared ? one_block : CommTask{};
+      if (shared) moe = plus(moe, one_block);
       const std::vector<int> etp_group = ranks.expert_tp_group(stage_rank(s));
       if (etp_group.size() > 1) {
         const Bytes slots = pp_message * static_cast<double>(model.moe->top_k) * routing.busiest_rank *
                             static_cast<double>(etp_group.size());
-        moe = plus(moe, plus(collective(CollectiveOp::kAllGather, slots, etp_group),
-                             collective(CollectiveOp::kReduceScatter, slots, etp_group)));
+        const CommTask gathered = plus(collective(CollectiveOp::kAllGather, slots, etp_group),
+                                       collective(CollectiveOp::kReduceScatter, slots, etp_group));
+        moe = plus(moe, gathered);
+        experts = plus(experts, gathered);
       }
       moe_tp_forward[static_cast<size_t>(s)] = moe;
+      moe_block_tp_forward[static_cast<size_t>(s)] = experts;
     }
+    moe_block_tp_recomputed_backward[static_cast<size_t>(s)] = twice(moe_block_tp_forward[static_cast<size_t>(s)]);
     moe_tp_backward[static_cast<size_t>(s)] = moe_tp_forward[static_cast<size_t>(s)];
     moe_tp_recomputed_backward[static_cast<size_t>(s)] = twice(moe_tp_forward[static_cast<size_t>(s)]);
     if (p > 1) {
@@ -443,6 +457,22 @@ CommunicationPlan::CommunicationPlan(const ModelConfig& model, const ParallelLay
   }
 }
 
+const CommTask& CommunicationPlan::layer_tp(int s, const Unit& u, bool forward, bool recomputed,
+                                            bool op_checkpointed) const {
+  const size_t i = static_cast<size_t>(s);
+  switch (u.kind) {
+    case LayerKind::kTransformer: break;
+    case LayerKind::kMoe: return recomputed ? moe_block_tp_recomputed_backward[i] : moe_block_tp_forward[i];
+    default: return recomputed ? block_tp_recomputed_backward[i] : block_tp_forward[i];
+  }
+  // A layer's backward runs the same collectives as its forward (their transposes).
+  if (u.moe_layer) return forward ? moe_tp_forward[i] : recomputed ? moe_tp_recomputed_backward[i] : moe_tp_backward[i];
+  return forward           ? tp_forward[i]
+         : recomputed      ? tp_recomputed_backward[i]
+         : op_checkpointed ? tp_op_checkpointed_backward[i]
+                           : tp_backward[i];
+}
+
 std::vector<double> CommunicationPlan::timing_signature() const {
   std::vector<double> out;
   auto add_task = [&out](const CommTask& c) {
@@ -457,7 +487,8 @@ std::vector<double> CommunicationPlan::timing_signature() const {
        {&tp_forward, &tp_backward, &moe_tp_forward, &moe_tp_backward, &embedding_tp_forward, &embedding_tp_backward,
         &output_tp_forward, &output_tp_backward, &pp_send_forward, &pp_send_backward, &ep_forward, &ep_backward,
         &tp_recomputed_backward, &moe_tp_recomputed_backward, &ep_recomputed_backward, &tp_op_checkpointed_backward, &cp_ring_step,
-        &cp_scatter_heads, &cp_gather_heads}) {
+        &cp_scatter_heads, &cp_gather_heads, &block_tp_forward, &block_tp_recomputed_backward, &moe_block_tp_forward,
+        &moe_block_tp_recomputed_backward}) {
     for (const CommTask& c : *per_stage) add_task(c);
   }
   for (const auto& kinds : slowdown_of) out.insert(out.end(), kinds.begin(), kinds.end());

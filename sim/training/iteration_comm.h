@@ -109,11 +109,16 @@ class CommunicationPlan {
   // sends to the next and previous stage, EP dispatch+combine, the backward of a fully
   // recomputed layer (its forward's collectives again, then the backward's), the backward of a
   // layer under op-level checkpointing (each block's input gathered again, then the backward's),
-  // one ring-attention step, and Ulysses' two all-to-alls.
+  // one ring-attention step, and Ulysses' two all-to-alls. A hybrid model's single-block layers
+  // (LayerKind) have one block's: `block_tp_*` (Mamba, attention or MLP) and `moe_block_tp_*`.
   std::vector<CommTask> tp_forward, tp_backward, moe_tp_forward, moe_tp_backward, embedding_tp_forward, embedding_tp_backward, output_tp_forward,
       output_tp_backward, pp_send_forward, pp_send_backward, ep_forward, ep_backward, tp_recomputed_backward,
       moe_tp_recomputed_backward, ep_recomputed_backward, tp_op_checkpointed_backward, cp_ring_step, cp_scatter_heads,
-      cp_gather_heads;
+      cp_gather_heads, block_tp_forward, block_tp_recomputed_backward, moe_block_tp_forward,
+      moe_block_tp_recomputed_backward;
+  /// The TP collectives of unit `u`'s pass on stage s: forward, a fully recomputed layer's
+  /// backward, an op-checkpointed layer's backward, or the plain backward.
+  const CommTask& layer_tp(int s, const Unit& u, bool forward, bool recomputed, bool op_checkpointed) const;
   /// The largest sibling slowdown applied per stage and kind, for the report.
   std::vector<std::array<double, kWorkKinds>> slowdown_of;
 

@@ -368,13 +368,7 @@ WorkIdList IterationGraphBuilder::add_layer_communication(int s, const Unit& u, 
     if (tp.collectives > 0) prev = {add_blocking_comm(s, tp, WorkKind::kTpComm)};
   }
   const bool op_checkpointed = !forward && layout_.recompute == Recomputation::kSelectiveOp;
-  const CommTask& tp = !u.moe_layer ? (forward           ? comm_.tp_forward[i]
-                                       : recomputed      ? comm_.tp_recomputed_backward[i]
-                                       : op_checkpointed ? comm_.tp_op_checkpointed_backward[i]
-                                                         : comm_.tp_backward[i])
-                                    : (forward      ? comm_.moe_tp_forward[i]
-                                       : recomputed ? comm_.moe_tp_recomputed_backward[i]
-                                                    : comm_.moe_tp_backward[i]);
+  const CommTask& tp = comm_.layer_tp(s, u, forward, recomputed, op_checkpointed);
   if (u.transformer_layer && tp.collectives > 0) {
     if (!layout_.tp_comm_overlap) return {add_blocking_comm(s, tp, WorkKind::kTpComm)};
     // TransformerEngine's overlap: each all-gather / reduce-scatter is cut into t chunks

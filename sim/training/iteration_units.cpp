@@ -224,7 +224,9 @@ void mark_graph_replayed(std::vector<ModelOperator>& ops, const ParallelLayout& 
   bool attention_block = true;
   for (ModelOperator& op : ops) {
     if (op.name == "router" || op.name.rfind("mlp_", 0) == 0) attention_block = false;
-    if (attention_block) {
+    if (op.name.rfind("mamba_", 0) == 0) {
+      set_graph_replayed(op, scope.mamba);
+    } else if (attention_block) {
       set_graph_replayed(op, scope.attn);
     } else if (!moe) {
       set_graph_replayed(op, scope.mlp);
@@ -273,7 +275,8 @@ MessageSizes message_sizes(const ModelConfig& model, const ParallelLayout& layou
 
 namespace {
 
-// Layers differ in cost only by dense vs MoE, and by bf16 GEMMs at the ends of a quantised run:
+// Layers differ in cost only by kind (a hybrid model's blocks), dense vs MoE, and by bf16 GEMMs at
+// the ends of a quantised run:
 // the operator sums of each kind, computed once. A MoE layer is timed at the busiest expert's
 // pace, with the FLOPs of the slots actually processed.
 class LayerSums {
@@ -282,7 +285,7 @@ class LayerSums {
       : model_(model), layout_(layout), cm_(cm), routing_(routing) {}
 
   const OperatorSums& of(int l, bool moe, bool bf16) {
-    auto [it, added] = sums_.try_emplace({moe, bf16});
+    auto [it, added] = sums_.try_emplace({model_.layer_kind(l), moe, bf16});
     if (added) it->second = compute(l, moe, bf16);
     return it->second;
   }
@@ -302,7 +305,7 @@ class LayerSums {
   const ParallelLayout& layout_;
   const ComputeModel& cm_;
   const Routing& routing_;
-  std::map<std::pair<bool, bool>, OperatorSums> sums_;
+  std::map<std::tuple<LayerKind, bool, bool>, OperatorSums> sums_;
 };
 
 // Transformer layer l, the `index`-th of its virtual stage: its passes, what it keeps, and its
@@ -326,6 +329,7 @@ Unit layer_unit(const ModelConfig& model, const ParallelLayout& layout, LayerSum
   }
   u.recomputed = recomputed;
   u.moe_layer = moe;
+  u.kind = model.layer_kind(l);
   u.layer = l;
   u.offloaded = l < layout.cpu_offloading_layers;
   const LayerParameterCounts lp = layer_parameters(model, l);

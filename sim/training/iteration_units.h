@@ -74,7 +74,8 @@ struct Unit {
   // Of them, the routed experts' when ep > 1: reduced and sharded over the expert-DP group.
   // With ep = 1 that group is the DP group, so they stay with the rest (one bucket, as dense).
   double expert_parameters = 0;
-  bool transformer_layer = false;
+  bool transformer_layer = false;  // any layer of the model (a hybrid model's single blocks too)
+  LayerKind kind = LayerKind::kTransformer;
   bool moe_layer = false;
   int layer = -1;             // its transformer layer's index in the model, −1 for the ends
   bool offloaded = false;     // its activations go to host memory (ParallelLayout::cpu_offloading_layers)

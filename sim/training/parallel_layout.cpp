@@ -28,6 +28,7 @@ std::string op_checkpointing_problem(const ModelConfig& model, const ParallelLay
   if (l.tp > 1 && !l.sequence_parallel) {
     return "selective_op with tp > 1 needs sequence parallelism, as torchtitan's TP plan runs it (its norms shard the sequence)";
   }
+  if (model.hybrid()) return "selective_op is modelled for Transformer layers; " + model.name + " is a hybrid model";
   if (model.moe || model.mla) return "selective_op is modelled for dense layers without MLA; " + model.name + " has " + (model.moe ? "experts" : "MLA");
   if (model.qkv_bias || model.attention_output_bias || model.mlp_bias) {
     return "selective_op is modelled for linear layers without biases (a biased linear runs as addmm, which the policy does not count)";
@@ -74,7 +75,8 @@ std::string to_string(CudaGraphs g, const CudaGraphScope& scope) {
   }
   std::string parts;
   for (auto [on, name] : {std::pair{scope.attn, "attn"}, std::pair{scope.mlp, "mlp"},
-                          std::pair{scope.moe_router, "moe_router"}, std::pair{scope.moe_preprocess, "moe_preprocess"}}) {
+                          std::pair{scope.moe_router, "moe_router"}, std::pair{scope.moe_preprocess, "moe_preprocess"},
+                          std::pair{scope.mamba, "mamba"}}) {
     if (on) parts += (parts.empty() ? "" : "/") + std::string(name);
   }
   return parts.empty() ? "none" : parts;
@@ -93,6 +95,7 @@ std::optional<std::pair<CudaGraphs, CudaGraphScope>> cuda_graphs_from(const std:
     else if (part == "mlp") scope.mlp = true;
     else if (part == "moe_router") scope.moe_router = true;
     else if (part == "moe_preprocess") scope.moe_preprocess = true;
+    else if (part == "mamba") scope.mamba = true;
     else return std::nullopt;
     begin = end + 1;
   }
@@ -301,9 +304,12 @@ void validate(const ParallelLayout& l, const ModelConfig& model, int gpus, const
     fail("tp", num(l.tp) + " and num_kv_heads=" + num(model.kv_heads) +
                    " do not divide one another (KV heads are split over tp, or replicated when fewer)");
   }
-  bool any_dense = false;
-  for (int i = 0; i < model.layers; ++i) any_dense = any_dense || !model.is_moe_layer(i);
-  if (any_dense && model.ffn % l.tp != 0) fail("tp", num(l.tp) + " does not divide ffn=" + num(model.ffn));
+  if (model.any_dense_mlp() && model.ffn % l.tp != 0) fail("tp", num(l.tp) + " does not divide ffn=" + num(model.ffn));
+  // Megatron's MambaMixer splits its heads by groups over TP.
+  if (model.mamba && model.mamba->groups % l.tp != 0) {
+    fail("tp", num(l.tp) + " does not divide the Mamba layers' groups=" + num(model.mamba->groups));
+  }
+  if (model.mamba && l.cp > 1) fail("cp", "context parallelism of Mamba layers is not modelled (cp=" + num(l.cp) + ")");
   if (l.expert_tp < 0) fail("expert_tp", num(l.expert_tp) + " must be at least 1 (or 0 for tp)");
   const int etp = l.expert_tensor_parallel();
   if (etp != l.tp && !model.moe) {

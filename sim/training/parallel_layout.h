@@ -64,10 +64,11 @@ enum class CudaGraphs : uint8_t { kNone, kLayers, kFullIteration, kScoped };
 /// (a MoE layer's norm, router and top-k) and `moe_preprocess` (the token permutation). A MoE
 /// layer's experts and their all-to-alls stay eager.
 struct CudaGraphScope {
-  bool attn = false, mlp = false, moe_router = false, moe_preprocess = false;
+  bool attn = false, mlp = false, moe_router = false, moe_preprocess = false, mamba = false;
   bool operator==(const CudaGraphScope&) const = default;
 };
-/// "none", "layers", "full_iteration", or the scope's parts joined by '/' ("attn/moe_router").
+/// "none", "layers", "full_iteration", or the scope's parts joined by '/' ("attn/moe_router";
+/// Megatron's cuda_graph_scope: attn, mlp, moe_router, moe_preprocess, mamba).
 std::string to_string(CudaGraphs g, const CudaGraphScope& scope = {});
 /// Parses those names, a scope's parts separated by '/' or ','; nullopt otherwise.
 std::optional<std::pair<CudaGraphs, CudaGraphScope>> cuda_graphs_from(const std::string& name);

@@ -234,7 +234,7 @@ void read_kernel_choices(const nlohmann::json& l, const std::string& where, Publ
   p.cp_comm = opt_choice(l, "cp_comm", where, "ring", context_parallel_comm_from, "context-parallel communication",
                          "ring, ulysses");
   p.cuda_graphs = opt_choice(l, "cuda_graphs", where, "none", cuda_graphs_from, "CUDA graph scope",
-                             "none, layers, full_iteration, parts of attn/mlp/moe_router/moe_preprocess");
+                             "none, layers, full_iteration, parts of attn/mlp/moe_router/moe_preprocess/mamba");
   for (auto [key, field] : {std::pair{"param_gather_prefetch", &p.param_gather_prefetch},
                             std::pair{"param_gather_per_tensor", &p.param_gather_per_tensor},
                             std::pair{"fp8_param_gather", &p.fp8_param_gather},

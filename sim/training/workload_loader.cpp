@@ -39,7 +39,7 @@ void set_cuda_graphs(ParallelLayout& l, const std::string& s, const std::string&
   const auto g = cuda_graphs_from(s);
   if (!g) {
     throw InputError(file, where, "unknown CUDA graph scope \"" + s +
-                                      "\" (expected none, layers, full_iteration, or parts of attn/mlp/moe_router/moe_preprocess)");
+                                      "\" (expected none, layers, full_iteration, or parts of attn/mlp/moe_router/moe_preprocess/mamba)");
   }
   std::tie(l.cuda_graphs, l.cuda_graph_scope) = *g;
 }

@@ -1,0 +1,177 @@
+// Hybrid models (Megatron's hybrid layer pattern): Nemotron 3 Nano counted as NVIDIA publishes
+// it, the Mamba-2 layer's operators against their closed forms, a pattern of attention and MLP
+// layers simulating as the Transformer it spells, and what is refused.
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "io/input_error.h"
+#include "io/json_reader.h"
+#include "model/layer_operators.h"
+#include "model/model_block.h"
+#include "model/model_loader.h"
+#include "model/parameter_count.h"
+#include "training/iteration.h"
+#include "training_test_support.h"
+
+namespace parallax {
+namespace {
+
+using test::kTp;
+using test::tiny;
+using test::toy_cluster;
+
+ModelConfig nano() { return load_bundled_model(test::source_path("workloads/models"), "nemotron-3-nano"); }
+
+ModelConfig hf(const std::string& text) {
+  return model_from_hf_config(parse_json_text(text, "config.json"), "config.json", "m");
+}
+
+TEST(HybridModels, Nemotron3NanoCountsAsNvidiaPublishesIt) {
+  // 23 Mamba layers: in_proj 2688·(2·4096 + 2·8·128 + 64) = 27,697,152, out_proj 4096·2688 =
+  // 11,010,048, conv taps and biases 6144·5, dt bias, A and D 3·64, gated norm 4096, pre-norm
+  // 2688 → 38,744,896. 6 attention layers: 2688·(32 + 4)·128 + 4096·2688 + 2688 = 23,399,040.
+  // 23 MoE layers: 128 squared-ReLU experts of 2·2688·1856, a shared one of 2·2688·3712, the
+  // router 128·2688 and the norm → 1,297,468,032. Embedding and head 2·131072·2688, final norm.
+  // Total 31,577,937,344; active (6 of 128 experts) 3,580,073,408, 3,227,751,872 without the
+  // input embedding: NVIDIA's "31.6B total, 3.2B active (3.6B including embeddings)".
+  const ModelConfig m = nano();
+  ASSERT_TRUE(m.hybrid());
+  EXPECT_EQ(m.layer_kind(0), LayerKind::kMamba);
+  EXPECT_EQ(m.layer_kind(1), LayerKind::kMoe);
+  EXPECT_EQ(m.layer_kind(5), LayerKind::kAttention);
+  EXPECT_EQ(m.attention_layer_count(), 6);
+  EXPECT_EQ(m.moe_layer_count(), 23);
+  EXPECT_EQ(m.mlp, MlpKind::kPlain);
+  const ParameterCounts p = count_parameters(m);
+  EXPECT_EQ(p.total, 31'577'937'344);
+  EXPECT_EQ(p.active, 3'580'073'408);
+  EXPECT_EQ(p.active_without_embedding(), 3'227'751'872);
+}
+
+TEST(HybridModels, TheLayerListReadsAsThePattern) {
+  // Newer transformers write layers_block_type instead of hybrid_override_pattern.
+  const std::string common = R"("model_type":"nemotron_h","hidden_size":256,"num_hidden_layers":4,
+    "num_attention_heads":4,"num_key_value_heads":2,"head_dim":64,"intermediate_size":512,"vocab_size":1000,
+    "max_position_embeddings":4096,"mamba_num_heads":8,"mamba_head_dim":32,"ssm_state_size":16,"n_groups":2,)";
+  const ModelConfig a = hf("{" + common + R"("hybrid_override_pattern":"M*M-"})");
+  const ModelConfig b = hf("{" + common + R"("layers_block_type":["mamba","attention","mamba","mlp"]})");
+  EXPECT_EQ(a.hybrid_pattern, "M*M-");
+  EXPECT_EQ(b.hybrid_pattern, "M*M-");
+  EXPECT_EQ(count_parameters(a).total, count_parameters(b).total);
+  // The model block carries the pattern and the mixer.
+  const nlohmann::json doc = {{"model", model_block(a)}};
+  JsonReader root(doc, "w.json");
+  const ModelConfig back = read_model(root.at("model"), "");
+  EXPECT_EQ(back.hybrid_pattern, "M*M-");
+  EXPECT_EQ(count_parameters(back).total, count_parameters(a).total);
+}
+
+TEST(HybridModels, WhatIsNotModelledIsRefusedWithItsKey) {
+  const std::string common = R"("model_type":"nemotron_h","hidden_size":256,"num_hidden_layers":2,
+    "num_attention_heads":4,"num_key_value_heads":2,"head_dim":64,"vocab_size":1000,"max_position_embeddings":4096,
+    "mamba_num_heads":8,"mamba_head_dim":32,"ssm_state_size":16,"n_routed_experts":8,"num_experts_per_tok":2,
+    "moe_intermediate_size":128,)";
+  auto reason = [&](const std::string& extra) {
+    try {
+      hf("{" + common + extra + "}");
+    } catch (const InputError& e) {
+      return e.pointer() + ": " + e.reason();
+    }
+    return std::string("no error");
+  };
+  EXPECT_EQ(reason(R"("hybrid_override_pattern":"ME","moe_latent_size":64)"),
+            "/moe_latent_size: a latent MoE (Nemotron 3 Super's) is not modelled");
+  EXPECT_EQ(reason(R"("hybrid_override_pattern":"MEM")"), ": hybrid_pattern has 3 layers, not layers=2");
+  EXPECT_EQ(reason(R"("hybrid_override_pattern":"MX")"),
+            ": hybrid_pattern: 'X' at layer 1 is not M (Mamba), * (attention), - (MLP) or E (MoE)");
+  EXPECT_EQ(reason(R"("hybrid_override_pattern":"ME","mlp_hidden_act":"silu")"),
+            "/mlp_hidden_act: \"silu\" is not modelled (expected relu2)");
+}
+
+// One Mamba layer of h 256, 8 heads of 32 (d_in 256), state 16, 2 groups, kernel 4, chunks of
+// 64, on 2 sequences of 128 tokens (T = 256), TP 2.
+TEST(HybridModels, AMambaLayersOperatorsAreTheirClosedForms) {
+  ModelConfig m = tiny(1);
+  m.hybrid_pattern = "M";
+  m.mamba = MambaConfig{8, 32, 16, 2, 4, 64};
+  MicroBatch batch;
+  batch.sequences = 2;
+  batch.sequence_length = 128;
+  ShardingFactors sh;
+  sh.tp = 2;
+  const std::vector<ModelOperator> ops = layer_operators(m, 0, batch, sh);
+  auto op = [&](const std::string& name) {
+    for (const ModelOperator& o : ops) {
+      if (o.name == name) return o;
+    }
+    ADD_FAILURE() << "no " << name;
+    return ModelOperator{};
+  };
+  const double t = 256;
+  // in_proj: h → (2·256 + 2·2·16 + 8)/2 = 292 per rank; out_proj: 128 → 256.
+  EXPECT_DOUBLE_EQ(op("mamba_in_proj").forward.flops.value(), 2 * t * 256 * 292);
+  EXPECT_DOUBLE_EQ(op("mamba_out_proj").forward.flops.value(), 2 * t * 128 * 256);
+  // The scan on 4 local heads of 32 in 1 local group: 2·64·16·1 + 4·(2·64·32 + 4·16·32) a token.
+  const double scan = 2 * 64 * 16 * 1 + 4 * (2 * 64 * 32 + 4 * 16 * 32);
+  EXPECT_DOUBLE_EQ(op("mamba_ssd_scan").forward.flops.value(), t * scan);
+  EXPECT_DOUBLE_EQ(op("mamba_ssd_scan").backward.flops.value(), 2 * t * scan);
+  // Its bytes: x, B, C and dt read and y written in 16 bits, the 4 chunks' fp32 states written
+  // and read: (4·32 + 2·16 + 4 + 4·32)·2 bytes a token + 2·4·4·16·32·4.
+  EXPECT_DOUBLE_EQ(op("mamba_ssd_scan").forward.bytes_read_written.value(),
+                   t * (4 * 32 + 2 * 16 + 4 + 4 * 32) * 2 + 2.0 * 4 * 4 * 16 * 32 * 4);
+  // The model FLOPs: 6N (no attention layer) plus three scans of all 8 heads and 2 groups.
+  const double full_scan = 2 * 64 * 16 * 2 + 8 * (2 * 64 * 32 + 4 * 16 * 32);
+  const double n = static_cast<double>(count_parameters(m).matmul_active);
+  EXPECT_DOUBLE_EQ(model_flops_per_token(m, 128).value(), 6 * n + 3 * full_scan);
+}
+
+// A pattern of attention and MLP layers is the Transformer it spells: "*-*-" has the operators,
+// parameters, model FLOPs, TP collectives and memory (its buckets aside) of two Transformer
+// layers, and runs in their time.
+TEST(HybridModels, AttentionAndMlpLayersSimulateAsTheTransformerTheySpell) {
+  const ModelConfig transformer = tiny(2);
+  ModelConfig hybrid = tiny(4);
+  hybrid.hybrid_pattern = "*-*-";
+  EXPECT_EQ(count_parameters(hybrid).total, count_parameters(transformer).total);
+  EXPECT_DOUBLE_EQ(model_flops_per_token(hybrid, 512).value(), model_flops_per_token(transformer, 512).value());
+  ParallelLayout l;
+  l.tp = 2;
+  l.dp = 2;
+  l.micro_batch = 1;
+  l.global_batch = 4;
+  l.sequence_length = 512;
+  l.sequence_parallel = true;
+  const Topology topo = toy_cluster(4);
+  const IterationResult a = simulate_iteration(transformer, l, topo);
+  const IterationResult b = simulate_iteration(hybrid, l, topo);
+  const CommunicationVolume& tp_a = a.stages[0].communication[kTp];
+  const CommunicationVolume& tp_b = b.stages[0].communication[kTp];
+  EXPECT_EQ(tp_a.collectives, tp_b.collectives);
+  EXPECT_DOUBLE_EQ(tp_a.sent.value(), tp_b.sent.value());
+  // Memory alike but for the communication buffers, which a per-layer bucket sizes.
+  const MemoryBreakdown& ma = a.stages[0].memory;
+  const MemoryBreakdown& mb = b.stages[0].memory;
+  EXPECT_EQ(ma.parameters, mb.parameters);
+  EXPECT_EQ(ma.gradients, mb.gradients);
+  EXPECT_EQ(ma.optimizer_states, mb.optimizer_states);
+  EXPECT_EQ(ma.activations, mb.activations);
+  EXPECT_NEAR(b.iteration_time.seconds(), a.iteration_time.seconds(), 0.01 * a.iteration_time.seconds());
+}
+
+TEST(HybridModels, MambaLayersRefuseContextParallelismAndUnevenGroups) {
+  ModelConfig m = tiny(2);
+  m.hybrid_pattern = "M-";
+  m.mamba = MambaConfig{8, 32, 16, 2, 4, 64};
+  MicroBatch batch;
+  batch.sequence_length = 128;
+  ShardingFactors sh;
+  sh.tp = 4;
+  EXPECT_EQ(sharding_problem(m, batch, sh), "tp=4 does not divide mamba.groups=2");
+  sh.tp = 2;
+  sh.cp = 2;
+  EXPECT_EQ(sharding_problem(m, batch, sh), "context parallelism of Mamba layers is not modelled (cp=2)");
+}
+
+}  // namespace
+}  // namespace parallax
