@@ -93,6 +93,56 @@ TEST(IterationExpertParallel, DispatchSendsTokensTimesTopKTimesHidden) {
   ParallelLayout full = moe_layout(4, 2);
   full.recompute = Recomputation::kFull;
   EXPECT_EQ(simulate_iteration(model, full, topo).stages[0].communication[kEp].collectives, 48);
+  // So does Megatron's "moe" module recomputation (the MoE block alone), with TP (2, SP) the
+  // block's own all-gather and reduce-scatter again too: one more pair per layer.
+  ParallelLayout moe_module = moe_layout(4, 2);
+  moe_module.recompute_modules.moe = true;
+  EXPECT_EQ(simulate_iteration(model, moe_module, topo).stages[0].communication[kEp].collectives, 48);
+  ParallelLayout with_tp = moe_layout(2, 2);
+  with_tp.tp = 2;
+  with_tp.sequence_parallel = true;
+  const int plain_tp = simulate_iteration(model, with_tp, topo).stages[0].communication[kTp].collectives;
+  with_tp.recompute_modules.moe = true;
+  EXPECT_EQ(simulate_iteration(model, with_tp, topo).stages[0].communication[kTp].collectives, plain_tp + 8 * 2);
+}
+
+// Megatron's "moe" recompute module keeps only the MoE block's input and runs every operator of
+// the block again in the backward; "layernorm" re-runs the two pre-block norms.
+TEST(RecomputeModules, TheMoeBlockKeepsOnlyItsInputAndTheNormsRunAgain) {
+  const ModelConfig model = tiny_moe();
+  MicroBatch batch;
+  batch.sequence_length = 512;
+  batch.recompute.moe = true;
+  batch.recompute.layernorm = true;
+  const std::vector<ModelOperator> ops = layer_operators(model, 0, batch, ShardingFactors{});
+  Bytes moe_kept;
+  bool in_moe = false;
+  for (const ModelOperator& op : ops) {
+    in_moe = in_moe || op.name == "router";
+    if (op.name == "mlp_residual") in_moe = false;
+    if (in_moe) {
+      EXPECT_TRUE(op.recomputed) << op.name;
+      moe_kept += op.saved;
+    }
+    if (op.name == "attention_norm" || op.name == "mlp_norm") {
+      EXPECT_TRUE(op.recomputed) << op.name;
+    }
+    if (op.name == "qkv_proj") {
+      EXPECT_FALSE(op.recomputed);
+    }
+  }
+  EXPECT_DOUBLE_EQ(moe_kept.value(), 512.0 * 256 * 2);  // T·h in 16 bits
+  // "core_attn" is the layout's selective recomputation of the attention core, unless the
+  // layout recomputes whole layers.
+  RecomputeModules core;
+  core.core_attn = true;
+  ParallelLayout l;
+  l.adopt_recompute_modules(core);
+  EXPECT_EQ(l.recompute, Recomputation::kSelective);
+  l.recompute = Recomputation::kFull;
+  l.adopt_recompute_modules(core);
+  EXPECT_EQ(l.recompute, Recomputation::kFull);
+  EXPECT_EQ(to_string(*add_recompute_module(core, "moe")), "moe+core_attn");
 }
 
 // Megatron's --moe-shared-expert-overlap: the shared experts run on their own stream beside the

@@ -195,6 +195,17 @@ class OperatorList {
   void recompute_from(size_t first) {
     for (size_t i = first; i < ops_.size(); ++i) ops_[i].recomputed = true;
   }
+  // The operators from `first` on are a module checkpointed whole: recomputed, and keeping only
+  // the module's input, `input_elements` in 16 bits.
+  void checkpoint_module(size_t first, double input_elements) {
+    recompute_from(first);
+    for (size_t i = first; i < ops_.size(); ++i) ops_[i].saved = ops_[i].saved_scores = Bytes();
+    ops_[first].saved = Bytes(input_elements * kActivationBytes);
+  }
+  // A pre-block norm just added, with `layernorm` recomputation: it runs again in the backward.
+  void recompute_norm(bool layernorm) {
+    if (layernorm) ops_.back().recomputed = true;
+  }
   size_t size() const { return ops_.size(); }
 
   // The unfused core of the header: scores, softmax and context, every score materialised.
@@ -359,6 +370,7 @@ void add_attention(OperatorList& ops, const ModelConfig& m, AttentionKernel atte
                    const RecomputeModules& recompute) {
   const double e = ops.element_bytes();
   ops.norm("attention_norm", m, z.sp_tokens, z.hidden);
+  ops.recompute_norm(recompute.layernorm);
   const double rotary = static_cast<double>(m.rotary_dim());
   if (m.mla) {
     const MlaConfig& a = *m.mla;
@@ -456,6 +468,7 @@ void add_moe(OperatorList& ops, const ModelConfig& m, const ShardingFactors& sh,
   const double e = ops.element_bytes();
   const double experts = moe.experts;
   const double top_k = moe.top_k;
+  const size_t first = ops.size();
   ops.gemm("router", z.sp_tokens, experts, z.hidden);
   ops.keep(z.sp_tokens * z.hidden);  // the norm's output, which the shared experts read too
   // Scores read in fp32; the chosen expert ids and weights written (4 bytes each).
@@ -477,10 +490,11 @@ void add_moe(OperatorList& ops, const ModelConfig& m, const ShardingFactors& sh,
   ops.keep(slots * z.hidden);  // the experts' outputs, for the gradient of the routing weights
   if (moe.shared_experts > 0) {
     const double f_shared = static_cast<double>(moe.shared_experts * moe.shared_expert_ffn) / sh.tp;
-    const size_t first = ops.size();
+    const size_t shared = ops.size();
     ops.mlp("shared_expert_", m, z.tokens, f_shared, z.hidden, 0.0, 1, false, false, z.sp_tokens / z.tokens);
-    ops.mark_shared_expert(first);
+    ops.mark_shared_expert(shared);
   }
+  if (recompute.moe) ops.checkpoint_module(first, z.sp_tokens * z.hidden);
 }
 
 }  // namespace
@@ -492,6 +506,12 @@ std::optional<RecomputeModules> add_recompute_module(RecomputeModules modules, c
     modules.moe_act = true;
   } else if (name == "mlp") {
     modules.mlp = true;
+  } else if (name == "moe") {
+    modules.moe = true;
+  } else if (name == "layernorm") {
+    modules.layernorm = true;
+  } else if (name == "core_attn") {
+    modules.core_attn = true;
   } else {
     return std::nullopt;
   }
@@ -501,7 +521,8 @@ std::optional<RecomputeModules> add_recompute_module(RecomputeModules modules, c
 std::vector<std::string> module_names(const RecomputeModules& modules) {
   std::vector<std::string> names;
   for (auto [on, name] : {std::pair{modules.mla_up_proj, "mla_up_proj"}, std::pair{modules.moe_act, "moe_act"},
-                          std::pair{modules.mlp, "mlp"}}) {
+                          std::pair{modules.mlp, "mlp"}, std::pair{modules.moe, "moe"},
+                          std::pair{modules.layernorm, "layernorm"}, std::pair{modules.core_attn, "core_attn"}}) {
     if (on) names.emplace_back(name);
   }
   return names;
@@ -606,7 +627,10 @@ std::vector<ModelOperator> layer_ops(const ModelConfig& m, int layer, const Loca
   if (kind == LayerKind::kAttention) return ops.take();
   // A parallel block's MLP reads the attention's normalised input, which that keeps already.
   const bool own_norm = !m.parallel_block || kind != LayerKind::kTransformer;
-  if (own_norm) ops.norm("mlp_norm", m, z.sp_tokens, z.hidden);
+  if (own_norm) {
+    ops.norm("mlp_norm", m, z.sp_tokens, z.hidden);
+    ops.recompute_norm(recompute.layernorm);
+  }
   if (m.is_moe_layer(layer)) {
     add_moe(ops, m, sh, z, recompute, r.expert_gemms);
   } else {

@@ -117,10 +117,20 @@ struct RecomputeModules {
   bool mla_up_proj = false;  ///< MLA's up-projections and rotary: Q, K, V not kept, the latents are
   bool moe_act = false;      ///< the routed experts' activation: its output, the down projection's input, not kept
   bool mlp = false;          ///< a dense layer's MLP: only its input kept
-  bool any() const { return mla_up_proj || moe_act || mlp; }
+  /// A MoE layer's whole MoE block (router, dispatch, experts, combine, shared experts): only its
+  /// input kept; its forward, all-to-alls included, runs again in the backward.
+  bool moe = false;
+  /// The layers' pre-attention and pre-MLP norms: their outputs are not kept (the GEMMs after
+  /// them keep their own copies under fp8); they run again in the backward.
+  bool layernorm = false;
+  /// The attention core: the training layout's selective recomputation (Recomputation::kSelective),
+  /// named as Megatron names it; ParallelLayout::adopt_recompute_modules turns it on.
+  bool core_attn = false;
+  bool any() const { return mla_up_proj || moe_act || mlp || moe || layernorm || core_attn; }
   bool operator==(const RecomputeModules&) const = default;
 };
-/// Parses Megatron's module names "mla_up_proj", "moe_act", "mlp"; nullopt for another.
+/// Parses Megatron's module names "mla_up_proj", "moe_act", "mlp", "moe", "layernorm",
+/// "core_attn"; nullopt for another.
 std::optional<RecomputeModules> add_recompute_module(RecomputeModules modules, const std::string& name);
 /// Megatron's names of the modules set, in the order above.
 std::vector<std::string> module_names(const RecomputeModules& modules);

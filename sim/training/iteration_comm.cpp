@@ -207,7 +207,7 @@ CommunicationPlan::CommunicationPlan(const ModelConfig& model, const ParallelLay
       timer_(simulators, options), dp_group_(tp_forward.size()), expert_dp_group_(tp_forward.size()),
       dp_slowdown_(tp_forward.size(), 1.0), expert_dp_slowdown_(tp_forward.size(), 1.0) {
   for (auto* per_stage : {&block_tp_forward, &block_tp_recomputed_backward, &moe_block_tp_forward,
-                          &moe_block_tp_recomputed_backward}) {
+                          &moe_block_tp_recomputed_backward, &moe_module_recomputed_backward}) {
     per_stage->resize(tp_forward.size());
   }
   // At the rate the collectives' own times assume (their links' NCCL figure, not line rate), so
@@ -425,6 +425,8 @@ CommunicationPlan::CommunicationPlan(const ModelConfig& model, const ParallelLay
     }
     moe_block_tp_recomputed_backward[static_cast<size_t>(s)] = twice(moe_block_tp_forward[static_cast<size_t>(s)]);
     moe_tp_backward[static_cast<size_t>(s)] = moe_tp_forward[static_cast<size_t>(s)];
+    moe_module_recomputed_backward[static_cast<size_t>(s)] =
+        plus(moe_block_tp_forward[static_cast<size_t>(s)], moe_tp_backward[static_cast<size_t>(s)]);
     moe_tp_recomputed_backward[static_cast<size_t>(s)] = twice(moe_tp_forward[static_cast<size_t>(s)]);
     if (p > 1) {
       // Every rank of the stage sends to its peer of the next (previous) stage at once.
@@ -457,16 +459,21 @@ CommunicationPlan::CommunicationPlan(const ModelConfig& model, const ParallelLay
   }
 }
 
-const CommTask& CommunicationPlan::layer_tp(int s, const Unit& u, bool forward, bool recomputed,
-                                            bool op_checkpointed) const {
+const CommTask& CommunicationPlan::layer_tp(int s, const Unit& u, bool forward, bool recomputed, bool op_checkpointed,
+                                            bool moe_recomputed) const {
   const size_t i = static_cast<size_t>(s);
+  // A layer's backward runs the same collectives as its forward (their transposes).
   switch (u.kind) {
     case LayerKind::kTransformer: break;
-    case LayerKind::kMoe: return recomputed ? moe_block_tp_recomputed_backward[i] : moe_block_tp_forward[i];
+    case LayerKind::kMoe: return moe_recomputed ? moe_block_tp_recomputed_backward[i] : moe_block_tp_forward[i];
     default: return recomputed ? block_tp_recomputed_backward[i] : block_tp_forward[i];
   }
-  // A layer's backward runs the same collectives as its forward (their transposes).
-  if (u.moe_layer) return forward ? moe_tp_forward[i] : recomputed ? moe_tp_recomputed_backward[i] : moe_tp_backward[i];
+  if (u.moe_layer) {
+    return forward          ? moe_tp_forward[i]
+           : recomputed     ? moe_tp_recomputed_backward[i]
+           : moe_recomputed ? moe_module_recomputed_backward[i]
+                            : moe_tp_backward[i];
+  }
   return forward           ? tp_forward[i]
          : recomputed      ? tp_recomputed_backward[i]
          : op_checkpointed ? tp_op_checkpointed_backward[i]
@@ -488,7 +495,7 @@ std::vector<double> CommunicationPlan::timing_signature() const {
         &output_tp_forward, &output_tp_backward, &pp_send_forward, &pp_send_backward, &ep_forward, &ep_backward,
         &tp_recomputed_backward, &moe_tp_recomputed_backward, &ep_recomputed_backward, &tp_op_checkpointed_backward, &cp_ring_step,
         &cp_scatter_heads, &cp_gather_heads, &block_tp_forward, &block_tp_recomputed_backward, &moe_block_tp_forward,
-        &moe_block_tp_recomputed_backward}) {
+        &moe_block_tp_recomputed_backward, &moe_module_recomputed_backward}) {
     for (const CommTask& c : *per_stage) add_task(c);
   }
   for (const auto& kinds : slowdown_of) out.insert(out.end(), kinds.begin(), kinds.end());

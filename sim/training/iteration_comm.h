@@ -115,10 +115,12 @@ class CommunicationPlan {
       output_tp_backward, pp_send_forward, pp_send_backward, ep_forward, ep_backward, tp_recomputed_backward,
       moe_tp_recomputed_backward, ep_recomputed_backward, tp_op_checkpointed_backward, cp_ring_step, cp_scatter_heads,
       cp_gather_heads, block_tp_forward, block_tp_recomputed_backward, moe_block_tp_forward,
-      moe_block_tp_recomputed_backward;
+      moe_block_tp_recomputed_backward, moe_module_recomputed_backward;
   /// The TP collectives of unit `u`'s pass on stage s: forward, a fully recomputed layer's
-  /// backward, an op-checkpointed layer's backward, or the plain backward.
-  const CommTask& layer_tp(int s, const Unit& u, bool forward, bool recomputed, bool op_checkpointed) const;
+  /// backward, an op-checkpointed layer's backward, a backward whose MoE block is recomputed
+  /// (`moe_recomputed`: its block's collectives again first), or the plain backward.
+  const CommTask& layer_tp(int s, const Unit& u, bool forward, bool recomputed, bool op_checkpointed,
+                           bool moe_recomputed) const;
   /// The largest sibling slowdown applied per stage and kind, for the report.
   std::vector<std::array<double, kWorkKinds>> slowdown_of;
 

@@ -341,9 +341,10 @@ WorkIdList IterationGraphBuilder::add_layer_communication(int s, const Unit& u, 
                                                           WorkIdList prev, Time shared_expert, bool overlapped) {
   const size_t i = static_cast<size_t>(s);
   const bool recomputed = !forward && u.recomputed;
-  const CommTask& ep = forward      ? comm_.ep_forward[i]
-                       : recomputed ? comm_.ep_recomputed_backward[i]
-                                    : comm_.ep_backward[i];
+  const bool moe_recomputed = !forward && (u.recomputed || u.moe_recomputed);
+  const CommTask& ep = forward          ? comm_.ep_forward[i]
+                       : moe_recomputed ? comm_.ep_recomputed_backward[i]
+                                        : comm_.ep_backward[i];
   if (u.moe_layer && layout_.ep > 1 && overlapped) {
     // On the EP stream: the other pass's kernels, next on the compute stream, run beside them.
     prev = {add_comm(s, streams_[i].ep, ep, WorkKind::kEpComm, prev)};
@@ -368,7 +369,7 @@ WorkIdList IterationGraphBuilder::add_layer_communication(int s, const Unit& u, 
     if (tp.collectives > 0) prev = {add_blocking_comm(s, tp, WorkKind::kTpComm)};
   }
   const bool op_checkpointed = !forward && layout_.recompute == Recomputation::kSelectiveOp;
-  const CommTask& tp = comm_.layer_tp(s, u, forward, recomputed, op_checkpointed);
+  const CommTask& tp = comm_.layer_tp(s, u, forward, recomputed, op_checkpointed, moe_recomputed);
   if (u.transformer_layer && tp.collectives > 0) {
     if (!layout_.tp_comm_overlap) return {add_blocking_comm(s, tp, WorkKind::kTpComm)};
     // TransformerEngine's overlap: each all-gather / reduce-scatter is cut into t chunks

@@ -328,6 +328,8 @@ Unit layer_unit(const ModelConfig& model, const ParallelLayout& layout, LayerSum
     u.recomputed_working_set = std::max(Bytes(), sums.saved + sums.saved_scores - u.activations);
   }
   u.recomputed = recomputed;
+  // Under full recomputation the modules give way (micro_batch_of).
+  u.moe_recomputed = moe && layout.recompute != Recomputation::kFull && layout.recompute_modules.moe;
   u.moe_layer = moe;
   u.kind = model.layer_kind(l);
   u.layer = l;

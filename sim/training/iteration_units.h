@@ -80,6 +80,7 @@ struct Unit {
   int layer = -1;             // its transformer layer's index in the model, −1 for the ends
   bool offloaded = false;     // its activations go to host memory (ParallelLayout::cpu_offloading_layers)
   bool recomputed = false;    // fully recomputed: its backward re-runs its forward, communication included
+  bool moe_recomputed = false;  // its MoE block recomputed (RecomputeModules::moe), all-to-alls and TP collectives included
   bool embedding = false;     // the input side of the first virtual stage
   bool output_layer = false;  // the output side of the last one (when timed)
   bool output_side = false;   // the output side, timed or not

@@ -126,8 +126,14 @@ struct ParallelLayout {
   }
   AttentionKernel attention = AttentionKernel::kFlash;  ///< how the attention core runs
   /// Megatron's recompute_modules beside the attention core's selective recomputation: MLA's
-  /// up-projections, the experts' activation, dense MLPs (layer_operators.h).
+  /// up-projections, the experts' activation, dense MLPs, MoE blocks, norms (layer_operators.h).
   RecomputeModules recompute_modules{};
+  /// Takes Megatron's module list; its "core_attn" is the attention core's selective
+  /// recomputation, which it turns on unless the layout recomputes more.
+  void adopt_recompute_modules(const RecomputeModules& modules) {
+    recompute_modules = modules;
+    if (modules.core_attn && recompute == Recomputation::kNone) recompute = Recomputation::kSelective;
+  }
   /// Megatron's --use-precision-aware-optimizer: Transformer Engine's FusedAdam holds the Adam
   /// state, the moments in `exp_avg_bytes` / `exp_avg_sq_bytes` per element (its exp_avg_dtype,
   /// exp_avg_sq_dtype), and the fp32 master weight, where FusedAdam owns it, as the 16 bits

@@ -274,7 +274,7 @@ void read_stage_lists(const nlohmann::json& l, const std::string& where, Publish
       auto added = name.is_string() ? add_recompute_module(p.recompute_modules, name.get<std::string>()) : std::nullopt;
       if (!added) {
         throw RowError(where + "/recompute_modules/" + std::to_string(i),
-                       "expected mla_up_proj, moe_act or mlp, found " + name.dump());
+                       "expected mla_up_proj, moe_act, mlp, moe, layernorm or core_attn, found " + name.dump());
       }
       p.recompute_modules = *added;
     }
@@ -376,7 +376,7 @@ ParallelLayout parallel_layout_of(const PublishedRun& run) {
   l.exp_avg_bytes = run.layout.exp_avg_bytes;
   l.exp_avg_sq_bytes = run.layout.exp_avg_sq_bytes;
   l.stage_layers = run.layout.stage_layers;
-  l.recompute_modules = run.layout.recompute_modules;
+  l.adopt_recompute_modules(run.layout.recompute_modules);
   l.account_for_embedding = run.layout.account_for_embedding;
   l.account_for_loss = run.layout.account_for_loss;
   return l;

@@ -239,11 +239,13 @@ void read_parallel(JsonReader p, const std::string& path, ParallelLayout& l, boo
     }
   }
   if (auto v = p.find("recompute_modules")) {
+    RecomputeModules modules;
     for (auto& e : v->elements()) {
-      auto modules = add_recompute_module(l.recompute_modules, e.as_string());
-      if (!modules) e.fail("unknown module (expected mla_up_proj, moe_act or mlp)");
-      l.recompute_modules = *modules;
+      auto added = add_recompute_module(modules, e.as_string());
+      if (!added) e.fail("unknown module (expected mla_up_proj, moe_act, mlp, moe, layernorm or core_attn)");
+      modules = *added;
     }
+    l.adopt_recompute_modules(modules);
   }
   // Megatron's names for its uneven splits.
   int_field("decoder_first_pipeline_num_layers", l.first_stage_layers);
