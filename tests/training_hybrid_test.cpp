@@ -115,11 +115,15 @@ TEST(HybridModels, AMambaLayersOperatorsAreTheirClosedForms) {
   // The scan on 4 local heads of 32 in 1 local group: 2·64·16·1 + 4·(2·64·32 + 4·16·32) a token.
   const double scan = 2 * 64 * 16 * 1 + 4 * (2 * 64 * 32 + 4 * 16 * 32);
   EXPECT_DOUBLE_EQ(op("mamba_ssd_scan").forward.flops.value(), t * scan);
-  EXPECT_DOUBLE_EQ(op("mamba_ssd_scan").backward.flops.value(), 2 * t * scan);
-  // Its bytes: x, B, C and dt read and y written in 16 bits, the 4 chunks' fp32 states written
-  // and read: (4·32 + 2·16 + 4 + 4·32)·2 bytes a token + 2·4·4·16·32·4.
+  const double scan_backward = 6 * 64 * 16 * 1 + 4 * (6 * 64 * 32 + 10 * 16 * 32);
+  EXPECT_DOUBLE_EQ(op("mamba_ssd_scan").backward.flops.value(), t * scan_backward);
+  // Its bytes a token as mamba_ssm's kernels move them (HP = 128, GN = 16, Gq = 64, the fp32
+  // state elements a token S = 4·32·16/64 = 32, H = 4, e = 2): forward 3e·HP + 4e·GN + 8·Gq +
+  // 16·S + (e + 24)·H, backward 11e·HP + 15e·GN + 24·Gq + (44 + 4e)·S + 56·H.
   EXPECT_DOUBLE_EQ(op("mamba_ssd_scan").forward.bytes_read_written.value(),
-                   t * (4 * 32 + 2 * 16 + 4 + 4 * 32) * 2 + 2.0 * 4 * 4 * 16 * 32 * 4);
+                   t * (6 * 128 + 8 * 16 + 8 * 64 + 16 * 32 + 26 * 4));
+  EXPECT_DOUBLE_EQ(op("mamba_ssd_scan").backward.bytes_read_written.value(),
+                   t * (22 * 128 + 30 * 16 + 24 * 64 + 52 * 32 + 56 * 4));
   // The model FLOPs: 6N (no attention layer) plus three scans of all 8 heads and 2 groups.
   const double full_scan = 2 * 64 * 16 * 2 + 8 * (2 * 64 * 32 + 4 * 16 * 32);
   const double n = static_cast<double>(count_parameters(m).matmul_active);

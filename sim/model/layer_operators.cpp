@@ -19,7 +19,7 @@ constexpr double kRotaryFlops = 3;     // two multiplies and an add per rotated 
 constexpr double kSoftmaxFlops = 5;    // max, subtract, exp, sum, divide
 constexpr double kSiluFlops = 4;       // sigmoid (~3), x·σ
 constexpr int kSsdForwardKernels = 5;  // chunk cumsum, chunk states, state passing, C·Bᵀ, chunk scan
-constexpr int kSsdBackwardKernels = 9;
+constexpr int kSsdBackwardKernels = 14;
 constexpr double kFp32Bytes = 4;
 constexpr double kActivationBytes = 2;  // saved activations are kept in 16 bits
 constexpr double kMaskBytes = 1;        // a dropout mask, one byte per element
@@ -111,26 +111,35 @@ class OperatorList {
     if (dropout) keep(tokens * width, kMaskBytes);
   }
 
-  // Mamba-2's chunked scan (the SSD algorithm, Dao & Gu 2024) over `tokens` tokens of `heads`
-  // local heads in `groups` local groups, in chunks of q: per chunk and group C·Bᵀ (q×q×N),
-  // per head the masked scores times x (q×q×P), the chunk's state Bᵀ·x (N×P) and the output
-  // from the states C·h (N×P): 2qN·G + H·(2qP + 4NP) FLOPs a token, on the tensor cores in
-  // 16 bits, at the efficiency of a batch of q×P×N products. It reads x, B, C and dt, writes y,
-  // and writes then reads the fp32 states of every chunk. Its backward: twice the forward.
+  // Mamba-2's chunked scan (the SSD algorithm, Dao & Gu 2024) over `tokens` tokens of H local
+  // heads of P in G local groups, state N, chunks of q, as mamba_ssm's Triton kernels run it
+  // (ssd_combined.py: five kernels forward, fourteen backward, each reading its operands from
+  // HBM and writing its result there). FLOPs a token: forward, per chunk and group C·Bᵀ
+  // (q×q×N), per head the masked scores times x (q×q×P), the chunk's state Bᵀ·x and the output
+  // from the states C·h (N×P each): 2qN·G + H·(2qP + 4NP); backward, the states and C·Bᵀ again
+  // and the gradients of x, B, C, the states and C·Bᵀ: 6qN·G + H·(6qP + 10NP). On the tensor
+  // cores in 16 bits, at the efficiency of a batch of q×P×N products; in practice bound by the
+  // bytes. Bytes a token, e the element size and S = H·P·N/q the fp32 state elements a token:
+  //   forward  3e·HP (x read twice, y written) + 4e·GN (B and C read twice each)
+  //            + 8·Gq (C·Bᵀ written and read in fp32) + 16·S (the chunk states written, read and
+  //            written by the state passing, read by the scan) + (e + 24)·H (dt and its sums)
+  //   backward 11e·HP + 15e·GN + 24·Gq + (44 + 4e)·S + 56·H: the forward's states and C·Bᵀ
+  //            recomputed, then dstates, the state passing's backward, dx, dB, dC (with the
+  //            states cast to 16 bits), d(C·Bᵀ), its two products back to dB and dC, d(dA).
   void ssd_scan(const MambaConfig& a, double tokens, double heads, double groups) {
     const double q = static_cast<double>(a.chunk), n = static_cast<double>(a.state), p = static_cast<double>(a.head_dim);
+    const double hp = heads * p, gn = groups * n, gq = groups * q, states = heads * p * n / q, e = element_;
     const double chunks = std::ceil(tokens / q);
     OperatorCost forward = gemm_cost(GemmShape{q, p, n, chunks * heads}, activation_);
     forward.flops = Flops(tokens * (2.0 * q * n * groups + heads * (2.0 * q * p + 4.0 * n * p)));
-    const double read = tokens * (heads * p + 2.0 * groups * n + heads) * element_;
-    const double written = tokens * heads * p * element_;
-    const double states = 2.0 * chunks * heads * n * p * kFp32Bytes;
-    forward.bytes_read_written = Bytes(read + written + states);
+    forward.bytes_read_written =
+        Bytes(tokens * (3 * e * hp + 4 * e * gn + 8 * gq + 16 * states + (e + 24) * heads));
     forward.kernels = kSsdForwardKernels;
     OperatorCost backward = forward;
     backward.backward_pass = true;
-    backward.flops = forward.flops * 2.0;
-    backward.bytes_read_written = forward.bytes_read_written * 2.0;
+    backward.flops = Flops(tokens * (6.0 * q * n * groups + heads * (6.0 * q * p + 10.0 * n * p)));
+    backward.bytes_read_written =
+        Bytes(tokens * (11 * e * hp + 15 * e * gn + 24 * gq + (44 + 4 * e) * states + 56 * heads));
     backward.kernels = kSsdBackwardKernels;
     ops_.push_back({"mamba_ssd_scan", forward, backward, false, Bytes(), Bytes()});
   }
@@ -436,9 +445,10 @@ void add_attention(OperatorList& ops, const ModelConfig& m, AttentionKernel atte
   if (!m.parallel_block) ops.residual("attention_residual", z.sp_tokens, z.hidden, m.hidden_dropout > 0);
 }
 
-// Megatron-Core's MambaMixer over TP t, which splits its heads, groups and inner width t ways:
-// the input projection column-parallel (on the gathered sequence under SP), the causal
-// depthwise convolution with its SiLU over x, B and C, the chunked scan, the gated RMSNorm
+// Megatron-Core's MambaMixer over TP t, which splits its heads, groups and inner width t ways,
+// in training through mamba_ssm's mamba_split_conv1d_scan_combined: the input projection
+// column-parallel (on the gathered sequence under SP), the causal depthwise convolution with its
+// SiLU over x, B and C, the chunked scan, the gated RMSNorm
 // (norm(y)·SiLU(z)), the output projection row-parallel. Kept for the backward: the projections'
 // inputs, the input projection's output (the fused scan's backward recomputes the convolution
 // from it) and y.
@@ -453,7 +463,9 @@ void add_mamba(OperatorList& ops, const ModelConfig& m, const ShardingFactors& s
   ops.gemm("mamba_in_proj", z.tokens, width, z.hidden, 1, {z.sp_tokens / z.tokens, 1});
   ops.keep_gemm_input(z.sp_tokens * z.hidden);
   ops.keep(z.tokens * width);
-  ops.memory("mamba_conv1d", 2.0 * z.tokens * channels * e, (2.0 * a.conv_kernel + kSiluFlops) * z.tokens * channels);
+  // mamba_ssm's fused training path (mamba_split_conv1d_scan_combined) runs the convolution
+  // again in the backward before its gradient: three times the forward's traffic.
+  ops.memory("mamba_conv1d", 2.0 * z.tokens * channels * e, (2.0 * a.conv_kernel + kSiluFlops) * z.tokens * channels, 3.0);
   ops.ssd_scan(a, z.tokens, a.heads / t, a.groups / t);
   ops.keep(z.tokens * inner);
   ops.memory("mamba_gated_norm", 3.0 * z.tokens * inner * e, (kRmsNormFlops + kSiluFlops + 1) * z.tokens * inner);

@@ -82,7 +82,8 @@
 // heads, groups and inner width d_in split by TP):
 //   mamba_in_proj      m=T, k=h, n=(2·d_in + 2·G·N + H_m)/t
 //   mamba_conv1d       causal depthwise convolution + SiLU over (d_in + 2·G·N)/t channels
-//   mamba_ssd_scan     the chunked scan, chunks of q: 2qN·G/t + (H_m/t)·(2qP + 4NP) FLOPs a token
+//   mamba_ssd_scan     the chunked scan, chunks of q: 2qN·G/t + (H_m/t)·(2qP + 4NP) FLOPs a token,
+//                      as mamba_ssm's Triton kernels run it (their HBM traffic: layer_operators.cpp)
 //   mamba_gated_norm   RMSNorm(y)·SiLU(z) over d_in/t
 //   mamba_out_proj     m=T, k=d_in/t, n=h
 // Not modelled: embedding dropout, sliding windows, padding of the vocabulary beyond ⌈V/t⌉,
