@@ -49,6 +49,56 @@ TEST(HybridModels, Nemotron3NanoCountsAsNvidiaPublishesIt) {
   EXPECT_EQ(p.active_without_embedding(), 3'227'751'872);
 }
 
+TEST(HybridModels, Nemotron3SuperCountsAsItsCheckpointHoldsIt) {
+  // A latent MoE: 512 experts of 2·1024·2688 on the latent width 1024 (5,505,024 each), the
+  // projections 2·4096·1024, a shared expert 2·4096·5376, the router 512·4096 → 2,873,102,336 a
+  // MoE layer (40). 40 Mamba layers of 128 heads × 64: in_proj 4096·18,560, out_proj 8192·4096,
+  // vectors 63,872 → 109,640,064. 8 attention layers 35,655,680. Embedding and head 2·131072·4096.
+  // The checkpoint's safetensors headers (nvidia/NVIDIA-Nemotron-3-Super-120B-A12B-BF16): 123,611,012,096
+  // weights of which 2,942,324,736 the MTP module (one attention and one MoE layer, eh_proj and
+  // norms) and 107,898,470,400 the inactive experts (40 · 490 · 5,505,024): all three exact.
+  const ModelConfig m = load_bundled_model(test::source_path("workloads/models"), "nemotron-3-super");
+  ASSERT_TRUE(m.moe.has_value());
+  EXPECT_EQ(m.moe->latent, 1024);
+  EXPECT_EQ(m.mtp_layers, 1);
+  const ParameterCounts p = count_parameters(m);
+  EXPECT_EQ(p.total, 123'611'012'096 - 2'942'324'736);
+  EXPECT_EQ(p.mtp, 2'942'324'736);
+  EXPECT_EQ(p.total - p.active, 107'898'470'400);
+  EXPECT_EQ(p.latent_projections, 40 * 2 * 4096 * 1024);
+}
+
+// A latent MoE's experts and all-to-alls work in the latent width: the routed experts' GEMMs
+// shrink by l/h, two projections h → l → h appear, and the dispatch sends l-wide tokens.
+TEST(HybridModels, ALatentMoeDispatchesAndComputesInItsLatentWidth) {
+  ModelConfig m = tiny(2);
+  m.moe = MoeConfig{4, 2, 0, 512, 0, 0, 1, {}};
+  ModelConfig latent = m;
+  latent.moe->latent = 64;
+  MicroBatch batch;
+  batch.sequence_length = 512;
+  auto flops = [&](const ModelConfig& model, const std::string& name) {
+    for (const ModelOperator& o : layer_operators(model, 0, batch, ShardingFactors{})) {
+      if (o.name == name) return o.forward.flops.value();
+    }
+    return 0.0;
+  };
+  EXPECT_DOUBLE_EQ(flops(latent, "expert_gate_up_proj") * 256 / 64, flops(m, "expert_gate_up_proj"));
+  EXPECT_DOUBLE_EQ(flops(latent, "moe_latent_down_proj"), 2.0 * 512 * 256 * 64);
+  EXPECT_DOUBLE_EQ(flops(latent, "moe_latent_up_proj"), 2.0 * 512 * 64 * 256);
+  EXPECT_DOUBLE_EQ(flops(m, "moe_latent_down_proj"), 0.0);
+  ParallelLayout l;
+  l.dp = 4;
+  l.ep = 4;
+  l.micro_batch = 1;
+  l.global_batch = 4;
+  l.sequence_length = 512;
+  const Topology topo = toy_cluster(4);
+  const double full = simulate_iteration(m, l, topo).stages[0].communication[test::kEp].sent.value();
+  const double narrow = simulate_iteration(latent, l, topo).stages[0].communication[test::kEp].sent.value();
+  EXPECT_DOUBLE_EQ(narrow * 256 / 64, full);
+}
+
 TEST(HybridModels, TheLayerListReadsAsThePattern) {
   // Newer transformers write layers_block_type instead of hybrid_override_pattern.
   const std::string common = R"("model_type":"nemotron_h","hidden_size":256,"num_hidden_layers":4,
@@ -80,8 +130,9 @@ TEST(HybridModels, WhatIsNotModelledIsRefusedWithItsKey) {
     }
     return std::string("no error");
   };
-  EXPECT_EQ(reason(R"("hybrid_override_pattern":"ME","moe_latent_size":64)"),
-            "/moe_latent_size: a latent MoE (Nemotron 3 Super's) is not modelled");
+  EXPECT_EQ(reason(R"("hybrid_override_pattern":"ME","num_nextn_predict_layers":1,"mtp_hybrid_override_pattern":"M*E")"),
+            "/mtp_hybrid_override_pattern: a multi-token prediction module other than one attention and one MoE layer "
+            "(\"*E\") is not modelled");
   EXPECT_EQ(reason(R"("hybrid_override_pattern":"MEM")"), ": hybrid_pattern has 3 layers, not layers=2");
   EXPECT_EQ(reason(R"("hybrid_override_pattern":"MX")"),
             ": hybrid_pattern: 'X' at layer 1 is not M (Mamba), * (attention), - (MLP) or E (MoE)");

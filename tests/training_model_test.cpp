@@ -23,11 +23,11 @@ void expect_within_percent(int64_t counted, double published, double percent) {
       << "counted " << static_cast<double>(counted) / 1e9 << " B, published " << published / 1e9 << " B";
 }
 
-TEST(BundledModels, AllTwelveAreThere) {
+TEST(BundledModels, AllThirteenAreThere) {
   EXPECT_EQ(bundled_model_names(models_dir()),
             (std::vector<std::string>{"deepseek-v3", "gpt-oss-120b", "gpt3-175b", "kimi-k2", "llama2-13b", "llama2-70b",
                                       "llama2-7b", "llama3-405b", "llama3-70b", "llama3-8b", "mixtral-8x7b",
-                                      "nemotron-3-nano"}));
+                                      "nemotron-3-nano", "nemotron-3-super"}));
 }
 
 TEST(BundledModels, Llama2) {

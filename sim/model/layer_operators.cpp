@@ -483,6 +483,10 @@ void add_moe(OperatorList& ops, const ModelConfig& m, const ShardingFactors& sh,
   const size_t first = ops.size();
   ops.gemm("router", z.sp_tokens, experts, z.hidden);
   ops.keep(z.sp_tokens * z.hidden);  // the norm's output, which the shared experts read too
+  // A latent MoE's projections, whole on every TP rank, on the tokens it holds; the routed
+  // experts and the permutations then work in the latent width.
+  const double width = static_cast<double>(moe.expert_width(m.hidden));
+  if (moe.latent > 0) ops.gemm("moe_latent_down_proj", z.sp_tokens, width, z.hidden);
   // Scores read in fp32; the chosen expert ids and weights written (4 bytes each).
   ops.memory("router_topk", z.sp_tokens * (experts * kFp32Bytes + top_k * 2 * kFp32Bytes),
              kSoftmaxFlops * z.sp_tokens * experts);
@@ -491,15 +495,19 @@ void add_moe(OperatorList& ops, const ModelConfig& m, const ShardingFactors& sh,
   const int etp = sh.expert_tp > 0 ? sh.expert_tp : sh.tp;
   const double slots = sh.experts_in_tp_group ? z.tokens * top_k / sh.ep : z.tokens * top_k * etp / sh.tp;
   const double expert_ffn = static_cast<double>(moe.expert_ffn) / (sh.experts_in_tp_group ? 1 : etp);
-  ops.memory("moe_permute", (z.tokens + slots) * z.hidden * e, 0.0);
+  ops.memory("moe_permute", (z.tokens + slots) * width * e, 0.0);
   const double local_experts = experts / sh.ep;
   const double touched = local_experts * -std::expm1(slots * std::log1p(-1.0 / local_experts));
   const double groups = local_experts > 1 ? touched : 1.0;
   ops.issue_groups_from_host(expert_gemms == ExpertGemms::kPerExpert);
-  ops.mlp("expert_", m, slots / groups, expert_ffn, z.hidden, slots * z.hidden, groups, recompute.moe_act);
+  ops.mlp("expert_", m, slots / groups, expert_ffn, width, slots * width, groups, recompute.moe_act);
   ops.issue_groups_from_host(false);
-  ops.memory("moe_unpermute", (slots + z.tokens) * z.hidden * e, 2.0 * slots * z.hidden);
-  ops.keep(slots * z.hidden);  // the experts' outputs, for the gradient of the routing weights
+  ops.memory("moe_unpermute", (slots + z.tokens) * width * e, 2.0 * slots * width);
+  ops.keep(slots * width);  // the experts' outputs, for the gradient of the routing weights
+  if (moe.latent > 0) {
+    ops.gemm("moe_latent_up_proj", z.sp_tokens, z.hidden, width);
+    ops.keep_gemm_input(z.sp_tokens * width);
+  }
   if (moe.shared_experts > 0) {
     const double f_shared = static_cast<double>(moe.shared_experts * moe.shared_expert_ffn) / sh.tp;
     const size_t shared = ops.size();

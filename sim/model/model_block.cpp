@@ -16,6 +16,7 @@ nlohmann::ordered_json moe_block(const MoeConfig& moe) {
   j["first_dense_layers"] = moe.first_dense_layers;
   j["layer_frequency"] = moe.layer_frequency;
   j["dense_layers"] = moe.dense_layers;
+  if (moe.latent > 0) j["latent_size"] = moe.latent;
   return j;
 }
 

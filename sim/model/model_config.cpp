@@ -106,7 +106,6 @@ std::string ModelConfig::problem() const {
     }
     if (hybrid_pattern.find('M') != std::string::npos && !mamba) return "hybrid_pattern has M layers but no mamba block";
     if (hybrid_pattern.find('E') != std::string::npos && !moe) return "hybrid_pattern has E layers but no moe block";
-    if (mtp_layers > 0) return "a hybrid model's multi-token-prediction layers are not modelled (mtp_layers must be 0)";
   }
   if (mamba) {
     if (mamba->heads <= 0 || mamba->head_dim <= 0 || mamba->state <= 0 || mamba->groups <= 0 ||
@@ -128,6 +127,7 @@ std::string ModelConfig::problem() const {
     if (moe->shared_experts > 0 && moe->shared_expert_ffn <= 0) return "moe.shared_expert_ffn must be positive";
     if (moe->first_dense_layers < 0) return "moe.first_dense_layers must be zero or more";
     if (moe->layer_frequency <= 0) return "moe.layer_frequency must be positive";
+    if (moe->latent < 0) return "moe.latent_size must be zero (none) or positive";
   }
   if (mtp_layers < 0) return "mtp_layers must be zero or more";
   if (!(attention_dropout >= 0 && attention_dropout < 1)) return "attention_dropout must be in [0, 1)";

@@ -37,6 +37,12 @@ struct MoeConfig {
   int first_dense_layers = 0;
   int layer_frequency = 1;
   std::vector<int> dense_layers;
+  /// A latent MoE (Nemotron 3 Super's, Megatron's moe_latent_size): the tokens are projected
+  /// from h down to this width before the dispatch and back up after the combine, so the routed
+  /// experts and their all-to-alls work in it (the shared experts on h). 0: no latent.
+  int64_t latent = 0;
+  /// The width the routed experts read and write: the latent, or the hidden size.
+  int64_t expert_width(int64_t hidden) const { return latent > 0 ? latent : hidden; }
 };
 
 /// DeepSeek-V2/V3 multi-head latent attention: queries through a rank-q_lora_rank bottleneck

@@ -269,9 +269,11 @@ std::string read_hybrid_pattern(HfFields& f) {
 // Nemotron-H and Nemotron 3 (NemotronHForCausalLM): Megatron's hybrid layers — Mamba-2 mixers
 // (mamba_num_heads × mamba_head_dim, ssm_state_size, n_groups, conv_kernel, chunk_size), GQA
 // attention, and squared-ReLU MLPs (mlp_hidden_act relu2: two matrices, as a plain MLP) or
-// MoEs of them with a shared expert. Not modelled: Nemotron 3 Super's latent MoE
-// (moe_latent_size, refused), multi-token prediction layers (refused), and that these attention
-// layers have no rotary embedding (the model's rotary pass on six layers is a few µs).
+// MoEs of them with a shared expert, latent (moe_latent_size: Nemotron 3 Super) or not, and
+// multi-token prediction modules of one attention and one MoE layer (num_nextn_predict_layers with
+// mtp_hybrid_override_pattern "*E", what ModelConfig::mtp_layers models; another pattern is
+// refused). Not modelled: that these attention layers have no rotary embedding (the rotary pass
+// on a few layers is a few µs).
 void read_nemotron_h(HfFields& f, ModelConfig& m) {
   m.layers = f.count("num_hidden_layers");
   m.hidden = f.positive("hidden_size");
@@ -297,9 +299,13 @@ void read_nemotron_h(HfFields& f, ModelConfig& m) {
     if (act != "relu2") f.fail_at("mlp_hidden_act", "\"" + act + "\" is not modelled (expected relu2)");
   }
   m.mlp = MlpKind::kPlain;
-  if (f.present("moe_latent_size")) f.fail_at("moe_latent_size", "a latent MoE (Nemotron 3 Super's) is not modelled");
-  if (f.non_negative_or("num_nextn_predict_layers", 0, kMaxCount) > 0) {
-    f.fail_at("num_nextn_predict_layers", "a hybrid model's multi-token prediction layers are not modelled");
+  m.mtp_layers = static_cast<int>(f.non_negative_or("num_nextn_predict_layers", 0, kMaxCount));
+  if (m.mtp_layers > 0) {
+    const std::string mtp = f.present("mtp_hybrid_override_pattern") ? f.at("mtp_hybrid_override_pattern").as_string() : "";
+    if (mtp != "*E") {
+      f.fail_at(f.present("mtp_hybrid_override_pattern") ? "mtp_hybrid_override_pattern" : "num_nextn_predict_layers",
+                "a multi-token prediction module other than one attention and one MoE layer (\"*E\") is not modelled");
+    }
   }
   m.hybrid_pattern = read_hybrid_pattern(f);
   MambaConfig mamba;
@@ -318,8 +324,10 @@ void read_nemotron_h(HfFields& f, ModelConfig& m) {
     moe.expert_ffn = f.positive("moe_intermediate_size");
     moe.shared_experts = static_cast<int>(f.non_negative_or("n_shared_experts", 0, kMaxCount));
     moe.shared_expert_ffn = f.positive_or("moe_shared_expert_intermediate_size", moe.expert_ffn);
+    moe.latent = f.non_negative_or("moe_latent_size", 0);
     m.moe = moe;
   }
+  if (m.mtp_layers > 0 && !m.moe) f.fail_at("num_nextn_predict_layers", "its MoE layer needs n_routed_experts");
   if (m.hybrid_pattern.find('-') != std::string::npos) m.ffn = f.positive("intermediate_size");
 }
 
@@ -445,6 +453,7 @@ MoeConfig read_moe_block(JsonReader r, int layers) {
   moe.shared_expert_ffn = block_optional(r, "shared_expert_ffn", kMaxSize).value_or(moe.expert_ffn);
   moe.first_dense_layers = static_cast<int>(block_non_negative(r, "first_dense_layers", 0, kMaxCount));
   moe.layer_frequency = static_cast<int>(block_optional(r, "layer_frequency", kMaxCount).value_or(1));
+  moe.latent = block_non_negative(r, "latent_size", 0);
   if (auto list = r.find("dense_layers")) {
     for (const JsonReader& e : list->elements()) {
       int64_t i = e.as_int();

@@ -28,7 +28,7 @@
 //        "sliding_window_layers": 1.0, "parallel_block": false,
 //        "moe": { "experts": 8, "top_k": 2, "expert_ffn": 14336, "shared_experts": 0,
 //                 "shared_expert_ffn": 14336, "first_dense_layers": 0, "layer_frequency": 1,
-//                 "dense_layers": [] },
+//                 "dense_layers": [], "latent_size": 0 },
 //        "mla": { "q_lora_rank": 1536, "kv_lora_rank": 512, "qk_nope_head_dim": 128,
 //                 "qk_rope_head_dim": 64, "v_head_dim": 128 },
 //        "mtp_layers": 0, "hybrid_pattern": "MEM*E",

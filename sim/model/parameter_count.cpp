@@ -5,12 +5,14 @@ namespace {
 
 int64_t norm_size(const ModelConfig& m, int64_t width) { return m.norm == NormKind::kLayerNorm ? 2 * width : width; }
 
-// Matrices and bias vector of an MLP of intermediate size f.
-int64_t mlp_matrices(const ModelConfig& m, int64_t f) { return (m.mlp == MlpKind::kGated ? 3 : 2) * m.hidden * f; }
-int64_t mlp_biases(const ModelConfig& m, int64_t f) {
+// Matrices and bias vector of an MLP of intermediate size f that reads and writes `width`.
+int64_t mlp_matrices(const ModelConfig& m, int64_t f, int64_t width) { return (m.mlp == MlpKind::kGated ? 3 : 2) * width * f; }
+int64_t mlp_matrices(const ModelConfig& m, int64_t f) { return mlp_matrices(m, f, m.hidden); }
+int64_t mlp_biases(const ModelConfig& m, int64_t f, int64_t width) {
   if (!m.mlp_bias) return 0;
-  return (m.mlp == MlpKind::kGated ? 2 * f : f) + m.hidden;
+  return (m.mlp == MlpKind::kGated ? 2 * f : f) + width;
 }
+int64_t mlp_biases(const ModelConfig& m, int64_t f) { return mlp_biases(m, f, m.hidden); }
 
 void count_attention(const ModelConfig& m, LayerParameterCounts& c) {
   const int64_t h = m.hidden;
@@ -62,12 +64,14 @@ LayerParameterCounts layer_parameters(const ModelConfig& m, int layer) {
   }
   if (m.is_moe_layer(layer)) {
     const MoeConfig& moe = *m.moe;
-    const int64_t expert = mlp_matrices(m, moe.expert_ffn);
+    const int64_t width = moe.expert_width(m.hidden);
+    const int64_t expert = mlp_matrices(m, moe.expert_ffn, width);
     c.routed_experts = moe.experts * expert;
     c.routed_per_token = moe.top_k * expert;
-    c.routed_vectors = moe.experts * mlp_biases(m, moe.expert_ffn);
-    c.routed_vectors_per_token = moe.top_k * mlp_biases(m, moe.expert_ffn);
+    c.routed_vectors = moe.experts * mlp_biases(m, moe.expert_ffn, width);
+    c.routed_vectors_per_token = moe.top_k * mlp_biases(m, moe.expert_ffn, width);
     c.router = moe.experts * m.hidden;
+    c.latent_projections = 2 * m.hidden * moe.latent;
     if (moe.shared_experts > 0) {
       // Shared experts act as one MLP of shared_experts·f_s intermediate size.
       const int64_t f_shared = moe.shared_experts * moe.shared_expert_ffn;
@@ -96,12 +100,14 @@ ParameterCounts count_parameters(const ModelConfig& m) {
     (m.is_moe_layer(i) ? p.shared_experts : p.dense_mlp) += c.mlp;
     p.routed_experts += c.routed_experts;
     p.router += c.router;
+    p.latent_projections += c.latent_projections;
     p.layer_vectors += c.vectors + c.routed_vectors;
     layers_active += c.active();
     layers_matmul += c.matmul_active();
   }
   const int64_t outside = p.embedding + p.output_head + p.final_norm;
-  p.total = outside + p.attention + p.dense_mlp + p.shared_experts + p.routed_experts + p.router + p.layer_vectors;
+  p.total = outside + p.attention + p.dense_mlp + p.shared_experts + p.routed_experts + p.router +
+            p.latent_projections + p.layer_vectors;
   p.active = outside + layers_active;
   p.matmul_active = layers_matmul + head;
   if (m.mtp_layers > 0) {

@@ -7,7 +7,8 @@
 //   MLA        h·q_lora + q_lora·H·(nope+rope)            (or h·H·(nope+rope) without q_lora)
 //              + h·(kv_lora + rope) + kv_lora·H·(nope+v) + H·v·h   (+ q_lora + kv_lora norm gains)
 //   MLP        3·h·f gated, 2·h·f plain                    (+ 2f + h, or f + h, biases)
-//   MoE        E·(3·h·f_e) routed, shared·3·h·f_s, router E·h
+//   MoE        E·(3·h·f_e) routed, shared·3·h·f_s, router E·h; a latent MoE's experts on its
+//              latent width l instead of h, and its two projections 2·h·l
 //   norms      two per layer: h each (RMSNorm) or 2h (LayerNorm); Qwen3's q/k norms 2·d
 //   Mamba-2    h·(2·d_in + 2·G·N + H_m) + d_in·h (matrices), and (d_in + 2·G·N)·(K + 1)
 //              conv taps and biases, 3·H_m (dt bias, A, D), d_in (the gated norm) as vectors
@@ -31,15 +32,20 @@ struct LayerParameterCounts {
   int64_t routed_experts = 0;    ///< matrices of all routed experts
   int64_t routed_per_token = 0;  ///< matrices of the top-k experts one token uses
   int64_t router = 0;            ///< router matrix
+  int64_t latent_projections = 0;  ///< a latent MoE's down and up projections (whole on every TP rank)
   int64_t vectors = 0;           ///< biases and norm gains, the routed experts' biases apart
   int64_t routed_vectors = 0;    ///< biases of all routed experts
   int64_t routed_vectors_per_token = 0;  ///< biases of the top-k experts one token uses
 
-  int64_t total() const { return attention + mlp + routed_experts + router + vectors + routed_vectors; }
+  int64_t total() const {
+    return attention + mlp + routed_experts + router + latent_projections + vectors + routed_vectors;
+  }
   /// What one token touches: the unselected routed experts (and their biases) left out.
-  int64_t active() const { return attention + mlp + routed_per_token + router + vectors + routed_vectors_per_token; }
+  int64_t active() const {
+    return attention + mlp + routed_per_token + router + latent_projections + vectors + routed_vectors_per_token;
+  }
   /// Matrices one token is multiplied by (the N of 6N, per layer).
-  int64_t matmul_active() const { return attention + mlp + routed_per_token + router; }
+  int64_t matmul_active() const { return attention + mlp + routed_per_token + router + latent_projections; }
 };
 
 /// Parameters of layer `layer` (0-based) of `model`.
@@ -54,6 +60,7 @@ struct ParameterCounts {
   int64_t shared_experts = 0;
   int64_t routed_experts = 0;
   int64_t router = 0;
+  int64_t latent_projections = 0;  ///< a latent MoE's projections, all layers
   int64_t layer_vectors = 0; ///< biases and norm gains inside the layers
   int64_t total = 0;         ///< every parameter once, MTP modules excluded
   int64_t active = 0;        ///< touched by one token: total minus the unselected routed experts

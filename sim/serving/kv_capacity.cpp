@@ -47,7 +47,7 @@ std::vector<Bytes> stage_weight_bytes(const ModelConfig& m, InstanceShape shape)
     const int dense = layers[s] - moe;
     double params = static_cast<double>(p.attention + p.layer_vectors) * layers[s] / m.layers;
     if (dense_layers > 0) params += static_cast<double>(p.dense_mlp) * dense / dense_layers;
-    if (moe_layers > 0) params += static_cast<double>(p.routed_experts + p.shared_experts + p.router) * moe / moe_layers;
+    if (moe_layers > 0) params += static_cast<double>(p.routed_experts + p.shared_experts + p.router + p.latent_projections) * moe / moe_layers;
     if (s == 0) params += static_cast<double>(p.embedding);
     if (s + 1 == layers.size()) params += static_cast<double>(p.output_head + p.final_norm);
     out.push_back(Bytes(kWeightBytes * params / shape.tp));

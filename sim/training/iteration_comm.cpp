@@ -332,12 +332,15 @@ CommunicationPlan::CommunicationPlan(const ModelConfig& model, const ParallelLay
       // Every GPU dispatches T_sp·top_k slots (pp_message holds T_sp tokens); the slowest rank
       // receives busiest_rank times the average, the average GPU sends the processed share.
       const std::vector<int> ep_group = ranks.group(ParallelDim::kEp, stage_rank(s));
-      const Bytes buffer = pp_message * static_cast<double>(model.moe->top_k);
+      // A latent MoE dispatches its tokens in the latent width.
+      const Bytes tokens = pp_message * (static_cast<double>(model.moe->expert_width(model.hidden)) /
+                                         static_cast<double>(model.hidden));
+      const Bytes buffer = tokens * static_cast<double>(model.moe->top_k);
       const double slowdown = note_slowdown(
           s, WorkKind::kEpComm, sibling_slowdown(s, ep_group, group_in(ParallelDim::kEp), TrafficPattern::kAllPairs));
       std::optional<CommTask> a2a;
       if (layout.moe_dispatcher == MoeDispatcher::kFlex && spans_nodes(ep_group)) {
-        a2a = flex_dispatch(stage_rank(s), ep_group, pp_message, model.moe->experts, model.moe->top_k,
+        a2a = flex_dispatch(stage_rank(s), ep_group, tokens, model.moe->experts, model.moe->top_k,
                             routing.busiest_rank * slowdown, routing.processed);
       }
       if (!a2a) {
@@ -413,7 +416,9 @@ CommunicationPlan::CommunicationPlan(const ModelConfig& model, const ParallelLay
       if (shared) moe = plus(moe, one_block);
       const std::vector<int> etp_group = ranks.expert_tp_group(stage_rank(s));
       if (etp_group.size() > 1) {
-        const Bytes slots = pp_message * static_cast<double>(model.moe->top_k) * routing.busiest_rank *
+        const Bytes slots = pp_message * (static_cast<double>(model.moe->expert_width(model.hidden)) /
+                                          static_cast<double>(model.hidden)) *
+                            static_cast<double>(model.moe->top_k) * routing.busiest_rank *
                             static_cast<double>(etp_group.size());
         const CommTask gathered = plus(collective(CollectiveOp::kAllGather, slots, etp_group),
                                        collective(CollectiveOp::kReduceScatter, slots, etp_group));

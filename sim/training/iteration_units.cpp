@@ -337,7 +337,8 @@ Unit layer_unit(const ModelConfig& model, const ParallelLayout& layout, LayerSum
   const LayerParameterCounts lp = layer_parameters(model, l);
   const double experts =
       static_cast<double>(lp.routed_experts + lp.routed_vectors) / (layout.expert_tensor_parallel() * layout.ep);
-  u.parameters = static_cast<double>(lp.attention + lp.mlp) / t + experts + static_cast<double>(lp.router + lp.vectors);
+  u.parameters =
+      static_cast<double>(lp.attention + lp.mlp) / t + experts + static_cast<double>(lp.router + lp.latent_projections + lp.vectors);
   u.expert_parameters = layout.ep > 1 || layout.expert_tensor_parallel() != t ? experts : 0.0;
   return u;
 }
