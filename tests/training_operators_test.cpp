@@ -7,10 +7,12 @@
 #include <cmath>
 
 #include "compute/compute_model.h"
+#include "io/input_error.h"
 #include "model/layer_operators.h"
 #include "model/model_loader.h"
 #include "training/iteration_units.h"
 #include "training/memory_model.h"
+#include "training/parallel_layout.h"
 #include "model/parameter_count.h"
 #include "test_support.h"
 
@@ -684,6 +686,55 @@ TEST(LayerTiming, Llama3_8BOnH100LandsInTheUsualMfuRange) {
   const double mfu = model_flops_per_token(m, 8192).value() * 8192 / (total.seconds() * 989.4e12);
   EXPECT_GT(mfu, 0.40) << "step " << total.seconds() * 1e3 << " ms";
   EXPECT_LT(mfu, 0.80) << "step " << total.seconds() * 1e3 << " ms";
+}
+
+// A per-module quantisation recipe (Megatron-Bridge's te_quant.cfg for Nemotron 3 Super):
+// within an NVFP4 layer the attention projections run in 16 bits with no cast and keep a 16-bit
+// input, a dense MLP in MXFP8 casts at MXFP8's bytes, the rest stays NVFP4.
+TEST(ModulePrecision, ModulesLeaveTheRunsTypeWithTheirOwnCasts) {
+  const ModelConfig m = bundled("llama3-8b");
+  MicroBatch batch;
+  batch.sequence_length = 4096;
+  batch.dtype = DType::kFp4;
+  batch.fp8_recipe = Fp8Recipe::kMxfp8;
+  const std::vector<ModelOperator> plain = layer_operators(m, 0, batch, ShardingFactors{});
+  batch.module_precision.set(QuantModule::kAttention, DType::kBf16);
+  batch.module_precision.set(QuantModule::kMlp, DType::kFp8);
+  const std::vector<ModelOperator> mixed = layer_operators(m, 0, batch, ShardingFactors{});
+  auto find = [](const std::vector<ModelOperator>& ops, const std::string& name) -> const ModelOperator* {
+    for (const ModelOperator& o : ops) {
+      if (o.name == name) return &o;
+    }
+    return nullptr;
+  };
+  ASSERT_NE(find(plain, "qkv_proj_fp4_cast"), nullptr);
+  EXPECT_EQ(find(mixed, "qkv_proj_fp4_cast"), nullptr);
+  EXPECT_EQ(find(mixed, "qkv_proj")->forward.dtype, DType::kBf16);
+  // Kept for the weight gradient: the 16-bit input (T·h·2 bytes) instead of its NVFP4 copy.
+  EXPECT_DOUBLE_EQ(find(mixed, "qkv_proj")->saved.value(), 4096.0 * 4096 * 2);
+  ASSERT_NE(find(mixed, "mlp_gate_up_proj_fp8_cast"), nullptr);
+  const auto mx = training_quantisation(DType::kFp8, Fp8Recipe::kMxfp8, Fp4Recipe::kNvfp4);
+  ASSERT_TRUE(mx.has_value());
+  EXPECT_DOUBLE_EQ(find(mixed, "mlp_gate_up_proj_fp8_cast")->forward.bytes_read_written.value(),
+                   4096.0 * 4096 * mx->cast_bytes_per_element);
+  EXPECT_EQ(find(mixed, "mlp_down_proj")->forward.dtype, DType::kFp8);
+  EXPECT_EQ(to_string(batch.module_precision), "attention bf16, mlp fp8");
+  // A 16-bit run has nothing to move; fp4 is not wider than fp4.
+  ModulePrecision p;
+  EXPECT_EQ(set_module_precision(p, "experts", "fp16"), "unknown GEMM type \"fp16\" for experts (expected bf16, fp8 or fp4)");
+  EXPECT_EQ(set_module_precision(p, "mtp", "fp8"), "mtp layers can only be moved to bf16");
+  EXPECT_EQ(set_module_precision(p, "router", "bf16").substr(0, 23), "unknown module \"router\"");
+  ParallelLayout l;
+  l.dp = 8;
+  l.micro_batch = 1;
+  l.global_batch = 8;
+  l.sequence_length = 4096;
+  l.module_precision.set(QuantModule::kAttention, DType::kBf16);
+  EXPECT_THROW(validate(l, m, 8), InputError);  // a bf16 run
+  l.dtype = DType::kFp8;
+  EXPECT_NO_THROW(validate(l, m, 8));
+  l.module_precision.set(QuantModule::kMlp, DType::kFp4);
+  EXPECT_THROW(validate(l, m, 8), InputError);  // fp4 inside fp8
 }
 
 }  // namespace

@@ -43,6 +43,15 @@ class OperatorList {
         cast_(is_quantised(dtype) ? cast : std::nullopt) {}
 
   double element_bytes() const { return element_; }
+  // A per-module quantisation recipe (ModulePrecision): a module's GEMMs in another type than the
+  // run's, quantised (in training) by the run's recipe for that type.
+  void use_module_precision(const ModulePrecision& precision, Fp8Recipe fp8, Fp4Recipe fp4) {
+    precision_ = precision;
+    fp8_ = fp8;
+    fp4_ = fp4;
+  }
+  // The module the GEMMs added from now on belong to (nullopt: none that a recipe names).
+  void in_module(std::optional<QuantModule> module) { module_ = module; }
   // The operators from `first` on are a shared expert's.
   void mark_shared_expert(size_t first) {
     for (size_t i = first; i < ops_.size(); ++i) ops_[i].shared_expert = true;
@@ -60,7 +69,10 @@ class OperatorList {
   // and the weight gradient: two kernels, each with the forward's volume and bytes.
   // `cast_rows`: the share of the m rows that its quantisation kernels cast (below).
   void gemm(const std::string& name, double m, double n, double k, double groups = 1, CastRows cast_rows = {}) {
-    gemm_in(dtype_, name, m, n, k, groups, cast_rows);
+    std::optional<DType> own = module_ ? precision_.of(*module_) : std::nullopt;
+    // A layer kept in 16 bits (the ends of a quantised run) keeps every module there.
+    if (own && is_quantised(*own) && !is_quantised(dtype_)) own.reset();
+    gemm_in(own.value_or(dtype_), name, m, n, k, groups, cast_rows);
   }
   // A product of two activations (the unfused attention's): in the activation type.
   void activation_gemm(const std::string& name, double m, double n, double k, double groups) {
@@ -77,8 +89,9 @@ class OperatorList {
       backward.kernels = backward.host_issued_kernels = 2 * forward.host_issued_kernels;
     }
     ops_.push_back({name, forward, backward, false, Bytes(), Bytes()});
-    if (is_quantised(type) && cast_) {
-      const double per_element = cast_->cast_bytes_per_element;
+    last_cast_ = cast_for(type);
+    if (last_cast_) {
+      const double per_element = last_cast_->cast_bytes_per_element;
       const double in = groups * m * cast_rows.input * k, out = groups * m * cast_rows.output_gradient * n;
       ops_.push_back({name + "_" + to_string(type) + "_cast",
                       memory_bound_cost(Bytes(in * per_element), Flops(in), activation_),
@@ -310,12 +323,12 @@ class OperatorList {
   // The input of the GEMM just added, kept for its weight gradient: quantised in fp8/fp4
   // training, where the module saves its quantised copy instead of the 16-bit tensor.
   void keep_gemm_input(double elements) {
-    keep(elements, cast_ ? cast_->stored_bytes_per_element : kActivationBytes);
+    keep(elements, last_cast_ ? last_cast_->stored_bytes_per_element : kActivationBytes);
   }
   // A quantised copy of a GEMM input that another operator keeps in 16 bits for itself (the
   // attention output, which the attention backward reads as well): nothing in 16-bit training.
   void keep_quantised_copy(double elements) {
-    if (cast_) keep(elements, cast_->stored_bytes_per_element);
+    if (last_cast_) keep(elements, last_cast_->stored_bytes_per_element);
   }
   void keep_scores(double bytes) { ops_.back().saved_scores += Bytes(bytes); }
 
@@ -326,6 +339,18 @@ class OperatorList {
   DType activation_;
   double element_;
   std::optional<QuantisedOperands> cast_;
+  ModulePrecision precision_{};
+  Fp8Recipe fp8_ = Fp8Recipe::kDelayed;
+  Fp4Recipe fp4_ = Fp4Recipe::kNvfp4;
+  std::optional<QuantModule> module_;
+  std::optional<QuantisedOperands> last_cast_;  // the quantisation of the last GEMM added
+
+  // How a GEMM of `type` is quantised in training: the run's recipe, or (a module in another
+  // quantised type) the recipe for that type; nothing for 16 bits or outside training.
+  std::optional<QuantisedOperands> cast_for(DType type) const {
+    if (!is_quantised(type) || !cast_) return std::nullopt;
+    return type == dtype_ ? cast_ : training_quantisation(type, fp8_, fp4_);
+  }
   bool host_issued_groups_ = false;
   bool separate_projections_ = false;
   std::vector<ModelOperator> ops_;
@@ -380,6 +405,7 @@ void add_attention(OperatorList& ops, const ModelConfig& m, AttentionKernel atte
   const double e = ops.element_bytes();
   ops.norm("attention_norm", m, z.sp_tokens, z.hidden);
   ops.recompute_norm(recompute.layernorm);
+  ops.in_module(QuantModule::kAttention);
   const double rotary = static_cast<double>(m.rotary_dim());
   if (m.mla) {
     const MlaConfig& a = *m.mla;
@@ -441,6 +467,7 @@ void add_attention(OperatorList& ops, const ModelConfig& m, AttentionKernel atte
   const double attention_output = z.tokens * z.heads * static_cast<double>(m.v_head_dim());
   ops.keep(attention_output);  // 16-bit: the attention's backward reads it too
   ops.keep_quantised_copy(attention_output);
+  ops.in_module(std::nullopt);
   // A parallel block adds both branches to the residual once, after the MLP.
   if (!m.parallel_block) ops.residual("attention_residual", z.sp_tokens, z.hidden, m.hidden_dropout > 0);
 }
@@ -460,8 +487,10 @@ void add_mamba(OperatorList& ops, const ModelConfig& m, const ShardingFactors& s
   const double width = static_cast<double>(a.in_proj_width()) / t;
   const double channels = static_cast<double>(a.conv_channels()) / t;
   ops.norm("mamba_norm", m, z.sp_tokens, z.hidden);
+  ops.in_module(QuantModule::kMambaInProj);
   ops.gemm("mamba_in_proj", z.tokens, width, z.hidden, 1, {z.sp_tokens / z.tokens, 1});
   ops.keep_gemm_input(z.sp_tokens * z.hidden);
+  ops.in_module(std::nullopt);
   ops.keep(z.tokens * width);
   // mamba_ssm's fused training path (mamba_split_conv1d_scan_combined) runs the convolution
   // again in the backward before its gradient: three times the forward's traffic.
@@ -469,8 +498,10 @@ void add_mamba(OperatorList& ops, const ModelConfig& m, const ShardingFactors& s
   ops.ssd_scan(a, z.tokens, a.heads / t, a.groups / t);
   ops.keep(z.tokens * inner);
   ops.memory("mamba_gated_norm", 3.0 * z.tokens * inner * e, (kRmsNormFlops + kSiluFlops + 1) * z.tokens * inner);
+  ops.in_module(QuantModule::kMambaOutProj);
   ops.gemm("mamba_out_proj", z.tokens, z.hidden, inner, 1, {1, z.sp_tokens / z.tokens});
   ops.keep_gemm_input(z.tokens * inner);
+  ops.in_module(std::nullopt);
   ops.residual("mamba_residual", z.sp_tokens, z.hidden, m.hidden_dropout > 0);
 }
 
@@ -486,7 +517,9 @@ void add_moe(OperatorList& ops, const ModelConfig& m, const ShardingFactors& sh,
   // A latent MoE's projections, whole on every TP rank, on the tokens it holds; the routed
   // experts and the permutations then work in the latent width.
   const double width = static_cast<double>(moe.expert_width(m.hidden));
+  ops.in_module(QuantModule::kMoeLatent);
   if (moe.latent > 0) ops.gemm("moe_latent_down_proj", z.sp_tokens, width, z.hidden);
+  ops.in_module(QuantModule::kExperts);
   // Scores read in fp32; the chosen expert ids and weights written (4 bytes each).
   ops.memory("router_topk", z.sp_tokens * (experts * kFp32Bytes + top_k * 2 * kFp32Bytes),
              kSoftmaxFlops * z.sp_tokens * experts);
@@ -502,18 +535,21 @@ void add_moe(OperatorList& ops, const ModelConfig& m, const ShardingFactors& sh,
   ops.issue_groups_from_host(expert_gemms == ExpertGemms::kPerExpert);
   ops.mlp("expert_", m, slots / groups, expert_ffn, width, slots * width, groups, recompute.moe_act);
   ops.issue_groups_from_host(false);
+  ops.in_module(QuantModule::kMoeLatent);
   ops.memory("moe_unpermute", (slots + z.tokens) * width * e, 2.0 * slots * width);
   ops.keep(slots * width);  // the experts' outputs, for the gradient of the routing weights
   if (moe.latent > 0) {
     ops.gemm("moe_latent_up_proj", z.sp_tokens, z.hidden, width);
     ops.keep_gemm_input(z.sp_tokens * width);
   }
+  ops.in_module(QuantModule::kSharedExperts);
   if (moe.shared_experts > 0) {
     const double f_shared = static_cast<double>(moe.shared_experts * moe.shared_expert_ffn) / sh.tp;
     const size_t shared = ops.size();
     ops.mlp("shared_expert_", m, z.tokens, f_shared, z.hidden, 0.0, 1, false, false, z.sp_tokens / z.tokens);
     ops.mark_shared_expert(shared);
   }
+  ops.in_module(std::nullopt);
   if (recompute.moe) ops.checkpoint_module(first, z.sp_tokens * z.hidden);
 }
 
@@ -551,6 +587,32 @@ std::vector<std::string> module_names(const RecomputeModules& modules) {
 std::string to_string(const RecomputeModules& modules) {
   std::string s;
   for (const std::string& name : module_names(modules)) s += (s.empty() ? "" : "+") + name;
+  return s;
+}
+
+namespace {
+constexpr const char* kQuantModuleNames[kQuantModules] = {
+    "attention", "mlp", "experts", "shared_experts", "moe_latent", "mamba_in_proj", "mamba_out_proj", "mtp"};
+}  // namespace
+
+const char* to_string(QuantModule m) { return kQuantModuleNames[static_cast<size_t>(m)]; }
+
+std::optional<QuantModule> quant_module_from(const std::string& name) {
+  for (size_t i = 0; i < kQuantModules; ++i) {
+    if (name == kQuantModuleNames[i]) return static_cast<QuantModule>(i);
+  }
+  return std::nullopt;
+}
+
+bool ModulePrecision::any() const {
+  return std::any_of(dtype.begin(), dtype.end(), [](const std::optional<DType>& t) { return t.has_value(); });
+}
+
+std::string to_string(const ModulePrecision& p) {
+  std::string s;
+  for (size_t i = 0; i < kQuantModules; ++i) {
+    if (p.dtype[i]) s += (s.empty() ? "" : ", ") + std::string(kQuantModuleNames[i]) + " " + to_string(*p.dtype[i]);
+  }
   return s;
 }
 
@@ -628,6 +690,9 @@ struct LayerRecipe {
   RecomputeModules recompute{};
   ExpertGemms expert_gemms = ExpertGemms::kGrouped;
   bool op_checkpointing = false;
+  ModulePrecision precision{};
+  Fp8Recipe fp8 = Fp8Recipe::kDelayed;
+  Fp4Recipe fp4 = Fp4Recipe::kNvfp4;
 };
 
 std::vector<ModelOperator> layer_ops(const ModelConfig& m, int layer, const LocalSizes& z, const LayerRecipe& r,
@@ -636,6 +701,7 @@ std::vector<ModelOperator> layer_ops(const ModelConfig& m, int layer, const Loca
     throw std::invalid_argument("layer " + std::to_string(layer) + " is outside the model");
   }
   OperatorList ops(r.dtype, r.cast);
+  ops.use_module_precision(r.precision, r.fp8, r.fp4);
   ops.separate_projections(r.op_checkpointing);
   const RecomputeModules recompute = r.op_checkpointing ? RecomputeModules{} : r.recompute;
   const LayerKind kind = m.layer_kind(layer);
@@ -654,8 +720,10 @@ std::vector<ModelOperator> layer_ops(const ModelConfig& m, int layer, const Loca
   if (m.is_moe_layer(layer)) {
     add_moe(ops, m, sh, z, recompute, r.expert_gemms);
   } else {
+    ops.in_module(QuantModule::kMlp);
     ops.mlp("mlp_", m, z.tokens, static_cast<double>(m.ffn) / sh.tp, z.hidden, own_norm ? z.sp_tokens * z.hidden : 0.0,
             1, false, recompute.mlp, z.sp_tokens / z.tokens);
+    ops.in_module(std::nullopt);
   }
   ops.residual("mlp_residual", z.sp_tokens, z.hidden, m.hidden_dropout > 0);
   if (r.op_checkpointing) {
@@ -688,8 +756,15 @@ double vocab_slice(const ModelConfig& m, const ShardingFactors& sh) {
 std::vector<ModelOperator> layer_operators(const ModelConfig& m, int layer, const MicroBatch& batch,
                                            const ShardingFactors& sh) {
   require_valid(m, batch, sh);
-  const LayerRecipe recipe{batch.dtype,     batch.attention,    training_quantisation(batch.dtype, batch.fp8_recipe, batch.fp4_recipe),
-                           batch.recompute, batch.expert_gemms, batch.op_checkpointing};
+  const LayerRecipe recipe{batch.dtype,
+                           batch.attention,
+                           training_quantisation(batch.dtype, batch.fp8_recipe, batch.fp4_recipe),
+                           batch.recompute,
+                           batch.expert_gemms,
+                           batch.op_checkpointing,
+                           batch.module_precision,
+                           batch.fp8_recipe,
+                           batch.fp4_recipe};
   return layer_ops(m, layer, LocalSizes(m, batch, sh), recipe, sh);
 }
 

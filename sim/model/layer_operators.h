@@ -90,6 +90,7 @@
 // load imbalance between experts (the average is used), context parallelism of Mamba layers.
 #pragma once
 
+#include <array>
 #include <optional>
 #include <string>
 #include <vector>
@@ -153,6 +154,33 @@ const char* to_string(ExpertGemms g);
 /// Parses "grouped" and "per_expert"; nullopt otherwise.
 std::optional<ExpertGemms> expert_gemms_from(const std::string& name);
 
+/// The modules a per-module quantisation recipe moves off the run's GEMM type (Megatron's
+/// quant_recipe, Transformer Engine's per-module recipes: Megatron-Bridge's te_quant.cfg keeps
+/// Nemotron 3 Super's attention and latent projections in 16 bits and Mamba's output projection
+/// in MXFP8 within an NVFP4 run): the attention projections (MLA's too), a dense MLP, the routed
+/// experts, the shared experts, a latent MoE's two projections, Mamba's input and output
+/// projections, and the multi-token-prediction layers (whole).
+enum class QuantModule : uint8_t {
+  kAttention, kMlp, kExperts, kSharedExperts, kMoeLatent, kMambaInProj, kMambaOutProj, kMtp
+};
+inline constexpr size_t kQuantModules = 8;
+/// "attention", "mlp", "experts", "shared_experts", "moe_latent", "mamba_in_proj",
+/// "mamba_out_proj", "mtp".
+const char* to_string(QuantModule m);
+std::optional<QuantModule> quant_module_from(const std::string& name);
+
+/// Each module's GEMM type where it is not the run's (nullopt: the run's). A quantised type takes
+/// the run's recipe for it (MicroBatch::fp8_recipe, fp4_recipe).
+struct ModulePrecision {
+  std::array<std::optional<DType>, kQuantModules> dtype{};
+  std::optional<DType> of(QuantModule m) const { return dtype[static_cast<size_t>(m)]; }
+  void set(QuantModule m, DType t) { dtype[static_cast<size_t>(m)] = t; }
+  bool any() const;
+  bool operator==(const ModulePrecision&) const = default;
+};
+/// "attention bf16, mamba_out_proj fp8" ("" for none).
+std::string to_string(const ModulePrecision& p);
+
 /// b sequences of s tokens; `dtype` the GEMMs' type (activations: activation_dtype of it).
 struct MicroBatch {
   int64_t sequences = 1;
@@ -179,6 +207,8 @@ struct MicroBatch {
   /// anew). Dense layers without MLA, linear biases or the unfused attention core only
   /// (ParallelLayout::validate refuses the others). `recompute` is ignored with it.
   bool op_checkpointing = false;
+  /// Modules whose GEMMs run in another type than `dtype` (training only).
+  ModulePrecision module_precision{};
 };
 
 /// One sequence of a serving step: q_len new tokens after kv_len − q_len cached ones

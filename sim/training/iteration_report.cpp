@@ -93,6 +93,7 @@ std::string layout_description(const ParallelLayout& l) {
   if (is_quantised(l.dtype) && l.bf16_layers_at_start + l.bf16_layers_at_end > 0) {
     dtype += format_text(", bf16 layers %d + %d", l.bf16_layers_at_start, l.bf16_layers_at_end);
   }
+  if (l.module_precision.any()) dtype += ", " + to_string(l.module_precision);
   s += format_text(", %s, ZeRO-%d, mbs %lld, gbs %lld, seq %lld, %s%s", to_string(l.schedule), static_cast<int>(l.zero_stage),
                    static_cast<long long>(l.micro_batch), static_cast<long long>(l.global_batch),
                    static_cast<long long>(l.sequence_length), dtype.c_str(), l.sequence_parallel ? ", SP" : "");

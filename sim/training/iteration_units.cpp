@@ -201,7 +201,8 @@ MicroBatch micro_batch_of(const ParallelLayout& layout) {
                     layout.fp4_recipe,
                     layout.recompute == Recomputation::kFull ? RecomputeModules{} : layout.recompute_modules,
                     layout.expert_gemms,
-                    layout.recompute == Recomputation::kSelectiveOp};
+                    layout.recompute == Recomputation::kSelectiveOp,
+                    layout.module_precision};
 }
 
 ShardingFactors sharding_of(const ParallelLayout& layout) {
@@ -313,7 +314,11 @@ class LayerSums {
 Unit layer_unit(const ModelConfig& model, const ParallelLayout& layout, LayerSums& layer_sums, int l, int index) {
   const int t = layout.tp;
   const bool moe = model.is_moe_layer(l);
-  const bool bf16 = is_quantised(layout.dtype) && l < model.layers && layout.bf16_layer(l, model.layers);
+  // The first and last layers a recipe keeps in 16 bits, and the MTP layers a per-module recipe
+  // puts there.
+  const bool bf16 = is_quantised(layout.dtype) &&
+                    (l < model.layers ? layout.bf16_layer(l, model.layers)
+                                      : layout.module_precision.of(QuantModule::kMtp) == DType::kBf16);
   const OperatorSums& sums = layer_sums.of(l, moe, bf16);
   // Full recomputation may cover only the first layers of each virtual stage (block method).
   const bool recomputed = layout.fully_recomputed(index);

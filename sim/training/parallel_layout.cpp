@@ -82,6 +82,21 @@ std::string to_string(CudaGraphs g, const CudaGraphScope& scope) {
   return parts.empty() ? "none" : parts;
 }
 
+std::string set_module_precision(ModulePrecision& precision, const std::string& module, const std::string& dtype) {
+  const std::optional<QuantModule> m = quant_module_from(module);
+  if (!m) {
+    return "unknown module \"" + module +
+           "\" (expected attention, mlp, experts, shared_experts, moe_latent, mamba_in_proj, mamba_out_proj or mtp)";
+  }
+  const std::optional<DType> t = dtype_from_string(dtype);
+  if (!t || !(*t == DType::kBf16 || *t == DType::kFp8 || *t == DType::kFp4)) {
+    return "unknown GEMM type \"" + dtype + "\" for " + module + " (expected bf16, fp8 or fp4)";
+  }
+  if (*m == QuantModule::kMtp && *t != DType::kBf16) return "mtp layers can only be moved to bf16";
+  precision.set(*m, *t);
+  return {};
+}
+
 std::optional<std::pair<CudaGraphs, CudaGraphScope>> cuda_graphs_from(const std::string& name) {
   for (const CudaGraphs g : {CudaGraphs::kNone, CudaGraphs::kLayers, CudaGraphs::kFullIteration}) {
     if (name == to_string(g)) return std::pair{g, CudaGraphScope{}};
@@ -271,6 +286,17 @@ void validate(const ParallelLayout& l, const ModelConfig& model, int gpus, const
     if (value < 1) fail(name, "must be at least 1, got " + num(value));
   }
   if (l.micro_batch < 1) fail("micro_batch", "must be at least 1, got " + num(l.micro_batch));
+  if (l.module_precision.any() && !is_quantised(l.dtype)) {
+    fail("module_precision", "needs a quantised run (dtype fp8 or fp4); this one is " + std::string(to_string(l.dtype)));
+  }
+  for (size_t i = 0; i < kQuantModules; ++i) {
+    const std::optional<DType> t = l.module_precision.dtype[i];
+    if (t && is_quantised(*t) && bytes_per_element(*t) <= bytes_per_element(l.dtype)) {
+      fail("module_precision", std::string(to_string(static_cast<QuantModule>(i))) + " in " + to_string(*t) +
+                                   " is not wider than the run's " + to_string(l.dtype) +
+                                   " (a module moves to 16 bits, or to fp8 within fp4)");
+    }
+  }
   if (l.bf16_layers_at_start < 0 || l.bf16_layers_at_end < 0 ||
       l.bf16_layers_at_start + l.bf16_layers_at_end > model.layers) {
     fail("bf16_layers_at_start", "bf16 layers at the start (" + num(l.bf16_layers_at_start) + ") and end (" +

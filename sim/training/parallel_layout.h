@@ -73,6 +73,10 @@ std::string to_string(CudaGraphs g, const CudaGraphScope& scope = {});
 /// Parses those names, a scope's parts separated by '/' or ','; nullopt otherwise.
 std::optional<std::pair<CudaGraphs, CudaGraphScope>> cuda_graphs_from(const std::string& name);
 
+/// Sets `module` ("attention", …, layer_operators.h's QuantModule names) to run its GEMMs in
+/// `dtype` ("bf16", "fp8", "fp4"); the reason when either is unknown, else empty.
+std::string set_module_precision(ModulePrecision& precision, const std::string& module, const std::string& dtype);
+
 /// The dimensions of the rank grid, in the spelling of the order string.
 enum class ParallelDim : uint8_t { kTp, kCp, kEp, kDp, kPp };
 /// "tp", "cp", "ep", "dp", "pp".
@@ -128,6 +132,10 @@ struct ParallelLayout {
   /// Megatron's recompute_modules beside the attention core's selective recomputation: MLA's
   /// up-projections, the experts' activation, dense MLPs, MoE blocks, norms (layer_operators.h).
   RecomputeModules recompute_modules{};
+  /// A per-module quantisation recipe within a quantised run (layer_operators.h): modules whose
+  /// GEMMs run in 16 bits, or in fp8 within an fp4 run; "mtp" in 16 bits puts the whole
+  /// multi-token-prediction layers there.
+  ModulePrecision module_precision{};
   /// Takes Megatron's module list; its "core_attn" is the attention core's selective
   /// recomputation, which it turns on unless the layout recomputes more.
   void adopt_recompute_modules(const RecomputeModules& modules) {

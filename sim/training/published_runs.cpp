@@ -294,6 +294,14 @@ void read_gradients_optimizer_and_counts(const nlohmann::json& l, const std::str
     if (!bytes) throw RowError(where + "/" + key, "expected fp32, bf16, fp16, fp8 or null, found \"" + *name + "\"");
     *field = *bytes;
   }
+  if (auto modules = l.find("module_precision"); modules != l.end() && !modules->is_null()) {
+    if (!modules->is_object()) throw RowError(where + "/module_precision", "expected an object of module: GEMM type");
+    for (const auto& [module, type] : modules->items()) {
+      const std::string why = type.is_string() ? set_module_precision(p.module_precision, module, type.get<std::string>())
+                                               : "expected a GEMM type string, found " + type.dump();
+      if (!why.empty()) throw RowError(where + "/module_precision/" + module, why);
+    }
+  }
   for (auto [key, field] : {std::pair{"bf16_layers_at_start", &p.bf16_layers_at_start},
                             std::pair{"bf16_layers_at_end", &p.bf16_layers_at_end},
                             std::pair{"cpu_offloading_layers", &p.cpu_offloading_layers},
@@ -366,6 +374,7 @@ ParallelLayout parallel_layout_of(const PublishedRun& run) {
   l.cp_comm = context_parallel_comm_from(run.layout.cp_comm).value_or(ContextParallelComm::kRing);
   l.bf16_layers_at_start = run.layout.bf16_layers_at_start;
   l.bf16_layers_at_end = run.layout.bf16_layers_at_end;
+  l.module_precision = run.layout.module_precision;
   if (run.layout.megatron_style) {
     l.grad_reduce_in_fp32 = true;
     l.grad_reduce_overlap = false;

@@ -212,6 +212,12 @@ void read_parallel(JsonReader p, const std::string& path, ParallelLayout& l, boo
   bool_field("fp8_param_gather", l.fp8_param_gather);
   int_field("bf16_layers_at_start", l.bf16_layers_at_start, 0);
   int_field("bf16_layers_at_end", l.bf16_layers_at_end, 0);
+  if (auto v = p.find("module_precision")) {
+    for (const std::string& module : v->keys()) {
+      JsonReader t = v->at(module);
+      if (std::string why = set_module_precision(l.module_precision, module, t.as_string()); !why.empty()) t.fail(why);
+    }
+  }
   int_field("cpu_offloading_layers", l.cpu_offloading_layers, 0);
   int_field("recompute_layers", l.recompute_layers, 0);
   if (auto v = p.find("attention")) l.attention = attention_from(v->as_string(), path, v->pointer());

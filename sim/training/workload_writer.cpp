@@ -38,6 +38,13 @@ nlohmann::ordered_json parallel_block(const ParallelLayout& l) {
     p["bf16_layers_at_start"] = l.bf16_layers_at_start;
     p["bf16_layers_at_end"] = l.bf16_layers_at_end;
   }
+  if (l.module_precision.any()) {
+    nlohmann::ordered_json modules;
+    for (size_t i = 0; i < kQuantModules; ++i) {
+      if (l.module_precision.dtype[i]) modules[to_string(static_cast<QuantModule>(i))] = to_string(*l.module_precision.dtype[i]);
+    }
+    p["module_precision"] = modules;
+  }
   p["attention"] = to_string(l.attention);
   p["grad_reduce_overlap"] = l.grad_reduce_overlap;
   p["grad_reduce_in_fp32"] = l.grad_reduce_in_fp32;
