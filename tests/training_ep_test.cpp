@@ -145,6 +145,25 @@ TEST(RecomputeModules, TheMoeBlockKeepsOnlyItsInputAndTheNormsRunAgain) {
   EXPECT_EQ(to_string(*add_recompute_module(core, "moe")), "moe+core_attn");
 }
 
+// The busiest expert's pace re-shapes the experts' GEMMs: each keeps its own type, the run's or
+// a per-module recipe's.
+TEST(RecomputeModules, ScaledExpertsKeepTheirModulesType) {
+  MicroBatch batch;
+  batch.sequence_length = 512;
+  batch.dtype = DType::kFp8;
+  batch.module_precision.set(QuantModule::kExperts, DType::kBf16);
+  const std::vector<ModelOperator> ops =
+      iteration_detail::scale_experts(layer_operators(tiny_moe(), 0, batch, ShardingFactors{}), 1.5);
+  for (const ModelOperator& op : ops) {
+    if (op.name == "expert_gate_up_proj") {
+      EXPECT_EQ(op.forward.dtype, DType::kBf16);
+    }
+    if (op.name == "qkv_proj") {
+      EXPECT_EQ(op.forward.dtype, DType::kFp8);
+    }
+  }
+}
+
 // Megatron's --moe-shared-expert-overlap: the shared experts run on their own stream beside the
 // dispatch and combine, so each MoE pass hides min(shared experts, all-to-all) and keeps its
 // compute. With contention off (no shared links or SMs) the iteration is shorter by exactly that

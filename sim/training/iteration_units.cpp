@@ -163,7 +163,7 @@ Routing route(const MoeConfig& moe, int ep, const IterationOptions& options) {
   return r;
 }
 
-std::vector<ModelOperator> scale_experts(std::vector<ModelOperator> ops, double factor, DType dtype) {
+std::vector<ModelOperator> scale_experts(std::vector<ModelOperator> ops, double factor) {
   for (ModelOperator& op : ops) {
     if (op.name.rfind("expert_", 0) != 0) continue;
     op.saved = op.saved * factor;
@@ -172,7 +172,7 @@ std::vector<ModelOperator> scale_experts(std::vector<ModelOperator> ops, double 
       shape.m *= factor;
       // New sizes, the same kernels (and the same ones issued by the host).
       const OperatorCost forward = op.forward, backward = op.backward;
-      op.forward = gemm_cost(shape, dtype);
+      op.forward = gemm_cost(shape, forward.dtype);
       op.forward.kernels = forward.kernels;
       op.forward.host_issued_kernels = forward.host_issued_kernels;
       op.backward = op.forward;
@@ -252,7 +252,7 @@ std::vector<ModelOperator> timed_layer_operators(const ModelConfig& model, const
   std::vector<ModelOperator> ops = layer_operators(model, layer, batch, sharding_of(layout));
   const bool moe = model.is_moe_layer(layer);
   mark_graph_replayed(ops, layout, moe);
-  return moe ? scale_experts(std::move(ops), expert_rows, batch.dtype) : ops;
+  return moe ? scale_experts(std::move(ops), expert_rows) : ops;
 }
 
 MessageSizes message_sizes(const ModelConfig& model, const ParallelLayout& layout) {
