@@ -21,6 +21,28 @@ using test::kTp;
 using test::tiny;
 using test::toy_cluster;
 
+// Data (and expert) parallelism over dp GPUs at TP tp, one 512-token sequence per DP rank.
+ParallelLayout small_layout(int tp, int dp, int ep = 1) {
+  ParallelLayout l;
+  l.tp = tp;
+  l.dp = dp;
+  l.ep = ep;
+  l.micro_batch = 1;
+  l.global_batch = dp;
+  l.sequence_length = 512;
+  l.sequence_parallel = tp > 1;
+  return l;
+}
+
+// The tiny Llama-style model with `pattern` as its layers and a Mamba mixer of 8 heads of 32
+// (d_in 256), state 16, 2 groups, kernel 4, chunks of 64.
+ModelConfig tiny_hybrid(const std::string& pattern) {
+  ModelConfig m = tiny(static_cast<int>(pattern.size()));
+  m.hybrid_pattern = pattern;
+  m.mamba = MambaConfig{8, 32, 16, 2, 4, 64};
+  return m;
+}
+
 ModelConfig nano() { return load_bundled_model(test::source_path("workloads/models"), "nemotron-3-nano"); }
 
 ModelConfig hf(const std::string& text) {
@@ -87,12 +109,7 @@ TEST(HybridModels, ALatentMoeDispatchesAndComputesInItsLatentWidth) {
   EXPECT_DOUBLE_EQ(flops(latent, "moe_latent_down_proj"), 2.0 * 512 * 256 * 64);
   EXPECT_DOUBLE_EQ(flops(latent, "moe_latent_up_proj"), 2.0 * 512 * 64 * 256);
   EXPECT_DOUBLE_EQ(flops(m, "moe_latent_down_proj"), 0.0);
-  ParallelLayout l;
-  l.dp = 4;
-  l.ep = 4;
-  l.micro_batch = 1;
-  l.global_batch = 4;
-  l.sequence_length = 512;
+  const ParallelLayout l = small_layout(1, 4, 4);
   const Topology topo = toy_cluster(4);
   const double full = simulate_iteration(m, l, topo).stages[0].communication[test::kEp].sent.value();
   const double narrow = simulate_iteration(latent, l, topo).stages[0].communication[test::kEp].sent.value();
@@ -143,9 +160,7 @@ TEST(HybridModels, WhatIsNotModelledIsRefusedWithItsKey) {
 // One Mamba layer of h 256, 8 heads of 32 (d_in 256), state 16, 2 groups, kernel 4, chunks of
 // 64, on 2 sequences of 128 tokens (T = 256), TP 2.
 TEST(HybridModels, AMambaLayersOperatorsAreTheirClosedForms) {
-  ModelConfig m = tiny(1);
-  m.hybrid_pattern = "M";
-  m.mamba = MambaConfig{8, 32, 16, 2, 4, 64};
+  const ModelConfig m = tiny_hybrid("M");
   MicroBatch batch;
   batch.sequences = 2;
   batch.sequence_length = 128;
@@ -190,13 +205,8 @@ TEST(HybridModels, AttentionAndMlpLayersSimulateAsTheTransformerTheySpell) {
   hybrid.hybrid_pattern = "*-*-";
   EXPECT_EQ(count_parameters(hybrid).total, count_parameters(transformer).total);
   EXPECT_DOUBLE_EQ(model_flops_per_token(hybrid, 512).value(), model_flops_per_token(transformer, 512).value());
-  ParallelLayout l;
-  l.tp = 2;
-  l.dp = 2;
-  l.micro_batch = 1;
+  ParallelLayout l = small_layout(2, 2);
   l.global_batch = 4;
-  l.sequence_length = 512;
-  l.sequence_parallel = true;
   const Topology topo = toy_cluster(4);
   const IterationResult a = simulate_iteration(transformer, l, topo);
   const IterationResult b = simulate_iteration(hybrid, l, topo);
@@ -215,9 +225,7 @@ TEST(HybridModels, AttentionAndMlpLayersSimulateAsTheTransformerTheySpell) {
 }
 
 TEST(HybridModels, MambaLayersRefuseContextParallelismAndUnevenGroups) {
-  ModelConfig m = tiny(2);
-  m.hybrid_pattern = "M-";
-  m.mamba = MambaConfig{8, 32, 16, 2, 4, 64};
+  const ModelConfig m = tiny_hybrid("M-");
   MicroBatch batch;
   batch.sequence_length = 128;
   ShardingFactors sh;

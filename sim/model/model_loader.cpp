@@ -131,18 +131,19 @@ void read_sliding_window(HfFields& f, HfFamily family, ModelConfig& m) {
   }
 }
 
-// The Llama family: Llama, Mistral, Mixtral, Qwen2/3 (dense and MoE) share these keys.
-void read_llama_like(HfFields& f, HfFamily family, ModelConfig& m) {
+// What Llama-like decoders share: sizes, GQA heads (head_dim as given, else the configuration
+// class's default where it has one, else hidden / heads), vocabulary, context and tied
+// embeddings, RMSNorm and rotary positions.
+void read_decoder_shape(HfFields& f, ModelConfig& m, std::optional<int64_t> default_head_dim = std::nullopt) {
   m.layers = f.count("num_hidden_layers");
   m.hidden = f.positive("hidden_size");
   m.heads = f.count("num_attention_heads");
   m.kv_heads = f.count_or("num_key_value_heads", m.heads);
   require_multiple(f, "num_attention_heads", m.heads, "num_key_value_heads", m.kv_heads);
-  // Qwen3Config's head_dim defaults to 128; the others derive it from the hidden size.
-  if (family == HfFamily::kQwen3) {
-    m.head_dim = f.positive_or("head_dim", 128);
-  } else if (f.present("head_dim")) {
+  if (f.present("head_dim")) {
     m.head_dim = f.positive("head_dim");
+  } else if (default_head_dim) {
+    m.head_dim = *default_head_dim;
   } else {
     require_multiple(f, "hidden_size", m.hidden, "num_attention_heads", m.heads);
     m.head_dim = m.hidden / m.heads;
@@ -150,9 +151,15 @@ void read_llama_like(HfFields& f, HfFamily family, ModelConfig& m) {
   m.vocab = f.positive("vocab_size");
   m.max_sequence = f.positive("max_position_embeddings");
   m.tied_embeddings = f.flag_or("tie_word_embeddings", false);
-  m.mlp = MlpKind::kGated;
   m.norm = NormKind::kRmsNorm;
   m.position = PositionEmbedding::kRotary;
+}
+
+// The Llama family: Llama, Mistral, Mixtral, Qwen2/3 (dense and MoE) share these keys.
+void read_llama_like(HfFields& f, HfFamily family, ModelConfig& m) {
+  // Qwen3Config's head_dim defaults to 128; the others derive it from the hidden size.
+  read_decoder_shape(f, m, family == HfFamily::kQwen3 ? std::optional<int64_t>(128) : std::nullopt);
+  m.mlp = MlpKind::kGated;
   if (family == HfFamily::kQwen2) {
     // Qwen2's q/k/v projections always carry biases; its output projection never does.
     m.qkv_bias = true;
@@ -211,6 +218,19 @@ void read_qwen3_moe(HfFields& f, ModelConfig& m) {
   if (m.moe_layer_count() < m.layers) m.ffn = f.positive("intermediate_size");
 }
 
+// DeepSeek's names for the routed and shared experts (DeepSeek-V3, Nemotron-H): each shared
+// expert as wide as a routed one unless the family says otherwise.
+MoeConfig read_routed_experts(HfFields& f) {
+  MoeConfig moe;
+  moe.experts = f.count("n_routed_experts");
+  moe.top_k = f.count("num_experts_per_tok");
+  if (moe.top_k > moe.experts) f.fail_at("num_experts_per_tok", "is larger than n_routed_experts");
+  moe.expert_ffn = f.positive("moe_intermediate_size");
+  moe.shared_experts = static_cast<int>(f.non_negative_or("n_shared_experts", 0, kMaxCount));
+  moe.shared_expert_ffn = moe.expert_ffn;
+  return moe;
+}
+
 void read_deepseek_v3(HfFields& f, ModelConfig& m) {
   m.layers = f.count("num_hidden_layers");
   m.hidden = f.positive("hidden_size");
@@ -235,13 +255,7 @@ void read_deepseek_v3(HfFields& f, ModelConfig& m) {
   m.mtp_layers = static_cast<int>(f.non_negative_or("num_nextn_predict_layers", 0, kMaxCount));
   m.attention_dropout = f.probability_or("attention_dropout", 0.0);
   if (f.present("n_routed_experts")) {
-    MoeConfig moe;
-    moe.experts = f.count("n_routed_experts");
-    moe.top_k = f.count("num_experts_per_tok");
-    if (moe.top_k > moe.experts) f.fail_at("num_experts_per_tok", "is larger than n_routed_experts");
-    moe.expert_ffn = f.positive("moe_intermediate_size");
-    moe.shared_experts = static_cast<int>(f.non_negative_or("n_shared_experts", 0, kMaxCount));
-    moe.shared_expert_ffn = moe.expert_ffn;
+    MoeConfig moe = read_routed_experts(f);
     moe.first_dense_layers = static_cast<int>(f.non_negative_or("first_k_dense_replace", 0, kMaxCount));
     moe.layer_frequency = f.count_or("moe_layer_freq", 1);
     m.moe = moe;
@@ -275,22 +289,7 @@ std::string read_hybrid_pattern(HfFields& f) {
 // refused). Not modelled: that these attention layers have no rotary embedding (the rotary pass
 // on a few layers is a few µs).
 void read_nemotron_h(HfFields& f, ModelConfig& m) {
-  m.layers = f.count("num_hidden_layers");
-  m.hidden = f.positive("hidden_size");
-  m.heads = f.count("num_attention_heads");
-  m.kv_heads = f.count_or("num_key_value_heads", m.heads);
-  require_multiple(f, "num_attention_heads", m.heads, "num_key_value_heads", m.kv_heads);
-  if (f.present("head_dim")) {
-    m.head_dim = f.positive("head_dim");
-  } else {
-    require_multiple(f, "hidden_size", m.hidden, "num_attention_heads", m.heads);
-    m.head_dim = m.hidden / m.heads;
-  }
-  m.vocab = f.positive("vocab_size");
-  m.max_sequence = f.positive("max_position_embeddings");
-  m.tied_embeddings = f.flag_or("tie_word_embeddings", false);
-  m.norm = NormKind::kRmsNorm;
-  m.position = PositionEmbedding::kRotary;
+  read_decoder_shape(f, m);
   m.qkv_bias = m.attention_output_bias = f.flag_or("attention_bias", false);
   m.mlp_bias = f.flag_or("mlp_bias", false);
   m.attention_dropout = f.probability_or("attention_dropout", 0.0);
@@ -317,12 +316,7 @@ void read_nemotron_h(HfFields& f, ModelConfig& m) {
   mamba.chunk = f.positive_or("chunk_size", 128);
   m.mamba = mamba;
   if (m.hybrid_pattern.find('E') != std::string::npos) {
-    MoeConfig moe;
-    moe.experts = f.count("n_routed_experts");
-    moe.top_k = f.count("num_experts_per_tok");
-    if (moe.top_k > moe.experts) f.fail_at("num_experts_per_tok", "is larger than n_routed_experts");
-    moe.expert_ffn = f.positive("moe_intermediate_size");
-    moe.shared_experts = static_cast<int>(f.non_negative_or("n_shared_experts", 0, kMaxCount));
+    MoeConfig moe = read_routed_experts(f);
     moe.shared_expert_ffn = f.positive_or("moe_shared_expert_intermediate_size", moe.expert_ffn);
     moe.latent = f.non_negative_or("moe_latent_size", 0);
     m.moe = moe;
