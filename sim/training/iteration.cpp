@@ -378,7 +378,9 @@ IterationResult simulate_iteration(const ModelConfig& model, const ParallelLayou
   for (const StageResult& stage : stages) hardware += stage.hardware_flops.value() * dp * t * layout.cp;
   result.hfu = capacity > 0 ? hardware / capacity : 0.0;
   result.flop_convention =
-      "MFU: model FLOPs per token 6N + 6·L·s·H·(d_qk+d_v)/2 (causal, no recomputation, backward = 2× forward) "
+      "MFU: model FLOPs per token 6N + 6·L·s·H·(d_qk+d_v)/2" +
+      std::string(model.mamba ? " over the attention layers, + 3 × the chunked scan's per Mamba layer" : "") +
+      " (causal, no recomputation, backward = 2× forward) "
       "× tokens / (iteration time × GPUs × dense " + std::string(to_string(layout.dtype)) +
       " peak); HFU: FLOPs of the simulated kernels, recomputation and " +
       (layout.attention == AttentionKernel::kUnfused ? std::string("the unfused attention's full s×s products")
