@@ -88,6 +88,36 @@ TEST(HybridModels, Nemotron3SuperCountsAsItsCheckpointHoldsIt) {
   EXPECT_EQ(p.mtp, 2'942'324'736);
   EXPECT_EQ(p.total - p.active, 107'898'470'400);
   EXPECT_EQ(p.latent_projections, 40 * 2 * 4096 * 1024);
+  // Megatron-Bridge trains it with two MTP depths over one module's weights
+  // (mtp_use_repeated_layer): two passes, one module of parameters.
+  ModelConfig repeated = m;
+  repeated.mtp_layers = 2;
+  repeated.mtp_repeated = true;
+  EXPECT_EQ(count_parameters(repeated).mtp, 2'942'324'736);
+  repeated.mtp_repeated = false;
+  EXPECT_EQ(count_parameters(repeated).mtp, 2 * 2'942'324'736LL);
+}
+
+// Repeated MTP depths run twice and hold one module: the last stage's parameters are those of
+// one depth, its compute that of two.
+TEST(HybridModels, RepeatedMtpDepthsRunTwiceAndHoldOneModule) {
+  ModelConfig one = tiny(2);
+  one.moe = MoeConfig{4, 2, 0, 512, 0, 0, 1, {}};
+  one.mtp_layers = 1;
+  ModelConfig repeated = one;
+  repeated.mtp_layers = 2;
+  repeated.mtp_repeated = true;
+  ModelConfig two = repeated;
+  two.mtp_repeated = false;
+  const ParallelLayout l = small_layout(1, 2);
+  const Topology topo = toy_cluster(2);
+  const IterationResult r1 = simulate_iteration(one, l, topo);
+  const IterationResult rr = simulate_iteration(repeated, l, topo);
+  const IterationResult r2 = simulate_iteration(two, l, topo);
+  EXPECT_DOUBLE_EQ(rr.stages[0].parameters, r1.stages[0].parameters);
+  EXPECT_GT(r2.stages[0].parameters, rr.stages[0].parameters);
+  EXPECT_EQ(rr.stages[0].forward_compute, r2.stages[0].forward_compute);
+  EXPECT_GT(rr.stages[0].forward_compute, r1.stages[0].forward_compute);
 }
 
 // A latent MoE's experts and all-to-alls work in the latent width: the routed experts' GEMMs

@@ -62,6 +62,7 @@ nlohmann::ordered_json model_block(const ModelConfig& m) {
   if (m.moe) j["moe"] = moe_block(*m.moe);
   if (m.mla) j["mla"] = mla_block(*m.mla);
   j["mtp_layers"] = m.mtp_layers;
+  if (m.mtp_repeated) j["mtp_repeated"] = true;
   if (m.hybrid()) j["hybrid_pattern"] = m.hybrid_pattern;
   if (m.mamba) j["mamba"] = mamba_block(*m.mamba);
   return j;

@@ -120,6 +120,9 @@ struct ModelConfig {
   std::optional<MoeConfig> moe;
   std::optional<MlaConfig> mla;
   int mtp_layers = 0;  ///< DeepSeek-V3 multi-token-prediction modules (counted apart)
+  /// The MTP depths run one module's weights again (Megatron's mtp_use_repeated_layer):
+  /// mtp_layers passes, one module's parameters.
+  bool mtp_repeated = false;
   /// A hybrid model's layers, one character each (Megatron's hybrid_override_pattern): M a
   /// Mamba-2 mixer, * attention, - an MLP, E a MoE, each with its own pre-norm and residual.
   /// Empty: every layer is a Transformer layer.

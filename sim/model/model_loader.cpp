@@ -618,6 +618,7 @@ ModelConfig model_from_block(JsonReader r) {
     m.kv_heads = m.heads;
   }
   m.mtp_layers = static_cast<int>(block_non_negative(r, "mtp_layers", 0, kMaxCount));
+  m.mtp_repeated = block_flag(r, "mtp_repeated", false);
   if (auto pattern = r.find("hybrid_pattern")) m.hybrid_pattern = pattern->as_string();
   if (auto mamba = r.find("mamba")) m.mamba = read_mamba_block(*mamba);
   if (auto ffn = block_optional(r, "ffn", kMaxSize)) {

@@ -31,7 +31,7 @@
 //                 "dense_layers": [], "latent_size": 0 },
 //        "mla": { "q_lora_rank": 1536, "kv_lora_rank": 512, "qk_nope_head_dim": 128,
 //                 "qk_rope_head_dim": 64, "v_head_dim": 128 },
-//        "mtp_layers": 0, "hybrid_pattern": "MEM*E",
+//        "mtp_layers": 0, "mtp_repeated": false, "hybrid_pattern": "MEM*E",
 //        "mamba": { "heads": 64, "head_dim": 64, "state": 128, "groups": 8, "conv_kernel": 4,
 //                   "chunk": 128 },
 //        "description": "free text" }

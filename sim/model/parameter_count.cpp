@@ -114,7 +114,7 @@ ParameterCounts count_parameters(const ModelConfig& m) {
     // DeepSeek-V3 MTP module: enorm + hnorm, eh_proj (2h → h), one layer of the model's last
     // kind (MoE for V3), and the shared head's norm.
     const LayerParameterCounts mtp_layer = layer_parameters(m, m.layers);
-    p.mtp = m.mtp_layers * (3 * norm_size(m, m.hidden) + 2 * m.hidden * m.hidden + mtp_layer.total());
+    p.mtp = (m.mtp_repeated ? 1 : m.mtp_layers) * (3 * norm_size(m, m.hidden) + 2 * m.hidden * m.hidden + mtp_layer.total());
   }
   return p;
 }

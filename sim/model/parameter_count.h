@@ -16,7 +16,8 @@
 // Model: token embedding V·h (+ learned positions max_sequence·h), output head V·h unless tied,
 // final norm. DeepSeek-V3's multi-token-prediction modules are counted apart (mtp) and left
 // out of total, as DeepSeek's own 671 B excludes them: each is two norms, a 2h×h projection,
-// one more MoE layer and a norm; it shares the embedding and head.
+// one more MoE layer and a norm; it shares the embedding and head. Repeated depths
+// (ModelConfig::mtp_repeated) share one module's.
 #pragma once
 
 #include <cstdint>

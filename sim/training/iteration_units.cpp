@@ -394,8 +394,13 @@ void append_mtp_modules(std::vector<Unit>& list, const ModelConfig& model, const
   Unit head = output_unit(model, layout, cm, counts, timed);
   head.parameters = 0;
   for (int i = 0; i < model.mtp_layers; ++i) {
+    Unit layer = layer_unit(model, layout, layer_sums, model.layers + i, index + i);
+    if (model.mtp_repeated && i > 0) {  // the first depth's weights again: nothing more to hold or reduce
+      input.parameters = 0;
+      layer.parameters = layer.expert_parameters = 0;
+    }
     list.push_back(input);
-    list.push_back(layer_unit(model, layout, layer_sums, model.layers + i, index + i));
+    list.push_back(layer);
     list.push_back(head);
   }
 }

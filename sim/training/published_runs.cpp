@@ -185,6 +185,10 @@ ModelConfig bundled_model_of(const nlohmann::json& m, const std::string& name, c
     }
     c.mtp_layers = static_cast<int>(mtp->get<int64_t>());
   }
+  if (auto repeated = m.find("mtp_repeated"); repeated != m.end() && !repeated->is_null()) {
+    if (!repeated->is_boolean()) throw RowError(where + "/mtp_repeated", "expected true or false, found " + repeated->dump());
+    c.mtp_repeated = repeated->get<bool>();
+  }
   if (std::string why = c.problem(); !why.empty()) throw RowError(where, why);
   return c;
 }
