@@ -292,19 +292,19 @@ TEST(ServingMemory, KvBlocksFromMemoryByHand) {
   // 16 tokens keeps 32 layers × K,V × 8 heads × 128 × 2 B × 16 = 2,097,152 B.
   const ModelConfig m8 = bundled("llama3-8b");
   ASSERT_EQ(count_parameters(m8).total, 8030261248);
-  const KvCapacity c8 = kv_capacity(m8, h100, InstanceShape{1, 1}, 16, 0.10, Bytes(0));
+  const KvCapacity c8 = kv_capacity(m8, h100, InstanceShape{1, 1}, 16, 0.10, Bytes(0), 256);
   EXPECT_EQ(c8.block_bytes.value(), 2097152.0);
   EXPECT_EQ(c8.blocks, static_cast<int64_t>(std::floor((usable - 16060522496.0) / 2097152.0)));  // 29,206
   // Llama-3 70B, TP 4: 70,553,706,496 parameters, a quarter of 141,107,412,992 B per GPU; 8 KV
   // heads over 4 ranks: 2 per GPU, so a block is 80 × 2 × 2 × 128 × 2 B × 16 = 1,310,720 B.
   const ModelConfig m70 = bundled("llama3-70b");
   ASSERT_EQ(count_parameters(m70).total, 70553706496);
-  const KvCapacity c70 = kv_capacity(m70, h100, InstanceShape{4, 1}, 16, 0.10, Bytes(0));
+  const KvCapacity c70 = kv_capacity(m70, h100, InstanceShape{4, 1}, 16, 0.10, Bytes(0), 256);
   EXPECT_EQ(c70.block_bytes.value(), 1310720.0);
   EXPECT_EQ(c70.blocks, static_cast<int64_t>(std::floor((usable - 141107412992.0 / 4) / 1310720.0)));  // 32,069
   // At TP 1 the 70B weights alone exceed the GPU: refused, with the numbers.
   try {
-    kv_capacity(m70, h100, InstanceShape{1, 1}, 16, 0.10, Bytes(0));
+    kv_capacity(m70, h100, InstanceShape{1, 1}, 16, 0.10, Bytes(0), 256);
     FAIL() << "70B on one H100 must not fit";
   } catch (const std::invalid_argument& e) {
     EXPECT_NE(std::string(e.what()).find("does not fit"), std::string::npos) << e.what();

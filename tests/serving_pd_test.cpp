@@ -69,7 +69,7 @@ TEST(ServingDisaggregation, ALoneRequestsTtftIsItsPrefillPlusItsKvTransfer) {
   const Time prefill_time = prefill.step(prompt).total;
   // KV: 4096 tokens × 32 layers × K,V × 1 head per GPU × 128 × 2 B × 8 GPUs = 512 MiB, as 8
   // flows of 64 MiB from GPU i of node 0 to GPU i of node 1, each alone on its rail.
-  const double total = 4096.0 * kv_bytes_per_token(c.model, 8, 32).value() * 8;
+  const double total = 4096.0 * kv_bytes_per_token(c.model, 8, 0, 32).value() * 8;
   EXPECT_EQ(total, 512.0 * 1024 * 1024);
   Time transfer = Time::zero();
   for (int g = 0; g < 8; ++g) {
@@ -101,7 +101,7 @@ TEST(ServingDisaggregation, StreamedKvOverlapsThePrefillAndLandsAfterItsLastLaye
     // The decode instance is idle, so its blocks are allocated and the flows start with the
     // prefill, at 0; alone on their rails they take D (as in the test above). The KV lands at
     // max(D, prefill + D/32): the last of 32 layers' share follows the prefill.
-    const double total = static_cast<double>(length) * kv_bytes_per_token(c.model, 8, 32).value() * 8;
+    const double total = static_cast<double>(length) * kv_bytes_per_token(c.model, 8, 0, 32).value() * 8;
     Time flows = Time::zero();
     for (int g = 0; g < 8; ++g) {
       flows = std::max(flows, lone_flow(*c.topology, c.topology->gpus()[static_cast<size_t>(g)],

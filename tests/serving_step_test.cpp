@@ -6,6 +6,7 @@
 
 #include "model/model_loader.h"
 #include "model/parameter_count.h"
+#include "serving/kv_capacity.h"
 #include "serving/step_model.h"
 #include "test_support.h"
 #include "topology/topology_loader.h"
@@ -238,6 +239,62 @@ TEST(ServingStep, PipelineStagesSplitTheLayersAndHandOff) {
   EXPECT_EQ(two.overhead, Time::ms(1));
   // Each stage holds half the layers (the head on the last one): the slowest about half the step.
   EXPECT_LT(two.bottleneck_stage.seconds(), 0.6 * (one.total - one.overhead).seconds());
+}
+
+// A hybrid model served (Nemotron 3 Nano): only its 6 attention layers keep KV; each sequence
+// holds its 23 Mamba layers' state; a decode step advances that state by the recurrence and a
+// prompt chunk scans its tokens; each single-block layer all-reduces once over TP.
+TEST(ServingStep, AHybridModelsMambaLayersKeepAStatePerSequence) {
+  const ModelConfig m = bundled("nemotron-3-nano");
+  // KV: 6 layers × 2 × 2 KV heads × 128 × 2 B = 6,144 B a token at TP 1 (TP 2: one KV head a rank).
+  EXPECT_DOUBLE_EQ(kv_bytes_per_token(m, 1, 0, m.layers).value(), 6.0 * 2 * 2 * 128 * 2);
+  EXPECT_DOUBLE_EQ(kv_bytes_per_token(m, 1, 0, 5).value(), 0.0);  // MEMEM: no attention
+  // State: 23 × (3 × (4096 + 2·8·128) × 2 B + 64 × 64 × 128 × 4 B) a sequence.
+  const double state = 23.0 * (3 * (4096 + 2 * 8 * 128) * 2 + 64.0 * 64 * 128 * 4);
+  EXPECT_DOUBLE_EQ(mamba_state_bytes(m, 1, 0, m.layers).value(), state);
+  EXPECT_DOUBLE_EQ(mamba_state_bytes(m, 2, 0, m.layers).value(), state / 2);
+  // max_sequences slots of state come out of the KV cache's room.
+  const GpuSpec gpu = dgx_h100().gpu_spec_of(dgx_h100().gpus().front());
+  const KvCapacity few = kv_capacity(m, gpu, InstanceShape{1, 1}, 16, 0.1, Bytes(0), 16);
+  const KvCapacity many = kv_capacity(m, gpu, InstanceShape{1, 1}, 16, 0.1, Bytes(0), 64);
+  EXPECT_DOUBLE_EQ(many.states.value() - few.states.value(), 48 * state);
+  EXPECT_NEAR(static_cast<double>(few.blocks - many.blocks), 48 * state / few.block_bytes.value(), 1.0);
+
+  // A decode step's Mamba layer: the fp32 state read and written, x, B, C, dt read and y written.
+  const ShardingFactors one{1, 1, 1, false};
+  auto op = [](const std::vector<ModelOperator>& ops, const std::string& name) -> const ModelOperator* {
+    for (const ModelOperator& o : ops) {
+      if (o.name == name) return &o;
+    }
+    return nullptr;
+  };
+  const std::vector<ModelOperator> decode = layer_operators(m, 0, decode_batch(8, 4096), one);
+  ASSERT_NE(op(decode, "mamba_state_update"), nullptr);
+  EXPECT_EQ(op(decode, "mamba_ssd_scan"), nullptr);
+  const double io = (2.0 * 4096 + 2 * 8 * 128 + 64) * 2;
+  EXPECT_DOUBLE_EQ(op(decode, "mamba_state_update")->forward.bytes_read_written.value(),
+                   8 * (2 * 64.0 * 64 * 128 * 4 + io));
+  // A prompt chunk scans its tokens as training's forward does, and writes its final state.
+  const std::vector<ModelOperator> prefill = layer_operators(m, 0, prefill_batch(2, 1024), one);
+  MicroBatch training;
+  training.sequences = 2;
+  training.sequence_length = 1024;
+  const std::vector<ModelOperator> trained = layer_operators(m, 0, training, one);
+  ASSERT_NE(op(prefill, "mamba_ssd_scan"), nullptr);
+  EXPECT_DOUBLE_EQ(op(prefill, "mamba_ssd_scan")->forward.flops.value(), op(trained, "mamba_ssd_scan")->forward.flops.value());
+  EXPECT_DOUBLE_EQ(op(prefill, "mamba_state_io")->forward.bytes_read_written.value(), 2 * 64.0 * 64 * 128 * 4);
+
+  // TP 2: every layer of the 52 is one block, one all-reduce each, and the embedding's.
+  StepModelOptions o;
+  o.step_overhead = Time::zero();
+  const Topology node = dgx_h100(1);
+  const StepModel tp2(m, node, InstanceShape{2, 1}, o);
+  const RaggedBatch batch = decode_batch(16, 2048);
+  const CollectiveSimulator group(node, 2, 2);
+  CollectiveOptions co;
+  co.model = "analytical";
+  const Time each = group.run(CollectiveOp::kAllReduce, Bytes(16.0 * 2688 * 2), co).time;
+  EXPECT_EQ(tp2.step(batch).tp_communication, each * 53);
 }
 
 }  // namespace

@@ -62,11 +62,22 @@ add_test(NAME example.serve.prefill_without_decode
 add_test(NAME example.serve.malformed
          COMMAND bash ${check_exit} 2 "malformed.json: .*line [0-9]+"
                  $<TARGET_FILE:parallax> serve ${serve_data}/malformed.json --json ${serve_scratch}/never.json)
+# A hybrid model (Mamba layers: a state per sequence beside the attention layers' KV) served;
+# its prefix cache refused.
+add_test(NAME example.serve.hybrid
+         COMMAND parallax serve ${PROJECT_SOURCE_DIR}/workloads/serve/nemotron-3-nano-8xh100.json --requests 300)
+set_tests_properties(example.serve.hybrid PROPERTIES PASS_REGULAR_EXPRESSION "300 completed, 0 rejected")
+add_test(NAME example.serve.hybrid_prefix_cache
+         COMMAND bash ${check_exit} 2 "hybrid-prefix-cache.json: /pools/0/kv_cache/prefix_caching: prefix caching of a hybrid model's Mamba states is not modelled"
+                 $<TARGET_FILE:parallax> serve ${serve_data}/hybrid-prefix-cache.json --json ${serve_scratch}/never.json)
+add_test(NAME example.serve.hybrid_swap
+         COMMAND bash ${check_exit} 2 "hybrid-swap.json: /pools/0/kv_cache/preemption: swapping a hybrid model's Mamba states is not modelled"
+                 $<TARGET_FILE:parallax> serve ${serve_data}/hybrid-swap.json --json ${serve_scratch}/never.json)
 # None of the failing runs left an output file.
 add_test(NAME example.serve.no_output_on_error
          COMMAND bash -c "! test -e ${serve_scratch}/never.json")
 set_tests_properties(example.serve.no_output_on_error PROPERTIES
-                     DEPENDS "example.serve.bad_router;example.serve.bad_tp;example.serve.pool_does_not_fit;example.serve.prefill_without_decode;example.serve.malformed")
+                     DEPENDS "example.serve.bad_router;example.serve.bad_tp;example.serve.pool_does_not_fit;example.serve.prefill_without_decode;example.serve.malformed;example.serve.hybrid_prefix_cache;example.serve.hybrid_swap")
 
 # ---- request traces and their replay -------------------------------------------------------------------
 add_test(NAME example.serve.replay_azure_code

@@ -370,6 +370,10 @@ double causal_pairs_share(const ModelConfig& m, double s) {
 struct LocalSizes {
   double tokens = 0, sp_tokens = 0, hidden = 0, heads = 0, kv_heads = 0;
   AttentionWork work;
+  // A Mamba layer's work: the tokens of chunks scanned whole (a training micro-batch, a serving
+  // step's prompt chunks of 2+ tokens), the serving sequences whose chunk starts from a cached
+  // state, and the sequences of one new token, which update their state instead.
+  double scan_tokens = 0, scan_sequences = 0, continued_sequences = 0, decode_sequences = 0;
 
   LocalSizes(const ModelConfig& m, const ShardingFactors& sh)
       : hidden(static_cast<double>(m.hidden)),
@@ -386,12 +390,22 @@ struct LocalSizes {
     // rank the same half of the triangle.
     const double pairs_per_query = s * (batch.causal ? 0.5 * causal_pairs_share(m, s) : 1.0);
     work = AttentionWork{b, tokens, b * s, b * (tokens / b) * pairs_per_query, tokens / b, s};
+    scan_tokens = tokens;
   }
 
   LocalSizes(const ModelConfig& m, const RaggedBatch& batch, const ShardingFactors& sh) : LocalSizes(m, sh) {
     work = ragged_attention_work(batch, m.sliding_window, m.sliding_window_layers);
     tokens = work.query_tokens;
     sp_tokens = sh.sp ? tokens / sh.tp : tokens;
+    for (const SequenceChunk& c : batch.sequences) {
+      if (c.q_len == 1) {
+        decode_sequences += 1;
+        continue;
+      }
+      scan_tokens += static_cast<double>(c.q_len);
+      scan_sequences += 1;
+      continued_sequences += c.kv_len > c.q_len ? 1 : 0;
+    }
   }
 };
 
@@ -475,10 +489,12 @@ void add_attention(OperatorList& ops, const ModelConfig& m, AttentionKernel atte
 // Megatron-Core's MambaMixer over TP t, which splits its heads, groups and inner width t ways,
 // in training through mamba_ssm's mamba_split_conv1d_scan_combined: the input projection
 // column-parallel (on the gathered sequence under SP), the causal depthwise convolution with its
-// SiLU over x, B and C, the chunked scan, the gated RMSNorm
-// (norm(y)·SiLU(z)), the output projection row-parallel. Kept for the backward: the projections'
-// inputs, the input projection's output (the fused scan's backward recomputes the convolution
-// from it) and y.
+// SiLU over x, B and C, the chunked scan, the gated RMSNorm (norm(y)·SiLU(z)), the output
+// projection row-parallel. Kept for the backward: the projections' inputs, the input
+// projection's output (the fused scan's backward recomputes the convolution from it) and y.
+// A serving step (vLLM's and SGLang's Mamba-2 layers) scans its prompt chunks, reading the
+// cached state of a continued prompt and writing every prompt's final state, and advances each
+// one-token sequence by the recurrence (mamba_state_update).
 void add_mamba(OperatorList& ops, const ModelConfig& m, const ShardingFactors& sh, const LocalSizes& z) {
   const MambaConfig& a = *m.mamba;
   const double e = ops.element_bytes();
@@ -486,6 +502,7 @@ void add_mamba(OperatorList& ops, const ModelConfig& m, const ShardingFactors& s
   const double inner = static_cast<double>(a.inner()) / t;
   const double width = static_cast<double>(a.in_proj_width()) / t;
   const double channels = static_cast<double>(a.conv_channels()) / t;
+  const double heads = a.heads / t, groups = a.groups / t;
   ops.norm("mamba_norm", m, z.sp_tokens, z.hidden);
   ops.in_module(QuantModule::kMambaInProj);
   ops.gemm("mamba_in_proj", z.tokens, width, z.hidden, 1, {z.sp_tokens / z.tokens, 1});
@@ -493,9 +510,24 @@ void add_mamba(OperatorList& ops, const ModelConfig& m, const ShardingFactors& s
   ops.in_module(std::nullopt);
   ops.keep(z.tokens * width);
   // mamba_ssm's fused training path (mamba_split_conv1d_scan_combined) runs the convolution
-  // again in the backward before its gradient: three times the forward's traffic.
-  ops.memory("mamba_conv1d", 2.0 * z.tokens * channels * e, (2.0 * a.conv_kernel + kSiluFlops) * z.tokens * channels, 3.0);
-  ops.ssd_scan(a, z.tokens, a.heads / t, a.groups / t);
+  // again in the backward before its gradient: three times the forward's traffic. A one-token
+  // sequence also reads and writes its K − 1 cached inputs.
+  const double conv_elements = (z.tokens + 2.0 * z.decode_sequences * (a.conv_kernel - 1)) * channels;
+  ops.memory("mamba_conv1d", 2.0 * conv_elements * e, (2.0 * a.conv_kernel + kSiluFlops) * z.tokens * channels, 3.0);
+  if (z.scan_tokens > 0) ops.ssd_scan(a, z.scan_tokens, heads, groups);
+  const double state_elements = heads * static_cast<double>(a.head_dim * a.state);  // one sequence's
+  if (z.scan_sequences > 0) {
+    // A serving step's prompt chunks: each final state written to the cache, a continued
+    // prompt's first read from it.
+    ops.memory("mamba_state_io", (z.scan_sequences + z.continued_sequences) * state_elements * kFp32Bytes, 0.0);
+  }
+  if (z.decode_sequences > 0) {
+    // The recurrence h ← exp(dt·A)·h + dt·B·xᵀ, y = C·h + D·x: the fp32 state read and written,
+    // x, B, C and dt read, y written; about 6 FLOPs a state element.
+    const double io = (2.0 * inner + 2.0 * groups * static_cast<double>(a.state) + heads) * e;
+    ops.memory("mamba_state_update", z.decode_sequences * (2.0 * state_elements * kFp32Bytes + io),
+               6.0 * z.decode_sequences * state_elements);
+  }
   ops.keep(z.tokens * inner);
   ops.memory("mamba_gated_norm", 3.0 * z.tokens * inner * e, (kRmsNormFlops + kSiluFlops + 1) * z.tokens * inner);
   ops.in_module(QuantModule::kMambaOutProj);

@@ -157,7 +157,8 @@ class Simulation {
         const GpuSpec& gpu = c_.topology->gpu_spec_of(c_.topology->gpus().front());
         const Bytes workspace = pool.workspace.value_or(
             activation_workspace(c_.model, pool.shape.tp, batching.token_budget, batching.max_sequences));
-        capacity = kv_capacity(c_.model, gpu, pool.shape, batching.block_size, pool.memory_reserve, workspace);
+        capacity = kv_capacity(c_.model, gpu, pool.shape, batching.block_size, pool.memory_reserve, workspace,
+                               batching.max_sequences);
         batching.kv_blocks = capacity.blocks;
       }
     } catch (const std::invalid_argument& e) {
@@ -205,7 +206,7 @@ class Simulation {
   // over its own link at once).
   Bytes swap_block_bytes(const PoolConfig& pool, int64_t block_size) const {
     const std::vector<int> layers = split_layers(c_.model.layers, pool.shape.pp);
-    return kv_bytes_per_token(c_.model, pool.shape.tp, layers.front()) * static_cast<double>(block_size);
+    return kv_bytes_per_token(c_.model, pool.shape.tp, 0, layers.front()) * static_cast<double>(block_size);
   }
 
   Bandwidth swap_bandwidth(const PoolConfig& pool) const {
@@ -373,8 +374,12 @@ class Simulation {
     const Instance& from = instances_[t.from];
     const Instance& to = instances_[t.to];
     const PoolConfig& pool = c_.pools[static_cast<size_t>(from.pool)];
-    const double total = static_cast<double>(requests_[static_cast<size_t>(id)].prompt_tokens) *
-                         kv_bytes_per_token(c_.model, pool.shape.tp, c_.model.layers).value() * pool.shape.tp;
+    // The prompt's KV, and a hybrid model's Mamba state of the sequence.
+    const int layers = c_.model.layers;
+    const double total = (static_cast<double>(requests_[static_cast<size_t>(id)].prompt_tokens) *
+                              kv_bytes_per_token(c_.model, pool.shape.tp, 0, layers).value() +
+                          mamba_state_bytes(c_.model, pool.shape.tp, 0, layers).value()) *
+                         pool.shape.tp;
     const size_t flows = std::max(from.gpus.size(), to.gpus.size());
     t.flows_left = static_cast<int>(flows);
     t.start = engine_.now();

@@ -246,12 +246,23 @@ FleetFile load_fleet(const std::string& path, const std::string& models_dir, con
   const GpuSpec& gpu = c.topology->gpu_spec_of(c.topology->gpus().front());
   for (size_t i = 0; i < c.pools.size(); ++i) {
     const PoolConfig& pool = c.pools[i];
+    // A Mamba layer's state is one per sequence, not per block of tokens: the block-granular
+    // prefix cache and swap space would need its states at block boundaries.
+    if (c.model.mamba && pool.batching.prefix_caching) {
+      throw InputError(path, "/pools/" + std::to_string(i) + "/kv_cache/prefix_caching",
+                       "prefix caching of a hybrid model's Mamba states is not modelled");
+    }
+    if (c.model.mamba && pool.batching.preemption == PreemptionMode::kSwap) {
+      throw InputError(path, "/pools/" + std::to_string(i) + "/kv_cache/preemption",
+                       "swapping a hybrid model's Mamba states is not modelled (use recompute)");
+    }
     try {
       StepModel probe(c.model, *c.topology, pool.shape, pool.step);
       if (pool.batching.kv_blocks <= 0) {
         kv_capacity(c.model, gpu, pool.shape, pool.batching.block_size, pool.memory_reserve,
                     pool.workspace.value_or(activation_workspace(c.model, pool.shape.tp, pool.batching.token_budget,
-                                                                 pool.batching.max_sequences)));
+                                                                 pool.batching.max_sequences)),
+                    pool.batching.max_sequences);
       }
     } catch (const std::invalid_argument& e) {
       throw InputError(path, "/pools/" + std::to_string(i), e.what());

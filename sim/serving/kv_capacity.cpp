@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <numeric>
 #include <stdexcept>
 
 #include "model/parameter_count.h"
@@ -13,6 +14,7 @@ namespace {
 
 constexpr double kWeightBytes = 2;
 constexpr double kCacheBytes = 2;
+constexpr double kFp32StateBytes = 4;  // vLLM's mamba_ssm_cache_dtype float32, Nemotron's config
 
 std::string gib(Bytes b) {
   char buf[32];
@@ -22,7 +24,9 @@ std::string gib(Bytes b) {
 
 }  // namespace
 
-Bytes kv_bytes_per_token(const ModelConfig& m, int tp, int layers) {
+Bytes kv_bytes_per_token(const ModelConfig& m, int tp, int first, int layers) {
+  int attention_layers = 0;
+  for (int l = first; l < first + layers; ++l) attention_layers += m.has_attention(l) ? 1 : 0;
   double per_layer = 0;
   if (m.mla) {
     per_layer = static_cast<double>(m.mla->kv_lora_rank + m.mla->qk_rope_head_dim) * kCacheBytes;
@@ -30,12 +34,36 @@ Bytes kv_bytes_per_token(const ModelConfig& m, int tp, int layers) {
     const double heads = std::ceil(static_cast<double>(m.kv_heads) / tp);
     per_layer = 2.0 * heads * static_cast<double>(m.head_dim) * kCacheBytes;
   }
-  return Bytes(per_layer * layers);
+  return Bytes(per_layer * attention_layers);
+}
+
+Bytes mamba_state_bytes(const ModelConfig& m, int tp, int first, int layers) {
+  if (!m.mamba) return Bytes();
+  const MambaConfig& a = *m.mamba;
+  int mamba_layers = 0;
+  for (int l = first; l < first + layers; ++l) mamba_layers += m.layer_kind(l) == LayerKind::kMamba ? 1 : 0;
+  const double conv = static_cast<double>((a.conv_kernel - 1) * a.conv_channels()) * kCacheBytes;
+  const double ssm = static_cast<double>(a.inner() * a.state) * kFp32StateBytes;
+  return Bytes(mamba_layers * (conv + ssm) / tp);
 }
 
 std::vector<Bytes> stage_weight_bytes(const ModelConfig& m, InstanceShape shape) {
   const ParameterCounts p = count_parameters(m);
   const std::vector<int> layers = split_layers(m.layers, shape.pp);
+  if (m.hybrid()) {
+    // Layers of several kinds: each stage's own, layer by layer.
+    std::vector<Bytes> out;
+    int first = 0;
+    for (size_t s = 0; s < layers.size(); ++s) {
+      double params = 0;
+      for (int l = first; l < first + layers[s]; ++l) params += static_cast<double>(layer_parameters(m, l).total());
+      if (s == 0) params += static_cast<double>(p.embedding);
+      if (s + 1 == layers.size()) params += static_cast<double>(p.output_head + p.final_norm);
+      out.push_back(Bytes(kWeightBytes * params / shape.tp));
+      first += layers[s];
+    }
+    return out;
+  }
   int moe_layers = 0;
   for (int l = 0; l < m.layers; ++l) moe_layers += m.is_moe_layer(l) ? 1 : 0;
   const int dense_layers = m.layers - moe_layers;
@@ -59,7 +87,9 @@ std::vector<Bytes> stage_weight_bytes(const ModelConfig& m, InstanceShape shape)
 Bytes activation_workspace(const ModelConfig& m, int tp, int64_t token_budget, int max_sequences) {
   const double h = static_cast<double>(m.hidden);
   const double d = static_cast<double>(m.head_dim);
-  const double qkv = (m.heads + 2.0 * m.kv_heads) * d / tp;
+  // The widest projection output a token has in a layer: attention's q, k and v, or a Mamba
+  // mixer's input projection.
+  const double qkv = std::max((m.heads + 2.0 * m.kv_heads) * d, m.mamba ? static_cast<double>(m.mamba->in_proj_width()) : 0.0) / tp;
   const double ffn = static_cast<double>(m.moe ? std::max(m.ffn, m.moe->expert_ffn * m.moe->top_k) : m.ffn);
   const double per_token = (h + qkv + 2.0 * ffn / tp + h) * 2.0;
   const double vocab = std::ceil(static_cast<double>(m.vocab) / tp);
@@ -67,7 +97,7 @@ Bytes activation_workspace(const ModelConfig& m, int tp, int64_t token_budget, i
 }
 
 KvCapacity kv_capacity(const ModelConfig& m, const GpuSpec& gpu, InstanceShape shape, int64_t block_size,
-                       double reserve_fraction, Bytes workspace) {
+                       double reserve_fraction, Bytes workspace, int max_sequences) {
   const std::vector<int> layers = split_layers(m.layers, shape.pp);
   const std::vector<Bytes> weights = stage_weight_bytes(m, shape);
   KvCapacity best;
@@ -79,18 +109,24 @@ KvCapacity kv_capacity(const ModelConfig& m, const GpuSpec& gpu, InstanceShape s
     c.reserve = Bytes(gpu.memory.value() * reserve_fraction);
     c.weights = weights[s];
     c.workspace = workspace;
-    c.block_bytes = Bytes(static_cast<double>(block_size) * kv_bytes_per_token(m, shape.tp, layers[s]).value());
-    const double room = c.memory.value() - c.reserve.value() - c.weights.value() - c.workspace.value();
+    const int first = std::accumulate(layers.begin(), layers.begin() + static_cast<std::ptrdiff_t>(s), 0);
+    c.block_bytes = Bytes(static_cast<double>(block_size) * kv_bytes_per_token(m, shape.tp, first, layers[s]).value());
+    c.states = mamba_state_bytes(m, shape.tp, first, layers[s]) * static_cast<double>(max_sequences);
+    const double room =
+        c.memory.value() - c.reserve.value() - c.weights.value() - c.workspace.value() - c.states.value();
+    if (!(c.block_bytes.value() > 0) && room > 0) continue;  // a stage of Mamba layers keeps no KV
     c.blocks = room > 0 ? static_cast<int64_t>(std::floor(room / c.block_bytes.value())) : 0;
     if (c.blocks < 1) {
       throw std::invalid_argument(m.name + " at tp=" + std::to_string(shape.tp) + ", pp=" + std::to_string(shape.pp) +
                                   " does not fit on " + gpu.name + ": stage " + std::to_string(s) + " has " +
-                                  gib(c.weights) + " of weights and " + gib(c.workspace) + " of workspace per GPU, " +
+                                  gib(c.weights) + " of weights, " + gib(c.workspace) + " of workspace and " +
+                                  gib(c.states) + " of Mamba states per GPU, " +
                                   gib(Bytes(c.memory.value() - c.reserve.value())) +
                                   " usable (after the reserve), no room for one KV block");
     }
     if (c.blocks < best.blocks) best = c;
   }
+  if (best.blocks == INT64_MAX) throw std::invalid_argument(m.name + " has no attention layer: a model without a KV cache is not modelled");
   return best;
 }
 

@@ -8,7 +8,12 @@
 //   kv per token = layers_s × (2 · ⌈kv_heads / tp⌉ · head_dim) × 2 B   (K and V; a KV head is
 //                 replicated on each rank when kv_heads < tp); with MLA, layers_s ×
 //                 (kv_lora_rank + qk_rope_head_dim) × 2 B, the latent, kept whole on every rank
-//   blocks_s    = ⌊(HBM × (1 − reserve) − weights_s − workspace) / (block_size × kv per token)⌋
+//   (a hybrid model's KV is its attention layers' only)
+//   state_s     = a hybrid model's Mamba layers of the stage × ((K − 1)·(d_in + 2·G·N) × 2 B of
+//                 convolution inputs + H·P·N × 4 B of fp32 SSM state) / tp, per sequence; vLLM
+//                 keeps one such slot for each of max_sequences
+//   blocks_s    = ⌊(HBM × (1 − reserve) − weights_s − workspace − max_sequences × state_s) /
+//                  (block_size × kv per token)⌋
 // The reserve plays vLLM's gpu_memory_utilization (0.9 → reserve 0.1: CUDA context, NCCL
 // buffers, CUDA graphs, fragmentation). The workspace is the largest set of activations one
 // step keeps live at once: token_budget × (h + (H + 2G)·d/tp + 2·f/tp + h) × 2 B inside a layer
@@ -32,11 +37,15 @@ struct KvCapacity {
   Bytes reserve;
   Bytes weights;            ///< per GPU of the tightest stage
   Bytes workspace;
+  Bytes states;             ///< the Mamba state slots of max_sequences (hybrid models)
   Bytes block_bytes;        ///< one block on one GPU of the tightest stage
 };
 
-/// KV bytes one token keeps on one GPU of a stage holding `layers` layers.
-Bytes kv_bytes_per_token(const ModelConfig& model, int tp, int layers);
+/// KV bytes one token keeps on one GPU of a stage holding layers [first, first + layers).
+Bytes kv_bytes_per_token(const ModelConfig& model, int tp, int first, int layers);
+/// The Mamba state one sequence keeps on one GPU of a stage holding layers [first, first +
+/// layers): zero for a model without Mamba layers.
+Bytes mamba_state_bytes(const ModelConfig& model, int tp, int first, int layers);
 
 /// Weight bytes on one GPU of each pipeline stage (2 B per parameter).
 std::vector<Bytes> stage_weight_bytes(const ModelConfig& model, InstanceShape shape);
@@ -47,6 +56,6 @@ Bytes activation_workspace(const ModelConfig& model, int tp, int64_t token_budge
 /// The instance's capacity. Throws std::invalid_argument when the weights and workspace leave
 /// no room for a single block, naming the numbers.
 KvCapacity kv_capacity(const ModelConfig& model, const GpuSpec& gpu, InstanceShape shape, int64_t block_size,
-                       double reserve_fraction, Bytes workspace);
+                       double reserve_fraction, Bytes workspace, int max_sequences);
 
 }  // namespace parallax

@@ -2,6 +2,7 @@
 #include "serving/step_model.h"
 
 #include <algorithm>
+#include <map>
 #include <stdexcept>
 
 namespace parallax {
@@ -62,11 +63,6 @@ StepModel::StepModel(ModelConfig model, const Topology& topology, InstanceShape 
     throw std::invalid_argument("an instance of tp=" + std::to_string(shape_.tp) + " x pp=" + std::to_string(shape_.pp) +
                                 " needs " + std::to_string(gpus) + " GPUs; the topology has " +
                                 std::to_string(topology.gpu_count()));
-  }
-  // A Mamba layer's decode step reads a fixed state, not a KV cache: neither the step costs nor the
-  // KV capacity here know that.
-  if (model_.hybrid()) {
-    throw std::invalid_argument(model_.name + " is a hybrid model (Mamba layers): serving it is not modelled");
   }
   if (shape_.ep != 1 && !model_.moe) throw std::invalid_argument("ep applies to MoE models; " + model_.name + " is dense");
   if (shape_.ep != 1 && shape_.ep != shape_.tp) {
@@ -143,14 +139,18 @@ StepBreakdown StepModel::step(const RaggedBatch& batch_in) const {
       all_reduces += 1;  // the vocabulary-parallel embedding's partial sums
     }
     const int layers = stage_layers_[static_cast<size_t>(s)];
-    // Layers differ only in being dense or MoE: one of each is costed, then counted.
-    int moe = 0;
-    for (int l = first_layer; l < first_layer + layers; ++l) moe += model_.is_moe_layer(l) ? 1 : 0;
-    for (const bool is_moe : {false, true}) {
-      const int count = is_moe ? moe : layers - moe;
-      if (count == 0) continue;
-      int example = first_layer;
-      while (model_.is_moe_layer(example) != is_moe) ++example;
+    // Layers differ only by kind (a hybrid model's) and in being dense or MoE: one of each is
+    // costed, then counted.
+    std::map<std::pair<LayerKind, bool>, std::pair<int, int>> kinds;  // → (an example, how many)
+    for (int l = first_layer; l < first_layer + layers; ++l) {
+      auto [it, added] = kinds.try_emplace({model_.layer_kind(l), model_.is_moe_layer(l)}, l, 0);
+      ++it->second.second;
+      // A Transformer layer reduces its attention and MLP branches (once if parallel); a
+      // hybrid model's single block once.
+      all_reduces += model_.layer_kind(l) != LayerKind::kTransformer || model_.parallel_block ? 1 : 2;
+    }
+    for (const auto& [kind, layer_count] : kinds) {
+      const auto [example, count] = layer_count;
       StepBreakdown one;
       const Time t = add_forward(compute_, layer_operators(model_, example, batch, sharding, trusted), one);
       stage += t * count;
@@ -160,7 +160,6 @@ StepBreakdown StepModel::step(const RaggedBatch& batch_in) const {
       b.flops += one.flops * static_cast<double>(count);
       b.hbm_bytes += one.hbm_bytes * static_cast<double>(count);
     }
-    all_reduces += (model_.parallel_block ? 1 : 2) * layers;  // a parallel block reduces its two branches once
     if (s == shape_.pp - 1) stage += add_forward(compute_, output_operators(model_, batch, sharding, trusted), b);
     const Time tp = layer_all_reduce * all_reduces;
     b.tp_communication += tp;

@@ -7,9 +7,10 @@
 // Per stage s (layers split evenly, the first stages taking the remainder; the embedding on the
 // first, the output head on the last):
 //   compute_s = Σ operators' forward time, each max(FLOPs / achieved rate, bytes / HBM) + launch
-//   tp_s      = (2 · its layers + [embedding]) all-reduces of T·h activation bytes on tp ranks
-//               (after the attention output projection and after the MLP; Megatron-style TP),
-//               0 when tp = 1
+//   tp_s      = (2 · its Transformer layers + its hybrid single-block layers + [embedding])
+//               all-reduces of T·h activation bytes on tp ranks (after the attention output
+//               projection and after the MLP, or after a Mamba, attention or MLP block;
+//               Megatron-style TP), 0 when tp = 1
 // step = Σ_s (compute_s + tp_s) + (pp − 1) hand-offs of T·h bytes between neighbouring stages
 //        + framework overhead
 // with T = Σ new tokens of the batch. This is the latency of one batch through the instance;
@@ -18,7 +19,8 @@
 //
 // MoE layers: experts split by TP (ep = 1) or spread whole over the TP group (ep = tp), the
 // layer's outputs summed by the same TP all-reduce either way; only the experts a batch's
-// tokens reach are computed and read (layer_operators.h).
+// tokens reach are computed and read (layer_operators.h). Hybrid models' Mamba layers scan
+// their prompt chunks and advance each decoding sequence's state (layer_operators.h).
 // Not modelled: CUDA graphs (folded into the overhead term), speculative decoding, expert load
 // imbalance, data-parallel attention with all-to-all expert dispatch, communication overlapped
 // with compute.
