@@ -55,6 +55,17 @@ set_tests_properties(example.train.cuda_graphs PROPERTIES PASS_REGULAR_EXPRESSIO
 parallax_refuses(train.bad_cuda_graphs_is_refused
                  "--cuda-graphs: unknown CUDA graph scope \"attn/experts\" \\(expected none, layers, full_iteration, or parts of attn/mlp/moe_router/moe_preprocess/mamba\\)"
                  train ${PROJECT_SOURCE_DIR}/workloads/train/llama3-70b-64xdgx-h100.json --cuda-graphs attn/experts)
+parallax_refuses(train.bad_recompute_module_is_refused
+                 "--recompute-modules: unknown module \"foo\" \\(expected mla_up_proj, moe_act, mlp, moe, layernorm or core_attn\\)"
+                 train ${PROJECT_SOURCE_DIR}/workloads/train/nemotron-3-nano-8xgb300-mxfp8.json --recompute-modules moe,foo)
+parallax_refuses(train.bad_module_precision_is_refused
+                 "--module-precision: expected module=type, found \"attention\""
+                 train ${PROJECT_SOURCE_DIR}/workloads/train/nemotron-3-nano-8xgb300-mxfp8.json --module-precision attention)
+add_test(NAME train.module_recipes_from_flags
+         COMMAND parallax train ${PROJECT_SOURCE_DIR}/workloads/train/nemotron-3-nano-8xgb300-mxfp8.json --network analytical
+                 --recompute-modules moe,layernorm --module-precision attention=bf16)
+set_tests_properties(train.module_recipes_from_flags PROPERTIES
+                     PASS_REGULAR_EXPRESSION "attention bf16.*recompute moe\\+layernorm")
 # What-if flags override the file; a layout that cannot run is refused before anything runs.
 add_test(NAME example.train.what_if_flags
          COMMAND parallax train ${PROJECT_SOURCE_DIR}/workloads/train/llama3-70b-64xdgx-h100.json --pp 8 --nodes 32

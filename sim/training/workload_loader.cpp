@@ -35,6 +35,18 @@ ExpertGemms expert_gemms_of(const std::string& s, const std::string& file, const
   throw InputError(file, where, "unknown expert GEMM issue \"" + s + "\" (expected per_expert or grouped)");
 }
 
+// The non-empty parts of a comma-separated flag value.
+std::vector<std::string> comma_list(const std::string& s) {
+  std::vector<std::string> parts;
+  size_t begin = 0;
+  while (begin <= s.size()) {
+    const size_t end = std::min(s.find(',', begin), s.size());
+    if (end > begin) parts.push_back(s.substr(begin, end - begin));
+    begin = end + 1;
+  }
+  return parts;
+}
+
 void set_cuda_graphs(ParallelLayout& l, const std::string& s, const std::string& file, const std::string& where) {
   const auto g = cuda_graphs_from(s);
   if (!g) {
@@ -312,6 +324,28 @@ void apply_overrides(const WorkloadOverrides& a, ParallelLayout& l, bool& dp_giv
   if (a.param_gather_prefetch) l.param_gather_prefetch = *a.param_gather_prefetch;
   if (a.param_gather_per_tensor) l.param_gather_per_tensor = *a.param_gather_per_tensor;
   if (!a.rank_order.empty()) l.rank_order = a.rank_order;
+  if (a.recompute_modules) {
+    RecomputeModules modules;
+    for (const std::string& name : comma_list(*a.recompute_modules)) {
+      auto added = add_recompute_module(modules, name);
+      if (!added) {
+        throw InputError("", "--recompute-modules",
+                         "unknown module \"" + name + "\" (expected mla_up_proj, moe_act, mlp, moe, layernorm or core_attn)");
+      }
+      modules = *added;
+    }
+    l.adopt_recompute_modules(modules);
+  }
+  if (a.module_precision) {
+    l.module_precision = ModulePrecision{};
+    for (const std::string& pair : comma_list(*a.module_precision)) {
+      const size_t eq = pair.find('=');
+      const std::string why = eq == std::string::npos
+                                  ? "expected module=type, found \"" + pair + "\""
+                                  : set_module_precision(l.module_precision, pair.substr(0, eq), pair.substr(eq + 1));
+      if (!why.empty()) throw InputError("", "--module-precision", why);
+    }
+  }
 }
 
 }  // namespace

@@ -42,6 +42,11 @@ struct WorkloadOverrides {
   std::optional<bool> sequence_parallel, tp_comm_overlap, grad_reduce_overlap, param_gather_prefetch,
       param_gather_per_tensor, moe_shared_expert_overlap, moe_a2a_overlap;
   std::string rank_order;
+  /// Megatron's module names, comma-separated ("moe,layernorm"): they replace the workload's.
+  std::optional<std::string> recompute_modules;
+  /// module=type pairs, comma-separated ("attention=bf16,mamba_out_proj=fp8"): they replace the
+  /// workload's per-module quantisation recipe.
+  std::optional<std::string> module_precision;
   std::string gemm_table;  ///< harness JSON lines of measured GEMMs
   /// false: the layout is not checked against the GPUs (a layout search takes only its batch,
   /// sequence and switches, and finds the degrees itself).

@@ -54,6 +54,7 @@ struct TrainArgs {
   std::string sequence_parallel, tp_comm_overlap, grad_reduce_overlap, param_gather_prefetch,
       param_gather_per_tensor, moe_shared_expert_overlap, moe_a2a_overlap;  // "on" / "off"
   std::string rank_order;
+  std::optional<std::string> recompute_modules, module_precision;
   bool explain = false;
   bool ops = false;
 };
@@ -99,6 +100,8 @@ Job read_job(const TrainArgs& a) {
   o.param_gather_prefetch = switch_of(a.param_gather_prefetch);
   o.param_gather_per_tensor = switch_of(a.param_gather_per_tensor);
   o.rank_order = a.rank_order;
+  o.recompute_modules = a.recompute_modules;
+  o.module_precision = a.module_precision;
   return load_training_workload(a.workload, kModelsDir, kTopologiesDir, o);
 }
 
@@ -341,7 +344,13 @@ void add_train_command(CLI::App& app) {
                   "Megatron-Core's default) or grouped (one device-side grouped kernel, or a CUDA graph)");
   cmd->add_option("--cuda-graphs", args->cuda_graphs,
                   "kernels replayed from CUDA graphs, which the host issues without its per-kernel dispatch: none, layers "
-                  "(every Transformer layer's passes) or full_iteration");
+                  "(every Transformer layer's passes), full_iteration, or Megatron's scopes joined by / "
+                  "(attn/mlp/moe_router/moe_preprocess/mamba)");
+  cmd->add_option("--recompute-modules", args->recompute_modules,
+                  "Megatron's recompute_modules, comma-separated: mla_up_proj, moe_act, mlp, moe, layernorm, core_attn");
+  cmd->add_option("--module-precision", args->module_precision,
+                  "a per-module quantisation recipe, module=type pairs comma-separated (attention, mlp, experts, "
+                  "shared_experts, moe_latent, mamba_in_proj, mamba_out_proj, mtp = bf16, or fp8 within fp4)");
   cmd->add_option("--cpu-offloading-layers", args->cpu_offloading_layers,
                   "activations of the first N Transformer layers offloaded to host memory (Megatron's --cpu-offloading)");
   cmd->add_option("--expert-tp", args->expert_tp, "expert tensor-parallel size (MoE parallel folding; default: tp)");
