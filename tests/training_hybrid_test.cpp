@@ -155,6 +155,10 @@ TEST(HybridModels, TheLayerListReadsAsThePattern) {
   const ModelConfig b = hf("{" + common + R"("layers_block_type":["mamba","attention","mamba","mlp"]})");
   EXPECT_EQ(a.hybrid_pattern, "M*M-");
   EXPECT_EQ(b.hybrid_pattern, "M*M-");
+  // Its MTP module spelt either way (Nemotron 3.5 writes the list).
+  const std::string moe = R"("n_routed_experts":8,"num_experts_per_tok":2,"moe_intermediate_size":128,"num_nextn_predict_layers":1,)";
+  EXPECT_EQ(hf("{" + common + moe + R"("hybrid_override_pattern":"M*ME","mtp_hybrid_override_pattern":"*E"})").mtp_layers, 1);
+  EXPECT_EQ(hf("{" + common + moe + R"("hybrid_override_pattern":"M*ME","mtp_layers_block_type":["attention","moe"]})").mtp_layers, 1);
   EXPECT_EQ(count_parameters(a).total, count_parameters(b).total);
   // The model block carries the pattern and the mixer.
   const nlohmann::json doc = {{"model", model_block(a)}};

@@ -263,13 +263,11 @@ void read_deepseek_v3(HfFields& f, ModelConfig& m) {
   if (m.moe_layer_count() < m.layers) m.ffn = f.positive("intermediate_size");
 }
 
-// A hybrid layer pattern as Megatron writes it (hybrid_override_pattern: M, *, -, E), or as
-// newer transformers lists it (layers_block_type: "mamba", "attention", "mlp", "moe").
-std::string read_hybrid_pattern(HfFields& f) {
-  if (f.present("hybrid_override_pattern")) return f.at("hybrid_override_pattern").as_string();
-  if (!f.present("layers_block_type")) f.at("hybrid_override_pattern");  // fails: missing
+// A list of layer types as newer transformers writes them ("mamba", "attention", "mlp", "moe"),
+// as Megatron's pattern characters.
+std::string read_block_types(const JsonReader& list) {
   std::string pattern;
-  for (const JsonReader& e : f.at("layers_block_type").elements()) {
+  for (const JsonReader& e : list.elements()) {
     const std::string kind = e.as_string();
     if (kind == "mamba") pattern += 'M';
     else if (kind == "attention") pattern += '*';
@@ -278,6 +276,14 @@ std::string read_hybrid_pattern(HfFields& f) {
     else e.fail("unknown layer type \"" + kind + "\" (expected mamba, attention, mlp or moe)");
   }
   return pattern;
+}
+
+// A hybrid layer pattern as Megatron writes it (hybrid_override_pattern: M, *, -, E), or as
+// newer transformers lists it (layers_block_type).
+std::string read_hybrid_pattern(HfFields& f) {
+  if (f.present("hybrid_override_pattern")) return f.at("hybrid_override_pattern").as_string();
+  if (!f.present("layers_block_type")) f.at("hybrid_override_pattern");  // fails: missing
+  return read_block_types(f.at("layers_block_type"));
 }
 
 // Nemotron-H and Nemotron 3 (NemotronHForCausalLM): Megatron's hybrid layers — Mamba-2 mixers
@@ -300,10 +306,17 @@ void read_nemotron_h(HfFields& f, ModelConfig& m) {
   m.mlp = MlpKind::kPlain;
   m.mtp_layers = static_cast<int>(f.non_negative_or("num_nextn_predict_layers", 0, kMaxCount));
   if (m.mtp_layers > 0) {
-    const std::string mtp = f.present("mtp_hybrid_override_pattern") ? f.at("mtp_hybrid_override_pattern").as_string() : "";
+    // Megatron's pattern string, or the list newer transformers write (mtp_layers_block_type).
+    std::string key = "num_nextn_predict_layers", mtp;
+    if (f.present("mtp_hybrid_override_pattern")) {
+      key = "mtp_hybrid_override_pattern";
+      mtp = f.at(key).as_string();
+    } else if (f.present("mtp_layers_block_type")) {
+      key = "mtp_layers_block_type";
+      mtp = read_block_types(f.at(key));
+    }
     if (mtp != "*E") {
-      f.fail_at(f.present("mtp_hybrid_override_pattern") ? "mtp_hybrid_override_pattern" : "num_nextn_predict_layers",
-                "a multi-token prediction module other than one attention and one MoE layer (\"*E\") is not modelled");
+      f.fail_at(key, "a multi-token prediction module other than one attention and one MoE layer (\"*E\") is not modelled");
     }
   }
   m.hybrid_pattern = read_hybrid_pattern(f);
