@@ -230,8 +230,9 @@ TEST(PublishedRuns, VTrainLayoutsReadAsMeasured) {
 
 // `validate --emit-workload`: a row written as a workload file simulates, read back by the
 // workload loader, to the very iteration that validate predicts for the row: every field of the
-// model (MoE, MLA, dense layers, biases, dropout, windows), of the layout (pipeline splits,
-// CUDA graphs, offloading, recomputed modules, fp8 recipes) and of the placement survives. Rows of
+// model (MoE, MLA, dense layers, biases, dropout, windows, hybrid layers, latent experts,
+// repeated MTP depths), of the layout (pipeline splits, CUDA graphs, offloading, recomputed
+// modules, fp8 recipes, per-module precision) and of the placement survives. Rows of
 // every kind the validation files hold; a row that cannot be simulated is refused, naming it.
 TEST(PublishedRuns, ARowWrittenAsAWorkloadSimulatesAsTheRow) {
   const std::string scratch = ::testing::TempDir() + "/row-workload.json";
@@ -240,7 +241,8 @@ TEST(PublishedRuns, ARowWrittenAsAWorkloadSimulatesAsTheRow) {
   size_t compared = 0;
   for (const std::string file : {"dev-runs", "mbridge-deepseek-v3-dev", "mbridge-qwen3-moe-dev",
                                  "nemo-blackwell-fp8-holdout", "nemo-h100-long-context-holdout",
-                                 "torchtitan-h200-fp8-holdout", "megascale-moe-h800-holdout", "vtrain-a100-layouts"}) {
+                                 "torchtitan-h200-fp8-holdout", "megascale-moe-h800-holdout", "vtrain-a100-layouts",
+                                 "mbridge-nemotron-3-nano-holdout", "mbridge-nemotron-3-super-holdout"}) {
     for (const PublishedRun& run :
          read_published_runs(kSource + "/workloads/validation/" + file + ".json", kSource + "/workloads/models")) {
       SCOPED_TRACE(run.id);

@@ -1,6 +1,8 @@
 // A layout as a workload file's parallel block (workload_writer.h).
 #include "training/workload_writer.h"
 
+#include <algorithm>
+
 #include "model/layer_operators.h"
 
 namespace parallax {
@@ -34,6 +36,10 @@ nlohmann::ordered_json parallel_block(const ParallelLayout& l) {
     p["fp8_param_gather"] = l.fp8_param_gather;
   }
   if (l.dtype == DType::kFp4) p["fp4_recipe"] = to_string(l.fp4_recipe);
+  // A module moved to fp8 within an fp4 run is cast by the fp8 recipe.
+  const bool fp8_module = std::any_of(l.module_precision.dtype.begin(), l.module_precision.dtype.end(),
+                                      [](const std::optional<DType>& t) { return t == DType::kFp8; });
+  if (l.dtype != DType::kFp8 && fp8_module) p["fp8_recipe"] = to_string(l.fp8_recipe);
   if (is_quantised(l.dtype) && l.bf16_layers_at_start + l.bf16_layers_at_end > 0) {
     p["bf16_layers_at_start"] = l.bf16_layers_at_start;
     p["bf16_layers_at_end"] = l.bf16_layers_at_end;
