@@ -265,6 +265,26 @@ TEST(IterationExpertParallel, ExplainOffersGroupedExpertGemmsOnlyToMoeLayersIssu
   EXPECT_FALSE(knob(test::tiny(8), moe_layout(1, 1)));
 }
 
+// A layout that recomputes its MoE blocks (Megatron's "moe" module) is offered the same module
+// list without it, as flags that say the rest; it saves the blocks' second forward.
+TEST(IterationExpertParallel, ExplainOffersToKeepRecomputedMoeBlocks) {
+  const Topology topo = toy_cluster(2);
+  ParallelLayout l = moe_layout(2, 2);
+  l.recompute_modules.moe = true;
+  l.recompute_modules.layernorm = true;
+  const IterationResult base = simulate_iteration(tiny_moe(), l, topo);
+  std::optional<Suggestion> kept;
+  for (const Suggestion& s : explain_layout(tiny_moe(), l, topo, IterationOptions{}, base)) {
+    if (s.knob == "MoE blocks kept instead of recomputed") kept = s;
+  }
+  ASSERT_TRUE(kept);
+  EXPECT_EQ(kept->flags, "--recompute-modules \"layernorm\"");
+  EXPECT_EQ(kept->overrides.recompute_modules, "layernorm");
+  EXPECT_FALSE(kept->layout.recompute_modules.moe);
+  EXPECT_TRUE(kept->layout.recompute_modules.layernorm);
+  EXPECT_LT(kept->delta, Time::zero());
+}
+
 TEST(IterationExpertParallel, OverlappedAllToAllsHideBehindTheOtherMicroBatchsKernels) {
   // Megatron's combined 1F1B on one stage (dp 4, ep 4, 4 micro-batches): F0 alone, then B0+F1,
   // B1+F2, B2+F3 as one, then B3 alone. In the pairs each pass's dispatch and combine run beside

@@ -138,6 +138,20 @@ std::vector<Suggestion> explain_layout(const ModelConfig& model, const ParallelL
                       [n](ParallelLayout& l, WorkloadOverrides& o) { l.recompute_layers = n; o.recompute_layers = n; }});
     }
   }
+  if (layout.recompute_modules.moe && layout.recompute != Recomputation::kFull) {
+    // Megatron's whole-MoE recomputation is the costliest module: the same list without it.
+    RecomputeModules lighter = layout.recompute_modules;
+    lighter.moe = false;
+    const std::string names = to_string(lighter);
+    std::string listed = names;
+    std::replace(listed.begin(), listed.end(), '+', ',');
+    list.push_back({"MoE blocks kept instead of recomputed", "--recompute-modules \"" + listed + "\"",
+                    [](const ParallelLayout&) { return true; },
+                    [lighter, listed](ParallelLayout& l, WorkloadOverrides& o) {
+                      l.recompute_modules = lighter;
+                      o.recompute_modules = listed;
+                    }});
+  }
   for (const Knob& k : list) {
     if (!k.applies(layout)) continue;
     Suggestion s;

@@ -15,6 +15,7 @@
 //                               whose activations in host memory let it fit (estimate_memory)
 //   fewer recomputed layers     full recomputation that fits: the fewest layers per stage whose
 //                               recomputation (Megatron's block method) still lets it fit
+//   MoE blocks kept             Megatron's `moe` recompute module dropped from the layout's list
 // Each suggestion is the difference of two simulations with the same options; one that does
 // not fit in GPU memory is kept, marked, after the ones that do.
 #pragma once
