@@ -24,6 +24,12 @@ constexpr double kFp32Bytes = 4;
 constexpr double kActivationBytes = 2;  // saved activations are kept in 16 bits
 constexpr double kMaskBytes = 1;        // a dropout mask, one byte per element
 
+// The chunked scan's forward FLOPs a token over `heads` heads in `groups` groups (ssd_scan below).
+double ssd_forward_flops_per_token(const MambaConfig& a, double heads, double groups) {
+  const double q = static_cast<double>(a.chunk), n = static_cast<double>(a.state), p = static_cast<double>(a.head_dim);
+  return 2.0 * q * n * groups + heads * (2.0 * q * p + 4.0 * n * p);
+}
+
 // The share of a GEMM's rows that its quantisation kernels cast. With sequence parallelism a
 // column-parallel GEMM's input and a row-parallel GEMM's output gradient are all-gathered from
 // the sequence shards; Transformer Engine quantises the shard before the all-gather (and
@@ -144,7 +150,7 @@ class OperatorList {
     const double hp = heads * p, gn = groups * n, gq = groups * q, states = heads * p * n / q, e = element_;
     const double chunks = std::ceil(tokens / q);
     OperatorCost forward = gemm_cost(GemmShape{q, p, n, chunks * heads}, activation_);
-    forward.flops = Flops(tokens * (2.0 * q * n * groups + heads * (2.0 * q * p + 4.0 * n * p)));
+    forward.flops = Flops(tokens * ssd_forward_flops_per_token(a, heads, groups));
     forward.bytes_read_written =
         Bytes(tokens * (3 * e * hp + 4 * e * gn + 8 * gq + 16 * states + (e + 24) * heads));
     forward.kernels = kSsdForwardKernels;
@@ -937,10 +943,8 @@ Flops model_flops_per_token(const ModelConfig& m, int64_t sequence_length, bool 
                                      static_cast<double>(m.qk_head_dim() + m.v_head_dim()) * mask;
   double flops = 6.0 * n + m.attention_layer_count() * attention_per_layer;
   if (m.mamba) {
-    // The chunked scan's products (OperatorList::ssd_scan), forward and backward.
-    const MambaConfig& a = *m.mamba;
-    const double q = static_cast<double>(a.chunk), state = static_cast<double>(a.state), p = static_cast<double>(a.head_dim);
-    const double scan = 2.0 * q * state * a.groups + a.heads * (2.0 * q * p + 4.0 * state * p);
+    // The chunked scan's products, forward and backward.
+    const double scan = ssd_forward_flops_per_token(*m.mamba, m.mamba->heads, m.mamba->groups);
     flops += 3.0 * scan * static_cast<double>(std::count(m.hybrid_pattern.begin(), m.hybrid_pattern.end(), 'M'));
   }
   return Flops(flops);

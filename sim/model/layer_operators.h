@@ -134,6 +134,8 @@ struct RecomputeModules {
 /// Parses Megatron's module names "mla_up_proj", "moe_act", "mlp", "moe", "layernorm",
 /// "core_attn"; nullopt for another.
 std::optional<RecomputeModules> add_recompute_module(RecomputeModules modules, const std::string& name);
+/// Those names, as messages list them.
+inline constexpr const char* kRecomputeModuleChoices = "mla_up_proj, moe_act, mlp, moe, layernorm or core_attn";
 /// Megatron's names of the modules set, in the order above.
 std::vector<std::string> module_names(const RecomputeModules& modules);
 /// "mla_up_proj+moe_act" ("" for none).

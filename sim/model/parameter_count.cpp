@@ -52,16 +52,12 @@ void count_mamba(const ModelConfig& m, LayerParameterCounts& c) {
 
 LayerParameterCounts layer_parameters(const ModelConfig& m, int layer) {
   LayerParameterCounts c;
+  // A Transformer layer: attention, then an MLP or MoE, two norms; a hybrid layer one block, one.
   const LayerKind kind = m.layer_kind(layer);
-  if (kind != LayerKind::kTransformer) {
-    c.vectors += norm_size(m, m.hidden);
-    if (kind == LayerKind::kMamba) count_mamba(m, c);
-    if (kind == LayerKind::kAttention) count_attention(m, c);
-    if (kind == LayerKind::kAttention || kind == LayerKind::kMamba) return c;
-  } else {
-    count_attention(m, c);
-    c.vectors += 2 * norm_size(m, m.hidden);
-  }
+  c.vectors += (kind == LayerKind::kTransformer ? 2 : 1) * norm_size(m, m.hidden);
+  if (m.has_attention(layer)) count_attention(m, c);
+  if (kind == LayerKind::kMamba) count_mamba(m, c);
+  if (kind == LayerKind::kAttention || kind == LayerKind::kMamba) return c;
   if (m.is_moe_layer(layer)) {
     const MoeConfig& moe = *m.moe;
     const int64_t width = moe.expert_width(m.hidden);

@@ -25,6 +25,28 @@ Time add_forward(const ComputeModel& cm, const std::vector<ModelOperator>& ops, 
   return sum;
 }
 
+// Each stage's layers by kind (a hybrid model's) and as dense or MoE: they differ in nothing
+// else, so one of each is costed, then counted.
+std::vector<StageLayerKinds> stage_layer_kinds(const ModelConfig& model, const std::vector<int>& stage_layers) {
+  std::vector<StageLayerKinds> out;
+  int first = 0;
+  for (const int layers : stage_layers) {
+    StageLayerKinds stage;
+    std::map<std::pair<LayerKind, bool>, std::pair<int, int>> kinds;  // → (an example, how many)
+    for (int l = first; l < first + layers; ++l) {
+      auto [it, added] = kinds.try_emplace({model.layer_kind(l), model.is_moe_layer(l)}, l, 0);
+      ++it->second.second;
+      // A Transformer layer reduces its attention and MLP branches (once if parallel); a
+      // hybrid model's single block once.
+      stage.all_reduces += model.layer_kind(l) != LayerKind::kTransformer || model.parallel_block ? 1 : 2;
+    }
+    for (const auto& [kind, example_and_count] : kinds) stage.examples.push_back(example_and_count);
+    out.push_back(std::move(stage));
+    first += layers;
+  }
+  return out;
+}
+
 }  // namespace
 
 int gpus_per_node(const Topology& topo) {
@@ -74,6 +96,7 @@ StepModel::StepModel(ModelConfig model, const Topology& topology, InstanceShape 
   probe.sequences = {SequenceChunk{}};
   if (std::string p = sharding_problem(model_, probe, sharding_); !p.empty()) throw std::invalid_argument(p);
   stage_layers_ = split_layers(model_.layers, shape_.pp);
+  stage_kinds_ = stage_layer_kinds(model_, stage_layers_);
   const int per_node = gpus_per_node(topology);
   if (node_offset < 0 || node_offset >= per_node) {
     throw std::invalid_argument("GPU " + std::to_string(node_offset) + " is outside a node of " + std::to_string(per_node));
@@ -130,7 +153,6 @@ StepBreakdown StepModel::step(const RaggedBatch& batch_in) const {
                           bytes_per_element(activation_dtype(batch.dtype)));
   const Time layer_all_reduce = all_reduce(activations);
 
-  int first_layer = 0;
   for (int s = 0; s < shape_.pp; ++s) {
     Time stage = Time::zero();
     int all_reduces = 0;
@@ -138,19 +160,9 @@ StepBreakdown StepModel::step(const RaggedBatch& batch_in) const {
       stage += add_forward(compute_, embedding_operators(model_, batch, sharding, trusted), b);
       all_reduces += 1;  // the vocabulary-parallel embedding's partial sums
     }
-    const int layers = stage_layers_[static_cast<size_t>(s)];
-    // Layers differ only by kind (a hybrid model's) and in being dense or MoE: one of each is
-    // costed, then counted.
-    std::map<std::pair<LayerKind, bool>, std::pair<int, int>> kinds;  // → (an example, how many)
-    for (int l = first_layer; l < first_layer + layers; ++l) {
-      auto [it, added] = kinds.try_emplace({model_.layer_kind(l), model_.is_moe_layer(l)}, l, 0);
-      ++it->second.second;
-      // A Transformer layer reduces its attention and MLP branches (once if parallel); a
-      // hybrid model's single block once.
-      all_reduces += model_.layer_kind(l) != LayerKind::kTransformer || model_.parallel_block ? 1 : 2;
-    }
-    for (const auto& [kind, layer_count] : kinds) {
-      const auto [example, count] = layer_count;
+    const StageLayerKinds& kinds = stage_kinds_[static_cast<size_t>(s)];
+    all_reduces += kinds.all_reduces;
+    for (const auto& [example, count] : kinds.examples) {
       StepBreakdown one;
       const Time t = add_forward(compute_, layer_operators(model_, example, batch, sharding, trusted), one);
       stage += t * count;
@@ -170,7 +182,6 @@ StepBreakdown StepModel::step(const RaggedBatch& batch_in) const {
       b.pp_handoff += h;
       b.total += h;
     }
-    first_layer += layers;
   }
   b.overhead = options_.step_overhead;
   b.total += b.overhead;

@@ -30,6 +30,7 @@
 #include <optional>
 #include <string>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -77,6 +78,13 @@ struct StepBreakdown {
   int64_t sequences = 0;
 };
 
+/// One pipeline stage's layers as a step costs them: an example layer of each kind with how many
+/// there are, and the TP all-reduces they make.
+struct StageLayerKinds {
+  std::vector<std::pair<int, int>> examples;  ///< (a layer, how many of its kind)
+  int all_reduces = 0;
+};
+
 class StepModel {
  public:
   /// The instance occupies tp·pp consecutive GPUs, TP innermost, its first being GPU
@@ -103,6 +111,7 @@ class StepModel {
   StepModelOptions options_;
   ComputeModel compute_;
   std::vector<int> stage_layers_;
+  std::vector<StageLayerKinds> stage_kinds_;
   ShardingFactors sharding_;
   std::unique_ptr<CollectiveSimulator> tp_group_;
   /// Per stage boundary: the two ranks' send/recv (same node or not).

@@ -231,6 +231,10 @@ CommunicationPlan::CommunicationPlan(const ModelConfig& model, const ParallelLay
   const MessageSizes sizes = message_sizes(model, layout);
   const Bytes activation_message = sizes.activation;
   const Bytes pp_message = sizes.pp;
+  // The T_sp tokens as a MoE's experts see them: a latent MoE dispatches them in its latent width.
+  const Bytes expert_tokens = model.moe ? pp_message * (static_cast<double>(model.moe->expert_width(model.hidden)) /
+                                                         static_cast<double>(model.hidden))
+                                        : Bytes();
   const RankCoords replica = options.replica;
   if (replica.tp < 0 || replica.tp >= t || replica.cp < 0 || replica.cp >= cp || replica.dp < 0 ||
       replica.dp >= layout.dp) {
@@ -332,15 +336,12 @@ CommunicationPlan::CommunicationPlan(const ModelConfig& model, const ParallelLay
       // Every GPU dispatches T_sp·top_k slots (pp_message holds T_sp tokens); the slowest rank
       // receives busiest_rank times the average, the average GPU sends the processed share.
       const std::vector<int> ep_group = ranks.group(ParallelDim::kEp, stage_rank(s));
-      // A latent MoE dispatches its tokens in the latent width.
-      const Bytes tokens = pp_message * (static_cast<double>(model.moe->expert_width(model.hidden)) /
-                                         static_cast<double>(model.hidden));
-      const Bytes buffer = tokens * static_cast<double>(model.moe->top_k);
+      const Bytes buffer = expert_tokens * static_cast<double>(model.moe->top_k);
       const double slowdown = note_slowdown(
           s, WorkKind::kEpComm, sibling_slowdown(s, ep_group, group_in(ParallelDim::kEp), TrafficPattern::kAllPairs));
       std::optional<CommTask> a2a;
       if (layout.moe_dispatcher == MoeDispatcher::kFlex && spans_nodes(ep_group)) {
-        a2a = flex_dispatch(stage_rank(s), ep_group, tokens, model.moe->experts, model.moe->top_k,
+        a2a = flex_dispatch(stage_rank(s), ep_group, expert_tokens, model.moe->experts, model.moe->top_k,
                             routing.busiest_rank * slowdown, routing.processed);
       }
       if (!a2a) {
@@ -408,7 +409,8 @@ CommunicationPlan::CommunicationPlan(const ModelConfig& model, const ParallelLay
     if (folded_experts && moe_layers > 0) {
       // The attention block over TP (a shared expert's MLP too); the routed experts' slots
       // gathered over the expert-TP group after the dispatch and reduce-scattered before the
-      // combine (Megatron's MoE parallel folding): etp·T_sp·k_top tokens of h, none at etp = 1.
+      // combine (Megatron's MoE parallel folding): etp·T_sp·k_top tokens of the experts' width,
+      // none at etp = 1.
       // A hybrid model's MoE layer has no attention block: the same without it.
       const bool shared = model.moe->shared_experts > 0 && t > 1;
       CommTask moe = t > 1 ? one_block : CommTask{};
@@ -416,9 +418,7 @@ CommunicationPlan::CommunicationPlan(const ModelConfig& model, const ParallelLay
       if (shared) moe = plus(moe, one_block);
       const std::vector<int> etp_group = ranks.expert_tp_group(stage_rank(s));
       if (etp_group.size() > 1) {
-        const Bytes slots = pp_message * (static_cast<double>(model.moe->expert_width(model.hidden)) /
-                                          static_cast<double>(model.hidden)) *
-                            static_cast<double>(model.moe->top_k) * routing.busiest_rank *
+        const Bytes slots = expert_tokens * static_cast<double>(model.moe->top_k) * routing.busiest_rank *
                             static_cast<double>(etp_group.size());
         const CommTask gathered = plus(collective(CollectiveOp::kAllGather, slots, etp_group),
                                        collective(CollectiveOp::kReduceScatter, slots, etp_group));

@@ -278,7 +278,7 @@ void read_stage_lists(const nlohmann::json& l, const std::string& where, Publish
       auto added = name.is_string() ? add_recompute_module(p.recompute_modules, name.get<std::string>()) : std::nullopt;
       if (!added) {
         throw RowError(where + "/recompute_modules/" + std::to_string(i),
-                       "expected mla_up_proj, moe_act, mlp, moe, layernorm or core_attn, found " + name.dump());
+                       std::string("expected ") + kRecomputeModuleChoices + ", found " + name.dump());
       }
       p.recompute_modules = *added;
     }

@@ -42,9 +42,9 @@ struct PublishedLayout {
   int cpu_offloading_layers = 0;
   /// With full recomputation: the first N layers of each (virtual) stage only; 0 every layer.
   int recompute_layers = 0;
-  /// fp8/fp4 rows: decoder layers at each end whose GEMMs stay bf16.
   /// A per-module quantisation recipe (ParallelLayout::module_precision).
   ModulePrecision module_precision{};
+  /// fp8/fp4 rows: decoder layers at each end whose GEMMs stay bf16.
   int bf16_layers_at_start = 0;
   int bf16_layers_at_end = 0;
   /// MoE rows: expert tensor parallelism (Megatron's --expert-tensor-parallel-size); 0: tp.

@@ -260,7 +260,7 @@ void read_parallel(JsonReader p, const std::string& path, ParallelLayout& l, boo
     RecomputeModules modules;
     for (auto& e : v->elements()) {
       auto added = add_recompute_module(modules, e.as_string());
-      if (!added) e.fail("unknown module (expected mla_up_proj, moe_act, mlp, moe, layernorm or core_attn)");
+      if (!added) e.fail(std::string("unknown module (expected ") + kRecomputeModuleChoices + ")");
       modules = *added;
     }
     l.adopt_recompute_modules(modules);
@@ -330,7 +330,7 @@ void apply_overrides(const WorkloadOverrides& a, ParallelLayout& l, bool& dp_giv
       auto added = add_recompute_module(modules, name);
       if (!added) {
         throw InputError("", "--recompute-modules",
-                         "unknown module \"" + name + "\" (expected mla_up_proj, moe_act, mlp, moe, layernorm or core_attn)");
+                         "unknown module \"" + name + "\" (expected " + kRecomputeModuleChoices + ")");
       }
       modules = *added;
     }
