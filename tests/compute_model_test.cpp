@@ -152,6 +152,24 @@ TEST(ComputeModel, ElementwiseOpIsMemoryBoundAtHbmBandwidth) {
   EXPECT_DOUBLE_EQ(model.memory_bandwidth().value(), 0.9 * kHbm);
 }
 
+TEST(ComputeModel, LatencyBoundKernelsMoveNoMoreThanTheirSmsKeepInFlight) {
+  // The same 1.5 GiB of traffic from a kernel whose SMs each move 10 GB/s: on 132 SMs that is
+  // 1.32 TB/s, under the 0.9 · 3.35 TB/s that HBM gives a streaming kernel, so 1.22 ms.
+  const double bytes = 3 * std::pow(2.0, 28) * 2;
+  OperatorCost op = memory_bound_cost(Bytes(bytes));
+  op.per_sm_bandwidth = gigabytes_per_second(10);
+  GpuSpec gpu = h100();
+  gpu.sms = 132;
+  const ComputeModel model(gpu, standalone());
+  EXPECT_DOUBLE_EQ(model.memory_bandwidth(op).value(), 132 * 10e9);
+  EXPECT_EQ(model.timing(op).memory, seconds_rounded_up(bytes / (132 * 10e9)));
+  // With 400 SMs they could move 4 TB/s: HBM bounds them again.
+  gpu.sms = 400;
+  EXPECT_DOUBLE_EQ(ComputeModel(gpu, standalone()).memory_bandwidth(op).value(), 0.9 * kHbm);
+  // A GPU whose SM count is not known: HBM alone, as for every other kernel.
+  EXPECT_DOUBLE_EQ(ComputeModel(h100(), standalone()).memory_bandwidth(op).value(), 0.9 * kHbm);
+}
+
 TEST(ComputeModel, DecodeGemmIsMemoryBound) {
   ComputeModel model(h100(), standalone());
   // 1 × 8192 × 8192 bf16 (one token through a square weight): bytes (8192 + 8192² + 8192) · 2

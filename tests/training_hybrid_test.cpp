@@ -3,8 +3,10 @@
 // layers simulating as the Transformer it spells, and what is refused.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <string>
 
+#include "compute/compute_model.h"
 #include "io/input_error.h"
 #include "io/json_reader.h"
 #include "model/layer_operators.h"
@@ -12,6 +14,7 @@
 #include "model/model_loader.h"
 #include "model/parameter_count.h"
 #include "training/iteration.h"
+#include "test_support.h"
 #include "training_test_support.h"
 
 namespace parallax {
@@ -228,6 +231,36 @@ TEST(HybridModels, AMambaLayersOperatorsAreTheirClosedForms) {
   const double full_scan = 2 * 64 * 16 * 2 + 8 * (2 * 64 * 32 + 4 * 16 * 32);
   const double n = static_cast<double>(count_parameters(m).matmul_active);
   EXPECT_DOUBLE_EQ(model_flops_per_token(m, 128).value(), 6 * n + 3 * full_scan);
+}
+
+// mamba_ssm's Triton scan waits on its loads: its traffic moves at 16.6 GB/s per SM, which on an
+// H100 (132 SMs) is what vLLM PR 27299 measured (11.8 M tokens/s for 128 heads of 64, state 128,
+// one group, chunks of 128: 185,600 bytes a token) and on a B200 (148 SMs) 2.46 TB/s, not the
+// 7.2 TB/s its HBM gives a streaming kernel.
+TEST(HybridModels, TheScanMovesItsBytesNoFasterThanItsSmsKeepThemInFlight) {
+  ModelConfig m = tiny_hybrid("M");
+  m.hidden = 4096;
+  m.mamba = MambaConfig{128, 64, 128, 1, 4, 128};
+  MicroBatch batch;
+  batch.sequences = 1;
+  batch.sequence_length = 8192;
+  const std::vector<ModelOperator> ops = layer_operators(m, 0, batch, ShardingFactors{});
+  const auto scan = std::find_if(ops.begin(), ops.end(), [](const ModelOperator& o) { return o.name == "mamba_ssd_scan"; });
+  ASSERT_NE(scan, ops.end());
+  EXPECT_DOUBLE_EQ(scan->forward.bytes_read_written.value(), 8192.0 * 185600);
+  EXPECT_DOUBLE_EQ(scan->forward.per_sm_bandwidth.value(), 16.6e9);
+  EXPECT_DOUBLE_EQ(scan->backward.per_sm_bandwidth.value(), 16.6e9);
+  ComputeModelOptions alone;
+  alone.sustained_fraction = 1;
+  const ComputeModel h100(test::load_preset("dgx-h100").gpu_specs()[0], alone);
+  const ComputeModel b200(test::load_preset("dgx-b200").gpu_specs()[0], alone);
+  EXPECT_DOUBLE_EQ(h100.memory_bandwidth(scan->forward).value(), 132 * 16.6e9);
+  EXPECT_DOUBLE_EQ(b200.memory_bandwidth(scan->forward).value(), 148 * 16.6e9);
+  EXPECT_NEAR(8192 / h100.timing(scan->forward).memory.seconds(), 11.8e6, 0.01 * 11.8e6);
+  // Streaming kernels beside it still get the HBM: the gated norm on the B200 at 0.9 · 8 TB/s.
+  const auto norm = std::find_if(ops.begin(), ops.end(), [](const ModelOperator& o) { return o.name == "mamba_gated_norm"; });
+  ASSERT_NE(norm, ops.end());
+  EXPECT_DOUBLE_EQ(b200.memory_bandwidth(norm->forward).value(), 0.9 * 8e12);
 }
 
 // A pattern of attention and MLP layers is the Transformer it spells: "*-*-" has the operators,

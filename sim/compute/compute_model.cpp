@@ -37,11 +37,17 @@ FlopRate ComputeModel::compute_rate(const OperatorCost& op) const {
 
 Bandwidth ComputeModel::memory_bandwidth() const { return gpu_.memory_bandwidth * options_.memory_efficiency; }
 
+Bandwidth ComputeModel::memory_bandwidth(const OperatorCost& op) const {
+  const Bandwidth hbm = memory_bandwidth();
+  if (!(op.per_sm_bandwidth.value() > 0) || gpu_.sms <= 0) return hbm;
+  return std::min(hbm, op.per_sm_bandwidth * static_cast<double>(gpu_.sms));
+}
+
 OperatorTiming ComputeModel::timing(const OperatorCost& op) const {
   OperatorTiming t;
   t.rate = compute_rate(op);
   t.compute = compute_time(op.flops, t.rate * options_.sustained_fraction);
-  t.memory = transfer_time(op.bytes_read_written, memory_bandwidth() * options_.sustained_fraction);
+  t.memory = transfer_time(op.bytes_read_written, memory_bandwidth(op) * options_.sustained_fraction);
   t.launch = options_.kernel_launch_overhead * std::max(0, op.kernels);
   t.host = options_.host_gemm_issue * std::max(0, op.host_issued_kernels);
   const int host_issued = std::max(0, op.host_issued_kernels);

@@ -127,6 +127,10 @@ class ComputeModel {
   FlopRate compute_rate(const OperatorCost& op) const;
   /// The achievable HBM bandwidth alone, B_HBM · η_memory (before σ).
   Bandwidth memory_bandwidth() const;
+  /// The bandwidth `op`'s memory traffic moves at alone: memory_bandwidth(), or less for a
+  /// latency-bound kernel on a GPU whose SMs cannot keep enough bytes in flight
+  /// (OperatorCost::per_sm_bandwidth × SMs).
+  Bandwidth memory_bandwidth(const OperatorCost& op) const;
 
   const GpuSpec& gpu() const { return gpu_; }
   const ComputeModelOptions& options() const { return options_; }

@@ -126,6 +126,11 @@ struct OperatorCost {
   bool warp_mma_only = false;
   /// The backward pass of its operator (a measured attention table has a rate per pass).
   bool backward_pass = false;
+  /// For kernels bound by the latency of their loads rather than by HBM (too few bytes in
+  /// flight per SM to fill the memory system): the bytes per second one SM moves. Their
+  /// traffic then moves at most at SMs × this, on GPUs whose SM count is known (compute_model.h).
+  /// Zero: HBM-bound only.
+  Bandwidth per_sm_bandwidth;
 };
 
 /// A GEMM of `shape`: FLOPs 2·m·n·k·batch, bytes ((m·k + k·n)·element size + m·n·output

@@ -20,6 +20,15 @@ constexpr double kSoftmaxFlops = 5;    // max, subtract, exp, sum, divide
 constexpr double kSiluFlops = 4;       // sigmoid (~3), x·σ
 constexpr int kSsdForwardKernels = 5;  // chunk cumsum, chunk states, state passing, C·Bᵀ, chunk scan
 constexpr int kSsdBackwardKernels = 14;
+// The bytes one SM moves a second in mamba_ssm's Triton SSD kernels (ssd_scan below). vLLM PR
+// 27299 timed their forward (mamba_chunk_scan_combined) on one H100 SXM at 10.7-12.9 M tokens/s
+// for 128 heads of 64, state 128, one group, chunks of 128, 4k-256k tokens (median 11.8 M): by
+// ssd_scan's count, 185,600 bytes a token, 2.19 TB/s, 0.65 of the H100's HBM where streaming
+// kernels reach 0.9. The kernels wait on their loads (Nsight Compute on H100 shows neither
+// compute nor memory throughput near peak: foundation-model-stack/bamba issue 3), so what bounds
+// them is the bytes each SM keeps in flight: 2.19 TB/s over 132 SMs. On a GPU with more HBM
+// bandwidth per SM (Blackwell: 8 TB/s over 148-160 SMs) they are no faster than their SMs allow.
+constexpr Bandwidth kSsdPerSmBandwidth = gigabytes_per_second(16.6);
 constexpr double kFp32Bytes = 4;
 constexpr double kActivationBytes = 2;  // saved activations are kept in 16 bits
 constexpr double kMaskBytes = 1;        // a dropout mask, one byte per element
@@ -145,6 +154,8 @@ class OperatorList {
   //   backward 11e·HP + 15e·GN + 24·Gq + (44 + 4e)·S + 56·H: the forward's states and C·Bᵀ
   //            recomputed, then dstates, the state passing's backward, dx, dB, dC (with the
   //            states cast to 16 bits), d(C·Bᵀ), its two products back to dB and dC, d(dA).
+  // Both passes move their bytes no faster than kSsdPerSmBandwidth per SM (the backward's
+  // kernels are the same Triton code; no measurement of them alone was found).
   void ssd_scan(const MambaConfig& a, double tokens, double heads, double groups) {
     const double q = static_cast<double>(a.chunk), n = static_cast<double>(a.state), p = static_cast<double>(a.head_dim);
     const double hp = heads * p, gn = groups * n, gq = groups * q, states = heads * p * n / q, e = element_;
@@ -154,6 +165,7 @@ class OperatorList {
     forward.bytes_read_written =
         Bytes(tokens * (3 * e * hp + 4 * e * gn + 8 * gq + 16 * states + (e + 24) * heads));
     forward.kernels = kSsdForwardKernels;
+    forward.per_sm_bandwidth = kSsdPerSmBandwidth;
     OperatorCost backward = forward;
     backward.backward_pass = true;
     backward.flops = Flops(tokens * (6.0 * q * n * groups + heads * (6.0 * q * p + 10.0 * n * p)));
