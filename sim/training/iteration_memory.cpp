@@ -34,91 +34,104 @@ Bytes offloading_forward_peak(const ParallelLayout& layout, const std::vector<Un
   return peak;
 }
 
-}  // namespace
-
-std::vector<StageMemory> stage_memory(const ModelConfig& model, const ParallelLayout& layout, const StagePlan& plan) {
-  const int p = layout.pp, v = layout.virtual_stages, cp = layout.cp;
-  const int data_parallel = layout.dp * cp;  // ranks sharing the model states
+// Parameters, gradients and optimizer states of a stage holding psi dense and psi_experts expert
+// parameters, sharded by the ZeRO stage over the ranks that share each.
+void model_states(const ParallelLayout& layout, double psi, double psi_experts, MemoryBreakdown& mem) {
+  const int data_parallel = layout.dp * layout.cp;  // ranks sharing the model states
   const int expert_dp = layout.expert_data_parallel();
   const ZeroStage zero = layout.zero_stage;
   const bool zero3 = zero == ZeroStage::kStage3;
-  const bool dp_comm = data_parallel > 1;
-  const bool ring_attention = cp > 1 && layout.cp_comm == ContextParallelComm::kRing;
   const double gradient_bytes = iteration_detail::gradient_bytes(layout);
   const double adam_bytes = adam_state_bytes_per_parameter(layout);
-  const MessageSizes sizes = message_sizes(model, layout);
+  const double n = data_parallel, ne = expert_dp;
+  const double held = psi / (zero3 ? n : 1.0) + psi_experts / (zero3 ? ne : 1.0);
+  const Bytes quantised_extra((parameter_bytes(layout) - kParameterBytes) * held +
+                              quantised_weight_cache_bytes(layout) * (psi + psi_experts));
+  mem.parameters = Bytes(kParameterBytes * held) + quantised_extra;
+  const bool sharded_gradients = zero == ZeroStage::kStage2 || zero3;
+  mem.gradients = Bytes(gradient_bytes * (psi / (sharded_gradients ? n : 1.0) + psi_experts / (sharded_gradients ? ne : 1.0)));
+  const bool zero0 = zero == ZeroStage::kStage0;
+  mem.optimizer_states = Bytes(adam_bytes * (psi / (zero0 ? 1.0 : n) + psi_experts / (zero0 ? 1.0 : ne)));
+  // The same total as the ZeRO paper's formula (2-byte gradients), split by what it holds.
+  const Bytes states = zero_model_state_bytes(psi, zero, data_parallel, adam_bytes) +
+                       zero_model_state_bytes(psi_experts, zero, expert_dp, adam_bytes) +
+                       mem.gradients * ((gradient_bytes - kGradientBytes) / gradient_bytes) + quantised_extra;
+  PARALLAX_INVARIANT(std::abs((mem.parameters + mem.gradients + mem.optimizer_states - states).value()) <=
+                         1e-6 * states.value() + 1.0,
+                     "training/iteration", Time::zero(), "model-state split disagrees with the ZeRO formula");
+}
+
+// Activations: what each operator keeps for its backward (layer_operators.h; for a GPT layer
+// Korthikanti et al.'s sbh·(34 + 5as/h) form), per micro-batch in flight. A stage's layers are
+// counted at their mean (dense and MoE layers differ); the output side's (the fp32 softmax of the
+// cross-entropy, above all) at the peak number of micro-batches in flight in the last virtual
+// stage until their B, 1 in 1F1B and the zero-bubble schedules, m in GPipe. Sets the stage's
+// in_flight_micro_batches.
+Bytes stage_activations(const ParallelLayout& layout, const StagePlan& plan, int s, StageMemory& stage) {
+  const int p = layout.pp, v = layout.virtual_stages;
   const std::vector<std::vector<Unit>>& units = plan.units;
-  const std::vector<int>& vs_layers = plan.virtual_stage_layers;
-  const PipelineSchedule& schedule = *plan.schedule;
+  std::vector<double> chunk_layers;
+  for (int c = 0; c < v; ++c) chunk_layers.push_back(plan.virtual_stage_layers[static_cast<size_t>(c * p + s)]);
+  const double held_layers = peak_in_flight(*plan.schedule, s, chunk_layers);
+  stage.in_flight_micro_batches = stage.layers > 0 ? held_layers / stage.layers : 0.0;
+  Bytes layer_activations, output_activations, working_set;
+  for (int c = 0; c < v; ++c) {
+    for (const Unit& u : units[static_cast<size_t>(c * p + s)]) {
+      if (u.transformer_layer) layer_activations += u.activations;
+      if (u.output_side) output_activations += u.activations;
+      working_set = std::max(working_set, u.recomputed_working_set);
+    }
+  }
+  // The peak falls in a backward (1F1B's first, GPipe's): what is held plus what the
+  // recomputation of the layer being back-propagated re-creates, one layer at a time.
+  Bytes activations = stage.layers > 0 ? layer_activations * (held_layers / stage.layers) + working_set : Bytes();
+  if (layout.cpu_offloading_layers > 0) activations = offloading_forward_peak(layout, units.front());
+  if (output_activations > Bytes()) {
+    std::vector<double> last_chunk(static_cast<size_t>(v), 0.0);
+    last_chunk.back() = 1.0;
+    // Its bulk, the softmax, is read by the logits' input gradient (B), not by W.
+    activations += output_activations * peak_in_flight(*plan.schedule, s, last_chunk, true);
+  }
+  return activations;
+}
+
+// Communication buffers in flight: a pipeline send and receive, the largest gradient bucket,
+// ZeRO-3's gathered parameters, context parallelism's K/V blocks or Ulysses' Q, K, V.
+Bytes communication_buffers(const ParallelLayout& layout, const MessageSizes& sizes, double largest_unit) {
+  const bool dp_comm = layout.dp * layout.cp > 1;
+  const bool ring_attention = layout.cp > 1 && layout.cp_comm == ContextParallelComm::kRing;
+  Bytes buffers;
+  if (layout.pp > 1) buffers += sizes.pp * 2.0;  // one send and one receive in flight
+  if (dp_comm) buffers += Bytes(largest_unit * iteration_detail::gradient_bytes(layout));
+  if (layout.zero_stage == ZeroStage::kStage3 && dp_comm) {
+    buffers += Bytes(largest_unit * parameter_bytes(layout) * (layout.param_gather_prefetch ? 2.0 : 1.0));
+  }
+  // The K/V block being sent and the one arriving; Ulysses' head-sharded Q, K, V.
+  if (ring_attention) buffers += sizes.kv_block * 2.0;
+  if (layout.cp > 1 && !ring_attention) buffers += sizes.ulysses_qkv;
+  return buffers;
+}
+
+}  // namespace
+
+std::vector<StageMemory> stage_memory(const ModelConfig& model, const ParallelLayout& layout, const StagePlan& plan) {
+  const int p = layout.pp, v = layout.virtual_stages;
+  const MessageSizes sizes = message_sizes(model, layout);
   std::vector<StageMemory> out(static_cast<size_t>(p));
-  // Activations: what each operator keeps for its backward (layer_operators.h; for a GPT layer
-  // Korthikanti et al.'s sbh·(34 + 5as/h) form), per micro-batch in flight. A stage's layers
-  // are counted at their mean (dense and MoE layers differ); the output side's (the fp32
-  // softmax of the cross-entropy, above all) at the peak number of micro-batches in flight in
-  // the last virtual stage until their B, 1 in 1F1B and the zero-bubble schedules, m in GPipe.
   for (int s = 0; s < p; ++s) {
     StageMemory& stage = out[static_cast<size_t>(s)];
-    for (int c = 0; c < v; ++c) {
-      stage.layers += vs_layers[static_cast<size_t>(c * p + s)];
-      for (const Unit& u : units[static_cast<size_t>(c * p + s)]) {
-        stage.parameters += u.parameters;
-        stage.expert_parameters += u.expert_parameters;
-      }
-    }
-    const double psi_experts = stage.expert_parameters;
-    const double psi = stage.parameters - psi_experts;
-    MemoryBreakdown& mem = stage.memory;
-    const double n = data_parallel, ne = expert_dp;
-    const double held = psi / (zero3 ? n : 1.0) + psi_experts / (zero3 ? ne : 1.0);
-    const Bytes quantised_extra((parameter_bytes(layout) - kParameterBytes) * held +
-                                quantised_weight_cache_bytes(layout) * (psi + psi_experts));
-    mem.parameters = Bytes(kParameterBytes * held) + quantised_extra;
-    const bool sharded_gradients = zero == ZeroStage::kStage2 || zero3;
-    mem.gradients = Bytes(gradient_bytes * (psi / (sharded_gradients ? n : 1.0) + psi_experts / (sharded_gradients ? ne : 1.0)));
-    const bool zero0 = zero == ZeroStage::kStage0;
-    mem.optimizer_states =
-        Bytes(adam_bytes * (psi / (zero0 ? 1.0 : n) + psi_experts / (zero0 ? 1.0 : ne)));
-    // The same total as the ZeRO paper's formula (2-byte gradients), split by what it holds.
-    const Bytes states = zero_model_state_bytes(psi, zero, data_parallel, adam_bytes) +
-                         zero_model_state_bytes(psi_experts, zero, expert_dp, adam_bytes) +
-                         mem.gradients * ((gradient_bytes - kGradientBytes) / gradient_bytes) + quantised_extra;
-    PARALLAX_INVARIANT(std::abs((mem.parameters + mem.gradients + mem.optimizer_states - states).value()) <=
-                           1e-6 * states.value() + 1.0,
-                       "training/iteration", Time::zero(), "model-state split disagrees with the ZeRO formula");
-    std::vector<double> chunk_layers;
-    for (int c = 0; c < v; ++c) chunk_layers.push_back(vs_layers[static_cast<size_t>(c * p + s)]);
-    const double held_layers = peak_in_flight(schedule, s, chunk_layers);
-    stage.in_flight_micro_batches = stage.layers > 0 ? held_layers / stage.layers : 0.0;
-    Bytes layer_activations, output_activations, working_set;
-    for (int c = 0; c < v; ++c) {
-      for (const Unit& u : units[static_cast<size_t>(c * p + s)]) {
-        if (u.transformer_layer) layer_activations += u.activations;
-        if (u.output_side) output_activations += u.activations;
-        working_set = std::max(working_set, u.recomputed_working_set);
-      }
-    }
-    // The peak falls in a backward (1F1B's first, GPipe's): what is held plus what the
-    // recomputation of the layer being back-propagated re-creates, one layer at a time.
-    mem.activations = stage.layers > 0 ? layer_activations * (held_layers / stage.layers) + working_set : Bytes();
-    if (layout.cpu_offloading_layers > 0) mem.activations = offloading_forward_peak(layout, units.front());
-    if (output_activations > Bytes()) {
-      std::vector<double> last_chunk(static_cast<size_t>(v), 0.0);
-      last_chunk.back() = 1.0;
-      // Its bulk, the softmax, is read by the logits' input gradient (B), not by W.
-      mem.activations += output_activations * peak_in_flight(schedule, s, last_chunk, true);
-    }
     double largest_unit = 0;
     for (int c = 0; c < v; ++c) {
-      for (const Unit& u : units[static_cast<size_t>(c * p + s)]) largest_unit = std::max(largest_unit, u.parameters);
+      stage.layers += plan.virtual_stage_layers[static_cast<size_t>(c * p + s)];
+      for (const Unit& u : plan.units[static_cast<size_t>(c * p + s)]) {
+        stage.parameters += u.parameters;
+        stage.expert_parameters += u.expert_parameters;
+        largest_unit = std::max(largest_unit, u.parameters);
+      }
     }
-    Bytes buffers;
-    if (p > 1) buffers += sizes.pp * 2.0;  // one send and one receive in flight
-    if (dp_comm) buffers += Bytes(largest_unit * gradient_bytes);
-    if (zero3 && dp_comm) buffers += Bytes(largest_unit * parameter_bytes(layout) * (layout.param_gather_prefetch ? 2.0 : 1.0));
-    // The K/V block being sent and the one arriving; Ulysses' head-sharded Q, K, V.
-    if (ring_attention) buffers += sizes.kv_block * 2.0;
-    if (cp > 1 && !ring_attention) buffers += sizes.ulysses_qkv;
-    mem.communication_buffers = buffers;
+    model_states(layout, stage.parameters - stage.expert_parameters, stage.expert_parameters, stage.memory);
+    stage.memory.activations = stage_activations(layout, plan, s, stage);
+    stage.memory.communication_buffers = communication_buffers(layout, sizes, largest_unit);
   }
   return out;
 }

@@ -122,9 +122,79 @@ std::string layout_description(const ParallelLayout& l) {
 
 std::string gemm_model_description(const TrainingWorkload& job) { return job.gemm ? job.gemm->describe() : ShapeEfficiency().describe(); }
 
+namespace {
+
+// The offload kind is shown only where the layout offloads: every other report stays as it was.
+bool kind_shown(const TrainingWorkload& job, int k) {
+  return static_cast<WorkKind>(k) != WorkKind::kOffload || job.layout.cpu_offloading_layers > 0;
+}
+
+// {kind: value(kind)} over the communication kinds shown.
+template <class Value>
+nlohmann::ordered_json per_communication_kind(const TrainingWorkload& job, Value value) {
+  nlohmann::ordered_json j;
+  for (int k = 1; k < kWorkKinds; ++k) {
+    if (kind_shown(job, k)) j[to_string(static_cast<WorkKind>(k))] = value(static_cast<size_t>(k));
+  }
+  return j;
+}
+
+nlohmann::ordered_json critical_path_json(const TrainingWorkload& job, const CriticalPath& c) {
+  nlohmann::ordered_json path;
+  for (int k = 0; k < kWorkKinds; ++k) {
+    if (!kind_shown(job, k)) continue;
+    path[std::string(to_string(static_cast<WorkKind>(k))) + "_s"] = c.by_kind[static_cast<size_t>(k)].seconds();
+  }
+  path["waiting_s"] = c.waiting.seconds();
+  path["tasks"] = c.tasks;
+  return path;
+}
+
+nlohmann::ordered_json memory_json(const MemoryBreakdown& m) {
+  nlohmann::ordered_json mem;
+  mem["parameters"] = m.parameters.value();
+  mem["gradients"] = m.gradients.value();
+  mem["optimizer_states"] = m.optimizer_states.value();
+  mem["activations"] = m.activations.value();
+  mem["communication_buffers"] = m.communication_buffers.value();
+  mem["total"] = m.total().value();
+  return mem;
+}
+
+// The links each kind's exposed time waited on, per kind that has any.
+nlohmann::ordered_json exposed_by_link_json(const RankBreakdown& t) {
+  nlohmann::ordered_json by_link;
+  for (int k = 1; k < kWorkKinds; ++k) {
+    nlohmann::ordered_json links = nlohmann::ordered_json::array();
+    for (const auto& [name, time] : t.exposed_by_link[static_cast<size_t>(k)]) {
+      links.push_back({{"link", name}, {"s", time.seconds()}});
+    }
+    if (!links.empty()) by_link[to_string(static_cast<WorkKind>(k))] = links;
+  }
+  return by_link;
+}
+
+nlohmann::ordered_json stage_json(const TrainingWorkload& job, const StageResult& s) {
+  nlohmann::ordered_json st;
+  st["stage"] = s.stage;
+  st["layers"] = s.layers;
+  st["compute_s"] = s.time.compute.seconds();
+  st["compute_slowed_by_communication_s"] = s.compute_slowed_by_communication.seconds();
+  st["exposed_communication_s"] = per_communication_kind(job, [&](size_t k) { return s.time.exposed[k].seconds(); });
+  st["exposed_across_nodes_s"] =
+      per_communication_kind(job, [&](size_t k) { return s.time.exposed_across_nodes[k].seconds(); });
+  if (nlohmann::ordered_json by_link = exposed_by_link_json(s.time); !by_link.empty()) st["exposed_by_link"] = by_link;
+  st["bubble_s"] = s.time.bubble.seconds();
+  st["idle_s"] = s.time.idle.seconds();
+  st["memory_bytes"] = memory_json(s.memory);
+  st["bytes_sent"] = per_communication_kind(job, [&](size_t k) { return s.communication[k].sent.value(); });
+  st["replica_slowdown"] = per_communication_kind(job, [&](size_t k) { return s.communication[k].replica_slowdown; });
+  return st;
+}
+
+}  // namespace
+
 nlohmann::ordered_json iteration_json(const TrainingWorkload& job, const IterationResult& r) {
-  // The offload kind only where the layout offloads: every other report stays as it was.
-  auto shown = [&](int k) { return static_cast<WorkKind>(k) != WorkKind::kOffload || job.layout.cpu_offloading_layers > 0; };
   nlohmann::ordered_json j;
   j["model"] = job.model.name;
   j["topology"] = job.topology_file;
@@ -145,14 +215,7 @@ nlohmann::ordered_json iteration_json(const TrainingWorkload& job, const Iterati
   j["symmetry"] = r.symmetry;
   if (!r.pipeline_split.empty()) j["pipeline_split"] = r.pipeline_split;
   j["network"] = r.network;
-  nlohmann::ordered_json path;
-  for (int k = 0; k < kWorkKinds; ++k) {
-    if (!shown(k)) continue;
-    path[std::string(to_string(static_cast<WorkKind>(k))) + "_s"] = r.critical_path.by_kind[static_cast<size_t>(k)].seconds();
-  }
-  path["waiting_s"] = r.critical_path.waiting.seconds();
-  path["tasks"] = r.critical_path.tasks;
-  j["critical_path"] = path;
+  j["critical_path"] = critical_path_json(job, r.critical_path);
   if (!r.busiest_links.empty()) {
     nlohmann::ordered_json links = nlohmann::ordered_json::array();
     for (const LinkLoad& l : r.busiest_links) {
@@ -164,56 +227,7 @@ nlohmann::ordered_json iteration_json(const TrainingWorkload& job, const Iterati
   j["compute"]["gemm_model"] = gemm_model_description(job);
   j["compute"]["sustained_fraction"] = job.compute.sustained_fraction;
   nlohmann::ordered_json stages = nlohmann::ordered_json::array();
-  for (const StageResult& s : r.stages) {
-    nlohmann::ordered_json st;
-    st["stage"] = s.stage;
-    st["layers"] = s.layers;
-    st["compute_s"] = s.time.compute.seconds();
-    st["compute_slowed_by_communication_s"] = s.compute_slowed_by_communication.seconds();
-    nlohmann::ordered_json exposed;
-    for (int k = 1; k < kWorkKinds; ++k) {
-      if (shown(k)) exposed[to_string(static_cast<WorkKind>(k))] = s.time.exposed[static_cast<size_t>(k)].seconds();
-    }
-    st["exposed_communication_s"] = exposed;
-    nlohmann::ordered_json across;
-    for (int k = 1; k < kWorkKinds; ++k) {
-      if (!shown(k)) continue;
-      across[to_string(static_cast<WorkKind>(k))] = s.time.exposed_across_nodes[static_cast<size_t>(k)].seconds();
-    }
-    st["exposed_across_nodes_s"] = across;
-    nlohmann::ordered_json by_link;
-    for (int k = 1; k < kWorkKinds; ++k) {
-      nlohmann::ordered_json links = nlohmann::ordered_json::array();
-      for (const auto& [name, time] : s.time.exposed_by_link[static_cast<size_t>(k)]) {
-        links.push_back({{"link", name}, {"s", time.seconds()}});
-      }
-      if (!links.empty()) by_link[to_string(static_cast<WorkKind>(k))] = links;
-    }
-    if (!by_link.empty()) st["exposed_by_link"] = by_link;
-    st["bubble_s"] = s.time.bubble.seconds();
-    st["idle_s"] = s.time.idle.seconds();
-    nlohmann::ordered_json mem;
-    mem["parameters"] = s.memory.parameters.value();
-    mem["gradients"] = s.memory.gradients.value();
-    mem["optimizer_states"] = s.memory.optimizer_states.value();
-    mem["activations"] = s.memory.activations.value();
-    mem["communication_buffers"] = s.memory.communication_buffers.value();
-    mem["total"] = s.memory.total().value();
-    st["memory_bytes"] = mem;
-    nlohmann::ordered_json sent;
-    for (int k = 1; k < kWorkKinds; ++k) {
-      if (!shown(k)) continue;
-      sent[to_string(static_cast<WorkKind>(k))] = s.communication[static_cast<size_t>(k)].sent.value();
-    }
-    st["bytes_sent"] = sent;
-    nlohmann::ordered_json slowdown;
-    for (int k = 1; k < kWorkKinds; ++k) {
-      if (!shown(k)) continue;
-      slowdown[to_string(static_cast<WorkKind>(k))] = s.communication[static_cast<size_t>(k)].replica_slowdown;
-    }
-    st["replica_slowdown"] = slowdown;
-    stages.push_back(st);
-  }
+  for (const StageResult& s : r.stages) stages.push_back(stage_json(job, s));
   j["stages"] = stages;
   return j;
 }
