@@ -179,35 +179,44 @@ Topology load_job_topology(const TopologySpec& spec, const std::string& workload
 
 // The "parallel" block into `l`. Every count within its documented range (workload-format.md),
 // so that no product of them overflows and no loop over them runs away.
-void read_parallel(JsonReader p, const std::string& path, ParallelLayout& l, bool& dp_given) {
-  auto int_field = [&](const char* key, auto& field, int64_t lo = 1, int64_t hi = kMaxDegree) {
-    if (auto v = p.find(key)) {
-      const int64_t n = v->as_int();
-      if (n < lo || n > hi) v->fail("must be between " + std::to_string(lo) + " and " + std::to_string(hi));
-      field = static_cast<std::remove_reference_t<decltype(field)>>(n);
-    }
-  };
-  auto bool_field = [&](const char* key, bool& field) {
-    if (auto v = p.find(key)) field = v->as_bool();
-  };
-  int_field("tp", l.tp);
-  int_field("pp", l.pp);
-  int_field("vpp", l.virtual_stages);
-  int_field("cp", l.cp);
+// An integer key of the parallel block within [lo, hi], into `field` when present.
+template <class Field>
+void read_int(JsonReader& p, const char* key, Field& field, int64_t lo = 1, int64_t hi = kMaxDegree) {
+  if (auto v = p.find(key)) {
+    const int64_t n = v->as_int();
+    if (n < lo || n > hi) v->fail("must be between " + std::to_string(lo) + " and " + std::to_string(hi));
+    field = static_cast<Field>(n);
+  }
+}
+
+void read_bool(JsonReader& p, const char* key, bool& field) {
+  if (auto v = p.find(key)) field = v->as_bool();
+}
+
+// The degrees, the MoE dispatch and the batch.
+void read_degrees(JsonReader& p, const std::string& path, ParallelLayout& l, bool& dp_given) {
+  read_int(p, "tp", l.tp);
+  read_int(p, "pp", l.pp);
+  read_int(p, "vpp", l.virtual_stages);
+  read_int(p, "cp", l.cp);
   if (auto v = p.find("cp_comm")) l.cp_comm = cp_comm_from(v->as_string(), path, v->pointer());
-  int_field("ep", l.ep);
-  int_field("expert_tp", l.expert_tp, 0);
+  read_int(p, "ep", l.ep);
+  read_int(p, "expert_tp", l.expert_tp, 0);
   if (auto v = p.find("moe_dispatcher")) l.moe_dispatcher = moe_dispatcher_of(v->as_string(), path, v->pointer());
   if (auto v = p.find("expert_gemm")) l.expert_gemms = expert_gemms_of(v->as_string(), path, v->pointer());
   if (auto v = p.find("cuda_graphs")) set_cuda_graphs(l, v->as_string(), path, v->pointer());
   if (p.find("dp")) {
-    int_field("dp", l.dp);
+    read_int(p, "dp", l.dp);
     dp_given = true;
   }
   if (auto v = p.find("zero_stage")) l.zero_stage = zero_from(v->as_int(), path, v->pointer());
-  int_field("micro_batch", l.micro_batch, 1, kMaxBatch);
-  int_field("global_batch", l.global_batch, 1, kMaxBatch);
-  bool_field("sequence_parallel", l.sequence_parallel);
+  read_int(p, "micro_batch", l.micro_batch, 1, kMaxBatch);
+  read_int(p, "global_batch", l.global_batch, 1, kMaxBatch);
+  read_bool(p, "sequence_parallel", l.sequence_parallel);
+}
+
+// Recomputation, the pipeline schedule and the numeric formats (the recipes, per-module ones).
+void read_schedule_and_precision(JsonReader& p, const std::string& path, ParallelLayout& l) {
   if (auto v = p.find("recompute")) l.recompute = recompute_from(v->as_string(), path, v->pointer());
   if (auto v = p.find("schedule")) l.schedule = schedule_from(v->as_string(), path, v->pointer());
   if (auto v = p.find("dtype")) l.dtype = dtype_from(v->as_string(), path, v->pointer());
@@ -221,21 +230,25 @@ void read_parallel(JsonReader p, const std::string& path, ParallelLayout& l, boo
     if (!r) v->fail("unknown fp4 recipe \"" + v->as_string() + "\" (expected nvfp4 or mxfp4)");
     l.fp4_recipe = *r;
   }
-  bool_field("fp8_param_gather", l.fp8_param_gather);
-  int_field("bf16_layers_at_start", l.bf16_layers_at_start, 0);
-  int_field("bf16_layers_at_end", l.bf16_layers_at_end, 0);
+  read_bool(p, "fp8_param_gather", l.fp8_param_gather);
+  read_int(p, "bf16_layers_at_start", l.bf16_layers_at_start, 0);
+  read_int(p, "bf16_layers_at_end", l.bf16_layers_at_end, 0);
   if (auto v = p.find("module_precision")) {
     for (const std::string& module : v->keys()) {
       JsonReader t = v->at(module);
       if (std::string why = set_module_precision(l.module_precision, module, t.as_string()); !why.empty()) t.fail(why);
     }
   }
-  int_field("cpu_offloading_layers", l.cpu_offloading_layers, 0);
-  int_field("recompute_layers", l.recompute_layers, 0);
+}
+
+// Offloading, the attention kernel, how gradients and parameters move and what overlaps.
+void read_memory_and_overlap(JsonReader& p, const std::string& path, ParallelLayout& l) {
+  read_int(p, "cpu_offloading_layers", l.cpu_offloading_layers, 0);
+  read_int(p, "recompute_layers", l.recompute_layers, 0);
   if (auto v = p.find("attention")) l.attention = attention_from(v->as_string(), path, v->pointer());
-  bool_field("grad_reduce_overlap", l.grad_reduce_overlap);
-  bool_field("grad_reduce_in_fp32", l.grad_reduce_in_fp32);
-  bool_field("precision_aware_optimizer", l.precision_aware_optimizer);
+  read_bool(p, "grad_reduce_overlap", l.grad_reduce_overlap);
+  read_bool(p, "grad_reduce_in_fp32", l.grad_reduce_in_fp32);
+  read_bool(p, "precision_aware_optimizer", l.precision_aware_optimizer);
   for (auto [key, field] : {std::pair{"exp_avg_dtype", &l.exp_avg_bytes}, std::pair{"exp_avg_sq_dtype", &l.exp_avg_sq_bytes}}) {
     if (auto v = p.find(key)) {
       const auto bytes = optimizer_state_dtype_bytes(v->as_string());
@@ -243,12 +256,16 @@ void read_parallel(JsonReader p, const std::string& path, ParallelLayout& l, boo
       *field = *bytes;
     }
   }
-  bool_field("param_gather_prefetch", l.param_gather_prefetch);
-  bool_field("param_gather_per_tensor", l.param_gather_per_tensor);
-  bool_field("tp_comm_overlap", l.tp_comm_overlap);
-  bool_field("moe_shared_expert_overlap", l.moe_shared_expert_overlap);
-  bool_field("moe_a2a_overlap", l.moe_a2a_overlap);
+  read_bool(p, "param_gather_prefetch", l.param_gather_prefetch);
+  read_bool(p, "param_gather_per_tensor", l.param_gather_per_tensor);
+  read_bool(p, "tp_comm_overlap", l.tp_comm_overlap);
+  read_bool(p, "moe_shared_expert_overlap", l.moe_shared_expert_overlap);
+  read_bool(p, "moe_a2a_overlap", l.moe_a2a_overlap);
   if (auto v = p.find("rank_order")) l.rank_order = v->as_string();
+}
+
+// The layers of each pipeline stage, given or Megatron's uneven splits, and the recomputed modules.
+void read_stages(JsonReader& p, ParallelLayout& l) {
   if (auto v = p.find("stage_layers")) {
     for (auto& e : v->elements()) {
       const int64_t n = e.as_int();
@@ -266,10 +283,17 @@ void read_parallel(JsonReader p, const std::string& path, ParallelLayout& l, boo
     l.adopt_recompute_modules(modules);
   }
   // Megatron's names for its uneven splits.
-  int_field("decoder_first_pipeline_num_layers", l.first_stage_layers);
-  int_field("decoder_last_pipeline_num_layers", l.last_stage_layers);
-  bool_field("account_for_embedding_in_pipeline_split", l.account_for_embedding);
-  bool_field("account_for_loss_in_pipeline_split", l.account_for_loss);
+  read_int(p, "decoder_first_pipeline_num_layers", l.first_stage_layers);
+  read_int(p, "decoder_last_pipeline_num_layers", l.last_stage_layers);
+  read_bool(p, "account_for_embedding_in_pipeline_split", l.account_for_embedding);
+  read_bool(p, "account_for_loss_in_pipeline_split", l.account_for_loss);
+}
+
+void read_parallel(JsonReader p, const std::string& path, ParallelLayout& l, bool& dp_given) {
+  read_degrees(p, path, l, dp_given);
+  read_schedule_and_precision(p, path, l);
+  read_memory_and_overlap(p, path, l);
+  read_stages(p, l);
   p.finish();
 }
 
