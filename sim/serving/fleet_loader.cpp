@@ -187,52 +187,32 @@ PoolConfig read_pool(JsonReader p, int index, const Topology& topology) {
   return pool;
 }
 
-}  // namespace
+RoutingPolicy routing_policy_at(const JsonReader& v) {
+  const auto policy = routing_policy_from(v.as_string());
+  if (!policy) v.fail("unknown router \"" + v.as_string() + "\" (" + routing_policy_names() + ")");
+  return *policy;
+}
 
-FleetFile load_fleet(const std::string& path, const std::string& models_dir, const std::string& topologies_dir) {
-  const nlohmann::json doc = load_json_file(path);
-  JsonReader root(doc, path);
-  FleetFile f;
-  FleetConfig& c = f.config;
-  c.model = read_model(root.at("model"), models_dir);
-  c.topology = read_topology(root.at("topology"), path, topologies_dir, f.topology_name);
-  JsonReader pools = root.at("pools");
-  int index = 0;
-  for (const JsonReader& p : pools.elements()) c.pools.push_back(read_pool(p, index++, *c.topology));
-  if (c.pools.empty()) pools.fail("needs at least one pool");
-  if (auto r = root.find("router")) {
-    if (r->is_string()) {
-      const auto policy = routing_policy_from(r->as_string());
-      if (!policy) r->fail("unknown router \"" + r->as_string() + "\" (" + routing_policy_names() + ")");
-      c.router = *policy;
-    } else {
-      JsonReader name = r->at("policy");
-      const auto policy = routing_policy_from(name.as_string());
-      if (!policy) name.fail("unknown router \"" + name.as_string() + "\" (" + routing_policy_names() + ")");
-      c.router = *policy;
-      if (auto v = r->find("refresh_interval")) c.refresh_interval = non_negative_time(*v);
-      if (auto v = r->find("decode_policy")) {
-        const auto decode = routing_policy_from(v->as_string());
-        if (!decode) v->fail("unknown router \"" + v->as_string() + "\" (" + routing_policy_names() + ")");
-        c.decode_router = *decode;
-      }
-      if (auto v = r->find("kv_network")) {
-        c.kv_network = v->as_string();
-        if (c.kv_network != "flow" && c.kv_network != "analytical") v->fail("\"flow\" or \"analytical\"");
-      }
-      if (auto v = r->find("kv_streaming")) c.kv_streaming = v->as_bool();
-      if (auto v = r->find("index_blocks")) c.router_index_blocks = integer_in(*v, 1, int64_t{1} << 40);
-      r->finish();
-    }
+// "router": a policy name, or an object with the policy and its options.
+void read_router(JsonReader& r, FleetConfig& c) {
+  if (r.is_string()) {
+    c.router = routing_policy_at(r);
+    return;
   }
-  c.traffic = read_traffic(root.at("traffic"), path);
-  if (auto v = root.find("seed")) c.seed = static_cast<uint64_t>(integer_in(*v, 0, INT64_MAX));
-  if (auto slo = root.find("slo")) {
-    if (auto v = slo->find("ttft")) c.slo_ttft = non_negative_time(*v);
-    if (auto v = slo->find("tpot")) c.slo_tpot = non_negative_time(*v);
-    slo->finish();
+  c.router = routing_policy_at(r.at("policy"));
+  if (auto v = r.find("refresh_interval")) c.refresh_interval = non_negative_time(*v);
+  if (auto v = r.find("decode_policy")) c.decode_router = routing_policy_at(*v);
+  if (auto v = r.find("kv_network")) {
+    c.kv_network = v->as_string();
+    if (c.kv_network != "flow" && c.kv_network != "analytical") v->fail("\"flow\" or \"analytical\"");
   }
-  root.finish();
+  if (auto v = r.find("kv_streaming")) c.kv_streaming = v->as_bool();
+  if (auto v = r.find("index_blocks")) c.router_index_blocks = integer_in(*v, 1, int64_t{1} << 40);
+  r.finish();
+}
+
+// A fleet is colocated, or disaggregated: prefill and decode pools and no colocated one.
+void check_pool_roles(const FleetConfig& c, const JsonReader& pools) {
   bool prefill = false, decode = false, colocated = false;
   for (const PoolConfig& pool : c.pools) {
     prefill = prefill || pool.role == PoolRole::kPrefill;
@@ -242,7 +222,10 @@ FleetFile load_fleet(const std::string& path, const std::string& models_dir, con
   if (prefill != decode || (prefill && colocated)) {
     pools.fail("a disaggregated fleet has prefill and decode pools and no colocated one");
   }
-  // Shapes and memory are checked here, where the JSON path is known.
+}
+
+// Shapes and memory are checked here, where the JSON path is known.
+void check_pools(const FleetConfig& c, const std::string& path) {
   const GpuSpec& gpu = c.topology->gpu_spec_of(c.topology->gpus().front());
   for (size_t i = 0; i < c.pools.size(); ++i) {
     const PoolConfig& pool = c.pools[i];
@@ -268,6 +251,32 @@ FleetFile load_fleet(const std::string& path, const std::string& models_dir, con
       throw InputError(path, "/pools/" + std::to_string(i), e.what());
     }
   }
+}
+
+}  // namespace
+
+FleetFile load_fleet(const std::string& path, const std::string& models_dir, const std::string& topologies_dir) {
+  const nlohmann::json doc = load_json_file(path);
+  JsonReader root(doc, path);
+  FleetFile f;
+  FleetConfig& c = f.config;
+  c.model = read_model(root.at("model"), models_dir);
+  c.topology = read_topology(root.at("topology"), path, topologies_dir, f.topology_name);
+  JsonReader pools = root.at("pools");
+  int index = 0;
+  for (const JsonReader& p : pools.elements()) c.pools.push_back(read_pool(p, index++, *c.topology));
+  if (c.pools.empty()) pools.fail("needs at least one pool");
+  if (auto r = root.find("router")) read_router(*r, c);
+  c.traffic = read_traffic(root.at("traffic"), path);
+  if (auto v = root.find("seed")) c.seed = static_cast<uint64_t>(integer_in(*v, 0, INT64_MAX));
+  if (auto slo = root.find("slo")) {
+    if (auto v = slo->find("ttft")) c.slo_ttft = non_negative_time(*v);
+    if (auto v = slo->find("tpot")) c.slo_tpot = non_negative_time(*v);
+    slo->finish();
+  }
+  root.finish();
+  check_pool_roles(c, pools);
+  check_pools(c, path);
   return f;
 }
 
