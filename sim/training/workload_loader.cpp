@@ -298,24 +298,54 @@ void read_parallel(JsonReader p, const std::string& path, ParallelLayout& l, boo
 }
 
 // Command-line overrides, for what-if questions without editing the file; in the same ranges.
-void apply_overrides(const WorkloadOverrides& a, ParallelLayout& l, bool& dp_given) {
+// The flags' ranges, those of the workload's keys, checked before any is applied.
+void check_override_ranges(const WorkloadOverrides& a) {
   auto in_range = [](const char* flag, std::optional<int64_t> v, int64_t lo, int64_t hi) {
     if (v && (*v < lo || *v > hi)) {
       throw InputError("", flag, "must be between " + std::to_string(lo) + " and " + std::to_string(hi));
     }
   };
+  auto wide = [](std::optional<int> v) { return v ? std::optional<int64_t>(*v) : std::nullopt; };
   for (auto [flag, v] : {std::pair{"--tp", a.tp}, {"--pp", a.pp}, {"--dp", a.dp}, {"--vpp", a.vpp}, {"--cp", a.cp},
                          {"--ep", a.ep}}) {
-    in_range(flag, v ? std::optional<int64_t>(*v) : std::nullopt, 1, kMaxDegree);
+    in_range(flag, wide(v), 1, kMaxDegree);
   }
-  in_range("--expert-tp", a.expert_tp ? std::optional<int64_t>(*a.expert_tp) : std::nullopt, 0, kMaxDegree);
-  in_range("--cpu-offloading-layers",
-           a.cpu_offloading_layers ? std::optional<int64_t>(*a.cpu_offloading_layers) : std::nullopt, 0, kMaxDegree);
-  in_range("--recompute-layers", a.recompute_layers ? std::optional<int64_t>(*a.recompute_layers) : std::nullopt, 0,
-           kMaxDegree);
+  in_range("--expert-tp", wide(a.expert_tp), 0, kMaxDegree);
+  in_range("--cpu-offloading-layers", wide(a.cpu_offloading_layers), 0, kMaxDegree);
+  in_range("--recompute-layers", wide(a.recompute_layers), 0, kMaxDegree);
   in_range("--micro-batch", a.micro_batch, 1, kMaxBatch);
   in_range("--global-batch", a.global_batch, 1, kMaxBatch);
   in_range("--seq", a.sequence, 1, kMaxSequence);
+}
+
+// --recompute-modules a,b and --module-precision module=type,...: lists, each name checked.
+void apply_module_flags(const WorkloadOverrides& a, ParallelLayout& l) {
+  if (a.recompute_modules) {
+    RecomputeModules modules;
+    for (const std::string& name : comma_list(*a.recompute_modules)) {
+      auto added = add_recompute_module(modules, name);
+      if (!added) {
+        throw InputError("", "--recompute-modules",
+                         "unknown module \"" + name + "\" (expected " + kRecomputeModuleChoices + ")");
+      }
+      modules = *added;
+    }
+    l.adopt_recompute_modules(modules);
+  }
+  if (a.module_precision) {
+    l.module_precision = ModulePrecision{};
+    for (const std::string& pair : comma_list(*a.module_precision)) {
+      const size_t eq = pair.find('=');
+      const std::string why = eq == std::string::npos
+                                  ? "expected module=type, found \"" + pair + "\""
+                                  : set_module_precision(l.module_precision, pair.substr(0, eq), pair.substr(eq + 1));
+      if (!why.empty()) throw InputError("", "--module-precision", why);
+    }
+  }
+}
+
+void apply_overrides(const WorkloadOverrides& a, ParallelLayout& l, bool& dp_given) {
+  check_override_ranges(a);
   if (a.tp) l.tp = *a.tp;
   if (a.pp) l.pp = *a.pp;
   if (a.vpp) l.virtual_stages = *a.vpp;
@@ -348,28 +378,7 @@ void apply_overrides(const WorkloadOverrides& a, ParallelLayout& l, bool& dp_giv
   if (a.param_gather_prefetch) l.param_gather_prefetch = *a.param_gather_prefetch;
   if (a.param_gather_per_tensor) l.param_gather_per_tensor = *a.param_gather_per_tensor;
   if (!a.rank_order.empty()) l.rank_order = a.rank_order;
-  if (a.recompute_modules) {
-    RecomputeModules modules;
-    for (const std::string& name : comma_list(*a.recompute_modules)) {
-      auto added = add_recompute_module(modules, name);
-      if (!added) {
-        throw InputError("", "--recompute-modules",
-                         "unknown module \"" + name + "\" (expected " + kRecomputeModuleChoices + ")");
-      }
-      modules = *added;
-    }
-    l.adopt_recompute_modules(modules);
-  }
-  if (a.module_precision) {
-    l.module_precision = ModulePrecision{};
-    for (const std::string& pair : comma_list(*a.module_precision)) {
-      const size_t eq = pair.find('=');
-      const std::string why = eq == std::string::npos
-                                  ? "expected module=type, found \"" + pair + "\""
-                                  : set_module_precision(l.module_precision, pair.substr(0, eq), pair.substr(eq + 1));
-      if (!why.empty()) throw InputError("", "--module-precision", why);
-    }
-  }
+  apply_module_flags(a, l);
 }
 
 }  // namespace
