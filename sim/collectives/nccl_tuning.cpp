@@ -309,43 +309,37 @@ double NcclTuningModel::protocol_cap_ratio(CollectiveOp op, Algorithm algo, Prot
   return ratio;
 }
 
-double NcclTuningModel::bus_bandwidth(CollectiveOp op, Algorithm algo, Protocol proto, double* cap_ratio) const {
-  const int a = *algo_index(algo);
-  const int p = proto_index(proto);
+NcclTuningModel::LinkBandwidths NcclTuningModel::link_bandwidths(bool nvls) const {
+  LinkBandwidths b;
+  b.intra = nvls && in_.nvls_bw_intra_gbs > 0 ? in_.nvls_bw_intra_gbs : in_.bw_intra_gbs;
+  b.inter = nvls && in_.nvls_bw_inter_gbs > 0 ? in_.nvls_bw_inter_gbs : in_.bw_inter_gbs;
+  if (in_.nodes == 1 && !(nvls ? in_.nvls_bw_inter_gbs > 0 : in_.bw_inter_gbs > 0)) b.inter = b.intra;
+  return b;
+}
+
+// One channel's bandwidth for algorithm index `a` on `nch` channels, before the protocols.
+double NcclTuningModel::channel_bandwidth(CollectiveOp op, int a, int nch) const {
   const int cc = cc_;
   const int v = in_.nccl_version;
   const int nodes_idx = in_.nodes <= 2 ? in_.nodes - 1 : 2;
-  const int ll_row =
-      in_.nodes == 1 ? cc : (in_.cpu == CpuVendor::kAmd ? 1 : 0);
-  const double ll_max_bw = kLlMaxBws[ll_row][nodes_idx];
   const bool nvls = a == kNvls || a == kNvlsTree;
   const bool collnet = a == kCollNetDirect || a == kCollNetChain;
-  // A protocol's bandwidth cap (llMaxBw, the per-channel LL128 maxima): what it cuts is noted.
-  auto capped = [&](double wanted, double cap) {
-    if (cap_ratio && wanted > 0) *cap_ratio *= std::min(1.0, cap / wanted);
-    return std::min(wanted, cap);
-  };
-
-  const int nch = nvls ? in_.nvls_channels : in_.channels;
-  const double bw_intra = nvls && in_.nvls_bw_intra_gbs > 0 ? in_.nvls_bw_intra_gbs : in_.bw_intra_gbs;
-  double bw_inter = nvls && in_.nvls_bw_inter_gbs > 0 ? in_.nvls_bw_inter_gbs : in_.bw_inter_gbs;
-  if (in_.nodes == 1 && !(nvls ? in_.nvls_bw_inter_gbs > 0 : in_.bw_inter_gbs > 0)) bw_inter = bw_intra;
-
-  double bw = in_.nodes <= 2 || collnet ? bw_intra : bw_inter;
+  const LinkBandwidths links = link_bandwidths(nvls);
+  double bw = in_.nodes <= 2 || collnet ? links.intra : links.inter;
   if (nvls && v < 228) {
     // 2.19–2.27: the NVLS graph's two bandwidths, the tree's network leg halved beyond two
     // nodes; 2.18: the plain per-channel figure above.
     if (v >= 219 && a == kNvls) {
-      bw = op == CollectiveOp::kAllReduce ? std::min(bw_intra, bw_inter)
-                                          : std::min(bw_intra * (ppn_ - 1.0) / ppn_, 0.9 * bw_inter);
+      bw = op == CollectiveOp::kAllReduce ? std::min(links.intra, links.inter)
+                                          : std::min(links.intra * (ppn_ - 1.0) / ppn_, 0.9 * links.inter);
     }
-    if (v >= 219 && a == kNvlsTree) bw = std::min(bw_intra, in_.nodes <= 2 ? bw_inter : bw_inter / 2);
+    if (v >= 219 && a == kNvlsTree) bw = std::min(links.intra, in_.nodes <= 2 ? links.inter : links.inter / 2);
   } else if (nvls) {
     // One NVLS channel is spent on synchronisation; AllReduce pipelines its reduce and its
     // multicast, while AllGather/ReduceScatter leave out the local rank's own share.
-    double intra_bw = bw_intra * kNvlsEfficiency[cc] * (nch - 1) / nch;
+    double intra_bw = links.intra * kNvlsEfficiency[cc] * (nch - 1) / nch;
     intra_bw *= op == CollectiveOp::kAllReduce ? 2.0 : (ppn_ - 1.0) / ppn_;
-    const double inter_bw = bw_inter * (a == kNvlsTree && in_.nodes <= 2 ? 2.0 : 1.0);
+    const double inter_bw = links.inter * (a == kNvlsTree && in_.nodes <= 2 ? 2.0 : 1.0);
     bw = std::min(intra_bw, inter_bw);
     if (a == kNvlsTree) {
       double cap = kPerChMaxNvlsTreeBws[cc][nodes_idx];
@@ -353,8 +347,22 @@ double NcclTuningModel::bus_bandwidth(CollectiveOp op, Algorithm algo, Protocol 
       bw = std::min(bw, cap);
     }
   }
-  double bus = nch * bw;
+  return bw;
+}
 
+// The bus bandwidth `bus` of `nch` channels as protocol `p` of algorithm `a` runs it.
+double NcclTuningModel::protocol_bandwidth(CollectiveOp op, int a, int p, int nch, double bus, double* cap_ratio) const {
+  const int cc = cc_;
+  const int v = in_.nccl_version;
+  const int nodes_idx = in_.nodes <= 2 ? in_.nodes - 1 : 2;
+  const int ll_row = in_.nodes == 1 ? cc : (in_.cpu == CpuVendor::kAmd ? 1 : 0);
+  const double ll_max_bw = kLlMaxBws[ll_row][nodes_idx];
+  const bool collnet = a == kCollNetDirect || a == kCollNetChain;
+  // A protocol's bandwidth cap (llMaxBw, the per-channel LL128 maxima): what it cuts is noted.
+  auto capped = [&](double wanted, double cap) {
+    if (cap_ratio && wanted > 0) *cap_ratio *= std::min(1.0, cap / wanted);
+    return std::min(wanted, cap);
+  };
   if (a == kRing && p == kLL) {
     // Before 2.21 Ring LL ran at 1/4 (several nodes, AllReduce, Reduce) or 1/3 of the bandwidth.
     const bool quarter = in_.nodes > 1 || op == CollectiveOp::kAllReduce || op == CollectiveOp::kReduce;
@@ -374,7 +382,8 @@ double NcclTuningModel::bus_bandwidth(CollectiveOp op, Algorithm algo, Protocol 
   if (collnet && p != kSimple) bus = 0;
   if (a == kCollNetDirect && p == kSimple) {
     if (is_ag_rs(op)) {
-      bus = ppn_ * std::min(bw_intra, bw_inter * 0.9);
+      const LinkBandwidths links = link_bandwidths(false);
+      bus = ppn_ * std::min(links.intra, links.inter * 0.9);
     } else {
       // Full speed needs a NIC per GPU: discount by half the GPU:NIC (channel) oversubscription.
       double factor = static_cast<double>(ppn_) / nch;
@@ -384,6 +393,13 @@ double NcclTuningModel::bus_bandwidth(CollectiveOp op, Algorithm algo, Protocol 
     }
   }
   return bus;
+}
+
+double NcclTuningModel::bus_bandwidth(CollectiveOp op, Algorithm algo, Protocol proto, double* cap_ratio) const {
+  const int a = *algo_index(algo);
+  const bool nvls = a == kNvls || a == kNvlsTree;
+  const int nch = nvls ? in_.nvls_channels : in_.channels;
+  return protocol_bandwidth(op, a, proto_index(proto), nch, nch * channel_bandwidth(op, a, nch), cap_ratio);
 }
 
 double NcclTuningModel::latency(CollectiveOp op, Algorithm algo, Protocol proto) const {

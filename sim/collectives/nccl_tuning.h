@@ -154,6 +154,13 @@ class NcclTuningModel {
 
  private:
   double bus_bandwidth(CollectiveOp op, Algorithm algo, Protocol proto, double* cap_ratio = nullptr) const;
+  struct LinkBandwidths {
+    double intra = 0, inter = 0;  ///< GB/s a channel gets inside a node and across nodes
+  };
+  LinkBandwidths link_bandwidths(bool nvls) const;
+  double channel_bandwidth(CollectiveOp op, int algo_index, int nch) const;
+  double protocol_bandwidth(CollectiveOp op, int algo_index, int proto_index, int nch, double bus,
+                            double* cap_ratio) const;
   double latency(CollectiveOp op, Algorithm algo, Protocol proto) const;
   bool allowed(CollectiveOp op, Algorithm algo, Protocol proto) const;
   int nvls_enqueue_channels(Algorithm algo) const;
