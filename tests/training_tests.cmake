@@ -241,10 +241,10 @@ set_tests_properties(example.validate.vtrain_first_choice PROPERTIES LABELS long
 # long-context table of Llama 2 7B on DGX-H100 with CP, 4K-1M tokens (9 rows), torchtitan's Llama 3.1 8B
 # on 32 and 64 H200s with op-level selective checkpointing (2 rows), Megatron-Bridge's GPT-OSS 120B
 # on 64 GB300, GB200 and B300 (5 rows, the bundled gpt-oss-120b), its Kimi K2 on 256 GB300 (4 rows,
-# the bundled kimi-k2).
+# the bundled kimi-k2), its 25.11 tables of Qwen3 MoE and GPT-OSS (12 rows).
 foreach(pair "mpt-h100-fp8-holdout:7" "mpt-a100-80gb-holdout:61" "megatron-core-h100-holdout:9" "nemo-h100-fp8-holdout:12"
              "nemo-blackwell-fp8-holdout:20" "nemo-h100-long-context-holdout:9" "torchtitan-h200-fp8-holdout:2"
-             "mbridge-gpt-oss-holdout:5" "mbridge-kimi-k2-holdout:4")
+             "mbridge-gpt-oss-holdout:5" "mbridge-kimi-k2-holdout:4" "mbridge-2511-moe-holdout:12")
   string(REPLACE ":" ";" parts ${pair})
   list(GET parts 0 file)
   list(GET parts 1 rows)
