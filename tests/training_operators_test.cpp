@@ -643,6 +643,44 @@ TEST(ExpertGemms, PerExpertIssueIsOneHostGemmPerLocalExpertAndPass) {
   EXPECT_FALSE(expert_gemms_from("sequential").has_value());
 }
 
+TEST(ExpertGemms, PerExpertBiasesAreAddedInEagerPyTorchOnePassPerExpert) {
+  // GPT-OSS 120B on ep 8: 16 local experts of 128, biased, top-4. One micro-batch of 4096 tokens
+  // routes 4096 · 4 slots to this GPU's experts (ep divides experts and tokens alike), each of
+  // the hidden width 2,880. Megatron Core's TEGroupedMLP adds the second projection's bias per
+  // expert in PyTorch (t + b·p, then torch.cat): 6 bf16 element sizes a slot element forward
+  // and 6 backward (b's and p's gradients), issued as one operator per expert each way and the
+  // cat. A device-side grouped GEMM adds it in its epilogue: no such operator; nor without
+  // biases.
+  const ModelConfig m = bundled("gpt-oss-120b");
+  MicroBatch mb = batch(1, 4096);
+  const ShardingFactors ep8{1, 1, 8, false};
+  mb.expert_gemms = ExpertGemms::kPerExpert;
+  const auto per_expert = layer_operators(m, 1, mb, ep8);
+  const ModelOperator& bias = find(per_expert, "expert_output_bias");
+  const double elements = 4096.0 * 4 * 2880;
+  EXPECT_DOUBLE_EQ(bias.forward.bytes_read_written.value(), 6 * 2 * elements);
+  EXPECT_DOUBLE_EQ(bias.backward.bytes_read_written.value(), 6 * 2 * elements);
+  EXPECT_EQ(bias.forward.kernels, 16 + 1);
+  EXPECT_EQ(bias.backward.kernels, 16);
+  EXPECT_EQ(bias.forward.host_issued_kernels, 0);
+  // It follows the down projection and comes before the unpermutation.
+  const auto at = [&](const std::string& name) {
+    return std::find_if(per_expert.begin(), per_expert.end(), [&](const ModelOperator& op) { return op.name == name; });
+  };
+  EXPECT_EQ(at("expert_down_proj") + 1, at("expert_output_bias"));
+  EXPECT_LT(at("expert_output_bias"), at("moe_unpermute"));
+  mb.expert_gemms = ExpertGemms::kGrouped;
+  const auto grouped = layer_operators(m, 1, mb, ep8);
+  const auto none = [](const std::vector<ModelOperator>& ops) {
+    return std::none_of(ops.begin(), ops.end(), [](const ModelOperator& op) { return op.name == "expert_output_bias"; });
+  };
+  EXPECT_TRUE(none(grouped));
+  ModelConfig unbiased = m;
+  unbiased.mlp_bias = false;
+  mb.expert_gemms = ExpertGemms::kPerExpert;
+  EXPECT_TRUE(none(layer_operators(unbiased, 1, mb, ep8)));
+}
+
 TEST(Sharding, LogitsSplitTheVocabulary) {
   // Llama-3 8B at tp = 8: 128256 / 8 = 16032 vocabulary columns per GPU.
   const auto ops = output_operators(bundled("llama3-8b"), batch(1, 4096), {8, 1, 1, true});

@@ -123,6 +123,24 @@ class OperatorList {
     ops_.push_back({name, forward, backward, false, Bytes(), Bytes()});
   }
 
+  // Megatron Core's TEGroupedMLP with per-expert GEMMs adds the second projection's bias
+  // outside the GEMM, in eager PyTorch, weighted by each row's routing probability
+  // (TEGroupedMLP._apply_bias: per local expert t + b·p, then one torch.cat of all the rows).
+  // Forward, an element of the `slots` × `width` output: b·p written, then t and b·p read and
+  // the sum written, then copied by the cat: 6 element sizes. Backward: the gradients of b (g·p,
+  // summed over the rows) and of p (g·b, summed over the width), each a product written and
+  // read back: 6 element sizes. Issued as one operator per expert each way (its two or four
+  // small kernels folded, as t_dispatch counts them), and the cat.
+  void expert_output_bias(double slots, double width, double experts) {
+    const double elements = slots * width;
+    const int per_expert = static_cast<int>(std::ceil(experts));
+    OperatorCost forward = memory_bound_cost(Bytes(6.0 * elements * element_), Flops(2.0 * elements), activation_);
+    forward.kernels = per_expert + 1;
+    OperatorCost backward = memory_bound_cost(Bytes(6.0 * elements * element_), Flops(4.0 * elements), activation_);
+    backward.kernels = per_expert;
+    ops_.push_back({"expert_output_bias", forward, backward, false, Bytes(), Bytes()});
+  }
+
   // Keeps its input for the backward.
   void norm(const std::string& name, const ModelConfig& model, double tokens, double width) {
     const double per_element = model.norm == NormKind::kLayerNorm ? kLayerNormFlops : kRmsNormFlops;
@@ -585,6 +603,7 @@ void add_moe(OperatorList& ops, const ModelConfig& m, const ShardingFactors& sh,
   ops.issue_groups_from_host(expert_gemms == ExpertGemms::kPerExpert);
   ops.mlp("expert_", m, slots / groups, expert_ffn, width, slots * width, groups, recompute.moe_act);
   ops.issue_groups_from_host(false);
+  if (m.mlp_bias && expert_gemms == ExpertGemms::kPerExpert) ops.expert_output_bias(slots, width, groups);
   ops.in_module(QuantModule::kMoeLatent);
   ops.memory("moe_unpermute", (slots + z.tokens) * width * e, 2.0 * slots * width);
   ops.keep(slots * width);  // the experts' outputs, for the gradient of the routing weights

@@ -51,6 +51,10 @@
 // embedding lookup, cross-entropy): bytes of every tensor read and written once, in the
 // activation dtype; backward moves twice the forward bytes (it reads the saved input and the
 // output gradient and writes the input gradient), except residual adds (gradients pass through).
+// Biased experts issued per expert (ExpertGemms::kPerExpert: Megatron Core's TEGroupedMLP) add
+// the down projection's bias in eager PyTorch, per local expert, weighted by the routing
+// probability, then concatenate the rows (expert_output_bias: 6 element sizes a slot element
+// each way, E + 1 operators issued forward and E backward for E local experts).
 // MLA (DeepSeek-V3): the down projections (q_down, kv_down) are replicated across TP ranks and
 // run on the T_sp tokens, the up projections are split by heads; the attention core uses the
 // materialised per-head dims (d_qk = nope + rope = 192, d_v = 128), as training does — the
