@@ -643,6 +643,27 @@ TEST(ExpertGemms, PerExpertIssueIsOneHostGemmPerLocalExpertAndPass) {
   EXPECT_FALSE(expert_gemms_from("sequential").has_value());
 }
 
+TEST(RotaryEmbedding, UnfusedRopeMovesSixTimesTheFusedBytes) {
+  // Llama-3 8B, 4096 tokens: rotary on 32 query and 8 key heads of 128. Fused (Transformer
+  // Engine's kernel): read and written once forward, twice backward, one kernel. Eager
+  // (Megatron's _apply_rotary_pos_emb_bshd): t·cos, the rotated half (negation and cat), ·sin,
+  // the sum and the closing cat, 12 element sizes each way, one call for Q and one for K.
+  const ModelConfig m = bundled("llama3-8b");
+  MicroBatch mb = batch(1, 4096);
+  const double elements = 4096.0 * (32 + 8) * 128;
+  const ModelOperator fused = find(layer_operators(m, 0, mb, {}), "rotary");
+  EXPECT_DOUBLE_EQ(fused.forward.bytes_read_written.value(), 2 * 2 * elements);
+  EXPECT_DOUBLE_EQ(fused.backward.bytes_read_written.value(), 4 * 2 * elements);
+  EXPECT_EQ(fused.forward.kernels, 1);
+  mb.rope_fusion = false;
+  const ModelOperator eager = find(layer_operators(m, 0, mb, {}), "rotary");
+  EXPECT_DOUBLE_EQ(eager.forward.bytes_read_written.value(), 12 * 2 * elements);
+  EXPECT_DOUBLE_EQ(eager.backward.bytes_read_written.value(), 12 * 2 * elements);
+  EXPECT_EQ(eager.forward.kernels, 2);
+  EXPECT_EQ(eager.backward.kernels, 2);
+  EXPECT_DOUBLE_EQ(eager.forward.flops.value(), fused.forward.flops.value());
+}
+
 TEST(ExpertGemms, PerExpertBiasesAreAddedInEagerPyTorchOnePassPerExpert) {
   // GPT-OSS 120B on ep 8: 16 local experts of 128, biased, top-4. One micro-batch of 4096 tokens
   // routes 4096 · 4 slots to this GPU's experts (ep divides experts and tokens alike), each of

@@ -84,6 +84,23 @@ TEST(PublishedRuns, ExpertGemmsAsEachReleaseRanThem) {
   }
 }
 
+// GPT-OSS's YaRN rotary embedding runs unfused in every Megatron-Bridge release of these rows
+// (its provider's position embedding is "yarn", for which the provider turns rope fusion off);
+// every other row keeps the fused kernel.
+TEST(PublishedRuns, RopeFusionAsTheRecipesSetIt) {
+  size_t unfused = 0;
+  for (const char* file : {"mbridge-gpt-oss-holdout", "mbridge-2511-moe-holdout", "mbridge-qwen3-moe-dev"}) {
+    for (const PublishedRun& r :
+         read_published_runs(kSource + "/workloads/validation/" + file + ".json", kSource + "/workloads/models")) {
+      ASSERT_EQ(r.error, "") << r.id;
+      const bool gpt_oss = r.id.find("gpt_oss") != std::string::npos;
+      EXPECT_EQ(parallel_layout_of(r).rope_fusion, !gpt_oss) << r.id;
+      unfused += gpt_oss ? 1 : 0;
+    }
+  }
+  EXPECT_EQ(unfused, 9u);
+}
+
 // A row may take a bundled model's architecture (what the row's fields cannot say: MLA, the
 // dense first layers, the shared expert, MTP) at its own sequence length.
 TEST(PublishedRuns, ARowOfABundledModel) {
@@ -242,7 +259,8 @@ TEST(PublishedRuns, ARowWrittenAsAWorkloadSimulatesAsTheRow) {
   for (const std::string file : {"dev-runs", "mbridge-deepseek-v3-dev", "mbridge-qwen3-moe-dev",
                                  "nemo-blackwell-fp8-holdout", "nemo-h100-long-context-holdout",
                                  "torchtitan-h200-fp8-holdout", "megascale-moe-h800-holdout", "vtrain-a100-layouts",
-                                 "mbridge-nemotron-3-nano-holdout", "mbridge-nemotron-3-super-holdout"}) {
+                                 "mbridge-nemotron-3-nano-holdout", "mbridge-nemotron-3-super-holdout",
+                                 "mbridge-gpt-oss-holdout"}) {
     for (const PublishedRun& run :
          read_published_runs(kSource + "/workloads/validation/" + file + ".json", kSource + "/workloads/models")) {
       SCOPED_TRACE(run.id);

@@ -141,6 +141,25 @@ class OperatorList {
     ops_.push_back({"expert_output_bias", forward, backward, false, Bytes(), Bytes()});
   }
 
+  // The rotary embedding on `elements` query and key elements. Fused (Transformer Engine's
+  // kernel, Megatron's apply_rope_fusion): read and written once. Unfused, as Megatron's
+  // _apply_rotary_pos_emb_bshd runs it in eager PyTorch (its path with apply_rope_fusion off,
+  // and for YaRN's mscale, which the fused kernel refuses): t·cos written, the rotated half (a
+  // negated half and a cat) written, its product with sin written, the sum written, and a
+  // final cat with the unrotated dims: 12 element sizes; its backward, the two products'
+  // gradients, the negation's, their sum and the slices', as many. One call for the queries
+  // and one for the keys.
+  void rotary(double elements) {
+    if (rope_fused_) {
+      memory("rotary", 2.0 * elements * element_, kRotaryFlops * elements);
+      return;
+    }
+    OperatorCost pass = memory_bound_cost(Bytes(12.0 * elements * element_), Flops(kRotaryFlops * elements), activation_);
+    pass.kernels = 2;
+    ops_.push_back({"rotary", pass, pass, false, Bytes(), Bytes()});
+  }
+  void fuse_rope(bool on) { rope_fused_ = on; }
+
   // Keeps its input for the backward.
   void norm(const std::string& name, const ModelConfig& model, double tokens, double width) {
     const double per_element = model.norm == NormKind::kLayerNorm ? kLayerNormFlops : kRmsNormFlops;
@@ -389,6 +408,7 @@ class OperatorList {
   }
   bool host_issued_groups_ = false;
   bool separate_projections_ = false;
+  bool rope_fused_ = true;
   std::vector<ModelOperator> ops_;
   Bytes attention_output_;  // the fused attention core's output and row statistics (the last one added)
 };
@@ -482,7 +502,7 @@ void add_attention(OperatorList& ops, const ModelConfig& m, AttentionKernel atte
     ops.keep_gemm_input(z.tokens * kv_lora);
     // Rotary on every query head's rope part and on the one shared rope key.
     const double rotated = z.tokens * (z.heads + 1) * rotary;
-    if (rotary > 0) ops.memory("rotary", 2.0 * rotated * e, kRotaryFlops * rotated);
+    if (rotary > 0) ops.rotary(rotated);
     // Megatron's mla_up_proj recomputation: the up-projections and rotary run again in the
     // backward from the kept latents, so the attention keeps no Q, K, V of its own.
     if (recompute.mla_up_proj) ops.recompute_from(up);
@@ -502,7 +522,7 @@ void add_attention(OperatorList& ops, const ModelConfig& m, AttentionKernel atte
       ops.memory("qk_norm", 2.0 * qk_elements * e, kRmsNormFlops * qk_elements);
       ops.keep(qk_elements);
     }
-    if (rotary > 0) ops.memory("rotary", 2.0 * qk_elements * e, kRotaryFlops * qk_elements);
+    if (rotary > 0) ops.rotary(qk_elements);
   }
   if (attention == AttentionKernel::kUnfused) {
     // A ragged batch runs it at its mean lengths (the kernels' shapes); training is uniform.
@@ -762,6 +782,7 @@ struct LayerRecipe {
   ModulePrecision precision{};
   Fp8Recipe fp8 = Fp8Recipe::kDelayed;
   Fp4Recipe fp4 = Fp4Recipe::kNvfp4;
+  bool rope_fusion = true;
 };
 
 std::vector<ModelOperator> layer_ops(const ModelConfig& m, int layer, const LocalSizes& z, const LayerRecipe& r,
@@ -772,6 +793,7 @@ std::vector<ModelOperator> layer_ops(const ModelConfig& m, int layer, const Loca
   OperatorList ops(r.dtype, r.cast);
   ops.use_module_precision(r.precision, r.fp8, r.fp4);
   ops.separate_projections(r.op_checkpointing);
+  ops.fuse_rope(r.rope_fusion);
   const RecomputeModules recompute = r.op_checkpointing ? RecomputeModules{} : r.recompute;
   const LayerKind kind = m.layer_kind(layer);
   if (kind == LayerKind::kMamba) {
@@ -833,7 +855,8 @@ std::vector<ModelOperator> layer_operators(const ModelConfig& m, int layer, cons
                            batch.op_checkpointing,
                            batch.module_precision,
                            batch.fp8_recipe,
-                           batch.fp4_recipe};
+                           batch.fp4_recipe,
+                           batch.rope_fusion};
   return layer_ops(m, layer, LocalSizes(m, batch, sh), recipe, sh);
 }
 

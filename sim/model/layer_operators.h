@@ -215,6 +215,9 @@ struct MicroBatch {
   bool op_checkpointing = false;
   /// Modules whose GEMMs run in another type than `dtype` (training only).
   ModulePrecision module_precision{};
+  /// The rotary embedding as one fused kernel (Transformer Engine's, Megatron's
+  /// apply_rope_fusion); false: as eager PyTorch ops (OperatorList::rotary).
+  bool rope_fusion = true;
 };
 
 /// One sequence of a serving step: q_len new tokens after kv_len − q_len cached ones

@@ -103,6 +103,7 @@ std::string layout_description(const ParallelLayout& l) {
     s += l.recompute_layers > 0 ? format_text(", full recompute of %d layers per stage", l.recompute_layers) : ", full recompute";
   }
   if (l.attention == AttentionKernel::kUnfused) s += ", unfused attention";
+  if (!l.rope_fusion) s += ", unfused RoPE";
   if (l.cuda_graphs != CudaGraphs::kNone) s += ", CUDA graphs (" + to_string(l.cuda_graphs, l.cuda_graph_scope) + ")";
   if (l.recompute_modules.any() && l.recompute != Recomputation::kFull) s += ", recompute " + to_string(l.recompute_modules);
   if (l.zero_stage == ZeroStage::kStage3 && l.dp * l.cp > 1 && (l.param_gather_per_tensor || !l.param_gather_prefetch)) {

@@ -202,7 +202,8 @@ MicroBatch micro_batch_of(const ParallelLayout& layout) {
                     layout.recompute == Recomputation::kFull ? RecomputeModules{} : layout.recompute_modules,
                     layout.expert_gemms,
                     layout.recompute == Recomputation::kSelectiveOp,
-                    layout.module_precision};
+                    layout.module_precision,
+                    layout.rope_fusion};
 }
 
 ShardingFactors sharding_of(const ParallelLayout& layout) {

@@ -160,6 +160,10 @@ struct ParallelLayout {
   /// DeepSpeed since). Each tensor's collective pays its own latency.
   bool param_gather_per_tensor = false;
   bool tp_comm_overlap = false;       ///< TP collectives run beside the GEMMs, not before/after
+  /// The rotary embedding as one fused kernel (Megatron's apply_rope_fusion, its default for
+  /// RoPE); false: eager PyTorch ops, 6× the bytes (Megatron-Bridge turns fusion off for any
+  /// other position embedding, YaRN among them, and Megatron Core's fused RoPE refuses YaRN's mscale).
+  bool rope_fusion = true;
   CudaGraphs cuda_graphs = CudaGraphs::kNone;
   CudaGraphScope cuda_graph_scope;  ///< with CudaGraphs::kScoped
   /// MoE layers with EP: the shared experts' kernels run on a stream of their own beside the

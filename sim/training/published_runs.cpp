@@ -243,6 +243,7 @@ void read_kernel_choices(const nlohmann::json& l, const std::string& where, Publ
                             std::pair{"param_gather_per_tensor", &p.param_gather_per_tensor},
                             std::pair{"fp8_param_gather", &p.fp8_param_gather},
                             std::pair{"tp_comm_overlap", &p.tp_comm_overlap},
+                            std::pair{"rope_fusion", &p.rope_fusion},
                             std::pair{"moe_shared_expert_overlap", &p.moe_shared_expert_overlap},
                             std::pair{"moe_a2a_overlap", &p.moe_a2a_overlap},
                             std::pair{"account_for_embedding_in_pipeline_split", &p.account_for_embedding},
@@ -366,6 +367,7 @@ ParallelLayout parallel_layout_of(const PublishedRun& run) {
   l.param_gather_per_tensor = run.layout.param_gather_per_tensor;
   l.fp8_param_gather = run.layout.fp8_param_gather;
   l.tp_comm_overlap = run.layout.tp_comm_overlap;
+  l.rope_fusion = run.layout.rope_fusion;
   l.moe_shared_expert_overlap = run.layout.moe_shared_expert_overlap;
   l.moe_a2a_overlap = run.layout.moe_a2a_overlap;
   l.cpu_offloading_layers = run.layout.cpu_offloading_layers;

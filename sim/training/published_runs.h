@@ -36,6 +36,8 @@ struct PublishedLayout {
   bool fp8_param_gather = false;
   /// TP collectives overlapped with the GEMMs (Megatron's --tp-comm-overlap, userbuffers).
   bool tp_comm_overlap = false;
+  /// The rotary embedding fused (Megatron's apply_rope_fusion); false: eager PyTorch ops.
+  bool rope_fusion = true;
   /// MoE rows: shared experts beside the dispatch (Megatron's --moe-shared-expert-overlap).
   bool moe_shared_expert_overlap = false;
   bool moe_a2a_overlap = false;

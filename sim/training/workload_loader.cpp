@@ -259,6 +259,7 @@ void read_memory_and_overlap(JsonReader& p, const std::string& path, ParallelLay
   read_bool(p, "param_gather_prefetch", l.param_gather_prefetch);
   read_bool(p, "param_gather_per_tensor", l.param_gather_per_tensor);
   read_bool(p, "tp_comm_overlap", l.tp_comm_overlap);
+  read_bool(p, "rope_fusion", l.rope_fusion);
   read_bool(p, "moe_shared_expert_overlap", l.moe_shared_expert_overlap);
   read_bool(p, "moe_a2a_overlap", l.moe_a2a_overlap);
   if (auto v = p.find("rank_order")) l.rank_order = v->as_string();

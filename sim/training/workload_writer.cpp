@@ -62,6 +62,7 @@ nlohmann::ordered_json parallel_block(const ParallelLayout& l) {
   p["param_gather_prefetch"] = l.param_gather_prefetch;
   if (l.param_gather_per_tensor) p["param_gather_per_tensor"] = true;
   p["tp_comm_overlap"] = l.tp_comm_overlap;
+  if (!l.rope_fusion) p["rope_fusion"] = false;
   if (l.moe_shared_expert_overlap) p["moe_shared_expert_overlap"] = true;
   if (l.moe_a2a_overlap) p["moe_a2a_overlap"] = true;
   if (l.cpu_offloading_layers > 0) p["cpu_offloading_layers"] = l.cpu_offloading_layers;
