@@ -39,6 +39,11 @@ set_tests_properties(example.train.flow PROPERTIES PASS_REGULAR_EXPRESSION "busi
 add_test(NAME example.train.moe_flex
          COMMAND parallax train ${PROJECT_SOURCE_DIR}/workloads/train/mixtral-8x7b-8xdgx-h100-ep8.json --moe-dispatcher flex)
 set_tests_properties(example.train.moe_flex PROPERTIES PASS_REGULAR_EXPRESSION "ep 8 \\(flex\\)")
+# The rotary embedding unfused from the command line (the bundled GPT-OSS example runs it so), named
+# in the layout line.
+add_test(NAME example.train.rope_unfused
+         COMMAND parallax train ${PROJECT_SOURCE_DIR}/workloads/train/llama3-70b-64xdgx-h100.json --rope-fusion off)
+set_tests_properties(example.train.rope_unfused PROPERTIES PASS_REGULAR_EXPRESSION "SP, selective recompute, unfused RoPE")
 # How the experts' GEMMs are issued, from the command line: named in the layout line when grouped,
 # and an unknown one refused with exit 2, naming the flag.
 add_test(NAME example.train.expert_gemm_grouped

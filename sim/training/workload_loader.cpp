@@ -372,6 +372,7 @@ void apply_overrides(const WorkloadOverrides& a, ParallelLayout& l, bool& dp_giv
   if (!a.attention.empty()) l.attention = attention_from(a.attention, "", "--attention");
   if (a.sequence_parallel) l.sequence_parallel = *a.sequence_parallel;
   if (a.tp_comm_overlap) l.tp_comm_overlap = *a.tp_comm_overlap;
+  if (a.rope_fusion) l.rope_fusion = *a.rope_fusion;
   if (a.moe_shared_expert_overlap) l.moe_shared_expert_overlap = *a.moe_shared_expert_overlap;
   if (a.moe_a2a_overlap) l.moe_a2a_overlap = *a.moe_a2a_overlap;
   if (a.cpu_offloading_layers) l.cpu_offloading_layers = *a.cpu_offloading_layers;

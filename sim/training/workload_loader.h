@@ -40,7 +40,7 @@ struct WorkloadOverrides {
   std::optional<int64_t> micro_batch, global_batch, sequence;
   std::string schedule, recompute, dtype, cp_comm, attention, moe_dispatcher, expert_gemm, cuda_graphs;
   std::optional<bool> sequence_parallel, tp_comm_overlap, grad_reduce_overlap, param_gather_prefetch,
-      param_gather_per_tensor, moe_shared_expert_overlap, moe_a2a_overlap;
+      param_gather_per_tensor, moe_shared_expert_overlap, moe_a2a_overlap, rope_fusion;
   std::string rank_order;
   /// Megatron's module names, comma-separated ("moe,layernorm"): they replace the workload's.
   std::optional<std::string> recompute_modules;

@@ -52,7 +52,7 @@ struct TrainArgs {
   std::optional<double> sustained_fraction;
   std::string measured_step;  // a time string: fit σ to it
   std::string sequence_parallel, tp_comm_overlap, grad_reduce_overlap, param_gather_prefetch,
-      param_gather_per_tensor, moe_shared_expert_overlap, moe_a2a_overlap;  // "on" / "off"
+      param_gather_per_tensor, moe_shared_expert_overlap, moe_a2a_overlap, rope_fusion;  // "on" / "off"
   std::string rank_order;
   std::optional<std::string> recompute_modules, module_precision;
   bool explain = false;
@@ -94,6 +94,7 @@ Job read_job(const TrainArgs& a) {
   o.sustained_fraction = a.sustained_fraction;
   o.sequence_parallel = switch_of(a.sequence_parallel);
   o.tp_comm_overlap = switch_of(a.tp_comm_overlap);
+  o.rope_fusion = switch_of(a.rope_fusion);
   o.moe_shared_expert_overlap = switch_of(a.moe_shared_expert_overlap);
   o.moe_a2a_overlap = switch_of(a.moe_a2a_overlap);
   o.grad_reduce_overlap = switch_of(a.grad_reduce_overlap);
@@ -370,6 +371,8 @@ void add_train_command(CLI::App& app) {
   cmd->add_option("--dtype", args->dtype, "bf16 or fp8");
   for (auto [flag, field, what] : {std::tuple{"--sequence-parallel", &args->sequence_parallel, "Megatron sequence parallelism"},
                                    std::tuple{"--tp-comm-overlap", &args->tp_comm_overlap, "TP collectives pipelined with the GEMMs"},
+                                   std::tuple{"--rope-fusion", &args->rope_fusion,
+                                              "the rotary embedding as one fused kernel (off: eager PyTorch ops, as Megatron runs YaRN)"},
                                    std::tuple{"--moe-shared-expert-overlap", &args->moe_shared_expert_overlap,
                                               "MoE shared experts beside the EP dispatch and combine"},
                                    std::tuple{"--moe-a2a-overlap", &args->moe_a2a_overlap,
