@@ -13,6 +13,7 @@
 #include "io/input_error.h"
 #include "training/explain.h"
 #include "training/iteration.h"
+#include "training/iteration_comm.h"
 #include "training/iteration_units.h"
 #include "model/layer_operators.h"
 #include "model/model_loader.h"
@@ -348,12 +349,16 @@ TEST(IterationExpertParallel, FlexDispatchSendsATokenOncePerRemoteNode) {
   // 16 experts, top-4, ep 16 over two DGX H100 nodes (8 experts per node). The flat all-to-all
   // sends each token's 4 slots, 15/16 of them off the GPU. DeepEP / HybridEP (flex) sends a
   // token to the other node once if any of its experts is there, P(hit) = 1 − C(8,4)/C(16,4)
-  // = 1 − 70/1820, then its 4 slots over NVLink inside the node (7/8 off the GPU): per
-  // direction, with T·h·2 bytes of tokens,
-  //   flat: T·h·2 · 4 · 15/16,   flex: T·h·2 · (P(hit) + 4 · 7/8),
-  // and two collectives for each of the flat one's. The flat one's time is what crosses the NICs
-  // (8/16 of its slots; NVLink carries the rest at once), flex's about one copy per token there:
-  // with 16k-token sequences, where bandwidth outweighs flex's second latency, flex is faster.
+  // = 1 − 70/1820, then over NVLink once to each GPU holding one of its experts (one expert per
+  // GPU here: 4 GPUs, 7/8 of them off the GPU); before each forward dispatch HybridEP
+  // all-gathers the routing maps (16 ranks × T × 16 experts, a byte each). Per layer, with
+  // T·h·2 bytes of tokens:
+  //   flat: 4 · T·h·2 · 4 · 15/16,
+  //   flex: 4 · T·h·2 · (P(hit) + 4 · 7/8) + 16·T·16 · 15/16,
+  // and for each of the flat one's collectives two, plus the all-gather. The flat one's time is
+  // what crosses the NICs (8/16 of its slots; NVLink carries the rest at once), flex's about
+  // one copy per token there: with 16k-token sequences, where bandwidth outweighs flex's
+  // second latency and its all-gather, flex is faster.
   ModelConfig model = tiny_moe();
   model.moe->experts = 16;
   model.moe->top_k = 4;
@@ -365,30 +370,40 @@ TEST(IterationExpertParallel, FlexDispatchSendsATokenOncePerRemoteNode) {
   flex.moe_dispatcher = MoeDispatcher::kFlex;
   const double tokens = 16384.0 * 256 * 2;
   const double hit = 1.0 - 70.0 / 1820.0;
+  const double routing_maps = 16.0 * 16384 * 16;
   const IterationResult a = simulate_iteration(model, flat, two_nodes);
   const IterationResult b = simulate_iteration(model, flex, two_nodes);
   const CommunicationVolume& va = a.stages[0].communication[kEp];
   const CommunicationVolume& vb = b.stages[0].communication[kEp];
-  EXPECT_NEAR(va.sent.value(), 32 * tokens * 4 * 15 / 16, 1e-6 * va.sent.value());
-  EXPECT_NEAR(vb.sent.value(), 32 * tokens * (hit + 4 * 7.0 / 8), 1e-6 * vb.sent.value());
-  EXPECT_EQ(vb.collectives, 2 * va.collectives);
+  const int layers = 8;
+  EXPECT_NEAR(va.sent.value(), layers * 4 * tokens * 4 * 15 / 16, 1e-6 * va.sent.value());
+  EXPECT_NEAR(vb.sent.value(), layers * (4 * tokens * (hit + 4 * 7.0 / 8) + routing_maps * 15 / 16),
+              1e-6 * vb.sent.value());
+  EXPECT_EQ(vb.collectives, 2 * va.collectives + layers);
   EXPECT_LT(b.stages[0].time.exposed[kEp], a.stages[0].time.exposed[kEp]);
   // One kernel forwards over NVLink what arrives by RDMA: each dispatch or combine takes the
   // slower of its rail all-to-all (2 ranks, one per node) and its NVLink one (8 ranks), not both.
-  CollectiveSimulator rail(two_nodes, 2, 1), local(two_nodes, 8);
+  CollectiveSimulator rail(two_nodes, 2, 1), local(two_nodes, 8), group(two_nodes, 16);
   CollectiveOptions analytical;
   analytical.model = "analytical";
   const double across = rail.run(CollectiveOp::kAllToAll, Bytes(tokens * 2 * hit), analytical).time.seconds();
   const double inside = local.run(CollectiveOp::kAllToAll, Bytes(tokens * 4), analytical).time.seconds();
-  const double each = b.stages[0].time.exposed[kEp].seconds() / (vb.collectives / 2);
-  EXPECT_NEAR(each, std::max(across, inside), 0.02 * std::max(across, inside)) << across << " " << inside;
+  const double gather = group.run(CollectiveOp::kAllGather, Bytes(routing_maps), analytical).time.seconds();
+  const double expected = layers * (4 * std::max(across, inside) + gather);
+  EXPECT_NEAR(b.stages[0].time.exposed[kEp].seconds(), expected, 0.02 * expected) << across << " " << inside;
   expect_parts_add_up(b);
-  // Inside one node there is nothing to deduplicate: the same iteration.
+  // Inside one node (16 experts on 8 GPUs, two each) flex sends a token to the
+  // 8·(1 − C(14,4)/C(16,4)) = 3.6 GPUs holding its experts, not its 4 slots, after the routing maps.
   const Topology one_node = test::load_preset("dgx-h100", 1);
   ParallelLayout flat8 = moe_layout(8, 8), flex8 = flat8;
   flex8.moe_dispatcher = MoeDispatcher::kFlex;
-  EXPECT_EQ(simulate_iteration(model, flat8, one_node).iteration_time,
-            simulate_iteration(model, flex8, one_node).iteration_time);
+  const double reached = 8 * (1 - 1001.0 / 1820.0);
+  EXPECT_NEAR(iteration_detail::groups_reached(16, 8, 4), reached, 1e-12);
+  const double tokens8 = 512.0 * 256 * 2, maps8 = 8.0 * 512 * 16;
+  const CommunicationVolume& v8 = simulate_iteration(model, flex8, one_node).stages[0].communication[kEp];
+  EXPECT_NEAR(v8.sent.value(), layers * (4 * tokens8 * reached + maps8) * 7 / 8, 1e-6 * v8.sent.value());
+  EXPECT_DOUBLE_EQ(iteration_detail::groups_reached(16, 1, 4), 1.0);
+  EXPECT_DOUBLE_EQ(iteration_detail::groups_reached(16, 16, 4), 4.0);  // one expert per group: every slot a group
 }
 
 TEST(IterationExpertParallel, ExpertGradientsReduceOverTheExpertDataParallelGroup) {

@@ -46,6 +46,14 @@ double scale_up_seconds(const CommTask& a, const CommTask& b) {
 
 }  // namespace
 
+double groups_reached(int experts, int groups, int top_k) {
+  if (groups < 2) return 1.0;
+  const double e = static_cast<double>(experts), per_group = e / groups;
+  double miss = 1.0;  // C(E − E/g, k) / C(E, k)
+  for (int i = 0; i < top_k; ++i) miss *= std::max(0.0, e - per_group - i) / (e - i);
+  return groups * (1.0 - miss);
+}
+
 CommTask twice(CommTask c) {
   return CommTask{c.time + c.time, c.sent + c.sent, 2 * c.collectives, c.across_nodes, c.sms,
                   concatenated(c.calls, c.calls), c.scale_up_load};
@@ -97,8 +105,9 @@ bool CommunicationPlan::spans_nodes(const std::vector<int>& group) const {
 // DeepEP / HybridEP (MoeDispatcher::kFlex) over an EP group on n nodes of g ranks each: a
 // token goes once to each other node holding one of its top-k experts — with the experts spread
 // evenly, P(a node is hit) = 1 − C(E − E/n, k) / C(E, k) — over the rail group (this rank's peers
-// at its place on every node), and over the node's NVLink to its experts' GPUs (k slots per
-// token, as the flat all-to-all has). One kernel forwards what arrives by RDMA over NVLink while
+// at its place on every node), and over the node's NVLink once to each GPU holding one of its
+// experts (groups_reached over the group's n·g ranks; the receiver permutes it into its experts'
+// slots). One kernel forwards what arrives by RDMA over NVLink while
 // more arrives (DeepEP's "NVLink and RDMA forwarding", whose throughput it gives as the
 // bottleneck domain's bandwidth): the two stages run at once. `load` scales what the busiest
 // rank receives; nullopt when the nodes hold unequal shares of the group (the flat all-to-all
@@ -115,14 +124,8 @@ std::optional<CommTask> CommunicationPlan::flex_dispatch(int rank, const std::ve
   const auto place = static_cast<size_t>(std::find(local.begin(), local.end(), rank) - local.begin());
   std::vector<int> rail;
   for (const auto& [n, ranks] : by_node) rail.push_back(ranks[place]);
-  const double nodes = static_cast<double>(by_node.size());
-  const double per_node = static_cast<double>(experts) / nodes;
-  double miss = 1.0;
-  for (int i = 0; i < top_k; ++i) {
-    miss *= std::max(0.0, static_cast<double>(experts) - per_node - i) / (static_cast<double>(experts) - i);
-  }
-  const Bytes across = tokens * (nodes * (1.0 - miss));  // per rank: tokens · P(hit) to each node
-  const Bytes inside = tokens * static_cast<double>(top_k);
+  const Bytes across = tokens * groups_reached(experts, static_cast<int>(by_node.size()), top_k);
+  const Bytes inside = tokens * groups_reached(experts, static_cast<int>(ep_group.size()), top_k);
   CommTask a = collective(CollectiveOp::kAllToAll, across * load, rail);
   CommTask b = collective(CollectiveOp::kAllToAll, inside * load, local);
   a.sent = bytes_sent(CollectiveOp::kAllToAll, static_cast<int>(rail.size()), across * processed);
@@ -235,6 +238,10 @@ CommunicationPlan::CommunicationPlan(const ModelConfig& model, const ParallelLay
   const Bytes expert_tokens = model.moe ? pp_message * (static_cast<double>(model.moe->expert_width(model.hidden)) /
                                                          static_cast<double>(model.hidden))
                                         : Bytes();
+  // Bytes of one of those tokens.
+  const double expert_token_bytes = model.moe ? static_cast<double>(model.moe->expert_width(model.hidden)) *
+                                                    bytes_per_element(activation_dtype(layout.dtype))
+                                              : 1.0;
   const RankCoords replica = options.replica;
   if (replica.tp < 0 || replica.tp >= t || replica.cp < 0 || replica.cp >= cp || replica.dp < 0 ||
       replica.dp >= layout.dp) {
@@ -335,8 +342,12 @@ CommunicationPlan::CommunicationPlan(const ModelConfig& model, const ParallelLay
     if (expert_parallel && moe_layers > 0) {
       // Every GPU dispatches T_sp·top_k slots (pp_message holds T_sp tokens); the slowest rank
       // receives busiest_rank times the average, the average GPU sends the processed share.
+      // DeepEP / HybridEP send a token once to each rank that holds one of its experts.
       const std::vector<int> ep_group = ranks.group(ParallelDim::kEp, stage_rank(s));
-      const Bytes buffer = expert_tokens * static_cast<double>(model.moe->top_k);
+      const bool flex = layout.moe_dispatcher == MoeDispatcher::kFlex;
+      const double copies = flex ? groups_reached(model.moe->experts, layout.ep, model.moe->top_k)
+                                 : static_cast<double>(model.moe->top_k);
+      const Bytes buffer = expert_tokens * copies;
       const double slowdown = note_slowdown(
           s, WorkKind::kEpComm, sibling_slowdown(s, ep_group, group_in(ParallelDim::kEp), TrafficPattern::kAllPairs));
       std::optional<CommTask> a2a;
@@ -354,9 +365,19 @@ CommunicationPlan::CommunicationPlan(const ModelConfig& model, const ParallelLay
                        timed.channels,
                        {{CollectiveCall{CollectiveOp::kAllToAll, buffer * routing.busiest_rank * slowdown, ep_group}}}};
       }
-      ep_forward[static_cast<size_t>(s)] = twice(*a2a);  // dispatch and combine
-      ep_backward[static_cast<size_t>(s)] = ep_forward[static_cast<size_t>(s)];
-      ep_recomputed_backward[static_cast<size_t>(s)] = twice(ep_forward[static_cast<size_t>(s)]);
+      ep_backward[static_cast<size_t>(s)] = twice(*a2a);  // dispatch and combine
+      ep_forward[static_cast<size_t>(s)] = ep_backward[static_cast<size_t>(s)];
+      if (flex) {
+        // HybridEP's preprocessing all-gathers every rank's routing map (T_sp × E booleans) over
+        // the group before each forward dispatch; the backward reuses its handle.
+        const Bytes routing_maps(static_cast<double>(layout.ep) * expert_tokens.value() / expert_token_bytes *
+                                 static_cast<double>(model.moe->experts));
+        ep_forward[static_cast<size_t>(s)] =
+            plus(collective(CollectiveOp::kAllGather, routing_maps, ep_group), ep_backward[static_cast<size_t>(s)]);
+      }
+      ep_recomputed_backward[static_cast<size_t>(s)] =
+          flex ? plus(ep_forward[static_cast<size_t>(s)], ep_backward[static_cast<size_t>(s)])
+               : twice(ep_forward[static_cast<size_t>(s)]);
     }
     if ((expert_parallel || folded_experts) && moe_layers > 0) {
       expert_dp_group_[static_cast<size_t>(s)] = expert_dp_group_of(stage_rank(s));

@@ -44,9 +44,10 @@ const char* to_string(ContextParallelComm c);
 std::optional<ContextParallelComm> context_parallel_comm_from(const std::string& name);
 
 /// How MoE tokens reach their experts' GPUs: one all-to-all over the EP group (Megatron's
-/// "alltoall" token dispatcher), or DeepEP / HybridEP's two-level dispatch (Megatron's "flex"):
-/// a token crosses once to each other node holding one of its experts, over the scale-out
-/// network, and is forwarded there over NVLink to those experts' GPUs; the combine retraces it.
+/// "alltoall" token dispatcher: a copy per routed slot), or DeepEP / HybridEP's dispatch
+/// (Megatron's "flex"): a token goes once to each GPU holding one of its experts, crossing once
+/// to each other node over the scale-out network and forwarded there over NVLink; the combine
+/// retraces it. HybridEP first all-gathers the group's routing maps.
 enum class MoeDispatcher : uint8_t { kAllToAll, kFlex };
 /// "alltoall", "flex".
 const char* to_string(MoeDispatcher d);
