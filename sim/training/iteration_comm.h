@@ -39,11 +39,12 @@ struct CommTask {
   double scale_up_load = 0;
 };
 
-/// Both, one after the other.
 /// Of `groups` equal groups of an EP group's `experts` (ranks, or nodes), how many hold at least
 /// one of a token's `top_k` experts, routed uniformly without repeats: g·(1 − C(E − E/g, k)/C(E, k));
 /// 1 for one group. What DeepEP and HybridEP send a token to, once each.
 double groups_reached(int experts, int groups, int top_k);
+
+/// Both, one after the other.
 CommTask twice(CommTask c);
 CommTask plus(CommTask a, CommTask b);
 /// Both at once (their calls in the same phases, co-simulated).
