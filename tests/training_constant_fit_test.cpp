@@ -1,8 +1,9 @@
 // Fitting a constant to runs: the grid, the fit and the leave-one-source-out check against their
-// closed forms on synthetic errors, and the sweeps (σ, t_dispatch) against RunValidator on real
+// closed forms on synthetic errors, and the sweeps (σ, t_dispatch, t_host) against RunValidator on real
 // published rows.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <stdexcept>
@@ -187,4 +188,31 @@ TEST(HostDispatchSweep, EqualsTheValidatorAndSlowsEveryRowAsItGrows) {
     host_bound = host_bound || one.errors[2][r] < one.errors[0][r];
   }
   EXPECT_TRUE(host_bound);
+}
+
+// The host's time to issue a per-expert GEMM over two Megatron-Bridge Qwen3 MoE rows whose experts
+// are issued one by one: the sweep gives what RunValidator gives at the default (55 us) and at
+// none, and no row's predicted throughput rises as the host gets slower.
+TEST(HostGemmIssueSweep, EqualsTheValidatorAndSlowsPerExpertRowsAsItGrows) {
+  std::vector<PublishedRun> runs = read_published_runs(kFitRepository + "/workloads/validation/mbridge-qwen3-moe-dev.json",
+                                                       kFitRepository + "/workloads/models");
+  runs.erase(std::remove_if(runs.begin(), runs.end(),
+                            [](const PublishedRun& r) { return r.id.find("30b_a3b_dgx-gb200") == std::string::npos &&
+                                                               r.id.find("30b_a3b_dgx-b300") == std::string::npos; }),
+             runs.end());
+  ASSERT_EQ(runs.size(), 2u);
+  const std::string topologies = kFitRepository + "/topologies";
+  const std::vector<double> grid = {0, 55, 110};
+  const ConstantSweep sweep =
+      sweep_host_time(runs, topologies, {}, &ValidationModel::host_gemm_issue, 0.74, grid, 2);
+  RunValidator at_default(topologies, 0.74);
+  ValidationModel none;
+  none.host_gemm_issue = Time::zero();
+  RunValidator device_side(topologies, 0.74, none);
+  for (size_t r = 0; r < runs.size(); ++r) {
+    EXPECT_EQ(sweep.errors[1][r], at_default.predict(runs[r]).error) << runs[r].id;
+    EXPECT_EQ(sweep.errors[0][r], device_side.predict(runs[r]).error) << runs[r].id;
+    EXPECT_GT(sweep.errors[0][r], sweep.errors[2][r]) << runs[r].id;
+    EXPECT_GE(sweep.errors[1][r], sweep.errors[2][r]) << runs[r].id;
+  }
 }

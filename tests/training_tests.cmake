@@ -179,6 +179,16 @@ parallax_refuses(validate.bad_host_dispatch_is_refused "--host-dispatch: \"fast\
                  validate ${PROJECT_SOURCE_DIR}/workloads/validation/mpt-h100-fp8-holdout.json --host-dispatch fast)
 parallax_refuses(validate.negative_host_dispatch_is_refused "--host-dispatch: \"-1 us\" is negative"
                  validate ${PROJECT_SOURCE_DIR}/workloads/validation/mpt-h100-fp8-holdout.json --host-dispatch "-1 us")
+# The host's time to issue a per-expert GEMM fitted to the Qwen3 MoE dev rows (10, every one issued
+# per expert): the fit, then every row at the fitted value, named in the report's header.
+add_test(NAME validate.fit_host_gemm_issue
+         COMMAND parallax validate ${PROJECT_SOURCE_DIR}/workloads/validation/mbridge-qwen3-moe-dev.json --fit-host-gemm-issue --jobs 2)
+set_tests_properties(validate.fit_host_gemm_issue PROPERTIES LABELS long PASS_REGULAR_EXPRESSION
+                     "fitted t_host [0-9]+ us: MAPE .*\n(.*\n)*# Parallax validate: .* [0-9]+ us a per-expert GEMM")
+parallax_refuses(validate.bad_host_gemm_issue_is_refused "--host-gemm-issue: \"fast\" is not a time"
+                 validate ${PROJECT_SOURCE_DIR}/workloads/validation/mpt-h100-fp8-holdout.json --host-gemm-issue fast)
+parallax_refuses(validate.negative_host_gemm_issue_is_refused "--host-gemm-issue: \"-3 us\" is negative"
+                 validate ${PROJECT_SOURCE_DIR}/workloads/validation/mpt-h100-fp8-holdout.json --host-gemm-issue "-3 us")
 parallax_refuses(train.bad_host_gemm_issue_is_refused "bad-host-gemm-issue.json: /compute/host_gemm_issue: \"-5 us\" is negative"
                  train ${PROJECT_SOURCE_DIR}/tests/data/training/bad-host-gemm-issue.json)
 parallax_refuses(train.bad_sustained_fraction_is_refused

@@ -109,17 +109,25 @@ ConstantSweep sweep_sustained_fraction(const std::vector<PublishedRun>& runs, co
       on_value_done);
 }
 
-ConstantSweep sweep_host_dispatch(const std::vector<PublishedRun>& runs, const std::string& topologies_dir,
-                                  ValidationModel model, double sigma, std::vector<double> microseconds, int threads,
-                                  const std::function<void(size_t, size_t)>& on_value_done) {
+ConstantSweep sweep_host_time(const std::vector<PublishedRun>& runs, const std::string& topologies_dir,
+                              ValidationModel model, Time ValidationModel::*field, double sigma,
+                              std::vector<double> microseconds, int threads,
+                              const std::function<void(size_t, size_t)>& on_value_done) {
   return sweep_constant(
       runs,
       [&](double us) {
         ValidationModel at = model;
-        at.host_dispatch = Time::us(us);
+        at.*field = Time::us(us);
         return RunValidator(topologies_dir, sigma, at);
       },
       std::move(microseconds), threads, on_value_done);
+}
+
+ConstantSweep sweep_host_dispatch(const std::vector<PublishedRun>& runs, const std::string& topologies_dir,
+                                  ValidationModel model, double sigma, std::vector<double> microseconds, int threads,
+                                  const std::function<void(size_t, size_t)>& on_value_done) {
+  return sweep_host_time(runs, topologies_dir, model, &ValidationModel::host_dispatch, sigma, std::move(microseconds),
+                         threads, on_value_done);
 }
 
 ConstantFit fit_constant_to_runs(const ConstantSweep& sweep, const std::vector<std::string>& row_sources) {

@@ -43,8 +43,14 @@ ConstantSweep sweep_sustained_fraction(const std::vector<PublishedRun>& runs, co
                                        ValidationModel model, std::vector<double> sigmas, int threads,
                                        const std::function<void(size_t, size_t)>& on_value_done = {});
 
-/// The sweep over t_dispatch in microseconds, every row at σ = `sigma` and under `model`
-/// otherwise.
+/// The sweep over one of the model's host times (`field`: &ValidationModel::host_dispatch,
+/// t_dispatch, or &ValidationModel::host_gemm_issue, t_host) in microseconds, every row at
+/// σ = `sigma` and under `model` otherwise.
+ConstantSweep sweep_host_time(const std::vector<PublishedRun>& runs, const std::string& topologies_dir,
+                              ValidationModel model, Time ValidationModel::*field, double sigma,
+                              std::vector<double> microseconds, int threads,
+                              const std::function<void(size_t, size_t)>& on_value_done = {});
+/// sweep_host_time over t_dispatch.
 ConstantSweep sweep_host_dispatch(const std::vector<PublishedRun>& runs, const std::string& topologies_dir,
                                   ValidationModel model, double sigma, std::vector<double> microseconds, int threads,
                                   const std::function<void(size_t, size_t)>& on_value_done = {});

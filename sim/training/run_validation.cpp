@@ -34,6 +34,7 @@ RunPrediction RunValidator::predict(const PublishedRun& run) {
     IterationOptions options;
     options.compute.sustained_fraction = sustained_fraction_;
     options.compute.host_dispatch = model_.host_dispatch;
+    options.compute.host_gemm_issue = model_.host_gemm_issue;
     options.cosimulate = model_.cosimulate;
     p.result = simulate_iteration(run.model, *p.layout, topo, options);
     p.predicted = p.result.tokens_per_second_per_gpu;
@@ -59,7 +60,8 @@ nlohmann::ordered_json workload_of_run(const PublishedRun& run, double sustained
   w["sequence_length"] = layout.sequence_length;
   w["parallel"] = parallel_block(layout);
   w["compute"] = {{"sustained_fraction", sustained_fraction},
-                  {"host_dispatch", std::to_string(model.host_dispatch.picoseconds()) + " ps"}};
+                  {"host_dispatch", std::to_string(model.host_dispatch.picoseconds()) + " ps"},
+                  {"host_gemm_issue", std::to_string(model.host_gemm_issue.picoseconds()) + " ps"}};
   return w;
 }
 

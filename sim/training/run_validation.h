@@ -29,6 +29,7 @@ struct RunPrediction {
 struct ValidationModel {
   bool cosimulate = false;              ///< IterationOptions::cosimulate
   Time host_dispatch = kHostDispatch;   ///< ComputeModelOptions::host_dispatch
+  Time host_gemm_issue = kHostGemmIssue;  ///< ComputeModelOptions::host_gemm_issue
 };
 
 /// Simulates published runs, loading each preset's topology once per node count.

@@ -1,6 +1,6 @@
 // `parallax validate RUNS.json...`: published (or the user's own) training runs predicted, the
 // error per row and its summaries (over every file given, then per file), the rank agreement per
-// model, and --fit-sustained-fraction / --fit-host-dispatch, which fit one of the model's global
+// model, and --fit-sustained-fraction / --fit-host-dispatch / --fit-host-gemm-issue, which fit one of the model's global
 // constants to the rows. Thin: the rows are read by sim/training/published_runs.h, predicted by
 // run_validation.h, fitted by constant_fit.h.
 #include <algorithm>
@@ -12,6 +12,7 @@
 #include <optional>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -41,9 +42,11 @@ struct ValidateArgs {
   std::string network = "analytical";
   bool fit_sustained_fraction = false;
   bool fit_host_dispatch = false;
+  bool fit_host_gemm_issue = false;
   std::optional<int> jobs;
   std::string plot_dir;
-  std::string host_dispatch;  // a time string; empty: the default
+  std::string host_dispatch;    // a time string; empty: the default
+  std::string host_gemm_issue;  // the same
   std::vector<std::string> emit_workload;  // {row id, file}
 };
 
@@ -71,15 +74,18 @@ RunsOfFiles read_runs_files(const ValidateArgs& a) {
   return r;
 }
 
-// What every row is simulated with: the network mode and the host's dispatch time.
+// What every row is simulated with: the network mode and the host's two times.
 ValidationModel validation_model(const ValidateArgs& a) {
   ValidationModel m;
   m.cosimulate = a.network == "flow";
-  if (a.host_dispatch.empty()) return m;
-  try {
-    m.host_dispatch = parse_time(a.host_dispatch);
-  } catch (const UnitError& e) {
-    throw InputError("", "--host-dispatch", e.what());
+  for (auto [text, flag, field] : {std::tuple{&a.host_dispatch, "--host-dispatch", &m.host_dispatch},
+                                   std::tuple{&a.host_gemm_issue, "--host-gemm-issue", &m.host_gemm_issue}}) {
+    if (text->empty()) continue;
+    try {
+      *field = parse_time(*text);
+    } catch (const UnitError& e) {
+      throw InputError("", flag, e.what());
+    }
   }
   return m;
 }
@@ -202,7 +208,7 @@ std::vector<std::string> validation_row(const PublishedRun& run, const RunPredic
 
 // A constant `validate` can fit to a file's rows, and how it is shown.
 struct FitSpec {
-  bool sustained_fraction;  // σ, or else the host's dispatch time
+  Time ValidationModel::*host_time;  // the host time fitted; null: σ
   const char* flag;       // the option that asks for it
   const char* name;       // in the report's words
   const char* symbol;     // in the report's lines
@@ -216,10 +222,14 @@ struct FitSpec {
 // σ: a grid wide enough for every source of the bundled files (0.55-0.87,
 // docs/performance-and-accuracy.md), fine enough for the figures printed. t_dispatch: from none
 // (CUDA graphs) to well past the 74 us of an eager 2023 stack, by 1 us.
-constexpr FitSpec kSigmaFit{true, "--fit-sustained-fraction", "sustained fraction", "sigma", "", 2, 0.40, 1.00, 0.01,
+// t_host: from none (a device-side grouped GEMM) to twice the 55 us fitted on the MoE dev rows.
+constexpr FitSpec kSigmaFit{nullptr, "--fit-sustained-fraction", "sustained fraction", "sigma", "", 2, 0.40, 1.00, 0.01,
                             "sigma", "sustained fraction (sigma)"};
-constexpr FitSpec kDispatchFit{false, "--fit-host-dispatch", "host dispatch time", "t_dispatch", " us", 0, 0, 200, 1,
-                               "host-dispatch", "the host's time to issue a kernel (us)"};
+constexpr FitSpec kDispatchFit{&ValidationModel::host_dispatch, "--fit-host-dispatch", "host dispatch time", "t_dispatch",
+                               " us", 0, 0, 200, 1, "host-dispatch", "the host's time to issue a kernel (us)"};
+constexpr FitSpec kGemmIssueFit{&ValidationModel::host_gemm_issue, "--fit-host-gemm-issue", "host GEMM issue time", "t_host",
+                                " us", 0, 0, 110, 1, "host-gemm-issue",
+                                "the host's time to issue one per-expert GEMM (us)"};
 
 std::string value_text(const FitSpec& spec, double v) { return strprintf("%.*f%s", spec.decimals, v, spec.unit); }
 
@@ -276,12 +286,12 @@ ConstantFitOutcome fit_and_print_constant(const ValidateArgs& a, const FitSpec& 
   };
   ConstantFitOutcome f;
   f.spec = &spec;
-  if (spec.sustained_fraction) {
+  if (spec.host_time == nullptr) {
     f.sweep = sweep_sustained_fraction(runs, kRunsTopologiesDir, validation_model(a), sigma_grid(spec.lo, spec.hi, spec.step),
                                        threads, progress);
   } else {
-    f.sweep = sweep_host_dispatch(runs, kRunsTopologiesDir, validation_model(a), a.sustained_fraction,
-                                  value_grid(spec.lo, spec.hi, spec.step), threads, progress);
+    f.sweep = sweep_host_time(runs, kRunsTopologiesDir, validation_model(a), spec.host_time, a.sustained_fraction,
+                              value_grid(spec.lo, spec.hi, spec.step), threads, progress);
   }
   std::fprintf(stderr, "\n");
   std::vector<std::string> sources, gpus;
@@ -346,6 +356,9 @@ void run_validate(ValidateArgs a) {
   } else if (a.fit_host_dispatch) {
     fitted = fit_and_print_constant(a, kDispatchFit, runs);
     a.host_dispatch = strprintf("%g us", fitted->fit.value);
+  } else if (a.fit_host_gemm_issue) {
+    fitted = fit_and_print_constant(a, kGemmIssueFit, runs);
+    a.host_gemm_issue = strprintf("%g us", fitted->fit.value);
   }
   TextTable t({"id", "gpu", "gpus", "layout", "published", "predicted", "error", "note"},
               {TextTable::Align::kLeft, TextTable::Align::kLeft, TextTable::Align::kRight, TextTable::Align::kLeft,
@@ -360,9 +373,12 @@ void run_validate(ValidateArgs a) {
     out.push_back(run_json(run, predictions.back()));
   }
   std::fprintf(stderr, "\n");
-  std::printf("# Parallax validate: %s (%zu runs; kernels at %.2f of their stand-alone speed, %g us to issue one)\n%s\n",
-              runs_label(a).c_str(), runs.size(), a.sustained_fraction, validation_model(a).host_dispatch.microseconds(),
-              t.render().c_str());
+  const ValidationModel model = validation_model(a);
+  std::printf(
+      "# Parallax validate: %s (%zu runs; kernels at %.2f of their stand-alone speed, %g us to issue one, %g us a "
+      "per-expert GEMM)\n%s\n",
+      runs_label(a).c_str(), runs.size(), a.sustained_fraction, model.host_dispatch.microseconds(),
+      model.host_gemm_issue.microseconds(), t.render().c_str());
   print_error_summaries(runs, predictions);
   if (a.runs.size() > 1) print_file_summaries(a, files, predictions);
   print_rank_agreement(runs, predictions);
@@ -389,7 +405,7 @@ void add_validate_command(CLI::App& app) {
   fit_sigma->excludes(sigma);
   v->add_option("--plot", vargs->plot_dir,
                 "write PNGs (gnuplot) into this directory: predicted vs published per source (validate.png), and with a "
-                "fit each source's MAPE against the constant (sigma.png, host-dispatch.png)");
+                "fit each source's MAPE against the constant (sigma.png, host-dispatch.png, host-gemm-issue.png)");
   v->add_option("--jobs", vargs->jobs, "threads for a fit (default: all cores)")->check(CLI::PositiveNumber);
   v->add_option("--network", vargs->network, "analytical (each collective alone) or flow (co-simulated)")
       ->check(CLI::IsMember({"analytical", "flow"}))
@@ -397,14 +413,25 @@ void add_validate_command(CLI::App& app) {
   auto* dispatch = v->add_option("--host-dispatch", vargs->host_dispatch,
                                  "the host's time to issue one kernel (\"74 us\", the default: an eager framework; \"0 us\" "
                                  "for kernels replayed from CUDA graphs): small layers on fast GPUs run at the host's pace");
-  v->add_flag("--fit-host-dispatch", vargs->fit_host_dispatch,
-              "fit the host's time to issue a kernel to these rows (0-200 us by 1 us, at the sustained fraction given), "
-              "each source held out as for the sustained fraction; then report every row at the fitted value")
-      ->excludes(dispatch)
-      ->excludes(fit_sigma);
+  auto* fit_dispatch =
+      v->add_flag("--fit-host-dispatch", vargs->fit_host_dispatch,
+                  "fit the host's time to issue a kernel to these rows (0-200 us by 1 us, at the sustained fraction given), "
+                  "each source held out as for the sustained fraction; then report every row at the fitted value")
+          ->excludes(dispatch)
+          ->excludes(fit_sigma);
+  auto* gemm_issue =
+      v->add_option("--host-gemm-issue", vargs->host_gemm_issue,
+                    "the host's time to issue one GEMM of a MoE layer's experts issued one by one (expert_gemm "
+                    "per_expert: Transformer Engine's GroupedLinear with host-side row counts; \"55 us\", the default)");
+  v->add_flag("--fit-host-gemm-issue", vargs->fit_host_gemm_issue,
+              "fit that time to these rows (0-110 us by 1 us, at the sustained fraction and host dispatch given), each "
+              "source held out as for the sustained fraction; then report every row at the fitted value")
+      ->excludes(gemm_issue)
+      ->excludes(fit_sigma)
+      ->excludes(fit_dispatch);
   v->add_option("--emit-workload", vargs->emit_workload,
                 "ID FILE: write row ID as a workload that parallax train runs to the same prediction (to look into one "
-                "row with --ops, --explain or --trace), at the sustained fraction and host dispatch given; nothing "
+                "row with --ops, --explain or --trace), at the sustained fraction and host times given; nothing "
                 "else is done")
       ->expected(2)
       ->excludes(fit_sigma);
