@@ -238,10 +238,6 @@ CommunicationPlan::CommunicationPlan(const ModelConfig& model, const ParallelLay
   const Bytes expert_tokens = model.moe ? pp_message * (static_cast<double>(model.moe->expert_width(model.hidden)) /
                                                          static_cast<double>(model.hidden))
                                         : Bytes();
-  // Bytes of one of those tokens.
-  const double expert_token_bytes = model.moe ? static_cast<double>(model.moe->expert_width(model.hidden)) *
-                                                    bytes_per_element(activation_dtype(layout.dtype))
-                                              : 1.0;
   const RankCoords replica = options.replica;
   if (replica.tp < 0 || replica.tp >= t || replica.cp < 0 || replica.cp >= cp || replica.dp < 0 ||
       replica.dp >= layout.dp) {
@@ -370,8 +366,9 @@ CommunicationPlan::CommunicationPlan(const ModelConfig& model, const ParallelLay
       if (flex) {
         // HybridEP's preprocessing all-gathers every rank's routing map (T_sp × E booleans) over
         // the group before each forward dispatch; the backward reuses its handle.
-        const Bytes routing_maps(static_cast<double>(layout.ep) * expert_tokens.value() / expert_token_bytes *
-                                 static_cast<double>(model.moe->experts));
+        const double tokens =
+            pp_message.value() / (static_cast<double>(model.hidden) * bytes_per_element(activation_dtype(layout.dtype)));
+        const Bytes routing_maps(static_cast<double>(layout.ep) * tokens * static_cast<double>(model.moe->experts));
         ep_forward[static_cast<size_t>(s)] =
             plus(collective(CollectiveOp::kAllGather, routing_maps, ep_group), ep_backward[static_cast<size_t>(s)]);
       }

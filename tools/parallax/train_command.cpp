@@ -338,7 +338,8 @@ void add_train_command(CLI::App& app) {
   cmd->add_option("--cp", args->cp, "context-parallel size");
   cmd->add_option("--cp-comm", args->cp_comm, "context-parallel attention: ring (K/V blocks passed around) or ulysses (all-to-all)");
   cmd->add_option("--moe-dispatcher", args->moe_dispatcher,
-                  "MoE token dispatch: alltoall, or flex (DeepEP / HybridEP: a token sent once per remote node)");
+                  "MoE token dispatch: alltoall, or flex (DeepEP / HybridEP: a token sent once to each node and GPU holding its "
+                  "experts)");
   cmd->add_option("--ep", args->ep, "expert-parallel size");
   cmd->add_option("--expert-gemm", args->expert_gemm,
                   "MoE experts' GEMMs: per_expert (the host issues one per local expert after reading their rows back: "
