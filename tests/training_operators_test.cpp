@@ -480,6 +480,13 @@ TEST(SavedActivations, RecomputedModulesKeepOnlyTheirInputs) {
   EXPECT_DOUBLE_EQ(keep - saved_activation_bytes(act, false).value(), 2 * 8 * T * 2048);
   EXPECT_EQ(recomputed_names(act), (std::vector<std::string>{"expert_activation"}));
 
+  // layernorm: MLA's input norm is a module of its own (re-run before every layer), the
+  // pre-MLP norm only before a MoE block; a dense MLP's norm is fused into its first projection.
+  EXPECT_EQ(recomputed_names(layer_operators(ds, 3, with({.layernorm = true}), {})),
+            (std::vector<std::string>{"attention_norm", "mlp_norm"}));
+  EXPECT_EQ(recomputed_names(layer_operators(ds, 0, with({.layernorm = true}), {})),
+            (std::vector<std::string>{"attention_norm"}));
+
   const auto dense = layer_operators(ds, 0, batch(1, 4096), {});
   const auto mlp = layer_operators(ds, 0, with({.mlp = true}), {});
   EXPECT_DOUBLE_EQ(saved_activation_bytes(dense, false).value() - saved_activation_bytes(mlp, false).value(),

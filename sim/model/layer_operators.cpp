@@ -474,7 +474,7 @@ void add_attention(OperatorList& ops, const ModelConfig& m, AttentionKernel atte
                    const RecomputeModules& recompute) {
   const double e = ops.element_bytes();
   ops.norm("attention_norm", m, z.sp_tokens, z.hidden);
-  ops.recompute_norm(recompute.layernorm);
+  ops.recompute_norm(recompute.layernorm && m.mla);  // else fused into the QKV projection
   ops.in_module(QuantModule::kAttention);
   const double rotary = static_cast<double>(m.rotary_dim());
   if (m.mla) {
@@ -806,7 +806,7 @@ std::vector<ModelOperator> layer_ops(const ModelConfig& m, int layer, const Loca
   const bool own_norm = !m.parallel_block || kind != LayerKind::kTransformer;
   if (own_norm) {
     ops.norm("mlp_norm", m, z.sp_tokens, z.hidden);
-    ops.recompute_norm(recompute.layernorm);
+    ops.recompute_norm(recompute.layernorm && m.is_moe_layer(layer));  // else fused into the first projection
   }
   if (m.is_moe_layer(layer)) {
     add_moe(ops, m, sh, z, recompute, r.expert_gemms);

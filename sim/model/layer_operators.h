@@ -126,8 +126,11 @@ struct RecomputeModules {
   /// A MoE layer's whole MoE block (router, dispatch, experts, combine, shared experts): only its
   /// input kept; its forward, all-to-alls included, runs again in the backward.
   bool moe = false;
-  /// The layers' pre-attention and pre-MLP norms: their outputs are not kept (the GEMMs after
-  /// them keep their own copies under fp8); they run again in the backward.
+  /// The layers' pre-attention and pre-MLP norms that are modules of their own: their outputs
+  /// are not kept (the GEMMs after them keep their own copies under fp8); they run again in the
+  /// backward. Megatron-Core's Transformer Engine layer spec fuses the pre-attention norm into the
+  /// QKV projection and a dense MLP's norm into its first projection, so this reaches MLA's input
+  /// norm and the norm before a MoE block only (transformer_layer.py skips IdentityOp norms).
   bool layernorm = false;
   /// The attention core: the training layout's selective recomputation (Recomputation::kSelective),
   /// named as Megatron names it; ParallelLayout::adopt_recompute_modules turns it on.
