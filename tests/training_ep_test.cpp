@@ -436,6 +436,7 @@ TEST(IterationExpertParallel, EpOneAddsNothingToThePreEpModel) {
   const ComputeModel cm(topo.gpu_specs()[0], test::kernels_only().compute);
   MicroBatch mb{1, 512, true, DType::kBf16};
   mb.expert_gemms = ExpertGemms::kPerExpert;  // the layout's default, Megatron-Core's
+  mb.sort_received_tokens = true;             // its default dispatcher, alltoall, regroups by expert
   Time expected;
   auto add = [&](const std::vector<ModelOperator>& ops, int times) {
     for (const ModelOperator& op : ops) expected += (cm.time(op.forward) + cm.time(op.backward)) * times;

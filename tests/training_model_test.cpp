@@ -251,6 +251,7 @@ TEST(HfConfig, GptOssAlternatesSlidingWindowsByDefaultAndBiasesItsAttention) {
   EXPECT_DOUBLE_EQ(m.sliding_window_layers, 0.5);
   EXPECT_EQ(m.sliding_window, 128);
   EXPECT_TRUE(m.qkv_bias && m.attention_output_bias && m.mlp_bias);
+  EXPECT_TRUE(m.glu_clamp);  // GptOssConfig's default swiglu_limit, 7.0
   ASSERT_TRUE(m.moe.has_value());
   EXPECT_EQ(m.moe->experts, 32);
   EXPECT_EQ(m.moe->top_k, 4);
@@ -259,6 +260,14 @@ TEST(HfConfig, GptOssAlternatesSlidingWindowsByDefaultAndBiasesItsAttention) {
   const ParameterCounts p = count_parameters(m);
   expect_within_percent(p.total, 20.91e9, 0.1);
   expect_within_percent(p.active_without_embedding(), 3.61e9, 0.5);
+  // A null limit clamps nothing; the workloads' model block says glu_clamp and reads it back.
+  EXPECT_FALSE(hf(R"({"model_type":"gpt_oss","hidden_size":2880,"num_hidden_layers":24,"num_attention_heads":64,
+    "num_key_value_heads":8,"head_dim":64,"intermediate_size":2880,"num_local_experts":32,"num_experts_per_tok":4,
+    "vocab_size":201088,"max_position_embeddings":131072,"swiglu_limit":null})").glu_clamp);
+  const nlohmann::json doc = {{"model", model_block(m)}};
+  EXPECT_EQ(doc.at("model").at("glu_clamp"), true);
+  JsonReader root(doc, "w.json");
+  EXPECT_TRUE(read_model(root.at("model"), models_dir()).glu_clamp);
 }
 
 // A multimodal wrapper's language model is read from its text_config: Kimi-K2.5's (model type

@@ -709,6 +709,79 @@ TEST(ExpertGemms, PerExpertBiasesAreAddedInEagerPyTorchOnePassPerExpert) {
   EXPECT_TRUE(none(layer_operators(unbiased, 1, mb, ep8)));
 }
 
+TEST(ExpertGemms, ClampedGatedActivationClampsAndConcatenatesInEagerPyTorch) {
+  // GPT-OSS 120B on ep 8 (as above: 4096 · 4 slots here, expert width 2,880). Its experts'
+  // activation clamps the fc1 output's halves (swiglu_limit) and concatenates them before
+  // Megatron-Core's fused quick-GEGLU when TEGroupedMLP issues them: per element of one half,
+  // 8 bf16 element sizes forward (two clamps read and write a half each, the cat both halves),
+  // 15 backward (the clamps' masks and wheres, the chunk's cat), 3 and 7 kernels; the clamped
+  // copy of both halves is kept besides the fc1 output. Recomputed with moe_act, it keeps
+  // nothing more; a device-side grouped MLP (or a model without the clamp) runs no such op.
+  const ModelConfig m = bundled("gpt-oss-120b");
+  ASSERT_TRUE(m.glu_clamp);
+  MicroBatch mb = batch(1, 4096);
+  const ShardingFactors ep8{1, 1, 8, false};
+  mb.expert_gemms = ExpertGemms::kPerExpert;
+  const auto ops = layer_operators(m, 1, mb, ep8);
+  const ModelOperator& clamp = find(ops, "expert_activation_clamp");
+  const double half = 4096.0 * 4 * 2880;
+  EXPECT_DOUBLE_EQ(clamp.forward.bytes_read_written.value(), 8 * 2 * half);
+  EXPECT_DOUBLE_EQ(clamp.backward.bytes_read_written.value(), 15 * 2 * half);
+  EXPECT_EQ(clamp.forward.kernels, 3);
+  EXPECT_EQ(clamp.backward.kernels, 7);
+  EXPECT_DOUBLE_EQ(clamp.saved.value(), 2 * 2 * half);
+  EXPECT_FALSE(clamp.recomputed);
+  mb.recompute.moe_act = true;
+  const ModelOperator& again = find(layer_operators(m, 1, mb, ep8), "expert_activation_clamp");
+  EXPECT_TRUE(again.recomputed);
+  EXPECT_DOUBLE_EQ(again.saved.value(), 0.0);
+  const auto none = [](const std::vector<ModelOperator>& list) {
+    return std::none_of(list.begin(), list.end(),
+                        [](const ModelOperator& op) { return op.name == "expert_activation_clamp"; });
+  };
+  mb.recompute.moe_act = false;
+  mb.expert_gemms = ExpertGemms::kGrouped;
+  EXPECT_TRUE(none(layer_operators(m, 1, mb, ep8)));
+  ModelConfig unclamped = m;
+  unclamped.glu_clamp = false;
+  mb.expert_gemms = ExpertGemms::kPerExpert;
+  EXPECT_TRUE(none(layer_operators(unclamped, 1, mb, ep8)));
+}
+
+TEST(ExpertGemms, TheAllToAllDispatcherRegroupsReceivedRowsByLocalExpert) {
+  // Megatron's alltoall dispatcher receives a GPU's rows grouped by source rank and sorts them
+  // by local expert before the experts (rows and fp32 routing weights read and written once),
+  // and back before the combine; each backward is the inverse sort. GPT-OSS at ep 8 (16 local
+  // experts, 4096 · 4 slots of 2,880): 2 · slots · (2,880 · 2 + 4) and 2 · slots · 2,880 · 2
+  // bytes each way. With one local expert, or DeepEP/HybridEP's grouped receive, none.
+  const ModelConfig m = bundled("gpt-oss-120b");
+  MicroBatch mb = batch(1, 4096);
+  mb.sort_received_tokens = true;
+  const double slots = 4096.0 * 4;
+  const auto ops = layer_operators(m, 1, mb, ShardingFactors{1, 1, 8, false});
+  const ModelOperator& sort = find(ops, "moe_sort_by_expert");
+  const ModelOperator& unsort = find(ops, "moe_unsort_by_expert");
+  EXPECT_DOUBLE_EQ(sort.forward.bytes_read_written.value(), 2 * slots * (2880 * 2 + 4));
+  EXPECT_DOUBLE_EQ(sort.backward.bytes_read_written.value(), sort.forward.bytes_read_written.value());
+  EXPECT_DOUBLE_EQ(unsort.forward.bytes_read_written.value(), 2 * slots * 2880 * 2);
+  EXPECT_DOUBLE_EQ(unsort.backward.bytes_read_written.value(), unsort.forward.bytes_read_written.value());
+  const auto at = [&](const std::string& name) {
+    return std::find_if(ops.begin(), ops.end(), [&](const ModelOperator& op) { return op.name == name; });
+  };
+  EXPECT_LT(at("moe_permute"), at("moe_sort_by_expert"));
+  EXPECT_LT(at("moe_sort_by_expert"), at("expert_gate_up_proj"));
+  EXPECT_LT(at("expert_down_proj"), at("moe_unsort_by_expert"));
+  EXPECT_LT(at("moe_unsort_by_expert"), at("moe_unpermute"));
+  const auto none = [](const std::vector<ModelOperator>& list) {
+    return std::none_of(list.begin(), list.end(), [](const ModelOperator& op) {
+      return op.name == "moe_sort_by_expert" || op.name == "moe_unsort_by_expert";
+    });
+  };
+  EXPECT_TRUE(none(layer_operators(m, 1, mb, ShardingFactors{1, 1, 128, false})));  // one expert a GPU
+  mb.sort_received_tokens = false;
+  EXPECT_TRUE(none(layer_operators(m, 1, mb, ShardingFactors{1, 1, 8, false})));
+}
+
 TEST(Sharding, LogitsSplitTheVocabulary) {
   // Llama-3 8B at tp = 8: 128256 / 8 = 16032 vocabulary columns per GPU.
   const auto ops = output_operators(bundled("llama3-8b"), batch(1, 4096), {8, 1, 1, true});

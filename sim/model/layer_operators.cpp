@@ -74,6 +74,8 @@ class OperatorList {
 
   // From now on, GEMMs of several groups are issued by the host one group at a time (ExpertGemms).
   void issue_groups_from_host(bool on) { host_issued_groups_ = on; }
+  // The gated MLPs added next clamp their activation's inputs in eager PyTorch first.
+  void clamp_glu(bool on) { clamp_glu_ = on; }
   // Projections that read one input run as separate GEMMs (torchtitan's wq, wk, wv; w1, w3), not
   // as one of their concatenated outputs. The input is quantised once: torch.compile merges
   // the identical casts.
@@ -361,6 +363,8 @@ class OperatorList {
            {sp_share, 1});
       keep_gemm_input(kept_input);
     }
+    const bool clamped = gated && clamp_glu_;
+    if (clamped) glu_clamp(prefix, tokens * f_local, !recompute_all && !recompute_activation);
     const size_t activation = ops_.size();
     memory(prefix + "activation", (gated ? 3.0 : 2.0) * tokens * f_local * element_,
            (gated ? kSwigluFlops : kGeluFlops) * tokens * f_local);
@@ -368,7 +372,28 @@ class OperatorList {
     gemm(prefix + "down_proj", rows, hidden, f_local, groups, {1, sp_share});
     if (!recompute_all && !recompute_activation) keep_gemm_input(tokens * f_local);  // the activation's output
     if (recompute_all) recompute_from(first);
-    if (recompute_activation && !recompute_all) ops_[activation].recomputed = true;
+    if (recompute_activation && !recompute_all) {
+      ops_[activation].recomputed = true;
+      if (clamped) ops_[activation - 1].recomputed = true;
+    }
+  }
+
+  // Megatron-Core's clamped gated activation (fused_bias_geglu.py, weighted_bias_quick_geglu_impl
+  // with a clamp value: GPT-OSS's experts issued one by one) clamps the fc1 output's two halves
+  // and concatenates them in eager PyTorch before the fused activation. Forward, per element of
+  // one half: each clamp reads and writes it (4), the cat reads and writes both halves (4): 8
+  // element sizes, 3 kernels. Backward: each clamp's gradient is a mask of its kept input (le;
+  // ge, le, logical_and on the two-sided half) and a where over the incoming gradient (about 3.5
+  // and 7 element sizes), and the chunk's gradient a cat of the two (4): 15, 7 kernels. The
+  // clamps keep the fc1 output, the activation the cat: one more copy of both halves, unless
+  // the activation is recomputed (Megatron's CheckpointWithoutOutput keeps only its input).
+  void glu_clamp(const std::string& prefix, double half_elements, bool kept) {
+    OperatorCost forward = memory_bound_cost(Bytes(8.0 * half_elements * element_), Flops(2.0 * half_elements), activation_);
+    forward.kernels = 3;
+    OperatorCost backward = memory_bound_cost(Bytes(15.0 * half_elements * element_), Flops(4.0 * half_elements), activation_);
+    backward.kernels = 7;
+    ops_.push_back({prefix + "activation_clamp", forward, backward, false, Bytes(), Bytes()});
+    if (kept) keep(2.0 * half_elements);
   }
 
   // Activations the operator just added keeps for its backward (see the header).
@@ -407,6 +432,7 @@ class OperatorList {
     return type == dtype_ ? cast_ : training_quantisation(type, fp8_, fp4_);
   }
   bool host_issued_groups_ = false;
+  bool clamp_glu_ = false;
   bool separate_projections_ = false;
   bool rope_fused_ = true;
   std::vector<ModelOperator> ops_;
@@ -594,7 +620,7 @@ void add_mamba(OperatorList& ops, const ModelConfig& m, const ShardingFactors& s
 }
 
 void add_moe(OperatorList& ops, const ModelConfig& m, const ShardingFactors& sh, const LocalSizes& z,
-             const RecomputeModules& recompute, ExpertGemms expert_gemms) {
+             const RecomputeModules& recompute, ExpertGemms expert_gemms, bool sort_received_tokens) {
   const MoeConfig& moe = *m.moe;
   const double e = ops.element_bytes();
   const double experts = moe.experts;
@@ -618,12 +644,20 @@ void add_moe(OperatorList& ops, const ModelConfig& m, const ShardingFactors& sh,
   const double expert_ffn = static_cast<double>(moe.expert_ffn) / (sh.experts_in_tp_group ? 1 : etp);
   ops.memory("moe_permute", (z.tokens + slots) * width * e, 0.0);
   const double local_experts = experts / sh.ep;
+  // Megatron's alltoall dispatcher receives its rows grouped by source rank and regroups them
+  // by local expert (sort_chunks_by_idxs: the rows and their routing weights read and written
+  // once), and back before the combine; each gradient is the inverse regrouping.
+  const bool sorted = sort_received_tokens && local_experts > 1;
+  if (sorted) ops.memory("moe_sort_by_expert", 2.0 * slots * (width * e + kFp32Bytes), 0.0, 1.0);
   const double touched = local_experts * -std::expm1(slots * std::log1p(-1.0 / local_experts));
   const double groups = local_experts > 1 ? touched : 1.0;
   ops.issue_groups_from_host(expert_gemms == ExpertGemms::kPerExpert);
+  ops.clamp_glu(m.glu_clamp && expert_gemms == ExpertGemms::kPerExpert);
   ops.mlp("expert_", m, slots / groups, expert_ffn, width, slots * width, groups, recompute.moe_act);
+  ops.clamp_glu(false);
   ops.issue_groups_from_host(false);
   if (m.mlp_bias && expert_gemms == ExpertGemms::kPerExpert) ops.expert_output_bias(slots, width, groups);
+  if (sorted) ops.memory("moe_unsort_by_expert", 2.0 * slots * width * e, 0.0, 1.0);
   ops.in_module(QuantModule::kMoeLatent);
   ops.memory("moe_unpermute", (slots + z.tokens) * width * e, 2.0 * slots * width);
   ops.keep(slots * width);  // the experts' outputs, for the gradient of the routing weights
@@ -783,6 +817,7 @@ struct LayerRecipe {
   Fp8Recipe fp8 = Fp8Recipe::kDelayed;
   Fp4Recipe fp4 = Fp4Recipe::kNvfp4;
   bool rope_fusion = true;
+  bool sort_received_tokens = false;
 };
 
 std::vector<ModelOperator> layer_ops(const ModelConfig& m, int layer, const LocalSizes& z, const LayerRecipe& r,
@@ -809,7 +844,7 @@ std::vector<ModelOperator> layer_ops(const ModelConfig& m, int layer, const Loca
     ops.recompute_norm(recompute.layernorm && m.is_moe_layer(layer));  // else fused into the first projection
   }
   if (m.is_moe_layer(layer)) {
-    add_moe(ops, m, sh, z, recompute, r.expert_gemms);
+    add_moe(ops, m, sh, z, recompute, r.expert_gemms, r.sort_received_tokens);
   } else {
     ops.in_module(QuantModule::kMlp);
     ops.mlp("mlp_", m, z.tokens, static_cast<double>(m.ffn) / sh.tp, z.hidden, own_norm ? z.sp_tokens * z.hidden : 0.0,
@@ -856,7 +891,8 @@ std::vector<ModelOperator> layer_operators(const ModelConfig& m, int layer, cons
                            batch.module_precision,
                            batch.fp8_recipe,
                            batch.fp4_recipe,
-                           batch.rope_fusion};
+                           batch.rope_fusion,
+                           batch.sort_received_tokens};
   return layer_ops(m, layer, LocalSizes(m, batch, sh), recipe, sh);
 }
 

@@ -221,6 +221,10 @@ struct MicroBatch {
   /// The rotary embedding as one fused kernel (Transformer Engine's, Megatron's
   /// apply_rope_fusion); false: as eager PyTorch ops (OperatorList::rotary).
   bool rope_fusion = true;
+  /// Tokens dispatched by Megatron's alltoall dispatcher: a GPU holding more than one expert
+  /// regroups the rows it receives from by-source to by-expert after the dispatch, and back
+  /// before the combine (sort_chunks_by_idxs); DeepEP and HybridEP receive them grouped.
+  bool sort_received_tokens = false;
 };
 
 /// One sequence of a serving step: q_len new tokens after kv_len − q_len cached ones

@@ -53,6 +53,7 @@ nlohmann::ordered_json model_block(const ModelConfig& m) {
   j["qkv_bias"] = m.qkv_bias;
   j["attention_output_bias"] = m.attention_output_bias;
   j["mlp_bias"] = m.mlp_bias;
+  if (m.glu_clamp) j["glu_clamp"] = true;
   j["qk_norm"] = m.qk_norm;
   j["attention_dropout"] = m.attention_dropout;
   j["hidden_dropout"] = m.hidden_dropout;

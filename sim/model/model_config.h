@@ -101,6 +101,10 @@ struct ModelConfig {
   bool qkv_bias = false;               ///< biases on the query/key/value projections
   bool attention_output_bias = false;  ///< bias on the attention output projection
   bool mlp_bias = false;               ///< biases on the MLP (and expert) matrices
+  /// The gated activation's inputs clamped first (GPT-OSS's swiglu_limit: the gate at most L,
+  /// the linear half within ±L), as Megatron-Core runs it for experts issued one by one: two
+  /// clamps and a cat in eager PyTorch before the fused activation (OperatorList::mlp).
+  bool glu_clamp = false;
   bool qk_norm = false;                ///< per-head RMSNorm of queries and keys (Qwen3)
   /// Dropout probabilities in training, in [0, 1). Above 0 a mask is kept for the backward:
   /// one byte per attention score (a kernel of its own in the unfused core; inside

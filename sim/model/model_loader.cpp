@@ -185,12 +185,14 @@ void read_mixtral_moe(HfFields& f, ModelConfig& m) {
 // GPT-OSS: Llama-like attention with biases (attention_bias, GptOssConfig's default true) and
 // learned per-head softmax offsets ("sinks": one scalar a head, no compute to speak of), sliding
 // windows on alternate layers, and every layer a Mixtral-like MoE whose experts carry biases
-// (gate_up_proj_bias, down_proj_bias); its clamped SwiGLU costs what a gated MLP does.
+// (gate_up_proj_bias, down_proj_bias); its gated activation clamps its inputs at swiglu_limit
+// (GptOssConfig's default 7.0; null: no clamp).
 void read_gpt_oss(HfFields& f, ModelConfig& m) {
   read_llama_like(f, HfFamily::kGptOss, m);
   m.qkv_bias = m.attention_output_bias = f.flag_or("attention_bias", true);
   read_mixtral_moe(f, m);
   m.mlp_bias = true;
+  m.glu_clamp = !f.has("swiglu_limit") || f.present("swiglu_limit");
 }
 
 void read_qwen3_moe(HfFields& f, ModelConfig& m) {
@@ -615,6 +617,7 @@ ModelConfig model_from_block(JsonReader r) {
   m.qkv_bias = block_flag(r, "qkv_bias", false);
   m.attention_output_bias = block_flag(r, "attention_output_bias", false);
   m.mlp_bias = block_flag(r, "mlp_bias", false);
+  m.glu_clamp = block_flag(r, "glu_clamp", false);
   m.qk_norm = block_flag(r, "qk_norm", false);
   m.attention_dropout = block_probability(r, "attention_dropout");
   m.hidden_dropout = block_probability(r, "hidden_dropout");

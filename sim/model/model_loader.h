@@ -23,7 +23,7 @@
 //        "ffn": 1024, "mlp": "swiglu" | "gelu", "vocab": 32000, "tied_embeddings": false,
 //        "max_sequence": 4096, "norm": "rmsnorm" | "layernorm",
 //        "position_embedding": "rotary" | "learned", "qkv_bias": false,
-//        "attention_output_bias": false, "mlp_bias": false, "qk_norm": false,
+//        "attention_output_bias": false, "mlp_bias": false, "glu_clamp": false, "qk_norm": false,
 //        "attention_dropout": 0.0, "hidden_dropout": 0.0, "sliding_window": 0,
 //        "sliding_window_layers": 1.0, "parallel_block": false,
 //        "moe": { "experts": 8, "top_k": 2, "expert_ffn": 14336, "shared_experts": 0,

@@ -203,7 +203,8 @@ MicroBatch micro_batch_of(const ParallelLayout& layout) {
                     layout.expert_gemms,
                     layout.recompute == Recomputation::kSelectiveOp,
                     layout.module_precision,
-                    layout.rope_fusion};
+                    layout.rope_fusion,
+                    layout.moe_dispatcher == MoeDispatcher::kAllToAll};
 }
 
 ShardingFactors sharding_of(const ParallelLayout& layout) {
