@@ -483,6 +483,8 @@ TEST(SavedActivations, RecomputedModulesKeepOnlyTheirInputs) {
   const auto act = layer_operators(ds, 3, with({.moe_act = true}), {});
   EXPECT_DOUBLE_EQ(keep - saved_activation_bytes(act, false).value(), 2 * 8 * T * 2048);
   EXPECT_EQ(recomputed_names(act), (std::vector<std::string>{"expert_activation"}));
+  EXPECT_DOUBLE_EQ(find(act, "expert_activation_recompute_copy").backward.bytes_read_written.value(),
+                   2 * 2 * 8 * T * 2048);
 
   // layernorm: MLA's input norm is a module of its own (re-run before every layer), the
   // pre-MLP norm only before a MoE block; a dense MLP's norm is fused into its first projection.
@@ -490,6 +492,10 @@ TEST(SavedActivations, RecomputedModulesKeepOnlyTheirInputs) {
             (std::vector<std::string>{"attention_norm", "mlp_norm"}));
   EXPECT_EQ(recomputed_names(layer_operators(ds, 0, with({.layernorm = true}), {})),
             (std::vector<std::string>{"attention_norm"}));
+  // Each recomputed norm's output, T·7168, is copied back into its freed storage.
+  EXPECT_DOUBLE_EQ(find(layer_operators(ds, 3, with({.layernorm = true}), {}), "mlp_norm_recompute_copy")
+                       .backward.bytes_read_written.value(),
+                   2 * 2 * T * 7168);
 
   const auto dense = layer_operators(ds, 0, batch(1, 4096), {});
   const auto mlp = layer_operators(ds, 0, with({.mlp = true}), {});
@@ -500,11 +506,17 @@ TEST(SavedActivations, RecomputedModulesKeepOnlyTheirInputs) {
   // A MoE layer has no dense MLP: "mlp" leaves it alone (Megatron's "moe" is the whole layer).
   EXPECT_DOUBLE_EQ(saved_activation_bytes(layer_operators(ds, 3, with({.mlp = true}), {}), false).value(), keep);
 
-  // The backward pays each recomputed operator's forward once more, and nothing else changes.
+  // The backward pays each recomputed operator's forward once more, and the copy of the new
+  // Q, K and V into the storage the forward freed (Megatron's CheckpointWithoutOutput: read and
+  // written, 2 · 2·T·128·(192 + 192 + 128) bytes); nothing else changes.
+  const ModelOperator& copy = find(mla, "mla_up_proj_recompute_copy");
+  EXPECT_DOUBLE_EQ(copy.backward.bytes_read_written.value(), 2 * 2 * T * 128 * (192 + 192 + 128));
+  EXPECT_DOUBLE_EQ(copy.forward.bytes_read_written.value(), 0.0);
+  EXPECT_EQ(copy.forward.kernels, 0);
   ComputeModelOptions kernels_only;  // the host issues ahead of the GPU: sums are the kernels'
   kernels_only.host_dispatch = Time::zero();
   const ComputeModel cm(test::load_preset("dgx-h100", 1).gpu_specs().front(), kernels_only);
-  Time again;
+  Time again = cm.time(copy.backward);
   for (const auto& op : mla) {
     if (op.recomputed) again += cm.time(op.forward);
   }

@@ -281,9 +281,22 @@ class OperatorList {
     for (size_t i = first; i < ops_.size(); ++i) ops_[i].saved = ops_[i].saved_scores = Bytes();
     ops_[first].saved = Bytes(input_elements * kActivationBytes);
   }
-  // A pre-block norm just added, with `layernorm` recomputation: it runs again in the backward.
-  void recompute_norm(bool layernorm) {
-    if (layernorm) ops_.back().recomputed = true;
+  // A pre-block norm of `elements` outputs just added, with `layernorm` recomputation: it runs
+  // again in the backward, its output copied back (recompute_copy).
+  void recompute_norm(bool layernorm, double elements) {
+    if (!layernorm) return;
+    ops_.back().recomputed = true;
+    recompute_copy(ops_.back().name + "_recompute_copy", elements);
+  }
+  // Megatron-Core's CheckpointWithoutOutput (the moe_act, layernorm and mla_up_proj modules)
+  // frees a module's output after the forward; the backward runs the module again and copies
+  // the new output into the freed storage (tensor_parallel/random.py, "restore the recomputed
+  // memory"): `elements` read and written once more, in the backward only.
+  void recompute_copy(const std::string& name, double elements) {
+    OperatorCost forward = memory_bound_cost(Bytes(), Flops(), activation_);
+    forward.kernels = 0;
+    const OperatorCost backward = memory_bound_cost(Bytes(2.0 * elements * element_), Flops(), activation_);
+    ops_.push_back({name, forward, backward, false, Bytes(), Bytes()});
   }
   size_t size() const { return ops_.size(); }
 
@@ -375,6 +388,7 @@ class OperatorList {
     if (recompute_activation && !recompute_all) {
       ops_[activation].recomputed = true;
       if (clamped) ops_[activation - 1].recomputed = true;
+      recompute_copy(prefix + "activation_recompute_copy", tokens * f_local);
     }
   }
 
@@ -500,7 +514,7 @@ void add_attention(OperatorList& ops, const ModelConfig& m, AttentionKernel atte
                    const RecomputeModules& recompute) {
   const double e = ops.element_bytes();
   ops.norm("attention_norm", m, z.sp_tokens, z.hidden);
-  ops.recompute_norm(recompute.layernorm && m.mla);  // else fused into the QKV projection
+  ops.recompute_norm(recompute.layernorm && m.mla, z.sp_tokens * z.hidden);  // else fused into the QKV projection
   ops.in_module(QuantModule::kAttention);
   const double rotary = static_cast<double>(m.rotary_dim());
   if (m.mla) {
@@ -530,8 +544,12 @@ void add_attention(OperatorList& ops, const ModelConfig& m, AttentionKernel atte
     const double rotated = z.tokens * (z.heads + 1) * rotary;
     if (rotary > 0) ops.rotary(rotated);
     // Megatron's mla_up_proj recomputation: the up-projections and rotary run again in the
-    // backward from the kept latents, so the attention keeps no Q, K, V of its own.
-    if (recompute.mla_up_proj) ops.recompute_from(up);
+    // backward from the kept latents, so the attention keeps no Q, K, V of its own; the new
+    // Q, K and V are copied back into their freed storage.
+    if (recompute.mla_up_proj) {
+      ops.recompute_from(up);
+      ops.recompute_copy("mla_up_proj_recompute_copy", z.tokens * z.heads * (2.0 * qk + static_cast<double>(a.v_head_dim)));
+    }
   } else {
     const double d = static_cast<double>(m.head_dim);
     if (ops.separate_projections()) {
@@ -841,7 +859,7 @@ std::vector<ModelOperator> layer_ops(const ModelConfig& m, int layer, const Loca
   const bool own_norm = !m.parallel_block || kind != LayerKind::kTransformer;
   if (own_norm) {
     ops.norm("mlp_norm", m, z.sp_tokens, z.hidden);
-    ops.recompute_norm(recompute.layernorm && m.is_moe_layer(layer));  // else fused into the first projection
+    ops.recompute_norm(recompute.layernorm && m.is_moe_layer(layer), z.sp_tokens * z.hidden);  // else fused into fc1
   }
   if (m.is_moe_layer(layer)) {
     add_moe(ops, m, sh, z, recompute, r.expert_gemms, r.sort_received_tokens);
