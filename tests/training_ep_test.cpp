@@ -71,6 +71,56 @@ TEST(CudaGraphScopes, MoeRouterAndPreprocessLeaveTheExpertsToTheHost) {
   }
 }
 
+TEST(CudaGraphScopes, SharedExpertsReplayWithTheRouterAndALatentDownProjectionWithThePermutation) {
+  // Megatron-Core's MoELayer computes the shared experts before routing, inside the moe_router
+  // graph (their output one of its outputs), unless they overlap the dispatch; a latent MoE
+  // projects its tokens down in the preprocessing, inside the moe_preprocess graph.
+  ModelConfig m = tiny_moe();
+  m.moe->shared_experts = 1;
+  m.moe->shared_expert_ffn = 512;
+  m.moe->latent = 128;
+  ParallelLayout l = moe_layout(1, 1);
+  l.cuda_graphs = CudaGraphs::kScoped;
+  const auto graphed = [&](const std::string& prefix) {
+    std::vector<bool> flags;
+    for (const ModelOperator& op : iteration_detail::timed_layer_operators(m, l, 0, false, 1.0)) {
+      if (op.name.rfind(prefix, 0) == 0) flags.push_back(op.forward.graph_replayed && op.backward.graph_replayed);
+    }
+    EXPECT_FALSE(flags.empty()) << prefix;
+    return !flags.empty() && std::all_of(flags.begin(), flags.end(), [](bool f) { return f; });
+  };
+  l.cuda_graph_scope = {.moe_router = true};
+  EXPECT_TRUE(graphed("shared_expert_"));
+  EXPECT_FALSE(graphed("moe_latent_down_proj"));
+  l.moe_shared_expert_overlap = true;
+  EXPECT_FALSE(graphed("shared_expert_"));
+  l.cuda_graph_scope = {.moe_preprocess = true};
+  EXPECT_TRUE(graphed("moe_latent_down_proj"));
+  EXPECT_FALSE(graphed("moe_latent_up_proj"));
+}
+
+TEST(CudaGraphScopes, AHybridModelsMtpDepthRunsEagerUnderScopedGraphs) {
+  // Transformer Engine's per-layer capture graphs an MTP depth whose inner layer is a
+  // TransformerLayer, not one whose inner layer is a hybrid stack (Nemotron 3's "*E":
+  // cuda_graphs.py _layer_is_graphable); a full-iteration graph holds it all the same.
+  ModelConfig hybrid = test::bundled("nemotron-3-nano");
+  hybrid.mtp_layers = 1;
+  ParallelLayout l = moe_layout(1, 1);
+  l.cuda_graphs = CudaGraphs::kScoped;
+  l.cuda_graph_scope = {.attn = true, .moe_router = true, .moe_preprocess = true, .mamba = true};
+  const auto any_graphed = [&](const ModelConfig& model, int layer) {
+    const auto ops = iteration_detail::timed_layer_operators(model, l, layer, false, 1.0);
+    return std::any_of(ops.begin(), ops.end(), [](const ModelOperator& op) { return op.forward.graph_replayed; });
+  };
+  EXPECT_TRUE(any_graphed(hybrid, 1));  // a MoE layer of the stack: its router
+  EXPECT_FALSE(any_graphed(hybrid, hybrid.layers));
+  ModelConfig plain = tiny_moe();
+  plain.mtp_layers = 1;
+  EXPECT_TRUE(any_graphed(plain, plain.layers));
+  l.cuda_graphs = CudaGraphs::kFullIteration;
+  EXPECT_TRUE(any_graphed(hybrid, hybrid.layers));
+}
+
 TEST(IterationExpertParallel, DispatchSendsTokensTimesTopKTimesHidden) {
   // Uniform routing, tp = 1, no SP: each GPU dispatches T = b·s = 512 tokens × top_k = 2
   // slots of h = 256 bf16 elements; an all-to-all keeps 1/ep of it, so per direction

@@ -217,10 +217,17 @@ void set_graph_replayed(ModelOperator& op, bool graphed) { op.forward.graph_repl
 
 // Whether a layer's operator is replayed from a CUDA graph under `layout`. Scoped graphs go by the
 // operator's place: the attention block runs up to its residual add (or, in a parallel block, up
-// to the MLP, whose operators are named mlp_*, or a MoE's router), the rest is the MLP block.
-void mark_graph_replayed(std::vector<ModelOperator>& ops, const ParallelLayout& layout, bool moe) {
-  if (layout.cuda_graphs != CudaGraphs::kScoped) {
-    for (ModelOperator& op : ops) set_graph_replayed(op, layout.cuda_graphs != CudaGraphs::kNone);
+// to the MLP, whose operators are named mlp_*, or a MoE's router), the rest is the MLP block. A
+// MoE layer's moe_router graph ends after the router, so it holds the shared experts Megatron-Core
+// computes before routing (moe_layer.py, shared_experts_compute) unless they overlap the
+// dispatch; moe_preprocess holds the permutation and a latent MoE's down-projection.
+// `graphable`: false for a layer Megatron's per-layer capture skips (_layer_is_graphable: a hybrid
+// model's MTP depth, whose inner layer is a hybrid stack), eager unless the whole iteration is.
+void mark_graph_replayed(std::vector<ModelOperator>& ops, const ParallelLayout& layout, bool moe, bool graphable) {
+  if (layout.cuda_graphs != CudaGraphs::kScoped || !graphable) {
+    const bool graphed = layout.cuda_graphs == CudaGraphs::kFullIteration ||
+                         (graphable && layout.cuda_graphs == CudaGraphs::kLayers);
+    for (ModelOperator& op : ops) set_graph_replayed(op, graphed);
     return;
   }
   const CudaGraphScope& scope = layout.cuda_graph_scope;
@@ -234,8 +241,10 @@ void mark_graph_replayed(std::vector<ModelOperator>& ops, const ParallelLayout& 
     } else if (!moe) {
       set_graph_replayed(op, scope.mlp);
     } else {
-      set_graph_replayed(op, (scope.moe_router && (op.name == "mlp_norm" || op.name.rfind("router", 0) == 0)) ||
-                                 (scope.moe_preprocess && op.name == "moe_permute"));
+      const bool before_routing = op.name == "mlp_norm" || op.name.rfind("router", 0) == 0 ||
+                                  (op.shared_expert && !layout.moe_shared_expert_overlap);
+      const bool preprocess = op.name == "moe_permute" || op.name.rfind("moe_latent_down_proj", 0) == 0;
+      set_graph_replayed(op, (scope.moe_router && before_routing) || (scope.moe_preprocess && preprocess));
     }
   }
 }
@@ -253,7 +262,7 @@ std::vector<ModelOperator> timed_layer_operators(const ModelConfig& model, const
   if (bf16) batch.dtype = DType::kBf16;
   std::vector<ModelOperator> ops = layer_operators(model, layer, batch, sharding_of(layout));
   const bool moe = model.is_moe_layer(layer);
-  mark_graph_replayed(ops, layout, moe);
+  mark_graph_replayed(ops, layout, moe, !(model.hybrid() && layer >= model.layers));
   return moe ? scale_experts(std::move(ops), expert_rows) : ops;
 }
 

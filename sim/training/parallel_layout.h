@@ -62,8 +62,10 @@ std::optional<MoeDispatcher> moe_dispatcher_from(const std::string& name);
 enum class CudaGraphs : uint8_t { kNone, kLayers, kFullIteration, kScoped };
 /// Megatron's `cuda_graph_scope` parts of a layer: `attn` (the attention block: its norm, the
 /// projections, the core and its residual add), `mlp` (a dense layer's MLP block), `moe_router`
-/// (a MoE layer's norm, router and top-k) and `moe_preprocess` (the token permutation). A MoE
-/// layer's experts and their all-to-alls stay eager.
+/// (a MoE layer's norm, router and top-k, and the shared experts computed before routing unless
+/// they overlap the dispatch) and `moe_preprocess` (the token permutation and a latent MoE's
+/// down-projection). A MoE layer's experts and their all-to-alls stay eager, and so does a hybrid
+/// model's MTP depth (iteration_units.cpp).
 struct CudaGraphScope {
   bool attn = false, mlp = false, moe_router = false, moe_preprocess = false, mamba = false;
   bool operator==(const CudaGraphScope&) const = default;
