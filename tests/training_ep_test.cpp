@@ -112,7 +112,7 @@ TEST(CudaGraphScopes, AHybridModelsMtpDepthRunsEagerUnderScopedGraphs) {
     const auto ops = iteration_detail::timed_layer_operators(model, l, layer, false, 1.0);
     return std::any_of(ops.begin(), ops.end(), [](const ModelOperator& op) { return op.forward.graph_replayed; });
   };
-  EXPECT_TRUE(any_graphed(hybrid, 1));  // a MoE layer of the stack: its router
+  EXPECT_TRUE(any_graphed(hybrid, 1));  // pattern "MEMEM*E…": layer 1 is a MoE layer, its router graphed
   EXPECT_FALSE(any_graphed(hybrid, hybrid.layers));
   ModelConfig plain = tiny_moe();
   plain.mtp_layers = 1;

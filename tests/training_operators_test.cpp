@@ -76,6 +76,12 @@ bool has(const std::vector<ModelOperator>& ops, const std::string& name) {
   return std::any_of(ops.begin(), ops.end(), [&](const ModelOperator& op) { return op.name == name; });
 }
 
+// Where the operator `name` stands in `ops` (ops.size() when absent).
+size_t position(const std::vector<ModelOperator>& ops, const std::string& name) {
+  return static_cast<size_t>(
+      std::find_if(ops.begin(), ops.end(), [&](const ModelOperator& op) { return op.name == name; }) - ops.begin());
+}
+
 TEST(DenseLayerFlops, PlainGptLayerMatchesTheClosedForm) {
   // Forward of one GPT layer, b sequences of s tokens, hidden h (Narayanan et al. 2021):
   //   QKV 2·bs·h·3h = 6bsh², scores QKᵀ 2bs²h, values PV 2bs²h, output projection 2bsh²,
@@ -708,11 +714,8 @@ TEST(ExpertGemms, PerExpertBiasesAreAddedInEagerPyTorchOnePassPerExpert) {
   EXPECT_EQ(bias.backward.kernels, 16);
   EXPECT_EQ(bias.forward.host_issued_kernels, 0);
   // It follows the down projection and comes before the unpermutation.
-  const auto at = [&](const std::string& name) {
-    return std::find_if(per_expert.begin(), per_expert.end(), [&](const ModelOperator& op) { return op.name == name; });
-  };
-  EXPECT_EQ(at("expert_down_proj") + 1, at("expert_output_bias"));
-  EXPECT_LT(at("expert_output_bias"), at("moe_unpermute"));
+  EXPECT_EQ(position(per_expert, "expert_down_proj") + 1, position(per_expert, "expert_output_bias"));
+  EXPECT_LT(position(per_expert, "expert_output_bias"), position(per_expert, "moe_unpermute"));
   mb.expert_gemms = ExpertGemms::kGrouped;
   EXPECT_FALSE(has(layer_operators(m, 1, mb, ep8), "expert_output_bias"));
   ModelConfig unbiased = m;
@@ -774,13 +777,10 @@ TEST(ExpertGemms, TheAllToAllDispatcherRegroupsReceivedRowsByLocalExpert) {
   EXPECT_DOUBLE_EQ(sort.backward.bytes_read_written.value(), sort.forward.bytes_read_written.value());
   EXPECT_DOUBLE_EQ(unsort.forward.bytes_read_written.value(), 2 * slots * 2880 * 2);
   EXPECT_DOUBLE_EQ(unsort.backward.bytes_read_written.value(), unsort.forward.bytes_read_written.value());
-  const auto at = [&](const std::string& name) {
-    return std::find_if(ops.begin(), ops.end(), [&](const ModelOperator& op) { return op.name == name; });
-  };
-  EXPECT_LT(at("moe_permute"), at("moe_sort_by_expert"));
-  EXPECT_LT(at("moe_sort_by_expert"), at("expert_gate_up_proj"));
-  EXPECT_LT(at("expert_down_proj"), at("moe_unsort_by_expert"));
-  EXPECT_LT(at("moe_unsort_by_expert"), at("moe_unpermute"));
+  EXPECT_LT(position(ops, "moe_permute"), position(ops, "moe_sort_by_expert"));
+  EXPECT_LT(position(ops, "moe_sort_by_expert"), position(ops, "expert_gate_up_proj"));
+  EXPECT_LT(position(ops, "expert_down_proj"), position(ops, "moe_unsort_by_expert"));
+  EXPECT_LT(position(ops, "moe_unsort_by_expert"), position(ops, "moe_unpermute"));
   const auto none = [](const std::vector<ModelOperator>& list) {
     return !has(list, "moe_sort_by_expert") && !has(list, "moe_unsort_by_expert");
   };
