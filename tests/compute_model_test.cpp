@@ -308,6 +308,15 @@ TEST(IssuedStream, TinyKernelsRunAtTheHostsPace) {
   EXPECT_EQ(eager.timing(two).issue, kHostDispatch * 2);
   const std::vector<const OperatorCost*> pairs(5, &two);
   EXPECT_EQ(issued_stream_time(eager, pairs), kHostDispatch * 10 + Time::ps(eager.timing(two).device.picoseconds() / 2));
+  // A run of small PyTorch ops folded into one routine (an unfused MoE router): each kernel
+  // pays its launch on the GPU, the host one dispatch for the routine; none from a CUDA graph.
+  OperatorCost routine = tiny;
+  routine.kernels = 24;
+  routine.host_dispatches = 1;
+  EXPECT_EQ(eager.timing(routine).issue, kHostDispatch);
+  EXPECT_EQ(eager.timing(routine).launch, Time::us(2) * 24);
+  routine.graph_replayed = true;
+  EXPECT_EQ(eager.timing(routine).issue, Time::zero());
 }
 
 TEST(IssuedStream, HostIssuedGemmsWaitForTheGpuFirst) {

@@ -55,7 +55,7 @@ ParallelLayout moe_layout(int dp, int ep) {
 
 TEST(CudaGraphScopes, MoeRouterAndPreprocessLeaveTheExpertsToTheHost) {
   // Megatron-Bridge's DeepSeek-V3 recipes on GB200: cuda_graph_scope moe_router, moe_preprocess.
-  // Graphed: the MLP's norm, the router and its top-k, the permutation. Not: the attention block,
+  // Graphed: the MLP's norm, the router, its top-k and load-balancing loss, the permutation. Not: the attention block,
   // the experts, the unpermutation and the residual add.
   ParallelLayout l = moe_layout(1, 1);
   l.cuda_graphs = CudaGraphs::kScoped;
@@ -65,7 +65,8 @@ TEST(CudaGraphScopes, MoeRouterAndPreprocessLeaveTheExpertsToTheHost) {
     EXPECT_EQ(op.forward.graph_replayed, op.backward.graph_replayed) << op.name;
     (op.forward.graph_replayed ? graphed : eager).push_back(op.name);
   }
-  EXPECT_EQ(graphed, (std::vector<std::string>{"mlp_norm", "router", "router_topk", "moe_permute"}));
+  EXPECT_EQ(graphed,
+            (std::vector<std::string>{"mlp_norm", "router", "router_topk", "router_load_balancing_loss", "moe_permute"}));
   for (const char* name : {"attention_norm", "attention_out_proj", "expert_down_proj", "moe_unpermute", "mlp_residual"}) {
     EXPECT_NE(std::find(eager.begin(), eager.end(), name), eager.end()) << name;
   }

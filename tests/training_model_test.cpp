@@ -378,7 +378,45 @@ TEST(ModelBlock, EveryBundledModelRoundTripsThroughItsBlock) {
     EXPECT_EQ(back.moe_layer_count(), m.moe_layer_count()) << name;
     EXPECT_EQ(back.sliding_window, m.sliding_window) << name;
     EXPECT_DOUBLE_EQ(back.sliding_window_layers, m.sliding_window_layers) << name;
+    if (m.moe) {
+      EXPECT_EQ(back.moe->router_score, m.moe->router_score) << name;
+      EXPECT_EQ(back.moe->router_expert_bias, m.moe->router_expert_bias) << name;
+      EXPECT_EQ(back.moe->router_groups, m.moe->router_groups) << name;
+      EXPECT_EQ(back.moe->router_group_topk, m.moe->router_group_topk) << name;
+    }
   }
+}
+
+TEST(HfConfig, RoutersAsTheirConfigsScoreAndGroupTheExperts) {
+  // DeepSeek-V3: sigmoid scores, noaux_tc's expert bias, top-8 within 4 of 8 groups. Kimi K2:
+  // the same with one group (topk_group 1: Megatron still runs the group-limited top-k).
+  // Nemotron 3: transformers' NemotronHTopkRouter, sigmoid with its correction bias; Nano gives
+  // n_group 1 and topk_group 1, Super neither. Mixtral and GPT-OSS: a softmax, no bias.
+  const auto router = [](const std::string& name) { return *load_bundled_model(models_dir(), name).moe; };
+  const MoeConfig ds = router("deepseek-v3"), kimi = router("kimi-k2"), nano = router("nemotron-3-nano"),
+                  super = router("nemotron-3-super"), oss = router("gpt-oss-120b");
+  EXPECT_EQ(ds.router_score, RouterScore::kSigmoid);
+  EXPECT_TRUE(ds.router_expert_bias);
+  EXPECT_EQ(ds.router_groups, 8);
+  EXPECT_EQ(ds.router_group_topk, 4);
+  EXPECT_EQ(kimi.router_score, RouterScore::kSigmoid);
+  EXPECT_EQ(kimi.router_groups, 1);
+  EXPECT_EQ(kimi.router_group_topk, 1);
+  EXPECT_TRUE(nano.router_expert_bias && nano.router_score == RouterScore::kSigmoid);
+  EXPECT_EQ(nano.router_group_topk, 1);
+  EXPECT_TRUE(super.router_expert_bias && super.router_score == RouterScore::kSigmoid);
+  EXPECT_EQ(super.router_group_topk, 0);
+  EXPECT_EQ(oss.router_score, RouterScore::kSoftmax);
+  EXPECT_FALSE(oss.router_expert_bias);
+  EXPECT_EQ(router("mixtral-8x7b").router_score, RouterScore::kSoftmax);
+  // DeepseekV3Config's own keys: a softmax without the bias when the config says so.
+  const MoeConfig soft = *hf(R"({"architectures":["DeepseekV3ForCausalLM"],"hidden_size":1024,"num_hidden_layers":2,
+    "num_attention_heads":8,"kv_lora_rank":64,"qk_nope_head_dim":32,"qk_rope_head_dim":16,"v_head_dim":32,
+    "vocab_size":1000,"max_position_embeddings":4096,"n_routed_experts":16,"num_experts_per_tok":2,
+    "moe_intermediate_size":256,"scoring_func":"softmax","topk_method":"greedy"})").moe;
+  EXPECT_EQ(soft.router_score, RouterScore::kSoftmax);
+  EXPECT_FALSE(soft.router_expert_bias);
+  EXPECT_EQ(soft.router_group_topk, 0);
 }
 
 TEST(ModelBlock, InlineMoeBlockFromAFile) {
@@ -454,6 +492,10 @@ TEST(ModelLoaderErrors, BlockErrorsCarryTheirJsonPath) {
   expect_error(block("{" + base + "}"), "w.json", "/model", "missing required key \"ffn\"");
   expect_error(block("{" + base + R"(,"moe":{"experts":4,"top_k":5,"expert_ffn":64}})"), "w.json", "/model/moe/top_k",
                "top_k=5 is larger than experts=4");
+  expect_error(block("{" + base + R"(,"moe":{"experts":8,"top_k":2,"expert_ffn":64,"router_groups":3,"router_group_topk":1}})"),
+               "w.json", "/model/moe/router_groups", "router_groups=3 does not divide experts=8");
+  expect_error(block("{" + base + R"(,"moe":{"experts":8,"top_k":2,"expert_ffn":64,"router_score":"relu"}})"), "w.json",
+               "/model/moe/router_score", "unknown value \"relu\" (expected \"softmax\", \"sigmoid\")");
   expect_error(block("{" + base + R"(,"ffn":512,"mlp":"relu"})"), "w.json", "/model/mlp",
                "unknown value \"relu\" (expected \"swiglu\", \"gelu\", \"relu2\")");
   expect_error(block("{" + base + R"(,"ffn":512,"hidden_dropout":1.0})"), "w.json", "/model/hidden_dropout",

@@ -450,11 +450,12 @@ TEST(SavedActivations, MixtralLayerKeepsEveryRoutedSlot) {
   // Q T·h, K and V T·h/2, output projection input T·h, MLP norm input T·h, router input T·h
   // (6.5·T·h); per routed slot (2T of them) its input h, gate and up outputs 2f_e, product
   // f_e and output h.
-  // fp32: the router's 8 probabilities and 2 chosen weights per token; row statistics 4·T·32.
+  // fp32: the router's 8 probabilities and 2 chosen weights per token, and the 8 scores its
+  // load-balancing loss keeps (Megatron's default recipe trains with one); row statistics 4·T·32.
   const double T = 4096, h = 4096, f = 14336;
   const auto ops = layer_operators(bundled("mixtral-8x7b"), 0, batch(1, 4096), {});
   const double elements = T * 6.5 * h + 2 * T * (2 * h + 3 * f);
-  EXPECT_DOUBLE_EQ(saved_activation_bytes(ops, false).value(), 2 * elements + 4 * T * (8 + 2) + 4 * T * 32);
+  EXPECT_DOUBLE_EQ(saved_activation_bytes(ops, false).value(), 2 * elements + 4 * T * (8 + 2 + 8) + 4 * T * 32);
 }
 
 // Megatron's recompute_modules on a DeepSeek-V3 layer (b = 1, s = T = 4096, tp 1, ep 1):
@@ -787,6 +788,69 @@ TEST(ExpertGemms, TheAllToAllDispatcherRegroupsReceivedRowsByLocalExpert) {
   EXPECT_TRUE(none(layer_operators(m, 1, mb, ShardingFactors{1, 1, 128, false})));  // one expert a GPU
   mb.sort_received_tokens = false;
   EXPECT_TRUE(none(layer_operators(m, 1, mb, ShardingFactors{1, 1, 8, false})));
+}
+
+TEST(MoeRouter, UnfusedTopkAndLossCountMegatronsPytorchOps) {
+  // DeepSeek-V3 (256 experts, sigmoid scores with an expert bias, top-8 within 4 of 8 groups),
+  // T = 4096 tokens, U = T · 256 · 4 bytes. Unfused (router_cost.cpp): sigmoid 2U, bias 2U,
+  // group-limited top-k 7U, the dense probabilities and map 9.25U = 20.25U in 1 + 2 + 3 + 10 + 8
+  // = 24 kernels forward; backward 4U in 8. The sequence aux loss: sigmoid scores normalised
+  // (5U, 4 kernels), their routing map (7.25U, 6), the counts and sums (1.25U, 6) = 13.5U in 16
+  // forward, 12U in 7 backward. The host dispatches each routine once a pass, its small ops folded.
+  const ModelConfig m = bundled("deepseek-v3");
+  ASSERT_EQ(m.moe->router_score, RouterScore::kSigmoid);
+  MicroBatch mb = batch(1, 4096);
+  mb.router = {.fused = false, .loss = LoadBalancingLoss::kSeqAux};
+  const double U = 4096.0 * 256 * 4;
+  const auto ops = layer_operators(m, 3, mb, {});
+  const ModelOperator& topk = find(ops, "router_topk");
+  EXPECT_DOUBLE_EQ(topk.forward.bytes_read_written.value(), 20.25 * U);
+  EXPECT_EQ(topk.forward.kernels, 24);
+  EXPECT_DOUBLE_EQ(topk.backward.bytes_read_written.value(), 4 * U);
+  EXPECT_EQ(topk.backward.kernels, 8);
+  EXPECT_EQ(topk.forward.host_dispatches, 1);
+  const ModelOperator& loss = find(ops, "router_load_balancing_loss");
+  EXPECT_DOUBLE_EQ(loss.forward.bytes_read_written.value(), 13.5 * U);
+  EXPECT_EQ(loss.forward.kernels, 16);
+  EXPECT_DOUBLE_EQ(loss.backward.bytes_read_written.value(), 12 * U);
+  EXPECT_EQ(loss.forward.host_dispatches, 2);
+  EXPECT_LT(position(ops, "router"), position(ops, "router_topk"));
+  EXPECT_LT(position(ops, "router_load_balancing_loss"), position(ops, "moe_permute"));
+  // Without groups the top-k is one pass (1U, 1 kernel): 14.25U in 15.
+  ModelConfig ungrouped = m;
+  ungrouped.moe->router_groups = ungrouped.moe->router_group_topk = 0;
+  EXPECT_DOUBLE_EQ(find(layer_operators(ungrouped, 3, mb, {}), "router_topk").forward.bytes_read_written.value(),
+                   14.25 * U);
+  // Fused (Transformer Engine): 3.25U in one kernel each way; its aux loss 4.5U in 3 and 7U in 3.
+  mb.router.fused = true;
+  const auto fused = layer_operators(m, 3, mb, {});
+  EXPECT_DOUBLE_EQ(find(fused, "router_topk").forward.bytes_read_written.value(), 3.25 * U);
+  EXPECT_EQ(find(fused, "router_topk").forward.kernels, 1);
+  EXPECT_DOUBLE_EQ(find(fused, "router_load_balancing_loss").forward.bytes_read_written.value(), 4.5 * U);
+  EXPECT_DOUBLE_EQ(find(fused, "router_load_balancing_loss").backward.bytes_read_written.value(), 7 * U);
+  // No loss (GPT-OSS's recipes): no operator, and nothing more kept.
+  mb.router.loss = LoadBalancingLoss::kNone;
+  EXPECT_FALSE(has(layer_operators(m, 3, mb, {}), "router_load_balancing_loss"));
+}
+
+TEST(MoeRouter, SoftmaxTopkUnfusedAndAServingStepsFusedKernel) {
+  // Mixtral (8 experts, softmax): the top-k of the logits (1U) and a softmax over the two
+  // chosen, then the dense probabilities and map (9.25U): 10.25U in 10 kernels; its aux loss a
+  // softmax over every expert (2U) with its routing map and sums: 10.5U in 13. A serving step
+  // keeps one kernel reading the fp32 scores and writing the chosen ids and weights.
+  const ModelConfig m = bundled("mixtral-8x7b");
+  const double T = 4096, U = T * 8 * 4;
+  const auto ops = layer_operators(m, 0, batch(1, 4096), {});
+  EXPECT_DOUBLE_EQ(find(ops, "router_topk").forward.bytes_read_written.value(), 10.25 * U);
+  EXPECT_EQ(find(ops, "router_topk").forward.kernels, 10);
+  EXPECT_DOUBLE_EQ(find(ops, "router_load_balancing_loss").forward.bytes_read_written.value(), 10.5 * U);
+  EXPECT_EQ(find(ops, "router_load_balancing_loss").forward.kernels, 13);
+  RaggedBatch step;
+  step.sequences = {SequenceChunk{4096, 4096, true}};
+  const auto serving = layer_operators(m, 0, step, {});
+  EXPECT_DOUBLE_EQ(find(serving, "router_topk").forward.bytes_read_written.value(), T * (8 * 4 + 2 * 2 * 4));
+  EXPECT_EQ(find(serving, "router_topk").forward.kernels, 1);
+  EXPECT_FALSE(has(serving, "router_load_balancing_loss"));
 }
 
 TEST(Sharding, LogitsSplitTheVocabulary) {

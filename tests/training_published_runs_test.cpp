@@ -101,6 +101,30 @@ TEST(PublishedRuns, RopeFusionAsTheRecipesSetIt) {
   EXPECT_EQ(unfused, 9u);
 }
 
+// The router as each Megatron-Bridge recipe runs it: fused (moe_router_fusion, set by the
+// performance configs) for Qwen3, GPT-OSS, DeepSeek-V3 and Kimi K2, unfused for Nemotron 3; the
+// load-balancing loss as each model's bridge sets it.
+TEST(PublishedRuns, RouterAsTheRecipesRunIt) {
+  size_t rows = 0;
+  for (const char* file : {"mbridge-qwen3-moe-dev", "mbridge-2511-moe-holdout", "mbridge-gpt-oss-bf16-holdout",
+                           "mbridge-deepseek-v3-dev", "mbridge-kimi-k2-holdout", "mbridge-nemotron-3-nano-holdout",
+                           "mbridge-nemotron-3-super-holdout"}) {
+    for (const PublishedRun& r :
+         read_published_runs(kSource + "/workloads/validation/" + file + ".json", kSource + "/workloads/models")) {
+      ASSERT_EQ(r.error, "") << r.id;
+      const ParallelLayout l = parallel_layout_of(r);
+      const bool nemotron = r.id.find("nemotron_3") != std::string::npos;
+      const LoadBalancingLoss loss = r.id.find("gpt_oss") != std::string::npos ? LoadBalancingLoss::kNone
+                                     : r.id.find("qwen3") != std::string::npos ? LoadBalancingLoss::kAux
+                                                                               : LoadBalancingLoss::kSeqAux;
+      EXPECT_EQ(l.moe_router_fusion, !nemotron) << r.id;
+      EXPECT_EQ(l.moe_load_balancing, loss) << r.id;
+      ++rows;
+    }
+  }
+  EXPECT_EQ(rows, 10u + 12 + 20 + 25 + 4 + 20 + 30);
+}
+
 // A row may take a bundled model's architecture (what the row's fields cannot say: MLA, the
 // dense first layers, the shared expert, MTP) at its own sequence length.
 TEST(PublishedRuns, ARowOfABundledModel) {

@@ -51,7 +51,9 @@ OperatorTiming ComputeModel::timing(const OperatorCost& op) const {
   t.launch = options_.kernel_launch_overhead * std::max(0, op.kernels);
   t.host = options_.host_gemm_issue * std::max(0, op.host_issued_kernels);
   const int host_issued = std::max(0, op.host_issued_kernels);
-  const int dispatched = op.graph_replayed ? 0 : std::max(0, op.kernels - host_issued);
+  const int dispatched = op.graph_replayed        ? 0
+                         : op.host_dispatches >= 0 ? op.host_dispatches
+                                                   : std::max(0, op.kernels - host_issued);
   t.issue = t.host + options_.host_dispatch * dispatched;
   Time bound = std::max(t.compute, t.memory);
   // An operator that can never finish (a zero rate) stays at Time::max() instead of overflowing.

@@ -118,6 +118,11 @@ struct OperatorCost {
   /// the device): the operator then takes at least that many host issue times
   /// (ComputeModelOptions::host_gemm_issue), whatever the GPU's speed.
   int host_issued_kernels = 0;
+  /// The host's dispatches (t_dispatch each, compute_model.h) where they are fewer than its
+  /// kernels: a run of small PyTorch ops folded into the routine that issues them, as t_dispatch
+  /// was fitted with a module's small kernels folded into its operator. -1: one per kernel that
+  /// is not host-issued.
+  int host_dispatches = -1;
   /// Its kernels are replayed from a CUDA graph: the host issues them without its per-kernel
   /// dispatch (ComputeModelOptions::host_dispatch).
   bool graph_replayed = false;

@@ -162,6 +162,19 @@ class OperatorList {
   }
   void fuse_rope(bool on) { rope_fused_ = on; }
 
+  // A router operator (router_cost.h): `matrix_bytes` per score matrix, a vector operation
+  // per element moved.
+  void router_passes(const std::string& name, const RouterPasses& passes, double matrix_bytes) {
+    auto cost = [&](const RouterPass& p) {
+      const double bytes = p.score_matrices * matrix_bytes;
+      OperatorCost c = memory_bound_cost(Bytes(bytes), Flops(bytes / kFp32Bytes), activation_);
+      c.kernels = p.kernels;
+      c.host_dispatches = p.dispatches;
+      return c;
+    };
+    ops_.push_back({name, cost(passes.forward), cost(passes.backward), false, Bytes(), Bytes()});
+  }
+
   // Keeps its input for the backward.
   void norm(const std::string& name, const ModelConfig& model, double tokens, double width) {
     const double per_element = model.norm == NormKind::kLayerNorm ? kLayerNormFlops : kRmsNormFlops;
@@ -637,8 +650,28 @@ void add_mamba(OperatorList& ops, const ModelConfig& m, const ShardingFactors& s
   ops.residual("mamba_residual", z.sp_tokens, z.hidden, m.hidden_dropout > 0);
 }
 
+// The router's selection and loss after its GEMM: in training as the recipe runs them
+// (router_cost.h); a serving step's (`recipe` none) as one fused kernel that reads the scores in
+// fp32 and writes the chosen experts and weights.
+void add_router(OperatorList& ops, const MoeConfig& moe, const std::optional<RouterRecipe>& recipe, double tokens) {
+  const double experts = moe.experts;
+  if (!recipe) {
+    ops.memory("router_topk", tokens * (experts * kFp32Bytes + moe.top_k * 2 * kFp32Bytes),
+               kSoftmaxFlops * tokens * experts);
+  } else {
+    const double matrix = tokens * experts * kFp32Bytes;
+    ops.router_passes("router_topk", router_topk_passes(moe, recipe->fused), matrix);
+    if (recipe->loss != LoadBalancingLoss::kNone) {
+      ops.router_passes("router_load_balancing_loss", router_loss_passes(moe, *recipe), matrix);
+      ops.keep(tokens * experts, kFp32Bytes);  // its scores, for their gradient
+    }
+  }
+  ops.keep(tokens * (experts + moe.top_k), kFp32Bytes);  // probabilities and chosen weights
+}
+
 void add_moe(OperatorList& ops, const ModelConfig& m, const ShardingFactors& sh, const LocalSizes& z,
-             const RecomputeModules& recompute, ExpertGemms expert_gemms, bool sort_received_tokens) {
+             const RecomputeModules& recompute, ExpertGemms expert_gemms, bool sort_received_tokens,
+             const std::optional<RouterRecipe>& router) {
   const MoeConfig& moe = *m.moe;
   const double e = ops.element_bytes();
   const double experts = moe.experts;
@@ -652,10 +685,7 @@ void add_moe(OperatorList& ops, const ModelConfig& m, const ShardingFactors& sh,
   ops.in_module(QuantModule::kMoeLatent);
   if (moe.latent > 0) ops.gemm("moe_latent_down_proj", z.sp_tokens, width, z.hidden);
   ops.in_module(QuantModule::kExperts);
-  // Scores read in fp32; the chosen expert ids and weights written (4 bytes each).
-  ops.memory("router_topk", z.sp_tokens * (experts * kFp32Bytes + top_k * 2 * kFp32Bytes),
-             kSoftmaxFlops * z.sp_tokens * experts);
-  ops.keep(z.sp_tokens * (experts + top_k), kFp32Bytes);  // probabilities and chosen weights
+  add_router(ops, moe, router, z.sp_tokens);
   // Routed token-slots this GPU computes, on average, and its experts' FFN width.
   const int etp = sh.expert_tp > 0 ? sh.expert_tp : sh.tp;
   const double slots = sh.experts_in_tp_group ? z.tokens * top_k / sh.ep : z.tokens * top_k * etp / sh.tp;
@@ -836,6 +866,7 @@ struct LayerRecipe {
   Fp4Recipe fp4 = Fp4Recipe::kNvfp4;
   bool rope_fusion = true;
   bool sort_received_tokens = false;
+  std::optional<RouterRecipe> router;  ///< training's; none in a serving step
 };
 
 std::vector<ModelOperator> layer_ops(const ModelConfig& m, int layer, const LocalSizes& z, const LayerRecipe& r,
@@ -862,7 +893,7 @@ std::vector<ModelOperator> layer_ops(const ModelConfig& m, int layer, const Loca
     ops.recompute_norm(recompute.layernorm && m.is_moe_layer(layer), z.sp_tokens * z.hidden);  // else fused into fc1
   }
   if (m.is_moe_layer(layer)) {
-    add_moe(ops, m, sh, z, recompute, r.expert_gemms, r.sort_received_tokens);
+    add_moe(ops, m, sh, z, recompute, r.expert_gemms, r.sort_received_tokens, r.router);
   } else {
     ops.in_module(QuantModule::kMlp);
     ops.mlp("mlp_", m, z.tokens, static_cast<double>(m.ffn) / sh.tp, z.hidden, own_norm ? z.sp_tokens * z.hidden : 0.0,
@@ -910,7 +941,8 @@ std::vector<ModelOperator> layer_operators(const ModelConfig& m, int layer, cons
                            batch.fp8_recipe,
                            batch.fp4_recipe,
                            batch.rope_fusion,
-                           batch.sort_received_tokens};
+                           batch.sort_received_tokens,
+                           batch.router};
   return layer_ops(m, layer, LocalSizes(m, batch, sh), recipe, sh);
 }
 

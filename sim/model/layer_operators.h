@@ -102,6 +102,7 @@
 #include "compute/operator_cost.h"
 #include "units/units.h"
 #include "model/model_config.h"
+#include "model/router_cost.h"
 
 namespace parallax {
 
@@ -225,6 +226,9 @@ struct MicroBatch {
   /// regroups the rows it receives from by-source to by-expert after the dispatch, and back
   /// before the combine (sort_chunks_by_idxs); DeepEP and HybridEP receive them grouped.
   bool sort_received_tokens = false;
+  /// The MoE router's top-k and load-balancing loss (router_cost.h): Megatron's defaults,
+  /// unfused with an aux loss.
+  RouterRecipe router{};
 };
 
 /// One sequence of a serving step: q_len new tokens after kv_len − q_len cached ones

@@ -17,6 +17,12 @@ nlohmann::ordered_json moe_block(const MoeConfig& moe) {
   j["layer_frequency"] = moe.layer_frequency;
   j["dense_layers"] = moe.dense_layers;
   if (moe.latent > 0) j["latent_size"] = moe.latent;
+  if (moe.router_score != RouterScore::kSoftmax) j["router_score"] = to_string(moe.router_score);
+  if (moe.router_expert_bias) j["router_expert_bias"] = true;
+  if (moe.router_group_topk > 0) {
+    j["router_groups"] = moe.router_groups;
+    j["router_group_topk"] = moe.router_group_topk;
+  }
   return j;
 }
 

@@ -7,6 +7,12 @@ namespace parallax {
 const char* to_string(MlpKind k) { return k == MlpKind::kGated ? "swiglu" : "gelu"; }
 const char* to_string(NormKind k) { return k == NormKind::kRmsNorm ? "rmsnorm" : "layernorm"; }
 const char* to_string(PositionEmbedding p) { return p == PositionEmbedding::kRotary ? "rotary" : "learned"; }
+const char* to_string(RouterScore s) { return s == RouterScore::kSigmoid ? "sigmoid" : "softmax"; }
+std::optional<RouterScore> router_score_from(const std::string& name) {
+  if (name == "softmax") return RouterScore::kSoftmax;
+  if (name == "sigmoid") return RouterScore::kSigmoid;
+  return std::nullopt;
+}
 
 const char* to_string(LayerKind k) {
   switch (k) {
@@ -128,6 +134,17 @@ std::string ModelConfig::problem() const {
     if (moe->first_dense_layers < 0) return "moe.first_dense_layers must be zero or more";
     if (moe->layer_frequency <= 0) return "moe.layer_frequency must be positive";
     if (moe->latent < 0) return "moe.latent_size must be zero (none) or positive";
+    if (moe->router_groups < 0 || moe->router_group_topk < 0) return "moe.router_groups and router_group_topk must be zero or more";
+    if (moe->router_group_topk > 0) {
+      // Megatron's group_limited_topk: equal groups, top_k / group_topk experts from each chosen group.
+      if (moe->router_groups <= 0 || moe->experts % moe->router_groups != 0) {
+        return "moe.router_groups=" + s(moe->router_groups) + " must divide experts=" + s(moe->experts);
+      }
+      if (moe->router_group_topk > moe->router_groups || moe->top_k % moe->router_group_topk != 0) {
+        return "moe.router_group_topk=" + s(moe->router_group_topk) + " must be at most router_groups=" +
+               s(moe->router_groups) + " and divide top_k=" + s(moe->top_k);
+      }
+    }
   }
   if (mtp_layers < 0) return "mtp_layers must be zero or more";
   if (!(attention_dropout >= 0 && attention_dropout < 1)) return "attention_dropout must be in [0, 1)";

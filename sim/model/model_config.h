@@ -20,10 +20,16 @@ enum class MlpKind : uint8_t { kGated, kPlain };
 enum class NormKind : uint8_t { kRmsNorm, kLayerNorm };
 /// Rotary embeddings have no parameters; learned ones are a max_sequence × hidden table.
 enum class PositionEmbedding : uint8_t { kRotary, kLearned };
+/// How a MoE router scores experts from its logits (Megatron's moe_router_score_function):
+/// softmax (Mixtral, Qwen3, GPT-OSS: the top-k of the logits, then a softmax over them) or an
+/// element-wise sigmoid whose chosen scores are normalised (DeepSeek-V3, Kimi K2, Nemotron 3).
+enum class RouterScore : uint8_t { kSoftmax, kSigmoid };
 
 const char* to_string(MlpKind k);
 const char* to_string(NormKind k);
 const char* to_string(PositionEmbedding p);
+const char* to_string(RouterScore s);
+std::optional<RouterScore> router_score_from(const std::string& name);
 
 /// Mixture of experts. A layer is a MoE layer when layer >= first_dense_layers, layer is a
 /// multiple of layer_frequency, and layer is not listed in dense_layers (DeepSeek's rule, with
@@ -43,6 +49,15 @@ struct MoeConfig {
   int64_t latent = 0;
   /// The width the routed experts read and write: the latent, or the hidden size.
   int64_t expert_width(int64_t hidden) const { return latent > 0 ? latent : hidden; }
+  RouterScore router_score = RouterScore::kSoftmax;
+  /// A per-expert bias added to the scores that choose the experts, not to their weights
+  /// (DeepSeek-V3's auxiliary-loss-free balancing, e_score_correction_bias).
+  bool router_expert_bias = false;
+  /// Group-limited routing (DeepSeek's n_group, topk_group): the experts in `router_groups`
+  /// equal groups, the top-k taken within the `router_group_topk` groups whose best
+  /// top_k / router_group_topk scores sum highest. 0: plain top-k.
+  int router_groups = 0;
+  int router_group_topk = 0;
 };
 
 /// DeepSeek-V2/V3 multi-head latent attention: queries through a rank-q_lora_rank bottleneck

@@ -222,6 +222,11 @@ void read_qwen3_moe(HfFields& f, ModelConfig& m) {
 
 // DeepSeek's names for the routed and shared experts (DeepSeek-V3, Nemotron-H): each shared
 // expert as wide as a routed one unless the family says otherwise.
+void read_router_groups(HfFields& f, MoeConfig& moe) {
+  moe.router_group_topk = static_cast<int>(f.non_negative_or("topk_group", 0, kMaxCount));
+  if (moe.router_group_topk > 0) moe.router_groups = f.count("n_group");
+}
+
 MoeConfig read_routed_experts(HfFields& f) {
   MoeConfig moe;
   moe.experts = f.count("n_routed_experts");
@@ -231,6 +236,22 @@ MoeConfig read_routed_experts(HfFields& f) {
   moe.shared_experts = static_cast<int>(f.non_negative_or("n_shared_experts", 0, kMaxCount));
   moe.shared_expert_ffn = moe.expert_ffn;
   return moe;
+}
+
+// DeepSeek's router (DeepseekV3Config, its defaults): scoring_func sigmoid or softmax;
+// topk_method noaux_tc, the scores' bias that chooses the experts; n_group and topk_group, the
+// group-limited top-k wherever topk_group is given (as Megatron's `if group_topk` reads it).
+void read_deepseek_router(HfFields& f, MoeConfig& moe) {
+  if (f.present("scoring_func")) {
+    JsonReader v = f.at("scoring_func");
+    const auto score = router_score_from(v.as_string());
+    if (!score) v.fail("unknown scoring function \"" + v.as_string() + "\" (expected sigmoid or softmax)");
+    moe.router_score = *score;
+  } else {
+    moe.router_score = RouterScore::kSigmoid;
+  }
+  moe.router_expert_bias = !f.present("topk_method") || f.at("topk_method").as_string() == "noaux_tc";
+  read_router_groups(f, moe);
 }
 
 void read_deepseek_v3(HfFields& f, ModelConfig& m) {
@@ -260,6 +281,7 @@ void read_deepseek_v3(HfFields& f, ModelConfig& m) {
     MoeConfig moe = read_routed_experts(f);
     moe.first_dense_layers = static_cast<int>(f.non_negative_or("first_k_dense_replace", 0, kMaxCount));
     moe.layer_frequency = f.count_or("moe_layer_freq", 1);
+    read_deepseek_router(f, moe);
     m.moe = moe;
   }
   if (m.moe_layer_count() < m.layers) m.ffn = f.positive("intermediate_size");
@@ -334,6 +356,12 @@ void read_nemotron_h(HfFields& f, ModelConfig& m) {
     MoeConfig moe = read_routed_experts(f);
     moe.shared_expert_ffn = f.positive_or("moe_shared_expert_intermediate_size", moe.expert_ffn);
     moe.latent = f.non_negative_or("moe_latent_size", 0);
+    // transformers' NemotronHTopkRouter: sigmoid scores with e_score_correction_bias, as
+    // Megatron-Bridge's NemotronH bridge sets them (moe_router_score_function sigmoid,
+    // moe_router_enable_expert_bias).
+    moe.router_score = RouterScore::kSigmoid;
+    moe.router_expert_bias = true;
+    read_router_groups(f, moe);
     m.moe = moe;
   }
   if (m.mtp_layers > 0 && !m.moe) f.fail_at("num_nextn_predict_layers", "its MoE layer needs n_routed_experts");
@@ -463,6 +491,15 @@ MoeConfig read_moe_block(JsonReader r, int layers) {
   moe.first_dense_layers = static_cast<int>(block_non_negative(r, "first_dense_layers", 0, kMaxCount));
   moe.layer_frequency = static_cast<int>(block_optional(r, "layer_frequency", kMaxCount).value_or(1));
   moe.latent = block_non_negative(r, "latent_size", 0);
+  moe.router_score = block_choice(r, "router_score", RouterScore::kSoftmax,
+                                  {{"softmax", RouterScore::kSoftmax}, {"sigmoid", RouterScore::kSigmoid}});
+  moe.router_expert_bias = block_flag(r, "router_expert_bias", false);
+  moe.router_groups = static_cast<int>(block_non_negative(r, "router_groups", 0, kMaxCount));
+  moe.router_group_topk = static_cast<int>(block_non_negative(r, "router_group_topk", 0, kMaxCount));
+  if (moe.router_group_topk > 0 && (moe.router_groups == 0 || moe.experts % moe.router_groups != 0)) {
+    r.fail_at(r.find("router_groups") ? "router_groups" : "router_group_topk",
+              "router_groups=" + std::to_string(moe.router_groups) + " does not divide experts=" + std::to_string(moe.experts));
+  }
   if (auto list = r.find("dense_layers")) {
     for (const JsonReader& e : list->elements()) {
       int64_t i = e.as_int();

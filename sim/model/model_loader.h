@@ -12,8 +12,9 @@
 //    `use_sliding_window`, from `max_window_layers` on) or `layer_types` (GPT-OSS: alternate
 //    layers when it is absent); GPT-NeoX's `use_parallel_residual` (default true) is the
 //    parallel block.
-//    Not modelled: GPT-NeoX's partial rotary (no parameters), DeepSeek's router bias
-//    (e_score_correction_bias, 256 numbers per layer), GPT-OSS's router bias and per-head
+//    MoE routers: DeepSeek's scoring_func, topk_method (noaux_tc: the expert bias) and
+//    n_group / topk_group; Nemotron-H's sigmoid with its bias; the others a softmax.
+//    Not modelled: GPT-NeoX's partial rotary (no parameters), GPT-OSS's router bias and per-head
 //    softmax offsets ("sinks"), embedding dropout. Dropout
 //    probabilities: attn_pdrop / resid_pdrop (GPT-2, default 0.1 each, as GPT2Config),
 //    attention_dropout / hidden_dropout (GPT-NeoX), attention_dropout (the Llama family and
@@ -28,7 +29,8 @@
 //        "sliding_window_layers": 1.0, "parallel_block": false,
 //        "moe": { "experts": 8, "top_k": 2, "expert_ffn": 14336, "shared_experts": 0,
 //                 "shared_expert_ffn": 14336, "first_dense_layers": 0, "layer_frequency": 1,
-//                 "dense_layers": [], "latent_size": 0 },
+//                 "dense_layers": [], "latent_size": 0, "router_score": "softmax" | "sigmoid",
+//                 "router_expert_bias": false, "router_groups": 0, "router_group_topk": 0 },
 //        "mla": { "q_lora_rank": 1536, "kv_lora_rank": 512, "qk_nope_head_dim": 128,
 //                 "qk_rope_head_dim": 64, "v_head_dim": 128 },
 //        "mtp_layers": 0, "mtp_repeated": false, "hybrid_pattern": "MEM*E",

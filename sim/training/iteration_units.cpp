@@ -204,7 +204,8 @@ MicroBatch micro_batch_of(const ParallelLayout& layout) {
                     layout.recompute == Recomputation::kSelectiveOp,
                     layout.module_precision,
                     layout.rope_fusion,
-                    layout.moe_dispatcher == MoeDispatcher::kAllToAll};
+                    layout.moe_dispatcher == MoeDispatcher::kAllToAll,
+                    RouterRecipe{layout.moe_router_fusion, layout.moe_load_balancing}};
 }
 
 ShardingFactors sharding_of(const ParallelLayout& layout) {

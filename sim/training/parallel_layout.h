@@ -167,6 +167,12 @@ struct ParallelLayout {
   /// RoPE); false: eager PyTorch ops, 6× the bytes (Megatron-Bridge turns fusion off for any
   /// other position embedding, YaRN among them, and Megatron Core's fused RoPE refuses YaRN's mscale).
   bool rope_fusion = true;
+  /// MoE layers: the router's top-k and load-balancing loss as Transformer Engine's fused
+  /// kernels (Megatron's moe_router_fusion, default off: PyTorch ops, router_cost.h).
+  bool moe_router_fusion = false;
+  /// The load-balancing loss the recipe trains with (Megatron's moe_router_load_balancing_type
+  /// with a coefficient above zero; its default type, aux_loss; none for GPT-OSS's recipes).
+  LoadBalancingLoss moe_load_balancing = LoadBalancingLoss::kAux;
   CudaGraphs cuda_graphs = CudaGraphs::kNone;
   CudaGraphScope cuda_graph_scope;  ///< with CudaGraphs::kScoped
   /// MoE layers with EP: the shared experts' kernels run on a stream of their own beside the

@@ -233,6 +233,9 @@ void read_sharding(const nlohmann::json& l, const std::string& where, PublishedL
 void read_kernel_choices(const nlohmann::json& l, const std::string& where, PublishedLayout& p) {
   p.moe_dispatcher = opt_choice(l, "moe_dispatcher", where, "alltoall", moe_dispatcher_from, "MoE token dispatcher",
                                 "alltoall, flex");
+  p.moe_router_load_balancing =
+      opt_choice(l, "moe_router_load_balancing", where, "aux_loss", load_balancing_loss_from, "load-balancing loss",
+                 "none, aux_loss, seq_aux_loss, global_aux_loss");
   p.expert_gemm = opt_choice(l, "expert_gemm", where, "per_expert", expert_gemms_from, "expert GEMM issue",
                              "per_expert, grouped");
   p.cp_comm = opt_choice(l, "cp_comm", where, "ring", context_parallel_comm_from, "context-parallel communication",
@@ -244,6 +247,7 @@ void read_kernel_choices(const nlohmann::json& l, const std::string& where, Publ
                             std::pair{"fp8_param_gather", &p.fp8_param_gather},
                             std::pair{"tp_comm_overlap", &p.tp_comm_overlap},
                             std::pair{"rope_fusion", &p.rope_fusion},
+                            std::pair{"moe_router_fusion", &p.moe_router_fusion},
                             std::pair{"moe_shared_expert_overlap", &p.moe_shared_expert_overlap},
                             std::pair{"moe_a2a_overlap", &p.moe_a2a_overlap},
                             std::pair{"account_for_embedding_in_pipeline_split", &p.account_for_embedding},
@@ -368,6 +372,8 @@ ParallelLayout parallel_layout_of(const PublishedRun& run) {
   l.fp8_param_gather = run.layout.fp8_param_gather;
   l.tp_comm_overlap = run.layout.tp_comm_overlap;
   l.rope_fusion = run.layout.rope_fusion;
+  l.moe_router_fusion = run.layout.moe_router_fusion;
+  l.moe_load_balancing = load_balancing_loss_from(run.layout.moe_router_load_balancing).value_or(LoadBalancingLoss::kAux);
   l.moe_shared_expert_overlap = run.layout.moe_shared_expert_overlap;
   l.moe_a2a_overlap = run.layout.moe_a2a_overlap;
   l.cpu_offloading_layers = run.layout.cpu_offloading_layers;

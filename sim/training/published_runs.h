@@ -38,6 +38,10 @@ struct PublishedLayout {
   bool tp_comm_overlap = false;
   /// The rotary embedding fused (Megatron's apply_rope_fusion); false: eager PyTorch ops.
   bool rope_fusion = true;
+  /// MoE rows: the router's fused kernels (Megatron's moe_router_fusion) and the recipe's
+  /// load-balancing loss (ParallelLayout::moe_load_balancing; "aux_loss" unless the row says).
+  bool moe_router_fusion = false;
+  std::string moe_router_load_balancing = "aux_loss";
   /// MoE rows: shared experts beside the dispatch (Megatron's --moe-shared-expert-overlap).
   bool moe_shared_expert_overlap = false;
   bool moe_a2a_overlap = false;

@@ -25,6 +25,11 @@ ContextParallelComm cp_comm_from(const std::string& s, const std::string& file, 
   throw InputError(file, where, "unknown context-parallel communication \"" + s + "\" (expected ring or ulysses)");
 }
 
+LoadBalancingLoss load_balancing_of(const std::string& s, const std::string& file, const std::string& where) {
+  if (auto l = load_balancing_loss_from(s)) return *l;
+  throw InputError(file, where, "unknown load-balancing loss \"" + s + "\" (expected none, aux_loss, seq_aux_loss or global_aux_loss)");
+}
+
 MoeDispatcher moe_dispatcher_of(const std::string& s, const std::string& file, const std::string& where) {
   if (auto d = moe_dispatcher_from(s)) return *d;
   throw InputError(file, where, "unknown MoE token dispatcher \"" + s + "\" (expected alltoall or flex)");
@@ -260,6 +265,10 @@ void read_memory_and_overlap(JsonReader& p, const std::string& path, ParallelLay
   read_bool(p, "param_gather_per_tensor", l.param_gather_per_tensor);
   read_bool(p, "tp_comm_overlap", l.tp_comm_overlap);
   read_bool(p, "rope_fusion", l.rope_fusion);
+  read_bool(p, "moe_router_fusion", l.moe_router_fusion);
+  if (auto v = p.find("moe_router_load_balancing")) {
+    l.moe_load_balancing = load_balancing_of(v->as_string(), path, v->pointer());
+  }
   read_bool(p, "moe_shared_expert_overlap", l.moe_shared_expert_overlap);
   read_bool(p, "moe_a2a_overlap", l.moe_a2a_overlap);
   if (auto v = p.find("rank_order")) l.rank_order = v->as_string();
@@ -373,6 +382,10 @@ void apply_overrides(const WorkloadOverrides& a, ParallelLayout& l, bool& dp_giv
   if (a.sequence_parallel) l.sequence_parallel = *a.sequence_parallel;
   if (a.tp_comm_overlap) l.tp_comm_overlap = *a.tp_comm_overlap;
   if (a.rope_fusion) l.rope_fusion = *a.rope_fusion;
+  if (a.moe_router_fusion) l.moe_router_fusion = *a.moe_router_fusion;
+  if (!a.moe_router_load_balancing.empty()) {
+    l.moe_load_balancing = load_balancing_of(a.moe_router_load_balancing, "", "--moe-router-load-balancing");
+  }
   if (a.moe_shared_expert_overlap) l.moe_shared_expert_overlap = *a.moe_shared_expert_overlap;
   if (a.moe_a2a_overlap) l.moe_a2a_overlap = *a.moe_a2a_overlap;
   if (a.cpu_offloading_layers) l.cpu_offloading_layers = *a.cpu_offloading_layers;

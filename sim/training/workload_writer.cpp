@@ -63,6 +63,8 @@ nlohmann::ordered_json parallel_block(const ParallelLayout& l) {
   if (l.param_gather_per_tensor) p["param_gather_per_tensor"] = true;
   p["tp_comm_overlap"] = l.tp_comm_overlap;
   if (!l.rope_fusion) p["rope_fusion"] = false;
+  if (l.moe_router_fusion) p["moe_router_fusion"] = true;
+  if (l.moe_load_balancing != LoadBalancingLoss::kAux) p["moe_router_load_balancing"] = to_string(l.moe_load_balancing);
   if (l.moe_shared_expert_overlap) p["moe_shared_expert_overlap"] = true;
   if (l.moe_a2a_overlap) p["moe_a2a_overlap"] = true;
   if (l.cpu_offloading_layers > 0) p["cpu_offloading_layers"] = l.cpu_offloading_layers;

@@ -44,7 +44,8 @@ struct TrainArgs {
   std::string workload;
   std::optional<int> tp, pp, dp, vpp, cp, ep, expert_tp, zero, nodes, cpu_offloading_layers, recompute_layers;
   std::optional<int64_t> micro_batch, global_batch, sequence;
-  std::string schedule, recompute, dtype, cp_comm, attention, moe_dispatcher, expert_gemm, cuda_graphs;
+  std::string schedule, recompute, dtype, cp_comm, attention, moe_dispatcher, expert_gemm, cuda_graphs,
+      moe_router_load_balancing;
   std::string network = "flow";
   std::string json;
   std::string trace;
@@ -52,7 +53,7 @@ struct TrainArgs {
   std::optional<double> sustained_fraction;
   std::string measured_step;  // a time string: fit σ to it
   std::string sequence_parallel, tp_comm_overlap, grad_reduce_overlap, param_gather_prefetch,
-      param_gather_per_tensor, moe_shared_expert_overlap, moe_a2a_overlap, rope_fusion;  // "on" / "off"
+      param_gather_per_tensor, moe_shared_expert_overlap, moe_a2a_overlap, rope_fusion, moe_router_fusion;  // "on" / "off"
   std::string rank_order;
   std::optional<std::string> recompute_modules, module_precision;
   bool explain = false;
@@ -95,6 +96,8 @@ Job read_job(const TrainArgs& a) {
   o.sequence_parallel = switch_of(a.sequence_parallel);
   o.tp_comm_overlap = switch_of(a.tp_comm_overlap);
   o.rope_fusion = switch_of(a.rope_fusion);
+  o.moe_router_fusion = switch_of(a.moe_router_fusion);
+  o.moe_router_load_balancing = a.moe_router_load_balancing;
   o.moe_shared_expert_overlap = switch_of(a.moe_shared_expert_overlap);
   o.moe_a2a_overlap = switch_of(a.moe_a2a_overlap);
   o.grad_reduce_overlap = switch_of(a.grad_reduce_overlap);
@@ -341,6 +344,9 @@ void add_train_command(CLI::App& app) {
                   "MoE token dispatch: alltoall, or flex (DeepEP / HybridEP: a token sent once to each node and GPU holding its "
                   "experts)");
   cmd->add_option("--ep", args->ep, "expert-parallel size");
+  cmd->add_option("--moe-router-load-balancing", args->moe_router_load_balancing,
+                  "the MoE load-balancing loss trained with: none, aux_loss, seq_aux_loss or global_aux_loss")
+      ->check(CLI::IsMember({"none", "aux_loss", "seq_aux_loss", "global_aux_loss"}));
   cmd->add_option("--expert-gemm", args->expert_gemm,
                   "MoE experts' GEMMs: per_expert (the host issues one per local expert after reading their rows back: "
                   "Megatron-Core's default) or grouped (one device-side grouped kernel, or a CUDA graph)");
@@ -374,6 +380,9 @@ void add_train_command(CLI::App& app) {
                                    std::tuple{"--tp-comm-overlap", &args->tp_comm_overlap, "TP collectives pipelined with the GEMMs"},
                                    std::tuple{"--rope-fusion", &args->rope_fusion,
                                               "the rotary embedding as one fused kernel (off: eager PyTorch ops, as Megatron runs YaRN)"},
+                                   std::tuple{"--moe-router-fusion", &args->moe_router_fusion,
+                                              "the MoE router's top-k and load-balancing loss as Transformer Engine's fused "
+                                              "kernels (Megatron's moe_router_fusion; off: PyTorch ops)"},
                                    std::tuple{"--moe-shared-expert-overlap", &args->moe_shared_expert_overlap,
                                               "MoE shared experts beside the EP dispatch and combine"},
                                    std::tuple{"--moe-a2a-overlap", &args->moe_a2a_overlap,
