@@ -730,7 +730,8 @@ TEST(ExpertGemms, ClampedGatedActivationClampsAndConcatenatesInEagerPyTorch) {
   // activation clamps the fc1 output's halves (swiglu_limit) and concatenates them before
   // Megatron-Core's fused quick-GEGLU when TEGroupedMLP issues them: per element of one half,
   // 8 bf16 element sizes forward (two clamps read and write a half each, the cat both halves),
-  // 15 backward (the clamps' masks and wheres, the chunk's cat), 3 and 7 kernels; the clamped
+  // 15 backward (the clamps' masks and wheres, the chunk's cat), 3 and 7 kernels, one host
+  // dispatch each pass (one Python routine); the clamped
   // copy of both halves is kept besides the fc1 output. Recomputed with moe_act, it keeps
   // nothing more; a device-side grouped MLP (or a model without the clamp) runs no such op.
   const ModelConfig m = bundled("gpt-oss-120b");
@@ -745,6 +746,8 @@ TEST(ExpertGemms, ClampedGatedActivationClampsAndConcatenatesInEagerPyTorch) {
   EXPECT_DOUBLE_EQ(clamp.backward.bytes_read_written.value(), 15 * 2 * half);
   EXPECT_EQ(clamp.forward.kernels, 3);
   EXPECT_EQ(clamp.backward.kernels, 7);
+  EXPECT_EQ(clamp.forward.host_dispatches, 1);
+  EXPECT_EQ(clamp.backward.host_dispatches, 1);
   EXPECT_DOUBLE_EQ(clamp.saved.value(), 2 * 2 * half);
   EXPECT_FALSE(clamp.recomputed);
   mb.recompute.moe_act = true;
