@@ -322,6 +322,29 @@ TEST(IterationExpertParallel, ExplainOffersGroupedExpertGemmsOnlyToMoeLayersIssu
   EXPECT_FALSE(knob(test::tiny(8), moe_layout(1, 1)));
 }
 
+// An unfused router (Megatron's default) is offered Transformer Engine's fused kernels: fewer
+// passes over the scores and fewer kernels, so the iteration is shorter. Fused, or a dense model,
+// it is not offered.
+TEST(IterationExpertParallel, ExplainOffersTheFusedRouterToUnfusedMoeLayers) {
+  const Topology topo = toy_cluster(2);
+  auto knob = [&](const ModelConfig& model, const ParallelLayout& layout) -> std::optional<Suggestion> {
+    const IterationResult base = simulate_iteration(model, layout, topo);
+    for (const Suggestion& s : explain_layout(model, layout, topo, IterationOptions{}, base)) {
+      if (s.flags == "--moe-router-fusion on") return s;
+    }
+    return std::nullopt;
+  };
+  const std::optional<Suggestion> s = knob(tiny_moe(), moe_layout(2, 2));
+  ASSERT_TRUE(s);
+  EXPECT_LT(s->delta, Time::zero());
+  EXPECT_TRUE(s->layout.moe_router_fusion);
+  EXPECT_EQ(s->overrides.moe_router_fusion, std::optional<bool>(true));
+  ParallelLayout fused = moe_layout(2, 2);
+  fused.moe_router_fusion = true;
+  EXPECT_FALSE(knob(tiny_moe(), fused));
+  EXPECT_FALSE(knob(test::tiny(8), moe_layout(2, 1)));
+}
+
 // A layout that recomputes its MoE blocks (Megatron's "moe" module) is offered the same module
 // list without it, as flags that say the rest; it saves the blocks' second forward.
 TEST(IterationExpertParallel, ExplainOffersToKeepRecomputedMoeBlocks) {

@@ -37,6 +37,9 @@ std::vector<Knob> knobs(const ModelConfig& model) {
          l.expert_gemms = ExpertGemms::kGrouped;
          o.expert_gemm = "grouped";
        }},
+      {"fused router (Megatron's moe_router_fusion)", "--moe-router-fusion on",
+       [moe = model.moe.has_value()](const ParallelLayout& l) { return moe && !l.moe_router_fusion; },
+       [](ParallelLayout& l, WorkloadOverrides& o) { l.moe_router_fusion = true; o.moe_router_fusion = true; }},
       {"grad_reduce_overlap on", "--grad-reduce-overlap on",
        [](const ParallelLayout& l) { return l.dp * l.cp > 1 && !l.grad_reduce_overlap; },
        [](ParallelLayout& l, WorkloadOverrides& o) { l.grad_reduce_overlap = true; o.grad_reduce_overlap = true; }},
