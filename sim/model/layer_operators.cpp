@@ -413,8 +413,9 @@ class OperatorList {
   // ge, le, logical_and on the two-sided half) and a where over the incoming gradient (about 3.5
   // and 7 element sizes), and the chunk's gradient a cat of the two (4): 15, 7 kernels. One
   // Python routine each pass: the host dispatches it once (router_cost.h's reading of t_dispatch,
-  // which folds a module's small kernels into its operator). The clamps keep the fc1 output, the activation the cat: one more copy of both halves, unless
-  // the activation is recomputed (Megatron's CheckpointWithoutOutput keeps only its input).
+  // which folds a module's small kernels into its operator). The clamps keep the fc1 output, the
+  // activation the cat: one more copy of both halves, unless the activation is recomputed
+  // (Megatron's CheckpointWithoutOutput keeps only its input).
   void glu_clamp(const std::string& prefix, double half_elements, bool kept) {
     OperatorCost forward = memory_bound_cost(Bytes(8.0 * half_elements * element_), Flops(2.0 * half_elements), activation_);
     forward.kernels = 3;

@@ -220,13 +220,15 @@ void read_qwen3_moe(HfFields& f, ModelConfig& m) {
   if (m.moe_layer_count() < m.layers) m.ffn = f.positive("intermediate_size");
 }
 
-// DeepSeek's names for the routed and shared experts (DeepSeek-V3, Nemotron-H): each shared
-// expert as wide as a routed one unless the family says otherwise.
+// DeepSeek's group-limited routing keys (DeepSeek-V3, Nemotron-H): n_group groups, the top-k
+// within topk_group of them wherever topk_group is given (as Megatron's `if group_topk` reads it).
 void read_router_groups(HfFields& f, MoeConfig& moe) {
   moe.router_group_topk = static_cast<int>(f.non_negative_or("topk_group", 0, kMaxCount));
   if (moe.router_group_topk > 0) moe.router_groups = f.count("n_group");
 }
 
+// DeepSeek's names for the routed and shared experts (DeepSeek-V3, Nemotron-H): each shared
+// expert as wide as a routed one unless the family says otherwise.
 MoeConfig read_routed_experts(HfFields& f) {
   MoeConfig moe;
   moe.experts = f.count("n_routed_experts");
@@ -239,8 +241,7 @@ MoeConfig read_routed_experts(HfFields& f) {
 }
 
 // DeepSeek's router (DeepseekV3Config, its defaults): scoring_func sigmoid or softmax;
-// topk_method noaux_tc, the scores' bias that chooses the experts; n_group and topk_group, the
-// group-limited top-k wherever topk_group is given (as Megatron's `if group_topk` reads it).
+// topk_method noaux_tc, the scores' bias that chooses the experts; the groups.
 void read_deepseek_router(HfFields& f, MoeConfig& moe) {
   if (f.present("scoring_func")) {
     JsonReader v = f.at("scoring_func");

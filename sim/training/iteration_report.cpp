@@ -104,10 +104,8 @@ std::string layout_description(const ParallelLayout& l) {
   }
   if (l.attention == AttentionKernel::kUnfused) s += ", unfused attention";
   if (!l.rope_fusion) s += ", unfused RoPE";
-  if (l.ep > 1 || l.moe_router_fusion) {
-    s += std::string(l.moe_router_fusion ? ", fused router" : "") +
-         (l.moe_load_balancing != LoadBalancingLoss::kAux ? ", load balancing " + std::string(to_string(l.moe_load_balancing)) : "");
-  }
+  if (l.moe_router_fusion) s += ", fused router";
+  if (l.moe_load_balancing != LoadBalancingLoss::kAux) s += ", load balancing " + std::string(to_string(l.moe_load_balancing));
   if (l.cuda_graphs != CudaGraphs::kNone) s += ", CUDA graphs (" + to_string(l.cuda_graphs, l.cuda_graph_scope) + ")";
   if (l.recompute_modules.any() && l.recompute != Recomputation::kFull) s += ", recompute " + to_string(l.recompute_modules);
   if (l.zero_stage == ZeroStage::kStage3 && l.dp * l.cp > 1 && (l.param_gather_per_tensor || !l.param_gather_prefetch)) {
