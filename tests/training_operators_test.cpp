@@ -714,6 +714,17 @@ TEST(ExpertGemms, PerExpertBiasesAreAddedInEagerPyTorchOnePassPerExpert) {
   EXPECT_EQ(bias.forward.kernels, 16 + 1);
   EXPECT_EQ(bias.backward.kernels, 16);
   EXPECT_EQ(bias.forward.host_issued_kernels, 0);
+  // Under DeepEP or HybridEP the routing weights arrive in fp32 and PyTorch promotes the sum and
+  // the cat to fp32, then casts back: 2·2 + 24 = 28 bytes a slot element forward, 2·2 + 32 = 36
+  // backward, a cast kernel more each way.
+  mb.fp32_routing_weights = true;
+  const auto fp32_ops = layer_operators(m, 1, mb, ep8);
+  const ModelOperator& wide = find(fp32_ops, "expert_output_bias");
+  EXPECT_DOUBLE_EQ(wide.forward.bytes_read_written.value(), 28 * elements);
+  EXPECT_DOUBLE_EQ(wide.backward.bytes_read_written.value(), 36 * elements);
+  EXPECT_EQ(wide.forward.kernels, 16 + 2);
+  EXPECT_EQ(wide.backward.kernels, 16 + 2);
+  mb.fp32_routing_weights = false;
   // It follows the down projection and comes before the unpermutation.
   EXPECT_EQ(position(per_expert, "expert_down_proj") + 1, position(per_expert, "expert_output_bias"));
   EXPECT_LT(position(per_expert, "expert_output_bias"), position(per_expert, "moe_unpermute"));

@@ -133,13 +133,21 @@ class OperatorList {
   // summed over the rows) and of p (g·b, summed over the width), each a product written and
   // read back: 6 element sizes. Issued as one operator per expert each way (its two or four
   // small kernels folded, as t_dispatch counts them), and the cat.
-  void expert_output_bias(double slots, double width, double experts) {
+  // With fp32 routing weights (MicroBatch::fp32_routing_weights) PyTorch promotes b·p, the sum
+  // and the cat to fp32, and `.to()` casts the rows back: forward b·p (4 B), t and b·p read and
+  // the sum written (e + 8), the cat (8), the cast (4 + e): 2e + 24 bytes; backward the incoming
+  // gradient cast up (e + 4), t's gradient cast down (4 + e), b's and p's products written and
+  // read back from the fp32 gradient (2 · 12): 2e + 32 bytes; a cast kernel more each way.
+  void expert_output_bias(double slots, double width, double experts, bool fp32_weights) {
     const double elements = slots * width;
     const int per_expert = static_cast<int>(std::ceil(experts));
-    OperatorCost forward = memory_bound_cost(Bytes(6.0 * elements * element_), Flops(2.0 * elements), activation_);
-    forward.kernels = per_expert + 1;
-    OperatorCost backward = memory_bound_cost(Bytes(6.0 * elements * element_), Flops(4.0 * elements), activation_);
-    backward.kernels = per_expert;
+    const double forward_bytes = fp32_weights ? 2.0 * element_ + 6.0 * kFp32Bytes : 6.0 * element_;
+    const double backward_bytes = fp32_weights ? 2.0 * element_ + 8.0 * kFp32Bytes : 6.0 * element_;
+    const int casts = fp32_weights ? 1 : 0;
+    OperatorCost forward = memory_bound_cost(Bytes(forward_bytes * elements), Flops(2.0 * elements), activation_);
+    forward.kernels = per_expert + 1 + casts;
+    OperatorCost backward = memory_bound_cost(Bytes(backward_bytes * elements), Flops(4.0 * elements), activation_);
+    backward.kernels = per_expert + 2 * casts;
     ops_.push_back({"expert_output_bias", forward, backward, false, Bytes(), Bytes()});
   }
 
@@ -674,7 +682,7 @@ void add_router(OperatorList& ops, const MoeConfig& moe, const std::optional<Rou
 
 void add_moe(OperatorList& ops, const ModelConfig& m, const ShardingFactors& sh, const LocalSizes& z,
              const RecomputeModules& recompute, ExpertGemms expert_gemms, bool sort_received_tokens,
-             const std::optional<RouterRecipe>& router) {
+             bool fp32_routing_weights, const std::optional<RouterRecipe>& router) {
   const MoeConfig& moe = *m.moe;
   const double e = ops.element_bytes();
   const double experts = moe.experts;
@@ -707,7 +715,9 @@ void add_moe(OperatorList& ops, const ModelConfig& m, const ShardingFactors& sh,
   ops.mlp("expert_", m, slots / groups, expert_ffn, width, slots * width, groups, recompute.moe_act);
   ops.clamp_glu(false);
   ops.issue_groups_from_host(false);
-  if (m.mlp_bias && expert_gemms == ExpertGemms::kPerExpert) ops.expert_output_bias(slots, width, groups);
+  if (m.mlp_bias && expert_gemms == ExpertGemms::kPerExpert) {
+    ops.expert_output_bias(slots, width, groups, fp32_routing_weights);
+  }
   if (sorted) ops.memory("moe_unsort_by_expert", 2.0 * slots * width * e, 0.0, 1.0);
   ops.in_module(QuantModule::kMoeLatent);
   ops.memory("moe_unpermute", (slots + z.tokens) * width * e, 2.0 * slots * width);
@@ -869,6 +879,7 @@ struct LayerRecipe {
   Fp4Recipe fp4 = Fp4Recipe::kNvfp4;
   bool rope_fusion = true;
   bool sort_received_tokens = false;
+  bool fp32_routing_weights = false;
   std::optional<RouterRecipe> router;  ///< training's; none in a serving step
 };
 
@@ -896,7 +907,7 @@ std::vector<ModelOperator> layer_ops(const ModelConfig& m, int layer, const Loca
     ops.recompute_norm(recompute.layernorm && m.is_moe_layer(layer), z.sp_tokens * z.hidden);  // else fused into fc1
   }
   if (m.is_moe_layer(layer)) {
-    add_moe(ops, m, sh, z, recompute, r.expert_gemms, r.sort_received_tokens, r.router);
+    add_moe(ops, m, sh, z, recompute, r.expert_gemms, r.sort_received_tokens, r.fp32_routing_weights, r.router);
   } else {
     ops.in_module(QuantModule::kMlp);
     ops.mlp("mlp_", m, z.tokens, static_cast<double>(m.ffn) / sh.tp, z.hidden, own_norm ? z.sp_tokens * z.hidden : 0.0,
@@ -945,6 +956,7 @@ std::vector<ModelOperator> layer_operators(const ModelConfig& m, int layer, cons
                            batch.fp4_recipe,
                            batch.rope_fusion,
                            batch.sort_received_tokens,
+                           batch.fp32_routing_weights,
                            batch.router};
   return layer_ops(m, layer, LocalSizes(m, batch, sh), recipe, sh);
 }

@@ -54,7 +54,8 @@
 // Biased experts issued per expert (ExpertGemms::kPerExpert: Megatron Core's TEGroupedMLP) add
 // the down projection's bias in eager PyTorch, per local expert, weighted by the routing
 // probability, then concatenate the rows (expert_output_bias: 6 element sizes a slot element
-// each way, E + 1 operators issued forward and E backward for E local experts).
+// each way, E + 1 operators issued forward and E backward for E local experts; with fp32
+// routing weights, 2e + 24 and 2e + 32 bytes and a cast kernel more each way).
 // MLA (DeepSeek-V3): the down projections (q_down, kv_down) are replicated across TP ranks and
 // run on the T_sp tokens, the up projections are split by heads; the attention core uses the
 // materialised per-head dims (d_qk = nope + rope = 192, d_v = 128), as training does — the
@@ -226,6 +227,12 @@ struct MicroBatch {
   /// regroups the rows it receives from by-source to by-expert after the dispatch, and back
   /// before the combine (sort_chunks_by_idxs); DeepEP and HybridEP receive them grouped.
   bool sort_received_tokens = false;
+  /// The routing weights reach the experts in fp32: DeepEP and HybridEP take only fp32
+  /// probabilities, so Megatron's flex dispatcher casts them up (token_dispatcher.py, both
+  /// managers' dispatch), and TEGroupedMLP's eager bias then works in fp32 (expert_output_bias).
+  /// The alltoall dispatcher passes the router's own type (16-bit unless moe_router_dtype fp32,
+  /// which no layout knob sets).
+  bool fp32_routing_weights = false;
   /// The MoE router's top-k and load-balancing loss (router_cost.h): Megatron's defaults,
   /// unfused with an aux loss.
   RouterRecipe router{};

@@ -205,6 +205,7 @@ MicroBatch micro_batch_of(const ParallelLayout& layout) {
                     layout.module_precision,
                     layout.rope_fusion,
                     layout.moe_dispatcher == MoeDispatcher::kAllToAll,
+                    layout.ep > 1 && layout.moe_dispatcher == MoeDispatcher::kFlex,
                     RouterRecipe{layout.moe_router_fusion, layout.moe_load_balancing}};
 }
 
