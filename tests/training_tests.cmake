@@ -52,6 +52,16 @@ set_tests_properties(example.train.expert_gemm_grouped PROPERTIES PASS_REGULAR_E
 parallax_refuses(train.bad_expert_gemm_is_refused
                  "--expert-gemm: unknown expert GEMM issue \"sequential\" \\(expected per_expert or grouped\\)"
                  train ${PROJECT_SOURCE_DIR}/workloads/train/mixtral-8x7b-8xdgx-h100-ep8.json --expert-gemm sequential)
+# The router's fused kernels and its load-balancing loss from the command line, named in the
+# layout line; an unknown loss refused with exit 2, naming the flag.
+add_test(NAME example.train.moe_router
+         COMMAND parallax train ${PROJECT_SOURCE_DIR}/workloads/train/mixtral-8x7b-8xdgx-h100-ep8.json --network analytical
+                 --moe-router-fusion on --moe-router-load-balancing seq_aux_loss)
+set_tests_properties(example.train.moe_router PROPERTIES
+                     PASS_REGULAR_EXPRESSION "fused router, load balancing seq_aux_loss")
+parallax_refuses(train.bad_load_balancing_is_refused
+                 "--moe-router-load-balancing: unknown load-balancing loss \"z_loss\" \\(expected none, aux_loss, seq_aux_loss or global_aux_loss\\)"
+                 train ${PROJECT_SOURCE_DIR}/workloads/train/mixtral-8x7b-8xdgx-h100-ep8.json --moe-router-load-balancing z_loss)
 # Kernels replayed from CUDA graphs: named in the layout line (a Megatron scope in its order);
 # an unknown scope refused with exit 2.
 add_test(NAME example.train.cuda_graphs

@@ -345,8 +345,7 @@ void add_train_command(CLI::App& app) {
                   "experts)");
   cmd->add_option("--ep", args->ep, "expert-parallel size");
   cmd->add_option("--moe-router-load-balancing", args->moe_router_load_balancing,
-                  "the MoE load-balancing loss trained with: none, aux_loss, seq_aux_loss or global_aux_loss")
-      ->check(CLI::IsMember({"none", "aux_loss", "seq_aux_loss", "global_aux_loss"}));
+                  "the MoE load-balancing loss trained with: none, aux_loss, seq_aux_loss or global_aux_loss");
   cmd->add_option("--expert-gemm", args->expert_gemm,
                   "MoE experts' GEMMs: per_expert (the host issues one per local expert after reading their rows back: "
                   "Megatron-Core's default) or grouped (one device-side grouped kernel, or a CUDA graph)");
