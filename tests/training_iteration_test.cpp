@@ -16,6 +16,7 @@
 #include "model/model_loader.h"
 #include "model/parameter_count.h"
 #include "training/iteration_units.h"
+#include "training/optimizer_cost.h"
 #include "training_test_support.h"
 
 namespace parallax {
@@ -1154,4 +1155,57 @@ TEST(IterationTime, SiblingDataParallelRingsShareAnOversubscribedLeaf) {
 }
 
 }  // namespace
+
+TEST(MuonOptimizer, NewtonSchulzStepsOnEachMatrixARankOwns) {
+  // tiny (h 256, 4 heads of 64, SwiGLU f 1024): QKV 768 × 256, output 256 × 256, fc1 2048 × 256,
+  // fc2 256 × 1024. Each of 5 steps on an m × n matrix (m ≤ n) runs X·Xᵀ, A·A and B·X: 4m²n +
+  // 2m³ FLOPs; over dp 4 a rank owns a quarter of them (the layer-wise distributed optimizer).
+  const ModelConfig model = tiny();
+  ParallelLayout l = layout(4, 1, 1, 4);
+  EXPECT_TRUE(muon_orthogonalisation_gemms(model, 0, l).empty());  // Adam
+  l.optimizer = OptimizerKind::kMuon;
+  double flops = 0;
+  for (const GemmShape& g : muon_orthogonalisation_gemms(model, 0, l)) flops += 2.0 * g.volume();
+  auto ns = [](double m, double n) { return 5.0 * (4.0 * m * m * n + 2.0 * m * m * m); };
+  EXPECT_DOUBLE_EQ(flops, (ns(256, 768) + ns(256, 256) + ns(256, 2048) + ns(256, 1024)) / 4);
+  // Routed experts: an EP rank's own, shared over the expert-data-parallel ranks (dp·cp / ep).
+  ModelConfig moe = tiny();
+  moe.moe = MoeConfig{8, 2, 0, 512, 0, 0, 1, {}};
+  l.ep = 2;
+  double expert_flops = 0;
+  for (const GemmShape& g : muon_orthogonalisation_gemms(moe, 0, l)) expert_flops += 2.0 * g.volume();
+  const double attention = ns(256, 768) + ns(256, 256), router = ns(8, 256);
+  const double experts = 8 * (ns(256, 1024) + ns(256, 512));
+  EXPECT_DOUBLE_EQ(expert_flops, (attention + router) / 4 + experts / (2 * 2));
+}
+
+TEST(MuonOptimizer, OneMomentumOnTheMatricesAdamOnTheEnds) {
+  // ZeRO-1 over 4 ranks: Adam holds 12 B of state a parameter, Muon 8 (fp32 master and
+  // momentum) on the layers' parameters and Adam's 12 on the embedding and head (untied: 2·V·h,
+  // and the final norm). The optimizer step pays the orthogonalisation on top of moving less
+  // state (28 − 2·4 B a parameter).
+  const ModelConfig model = tiny();
+  const ParameterCounts counts = count_parameters(model);
+  const double psi = static_cast<double>(counts.total);
+  const double ends = static_cast<double>(counts.embedding + counts.output_head + counts.final_norm);
+  const Topology topo = toy_cluster(4);
+  ParallelLayout adam = layout(4, 1, 1, 4);
+  adam.zero_stage = ZeroStage::kStage1;
+  ParallelLayout muon = adam;
+  muon.optimizer = OptimizerKind::kMuon;
+  const IterationResult a = simulate_iteration(model, adam, topo);
+  const IterationResult m = simulate_iteration(model, muon, topo);
+  EXPECT_DOUBLE_EQ(a.stages[0].memory.optimizer_states.value(), 12 * psi / 4);
+  EXPECT_NEAR(m.stages[0].memory.optimizer_states.value(), (8 * (psi - ends) + 12 * ends) / 4, 1e-6 * psi);
+  expect_parts_add_up(m);
+  // Megatron's Muon runs beside the layer-wise optimizer: a sharded gradient is refused.
+  muon.zero_stage = ZeroStage::kStage2;
+  try {
+    simulate_iteration(model, muon, topo);
+    ADD_FAILURE() << "muon with zero_stage 2 was accepted";
+  } catch (const InputError& e) {
+    EXPECT_EQ(e.pointer(), "/parallel/optimizer");
+  }
+}
+
 }  // namespace parallax

@@ -387,6 +387,24 @@ TEST(ModelBlock, EveryBundledModelRoundTripsThroughItsBlock) {
   }
 }
 
+// The weight matrices an optimizer sees are the matrices the parameter counts add up, layer by
+// layer, in every bundled model (MLA, experts, latent MoE and Mamba mixers among them).
+TEST(ParameterCounts, WeightMatricesAddUpToEachLayersMatrices) {
+  for (const std::string& name : bundled_model_names(models_dir())) {
+    const ModelConfig m = load_bundled_model(models_dir(), name);
+    for (int layer = 0; layer < m.layers; ++layer) {
+      const LayerParameterCounts c = layer_parameters(m, layer);
+      int64_t sum = 0, routed = 0;
+      for (const WeightMatrix& w : layer_weight_matrices(m, layer)) {
+        sum += w.rows * w.cols * w.count;
+        if (w.routed_expert) routed += w.rows * w.cols * w.count;
+      }
+      EXPECT_EQ(sum, c.attention + c.mlp + c.routed_experts + c.router + c.latent_projections) << name << " " << layer;
+      EXPECT_EQ(routed, c.routed_experts) << name << " " << layer;
+    }
+  }
+}
+
 TEST(HfConfig, RoutersAsTheirConfigsScoreAndGroupTheExperts) {
   // DeepSeek-V3: sigmoid scores, noaux_tc's expert bias, top-8 within 4 of 8 groups. Kimi K2:
   // the same with one group (topk_group 1: Megatron still runs the group-limited top-k).

@@ -123,6 +123,11 @@ TEST(PublishedRuns, RouterAsTheRecipesRunIt) {
     }
   }
   EXPECT_EQ(rows, 10u + 12 + 20 + 25 + 4 + 20 + 30);
+  // Kimi K2's rows train with Muon ("Muon optimizer was used"); the others with Adam.
+  for (const PublishedRun& r : read_published_runs(kSource + "/workloads/validation/mbridge-kimi-k2-holdout.json",
+                                                   kSource + "/workloads/models")) {
+    EXPECT_EQ(parallel_layout_of(r).optimizer, OptimizerKind::kMuon) << r.id;
+  }
 }
 
 // A row may take a bundled model's architecture (what the row's fields cannot say: MLA, the

@@ -62,6 +62,14 @@ set_tests_properties(example.train.moe_router PROPERTIES
 parallax_refuses(train.bad_load_balancing_is_refused
                  "--moe-router-load-balancing: unknown load-balancing loss \"z_loss\" \\(expected none, aux_loss, seq_aux_loss or global_aux_loss\\)"
                  train ${PROJECT_SOURCE_DIR}/workloads/train/mixtral-8x7b-8xdgx-h100-ep8.json --moe-router-load-balancing z_loss)
+# Muon from the command line, named in the layout line; an unknown optimizer refused with exit 2.
+add_test(NAME example.train.muon
+         COMMAND parallax train ${PROJECT_SOURCE_DIR}/workloads/train/mixtral-8x7b-8xdgx-h100-ep8.json --network analytical
+                 --optimizer muon)
+set_tests_properties(example.train.muon PROPERTIES PASS_REGULAR_EXPRESSION "Muon \\(Adam on the embedding and head\\)")
+parallax_refuses(train.bad_optimizer_is_refused
+                 "--optimizer: unknown optimizer \"lion\" \\(expected adam or muon\\)"
+                 train ${PROJECT_SOURCE_DIR}/workloads/train/mixtral-8x7b-8xdgx-h100-ep8.json --optimizer lion)
 # Kernels replayed from CUDA graphs: named in the layout line (a Megatron scope in its order);
 # an unknown scope refused with exit 2.
 add_test(NAME example.train.cuda_graphs

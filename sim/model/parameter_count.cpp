@@ -48,7 +48,60 @@ void count_mamba(const ModelConfig& m, LayerParameterCounts& c) {
   c.vectors += a.conv_channels() * (a.conv_kernel + 1) + 3 * int64_t{a.heads} + a.inner();
 }
 
+void attention_matrices(const ModelConfig& m, std::vector<WeightMatrix>& out) {
+  const int64_t h = m.hidden, heads = m.heads;
+  if (m.mla) {
+    const MlaConfig& a = *m.mla;
+    const int64_t qk = heads * (a.qk_nope_head_dim + a.qk_rope_head_dim);
+    if (a.q_lora_rank > 0) {
+      out.push_back({a.q_lora_rank, h});
+      out.push_back({qk, a.q_lora_rank});
+    } else {
+      out.push_back({qk, h});
+    }
+    out.push_back({a.kv_lora_rank + a.qk_rope_head_dim, h});
+    out.push_back({heads * (a.qk_nope_head_dim + a.v_head_dim), a.kv_lora_rank});
+    out.push_back({h, heads * a.v_head_dim});
+    return;
+  }
+  out.push_back({(heads + 2 * int64_t{m.kv_heads}) * m.head_dim, h});
+  out.push_back({h, heads * m.head_dim});
+}
+
+// An MLP of intermediate size f on `width`: fc1 (the gate and up projections together when gated)
+// and fc2, `count` of them.
+void mlp_weight_matrices(const ModelConfig& m, int64_t f, int64_t width, int64_t count, bool routed,
+                         std::vector<WeightMatrix>& out) {
+  out.push_back({(m.mlp == MlpKind::kGated ? 2 : 1) * f, width, count, routed});
+  out.push_back({width, f, count, routed});
+}
+
 }  // namespace
+
+std::vector<WeightMatrix> layer_weight_matrices(const ModelConfig& m, int layer) {
+  std::vector<WeightMatrix> out;
+  const LayerKind kind = m.layer_kind(layer);
+  if (m.has_attention(layer)) attention_matrices(m, out);
+  if (kind == LayerKind::kMamba) {
+    const MambaConfig& a = *m.mamba;
+    out.push_back({a.in_proj_width(), m.hidden});
+    out.push_back({m.hidden, a.inner()});
+  }
+  if (kind == LayerKind::kAttention || kind == LayerKind::kMamba) return out;
+  if (!m.is_moe_layer(layer)) {
+    mlp_weight_matrices(m, m.ffn, m.hidden, 1, false, out);
+    return out;
+  }
+  const MoeConfig& moe = *m.moe;
+  out.push_back({moe.experts, m.hidden});
+  if (moe.latent > 0) {
+    out.push_back({moe.latent, m.hidden});
+    out.push_back({m.hidden, moe.latent});
+  }
+  mlp_weight_matrices(m, moe.expert_ffn, moe.expert_width(m.hidden), moe.experts, true, out);
+  if (moe.shared_experts > 0) mlp_weight_matrices(m, moe.shared_experts * moe.shared_expert_ffn, m.hidden, 1, false, out);
+  return out;
+}
 
 LayerParameterCounts layer_parameters(const ModelConfig& m, int layer) {
   LayerParameterCounts c;

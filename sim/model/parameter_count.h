@@ -21,6 +21,7 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "model/model_config.h"
 
@@ -76,5 +77,19 @@ struct ParameterCounts {
 };
 
 ParameterCounts count_parameters(const ModelConfig& model);
+
+/// `count` weight matrices of `rows` × `cols` (out × in), whole (before any tensor-parallel
+/// split), as Megatron stores them: the query, key and value projections as one, a gated MLP's
+/// gate and up projections as one; a routed expert's apart.
+struct WeightMatrix {
+  int64_t rows = 0;
+  int64_t cols = 0;
+  int64_t count = 1;
+  bool routed_expert = false;
+};
+
+/// The weight matrices of layer `layer`: the matrices layer_parameters counts (its attention or
+/// Mamba projections, MLP or shared experts, routed experts, router and latent projections).
+std::vector<WeightMatrix> layer_weight_matrices(const ModelConfig& model, int layer);
 
 }  // namespace parallax

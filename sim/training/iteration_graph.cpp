@@ -555,22 +555,26 @@ void IterationGraphBuilder::add_optimizer_steps() {
   const WorkId barrier = graph_.add(barrier_stream, Time::zero(), WorkKind::kCompute, before_step);
   const int data_parallel = layout_.dp * layout_.cp;  // ranks sharing the model states
   const int expert_dp = layout_.expert_data_parallel();
-  // The option counts fp32 state, read and written once each; smaller state moves less.
-  const double optimizer_traffic = options_.optimizer_bytes_per_parameter -
-                                   2.0 * (kAdamOptimizerBytesPerParameter - adam_state_bytes_per_parameter(layout_));
   for (int s = 0; s < p_; ++s) {
-    double parameters = 0, experts = 0;
+    double parameters = 0, experts = 0, ends = 0;
+    Time orthogonalisation;  // Muon's, beside the state it moves
     for (int c = 0; c < v_; ++c) {
       for (const Unit& u : plan_.units[static_cast<size_t>(c * p_ + s)]) {
         parameters += u.parameters;
         experts += u.expert_parameters;
+        if (!u.transformer_layer) ends += u.parameters;
+        orthogonalisation += u.optimizer_compute;
       }
     }
+    // The option counts fp32 state, read and written once each; smaller state moves less.
+    const double optimizer_traffic =
+        options_.optimizer_bytes_per_parameter -
+        2.0 * (kAdamOptimizerBytesPerParameter - optimizer_state_bytes_per_parameter(layout_, parameters, ends));
     built_.stages[static_cast<size_t>(s)].parameters = parameters;
     const double shard = layout_.zero_stage == ZeroStage::kStage0
                              ? parameters
                              : (parameters - experts) / data_parallel + experts / expert_dp;
-    const Time step = cm_.time(memory_bound_cost(Bytes(shard * optimizer_traffic)));
+    const Time step = cm_.time(memory_bound_cost(Bytes(shard * optimizer_traffic))) + orthogonalisation;
     const WorkId optimizer = add_compute(s, step, WorkKind::kCompute, WorkIdList{barrier});
     if (!zero12_ || !dp_comm_ || layout_.param_gather_prefetch) continue;
     for (int c = 0; c < v_; ++c) {

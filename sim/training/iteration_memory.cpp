@@ -35,14 +35,16 @@ Bytes offloading_forward_peak(const ParallelLayout& layout, const std::vector<Un
 }
 
 // Parameters, gradients and optimizer states of a stage holding psi dense and psi_experts expert
-// parameters, sharded by the ZeRO stage over the ranks that share each.
-void model_states(const ParallelLayout& layout, double psi, double psi_experts, MemoryBreakdown& mem) {
+// parameters, sharded by the ZeRO stage over the ranks that share each; psi_ends of the dense
+// ones are the embedding's and the output side's, which stay with Adam under Muon.
+void model_states(const ParallelLayout& layout, double psi, double psi_experts, double psi_ends, MemoryBreakdown& mem) {
   const int data_parallel = layout.dp * layout.cp;  // ranks sharing the model states
   const int expert_dp = layout.expert_data_parallel();
   const ZeroStage zero = layout.zero_stage;
   const bool zero3 = zero == ZeroStage::kStage3;
   const double gradient_bytes = iteration_detail::gradient_bytes(layout);
-  const double adam_bytes = adam_state_bytes_per_parameter(layout);
+  const double adam_bytes = optimizer_state_bytes_per_parameter(layout, psi, psi_ends);
+  const double expert_bytes = optimizer_state_bytes_per_parameter(layout, psi_experts, 0.0);
   const double n = data_parallel, ne = expert_dp;
   const double held = psi / (zero3 ? n : 1.0) + psi_experts / (zero3 ? ne : 1.0);
   const Bytes quantised_extra((parameter_bytes(layout) - kParameterBytes) * held +
@@ -51,10 +53,10 @@ void model_states(const ParallelLayout& layout, double psi, double psi_experts, 
   const bool sharded_gradients = zero == ZeroStage::kStage2 || zero3;
   mem.gradients = Bytes(gradient_bytes * (psi / (sharded_gradients ? n : 1.0) + psi_experts / (sharded_gradients ? ne : 1.0)));
   const bool zero0 = zero == ZeroStage::kStage0;
-  mem.optimizer_states = Bytes(adam_bytes * (psi / (zero0 ? 1.0 : n) + psi_experts / (zero0 ? 1.0 : ne)));
+  mem.optimizer_states = Bytes(adam_bytes * psi / (zero0 ? 1.0 : n) + expert_bytes * psi_experts / (zero0 ? 1.0 : ne));
   // The same total as the ZeRO paper's formula (2-byte gradients), split by what it holds.
   const Bytes states = zero_model_state_bytes(psi, zero, data_parallel, adam_bytes) +
-                       zero_model_state_bytes(psi_experts, zero, expert_dp, adam_bytes) +
+                       zero_model_state_bytes(psi_experts, zero, expert_dp, expert_bytes) +
                        mem.gradients * ((gradient_bytes - kGradientBytes) / gradient_bytes) + quantised_extra;
   PARALLAX_INVARIANT(std::abs((mem.parameters + mem.gradients + mem.optimizer_states - states).value()) <=
                          1e-6 * states.value() + 1.0,
@@ -126,10 +128,12 @@ std::vector<StageMemory> stage_memory(const ModelConfig& model, const ParallelLa
       for (const Unit& u : plan.units[static_cast<size_t>(c * p + s)]) {
         stage.parameters += u.parameters;
         stage.expert_parameters += u.expert_parameters;
+        if (!u.transformer_layer) stage.end_parameters += u.parameters;
         largest_unit = std::max(largest_unit, u.parameters);
       }
     }
-    model_states(layout, stage.parameters - stage.expert_parameters, stage.expert_parameters, stage.memory);
+    model_states(layout, stage.parameters - stage.expert_parameters, stage.expert_parameters, stage.end_parameters,
+                 stage.memory);
     stage.memory.activations = stage_activations(layout, plan, s, stage);
     stage.memory.communication_buffers = communication_buffers(layout, sizes, largest_unit);
   }

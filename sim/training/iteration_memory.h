@@ -37,6 +37,7 @@ struct StageMemory {
   int layers = 0;                  ///< transformer layers over its chunks
   double parameters = 0;           ///< held before ZeRO sharding
   double expert_parameters = 0;    ///< of them, routed experts' (expert parallelism)
+  double end_parameters = 0;       ///< of them, the embedding's and the output side's
   double in_flight_micro_batches = 0;
 };
 

@@ -112,6 +112,7 @@ std::string layout_description(const ParallelLayout& l) {
     s += std::string(", ZeRO-3 gathers ") + (l.param_gather_per_tensor ? "per tensor" : "per layer") +
          (l.param_gather_prefetch ? "" : ", not prefetched");
   }
+  if (l.optimizer == OptimizerKind::kMuon) s += ", Muon (Adam on the embedding and head)";
   if (l.precision_aware_optimizer) {
     s += format_text(", precision-aware Adam (%g B of state per parameter)", adam_state_bytes_per_parameter(l));
   }

@@ -8,6 +8,7 @@
 #include <stdexcept>
 
 #include "model/parameter_count.h"
+#include "training/optimizer_cost.h"
 
 namespace parallax::iteration_detail {
 
@@ -459,6 +460,12 @@ StagePlan plan_stages(const ModelConfig& model, const ParallelLayout& layout, co
     if (vs == stages - 1) {
       append_mtp_modules(list, model, layout, cm, counts, layer_sums, layers, timed_ends);
       list.push_back(output_unit(model, layout, cm, counts, timed_ends));
+    }
+  }
+  for (std::vector<Unit>& list : plan.units) {
+    for (Unit& u : list) {
+      // A repeated MTP depth holds no weights of its own: nothing to update.
+      if (u.transformer_layer && u.parameters > 0) u.optimizer_compute = muon_orthogonalisation_time(model, u.layer, layout, cm);
     }
   }
   plan.schedule = schedule_for(layout, plan.units);

@@ -74,6 +74,7 @@ struct Unit {
   // Of them, the routed experts' when ep > 1: reduced and sharded over the expert-DP group.
   // With ep = 1 that group is the DP group, so they stay with the rest (one bucket, as dense).
   double expert_parameters = 0;
+  Time optimizer_compute;  // this GPU's Muon orthogonalisation of the layer's matrices (optimizer_cost.h)
   bool transformer_layer = false;  // any layer of the model (a hybrid model's single blocks too)
   LayerKind kind = LayerKind::kTransformer;
   bool moe_layer = false;

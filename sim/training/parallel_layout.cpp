@@ -117,6 +117,21 @@ std::optional<std::pair<CudaGraphs, CudaGraphScope>> cuda_graphs_from(const std:
   return std::pair{CudaGraphs::kScoped, scope};
 }
 
+const char* to_string(OptimizerKind o) { return o == OptimizerKind::kMuon ? "muon" : "adam"; }
+
+std::optional<OptimizerKind> optimizer_from(const std::string& name) {
+  if (name == "adam" || name == "adamw") return OptimizerKind::kAdam;
+  if (name == "muon") return OptimizerKind::kMuon;
+  return std::nullopt;
+}
+
+double optimizer_state_bytes_per_parameter(const ParallelLayout& layout, double parameters, double adam_parameters) {
+  const double adam = adam_state_bytes_per_parameter(layout);
+  if (layout.optimizer != OptimizerKind::kMuon || !(parameters > 0)) return adam;
+  const double muon = std::max(0.0, parameters - adam_parameters);
+  return (kMuonStateBytesPerParameter * muon + adam * (parameters - muon)) / parameters;
+}
+
 double adam_state_bytes_per_parameter(const ParallelLayout& layout) {
   if (!layout.precision_aware_optimizer) return kAdamOptimizerBytesPerParameter;
   const bool fused_adam_owns_master = layout.dtype != DType::kFp8 || layout.fp8_recipe == Fp8Recipe::kDelayed;
@@ -374,6 +389,12 @@ void validate(const ParallelLayout& l, const ModelConfig& model, int gpus, const
     }
   }
 
+  if (l.optimizer == OptimizerKind::kMuon && (l.zero_stage == ZeroStage::kStage2 || l.zero_stage == ZeroStage::kStage3)) {
+    // Megatron-Core's Muon needs whole matrices: it runs beside its layer-wise distributed
+    // optimizer (ZeRO-1's sharding of whole parameters), not a sharded gradient or parameter.
+    fail("optimizer", "muon shards whole matrices over the data-parallel ranks (zero_stage 0 or 1), not zero_stage " +
+                          num(static_cast<int>(l.zero_stage)));
+  }
   if (l.moe_a2a_overlap) {
     // Megatron-Core's rules for --overlap-moe-expert-parallel-comm (transformer_config.py).
     if (l.ep < 2) fail("moe_a2a_overlap", "needs expert parallelism (ep > 1), got ep=" + num(l.ep));

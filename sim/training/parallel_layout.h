@@ -49,6 +49,14 @@ std::optional<ContextParallelComm> context_parallel_comm_from(const std::string&
 /// to each other node over the scale-out network and forwarded there over NVLink; the combine
 /// retraces it. HybridEP first all-gathers the group's routing maps.
 enum class MoeDispatcher : uint8_t { kAllToAll, kFlex };
+/// The optimizer: Adam (AdamW), or Muon on the hidden layers' weight matrices (Megatron-Core's
+/// TensorParallelMuon under its layer-wise distributed optimizer: each data-parallel rank owns
+/// whole matrices, orthogonalises their momentum by 5 Newton–Schulz steps and all-gathers the
+/// updates), Adam on the embedding, the output head and what sits beside them.
+enum class OptimizerKind : uint8_t { kAdam, kMuon };
+/// "adam", "muon".
+const char* to_string(OptimizerKind o);
+std::optional<OptimizerKind> optimizer_from(const std::string& name);
 /// "alltoall", "flex".
 const char* to_string(MoeDispatcher d);
 /// Parses "alltoall" and "flex" (or "deepep", "hybridep"); nullopt otherwise.
@@ -150,6 +158,7 @@ struct ParallelLayout {
   /// exp_avg_sq_dtype), and the fp32 master weight, where FusedAdam owns it, as the 16 bits
   /// that its bf16 parameter lacks (adam_state_bytes_per_parameter). Off: 12 B of fp32 state.
   bool precision_aware_optimizer = false;
+  OptimizerKind optimizer = OptimizerKind::kAdam;
   int exp_avg_bytes = 4;
   int exp_avg_sq_bytes = 4;
   bool grad_reduce_overlap = true;    ///< gradient buckets reduced during the backward pass
@@ -310,6 +319,11 @@ std::vector<int> virtual_stage_layers(const ParallelLayout& layout, const ModelC
 /// (Megatron-Core's use_precision_aware_optimizer_no_fp8_or_ds_fp8); with fp8 parameters there
 /// are no bf16 bits to complete, so the master stays 4 bytes.
 double adam_state_bytes_per_parameter(const ParallelLayout& layout);
+/// Muon's state per matrix parameter: its fp32 master and fp32 momentum (one moment, not Adam's two).
+inline constexpr double kMuonStateBytesPerParameter = 8.0;
+/// Optimizer state per parameter of `parameters`, of which `adam_parameters` stay with Adam
+/// (everything under Adam unless the layout runs Muon).
+double optimizer_state_bytes_per_parameter(const ParallelLayout& layout, double parameters, double adam_parameters);
 
 /// Bytes per element of an optimizer-state dtype name (fp32/float32 4, bf16/bfloat16 and
 /// fp16/float16 2, fp8/uint8 1), or nullopt.

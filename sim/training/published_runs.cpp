@@ -233,6 +233,7 @@ void read_sharding(const nlohmann::json& l, const std::string& where, PublishedL
 void read_kernel_choices(const nlohmann::json& l, const std::string& where, PublishedLayout& p) {
   p.moe_dispatcher = opt_choice(l, "moe_dispatcher", where, "alltoall", moe_dispatcher_from, "MoE token dispatcher",
                                 "alltoall, flex");
+  p.optimizer = opt_choice(l, "optimizer", where, "adam", optimizer_from, "optimizer", "adam, muon");
   p.moe_router_load_balancing =
       opt_choice(l, "moe_router_load_balancing", where, "aux_loss", load_balancing_loss_from, "load-balancing loss",
                  "none, aux_loss, seq_aux_loss, global_aux_loss");
@@ -373,6 +374,7 @@ ParallelLayout parallel_layout_of(const PublishedRun& run) {
   l.tp_comm_overlap = run.layout.tp_comm_overlap;
   l.rope_fusion = run.layout.rope_fusion;
   l.moe_router_fusion = run.layout.moe_router_fusion;
+  l.optimizer = optimizer_from(run.layout.optimizer).value_or(OptimizerKind::kAdam);
   l.moe_load_balancing = load_balancing_loss_from(run.layout.moe_router_load_balancing).value_or(LoadBalancingLoss::kAux);
   l.moe_shared_expert_overlap = run.layout.moe_shared_expert_overlap;
   l.moe_a2a_overlap = run.layout.moe_a2a_overlap;

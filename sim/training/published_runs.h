@@ -41,6 +41,8 @@ struct PublishedLayout {
   /// MoE rows: the router's fused kernels (Megatron's moe_router_fusion) and the recipe's
   /// load-balancing loss (ParallelLayout::moe_load_balancing; "aux_loss" unless the row says).
   bool moe_router_fusion = false;
+  /// "adam" or "muon" (ParallelLayout::optimizer); "adam" unless the row says.
+  std::string optimizer = "adam";
   std::string moe_router_load_balancing = "aux_loss";
   /// MoE rows: shared experts beside the dispatch (Megatron's --moe-shared-expert-overlap).
   bool moe_shared_expert_overlap = false;

@@ -25,6 +25,11 @@ ContextParallelComm cp_comm_from(const std::string& s, const std::string& file, 
   throw InputError(file, where, "unknown context-parallel communication \"" + s + "\" (expected ring or ulysses)");
 }
 
+OptimizerKind optimizer_of(const std::string& s, const std::string& file, const std::string& where) {
+  if (auto o = optimizer_from(s)) return *o;
+  throw InputError(file, where, "unknown optimizer \"" + s + "\" (expected adam or muon)");
+}
+
 LoadBalancingLoss load_balancing_of(const std::string& s, const std::string& file, const std::string& where) {
   if (auto l = load_balancing_loss_from(s)) return *l;
   throw InputError(file, where, "unknown load-balancing loss \"" + s + "\" (expected none, aux_loss, seq_aux_loss or global_aux_loss)");
@@ -254,6 +259,7 @@ void read_memory_and_overlap(JsonReader& p, const std::string& path, ParallelLay
   read_bool(p, "grad_reduce_overlap", l.grad_reduce_overlap);
   read_bool(p, "grad_reduce_in_fp32", l.grad_reduce_in_fp32);
   read_bool(p, "precision_aware_optimizer", l.precision_aware_optimizer);
+  if (auto v = p.find("optimizer")) l.optimizer = optimizer_of(v->as_string(), path, v->pointer());
   for (auto [key, field] : {std::pair{"exp_avg_dtype", &l.exp_avg_bytes}, std::pair{"exp_avg_sq_dtype", &l.exp_avg_sq_bytes}}) {
     if (auto v = p.find(key)) {
       const auto bytes = optimizer_state_dtype_bytes(v->as_string());
@@ -383,6 +389,7 @@ void apply_overrides(const WorkloadOverrides& a, ParallelLayout& l, bool& dp_giv
   if (a.tp_comm_overlap) l.tp_comm_overlap = *a.tp_comm_overlap;
   if (a.rope_fusion) l.rope_fusion = *a.rope_fusion;
   if (a.moe_router_fusion) l.moe_router_fusion = *a.moe_router_fusion;
+  if (!a.optimizer.empty()) l.optimizer = optimizer_of(a.optimizer, "", "--optimizer");
   if (!a.moe_router_load_balancing.empty()) {
     l.moe_load_balancing = load_balancing_of(a.moe_router_load_balancing, "", "--moe-router-load-balancing");
   }

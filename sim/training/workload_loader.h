@@ -39,7 +39,7 @@ struct WorkloadOverrides {
   std::optional<int> gpus;
   std::optional<int64_t> micro_batch, global_batch, sequence;
   std::string schedule, recompute, dtype, cp_comm, attention, moe_dispatcher, expert_gemm, cuda_graphs,
-      moe_router_load_balancing;
+      moe_router_load_balancing, optimizer;
   std::optional<bool> sequence_parallel, tp_comm_overlap, grad_reduce_overlap, param_gather_prefetch,
       param_gather_per_tensor, moe_shared_expert_overlap, moe_a2a_overlap, rope_fusion, moe_router_fusion;
   std::string rank_order;

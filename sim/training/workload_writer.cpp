@@ -54,6 +54,7 @@ nlohmann::ordered_json parallel_block(const ParallelLayout& l) {
   p["attention"] = to_string(l.attention);
   p["grad_reduce_overlap"] = l.grad_reduce_overlap;
   p["grad_reduce_in_fp32"] = l.grad_reduce_in_fp32;
+  if (l.optimizer != OptimizerKind::kAdam) p["optimizer"] = to_string(l.optimizer);
   if (l.precision_aware_optimizer) {
     p["precision_aware_optimizer"] = true;
     p["exp_avg_dtype"] = optimizer_state_dtype_name(l.exp_avg_bytes);

@@ -45,7 +45,7 @@ struct TrainArgs {
   std::optional<int> tp, pp, dp, vpp, cp, ep, expert_tp, zero, nodes, cpu_offloading_layers, recompute_layers;
   std::optional<int64_t> micro_batch, global_batch, sequence;
   std::string schedule, recompute, dtype, cp_comm, attention, moe_dispatcher, expert_gemm, cuda_graphs,
-      moe_router_load_balancing;
+      moe_router_load_balancing, optimizer;
   std::string network = "flow";
   std::string json;
   std::string trace;
@@ -98,6 +98,7 @@ Job read_job(const TrainArgs& a) {
   o.rope_fusion = switch_of(a.rope_fusion);
   o.moe_router_fusion = switch_of(a.moe_router_fusion);
   o.moe_router_load_balancing = a.moe_router_load_balancing;
+  o.optimizer = a.optimizer;
   o.moe_shared_expert_overlap = switch_of(a.moe_shared_expert_overlap);
   o.moe_a2a_overlap = switch_of(a.moe_a2a_overlap);
   o.grad_reduce_overlap = switch_of(a.grad_reduce_overlap);
@@ -344,6 +345,9 @@ void add_train_command(CLI::App& app) {
                   "MoE token dispatch: alltoall, or flex (DeepEP / HybridEP: a token sent once to each node and GPU holding its "
                   "experts)");
   cmd->add_option("--ep", args->ep, "expert-parallel size");
+  cmd->add_option("--optimizer", args->optimizer,
+                  "adam, or muon (Megatron-Core's: Newton-Schulz steps on the hidden layers' matrices, one fp32 "
+                  "momentum instead of Adam's two moments; Adam on the embedding and head)");
   cmd->add_option("--moe-router-load-balancing", args->moe_router_load_balancing,
                   "the MoE load-balancing loss trained with: none, aux_loss, seq_aux_loss or global_aux_loss");
   cmd->add_option("--expert-gemm", args->expert_gemm,
