@@ -20,29 +20,33 @@ namespace {
 
 namespace fs = std::filesystem;
 
+// One of a field's named values (`parse` knows them), or an error naming the field and the choices.
+template <class Parse>
+auto named_choice(Parse parse, const std::string& s, const std::string& file, const std::string& where,
+                  const std::string& what, const std::string& expected) {
+  if (auto v = parse(s)) return *v;
+  throw InputError(file, where, "unknown " + what + " \"" + s + "\" (expected " + expected + ")");
+}
+
 ContextParallelComm cp_comm_from(const std::string& s, const std::string& file, const std::string& where) {
-  if (auto c = context_parallel_comm_from(s)) return *c;
-  throw InputError(file, where, "unknown context-parallel communication \"" + s + "\" (expected ring or ulysses)");
+  return named_choice(context_parallel_comm_from, s, file, where, "context-parallel communication", "ring or ulysses");
 }
 
 OptimizerKind optimizer_of(const std::string& s, const std::string& file, const std::string& where) {
-  if (auto o = optimizer_from(s)) return *o;
-  throw InputError(file, where, "unknown optimizer \"" + s + "\" (expected adam or muon)");
+  return named_choice(optimizer_from, s, file, where, "optimizer", "adam or muon");
 }
 
 LoadBalancingLoss load_balancing_of(const std::string& s, const std::string& file, const std::string& where) {
-  if (auto l = load_balancing_loss_from(s)) return *l;
-  throw InputError(file, where, "unknown load-balancing loss \"" + s + "\" (expected none, aux_loss, seq_aux_loss or global_aux_loss)");
+  return named_choice(load_balancing_loss_from, s, file, where, "load-balancing loss",
+                      "none, aux_loss, seq_aux_loss or global_aux_loss");
 }
 
 MoeDispatcher moe_dispatcher_of(const std::string& s, const std::string& file, const std::string& where) {
-  if (auto d = moe_dispatcher_from(s)) return *d;
-  throw InputError(file, where, "unknown MoE token dispatcher \"" + s + "\" (expected alltoall or flex)");
+  return named_choice(moe_dispatcher_from, s, file, where, "MoE token dispatcher", "alltoall or flex");
 }
 
 ExpertGemms expert_gemms_of(const std::string& s, const std::string& file, const std::string& where) {
-  if (auto g = expert_gemms_from(s)) return *g;
-  throw InputError(file, where, "unknown expert GEMM issue \"" + s + "\" (expected per_expert or grouped)");
+  return named_choice(expert_gemms_from, s, file, where, "expert GEMM issue", "per_expert or grouped");
 }
 
 // The non-empty parts of a comma-separated flag value.
