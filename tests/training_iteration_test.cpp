@@ -1198,6 +1198,10 @@ TEST(MuonOptimizer, OneMomentumOnTheMatricesAdamOnTheEnds) {
   EXPECT_DOUBLE_EQ(a.stages[0].memory.optimizer_states.value(), 12 * psi / 4);
   EXPECT_NEAR(m.stages[0].memory.optimizer_states.value(), (8 * (psi - ends) + 12 * ends) / 4, 1e-6 * psi);
   expect_parts_add_up(m);
+  // The layer-wise optimizer all-reduces the (bf16) gradients where ZeRO-1 reduce-scatters them:
+  // a rank sends 2 B · Ψ · 3/4 more; both all-gather the updated parameters.
+  EXPECT_NEAR(m.stages[0].communication[test::kDp].sent.value() - a.stages[0].communication[test::kDp].sent.value(),
+              2 * psi * 3 / 4, 1e-6 * psi);
   // Megatron's Muon runs beside the layer-wise optimizer: a sharded gradient is refused.
   muon.zero_stage = ZeroStage::kStage2;
   try {

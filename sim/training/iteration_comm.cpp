@@ -170,9 +170,10 @@ CommTask CommunicationPlan::per_bucket(int s, const Unit& u, CollectiveOp op, do
 const CommTask& CommunicationPlan::gradient_reduction(int s, const Unit& u) {
   auto [it, added] = per_unit_.try_emplace({s, true, u.parameters, u.expert_parameters, u.transformer_layer});
   if (added) {
-    it->second = per_bucket(
-        s, u, layout_.zero_stage == ZeroStage::kStage0 ? CollectiveOp::kAllReduce : CollectiveOp::kReduceScatter,
-        gradient_bytes(layout_));
+    // Muon's layer-wise distributed optimizer leaves the gradients whole: Megatron's DDP
+    // all-reduces them, and each rank updates the matrices it owns (layer_wise_optimizer.py).
+    const bool whole = layout_.zero_stage == ZeroStage::kStage0 || layout_.optimizer == OptimizerKind::kMuon;
+    it->second = per_bucket(s, u, whole ? CollectiveOp::kAllReduce : CollectiveOp::kReduceScatter, gradient_bytes(layout_));
   }
   return it->second;
 }
