@@ -54,7 +54,9 @@
 // runs (GPT of 12–24 layers, hidden 1,024 and 2,048, on 2–8 A100s under Megatron-DeepSpeed:
 // workloads/validation/vtrain-a100-single-node.json), where GPUs wait for the host: MAPE 70.6 % →
 // 7.8 %, with σ unchanged (docs/performance-and-accuracy.md). 0 for a stack that replays its
-// kernels from a CUDA graph.
+// kernels from a CUDA graph. An operator whose kernels are one routine's small PyTorch ops (the
+// MoE router run unfused, GPT-OSS's eager clamp) says how many dispatches it takes
+// (OperatorCost::host_dispatches), its ops folded as a module's are.
 //
 // σ, the sustained fraction: every kernel runs at σ times the speed above, which is what a
 // kernel reaches alone in a benchmark. Inside a training step kernels lose speed to what no
