@@ -172,8 +172,8 @@ TEST(HostDispatchSweep, EqualsTheValidatorAndSlowsEveryRowAsItGrows) {
   runs.resize(6);
   const std::string topologies = kFitRepository + "/topologies";
   const std::vector<double> grid = {0, 74, 150};
-  const ConstantSweep one = sweep_host_dispatch(runs, topologies, {}, 0.74, grid, 1);
-  const ConstantSweep two = sweep_host_dispatch(runs, topologies, {}, 0.74, grid, 2);
+  const ConstantSweep one = sweep_host_time(runs, topologies, {}, &ValidationModel::host_dispatch, 0.74, grid, 1);
+  const ConstantSweep two = sweep_host_time(runs, topologies, {}, &ValidationModel::host_dispatch, 0.74, grid, 2);
   RunValidator at_default(topologies, 0.74);
   ValidationModel none;
   none.host_dispatch = Time::zero();

@@ -82,6 +82,17 @@ size_t position(const std::vector<ModelOperator>& ops, const std::string& name) 
       std::find_if(ops.begin(), ops.end(), [&](const ModelOperator& op) { return op.name == name; }) - ops.begin());
 }
 
+// GPT-OSS's eager expert operators run only where TEGroupedMLP issues the experts one by one
+// and the model has what they serve: none under a device-side grouped GEMM (`mb` turned to it),
+// none in `without` (the model lacking it), layer 1 on ep 8.
+void expect_only_per_expert(const ModelConfig& without, MicroBatch mb, const std::string& name) {
+  const ShardingFactors ep8{1, 1, 8, false};
+  mb.expert_gemms = ExpertGemms::kGrouped;
+  EXPECT_FALSE(has(layer_operators(bundled("gpt-oss-120b"), 1, mb, ep8), name));
+  mb.expert_gemms = ExpertGemms::kPerExpert;
+  EXPECT_FALSE(has(layer_operators(without, 1, mb, ep8), name));
+}
+
 TEST(DenseLayerFlops, PlainGptLayerMatchesTheClosedForm) {
   // Forward of one GPT layer, b sequences of s tokens, hidden h (Narayanan et al. 2021):
   //   QKV 2·bs·h·3h = 6bsh², scores QKᵀ 2bs²h, values PV 2bs²h, output projection 2bsh²,
@@ -728,12 +739,9 @@ TEST(ExpertGemms, PerExpertBiasesAreAddedInEagerPyTorchOnePassPerExpert) {
   // It follows the down projection and comes before the unpermutation.
   EXPECT_EQ(position(per_expert, "expert_down_proj") + 1, position(per_expert, "expert_output_bias"));
   EXPECT_LT(position(per_expert, "expert_output_bias"), position(per_expert, "moe_unpermute"));
-  mb.expert_gemms = ExpertGemms::kGrouped;
-  EXPECT_FALSE(has(layer_operators(m, 1, mb, ep8), "expert_output_bias"));
   ModelConfig unbiased = m;
   unbiased.mlp_bias = false;
-  mb.expert_gemms = ExpertGemms::kPerExpert;
-  EXPECT_FALSE(has(layer_operators(unbiased, 1, mb, ep8), "expert_output_bias"));
+  expect_only_per_expert(unbiased, mb, "expert_output_bias");
 }
 
 TEST(ExpertGemms, ClampedGatedActivationClampsAndConcatenatesInEagerPyTorch) {
@@ -742,9 +750,9 @@ TEST(ExpertGemms, ClampedGatedActivationClampsAndConcatenatesInEagerPyTorch) {
   // Megatron-Core's fused quick-GEGLU when TEGroupedMLP issues them: per element of one half,
   // 8 bf16 element sizes forward (two clamps read and write a half each, the cat both halves),
   // 15 backward (the clamps' masks and wheres, the chunk's cat), 3 and 7 kernels, one host
-  // dispatch each pass (one Python routine); the clamped
-  // copy of both halves is kept besides the fc1 output. Recomputed with moe_act, it keeps
-  // nothing more; a device-side grouped MLP (or a model without the clamp) runs no such op.
+  // dispatch each pass (one Python routine); the clamped copy of both halves is kept besides
+  // the fc1 output. Recomputed with moe_act, it keeps nothing more; a device-side grouped MLP
+  // (or a model without the clamp) runs no such op.
   const ModelConfig m = bundled("gpt-oss-120b");
   ASSERT_TRUE(m.glu_clamp);
   MicroBatch mb = batch(1, 4096);
@@ -767,12 +775,9 @@ TEST(ExpertGemms, ClampedGatedActivationClampsAndConcatenatesInEagerPyTorch) {
   EXPECT_TRUE(again.recomputed);
   EXPECT_DOUBLE_EQ(again.saved.value(), 0.0);
   mb.recompute.moe_act = false;
-  mb.expert_gemms = ExpertGemms::kGrouped;
-  EXPECT_FALSE(has(layer_operators(m, 1, mb, ep8), "expert_activation_clamp"));
   ModelConfig unclamped = m;
   unclamped.glu_clamp = false;
-  mb.expert_gemms = ExpertGemms::kPerExpert;
-  EXPECT_FALSE(has(layer_operators(unclamped, 1, mb, ep8), "expert_activation_clamp"));
+  expect_only_per_expert(unclamped, mb, "expert_activation_clamp");
 }
 
 TEST(ExpertGemms, TheAllToAllDispatcherRegroupsReceivedRowsByLocalExpert) {

@@ -661,6 +661,24 @@ void add_mamba(OperatorList& ops, const ModelConfig& m, const ShardingFactors& s
   ops.residual("mamba_residual", z.sp_tokens, z.hidden, m.hidden_dropout > 0);
 }
 
+// How a layer's kernels run: a training micro-batch's recipe, or a serving step's (16-bit or
+// weight-only quantised, forward only, nothing recomputed).
+struct LayerRecipe {
+  DType dtype = DType::kBf16;
+  AttentionKernel attention = AttentionKernel::kFlash;
+  std::optional<QuantisedOperands> cast;
+  RecomputeModules recompute{};
+  ExpertGemms expert_gemms = ExpertGemms::kGrouped;
+  bool op_checkpointing = false;
+  ModulePrecision precision{};
+  Fp8Recipe fp8 = Fp8Recipe::kDelayed;
+  Fp4Recipe fp4 = Fp4Recipe::kNvfp4;
+  bool rope_fusion = true;
+  bool sort_received_tokens = false;
+  bool fp32_routing_weights = false;
+  std::optional<RouterRecipe> router;  ///< training's; none in a serving step
+};
+
 // The router's selection and loss after its GEMM: in training as the recipe runs them
 // (router_cost.h); a serving step's (`recipe` none) as one fused kernel that reads the scores in
 // fp32 and writes the chosen experts and weights.
@@ -681,8 +699,7 @@ void add_router(OperatorList& ops, const MoeConfig& moe, const std::optional<Rou
 }
 
 void add_moe(OperatorList& ops, const ModelConfig& m, const ShardingFactors& sh, const LocalSizes& z,
-             const RecomputeModules& recompute, ExpertGemms expert_gemms, bool sort_received_tokens,
-             bool fp32_routing_weights, const std::optional<RouterRecipe>& router) {
+             const RecomputeModules& recompute, const LayerRecipe& r) {
   const MoeConfig& moe = *m.moe;
   const double e = ops.element_bytes();
   const double experts = moe.experts;
@@ -696,7 +713,7 @@ void add_moe(OperatorList& ops, const ModelConfig& m, const ShardingFactors& sh,
   ops.in_module(QuantModule::kMoeLatent);
   if (moe.latent > 0) ops.gemm("moe_latent_down_proj", z.sp_tokens, width, z.hidden);
   ops.in_module(QuantModule::kExperts);
-  add_router(ops, moe, router, z.sp_tokens);
+  add_router(ops, moe, r.router, z.sp_tokens);
   // Routed token-slots this GPU computes, on average, and its experts' FFN width.
   const int etp = sh.expert_tp > 0 ? sh.expert_tp : sh.tp;
   const double slots = sh.experts_in_tp_group ? z.tokens * top_k / sh.ep : z.tokens * top_k * etp / sh.tp;
@@ -706,18 +723,17 @@ void add_moe(OperatorList& ops, const ModelConfig& m, const ShardingFactors& sh,
   // Megatron's alltoall dispatcher receives its rows grouped by source rank and regroups them
   // by local expert (sort_chunks_by_idxs: the rows and their routing weights read and written
   // once), and back before the combine; each gradient is the inverse regrouping.
-  const bool sorted = sort_received_tokens && local_experts > 1;
+  const bool sorted = r.sort_received_tokens && local_experts > 1;
   if (sorted) ops.memory("moe_sort_by_expert", 2.0 * slots * (width * e + kFp32Bytes), 0.0, 1.0);
   const double touched = local_experts * -std::expm1(slots * std::log1p(-1.0 / local_experts));
   const double groups = local_experts > 1 ? touched : 1.0;
-  ops.issue_groups_from_host(expert_gemms == ExpertGemms::kPerExpert);
-  ops.clamp_glu(m.glu_clamp && expert_gemms == ExpertGemms::kPerExpert);
+  const bool per_expert = r.expert_gemms == ExpertGemms::kPerExpert;
+  ops.issue_groups_from_host(per_expert);
+  ops.clamp_glu(m.glu_clamp && per_expert);
   ops.mlp("expert_", m, slots / groups, expert_ffn, width, slots * width, groups, recompute.moe_act);
   ops.clamp_glu(false);
   ops.issue_groups_from_host(false);
-  if (m.mlp_bias && expert_gemms == ExpertGemms::kPerExpert) {
-    ops.expert_output_bias(slots, width, groups, fp32_routing_weights);
-  }
+  if (m.mlp_bias && per_expert) ops.expert_output_bias(slots, width, groups, r.fp32_routing_weights);
   if (sorted) ops.memory("moe_unsort_by_expert", 2.0 * slots * width * e, 0.0, 1.0);
   ops.in_module(QuantModule::kMoeLatent);
   ops.memory("moe_unpermute", (slots + z.tokens) * width * e, 2.0 * slots * width);
@@ -865,24 +881,6 @@ std::string sharding_problem(const ModelConfig& m, const MicroBatch& batch, cons
 
 namespace {
 
-// How a layer's kernels run: a training micro-batch's recipe, or a serving step's (16-bit or
-// weight-only quantised, forward only, nothing recomputed).
-struct LayerRecipe {
-  DType dtype = DType::kBf16;
-  AttentionKernel attention = AttentionKernel::kFlash;
-  std::optional<QuantisedOperands> cast;
-  RecomputeModules recompute{};
-  ExpertGemms expert_gemms = ExpertGemms::kGrouped;
-  bool op_checkpointing = false;
-  ModulePrecision precision{};
-  Fp8Recipe fp8 = Fp8Recipe::kDelayed;
-  Fp4Recipe fp4 = Fp4Recipe::kNvfp4;
-  bool rope_fusion = true;
-  bool sort_received_tokens = false;
-  bool fp32_routing_weights = false;
-  std::optional<RouterRecipe> router;  ///< training's; none in a serving step
-};
-
 std::vector<ModelOperator> layer_ops(const ModelConfig& m, int layer, const LocalSizes& z, const LayerRecipe& r,
                                      const ShardingFactors& sh) {
   if (layer < 0 || layer >= m.layers + m.mtp_layers) {
@@ -907,7 +905,7 @@ std::vector<ModelOperator> layer_ops(const ModelConfig& m, int layer, const Loca
     ops.recompute_norm(recompute.layernorm && m.is_moe_layer(layer), z.sp_tokens * z.hidden);  // else fused into fc1
   }
   if (m.is_moe_layer(layer)) {
-    add_moe(ops, m, sh, z, recompute, r.expert_gemms, r.sort_received_tokens, r.fp32_routing_weights, r.router);
+    add_moe(ops, m, sh, z, recompute, r);
   } else {
     ops.in_module(QuantModule::kMlp);
     ops.mlp("mlp_", m, z.tokens, static_cast<double>(m.ffn) / sh.tp, z.hidden, own_norm ? z.sp_tokens * z.hidden : 0.0,

@@ -123,13 +123,6 @@ ConstantSweep sweep_host_time(const std::vector<PublishedRun>& runs, const std::
       std::move(microseconds), threads, on_value_done);
 }
 
-ConstantSweep sweep_host_dispatch(const std::vector<PublishedRun>& runs, const std::string& topologies_dir,
-                                  ValidationModel model, double sigma, std::vector<double> microseconds, int threads,
-                                  const std::function<void(size_t, size_t)>& on_value_done) {
-  return sweep_host_time(runs, topologies_dir, model, &ValidationModel::host_dispatch, sigma, std::move(microseconds),
-                         threads, on_value_done);
-}
-
 ConstantFit fit_constant_to_runs(const ConstantSweep& sweep, const std::vector<std::string>& row_sources) {
   if (sweep.values.empty() || sweep.errors.size() != sweep.values.size()) {
     throw std::invalid_argument("constant fit: an empty grid, or errors for a different grid");

@@ -50,10 +50,6 @@ ConstantSweep sweep_host_time(const std::vector<PublishedRun>& runs, const std::
                               ValidationModel model, Time ValidationModel::*field, double sigma,
                               std::vector<double> microseconds, int threads,
                               const std::function<void(size_t, size_t)>& on_value_done = {});
-/// sweep_host_time over t_dispatch.
-ConstantSweep sweep_host_dispatch(const std::vector<PublishedRun>& runs, const std::string& topologies_dir,
-                                  ValidationModel model, double sigma, std::vector<double> microseconds, int threads,
-                                  const std::function<void(size_t, size_t)>& on_value_done = {});
 
 /// One source of the set, fitted alone and held out.
 struct SourceHoldOut {

@@ -1,7 +1,7 @@
 // `parallax validate RUNS.json...`: published (or the user's own) training runs predicted, the
 // error per row and its summaries (over every file given, then per file), the rank agreement per
-// model, and --fit-sustained-fraction / --fit-host-dispatch / --fit-host-gemm-issue, which fit one of the model's global
-// constants to the rows. Thin: the rows are read by sim/training/published_runs.h, predicted by
+// model, and --fit-sustained-fraction / --fit-host-dispatch / --fit-host-gemm-issue, which fit one
+// of the model's global constants to the rows. Thin: the rows are read by sim/training/published_runs.h, predicted by
 // run_validation.h, fitted by constant_fit.h.
 #include <algorithm>
 #include <cmath>
