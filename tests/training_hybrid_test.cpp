@@ -163,6 +163,12 @@ TEST(HybridModels, TheLayerListReadsAsThePattern) {
   EXPECT_EQ(hf("{" + common + moe + R"("hybrid_override_pattern":"M*ME","mtp_hybrid_override_pattern":"*E"})").mtp_layers, 1);
   EXPECT_EQ(hf("{" + common + moe + R"("hybrid_override_pattern":"M*ME","mtp_layers_block_type":["attention","moe"]})").mtp_layers, 1);
   EXPECT_EQ(count_parameters(a).total, count_parameters(b).total);
+  // transformers 5 leaves num_hidden_layers out (Nemotron 3 Ultra's config.json): the list says it.
+  std::string unnumbered = common;
+  unnumbered.erase(unnumbered.find(R"("num_hidden_layers":4,)"), std::string(R"("num_hidden_layers":4,)").size());
+  const ModelConfig c = hf("{" + unnumbered + R"("layers_block_type":["mamba","attention","mamba","mlp"]})");
+  EXPECT_EQ(c.layers, 4);
+  EXPECT_EQ(count_parameters(c).total, count_parameters(b).total);
   // The model block carries the pattern and the mixer.
   const nlohmann::json doc = {{"model", model_block(a)}};
   JsonReader root(doc, "w.json");

@@ -44,6 +44,7 @@ double ShapeEfficiency::peak_fraction(DType dtype, const GpuSpec& gpu) const {
   FlopRate measured;
   if (dtype == DType::kBf16 || dtype == DType::kFp16) measured = gpu.achievable_bf16;
   if (dtype == DType::kFp8 && gpu.fp8.value() > 0) measured = gpu.achievable_fp8;
+  if (dtype == DType::kFp4) measured = gpu.achievable_fp4;
   const FlopRate peak = peak_rate(gpu, dtype);
   const double fraction = measured.value() > 0 && peak.value() > 0 ? measured.value() / peak.value() : params_.peak_fraction;
   return dtype == DType::kFp8 && gpu.architecture == "hopper" ? fraction * kHopperFp8TrainingBlend : fraction;

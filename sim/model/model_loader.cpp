@@ -134,8 +134,10 @@ void read_sliding_window(HfFields& f, HfFamily family, ModelConfig& m) {
 // What Llama-like decoders share: sizes, GQA heads (head_dim as given, else the configuration
 // class's default where it has one, else hidden / heads), vocabulary, context and tied
 // embeddings, RMSNorm and rotary positions.
-void read_decoder_shape(HfFields& f, ModelConfig& m, std::optional<int64_t> default_head_dim = std::nullopt) {
-  m.layers = f.count("num_hidden_layers");
+// `default_layers`: the count a family derives when the file leaves num_hidden_layers out.
+void read_decoder_shape(HfFields& f, ModelConfig& m, std::optional<int64_t> default_head_dim = std::nullopt,
+                        std::optional<int64_t> default_layers = std::nullopt) {
+  m.layers = default_layers && !f.present("num_hidden_layers") ? *default_layers : f.count("num_hidden_layers");
   m.hidden = f.positive("hidden_size");
   m.heads = f.count("num_attention_heads");
   m.kv_heads = f.count_or("num_key_value_heads", m.heads);
@@ -320,7 +322,10 @@ std::string read_hybrid_pattern(HfFields& f) {
 // refused). Not modelled: that these attention layers have no rotary embedding (the rotary pass
 // on a few layers is a few µs).
 void read_nemotron_h(HfFields& f, ModelConfig& m) {
-  read_decoder_shape(f, m);
+  // transformers 5 derives num_hidden_layers from layers_block_type and does not write it
+  // (Nemotron 3 Ultra's config.json has none).
+  m.hybrid_pattern = read_hybrid_pattern(f);
+  read_decoder_shape(f, m, std::nullopt, static_cast<int64_t>(m.hybrid_pattern.size()));
   m.qkv_bias = m.attention_output_bias = f.flag_or("attention_bias", false);
   m.mlp_bias = f.flag_or("mlp_bias", false);
   m.attention_dropout = f.probability_or("attention_dropout", 0.0);
@@ -344,7 +349,6 @@ void read_nemotron_h(HfFields& f, ModelConfig& m) {
       f.fail_at(key, "a multi-token prediction module other than one attention and one MoE layer (\"*E\") is not modelled");
     }
   }
-  m.hybrid_pattern = read_hybrid_pattern(f);
   MambaConfig mamba;
   mamba.heads = f.count("mamba_num_heads");
   mamba.head_dim = f.positive("mamba_head_dim");

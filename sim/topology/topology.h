@@ -58,9 +58,9 @@ struct GpuSpec {
   /// empty when not given): which kernels reach the peak (has_async_tensor_cores).
   std::string architecture;
   /// The largest matmul rate measured on this GPU (its maximum achievable matmul FLOPS: the best
-  /// of a sweep of large shapes), bf16 and fp8; zero when not measured. Where given it replaces
-  /// the GEMM model's default fraction of the datasheet peak (compute/gemm_efficiency.h).
-  FlopRate achievable_bf16, achievable_fp8;
+  /// of a sweep of large shapes), bf16, fp8 and fp4; zero when not measured. Where given it
+  /// replaces the GEMM model's default fraction of the datasheet peak (compute/gemm_efficiency.h).
+  FlopRate achievable_bf16, achievable_fp8, achievable_fp4;
   /// GPU↔host memory, per direction, per GPU while every GPU of its node copies at once (NVLink-C2C
   /// on Grace-based nodes, else PCIe); zero when not known. Activation offloading uses it.
   Bandwidth host_bandwidth;

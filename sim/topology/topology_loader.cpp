@@ -73,6 +73,7 @@ GpuSpec read_gpu_spec(JsonReader r) {
     };
     g.achievable_bf16 = read("bf16", g.bf16);
     g.achievable_fp8 = read("fp8", g.fp8);
+    g.achievable_fp4 = read("fp4", g.fp4);
     achievable->finish();
   }
   g.memory = require_positive(r.at("memory"), r.at("memory").as_bytes());
