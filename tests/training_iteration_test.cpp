@@ -545,6 +545,28 @@ TEST(OperatorBreakdown, AddsUpToTheIterationsComputeAndNamesItsRecomputation) {
   EXPECT_NEAR((breakdown_total(block) * 2).seconds(), two_more_micro_batches(l, topo), 1e-9);
 }
 
+// DeepSeek-V3's and Nemotron 3's multi-token prediction: each depth's input projection, its
+// layer and the output head again are units of their own, and the sum still is the iteration's.
+TEST(OperatorBreakdown, ListsTheMtpDepthsAndStillAddsUp) {
+  const Topology topo = toy_cluster(1);
+  const GpuSpec& gpu = topo.gpu_spec_of(topo.gpus()[0]);
+  ModelConfig m = tiny();
+  m.mtp_layers = 2;
+  const ParallelLayout l = layout(1, 1, 1, 2);
+  const std::vector<UnitBreakdown> units = operator_breakdown(m, l, gpu);
+  ASSERT_EQ(units.size(), 6u);  // embedding, the layers, MTP input, MTP layer, MTP head, output layer
+  EXPECT_EQ(units[2].unit, "MTP input");
+  EXPECT_EQ(units[3].unit, "MTP Transformer layer");
+  EXPECT_EQ(units[4].unit, "MTP output head");
+  for (size_t i = 2; i < 5; ++i) EXPECT_EQ(units[i].count, 2) << units[i].unit;
+  EXPECT_EQ(units[4].total(), units[5].total());
+  ParallelLayout more = l;
+  more.global_batch += 2;
+  const double added = simulate_iteration(m, more, topo).stages[0].time.compute.seconds() -
+                       simulate_iteration(m, l, topo).stages[0].time.compute.seconds();
+  EXPECT_NEAR((breakdown_total(units) * 2).seconds(), added, 1e-9);
+}
+
 TEST(OperatorBreakdown, NamesTheHostOnlyWhereItsPassWaitsForIt) {
   // A host that takes 1 s per kernel: every pass waits for it, by its issued time over its
   // kernels' own, and each operator (the toy's kernels all take far less than 1 s) is "host".

@@ -122,7 +122,7 @@ TEST(PublishedRuns, RouterAsTheRecipesRunIt) {
       ++rows;
     }
   }
-  EXPECT_EQ(rows, 10u + 12 + 20 + 25 + 4 + 20 + 30);
+  EXPECT_EQ(rows, 10u + 12 + 20 + 25 + 4 + 21 + 30);
   // Kimi K2's rows train with Muon ("Muon optimizer was used"); the others with Adam.
   for (const PublishedRun& r : read_published_runs(kSource + "/workloads/validation/mbridge-kimi-k2-holdout.json",
                                                    kSource + "/workloads/models")) {

@@ -59,6 +59,34 @@ std::string layer_unit_name(LayerKind kind, bool moe, bool bf16, bool recomputed
   return notes.empty() ? name : name + " (" + notes + ")";
 }
 
+// The multi-token-prediction depths, as the iteration appends them to the last virtual stage
+// after its `last_stage_layers` layers (iteration_units' append_mtp_modules): each depth's input
+// projection, its layer (16-bit GEMMs where the recipe keeps MTP there) and the output head again.
+void append_mtp(std::vector<UnitBreakdown>& units, const ModelConfig& model, const ParallelLayout& layout,
+                const ComputeModel& cm, double pace, int last_stage_layers) {
+  using iteration_detail::replayed_under_full_iteration;
+  const MicroBatch batch = micro_batch_of(layout);
+  const ShardingFactors sharding = sharding_of(layout);
+  units.push_back(timed("MTP input", model.mtp_layers, cm,
+                        replayed_under_full_iteration(mtp_input_operators(model, batch, sharding), layout), false, false));
+  const bool bf16 = is_quantised(layout.dtype) && layout.module_precision.of(QuantModule::kMtp) == DType::kBf16;
+  const bool selective = layout.recompute == Recomputation::kSelective;
+  std::map<bool, size_t> index;  // recomputed or not (block method)
+  for (int i = 0; i < model.mtp_layers; ++i) {
+    const int l = model.layers + i;
+    const bool moe = model.is_moe_layer(l);
+    const bool recomputed = layout.fully_recomputed(last_stage_layers + i);
+    const auto [it, added] = index.try_emplace(recomputed, units.size());
+    if (added) {
+      units.push_back(timed("MTP " + layer_unit_name(model.layer_kind(l), moe, bf16, recomputed), 0, cm,
+                            timed_layer_operators(model, layout, l, bf16, moe ? pace : 1.0), recomputed, selective));
+    }
+    ++units[it->second].count;
+  }
+  units.push_back(timed("MTP output head", model.mtp_layers, cm,
+                        replayed_under_full_iteration(output_operators(model, batch, sharding), layout), false, false));
+}
+
 }  // namespace
 
 Time UnitBreakdown::total() const {
@@ -79,8 +107,9 @@ std::vector<UnitBreakdown> operator_breakdown(const ModelConfig& model, const Pa
   // Layers differ only by kind, dense vs MoE, 16-bit ends and (block method) full recomputation.
   std::map<std::tuple<LayerKind, bool, bool, bool>, size_t> index;
   std::vector<UnitBreakdown> units;
-  int first = 0;
+  int first = 0, last_stage_layers = 0;
   for (const int stage_layers : virtual_stage_layers(layout, model)) {
+    last_stage_layers = stage_layers;
     for (int l = first; l < first + stage_layers; ++l) {
       const bool moe = model.is_moe_layer(l);
       const bool bf16 = is_quantised(layout.dtype) && layout.bf16_layer(l, model.layers);
@@ -102,6 +131,7 @@ std::vector<UnitBreakdown> operator_breakdown(const ModelConfig& model, const Pa
   units.insert(units.begin(), timed("embedding", 1, cm,
                                     replayed_under_full_iteration(embedding_operators(model, batch, sharding), layout),
                                     false, false));
+  if (model.mtp_layers > 0) append_mtp(units, model, layout, cm, pace, last_stage_layers);
   units.push_back(timed("output layer", 1, cm,
                         replayed_under_full_iteration(output_operators(model, batch, sharding), layout), false, false));
   return units;

@@ -1,6 +1,6 @@
 // Where one micro-batch's compute goes on one GPU: every operator of each kind of Transformer
-// layer the job has (dense, MoE, 16-bit at the ends of a quantised run), of the embedding and
-// of the output layer, with its forward and backward times on the compute model (the sustained
+// layer the job has (dense, MoE, 16-bit at the ends of a quantised run), of the embedding, of
+// the multi-token-prediction depths (input projection, layer, output head) and of the output layer, with its forward and backward times on the compute model (the sustained
 // fraction included), its FLOPs, the rate it reaches and what bounds it. The iteration adds
 // these per layer and micro-batch; this is the same arithmetic, kept per operator, for a user
 // who asks why a layer takes what it takes (`parallax train --ops`).
@@ -34,7 +34,7 @@ struct OperatorTime {
 
 /// The operators of one kind of unit, and how many of them the model has.
 struct UnitBreakdown {
-  std::string unit;   ///< "Transformer layer", "MoE layer", "Transformer layer (bf16 GEMMs)", "embedding", "output layer"
+  std::string unit;   ///< "Transformer layer", "MoE layer", "Transformer layer (bf16 GEMMs)", "embedding", "MTP input", "output layer"
   int count = 0;      ///< units of this kind in the model (each pipeline rank runs its share)
   std::vector<OperatorTime> operators;  ///< in forward order
   /// Each pass's time at the host's pace over its kernels' own (iteration_detail::host_stretch):
