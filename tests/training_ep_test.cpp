@@ -4,6 +4,7 @@
 // Mixtral-8x7B layout with ep 8 end to end.
 #include <gtest/gtest.h>
 
+#include <fstream>
 #include <iostream>
 #include <optional>
 #include <stdexcept>
@@ -15,6 +16,8 @@
 #include "training/iteration.h"
 #include "training/iteration_comm.h"
 #include "training/iteration_units.h"
+#include "training/workload_loader.h"
+#include "training/workload_writer.h"
 #include "model/layer_operators.h"
 #include "model/model_loader.h"
 #include "model/parameter_count.h"
@@ -524,10 +527,10 @@ TEST(IterationExpertParallel, EpOneAddsNothingToThePreEpModel) {
   EXPECT_EQ(r.stages[0].communication[kEp].sent.value(), 0.0);
   EXPECT_EQ(r.moe_expert_pace, 1.0);
   // Uniform loads given explicitly are the default.
-  IterationOptions uniform;
-  uniform.expert_load.relative = {3, 3, 3, 3};
+  ParallelLayout uniform = moe_layout(4, 1);
+  uniform.moe_expert_load.relative = {3, 3, 3, 3};
   const IterationResult dp4 = simulate_iteration(model, moe_layout(4, 1), toy_cluster(4));
-  EXPECT_EQ(simulate_iteration(model, moe_layout(4, 1), toy_cluster(4), uniform).iteration_time, dp4.iteration_time);
+  EXPECT_EQ(simulate_iteration(model, uniform, toy_cluster(4)).iteration_time, dp4.iteration_time);
   EXPECT_EQ(dp4.stages[0].communication[kEp].sent.value(), 0.0);
 }
 
@@ -599,12 +602,12 @@ TEST(IterationExpertParallel, CapacityFactorDropsTheOverflowOfSkewedExperts) {
   // The busiest expert then runs the uniform rows (pace 1), and the all-to-all sends ¾ of D.
   const ModelConfig model = tiny_moe();
   const Topology topo = toy_cluster(4);
-  IterationOptions skewed;
-  skewed.expert_load.relative = {4, 2, 1, 1};
-  IterationOptions capped = skewed;
+  ParallelLayout skewed = moe_layout(4, 2);
+  skewed.moe_expert_load.relative = {4, 2, 1, 1};
+  ParallelLayout capped = skewed;
   capped.moe_capacity_factor = 1.0;
   const IterationResult uniform = simulate_iteration(model, moe_layout(4, 2), topo);
-  const IterationResult dropped = simulate_iteration(model, moe_layout(4, 2), topo, capped);
+  const IterationResult dropped = simulate_iteration(model, capped, topo);
   EXPECT_DOUBLE_EQ(dropped.moe_dropped_fraction, 0.25);
   EXPECT_DOUBLE_EQ(dropped.moe_dropped_token_slots, 8192);
   EXPECT_DOUBLE_EQ(dropped.moe_expert_pace, 1.0);
@@ -613,28 +616,170 @@ TEST(IterationExpertParallel, CapacityFactorDropsTheOverflowOfSkewedExperts) {
   // Fewer expert FLOPs than uniform routing, at the same pace.
   EXPECT_LT(dropped.stages[0].hardware_flops, uniform.stages[0].hardware_flops);
   // Dropless, the busiest expert takes 2× the uniform rows and sets the pace: slower.
-  const IterationResult paced = simulate_iteration(model, moe_layout(4, 2), topo, skewed);
+  const IterationResult paced = simulate_iteration(model, skewed, topo);
   EXPECT_DOUBLE_EQ(paced.moe_expert_pace, 2.0);
   EXPECT_EQ(paced.moe_dropped_token_slots, 0.0);
   EXPECT_GT(paced.iteration_time, uniform.iteration_time);
   // Zipf(1): wᵢ = 1, ½, ⅓, ¼, Σ = 25/12, the busiest u₁ = 4·12/25 = 1.92.
-  IterationOptions zipf;
-  zipf.expert_load.zipf_exponent = 1.0;
-  const IterationResult z = simulate_iteration(model, moe_layout(4, 2), topo, zipf);
+  ParallelLayout zipf = moe_layout(4, 2);
+  zipf.moe_expert_load.zipf_exponent = 1.0;
+  const IterationResult z = simulate_iteration(model, zipf, topo);
   EXPECT_NEAR(z.moe_expert_pace, 1.92, 1e-12);
   EXPECT_GT(z.iteration_time, uniform.iteration_time);
   EXPECT_LT(z.iteration_time, paced.iteration_time);
   expect_parts_add_up(z);
 }
 
-TEST(IterationExpertParallel, BadRoutingOptionsAreRefused) {
+TEST(IterationExpertParallel, BadRoutingIsRefusedWithItsKey) {
   const ModelConfig model = tiny_moe();
-  IterationOptions o;
-  o.expert_load.relative = {1, 1};  // 2 loads for 4 experts
-  EXPECT_THROW(simulate_iteration(model, moe_layout(4, 2), toy_cluster(4), o), std::invalid_argument);
-  o = {};
-  o.moe_capacity_factor = 0.0;
-  EXPECT_THROW(simulate_iteration(model, moe_layout(4, 2), toy_cluster(4), o), std::invalid_argument);
+  auto reason = [&](const ParallelLayout& l) {
+    try {
+      validate(l, model, 4, "w.json", "/parallel");
+    } catch (const InputError& e) {
+      return e.pointer() + ": " + e.reason();
+    }
+    return std::string("no error");
+  };
+  ParallelLayout l = moe_layout(4, 2);
+  l.moe_expert_load.relative = {1, 1};
+  EXPECT_EQ(reason(l), "/parallel/moe_expert_load/relative: 2 loads for 4 experts");
+  l.moe_expert_load.relative = {0, 0, 0, 0};
+  EXPECT_EQ(reason(l), "/parallel/moe_expert_load/relative: the loads are all zero");
+  l = moe_layout(4, 2);
+  l.moe_expert_load.zipf_exponent = -1;
+  EXPECT_EQ(reason(l), "/parallel/moe_expert_load/zipf: the Zipf exponent must be finite and >= 0");
+  l = moe_layout(4, 2);
+  l.moe_capacity_factor = 0.0;
+  EXPECT_EQ(reason(l), "/parallel/moe_capacity_factor: must be > 0");
+  l.moe_capacity_factor = 1.0;
+  l.moe_dispatcher = MoeDispatcher::kFlex;
+  EXPECT_EQ(reason(l), "/parallel/moe_capacity_factor: Megatron drops tokens only with the alltoall dispatcher, not flex");
+  l = moe_layout(4, 2);
+  l.moe_pad_to_capacity = true;
+  EXPECT_EQ(reason(l), "/parallel/moe_pad_to_capacity: needs a capacity factor (moe_capacity_factor) to pad to");
+  l.moe_capacity_factor = 1.25;
+  EXPECT_EQ(reason(l), "no error");
+  l.ep = 1;
+  EXPECT_EQ([&] {
+    try {
+      validate(l, tiny(2), 4, "w.json", "/parallel");
+    } catch (const InputError& e) {
+      return e.pointer();
+    }
+    return std::string();
+  }(), "/parallel/moe_capacity_factor");
+}
+
+// The workload's MoE routing keys, read strictly and written back by the search's and validate's
+// emitters (workload_writer.h), refused where Megatron refuses them.
+TEST(IterationExpertParallel, WorkloadRoutingKeysRoundTrip) {
+  const std::string dir = ::testing::TempDir();
+  auto load = [&](const std::string& routing) {
+    const std::string path = dir + "/moe_routing.json";
+    std::ofstream(path) << R"({"model": "mixtral-8x7b", "topology": {"preset": "dgx-h100", "nodes": 8},
+      "parallel": {"tp": 2, "pp": 4, "ep": 8, "sequence_parallel": true, "global_batch": 128)" + routing + "}}";
+    return load_training_workload(path, test::source_path("workloads/models"), test::source_path("topologies"));
+  };
+  const TrainingWorkload w = load(R"(, "moe_expert_load": {"zipf": 1.2}, "moe_capacity_factor": 1.25,
+                                     "moe_pad_to_capacity": true)");
+  EXPECT_EQ(w.layout.moe_expert_load.zipf_exponent, 1.2);
+  EXPECT_EQ(w.layout.moe_capacity_factor, 1.25);
+  EXPECT_TRUE(w.layout.moe_pad_to_capacity);
+  const nlohmann::ordered_json back = parallel_block(w.layout);
+  EXPECT_EQ(back["moe_expert_load"]["zipf"], 1.2);
+  EXPECT_EQ(back["moe_capacity_factor"], 1.25);
+  EXPECT_EQ(back["moe_pad_to_capacity"], true);
+  const TrainingWorkload r = load(R"(, "moe_expert_load": {"relative": [8, 1, 1, 1, 1, 1, 1, 1]})");
+  EXPECT_EQ(parallel_block(r.layout)["moe_expert_load"]["relative"].size(), 8u);
+  EXPECT_FALSE(parallel_block(load("").layout).contains("moe_capacity_factor"));
+  auto refused = [&](const std::string& routing) {
+    try {
+      load(routing);
+    } catch (const InputError& e) {
+      return e.pointer() + ": " + e.reason();
+    }
+    return std::string("no error");
+  };
+  EXPECT_EQ(refused(R"(, "moe_expert_load": {"zipf": 1, "relative": [1]})"),
+            "/parallel/moe_expert_load: give zipf or relative, not both");
+  EXPECT_EQ(refused(R"(, "moe_expert_load": {"skew": 1})"),
+            "/parallel/moe_expert_load: expected zipf (an exponent) or relative (one load per routed expert)");
+  EXPECT_EQ(refused(R"(, "moe_expert_load": {"relative": [1, 2]})"),
+            "/parallel/moe_expert_load/relative: 2 loads for 8 experts");
+  EXPECT_EQ(refused(R"(, "moe_capacity_factor": 1, "moe_dispatcher": "flex")"),
+            "/parallel/moe_capacity_factor: Megatron drops tokens only with the alltoall dispatcher, not flex");
+}
+
+// Megatron's --moe-pad-expert-input-to-capacity: every expert computes and sends c times its
+// even share, whatever the routing, and the host issues the per-expert GEMMs without reading
+// their rows back. Loads 4:2:1:1 (u = 2, 1, ½, ½) at c = 1.25: ¾ dropped of expert 0's share,
+// (2 − 1.25)/4 = 0.1875 of all slots; 1.25 computed and sent per expert.
+TEST(IterationExpertParallel, PaddingToCapacityComputesAndSendsTheCapacity) {
+  const ModelConfig model = tiny_moe();
+  const Topology topo = toy_cluster(4);
+  ParallelLayout padded = moe_layout(4, 2);
+  padded.moe_expert_load.relative = {4, 2, 1, 1};
+  padded.moe_capacity_factor = 1.25;
+  padded.moe_pad_to_capacity = true;
+  const IterationResult uniform = simulate_iteration(model, moe_layout(4, 2), topo);
+  const IterationResult r = simulate_iteration(model, padded, topo);
+  EXPECT_DOUBLE_EQ(r.moe_dropped_fraction, 0.1875);
+  EXPECT_DOUBLE_EQ(r.moe_expert_pace, 1.25);
+  EXPECT_NEAR(r.stages[0].communication[kEp].sent.value(), 1.25 * uniform.stages[0].communication[kEp].sent.value(),
+              1e-6);
+  // Uniform routing padded to c = 1: the even share, as dropless uniform routing computes it.
+  ParallelLayout even = moe_layout(4, 2);
+  even.moe_capacity_factor = 1.0;
+  even.moe_pad_to_capacity = true;
+  const IterationResult e = simulate_iteration(model, even, topo);
+  EXPECT_EQ(e.moe_dropped_fraction, 0.0);
+  EXPECT_NEAR(e.stages[0].communication[kEp].sent.value(), uniform.stages[0].communication[kEp].sent.value(), 1e-6);
+  EXPECT_NEAR(e.stages[0].hardware_flops.value(), uniform.stages[0].hardware_flops.value(),
+              1e-9 * uniform.stages[0].hardware_flops.value());
+  expect_parts_add_up(r);
+}
+
+// Per-expert GEMMs whose rows the host knows (padded experts) are issued ahead of the GPU, as
+// any kernel is; read back first, they start only when the GPU is done with what came before.
+TEST(IterationExpertParallel, PaddedExpertsAreIssuedWithoutReadingTheirRowsBack) {
+  const ModelConfig model = tiny_moe();
+  MicroBatch read_back{1, 512};
+  read_back.expert_gemms = ExpertGemms::kPerExpert;
+  MicroBatch known = read_back;
+  known.experts_padded = true;
+  const ShardingFactors sharding{1, 1, 2, false, false, 1};
+  size_t per_expert = 0;
+  const std::vector<ModelOperator> a = layer_operators(model, 0, read_back, sharding);
+  const std::vector<ModelOperator> b = layer_operators(model, 0, known, sharding);
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (a[i].forward.host_issued_kernels == 0) continue;
+    ++per_expert;
+    EXPECT_TRUE(a[i].forward.host_reads_back) << a[i].name;
+    EXPECT_FALSE(b[i].forward.host_reads_back) << b[i].name;
+    EXPECT_FALSE(b[i].backward.host_reads_back) << b[i].name;
+    // Every local expert computes when padded (4 experts on ep 2: 2 a GPU).
+    EXPECT_EQ(b[i].forward.host_issued_kernels, 2) << b[i].name;
+  }
+  EXPECT_GT(per_expert, 0u);
+  // A host that takes 1 s per GEMM and a GPU busy 1 s before them (the toy GPU runs such a
+  // small GEMM in milliseconds): read back, the 3 GEMMs start after that second; known, the host
+  // issues them while the GPU is still busy.
+  ComputeModelOptions o;
+  o.host_gemm_issue = Time::from_seconds(1);
+  o.host_dispatch = Time::zero();
+  o.kernel_launch_overhead = Time::zero();
+  o.sustained_fraction = 1.0;
+  const ComputeModel cm(test::toy_gpu(), o);
+  const OperatorCost busy = memory_bound_cost(Bytes(100e9 * 0.9), Flops(0), DType::kBf16);  // 1 s at 0.9 × 100 GB/s
+  OperatorCost gemms = gemm_cost(GemmShape{8, 8, 8, 1}, DType::kBf16);
+  gemms.kernels = gemms.host_issued_kernels = 3;
+  const OperatorCost* read[] = {&busy, &gemms};
+  const Time after = issued_stream_time(cm, read);
+  gemms.host_reads_back = false;
+  const Time ahead = issued_stream_time(cm, read);
+  EXPECT_NEAR(after.seconds(), 1 + 3, 1e-9);
+  EXPECT_NEAR(ahead.seconds(), 3, 1e-9);
 }
 
 // Mixtral 8x7B on 64 H100s (8 DGX nodes): tp 2 with SP, pp 4, dp 8, ep 8, ZeRO 1, selective
@@ -680,11 +825,11 @@ TEST(IterationExpertParallel, Mixtral8x7bWithEp8RunsEndToEnd) {
 TEST(IterationExpertParallel, IsDeterministic) {
   const ModelConfig model = load_bundled_model(test::source_path("workloads/models"), "mixtral-8x7b");
   const Topology topo = test::load_preset("dgx-h100", 8);
-  IterationOptions zipf;
-  zipf.expert_load.zipf_exponent = 1.2;
+  ParallelLayout zipf = mixtral_layout();
+  zipf.moe_expert_load.zipf_exponent = 1.2;
   zipf.moe_capacity_factor = 1.25;
-  const IterationResult a = simulate_iteration(model, mixtral_layout(), topo, zipf);
-  const IterationResult b = simulate_iteration(model, mixtral_layout(), topo, zipf);
+  const IterationResult a = simulate_iteration(model, zipf, topo);
+  const IterationResult b = simulate_iteration(model, zipf, topo);
   EXPECT_EQ(a.iteration_time, b.iteration_time);
   EXPECT_EQ(a.stages[2].time.exposed[kEp], b.stages[2].time.exposed[kEp]);
   EXPECT_EQ(a.moe_dropped_token_slots, b.moe_dropped_token_slots);

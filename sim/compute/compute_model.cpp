@@ -69,10 +69,12 @@ Time issued_stream_time(const ComputeModel& cm, std::span<const OperatorCost* co
   for (const OperatorCost* op : ops) {
     const OperatorTiming t = cm.timing(*op);
     if (t.total == Time::max()) return t.total;
-    if (op->host_issued_kernels > 0) {  // the host reads the GPU's results back first
-      const Time start = std::max(host, gpu);
+    if (op->host_issued_kernels > 0) {
+      // Shapes read back from the GPU first: the host waits for it. Known beforehand: the host
+      // issues them ahead. Either way the GPU runs each GEMM while the host prepares the next.
+      const Time start = op->host_reads_back ? std::max(host, gpu) : host;
       host = start + t.issue;
-      gpu = start + std::max(t.total, t.issue);
+      gpu = std::max(gpu + t.device, start + std::max(t.total, t.issue));
       continue;
     }
     const Time first_issued = host + (op->kernels > 0 && !op->graph_replayed ? dispatch : Time::zero());

@@ -118,6 +118,10 @@ struct OperatorCost {
   /// the device): the operator then takes at least that many host issue times
   /// (ComputeModelOptions::host_gemm_issue), whatever the GPU's speed.
   int host_issued_kernels = 0;
+  /// Whether the host reads those shapes back from the GPU before it issues them (a device
+  /// synchronisation); false where it knows them beforehand (experts padded to a fixed capacity),
+  /// and issues them as it issues any kernel, ahead of the GPU.
+  bool host_reads_back = true;
   /// The host's dispatches (t_dispatch each, compute_model.h) where they are fewer than its
   /// kernels: a run of small PyTorch ops folded into the routine that issues them, as t_dispatch
   /// was fitted with a module's small kernels folded into its operator. -1: one per kernel that

@@ -73,7 +73,11 @@ class OperatorList {
   }
 
   // From now on, GEMMs of several groups are issued by the host one group at a time (ExpertGemms).
-  void issue_groups_from_host(bool on) { host_issued_groups_ = on; }
+  // `rows_known`: the host knows each group's rows without reading them back (padded experts).
+  void issue_groups_from_host(bool on, bool rows_known = false) {
+    host_issued_groups_ = on;
+    group_rows_known_ = rows_known;
+  }
   // The gated MLPs added next clamp their activation's inputs in eager PyTorch first.
   void clamp_glu(bool on) { clamp_glu_ = on; }
   // Projections that read one input run as separate GEMMs (torchtitan's wq, wk, wv; w1, w3), not
@@ -104,6 +108,7 @@ class OperatorList {
     if (host_issued_groups_) {
       forward.kernels = forward.host_issued_kernels = static_cast<int>(std::ceil(groups));
       backward.kernels = backward.host_issued_kernels = 2 * forward.host_issued_kernels;
+      forward.host_reads_back = backward.host_reads_back = !group_rows_known_;
     }
     ops_.push_back({name, forward, backward, false, Bytes(), Bytes()});
     last_cast_ = cast_for(type);
@@ -470,6 +475,7 @@ class OperatorList {
     return type == dtype_ ? cast_ : training_quantisation(type, fp8_, fp4_);
   }
   bool host_issued_groups_ = false;
+  bool group_rows_known_ = false;
   bool clamp_glu_ = false;
   bool separate_projections_ = false;
   bool rope_fused_ = true;
@@ -676,6 +682,7 @@ struct LayerRecipe {
   bool rope_fusion = true;
   bool sort_received_tokens = false;
   bool fp32_routing_weights = false;
+  bool experts_padded = false;
   std::optional<RouterRecipe> router;  ///< training's; none in a serving step
 };
 
@@ -725,10 +732,12 @@ void add_moe(OperatorList& ops, const ModelConfig& m, const ShardingFactors& sh,
   // once), and back before the combine; each gradient is the inverse regrouping.
   const bool sorted = r.sort_received_tokens && local_experts > 1;
   if (sorted) ops.memory("moe_sort_by_expert", 2.0 * slots * (width * e + kFp32Bytes), 0.0, 1.0);
-  const double touched = local_experts * -std::expm1(slots * std::log1p(-1.0 / local_experts));
+  // Experts padded to their capacity all compute, in row counts the host knows.
+  const double touched =
+      r.experts_padded ? local_experts : local_experts * -std::expm1(slots * std::log1p(-1.0 / local_experts));
   const double groups = local_experts > 1 ? touched : 1.0;
   const bool per_expert = r.expert_gemms == ExpertGemms::kPerExpert;
-  ops.issue_groups_from_host(per_expert);
+  ops.issue_groups_from_host(per_expert, r.experts_padded);
   ops.clamp_glu(m.glu_clamp && per_expert);
   ops.mlp("expert_", m, slots / groups, expert_ffn, width, slots * width, groups, recompute.moe_act);
   ops.clamp_glu(false);
@@ -955,6 +964,7 @@ std::vector<ModelOperator> layer_operators(const ModelConfig& m, int layer, cons
                            batch.rope_fusion,
                            batch.sort_received_tokens,
                            batch.fp32_routing_weights,
+                           batch.experts_padded,
                            batch.router};
   return layer_ops(m, layer, LocalSizes(m, batch, sh), recipe, sh);
 }

@@ -233,6 +233,10 @@ struct MicroBatch {
   /// The alltoall dispatcher passes the router's own type (16-bit unless moe_router_dtype fp32,
   /// which no layout knob sets).
   bool fp32_routing_weights = false;
+  /// The routed experts' rows padded to a fixed capacity (Megatron's
+  /// moe_pad_expert_input_to_capacity): every local expert computes, and the host issues
+  /// per-expert GEMMs without reading their rows back from the GPU.
+  bool experts_padded = false;
   /// The MoE router's top-k and load-balancing loss (router_cost.h): Megatron's defaults,
   /// unfused with an aux loss.
   RouterRecipe router{};

@@ -398,7 +398,7 @@ IterationResult simulate_iteration(const ModelConfig& model, const ParallelLayou
   }
   if (model.moe) {
     result.moe_expert_pace = routing.pace;
-    result.moe_dropped_fraction = 1.0 - routing.processed;
+    result.moe_dropped_fraction = routing.dropped;
     result.moe_dropped_token_slots =
         result.moe_dropped_fraction * tokens * static_cast<double>(model.moe->top_k) * moe_layers;
   }

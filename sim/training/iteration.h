@@ -153,15 +153,6 @@ namespace parallax {
 
 class IterationMemo;
 
-/// How the router spreads token-slots over the routed experts: expert i gets the share
-/// wᵢ/Σw, wᵢ = relative[i] when `relative` is given (one entry per expert, ≥ 0, not all 0),
-/// else wᵢ = (i+1)^−zipf_exponent (Zipf; 0 is uniform). Expert i lives on EP rank
-/// ⌊i/(E/ep)⌋, so a Zipf skew loads the first EP rank most.
-struct ExpertLoad {
-  std::vector<double> relative;
-  double zipf_exponent = 0;
-};
-
 struct IterationOptions {
   /// The collectives' network model: "analytical" (closed forms) or a NetworkModel name.
   std::string collective_model = "analytical";
@@ -215,8 +206,6 @@ struct IterationOptions {
   /// gives the same result where the groups of all replicas sit alike on the topology (tests
   /// check this against every replica of 64-GPU layouts).
   RankCoords replica;
-  /// Router skew over the routed experts; uniform by default.
-  ExpertLoad expert_load;
   /// Collective simulators to reuse, built for the same topology and link efficiency (they copy
   /// the topology per group shape, the costly part of timing a small layout): a layout search
   /// gives each thread one for all its layouts. Null: the iteration builds its own.
@@ -228,9 +217,6 @@ struct IterationOptions {
   /// whose communication times alike (analytical network only; iteration_memo.h): a layout
   /// search gives each thread one. Null: every layout is simulated.
   IterationMemo* result_memo = nullptr;
-  /// Capacity factor c > 0: each expert processes at most c·T·top_k/E of the T·top_k slots
-  /// routed in its EP group, the others are dropped. nullopt: dropless.
-  std::optional<double> moe_capacity_factor;
   /// Co-simulated only: called as the iteration's tasks finish (done, in all), for a progress
   /// bar (run_stream_graph); the analytical mode is too quick to need one.
   std::function<void(size_t, size_t)> progress;

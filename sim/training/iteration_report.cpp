@@ -106,6 +106,11 @@ std::string layout_description(const ParallelLayout& l) {
   if (!l.rope_fusion) s += ", unfused RoPE";
   if (l.moe_router_fusion) s += ", fused router";
   if (l.moe_load_balancing != LoadBalancingLoss::kAux) s += ", load balancing " + std::string(to_string(l.moe_load_balancing));
+  if (!l.moe_expert_load.relative.empty()) s += ", router skew (given loads)";
+  if (l.moe_expert_load.zipf_exponent != 0) s += format_text(", router skew (Zipf %g)", l.moe_expert_load.zipf_exponent);
+  if (l.moe_capacity_factor) {
+    s += format_text(", capacity factor %g%s", *l.moe_capacity_factor, l.moe_pad_to_capacity ? " (padded)" : "");
+  }
   if (l.cuda_graphs != CudaGraphs::kNone) s += ", CUDA graphs (" + to_string(l.cuda_graphs, l.cuda_graph_scope) + ")";
   if (l.recompute_modules.any() && l.recompute != Recomputation::kFull) s += ", recompute " + to_string(l.recompute_modules);
   if (l.zero_stage == ZeroStage::kStage3 && l.dp * l.cp > 1 && (l.param_gather_per_tensor || !l.param_gather_prefetch)) {
@@ -212,6 +217,11 @@ nlohmann::ordered_json iteration_json(const TrainingWorkload& job, const Iterati
   j["flop_convention"] = r.flop_convention;
   j["model_flops_per_token"] = r.model_flops_per_token.value();
   j["pipeline_bubble_fraction"] = r.pipeline_bubble_fraction;
+  if (job.model.moe) {
+    j["moe_expert_pace"] = r.moe_expert_pace;
+    j["moe_dropped_fraction"] = r.moe_dropped_fraction;
+    j["moe_dropped_token_slots"] = r.moe_dropped_token_slots;
+  }
   j["peak_memory_bytes"] = r.peak_memory.value();
   j["gpu_memory_bytes"] = r.gpu_memory.value();
   j["out_of_memory"] = r.out_of_memory;

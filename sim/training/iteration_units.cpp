@@ -123,9 +123,11 @@ Unit unit_from(const OperatorSums& s, Recomputation recompute, bool transformer_
   return u;
 }
 
-Routing route(const MoeConfig& moe, int ep, const IterationOptions& options) {
-  const int experts = moe.experts;
-  const ExpertLoad& load = options.expert_load;
+// Expert i's slots are uᵢ = E·wᵢ/Σw times the even share; it computes qᵢ = min(uᵢ, c) of them
+// under a capacity factor c, or c padded to its capacity.
+Routing route(const MoeConfig& moe, const ParallelLayout& layout) {
+  const int experts = moe.experts, ep = layout.ep;
+  const ExpertLoad& load = layout.moe_expert_load;
   if (!load.relative.empty() && static_cast<int>(load.relative.size()) != experts) {
     throw std::invalid_argument("expert_load has " + std::to_string(load.relative.size()) + " loads for " +
                                 std::to_string(experts) + " experts");
@@ -133,10 +135,11 @@ Routing route(const MoeConfig& moe, int ep, const IterationOptions& options) {
   if (!std::isfinite(load.zipf_exponent) || load.zipf_exponent < 0) {
     throw std::invalid_argument("expert_load's Zipf exponent must be finite and >= 0");
   }
-  const std::optional<double> capacity = options.moe_capacity_factor;
+  const std::optional<double> capacity = layout.moe_capacity_factor;
   if (capacity && !(std::isfinite(*capacity) && *capacity > 0)) {
     throw std::invalid_argument("moe_capacity_factor must be > 0");
   }
+  const bool padded = capacity && layout.moe_pad_to_capacity;
   std::vector<double> w(static_cast<size_t>(experts));
   for (int i = 0; i < experts; ++i) {
     const double wi = load.relative.empty() ? std::pow(i + 1.0, -load.zipf_exponent) : load.relative[static_cast<size_t>(i)];
@@ -147,11 +150,12 @@ Routing route(const MoeConfig& moe, int ep, const IterationOptions& options) {
   if (!(total > 0)) throw std::invalid_argument("expert_load's loads are all zero");
   Routing r;
   r.pace = r.busiest_rank = 0;
-  double processed = 0, rank_sum = 0;
+  double processed = 0, dropped = 0, rank_sum = 0;
   const int local = experts / ep;
   for (int i = 0; i < experts; ++i) {
     const double u = static_cast<double>(experts) * w[static_cast<size_t>(i)] / total;
-    const double q = capacity ? std::min(u, *capacity) : u;
+    const double q = padded ? *capacity : capacity ? std::min(u, *capacity) : u;
+    if (capacity) dropped += std::max(u - *capacity, 0.0);
     r.pace = std::max(r.pace, q);
     processed += q;
     rank_sum += q;
@@ -161,6 +165,7 @@ Routing route(const MoeConfig& moe, int ep, const IterationOptions& options) {
     }
   }
   r.processed = processed / experts;
+  r.dropped = dropped / experts;
   return r;
 }
 
@@ -176,6 +181,7 @@ std::vector<ModelOperator> scale_experts(std::vector<ModelOperator> ops, double 
       op.forward = gemm_cost(shape, forward.dtype);
       op.forward.kernels = forward.kernels;
       op.forward.host_issued_kernels = forward.host_issued_kernels;
+      op.forward.host_reads_back = forward.host_reads_back;
       op.backward = op.forward;
       op.backward.flops = op.forward.flops * 2.0;
       op.backward.bytes_read_written = op.forward.bytes_read_written * 2.0;
@@ -207,6 +213,7 @@ MicroBatch micro_batch_of(const ParallelLayout& layout) {
                     layout.rope_fusion,
                     layout.moe_dispatcher == MoeDispatcher::kAllToAll,
                     layout.ep > 1 && layout.moe_dispatcher == MoeDispatcher::kFlex,
+                    layout.moe_capacity_factor.has_value() && layout.moe_pad_to_capacity,
                     RouterRecipe{layout.moe_router_fusion, layout.moe_load_balancing}};
 }
 
@@ -443,7 +450,7 @@ StagePlan plan_stages(const ModelConfig& model, const ParallelLayout& layout, co
   const bool timed_ends = !options.transformer_layers_only;
   const ParameterCounts counts = count_parameters(model);
   StagePlan plan;
-  plan.routing = model.moe ? route(*model.moe, layout.ep, options) : Routing{};
+  plan.routing = model.moe ? route(*model.moe, layout) : Routing{};
   plan.virtual_stage_layers = virtual_stage_layers(layout, model);
   plan.units.resize(static_cast<size_t>(stages));
   LayerSums layer_sums(model, layout, cm, plan.routing);

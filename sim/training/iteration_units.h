@@ -122,8 +122,9 @@ struct OperatorSums {
 // gets uᵢ = E·wᵢ/Σw (1 each when uniform) and processes qᵢ = min(uᵢ, c) under capacity factor c.
 struct Routing {
   double pace = 1;           // max qᵢ: the busiest expert sets the grouped GEMMs' rows
-  double processed = 1;      // Σqᵢ/E: share of the slots computed (and sent)
+  double processed = 1;      // Σqᵢ/E: share of the slots computed (and sent), padding included
   double busiest_rank = 1;   // max over EP ranks of its experts' mean qᵢ: its all-to-all share
+  double dropped = 0;        // Σ max(uᵢ − c, 0)/E: share of the routed slots dropped
 };
 
 /// Message sizes of one micro-batch on one GPU. S = b·(s/cp)·h activation elements; the PP
@@ -162,7 +163,7 @@ OperatorSums sum_operators(const ComputeModel& cm, const std::vector<ModelOperat
 // and full recomputation the whole forward ahead of the backward.
 Unit unit_from(const OperatorSums& s, Recomputation recompute, bool transformer_layer, bool timed, bool split_attention);
 
-Routing route(const MoeConfig& moe, int ep, const IterationOptions& options);
+Routing route(const MoeConfig& moe, const ParallelLayout& layout);
 
 // The routed experts' operators ("expert_…" of layer_operators) with `factor` times their
 // average rows: the GEMMs re-shaped (backward as layer_operators builds it: data and weight

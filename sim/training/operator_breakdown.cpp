@@ -102,7 +102,7 @@ std::vector<UnitBreakdown> operator_breakdown(const ModelConfig& model, const Pa
     throw InputError("", "/parallel/dtype", gpu.name + " has no " + std::string(to_string(layout.dtype)) + " peak");
   }
   const ComputeModel cm(gpu, options.compute, options.gemm_efficiency);
-  const double pace = model.moe ? iteration_detail::route(*model.moe, layout.ep, options).pace : 1.0;
+  const double pace = model.moe ? iteration_detail::route(*model.moe, layout).pace : 1.0;
   const bool selective = layout.recompute == Recomputation::kSelective;
   // Layers differ only by kind, dense vs MoE, 16-bit ends and (block method) full recomputation.
   std::map<std::tuple<LayerKind, bool, bool, bool>, size_t> index;

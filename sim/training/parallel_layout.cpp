@@ -3,6 +3,7 @@
 #include "training/pipeline_split.h"
 
 #include <algorithm>
+#include <cmath>
 #include <numeric>
 #include <stdexcept>
 
@@ -289,6 +290,48 @@ std::vector<int> cpu_offloading_sync_layers(int n, int layers) {
   return out;
 }
 
+namespace {
+
+// The router's skew and token dropping, as Megatron-Core allows them (its token drop needs the
+// alltoall dispatcher: moe_utils / token_dispatcher.py, Megatron-Bridge's apply_moe_token_drop).
+template <typename Fail>
+void validate_moe_routing(const ParallelLayout& l, const ModelConfig& model, Fail& fail) {
+  const ExpertLoad& load = l.moe_expert_load;
+  const bool routed = !load.uniform() || l.moe_capacity_factor || l.moe_pad_to_capacity;
+  if (routed && !model.moe) {
+    fail(!load.uniform() ? "moe_expert_load" : l.moe_capacity_factor ? "moe_capacity_factor" : "moe_pad_to_capacity",
+         "needs a mixture-of-experts model; " + model.name + " has no experts");
+  }
+  if (!load.relative.empty()) {
+    if (static_cast<int64_t>(load.relative.size()) != model.moe->experts) {
+      fail("moe_expert_load/relative", num(static_cast<int64_t>(load.relative.size())) + " loads for " +
+                                           num(model.moe->experts) + " experts");
+    }
+    bool any = false;
+    for (const double w : load.relative) {
+      if (!std::isfinite(w) || w < 0) fail("moe_expert_load/relative", "loads must be finite and >= 0");
+      any = any || w > 0;
+    }
+    if (!any) fail("moe_expert_load/relative", "the loads are all zero");
+  }
+  if (!std::isfinite(load.zipf_exponent) || load.zipf_exponent < 0) {
+    fail("moe_expert_load/zipf", "the Zipf exponent must be finite and >= 0");
+  }
+  if (l.moe_capacity_factor) {
+    if (!std::isfinite(*l.moe_capacity_factor) || *l.moe_capacity_factor <= 0) {
+      fail("moe_capacity_factor", "must be > 0");
+    }
+    if (l.moe_dispatcher != MoeDispatcher::kAllToAll) {
+      fail("moe_capacity_factor", "Megatron drops tokens only with the alltoall dispatcher, not " +
+                                      std::string(to_string(l.moe_dispatcher)));
+    }
+  } else if (l.moe_pad_to_capacity) {
+    fail("moe_pad_to_capacity", "needs a capacity factor (moe_capacity_factor) to pad to");
+  }
+}
+
+}  // namespace
+
 void validate(const ParallelLayout& l, const ModelConfig& model, int gpus, const std::string& file,
               const std::string& pointer) {
   auto fail = [&](const std::string& field, const std::string& reason) {
@@ -404,6 +447,8 @@ void validate(const ParallelLayout& l, const ModelConfig& model, int gpus, const
                                   " with pp=" + num(l.pp));
     }
   }
+
+  validate_moe_routing(l, model, fail);
 
   if (l.global_batch % (int64_t{l.dp} * l.micro_batch) != 0) {
     fail("global_batch", num(l.global_batch) + " is not divisible by dp·micro_batch=" + num(l.dp) + "·" +

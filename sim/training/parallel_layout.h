@@ -93,6 +93,17 @@ enum class ParallelDim : uint8_t { kTp, kCp, kEp, kDp, kPp };
 /// "tp", "cp", "ep", "dp", "pp".
 const char* to_string(ParallelDim d);
 
+/// How the router spreads token-slots over the routed experts: expert i gets the share
+/// wᵢ/Σw, wᵢ = relative[i] when `relative` is given (one entry per expert, ≥ 0, not all 0),
+/// else wᵢ = (i+1)^−zipf_exponent (Zipf; 0 is uniform). Expert i lives on EP rank
+/// ⌊i/(E/ep)⌋, so a Zipf skew loads the first EP rank most.
+struct ExpertLoad {
+  std::vector<double> relative;
+  double zipf_exponent = 0;
+  bool uniform() const { return relative.empty() && zipf_exponent == 0; }
+  bool operator==(const ExpertLoad&) const = default;
+};
+
 struct ParallelLayout {
   int dp = 1;
   int tp = 1;
@@ -182,6 +193,17 @@ struct ParallelLayout {
   /// The load-balancing loss the recipe trains with (Megatron's moe_router_load_balancing_type
   /// with a coefficient above zero; its default type, aux_loss; none for GPT-OSS's recipes).
   LoadBalancingLoss moe_load_balancing = LoadBalancingLoss::kAux;
+  /// MoE layers: router skew over the routed experts (uniform: Megatron's
+  /// moe_router_force_load_balancing, or a well-balanced router).
+  ExpertLoad moe_expert_load;
+  /// MoE token dropping (Megatron's --moe-expert-capacity-factor c): each expert computes at
+  /// most c times its even share of the slots routed in its EP group and drops the rest;
+  /// nullopt: dropless.
+  std::optional<double> moe_capacity_factor;
+  /// With a capacity factor, every expert's rows padded to its capacity (Megatron's
+  /// --moe-pad-expert-input-to-capacity): c times the even share computed and sent whatever the
+  /// routing, in row counts the host knows without reading them back from the GPU.
+  bool moe_pad_to_capacity = false;
   CudaGraphs cuda_graphs = CudaGraphs::kNone;
   CudaGraphScope cuda_graph_scope;  ///< with CudaGraphs::kScoped
   /// MoE layers with EP: the shared experts' kernels run on a stream of their own beside the

@@ -1,6 +1,7 @@
 #include "training/published_runs.h"
 
 #include <algorithm>
+#include <cmath>
 #include <fstream>
 #include <stdexcept>
 
@@ -251,9 +252,16 @@ void read_kernel_choices(const nlohmann::json& l, const std::string& where, Publ
                             std::pair{"moe_router_fusion", &p.moe_router_fusion},
                             std::pair{"moe_shared_expert_overlap", &p.moe_shared_expert_overlap},
                             std::pair{"moe_a2a_overlap", &p.moe_a2a_overlap},
+                            std::pair{"moe_pad_to_capacity", &p.moe_pad_to_capacity},
                             std::pair{"account_for_embedding_in_pipeline_split", &p.account_for_embedding},
                             std::pair{"account_for_loss_in_pipeline_split", &p.account_for_loss}}) {
     if (auto v = opt_bool(l, key, where)) *field = *v;
+  }
+  if (auto c = l.find("moe_capacity_factor"); c != l.end() && !c->is_null()) {
+    if (!c->is_number() || !(c->get<double>() > 0) || !std::isfinite(c->get<double>())) {
+      throw RowError(where + "/moe_capacity_factor", "expected a number > 0 or null, found " + c->dump());
+    }
+    p.moe_capacity_factor = c->get<double>();
   }
   if (auto spelled = opt_string(l, "attention", where)) {
     const auto kernel = attention_kernel_name(*spelled);
@@ -378,6 +386,8 @@ ParallelLayout parallel_layout_of(const PublishedRun& run) {
   l.moe_load_balancing = load_balancing_loss_from(run.layout.moe_router_load_balancing).value_or(LoadBalancingLoss::kAux);
   l.moe_shared_expert_overlap = run.layout.moe_shared_expert_overlap;
   l.moe_a2a_overlap = run.layout.moe_a2a_overlap;
+  l.moe_capacity_factor = run.layout.moe_capacity_factor;
+  l.moe_pad_to_capacity = run.layout.moe_pad_to_capacity;
   l.cpu_offloading_layers = run.layout.cpu_offloading_layers;
   l.recompute_layers = run.layout.recompute_layers;
   l.expert_tp = run.layout.expert_tp;

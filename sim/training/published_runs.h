@@ -47,6 +47,10 @@ struct PublishedLayout {
   /// MoE rows: shared experts beside the dispatch (Megatron's --moe-shared-expert-overlap).
   bool moe_shared_expert_overlap = false;
   bool moe_a2a_overlap = false;
+  /// MoE rows run with token dropping: Megatron's capacity factor (unset: dropless) and padding
+  /// to it (moe_pad_expert_input_to_capacity).
+  std::optional<double> moe_capacity_factor;
+  bool moe_pad_to_capacity = false;
   int cpu_offloading_layers = 0;
   /// With full recomputation: the first N layers of each (virtual) stage only; 0 every layer.
   int recompute_layers = 0;

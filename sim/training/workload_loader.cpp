@@ -284,6 +284,23 @@ void read_memory_and_overlap(JsonReader& p, const std::string& path, ParallelLay
   if (auto v = p.find("rank_order")) l.rank_order = v->as_string();
 }
 
+// The router's skew and Megatron's token dropping (capacity factor, padding to capacity).
+void read_moe_routing(JsonReader& p, ParallelLayout& l) {
+  if (auto v = p.find("moe_expert_load")) {
+    auto zipf = v->find("zipf");
+    auto relative = v->find("relative");
+    if (zipf && relative) v->fail("give zipf or relative, not both");
+    if (!zipf && !relative) v->fail("expected zipf (an exponent) or relative (one load per routed expert)");
+    if (zipf) l.moe_expert_load.zipf_exponent = zipf->as_number();
+    if (relative) {
+      for (auto& e : relative->elements()) l.moe_expert_load.relative.push_back(e.as_number());
+    }
+    v->finish();
+  }
+  if (auto v = p.find("moe_capacity_factor")) l.moe_capacity_factor = v->as_number();
+  read_bool(p, "moe_pad_to_capacity", l.moe_pad_to_capacity);
+}
+
 // The layers of each pipeline stage, given or Megatron's uneven splits, and the recomputed modules.
 void read_stages(JsonReader& p, ParallelLayout& l) {
   if (auto v = p.find("stage_layers")) {
@@ -313,6 +330,7 @@ void read_parallel(JsonReader p, const std::string& path, ParallelLayout& l, boo
   read_degrees(p, path, l, dp_given);
   read_schedule_and_precision(p, path, l);
   read_memory_and_overlap(p, path, l);
+  read_moe_routing(p, l);
   read_stages(p, l);
   p.finish();
 }
@@ -398,6 +416,9 @@ void apply_overrides(const WorkloadOverrides& a, ParallelLayout& l, bool& dp_giv
     l.moe_load_balancing = load_balancing_of(a.moe_router_load_balancing, "", "--moe-router-load-balancing");
   }
   if (a.moe_shared_expert_overlap) l.moe_shared_expert_overlap = *a.moe_shared_expert_overlap;
+  if (a.moe_capacity_factor) l.moe_capacity_factor = *a.moe_capacity_factor;
+  if (a.moe_pad_to_capacity) l.moe_pad_to_capacity = *a.moe_pad_to_capacity;
+  if (a.moe_expert_skew) l.moe_expert_load = ExpertLoad{{}, *a.moe_expert_skew};
   if (a.moe_a2a_overlap) l.moe_a2a_overlap = *a.moe_a2a_overlap;
   if (a.cpu_offloading_layers) l.cpu_offloading_layers = *a.cpu_offloading_layers;
   if (a.grad_reduce_overlap) l.grad_reduce_overlap = *a.grad_reduce_overlap;

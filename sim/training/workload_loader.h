@@ -53,6 +53,10 @@ struct WorkloadOverrides {
   /// sequence and switches, and finds the degrees itself).
   bool validate_layout = true;
   std::optional<double> sustained_fraction;
+  /// MoE: Megatron's capacity factor and padding to it, and a Zipf router skew
+  /// (--moe-capacity-factor, --moe-pad-to-capacity, --moe-expert-skew).
+  std::optional<double> moe_capacity_factor, moe_expert_skew;
+  std::optional<bool> moe_pad_to_capacity;
 };
 
 /// Reads the workload at `path` (bundled models and topology presets from the folders given),

@@ -68,6 +68,13 @@ nlohmann::ordered_json parallel_block(const ParallelLayout& l) {
   if (l.moe_load_balancing != LoadBalancingLoss::kAux) p["moe_router_load_balancing"] = to_string(l.moe_load_balancing);
   if (l.moe_shared_expert_overlap) p["moe_shared_expert_overlap"] = true;
   if (l.moe_a2a_overlap) p["moe_a2a_overlap"] = true;
+  if (!l.moe_expert_load.relative.empty()) {
+    p["moe_expert_load"] = {{"relative", l.moe_expert_load.relative}};
+  } else if (l.moe_expert_load.zipf_exponent != 0) {
+    p["moe_expert_load"] = {{"zipf", l.moe_expert_load.zipf_exponent}};
+  }
+  if (l.moe_capacity_factor) p["moe_capacity_factor"] = *l.moe_capacity_factor;
+  if (l.moe_pad_to_capacity) p["moe_pad_to_capacity"] = true;
   if (l.cpu_offloading_layers > 0) p["cpu_offloading_layers"] = l.cpu_offloading_layers;
   p["rank_order"] = l.rank_order;
   if (!l.stage_layers.empty()) p["stage_layers"] = l.stage_layers;

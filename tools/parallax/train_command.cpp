@@ -50,10 +50,11 @@ struct TrainArgs {
   std::string json;
   std::string trace;
   std::string gemm_table;
-  std::optional<double> sustained_fraction;
+  std::optional<double> sustained_fraction, moe_capacity_factor, moe_expert_skew;
   std::string measured_step;  // a time string: fit σ to it
   std::string sequence_parallel, tp_comm_overlap, grad_reduce_overlap, param_gather_prefetch,
-      param_gather_per_tensor, moe_shared_expert_overlap, moe_a2a_overlap, rope_fusion, moe_router_fusion;  // "on" / "off"
+      param_gather_per_tensor, moe_shared_expert_overlap, moe_a2a_overlap, rope_fusion, moe_router_fusion,
+      moe_pad_to_capacity;  // "on" / "off"
   std::string rank_order;
   std::optional<std::string> recompute_modules, module_precision;
   bool explain = false;
@@ -101,6 +102,9 @@ Job read_job(const TrainArgs& a) {
   o.optimizer = a.optimizer;
   o.moe_shared_expert_overlap = switch_of(a.moe_shared_expert_overlap);
   o.moe_a2a_overlap = switch_of(a.moe_a2a_overlap);
+  o.moe_capacity_factor = a.moe_capacity_factor;
+  o.moe_pad_to_capacity = switch_of(a.moe_pad_to_capacity);
+  o.moe_expert_skew = a.moe_expert_skew;
   o.grad_reduce_overlap = switch_of(a.grad_reduce_overlap);
   o.param_gather_prefetch = switch_of(a.param_gather_prefetch);
   o.param_gather_per_tensor = switch_of(a.param_gather_per_tensor);
@@ -183,6 +187,11 @@ void print_iteration_summary(const Job& job, const IterationResult& r) {
   std::printf("  tokens/s             %.0f (%.1f per GPU)\n", r.tokens_per_second, r.tokens_per_second_per_gpu);
   std::printf("  MFU / HFU            %.1f%% / %.1f%%\n", 100 * r.mfu, 100 * r.hfu);
   std::printf("  pipeline bubble      %.1f%%\n", 100 * r.pipeline_bubble_fraction);
+  const ParallelLayout& l = job.layout;
+  if (job.model.moe && (!l.moe_expert_load.uniform() || l.moe_capacity_factor)) {
+    std::printf("  MoE routing          busiest expert %.2fx its even share of tokens; %.1f%% of token-slots dropped\n",
+                r.moe_expert_pace, 100 * r.moe_dropped_fraction);
+  }
   std::printf("  peak memory per GPU  %s of %s: %s\n\n", gib(r.peak_memory).c_str(), gib(r.gpu_memory).c_str(),
               r.out_of_memory ? "OUT OF MEMORY" : "fits");
 }
@@ -391,6 +400,9 @@ void add_train_command(CLI::App& app) {
                                    std::tuple{"--moe-a2a-overlap", &args->moe_a2a_overlap,
                                               "MoE dispatch and combine of one micro-batch beside another's kernels "
                                               "(Megatron's --overlap-moe-expert-parallel-comm)"},
+                                   std::tuple{"--moe-pad-to-capacity", &args->moe_pad_to_capacity,
+                                              "with --moe-capacity-factor: every expert's rows padded to its capacity "
+                                              "(Megatron's --moe-pad-expert-input-to-capacity: fixed shapes the host need not read back)"},
                                    std::tuple{"--grad-reduce-overlap", &args->grad_reduce_overlap,
                                               "gradient buckets reduced during the backward"},
                                    std::tuple{"--param-gather-prefetch", &args->param_gather_prefetch,
@@ -400,6 +412,12 @@ void add_train_command(CLI::App& app) {
     cmd->add_option(flag, *field, std::string(what) + ": on or off")->check(CLI::IsMember({"on", "off"}));
   }
   cmd->add_option("--rank-order", args->rank_order, "rank order, innermost first (e.g. tp-cp-ep-dp-pp)");
+  cmd->add_option("--moe-capacity-factor", args->moe_capacity_factor,
+                  "MoE token dropping (Megatron's --moe-expert-capacity-factor): each expert computes at most this many "
+                  "times its even share of the routed tokens and drops the rest (alltoall dispatcher)");
+  cmd->add_option("--moe-expert-skew", args->moe_expert_skew,
+                  "MoE router skew: expert i gets a share proportional to (i+1)^-s (Zipf; 0, the default, is uniform); "
+                  "the busiest expert sets the pace");
   cmd->add_flag("--ops", args->ops,
                 "after the report, where a micro-batch's compute goes: each operator of each kind of layer, forward, "
                 "backward and recomputed, its rate and what bounds it (with --json, also in the file)");
