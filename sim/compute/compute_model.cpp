@@ -49,8 +49,8 @@ OperatorTiming ComputeModel::timing(const OperatorCost& op) const {
   t.compute = compute_time(op.flops, t.rate * options_.sustained_fraction);
   t.memory = transfer_time(op.bytes_read_written, memory_bandwidth(op) * options_.sustained_fraction);
   t.launch = options_.kernel_launch_overhead * std::max(0, op.kernels);
-  t.host = options_.host_gemm_issue * std::max(0, op.host_issued_kernels);
-  const int host_issued = std::max(0, op.host_issued_kernels);
+  const int host_issued = op.host_issued();
+  t.host = options_.host_gemm_issue * host_issued;
   const int dispatched = op.graph_replayed        ? 0
                          : op.host_dispatches >= 0 ? op.host_dispatches
                                                    : std::max(0, op.kernels - host_issued);
@@ -69,7 +69,7 @@ Time issued_stream_time(const ComputeModel& cm, std::span<const OperatorCost* co
   for (const OperatorCost* op : ops) {
     const OperatorTiming t = cm.timing(*op);
     if (t.total == Time::max()) return t.total;
-    if (op->host_issued_kernels > 0) {
+    if (op->host_issued() > 0) {
       // Shapes read back from the GPU first: the host waits for it. Known beforehand: the host
       // issues them ahead. Either way the GPU runs each GEMM while the host prepares the next.
       const Time start = op->host_reads_back ? std::max(host, gpu) : host;

@@ -4,6 +4,7 @@
 // serving layers) knows the model; who times them (ComputeModel) knows the device.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <optional>
 #include <string_view>
@@ -130,6 +131,9 @@ struct OperatorCost {
   /// Its kernels are replayed from a CUDA graph: the host issues them without its per-kernel
   /// dispatch (ComputeModelOptions::host_dispatch).
   bool graph_replayed = false;
+  /// The GEMMs the host issues one by one: none when a graph replays them, which it can only
+  /// where their shapes are fixed (host_reads_back false: padded experts).
+  int host_issued() const { return graph_replayed && !host_reads_back ? 0 : std::max(0, host_issued_kernels); }
   /// For kAttention: a kernel written for Ampere's warp-level mma.sync (FlashAttention-2), which
   /// on GPUs with asynchronous tensor cores reaches only part of their peak (compute_model.h).
   bool warp_mma_only = false;

@@ -176,17 +176,13 @@ std::vector<ModelOperator> scale_experts(std::vector<ModelOperator> ops, double 
     if (op.forward.kind == OperatorKind::kGemm) {
       GemmShape shape = op.forward.shape;
       shape.m *= factor;
-      // New sizes, the same kernels (and the same ones issued by the host).
-      const OperatorCost forward = op.forward, backward = op.backward;
-      op.forward = gemm_cost(shape, forward.dtype);
-      op.forward.kernels = forward.kernels;
-      op.forward.host_issued_kernels = forward.host_issued_kernels;
-      op.forward.host_reads_back = forward.host_reads_back;
-      op.backward = op.forward;
-      op.backward.flops = op.forward.flops * 2.0;
-      op.backward.bytes_read_written = op.forward.bytes_read_written * 2.0;
-      op.backward.kernels = backward.kernels;
-      op.backward.host_issued_kernels = backward.host_issued_kernels;
+      // New sizes; the same kernels, issued the same way (by the host, or from a CUDA graph).
+      const OperatorCost scaled = gemm_cost(shape, op.forward.dtype);
+      op.forward.shape = op.backward.shape = shape;
+      op.forward.flops = scaled.flops;
+      op.forward.bytes_read_written = scaled.bytes_read_written;
+      op.backward.flops = scaled.flops * 2.0;
+      op.backward.bytes_read_written = scaled.bytes_read_written * 2.0;
     } else {
       for (OperatorCost* c : {&op.forward, &op.backward}) {
         c->flops = c->flops * factor;
