@@ -780,6 +780,12 @@ TEST(IterationExpertParallel, PaddedExpertsAreIssuedWithoutReadingTheirRowsBack)
   const Time ahead = issued_stream_time(cm, read);
   EXPECT_NEAR(after.seconds(), 1 + 3, 1e-9);
   EXPECT_NEAR(ahead.seconds(), 3, 1e-9);
+  // A CUDA graph replays fixed-shape GEMMs with no host issue at all; rows read back from the
+  // GPU cannot be captured, and the host still issues them inside a graphed layer.
+  gemms.graph_replayed = true;
+  EXPECT_EQ(cm.timing(gemms).issue, Time::zero());
+  gemms.host_reads_back = true;
+  EXPECT_EQ(cm.timing(gemms).issue, Time::from_seconds(3));
 }
 
 // Mixtral 8x7B on 64 H100s (8 DGX nodes): tp 2 with SP, pp 4, dp 8, ep 8, ZeRO 1, selective
