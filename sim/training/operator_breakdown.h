@@ -1,9 +1,10 @@
 // Where one micro-batch's compute goes on one GPU: every operator of each kind of Transformer
 // layer the job has (dense, MoE, 16-bit at the ends of a quantised run), of the embedding, of
-// the multi-token-prediction depths (input projection, layer, output head) and of the output layer, with its forward and backward times on the compute model (the sustained
-// fraction included), its FLOPs, the rate it reaches and what bounds it. The iteration adds
-// these per layer and micro-batch; this is the same arithmetic, kept per operator, for a user
-// who asks why a layer takes what it takes (`parallax train --ops`).
+// the multi-token-prediction depths (input projection, layer, output head) and of the output
+// layer, with its forward and backward times on the compute model (the sustained fraction
+// included), its FLOPs, the rate it reaches and what bounds it. The iteration adds these per
+// layer and micro-batch; this is the same arithmetic, kept per operator, for a user who asks
+// why a layer takes what it takes (`parallax train --ops`).
 #pragma once
 
 #include <string>
