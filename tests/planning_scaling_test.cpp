@@ -67,7 +67,7 @@ TEST(MeasuredScaling, BadFilesNameTheLineAndTheReason) {
   EXPECT_EQ(error_of("gpus,step_time_s\n8,-1\n"), "runs.csv:2: step_time_s: expected a positive number, found \"-1\"");
   EXPECT_EQ(error_of("gpus,step_time_s\n8\n"), "runs.csv:2: expected 2 columns, found 1");
   EXPECT_EQ(error_of("gpus,tokens_per_s,strategy\n8,1,zero4\n"),
-            "runs.csv:2: strategy: \"zero4\" (expected ddp, zero1, zero2, zero3 or fsdp, or empty)");
+            "runs.csv:2: strategy: \"zero4\" (expected ddp, zero1, zero2, zero3, fsdp or hsdp, or empty)");
   EXPECT_EQ(error_of("gpus,tokens_per_s\n8,1\n8,2\n"), "runs.csv:3: a second measurement of the workload's strategy at 8 GPUs");
 }
 

@@ -519,5 +519,22 @@ TEST(ScalingStudy, StrongScalingKeepsTheBatchAndShardingShrinksTheMemory) {
   EXPECT_FALSE(weak.rows[0].cells[2].problem.empty());
 }
 
+// HSDP shards within one node's data-parallel ranks (8 on DGX A100 at TP 1) and replicates across
+// nodes: on one node it is FSDP; on four, its memory stays at FSDP-over-8's while FSDP's shrinks,
+// and its all-gathers stay inside the node.
+TEST(ScalingStudy, HybridShardingShardsWithinANode) {
+  const TrainingWorkload job = small_case();
+  auto topology_for = [&](int g) { return load_topology(job.topology_file, TopologyLoadOptions{g / 8}); };
+  const std::vector<ScalingStrategy> strategies{*scaling_strategy_from("fsdp"), *scaling_strategy_from("hsdp")};
+  const ScalingStudy study =
+      run_scaling_study(job.model, with(job, 1, 1, 8, 64), topology_for, {8, 32}, strategies, false, IterationOptions{});
+  const ScalingRow &fsdp = study.rows[0], &hsdp = study.rows[1];
+  ASSERT_TRUE(hsdp.cells[0].result && hsdp.cells[1].result && fsdp.cells[1].result);
+  EXPECT_EQ(hsdp.cells[0].result->iteration_time, fsdp.cells[0].result->iteration_time);
+  EXPECT_EQ(hsdp.cells[1].result->peak_memory, hsdp.cells[0].result->peak_memory);
+  EXPECT_LT(fsdp.cells[1].result->peak_memory, hsdp.cells[1].result->peak_memory);
+  EXPECT_EQ(scaling_strategy_from("hsdp")->zero, ZeroStage::kStage3);
+}
+
 }  // namespace
 }  // namespace parallax

@@ -291,6 +291,45 @@ TEST(IterationCommunication, DataParallelSendsTheZeroVolumes) {
   }
 }
 
+TEST(IterationCommunication, HybridShardingShardsWithinGroupsAndAllReducesTheShards) {
+  // HSDP over N = 8 data-parallel ranks in shard groups of g = 2 (R = 4 replicas), Ψ parameters,
+  // bf16 gradients, one micro-batch:
+  //   ZeRO 3: 2 all-gathers + a reduce-scatter within the group, 3(g−1)/g · 2Ψ, and an all-reduce
+  //           of the 2Ψ/g gradient shard across the replicas, 2(R−1)/R · 2Ψ/g
+  //   ZeRO 1: reduce-scatter + all-gather within the group, 2(g−1)/g · 2Ψ, and the same all-reduce
+  // The states are those of ZeRO over g ranks (ZeRO paper's formula with N = g).
+  const ModelConfig model = tiny();
+  const double psi = static_cast<double>(count_parameters(model).total);
+  const Topology topo = toy_cluster(8);
+  const double g = 2, replicas = 4;
+  const double across = 2.0 * (replicas - 1) / replicas * 2.0 * psi / g;
+  for (auto [stage, within] : {std::pair{ZeroStage::kStage3, 3.0 * (g - 1) / g * 2.0 * psi},
+                               std::pair{ZeroStage::kStage1, 2.0 * (g - 1) / g * 2.0 * psi}}) {
+    SCOPED_TRACE(static_cast<int>(stage));
+    ParallelLayout l = layout(8, 1, 1, 8);
+    l.zero_stage = stage;
+    l.dp_shard = 2;
+    const IterationResult r = simulate_iteration(model, l, topo);
+    const auto& dp = r.stages[0].communication[static_cast<size_t>(WorkKind::kDpComm)];
+    EXPECT_NEAR(dp.sent.value(), within + across, 1e-9 * (within + across));
+    const MemoryBreakdown& m = r.stages[0].memory;
+    EXPECT_NEAR((m.parameters + m.gradients + m.optimizer_states).value(),
+                zero_model_state_bytes(psi, stage, 2, kAdamOptimizerBytesPerParameter).value(), 1e-6 * psi);
+    expect_parts_add_up(r);
+  }
+  // Shards over every rank are plain ZeRO, byte for byte.
+  ParallelLayout whole = layout(8, 1, 1, 8), sharded = whole;
+  whole.zero_stage = sharded.zero_stage = ZeroStage::kStage3;
+  sharded.dp_shard = 8;
+  EXPECT_EQ(simulate_iteration(model, whole, topo).iteration_time, simulate_iteration(model, sharded, topo).iteration_time);
+  // Refused without sharded states, and where the groups do not divide the ranks.
+  sharded.dp_shard = 3;
+  EXPECT_THROW(simulate_iteration(model, sharded, topo), InputError);
+  sharded.dp_shard = 2;
+  sharded.zero_stage = ZeroStage::kStage0;
+  EXPECT_THROW(simulate_iteration(model, sharded, topo), InputError);
+}
+
 TEST(IterationCommunication, Fp32GradientsDoubleTheReductionAndTheirMemory) {
   // Megatron's main_grad (grad_reduce_in_fp32): ZeRO 0's all-reduce moves 2(N−1)/N · 4Ψ, twice
   // the bf16 volume, and the gradients held grow from 2Ψ to 4Ψ (ZeRO 0: 2 + 4 + 12 = 18Ψ of

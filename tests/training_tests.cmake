@@ -62,6 +62,14 @@ set_tests_properties(example.train.moe_router PROPERTIES
 parallax_refuses(train.bad_load_balancing_is_refused
                  "--moe-router-load-balancing: unknown load-balancing loss \"z_loss\" \\(expected none, aux_loss, seq_aux_loss or global_aux_loss\\)"
                  train ${PROJECT_SOURCE_DIR}/workloads/train/mixtral-8x7b-8xdgx-h100-ep8.json --moe-router-load-balancing z_loss)
+# Hybrid sharding from the command line, named in the layout line; groups that do not divide the
+# data-parallel ranks are refused naming the field.
+add_test(NAME example.train.hsdp
+         COMMAND parallax train ${PROJECT_SOURCE_DIR}/workloads/train/llama3-70b-64xdgx-h100.json --network analytical
+                 --zero 3 --dp-shard 4)
+set_tests_properties(example.train.hsdp PROPERTIES PASS_REGULAR_EXPRESSION "ZeRO-3 \\(HSDP: shards of 4, 4 replicas\\)")
+parallax_refuses(train.hsdp_bad_shard_is_refused "/parallel/dp_shard: 3 does not divide dp·cp=16"
+                 train ${PROJECT_SOURCE_DIR}/workloads/train/llama3-70b-64xdgx-h100.json --zero 3 --dp-shard 3)
 # Router skew and token dropping from the command line: named in the layout line, and the report
 # says how many token-slots were dropped; a capacity factor with the flex dispatcher is refused.
 add_test(NAME example.train.moe_token_drop

@@ -142,7 +142,7 @@ MeasuredScaling parse_measured_scaling(const std::string& text, const std::strin
     if (header->strategy != SIZE_MAX) {
       p.strategy = cells[header->strategy];
       if (!p.strategy.empty() && !scaling_strategy_from(p.strategy)) {
-        bad(source, line_number, "strategy: \"" + p.strategy + "\" (expected ddp, zero1, zero2, zero3 or fsdp, or empty)");
+        bad(source, line_number, "strategy: \"" + p.strategy + "\" (expected ddp, zero1, zero2, zero3, fsdp or hsdp, or empty)");
       }
     }
     if (!seen.emplace(p.strategy, p.gpus).second) {

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <numeric>
 
 #include "io/input_error.h"
 #include "io/text_format.h"
@@ -18,7 +19,7 @@ Time worst_exposed_communication(const IterationResult& r) {
 }
 
 ScalingCell simulate_cell(const ModelConfig& model, ParallelLayout l, const std::function<Topology(int)>& topology_for,
-                          int gpus, const IterationOptions& options) {
+                          int gpus, bool hybrid, const IterationOptions& options) {
   ScalingCell cell;
   cell.gpus = gpus;
   cell.tokens_per_step = static_cast<double>(l.global_batch) * static_cast<double>(l.sequence_length);
@@ -29,7 +30,15 @@ ScalingCell simulate_cell(const ModelConfig& model, ParallelLayout l, const std:
   }
   l.dp = gpus / model_parallel;
   try {
-    cell.result = simulate_iteration(model, l, topology_for(gpus), options);
+    const Topology topology = topology_for(gpus);
+    if (hybrid) {
+      // The workload's shard groups where it gives them, else one node's data-parallel ranks.
+      const int per_node = std::max(1, static_cast<int>(topology.gpu_count()) / std::max(1, topology.node_count()));
+      l.dp_shard = std::gcd(l.dp * l.cp, l.dp_shard > 0 ? l.dp_shard : std::max(1, per_node / l.tp));
+    } else {
+      l.dp_shard = 0;
+    }
+    cell.result = simulate_iteration(model, l, topology, options);
   } catch (const InputError& e) {
     cell.problem = e.reason();
   } catch (const std::invalid_argument& e) {
@@ -45,6 +54,7 @@ std::optional<ScalingStrategy> scaling_strategy_from(const std::string& name) {
   if (name == "zero1") return ScalingStrategy{name, ZeroStage::kStage1};
   if (name == "zero2") return ScalingStrategy{name, ZeroStage::kStage2};
   if (name == "zero3" || name == "fsdp") return ScalingStrategy{name, ZeroStage::kStage3};
+  if (name == "hsdp") return ScalingStrategy{name, ZeroStage::kStage3, true};
   return std::nullopt;
 }
 
@@ -71,7 +81,7 @@ ScalingStudy run_scaling_study(const ModelConfig& model, const ParallelLayout& b
       ParallelLayout l = base;
       l.zero_stage = strategy.zero;
       if (weak) l.global_batch = base.global_batch * g / gpus.front();
-      row.cells.push_back(simulate_cell(model, l, topology_for, g, options));
+      row.cells.push_back(simulate_cell(model, l, topology_for, g, strategy.hybrid, options));
     }
     const ScalingCell& first = row.cells.front();
     for (ScalingCell& c : row.cells) {

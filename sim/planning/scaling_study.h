@@ -1,5 +1,6 @@
 // `parallax scale`: how a training job's data-parallel strategies scale with the GPU count. For
-// each strategy (DDP, ZeRO-1/2/3, FSDP = ZeRO-3's full sharding) and each GPU count, one
+// each strategy (DDP, ZeRO-1/2/3, FSDP = ZeRO-3's full sharding, HSDP = ZeRO-3 sharded within
+// each node's data-parallel ranks and replicated across nodes) and each GPU count, one
 // simulated iteration of the workload's model-parallel layout (tp, pp, cp, ep kept; dp what
 // the GPUs leave): time, tokens/s per GPU, scaling efficiency against the smallest count, memory
 // per GPU (out of memory marked), exposed communication. Strong scaling keeps the global batch;
@@ -21,10 +22,14 @@
 namespace parallax {
 
 struct ScalingStrategy {
-  std::string name;  ///< "ddp", "zero1", "zero2", "zero3", "fsdp"
+  std::string name;  ///< "ddp", "zero1", "zero2", "zero3", "fsdp", "hsdp"
   ZeroStage zero = ZeroStage::kStage0;
+  /// HSDP: the states sharded over groups of gcd(dp·cp, n) data-parallel ranks, n the base
+  /// layout's dp_shard where it gives one, else one node's (scale-up domain's): GPUs per node / tp;
+  /// replicated across the groups.
+  bool hybrid = false;
 };
-/// "ddp", "zero1", "zero2", "zero3", "fsdp"; nullopt otherwise.
+/// "ddp", "zero1", "zero2", "zero3", "fsdp", "hsdp"; nullopt otherwise.
 std::optional<ScalingStrategy> scaling_strategy_from(const std::string& name);
 /// The strategy a ZeRO stage is: "ddp", "zero1", "zero2", "zero3".
 const char* scaling_strategy_name(ZeroStage zero);

@@ -158,8 +158,20 @@ double CommunicationPlan::scale_up_load(CollectiveOp op, const std::vector<int>&
 }
 
 CommTask CommunicationPlan::per_bucket(int s, const Unit& u, CollectiveOp op, double bytes_per_parameter) {
-  CommTask c = collective(op, Bytes((u.parameters - u.expert_parameters) * bytes_per_parameter),
-                          dp_group_[static_cast<size_t>(s)], dp_slowdown_[static_cast<size_t>(s)]);
+  const size_t i = static_cast<size_t>(s);
+  const Bytes dense((u.parameters - u.expert_parameters) * bytes_per_parameter);
+  CommTask c;
+  if (!shard_group_[i].empty() && op != CollectiveOp::kAllReduce) {
+    // Hybrid sharding: the shard group reduce-scatters (all-gathers) the states, and the
+    // replicas then all-reduce each gradient shard, 1/dp_shard of the bucket.
+    c = collective(op, dense, shard_group_[i], shard_slowdown_[i]);
+    if (op == CollectiveOp::kReduceScatter) {
+      c = plus(c, collective(CollectiveOp::kAllReduce, dense / static_cast<double>(shard_group_[i].size()),
+                             replica_group_[i], replica_slowdown_[i]));
+    }
+  } else {
+    c = collective(op, dense, dp_group_[i], dp_slowdown_[i]);
+  }
   if (u.expert_parameters > 0) {
     c = plus(c, collective(op, Bytes(u.expert_parameters * bytes_per_parameter), expert_dp_group_[static_cast<size_t>(s)],
                            expert_dp_slowdown_[static_cast<size_t>(s)]));
@@ -189,10 +201,12 @@ CommTask CommunicationPlan::gather_parameters(int s, const Unit& u) {
       layout_.zero_stage != ZeroStage::kStage3) {
     return per_bucket(s, u, CollectiveOp::kAllGather, parameter_bytes(layout_));
   }
+  const size_t i = static_cast<size_t>(s);
+  const bool hybrid = !shard_group_[i].empty();
   CommTask c;  // one all-gather per tensor, one after the other
   for (double share : layer_tensor_shares_) {
     c = plus(c, collective(CollectiveOp::kAllGather, Bytes(u.parameters * share * parameter_bytes(layout_)),
-                           dp_group_[static_cast<size_t>(s)], dp_slowdown_[static_cast<size_t>(s)]));
+                           hybrid ? shard_group_[i] : dp_group_[i], hybrid ? shard_slowdown_[i] : dp_slowdown_[i]));
   }
   return c;
 }
@@ -209,7 +223,9 @@ CommunicationPlan::CommunicationPlan(const ModelConfig& model, const ParallelLay
       tp_op_checkpointed_backward(tp_forward.size()), cp_ring_step(tp_forward.size()), cp_scatter_heads(tp_forward.size()),
       cp_gather_heads(tp_forward.size()), slowdown_of(tp_forward.size()), topo_(topo), layout_(layout),
       timer_(simulators, options), dp_group_(tp_forward.size()), expert_dp_group_(tp_forward.size()),
-      dp_slowdown_(tp_forward.size(), 1.0), expert_dp_slowdown_(tp_forward.size(), 1.0) {
+      dp_slowdown_(tp_forward.size(), 1.0), expert_dp_slowdown_(tp_forward.size(), 1.0),
+      shard_group_(tp_forward.size()), replica_group_(tp_forward.size()), shard_slowdown_(tp_forward.size(), 1.0),
+      replica_slowdown_(tp_forward.size(), 1.0) {
   for (auto* per_stage : {&block_tp_forward, &block_tp_recomputed_backward, &moe_block_tp_forward,
                           &moe_block_tp_recomputed_backward, &moe_module_recomputed_backward}) {
     per_stage->resize(tp_forward.size());
@@ -303,6 +319,21 @@ CommunicationPlan::CommunicationPlan(const ModelConfig& model, const ParallelLay
     }
     return group;
   };
+  // Hybrid sharding's groups of a rank, from its DP group in rank order: the dp_shard ranks of
+  // its block (shard), and the ranks at its place in every block (replica).
+  const int shard = layout.zero_shard_ranks();
+  auto hybrid_group_of = [&, shard](int r, bool across) {
+    std::vector<int> all = dp_group_of(r);
+    std::sort(all.begin(), all.end());
+    const auto at = static_cast<int>(std::find(all.begin(), all.end(), r) - all.begin());
+    std::vector<int> group;
+    for (int k = 0; k < static_cast<int>(all.size()); ++k) {
+      if (across ? k % shard == at % shard : k / shard == at / shard) group.push_back(all[static_cast<size_t>(k)]);
+    }
+    return group;
+  };
+  auto shard_group_of = [&](int r) { return hybrid_group_of(r, false); };
+  auto replica_group_of = [&](int r) { return hybrid_group_of(r, true); };
   // The expert-DP group of a rank: the stage's ranks of its TP and EP coordinate in the expert grid.
   auto expert_dp_group_of = [&](int r) {
     ExpertRankCoords c = ranks.expert_coords_of(r);
@@ -480,6 +511,15 @@ CommunicationPlan::CommunicationPlan(const ModelConfig& model, const ParallelLay
     dp_group_[static_cast<size_t>(s)] = dp_group_of(stage_rank(s));
     dp_slowdown_[static_cast<size_t>(s)] = note_slowdown(
         s, WorkKind::kDpComm, sibling_slowdown(s, dp_group_[static_cast<size_t>(s)], dp_group_of, TrafficPattern::kRing));
+    if (layout.hybrid_sharded()) {
+      const size_t i = static_cast<size_t>(s);
+      shard_group_[i] = shard_group_of(stage_rank(s));
+      replica_group_[i] = replica_group_of(stage_rank(s));
+      shard_slowdown_[i] =
+          note_slowdown(s, WorkKind::kDpComm, sibling_slowdown(s, shard_group_[i], shard_group_of, TrafficPattern::kRing));
+      replica_slowdown_[i] = note_slowdown(
+          s, WorkKind::kDpComm, sibling_slowdown(s, replica_group_[i], replica_group_of, TrafficPattern::kRing));
+    }
   }
 }
 
@@ -526,6 +566,10 @@ std::vector<double> CommunicationPlan::timing_signature() const {
   for (size_t s = 0; s < dp_group_.size(); ++s) {
     add_shape(dp_group_[s]);
     add_shape(expert_dp_group_[s]);
+    if (!shard_group_[s].empty()) {
+      add_shape(shard_group_[s]);
+      add_shape(replica_group_[s]);
+    }
     out.insert(out.end(), {dp_slowdown_[s], expert_dp_slowdown_[s]});
   }
   return out;

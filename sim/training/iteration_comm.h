@@ -152,6 +152,10 @@ class CommunicationPlan {
   CollectiveTimer timer_;
   std::vector<std::vector<int>> dp_group_, expert_dp_group_;
   std::vector<double> dp_slowdown_, expert_dp_slowdown_;
+  /// Hybrid sharding (ParallelLayout::dp_shard): each stage's shard group (the dp_shard nearest
+  /// of its DP ranks) and replica group (its peers in the other shard groups); empty otherwise.
+  std::vector<std::vector<int>> shard_group_, replica_group_;
+  std::vector<double> shard_slowdown_, replica_slowdown_;
   double scale_up_bandwidth_ = 0;  ///< bytes/s one GPU's NVLink carries in one direction, as collectives see it
   /// With param_gather_per_tensor: each parameter tensor's share of a dense transformer layer.
   std::vector<double> layer_tensor_shares_;

@@ -553,7 +553,7 @@ void IterationGraphBuilder::add_optimizer_steps() {
   std::vector<WorkId> before_step = built_.backward_ends;
   before_step.insert(before_step.end(), reductions_.begin(), reductions_.end());
   const WorkId barrier = graph_.add(barrier_stream, Time::zero(), WorkKind::kCompute, before_step);
-  const int data_parallel = layout_.dp * layout_.cp;  // ranks sharing the model states
+  const int data_parallel = layout_.zero_shard_ranks();  // ranks sharing the model states
   const int expert_dp = layout_.expert_data_parallel();
   for (int s = 0; s < p_; ++s) {
     double parameters = 0, experts = 0, ends = 0;

@@ -38,7 +38,7 @@ Bytes offloading_forward_peak(const ParallelLayout& layout, const std::vector<Un
 // parameters, sharded by the ZeRO stage over the ranks that share each; psi_ends of the dense
 // ones are the embedding's and the output side's, which stay with Adam under Muon.
 void model_states(const ParallelLayout& layout, double psi, double psi_experts, double psi_ends, MemoryBreakdown& mem) {
-  const int data_parallel = layout.dp * layout.cp;  // ranks sharing the model states
+  const int data_parallel = layout.zero_shard_ranks();  // ranks sharing the model states
   const int expert_dp = layout.expert_data_parallel();
   const ZeroStage zero = layout.zero_stage;
   const bool zero3 = zero == ZeroStage::kStage3;

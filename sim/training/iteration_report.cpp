@@ -94,7 +94,10 @@ std::string layout_description(const ParallelLayout& l) {
     dtype += format_text(", bf16 layers %d + %d", l.bf16_layers_at_start, l.bf16_layers_at_end);
   }
   if (l.module_precision.any()) dtype += ", " + to_string(l.module_precision);
-  s += format_text(", %s, ZeRO-%d, mbs %lld, gbs %lld, seq %lld, %s%s", to_string(l.schedule), static_cast<int>(l.zero_stage),
+  const std::string zero = l.hybrid_sharded() ? format_text("ZeRO-%d (HSDP: shards of %d, %d replicas)", static_cast<int>(l.zero_stage),
+                                                            l.dp_shard, l.dp * l.cp / l.dp_shard)
+                                              : format_text("ZeRO-%d", static_cast<int>(l.zero_stage));
+  s += format_text(", %s, %s, mbs %lld, gbs %lld, seq %lld, %s%s", to_string(l.schedule), zero.c_str(),
                    static_cast<long long>(l.micro_batch), static_cast<long long>(l.global_batch),
                    static_cast<long long>(l.sequence_length), dtype.c_str(), l.sequence_parallel ? ", SP" : "");
   if (l.recompute == Recomputation::kSelective) s += ", selective recompute";

@@ -449,6 +449,18 @@ void validate(const ParallelLayout& l, const ModelConfig& model, int gpus, const
   }
 
   validate_moe_routing(l, model, fail);
+  if (l.dp_shard < 0) fail("dp_shard", "must be at least 0 (0: all dp·cp ranks), got " + num(l.dp_shard));
+  if (l.dp_shard > 0) {
+    if ((int64_t{l.dp} * l.cp) % l.dp_shard != 0) {
+      fail("dp_shard", num(l.dp_shard) + " does not divide dp·cp=" + num(int64_t{l.dp} * l.cp));
+    }
+    if (l.hybrid_sharded() && l.zero_stage == ZeroStage::kStage0) {
+      fail("dp_shard", "hybrid sharding needs sharded states (zero_stage 1, 2 or 3), not zero_stage 0");
+    }
+    if (l.hybrid_sharded() && l.optimizer == OptimizerKind::kMuon) {
+      fail("dp_shard", "hybrid sharding is modelled for Adam's distributed optimizer, not muon's layer-wise one");
+    }
+  }
 
   if (l.global_batch % (int64_t{l.dp} * l.micro_batch) != 0) {
     fail("global_batch", num(l.global_batch) + " is not divisible by dp·micro_batch=" + num(l.dp) + "·" +

@@ -123,6 +123,16 @@ struct ParallelLayout {
   ExpertGemms expert_gemms = ExpertGemms::kPerExpert;
   bool sequence_parallel = false;  ///< Megatron SP over the TP group
   ZeroStage zero_stage = ZeroStage::kStage0;  ///< kStage3 is FSDP
+  /// Hybrid sharding (HSDP): the model states sharded over groups of this many of the dp·cp
+  /// ranks (the nearest in rank order) and replicated across the dp·cp / dp_shard groups, whose
+  /// gradient shards are all-reduced (torchtitan's data_parallel_shard_degree, Megatron's
+  /// num_distributed_optimizer_instances = dp·cp / dp_shard); 0 shards over all dp·cp ranks.
+  /// With ZeRO stages 1–3; the routed experts stay sharded over their expert-DP group.
+  int dp_shard = 0;
+  /// The ranks the dense model states are sharded over (ZeRO 1–3): dp_shard, or all dp·cp.
+  int zero_shard_ranks() const { return dp_shard > 0 ? dp_shard : dp * cp; }
+  /// Whether the states are sharded over part of the data-parallel ranks (HSDP).
+  bool hybrid_sharded() const { return dp_shard > 0 && dp_shard < dp * cp; }
   int64_t micro_batch = 1;       ///< sequences per micro-batch
   int64_t global_batch = 1;      ///< sequences per iteration, over all DP replicas
   int64_t sequence_length = 0;   ///< tokens per sequence

@@ -227,6 +227,7 @@ void read_sharding(const nlohmann::json& l, const std::string& where, PublishedL
     p.zero_stage = static_cast<int>(zero->get<int64_t>());
   }
   if (p.fsdp) p.zero_stage = 3;
+  if (auto shard = opt_int(l, "dp_shard", where)) p.dp_shard = static_cast<int>(*shard);
 }
 
 // The kernels and overlaps the run chose: dispatcher, expert GEMMs, CP communication, the
@@ -365,6 +366,7 @@ ParallelLayout parallel_layout_of(const PublishedRun& run) {
   l.virtual_stages = run.layout.vpp;
   l.schedule = run.layout.vpp > 1 ? PipelineScheduleKind::kInterleavedOneFOneB : PipelineScheduleKind::kOneFOneB;
   l.zero_stage = static_cast<ZeroStage>(run.layout.zero_stage);
+  l.dp_shard = run.layout.dp_shard;
   l.micro_batch = run.layout.micro_batch;
   l.global_batch = run.layout.global_batch;
   l.sequence_parallel = run.layout.sequence_parallel;

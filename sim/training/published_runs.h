@@ -19,6 +19,8 @@ namespace parallax {
 struct PublishedLayout {
   int tp = 1, pp = 1, dp = 1, cp = 1, ep = 1, vpp = 1;
   int zero_stage = 0;
+  /// Hybrid sharding: the data-parallel ranks that shard the model states (ParallelLayout::dp_shard); 0 all.
+  int dp_shard = 0;
   bool fsdp = false;
   /// zero_stage null: the format's "Megatron-style run" (ZeRO 0 unless the source says
   /// otherwise).

@@ -224,6 +224,7 @@ void read_degrees(JsonReader& p, const std::string& path, ParallelLayout& l, boo
     dp_given = true;
   }
   if (auto v = p.find("zero_stage")) l.zero_stage = zero_from(v->as_int(), path, v->pointer());
+  read_int(p, "dp_shard", l.dp_shard, 0);
   read_int(p, "micro_batch", l.micro_batch, 1, kMaxBatch);
   read_int(p, "global_batch", l.global_batch, 1, kMaxBatch);
   read_bool(p, "sequence_parallel", l.sequence_parallel);
@@ -399,6 +400,7 @@ void apply_overrides(const WorkloadOverrides& a, ParallelLayout& l, bool& dp_giv
     dp_given = true;
   }
   if (a.zero) l.zero_stage = zero_from(*a.zero, "", "--zero");
+  if (a.dp_shard) l.dp_shard = *a.dp_shard;
   if (a.micro_batch) l.micro_batch = *a.micro_batch;
   if (a.global_batch) l.global_batch = *a.global_batch;
   if (a.sequence) l.sequence_length = *a.sequence;

@@ -23,6 +23,7 @@ nlohmann::ordered_json parallel_block(const ParallelLayout& l) {
   if (l.expert_gemms != ExpertGemms::kPerExpert) p["expert_gemm"] = to_string(l.expert_gemms);
   if (l.cuda_graphs != CudaGraphs::kNone) p["cuda_graphs"] = to_string(l.cuda_graphs, l.cuda_graph_scope);
   p["zero_stage"] = static_cast<int>(l.zero_stage);
+  if (l.dp_shard > 0) p["dp_shard"] = l.dp_shard;
   p["micro_batch"] = l.micro_batch;
   p["global_batch"] = l.global_batch;
   p["sequence_parallel"] = l.sequence_parallel;

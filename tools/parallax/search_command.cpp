@@ -129,6 +129,7 @@ struct ScaleArgs {
   std::string rank_orders;  // "all" or a comma-separated list
   bool gpus_given = false;
   bool strategies_given = false;
+  std::optional<int> dp_shard;  // hsdp's shard group (else the node's data-parallel ranks)
 };
 
 std::vector<std::string> split_commas(const std::string& s) {
@@ -170,6 +171,7 @@ ScaleJob load_scale_job(const ScaleArgs& a) {
   WorkloadOverrides o;
   o.validate_layout = false;
   o.nodes = 1;
+  o.dp_shard = a.dp_shard;
   ScaleJob s{load_training_workload(a.workload, bundled_models_dir(), topologies_dir(), o), {}, {}};
   const int per_node = static_cast<int>(s.job.topology.gpu_count());
   const std::string file = s.job.topology_file;
@@ -226,7 +228,7 @@ void run_scale(const ScaleArgs& a) {
   std::vector<std::string> names = split_commas(a.strategies);
   for (const std::string& name : names) {
     if (!scaling_strategy_from(name)) {
-      throw InputError("", "--strategies", "\"" + name + "\" (expected ddp, zero1, zero2, zero3 or fsdp)");
+      throw InputError("", "--strategies", "\"" + name + "\" (expected ddp, zero1, zero2, zero3, fsdp or hsdp)");
     }
   }
   std::vector<int> gpus = gpu_counts(a.gpus);
@@ -306,11 +308,14 @@ void add_search_command(CLI::App& app) {
   sc->add_option("workload", scale->workload, "workload JSON (model, topology, its model-parallel degrees and batch)")
       ->required();
   sc->add_option("--gpus", scale->gpus, "GPU counts, comma-separated (whole nodes)")->capture_default_str();
-  sc->add_option("--strategies", scale->strategies, "ddp, zero1, zero2, zero3, fsdp (= ZeRO-3's full sharding)")
+  sc->add_option("--strategies", scale->strategies, "ddp, zero1, zero2, zero3, fsdp (= ZeRO-3's full sharding), hsdp (ZeRO-3 sharded within each node, replicated across nodes)")
       ->capture_default_str();
   auto* weak = sc->add_flag("--weak", scale->weak, "the global batch grows with the GPUs (default: strong, one batch)");
   sc->add_flag("--strong", [scale](int64_t) { scale->weak = false; }, "one global batch for every count (the default)")
       ->excludes(weak);
+  sc->add_option("--dp-shard", scale->dp_shard,
+                  "hsdp: the data-parallel ranks of each shard group (default: those of one node, the workload's "
+                  "dp_shard where it gives one)");
   sc->add_option("--network", scale->network, "analytical (the default) or flow (co-simulated)")
       ->check(CLI::IsMember({"analytical", "flow"}));
   sc->add_option("--json", scale->json, "write every cell as JSON");

@@ -42,7 +42,7 @@ const std::string& kTopologiesDir = topologies_dir();
 
 struct TrainArgs {
   std::string workload;
-  std::optional<int> tp, pp, dp, vpp, cp, ep, expert_tp, zero, nodes, cpu_offloading_layers, recompute_layers;
+  std::optional<int> tp, pp, dp, vpp, cp, ep, expert_tp, zero, nodes, cpu_offloading_layers, recompute_layers, dp_shard;
   std::optional<int64_t> micro_batch, global_batch, sequence;
   std::string schedule, recompute, dtype, cp_comm, attention, moe_dispatcher, expert_gemm, cuda_graphs,
       moe_router_load_balancing, optimizer;
@@ -80,6 +80,7 @@ Job read_job(const TrainArgs& a) {
   o.cpu_offloading_layers = a.cpu_offloading_layers;
   o.recompute_layers = a.recompute_layers;
   o.zero = a.zero;
+  o.dp_shard = a.dp_shard;
   o.nodes = a.nodes;
   o.micro_batch = a.micro_batch;
   o.global_batch = a.global_batch;
@@ -375,6 +376,9 @@ void add_train_command(CLI::App& app) {
                   "activations of the first N Transformer layers offloaded to host memory (Megatron's --cpu-offloading)");
   cmd->add_option("--expert-tp", args->expert_tp, "expert tensor-parallel size (MoE parallel folding; default: tp)");
   cmd->add_option("--zero", args->zero, "ZeRO stage 0-3 (3 = FSDP)");
+  cmd->add_option("--dp-shard", args->dp_shard,
+                  "hybrid sharding (HSDP): the model states sharded over groups of this many data-parallel ranks, "
+                  "replicated across the groups (their gradient shards all-reduced); 0: all ranks");
   cmd->add_option("--mbs,--micro-batch", args->micro_batch, "micro-batch size (sequences)");
   cmd->add_option("--gbs,--global-batch", args->global_batch, "global batch size (sequences)");
   cmd->add_option("--seq", args->sequence, "sequence length (tokens)");
