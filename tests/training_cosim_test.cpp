@@ -470,6 +470,39 @@ TEST(Explain, EverySuggestionIsASimulationAndItsFlagsReproduceIt) {
   EXPECT_EQ(s.front().iteration_time - base.iteration_time, s.front().delta);
 }
 
+TEST(Explain, FullShardingAcrossNodesOffersHybridShardingWithinANode) {
+  // GPT-3 175B on 1,024 A100s with ZeRO-3 at TP 4 (DP 32, two data-parallel ranks on each 8-GPU
+  // node): shards of 2 inside the node, replicated across nodes, and its flag reproduces it.
+  // At TP 8 a node holds one data-parallel rank: nothing to offer.
+  const std::string workload = test::source_path("workloads/train/gpt3-175b-128xdgx-a100.json");
+  const std::string models = test::source_path("workloads/models"), topologies = test::source_path("topologies");
+  WorkloadOverrides fsdp;
+  fsdp.zero = 3;
+  fsdp.tp = 4;
+  fsdp.dp = 32;
+  const TrainingWorkload job = load_training_workload(workload, models, topologies, fsdp);
+  IterationOptions options;
+  options.compute = job.compute;
+  const IterationResult base = simulate_iteration(job.model, job.layout, job.topology, options);
+  const std::vector<Suggestion> s = explain_layout(job.model, job.layout, job.topology, options, base);
+  const auto it = std::find_if(s.begin(), s.end(), [](const Suggestion& x) { return x.overrides.dp_shard.has_value(); });
+  ASSERT_NE(it, s.end());
+  EXPECT_EQ(it->flags, "--dp-shard 2");
+  EXPECT_EQ(it->layout.dp_shard, 2);
+  WorkloadOverrides both = fsdp;
+  both.dp_shard = 2;
+  const TrainingWorkload applied = load_training_workload(workload, models, topologies, both);
+  EXPECT_EQ(simulate_iteration(applied.model, applied.layout, applied.topology, options).iteration_time, it->iteration_time);
+  WorkloadOverrides tp8 = fsdp;
+  tp8.tp = 8;
+  tp8.dp = 16;
+  const TrainingWorkload whole_node = load_training_workload(workload, models, topologies, tp8);
+  const IterationResult r = simulate_iteration(whole_node.model, whole_node.layout, whole_node.topology, options);
+  for (const Suggestion& x : explain_layout(whole_node.model, whole_node.layout, whole_node.topology, options, r)) {
+    EXPECT_FALSE(x.overrides.dp_shard.has_value()) << x.knob;
+  }
+}
+
 TEST(Explain, FullRecomputationWithMemoryToSpareOffersTheFewestLayersThatFit) {
   // GPT-3 175B on 1,024 A100s at micro-batch 2 recomputes all 12 layers of each stage and fits
   // with room to spare, while selective recomputation does not fit. The suggestion recomputes the

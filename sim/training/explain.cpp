@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <functional>
+#include <numeric>
 
 #include "io/input_error.h"
 
@@ -140,6 +141,15 @@ std::vector<Suggestion> explain_layout(const ModelConfig& model, const ParallelL
                       "--recompute-layers " + std::to_string(n), [](const ParallelLayout&) { return true; },
                       [n](ParallelLayout& l, WorkloadOverrides& o) { l.recompute_layers = n; o.recompute_layers = n; }});
     }
+  }
+  // Fully sharded over more data-parallel ranks than one node holds: shard within the node,
+  // replicate across nodes (HSDP), where the node holds more than one of them.
+  const int per_node = std::max(1, static_cast<int>(topology.gpu_count()) / std::max(1, topology.node_count()));
+  if (const int shard = std::gcd(layout.dp * layout.cp, per_node / layout.tp);
+      layout.zero_stage == ZeroStage::kStage3 && !layout.hybrid_sharded() && shard > 1 && shard < layout.dp * layout.cp) {
+    list.push_back({"hybrid sharding within each node (HSDP, shards of " + std::to_string(shard) + ")",
+                    "--dp-shard " + std::to_string(shard), [](const ParallelLayout&) { return true; },
+                    [shard](ParallelLayout& l, WorkloadOverrides& o) { l.dp_shard = shard; o.dp_shard = shard; }});
   }
   if (layout.recompute_modules.moe && layout.recompute != Recomputation::kFull) {
     // Megatron's whole-MoE recomputation is the costliest module: the same list without it.

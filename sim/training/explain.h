@@ -16,6 +16,8 @@
 //   fewer recomputed layers     full recomputation that fits: the fewest layers per stage whose
 //                               recomputation (Megatron's block method) still lets it fit
 //   MoE blocks kept             Megatron's `moe` recompute module dropped from the layout's list
+//   hybrid sharding             ZeRO-3 over more data-parallel ranks than a node holds (more than
+//                               one of them): shards of the node's, replicated across nodes
 // Each suggestion is the difference of two simulations with the same options; one that does
 // not fit in GPU memory is kept, marked, after the ones that do.
 #pragma once
