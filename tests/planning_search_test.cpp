@@ -255,6 +255,7 @@ TEST(LayoutSearch, ABadSpaceFailsWithItsPointer) {
   fails_at(R"({"tp": []})", "/tp");
   fails_at(R"({"tp": [0]})", "/tp/0");
   fails_at(R"({"zero": [4]})", "/zero/0");
+  fails_at(R"({"dp_shard": [8, 0]})", "/dp_shard/1");
   fails_at(R"({"recompute": ["some"]})", "/recompute/0");
   fails_at(R"({"rank_order": ["tp-dp-tp"]})", "/rank_order/0");
   fails_at(R"({"tpp": [1]})", "tpp");
@@ -264,9 +265,10 @@ TEST(LayoutSearch, ABadSpaceFailsWithItsPointer) {
   std::ofstream(path) << R"({"tp": [16], "pp": [16]})";
   EXPECT_THROW(search_layouts(job.model, job.layout, job.topology, read_search_space(path, defaults, 16), SearchOptions{}),
                InputError);
-  std::ofstream(path) << R"({"tp": [2], "micro_batch": [2]})";
+  std::ofstream(path) << R"({"tp": [2], "micro_batch": [2], "dp_shard": [4]})";
   const SearchSpace s = read_search_space(path, defaults, 16);
   EXPECT_EQ(s.tp, std::vector<int>{2});
+  EXPECT_EQ(s.dp_shard, std::vector<int>{4});
   EXPECT_EQ(s.micro_batch, std::vector<int64_t>{2});
   EXPECT_EQ(s.pp, defaults.pp);
 }
@@ -388,6 +390,35 @@ TEST(LayoutSearch, BlocksOfRecomputedLayersAreFullRecomputationOnly) {
   }
   EXPECT_EQ(full, (std::multiset<std::pair<int, int>>{{1, 2}, {1, 8}, {4, 2}, {4, 0}}));
   EXPECT_EQ(e.rejected_by_rule, 0u);
+}
+
+TEST(LayoutSearch, ShardGroupsAreTriedBesideFullShardingWhereTheySplitTheRanks) {
+  // dp_shard 4 on 16 GPUs: each ZeRO 1 or 3 layout whose dp·cp is 8 or 16 is tried a second
+  // time with hybrid sharding in groups of 4; dp·cp 4 (one group) and ZeRO 0 are not.
+  const TrainingWorkload job = small_case();
+  SearchSpace space = small_space(job);
+  space.pp = {1};
+  space.cp = {1};
+  space.micro_batch = {1};
+  space.recompute = {Recomputation::kNone};
+  space.rank_order = {"tp-cp-ep-dp-pp"};
+  const Enumeration plain = enumerate_layouts(space, job.model, job.layout, 16);
+  space.dp_shard = {4};
+  const Enumeration hybrid = enumerate_layouts(space, job.model, job.layout, 16);
+  size_t splittable = 0;
+  for (const ParallelLayout& l : plain.valid) {
+    EXPECT_EQ(l.dp_shard, 0);
+    if (l.zero_stage != ZeroStage::kStage0 && l.dp * l.cp > 4) ++splittable;
+  }
+  EXPECT_GT(splittable, 0u);
+  EXPECT_EQ(hybrid.enumerated, plain.enumerated + splittable);
+  EXPECT_EQ(hybrid.valid.size(), plain.valid.size() + splittable);
+  for (const ParallelLayout& l : hybrid.valid) {
+    if (l.dp_shard == 0) continue;
+    EXPECT_EQ(l.dp_shard, 4);
+    EXPECT_TRUE(l.hybrid_sharded()) << layout_description(l);
+    EXPECT_NE(l.zero_stage, ZeroStage::kStage0);
+  }
 }
 
 // ---- published findings, in direction ------------------------------------------------------------

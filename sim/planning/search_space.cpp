@@ -131,6 +131,7 @@ SearchSpace read_search_space(const std::string& path, SearchSpace s, int gpus) 
   });
   read_list(root, "vpp", s.vpp, positive_int);
   read_list(root, "zero", s.zero, zero_of);
+  read_list(root, "dp_shard", s.dp_shard, positive_int);
   read_list(root, "micro_batch", s.micro_batch, [](JsonReader& r) { return static_cast<int64_t>(positive_int(r)); });
   read_list(root, "recompute", s.recompute, recompute_of);
   read_list(root, "recompute_layers", s.recompute_layers, layer_count);
@@ -198,10 +199,30 @@ Layouts degrees(const SearchSpace& space, const ParallelLayout& base, int gpus) 
         l.sequence_parallel = l.tp_comm_overlap = false;
         l.expert_tp = 0;
         l.cpu_offloading_layers = 0;
+        l.dp_shard = 0;
         l.rank_order = space.rank_order.front();
         l.stage_layers.clear();
         out.push_back(std::move(l));
       }
+    }
+  }
+  return out;
+}
+
+// Every layout as it is (states sharded over all its data-parallel ranks) and, with ZeRO 1–3, once
+// per shard group size in `sizes` that splits its dp·cp ranks into two or more groups.
+Layouts with_shard_groups(const Layouts& in, const std::vector<int>& sizes) {
+  if (sizes.empty()) return in;
+  Layouts out;
+  for (const ParallelLayout& l : in) {
+    out.push_back(l);
+    const int ranks = l.dp * l.cp;
+    if (l.zero_stage == ZeroStage::kStage0) continue;
+    for (int v : sizes) {
+      if (v >= ranks || ranks % v != 0) continue;
+      ParallelLayout c = l;
+      c.dp_shard = v;
+      out.push_back(std::move(c));
     }
   }
   return out;
@@ -218,6 +239,7 @@ Enumeration enumerate_layouts(const SearchSpace& space, const ModelConfig& model
   l = expand(l, space.expert_tp, [&](const ParallelLayout& x) { return model.moe && x.tp > 1; },
              [](ParallelLayout& x, int v) { x.expert_tp = v == x.tp ? 0 : v; });
   l = expand(l, space.zero, always, [](ParallelLayout& x, ZeroStage v) { x.zero_stage = v; });
+  l = with_shard_groups(l, space.dp_shard);
   l = expand(l, space.micro_batch, always, [](ParallelLayout& x, int64_t v) { x.micro_batch = v; });
   l = expand(l, space.recompute, always, [](ParallelLayout& x, Recomputation v) {
     x.recompute = v;

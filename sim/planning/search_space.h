@@ -19,6 +19,9 @@ struct SearchSpace {
   std::vector<int> expert_tp;                ///< MoE with tp > 1; 0 means tp
   std::vector<int> vpp;                      ///< chunks per stage for interleaved_1f1b
   std::vector<ZeroStage> zero;
+  /// Hybrid sharding's shard groups tried beside full sharding, with ZeRO 1–3: each value that
+  /// splits a layout's dp·cp ranks into two or more groups (ParallelLayout::dp_shard); none by default.
+  std::vector<int> dp_shard;
   std::vector<int64_t> micro_batch;
   std::vector<Recomputation> recompute;
   /// With full recomputation: 0 every layer, N the first N of each virtual stage (block method).
