@@ -23,11 +23,11 @@ void expect_within_percent(int64_t counted, double published, double percent) {
       << "counted " << static_cast<double>(counted) / 1e9 << " B, published " << published / 1e9 << " B";
 }
 
-TEST(BundledModels, AllThirteenAreThere) {
+TEST(BundledModels, AllFifteenAreThere) {
   EXPECT_EQ(bundled_model_names(models_dir()),
-            (std::vector<std::string>{"deepseek-v3", "gpt-oss-120b", "gpt3-175b", "kimi-k2", "llama2-13b", "llama2-70b",
-                                      "llama2-7b", "llama3-405b", "llama3-70b", "llama3-8b", "mixtral-8x7b",
-                                      "nemotron-3-nano", "nemotron-3-super"}));
+            (std::vector<std::string>{"deepseek-v2", "deepseek-v3", "glm-4.5", "gpt-oss-120b", "gpt3-175b", "kimi-k2",
+                                      "llama2-13b", "llama2-70b", "llama2-7b", "llama3-405b", "llama3-70b", "llama3-8b",
+                                      "mixtral-8x7b", "nemotron-3-nano", "nemotron-3-super"}));
 }
 
 TEST(BundledModels, Llama2) {
@@ -154,6 +154,52 @@ TEST(BundledModels, DeepSeekV3) {
   // says 11.5 B of unique MTP parameters — within 1 %, the remainder being how they round.
   EXPECT_EQ(p.mtp, 11'610'067'968);
   expect_within_percent(p.mtp, 11.5e9, 1.5);
+}
+
+TEST(BundledModels, DeepSeekV2) {
+  // MLA per layer (h 5120, 128 heads, q_lora 1536, kv_lora 512, nope 128, rope 64, v 128):
+  //   q: 5120·1536 + 1536·128·192 = 45,613,056;  kv: 5120·576 + 512·128·256 = 19,726,336;
+  //   out: 128·128·5120 = 83,886,080 → 149,225,472 + 2,048 latent-norm gains.
+  // One dense layer (3·5120·12288 = 188,743,680); 59 MoE layers of 160 routed and 2 shared experts
+  // of 3·5120·1536 = 23,592,960 and a router 160·5120. Two norms 10,240 a layer; embedding and
+  // head 2·102400·5120; final norm 5,120. DeepSeek: 236 B total, 21 B active (6 of 160).
+  const ModelConfig m = load_bundled_model(models_dir(), "deepseek-v2");
+  ASSERT_TRUE(m.moe && m.mla);
+  EXPECT_EQ(m.moe_layer_count(), 59);
+  EXPECT_EQ(m.moe->shared_experts, 2);
+  const ParameterCounts p = count_parameters(m);
+  const int64_t attention = 149'225'472 + 2'048, expert = 23'592'960, norms = 10'240;
+  const int64_t moe_layer_total = attention + 162 * expert + 160 * 5120 + norms;
+  const int64_t dense_layer = attention + 188'743'680 + norms, outside = 2 * 102'400 * 5120 + 5120;
+  EXPECT_EQ(p.total, dense_layer + 59 * moe_layer_total + outside);
+  EXPECT_EQ(p.active, dense_layer + 59 * (moe_layer_total - 154 * expert) + outside);
+  EXPECT_EQ(p.mtp, 0);
+  expect_within_percent(p.total, 236e9, 1);
+  expect_within_percent(p.active, 21e9, 2);  // 21.38 B with the embeddings
+}
+
+TEST(BundledModels, Glm45) {
+  // GQA attention (h 5120, 96 heads and 8 KV heads of 128, q/k/v biases): 5120·12288 + 2·5120·1024
+  // + 12288·5120 = 136,314,880 + 14,336 bias + 256 q/k norm gains. Three dense layers
+  // (3·5120·12288); 89 MoE layers of 160 routed and one shared expert of 3·5120·1536 and a router
+  // 160·5120. Embedding and head 2·151552·5120: 352.80 B, and 3.99 B in the MTP module (one more
+  // MoE layer); 32.86 B active without the input embedding. Zhipu: 355 B total, 32 B active.
+  const ModelConfig m = load_bundled_model(models_dir(), "glm-4.5");
+  ASSERT_TRUE(m.moe);
+  EXPECT_EQ(m.head_dim, 128);
+  EXPECT_TRUE(m.qkv_bias);
+  EXPECT_FALSE(m.attention_output_bias);
+  EXPECT_TRUE(m.qk_norm);
+  EXPECT_EQ(m.moe_layer_count(), 89);
+  EXPECT_EQ(m.mtp_layers, 1);
+  const ParameterCounts p = count_parameters(m);
+  const int64_t attention = 136'314'880 + 14'336 + 256, expert = 3 * 5120 * 1536, norms = 10'240;
+  const int64_t moe_layer_total = attention + 161 * expert + 160 * 5120 + norms;
+  const int64_t dense_layer = attention + 3 * 5120 * 12288 + norms, outside = 2 * 151'552 * 5120 + 5120;
+  EXPECT_EQ(p.total, 3 * dense_layer + 89 * moe_layer_total + outside);
+  EXPECT_EQ(p.active, 3 * dense_layer + 89 * (moe_layer_total - 152 * expert) + outside);
+  expect_within_percent(p.total + p.mtp, 355e9, 1);
+  expect_within_percent(p.active_without_embedding(), 32e9, 3);
 }
 
 TEST(BundledModels, LayerKindsFollowTheConfig) {
@@ -354,6 +400,45 @@ TEST(HfConfig, Qwen3MoeSparseStepAndDenseListBecomeDenseLayers) {
   EXPECT_EQ(moe_layers, (std::vector<int>{1, 5}));
 }
 
+TEST(HfConfig, Qwen2MoeHasASharedExpertOfItsOwnWidth) {
+  // Qwen1.5-MoE-A2.7B's config.json (Qwen/Qwen1.5-MoE-A2.7B, the keys that shape its cost):
+  // 60 routed experts of 1408, top-4, one shared expert of 5632, q/k/v biases. Qwen: 14.3 B
+  // parameters, 2.7 B activated with the embeddings (Qwen1.5-MoE blog, 2024-03-28).
+  const ModelConfig m = hf(R"({"architectures":["Qwen2MoeForCausalLM"],"decoder_sparse_step":1,"hidden_size":2048,
+    "intermediate_size":5632,"max_position_embeddings":8192,"max_window_layers":21,"model_type":"qwen2_moe",
+    "moe_intermediate_size":1408,"num_attention_heads":16,"num_experts":60,"num_experts_per_tok":4,"num_hidden_layers":24,
+    "num_key_value_heads":16,"shared_expert_intermediate_size":5632,"sliding_window":32768,"tie_word_embeddings":false,
+    "use_sliding_window":false,"vocab_size":151936})");
+  ASSERT_TRUE(m.moe);
+  EXPECT_EQ(m.moe->shared_experts, 1);
+  EXPECT_EQ(m.moe->shared_expert_ffn, 5632);
+  EXPECT_EQ(m.moe->expert_ffn, 1408);
+  EXPECT_EQ(m.moe_layer_count(), 24);
+  EXPECT_TRUE(m.qkv_bias);
+  EXPECT_EQ(m.sliding_window, 0);
+  const ParameterCounts p = count_parameters(m);
+  expect_within_percent(p.total, 14.3e9, 1);
+  expect_within_percent(p.active, 2.7e9, 1);
+}
+
+TEST(HfConfig, OlmoeIsEveryLayerAMoeOfIntermediateSizeExperts) {
+  // OLMoE-1B-7B's config.json (allenai/OLMoE-1B-7B-0924): 64 experts of 1024, top-8, on every
+  // layer, query/key norms. Muennighoff et al. 2024: 6.9 B total, 1.3 B active.
+  const ModelConfig m = hf(R"({"architectures":["OlmoeForCausalLM"],"attention_bias":false,"clip_qkv":null,
+    "hidden_size":2048,"intermediate_size":1024,"max_position_embeddings":4096,"model_type":"olmoe","norm_topk_prob":false,
+    "num_attention_heads":16,"num_experts":64,"num_experts_per_tok":8,"num_hidden_layers":16,"num_key_value_heads":16,
+    "tie_word_embeddings":false,"vocab_size":50304})");
+  ASSERT_TRUE(m.moe);
+  EXPECT_EQ(m.moe->experts, 64);
+  EXPECT_EQ(m.moe->expert_ffn, 1024);
+  EXPECT_EQ(m.moe->shared_experts, 0);
+  EXPECT_EQ(m.moe_layer_count(), 16);
+  EXPECT_TRUE(m.qk_norm);
+  const ParameterCounts p = count_parameters(m);
+  expect_within_percent(p.total, 6.9e9, 1);
+  expect_within_percent(p.active, 1.3e9, 2);
+}
+
 TEST(ModelBlock, Llama3_8BWrittenAsABlockCountsLikeItsConfigJson) {
   const nlohmann::json doc = parse_json_text(R"({"model":{"name":"llama3-8b-block","layers":32,"hidden":4096,
     "heads":32,"kv_heads":8,"ffn":14336,"mlp":"swiglu","vocab":128256,"max_sequence":8192}})", "w.json");
@@ -427,6 +512,17 @@ TEST(HfConfig, RoutersAsTheirConfigsScoreAndGroupTheExperts) {
   EXPECT_EQ(oss.router_score, RouterScore::kSoftmax);
   EXPECT_FALSE(oss.router_expert_bias);
   EXPECT_EQ(router("mixtral-8x7b").router_score, RouterScore::kSoftmax);
+  // DeepSeek-V2: a softmax, top-6 within 3 of 8 groups (group_limited_greedy), no bias. GLM-4.5:
+  // sigmoid with its correction bias; n_group 1 is no grouping (Megatron-Bridge's GLM provider
+  // sets no router groups).
+  const MoeConfig v2 = router("deepseek-v2"), glm = router("glm-4.5");
+  EXPECT_EQ(v2.router_score, RouterScore::kSoftmax);
+  EXPECT_FALSE(v2.router_expert_bias);
+  EXPECT_EQ(v2.router_groups, 8);
+  EXPECT_EQ(v2.router_group_topk, 3);
+  EXPECT_EQ(glm.router_score, RouterScore::kSigmoid);
+  EXPECT_TRUE(glm.router_expert_bias);
+  EXPECT_EQ(glm.router_group_topk, 0);
   // DeepseekV3Config's own keys: a softmax without the bias when the config says so.
   const MoeConfig soft = *hf(R"({"architectures":["DeepseekV3ForCausalLM"],"hidden_size":1024,"num_hidden_layers":2,
     "num_attention_heads":8,"kv_lora_rank":64,"qk_nope_head_dim":32,"qk_rope_head_dim":16,"v_head_dim":32,
@@ -435,6 +531,15 @@ TEST(HfConfig, RoutersAsTheirConfigsScoreAndGroupTheExperts) {
   EXPECT_EQ(soft.router_score, RouterScore::kSoftmax);
   EXPECT_FALSE(soft.router_expert_bias);
   EXPECT_EQ(soft.router_group_topk, 0);
+  // DeepSeek-V2-Lite's keys: greedy top-k, whose n_group 1 and topk_group 1 choose nothing.
+  const MoeConfig lite = *hf(R"({"architectures":["DeepseekV2ForCausalLM"],"hidden_size":2048,"num_hidden_layers":27,
+    "num_attention_heads":16,"kv_lora_rank":512,"q_lora_rank":null,"qk_nope_head_dim":128,"qk_rope_head_dim":64,
+    "v_head_dim":128,"vocab_size":102400,"max_position_embeddings":163840,"n_routed_experts":64,"n_shared_experts":2,
+    "num_experts_per_tok":6,"moe_intermediate_size":1408,"intermediate_size":10944,"first_k_dense_replace":1,
+    "n_group":1,"topk_group":1,"topk_method":"greedy","scoring_func":"softmax"})").moe;
+  EXPECT_EQ(lite.router_score, RouterScore::kSoftmax);
+  EXPECT_FALSE(lite.router_expert_bias);
+  EXPECT_EQ(lite.router_group_topk, 0);
 }
 
 TEST(ModelBlock, InlineMoeBlockFromAFile) {
@@ -518,7 +623,7 @@ TEST(ModelLoaderErrors, BlockErrorsCarryTheirJsonPath) {
                "unknown value \"relu\" (expected \"swiglu\", \"gelu\", \"relu2\")");
   expect_error(block("{" + base + R"(,"ffn":512,"hidden_dropout":1.0})"), "w.json", "/model/hidden_dropout",
                "must be a probability in [0, 1), found 1.0");
-  expect_error(block(R"("llama-9000")"), "w.json", "/model", "unknown model \"llama-9000\" (bundled: deepseek-v3,");
+  expect_error(block(R"("llama-9000")"), "w.json", "/model", "unknown model \"llama-9000\" (bundled: deepseek-v2, deepseek-v3,");
   expect_error(block("42"), "w.json", "/model", "expected a model name");
 }
 

@@ -15,7 +15,8 @@ constexpr int64_t kMaxCount = int64_t{1} << 16;  // layers, heads, experts
 constexpr int64_t kMaxSize = int64_t{1} << 24;   // dimensions, vocabulary, sequence length
 
 enum class HfFamily {
-  kLlama, kMistral, kMixtral, kQwen2, kQwen3, kQwen3Moe, kDeepseekV3, kGptOss, kNemotronH, kGpt2, kGptNeoX
+  kLlama, kMistral, kMixtral, kQwen2, kQwen3, kQwen2Moe, kQwen3Moe, kOlmoe, kDeepseekV2, kDeepseekV3, kGlm4Moe,
+  kGptOss, kNemotronH, kGpt2, kGptNeoX
 };
 
 struct HfArchitecture {
@@ -30,8 +31,12 @@ constexpr HfArchitecture kHfArchitectures[] = {
     {"MixtralForCausalLM", "mixtral", HfFamily::kMixtral},
     {"Qwen2ForCausalLM", "qwen2", HfFamily::kQwen2},
     {"Qwen3ForCausalLM", "qwen3", HfFamily::kQwen3},
+    {"Qwen2MoeForCausalLM", "qwen2_moe", HfFamily::kQwen2Moe},
     {"Qwen3MoeForCausalLM", "qwen3_moe", HfFamily::kQwen3Moe},
+    {"OlmoeForCausalLM", "olmoe", HfFamily::kOlmoe},
+    {"DeepseekV2ForCausalLM", "deepseek_v2", HfFamily::kDeepseekV2},
     {"DeepseekV3ForCausalLM", "deepseek_v3", HfFamily::kDeepseekV3},
+    {"Glm4MoeForCausalLM", "glm4_moe", HfFamily::kGlm4Moe},
     {"GptOssForCausalLM", "gpt_oss", HfFamily::kGptOss},
     {"NemotronHForCausalLM", "nemotron_h", HfFamily::kNemotronH},
     {"GPT2LMHeadModel", "gpt2", HfFamily::kGpt2},
@@ -111,7 +116,8 @@ void require_multiple(HfFields& f, const std::string& key, int64_t value, const 
 // 4096, null = full attention; Qwen2/3 only with `use_sliding_window`, on the layers from
 // `max_window_layers` on), or the share of "sliding_attention" entries in `layer_types`.
 void read_sliding_window(HfFields& f, HfFamily family, ModelConfig& m) {
-  const bool qwen = family == HfFamily::kQwen2 || family == HfFamily::kQwen3 || family == HfFamily::kQwen3Moe;
+  const bool qwen = family == HfFamily::kQwen2 || family == HfFamily::kQwen3 || family == HfFamily::kQwen2Moe ||
+                    family == HfFamily::kQwen3Moe;
   if (qwen && !f.flag_or("use_sliding_window", false)) return;
   const int64_t fallback = family == HfFamily::kMistral ? 4096 : 0;
   m.sliding_window = f.present("sliding_window") ? f.positive("sliding_window") : (f.has("sliding_window") ? 0 : fallback);
@@ -157,28 +163,31 @@ void read_decoder_shape(HfFields& f, ModelConfig& m, std::optional<int64_t> defa
   m.position = PositionEmbedding::kRotary;
 }
 
-// The Llama family: Llama, Mistral, Mixtral, Qwen2/3 (dense and MoE) share these keys.
+// The Llama family: Llama, Mistral, Mixtral, Qwen2/3 (dense and MoE) and OLMoE share these keys.
 void read_llama_like(HfFields& f, HfFamily family, ModelConfig& m) {
   // Qwen3Config's head_dim defaults to 128; the others derive it from the hidden size.
   read_decoder_shape(f, m, family == HfFamily::kQwen3 ? std::optional<int64_t>(128) : std::nullopt);
   m.mlp = MlpKind::kGated;
-  if (family == HfFamily::kQwen2) {
+  if (family == HfFamily::kQwen2 || family == HfFamily::kQwen2Moe) {
     // Qwen2's q/k/v projections always carry biases; its output projection never does.
     m.qkv_bias = true;
   } else {
     m.qkv_bias = m.attention_output_bias = f.flag_or("attention_bias", false);
   }
   m.mlp_bias = f.flag_or("mlp_bias", false);
-  m.qk_norm = family == HfFamily::kQwen3 || family == HfFamily::kQwen3Moe;
+  // OLMoE normalises the whole query and key projections, Qwen3 each head: the same elements.
+  m.qk_norm = family == HfFamily::kQwen3 || family == HfFamily::kQwen3Moe || family == HfFamily::kOlmoe;
   m.attention_dropout = f.probability_or("attention_dropout", 0.0);
   read_sliding_window(f, family, m);
 }
 
-void read_mixtral_moe(HfFields& f, ModelConfig& m) {
+// Every layer a MoE whose experts are intermediate_size wide (Mixtral, GPT-OSS: num_local_experts;
+// OLMoE: num_experts).
+void read_mixtral_moe(HfFields& f, ModelConfig& m, const std::string& experts_key = "num_local_experts") {
   MoeConfig moe;
-  moe.experts = f.count("num_local_experts");
+  moe.experts = f.count(experts_key);
   moe.top_k = f.count("num_experts_per_tok");
-  if (moe.top_k > moe.experts) f.fail_at("num_experts_per_tok", "is larger than num_local_experts");
+  if (moe.top_k > moe.experts) f.fail_at("num_experts_per_tok", "is larger than " + experts_key);
   moe.expert_ffn = f.positive("intermediate_size");
   m.ffn = moe.expert_ffn;
   m.moe = moe;
@@ -197,7 +206,10 @@ void read_gpt_oss(HfFields& f, ModelConfig& m) {
   m.glu_clamp = !f.has("swiglu_limit") || f.present("swiglu_limit");
 }
 
-void read_qwen3_moe(HfFields& f, ModelConfig& m) {
+// Qwen's MoE keys (Qwen2-MoE, Qwen3-MoE). Qwen2-MoE adds one shared expert of
+// shared_expert_intermediate_size beside the routed ones; its sigmoid gate (one h-wide dot
+// product a token) is not modelled.
+void read_qwen_moe(HfFields& f, ModelConfig& m) {
   MoeConfig moe;
   moe.experts = f.count("num_experts");
   moe.top_k = f.count("num_experts_per_tok");
@@ -217,6 +229,10 @@ void read_qwen3_moe(HfFields& f, ModelConfig& m) {
       }
       moe.dense_layers.push_back(static_cast<int>(i));
     }
+  }
+  if (f.present("shared_expert_intermediate_size")) {
+    moe.shared_experts = 1;
+    moe.shared_expert_ffn = f.positive("shared_expert_intermediate_size");
   }
   m.moe = moe;
   if (m.moe_layer_count() < m.layers) m.ffn = f.positive("intermediate_size");
@@ -242,22 +258,27 @@ MoeConfig read_routed_experts(HfFields& f) {
   return moe;
 }
 
-// DeepSeek's router (DeepseekV3Config, its defaults): scoring_func sigmoid or softmax;
-// topk_method noaux_tc, the scores' bias that chooses the experts; the groups.
-void read_deepseek_router(HfFields& f, MoeConfig& moe) {
+// DeepSeek's router: scoring_func sigmoid or softmax; topk_method noaux_tc, the scores' bias
+// that chooses the experts, with the groups wherever topk_group is given. DeepseekV3Config's
+// defaults are sigmoid and noaux_tc; DeepSeek-V2's softmax and greedy, whose groups count only
+// under group_limited_greedy (V2-Lite writes n_group 1 beside greedy).
+void read_deepseek_router(HfFields& f, HfFamily family, MoeConfig& moe) {
+  const bool v2 = family == HfFamily::kDeepseekV2;
   if (f.present("scoring_func")) {
     JsonReader v = f.at("scoring_func");
     const auto score = router_score_from(v.as_string());
     if (!score) v.fail("unknown scoring function \"" + v.as_string() + "\" (expected sigmoid or softmax)");
     moe.router_score = *score;
   } else {
-    moe.router_score = RouterScore::kSigmoid;
+    moe.router_score = v2 ? RouterScore::kSoftmax : RouterScore::kSigmoid;
   }
-  moe.router_expert_bias = !f.present("topk_method") || f.at("topk_method").as_string() == "noaux_tc";
-  read_router_groups(f, moe);
+  const std::string method = f.present("topk_method") ? f.at("topk_method").as_string() : (v2 ? "greedy" : "noaux_tc");
+  moe.router_expert_bias = method == "noaux_tc";
+  if (!v2 || method == "group_limited_greedy") read_router_groups(f, moe);
 }
 
-void read_deepseek_v3(HfFields& f, ModelConfig& m) {
+// DeepSeek-V2 and V3 (and Kimi K2): MLA attention, a DeepSeek MoE after the first dense layers.
+void read_deepseek(HfFields& f, HfFamily family, ModelConfig& m) {
   m.layers = f.count("num_hidden_layers");
   m.hidden = f.positive("hidden_size");
   m.heads = f.count("num_attention_heads");
@@ -284,9 +305,33 @@ void read_deepseek_v3(HfFields& f, ModelConfig& m) {
     MoeConfig moe = read_routed_experts(f);
     moe.first_dense_layers = static_cast<int>(f.non_negative_or("first_k_dense_replace", 0, kMaxCount));
     moe.layer_frequency = f.count_or("moe_layer_freq", 1);
-    read_deepseek_router(f, moe);
+    read_deepseek_router(f, family, moe);
     m.moe = moe;
   }
+  if (m.moe_layer_count() < m.layers) m.ffn = f.positive("intermediate_size");
+}
+
+// GLM-4.5 and its successors (Glm4MoeForCausalLM): GQA attention whose q/k/v projections carry
+// biases (attention_bias) and the output projection none, per-head query/key norms (use_qk_norm),
+// then a DeepSeek-style MoE after first_k_dense_replace dense layers: routed and shared experts of
+// moe_intermediate_size, a sigmoid router with the score bias that chooses the experts
+// (Glm4MoeTopkRouter's e_score_correction_bias), groups only where n_group > 1, and
+// num_nextn_predict_layers MTP modules. Defaults are Glm4MoeConfig's. Not modelled: that rotary
+// embedding covers only partial_rotary_factor of each head (the rotary pass is a few µs).
+void read_glm4_moe(HfFields& f, ModelConfig& m) {
+  read_decoder_shape(f, m);
+  m.mlp = MlpKind::kGated;
+  m.qkv_bias = f.flag_or("attention_bias", false);
+  m.qk_norm = f.flag_or("use_qk_norm", false);
+  m.attention_dropout = f.probability_or("attention_dropout", 0.0);
+  m.mtp_layers = static_cast<int>(f.non_negative_or("num_nextn_predict_layers", 0, kMaxCount));
+  MoeConfig moe = read_routed_experts(f);
+  moe.shared_experts = static_cast<int>(f.non_negative_or("n_shared_experts", 1, kMaxCount));
+  moe.first_dense_layers = static_cast<int>(f.non_negative_or("first_k_dense_replace", 1, kMaxCount));
+  moe.router_score = RouterScore::kSigmoid;
+  moe.router_expert_bias = true;
+  if (f.non_negative_or("n_group", 1, kMaxCount) > 1) read_router_groups(f, moe);
+  m.moe = moe;
   if (m.moe_layer_count() < m.layers) m.ffn = f.positive("intermediate_size");
 }
 
@@ -586,11 +631,18 @@ ModelConfig read_family(HfFamily family, JsonReader& r, HfFields& f, const std::
       read_llama_like(f, family, m);
       read_mixtral_moe(f, m);
       break;
+    case HfFamily::kQwen2Moe:
     case HfFamily::kQwen3Moe:
       read_llama_like(f, family, m);
-      read_qwen3_moe(f, m);
+      read_qwen_moe(f, m);
       break;
-    case HfFamily::kDeepseekV3: read_deepseek_v3(f, m); break;
+    case HfFamily::kOlmoe:
+      read_llama_like(f, family, m);
+      read_mixtral_moe(f, m, "num_experts");
+      break;
+    case HfFamily::kDeepseekV2:
+    case HfFamily::kDeepseekV3: read_deepseek(f, family, m); break;
+    case HfFamily::kGlm4Moe: read_glm4_moe(f, m); break;
     case HfFamily::kGptOss: read_gpt_oss(f, m); break;
     case HfFamily::kNemotronH: read_nemotron_h(f, m); break;
     case HfFamily::kGpt2: read_gpt2(f, m); break;

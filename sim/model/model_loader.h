@@ -2,8 +2,11 @@
 //
 // 1. A Hugging Face config.json, dispatched on `architectures[0]` (or `model_type` when that is
 //    absent or not one we know): LlamaForCausalLM, MistralForCausalLM, MixtralForCausalLM,
-//    Qwen2ForCausalLM, Qwen3ForCausalLM, Qwen3MoeForCausalLM, DeepseekV3ForCausalLM (also model
-//    type kimi_k2), GptOssForCausalLM, NemotronHForCausalLM (hybrid Mamba-2), GPT2LMHeadModel, GPTNeoXForCausalLM; a multimodal
+//    Qwen2ForCausalLM, Qwen3ForCausalLM, Qwen2MoeForCausalLM (its shared expert),
+//    Qwen3MoeForCausalLM, OlmoeForCausalLM, DeepseekV2ForCausalLM, DeepseekV3ForCausalLM (also
+//    model type kimi_k2), Glm4MoeForCausalLM (GLM-4.5 and later: GQA with q/k/v biases and a
+//    DeepSeek-style sigmoid MoE), GptOssForCausalLM, NemotronHForCausalLM (hybrid Mamba-2),
+//    GPT2LMHeadModel, GPTNeoXForCausalLM; a multimodal
 //    wrapper that is none of them is read from its `text_config`. Only the keys that shape cost are
 //    read and the rest of the file is ignored (these files carry tokenizer ids, rope scaling,
 //    quantisation, …); defaults are those of the transformers configuration classes (e.g. GPT-2
@@ -13,8 +16,10 @@
 //    layers when it is absent); GPT-NeoX's `use_parallel_residual` (default true) is the
 //    parallel block.
 //    MoE routers: DeepSeek's scoring_func, topk_method (noaux_tc: the expert bias) and
-//    n_group / topk_group; Nemotron-H's sigmoid with its bias; the others a softmax.
-//    Not modelled: GPT-NeoX's partial rotary (no parameters), GPT-OSS's router bias and per-head
+//    n_group / topk_group (DeepSeek-V2: only under group_limited_greedy); Nemotron-H's and GLM's
+//    sigmoid with its bias (GLM's groups only where n_group > 1); the others a softmax.
+//    Not modelled: GPT-NeoX's and GLM's partial rotary (no parameters), Qwen2-MoE's shared-expert
+//    gate (one h-wide dot product a token), GPT-OSS's router bias and per-head
 //    softmax offsets ("sinks"), embedding dropout. Dropout
 //    probabilities: attn_pdrop / resid_pdrop (GPT-2, default 0.1 each, as GPT2Config),
 //    attention_dropout / hidden_dropout (GPT-NeoX), attention_dropout (the Llama family and
