@@ -1,8 +1,11 @@
 // The per-layer operators of a serving step's ragged batch (model/layer_operators.h) against
 // their closed forms: a prefill of one whole prompt has the training micro-batch's GEMMs, a
 // prefill chunk after cached tokens and a decode batch have the causal pairs and the K/V bytes
-// of the header, the head runs on sampled rows only, and bad batches are refused.
+// of the header, MLA decodes over its cached latents and prefills up-projected keys, the head
+// runs on sampled rows only, and bad batches are refused.
 #include <gtest/gtest.h>
+
+#include <array>
 
 #include "model/layer_operators.h"
 #include "model/model_loader.h"
@@ -89,6 +92,48 @@ TEST(RaggedBatch, ADecodeStepReadsEveryCachedKeyOnce) {
   const auto out = output_operators(m, batch, ShardingFactors{1, 1, 1, false});
   EXPECT_DOUBLE_EQ(op_named(out, "logits").forward.flops.value(), 2.0 * 64 * 128256 * 4096);
   EXPECT_EQ(sampled_rows(batch), 64);
+}
+
+bool has_op(const std::vector<ModelOperator>& ops, const std::string& name) {
+  for (const ModelOperator& op : ops) {
+    if (op.name == name) return true;
+  }
+  return false;
+}
+
+TEST(RaggedBatch, MlaDecodesOverTheCachedLatentsAndPrefillsUpProjectedKeys) {
+  // DeepSeek-V3 on TP 8: 128 heads / 8 = 16 a GPU; latent 512, rope 64, nope 128, v 128.
+  const ModelConfig m = llama("deepseek-v3");
+  const ShardingFactors tp8{8, 1, 1, false};
+  // Decode: 4 sequences of 1,024 tokens of context, one new token each. The cache is read as
+  // latents (576 a token, shared by the heads), never up-projected; each query absorbs W_UK
+  // (16 products of 4 × 128 × 512) and each output W_UV (4 × 512 × 128).
+  const RaggedBatch decode = batch_of({{1, 1024, true}, {1, 1024, true}, {1, 1024, true}, {1, 1024, true}});
+  const auto ops = layer_operators(m, 0, decode, tp8);
+  EXPECT_FALSE(has_op(ops, "kv_up_proj"));
+  EXPECT_FALSE(has_op(ops, "attention"));
+  const OperatorCost& core = op_named(ops, "mla_latent_attention").forward;
+  const double pairs = 4.0 * 1024, q = 4.0 * 16 * 576, o = 4.0 * 16 * 512;
+  EXPECT_DOUBLE_EQ(core.flops.value(), 2.0 * pairs * 16 * (576 + 512));
+  EXPECT_DOUBLE_EQ(core.bytes_read_written.value(), (q + 4096.0 * 576 + o) * 2 + 4.0 * 16 * 4);
+  const GemmShape absorb = op_named(ops, "q_absorb_key_up_proj").forward.shape;
+  EXPECT_EQ((std::array<double, 4>{absorb.m, absorb.n, absorb.k, absorb.batch}), (std::array<double, 4>{4, 512, 128, 16}));
+  const GemmShape value = op_named(ops, "value_up_proj").forward.shape;
+  EXPECT_EQ((std::array<double, 4>{value.m, value.n, value.k, value.batch}), (std::array<double, 4>{4, 128, 512, 16}));
+  // A prompt chunk of 512 tokens after 1,536 cached ones up-projects all 2,048 latents to 16
+  // heads' keys (128) and values (128), then attends with per-head keys of 192.
+  const auto chunk = layer_operators(m, 0, batch_of({{512, 2048, false}}), tp8);
+  EXPECT_FALSE(has_op(chunk, "mla_latent_attention"));
+  const GemmShape up = op_named(chunk, "kv_up_proj").forward.shape;
+  EXPECT_EQ((std::array<double, 3>{up.m, up.n, up.k}), (std::array<double, 3>{2048, 16 * 256, 512}));
+  const double chunk_pairs = 512.0 * 1536 + 512.0 * 513 / 2;
+  EXPECT_DOUBLE_EQ(op_named(chunk, "attention").forward.flops.value(), 2.0 * chunk_pairs * 16 * (192 + 128));
+  // A whole prompt's up-projection is the training micro-batch's.
+  MicroBatch micro;
+  micro.sequences = 1;
+  micro.sequence_length = 4096;
+  EXPECT_DOUBLE_EQ(op_named(layer_operators(m, 0, batch_of({{4096, 4096, true}}), tp8), "kv_up_proj").forward.flops.value(),
+                   op_named(layer_operators(m, 0, micro, tp8), "kv_up_proj").forward.flops.value());
 }
 
 TEST(RaggedBatch, BadBatchesAreRefused) {

@@ -270,6 +270,25 @@ class OperatorList {
     keep(row_stats, 1.0);
   }
 
+  // MLA's attention over the cached latents themselves (FlashMLA, FlashInfer's MLA): every query
+  // head, its key part absorbed into the latent (d_latent) plus its rope part (d_rope), against
+  // one shared key per token of d_latent + d_rope whose first d_latent are also its value. The
+  // heads share the keys, so the kernel packs them into the rows of one product a sequence.
+  void mla_latent_attention(const AttentionWork& w, double heads, double d_latent, double d_rope, bool warp_mma_only) {
+    const double d_key = d_latent + d_rope;
+    OperatorCost forward;
+    forward.kind = OperatorKind::kAttention;
+    forward.warp_mma_only = warp_mma_only;
+    forward.dtype = activation_;
+    forward.shape = GemmShape{w.s_q * heads, w.s_kv, d_key, w.sequences};
+    forward.flops = Flops(2.0 * w.score_pairs * heads * (d_key + d_latent));
+    const double q = w.query_tokens * heads * d_key, o = w.query_tokens * heads * d_latent;
+    forward.bytes_read_written = Bytes((q + w.key_tokens * d_key + o) * element_ + w.query_tokens * heads * kFp32Bytes);
+    OperatorCost backward = forward;  // serving runs it forward only
+    backward.backward_pass = true;
+    ops_.push_back({"mla_latent_attention", forward, backward, true, Bytes(), Bytes()});
+  }
+
   // PyTorch's selective checkpointing by operator (MicroBatch::op_checkpointing) over the
   // operators from `first` on, one Transformer layer whose input has `input_elements`: what they
   // kept is replaced by the layer's input, the `reduced_elements` of its TP reduce-scatters'
@@ -500,6 +519,10 @@ struct LocalSizes {
   // step's prompt chunks of 2+ tokens), the serving sequences whose chunk starts from a cached
   // state, and the sequences of one new token, which update their state instead.
   double scan_tokens = 0, scan_sequences = 0, continued_sequences = 0, decode_sequences = 0;
+  // A serving step's batch, split as MLA's serving backends split it: the chunks of a prompt
+  // (2+ new tokens) and the sequences decoding one token.
+  bool ragged = false;
+  AttentionWork prefill_work, decode_work;
 
   LocalSizes(const ModelConfig& m, const ShardingFactors& sh)
       : hidden(static_cast<double>(m.hidden)),
@@ -520,24 +543,69 @@ struct LocalSizes {
   }
 
   LocalSizes(const ModelConfig& m, const RaggedBatch& batch, const ShardingFactors& sh) : LocalSizes(m, sh) {
+    ragged = true;
     work = ragged_attention_work(batch, m.sliding_window, m.sliding_window_layers);
     tokens = work.query_tokens;
     sp_tokens = sh.sp ? tokens / sh.tp : tokens;
+    RaggedBatch prompts = batch, decodes = batch;
+    prompts.sequences.clear();
+    decodes.sequences.clear();
     for (const SequenceChunk& c : batch.sequences) {
       if (c.q_len == 1) {
         decode_sequences += 1;
+        decodes.sequences.push_back(c);
         continue;
       }
+      prompts.sequences.push_back(c);
       scan_tokens += static_cast<double>(c.q_len);
       scan_sequences += 1;
       continued_sequences += c.kv_len > c.q_len ? 1 : 0;
     }
+    prefill_work = ragged_attention_work(prompts, m.sliding_window, m.sliding_window_layers);
+    decode_work = ragged_attention_work(decodes, m.sliding_window, m.sliding_window_layers);
   }
 };
 
 template <typename Batch>
 void require_valid(const ModelConfig& model, const Batch& batch, const ShardingFactors& sharding) {
   if (std::string p = sharding_problem(model, batch, sharding); !p.empty()) throw std::invalid_argument(p);
+}
+
+// The attention's output projection and residual add.
+void add_attention_output(OperatorList& ops, const ModelConfig& m, const LocalSizes& z) {
+  ops.gemm("attention_out_proj", z.tokens, z.hidden, z.heads * static_cast<double>(m.v_head_dim()), 1,
+           {1, z.sp_tokens / z.tokens});
+  const double attention_output = z.tokens * z.heads * static_cast<double>(m.v_head_dim());
+  ops.keep(attention_output);  // 16-bit: the attention's backward reads it too
+  ops.keep_quantised_copy(attention_output);
+  ops.in_module(std::nullopt);
+  // A parallel block adds both branches to the residual once, after the MLP.
+  if (!m.parallel_block) ops.residual("attention_residual", z.sp_tokens, z.hidden, m.hidden_dropout > 0);
+}
+
+// MLA in a serving step, as vLLM's and SGLang's MLA backends run it: the cache holds each
+// token's latent and rope key (kv_capacity.h). A prompt chunk up-projects its whole context's
+// latents, the cached prefix's too, to per-head keys and values and runs FlashAttention over
+// them; a decoding sequence absorbs the key up-projection into its query (q_nope·W_UK, per head
+// into the latent), attends over the latents themselves and up-projects the result per head
+// (o·W_UV), so no per-head key or value is ever built for its context.
+void add_mla_serving_core(OperatorList& ops, const ModelConfig& m, AttentionKernel attention, const LocalSizes& z) {
+  const MlaConfig& a = *m.mla;
+  const double nope = static_cast<double>(a.qk_nope_head_dim), rope = static_cast<double>(a.qk_rope_head_dim);
+  const double latent = static_cast<double>(a.kv_lora_rank), v = static_cast<double>(a.v_head_dim);
+  const bool flash2 = attention == AttentionKernel::kFlash2;
+  if (rope > 0) ops.rotary(z.tokens * (z.heads + 1) * rope);
+  const AttentionWork& prompt = z.prefill_work;
+  if (prompt.sequences > 0) {
+    ops.gemm("kv_up_proj", prompt.key_tokens, z.heads * (nope + v), latent);
+    ops.attention(prompt, z.heads, z.heads, nope + rope, v, false, flash2);
+  }
+  const AttentionWork& decode = z.decode_work;
+  if (decode.sequences > 0) {
+    ops.gemm("q_absorb_key_up_proj", decode.query_tokens, latent, nope, z.heads);
+    ops.mla_latent_attention(decode, z.heads, latent, rope, flash2);
+    ops.gemm("value_up_proj", decode.query_tokens, v, latent, z.heads);
+  }
 }
 
 void add_attention(OperatorList& ops, const ModelConfig& m, AttentionKernel attention, const LocalSizes& z,
@@ -566,6 +634,10 @@ void add_attention(OperatorList& ops, const ModelConfig& m, AttentionKernel atte
     }
     ops.gemm("kv_down_proj", z.sp_tokens, kv_lora + static_cast<double>(a.qk_rope_head_dim), z.hidden);
     ops.norm("kv_latent_norm", m, z.sp_tokens, kv_lora);
+    if (z.ragged) {
+      add_mla_serving_core(ops, m, attention, z);
+      return add_attention_output(ops, m, z);
+    }
     const size_t up = ops.size();
     ops.gemm("kv_up_proj", z.tokens, z.heads * static_cast<double>(a.qk_nope_head_dim + a.v_head_dim), kv_lora, 1,
              {z.sp_tokens / z.tokens, 1});
@@ -606,14 +678,7 @@ void add_attention(OperatorList& ops, const ModelConfig& m, AttentionKernel atte
     ops.attention(z.work, z.heads, z.kv_heads, static_cast<double>(m.qk_head_dim()), static_cast<double>(m.v_head_dim()),
                   !(m.mla && recompute.mla_up_proj), attention == AttentionKernel::kFlash2);
   }
-  ops.gemm("attention_out_proj", z.tokens, z.hidden, z.heads * static_cast<double>(m.v_head_dim()), 1,
-           {1, z.sp_tokens / z.tokens});
-  const double attention_output = z.tokens * z.heads * static_cast<double>(m.v_head_dim());
-  ops.keep(attention_output);  // 16-bit: the attention's backward reads it too
-  ops.keep_quantised_copy(attention_output);
-  ops.in_module(std::nullopt);
-  // A parallel block adds both branches to the residual once, after the MLP.
-  if (!m.parallel_block) ops.residual("attention_residual", z.sp_tokens, z.hidden, m.hidden_dropout > 0);
+  add_attention_output(ops, m, z);
 }
 
 // Megatron-Core's MambaMixer over TP t, which splits its heads, groups and inner width t ways,
