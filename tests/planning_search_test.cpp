@@ -273,6 +273,27 @@ TEST(LayoutSearch, ABadSpaceFailsWithItsPointer) {
   EXPECT_EQ(s.pp, defaults.pp);
 }
 
+TEST(LayoutSearch, WhenNothingFitsItNamesTheLeanestLayout) {
+  // Micro-batches of 512 sequences of 2,048 without recomputation overflow an A100's 80 GiB at
+  // every degree: nothing is simulated, and the report names the layout that needs least.
+  TrainingWorkload job = small_case();
+  job.layout.global_batch = 8192;
+  SearchSpace space = small_space(job);
+  space.micro_batch = {512};
+  space.recompute = {Recomputation::kNone};
+  const SearchOutcome o = search_layouts(job.model, job.layout, job.topology, space, SearchOptions{});
+  EXPECT_TRUE(o.ranked.empty());
+  EXPECT_EQ(o.simulated, 0u);
+  ASSERT_TRUE(o.leanest_out_of_memory.has_value());
+  EXPECT_GT(o.leanest_peak_memory, o.gpu_memory);
+  const IterationEstimate leanest = estimate_iteration(job.model, *o.leanest_out_of_memory,
+                                                       job.topology.gpu_spec_of(job.topology.gpus()[0]), IterationOptions{});
+  EXPECT_EQ(leanest.memory.peak_memory, o.leanest_peak_memory);
+  const std::string why = no_layout_fits(o);
+  EXPECT_NE(why.find(layout_description(*o.leanest_out_of_memory)), std::string::npos) << why;
+  EXPECT_NE(why.find("of 80.0 GiB"), std::string::npos) << why;
+}
+
 TEST(LayoutSearch, TheEmittedWorkloadRunsTheBestLayout) {
   const TrainingWorkload job = small_case();
   const SearchOutcome found = search_layouts(job.model, job.layout, job.topology, small_space(job), SearchOptions{});

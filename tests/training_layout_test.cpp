@@ -122,7 +122,7 @@ TEST(LayoutValidation, DegreesMustBePositive) {
   expect_error(l, bundled("llama3-8b"), 64, "/parallel/micro_batch", "must be at least 1");
   l = llama_layout();
   l.sequence_length = 0;
-  expect_error(l, bundled("llama3-8b"), 64, "/parallel/sequence_length", "must be at least 1");
+  expect_error(l, bundled("llama3-8b"), 64, "/sequence_length", "must be at least 1");
 }
 
 TEST(LayoutValidation, GlobalBatchMustSplitIntoMicroBatches) {
@@ -145,7 +145,7 @@ TEST(LayoutValidation, PipelineSplitsAreCheckedWhereTheyAreGiven) {
   expect_error(l, bundled("llama3-8b"), 24, "/parallel/pp", "does not divide num_layers=32 plus the accounted");
   l.account_for_embedding = l.account_for_loss = false;
   l.first_stage_layers = 9;  // 23 left for 2 stages
-  expect_error(l, bundled("llama3-8b"), 24, "/parallel/first_stage_layers", "leaves 23 of num_layers=32");
+  expect_error(l, bundled("llama3-8b"), 24, "/parallel/decoder_first_pipeline_num_layers", "leaves 23 of num_layers=32");
   l.first_stage_layers = -1;
   l.stage_layers = {11, 11, 10};
   EXPECT_NO_THROW(validate(l, bundled("llama3-8b"), 24));
@@ -160,15 +160,15 @@ TEST(LayoutValidation, PipelineSplitsAreCheckedWhereTheyAreGiven) {
 TEST(LayoutValidation, VirtualStagesNeedTheInterleavedSchedule) {
   ParallelLayout l = llama_layout();
   l.virtual_stages = 2;
-  expect_error(l, bundled("llama3-8b"), 64, "/parallel/virtual_stages", "need schedule interleaved_1f1b, not 1f1b");
+  expect_error(l, bundled("llama3-8b"), 64, "/parallel/vpp", "need schedule interleaved_1f1b, not 1f1b");
   l.schedule = PipelineScheduleKind::kInterleavedOneFOneB;
   EXPECT_NO_THROW(validate(l, bundled("llama3-8b"), 64));  // 2·2 | 32 layers, m = 16 is a multiple of 2
   l.virtual_stages = 1;
-  expect_error(l, bundled("llama3-8b"), 64, "/parallel/virtual_stages", "needs at least 2 model chunks");
+  expect_error(l, bundled("llama3-8b"), 64, "/parallel/vpp", "needs at least 2 model chunks");
   l.virtual_stages = 3;  // 2·3 = 6 ∤ 32: split automatically
   EXPECT_NO_THROW(validate(l, bundled("llama3-8b"), 64));
   l.first_stage_layers = 15;  // stage 1 keeps 17, which do not split over its 3 chunks
-  expect_error(l, bundled("llama3-8b"), 64, "/parallel/virtual_stages", "stage 1 holds 17 layers");
+  expect_error(l, bundled("llama3-8b"), 64, "/parallel/vpp", "stage 1 holds 17 layers");
   l.first_stage_layers = -1;
   l.virtual_stages = 2;
   l.pp = 4;
@@ -199,7 +199,7 @@ TEST(LayoutValidation, SequenceMustSplitOverContextAndTensorRanks) {
   l.dp = 2;
   l.cp = 2;
   l.sequence_length = 8190;  // not a multiple of 2·cp = 4
-  expect_error(l, bundled("llama3-8b"), 64, "/parallel/sequence_length", "8190 is not a multiple of 2·cp=4");
+  expect_error(l, bundled("llama3-8b"), 64, "/sequence_length", "8190 is not a multiple of 2·cp=4");
   l = llama_layout();
   l.sequence_parallel = true;
   l.sequence_length = 8188;  // 8188 tokens, not a multiple of tp = 8
@@ -324,6 +324,18 @@ TEST(PipelineSplit, MegatronsRules) {
   EXPECT_EQ(s.layers, std::vector<int>(16, 4));
   // Too many stages for the layers.
   EXPECT_FALSE(split_pipeline_layers(l, 10).problem.empty());
+  // 60 layers (DeepSeek-V2) over pp 16 · vpp 4: 62 units cannot fill 64 virtual stages, and the
+  // ends would hold −1 layers. Over pp 2 · vpp 31 they fill exactly: the first virtual stage holds
+  // only the embedding, the last only the loss.
+  l.virtual_stages = 4;
+  s = split_pipeline_layers(l, 60);
+  EXPECT_EQ(s.field, "virtual_stages");
+  EXPECT_NE(s.problem.find("more virtual stages than num_layers=60 can fill"), std::string::npos) << s.problem;
+  l.pp = 2;
+  l.virtual_stages = 31;
+  s = split_pipeline_layers(l, 60);
+  EXPECT_TRUE(s.problem.empty()) << s.problem;
+  EXPECT_EQ(split_text(s.layers), "0, 1×60, 0");
 }
 
 TEST(RankMapping, ExpertTensorParallelismFoldsTheExpertGrid) {

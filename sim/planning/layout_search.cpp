@@ -38,16 +38,23 @@ double score_of(const LayoutSummary& r, SearchObjective objective) {
   return objective == SearchObjective::kMfu ? r.mfu : r.tokens_per_second;
 }
 
-// The layouts that fit in memory, with their bounds, in bound order (then text).
+// The layouts that fit in memory, with their bounds, in bound order (then text); the others
+// counted in `outcome`, which keeps the one that needs least.
 std::vector<Candidate> fitting_candidates(const ModelConfig& model, std::vector<ParallelLayout> layouts, const GpuSpec& gpu,
-                                          const IterationOptions& options, int threads, size_t& rejected_by_memory) {
+                                          const IterationOptions& options, int threads, SearchOutcome& outcome) {
   std::vector<std::optional<IterationEstimate>> estimates(layouts.size());
   parallel_for(layouts.size(), threads,
                [&](size_t, size_t i) { estimates[i] = estimate_iteration(model, layouts[i], gpu, options); });
   std::vector<Candidate> out;
   for (size_t i = 0; i < layouts.size(); ++i) {
-    if (estimates[i]->memory.out_of_memory) {
-      ++rejected_by_memory;
+    const IterationMemory& memory = estimates[i]->memory;
+    if (memory.out_of_memory) {
+      ++outcome.rejected_by_memory;
+      if (!outcome.leanest_out_of_memory || memory.peak_memory < outcome.leanest_peak_memory) {
+        outcome.leanest_out_of_memory = layouts[i];
+        outcome.leanest_peak_memory = memory.peak_memory;
+        outcome.gpu_memory = memory.gpu_memory;
+      }
       continue;
     }
     std::string text = layout_description(layouts[i]) + " / " + layouts[i].rank_order;
@@ -187,8 +194,7 @@ SearchOutcome search_layouts(const ModelConfig& model, const ParallelLayout& bas
   }
   const GpuSpec& gpu = topology.gpu_spec_of(topology.gpus()[0]);
   const std::vector<Candidate> candidates =
-      fitting_candidates(model, std::move(e.valid), gpu, options.iteration, std::max(1, options.threads),
-                         out.rejected_by_memory);
+      fitting_candidates(model, std::move(e.valid), gpu, options.iteration, std::max(1, options.threads), out);
   std::vector<ThreadCaches> caches;
   caches.reserve(static_cast<size_t>(std::max(1, options.threads)));
   for (int t = 0; t < std::max(1, options.threads); ++t) caches.emplace_back(topology, options.iteration.link_efficiency);

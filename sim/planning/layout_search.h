@@ -9,6 +9,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -83,6 +84,9 @@ struct SearchOutcome {
   size_t simulated = 0;
   /// Every simulated layout, best first.
   std::vector<SearchedLayout> ranked;
+  /// Of the layouts rejected by memory, the one whose peak is least (what to say when none fits).
+  std::optional<ParallelLayout> leanest_out_of_memory;
+  Bytes leanest_peak_memory, gpu_memory;
 };
 
 /// Searches `space` for `model` on every GPU of `topology`, from `base` (batch, sequence, dtype).

@@ -56,6 +56,16 @@ std::string search_table(const SearchOutcome& o, size_t top, const CostColumn* c
   return t;
 }
 
+std::string no_layout_fits(const SearchOutcome& o) {
+  if (!o.leanest_out_of_memory) return "no layout of the space fits and runs on these GPUs";
+  return format_text(
+      "no layout of the space fits in memory: the leanest of the %zu, %s, needs %.1f GiB a GPU of %.1f GiB; "
+      "more GPUs (--gpus), a smaller micro-batch or sequence, or recomputation and sharding in the space "
+      "(docs/search-format.md) would make room",
+      o.rejected_by_memory, layout_description(*o.leanest_out_of_memory).c_str(), in_gib(o.leanest_peak_memory),
+      in_gib(o.gpu_memory));
+}
+
 nlohmann::ordered_json search_json(const SearchOutcome& o) {
   nlohmann::ordered_json j;
   j["enumerated"] = o.enumerated;

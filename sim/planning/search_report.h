@@ -27,6 +27,10 @@ double gpu_hours_per_million_tokens(double tokens_per_second_per_gpu);
 /// million tokens costs; then the counts.
 std::string search_table(const SearchOutcome& outcome, size_t top, const CostColumn* cost = nullptr);
 
+/// Why a search ranked nothing: with every valid layout out of memory, the one that needs least
+/// and how far over it is, and what would make room.
+std::string no_layout_fits(const SearchOutcome& outcome);
+
 /// Counts and every simulated layout, best first.
 nlohmann::ordered_json search_json(const SearchOutcome& outcome);
 

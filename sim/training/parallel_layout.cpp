@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
 #include <numeric>
 #include <stdexcept>
 
@@ -330,12 +331,25 @@ void validate_moe_routing(const ParallelLayout& l, const ModelConfig& model, Fai
   }
 }
 
+// Where a layout field sits in a workload file (docs/workload-format.md), under `pointer` (the
+// parallel block) unless it is a top-level key; most fields keep their name there.
+std::string workload_pointer(const std::string& pointer, const std::string& field) {
+  if (field.empty()) return pointer;
+  if (field == "sequence_length") return "/sequence_length";
+  static const std::map<std::string, std::string> renamed = {
+      {"virtual_stages", "vpp"},
+      {"first_stage_layers", "decoder_first_pipeline_num_layers"},
+      {"last_stage_layers", "decoder_last_pipeline_num_layers"}};
+  const auto it = renamed.find(field);
+  return pointer + "/" + (it == renamed.end() ? field : it->second);
+}
+
 }  // namespace
 
 void validate(const ParallelLayout& l, const ModelConfig& model, int gpus, const std::string& file,
               const std::string& pointer) {
   auto fail = [&](const std::string& field, const std::string& reason) {
-    throw InputError(file, field.empty() ? pointer : pointer + "/" + field, reason);
+    throw InputError(file, workload_pointer(pointer, field), reason);
   };
   if (std::string p = model.problem(); !p.empty()) fail("", "the model is inconsistent: " + p);
   const std::pair<const char*, int> degrees[] = {{"dp", l.dp}, {"tp", l.tp}, {"pp", l.pp},

@@ -89,8 +89,10 @@ PipelineSplit automatic(const ParallelLayout& l, int layers) {
   --out.layers.front();
   --out.layers.back();
   if (parts == 1) out.layers = {layers};
-  for (int i = 1; i < parts - 1; ++i) {
-    if (out.layers[static_cast<size_t>(i)] < 1) {
+  // The ends may hold only the embedding or the loss (no layer), the middle at least one layer.
+  for (int i = 0; i < parts; ++i) {
+    const bool end = i == 0 || i == parts - 1;
+    if (out.layers[static_cast<size_t>(i)] < (end ? 0 : 1)) {
       return refuse(l.virtual_stages > 1 ? "virtual_stages" : "pp",
                     "pp·virtual_stages=" + n(parts) + " is more virtual stages than num_layers=" + n(layers) + " can fill");
     }

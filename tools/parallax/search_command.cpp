@@ -101,7 +101,7 @@ void run_search(const SearchArgs& a) {
               a.objective.c_str(), a.network == "flow" ? "co-simulated" : "analytical");
   CostColumn cost{a.gpu_hour_price};
   std::printf("%s", search_table(outcome, a.top, *objective == SearchObjective::kCost ? &cost : nullptr).c_str());
-  if (outcome.ranked.empty()) throw InputError(a.workload, "", "no layout of the space fits and runs on these GPUs");
+  if (outcome.ranked.empty()) throw InputError(a.workload, "", no_layout_fits(outcome));
   const int nodes = job.topology.node_count();
   if (!a.emit.empty()) {
     const nlohmann::json original = load_json_file(a.workload);
