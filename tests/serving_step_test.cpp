@@ -244,6 +244,27 @@ TEST(ServingStep, PipelineStagesSplitTheLayersAndHandOff) {
 // A hybrid model served (Nemotron 3 Nano): only its 6 attention layers keep KV; each sequence
 // holds its 23 Mamba layers' state; a decode step advances that state by the recurrence and a
 // prompt chunk scans its tokens; each single-block layer all-reduces once over TP.
+TEST(ServingStep, AStepsMemoryIsItsWeightsAndItsBatchsCache) {
+  const GpuSpec gpu = dgx_h100().gpu_spec_of(dgx_h100().gpus().front());
+  // Llama 3 70B on TP 8: 70,553,706,496 parameters × 2 B / 8; 128 sequences of 8,192 tokens ×
+  // 80 layers × 2 × 1 KV head a rank × 128 × 2 B.
+  const ModelConfig llama = bundled("llama3-70b");
+  const StepMemory fits = step_memory(llama, gpu, InstanceShape{8, 1}, decode_batch(128, 8192));
+  EXPECT_DOUBLE_EQ(fits.weights.value(), 70'553'706'496.0 * 2 / 8);
+  EXPECT_DOUBLE_EQ(fits.kv_cache.value(), 128.0 * 8192 * 80 * 2 * 128 * 2);
+  EXPECT_TRUE(fits.fits());
+  // Kimi K2 on 8 H100s does not: over a terabyte of bf16 weights; its MLA cache keeps the latent
+  // and rope key whole on every rank, 61 layers × 576 × 2 B a token.
+  const ModelConfig kimi = bundled("kimi-k2");
+  const StepMemory over = step_memory(kimi, gpu, InstanceShape{8, 1}, decode_batch(128, 8192));
+  EXPECT_DOUBLE_EQ(over.kv_cache.value(), 128.0 * 8192 * 61 * 576 * 2);
+  EXPECT_FALSE(over.fits());
+  // With pipeline stages, the fullest one: Llama's last stage holds the head as well.
+  const StepMemory staged = step_memory(llama, gpu, InstanceShape{4, 2}, decode_batch(64, 4096));
+  EXPECT_EQ(staged.stage, 1);
+  EXPECT_DOUBLE_EQ(staged.kv_cache.value(), 64.0 * 4096 * 40 * 2 * 2 * 128 * 2);
+}
+
 TEST(ServingStep, AHybridModelsMambaLayersKeepAStatePerSequence) {
   const ModelConfig m = bundled("nemotron-3-nano");
   // KV: 6 layers × 2 × 2 KV heads × 128 × 2 B = 6,144 B a token at TP 1 (TP 2: one KV head a rank).

@@ -96,6 +96,27 @@ Bytes activation_workspace(const ModelConfig& m, int tp, int64_t token_budget, i
   return Bytes(static_cast<double>(token_budget) * per_token + max_sequences * vocab * 4.0);
 }
 
+StepMemory step_memory(const ModelConfig& m, const GpuSpec& gpu, InstanceShape shape, const RaggedBatch& batch) {
+  const std::vector<int> layers = split_layers(m.layers, shape.pp);
+  const std::vector<Bytes> weights = stage_weight_bytes(m, shape);
+  double tokens = 0;
+  for (const SequenceChunk& c : batch.sequences) tokens += static_cast<double>(c.kv_len);
+  const double sequences = static_cast<double>(batch.sequences.size());
+  StepMemory fullest;
+  int first = 0;
+  for (size_t s = 0; s < layers.size(); ++s) {
+    StepMemory c;
+    c.stage = static_cast<int>(s);
+    c.memory = gpu.memory;
+    c.weights = weights[s];
+    c.kv_cache = kv_bytes_per_token(m, shape.tp, first, layers[s]) * tokens;
+    c.states = mamba_state_bytes(m, shape.tp, first, layers[s]) * sequences;
+    if (s == 0 || c.total() > fullest.total()) fullest = c;
+    first += layers[s];
+  }
+  return fullest;
+}
+
 KvCapacity kv_capacity(const ModelConfig& m, const GpuSpec& gpu, InstanceShape shape, int64_t block_size,
                        double reserve_fraction, Bytes workspace, int max_sequences) {
   const std::vector<int> layers = split_layers(m.layers, shape.pp);

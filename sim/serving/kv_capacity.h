@@ -53,6 +53,17 @@ std::vector<Bytes> stage_weight_bytes(const ModelConfig& model, InstanceShape sh
 /// The activation workspace of the header.
 Bytes activation_workspace(const ModelConfig& model, int tp, int64_t token_budget, int max_sequences);
 
+/// What one engine step of `batch` holds on one GPU of its fullest pipeline stage: the weights,
+/// the batch's KV cache (every sequence's kv_len tokens) and a hybrid model's Mamba states,
+/// against the GPU's memory (no reserve or workspace: what the step needs at the least).
+struct StepMemory {
+  int stage = 0;
+  Bytes weights, kv_cache, states, memory;
+  Bytes total() const { return weights + kv_cache + states; }
+  bool fits() const { return total() <= memory; }
+};
+StepMemory step_memory(const ModelConfig& model, const GpuSpec& gpu, InstanceShape shape, const RaggedBatch& batch);
+
 /// The instance's capacity. Throws std::invalid_argument when the weights and workspace leave
 /// no room for a single block, naming the numbers.
 KvCapacity kv_capacity(const ModelConfig& model, const GpuSpec& gpu, InstanceShape shape, int64_t block_size,

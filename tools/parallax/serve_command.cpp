@@ -20,6 +20,7 @@
 #include "serving/fleet_loader.h"
 #include "serving/fleet_report.h"
 #include "serving/fleet_sweep.h"
+#include "serving/kv_capacity.h"
 #include "serving/step_model.h"
 #include "serving/step_validation.h"
 #include "serving/trace_reader.h"
@@ -139,6 +140,13 @@ void run_step(const StepArgs& a) {
   if (a.pp > 1) std::printf("  slowest stage: %s (with pp batches in flight, one step per stage time)\n", ms(b.bottleneck_stage).c_str());
   std::printf("  per GPU: %.3f TFLOP, %.3f GB of HBM traffic; %.0f new tokens/s\n", b.flops.value() / 1e12,
               b.hbm_bytes.value() / 1e9, static_cast<double>(b.new_tokens) / b.total.seconds());
+  const StepMemory memory = step_memory(model, topo.gpu_spec_of(topo.gpus().front()), InstanceShape{a.tp, a.pp, a.ep}, batch);
+  std::printf("  memory per GPU%s: %.1f GiB of weights + %.1f GiB of KV cache%s = %.1f GiB of %.1f GiB: %s\n",
+              a.pp > 1 ? strprintf(" (stage %d, the fullest)", memory.stage).c_str() : "", in_gib(memory.weights),
+              in_gib(memory.kv_cache),
+              memory.states.value() > 0 ? strprintf(" + %.1f GiB of Mamba states", in_gib(memory.states)).c_str() : "",
+              in_gib(memory.total()), in_gib(memory.memory),
+              memory.fits() ? "fits" : "DOES NOT FIT (the time is what the step would take if it did)");
   if (!a.json.empty()) {
     nlohmann::ordered_json j;
     j["model"] = model.name;
@@ -148,6 +156,9 @@ void run_step(const StepArgs& a) {
     j["pp"] = a.pp;
     j["ep"] = a.ep;
     j["batch"] = described;
+    j["memory_per_gpu_bytes"] = {{"weights", memory.weights.value()}, {"kv_cache", memory.kv_cache.value()},
+                                 {"mamba_states", memory.states.value()}, {"gpu", memory.memory.value()},
+                                 {"fits", memory.fits()}};
     const nlohmann::ordered_json report = to_json(b);
     for (auto it = report.begin(); it != report.end(); ++it) j[it.key()] = *it;
     write_file_atomically(a.json, j.dump(2) + "\n");
