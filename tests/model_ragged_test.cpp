@@ -88,6 +88,11 @@ TEST(RaggedBatch, ADecodeStepReadsEveryCachedKeyOnce) {
   const double kv_bytes = 128000.0 * 8 * 256 * 2;
   const OperatorCost& a = op_named(ops, "attention").forward;
   EXPECT_DOUBLE_EQ(a.bytes_read_written.value(), kv_bytes + (64.0 * 32 * 128 * 2) * 2 + 64.0 * 32 * 4);
+  // An fp8 cache: the same keys and values read at 1 B an element.
+  RaggedBatch fp8 = batch;
+  fp8.kv_cache = DType::kFp8;
+  const OperatorCost& f = op_named(layer_operators(m, 0, fp8, ShardingFactors{1, 1, 1, false}), "attention").forward;
+  EXPECT_DOUBLE_EQ(f.bytes_read_written.value(), kv_bytes / 2 + (64.0 * 32 * 128 * 2) * 2 + 64.0 * 32 * 4);
   // The head runs on the 64 sampled rows: 64 × 128256 × 4096.
   const auto out = output_operators(m, batch, ShardingFactors{1, 1, 1, false});
   EXPECT_DOUBLE_EQ(op_named(out, "logits").forward.flops.value(), 2.0 * 64 * 128256 * 4096);

@@ -311,6 +311,32 @@ TEST(ServingMemory, KvBlocksFromMemoryByHand) {
   }
 }
 
+TEST(ServingMemory, Fp8WeightsAndCacheHalveWhatTheyHold) {
+  const double usable = 0.9 * 80.0 * 1024 * 1024 * 1024;
+  const GpuSpec h100 = shared_dgx_h100()->gpu_spec_of(shared_dgx_h100()->gpus().front());
+  // Llama-3 70B, TP 4, fp8 weights: the layers' matrices at 1 B (80 × (2·8192² + 2·8192·1024 +
+  // 3·8192·28672) = 68,451,041,280), their norm gains (80 × 16,384), the embedding and head
+  // (2 × 128256 × 8192) and the final norm at 2 B; an fp8 cache halves a block to 655,360 B.
+  const ModelConfig m70 = bundled("llama3-70b");
+  const double matrices = 80.0 * (2 * 8192.0 * 8192 + 2 * 8192.0 * 1024 + 3 * 8192.0 * 28672);
+  const double others = 80.0 * 16384 + 2 * 128256.0 * 8192 + 8192;
+  EXPECT_DOUBLE_EQ(matrices + others, 70553706496.0);
+  const double weights = (matrices + 2 * others) / 4;
+  EXPECT_DOUBLE_EQ(stage_weight_bytes(m70, InstanceShape{4, 1}, DType::kFp8).front().value(), weights);
+  const KvCapacity c = kv_capacity(m70, h100, InstanceShape{4, 1}, 16, 0.10, Bytes(0), 256,
+                                   ServingPrecision{DType::kFp8, DType::kFp8});
+  EXPECT_EQ(c.block_bytes.value(), 655360.0);
+  EXPECT_EQ(c.blocks, static_cast<int64_t>(std::floor((usable - weights) / 655360.0)));
+  // DeepSeek-V3's fp8 checkpoint keeps its router in bf16 with the norms: per stage the same
+  // split, layer by layer (pp 2), adds up to the whole model's.
+  const ModelConfig ds = bundled("deepseek-v3");
+  const std::vector<Bytes> stages = stage_weight_bytes(ds, InstanceShape{8, 2}, DType::kFp8);
+  const ParameterCounts p = count_parameters(ds);
+  const double ds_matrices = static_cast<double>(p.attention + p.dense_mlp + p.shared_experts + p.routed_experts);
+  const double ds_others = static_cast<double>(p.total) - ds_matrices;
+  EXPECT_NEAR((stages[0] + stages[1]).value() * 8, ds_matrices + 2 * ds_others, 1e-6 * ds_matrices);
+}
+
 TEST(ServingFleet, TheCostModelRunsAFleetAndRerunsIdentically) {
   FleetConfig c;
   c.model = bundled("llama3-8b");

@@ -50,6 +50,9 @@ add_test(NAME example.serve.bad_tp
 add_test(NAME example.serve.bad_preemption
          COMMAND bash ${check_exit} 2 "bad-preemption.json: /pools/0/kv_cache/preemption: preemption is \"recompute\" or \"swap\""
                  $<TARGET_FILE:parallax> serve ${serve_data}/bad-preemption.json --json ${serve_scratch}/never.json)
+add_test(NAME example.serve.bad_kv_dtype
+         COMMAND bash ${check_exit} 2 "bad-kv-dtype.json: /pools/0/kv_cache/dtype: \"int4\" is not a serving type \\(bf16 or fp8\\)"
+                 $<TARGET_FILE:parallax> serve ${serve_data}/bad-kv-dtype.json --json ${serve_scratch}/never.json)
 add_test(NAME example.serve.static_swap
          COMMAND bash ${check_exit} 2 "static-swap.json: /pools/0/kv_cache/preemption: static batching never preempts"
                  $<TARGET_FILE:parallax> serve ${serve_data}/static-swap.json --json ${serve_scratch}/never.json)
@@ -77,7 +80,16 @@ add_test(NAME example.serve.hybrid_swap
 add_test(NAME example.serve.no_output_on_error
          COMMAND bash -c "! test -e ${serve_scratch}/never.json")
 set_tests_properties(example.serve.no_output_on_error PROPERTIES
-                     DEPENDS "example.serve.bad_router;example.serve.bad_tp;example.serve.pool_does_not_fit;example.serve.prefill_without_decode;example.serve.malformed;example.serve.hybrid_prefix_cache;example.serve.hybrid_swap")
+                     DEPENDS "example.serve.bad_router;example.serve.bad_tp;example.serve.bad_kv_dtype;example.serve.pool_does_not_fit;example.serve.prefill_without_decode;example.serve.malformed;example.serve.hybrid_prefix_cache;example.serve.hybrid_swap")
+
+# DeepSeek-V3 from its fp8 checkpoint on one H200 node: fp8 weights fit where bf16 would not.
+add_test(NAME example.serve.fp8_deepseek
+         COMMAND parallax serve ${PROJECT_SOURCE_DIR}/workloads/serve/deepseek-v3-fp8-8xh200.json --requests 200)
+set_tests_properties(example.serve.fp8_deepseek PROPERTIES PASS_REGULAR_EXPRESSION "KV blocks of 64 tokens.*200 completed, 0 rejected")
+add_test(NAME example.serve.step_fp8
+         COMMAND parallax serve step --model deepseek-v3 --topology hgx-h200 --tp 8 --ep 8 --decode 64 --context 4096
+                 --dtype fp8 --kv-cache-dtype fp8)
+set_tests_properties(example.serve.step_fp8 PROPERTIES PASS_REGULAR_EXPRESSION "fp8 weights, fp8 KV cache.*78.3 GiB of weights.*: fits")
 
 # ---- request traces and their replay -------------------------------------------------------------------
 add_test(NAME example.serve.replay_azure_code

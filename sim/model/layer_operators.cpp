@@ -243,8 +243,9 @@ class OperatorList {
   // FlashAttention over the batch's attention work `w`: `heads` query heads, `kv_heads`
   // key/value heads (GQA shares them), per-head dims d_qk and d_v.
   // `warp_mma_only`: FlashAttention-2's kernels (OperatorCost::warp_mma_only).
+  // `kv_element`: the bytes a cached key or value element is read at (0: the activations').
   void attention(const AttentionWork& w, double heads, double kv_heads, double d_qk, double d_v, bool keep_qkv,
-                 bool warp_mma_only) {
+                 bool warp_mma_only, double kv_element = 0) {
     const double flops = 2.0 * w.score_pairs * heads * (d_qk + d_v);
     const double q = w.query_tokens * heads * d_qk;
     const double kv = w.key_tokens * kv_heads * (d_qk + d_v);
@@ -256,7 +257,7 @@ class OperatorList {
     forward.dtype = activation_;
     forward.shape = GemmShape{w.s_q, w.s_kv, d_qk, w.sequences * heads};
     forward.flops = Flops(flops);
-    forward.bytes_read_written = Bytes((q + kv + o) * element_ + row_stats);
+    forward.bytes_read_written = Bytes((q + o) * element_ + kv * (kv_element > 0 ? kv_element : element_) + row_stats);
     OperatorCost backward = forward;
     backward.backward_pass = true;
     backward.flops = Flops(2.5 * flops);
@@ -274,7 +275,8 @@ class OperatorList {
   // head, its key part absorbed into the latent (d_latent) plus its rope part (d_rope), against
   // one shared key per token of d_latent + d_rope whose first d_latent are also its value. The
   // heads share the keys, so the kernel packs them into the rows of one product a sequence.
-  void mla_latent_attention(const AttentionWork& w, double heads, double d_latent, double d_rope, bool warp_mma_only) {
+  void mla_latent_attention(const AttentionWork& w, double heads, double d_latent, double d_rope, bool warp_mma_only,
+                            double kv_element) {
     const double d_key = d_latent + d_rope;
     OperatorCost forward;
     forward.kind = OperatorKind::kAttention;
@@ -283,7 +285,8 @@ class OperatorList {
     forward.shape = GemmShape{w.s_q * heads, w.s_kv, d_key, w.sequences};
     forward.flops = Flops(2.0 * w.score_pairs * heads * (d_key + d_latent));
     const double q = w.query_tokens * heads * d_key, o = w.query_tokens * heads * d_latent;
-    forward.bytes_read_written = Bytes((q + w.key_tokens * d_key + o) * element_ + w.query_tokens * heads * kFp32Bytes);
+    forward.bytes_read_written =
+        Bytes((q + o) * element_ + w.key_tokens * d_key * kv_element + w.query_tokens * heads * kFp32Bytes);
     OperatorCost backward = forward;  // serving runs it forward only
     backward.backward_pass = true;
     ops_.push_back({"mla_latent_attention", forward, backward, true, Bytes(), Bytes()});
@@ -523,6 +526,7 @@ struct LocalSizes {
   // (2+ new tokens) and the sequences decoding one token.
   bool ragged = false;
   AttentionWork prefill_work, decode_work;
+  double cache_bytes = 0;  ///< a serving batch's KV-cache element (0: the activations')
 
   LocalSizes(const ModelConfig& m, const ShardingFactors& sh)
       : hidden(static_cast<double>(m.hidden)),
@@ -544,6 +548,7 @@ struct LocalSizes {
 
   LocalSizes(const ModelConfig& m, const RaggedBatch& batch, const ShardingFactors& sh) : LocalSizes(m, sh) {
     ragged = true;
+    cache_bytes = bytes_per_element(batch.kv_cache);
     work = ragged_attention_work(batch, m.sliding_window, m.sliding_window_layers);
     tokens = work.query_tokens;
     sp_tokens = sh.sp ? tokens / sh.tp : tokens;
@@ -598,12 +603,12 @@ void add_mla_serving_core(OperatorList& ops, const ModelConfig& m, AttentionKern
   const AttentionWork& prompt = z.prefill_work;
   if (prompt.sequences > 0) {
     ops.gemm("kv_up_proj", prompt.key_tokens, z.heads * (nope + v), latent);
-    ops.attention(prompt, z.heads, z.heads, nope + rope, v, false, flash2);
+    ops.attention(prompt, z.heads, z.heads, nope + rope, v, false, flash2);  // on up-projected K and V
   }
   const AttentionWork& decode = z.decode_work;
   if (decode.sequences > 0) {
     ops.gemm("q_absorb_key_up_proj", decode.query_tokens, latent, nope, z.heads);
-    ops.mla_latent_attention(decode, z.heads, latent, rope, flash2);
+    ops.mla_latent_attention(decode, z.heads, latent, rope, flash2, z.cache_bytes);
     ops.gemm("value_up_proj", decode.query_tokens, v, latent, z.heads);
   }
 }
@@ -676,7 +681,7 @@ void add_attention(OperatorList& ops, const ModelConfig& m, AttentionKernel atte
                           static_cast<double>(m.v_head_dim()), m.attention_dropout > 0);
   } else {
     ops.attention(z.work, z.heads, z.kv_heads, static_cast<double>(m.qk_head_dim()), static_cast<double>(m.v_head_dim()),
-                  !(m.mla && recompute.mla_up_proj), attention == AttentionKernel::kFlash2);
+                  !(m.mla && recompute.mla_up_proj), attention == AttentionKernel::kFlash2, z.cache_bytes);
   }
   add_attention_output(ops, m, z);
 }

@@ -255,6 +255,7 @@ struct SequenceChunk {
 struct RaggedBatch {
   std::vector<SequenceChunk> sequences;
   DType dtype = DType::kBf16;
+  DType kv_cache = DType::kBf16;  ///< the cache the attention reads its keys and values from
   AttentionKernel attention = AttentionKernel::kFlash;
 };
 

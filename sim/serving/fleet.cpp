@@ -158,7 +158,7 @@ class Simulation {
         const Bytes workspace = pool.workspace.value_or(
             activation_workspace(c_.model, pool.shape.tp, batching.token_budget, batching.max_sequences));
         capacity = kv_capacity(c_.model, gpu, pool.shape, batching.block_size, pool.memory_reserve, workspace,
-                               batching.max_sequences);
+                               batching.max_sequences, precision_of(pool));
         batching.kv_blocks = capacity.blocks;
       }
     } catch (const std::invalid_argument& e) {
@@ -206,7 +206,8 @@ class Simulation {
   // over its own link at once).
   Bytes swap_block_bytes(const PoolConfig& pool, int64_t block_size) const {
     const std::vector<int> layers = split_layers(c_.model.layers, pool.shape.pp);
-    return kv_bytes_per_token(c_.model, pool.shape.tp, 0, layers.front()) * static_cast<double>(block_size);
+    return kv_bytes_per_token(c_.model, pool.shape.tp, 0, layers.front(), pool.step.kv_cache_dtype) *
+           static_cast<double>(block_size);
   }
 
   Bandwidth swap_bandwidth(const PoolConfig& pool) const {
@@ -377,7 +378,7 @@ class Simulation {
     // The prompt's KV, and a hybrid model's Mamba state of the sequence.
     const int layers = c_.model.layers;
     const double total = (static_cast<double>(requests_[static_cast<size_t>(id)].prompt_tokens) *
-                              kv_bytes_per_token(c_.model, pool.shape.tp, 0, layers).value() +
+                              kv_bytes_per_token(c_.model, pool.shape.tp, 0, layers, pool.step.kv_cache_dtype).value() +
                           mamba_state_bytes(c_.model, pool.shape.tp, 0, layers).value()) *
                          pool.shape.tp;
     const size_t flows = std::max(from.gpus.size(), to.gpus.size());

@@ -99,6 +99,9 @@ struct PoolConfig {
   StepModelOptions step;
 };
 
+/// The types a pool keeps its weights and KV cache in (its step options').
+inline ServingPrecision precision_of(const PoolConfig& pool) { return {pool.step.dtype, pool.step.kv_cache_dtype}; }
+
 struct FleetConfig {
   ModelConfig model;
   std::shared_ptr<const Topology> topology;

@@ -21,6 +21,14 @@ int64_t integer_in(JsonReader v, int64_t least, int64_t most) {
   return x;
 }
 
+// A serving type: the weights' or the KV cache's.
+DType serving_dtype(const JsonReader& v) {
+  const std::string t = v.as_string();
+  if (t == "bf16") return DType::kBf16;
+  if (t == "fp8") return DType::kFp8;
+  v.fail("\"" + t + "\" is not a serving type (bf16 or fp8)");
+}
+
 double number_in(JsonReader v, double least, double most) {
   const double x = v.as_number();
   if (!(x >= least && x <= most)) {
@@ -143,6 +151,7 @@ PoolConfig read_pool(JsonReader p, int index, const Topology& topology) {
   if (auto v = p.find("pp")) pool.shape.pp = static_cast<int>(integer_in(*v, 1, 1024));
   if (auto v = p.find("ep")) pool.shape.ep = static_cast<int>(integer_in(*v, 1, 4096));
   pool.count = static_cast<int>(integer_in(p.at("count"), 1, 100000));
+  if (auto v = p.find("dtype")) pool.step.dtype = serving_dtype(*v);
   if (auto v = p.find("placement")) pool.first_gpu = read_placement(*v, topology);
   if (auto b = p.find("batching")) {
     if (auto v = b->find("policy")) {
@@ -160,6 +169,7 @@ PoolConfig read_pool(JsonReader p, int index, const Topology& topology) {
     if (auto v = k->find("block_size")) pool.batching.block_size = integer_in(*v, 1, 4096);
     if (auto v = k->find("blocks")) pool.batching.kv_blocks = integer_in(*v, 1, int64_t{1} << 40);
     if (auto v = k->find("memory_reserve")) pool.memory_reserve = number_in(*v, 0, 0.99);
+    if (auto v = k->find("dtype")) pool.step.kv_cache_dtype = serving_dtype(*v);
     if (auto v = k->find("workspace")) pool.workspace = v->as_bytes();
     if (auto v = k->find("prefix_caching")) {
       pool.batching.prefix_caching = v->as_bool();
@@ -245,7 +255,7 @@ void check_pools(const FleetConfig& c, const std::string& path) {
         kv_capacity(c.model, gpu, pool.shape, pool.batching.block_size, pool.memory_reserve,
                     pool.workspace.value_or(activation_workspace(c.model, pool.shape.tp, pool.batching.token_budget,
                                                                  pool.batching.max_sequences)),
-                    pool.batching.max_sequences);
+                    pool.batching.max_sequences, precision_of(pool));
       }
     } catch (const std::invalid_argument& e) {
       throw InputError(path, "/pools/" + std::to_string(i), e.what());
@@ -260,6 +270,7 @@ FleetFile load_fleet(const std::string& path, const std::string& models_dir, con
   JsonReader root(doc, path);
   FleetFile f;
   FleetConfig& c = f.config;
+  if (auto d = root.find("description")) d->as_string();  // for people; not read
   c.model = read_model(root.at("model"), models_dir);
   c.topology = read_topology(root.at("topology"), path, topologies_dir, f.topology_name);
   JsonReader pools = root.at("pools");

@@ -12,8 +12,7 @@
 namespace parallax {
 namespace {
 
-constexpr double kWeightBytes = 2;
-constexpr double kCacheBytes = 2;
+constexpr double kBf16Bytes = 2;
 constexpr double kFp32StateBytes = 4;  // vLLM's mamba_ssm_cache_dtype float32, Nemotron's config
 
 std::string gib(Bytes b) {
@@ -24,15 +23,16 @@ std::string gib(Bytes b) {
 
 }  // namespace
 
-Bytes kv_bytes_per_token(const ModelConfig& m, int tp, int first, int layers) {
+Bytes kv_bytes_per_token(const ModelConfig& m, int tp, int first, int layers, DType cache) {
+  const double cache_bytes = bytes_per_element(cache);
   int attention_layers = 0;
   for (int l = first; l < first + layers; ++l) attention_layers += m.has_attention(l) ? 1 : 0;
   double per_layer = 0;
   if (m.mla) {
-    per_layer = static_cast<double>(m.mla->kv_lora_rank + m.mla->qk_rope_head_dim) * kCacheBytes;
+    per_layer = static_cast<double>(m.mla->kv_lora_rank + m.mla->qk_rope_head_dim) * cache_bytes;
   } else {
     const double heads = std::ceil(static_cast<double>(m.kv_heads) / tp);
-    per_layer = 2.0 * heads * static_cast<double>(m.head_dim) * kCacheBytes;
+    per_layer = 2.0 * heads * static_cast<double>(m.head_dim) * cache_bytes;
   }
   return Bytes(per_layer * attention_layers);
 }
@@ -42,24 +42,34 @@ Bytes mamba_state_bytes(const ModelConfig& m, int tp, int first, int layers) {
   const MambaConfig& a = *m.mamba;
   int mamba_layers = 0;
   for (int l = first; l < first + layers; ++l) mamba_layers += m.layer_kind(l) == LayerKind::kMamba ? 1 : 0;
-  const double conv = static_cast<double>((a.conv_kernel - 1) * a.conv_channels()) * kCacheBytes;
+  const double conv = static_cast<double>((a.conv_kernel - 1) * a.conv_channels()) * kBf16Bytes;
   const double ssm = static_cast<double>(a.inner() * a.state) * kFp32StateBytes;
   return Bytes(mamba_layers * (conv + ssm) / tp);
 }
 
-std::vector<Bytes> stage_weight_bytes(const ModelConfig& m, InstanceShape shape) {
+std::vector<Bytes> stage_weight_bytes(const ModelConfig& m, InstanceShape shape, DType weights) {
   const ParameterCounts p = count_parameters(m);
   const std::vector<int> layers = split_layers(m.layers, shape.pp);
+  const double matrix_bytes = bytes_per_element(weights);
+  // A stage's bytes: its layers' matrices in the weight type, the rest (norms, biases, router,
+  // embedding, head) in bf16.
+  const auto stage_bytes = [&](double matrices, double others, size_t s) {
+    if (s == 0) others += static_cast<double>(p.embedding);
+    if (s + 1 == layers.size()) others += static_cast<double>(p.output_head + p.final_norm);
+    return Bytes((matrix_bytes * matrices + kBf16Bytes * others) / shape.tp);
+  };
   if (m.hybrid()) {
     // Layers of several kinds: each stage's own, layer by layer.
     std::vector<Bytes> out;
     int first = 0;
     for (size_t s = 0; s < layers.size(); ++s) {
-      double params = 0;
-      for (int l = first; l < first + layers[s]; ++l) params += static_cast<double>(layer_parameters(m, l).total());
-      if (s == 0) params += static_cast<double>(p.embedding);
-      if (s + 1 == layers.size()) params += static_cast<double>(p.output_head + p.final_norm);
-      out.push_back(Bytes(kWeightBytes * params / shape.tp));
+      double matrices = 0, others = 0;
+      for (int l = first; l < first + layers[s]; ++l) {
+        const LayerParameterCounts c = layer_parameters(m, l);
+        matrices += static_cast<double>(c.attention + c.mlp + c.routed_experts + c.latent_projections);
+        others += static_cast<double>(c.router + c.vectors + c.routed_vectors);
+      }
+      out.push_back(stage_bytes(matrices, others, s));
       first += layers[s];
     }
     return out;
@@ -73,12 +83,14 @@ std::vector<Bytes> stage_weight_bytes(const ModelConfig& m, InstanceShape shape)
     int moe = 0;
     for (int l = first; l < first + layers[s]; ++l) moe += m.is_moe_layer(l) ? 1 : 0;
     const int dense = layers[s] - moe;
-    double params = static_cast<double>(p.attention + p.layer_vectors) * layers[s] / m.layers;
-    if (dense_layers > 0) params += static_cast<double>(p.dense_mlp) * dense / dense_layers;
-    if (moe_layers > 0) params += static_cast<double>(p.routed_experts + p.shared_experts + p.router + p.latent_projections) * moe / moe_layers;
-    if (s == 0) params += static_cast<double>(p.embedding);
-    if (s + 1 == layers.size()) params += static_cast<double>(p.output_head + p.final_norm);
-    out.push_back(Bytes(kWeightBytes * params / shape.tp));
+    double matrices = static_cast<double>(p.attention) * layers[s] / m.layers;
+    double others = static_cast<double>(p.layer_vectors) * layers[s] / m.layers;
+    if (dense_layers > 0) matrices += static_cast<double>(p.dense_mlp) * dense / dense_layers;
+    if (moe_layers > 0) {
+      matrices += static_cast<double>(p.routed_experts + p.shared_experts + p.latent_projections) * moe / moe_layers;
+      others += static_cast<double>(p.router) * moe / moe_layers;
+    }
+    out.push_back(stage_bytes(matrices, others, s));
     first += layers[s];
   }
   return out;
@@ -96,9 +108,10 @@ Bytes activation_workspace(const ModelConfig& m, int tp, int64_t token_budget, i
   return Bytes(static_cast<double>(token_budget) * per_token + max_sequences * vocab * 4.0);
 }
 
-StepMemory step_memory(const ModelConfig& m, const GpuSpec& gpu, InstanceShape shape, const RaggedBatch& batch) {
+StepMemory step_memory(const ModelConfig& m, const GpuSpec& gpu, InstanceShape shape, const RaggedBatch& batch,
+                       ServingPrecision precision) {
   const std::vector<int> layers = split_layers(m.layers, shape.pp);
-  const std::vector<Bytes> weights = stage_weight_bytes(m, shape);
+  const std::vector<Bytes> weights = stage_weight_bytes(m, shape, precision.weights);
   double tokens = 0;
   for (const SequenceChunk& c : batch.sequences) tokens += static_cast<double>(c.kv_len);
   const double sequences = static_cast<double>(batch.sequences.size());
@@ -109,7 +122,7 @@ StepMemory step_memory(const ModelConfig& m, const GpuSpec& gpu, InstanceShape s
     c.stage = static_cast<int>(s);
     c.memory = gpu.memory;
     c.weights = weights[s];
-    c.kv_cache = kv_bytes_per_token(m, shape.tp, first, layers[s]) * tokens;
+    c.kv_cache = kv_bytes_per_token(m, shape.tp, first, layers[s], precision.kv_cache) * tokens;
     c.states = mamba_state_bytes(m, shape.tp, first, layers[s]) * sequences;
     if (s == 0 || c.total() > fullest.total()) fullest = c;
     first += layers[s];
@@ -118,9 +131,9 @@ StepMemory step_memory(const ModelConfig& m, const GpuSpec& gpu, InstanceShape s
 }
 
 KvCapacity kv_capacity(const ModelConfig& m, const GpuSpec& gpu, InstanceShape shape, int64_t block_size,
-                       double reserve_fraction, Bytes workspace, int max_sequences) {
+                       double reserve_fraction, Bytes workspace, int max_sequences, ServingPrecision precision) {
   const std::vector<int> layers = split_layers(m.layers, shape.pp);
-  const std::vector<Bytes> weights = stage_weight_bytes(m, shape);
+  const std::vector<Bytes> weights = stage_weight_bytes(m, shape, precision.weights);
   KvCapacity best;
   best.blocks = INT64_MAX;
   for (size_t s = 0; s < layers.size(); ++s) {
@@ -131,7 +144,8 @@ KvCapacity kv_capacity(const ModelConfig& m, const GpuSpec& gpu, InstanceShape s
     c.weights = weights[s];
     c.workspace = workspace;
     const int first = std::accumulate(layers.begin(), layers.begin() + static_cast<std::ptrdiff_t>(s), 0);
-    c.block_bytes = Bytes(static_cast<double>(block_size) * kv_bytes_per_token(m, shape.tp, first, layers[s]).value());
+    c.block_bytes =
+        Bytes(static_cast<double>(block_size) * kv_bytes_per_token(m, shape.tp, first, layers[s], precision.kv_cache).value());
     c.states = mamba_state_bytes(m, shape.tp, first, layers[s]) * static_cast<double>(max_sequences);
     const double room =
         c.memory.value() - c.reserve.value() - c.weights.value() - c.workspace.value() - c.states.value();

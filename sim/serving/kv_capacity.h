@@ -4,7 +4,9 @@
 //
 // Per GPU of stage s, with tp ranks (bf16 weights and cache unless set otherwise):
 //   weights_s   = 2 B × (the stage's share of the layers' parameters + the embedding on the
-//                 first stage + the head and final norm on the last) / tp
+//                 first stage + the head and final norm on the last) / tp; with fp8 weights
+//                 (ServingPrecision) the layers' matrices at 1 B, the rest at 2
+//   (the KV cache at 1 B an element instead of 2 with an fp8 cache)
 //   kv per token = layers_s × (2 · ⌈kv_heads / tp⌉ · head_dim) × 2 B   (K and V; a KV head is
 //                 replicated on each rank when kv_heads < tp); with MLA, layers_s ×
 //                 (kv_lora_rank + qk_rope_head_dim) × 2 B, the latent, kept whole on every rank
@@ -30,6 +32,14 @@
 
 namespace parallax {
 
+/// The types an instance keeps its weights and KV cache in: bf16, or fp8 (vLLM's fp8
+/// quantization and kv_cache_dtype fp8, DeepSeek-V3's native fp8 checkpoint). fp8 weights are the
+/// layers' matrices at 1 B; norms, biases, the router, the embedding and the head stay bf16.
+struct ServingPrecision {
+  DType weights = DType::kBf16;
+  DType kv_cache = DType::kBf16;
+};
+
 struct KvCapacity {
   int64_t blocks = 0;       ///< the instance's (its tightest stage's)
   int tightest_stage = 0;
@@ -42,13 +52,14 @@ struct KvCapacity {
 };
 
 /// KV bytes one token keeps on one GPU of a stage holding layers [first, first + layers).
-Bytes kv_bytes_per_token(const ModelConfig& model, int tp, int first, int layers);
+Bytes kv_bytes_per_token(const ModelConfig& model, int tp, int first, int layers, DType cache = DType::kBf16);
 /// The Mamba state one sequence keeps on one GPU of a stage holding layers [first, first +
 /// layers): zero for a model without Mamba layers.
 Bytes mamba_state_bytes(const ModelConfig& model, int tp, int first, int layers);
 
-/// Weight bytes on one GPU of each pipeline stage (2 B per parameter).
-std::vector<Bytes> stage_weight_bytes(const ModelConfig& model, InstanceShape shape);
+/// Weight bytes on one GPU of each pipeline stage (2 B per parameter in bf16; in fp8, 1 B per
+/// parameter of the layers' matrices).
+std::vector<Bytes> stage_weight_bytes(const ModelConfig& model, InstanceShape shape, DType weights = DType::kBf16);
 
 /// The activation workspace of the header.
 Bytes activation_workspace(const ModelConfig& model, int tp, int64_t token_budget, int max_sequences);
@@ -62,11 +73,12 @@ struct StepMemory {
   Bytes total() const { return weights + kv_cache + states; }
   bool fits() const { return total() <= memory; }
 };
-StepMemory step_memory(const ModelConfig& model, const GpuSpec& gpu, InstanceShape shape, const RaggedBatch& batch);
+StepMemory step_memory(const ModelConfig& model, const GpuSpec& gpu, InstanceShape shape, const RaggedBatch& batch,
+                       ServingPrecision precision = {});
 
 /// The instance's capacity. Throws std::invalid_argument when the weights and workspace leave
 /// no room for a single block, naming the numbers.
 KvCapacity kv_capacity(const ModelConfig& model, const GpuSpec& gpu, InstanceShape shape, int64_t block_size,
-                       double reserve_fraction, Bytes workspace, int max_sequences);
+                       double reserve_fraction, Bytes workspace, int max_sequences, ServingPrecision precision = {});
 
 }  // namespace parallax

@@ -136,6 +136,7 @@ Time StepModel::handoff(int stage, Bytes size) const {
 StepBreakdown StepModel::step(const RaggedBatch& batch_in) const {
   RaggedBatch batch = batch_in;
   batch.dtype = options_.dtype;
+  batch.kv_cache = options_.kv_cache_dtype;
   const ShardingFactors& sharding = sharding_;
   // The model and shape were checked at construction; a batch only needs sane lengths.
   if (batch.sequences.empty()) throw std::invalid_argument("the batch has no sequence");

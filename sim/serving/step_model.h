@@ -59,7 +59,8 @@ struct StepModelOptions {
   /// on a recent host; set it from a measured step of your engine.
   Time step_overhead = Time::us(500);
   std::string collective_model = "analytical";  ///< the TP collectives' network model
-  DType dtype = DType::kBf16;
+  DType dtype = DType::kBf16;           ///< the GEMMs' weights (fp8: with bf16 activations)
+  DType kv_cache_dtype = DType::kBf16;  ///< the KV cache (fp8: the attention reads it at 1 B)
 };
 
 /// Where one step's time went (the instance's per-GPU view: every rank of a stage does the same).

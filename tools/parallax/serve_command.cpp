@@ -45,6 +45,8 @@ struct StepArgs {
   std::string overhead = "500us";
   std::string gemm_table;
   std::string json;
+  std::string dtype = "bf16";
+  std::string kv_cache_dtype = "bf16";
 };
 
 // A bundled name, or a Hugging Face config.json / model block file.
@@ -113,6 +115,8 @@ void run_step(const StepArgs& a) {
   options.step_overhead = parse_time(a.overhead);
   if (options.step_overhead < Time::zero()) throw InputError("", "--overhead", "must not be negative");
   if (!a.gemm_table.empty()) options.gemm = std::make_shared<MeasuredGemmTable>(load_gemm_measurements(a.gemm_table));
+  options.dtype = a.dtype == "fp8" ? DType::kFp8 : DType::kBf16;
+  options.kv_cache_dtype = a.kv_cache_dtype == "fp8" ? DType::kFp8 : DType::kBf16;
   std::optional<StepModel> step_model;
   StepBreakdown b;
   try {
@@ -122,8 +126,9 @@ void run_step(const StepArgs& a) {
     throw InputError("", "--tp/--pp/--ep/--prefill/--decode", e.what());
   }
   const std::string gpu = topo.gpu_spec_of(topo.gpus().front()).name;
-  std::printf("serve step: %s on %s (%s), tp %d, pp %d%s\n", model.name.c_str(), a.topology.c_str(), gpu.c_str(), a.tp,
-              a.pp, a.ep > 1 ? strprintf(", ep %d", a.ep).c_str() : "");
+  std::printf("serve step: %s on %s (%s), tp %d, pp %d%s, %s weights, %s KV cache\n", model.name.c_str(),
+              a.topology.c_str(), gpu.c_str(), a.tp, a.pp, a.ep > 1 ? strprintf(", ep %d", a.ep).c_str() : "",
+              a.dtype.c_str(), a.kv_cache_dtype.c_str());
   std::printf("  %s: %lld new token(s)\n\n", described.c_str(), static_cast<long long>(b.new_tokens));
   TextTable t({"part", "time", "share"}, {TextTable::Align::kLeft, TextTable::Align::kRight, TextTable::Align::kRight});
   auto row = [&](const char* name, Time part) {
@@ -140,7 +145,8 @@ void run_step(const StepArgs& a) {
   if (a.pp > 1) std::printf("  slowest stage: %s (with pp batches in flight, one step per stage time)\n", ms(b.bottleneck_stage).c_str());
   std::printf("  per GPU: %.3f TFLOP, %.3f GB of HBM traffic; %.0f new tokens/s\n", b.flops.value() / 1e12,
               b.hbm_bytes.value() / 1e9, static_cast<double>(b.new_tokens) / b.total.seconds());
-  const StepMemory memory = step_memory(model, topo.gpu_spec_of(topo.gpus().front()), InstanceShape{a.tp, a.pp, a.ep}, batch);
+  const StepMemory memory = step_memory(model, topo.gpu_spec_of(topo.gpus().front()), InstanceShape{a.tp, a.pp, a.ep}, batch,
+                                        ServingPrecision{options.dtype, options.kv_cache_dtype});
   std::printf("  memory per GPU%s: %.1f GiB of weights + %.1f GiB of KV cache%s = %.1f GiB of %.1f GiB: %s\n",
               a.pp > 1 ? strprintf(" (stage %d, the fullest)", memory.stage).c_str() : "", in_gib(memory.weights),
               in_gib(memory.kv_cache),
@@ -153,6 +159,8 @@ void run_step(const StepArgs& a) {
     j["topology"] = a.topology;
     j["gpu"] = gpu;
     j["tp"] = a.tp;
+    j["dtype"] = a.dtype;
+    j["kv_cache_dtype"] = a.kv_cache_dtype;
     j["pp"] = a.pp;
     j["ep"] = a.ep;
     j["batch"] = described;
@@ -358,6 +366,12 @@ CLI::App* add_step_subcommand(CLI::App* serve) {
   step->add_option("--overhead", a->overhead, "framework time per step")->capture_default_str();
   step->add_option("--gemm-table", a->gemm_table, "measured GEMM rates (parallax-nccl-bench --gemm lines), and attention kernels' (attention-bench.py lines)");
   step->add_option("--json", a->json, "write the breakdown as JSON (step_time_ms and its parts)");
+  step->add_option("--dtype", a->dtype, "the weights and GEMMs: bf16, or fp8 (activations stay bf16)")
+      ->check(CLI::IsMember({"bf16", "fp8"}))
+      ->capture_default_str();
+  step->add_option("--kv-cache-dtype", a->kv_cache_dtype, "the KV cache: bf16, or fp8 (read at 1 B an element)")
+      ->check(CLI::IsMember({"bf16", "fp8"}))
+      ->capture_default_str();
   step->callback([a] { run_step(*a); });
   return step;
 }
