@@ -204,6 +204,60 @@ TEST(ServingStep, ExpertParallelismSpreadsWholeExpertsOverTheTpGroup) {
   EXPECT_THROW(StepModel(bundled("llama3-8b"), node, InstanceShape{2, 1, 2}, o), std::invalid_argument);
 }
 
+TEST(ServingStep, DataParallelAttentionSplitsTheSequencesAndDispatchesToEveryGpusExperts) {
+  const ModelConfig m = bundled("mixtral-8x7b");  // 8 experts, top 2, h 4096, 32 MoE layers
+  // 64 decoding sequences over dp 8 ranks of tp 1: 8 each, context balanced.
+  std::vector<SequenceChunk> chunks;
+  for (int i = 0; i < 64; ++i) chunks.push_back({1, i % 2 ? 3000 : 1000, true});
+  RaggedBatch batch;
+  batch.sequences = chunks;
+  const std::vector<RaggedBatch> ranks = split_over_attention_ranks(batch, 8);
+  ASSERT_EQ(ranks.size(), 8u);
+  for (const RaggedBatch& r : ranks) {
+    EXPECT_EQ(r.sequences.size(), 8u);
+    int64_t context = 0;
+    for (const SequenceChunk& c : r.sequences) context += c.kv_len;
+    EXPECT_EQ(context, 4 * 1000 + 4 * 3000);
+  }
+  // A rank's experts receive the tokens of all 8 ranks: 8 · 8 tokens · top 2 / ep 8 = 16 slots
+  // on its one expert.
+  const ShardingFactors dp8{1, 1, 8, false, true, 0, 8};
+  for (const ModelOperator& op : experts(m, ranks[0], dp8)) {
+    EXPECT_DOUBLE_EQ(op.forward.shape.m * op.forward.shape.batch, 16.0) << op.name;
+  }
+  // The step: the attention is one rank's 8 sequences alone; each MoE layer adds a dispatch and
+  // a combine all-to-all of 8 tokens · 2 rows of 4096 bf16 over the 8 GPUs.
+  StepModelOptions o;
+  o.step_overhead = Time::zero();
+  const Topology node = dgx_h100(1);
+  const StepModel dp(m, node, InstanceShape{1, 1, 8, 8}, o);
+  const StepModel alone(m, node, InstanceShape{1, 1, 1, 1}, o);
+  const StepBreakdown b = dp.step(batch);
+  EXPECT_DOUBLE_EQ(b.attention.seconds(), alone.step(ranks[0]).attention.seconds());
+  const CollectiveSimulator all8(node, 8, 8);
+  CollectiveOptions analytical;
+  analytical.model = "analytical";
+  const Time a2a = all8.run(CollectiveOp::kAllToAll, Bytes(8.0 * 2 * 4096 * 2), analytical).time;
+  EXPECT_NEAR(b.ep_communication.seconds(), (a2a * (2 * 32)).seconds(), 1e-12);
+  EXPECT_EQ(b.sequences, 64);
+  EXPECT_EQ(b.new_tokens, 64);
+  EXPECT_DOUBLE_EQ(b.total.seconds(), (b.bottleneck_stage).seconds());
+  // Every GPU keeps the dense weights and an eighth of the routed experts; the instance's cache
+  // is its 8 ranks'.
+  const ParameterCounts p = count_parameters(m);
+  const double dense = static_cast<double>(p.total - p.routed_experts - p.router);
+  EXPECT_NEAR(stage_weight_bytes(m, InstanceShape{1, 1, 8, 8}).front().value(),
+              2 * dense + 2 * static_cast<double>(p.router) + 2 * static_cast<double>(p.routed_experts) / 8, 1.0);
+  const GpuSpec gpu = node.gpu_spec_of(node.gpus().front());
+  const KvCapacity one = kv_capacity(m, gpu, InstanceShape{1, 1, 8, 8}, 16, 0.1, Bytes(0), 256);
+  const double room = 0.9 * gpu.memory.value() - stage_weight_bytes(m, InstanceShape{1, 1, 8, 8}).front().value();
+  EXPECT_EQ(one.blocks, 8 * static_cast<int64_t>(std::floor(room / one.block_bytes.value())));
+  // Refused: a dense model, pipeline stages, experts not over every GPU.
+  EXPECT_THROW(StepModel(bundled("llama3-8b"), node, InstanceShape{1, 1, 8, 8}, o), std::invalid_argument);
+  EXPECT_THROW(StepModel(m, node, InstanceShape{1, 2, 4, 4}, o), std::invalid_argument);
+  EXPECT_THROW(StepModel(m, node, InstanceShape{1, 1, 4, 8}, o), std::invalid_argument);
+}
+
 TEST(ServingStep, WhereAnInstanceSitsDecidesWhichLinksItsStagesUse) {
   const ModelConfig m = bundled("llama3-70b");
   StepModelOptions o;

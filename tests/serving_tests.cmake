@@ -53,6 +53,9 @@ add_test(NAME example.serve.bad_preemption
 add_test(NAME example.serve.bad_kv_dtype
          COMMAND bash ${check_exit} 2 "bad-kv-dtype.json: /pools/0/kv_cache/dtype: \"int4\" is not a serving type \\(bf16 or fp8\\)"
                  $<TARGET_FILE:parallax> serve ${serve_data}/bad-kv-dtype.json --json ${serve_scratch}/never.json)
+add_test(NAME example.serve.dp_dense
+         COMMAND bash ${check_exit} 2 "dp-dense.json: /pools/0: data-parallel attention \\(dp > 1\\) is for MoE models"
+                 $<TARGET_FILE:parallax> serve ${serve_data}/dp-dense.json --json ${serve_scratch}/never.json)
 add_test(NAME example.serve.static_swap
          COMMAND bash ${check_exit} 2 "static-swap.json: /pools/0/kv_cache/preemption: static batching never preempts"
                  $<TARGET_FILE:parallax> serve ${serve_data}/static-swap.json --json ${serve_scratch}/never.json)
@@ -80,7 +83,7 @@ add_test(NAME example.serve.hybrid_swap
 add_test(NAME example.serve.no_output_on_error
          COMMAND bash -c "! test -e ${serve_scratch}/never.json")
 set_tests_properties(example.serve.no_output_on_error PROPERTIES
-                     DEPENDS "example.serve.bad_router;example.serve.bad_tp;example.serve.bad_kv_dtype;example.serve.pool_does_not_fit;example.serve.prefill_without_decode;example.serve.malformed;example.serve.hybrid_prefix_cache;example.serve.hybrid_swap")
+                     DEPENDS "example.serve.bad_router;example.serve.bad_tp;example.serve.bad_kv_dtype;example.serve.dp_dense;example.serve.pool_does_not_fit;example.serve.prefill_without_decode;example.serve.malformed;example.serve.hybrid_prefix_cache;example.serve.hybrid_swap")
 
 # DeepSeek-V3 from its fp8 checkpoint on one H200 node: fp8 weights fit where bf16 would not.
 add_test(NAME example.serve.fp8_deepseek
@@ -90,6 +93,17 @@ add_test(NAME example.serve.step_fp8
          COMMAND parallax serve step --model deepseek-v3 --topology hgx-h200 --tp 8 --ep 8 --decode 64 --context 4096
                  --dtype fp8 --kv-cache-dtype fp8)
 set_tests_properties(example.serve.step_fp8 PROPERTIES PASS_REGULAR_EXPRESSION "fp8 weights, fp8 KV cache.*78.3 GiB of weights.*: fits")
+
+# DeepSeek-V3 disaggregated, each pool data-parallel attention over 16 GPUs of two nodes with
+# the experts spread over them (SGLang's large-scale EP).
+add_test(NAME example.serve.pd_wide_ep
+         COMMAND parallax serve ${PROJECT_SOURCE_DIR}/workloads/serve/deepseek-v3-pd-wide-ep-4xdgx-h100.json --requests 500)
+set_tests_properties(example.serve.pd_wide_ep PROPERTIES
+                     PASS_REGULAR_EXPRESSION "dp 16 attention ranks, ep 16.*500 completed, 0 rejected.*KV move")
+add_test(NAME example.serve.step_dp_attention
+         COMMAND parallax serve step --model deepseek-v3 --topology dgx-h100 --nodes 2 --tp 1 --dp 16 --decode 1024
+                 --context 2400 --dtype fp8)
+set_tests_properties(example.serve.step_dp_attention PROPERTIES PASS_REGULAR_EXPRESSION "dp 16 attention ranks.*EP all-to-all.*: fits")
 
 # ---- request traces and their replay -------------------------------------------------------------------
 add_test(NAME example.serve.replay_azure_code

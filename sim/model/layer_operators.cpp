@@ -793,7 +793,8 @@ void add_moe(OperatorList& ops, const ModelConfig& m, const ShardingFactors& sh,
   add_router(ops, moe, r.router, z.sp_tokens);
   // Routed token-slots this GPU computes, on average, and its experts' FFN width.
   const int etp = sh.expert_tp > 0 ? sh.expert_tp : sh.tp;
-  const double slots = sh.experts_in_tp_group ? z.tokens * top_k / sh.ep : z.tokens * top_k * etp / sh.tp;
+  const double slots =
+      sh.experts_in_tp_group ? z.tokens * top_k * sh.attention_dp / sh.ep : z.tokens * top_k * etp / sh.tp;
   const double expert_ffn = static_cast<double>(moe.expert_ffn) / (sh.experts_in_tp_group ? 1 : etp);
   ops.memory("moe_permute", (z.tokens + slots) * width * e, 0.0);
   const double local_experts = experts / sh.ep;
@@ -924,7 +925,10 @@ std::string sharding_problem(const ModelConfig& m, const MicroBatch& batch, cons
   if (std::string p = m.problem(); !p.empty()) return p;
   if (batch.sequences <= 0) return "the micro-batch needs at least one sequence";
   if (batch.sequence_length <= 0) return "the sequence length must be positive";
-  if (sh.tp <= 0 || sh.cp <= 0 || sh.ep <= 0) return "tp, cp and ep must be positive";
+  if (sh.tp <= 0 || sh.cp <= 0 || sh.ep <= 0 || sh.attention_dp <= 0) return "tp, cp, ep and dp must be positive";
+  if (sh.attention_dp > 1 && !(m.moe && sh.experts_in_tp_group)) {
+    return "data-parallel attention (dp=" + n(sh.attention_dp) + ") needs a MoE model with its experts spread over every rank";
+  }
   if (m.heads % sh.tp != 0) return "tp=" + n(sh.tp) + " does not divide heads=" + n(m.heads);
   if (!m.mla && m.kv_heads % sh.tp != 0 && sh.tp % m.kv_heads != 0) {
     return "tp=" + n(sh.tp) + " and kv_heads=" + n(m.kv_heads) + " do not divide one another";
@@ -936,7 +940,10 @@ std::string sharding_problem(const ModelConfig& m, const MicroBatch& batch, cons
   if (m.any_dense_mlp() && m.ffn % sh.tp != 0) return "tp=" + n(sh.tp) + " does not divide ffn=" + n(m.ffn);
   if (m.moe) {
     if (m.moe->experts % sh.ep != 0) return "ep=" + n(sh.ep) + " does not divide experts=" + n(m.moe->experts);
-    if (sh.experts_in_tp_group && sh.ep != sh.tp) return "ep=" + n(sh.ep) + " must equal tp=" + n(sh.tp) + " (or be 1)";
+    if (sh.experts_in_tp_group && sh.ep != sh.tp * sh.attention_dp) {
+      return sh.attention_dp > 1 ? "ep=" + n(sh.ep) + " must equal tp·dp=" + n(sh.tp * sh.attention_dp)
+                                 : "ep=" + n(sh.ep) + " must equal tp=" + n(sh.tp) + " (or be 1)";
+    }
     const int etp = sh.expert_tp > 0 ? sh.expert_tp : sh.tp;
     if (!sh.experts_in_tp_group && m.moe->expert_ffn % etp != 0) {
       return (sh.expert_tp > 0 ? "expert_tp=" : "tp=") + n(etp) + " does not divide expert_ffn=" + n(m.moe->expert_ffn);

@@ -294,6 +294,12 @@ struct ShardingFactors {
   /// expert's FFN is split etp ways, and a GPU computes the token-slots of etp/tp of its TP
   /// group's tokens: T·k_top·etp/t slots on h → f_e/etp → h (T·k_top on f_e/t when etp = t).
   int expert_tp = 0;
+  /// Data-parallel attention (serving: SGLang's DP attention, vLLM's data-parallel ranks with
+  /// expert parallelism): this many ranks of tp GPUs each run the attention and dense layers on
+  /// their own sequences, and the experts, spread whole over all of them (experts_in_tp_group,
+  /// ep = tp·attention_dp), receive as many tokens from every rank as this one holds:
+  /// T·k_top·attention_dp/ep token-slots a GPU.
+  int attention_dp = 1;
 };
 
 /// One operator of the list, with its forward and backward cost on one GPU.

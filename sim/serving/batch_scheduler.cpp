@@ -229,7 +229,7 @@ bool BatchScheduler::schedule_running(StepPlan& plan, int64_t& budget, bool deco
       ++i;
       continue;
     }
-    const int64_t q = std::min(pending, budget);
+    const int64_t q = std::min({pending, budget, chunk_cap()});
     bool evicted_self = false;
     bool stuck = false;
     while (!grow(s, s.cached + q)) {
@@ -266,7 +266,7 @@ bool BatchScheduler::admit_front(StepPlan& plan, int64_t& budget, bool whole) {
   if (s.remote) return admit_remote(plan, slot);
   admit_prefix(s);
   const int64_t pending = known(s) - s.cached;
-  const int64_t q = whole ? pending : std::min(pending, budget);
+  const int64_t q = whole ? pending : std::min({pending, budget, chunk_cap()});
   if ((whole && q > budget && !plan.chunks.empty()) || !grow(s, s.cached + q)) {
     if (s.swapped > 0) return false;  // its KV waits on the host
     release(s);  // its pins go back until it can run

@@ -55,6 +55,10 @@ struct BatchingConfig {
   BatchingPolicy policy = BatchingPolicy::kChunked;
   int max_sequences = 256;      ///< sequences per step (vLLM max_num_seqs)
   int64_t token_budget = 8192;  ///< new tokens per step (vLLM max_num_batched_tokens)
+  /// New tokens one sequence may take in a step (0: the whole budget). An instance with
+  /// data-parallel attention runs each sequence on one rank, whose own share of the budget caps
+  /// its chunk.
+  int64_t chunk_limit = 0;
   int64_t block_size = 16;      ///< tokens per KV block
   int64_t kv_blocks = 0;        ///< the instance's KV capacity in blocks (> 0)
   /// Keep finished prompts' blocks for reuse by later prompts with the same leading blocks
@@ -165,6 +169,7 @@ class BatchScheduler {
   };
 
   int64_t known(const Sequence& s) const { return s.prompt + s.generated; }
+  int64_t chunk_cap() const { return config_.chunk_limit > 0 ? config_.chunk_limit : config_.token_budget; }
   int64_t free_blocks() const { return config_.kv_blocks - used_blocks_; }
   int occupied() const { return static_cast<int>(running_.size() + receiving_.size()); }
   bool prefix_caching_on() const { return config_.prefix_caching && config_.policy != BatchingPolicy::kStatic; }

@@ -102,7 +102,7 @@ class Simulation {
     for (size_t p = 0; p < c_.pools.size(); ++p) {
       const PoolConfig& pool = c_.pools[p];
       if (pool.count < 1) throw std::invalid_argument("pool " + pool.name + ": count must be at least 1");
-      gpus += pool.count * pool.shape.tp * pool.shape.pp;
+      gpus += pool.count * pool.shape.gpus();
     }
     if (gpus > static_cast<int>(c_.topology->gpu_count())) {
       throw std::invalid_argument("the pools need " + std::to_string(gpus) + " GPUs; the topology has " +
@@ -148,6 +148,7 @@ class Simulation {
   BatchingConfig pool_batching(const PoolConfig& pool) {
     BatchingConfig batching = pool.batching;
     batching.hold_finished = pool.role == PoolRole::kPrefill;
+    if (pool.shape.dp > 1) batching.chunk_limit = (batching.token_budget + pool.shape.dp - 1) / pool.shape.dp;
     if (pool.role != PoolRole::kColocated && batching.policy == BatchingPolicy::kStatic) {
       throw std::invalid_argument("pool " + pool.name + ": static batching has no place in a disaggregated fleet");
     }
@@ -156,7 +157,7 @@ class Simulation {
       if (batching.kv_blocks <= 0) {
         const GpuSpec& gpu = c_.topology->gpu_spec_of(c_.topology->gpus().front());
         const Bytes workspace = pool.workspace.value_or(
-            activation_workspace(c_.model, pool.shape.tp, batching.token_budget, batching.max_sequences));
+            instance_workspace(c_.model, pool.shape, batching.token_budget, batching.max_sequences));
         capacity = kv_capacity(c_.model, gpu, pool.shape, batching.block_size, pool.memory_reserve, workspace,
                                batching.max_sequences, precision_of(pool));
         batching.kv_blocks = capacity.blocks;
@@ -178,7 +179,7 @@ class Simulation {
   // pool, its first instance must fit where it was put. No GPU goes to two instances.
   std::vector<DeviceId> place(const PoolConfig& pool, int k, int& cursor, int p) {
     const int per_node = gpus_per_node(*c_.topology);
-    const int n = pool.shape.tp * pool.shape.pp;
+    const int n = pool.shape.gpus();
     const auto gpu_name = [&](int g) { return c_.topology->device(c_.topology->gpus()[static_cast<size_t>(g)]).name; };
     if (std::string why = placement_problem(pool.shape, per_node, cursor % per_node); !why.empty()) {
       if (pool.first_gpu && k == 0) throw std::invalid_argument("pool " + pool.name + ": at " + gpu_name(cursor) + ", " + why);
@@ -381,11 +382,13 @@ class Simulation {
                               kv_bytes_per_token(c_.model, pool.shape.tp, 0, layers, pool.step.kv_cache_dtype).value() +
                           mamba_state_bytes(c_.model, pool.shape.tp, 0, layers).value()) *
                          pool.shape.tp;
-    const size_t flows = std::max(from.gpus.size(), to.gpus.size());
+    // With data-parallel attention the sequence's KV sits on one rank of each instance.
+    const std::vector<DeviceId> senders = attention_rank_gpus(from, id), receivers = attention_rank_gpus(to, id);
+    const size_t flows = std::max(senders.size(), receivers.size());
     t.flows_left = static_cast<int>(flows);
     t.start = engine_.now();
     for (size_t f = 0; f < flows; ++f) {
-      network_->start_flow(from.gpus[f % from.gpus.size()], to.gpus[f % to.gpus.size()],
+      network_->start_flow(senders[f % senders.size()], receivers[f % receivers.size()],
                            Bytes(total / static_cast<double>(flows)), [this, id](const FlowCompletion&) {
                              Transfer& done = transfers_.at(id);
                              if (--done.flows_left > 0) return;
@@ -394,6 +397,17 @@ class Simulation {
                              if (!c_.kv_streaming || done.prefill_done) land(id);
                            });
     }
+  }
+
+  // The GPUs of the attention rank of `instance` that holds request `id` (the whole instance
+  // without data-parallel attention): ranks by request id, tp·pp GPUs each.
+  std::vector<DeviceId> attention_rank_gpus(const Instance& instance, int64_t id) const {
+    const InstanceShape shape = c_.pools[static_cast<size_t>(instance.pool)].shape;
+    if (shape.dp == 1) return instance.gpus;
+    const size_t per_rank = static_cast<size_t>(shape.tp * shape.pp);
+    const size_t first = static_cast<size_t>(id % shape.dp) * per_rank;
+    return {instance.gpus.begin() + static_cast<std::ptrdiff_t>(first),
+            instance.gpus.begin() + static_cast<std::ptrdiff_t>(first + per_rank)};
   }
 
   // The last byte was sent and the prompt computed. Streamed, a layer's KV cannot leave before
@@ -643,7 +657,7 @@ class Simulation {
       PoolStats s;
       s.name = c_.pools[p].name;
       s.role = c_.pools[p].role;
-      s.gpus_per_instance = c_.pools[p].shape.tp * c_.pools[p].shape.pp;
+      s.gpus_per_instance = c_.pools[p].shape.gpus();
       s.kv_blocks = block_counts_[p];
       s.capacity = capacities_[p];
       double busy = 0, kv = 0, sequences = 0, tokens = 0;

@@ -150,6 +150,10 @@ PoolConfig read_pool(JsonReader p, int index, const Topology& topology) {
   pool.shape.tp = static_cast<int>(integer_in(p.at("tp"), 1, 4096));
   if (auto v = p.find("pp")) pool.shape.pp = static_cast<int>(integer_in(*v, 1, 1024));
   if (auto v = p.find("ep")) pool.shape.ep = static_cast<int>(integer_in(*v, 1, 4096));
+  if (auto v = p.find("dp")) {
+    pool.shape.dp = static_cast<int>(integer_in(*v, 1, 4096));
+    if (!p.find("ep")) pool.shape.ep = pool.shape.tp * pool.shape.dp;  // the experts over every GPU
+  }
   pool.count = static_cast<int>(integer_in(p.at("count"), 1, 100000));
   if (auto v = p.find("dtype")) pool.step.dtype = serving_dtype(*v);
   if (auto v = p.find("placement")) pool.first_gpu = read_placement(*v, topology);
@@ -253,8 +257,8 @@ void check_pools(const FleetConfig& c, const std::string& path) {
       StepModel probe(c.model, *c.topology, pool.shape, pool.step);
       if (pool.batching.kv_blocks <= 0) {
         kv_capacity(c.model, gpu, pool.shape, pool.batching.block_size, pool.memory_reserve,
-                    pool.workspace.value_or(activation_workspace(c.model, pool.shape.tp, pool.batching.token_budget,
-                                                                 pool.batching.max_sequences)),
+                    pool.workspace.value_or(instance_workspace(c.model, pool.shape, pool.batching.token_budget,
+                                                               pool.batching.max_sequences)),
                     pool.batching.max_sequences, precision_of(pool));
       }
     } catch (const std::invalid_argument& e) {

@@ -163,6 +163,7 @@ nlohmann::ordered_json fleet_json(const FleetConfig& c, const std::string& topol
                      {"tp", pc.shape.tp},
                      {"pp", pc.shape.pp},
                      {"ep", pc.shape.ep},
+                     {"dp", pc.shape.dp},
                      {"first_gpus", pool_placement(c, r, p)},
                      {"policy", to_string(pc.batching.policy)},
                      {"max_sequences", pc.batching.max_sequences},
@@ -195,9 +196,10 @@ std::string fleet_text(const FleetConfig& c, const std::string& topology_name, c
     const PoolStats& ps = r.pools[p];
     const PoolConfig& pc = c.pools[p];
     std::snprintf(buf, sizeof buf,
-                  "  pool %s (%s): %d x (tp %d, pp %d) from %s, %s batching (max %d sequences, %lld tokens per step), %lld "
+                  "  pool %s (%s): %d x (tp %d, pp %d%s) from %s, %s batching (max %d sequences, %lld tokens per step), %lld "
                   "KV blocks of %lld tokens each\n",
                   ps.name.c_str(), to_string(ps.role), ps.instances, pc.shape.tp, pc.shape.pp,
+                  pc.shape.dp > 1 ? (", dp " + std::to_string(pc.shape.dp) + " attention ranks, ep " + std::to_string(pc.shape.ep)).c_str() : "",
                   pool_placement(c, r, p).front().c_str(), to_string(pc.batching.policy),
                   pc.batching.max_sequences, static_cast<long long>(pc.batching.token_budget),
                   static_cast<long long>(ps.kv_blocks), static_cast<long long>(pc.batching.block_size));

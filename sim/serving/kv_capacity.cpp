@@ -53,23 +53,26 @@ std::vector<Bytes> stage_weight_bytes(const ModelConfig& m, InstanceShape shape,
   const double matrix_bytes = bytes_per_element(weights);
   // A stage's bytes: its layers' matrices in the weight type, the rest (norms, biases, router,
   // embedding, head) in bf16.
-  const auto stage_bytes = [&](double matrices, double others, size_t s) {
+  // With data-parallel attention every rank keeps the dense weights (split by its tp) and a
+  // 1/(tp·dp) share of the routed experts.
+  const auto stage_bytes = [&](double matrices, double others, double routed, size_t s) {
     if (s == 0) others += static_cast<double>(p.embedding);
     if (s + 1 == layers.size()) others += static_cast<double>(p.output_head + p.final_norm);
-    return Bytes((matrix_bytes * matrices + kBf16Bytes * others) / shape.tp);
+    return Bytes((matrix_bytes * matrices + kBf16Bytes * others) / shape.tp + matrix_bytes * routed / (shape.tp * shape.dp));
   };
   if (m.hybrid()) {
     // Layers of several kinds: each stage's own, layer by layer.
     std::vector<Bytes> out;
     int first = 0;
     for (size_t s = 0; s < layers.size(); ++s) {
-      double matrices = 0, others = 0;
+      double matrices = 0, others = 0, routed = 0;
       for (int l = first; l < first + layers[s]; ++l) {
         const LayerParameterCounts c = layer_parameters(m, l);
-        matrices += static_cast<double>(c.attention + c.mlp + c.routed_experts + c.latent_projections);
+        matrices += static_cast<double>(c.attention + c.mlp + c.latent_projections);
+        routed += static_cast<double>(c.routed_experts);
         others += static_cast<double>(c.router + c.vectors + c.routed_vectors);
       }
-      out.push_back(stage_bytes(matrices, others, s));
+      out.push_back(stage_bytes(matrices, others, routed, s));
       first += layers[s];
     }
     return out;
@@ -85,15 +88,22 @@ std::vector<Bytes> stage_weight_bytes(const ModelConfig& m, InstanceShape shape,
     const int dense = layers[s] - moe;
     double matrices = static_cast<double>(p.attention) * layers[s] / m.layers;
     double others = static_cast<double>(p.layer_vectors) * layers[s] / m.layers;
+    double routed = 0;
     if (dense_layers > 0) matrices += static_cast<double>(p.dense_mlp) * dense / dense_layers;
     if (moe_layers > 0) {
-      matrices += static_cast<double>(p.routed_experts + p.shared_experts + p.latent_projections) * moe / moe_layers;
+      matrices += static_cast<double>(p.shared_experts + p.latent_projections) * moe / moe_layers;
+      routed = static_cast<double>(p.routed_experts) * moe / moe_layers;
       others += static_cast<double>(p.router) * moe / moe_layers;
     }
-    out.push_back(stage_bytes(matrices, others, s));
+    out.push_back(stage_bytes(matrices, others, routed, s));
     first += layers[s];
   }
   return out;
+}
+
+Bytes instance_workspace(const ModelConfig& m, InstanceShape shape, int64_t token_budget, int max_sequences) {
+  const int64_t dp = shape.dp;
+  return activation_workspace(m, shape.tp, (token_budget + dp - 1) / dp, static_cast<int>((max_sequences + dp - 1) / dp));
 }
 
 Bytes activation_workspace(const ModelConfig& m, int tp, int64_t token_budget, int max_sequences) {
@@ -112,9 +122,16 @@ StepMemory step_memory(const ModelConfig& m, const GpuSpec& gpu, InstanceShape s
                        ServingPrecision precision) {
   const std::vector<int> layers = split_layers(m.layers, shape.pp);
   const std::vector<Bytes> weights = stage_weight_bytes(m, shape, precision.weights);
-  double tokens = 0;
-  for (const SequenceChunk& c : batch.sequences) tokens += static_cast<double>(c.kv_len);
-  const double sequences = static_cast<double>(batch.sequences.size());
+  // The attention rank holding the most context (all of it without data-parallel attention).
+  double tokens = 0, sequences = 0;
+  for (const RaggedBatch& rank : split_over_attention_ranks(batch, shape.dp)) {
+    double held = 0;
+    for (const SequenceChunk& c : rank.sequences) held += static_cast<double>(c.kv_len);
+    if (held >= tokens) {
+      tokens = held;
+      sequences = static_cast<double>(rank.sequences.size());
+    }
+  }
   StepMemory fullest;
   int first = 0;
   for (size_t s = 0; s < layers.size(); ++s) {
@@ -146,7 +163,9 @@ KvCapacity kv_capacity(const ModelConfig& m, const GpuSpec& gpu, InstanceShape s
     const int first = std::accumulate(layers.begin(), layers.begin() + static_cast<std::ptrdiff_t>(s), 0);
     c.block_bytes =
         Bytes(static_cast<double>(block_size) * kv_bytes_per_token(m, shape.tp, first, layers[s], precision.kv_cache).value());
-    c.states = mamba_state_bytes(m, shape.tp, first, layers[s]) * static_cast<double>(max_sequences);
+    // Data-parallel attention ranks hold their own sequences: a dp-th of the slots each.
+    const double rank_sequences = std::ceil(static_cast<double>(max_sequences) / shape.dp);
+    c.states = mamba_state_bytes(m, shape.tp, first, layers[s]) * rank_sequences;
     const double room =
         c.memory.value() - c.reserve.value() - c.weights.value() - c.workspace.value() - c.states.value();
     if (!(c.block_bytes.value() > 0) && room > 0) continue;  // a stage of Mamba layers keeps no KV
@@ -162,6 +181,7 @@ KvCapacity kv_capacity(const ModelConfig& m, const GpuSpec& gpu, InstanceShape s
     if (c.blocks < best.blocks) best = c;
   }
   if (best.blocks == INT64_MAX) throw std::invalid_argument(m.name + " has no attention layer: a model without a KV cache is not modelled");
+  best.blocks *= shape.dp;  // every attention rank its own cache
   return best;
 }
 

@@ -63,6 +63,9 @@ std::vector<Bytes> stage_weight_bytes(const ModelConfig& model, InstanceShape sh
 
 /// The activation workspace of the header.
 Bytes activation_workspace(const ModelConfig& model, int tp, int64_t token_budget, int max_sequences);
+/// The workspace on a GPU of an instance whose step takes up to `token_budget` new tokens and
+/// `max_sequences` sequences: with data-parallel attention, a dp-th of each on every rank.
+Bytes instance_workspace(const ModelConfig& model, InstanceShape shape, int64_t token_budget, int max_sequences);
 
 /// What one engine step of `batch` holds on one GPU of its fullest pipeline stage: the weights,
 /// the batch's KV cache (every sequence's kv_len tokens) and a hybrid model's Mamba states,
@@ -76,7 +79,9 @@ struct StepMemory {
 StepMemory step_memory(const ModelConfig& model, const GpuSpec& gpu, InstanceShape shape, const RaggedBatch& batch,
                        ServingPrecision precision = {});
 
-/// The instance's capacity. Throws std::invalid_argument when the weights and workspace leave
+/// The instance's capacity (with data-parallel attention, dp ranks' caches: dp times a GPU's
+/// blocks, and each rank's Mamba slots for a dp-th of max_sequences). Throws
+/// std::invalid_argument when the weights and workspace leave
 /// no room for a single block, naming the numbers.
 KvCapacity kv_capacity(const ModelConfig& model, const GpuSpec& gpu, InstanceShape shape, int64_t block_size,
                        double reserve_fraction, Bytes workspace, int max_sequences, ServingPrecision precision = {});

@@ -2,6 +2,7 @@
 #include "serving/step_model.h"
 
 #include <algorithm>
+#include <cmath>
 #include <map>
 #include <stdexcept>
 
@@ -54,7 +55,8 @@ int gpus_per_node(const Topology& topo) {
 }
 
 std::string placement_problem(InstanceShape shape, int per_node, int node_offset) {
-  for (int s = 0; s < shape.pp; ++s) {
+  // Every TP group of the instance: one per stage, or per data-parallel attention rank.
+  for (int s = 0; s < shape.pp * shape.dp; ++s) {
     const int first = (node_offset + s * shape.tp) % per_node;
     const bool fits = shape.tp <= per_node ? first + shape.tp <= per_node : first == 0 && shape.tp % per_node == 0;
     if (!fits) {
@@ -79,19 +81,28 @@ StepModel::StepModel(ModelConfig model, const Topology& topology, InstanceShape 
                      int node_offset)
     : model_(std::move(model)), shape_(shape), options_(std::move(options)),
       compute_(topology.gpu_spec_of(topology.gpus().front()), options_.compute, options_.gemm) {
-  if (shape_.tp < 1 || shape_.pp < 1) throw std::invalid_argument("tp and pp must be at least 1");
-  const int gpus = shape_.tp * shape_.pp;
+  if (shape_.tp < 1 || shape_.pp < 1 || shape_.dp < 1) throw std::invalid_argument("tp, pp and dp must be at least 1");
+  const int gpus = shape_.gpus();
   if (gpus > static_cast<int>(topology.gpu_count())) {
     throw std::invalid_argument("an instance of tp=" + std::to_string(shape_.tp) + " x pp=" + std::to_string(shape_.pp) +
-                                " needs " + std::to_string(gpus) + " GPUs; the topology has " +
-                                std::to_string(topology.gpu_count()));
+                                (shape_.dp > 1 ? " x dp=" + std::to_string(shape_.dp) : std::string()) + " needs " +
+                                std::to_string(gpus) + " GPUs; the topology has " + std::to_string(topology.gpu_count()));
+  }
+  if (shape_.dp > 1 && !model_.moe) {
+    throw std::invalid_argument("data-parallel attention (dp > 1) is for MoE models; " + model_.name + " is dense");
   }
   if (shape_.ep != 1 && !model_.moe) throw std::invalid_argument("ep applies to MoE models; " + model_.name + " is dense");
-  if (shape_.ep != 1 && shape_.ep != shape_.tp) {
+  if (shape_.dp > 1) {
+    if (shape_.pp > 1) throw std::invalid_argument("data-parallel attention with pipeline stages is not modelled (pp must be 1)");
+    if (shape_.ep != shape_.tp * shape_.dp) {
+      throw std::invalid_argument("ep=" + std::to_string(shape_.ep) + " must be tp·dp=" + std::to_string(shape_.tp * shape_.dp) +
+                                  " (with data-parallel attention the experts spread over every GPU)");
+    }
+  } else if (shape_.ep != 1 && shape_.ep != shape_.tp) {
     throw std::invalid_argument("ep=" + std::to_string(shape_.ep) + " must be 1 or tp=" + std::to_string(shape_.tp) +
                                 " (experts spread over the TP group)");
   }
-  sharding_ = ShardingFactors{shape_.tp, 1, shape_.ep, false, shape_.ep > 1};
+  sharding_ = ShardingFactors{shape_.tp, 1, shape_.ep, false, shape_.ep > 1, 0, shape_.dp};
   RaggedBatch probe;
   probe.sequences = {SequenceChunk{}};
   if (std::string p = sharding_problem(model_, probe, sharding_); !p.empty()) throw std::invalid_argument(p);
@@ -105,6 +116,8 @@ StepModel::StepModel(ModelConfig model, const Topology& topology, InstanceShape 
   if (shape_.tp > 1) {
     tp_group_ = std::make_unique<CollectiveSimulator>(topology, shape_.tp, std::min(shape_.tp, per_node));
   }
+  if (shape_.dp > 1) ep_group_ = std::make_unique<CollectiveSimulator>(topology, gpus, std::min(gpus, per_node));
+  for (int l = 0; l < model_.layers; ++l) moe_layers_ += model_.is_moe_layer(l) ? 1 : 0;
   // Stage s holds ranks s·tp … (s+1)·tp − 1; its hand-off goes from rank (s+1)·tp − 1's peer
   // position, rank s·tp, to rank (s+1)·tp: on one node when both sit in the same one.
   std::shared_ptr<CollectiveSimulator> same, across;
@@ -137,7 +150,6 @@ StepBreakdown StepModel::step(const RaggedBatch& batch_in) const {
   RaggedBatch batch = batch_in;
   batch.dtype = options_.dtype;
   batch.kv_cache = options_.kv_cache_dtype;
-  const ShardingFactors& sharding = sharding_;
   // The model and shape were checked at construction; a batch only needs sane lengths.
   if (batch.sequences.empty()) throw std::invalid_argument("the batch has no sequence");
   for (const SequenceChunk& c : batch.sequences) {
@@ -146,11 +158,40 @@ StepBreakdown StepModel::step(const RaggedBatch& batch_in) const {
                                   " in context (need 1 <= new <= context)");
     }
   }
-  constexpr Validation trusted = Validation::kTrusted;
   StepBreakdown b;
+  if (shape_.dp == 1) {
+    b = stages(batch);
+  } else {
+    // The ranks step together (the MoE layers exchange their tokens): the slowest rank's
+    // layers, and the all-to-alls of the rank that sends the most.
+    int64_t busiest = 0;
+    for (const RaggedBatch& rank : split_over_attention_ranks(batch, shape_.dp)) {
+      if (rank.sequences.empty()) continue;
+      const StepBreakdown r = stages(rank);
+      if (r.total > b.total) b = r;
+      int64_t tokens = 0;
+      for (const SequenceChunk& c : rank.sequences) tokens += c.q_len;
+      busiest = std::max(busiest, tokens);
+    }
+    b.ep_communication = expert_all_to_alls(busiest);
+    b.bottleneck_stage += b.ep_communication;
+    b.total += b.ep_communication;
+  }
   b.sequences = static_cast<int64_t>(batch.sequences.size());
+  b.new_tokens = 0;
   for (const SequenceChunk& c : batch.sequences) b.new_tokens += c.q_len;
-  const Bytes activations(static_cast<double>(b.new_tokens) * static_cast<double>(model_.hidden) *
+  b.overhead = options_.step_overhead;
+  b.total += b.overhead;
+  return b;
+}
+
+StepBreakdown StepModel::stages(const RaggedBatch& batch) const {
+  constexpr Validation trusted = Validation::kTrusted;
+  const ShardingFactors& sharding = sharding_;
+  StepBreakdown b;
+  int64_t tokens = 0;
+  for (const SequenceChunk& c : batch.sequences) tokens += c.q_len;
+  const Bytes activations(static_cast<double>(tokens) * static_cast<double>(model_.hidden) *
                           bytes_per_element(activation_dtype(batch.dtype)));
   const Time layer_all_reduce = all_reduce(activations);
 
@@ -184,9 +225,49 @@ StepBreakdown StepModel::step(const RaggedBatch& batch_in) const {
       b.total += h;
     }
   }
-  b.overhead = options_.step_overhead;
-  b.total += b.overhead;
   return b;
+}
+
+Time StepModel::expert_all_to_alls(int64_t tokens) const {
+  if (!ep_group_ || tokens <= 0) return Time::zero();
+  // Each token goes to its top-k experts' GPUs and comes back, per MoE layer: T·k rows of h out
+  // and as many back. With fp8 weights the dispatch sends fp8 rows with one fp32 scale per 128
+  // elements (DeepEP's fp8 dispatch, as SGLang runs it); the combine returns 16-bit rows.
+  const double rows = static_cast<double>(tokens) * model_.moe->top_k;
+  const double h = static_cast<double>(model_.hidden);
+  const double activation = bytes_per_element(activation_dtype(options_.dtype));
+  const double dispatch_row = options_.dtype == DType::kFp8 ? h + std::ceil(h / 128) * 4 : h * activation;
+  const auto timed = [&](Bytes size) {
+    auto [it, added] = all_to_all_times_.try_emplace(size.value(), Time::zero());
+    if (added) {
+      CollectiveOptions o;
+      o.model = options_.collective_model;
+      it->second = ep_group_->run(CollectiveOp::kAllToAll, size, o).time;
+    }
+    return it->second;
+  };
+  return (timed(Bytes(rows * dispatch_row)) + timed(Bytes(rows * h * activation))) * moe_layers_;
+}
+
+std::vector<RaggedBatch> split_over_attention_ranks(const RaggedBatch& batch, int ranks) {
+  std::vector<RaggedBatch> out(static_cast<size_t>(std::max(1, ranks)));
+  for (RaggedBatch& r : out) {
+    r.dtype = batch.dtype;
+    r.kv_cache = batch.kv_cache;
+    r.attention = batch.attention;
+  }
+  std::vector<SequenceChunk> order = batch.sequences;
+  std::stable_sort(order.begin(), order.end(), [](const SequenceChunk& a, const SequenceChunk& b) {
+    return a.q_len != b.q_len ? a.q_len > b.q_len : a.kv_len > b.kv_len;
+  });
+  std::vector<std::pair<int64_t, int64_t>> load(out.size());  // (new tokens, context)
+  for (const SequenceChunk& c : order) {
+    const size_t r = static_cast<size_t>(std::min_element(load.begin(), load.end()) - load.begin());
+    out[r].sequences.push_back(c);
+    load[r].first += c.q_len;
+    load[r].second += c.kv_len;
+  }
+  return out;
 }
 
 nlohmann::ordered_json to_json(const StepBreakdown& b) {
@@ -198,6 +279,7 @@ nlohmann::ordered_json to_json(const StepBreakdown& b) {
   j["other_kernels_ms"] = ms(b.other);
   j["tp_communication_ms"] = ms(b.tp_communication);
   j["pp_handoff_ms"] = ms(b.pp_handoff);
+  j["ep_communication_ms"] = ms(b.ep_communication);
   j["overhead_ms"] = ms(b.overhead);
   j["bottleneck_stage_ms"] = ms(b.bottleneck_stage);
   j["flops_per_gpu"] = b.flops.value();

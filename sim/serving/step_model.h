@@ -21,9 +21,13 @@
 // layer's outputs summed by the same TP all-reduce either way; only the experts a batch's
 // tokens reach are computed and read (layer_operators.h). Hybrid models' Mamba layers scan
 // their prompt chunks and advance each decoding sequence's state (layer_operators.h).
+// Data-parallel attention (InstanceShape::dp > 1, MoE models, pp 1): the batch is shared out
+// over dp ranks of tp GPUs (split_over_attention_ranks); each rank's layers as above on its own
+// sequences, its experts receiving every rank's tokens (ShardingFactors::attention_dp); the step
+// is the slowest rank's plus, per MoE layer, a dispatch and a combine all-to-all over all dp·tp
+// GPUs of the busiest rank's T·k_top rows.
 // Not modelled: CUDA graphs (folded into the overhead term), speculative decoding, expert load
-// imbalance, data-parallel attention with all-to-all expert dispatch, communication overlapped
-// with compute.
+// imbalance, communication overlapped with compute (two-batch overlap).
 #pragma once
 
 #include <memory>
@@ -47,8 +51,14 @@ struct InstanceShape {
   int tp = 1;
   int pp = 1;
   /// Expert parallelism of a MoE model: 1 (each expert split by TP) or tp (the experts spread
-  /// whole over the TP group; ShardingFactors::experts_in_tp_group).
+  /// whole over the TP group; ShardingFactors::experts_in_tp_group), or tp·dp with dp > 1.
   int ep = 1;
+  /// Data-parallel attention (SGLang's --enable-dp-attention, vLLM's data-parallel ranks with
+  /// expert parallelism): dp ranks of tp GPUs, each running the attention and dense layers on its
+  /// own share of the sequences, the routed experts spread whole over all dp·tp GPUs (ep = tp·dp)
+  /// and reached by an all-to-all dispatch and combine. MoE models, pp = 1.
+  int dp = 1;
+  int gpus() const { return tp * pp * dp; }
 };
 
 struct StepModelOptions {
@@ -71,6 +81,7 @@ struct StepBreakdown {
   Time other;             ///< memory-bound kernels (norms, activations, rotary, sampling, …)
   Time tp_communication;  ///< TP all-reduces, all stages
   Time pp_handoff;        ///< activations sent between stages
+  Time ep_communication;  ///< data-parallel attention: the experts' dispatch and combine all-to-alls
   Time overhead;          ///< the framework term
   Time bottleneck_stage;  ///< the slowest stage's compute + TP time
   Flops flops;            ///< per GPU, summed over stages
@@ -97,6 +108,10 @@ class StepModel {
   /// Throws std::invalid_argument when the batch is not valid for the model and shape.
   StepBreakdown step(const RaggedBatch& batch) const;
 
+  /// The MoE layers' dispatch and combine all-to-alls of one step whose busiest attention rank
+  /// holds `tokens` new tokens (zero without data-parallel attention).
+  Time expert_all_to_alls(int64_t tokens) const;
+
   /// Layers of each stage.
   const std::vector<int>& stage_layers() const { return stage_layers_; }
   const ComputeModel& compute() const { return compute_; }
@@ -106,6 +121,8 @@ class StepModel {
  private:
   Time all_reduce(Bytes size) const;
   Time handoff(int stage, Bytes size) const;
+  /// The pipeline's stages for one batch on one attention rank: compute, TP and hand-offs.
+  StepBreakdown stages(const RaggedBatch& batch) const;
 
   ModelConfig model_;
   InstanceShape shape_;
@@ -115,10 +132,13 @@ class StepModel {
   std::vector<StageLayerKinds> stage_kinds_;
   ShardingFactors sharding_;
   std::unique_ptr<CollectiveSimulator> tp_group_;
+  std::unique_ptr<CollectiveSimulator> ep_group_;  ///< data-parallel attention: all dp·tp GPUs
+  int moe_layers_ = 0;
   /// Per stage boundary: the two ranks' send/recv (same node or not).
   std::vector<std::shared_ptr<CollectiveSimulator>> handoffs_;
-  /// TP all-reduce times by size (not thread-safe: a StepModel serves one simulation).
-  mutable std::unordered_map<double, Time> all_reduce_times_;
+  /// TP all-reduce and EP all-to-all times by size (not thread-safe: a StepModel serves one
+  /// simulation).
+  mutable std::unordered_map<double, Time> all_reduce_times_, all_to_all_times_;
 };
 
 /// The breakdown as JSON: step_time_ms and each part in ms, flops and hbm_bytes per GPU, the
@@ -132,6 +152,11 @@ std::string placement_problem(InstanceShape shape, int gpus_per_node, int node_o
 
 /// GPUs per node of `topology` (all of them when it has no nodes).
 int gpus_per_node(const Topology& topology);
+
+/// A step's sequences shared out over `ranks` data-parallel attention ranks as a DP controller
+/// keeps them even: largest chunk first (new tokens, then context) to the rank with the fewest
+/// new tokens (then the least context, then the lowest index). Some may be empty.
+std::vector<RaggedBatch> split_over_attention_ranks(const RaggedBatch& batch, int ranks);
 
 /// Layers per pipeline stage: `layers` split into `stages` parts, the first `layers % stages`
 /// one larger. Throws std::invalid_argument when stages < 1 or stages > layers.

@@ -39,6 +39,7 @@ struct StepArgs {
   int tp = 1;
   int pp = 1;
   int ep = 1;
+  int dp = 1;
   std::string prefill;  ///< LENxBATCH
   std::optional<int> decode;
   std::optional<int64_t> context;
@@ -117,18 +118,21 @@ void run_step(const StepArgs& a) {
   if (!a.gemm_table.empty()) options.gemm = std::make_shared<MeasuredGemmTable>(load_gemm_measurements(a.gemm_table));
   options.dtype = a.dtype == "fp8" ? DType::kFp8 : DType::kBf16;
   options.kv_cache_dtype = a.kv_cache_dtype == "fp8" ? DType::kFp8 : DType::kBf16;
+  InstanceShape shape{a.tp, a.pp, a.ep, a.dp};
+  if (a.dp > 1 && a.ep == 1) shape.ep = a.tp * a.dp;  // the experts over every GPU
   std::optional<StepModel> step_model;
   StepBreakdown b;
   try {
-    step_model.emplace(model, topo, InstanceShape{a.tp, a.pp, a.ep}, options);
+    step_model.emplace(model, topo, shape, options);
     b = step_model->step(batch);
   } catch (const std::invalid_argument& e) {
-    throw InputError("", "--tp/--pp/--ep/--prefill/--decode", e.what());
+    throw InputError("", "--tp/--pp/--ep/--dp/--prefill/--decode", e.what());
   }
   const std::string gpu = topo.gpu_spec_of(topo.gpus().front()).name;
-  std::printf("serve step: %s on %s (%s), tp %d, pp %d%s, %s weights, %s KV cache\n", model.name.c_str(),
-              a.topology.c_str(), gpu.c_str(), a.tp, a.pp, a.ep > 1 ? strprintf(", ep %d", a.ep).c_str() : "",
-              a.dtype.c_str(), a.kv_cache_dtype.c_str());
+  std::printf("serve step: %s on %s (%s), tp %d, pp %d%s%s, %s weights, %s KV cache\n", model.name.c_str(),
+              a.topology.c_str(), gpu.c_str(), a.tp, a.pp,
+              shape.dp > 1 ? strprintf(", dp %d attention ranks", shape.dp).c_str() : "",
+              shape.ep > 1 ? strprintf(", ep %d", shape.ep).c_str() : "", a.dtype.c_str(), a.kv_cache_dtype.c_str());
   std::printf("  %s: %lld new token(s)\n\n", described.c_str(), static_cast<long long>(b.new_tokens));
   TextTable t({"part", "time", "share"}, {TextTable::Align::kLeft, TextTable::Align::kRight, TextTable::Align::kRight});
   auto row = [&](const char* name, Time part) {
@@ -139,13 +143,14 @@ void run_step(const StepArgs& a) {
   row("other kernels", b.other);
   row("TP all-reduce", b.tp_communication);
   row("PP hand-off", b.pp_handoff);
+  if (shape.dp > 1) row("EP all-to-all", b.ep_communication);
   row("framework overhead", b.overhead);
   row("step", b.total);
   std::printf("%s\n", t.render().c_str());
   if (a.pp > 1) std::printf("  slowest stage: %s (with pp batches in flight, one step per stage time)\n", ms(b.bottleneck_stage).c_str());
   std::printf("  per GPU: %.3f TFLOP, %.3f GB of HBM traffic; %.0f new tokens/s\n", b.flops.value() / 1e12,
               b.hbm_bytes.value() / 1e9, static_cast<double>(b.new_tokens) / b.total.seconds());
-  const StepMemory memory = step_memory(model, topo.gpu_spec_of(topo.gpus().front()), InstanceShape{a.tp, a.pp, a.ep}, batch,
+  const StepMemory memory = step_memory(model, topo.gpu_spec_of(topo.gpus().front()), shape, batch,
                                         ServingPrecision{options.dtype, options.kv_cache_dtype});
   std::printf("  memory per GPU%s: %.1f GiB of weights + %.1f GiB of KV cache%s = %.1f GiB of %.1f GiB: %s\n",
               a.pp > 1 ? strprintf(" (stage %d, the fullest)", memory.stage).c_str() : "", in_gib(memory.weights),
@@ -162,7 +167,8 @@ void run_step(const StepArgs& a) {
     j["dtype"] = a.dtype;
     j["kv_cache_dtype"] = a.kv_cache_dtype;
     j["pp"] = a.pp;
-    j["ep"] = a.ep;
+    j["ep"] = shape.ep;
+    j["dp"] = shape.dp;
     j["batch"] = described;
     j["memory_per_gpu_bytes"] = {{"weights", memory.weights.value()}, {"kv_cache", memory.kv_cache.value()},
                                  {"mamba_states", memory.states.value()}, {"gpu", memory.memory.value()},
@@ -358,6 +364,9 @@ CLI::App* add_step_subcommand(CLI::App* serve) {
   step->add_option("--nodes", a->nodes, "nodes of the topology preset");
   step->add_option("--tp", a->tp, "tensor-parallel GPUs per instance")->capture_default_str();
   step->add_option("--pp", a->pp, "pipeline stages per instance")->capture_default_str();
+  step->add_option("--dp", a->dp,
+                   "MoE: data-parallel attention ranks of tp GPUs each, the experts spread over all of them (ep = tp·dp)")
+      ->capture_default_str();
   step->add_option("--ep", a->ep, "MoE: 1 (experts split by TP) or tp (experts spread whole over the TP group)")
       ->capture_default_str();
   step->add_option("--prefill", a->prefill, "prefill of BATCH prompts of LEN tokens: LENxBATCH");
