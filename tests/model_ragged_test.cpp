@@ -91,7 +91,8 @@ TEST(RaggedBatch, ADecodeStepReadsEveryCachedKeyOnce) {
   // An fp8 cache: the same keys and values read at 1 B an element.
   RaggedBatch fp8 = batch;
   fp8.kv_cache = DType::kFp8;
-  const OperatorCost& f = op_named(layer_operators(m, 0, fp8, ShardingFactors{1, 1, 1, false}), "attention").forward;
+  const auto fp8_ops = layer_operators(m, 0, fp8, ShardingFactors{1, 1, 1, false});
+  const OperatorCost& f = op_named(fp8_ops, "attention").forward;
   EXPECT_DOUBLE_EQ(f.bytes_read_written.value(), kv_bytes / 2 + (64.0 * 32 * 128 * 2) * 2 + 64.0 * 32 * 4);
   // The head runs on the 64 sampled rows: 64 × 128256 × 4096.
   const auto out = output_operators(m, batch, ShardingFactors{1, 1, 1, false});
@@ -133,6 +134,11 @@ TEST(RaggedBatch, MlaDecodesOverTheCachedLatentsAndPrefillsUpProjectedKeys) {
   EXPECT_EQ((std::array<double, 3>{up.m, up.n, up.k}), (std::array<double, 3>{2048, 16 * 256, 512}));
   const double chunk_pairs = 512.0 * 1536 + 512.0 * 513 / 2;
   EXPECT_DOUBLE_EQ(op_named(chunk, "attention").forward.flops.value(), 2.0 * chunk_pairs * 16 * (192 + 128));
+  // A speculating sequence's verification (its last token and 2 drafts) decodes over the latents
+  // too: 3 query tokens, none of its 1,026 cached tokens up-projected.
+  const auto verify = layer_operators(m, 0, batch_of({{3, 1026, true, 2}}), tp8);
+  EXPECT_FALSE(has_op(verify, "kv_up_proj"));
+  EXPECT_DOUBLE_EQ(op_named(verify, "q_absorb_key_up_proj").forward.shape.m, 3.0);
   // A whole prompt's up-projection is the training micro-batch's.
   MicroBatch micro;
   micro.sequences = 1;

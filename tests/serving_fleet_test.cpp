@@ -139,6 +139,47 @@ TEST(ServingBatching, PreemptionLosesAndDuplicatesNothing) {
   }
 }
 
+TEST(ServingBatching, SpeculationYieldsItsExpectedTokensAndKeepsOnlyAcceptedKv) {
+  // One request, 10 prompt tokens and 100 output, 3 drafts a step accepted with 0.5 each:
+  // a decode step yields 1 + 0.5 + 0.25 + 0.125 = 1.875 tokens on average, so the 99 tokens
+  // after the first take 99 / 1.875 = 52.8 steps (the last ones draft less, near the end).
+  BatchingConfig b;
+  b.kv_blocks = 100;
+  b.block_size = 16;
+  b.speculative_tokens = 3;
+  b.acceptance = 0.5;
+  BatchScheduler s(b);
+  s.enqueue(7, 10, 100);
+  int64_t produced = 0, steps = 0;
+  bool done = false;
+  while (!done) {
+    const StepPlan plan = s.plan();
+    ASSERT_EQ(plan.chunks.size(), 1u);
+    const PlannedChunk& c = plan.chunks.front();
+    if (produced > 0) {
+      EXPECT_EQ(c.q_len, 1 + c.drafts);
+      EXPECT_EQ(c.drafts, std::min<int64_t>(3, 100 - produced - 1));
+      ++steps;
+    }
+    const StepOutcome out = s.complete(plan);
+    ASSERT_EQ(out.produced.size(), out.sampled.size());
+    for (const int n : out.produced) {
+      EXPECT_GE(n, 1);
+      EXPECT_LE(n, 1 + c.drafts);
+      produced += n;
+    }
+    // The KV held is the prompt's and the tokens generated but the newest (rejected drafts dropped).
+    if (!out.finished.empty()) {
+      done = true;
+    } else {
+      EXPECT_EQ(s.used_blocks(), blocks_for(10 + produced - 1, 16));
+    }
+  }
+  EXPECT_EQ(produced, 100);
+  EXPECT_NEAR(static_cast<double>(steps), 99 / 1.875, 2.0);
+  EXPECT_EQ(s.used_blocks(), 0);
+}
+
 TEST(ServingBatching, SwapPreemptionKeepsTheKvAndPaysItsCopiesOverPcie) {
   FleetConfig c = queue(1, 50, 300);
   PoolConfig& pool = c.pools[0];

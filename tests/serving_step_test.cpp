@@ -258,6 +258,36 @@ TEST(ServingStep, DataParallelAttentionSplitsTheSequencesAndDispatchesToEveryGpu
   EXPECT_THROW(StepModel(m, node, InstanceShape{1, 1, 4, 8}, o), std::invalid_argument);
 }
 
+TEST(ServingStep, SpeculatingStepsVerifyTheirDraftsAndPayTheDraftPasses) {
+  // DeepSeek-V3 on TP 8, 32 sequences of 2,048 tokens of context, 2 drafts by its MTP module:
+  // the step verifies 3 tokens a sequence and runs 2 draft passes of one token a sequence, each
+  // the MTP layer, its 2h → h projection and the head.
+  const ModelConfig m = bundled("deepseek-v3");
+  StepModelOptions o;
+  o.step_overhead = Time::zero();
+  const Topology node = dgx_h100(1);
+  const StepModel plain(m, node, InstanceShape{8, 1, 8}, o);
+  o.speculative = SpeculativeMethod::kMtp;
+  const StepModel mtp(m, node, InstanceShape{8, 1, 8}, o);
+  RaggedBatch verify, draft;
+  for (int i = 0; i < 32; ++i) {
+    verify.sequences.push_back({3, 2050, true, 2});
+    draft.sequences.push_back({1, 2048, true});
+  }
+  const StepBreakdown b = mtp.step(verify);
+  EXPECT_EQ(b.new_tokens, 96);
+  // Without drafting, the same verification costs what the plain model's step of it costs.
+  EXPECT_NEAR((b.total - b.drafting).seconds(), plain.step(verify).total.seconds(), 1e-12);
+  // A draft pass costs more than one MTP layer's step alone and less than the whole model's.
+  EXPECT_GT(b.drafting.seconds(), 0.0);
+  EXPECT_LT(b.drafting.seconds() / 2, plain.step(draft).total.seconds());
+  // Refused: MTP drafting for a model without the module, speculation with pipeline stages.
+  EXPECT_THROW(StepModel(bundled("llama3-70b"), node, InstanceShape{8, 1}, o), std::invalid_argument);
+  o.speculative = SpeculativeMethod::kEagle;
+  EXPECT_NO_THROW(StepModel(bundled("llama3-70b"), node, InstanceShape{8, 1}, o));
+  EXPECT_THROW(StepModel(bundled("llama3-70b"), node, InstanceShape{4, 2}, o), std::invalid_argument);
+}
+
 TEST(ServingStep, WhereAnInstanceSitsDecidesWhichLinksItsStagesUse) {
   const ModelConfig m = bundled("llama3-70b");
   StepModelOptions o;

@@ -56,6 +56,14 @@ add_test(NAME example.serve.bad_kv_dtype
 add_test(NAME example.serve.dp_dense
          COMMAND bash ${check_exit} 2 "dp-dense.json: /pools/0: data-parallel attention \\(dp > 1\\) is for MoE models"
                  $<TARGET_FILE:parallax> serve ${serve_data}/dp-dense.json --json ${serve_scratch}/never.json)
+add_test(NAME example.serve.bad_speculative
+         COMMAND bash ${check_exit} 2 "bad-speculative.json: /pools/0/speculative/method: \"medusa\" is not a drafting method \\(mtp or eagle\\)"
+                 $<TARGET_FILE:parallax> serve ${serve_data}/bad-speculative.json --json ${serve_scratch}/never.json)
+add_test(NAME example.serve.step_speculative
+         COMMAND parallax serve step --model deepseek-v3 --topology hgx-h200 --tp 8 --ep 8 --dtype fp8 --decode 64
+                 --context 4096 --speculative mtp --draft-tokens 1 --acceptance 0.85)
+set_tests_properties(example.serve.step_speculative PROPERTIES
+                     PASS_REGULAR_EXPRESSION "verifying 1 draft.*of it, drafting.*1.85 tokens a sequence a step")
 add_test(NAME example.serve.static_swap
          COMMAND bash ${check_exit} 2 "static-swap.json: /pools/0/kv_cache/preemption: static batching never preempts"
                  $<TARGET_FILE:parallax> serve ${serve_data}/static-swap.json --json ${serve_scratch}/never.json)
@@ -83,7 +91,7 @@ add_test(NAME example.serve.hybrid_swap
 add_test(NAME example.serve.no_output_on_error
          COMMAND bash -c "! test -e ${serve_scratch}/never.json")
 set_tests_properties(example.serve.no_output_on_error PROPERTIES
-                     DEPENDS "example.serve.bad_router;example.serve.bad_tp;example.serve.bad_kv_dtype;example.serve.dp_dense;example.serve.pool_does_not_fit;example.serve.prefill_without_decode;example.serve.malformed;example.serve.hybrid_prefix_cache;example.serve.hybrid_swap")
+                     DEPENDS "example.serve.bad_router;example.serve.bad_tp;example.serve.bad_kv_dtype;example.serve.dp_dense;example.serve.bad_speculative;example.serve.pool_does_not_fit;example.serve.prefill_without_decode;example.serve.malformed;example.serve.hybrid_prefix_cache;example.serve.hybrid_swap")
 
 # DeepSeek-V3 from its fp8 checkpoint on one H200 node: fp8 weights fit where bf16 would not.
 add_test(NAME example.serve.fp8_deepseek

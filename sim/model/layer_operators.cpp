@@ -523,7 +523,7 @@ struct LocalSizes {
   // state, and the sequences of one new token, which update their state instead.
   double scan_tokens = 0, scan_sequences = 0, continued_sequences = 0, decode_sequences = 0;
   // A serving step's batch, split as MLA's serving backends split it: the chunks of a prompt
-  // (2+ new tokens) and the sequences decoding one token.
+  // (2+ new tokens) and the sequences decoding (one token, or one and its drafts).
   bool ragged = false;
   AttentionWork prefill_work, decode_work;
   double cache_bytes = 0;  ///< a serving batch's KV-cache element (0: the activations')
@@ -556,12 +556,13 @@ struct LocalSizes {
     prompts.sequences.clear();
     decodes.sequences.clear();
     for (const SequenceChunk& c : batch.sequences) {
+      // A speculating sequence's verification is a decode of 1 + drafts tokens (vLLM's MLA
+      // backends take queries up to that length as decodes).
+      (c.q_len == 1 + c.drafts ? decodes : prompts).sequences.push_back(c);
       if (c.q_len == 1) {
         decode_sequences += 1;
-        decodes.sequences.push_back(c);
         continue;
       }
-      prompts.sequences.push_back(c);
       scan_tokens += static_cast<double>(c.q_len);
       scan_sequences += 1;
       continued_sequences += c.kv_len > c.q_len ? 1 : 0;

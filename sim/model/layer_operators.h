@@ -249,6 +249,9 @@ struct SequenceChunk {
   int64_t q_len = 1;
   int64_t kv_len = 1;
   bool samples = true;
+  /// Speculative decoding: of the q_len tokens, the draft tokens this step verifies (the last
+  /// known token and `drafts` guesses after it; 0 without speculation).
+  int64_t drafts = 0;
 };
 
 /// The sequences of one engine step (forward only); `dtype` as in MicroBatch.

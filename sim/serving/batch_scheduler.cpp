@@ -35,7 +35,7 @@ int64_t blocks_for(int64_t tokens, int64_t block_size) { return (tokens + block_
 RaggedBatch StepPlan::batch() const {
   RaggedBatch b;
   b.sequences.reserve(chunks.size());
-  for (const PlannedChunk& c : chunks) b.sequences.push_back(SequenceChunk{c.q_len, c.kv_len, c.samples});
+  for (const PlannedChunk& c : chunks) b.sequences.push_back(SequenceChunk{c.q_len, c.kv_len, c.samples, c.drafts});
   return b;
 }
 
@@ -209,11 +209,29 @@ int BatchScheduler::preemption_victim() const {
   return -1;
 }
 
-void BatchScheduler::add_chunk(StepPlan& plan, int slot, int64_t q) {
+void BatchScheduler::add_chunk(StepPlan& plan, int slot, int64_t q, int64_t drafts) {
   Sequence& s = slots_[static_cast<size_t>(slot)];
-  plan.chunks.push_back(PlannedChunk{slot, s.request, q, s.cached + q, s.cached + q == known(s)});
+  plan.chunks.push_back(PlannedChunk{slot, s.request, q, s.cached + q, s.cached + q - drafts == known(s), drafts});
   s.in_flight = true;
   ++in_flight_;
+}
+
+int64_t BatchScheduler::drafts_for(const Sequence& s, int64_t budget) const {
+  if (config_.speculative_tokens <= 0 || s.generated < 1 || known(s) - s.cached != 1) return 0;
+  // No guess past the last output token, nor beyond the budget or a sequence's chunk.
+  const int64_t d = std::min({static_cast<int64_t>(config_.speculative_tokens), s.output - s.generated - 1,
+                              budget - 1, chunk_cap() - 1});
+  return std::max<int64_t>(d, 0);
+}
+
+int64_t BatchScheduler::accepted(Sequence& s, int64_t drafts) const {
+  const double a = config_.acceptance;
+  double expected = 0, p = 1;
+  for (int64_t i = 0; i < drafts; ++i) expected += (p *= a);
+  s.accepted_credit += expected;
+  const auto n = std::min(drafts, static_cast<int64_t>(std::floor(s.accepted_credit + 1e-9)));
+  s.accepted_credit -= static_cast<double>(n);
+  return n;
 }
 
 // Running sequences in admission order; a block shortage preempts from the back. Returns
@@ -229,7 +247,8 @@ bool BatchScheduler::schedule_running(StepPlan& plan, int64_t& budget, bool deco
       ++i;
       continue;
     }
-    const int64_t q = std::min({pending, budget, chunk_cap()});
+    const int64_t drafts = drafts_for(s, budget);
+    const int64_t q = std::min({pending, budget, chunk_cap()}) + drafts;
     bool evicted_self = false;
     bool stuck = false;
     while (!grow(s, s.cached + q)) {
@@ -250,7 +269,7 @@ bool BatchScheduler::schedule_running(StepPlan& plan, int64_t& budget, bool deco
       ++i;
       continue;
     }
-    add_chunk(plan, slot, q);
+    add_chunk(plan, slot, q, drafts);
     budget -= q;
     ++i;
   }
@@ -339,12 +358,17 @@ StepOutcome BatchScheduler::complete(const StepPlan& plan) {
     Sequence& s = slots_[static_cast<size_t>(c.sequence)];
     s.in_flight = false;
     --in_flight_;
-    s.cached += c.q_len;
+    // Speculating, the last known token and the accepted drafts keep their KV, the rest is dropped.
+    const int64_t extra = c.drafts > 0 ? accepted(s, c.drafts) : 0;
+    s.cached += c.q_len - c.drafts + extra;
+    if (c.drafts > 0) settle_own_blocks(s);
     publish_prefix(s);
     if (!c.samples) continue;
-    ++s.generated;
+    const int64_t produced = std::min(1 + extra, s.output - s.generated);
+    s.generated += produced;
     out.sampled.push_back(s.request);
-    if (s.generated == 1) out.first_token.push_back(s.request);
+    out.produced.push_back(static_cast<int>(produced));
+    if (s.generated == produced) out.first_token.push_back(s.request);
     if (s.generated == s.output) {
       out.finished.push_back(s.request);
       running_.erase(std::find(running_.begin(), running_.end(), c.sequence));

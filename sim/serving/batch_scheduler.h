@@ -59,6 +59,12 @@ struct BatchingConfig {
   /// data-parallel attention runs each sequence on one rank, whose own share of the budget caps
   /// its chunk.
   int64_t chunk_limit = 0;
+  /// Speculative decoding: each decoding sequence verifies up to this many draft tokens a step
+  /// (0: none), each accepted with probability `acceptance` given the ones before it, so a step
+  /// yields 1 + Σ_{i≤d} acceptance^i tokens on average (Leviathan et al. 2023), counted out
+  /// deterministically per sequence; the rejected drafts' KV is dropped.
+  int speculative_tokens = 0;
+  double acceptance = 0;
   int64_t block_size = 16;      ///< tokens per KV block
   int64_t kv_blocks = 0;        ///< the instance's KV capacity in blocks (> 0)
   /// Keep finished prompts' blocks for reuse by later prompts with the same leading blocks
@@ -81,6 +87,7 @@ struct PlannedChunk {
   int64_t q_len = 0;
   int64_t kv_len = 0;
   bool samples = false;
+  int64_t drafts = 0;  ///< draft tokens verified (speculative decoding)
 };
 
 /// A request's first admission with prefix caching: its leading blocks found in the cache.
@@ -108,6 +115,7 @@ struct StepPlan {
 /// What a finished step produced, by request.
 struct StepOutcome {
   std::vector<int64_t> sampled;     ///< requests that sampled a token in this step
+  std::vector<int64_t> produced;    ///< … and how many tokens each got (more than 1 speculating)
   std::vector<int64_t> first_token;  ///< … of which their first
   std::vector<int64_t> finished;    ///< … of which their last (their blocks are freed)
 };
@@ -166,6 +174,7 @@ class BatchScheduler {
     bool remote = false;        ///< prefilled elsewhere, its KV not yet here
     bool in_flight = false;     ///< in a planned step not yet completed
     int64_t swapped = 0;        ///< host blocks holding its KV (0: not swapped out)
+    double accepted_credit = 0;  ///< expected accepted drafts not yet counted out
   };
 
   int64_t known(const Sequence& s) const { return s.prompt + s.generated; }
@@ -180,7 +189,11 @@ class BatchScheduler {
   void plan_prefill_first(StepPlan& plan);
   void plan_static(StepPlan& plan);
   bool schedule_running(StepPlan& plan, int64_t& budget, bool decode_only);
-  void add_chunk(StepPlan& plan, int slot, int64_t q);
+  void add_chunk(StepPlan& plan, int slot, int64_t q, int64_t drafts = 0);
+  /// Draft tokens a decoding sequence verifies this step, within `budget`.
+  int64_t drafts_for(const Sequence& s, int64_t budget) const;
+  /// Of `drafts` verified, how many are accepted: the expected count, counted out per sequence.
+  int64_t accepted(Sequence& s, int64_t drafts) const;
   void admit_prefix(Sequence& s);  ///< a waiting sequence's cache hits, pinned
   void publish_prefix(Sequence& s);                ///< its finished prompt into the cache
   void release(Sequence& s);                       ///< its own blocks and its pins

@@ -588,10 +588,12 @@ class Simulation {
       poke(k);
       return;
     }
-    for (const int64_t id : out.sampled) {
+    for (size_t j = 0; j < out.sampled.size(); ++j) {
+      const int64_t id = out.sampled[j];
       const auto i = static_cast<size_t>(id);
       RequestRecord& rec = records_[i];
-      ++rec.tokens_out;
+      const int produced = out.produced[j];
+      rec.tokens_out += produced;
       if (std::find(out.first_token.begin(), out.first_token.end(), id) != out.first_token.end()) {
         rec.first_token = now;
         front_.router->first_token(local_index(front_, k), requests_[i]);
@@ -602,6 +604,9 @@ class Simulation {
         ++itl_count_;
         itl_sum_ += gap.seconds();
       }
+      // Tokens accepted from a speculated step arrive with the first: no gap between them.
+      itl_[itl_bucket(0.0)] += produced - 1;
+      itl_count_ += produced - 1;
       last_token_[i] = now;
     }
     for (const int64_t id : out.finished) {

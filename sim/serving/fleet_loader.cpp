@@ -29,6 +29,24 @@ DType serving_dtype(const JsonReader& v) {
   v.fail("\"" + t + "\" is not a serving type (bf16 or fp8)");
 }
 
+double number_in(JsonReader v, double least, double most);
+
+// "speculative": {"method": "mtp" | "eagle", "tokens": k, "acceptance": a}.
+void read_speculative(JsonReader v, PoolConfig& pool) {
+  const JsonReader method = v.at("method");
+  const std::string m = method.as_string();
+  if (m == "mtp") {
+    pool.step.speculative = SpeculativeMethod::kMtp;
+  } else if (m == "eagle") {
+    pool.step.speculative = SpeculativeMethod::kEagle;
+  } else {
+    method.fail("\"" + m + "\" is not a drafting method (mtp or eagle)");
+  }
+  pool.batching.speculative_tokens = static_cast<int>(integer_in(v.at("tokens"), 1, 16));
+  pool.batching.acceptance = number_in(v.at("acceptance"), 0, 0.999);
+  v.finish();
+}
+
 double number_in(JsonReader v, double least, double most) {
   const double x = v.as_number();
   if (!(x >= least && x <= most)) {
@@ -197,6 +215,7 @@ PoolConfig read_pool(JsonReader p, int index, const Topology& topology) {
     k->finish();
   }
   if (auto v = p.find("step_overhead")) pool.step.step_overhead = non_negative_time(*v);
+  if (auto v = p.find("speculative")) read_speculative(*v, pool);
   p.finish();
   return pool;
 }

@@ -103,6 +103,13 @@ StepModel::StepModel(ModelConfig model, const Topology& topology, InstanceShape 
                                 " (experts spread over the TP group)");
   }
   sharding_ = ShardingFactors{shape_.tp, 1, shape_.ep, false, shape_.ep > 1, 0, shape_.dp};
+  if (options_.speculative != SpeculativeMethod::kNone && shape_.pp > 1) {
+    throw std::invalid_argument("speculative decoding with pipeline stages is not modelled (pp must be 1)");
+  }
+  if (options_.speculative == SpeculativeMethod::kMtp && model_.mtp_layers == 0) {
+    throw std::invalid_argument("speculative decoding by MTP needs the model's multi-token-prediction module; " +
+                                model_.name + " has none (num_nextn_predict_layers)");
+  }
   RaggedBatch probe;
   probe.sequences = {SequenceChunk{}};
   if (std::string p = sharding_problem(model_, probe, sharding_); !p.empty()) throw std::invalid_argument(p);
@@ -174,6 +181,19 @@ StepBreakdown StepModel::step(const RaggedBatch& batch_in) const {
       busiest = std::max(busiest, tokens);
     }
     b.ep_communication = expert_all_to_alls(busiest);
+    // An MTP draft layer that is MoE exchanges its one token a sequence per pass as well.
+    if (options_.speculative == SpeculativeMethod::kMtp && model_.is_moe_layer(model_.layers)) {
+      int64_t drafting = 0, passes = 0;
+      for (const RaggedBatch& rank : split_over_attention_ranks(batch, shape_.dp)) {
+        int64_t n = 0;
+        for (const SequenceChunk& c : rank.sequences) {
+          n += c.drafts > 0 ? 1 : 0;
+          passes = std::max(passes, c.drafts);
+        }
+        drafting = std::max(drafting, n);
+      }
+      b.ep_communication += expert_all_to_alls(drafting, 1) * passes;
+    }
     b.bottleneck_stage += b.ep_communication;
     b.total += b.ep_communication;
   }
@@ -225,10 +245,47 @@ StepBreakdown StepModel::stages(const RaggedBatch& batch) const {
       b.total += h;
     }
   }
+  const Time drafts = drafting(batch, b);
+  b.bottleneck_stage += drafts;
+  b.total += drafts;
   return b;
 }
 
-Time StepModel::expert_all_to_alls(int64_t tokens) const {
+Time StepModel::drafting(const RaggedBatch& batch, StepBreakdown& b) const {
+  if (options_.speculative == SpeculativeMethod::kNone) return Time::zero();
+  RaggedBatch draft = batch;
+  draft.sequences.clear();
+  int64_t passes = 0;
+  for (const SequenceChunk& c : batch.sequences) {
+    if (c.drafts <= 0) continue;
+    draft.sequences.push_back(SequenceChunk{1, c.kv_len - c.drafts, true});
+    passes = std::max(passes, c.drafts);
+  }
+  if (draft.sequences.empty()) return Time::zero();
+  // One pass: the draft layer, its input projection (the token's hidden state beside its
+  // embedding, 2h → h) and the output head, on one token of each speculating sequence.
+  constexpr Validation trusted = Validation::kTrusted;
+  const int layer = options_.speculative == SpeculativeMethod::kMtp ? model_.layers : 0;
+  std::vector<ModelOperator> ops = layer_operators(model_, layer, draft, sharding_, trusted);
+  const double tokens = static_cast<double>(draft.sequences.size()), h = static_cast<double>(model_.hidden);
+  ModelOperator projection;
+  projection.name = "draft_input_proj";
+  projection.forward = projection.backward = gemm_cost(GemmShape{tokens, h, 2 * h, 1}, draft.dtype);
+  ops.push_back(projection);
+  for (ModelOperator& op : output_operators(model_, draft, sharding_, trusted)) ops.push_back(std::move(op));
+  StepBreakdown one;
+  const Time pass = add_forward(compute_, ops, one) +
+                    all_reduce(Bytes(tokens * h * bytes_per_element(activation_dtype(draft.dtype)))) * 2;
+  b.gemm += one.gemm * passes;
+  b.attention += one.attention * passes;
+  b.other += one.other * passes;
+  b.flops += one.flops * static_cast<double>(passes);
+  b.hbm_bytes += one.hbm_bytes * static_cast<double>(passes);
+  b.drafting = pass * passes;
+  return b.drafting;
+}
+
+Time StepModel::expert_all_to_alls(int64_t tokens, std::optional<int> layers) const {
   if (!ep_group_ || tokens <= 0) return Time::zero();
   // Each token goes to its top-k experts' GPUs and comes back, per MoE layer: T·k rows of h out
   // and as many back. With fp8 weights the dispatch sends fp8 rows with one fp32 scale per 128
@@ -246,7 +303,7 @@ Time StepModel::expert_all_to_alls(int64_t tokens) const {
     }
     return it->second;
   };
-  return (timed(Bytes(rows * dispatch_row)) + timed(Bytes(rows * h * activation))) * moe_layers_;
+  return (timed(Bytes(rows * dispatch_row)) + timed(Bytes(rows * h * activation))) * layers.value_or(moe_layers_);
 }
 
 std::vector<RaggedBatch> split_over_attention_ranks(const RaggedBatch& batch, int ranks) {

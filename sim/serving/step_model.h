@@ -26,7 +26,11 @@
 // sequences, its experts receiving every rank's tokens (ShardingFactors::attention_dp); the step
 // is the slowest rank's plus, per MoE layer, a dispatch and a combine all-to-all over all dp·tp
 // GPUs of the busiest rank's T·k_top rows.
-// Not modelled: CUDA graphs (folded into the overhead term), speculative decoding, expert load
+// Speculative decoding (StepModelOptions::speculative, chunks with drafts): the verification is
+// the chunk's 1 + drafts tokens through the layers above; before it, as many draft passes as the
+// most drafts of a sequence, each one token a speculating sequence through the draft layer (the
+// model's MTP layer, or its first layer's shape for EAGLE), a 2h → h projection and the head.
+// Not modelled: CUDA graphs (folded into the overhead term), separate draft LLMs, expert load
 // imbalance, communication overlapped with compute (two-batch overlap).
 #pragma once
 
@@ -61,6 +65,12 @@ struct InstanceShape {
   int gpus() const { return tp * pp * dp; }
 };
 
+/// How a speculating instance drafts (SequenceChunk::drafts): none; the model's own
+/// multi-token-prediction module (DeepSeek-V3's, GLM-4.5's, Nemotron 3's: one MTP layer, its
+/// 2h → h input projection and the shared output head a draft token); or an EAGLE head, costed
+/// as one layer of the target's first layer's shape with the same projection and head.
+enum class SpeculativeMethod { kNone, kMtp, kEagle };
+
 struct StepModelOptions {
   ComputeModelOptions compute;
   std::shared_ptr<const GemmEfficiency> gemm;  ///< null: the shape model
@@ -71,6 +81,7 @@ struct StepModelOptions {
   std::string collective_model = "analytical";  ///< the TP collectives' network model
   DType dtype = DType::kBf16;           ///< the GEMMs' weights (fp8: with bf16 activations)
   DType kv_cache_dtype = DType::kBf16;  ///< the KV cache (fp8: the attention reads it at 1 B)
+  SpeculativeMethod speculative = SpeculativeMethod::kNone;
 };
 
 /// Where one step's time went (the instance's per-GPU view: every rank of a stage does the same).
@@ -82,6 +93,7 @@ struct StepBreakdown {
   Time tp_communication;  ///< TP all-reduces, all stages
   Time pp_handoff;        ///< activations sent between stages
   Time ep_communication;  ///< data-parallel attention: the experts' dispatch and combine all-to-alls
+  Time drafting;          ///< speculative decoding: the draft passes (inside the other parts too)
   Time overhead;          ///< the framework term
   Time bottleneck_stage;  ///< the slowest stage's compute + TP time
   Flops flops;            ///< per GPU, summed over stages
@@ -108,9 +120,10 @@ class StepModel {
   /// Throws std::invalid_argument when the batch is not valid for the model and shape.
   StepBreakdown step(const RaggedBatch& batch) const;
 
-  /// The MoE layers' dispatch and combine all-to-alls of one step whose busiest attention rank
-  /// holds `tokens` new tokens (zero without data-parallel attention).
-  Time expert_all_to_alls(int64_t tokens) const;
+  /// The dispatch and combine all-to-alls of `layers` MoE layers (the model's, by default) over
+  /// a step whose busiest attention rank holds `tokens` new tokens (zero without data-parallel
+  /// attention).
+  Time expert_all_to_alls(int64_t tokens, std::optional<int> layers = std::nullopt) const;
 
   /// Layers of each stage.
   const std::vector<int>& stage_layers() const { return stage_layers_; }
@@ -121,8 +134,11 @@ class StepModel {
  private:
   Time all_reduce(Bytes size) const;
   Time handoff(int stage, Bytes size) const;
-  /// The pipeline's stages for one batch on one attention rank: compute, TP and hand-offs.
+  /// The pipeline's stages for one batch on one attention rank: compute, TP and hand-offs, and
+  /// the draft passes of its speculating sequences.
   StepBreakdown stages(const RaggedBatch& batch) const;
+  /// The draft passes before a step (added to `b`): the passes' time.
+  Time drafting(const RaggedBatch& batch, StepBreakdown& b) const;
 
   ModelConfig model_;
   InstanceShape shape_;

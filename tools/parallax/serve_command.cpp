@@ -48,6 +48,9 @@ struct StepArgs {
   std::string json;
   std::string dtype = "bf16";
   std::string kv_cache_dtype = "bf16";
+  std::string speculative = "none";
+  int draft_tokens = 0;
+  std::optional<double> acceptance;
 };
 
 // A bundled name, or a Hugging Face config.json / model block file.
@@ -99,9 +102,10 @@ RaggedBatch batch_of(const StepArgs& a, std::string& described) {
   if (!a.context) throw InputError("", "--context", "--decode needs --context LEN (tokens held per sequence)");
   if (*a.decode < 1 || *a.decode > 1000000) throw InputError("", "--decode", "between 1 and 1000000 sequences");
   if (*a.context < 1) throw InputError("", "--context", "must be at least 1 token");
-  for (int i = 0; i < *a.decode; ++i) batch.sequences.push_back({1, *a.context, true});
+  const int64_t d = a.draft_tokens;
+  for (int i = 0; i < *a.decode; ++i) batch.sequences.push_back({1 + d, *a.context + d, true, d});
   described = "decode step of " + std::to_string(*a.decode) + " sequence(s) with " + std::to_string(*a.context) +
-              " tokens of context";
+              " tokens of context" + (d > 0 ? ", each verifying " + std::to_string(d) + " draft token(s)" : "");
   return batch;
 }
 
@@ -118,6 +122,13 @@ void run_step(const StepArgs& a) {
   if (!a.gemm_table.empty()) options.gemm = std::make_shared<MeasuredGemmTable>(load_gemm_measurements(a.gemm_table));
   options.dtype = a.dtype == "fp8" ? DType::kFp8 : DType::kBf16;
   options.kv_cache_dtype = a.kv_cache_dtype == "fp8" ? DType::kFp8 : DType::kBf16;
+  options.speculative = a.speculative == "mtp"     ? SpeculativeMethod::kMtp
+                        : a.speculative == "eagle" ? SpeculativeMethod::kEagle
+                                                   : SpeculativeMethod::kNone;
+  if ((options.speculative != SpeculativeMethod::kNone) != (a.draft_tokens > 0) || (a.draft_tokens > 0) != a.acceptance.has_value()) {
+    throw InputError("", "--speculative/--draft-tokens/--acceptance", "give all three, or none");
+  }
+  if (a.draft_tokens > 0 && !a.decode) throw InputError("", "--draft-tokens", "speculates in a --decode step");
   InstanceShape shape{a.tp, a.pp, a.ep, a.dp};
   if (a.dp > 1 && a.ep == 1) shape.ep = a.tp * a.dp;  // the experts over every GPU
   std::optional<StepModel> step_model;
@@ -144,12 +155,21 @@ void run_step(const StepArgs& a) {
   row("TP all-reduce", b.tp_communication);
   row("PP hand-off", b.pp_handoff);
   if (shape.dp > 1) row("EP all-to-all", b.ep_communication);
+  if (b.drafting > Time::zero()) row("  of it, drafting", b.drafting);
   row("framework overhead", b.overhead);
   row("step", b.total);
   std::printf("%s\n", t.render().c_str());
   if (a.pp > 1) std::printf("  slowest stage: %s (with pp batches in flight, one step per stage time)\n", ms(b.bottleneck_stage).c_str());
   std::printf("  per GPU: %.3f TFLOP, %.3f GB of HBM traffic; %.0f new tokens/s\n", b.flops.value() / 1e12,
               b.hbm_bytes.value() / 1e9, static_cast<double>(b.new_tokens) / b.total.seconds());
+  double per_sequence = 1;  // tokens a decoding sequence gets from the step
+  if (a.draft_tokens > 0) {
+    double p = 1;
+    for (int i = 0; i < a.draft_tokens; ++i) per_sequence += (p *= *a.acceptance);
+    std::printf("  speculative (%s, %d drafts, acceptance %.2f): %.2f tokens a sequence a step, %.0f output tokens/s\n",
+                a.speculative.c_str(), a.draft_tokens, *a.acceptance, per_sequence,
+                per_sequence * static_cast<double>(*a.decode) / b.total.seconds());
+  }
   const StepMemory memory = step_memory(model, topo.gpu_spec_of(topo.gpus().front()), shape, batch,
                                         ServingPrecision{options.dtype, options.kv_cache_dtype});
   std::printf("  memory per GPU%s: %.1f GiB of weights + %.1f GiB of KV cache%s = %.1f GiB of %.1f GiB: %s\n",
@@ -170,6 +190,7 @@ void run_step(const StepArgs& a) {
     j["ep"] = shape.ep;
     j["dp"] = shape.dp;
     j["batch"] = described;
+    j["tokens_per_sequence"] = per_sequence;
     j["memory_per_gpu_bytes"] = {{"weights", memory.weights.value()}, {"kv_cache", memory.kv_cache.value()},
                                  {"mamba_states", memory.states.value()}, {"gpu", memory.memory.value()},
                                  {"fits", memory.fits()}};
@@ -375,6 +396,13 @@ CLI::App* add_step_subcommand(CLI::App* serve) {
   step->add_option("--overhead", a->overhead, "framework time per step")->capture_default_str();
   step->add_option("--gemm-table", a->gemm_table, "measured GEMM rates (parallax-nccl-bench --gemm lines), and attention kernels' (attention-bench.py lines)");
   step->add_option("--json", a->json, "write the breakdown as JSON (step_time_ms and its parts)");
+  step->add_option("--speculative", a->speculative, "decode: drafting by the model's MTP module or an EAGLE head")
+      ->check(CLI::IsMember({"none", "mtp", "eagle"}))
+      ->capture_default_str();
+  step->add_option("--draft-tokens", a->draft_tokens, "decode: draft tokens each sequence verifies")
+      ->check(CLI::Range(0, 16));
+  step->add_option("--acceptance", a->acceptance, "decode: the chance each draft token is accepted, given the ones before")
+      ->check(CLI::Range(0.0, 0.999));
   step->add_option("--dtype", a->dtype, "the weights and GEMMs: bf16, or fp8 (activations stay bf16)")
       ->check(CLI::IsMember({"bf16", "fp8"}))
       ->capture_default_str();
