@@ -165,43 +165,40 @@ StepBreakdown StepModel::step(const RaggedBatch& batch_in) const {
                                   " in context (need 1 <= new <= context)");
     }
   }
-  StepBreakdown b;
-  if (shape_.dp == 1) {
-    b = stages(batch);
-  } else {
-    // The ranks step together (the MoE layers exchange their tokens): the slowest rank's
-    // layers, and the all-to-alls of the rank that sends the most.
-    int64_t busiest = 0;
-    for (const RaggedBatch& rank : split_over_attention_ranks(batch, shape_.dp)) {
-      if (rank.sequences.empty()) continue;
-      const StepBreakdown r = stages(rank);
-      if (r.total > b.total) b = r;
-      int64_t tokens = 0;
-      for (const SequenceChunk& c : rank.sequences) tokens += c.q_len;
-      busiest = std::max(busiest, tokens);
-    }
-    b.ep_communication = expert_all_to_alls(busiest);
-    // An MTP draft layer that is MoE exchanges its one token a sequence per pass as well.
-    if (options_.speculative == SpeculativeMethod::kMtp && model_.is_moe_layer(model_.layers)) {
-      int64_t drafting = 0, passes = 0;
-      for (const RaggedBatch& rank : split_over_attention_ranks(batch, shape_.dp)) {
-        int64_t n = 0;
-        for (const SequenceChunk& c : rank.sequences) {
-          n += c.drafts > 0 ? 1 : 0;
-          passes = std::max(passes, c.drafts);
-        }
-        drafting = std::max(drafting, n);
-      }
-      b.ep_communication += expert_all_to_alls(drafting, 1) * passes;
-    }
-    b.bottleneck_stage += b.ep_communication;
-    b.total += b.ep_communication;
-  }
+  StepBreakdown b = shape_.dp == 1 ? stages(batch) : ranks_in_step(batch);
   b.sequences = static_cast<int64_t>(batch.sequences.size());
   b.new_tokens = 0;
   for (const SequenceChunk& c : batch.sequences) b.new_tokens += c.q_len;
   b.overhead = options_.step_overhead;
   b.total += b.overhead;
+  return b;
+}
+
+StepBreakdown StepModel::ranks_in_step(const RaggedBatch& batch) const {
+  // The ranks step together (the MoE layers exchange their tokens): the slowest rank's layers,
+  // and the all-to-alls of the rank that sends the most.
+  StepBreakdown b;
+  int64_t busiest = 0, speculating = 0, passes = 0;
+  for (const RaggedBatch& rank : split_over_attention_ranks(batch, shape_.dp)) {
+    if (rank.sequences.empty()) continue;
+    const StepBreakdown r = stages(rank);
+    if (r.total > b.total) b = r;
+    int64_t tokens = 0, drafting = 0;
+    for (const SequenceChunk& c : rank.sequences) {
+      tokens += c.q_len;
+      drafting += c.drafts > 0 ? 1 : 0;
+      passes = std::max(passes, c.drafts);
+    }
+    busiest = std::max(busiest, tokens);
+    speculating = std::max(speculating, drafting);
+  }
+  b.ep_communication = expert_all_to_alls(busiest);
+  // An MTP draft layer that is MoE exchanges its one token a sequence per pass as well.
+  if (options_.speculative == SpeculativeMethod::kMtp && model_.is_moe_layer(model_.layers)) {
+    b.ep_communication += expert_all_to_alls(speculating, 1) * passes;
+  }
+  b.bottleneck_stage += b.ep_communication;
+  b.total += b.ep_communication;
   return b;
 }
 

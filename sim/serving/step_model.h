@@ -137,6 +137,8 @@ class StepModel {
   /// The pipeline's stages for one batch on one attention rank: compute, TP and hand-offs, and
   /// the draft passes of its speculating sequences.
   StepBreakdown stages(const RaggedBatch& batch) const;
+  /// Data-parallel attention: the step of every rank's share of the batch.
+  StepBreakdown ranks_in_step(const RaggedBatch& batch) const;
   /// The draft passes before a step (added to `b`): the passes' time.
   Time drafting(const RaggedBatch& batch, StepBreakdown& b) const;
 
