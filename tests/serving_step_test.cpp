@@ -288,6 +288,25 @@ TEST(ServingStep, SpeculatingStepsVerifyTheirDraftsAndPayTheDraftPasses) {
   EXPECT_THROW(StepModel(bundled("llama3-70b"), node, InstanceShape{4, 2}, o), std::invalid_argument);
 }
 
+TEST(ServingStep, ASkewedRouterSlowsSpreadExpertsOnly) {
+  // Zipf 1 over 4 experts in 2 groups: shares 1, 1/2, 1/3, 1/4 (sum 25/12); the first group's
+  // 3/2 over an even 25/24 is 1.44×.
+  EXPECT_DOUBLE_EQ(busiest_expert_group_load(4, 2, 1.0), 1.5 / (25.0 / 12) * 2);
+  EXPECT_DOUBLE_EQ(busiest_expert_group_load(8, 4, 0.0), 1.0);
+  // Mixtral on TP 4: with the experts spread (EP 4) the busiest GPU's experts take longer; split
+  // by TP, every GPU holds a slice of every expert and the skew changes nothing.
+  const ModelConfig m = bundled("mixtral-8x7b");
+  const Topology node = dgx_h100(1);
+  const RaggedBatch batch = prefill_batch(1, 4096);
+  StepModelOptions even, skewed;
+  skewed.expert_skew = 1.0;
+  EXPECT_GT(StepModel(m, node, InstanceShape{4, 1, 4}, skewed).step(batch).gemm.seconds(),
+            StepModel(m, node, InstanceShape{4, 1, 4}, even).step(batch).gemm.seconds());
+  EXPECT_DOUBLE_EQ(StepModel(m, node, InstanceShape{4, 1, 1}, skewed).step(batch).total.seconds(),
+                   StepModel(m, node, InstanceShape{4, 1, 1}, even).step(batch).total.seconds());
+  EXPECT_DOUBLE_EQ(StepModel(m, node, InstanceShape{4, 1, 4}, skewed).expert_rows(), busiest_expert_group_load(8, 4, 1.0));
+}
+
 TEST(ServingStep, WhereAnInstanceSitsDecidesWhichLinksItsStagesUse) {
   const ModelConfig m = bundled("llama3-70b");
   StepModelOptions o;

@@ -213,7 +213,7 @@ TEST(RecomputeModules, ScaledExpertsKeepTheirModulesType) {
   batch.dtype = DType::kFp8;
   batch.module_precision.set(QuantModule::kExperts, DType::kBf16);
   const std::vector<ModelOperator> ops =
-      iteration_detail::scale_experts(layer_operators(tiny_moe(), 0, batch, ShardingFactors{}), 1.5);
+      scale_experts(layer_operators(tiny_moe(), 0, batch, ShardingFactors{}), 1.5);
   for (const ModelOperator& op : ops) {
     if (op.name == "expert_gate_up_proj") {
       EXPECT_EQ(op.forward.dtype, DType::kBf16);

@@ -1117,6 +1117,45 @@ std::vector<ModelOperator> output_operators(const ModelConfig& m, const RaggedBa
   return ops.take();
 }
 
+std::vector<ModelOperator> scale_experts(std::vector<ModelOperator> ops, double factor) {
+  for (ModelOperator& op : ops) {
+    if (op.name.rfind("expert_", 0) != 0) continue;
+    op.saved = op.saved * factor;
+    if (op.forward.kind == OperatorKind::kGemm) {
+      GemmShape shape = op.forward.shape;
+      shape.m *= factor;
+      // New sizes; the same kernels, issued the same way (by the host, or from a CUDA graph).
+      const OperatorCost scaled = gemm_cost(shape, op.forward.dtype);
+      op.forward.shape = op.backward.shape = shape;
+      op.forward.flops = scaled.flops;
+      op.forward.bytes_read_written = scaled.bytes_read_written;
+      op.backward.flops = scaled.flops * 2.0;
+      op.backward.bytes_read_written = scaled.bytes_read_written * 2.0;
+    } else {
+      for (OperatorCost* c : {&op.forward, &op.backward}) {
+        c->flops = c->flops * factor;
+        c->bytes_read_written = c->bytes_read_written * factor;
+      }
+    }
+  }
+  return ops;
+}
+
+double busiest_expert_group_load(int experts, int groups, double zipf) {
+  if (experts <= 0 || groups <= 0 || experts % groups != 0) throw std::invalid_argument("experts must split into equal groups");
+  double total = 0, busiest = 0, group = 0;
+  for (int i = 0; i < experts; ++i) total += std::pow(i + 1.0, -zipf);
+  const int local = experts / groups;
+  for (int i = 0; i < experts; ++i) {
+    group += std::pow(i + 1.0, -zipf);
+    if ((i + 1) % local == 0) {
+      busiest = std::max(busiest, group);
+      group = 0;
+    }
+  }
+  return busiest / total * groups;
+}
+
 AttentionWork ragged_attention_work(const RaggedBatch& batch, int64_t window, double window_layers) {
   AttentionWork w;
   for (const SequenceChunk& c : batch.sequences) {

@@ -306,6 +306,19 @@ struct ShardingFactors {
 };
 
 /// One operator of the list, with its forward and backward cost on one GPU.
+struct ModelOperator;
+
+/// The routed experts' operators ("expert_…" of layer_operators) with `factor` times their
+/// average rows (a skewed router's busiest GPU): the GEMMs re-shaped (backward as
+/// layer_operators builds it: data and weight gradients, each the forward's volume), the
+/// activation's bytes and FLOPs scaled, and so the activations they keep. Each GEMM keeps its
+/// own type (a per-module recipe's).
+std::vector<ModelOperator> scale_experts(std::vector<ModelOperator> ops, double factor);
+
+/// With the router's share of token-slots for expert i ∝ (i+1)^−zipf and the experts laid out
+/// in `groups` equal groups in order (EP ranks), the busiest group's slots over an even share
+/// (1 for zipf 0).
+double busiest_expert_group_load(int experts, int groups, double zipf);
 struct ModelOperator {
   std::string name;  ///< e.g. "qkv_proj", "attention", "expert_gate_up_proj"
   OperatorCost forward;

@@ -216,6 +216,7 @@ PoolConfig read_pool(JsonReader p, int index, const Topology& topology) {
   }
   if (auto v = p.find("step_overhead")) pool.step.step_overhead = non_negative_time(*v);
   if (auto v = p.find("speculative")) read_speculative(*v, pool);
+  if (auto v = p.find("moe_expert_skew")) pool.step.expert_skew = number_in(*v, 0, 16);
   p.finish();
   return pool;
 }

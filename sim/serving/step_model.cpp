@@ -124,6 +124,10 @@ StepModel::StepModel(ModelConfig model, const Topology& topology, InstanceShape 
     tp_group_ = std::make_unique<CollectiveSimulator>(topology, shape_.tp, std::min(shape_.tp, per_node));
   }
   if (shape_.dp > 1) ep_group_ = std::make_unique<CollectiveSimulator>(topology, gpus, std::min(gpus, per_node));
+  if (!(std::isfinite(options_.expert_skew) && options_.expert_skew >= 0)) {
+    throw std::invalid_argument("the router's Zipf skew must be finite and >= 0");
+  }
+  if (model_.moe && shape_.ep > 1) expert_rows_ = busiest_expert_group_load(model_.moe->experts, shape_.ep, options_.expert_skew);
   for (int l = 0; l < model_.layers; ++l) moe_layers_ += model_.is_moe_layer(l) ? 1 : 0;
   // Stage s holds ranks s·tp … (s+1)·tp − 1; its hand-off goes from rank (s+1)·tp − 1's peer
   // position, rank s·tp, to rank (s+1)·tp: on one node when both sit in the same one.
@@ -223,7 +227,9 @@ StepBreakdown StepModel::stages(const RaggedBatch& batch) const {
     all_reduces += kinds.all_reduces;
     for (const auto& [example, count] : kinds.examples) {
       StepBreakdown one;
-      const Time t = add_forward(compute_, layer_operators(model_, example, batch, sharding, trusted), one);
+      std::vector<ModelOperator> ops = layer_operators(model_, example, batch, sharding, trusted);
+      if (expert_rows_ != 1 && model_.is_moe_layer(example)) ops = scale_experts(std::move(ops), expert_rows_);
+      const Time t = add_forward(compute_, ops, one);
       stage += t * count;
       b.gemm += one.gemm * count;
       b.attention += one.attention * count;
@@ -264,6 +270,7 @@ Time StepModel::drafting(const RaggedBatch& batch, StepBreakdown& b) const {
   constexpr Validation trusted = Validation::kTrusted;
   const int layer = options_.speculative == SpeculativeMethod::kMtp ? model_.layers : 0;
   std::vector<ModelOperator> ops = layer_operators(model_, layer, draft, sharding_, trusted);
+  if (expert_rows_ != 1 && model_.is_moe_layer(layer)) ops = scale_experts(std::move(ops), expert_rows_);
   const double tokens = static_cast<double>(draft.sequences.size()), h = static_cast<double>(model_.hidden);
   ModelOperator projection;
   projection.name = "draft_input_proj";

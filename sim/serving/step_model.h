@@ -30,8 +30,10 @@
 // the chunk's 1 + drafts tokens through the layers above; before it, as many draft passes as the
 // most drafts of a sequence, each one token a speculating sequence through the draft layer (the
 // model's MTP layer, or its first layer's shape for EAGLE), a 2h → h projection and the head.
-// Not modelled: CUDA graphs (folded into the overhead term), separate draft LLMs, expert load
-// imbalance, communication overlapped with compute (two-batch overlap).
+// A skewed router (StepModelOptions::expert_skew) scales the experts' rows by the busiest GPU's
+// load when they are spread over GPUs.
+// Not modelled: CUDA graphs (folded into the overhead term), separate draft LLMs, redundant
+// experts, communication overlapped with compute (two-batch overlap).
 #pragma once
 
 #include <memory>
@@ -82,6 +84,10 @@ struct StepModelOptions {
   DType dtype = DType::kBf16;           ///< the GEMMs' weights (fp8: with bf16 activations)
   DType kv_cache_dtype = DType::kBf16;  ///< the KV cache (fp8: the attention reads it at 1 B)
   SpeculativeMethod speculative = SpeculativeMethod::kNone;
+  /// A skewed router (Zipf exponent; 0 even): with the experts spread over GPUs (ep > 1) the
+  /// GPU holding the most-chosen ones computes its experts' share of the slots, and the others
+  /// wait for it (busiest_expert_group_load). Experts split by TP see no skew.
+  double expert_skew = 0;
 };
 
 /// Where one step's time went (the instance's per-GPU view: every rank of a stage does the same).
@@ -130,6 +136,8 @@ class StepModel {
   const ComputeModel& compute() const { return compute_; }
   const ModelConfig& model() const { return model_; }
   InstanceShape shape() const { return shape_; }
+  /// The busiest GPU's routed rows over an even share (StepModelOptions::expert_skew).
+  double expert_rows() const { return expert_rows_; }
 
  private:
   Time all_reduce(Bytes size) const;
@@ -152,6 +160,7 @@ class StepModel {
   std::unique_ptr<CollectiveSimulator> tp_group_;
   std::unique_ptr<CollectiveSimulator> ep_group_;  ///< data-parallel attention: all dp·tp GPUs
   int moe_layers_ = 0;
+  double expert_rows_ = 1;  ///< the busiest GPU's routed rows over an even share
   /// Per stage boundary: the two ranks' send/recv (same node or not).
   std::vector<std::shared_ptr<CollectiveSimulator>> handoffs_;
   /// TP all-reduce and EP all-to-all times by size (not thread-safe: a StepModel serves one

@@ -169,30 +169,6 @@ Routing route(const MoeConfig& moe, const ParallelLayout& layout) {
   return r;
 }
 
-std::vector<ModelOperator> scale_experts(std::vector<ModelOperator> ops, double factor) {
-  for (ModelOperator& op : ops) {
-    if (op.name.rfind("expert_", 0) != 0) continue;
-    op.saved = op.saved * factor;
-    if (op.forward.kind == OperatorKind::kGemm) {
-      GemmShape shape = op.forward.shape;
-      shape.m *= factor;
-      // New sizes; the same kernels, issued the same way (by the host, or from a CUDA graph).
-      const OperatorCost scaled = gemm_cost(shape, op.forward.dtype);
-      op.forward.shape = op.backward.shape = shape;
-      op.forward.flops = scaled.flops;
-      op.forward.bytes_read_written = scaled.bytes_read_written;
-      op.backward.flops = scaled.flops * 2.0;
-      op.backward.bytes_read_written = scaled.bytes_read_written * 2.0;
-    } else {
-      for (OperatorCost* c : {&op.forward, &op.backward}) {
-        c->flops = c->flops * factor;
-        c->bytes_read_written = c->bytes_read_written * factor;
-      }
-    }
-  }
-  return ops;
-}
-
 MicroBatch micro_batch_of(const ParallelLayout& layout) {
   // Full recomputation re-runs every module anyway (Megatron ignores the modules with it).
   return MicroBatch{layout.micro_batch,

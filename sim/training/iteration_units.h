@@ -165,12 +165,6 @@ Unit unit_from(const OperatorSums& s, Recomputation recompute, bool transformer_
 
 Routing route(const MoeConfig& moe, const ParallelLayout& layout);
 
-// The routed experts' operators ("expert_…" of layer_operators) with `factor` times their
-// average rows: the GEMMs re-shaped (backward as layer_operators builds it: data and weight
-// gradients, each the forward's volume), the activation's bytes and FLOPs scaled, and so
-// the activations they keep. Each GEMM keeps its own type (a per-module recipe's).
-std::vector<ModelOperator> scale_experts(std::vector<ModelOperator> ops, double factor);
-
 /// The micro-batch and the sharding that a layout gives every layer's operators.
 MicroBatch micro_batch_of(const ParallelLayout& layout);
 ShardingFactors sharding_of(const ParallelLayout& layout);

@@ -49,6 +49,7 @@ struct StepArgs {
   std::string dtype = "bf16";
   std::string kv_cache_dtype = "bf16";
   std::string speculative = "none";
+  double expert_skew = 0;
   int draft_tokens = 0;
   std::optional<double> acceptance;
 };
@@ -129,6 +130,7 @@ void run_step(const StepArgs& a) {
     throw InputError("", "--speculative/--draft-tokens/--acceptance", "give all three, or none");
   }
   if (a.draft_tokens > 0 && !a.decode) throw InputError("", "--draft-tokens", "speculates in a --decode step");
+  options.expert_skew = a.expert_skew;
   InstanceShape shape{a.tp, a.pp, a.ep, a.dp};
   if (a.dp > 1 && a.ep == 1) shape.ep = a.tp * a.dp;  // the experts over every GPU
   std::optional<StepModel> step_model;
@@ -160,6 +162,10 @@ void run_step(const StepArgs& a) {
   row("step", b.total);
   std::printf("%s\n", t.render().c_str());
   if (a.pp > 1) std::printf("  slowest stage: %s (with pp batches in flight, one step per stage time)\n", ms(b.bottleneck_stage).c_str());
+  if (step_model->expert_rows() != 1) {
+    std::printf("  router skew (Zipf %g): the busiest GPU computes %.2fx an even share of the routed rows\n", a.expert_skew,
+                step_model->expert_rows());
+  }
   std::printf("  per GPU: %.3f TFLOP, %.3f GB of HBM traffic; %.0f new tokens/s\n", b.flops.value() / 1e12,
               b.hbm_bytes.value() / 1e9, static_cast<double>(b.new_tokens) / b.total.seconds());
   double per_sequence = 1;  // tokens a decoding sequence gets from the step
@@ -403,6 +409,9 @@ CLI::App* add_step_subcommand(CLI::App* serve) {
       ->check(CLI::Range(0, 16));
   step->add_option("--acceptance", a->acceptance, "decode: the chance each draft token is accepted, given the ones before")
       ->check(CLI::Range(0.0, 0.999));
+  step->add_option("--moe-expert-skew", a->expert_skew,
+                   "MoE: a Zipf-skewed router (0 even); with experts spread over GPUs the busiest sets the pace")
+      ->check(CLI::Range(0.0, 16.0));
   step->add_option("--dtype", a->dtype, "the weights and GEMMs: bf16, or fp8 (activations stay bf16)")
       ->check(CLI::IsMember({"bf16", "fp8"}))
       ->capture_default_str();
