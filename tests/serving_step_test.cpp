@@ -242,6 +242,18 @@ TEST(ServingStep, DataParallelAttentionSplitsTheSequencesAndDispatchesToEveryGpu
   EXPECT_EQ(b.sequences, 64);
   EXPECT_EQ(b.new_tokens, 64);
   EXPECT_DOUBLE_EQ(b.total.seconds(), (b.bottleneck_stage).seconds());
+  // Two-batch overlap: each rank's 8 sequences as two micro-batches of 4, one's all-to-alls (of
+  // 4 tokens' rows) beside the other's layers; the longer side goes on, plus one MoE layer's
+  // share of the shorter.
+  StepModelOptions tbo = o;
+  tbo.two_batch_overlap = true;
+  const StepBreakdown t = StepModel(m, node, InstanceShape{1, 1, 8, 8}, tbo).step(batch);
+  const Time exchange = all8.run(CollectiveOp::kAllToAll, Bytes(4.0 * 2 * 4096 * 2), analytical).time * (2 * 32 * 2);
+  EXPECT_NEAR(t.ep_communication.seconds(), exchange.seconds(), 1e-12);
+  const Time layers = t.total + t.overlapped - t.ep_communication;  // both halves' layers
+  EXPECT_GT(layers, b.total - b.ep_communication);  // each half reads the weights again
+  const Time longer = std::max(layers, exchange), shorter = std::min(layers, exchange);
+  EXPECT_NEAR(t.total.seconds(), longer.seconds() + shorter.seconds() / 32, 1e-12);
   // Every GPU keeps the dense weights and an eighth of the routed experts; the instance's cache
   // is its 8 ranks'.
   const ParameterCounts p = count_parameters(m);

@@ -112,6 +112,10 @@ add_test(NAME example.serve.step_dp_attention
          COMMAND parallax serve step --model deepseek-v3 --topology dgx-h100 --nodes 2 --tp 1 --dp 16 --decode 1024
                  --context 2400 --dtype fp8)
 set_tests_properties(example.serve.step_dp_attention PROPERTIES PASS_REGULAR_EXPRESSION "dp 16 attention ranks.*EP all-to-all.*: fits")
+add_test(NAME example.serve.step_two_batch_overlap
+         COMMAND parallax serve step --model deepseek-v3 --topology dgx-h100 --nodes 2 --tp 1 --dp 16 --decode 1024
+                 --context 2400 --dtype fp8 --two-batch-overlap)
+set_tests_properties(example.serve.step_two_batch_overlap PROPERTIES PASS_REGULAR_EXPRESSION "EP all-to-all.*beside one another  *-")
 
 # ---- request traces and their replay -------------------------------------------------------------------
 add_test(NAME example.serve.replay_azure_code

@@ -217,6 +217,7 @@ PoolConfig read_pool(JsonReader p, int index, const Topology& topology) {
   if (auto v = p.find("step_overhead")) pool.step.step_overhead = non_negative_time(*v);
   if (auto v = p.find("speculative")) read_speculative(*v, pool);
   if (auto v = p.find("moe_expert_skew")) pool.step.expert_skew = number_in(*v, 0, 16);
+  if (auto v = p.find("two_batch_overlap")) pool.step.two_batch_overlap = v->as_bool();
   p.finish();
   return pool;
 }

@@ -103,6 +103,9 @@ StepModel::StepModel(ModelConfig model, const Topology& topology, InstanceShape 
                                 " (experts spread over the TP group)");
   }
   sharding_ = ShardingFactors{shape_.tp, 1, shape_.ep, false, shape_.ep > 1, 0, shape_.dp};
+  if (options_.two_batch_overlap && shape_.dp < 2) {
+    throw std::invalid_argument("two-batch overlap hides the all-to-alls of data-parallel attention (dp > 1)");
+  }
   if (options_.speculative != SpeculativeMethod::kNone && shape_.pp > 1) {
     throw std::invalid_argument("speculative decoding with pipeline stages is not modelled (pp must be 1)");
   }
@@ -180,30 +183,58 @@ StepBreakdown StepModel::step(const RaggedBatch& batch_in) const {
 
 StepBreakdown StepModel::ranks_in_step(const RaggedBatch& batch) const {
   // The ranks step together (the MoE layers exchange their tokens): the slowest rank's layers,
-  // and the all-to-alls of the rank that sends the most.
+  // and the all-to-alls of the rank that sends the most. With two-batch overlap each rank runs
+  // its sequences as two micro-batches, the all-to-alls of one beside the layers of the other.
+  const int parts = options_.two_batch_overlap ? 2 : 1;
   StepBreakdown b;
   int64_t busiest = 0, speculating = 0, passes = 0;
   for (const RaggedBatch& rank : split_over_attention_ranks(batch, shape_.dp)) {
-    if (rank.sequences.empty()) continue;
-    const StepBreakdown r = stages(rank);
-    if (r.total > b.total) b = r;
-    int64_t tokens = 0, drafting = 0;
-    for (const SequenceChunk& c : rank.sequences) {
-      tokens += c.q_len;
-      drafting += c.drafts > 0 ? 1 : 0;
-      passes = std::max(passes, c.drafts);
+    StepBreakdown r;
+    for (const RaggedBatch& part : split_over_attention_ranks(rank, parts)) {
+      if (part.sequences.empty()) continue;
+      add_parts(r, stages(part));
+      int64_t tokens = 0, drafting = 0;
+      for (const SequenceChunk& c : part.sequences) {
+        tokens += c.q_len;
+        drafting += c.drafts > 0 ? 1 : 0;
+        passes = std::max(passes, c.drafts);
+      }
+      busiest = std::max(busiest, tokens);
+      speculating = std::max(speculating, drafting);
     }
-    busiest = std::max(busiest, tokens);
-    speculating = std::max(speculating, drafting);
+    if (r.total > b.total) b = r;
   }
-  b.ep_communication = expert_all_to_alls(busiest);
+  Time exchange = expert_all_to_alls(busiest);
   // An MTP draft layer that is MoE exchanges its one token a sequence per pass as well.
   if (options_.speculative == SpeculativeMethod::kMtp && model_.is_moe_layer(model_.layers)) {
-    b.ep_communication += expert_all_to_alls(speculating, 1) * passes;
+    exchange += expert_all_to_alls(speculating, 1) * passes;
   }
-  b.bottleneck_stage += b.ep_communication;
-  b.total += b.ep_communication;
+  b.ep_communication = exchange * parts;
+  if (parts == 1) {
+    b.total += b.ep_communication;
+  } else {
+    // Layer by layer, one micro-batch's exchange runs beside the other's compute: the longer of
+    // the two goes on, and one layer's share of the shorter is the pipeline's fill.
+    const Time longer = std::max(b.total, b.ep_communication), shorter = std::min(b.total, b.ep_communication);
+    const Time total = longer + Time::from_seconds(shorter.seconds() / std::max(1, moe_layers_));
+    b.overlapped = b.total + b.ep_communication - total;
+    b.total = total;
+  }
+  b.bottleneck_stage = b.total;
   return b;
+}
+
+void StepModel::add_parts(StepBreakdown& sum, const StepBreakdown& part) {
+  sum.total += part.total;
+  sum.gemm += part.gemm;
+  sum.attention += part.attention;
+  sum.other += part.other;
+  sum.tp_communication += part.tp_communication;
+  sum.pp_handoff += part.pp_handoff;
+  sum.drafting += part.drafting;
+  sum.bottleneck_stage += part.bottleneck_stage;
+  sum.flops += part.flops;
+  sum.hbm_bytes += part.hbm_bytes;
 }
 
 StepBreakdown StepModel::stages(const RaggedBatch& batch) const {
@@ -341,6 +372,8 @@ nlohmann::ordered_json to_json(const StepBreakdown& b) {
   j["tp_communication_ms"] = ms(b.tp_communication);
   j["pp_handoff_ms"] = ms(b.pp_handoff);
   j["ep_communication_ms"] = ms(b.ep_communication);
+  j["drafting_ms"] = ms(b.drafting);
+  j["overlapped_ms"] = ms(b.overlapped);
   j["overhead_ms"] = ms(b.overhead);
   j["bottleneck_stage_ms"] = ms(b.bottleneck_stage);
   j["flops_per_gpu"] = b.flops.value();

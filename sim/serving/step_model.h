@@ -32,8 +32,10 @@
 // model's MTP layer, or its first layer's shape for EAGLE), a 2h → h projection and the head.
 // A skewed router (StepModelOptions::expert_skew) scales the experts' rows by the busiest GPU's
 // load when they are spread over GPUs.
+// Two-batch overlap (StepModelOptions::two_batch_overlap) runs each rank's share as two
+// micro-batches, one's all-to-alls beside the other's layers.
 // Not modelled: CUDA graphs (folded into the overhead term), separate draft LLMs, redundant
-// experts, communication overlapped with compute (two-batch overlap).
+// experts.
 #pragma once
 
 #include <memory>
@@ -88,6 +90,9 @@ struct StepModelOptions {
   /// GPU holding the most-chosen ones computes its experts' share of the slots, and the others
   /// wait for it (busiest_expert_group_load). Experts split by TP see no skew.
   double expert_skew = 0;
+  /// Data-parallel attention: each rank's sequences in two micro-batches, one's all-to-alls
+  /// beside the other's layers (SGLang's --enable-two-batch-overlap).
+  bool two_batch_overlap = false;
 };
 
 /// Where one step's time went (the instance's per-GPU view: every rank of a stage does the same).
@@ -100,6 +105,7 @@ struct StepBreakdown {
   Time pp_handoff;        ///< activations sent between stages
   Time ep_communication;  ///< data-parallel attention: the experts' dispatch and combine all-to-alls
   Time drafting;          ///< speculative decoding: the draft passes (inside the other parts too)
+  Time overlapped;        ///< two-batch overlap: the part of the parts above that ran beside another
   Time overhead;          ///< the framework term
   Time bottleneck_stage;  ///< the slowest stage's compute + TP time
   Flops flops;            ///< per GPU, summed over stages
@@ -147,6 +153,8 @@ class StepModel {
   StepBreakdown stages(const RaggedBatch& batch) const;
   /// Data-parallel attention: the step of every rank's share of the batch.
   StepBreakdown ranks_in_step(const RaggedBatch& batch) const;
+  /// Adds a micro-batch's parts to `sum`.
+  static void add_parts(StepBreakdown& sum, const StepBreakdown& part);
   /// The draft passes before a step (added to `b`): the passes' time.
   Time drafting(const RaggedBatch& batch, StepBreakdown& b) const;
 

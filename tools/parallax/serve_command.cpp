@@ -50,6 +50,7 @@ struct StepArgs {
   std::string kv_cache_dtype = "bf16";
   std::string speculative = "none";
   double expert_skew = 0;
+  bool two_batch_overlap = false;
   int draft_tokens = 0;
   std::optional<double> acceptance;
 };
@@ -131,6 +132,8 @@ void run_step(const StepArgs& a) {
   }
   if (a.draft_tokens > 0 && !a.decode) throw InputError("", "--draft-tokens", "speculates in a --decode step");
   options.expert_skew = a.expert_skew;
+  options.two_batch_overlap = a.two_batch_overlap;
+  if (a.two_batch_overlap && a.dp < 2) throw InputError("", "--two-batch-overlap", "overlaps the all-to-alls of --dp > 1");
   InstanceShape shape{a.tp, a.pp, a.ep, a.dp};
   if (a.dp > 1 && a.ep == 1) shape.ep = a.tp * a.dp;  // the experts over every GPU
   std::optional<StepModel> step_model;
@@ -158,6 +161,7 @@ void run_step(const StepArgs& a) {
   row("PP hand-off", b.pp_handoff);
   if (shape.dp > 1) row("EP all-to-all", b.ep_communication);
   if (b.drafting > Time::zero()) row("  of it, drafting", b.drafting);
+  if (b.overlapped > Time::zero()) row("beside one another", Time::zero() - b.overlapped);
   row("framework overhead", b.overhead);
   row("step", b.total);
   std::printf("%s\n", t.render().c_str());
@@ -412,6 +416,8 @@ CLI::App* add_step_subcommand(CLI::App* serve) {
   step->add_option("--moe-expert-skew", a->expert_skew,
                    "MoE: a Zipf-skewed router (0 even); with experts spread over GPUs the busiest sets the pace")
       ->check(CLI::Range(0.0, 16.0));
+  step->add_flag("--two-batch-overlap", a->two_batch_overlap,
+                 "with --dp: two micro-batches, one's all-to-alls beside the other's layers");
   step->add_option("--dtype", a->dtype, "the weights and GEMMs: bf16, or fp8 (activations stay bf16)")
       ->check(CLI::IsMember({"bf16", "fp8"}))
       ->capture_default_str();
