@@ -10,6 +10,7 @@
 #include "model/model_loader.h"
 #include "model/parameter_count.h"
 #include "serving/fleet.h"
+#include "serving/fleet_search.h"
 #include "serving/fleet_sweep.h"
 #include "test_support.h"
 #include "topology/topology_loader.h"
@@ -409,6 +410,60 @@ TEST(ServingFleet, TheCostModelRunsAFleetAndRerunsIdentically) {
   // A fleet larger than the topology is refused, naming the numbers.
   c.pools[0].count = 5;
   EXPECT_THROW(simulate_fleet(c), std::invalid_argument);
+}
+
+TEST(ServingSearch, EveryShapeFillsTheGpusAndTheRankingIsTheCapacitysWhateverTheThreads) {
+  // Llama-3 8B on one DGX H100: tp and pp powers of two whose product divides 8, 10 shapes; a
+  // MoE model adds its experts spread over the TP group, and data-parallel attention.
+  const std::vector<InstanceShape> dense = candidate_shapes(bundled("llama3-8b"), 8);
+  EXPECT_EQ(dense.size(), 10u);
+  for (const InstanceShape& s : dense) EXPECT_EQ(8 % s.gpus(), 0);
+  const std::vector<InstanceShape> moe = candidate_shapes(bundled("mixtral-8x7b"), 8);
+  EXPECT_GT(moe.size(), dense.size());
+  bool spread = false, data_parallel = false;
+  for (const InstanceShape& s : moe) {
+    spread = spread || (s.dp == 1 && s.ep == s.tp && s.tp > 1);
+    data_parallel = data_parallel || (s.dp > 1 && s.ep == s.tp * s.dp && s.pp == 1);
+  }
+  EXPECT_TRUE(spread && data_parallel);
+  FleetConfig c;
+  c.model = bundled("llama3-8b");
+  c.topology = shared_dgx_h100();
+  PoolConfig pool;
+  pool.batching.max_sequences = 64;
+  c.pools = {pool};
+  c.traffic.rate_per_s = 20;
+  c.traffic.requests = 120;
+  c.slo_ttft = Time::ms(1500);
+  c.slo_tpot = Time::ms(60);
+  const ShapeSearch one = search_shapes(c, 1), two = search_shapes(c, 2);
+  EXPECT_TRUE(one.by_capacity);
+  EXPECT_EQ(one.enumerated, one.rejected_by_rule + one.rejected_by_memory + one.ranked.size());
+  ASSERT_EQ(one.ranked.size(), two.ranked.size());
+  for (size_t i = 0; i < one.ranked.size(); ++i) {
+    EXPECT_EQ(one.ranked[i].shape.tp, two.ranked[i].shape.tp);
+    EXPECT_EQ(one.ranked[i].shape.pp, two.ranked[i].shape.pp);
+    EXPECT_EQ(one.ranked[i].capacity, two.ranked[i].capacity);
+    if (i > 0) {
+      EXPECT_GE(one.ranked[i - 1].capacity, one.ranked[i].capacity);
+    }
+    EXPECT_EQ(one.ranked[i].instances * one.ranked[i].shape.gpus(), 8);
+    // At its capacity a shape meets the SLO for 90% of the requests.
+    if (one.ranked[i].capacity > 0) {
+      EXPECT_GE(one.ranked[i].summary.slo_attainment, 0.9);
+    }
+  }
+  // The best is what capacity_at_slo says of it alone.
+  FleetConfig best = c;
+  best.pools[0].shape = one.ranked[0].shape;
+  best.pools[0].count = one.ranked[0].instances;
+  EXPECT_EQ(capacity_at_slo(best, 0.9).first, one.ranked[0].capacity);
+  // A disaggregated fleet is not re-shaped.
+  FleetConfig pd = c;
+  pd.pools = {pool, pool};
+  pd.pools[0].role = PoolRole::kPrefill;
+  pd.pools[1].role = PoolRole::kDecode;
+  EXPECT_THROW(search_shapes(pd, 1), std::invalid_argument);
 }
 
 TEST(ServingSweep, RatesAndTheHighestRateMeetingTheSlos) {

@@ -7,7 +7,8 @@ parallax_test(serving_test serving_step_test.cpp serving_fleet_test.cpp serving_
               LONG ServingQueue.MM1WaitingTimeIsRhoOverMuMinusLambda ServingQueue.MD1WaitingTimeIsPollaczekKhinchine
                    ServingQueue.JoinShortestQueueWaitsLessThanPowerOfTwoThanRoundRobin
                    ServingPrefixCache.CacheAwareRoutersHitMoreThanRoundRobin ServingPrefixIndex.AForgetfulRouterIndexLosesAffinity
-                   ServingPrefixCache.AnUnboundedCacheHitsTheTracesOwnBlockReuse ServingTrace.MooncakeKeepsItsPrefixBlocks)
+                   ServingPrefixCache.AnUnboundedCacheHitsTheTracesOwnBlockReuse ServingTrace.MooncakeKeepsItsPrefixBlocks
+                   ServingSearch.EveryShapeFillsTheGpusAndTheRankingIsTheCapacitysWhateverTheThreads)
 target_link_libraries(serving_test PRIVATE parallax_serving)
 
 # ---- parallax serve step through the CLI -------------------------------------------------------------
@@ -116,6 +117,16 @@ add_test(NAME example.serve.step_two_batch_overlap
          COMMAND parallax serve step --model deepseek-v3 --topology dgx-h100 --nodes 2 --tp 1 --dp 16 --decode 1024
                  --context 2400 --dtype fp8 --two-batch-overlap)
 set_tests_properties(example.serve.step_two_batch_overlap PROPERTIES PASS_REGULAR_EXPRESSION "EP all-to-all.*beside one another  *-")
+
+# Which instance shape serves the example's traffic best on its 8 H100s: every shape simulated at
+# rising rates to its capacity at the SLO; the best written as a fleet file that runs.
+add_test(NAME example.serve.search
+         COMMAND bash -c "set -e; $<TARGET_FILE:parallax> serve search ${serve_fleet} --requests 200 --jobs 2 --emit ${serve_scratch}/best-fleet.json --json ${serve_scratch}/search.json; $<TARGET_FILE:parallax> serve ${serve_scratch}/best-fleet.json --requests 100")
+set_tests_properties(example.serve.search PROPERTIES
+                     PASS_REGULAR_EXPRESSION "capacity.*shapes: 10 enumerated = 0 rejected by rule \\+ 0 rejected by memory \\+ 10 simulated.*100 completed, 0 rejected")
+add_test(NAME example.serve.search_disaggregated
+         COMMAND bash ${check_exit} 2 "/pools: the shape search re-shapes a fleet of one colocated pool"
+                 $<TARGET_FILE:parallax> serve search ${PROJECT_SOURCE_DIR}/workloads/serve/llama3-70b-pd-2xdgx-h100.json)
 
 # ---- request traces and their replay -------------------------------------------------------------------
 add_test(NAME example.serve.replay_azure_code

@@ -16,6 +16,9 @@ struct FleetFile {
 
 /// Reads `path`. Bundled model names are looked up in `models_dir`, topology presets in
 /// `topologies_dir`; relative file paths are relative to the fleet file. Throws InputError.
-FleetFile load_fleet(const std::string& path, const std::string& models_dir, const std::string& topologies_dir);
+/// `check_shapes` false leaves out whether each pool's shape suits the model and fits its GPUs
+/// (for a search that replaces the shape).
+FleetFile load_fleet(const std::string& path, const std::string& models_dir, const std::string& topologies_dir,
+                     bool check_shapes = true);
 
 }  // namespace parallax

@@ -9,16 +9,19 @@
 #include <sstream>
 #include <optional>
 #include <string>
+#include <thread>
 
 #include "compute/measured_gemm_table.h"
 #include "io/atomic_file.h"
 #include "io/input_error.h"
+#include "io/json_reader.h"
 #include "model/model_loader.h"
 #include "parallax/cli_support.h"
 #include "parallax/commands.h"
 #include "parallax/text_table.h"
 #include "serving/fleet_loader.h"
 #include "serving/fleet_report.h"
+#include "serving/fleet_search.h"
 #include "serving/fleet_sweep.h"
 #include "serving/kv_capacity.h"
 #include "serving/step_model.h"
@@ -225,6 +228,9 @@ struct FleetArgs {
   std::string replay;
   double rate_scale = 1.0;
   std::string trace;
+  size_t top = 10;
+  int jobs = 0;
+  std::string emit;
 };
 
 void make_plot_dir(const std::string& dir) {
@@ -274,8 +280,8 @@ void run_comparison(const FleetArgs& a, const FleetFile& f) {
   }
 }
 
-FleetFile load_with_overrides(const FleetArgs& a) {
-  FleetFile f = load_fleet(a.fleet, bundled_models_dir(), topologies_dir());
+FleetFile load_with_overrides(const FleetArgs& a, bool check_shapes = true) {
+  FleetFile f = load_fleet(a.fleet, bundled_models_dir(), topologies_dir(), check_shapes);
   FleetConfig& c = f.config;
   if (a.seed) c.seed = *a.seed;
   if (a.requests) {
@@ -340,6 +346,35 @@ void run_sweep(const FleetArgs& a) {
     run_gnuplot(a.plot + "/capacity.gp",
                 sweep_gnuplot(a.plot + "/capacity.dat", a.plot + "/capacity.png", c.model.name + " on " + f.topology_name));
     std::printf("  wrote %s/capacity.png\n", a.plot.c_str());
+  }
+}
+
+void run_search(const FleetArgs& a) {
+  FleetFile f = load_with_overrides(a, false);  // the pool's shape is what is searched
+  const FleetConfig& c = f.config;
+  const int threads = a.jobs > 0 ? a.jobs : std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+  std::printf("serve search: %s on %s (%zu GPUs), %s (seed %llu); ranked by %s\n", c.model.name.c_str(),
+              f.topology_name.c_str(), c.topology->gpu_count(),
+              c.replay ? ("replay of " + c.replay_name).c_str() : c.traffic.describe().c_str(),
+              static_cast<unsigned long long>(c.seed),
+              c.slo_ttft > Time::zero() || c.slo_tpot > Time::zero() ? "capacity at the SLO" : "output throughput");
+  ShapeSearch s;
+  try {
+    const bool terminal = isatty(STDERR_FILENO) != 0;
+    s = search_shapes(c, threads, a.attainment, [terminal](size_t done, size_t total) {
+      if (!terminal) return;
+      std::fprintf(stderr, "\r  [%zu/%zu shapes]", done, total);
+      if (done == total) std::fprintf(stderr, "\r                      \r");
+    });
+  } catch (const std::invalid_argument& e) {
+    throw InputError(a.fleet, "/pools", e.what());
+  }
+  std::fputs(shape_table(s, a.top).c_str(), stdout);
+  if (s.ranked.empty()) throw InputError(a.fleet, "/pools/0", "no instance shape of the model fits these GPUs");
+  if (!a.json.empty()) write_file_atomically(a.json, shape_json(s).dump(2) + "\n");
+  if (!a.emit.empty()) {
+    write_file_atomically(a.emit, fleet_with_shape(load_json_file(a.fleet), s.ranked.front()).dump(2) + "\n");
+    std::printf("  wrote the best fleet to %s\n", a.emit.c_str());
   }
 }
 
@@ -467,6 +502,22 @@ CLI::App* add_sweep_subcommand(CLI::App* serve) {
   return sweep;
 }
 
+CLI::App* add_search_subcommand(CLI::App* serve) {
+  auto w = std::make_shared<FleetArgs>();
+  CLI::App* search = serve->add_subcommand(
+      "search", "which instance shape (TP, PP, DP attention, EP) serves the fleet's traffic best on its GPUs");
+  search->add_option("fleet", w->fleet, "fleet file with one colocated pool (its shape is replaced)")->required();
+  add_run_options(search, *w);
+  search->add_option("--attainment", w->attainment, "with an SLO: the share of requests that must meet it")
+      ->capture_default_str();
+  search->add_option("--top", w->top, "rows of the table")->capture_default_str();
+  search->add_option("--jobs", w->jobs, "fleet simulations at once (default: all cores)");
+  search->add_option("--json", w->json, "write every simulated shape as JSON");
+  search->add_option("--emit", w->emit, "write the fleet file with the best shape");
+  search->callback([w] { run_search(*w); });
+  return search;
+}
+
 }  // namespace
 
 void add_serve_command(CLI::App& app) {
@@ -486,8 +537,9 @@ void add_serve_command(CLI::App& app) {
   CLI::App* step = add_step_subcommand(serve);
   CLI::App* validate = add_validate_subcommand(serve);
   CLI::App* sweep = add_sweep_subcommand(serve);
-  serve->callback([step, sweep, validate, f] {
-    if (step->parsed() || sweep->parsed() || validate->parsed()) return;
+  CLI::App* search = add_search_subcommand(serve);
+  serve->callback([step, sweep, validate, search, f] {
+    if (step->parsed() || sweep->parsed() || validate->parsed() || search->parsed()) return;
     if (f->fleet.empty()) throw CLI::CallForHelp();
     run_fleet(*f);
   });

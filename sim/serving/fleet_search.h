@@ -1,0 +1,66 @@
+// Which instance shape serves this traffic best on these GPUs? The fleet's one colocated pool
+// re-shaped every valid way to fill the same GPUs — TP (up to the GPUs, across nodes too), PP,
+// data-parallel attention with the experts spread over every GPU (MoE), experts spread over the
+// TP group or split by it — each run through the whole fleet simulation on the fleet's own
+// traffic mix and seed. With an SLO, each shape's capacity: the highest offered rate (for a
+// replayed trace, speed-up) at which the given share of requests meets it, found by doubling
+// from the fleet's rate and then bisecting; ranked by it. Without one, the output throughput at
+// the fleet's rate. Shapes the model cannot take (heads, layers, experts) or whose weights leave
+// no room for the KV cache are counted as rejected, with the first reason of each kind.
+#pragma once
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "serving/fleet.h"
+#include "serving/fleet_report.h"
+
+namespace parallax {
+
+struct ShapeRun {
+  InstanceShape shape;
+  int instances = 0;
+  int64_t kv_blocks = 0;  ///< per instance
+  double capacity = 0;    ///< with an SLO: the highest rate meeting it (0: none tried did)
+  FleetSummary summary;   ///< at the capacity (or, below every rate tried, at the fleet's)
+};
+
+struct ShapeSearch {
+  size_t enumerated = 0;
+  size_t rejected_by_rule = 0;    ///< shapes the model cannot take (heads, layers, experts, …)
+  size_t rejected_by_memory = 0;  ///< shapes whose weights leave no room for the KV cache
+  std::vector<std::string> rejections;  ///< "shape: reason", the first of each kind
+  std::vector<ShapeRun> ranked;         ///< best first
+  bool by_capacity = false;             ///< ranked by capacity at the SLO, else by output throughput
+  double attainment = 0.9;
+};
+
+/// The shapes tried for `model` on `gpus` GPUs of `per_node` a node: tp and dp·tp·pp powers of
+/// two (and the instance a divisor of the GPUs), pp ≤ 8 and ≤ the layers; MoE models also with
+/// the experts spread over the TP group (ep = tp) and with data-parallel attention (ep = tp·dp);
+/// `pipeline` false keeps pp 1 (speculating pools).
+std::vector<InstanceShape> candidate_shapes(const ModelConfig& model, int gpus, bool pipeline = true);
+
+/// Runs every candidate shape of `config`'s single colocated pool on all the topology's GPUs
+/// (`threads` at once; the ranking does not depend on them). `progress(done, total)` after each.
+/// Throws std::invalid_argument when the fleet has more than one pool or a disaggregated one.
+ShapeSearch search_shapes(const FleetConfig& config, int threads, double attainment = 0.9,
+                          const std::function<void(size_t, size_t)>& progress = nullptr);
+
+/// The highest rate (or, replaying, speed-up) at which `attainment` of the requests meet the
+/// fleet's SLO, within 2% (doubling from the fleet's own up to 256 times it, then bisecting),
+/// and the run at it; 0 and the fleet's own run when even a 64th of its rate does not. Open-loop
+/// traffic keeps the fleet's window (its requests over its rate): a run at twice the rate has
+/// twice the requests.
+std::pair<double, FleetSummary> capacity_at_slo(const FleetConfig& config, double attainment);
+
+std::string shape_table(const ShapeSearch& search, size_t top);
+nlohmann::ordered_json shape_json(const ShapeSearch& search);
+/// The fleet file `original` with its pool re-shaped as `run` (tp, pp, dp, ep, count), the rest
+/// as it was: what `serve search --emit` writes.
+nlohmann::json fleet_with_shape(const nlohmann::json& original, const ShapeRun& run);
+
+}  // namespace parallax
