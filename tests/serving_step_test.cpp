@@ -317,6 +317,24 @@ TEST(ServingStep, ASkewedRouterSlowsSpreadExpertsOnly) {
   EXPECT_DOUBLE_EQ(StepModel(m, node, InstanceShape{4, 1, 1}, skewed).step(batch).total.seconds(),
                    StepModel(m, node, InstanceShape{4, 1, 1}, even).step(batch).total.seconds());
   EXPECT_DOUBLE_EQ(StepModel(m, node, InstanceShape{4, 1, 4}, skewed).expert_rows(), busiest_expert_group_load(8, 4, 1.0));
+  // Two redundant copies over the same 4 experts (3 a group): both go to expert 0 (1, then 1/2
+  // a copy against expert 1's 1/2: the first wins the tie), so the copies are 1/2, four of 1/3
+  // and 1/4; packed largest first onto the emptier group with room: {1/2, 1/3, 1/4} and
+  // {1/3, 1/3, 1/3}, the busiest 13/12 over an even 25/24.
+  EXPECT_NEAR(busiest_expert_group_load(4, 2, 1.0, 2), (13.0 / 12) / (25.0 / 24), 1e-12);
+  // DeepSeek-V3 on 72 GPUs needs them (256 experts do not split 72 ways; 288 do), and its weights
+  // per GPU count the copies.
+  const ModelConfig ds = bundled("deepseek-v3");
+  const Topology nine = dgx_h100(9);
+  EXPECT_THROW(StepModel(ds, nine, InstanceShape{1, 1, 72, 72}, even), std::invalid_argument);
+  const StepModel eplb(ds, nine, InstanceShape{1, 1, 72, 72, 32}, skewed);
+  EXPECT_LT(eplb.expert_rows(), busiest_expert_group_load(256, 64, 1.0));
+  const ParameterCounts p = count_parameters(ds);
+  EXPECT_NEAR((stage_weight_bytes(ds, InstanceShape{1, 1, 72, 72, 32}).front() -
+               stage_weight_bytes(ds, InstanceShape{1, 1, 72, 72, 0}).front())
+                  .value(),
+              2.0 * static_cast<double>(p.routed_experts) * 32 / 256 / 72, 1.0);
+  EXPECT_THROW(StepModel(m, node, InstanceShape{4, 1, 1, 1, 4}, even), std::invalid_argument);  // experts split by TP
 }
 
 TEST(ServingStep, WhereAnInstanceSitsDecidesWhichLinksItsStagesUse) {

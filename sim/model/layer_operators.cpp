@@ -798,7 +798,7 @@ void add_moe(OperatorList& ops, const ModelConfig& m, const ShardingFactors& sh,
       sh.experts_in_tp_group ? z.tokens * top_k * sh.attention_dp / sh.ep : z.tokens * top_k * etp / sh.tp;
   const double expert_ffn = static_cast<double>(moe.expert_ffn) / (sh.experts_in_tp_group ? 1 : etp);
   ops.memory("moe_permute", (z.tokens + slots) * width * e, 0.0);
-  const double local_experts = experts / sh.ep;
+  const double local_experts = (experts + sh.redundant_experts) / sh.ep;
   // Megatron's alltoall dispatcher receives its rows grouped by source rank and regroups them
   // by local expert (sort_chunks_by_idxs: the rows and their routing weights read and written
   // once), and back before the combine; each gradient is the inverse regrouping.
@@ -940,7 +940,13 @@ std::string sharding_problem(const ModelConfig& m, const MicroBatch& batch, cons
   }
   if (m.any_dense_mlp() && m.ffn % sh.tp != 0) return "tp=" + n(sh.tp) + " does not divide ffn=" + n(m.ffn);
   if (m.moe) {
-    if (m.moe->experts % sh.ep != 0) return "ep=" + n(sh.ep) + " does not divide experts=" + n(m.moe->experts);
+    if ((m.moe->experts + sh.redundant_experts) % sh.ep != 0) {
+      return "ep=" + n(sh.ep) + " does not divide experts=" + n(m.moe->experts) +
+             (sh.redundant_experts > 0 ? " + " + n(sh.redundant_experts) + " redundant" : std::string());
+    }
+    if (sh.redundant_experts > 0 && !sh.experts_in_tp_group) {
+      return "redundant experts are a serving instance's with its experts spread over its GPUs";
+    }
     if (sh.experts_in_tp_group && sh.ep != sh.tp * sh.attention_dp) {
       return sh.attention_dp > 1 ? "ep=" + n(sh.ep) + " must equal tp·dp=" + n(sh.tp * sh.attention_dp)
                                  : "ep=" + n(sh.ep) + " must equal tp=" + n(sh.tp) + " (or be 1)";
@@ -1141,19 +1147,48 @@ std::vector<ModelOperator> scale_experts(std::vector<ModelOperator> ops, double 
   return ops;
 }
 
-double busiest_expert_group_load(int experts, int groups, double zipf) {
-  if (experts <= 0 || groups <= 0 || experts % groups != 0) throw std::invalid_argument("experts must split into equal groups");
-  double total = 0, busiest = 0, group = 0;
-  for (int i = 0; i < experts; ++i) total += std::pow(i + 1.0, -zipf);
-  const int local = experts / groups;
-  for (int i = 0; i < experts; ++i) {
-    group += std::pow(i + 1.0, -zipf);
-    if ((i + 1) % local == 0) {
-      busiest = std::max(busiest, group);
-      group = 0;
-    }
+double busiest_expert_group_load(int experts, int groups, double zipf, int redundant) {
+  const int copies = experts + redundant;
+  if (experts <= 0 || groups <= 0 || redundant < 0 || copies % groups != 0) {
+    throw std::invalid_argument("experts and their replicas must split into equal groups");
   }
-  return busiest / total * groups;
+  std::vector<double> load(static_cast<size_t>(experts));
+  double total = 0;
+  for (int i = 0; i < experts; ++i) total += (load[static_cast<size_t>(i)] = std::pow(i + 1.0, -zipf));
+  const int local = copies / groups;
+  if (redundant == 0) {  // in order: group g holds experts g·local … (g+1)·local − 1
+    double busiest = 0, group = 0;
+    for (int i = 0; i < experts; ++i) {
+      group += load[static_cast<size_t>(i)];
+      if ((i + 1) % local == 0) {
+        busiest = std::max(busiest, group);
+        group = 0;
+      }
+    }
+    return busiest / total * groups;
+  }
+  std::vector<int> replicas(static_cast<size_t>(experts), 1);
+  for (int r = 0; r < redundant; ++r) {
+    size_t hottest = 0;
+    for (size_t e = 1; e < replicas.size(); ++e) {
+      if (load[e] / replicas[e] > load[hottest] / replicas[hottest]) hottest = e;
+    }
+    ++replicas[hottest];
+  }
+  std::vector<double> units;
+  for (size_t e = 0; e < replicas.size(); ++e) units.insert(units.end(), static_cast<size_t>(replicas[e]), load[e] / replicas[e]);
+  std::stable_sort(units.begin(), units.end(), std::greater<>());
+  std::vector<double> group(static_cast<size_t>(groups), 0.0);
+  std::vector<int> held(static_cast<size_t>(groups), 0);
+  for (const double u : units) {
+    size_t g = group.size();
+    for (size_t k = 0; k < group.size(); ++k) {
+      if (held[k] < local && (g == group.size() || group[k] < group[g])) g = k;
+    }
+    group[g] += u;
+    ++held[g];
+  }
+  return *std::max_element(group.begin(), group.end()) / total * groups;
 }
 
 AttentionWork ragged_attention_work(const RaggedBatch& batch, int64_t window, double window_layers) {

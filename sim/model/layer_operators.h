@@ -303,6 +303,9 @@ struct ShardingFactors {
   /// ep = tp·attention_dp), receive as many tokens from every rank as this one holds:
   /// T·k_top·attention_dp/ep token-slots a GPU.
   int attention_dp = 1;
+  /// Redundant experts (serving's expert-parallel load balancer, DeepSeek's EPLB): replicas of
+  /// the most chosen experts beside the E routed ones, E + r spread over the ep GPUs.
+  int redundant_experts = 0;
 };
 
 /// One operator of the list, with its forward and backward cost on one GPU.
@@ -317,8 +320,11 @@ std::vector<ModelOperator> scale_experts(std::vector<ModelOperator> ops, double 
 
 /// With the router's share of token-slots for expert i ∝ (i+1)^−zipf and the experts laid out
 /// in `groups` equal groups in order (EP ranks), the busiest group's slots over an even share
-/// (1 for zipf 0).
-double busiest_expert_group_load(int experts, int groups, double zipf);
+/// (1 for zipf 0). With `redundant` replicas, placed as an expert-parallel load balancer places
+/// them (DeepSeek's EPLB): each replica to the expert with the most slots per copy, then every
+/// copy (its expert's slots shared evenly) packed largest first onto the group with the fewest
+/// slots that has room, (experts + redundant)/groups copies a group.
+double busiest_expert_group_load(int experts, int groups, double zipf, int redundant = 0);
 struct ModelOperator {
   std::string name;  ///< e.g. "qkv_proj", "attention", "expert_gate_up_proj"
   OperatorCost forward;

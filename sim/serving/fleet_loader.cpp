@@ -168,6 +168,7 @@ PoolConfig read_pool(JsonReader p, int index, const Topology& topology) {
   pool.shape.tp = static_cast<int>(integer_in(p.at("tp"), 1, 4096));
   if (auto v = p.find("pp")) pool.shape.pp = static_cast<int>(integer_in(*v, 1, 1024));
   if (auto v = p.find("ep")) pool.shape.ep = static_cast<int>(integer_in(*v, 1, 4096));
+  if (auto v = p.find("redundant_experts")) pool.shape.redundant_experts = static_cast<int>(integer_in(*v, 0, 4096));
   if (auto v = p.find("dp")) {
     pool.shape.dp = static_cast<int>(integer_in(*v, 1, 4096));
     if (!p.find("ep")) pool.shape.ep = pool.shape.tp * pool.shape.dp;  // the experts over every GPU

@@ -58,7 +58,9 @@ std::vector<Bytes> stage_weight_bytes(const ModelConfig& m, InstanceShape shape,
   const auto stage_bytes = [&](double matrices, double others, double routed, size_t s) {
     if (s == 0) others += static_cast<double>(p.embedding);
     if (s + 1 == layers.size()) others += static_cast<double>(p.output_head + p.final_norm);
-    return Bytes((matrix_bytes * matrices + kBf16Bytes * others) / shape.tp + matrix_bytes * routed / (shape.tp * shape.dp));
+    const double copies = m.moe ? 1.0 + static_cast<double>(shape.redundant_experts) / m.moe->experts : 1.0;
+    return Bytes((matrix_bytes * matrices + kBf16Bytes * others) / shape.tp +
+                 matrix_bytes * routed * copies / (shape.tp * shape.dp));
   };
   if (m.hybrid()) {
     // Layers of several kinds: each stage's own, layer by layer.

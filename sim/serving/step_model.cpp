@@ -102,7 +102,10 @@ StepModel::StepModel(ModelConfig model, const Topology& topology, InstanceShape 
     throw std::invalid_argument("ep=" + std::to_string(shape_.ep) + " must be 1 or tp=" + std::to_string(shape_.tp) +
                                 " (experts spread over the TP group)");
   }
-  sharding_ = ShardingFactors{shape_.tp, 1, shape_.ep, false, shape_.ep > 1, 0, shape_.dp};
+  if (shape_.redundant_experts < 0 || (shape_.redundant_experts > 0 && shape_.ep < 2)) {
+    throw std::invalid_argument("redundant experts need the experts spread over GPUs (ep > 1)");
+  }
+  sharding_ = ShardingFactors{shape_.tp, 1, shape_.ep, false, shape_.ep > 1, 0, shape_.dp, shape_.redundant_experts};
   if (options_.two_batch_overlap && shape_.dp < 2) {
     throw std::invalid_argument("two-batch overlap hides the all-to-alls of data-parallel attention (dp > 1)");
   }
@@ -130,7 +133,10 @@ StepModel::StepModel(ModelConfig model, const Topology& topology, InstanceShape 
   if (!(std::isfinite(options_.expert_skew) && options_.expert_skew >= 0)) {
     throw std::invalid_argument("the router's Zipf skew must be finite and >= 0");
   }
-  if (model_.moe && shape_.ep > 1) expert_rows_ = busiest_expert_group_load(model_.moe->experts, shape_.ep, options_.expert_skew);
+  if (model_.moe && shape_.ep > 1) {
+    expert_rows_ =
+        busiest_expert_group_load(model_.moe->experts, shape_.ep, options_.expert_skew, shape_.redundant_experts);
+  }
   for (int l = 0; l < model_.layers; ++l) moe_layers_ += model_.is_moe_layer(l) ? 1 : 0;
   // Stage s holds ranks s·tp … (s+1)·tp − 1; its hand-off goes from rank (s+1)·tp − 1's peer
   // position, rank s·tp, to rank (s+1)·tp: on one node when both sit in the same one.

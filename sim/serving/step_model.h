@@ -34,8 +34,9 @@
 // load when they are spread over GPUs.
 // Two-batch overlap (StepModelOptions::two_batch_overlap) runs each rank's share as two
 // micro-batches, one's all-to-alls beside the other's layers.
-// Not modelled: CUDA graphs (folded into the overhead term), separate draft LLMs, redundant
-// experts.
+// Redundant experts (InstanceShape::redundant_experts) are placed as an expert-parallel load
+// balancer places them.
+// Not modelled: CUDA graphs (folded into the overhead term), separate draft LLMs.
 #pragma once
 
 #include <memory>
@@ -66,6 +67,10 @@ struct InstanceShape {
   /// own share of the sequences, the routed experts spread whole over all dp·tp GPUs (ep = tp·dp)
   /// and reached by an all-to-all dispatch and combine. MoE models, pp = 1.
   int dp = 1;
+  /// Replicas of the most chosen experts beside the routed ones, with the experts spread over
+  /// GPUs (ep > 1): E + r copies over ep GPUs, placed as an expert-parallel load balancer does
+  /// (busiest_expert_group_load), each GPU keeping (E + r)/ep experts' weights.
+  int redundant_experts = 0;
   int gpus() const { return tp * pp * dp; }
 };
 

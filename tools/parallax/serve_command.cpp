@@ -43,6 +43,7 @@ struct StepArgs {
   int pp = 1;
   int ep = 1;
   int dp = 1;
+  int redundant_experts = 0;
   std::string prefill;  ///< LENxBATCH
   std::optional<int> decode;
   std::optional<int64_t> context;
@@ -137,7 +138,7 @@ void run_step(const StepArgs& a) {
   options.expert_skew = a.expert_skew;
   options.two_batch_overlap = a.two_batch_overlap;
   if (a.two_batch_overlap && a.dp < 2) throw InputError("", "--two-batch-overlap", "overlaps the all-to-alls of --dp > 1");
-  InstanceShape shape{a.tp, a.pp, a.ep, a.dp};
+  InstanceShape shape{a.tp, a.pp, a.ep, a.dp, a.redundant_experts};
   if (a.dp > 1 && a.ep == 1) shape.ep = a.tp * a.dp;  // the experts over every GPU
   std::optional<StepModel> step_model;
   StepBreakdown b;
@@ -433,6 +434,9 @@ CLI::App* add_step_subcommand(CLI::App* serve) {
   step->add_option("--dp", a->dp,
                    "MoE: data-parallel attention ranks of tp GPUs each, the experts spread over all of them (ep = tp·dp)")
       ->capture_default_str();
+  step->add_option("--redundant-experts", a->redundant_experts,
+                   "MoE, experts spread: replicas of the most chosen experts (EPLB), E + r over the GPUs")
+      ->check(CLI::Range(0, 4096));
   step->add_option("--ep", a->ep, "MoE: 1 (experts split by TP) or tp (experts spread whole over the TP group)")
       ->capture_default_str();
   step->add_option("--prefill", a->prefill, "prefill of BATCH prompts of LEN tokens: LENxBATCH");
