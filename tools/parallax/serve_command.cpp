@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <functional>
 #include <sstream>
 #include <optional>
 #include <string>
@@ -312,6 +313,16 @@ FleetFile load_with_overrides(const FleetArgs& a, bool check_shapes = true) {
   return f;
 }
 
+// "[done/total what]" on a terminal's stderr, cleared at the end; nothing elsewhere.
+std::function<void(size_t, size_t)> progress_counter(std::string what) {
+  const bool terminal = isatty(STDERR_FILENO) != 0;
+  return [terminal, what = std::move(what)](size_t done, size_t total) {
+    if (!terminal) return;
+    std::fprintf(stderr, "\r  [%zu/%zu %s]", done, total, what.c_str());
+    if (done == total) std::fprintf(stderr, "\r%*s\r", 24 + static_cast<int>(what.size()), "");
+  };
+}
+
 void run_sweep(const FleetArgs& a) {
   FleetFile f = load_with_overrides(a);
   const FleetConfig& c = f.config;
@@ -330,12 +341,7 @@ void run_sweep(const FleetArgs& a) {
               c.replay ? "speed-ups of the trace" : "rates", static_cast<unsigned long long>(c.seed));
   std::vector<RatePoint> points;
   try {
-    const bool terminal = isatty(STDERR_FILENO) != 0;
-    points = sweep_rates(c, rates, [terminal](size_t done, size_t total) {
-      if (!terminal) return;
-      std::fprintf(stderr, "\r  [%zu/%zu runs]", done, total);
-      if (done == total) std::fprintf(stderr, "\r                    \r");
-    });
+    points = sweep_rates(c, rates, progress_counter("runs"));
   } catch (const std::invalid_argument& e) {
     throw InputError(a.fleet, "/traffic", e.what());
   }
@@ -361,12 +367,7 @@ void run_search(const FleetArgs& a) {
               c.slo_ttft > Time::zero() || c.slo_tpot > Time::zero() ? "capacity at the SLO" : "output throughput");
   ShapeSearch s;
   try {
-    const bool terminal = isatty(STDERR_FILENO) != 0;
-    s = search_shapes(c, threads, a.attainment, [terminal](size_t done, size_t total) {
-      if (!terminal) return;
-      std::fprintf(stderr, "\r  [%zu/%zu shapes]", done, total);
-      if (done == total) std::fprintf(stderr, "\r                      \r");
-    });
+    s = search_shapes(c, threads, a.attainment, progress_counter("shapes"));
   } catch (const std::invalid_argument& e) {
     throw InputError(a.fleet, "/pools", e.what());
   }
