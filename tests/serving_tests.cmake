@@ -121,7 +121,7 @@ set_tests_properties(example.serve.step_two_batch_overlap PROPERTIES PASS_REGULA
 # Which instance shape serves the example's traffic best on its 8 H100s: every shape simulated at
 # rising rates to its capacity at the SLO; the best written as a fleet file that runs.
 add_test(NAME example.serve.search
-         COMMAND bash -c "set -e; $<TARGET_FILE:parallax> serve search ${serve_fleet} --requests 200 --jobs 2 --emit ${serve_scratch}/best-fleet.json --json ${serve_scratch}/search.json; $<TARGET_FILE:parallax> serve ${serve_scratch}/best-fleet.json --requests 100")
+         COMMAND bash -c "set -e; $<TARGET_FILE:parallax> serve search ${serve_fleet} --requests 200 --jobs 2 --emit ${serve_scratch}/best-fleet.json --json ${serve_scratch}/search.json --plot ${serve_scratch}/search-plot; test -s ${serve_scratch}/search-plot/shapes.png; $<TARGET_FILE:parallax> serve ${serve_scratch}/best-fleet.json --requests 100")
 set_tests_properties(example.serve.search PROPERTIES
                      PASS_REGULAR_EXPRESSION "capacity.*shapes: 10 enumerated = 0 rejected by rule \\+ 0 rejected by memory \\+ 10 simulated.*100 completed, 0 rejected")
 add_test(NAME example.serve.search_disaggregated

@@ -214,6 +214,30 @@ std::string shape_table(const ShapeSearch& s, size_t top) {
   return t;
 }
 
+std::string shape_data(const ShapeSearch& s) {
+  std::string out = "# rate tpot_p99_ms ttft_p99_ms label\n";
+  char line[256];
+  for (const ShapeRun& r : s.ranked) {
+    // A short label: tp always, the other dimensions where they are not 1.
+    std::string label = "tp" + std::to_string(r.shape.tp);
+    if (r.shape.pp > 1) label += " pp" + std::to_string(r.shape.pp);
+    if (r.shape.dp > 1) label += " dp" + std::to_string(r.shape.dp);
+    if (r.shape.ep > 1) label += " ep" + std::to_string(r.shape.ep);
+    std::snprintf(line, sizeof line, "%.6g %.6g %.6g \"%s\"\n", s.by_capacity ? r.capacity : r.summary.requests_per_s,
+                  r.summary.tpot.p99 * 1e3, r.summary.ttft.p99 * 1e3, label.c_str());
+    out += line;
+  }
+  return out;
+}
+
+std::string shape_gnuplot(const std::string& data_file, const std::string& png, const ShapeSearch& s,
+                          const std::string& title) {
+  const std::string y = s.by_capacity ? "capacity at the SLO (requests/s)" : "requests/s at the fleet's rate";
+  return "set terminal pngcairo size 1000,650 noenhanced\nset output '" + png + "'\nset title \"" + title +
+         "\"\nset xlabel 'TPOT p99 (ms)'\nset ylabel '" + y + "'\nset grid\nset key off\nset offsets 0.05, 0.2, 0.05, 0.05\n" +
+         "plot '" + data_file + "' using 2:1 with points pt 7 ps 1.2 lc rgb '#d04020', '' using 2:1:4 with labels offset 0,1 font ',8'\n";
+}
+
 nlohmann::ordered_json shape_json(const ShapeSearch& s) {
   nlohmann::ordered_json j;
   j["enumerated"] = s.enumerated;

@@ -58,6 +58,12 @@ ShapeSearch search_shapes(const FleetConfig& config, int threads, double attainm
 std::pair<double, FleetSummary> capacity_at_slo(const FleetConfig& config, double attainment);
 
 std::string shape_table(const ShapeSearch& search, size_t top);
+/// Per simulated shape: its capacity (or requests/s), p99 TPOT and TTFT (ms) at it, and its label.
+std::string shape_data(const ShapeSearch& search);
+/// A gnuplot script drawing `data_file` into `png`: each shape's capacity against its p99 TPOT
+/// at it, labelled, the trade a serving layout makes between throughput and latency.
+std::string shape_gnuplot(const std::string& data_file, const std::string& png, const ShapeSearch& search,
+                          const std::string& title);
 nlohmann::ordered_json shape_json(const ShapeSearch& search);
 /// The fleet file `original` with its pool re-shaped as `run` (tp, pp, dp, ep, count), the rest
 /// as it was: what `serve search --emit` writes.

@@ -378,6 +378,13 @@ void run_search(const FleetArgs& a) {
     write_file_atomically(a.emit, fleet_with_shape(load_json_file(a.fleet), s.ranked.front()).dump(2) + "\n");
     std::printf("  wrote the best fleet to %s\n", a.emit.c_str());
   }
+  if (!a.plot.empty()) {
+    make_plot_dir(a.plot);
+    write_file_atomically(a.plot + "/shapes.dat", shape_data(s));
+    run_gnuplot(a.plot + "/shapes.gp", shape_gnuplot(a.plot + "/shapes.dat", a.plot + "/shapes.png", s,
+                                                     c.model.name + " on " + f.topology_name + ": instance shapes"));
+    std::printf("  wrote %s/shapes.png\n", a.plot.c_str());
+  }
 }
 
 void run_fleet(const FleetArgs& a) {
@@ -519,6 +526,7 @@ CLI::App* add_search_subcommand(CLI::App* serve) {
   search->add_option("--jobs", w->jobs, "fleet simulations at once (default: all cores)");
   search->add_option("--json", w->json, "write every simulated shape as JSON");
   search->add_option("--emit", w->emit, "write the fleet file with the best shape");
+  search->add_option("--plot", w->plot, "write each shape's capacity against its p99 TPOT (PNG, gnuplot) here");
   search->callback([w] { run_search(*w); });
   return search;
 }
