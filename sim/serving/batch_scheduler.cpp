@@ -30,6 +30,12 @@ std::optional<PreemptionMode> preemption_mode_from(const std::string& name) {
   return std::nullopt;
 }
 
+double expected_tokens_per_step(int64_t drafts, double acceptance) {
+  double tokens = 1, p = 1;
+  for (int64_t i = 0; i < drafts; ++i) tokens += (p *= acceptance);
+  return tokens;
+}
+
 int64_t blocks_for(int64_t tokens, int64_t block_size) { return (tokens + block_size - 1) / block_size; }
 
 RaggedBatch StepPlan::batch() const {
@@ -225,10 +231,7 @@ int64_t BatchScheduler::drafts_for(const Sequence& s, int64_t budget) const {
 }
 
 int64_t BatchScheduler::accepted(Sequence& s, int64_t drafts) const {
-  const double a = config_.acceptance;
-  double expected = 0, p = 1;
-  for (int64_t i = 0; i < drafts; ++i) expected += (p *= a);
-  s.accepted_credit += expected;
+  s.accepted_credit += expected_tokens_per_step(drafts, config_.acceptance) - 1;
   const auto n = std::min(drafts, static_cast<int64_t>(std::floor(s.accepted_credit + 1e-9)));
   s.accepted_credit -= static_cast<double>(n);
   return n;

@@ -77,6 +77,10 @@ struct BatchingConfig {
   int64_t swap_blocks = 0;  ///< host swap space, in blocks (swap mode)
 };
 
+/// The tokens a speculating sequence gets from a step verifying `drafts` drafts, each accepted
+/// with probability `acceptance` given the ones before it: 1 + a + … + a^drafts on average.
+double expected_tokens_per_step(int64_t drafts, double acceptance);
+
 /// ⌈tokens / block_size⌉.
 int64_t blocks_for(int64_t tokens, int64_t block_size);
 

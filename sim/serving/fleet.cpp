@@ -155,11 +155,7 @@ class Simulation {
     KvCapacity capacity;
     try {
       if (batching.kv_blocks <= 0) {
-        const GpuSpec& gpu = c_.topology->gpu_spec_of(c_.topology->gpus().front());
-        const Bytes workspace = pool.workspace.value_or(
-            instance_workspace(c_.model, pool.shape, batching.token_budget, batching.max_sequences));
-        capacity = kv_capacity(c_.model, gpu, pool.shape, batching.block_size, pool.memory_reserve, workspace,
-                               batching.max_sequences, precision_of(pool));
+        capacity = pool_kv_capacity(c_, pool);
         batching.kv_blocks = capacity.blocks;
       }
     } catch (const std::invalid_argument& e) {
@@ -761,6 +757,19 @@ double itl_quantile(const FleetResult& r, double q) {
     if (seen >= rank) return i == 0 ? kItlBase / 2 : std::sqrt(itl_bucket_start(i) * itl_bucket_start(i + 1));
   }
   return itl_bucket_start(r.itl_histogram.size());
+}
+
+KvCapacity pool_kv_capacity(const FleetConfig& c, const PoolConfig& pool) {
+  const BatchingConfig& b = pool.batching;
+  return kv_capacity(c.model, c.topology->gpu_spec_of(c.topology->gpus().front()), pool.shape, b.block_size,
+                     pool.memory_reserve,
+                     pool.workspace.value_or(instance_workspace(c.model, pool.shape, b.token_budget, b.max_sequences)),
+                     b.max_sequences, precision_of(pool));
+}
+
+void check_pool_shape(const FleetConfig& c, const PoolConfig& pool) {
+  const StepModel probe(c.model, *c.topology, pool.shape, pool.step);
+  if (pool.batching.kv_blocks <= 0) pool_kv_capacity(c, pool);
 }
 
 FleetResult simulate_fleet(const FleetConfig& config, const StepTimerFactory& timers) {

@@ -187,6 +187,14 @@ double itl_bucket_start(size_t i);
 /// The q-quantile (0 < q ≤ 1) of the gaps in the histogram, in seconds (bucket midpoints).
 double itl_quantile(const FleetResult& r, double q);
 
+/// The KV capacity `pool`'s instances take from their GPUs' memory (kv_capacity.h), with the
+/// pool's workspace or one estimated from its batching. Throws std::invalid_argument when the
+/// weights leave no room.
+KvCapacity pool_kv_capacity(const FleetConfig& config, const PoolConfig& pool);
+/// Throws std::invalid_argument when `pool`'s shape does not suit the model (the step model's
+/// checks) or, its blocks not given, its weights leave no room for the cache.
+void check_pool_shape(const FleetConfig& config, const PoolConfig& pool);
+
 /// Runs the simulation. Throws std::invalid_argument for a configuration that cannot run
 /// (pools that do not fit the topology or their GPUs' memory, bad shapes), naming the pool.
 FleetResult simulate_fleet(const FleetConfig& config, const StepTimerFactory& timers = nullptr);

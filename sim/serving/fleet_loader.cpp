@@ -262,7 +262,6 @@ void check_pool_roles(const FleetConfig& c, const JsonReader& pools) {
 
 // Shapes and memory are checked here, where the JSON path is known.
 void check_pools(const FleetConfig& c, const std::string& path, bool check_shapes) {
-  const GpuSpec& gpu = c.topology->gpu_spec_of(c.topology->gpus().front());
   for (size_t i = 0; i < c.pools.size(); ++i) {
     const PoolConfig& pool = c.pools[i];
     // A Mamba layer's state is one per sequence, not per block of tokens: the block-granular
@@ -277,13 +276,7 @@ void check_pools(const FleetConfig& c, const std::string& path, bool check_shape
     }
     if (!check_shapes) continue;
     try {
-      StepModel probe(c.model, *c.topology, pool.shape, pool.step);
-      if (pool.batching.kv_blocks <= 0) {
-        kv_capacity(c.model, gpu, pool.shape, pool.batching.block_size, pool.memory_reserve,
-                    pool.workspace.value_or(instance_workspace(c.model, pool.shape, pool.batching.token_budget,
-                                                               pool.batching.max_sequences)),
-                    pool.batching.max_sequences, precision_of(pool));
-      }
+      check_pool_shape(c, pool);
     } catch (const std::invalid_argument& e) {
       throw InputError(path, "/pools/" + std::to_string(i), e.what());
     }

@@ -11,7 +11,6 @@
 
 #include "engine/parallel_for.h"
 #include "serving/fleet_sweep.h"
-#include "serving/kv_capacity.h"
 #include "serving/step_model.h"
 
 namespace parallax {
@@ -27,14 +26,7 @@ std::string describe(const InstanceShape& s) {
 // The reason a shape cannot serve, or empty: what the step model and the cache refuse.
 std::string refusal(const FleetConfig& c, const PoolConfig& pool) {
   try {
-    const StepModel probe(c.model, *c.topology, pool.shape, pool.step);
-    if (pool.batching.kv_blocks <= 0) {
-      const GpuSpec& gpu = c.topology->gpu_spec_of(c.topology->gpus().front());
-      kv_capacity(c.model, gpu, pool.shape, pool.batching.block_size, pool.memory_reserve,
-                  pool.workspace.value_or(
-                      instance_workspace(c.model, pool.shape, pool.batching.token_budget, pool.batching.max_sequences)),
-                  pool.batching.max_sequences, precision_of(pool));
-    }
+    check_pool_shape(c, pool);
   } catch (const std::invalid_argument& e) {
     return e.what();
   }

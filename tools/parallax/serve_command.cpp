@@ -20,6 +20,7 @@
 #include "parallax/cli_support.h"
 #include "parallax/commands.h"
 #include "parallax/text_table.h"
+#include "serving/batch_scheduler.h"
 #include "serving/fleet_loader.h"
 #include "serving/fleet_report.h"
 #include "serving/fleet_search.h"
@@ -177,10 +178,8 @@ void run_step(const StepArgs& a) {
   }
   std::printf("  per GPU: %.3f TFLOP, %.3f GB of HBM traffic; %.0f new tokens/s\n", b.flops.value() / 1e12,
               b.hbm_bytes.value() / 1e9, static_cast<double>(b.new_tokens) / b.total.seconds());
-  double per_sequence = 1;  // tokens a decoding sequence gets from the step
+  const double per_sequence = a.draft_tokens > 0 ? expected_tokens_per_step(a.draft_tokens, *a.acceptance) : 1.0;
   if (a.draft_tokens > 0) {
-    double p = 1;
-    for (int i = 0; i < a.draft_tokens; ++i) per_sequence += (p *= *a.acceptance);
     std::printf("  speculative (%s, %d drafts, acceptance %.2f): %.2f tokens a sequence a step, %.0f output tokens/s\n",
                 a.speculative.c_str(), a.draft_tokens, *a.acceptance, per_sequence,
                 per_sequence * static_cast<double>(*a.decode) / b.total.seconds());
