@@ -283,6 +283,7 @@ TEST(LayoutSearch, WhenNothingFitsItNamesTheLeanestLayout) {
   space.recompute = {Recomputation::kNone};
   const SearchOutcome o = search_layouts(job.model, job.layout, job.topology, space, SearchOptions{});
   EXPECT_TRUE(o.ranked.empty());
+  EXPECT_TRUE(o.none_fits);
   EXPECT_EQ(o.simulated, 0u);
   ASSERT_TRUE(o.leanest_out_of_memory.has_value());
   EXPECT_GT(o.leanest_peak_memory, o.gpu_memory);

@@ -1220,31 +1220,37 @@ TEST(IterationTime, SiblingDataParallelRingsShareAnOversubscribedLeaf) {
 TEST(MuonOptimizer, NewtonSchulzStepsOnEachMatrixARankOwns) {
   // tiny (h 256, 4 heads of 64, SwiGLU f 1024): QKV 768 × 256, output 256 × 256, fc1 2048 × 256,
   // fc2 256 × 1024. Each of 5 steps on an m × n matrix (m ≤ n) runs X·Xᵀ, A·A and B·X: 4m²n +
-  // 2m³ FLOPs; over dp 4 a rank owns a quarter of them (the layer-wise distributed optimizer).
+  // 2m³ FLOPs; over dp 4 a rank owns a quarter of them under the layer-wise distributed
+  // optimizer (ZeRO-1), and updates all of them without it (ZeRO-0).
   const ModelConfig model = tiny();
   ParallelLayout l = layout(4, 1, 1, 4);
   EXPECT_TRUE(muon_orthogonalisation_gemms(model, 0, l).empty());  // Adam
   l.optimizer = OptimizerKind::kMuon;
-  double flops = 0;
-  for (const GemmShape& g : muon_orthogonalisation_gemms(model, 0, l)) flops += 2.0 * g.volume();
+  auto flops_of = [](const ModelConfig& m, const ParallelLayout& x) {
+    double flops = 0;
+    for (const GemmShape& g : muon_orthogonalisation_gemms(m, 0, x)) flops += 2.0 * g.volume();
+    return flops;
+  };
   auto ns = [](double m, double n) { return 5.0 * (4.0 * m * m * n + 2.0 * m * m * m); };
-  EXPECT_DOUBLE_EQ(flops, (ns(256, 768) + ns(256, 256) + ns(256, 2048) + ns(256, 1024)) / 4);
+  const double dense = ns(256, 768) + ns(256, 256) + ns(256, 2048) + ns(256, 1024);
+  EXPECT_DOUBLE_EQ(flops_of(model, l), dense);
+  l.zero_stage = ZeroStage::kStage1;
+  EXPECT_DOUBLE_EQ(flops_of(model, l), dense / 4);
   // Routed experts: an EP rank's own, shared over the expert-data-parallel ranks (dp·cp / ep).
   ModelConfig moe = tiny();
   moe.moe = MoeConfig{8, 2, 0, 512, 0, 0, 1, {}};
   l.ep = 2;
-  double expert_flops = 0;
-  for (const GemmShape& g : muon_orthogonalisation_gemms(moe, 0, l)) expert_flops += 2.0 * g.volume();
   const double attention = ns(256, 768) + ns(256, 256), router = ns(8, 256);
   const double experts = 8 * (ns(256, 1024) + ns(256, 512));
-  EXPECT_DOUBLE_EQ(expert_flops, (attention + router) / 4 + experts / (2 * 2));
+  EXPECT_DOUBLE_EQ(flops_of(moe, l), (attention + router) / 4 + experts / (2 * 2));
+  l.zero_stage = ZeroStage::kStage0;  // each rank its EP rank's 4 experts, every dense matrix
+  EXPECT_DOUBLE_EQ(flops_of(moe, l), attention + router + experts / 2);
 }
 
 TEST(MuonOptimizer, OneMomentumOnTheMatricesAdamOnTheEnds) {
   // ZeRO-1 over 4 ranks: Adam holds 12 B of state a parameter, Muon 8 (fp32 master and
   // momentum) on the layers' parameters and Adam's 12 on the embedding and head (untied: 2·V·h,
-  // and the final norm). The optimizer step pays the orthogonalisation on top of moving less
-  // state (28 − 2·4 B a parameter).
+  // and the final norm). (The orthogonalisation's FLOPs: NewtonSchulzStepsOnEachMatrixARankOwns.)
   const ModelConfig model = tiny();
   const ParameterCounts counts = count_parameters(model);
   const double psi = static_cast<double>(counts.total);

@@ -76,7 +76,7 @@ add_test(NAME example.train.moe_token_drop
          COMMAND parallax train ${PROJECT_SOURCE_DIR}/workloads/train/mixtral-8x7b-8xdgx-h100-ep8.json --network analytical
                  --moe-expert-skew 1.2 --moe-capacity-factor 1.25 --moe-pad-to-capacity on)
 set_tests_properties(example.train.moe_token_drop PROPERTIES PASS_REGULAR_EXPRESSION
-                     "router skew \\(Zipf 1.2\\), capacity factor 1.25 \\(padded\\).*MoE routing +busiest expert 1.25x its even share of tokens; [0-9.]+% of token-slots dropped")
+                     "router skew \\(Zipf 1.2\\), capacity factor 1.25 \\(padded\\).*MoE routing +every expert padded to 1.25x its even share of tokens; [0-9.]+% of token-slots dropped")
 parallax_refuses(train.token_drop_with_flex_is_refused
                  "/parallel/moe_capacity_factor: Megatron drops tokens only with the alltoall dispatcher, not flex"
                  train ${PROJECT_SOURCE_DIR}/workloads/train/mixtral-8x7b-8xdgx-h100-ep8.json --moe-capacity-factor 1 --moe-dispatcher flex)

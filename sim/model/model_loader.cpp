@@ -175,7 +175,8 @@ void read_llama_like(HfFields& f, HfFamily family, ModelConfig& m) {
     m.qkv_bias = m.attention_output_bias = f.flag_or("attention_bias", false);
   }
   m.mlp_bias = f.flag_or("mlp_bias", false);
-  // OLMoE normalises the whole query and key projections, Qwen3 each head: the same elements.
+  // OLMoE normalises the whole query and key projections, Qwen3 each head: the same elements to
+  // compute (OLMoE's gains, one per element rather than per head dimension, are not counted).
   m.qk_norm = family == HfFamily::kQwen3 || family == HfFamily::kQwen3Moe || family == HfFamily::kOlmoe;
   m.attention_dropout = f.probability_or("attention_dropout", 0.0);
   read_sliding_window(f, family, m);
@@ -245,15 +246,16 @@ void read_router_groups(HfFields& f, MoeConfig& moe) {
   if (moe.router_group_topk > 0) moe.router_groups = f.count("n_group");
 }
 
-// DeepSeek's names for the routed and shared experts (DeepSeek-V3, Nemotron-H): each shared
-// expert as wide as a routed one unless the family says otherwise.
-MoeConfig read_routed_experts(HfFields& f) {
+// DeepSeek's names for the routed and shared experts (DeepSeek-V3, Nemotron-H, GLM): each shared
+// expert as wide as a routed one unless the family says otherwise; `shared` when the file gives
+// no n_shared_experts (the configuration class's default).
+MoeConfig read_routed_experts(HfFields& f, int shared = 0) {
   MoeConfig moe;
   moe.experts = f.count("n_routed_experts");
   moe.top_k = f.count("num_experts_per_tok");
   if (moe.top_k > moe.experts) f.fail_at("num_experts_per_tok", "is larger than n_routed_experts");
   moe.expert_ffn = f.positive("moe_intermediate_size");
-  moe.shared_experts = static_cast<int>(f.non_negative_or("n_shared_experts", 0, kMaxCount));
+  moe.shared_experts = static_cast<int>(f.non_negative_or("n_shared_experts", shared, kMaxCount));
   moe.shared_expert_ffn = moe.expert_ffn;
   return moe;
 }
@@ -325,8 +327,7 @@ void read_glm4_moe(HfFields& f, ModelConfig& m) {
   m.qk_norm = f.flag_or("use_qk_norm", false);
   m.attention_dropout = f.probability_or("attention_dropout", 0.0);
   m.mtp_layers = static_cast<int>(f.non_negative_or("num_nextn_predict_layers", 0, kMaxCount));
-  MoeConfig moe = read_routed_experts(f);
-  moe.shared_experts = static_cast<int>(f.non_negative_or("n_shared_experts", 1, kMaxCount));
+  MoeConfig moe = read_routed_experts(f, 1);
   moe.first_dense_layers = static_cast<int>(f.non_negative_or("first_k_dense_replace", 1, kMaxCount));
   moe.router_score = RouterScore::kSigmoid;
   moe.router_expert_bias = true;

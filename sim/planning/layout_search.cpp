@@ -195,6 +195,7 @@ SearchOutcome search_layouts(const ModelConfig& model, const ParallelLayout& bas
   const GpuSpec& gpu = topology.gpu_spec_of(topology.gpus()[0]);
   const std::vector<Candidate> candidates =
       fitting_candidates(model, std::move(e.valid), gpu, options.iteration, std::max(1, options.threads), out);
+  out.none_fits = candidates.empty();
   std::vector<ThreadCaches> caches;
   caches.reserve(static_cast<size_t>(std::max(1, options.threads)));
   for (int t = 0; t < std::max(1, options.threads); ++t) caches.emplace_back(topology, options.iteration.link_efficiency);

@@ -84,7 +84,8 @@ struct SearchOutcome {
   size_t simulated = 0;
   /// Every simulated layout, best first.
   std::vector<SearchedLayout> ranked;
-  /// Of the layouts rejected by memory, the one whose peak is least (what to say when none fits).
+  /// Every valid layout was rejected by memory; then the one whose peak is least.
+  bool none_fits = false;
   std::optional<ParallelLayout> leanest_out_of_memory;
   Bytes leanest_peak_memory, gpu_memory;
 };

@@ -34,7 +34,7 @@ ScalingCell simulate_cell(const ModelConfig& model, ParallelLayout l, const std:
     if (hybrid) {
       // The workload's shard groups where it gives them, else one node's data-parallel ranks.
       const int per_node = std::max(1, static_cast<int>(topology.gpu_count()) / std::max(1, topology.node_count()));
-      l.dp_shard = std::gcd(l.dp * l.cp, l.dp_shard > 0 ? l.dp_shard : std::max(1, per_node / l.tp));
+      l.dp_shard = l.dp_shard > 0 ? std::gcd(l.dp * l.cp, l.dp_shard) : node_shard_ranks(l, per_node);
     } else {
       l.dp_shard = 0;
     }

@@ -57,7 +57,7 @@ std::string search_table(const SearchOutcome& o, size_t top, const CostColumn* c
 }
 
 std::string no_layout_fits(const SearchOutcome& o) {
-  if (!o.leanest_out_of_memory) return "no layout of the space fits and runs on these GPUs";
+  if (!o.none_fits || !o.leanest_out_of_memory) return "no layout of the space fits and runs on these GPUs";
   return format_text(
       "no layout of the space fits in memory: the leanest of the %zu, %s, needs %.1f GiB a GPU of %.1f GiB; "
       "more GPUs (--gpus), a smaller micro-batch or sequence, or recomputation and sharding in the space "

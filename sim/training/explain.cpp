@@ -145,7 +145,7 @@ std::vector<Suggestion> explain_layout(const ModelConfig& model, const ParallelL
   // Fully sharded over more data-parallel ranks than one node holds: shard within the node,
   // replicate across nodes (HSDP), where the node holds more than one of them.
   const int per_node = std::max(1, static_cast<int>(topology.gpu_count()) / std::max(1, topology.node_count()));
-  if (const int shard = std::gcd(layout.dp * layout.cp, per_node / layout.tp);
+  if (const int shard = node_shard_ranks(layout, per_node);
       layout.zero_stage == ZeroStage::kStage3 && !layout.hybrid_sharded() && shard > 1 && shard < layout.dp * layout.cp) {
     list.push_back({"hybrid sharding within each node (HSDP, shards of " + std::to_string(shard) + ")",
                     "--dp-shard " + std::to_string(shard), [](const ParallelLayout&) { return true; },

@@ -509,8 +509,11 @@ CommunicationPlan::CommunicationPlan(const ModelConfig& model, const ParallelLay
     }
     // CP ranks hold the same parameters: gradients and ZeRO shards span dp·cp ranks.
     dp_group_[static_cast<size_t>(s)] = dp_group_of(stage_rank(s));
-    dp_slowdown_[static_cast<size_t>(s)] = note_slowdown(
-        s, WorkKind::kDpComm, sibling_slowdown(s, dp_group_[static_cast<size_t>(s)], dp_group_of, TrafficPattern::kRing));
+    // Hybrid sharding reduces over its shard and replica groups: the whole DP group's slowdown
+    // is kept for an all-reduce over it but not reported as the DP traffic's.
+    const double dp_slowdown = sibling_slowdown(s, dp_group_[static_cast<size_t>(s)], dp_group_of, TrafficPattern::kRing);
+    dp_slowdown_[static_cast<size_t>(s)] =
+        layout.hybrid_sharded() ? dp_slowdown : note_slowdown(s, WorkKind::kDpComm, dp_slowdown);
     if (layout.hybrid_sharded()) {
       const size_t i = static_cast<size_t>(s);
       shard_group_[i] = shard_group_of(stage_rank(s));
@@ -569,6 +572,7 @@ std::vector<double> CommunicationPlan::timing_signature() const {
     if (!shard_group_[s].empty()) {
       add_shape(shard_group_[s]);
       add_shape(replica_group_[s]);
+      out.insert(out.end(), {shard_slowdown_[s], replica_slowdown_[s]});
     }
     out.insert(out.end(), {dp_slowdown_[s], expert_dp_slowdown_[s]});
   }

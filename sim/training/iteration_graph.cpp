@@ -566,15 +566,19 @@ void IterationGraphBuilder::add_optimizer_steps() {
         orthogonalisation += u.optimizer_compute;
       }
     }
-    // The option counts fp32 state, read and written once each; smaller state moves less.
-    const double optimizer_traffic =
-        options_.optimizer_bytes_per_parameter -
-        2.0 * (kAdamOptimizerBytesPerParameter - optimizer_state_bytes_per_parameter(layout_, parameters, ends));
+    // The option counts fp32 state, read and written once each; smaller state moves less. The
+    // dense parameters (Adam on the ends under Muon) and the experts each their own state, over
+    // the ranks that share it (as iteration_memory.cpp's model_states sizes them).
+    const auto traffic = [&](double params, double adam_params) {
+      return options_.optimizer_bytes_per_parameter -
+             2.0 * (kAdamOptimizerBytesPerParameter - optimizer_state_bytes_per_parameter(layout_, params, adam_params));
+    };
     built_.stages[static_cast<size_t>(s)].parameters = parameters;
-    const double shard = layout_.zero_stage == ZeroStage::kStage0
-                             ? parameters
-                             : (parameters - experts) / data_parallel + experts / expert_dp;
-    const Time step = cm_.time(memory_bound_cost(Bytes(shard * optimizer_traffic))) + orthogonalisation;
+    const bool zero0 = layout_.zero_stage == ZeroStage::kStage0;
+    const double dense = parameters - experts;
+    const double moved = dense / (zero0 ? 1 : data_parallel) * traffic(dense, ends) +
+                         experts / (zero0 ? 1 : expert_dp) * traffic(experts, 0.0);
+    const Time step = cm_.time(memory_bound_cost(Bytes(moved))) + orthogonalisation;
     const WorkId optimizer = add_compute(s, step, WorkKind::kCompute, WorkIdList{barrier});
     if (!zero12_ || !dp_comm_ || layout_.param_gather_prefetch) continue;
     for (int c = 0; c < v_; ++c) {

@@ -9,8 +9,12 @@ namespace parallax {
 std::vector<GemmShape> muon_orthogonalisation_gemms(const ModelConfig& model, int layer, const ParallelLayout& layout) {
   std::vector<GemmShape> gemms;
   if (layout.optimizer != OptimizerKind::kMuon) return gemms;
-  const double dense_share = 1.0 / (static_cast<double>(layout.dp) * layout.cp);
-  const double expert_share = 1.0 / (static_cast<double>(layout.ep) * layout.expert_data_parallel());
+  // The layer-wise distributed optimizer (ZeRO-1) gives each data-parallel rank whole matrices
+  // to update; without it (ZeRO-0) every rank updates all it holds: every dense matrix, and its
+  // EP rank's experts.
+  const bool sharded = layout.zero_stage != ZeroStage::kStage0;
+  const double dense_share = sharded ? 1.0 / (static_cast<double>(layout.dp) * layout.cp) : 1.0;
+  const double expert_share = 1.0 / (static_cast<double>(layout.ep) * (sharded ? layout.expert_data_parallel() : 1));
   for (const WeightMatrix& w : layer_weight_matrices(model, layer)) {
     const double m = static_cast<double>(std::min(w.rows, w.cols));
     const double n = static_cast<double>(std::max(w.rows, w.cols));

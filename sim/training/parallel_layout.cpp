@@ -279,6 +279,10 @@ std::vector<int> RankMapping::expert_tp_group(int rank) const {
 int rank_of(const ParallelLayout& layout, const RankCoords& coords) { return RankMapping(layout).rank_of(coords); }
 RankCoords coords_of(const ParallelLayout& layout, int rank) { return RankMapping(layout).coords_of(rank); }
 
+int node_shard_ranks(const ParallelLayout& layout, int gpus_per_node) {
+  return std::gcd(layout.dp * layout.cp, std::max(1, gpus_per_node / layout.tp));
+}
+
 std::vector<int> virtual_stage_layers(const ParallelLayout& layout, const ModelConfig& model) {
   return split_pipeline_layers(layout, model.layers).layers;
 }

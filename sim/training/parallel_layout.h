@@ -339,6 +339,10 @@ std::vector<ParallelDim> parse_rank_order(const std::string& order);
 int rank_of(const ParallelLayout& layout, const RankCoords& coords);
 RankCoords coords_of(const ParallelLayout& layout, int rank);
 
+/// Hybrid sharding within a node: the data-parallel ranks of one node of `gpus_per_node` GPUs
+/// that divide the layout's dp·cp ranks (gcd(dp·cp, gpus_per_node / tp)).
+int node_shard_ranks(const ParallelLayout& layout, int gpus_per_node);
+
 /// Layers of each virtual stage (pp·v entries), by split_pipeline_layers (pipeline_split.h);
 /// empty when the layout cannot be split (validate says why).
 std::vector<int> virtual_stage_layers(const ParallelLayout& layout, const ModelConfig& model);

@@ -190,8 +190,10 @@ void print_iteration_summary(const Job& job, const IterationResult& r) {
   std::printf("  pipeline bubble      %.1f%%\n", 100 * r.pipeline_bubble_fraction);
   const ParallelLayout& l = job.layout;
   if (job.model.moe && (!l.moe_expert_load.uniform() || l.moe_capacity_factor)) {
-    std::printf("  MoE routing          busiest expert %.2fx its even share of tokens; %.1f%% of token-slots dropped\n",
-                r.moe_expert_pace, 100 * r.moe_dropped_fraction);
+    // Padded to capacity, every expert computes its capacity: that is the pace.
+    std::printf("  MoE routing          %s %.2fx its even share of tokens; %.1f%% of token-slots dropped\n",
+                l.moe_pad_to_capacity ? "every expert padded to" : "busiest expert", r.moe_expert_pace,
+                100 * r.moe_dropped_fraction);
   }
   std::printf("  peak memory per GPU  %s of %s: %s\n\n", gib(r.peak_memory).c_str(), gib(r.gpu_memory).c_str(),
               r.out_of_memory ? "OUT OF MEMORY" : "fits");
