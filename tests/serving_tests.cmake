@@ -3,7 +3,7 @@
 # One executable for the serving tests: engine steps of model-parallel instances, the fleet
 # (queues, batching, memory), request traces, prefix caching and routing, P/D disaggregation.
 parallax_test(serving_test serving_step_test.cpp serving_fleet_test.cpp serving_trace_test.cpp serving_prefix_test.cpp
-              serving_pd_test.cpp
+              serving_pd_test.cpp serving_split_search_test.cpp
               LONG ServingQueue.MM1WaitingTimeIsRhoOverMuMinusLambda ServingQueue.MD1WaitingTimeIsPollaczekKhinchine
                    ServingQueue.JoinShortestQueueWaitsLessThanPowerOfTwoThanRoundRobin
                    ServingPrefixCache.CacheAwareRoutersHitMoreThanRoundRobin ServingPrefixIndex.AForgetfulRouterIndexLosesAffinity
@@ -124,9 +124,15 @@ add_test(NAME example.serve.search
          COMMAND bash -c "set -e; $<TARGET_FILE:parallax> serve search ${serve_fleet} --requests 200 --jobs 2 --emit ${serve_scratch}/best-fleet.json --json ${serve_scratch}/search.json --plot ${serve_scratch}/search-plot; test -s ${serve_scratch}/search-plot/shapes.png; $<TARGET_FILE:parallax> serve ${serve_scratch}/best-fleet.json --requests 100")
 set_tests_properties(example.serve.search PROPERTIES
                      PASS_REGULAR_EXPRESSION "capacity.*shapes: 10 enumerated = 0 rejected by rule \\+ 0 rejected by memory \\+ 10 simulated.*100 completed, 0 rejected")
-add_test(NAME example.serve.search_disaggregated
-         COMMAND bash ${check_exit} 2 "/pools: the shape search re-shapes a fleet of one colocated pool"
-                 $<TARGET_FILE:parallax> serve search ${PROJECT_SOURCE_DIR}/workloads/serve/llama3-70b-pd-2xdgx-h100.json)
+# A disaggregated fleet: how many of the 8 GPUs prefill and how many decode, each side's shape;
+# splits whose rate bound cannot reach the best are pruned unsimulated; the best fleet runs.
+add_test(NAME example.serve.search_split
+         COMMAND bash -c "set -e; $<TARGET_FILE:parallax> serve search ${PROJECT_SOURCE_DIR}/tests/data/serve/pd-split.json --jobs 2 --emit ${serve_scratch}/best-split.json --json ${serve_scratch}/split.json --plot ${serve_scratch}/split-plot; test -s ${serve_scratch}/split-plot/shapes.png; $<TARGET_FILE:parallax> serve ${serve_scratch}/best-split.json --requests 100")
+set_tests_properties(example.serve.search_split PROPERTIES
+                     PASS_REGULAR_EXPRESSION "prefill/decode splits.*splits: [0-9]+ fill the GPUs = 0 unplaceable \\+ [1-9][0-9]* pruned by bound \\+ 0 refused \\+ [0-9]+ simulated.*100 completed, 0 rejected")
+add_test(NAME example.serve.search_bad_attainment
+         COMMAND bash ${check_exit} 2 "--attainment: a fraction in"
+                 $<TARGET_FILE:parallax> serve search ${PROJECT_SOURCE_DIR}/tests/data/serve/pd-split.json --attainment 2)
 
 # ---- request traces and their replay -------------------------------------------------------------------
 add_test(NAME example.serve.replay_azure_code

@@ -179,8 +179,8 @@ class Simulation {
     const auto gpu_name = [&](int g) { return c_.topology->device(c_.topology->gpus()[static_cast<size_t>(g)]).name; };
     if (std::string why = placement_problem(pool.shape, per_node, cursor % per_node); !why.empty()) {
       if (pool.first_gpu && k == 0) throw std::invalid_argument("pool " + pool.name + ": at " + gpu_name(cursor) + ", " + why);
-      cursor += per_node - cursor % per_node;
     }
+    cursor = packed_start(pool.shape, per_node, cursor);
     if (cursor + n > static_cast<int>(c_.topology->gpu_count())) {
       throw std::invalid_argument("pool " + pool.name + ": instance " + std::to_string(k) + " needs " + std::to_string(n) +
                                   " GPUs from GPU " + std::to_string(cursor) + "; the topology has " +
@@ -757,6 +757,11 @@ double itl_quantile(const FleetResult& r, double q) {
     if (seen >= rank) return i == 0 ? kItlBase / 2 : std::sqrt(itl_bucket_start(i) * itl_bucket_start(i + 1));
   }
   return itl_bucket_start(r.itl_histogram.size());
+}
+
+int packed_start(InstanceShape shape, int per_node, int cursor) {
+  if (placement_problem(shape, per_node, cursor % per_node).empty()) return cursor;
+  return cursor + per_node - cursor % per_node;
 }
 
 KvCapacity pool_kv_capacity(const FleetConfig& c, const PoolConfig& pool) {

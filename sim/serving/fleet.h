@@ -187,6 +187,10 @@ double itl_bucket_start(size_t i);
 /// The q-quantile (0 < q ≤ 1) of the gaps in the histogram, in seconds (bucket midpoints).
 double itl_quantile(const FleetResult& r, double q);
 
+/// Where an instance of `shape` packed from GPU `cursor` starts: there, or at the next node's
+/// first GPU when its TP groups would straddle a node (placement_problem).
+int packed_start(InstanceShape shape, int gpus_per_node, int cursor);
+
 /// The KV capacity `pool`'s instances take from their GPUs' memory (kv_capacity.h), with the
 /// pool's workspace or one estimated from its batching. Throws std::invalid_argument when the
 /// weights leave no room.

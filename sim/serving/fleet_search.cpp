@@ -16,23 +16,6 @@
 namespace parallax {
 namespace {
 
-std::string describe(const InstanceShape& s) {
-  std::string t = "tp " + std::to_string(s.tp) + " · pp " + std::to_string(s.pp);
-  if (s.dp > 1) t += " · dp " + std::to_string(s.dp);
-  if (s.ep > 1) t += " · ep " + std::to_string(s.ep);
-  return t;
-}
-
-// The reason a shape cannot serve, or empty: what the step model and the cache refuse.
-std::string refusal(const FleetConfig& c, const PoolConfig& pool) {
-  try {
-    check_pool_shape(c, pool);
-  } catch (const std::invalid_argument& e) {
-    return e.what();
-  }
-  return {};
-}
-
 // Better first: capacity (or output throughput), then output throughput, then smaller
 // instances, then the text.
 bool better(const ShapeRun& a, const ShapeRun& b, bool by_capacity) {
@@ -43,12 +26,36 @@ bool better(const ShapeRun& a, const ShapeRun& b, bool by_capacity) {
     return a.summary.output_tokens_per_s > b.summary.output_tokens_per_s;
   }
   if (a.shape.gpus() != b.shape.gpus()) return a.shape.gpus() < b.shape.gpus();
-  return describe(a.shape) < describe(b.shape);
+  return describe_shape(a.shape) < describe_shape(b.shape);
 }
 
 double offered_rate(const FleetConfig& c) { return c.replay ? 1.0 : c.traffic.rate_per_s; }
 
 }  // namespace
+
+std::string describe_shape(const InstanceShape& s) {
+  std::string t = "tp " + std::to_string(s.tp) + " · pp " + std::to_string(s.pp);
+  if (s.dp > 1) t += " · dp " + std::to_string(s.dp);
+  if (s.ep > 1) t += " · ep " + std::to_string(s.ep);
+  return t;
+}
+
+std::string shape_label(const InstanceShape& s) {
+  std::string label = "tp" + std::to_string(s.tp);
+  if (s.pp > 1) label += " pp" + std::to_string(s.pp);
+  if (s.dp > 1) label += " dp" + std::to_string(s.dp);
+  if (s.ep > 1) label += " ep" + std::to_string(s.ep);
+  return label;
+}
+
+std::string shape_refusal(const FleetConfig& c, const PoolConfig& pool) {
+  try {
+    check_pool_shape(c, pool);
+  } catch (const std::invalid_argument& e) {
+    return e.what();
+  }
+  return {};
+}
 
 std::vector<InstanceShape> candidate_shapes(const ModelConfig& model, int gpus, bool pipeline) {
   std::vector<InstanceShape> out;
@@ -138,7 +145,7 @@ ShapeSearch search_shapes(const FleetConfig& config, int threads, double attainm
     PoolConfig pool = base;
     pool.shape = shapes[i];
     pool.first_gpu.reset();
-    why[i] = refusal(config, pool);
+    why[i] = shape_refusal(config, pool);
   }
   std::mutex reporting;
   size_t done = 0;
@@ -169,7 +176,7 @@ ShapeSearch search_shapes(const FleetConfig& config, int threads, double attainm
     }
     const bool memory = why[i].find("does not fit") != std::string::npos;
     size_t& count = memory ? out.rejected_by_memory : out.rejected_by_rule;
-    if (count++ == 0) out.rejections.push_back(describe(shapes[i]) + ": " + why[i]);
+    if (count++ == 0) out.rejections.push_back(describe_shape(shapes[i]) + ": " + why[i]);
   }
   std::stable_sort(out.ranked.begin(), out.ranked.end(),
                    [&](const ShapeRun& a, const ShapeRun& b) { return better(a, b, out.by_capacity); });
@@ -187,7 +194,7 @@ std::string shape_table(const ShapeSearch& s, size_t top) {
     const ShapeRun& r = s.ranked[i];
     const FleetSummary& f = r.summary;
     std::snprintf(line, sizeof line, "  %4zu  %-28s %9d %10lld %10.2f %13.1f %7.0f ms %7.1f ms %7.1f%%\n", i + 1,
-                  describe(r.shape).c_str(), r.instances, static_cast<long long>(r.kv_blocks),
+                  describe_shape(r.shape).c_str(), r.instances, static_cast<long long>(r.kv_blocks),
                   s.by_capacity ? r.capacity : f.requests_per_s, f.output_tokens_per_s_per_gpu, f.ttft.p99 * 1e3,
                   f.tpot.p99 * 1e3, 100.0 * f.slo_attainment);
     t += line;
@@ -210,11 +217,7 @@ std::string shape_data(const ShapeSearch& s) {
   std::string out = "# rate tpot_p99_ms ttft_p99_ms label\n";
   char line[256];
   for (const ShapeRun& r : s.ranked) {
-    // A short label: tp always, the other dimensions where they are not 1.
-    std::string label = "tp" + std::to_string(r.shape.tp);
-    if (r.shape.pp > 1) label += " pp" + std::to_string(r.shape.pp);
-    if (r.shape.dp > 1) label += " dp" + std::to_string(r.shape.dp);
-    if (r.shape.ep > 1) label += " ep" + std::to_string(r.shape.ep);
+    const std::string label = shape_label(r.shape);
     std::snprintf(line, sizeof line, "%.6g %.6g %.6g \"%s\"\n", s.by_capacity ? r.capacity : r.summary.requests_per_s,
                   r.summary.tpot.p99 * 1e3, r.summary.ttft.p99 * 1e3, label.c_str());
     out += line;
@@ -222,9 +225,9 @@ std::string shape_data(const ShapeSearch& s) {
   return out;
 }
 
-std::string shape_gnuplot(const std::string& data_file, const std::string& png, const ShapeSearch& s,
+std::string shape_gnuplot(const std::string& data_file, const std::string& png, bool by_capacity,
                           const std::string& title) {
-  const std::string y = s.by_capacity ? "capacity at the SLO (requests/s)" : "requests/s at the fleet's rate";
+  const std::string y = by_capacity ? "capacity at the SLO (requests/s)" : "requests/s at the fleet's rate";
   return "set terminal pngcairo size 1000,650 noenhanced\nset output '" + png + "'\nset title \"" + title +
          "\"\nset xlabel 'TPOT p99 (ms)'\nset ylabel '" + y + "'\nset grid\nset key off\nset offsets 0.05, 0.2, 0.05, 0.05\n" +
          "plot '" + data_file + "' using 2:1 with points pt 7 ps 1.2 lc rgb '#d04020', '' using 2:1:4 with labels offset 0,1 font ',8'\n";
@@ -259,19 +262,22 @@ nlohmann::ordered_json shape_json(const ShapeSearch& s) {
   return j;
 }
 
-nlohmann::json fleet_with_shape(const nlohmann::json& original, const ShapeRun& run) {
-  nlohmann::json out = original;
-  nlohmann::json& pool = out["pools"][0];
-  pool["tp"] = run.shape.tp;
-  pool["pp"] = run.shape.pp;
-  pool["ep"] = run.shape.ep;
-  if (run.shape.dp > 1) {
-    pool["dp"] = run.shape.dp;
+void set_pool_shape(nlohmann::json& pool, const InstanceShape& shape, int instances) {
+  pool["tp"] = shape.tp;
+  pool["pp"] = shape.pp;
+  pool["ep"] = shape.ep;
+  if (shape.dp > 1) {
+    pool["dp"] = shape.dp;
   } else {
     pool.erase("dp");
   }
-  pool["count"] = run.instances;
+  pool["count"] = instances;
   pool.erase("placement");
+}
+
+nlohmann::json fleet_with_shape(const nlohmann::json& original, const ShapeRun& run) {
+  nlohmann::json out = original;
+  set_pool_shape(out["pools"][0], run.shape, run.instances);
   return out;
 }
 

@@ -57,14 +57,23 @@ ShapeSearch search_shapes(const FleetConfig& config, int threads, double attainm
 /// twice the requests.
 std::pair<double, FleetSummary> capacity_at_slo(const FleetConfig& config, double attainment);
 
+/// "tp 4 · pp 1 · ep 4": a shape's dimensions, dp and ep where they are not 1.
+std::string describe_shape(const InstanceShape& shape);
+/// "tp4 ep4": the same, short, pp too only where it is not 1 (plot labels).
+std::string shape_label(const InstanceShape& shape);
+/// Why `pool` cannot serve `config`'s model (check_pool_shape's reason), or empty.
+std::string shape_refusal(const FleetConfig& config, const PoolConfig& pool);
+
 std::string shape_table(const ShapeSearch& search, size_t top);
 /// Per simulated shape: its capacity (or requests/s), p99 TPOT and TTFT (ms) at it, and its label.
 std::string shape_data(const ShapeSearch& search);
 /// A gnuplot script drawing `data_file` into `png`: each shape's capacity against its p99 TPOT
 /// at it, labelled, the trade a serving layout makes between throughput and latency.
-std::string shape_gnuplot(const std::string& data_file, const std::string& png, const ShapeSearch& search,
+std::string shape_gnuplot(const std::string& data_file, const std::string& png, bool by_capacity,
                           const std::string& title);
 nlohmann::ordered_json shape_json(const ShapeSearch& search);
+/// A fleet file's pool (JSON) set to `instances` of `shape`, packed (its placement dropped).
+void set_pool_shape(nlohmann::json& pool, const InstanceShape& shape, int instances);
 /// The fleet file `original` with its pool re-shaped as `run` (tp, pp, dp, ep, count), the rest
 /// as it was: what `serve search --emit` writes.
 nlohmann::json fleet_with_shape(const nlohmann::json& original, const ShapeRun& run);

@@ -24,6 +24,7 @@
 #include "serving/fleet_loader.h"
 #include "serving/fleet_report.h"
 #include "serving/fleet_search.h"
+#include "serving/fleet_split_search.h"
 #include "serving/fleet_sweep.h"
 #include "serving/kv_capacity.h"
 #include "serving/step_model.h"
@@ -231,6 +232,7 @@ struct FleetArgs {
   std::string trace;
   size_t top = 10;
   int jobs = 0;
+  bool exhaustive = false;
   std::string emit;
 };
 
@@ -355,15 +357,49 @@ void run_sweep(const FleetArgs& a) {
   }
 }
 
+void write_search_plot(const FleetArgs& a, const FleetFile& f, const std::string& data, bool by_capacity,
+                       const std::string& what) {
+  make_plot_dir(a.plot);
+  write_file_atomically(a.plot + "/shapes.dat", data);
+  run_gnuplot(a.plot + "/shapes.gp", shape_gnuplot(a.plot + "/shapes.dat", a.plot + "/shapes.png", by_capacity,
+                                                   f.config.model.name + " on " + f.topology_name + ": " + what));
+  std::printf("  wrote %s/shapes.png\n", a.plot.c_str());
+}
+
+// A disaggregated fleet: how its GPUs split between prefill and decode, and each side's shape.
+void run_split_search(const FleetArgs& a, const FleetFile& f, int threads) {
+  SplitSearch s;
+  try {
+    s = search_splits(f.config, threads, a.attainment, !a.exhaustive, progress_counter("splits"));
+  } catch (const std::invalid_argument& e) {
+    throw InputError(a.fleet, "/pools", e.what());
+  }
+  std::fputs(split_table(s, a.top).c_str(), stdout);
+  if (s.ranked.empty()) throw InputError(a.fleet, "/pools", "no split of these GPUs between prefill and decode serves");
+  if (!a.json.empty()) write_file_atomically(a.json, split_json(s).dump(2) + "\n");
+  if (!a.emit.empty()) {
+    write_file_atomically(a.emit, fleet_with_split(load_json_file(a.fleet), f.config, s.ranked.front()).dump(2) + "\n");
+    std::printf("  wrote the best fleet to %s\n", a.emit.c_str());
+  }
+  if (!a.plot.empty()) write_search_plot(a, f, split_data(s), s.by_capacity, "prefill / decode splits");
+}
+
 void run_search(const FleetArgs& a) {
-  FleetFile f = load_with_overrides(a, false);  // the pool's shape is what is searched
+  FleetFile f = load_with_overrides(a, false);  // the pools' shapes are what is searched
   const FleetConfig& c = f.config;
+  if (!(a.attainment > 0 && a.attainment <= 1)) throw InputError("", "--attainment", "a fraction in (0, 1]");
   const int threads = a.jobs > 0 ? a.jobs : std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
-  std::printf("serve search: %s on %s (%zu GPUs), %s (seed %llu); ranked by %s\n", c.model.name.c_str(),
+  const bool split = c.pools.size() == 2 && c.pools.front().role != PoolRole::kColocated;
+  std::printf("serve search: %s on %s (%zu GPUs), %s (seed %llu); %s, ranked by %s\n", c.model.name.c_str(),
               f.topology_name.c_str(), c.topology->gpu_count(),
               c.replay ? ("replay of " + c.replay_name).c_str() : c.traffic.describe().c_str(),
               static_cast<unsigned long long>(c.seed),
+              split ? "prefill/decode splits" : "instance shapes",
               c.slo_ttft > Time::zero() || c.slo_tpot > Time::zero() ? "capacity at the SLO" : "output throughput");
+  if (split) {
+    run_split_search(a, f, threads);
+    return;
+  }
   ShapeSearch s;
   try {
     s = search_shapes(c, threads, a.attainment, progress_counter("shapes"));
@@ -377,13 +413,7 @@ void run_search(const FleetArgs& a) {
     write_file_atomically(a.emit, fleet_with_shape(load_json_file(a.fleet), s.ranked.front()).dump(2) + "\n");
     std::printf("  wrote the best fleet to %s\n", a.emit.c_str());
   }
-  if (!a.plot.empty()) {
-    make_plot_dir(a.plot);
-    write_file_atomically(a.plot + "/shapes.dat", shape_data(s));
-    run_gnuplot(a.plot + "/shapes.gp", shape_gnuplot(a.plot + "/shapes.dat", a.plot + "/shapes.png", s,
-                                                     c.model.name + " on " + f.topology_name + ": instance shapes"));
-    std::printf("  wrote %s/shapes.png\n", a.plot.c_str());
-  }
+  if (!a.plot.empty()) write_search_plot(a, f, shape_data(s), s.by_capacity, "instance shapes");
 }
 
 void run_fleet(const FleetArgs& a) {
@@ -516,13 +546,16 @@ CLI::App* add_sweep_subcommand(CLI::App* serve) {
 CLI::App* add_search_subcommand(CLI::App* serve) {
   auto w = std::make_shared<FleetArgs>();
   CLI::App* search = serve->add_subcommand(
-      "search", "which instance shape (TP, PP, DP attention, EP) serves the fleet's traffic best on its GPUs");
-  search->add_option("fleet", w->fleet, "fleet file with one colocated pool (its shape is replaced)")->required();
+      "search", "which instance shape (TP, PP, DP attention, EP) serves the fleet's traffic best on its GPUs; for a "
+      "disaggregated fleet, also how many GPUs prefill and how many decode");
+  search->add_option("fleet", w->fleet, "fleet file with one colocated pool, or one prefill and one decode pool (shapes and counts are replaced)")->required();
   add_run_options(search, *w);
   search->add_option("--attainment", w->attainment, "with an SLO: the share of requests that must meet it")
       ->capture_default_str();
   search->add_option("--top", w->top, "rows of the table")->capture_default_str();
   search->add_option("--jobs", w->jobs, "fleet simulations at once (default: all cores)");
+  search->add_flag("--exhaustive", w->exhaustive,
+                   "disaggregated: simulate every split, none pruned by its bound (slower; to check the pruning)");
   search->add_option("--json", w->json, "write every simulated shape as JSON");
   search->add_option("--emit", w->emit, "write the fleet file with the best shape");
   search->add_option("--plot", w->plot, "write each shape's capacity against its p99 TPOT (PNG, gnuplot) here");

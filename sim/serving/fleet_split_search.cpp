@@ -1,0 +1,379 @@
+// The prefill/decode split search of a disaggregated fleet (fleet_split_search.h).
+#include "serving/fleet_split_search.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <limits>
+#include <mutex>
+#include <optional>
+#include <stdexcept>
+#include <tuple>
+
+#include "engine/parallel_for.h"
+#include "serving/fleet_search.h"
+#include "serving/random.h"
+#include "serving/step_model.h"
+
+namespace parallax {
+namespace {
+
+constexpr size_t kRound = 8;  // splits simulated between two pruning decisions
+
+// One pool's valid shapes with their KV blocks and the rate bound of one instance.
+struct ShapeOption {
+  InstanceShape shape;
+  int64_t kv_blocks = 0;
+  double rate = 0;  ///< requests/s of one instance at full batches
+};
+
+struct Candidate {
+  PoolShape prefill, decode;
+  double bound = 0;
+  std::string label;
+};
+
+std::string split_description(const PoolShape& prefill, const PoolShape& decode) {
+  return std::to_string(prefill.instances) + " × (" + describe_shape(prefill.shape) + ") + " +
+         std::to_string(decode.instances) + " × (" + describe_shape(decode.shape) + ")";
+}
+
+// The batching the fleet gives a pool's instances: data-parallel attention ranks each take
+// their share of the budget as their largest chunk (fleet.cpp's pool_batching).
+BatchingConfig instance_batching(const PoolConfig& pool) {
+  BatchingConfig b = pool.batching;
+  if (pool.shape.dp > 1) b.chunk_limit = (b.token_budget + pool.shape.dp - 1) / pool.shape.dp;
+  return b;
+}
+
+// The time after which the instance's first stage takes its next batch (ModelStepTimer's).
+double interval_s(const StepModel& model, const RaggedBatch& batch) {
+  const StepBreakdown b = model.step(batch);
+  return (model.shape().pp > 1 ? b.bottleneck_stage + b.overhead : b.total).seconds();
+}
+
+std::vector<ShapeOption> pool_options(const FleetConfig& config, const PoolConfig& base, const TrafficMeans& means,
+                                      SplitSearch& out, size_t& enumerated) {
+  const int gpus = static_cast<int>(config.topology->gpu_count());
+  const bool decode = base.role == PoolRole::kDecode;
+  const bool pipeline = !decode || (base.step.speculative == SpeculativeMethod::kNone && !base.step.two_batch_overlap);
+  std::vector<InstanceShape> shapes = candidate_shapes(config.model, gpus, pipeline);
+  if (base.step.two_batch_overlap) std::erase_if(shapes, [](const InstanceShape& s) { return s.dp < 2; });
+  enumerated = shapes.size();
+  std::vector<ShapeOption> options;
+  bool first_rule = true, first_memory = true;
+  for (const InstanceShape& shape : shapes) {
+    PoolConfig pool = base;
+    pool.shape = shape;
+    pool.first_gpu.reset();
+    const std::string why = shape_refusal(config, pool);
+    if (!why.empty()) {
+      const bool memory = why.find("does not fit") != std::string::npos;
+      (memory ? out.rejected_by_memory : out.rejected_by_rule)++;
+      bool& first = memory ? first_memory : first_rule;
+      if (first) out.rejections.push_back(base.name + " " + describe_shape(shape) + ": " + why);
+      first = false;
+      continue;
+    }
+    ShapeOption o{shape, pool.batching.kv_blocks > 0 ? pool.batching.kv_blocks : pool_kv_capacity(config, pool).blocks,
+                  0.0};
+    const StepModel model(config.model, *config.topology, shape, pool.step, 0);
+    const BatchingConfig batching = instance_batching(pool);
+    // A prefix cache spares prefill work the bound cannot count: the prefill side is then not bounded.
+    o.rate = decode ? decode_rate_bound(model, batching, o.kv_blocks, means, config.slo_tpot)
+             : batching.prefix_caching ? std::numeric_limits<double>::infinity()
+                                       : prefill_rate_bound(model, batching, means);
+    options.push_back(o);
+  }
+  return options;
+}
+
+// Whether the two pools' instances, packed in the fleet's pool order, fit the topology's GPUs.
+bool packs(const FleetConfig& config, const std::vector<PoolShape>& in_order) {
+  const int per_node = gpus_per_node(*config.topology);
+  const int gpus = static_cast<int>(config.topology->gpu_count());
+  int cursor = 0;
+  for (const PoolShape& p : in_order) {
+    for (int k = 0; k < p.instances; ++k) {
+      cursor = packed_start(p.shape, per_node, cursor) + p.shape.gpus();
+      if (cursor > gpus) return false;
+    }
+  }
+  return true;
+}
+
+double metric(const SplitRun& r, bool by_capacity) { return by_capacity ? r.capacity : r.summary.requests_per_s; }
+
+// Better first: capacity (or output throughput), then output throughput, then the text.
+bool better(const SplitRun& a, const SplitRun& b, bool by_capacity) {
+  const double ga = by_capacity ? a.capacity : a.summary.output_tokens_per_s;
+  const double gb = by_capacity ? b.capacity : b.summary.output_tokens_per_s;
+  if (ga != gb) return ga > gb;
+  if (a.summary.output_tokens_per_s != b.summary.output_tokens_per_s) {
+    return a.summary.output_tokens_per_s > b.summary.output_tokens_per_s;
+  }
+  return split_description(a.prefill, a.decode) < split_description(b.prefill, b.decode);
+}
+
+}  // namespace
+
+TrafficMeans traffic_means(const FleetConfig& config) {
+  std::vector<Request> sample;
+  Rng rng(config.seed);
+  if (config.replay) {
+    sample = *config.replay;
+  } else if (config.traffic.arrival == TrafficSpec::Arrival::kClosedLoop) {
+    for (int64_t i = 0; i < config.traffic.requests; ++i) {
+      sample.push_back(closed_loop_request(config.traffic, rng, i, Time::zero(), static_cast<uint64_t>(i)));
+    }
+  } else {
+    sample = open_loop_requests(config.traffic, rng);
+  }
+  double prompt = 0, decode = 0, weighted_context = 0;
+  for (const Request& r : sample) {
+    const auto p = static_cast<double>(r.prompt_tokens);
+    const auto d = static_cast<double>(r.output_tokens - 1);
+    prompt += p;
+    decode += d;
+    weighted_context += p * d + d * d / 2;
+  }
+  const auto n = static_cast<double>(std::max<size_t>(1, sample.size()));
+  TrafficMeans m{prompt / n, decode / n, 0.0};
+  m.decode_context = decode > 0 ? weighted_context / decode : m.prompt;
+  return m;
+}
+
+double prefill_rate_bound(const StepModel& model, const BatchingConfig& batching, const TrafficMeans& means) {
+  const int64_t budget = batching.token_budget;
+  const int64_t limit = batching.chunk_limit > 0 ? std::min(batching.chunk_limit, budget) : budget;
+  const int64_t prompt = std::max<int64_t>(1, std::llround(means.prompt));
+  const int64_t chunk = std::min(prompt, limit);
+  RaggedBatch batch;
+  int64_t tokens = 0;
+  while (tokens + chunk <= budget && static_cast<int>(batch.sequences.size()) < batching.max_sequences) {
+    batch.sequences.push_back(SequenceChunk{chunk, chunk, chunk == prompt, 0});
+    tokens += chunk;
+  }
+  return static_cast<double>(tokens) / interval_s(model, batch) / means.prompt;
+}
+
+double decode_rate_bound(const StepModel& model, const BatchingConfig& batching, int64_t kv_blocks,
+                         const TrafficMeans& means, Time slo_tpot) {
+  if (!(means.decode > 0)) return std::numeric_limits<double>::infinity();
+  const int64_t drafts = batching.speculative_tokens;
+  const double tokens_per_step = expected_tokens_per_step(drafts, batching.acceptance);
+  const int64_t context = std::max<int64_t>(1, std::llround(means.decode_context)) + 1 + drafts;
+  const int pp = model.shape().pp;
+  // Up to pp batches are in flight, each sequence in one of them: they share the KV blocks.
+  const int64_t most = std::min({static_cast<int64_t>(batching.max_sequences), batching.token_budget / (1 + drafts),
+                                 kv_blocks / blocks_for(context, batching.block_size) / pp});
+  if (most < 1) return 0;
+  const auto interval = [&](int64_t b) {
+    RaggedBatch batch;
+    batch.sequences.assign(static_cast<size_t>(b), SequenceChunk{1 + drafts, context, true, drafts});
+    return interval_s(model, batch);
+  };
+  // A sequence steps once every pp intervals (its batch's turn).
+  const auto tpot = [&](int64_t b) { return pp * interval(b) / tokens_per_step; };
+  int64_t b = most;
+  if (slo_tpot > Time::zero() && tpot(most) > slo_tpot.seconds()) {
+    if (tpot(1) > slo_tpot.seconds()) return 0;
+    int64_t low = 1, high = most;  // tpot(low) meets it, tpot(high) does not
+    while (high - low > 1) {
+      const int64_t mid = (low + high) / 2;
+      (tpot(mid) <= slo_tpot.seconds() ? low : high) = mid;
+    }
+    b = low;
+  }
+  return static_cast<double>(b) * tokens_per_step / interval(b) / means.decode;
+}
+
+SplitSearch search_splits(const FleetConfig& config, int threads, double attainment, bool prune,
+                          const std::function<void(size_t, size_t)>& progress) {
+  const auto role_index = [&](PoolRole role) {
+    const auto it = std::find_if(config.pools.begin(), config.pools.end(), [&](const PoolConfig& p) { return p.role == role; });
+    return static_cast<size_t>(it - config.pools.begin());
+  };
+  const size_t ip = role_index(PoolRole::kPrefill), id = role_index(PoolRole::kDecode);
+  if (config.pools.size() != 2 || ip == config.pools.size() || id == config.pools.size()) {
+    throw std::invalid_argument("the split search re-shapes a fleet of one prefill and one decode pool");
+  }
+  SplitSearch out;
+  out.attainment = attainment;
+  out.by_capacity = (config.slo_ttft > Time::zero() || config.slo_tpot > Time::zero()) &&
+                    (config.replay || config.traffic.arrival != TrafficSpec::Arrival::kClosedLoop);
+  const TrafficMeans means = traffic_means(config);
+  const std::vector<ShapeOption> prefill = pool_options(config, config.pools[ip], means, out, out.prefill_shapes);
+  const std::vector<ShapeOption> decode = pool_options(config, config.pools[id], means, out, out.decode_shapes);
+
+  const int gpus = static_cast<int>(config.topology->gpu_count());
+  std::vector<Candidate> candidates;
+  for (const ShapeOption& p : prefill) {
+    for (const ShapeOption& d : decode) {
+      for (int np = 1; gpus - np * p.shape.gpus() >= d.shape.gpus(); ++np) {
+        const int rest = gpus - np * p.shape.gpus();
+        if (rest % d.shape.gpus() != 0) continue;
+        Candidate c{{p.shape, np, p.kv_blocks}, {d.shape, rest / d.shape.gpus(), d.kv_blocks}, 0.0, {}};
+        ++out.splits;
+        if (!packs(config, ip < id ? std::vector{c.prefill, c.decode} : std::vector{c.decode, c.prefill})) {
+          ++out.unplaceable;
+          continue;
+        }
+        c.bound = std::min(np * p.rate, c.decode.instances * d.rate);
+        c.label = split_description(c.prefill, c.decode);
+        candidates.push_back(std::move(c));
+      }
+    }
+  }
+  std::stable_sort(candidates.begin(), candidates.end(), [](const Candidate& a, const Candidate& b) {
+    return a.bound != b.bound ? a.bound > b.bound : a.label < b.label;
+  });
+
+  std::vector<std::string> refused;
+  double best = 0;
+  size_t next = 0, done = 0;
+  std::mutex reporting;
+  while (next < candidates.size()) {
+    // Sorted by bound: once one cannot beat the best, none after it can.
+    const auto hopeless = [&](const Candidate& c) { return prune && best > 0 && c.bound * (1 + kBoundMargin) < best; };
+    if (hopeless(candidates[next])) break;
+    size_t end = next;
+    while (end < candidates.size() && end - next < kRound && !hopeless(candidates[end])) ++end;
+    std::vector<std::optional<SplitRun>> runs(end - next);
+    std::vector<std::string> why(end - next);
+    parallel_for(end - next, std::max(1, threads), [&](size_t, size_t k) {
+      const Candidate& cand = candidates[next + k];
+      FleetConfig c = config;
+      c.pools[ip].shape = cand.prefill.shape;
+      c.pools[ip].count = cand.prefill.instances;
+      c.pools[id].shape = cand.decode.shape;
+      c.pools[id].count = cand.decode.instances;
+      c.pools[ip].first_gpu.reset();
+      c.pools[id].first_gpu.reset();
+      try {
+        SplitRun run{cand.prefill, cand.decode, cand.bound, 0.0, {}};
+        if (out.by_capacity) {
+          std::tie(run.capacity, run.summary) = capacity_at_slo(c, attainment);
+        } else {
+          run.summary = summarize(c, simulate_fleet(c));
+        }
+        runs[k] = run;
+      } catch (const std::invalid_argument& e) {
+        why[k] = cand.label + ": " + e.what();
+      }
+      const std::lock_guard<std::mutex> lock(reporting);
+      ++done;
+      if (progress) progress(done, candidates.size());
+    });
+    for (size_t k = 0; k < runs.size(); ++k) {
+      if (runs[k]) {
+        best = std::max(best, metric(*runs[k], out.by_capacity));
+        out.ranked.push_back(*runs[k]);
+      } else if (out.refused++ == 0) {
+        refused.push_back(why[k]);
+      }
+    }
+    next = end;
+  }
+  out.pruned_by_bound = candidates.size() - next;
+  for (const std::string& r : refused) out.rejections.push_back(r);
+  if (progress && out.pruned_by_bound > 0) progress(candidates.size(), candidates.size());
+  std::stable_sort(out.ranked.begin(), out.ranked.end(),
+                   [&](const SplitRun& a, const SplitRun& b) { return better(a, b, out.by_capacity); });
+  return out;
+}
+
+std::string split_table(const SplitSearch& s, size_t top) {
+  std::string t;
+  char line[640];
+  std::snprintf(line, sizeof line, "  %4s  %-30s %-30s %9s %10s %13s %10s %10s %8s\n", "rank", "prefill", "decode", "bound",
+                s.by_capacity ? "capacity" : "requests/s", "out tok/s/GPU", "TTFT p99", "TPOT p99", "SLO met");
+  t += line;
+  for (size_t i = 0; i < s.ranked.size() && i < top; ++i) {
+    const SplitRun& r = s.ranked[i];
+    const FleetSummary& f = r.summary;
+    const auto side = [](const PoolShape& p) { return std::to_string(p.instances) + " × " + describe_shape(p.shape); };
+    std::snprintf(line, sizeof line, "  %4zu  %-30s %-30s %9.2f %10.2f %13.1f %7.0f ms %7.1f ms %7.1f%%\n", i + 1,
+                  side(r.prefill).c_str(), side(r.decode).c_str(), r.bound,
+                  s.by_capacity ? r.capacity : f.requests_per_s, f.output_tokens_per_s_per_gpu, f.ttft.p99 * 1e3,
+                  f.tpot.p99 * 1e3, 100.0 * f.slo_attainment);
+    t += line;
+  }
+  std::snprintf(line, sizeof line,
+                "  bound: the requests/s the smaller side sustains with full batches at the traffic's mean lengths\n");
+  t += line;
+  if (s.by_capacity) {
+    std::snprintf(line, sizeof line,
+                  "  capacity: the highest rate (requests/s; replaying, the trace's speed-up) at which %.0f%% of the "
+                  "requests meet the SLO; the other columns at it\n",
+                  100.0 * s.attainment);
+    t += line;
+  }
+  std::snprintf(line, sizeof line,
+                "\nshapes: %zu prefill, %zu decode enumerated; %zu rejected by rule, %zu rejected by memory\n"
+                "splits: %zu fill the GPUs = %zu unplaceable + %zu pruned by bound + %zu refused + %zu simulated\n",
+                s.prefill_shapes, s.decode_shapes, s.rejected_by_rule, s.rejected_by_memory, s.splits, s.unplaceable,
+                s.pruned_by_bound, s.refused, s.ranked.size());
+  t += line;
+  for (const std::string& r : s.rejections) t += "  rejected, e.g. " + r + "\n";
+  return t;
+}
+
+std::string split_data(const SplitSearch& s) {
+  std::string out = "# rate tpot_p99_ms ttft_p99_ms label\n";
+  char line[256];
+  for (const SplitRun& r : s.ranked) {
+    const std::string label = std::to_string(r.prefill.instances) + "x" + shape_label(r.prefill.shape) + " / " +
+                              std::to_string(r.decode.instances) + "x" + shape_label(r.decode.shape);
+    std::snprintf(line, sizeof line, "%.6g %.6g %.6g \"%s\"\n", s.by_capacity ? r.capacity : r.summary.requests_per_s,
+                  r.summary.tpot.p99 * 1e3, r.summary.ttft.p99 * 1e3, label.c_str());
+    out += line;
+  }
+  return out;
+}
+
+nlohmann::ordered_json split_json(const SplitSearch& s) {
+  const auto side = [](const PoolShape& p) {
+    return nlohmann::ordered_json{{"tp", p.shape.tp},     {"pp", p.shape.pp},         {"dp", p.shape.dp},
+                                  {"ep", p.shape.ep},     {"instances", p.instances}, {"kv_blocks", p.kv_blocks}};
+  };
+  nlohmann::ordered_json j;
+  j["prefill_shapes"] = s.prefill_shapes;
+  j["decode_shapes"] = s.decode_shapes;
+  j["rejected_by_rule"] = s.rejected_by_rule;
+  j["rejected_by_memory"] = s.rejected_by_memory;
+  j["splits"] = s.splits;
+  j["unplaceable"] = s.unplaceable;
+  j["pruned_by_bound"] = s.pruned_by_bound;
+  j["refused"] = s.refused;
+  j["ranked_by"] = s.by_capacity ? "capacity_at_slo" : "output_throughput";
+  j["attainment"] = s.attainment;
+  j["rejections"] = s.rejections;
+  nlohmann::ordered_json runs = nlohmann::ordered_json::array();
+  for (const SplitRun& r : s.ranked) {
+    const FleetSummary& f = r.summary;
+    runs.push_back({{"prefill", side(r.prefill)},
+                     {"decode", side(r.decode)},
+                     {"bound", r.bound},
+                     {"capacity", r.capacity},
+                     {"goodput_per_s", f.goodput_per_s},
+                     {"requests_per_s", f.requests_per_s},
+                     {"output_tokens_per_s_per_gpu", f.output_tokens_per_s_per_gpu},
+                     {"ttft_p99_s", f.ttft.p99},
+                     {"tpot_p99_s", f.tpot.p99},
+                     {"slo_attainment", f.slo_attainment}});
+  }
+  j["splits_simulated"] = std::move(runs);
+  return j;
+}
+
+nlohmann::json fleet_with_split(const nlohmann::json& original, const FleetConfig& config, const SplitRun& run) {
+  nlohmann::json out = original;
+  for (size_t i = 0; i < config.pools.size(); ++i) {
+    const PoolShape& p = config.pools[i].role == PoolRole::kPrefill ? run.prefill : run.decode;
+    set_pool_shape(out["pools"][i], p.shape, p.instances);
+  }
+  return out;
+}
+
+}  // namespace parallax

@@ -1,0 +1,139 @@
+// The prefill/decode split search (serving/fleet_split_search.h): the traffic's means and each
+// side's rate bound against their closed forms, and the search against an exhaustive one.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "serving/fleet_search.h"
+#include "serving/fleet_split_search.h"
+#include "serving/step_model.h"
+#include "test_support.h"
+#include "topology/topology_loader.h"
+
+namespace parallax {
+namespace {
+
+using test::bundled;
+using test::shared_dgx_h100;
+
+TEST(ServingSplitSearch, TrafficMeansWeightTheContextByDecodeSteps) {
+  FleetConfig c;
+  auto trace = std::make_shared<std::vector<Request>>(2);
+  (*trace)[0].prompt_tokens = 100, (*trace)[0].output_tokens = 11;
+  (*trace)[1].prompt_tokens = 300, (*trace)[1].output_tokens = 1;
+  c.replay = trace;
+  const TrafficMeans m = traffic_means(c);
+  EXPECT_DOUBLE_EQ(m.prompt, 200);
+  EXPECT_DOUBLE_EQ(m.decode, 5);
+  // Only the first decodes: 10 steps at contexts 100 … 110, on average P + D/2.
+  EXPECT_DOUBLE_EQ(m.decode_context, (100.0 * 10 + 10.0 * 10 / 2) / 10);
+  // A synthetic stream of fixed lengths.
+  FleetConfig fixed;
+  fixed.traffic.requests = 50;
+  fixed.traffic.prompt.value = 1000;
+  fixed.traffic.output.value = 101;
+  const TrafficMeans f = traffic_means(fixed);
+  EXPECT_DOUBLE_EQ(f.prompt, 1000);
+  EXPECT_DOUBLE_EQ(f.decode, 100);
+  EXPECT_DOUBLE_EQ(f.decode_context, 1050);
+}
+
+TEST(ServingSplitSearch, RateBoundsAreFullBatchesOverTheirStepTime) {
+  const auto topology = shared_dgx_h100();
+  const StepModel model(bundled("llama3-8b"), *topology, InstanceShape{2, 1});
+  const TrafficMeans means{1000, 100, 1050};
+  BatchingConfig b;
+  b.token_budget = 4096;
+  b.max_sequences = 256;
+  // Prefill: four whole prompts fill the budget.
+  RaggedBatch prompts;
+  prompts.sequences.assign(4, SequenceChunk{1000, 1000, true, 0});
+  EXPECT_DOUBLE_EQ(prefill_rate_bound(model, b, means), 4000.0 / model.step(prompts).total.seconds() / 1000);
+  // Decode, bound by the KV blocks: ten sequences of ⌈1051/16⌉ = 66 blocks.
+  const auto decode_step = [&](int n) {
+    RaggedBatch d;
+    d.sequences.assign(static_cast<size_t>(n), SequenceChunk{1, 1051, true, 0});
+    return model.step(d).total.seconds();
+  };
+  EXPECT_DOUBLE_EQ(decode_rate_bound(model, b, 10 * 66 + 65, means, Time::zero()), 10 / decode_step(10) / 100);
+  // Bound by the TPOT objective: the largest batch whose step meets it.
+  const Time slo = Time::from_seconds(0.5 * (decode_step(5) + decode_step(6)));
+  EXPECT_DOUBLE_EQ(decode_rate_bound(model, b, 100000, means, slo), 5 / decode_step(5) / 100);
+  // One sequence alone misses it: nothing meets it.
+  EXPECT_EQ(decode_rate_bound(model, b, 100000, means, Time::from_seconds(0.5 * decode_step(1))), 0.0);
+  // Speculation: each sequence verifies 2 drafts (3 tokens) and yields 1 + a + a² tokens a step.
+  b.speculative_tokens = 2;
+  b.acceptance = 0.5;
+  RaggedBatch verify;
+  verify.sequences.assign(10, SequenceChunk{3, 1053, true, 2});
+  EXPECT_DOUBLE_EQ(decode_rate_bound(model, b, 10 * 66 + 65, means, Time::zero()),
+                   10 * 1.75 / model.step(verify).total.seconds() / 100);
+}
+
+FleetConfig split_fleet() {
+  FleetConfig c;
+  c.model = bundled("llama3-8b");
+  TopologyLoadOptions half_node(1);
+  half_node.gpus_per_node = 4;
+  c.topology = std::make_shared<const Topology>(load_topology(test::source_path("topologies/dgx-h100.json"), half_node));
+  PoolConfig prefill, decode;
+  prefill.name = "prefill";
+  prefill.role = PoolRole::kPrefill;
+  decode.name = "decode";
+  decode.role = PoolRole::kDecode;
+  decode.batching.max_sequences = 64;
+  c.pools = {prefill, decode};
+  c.traffic.rate_per_s = 10;
+  c.traffic.requests = 80;
+  c.traffic.prompt.value = 2000;
+  c.traffic.output.value = 100;
+  c.slo_ttft = Time::ms(1000);
+  c.slo_tpot = Time::ms(30);
+  return c;
+}
+
+TEST(ServingSplitSearch, PruningKeepsTheExhaustiveBestAndTheCountsAddUp) {
+  const FleetConfig c = split_fleet();
+  const SplitSearch all = search_splits(c, 2, 0.9, false), pruned = search_splits(c, 1, 0.9, true),
+                    pruned2 = search_splits(c, 2, 0.9, true);
+  ASSERT_TRUE(all.by_capacity);
+  // 4 GPUs: tp · pp of 1, 2 or 4 dividing them, six shapes a pool (tp 1 · pp 1 fits llama3-8b).
+  EXPECT_EQ(all.prefill_shapes, 6u);
+  EXPECT_EQ(all.pruned_by_bound, 0u);
+  for (const SplitSearch* s : {&all, &pruned}) {
+    EXPECT_EQ(s->splits, s->unplaceable + s->pruned_by_bound + s->refused + s->ranked.size());
+  }
+  EXPECT_GT(pruned.pruned_by_bound, 0u);
+  ASSERT_FALSE(pruned.ranked.empty());
+  EXPECT_EQ(pruned.ranked.front().capacity, all.ranked.front().capacity);
+  EXPECT_EQ(describe_shape(pruned.ranked.front().prefill.shape), describe_shape(all.ranked.front().prefill.shape));
+  EXPECT_EQ(pruned.ranked.front().decode.instances, all.ranked.front().decode.instances);
+  // The threads change nothing.
+  ASSERT_EQ(pruned.ranked.size(), pruned2.ranked.size());
+  for (size_t i = 0; i < pruned.ranked.size(); ++i) {
+    EXPECT_EQ(pruned.ranked[i].capacity, pruned2.ranked[i].capacity);
+    EXPECT_EQ(pruned.ranked[i].bound, pruned2.ranked[i].bound);
+  }
+  for (const SplitRun& r : all.ranked) {
+    // Every split fills the four GPUs, and no capacity beats its bound by the pruning margin.
+    EXPECT_EQ(r.prefill.instances * r.prefill.shape.gpus() + r.decode.instances * r.decode.shape.gpus(), 4);
+    EXPECT_LE(r.capacity, r.bound * (1 + kBoundMargin));
+    if (r.capacity > 0) {
+      EXPECT_GE(r.summary.slo_attainment, 0.9);
+    }
+  }
+  // The best is what capacity_at_slo says of that fleet alone.
+  FleetConfig best = c;
+  best.pools[0].shape = all.ranked.front().prefill.shape;
+  best.pools[0].count = all.ranked.front().prefill.instances;
+  best.pools[1].shape = all.ranked.front().decode.shape;
+  best.pools[1].count = all.ranked.front().decode.instances;
+  EXPECT_EQ(capacity_at_slo(best, 0.9).first, all.ranked.front().capacity);
+  // A colocated fleet is not split.
+  FleetConfig colocated = c;
+  colocated.pools = {PoolConfig{}};
+  EXPECT_THROW(search_splits(colocated, 1), std::invalid_argument);
+}
+
+}  // namespace
+}  // namespace parallax
