@@ -300,6 +300,47 @@ TEST(ServingStep, SpeculatingStepsVerifyTheirDraftsAndPayTheDraftPasses) {
   EXPECT_THROW(StepModel(bundled("llama3-70b"), node, InstanceShape{4, 2}, o), std::invalid_argument);
 }
 
+TEST(ServingStep, ADraftModelPassIsADecodeStepOfItAndItsMemorySitsBesideTheTargets) {
+  // Llama 3 70B on TP 4 drafted by Llama 3.2 1B: 16 sequences of 4,096 tokens, 3 drafts. Each
+  // of the 3 passes is a decode step of the 1B model on the same TP group (its embedding, 16
+  // layers, TP all-reduces and head; no second framework overhead); the verification costs
+  // what the target's step of it costs.
+  const ModelConfig target = bundled("llama3-70b"), draft = bundled("llama3.2-1b");
+  const Topology node = dgx_h100(1);
+  StepModelOptions o;
+  const StepModel plain(target, node, InstanceShape{4, 1}, o);
+  StepModelOptions alone = o;
+  alone.step_overhead = Time::zero();
+  const StepModel drafter(draft, node, InstanceShape{4, 1}, alone);
+  o.speculative = SpeculativeMethod::kDraftModel;
+  o.draft_model = std::make_shared<const ModelConfig>(draft);
+  const StepModel speculating(target, node, InstanceShape{4, 1}, o);
+  RaggedBatch verify, passes;
+  for (int i = 0; i < 16; ++i) {
+    verify.sequences.push_back({4, 4100, true, 3});
+    passes.sequences.push_back({1, 4097, true});
+  }
+  const StepBreakdown b = speculating.step(verify);
+  EXPECT_NEAR(b.drafting.seconds(), 3 * drafter.step(passes).total.seconds(), 1e-12);
+  EXPECT_NEAR((b.total - b.drafting).seconds(), plain.step(verify).total.seconds(), 1e-12);
+  // Memory: the draft's weights on the TP group and its KV beside the target's in every block,
+  // 16 layers × K and V × 2 of its 8 KV heads per rank × 64 × 2 B = 8,192 B a token.
+  const DraftFootprint footprint = draft_footprint(draft, 4);
+  EXPECT_EQ(footprint.kv_per_token.value(), 8192.0);
+  EXPECT_EQ(footprint.weights.value(), stage_weight_bytes(draft, InstanceShape{4, 1}).front().value());
+  const GpuSpec& gpu = node.gpu_spec_of(node.gpus().front());
+  const KvCapacity without = kv_capacity(target, gpu, InstanceShape{4, 1}, 16, 0.1, Bytes(1e9), 256);
+  const KvCapacity with = kv_capacity(target, gpu, InstanceShape{4, 1}, 16, 0.1, Bytes(1e9), 256, {}, footprint);
+  EXPECT_EQ(with.weights.value(), without.weights.value() + footprint.weights.value());
+  EXPECT_EQ(with.block_bytes.value(), without.block_bytes.value() + 16 * 8192.0);
+  EXPECT_LT(with.blocks, without.blocks);
+  // Refused: a draft of another vocabulary (Llama 2's 32,000 tokens), or none given.
+  o.draft_model = std::make_shared<const ModelConfig>(bundled("llama2-7b"));
+  EXPECT_THROW(StepModel(target, node, InstanceShape{4, 1}, o), std::invalid_argument);
+  o.draft_model.reset();
+  EXPECT_THROW(StepModel(target, node, InstanceShape{4, 1}, o), std::invalid_argument);
+}
+
 TEST(ServingStep, ASkewedRouterSlowsSpreadExpertsOnly) {
   // Zipf 1 over 4 experts in 2 groups: shares 1, 1/2, 1/3, 1/4 (sum 25/12); the first group's
   // 3/2 over an even 25/24 is 1.44×.

@@ -57,8 +57,11 @@ add_test(NAME example.serve.bad_kv_dtype
 add_test(NAME example.serve.dp_dense
          COMMAND bash ${check_exit} 2 "dp-dense.json: /pools/0: data-parallel attention \\(dp > 1\\) is for MoE models"
                  $<TARGET_FILE:parallax> serve ${serve_data}/dp-dense.json --json ${serve_scratch}/never.json)
+add_test(NAME example.serve.bad_draft
+         COMMAND bash ${check_exit} 2 "bad-draft.json: /pools/0/speculative/model: only a draft model"
+                 $<TARGET_FILE:parallax> serve ${serve_data}/bad-draft.json --json ${serve_scratch}/never.json)
 add_test(NAME example.serve.bad_speculative
-         COMMAND bash ${check_exit} 2 "bad-speculative.json: /pools/0/speculative/method: \"medusa\" is not a drafting method \\(mtp or eagle\\)"
+         COMMAND bash ${check_exit} 2 "bad-speculative.json: /pools/0/speculative/method: \"medusa\" is not a drafting method \\(mtp, eagle or draft\\)"
                  $<TARGET_FILE:parallax> serve ${serve_data}/bad-speculative.json --json ${serve_scratch}/never.json)
 add_test(NAME example.serve.step_speculative
          COMMAND parallax serve step --model deepseek-v3 --topology hgx-h200 --tp 8 --ep 8 --dtype fp8 --decode 64
@@ -117,6 +120,20 @@ add_test(NAME example.serve.step_two_batch_overlap
          COMMAND parallax serve step --model deepseek-v3 --topology dgx-h100 --nodes 2 --tp 1 --dp 16 --decode 1024
                  --context 2400 --dtype fp8 --two-batch-overlap)
 set_tests_properties(example.serve.step_two_batch_overlap PROPERTIES PASS_REGULAR_EXPRESSION "EP all-to-all.*beside one another  *-")
+# Speculative decoding by a separate draft model (Llama 3.2 1B for Llama 3 70B): its decode steps
+# before each verification, its weights and KV beside the target's; a vocabulary that differs is
+# refused.
+add_test(NAME example.serve.step_draft_model
+         COMMAND parallax serve step --model llama3-70b --topology dgx-h100 --tp 4 --decode 64 --context 4096
+                 --speculative draft --draft-model llama3.2-1b --draft-tokens 4 --acceptance 0.7)
+set_tests_properties(example.serve.step_draft_model PROPERTIES PASS_REGULAR_EXPRESSION "of it, drafting.*2.77 tokens a sequence a step.*the draft model's included.*: fits")
+add_test(NAME example.serve.step_draft_vocabulary
+         COMMAND bash ${check_exit} 2 "must share the target's tokenizer"
+                 $<TARGET_FILE:parallax> serve step --model llama3-70b --topology dgx-h100 --tp 4 --decode 8 --context 512
+                 --speculative draft --draft-model llama2-7b --draft-tokens 2 --acceptance 0.7)
+add_test(NAME example.serve.draft_model_fleet
+         COMMAND parallax serve ${PROJECT_SOURCE_DIR}/workloads/serve/llama3-70b-draft-2xtp4-h100.json --requests 200)
+set_tests_properties(example.serve.draft_model_fleet PROPERTIES PASS_REGULAR_EXPRESSION "speculative decoding by the draft model llama3.2-1b.*200 completed, 0 rejected")
 
 # Which instance shape serves the example's traffic best on its 8 H100s: every shape simulated at
 # rising rates to its capacity at the SLO; the best written as a fleet file that runs.

@@ -23,11 +23,11 @@ void expect_within_percent(int64_t counted, double published, double percent) {
       << "counted " << static_cast<double>(counted) / 1e9 << " B, published " << published / 1e9 << " B";
 }
 
-TEST(BundledModels, AllFifteenAreThere) {
+TEST(BundledModels, AllSixteenAreThere) {
   EXPECT_EQ(bundled_model_names(models_dir()),
             (std::vector<std::string>{"deepseek-v2", "deepseek-v3", "glm-4.5", "gpt-oss-120b", "gpt3-175b", "kimi-k2",
                                       "llama2-13b", "llama2-70b", "llama2-7b", "llama3-405b", "llama3-70b", "llama3-8b",
-                                      "mixtral-8x7b", "nemotron-3-nano", "nemotron-3-super"}));
+                                      "llama3.2-1b", "mixtral-8x7b", "nemotron-3-nano", "nemotron-3-super"}));
 }
 
 TEST(BundledModels, Llama2) {
@@ -51,6 +51,16 @@ TEST(BundledModels, Llama3_8B) {
   EXPECT_EQ(p.output_head, 525'336'576);
   EXPECT_EQ(p.active, p.total);
   expect_within_percent(p.total, 8.03e9, 1);
+}
+
+TEST(BundledModels, Llama3_2_1B) {
+  // Per layer: 2·2048² + 2·2048·512 (8 KV heads of 64) = 10,485,760; 3·2048·8192 = 50,331,648;
+  // norms 4,096 → 60,821,504 × 16 = 973,144,064; one tied embedding 128256·2048 = 262,668,288;
+  // norm 2,048. Total 1,235,814,400: Meta's "1.23B" (the draft model of the serving examples).
+  ParameterCounts p = parameters_of("llama3.2-1b");
+  EXPECT_EQ(p.total, 1'235'814'400);
+  EXPECT_EQ(p.embedding, 262'668'288);
+  expect_within_percent(p.total, 1.23e9, 1);
 }
 
 TEST(BundledModels, Llama3_70B) {

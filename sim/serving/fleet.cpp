@@ -203,7 +203,10 @@ class Simulation {
   // over its own link at once).
   Bytes swap_block_bytes(const PoolConfig& pool, int64_t block_size) const {
     const std::vector<int> layers = split_layers(c_.model.layers, pool.shape.pp);
-    return kv_bytes_per_token(c_.model, pool.shape.tp, 0, layers.front(), pool.step.kv_cache_dtype) *
+    const Bytes draft = pool.step.draft_model
+                            ? draft_footprint(*pool.step.draft_model, pool.shape.tp, precision_of(pool)).kv_per_token
+                            : Bytes(0.0);
+    return (kv_bytes_per_token(c_.model, pool.shape.tp, 0, layers.front(), pool.step.kv_cache_dtype) + draft) *
            static_cast<double>(block_size);
   }
 
@@ -766,10 +769,12 @@ int packed_start(InstanceShape shape, int per_node, int cursor) {
 
 KvCapacity pool_kv_capacity(const FleetConfig& c, const PoolConfig& pool) {
   const BatchingConfig& b = pool.batching;
+  const DraftFootprint draft =
+      pool.step.draft_model ? draft_footprint(*pool.step.draft_model, pool.shape.tp, precision_of(pool)) : DraftFootprint{};
   return kv_capacity(c.model, c.topology->gpu_spec_of(c.topology->gpus().front()), pool.shape, b.block_size,
                      pool.memory_reserve,
                      pool.workspace.value_or(instance_workspace(c.model, pool.shape, b.token_budget, b.max_sequences)),
-                     b.max_sequences, precision_of(pool));
+                     b.max_sequences, precision_of(pool), draft);
 }
 
 void check_pool_shape(const FleetConfig& c, const PoolConfig& pool) {

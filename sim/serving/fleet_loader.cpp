@@ -31,16 +31,23 @@ DType serving_dtype(const JsonReader& v) {
 
 double number_in(JsonReader v, double least, double most);
 
-// "speculative": {"method": "mtp" | "eagle", "tokens": k, "acceptance": a}.
-void read_speculative(JsonReader v, PoolConfig& pool) {
+// "speculative": {"method": "mtp" | "eagle" | "draft", "model": (draft only), "tokens": k,
+// "acceptance": a}.
+void read_speculative(JsonReader v, PoolConfig& pool, const std::string& models_dir) {
   const JsonReader method = v.at("method");
   const std::string m = method.as_string();
   if (m == "mtp") {
     pool.step.speculative = SpeculativeMethod::kMtp;
   } else if (m == "eagle") {
     pool.step.speculative = SpeculativeMethod::kEagle;
+  } else if (m == "draft") {
+    pool.step.speculative = SpeculativeMethod::kDraftModel;
+    pool.step.draft_model = std::make_shared<const ModelConfig>(read_model(v.at("model"), models_dir));
   } else {
-    method.fail("\"" + m + "\" is not a drafting method (mtp or eagle)");
+    method.fail("\"" + m + "\" is not a drafting method (mtp, eagle or draft)");
+  }
+  if (m != "draft") {
+    if (auto model = v.find("model")) model->fail("only a draft model (method \"draft\") is a separate model");
   }
   pool.batching.speculative_tokens = static_cast<int>(integer_in(v.at("tokens"), 1, 16));
   pool.batching.acceptance = number_in(v.at("acceptance"), 0, 0.999);
@@ -152,7 +159,7 @@ int read_placement(JsonReader v, const Topology& topology) {
   return static_cast<int>(node) * per_node + static_cast<int>(gpu);
 }
 
-PoolConfig read_pool(JsonReader p, int index, const Topology& topology) {
+PoolConfig read_pool(JsonReader p, int index, const Topology& topology, const std::string& models_dir) {
   PoolConfig pool;
   pool.name = p.has("name") ? p.at("name").as_string() : "pool" + std::to_string(index);
   if (auto role = p.find("role")) {
@@ -216,7 +223,7 @@ PoolConfig read_pool(JsonReader p, int index, const Topology& topology) {
     k->finish();
   }
   if (auto v = p.find("step_overhead")) pool.step.step_overhead = non_negative_time(*v);
-  if (auto v = p.find("speculative")) read_speculative(*v, pool);
+  if (auto v = p.find("speculative")) read_speculative(*v, pool, models_dir);
   if (auto v = p.find("moe_expert_skew")) pool.step.expert_skew = number_in(*v, 0, 16);
   if (auto v = p.find("two_batch_overlap")) pool.step.two_batch_overlap = v->as_bool();
   p.finish();
@@ -296,7 +303,7 @@ FleetFile load_fleet(const std::string& path, const std::string& models_dir, con
   c.topology = read_topology(root.at("topology"), path, topologies_dir, f.topology_name);
   JsonReader pools = root.at("pools");
   int index = 0;
-  for (const JsonReader& p : pools.elements()) c.pools.push_back(read_pool(p, index++, *c.topology));
+  for (const JsonReader& p : pools.elements()) c.pools.push_back(read_pool(p, index++, *c.topology, models_dir));
   if (c.pools.empty()) pools.fail("needs at least one pool");
   if (auto r = root.find("router")) read_router(*r, c);
   c.traffic = read_traffic(root.at("traffic"), path);

@@ -204,6 +204,17 @@ std::string fleet_text(const FleetConfig& c, const std::string& topology_name, c
                   pc.batching.max_sequences, static_cast<long long>(pc.batching.token_budget),
                   static_cast<long long>(ps.kv_blocks), static_cast<long long>(pc.batching.block_size));
     out += buf;
+    if (pc.step.speculative != SpeculativeMethod::kNone) {
+      const std::string by = pc.step.speculative == SpeculativeMethod::kMtp     ? "its MTP module"
+                             : pc.step.speculative == SpeculativeMethod::kEagle ? "an EAGLE head"
+                                                                                : "the draft model " + pc.step.draft_model->name;
+      std::snprintf(buf, sizeof buf,
+                    "    speculative decoding by %s: %d draft token(s) a step, each accepted with probability %.2f (%.2f "
+                    "tokens a sequence a step)\n",
+                    by.c_str(), pc.batching.speculative_tokens, pc.batching.acceptance,
+                    expected_tokens_per_step(pc.batching.speculative_tokens, pc.batching.acceptance));
+      out += buf;
+    }
     std::snprintf(buf, sizeof buf,
                   "    busy %.1f%%, KV cache %.1f%% full on average, %.1f sequences and %.0f new tokens per step\n",
                   100 * ps.busy_fraction, 100 * ps.kv_occupancy, ps.mean_batch, ps.mean_tokens);

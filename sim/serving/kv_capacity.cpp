@@ -120,8 +120,13 @@ Bytes activation_workspace(const ModelConfig& m, int tp, int64_t token_budget, i
   return Bytes(static_cast<double>(token_budget) * per_token + max_sequences * vocab * 4.0);
 }
 
+DraftFootprint draft_footprint(const ModelConfig& draft, int tp, ServingPrecision precision) {
+  return {stage_weight_bytes(draft, InstanceShape{tp, 1}, precision.weights).front(),
+          kv_bytes_per_token(draft, tp, 0, draft.layers, precision.kv_cache)};
+}
+
 StepMemory step_memory(const ModelConfig& m, const GpuSpec& gpu, InstanceShape shape, const RaggedBatch& batch,
-                       ServingPrecision precision) {
+                       ServingPrecision precision, DraftFootprint draft) {
   const std::vector<int> layers = split_layers(m.layers, shape.pp);
   const std::vector<Bytes> weights = stage_weight_bytes(m, shape, precision.weights);
   // The attention rank holding the most context (all of it without data-parallel attention).
@@ -140,8 +145,8 @@ StepMemory step_memory(const ModelConfig& m, const GpuSpec& gpu, InstanceShape s
     StepMemory c;
     c.stage = static_cast<int>(s);
     c.memory = gpu.memory;
-    c.weights = weights[s];
-    c.kv_cache = kv_bytes_per_token(m, shape.tp, first, layers[s], precision.kv_cache) * tokens;
+    c.weights = weights[s] + draft.weights;
+    c.kv_cache = (kv_bytes_per_token(m, shape.tp, first, layers[s], precision.kv_cache) + draft.kv_per_token) * tokens;
     c.states = mamba_state_bytes(m, shape.tp, first, layers[s]) * sequences;
     if (s == 0 || c.total() > fullest.total()) fullest = c;
     first += layers[s];
@@ -150,7 +155,8 @@ StepMemory step_memory(const ModelConfig& m, const GpuSpec& gpu, InstanceShape s
 }
 
 KvCapacity kv_capacity(const ModelConfig& m, const GpuSpec& gpu, InstanceShape shape, int64_t block_size,
-                       double reserve_fraction, Bytes workspace, int max_sequences, ServingPrecision precision) {
+                       double reserve_fraction, Bytes workspace, int max_sequences, ServingPrecision precision,
+                       DraftFootprint draft) {
   const std::vector<int> layers = split_layers(m.layers, shape.pp);
   const std::vector<Bytes> weights = stage_weight_bytes(m, shape, precision.weights);
   KvCapacity best;
@@ -160,11 +166,11 @@ KvCapacity kv_capacity(const ModelConfig& m, const GpuSpec& gpu, InstanceShape s
     c.tightest_stage = static_cast<int>(s);
     c.memory = gpu.memory;
     c.reserve = Bytes(gpu.memory.value() * reserve_fraction);
-    c.weights = weights[s];
+    c.weights = weights[s] + draft.weights;
     c.workspace = workspace;
     const int first = std::accumulate(layers.begin(), layers.begin() + static_cast<std::ptrdiff_t>(s), 0);
-    c.block_bytes =
-        Bytes(static_cast<double>(block_size) * kv_bytes_per_token(m, shape.tp, first, layers[s], precision.kv_cache).value());
+    c.block_bytes = Bytes(static_cast<double>(block_size) *
+                          (kv_bytes_per_token(m, shape.tp, first, layers[s], precision.kv_cache) + draft.kv_per_token).value());
     // Data-parallel attention ranks hold their own sequences: a dp-th of the slots each.
     const double rank_sequences = std::ceil(static_cast<double>(max_sequences) / shape.dp);
     c.states = mamba_state_bytes(m, shape.tp, first, layers[s]) * rank_sequences;

@@ -10,7 +10,8 @@
 //   kv per token = layers_s × (2 · ⌈kv_heads / tp⌉ · head_dim) × 2 B   (K and V; a KV head is
 //                 replicated on each rank when kv_heads < tp); with MLA, layers_s ×
 //                 (kv_lora_rank + qk_rope_head_dim) × 2 B, the latent, kept whole on every rank
-//   (a hybrid model's KV is its attention layers' only)
+//   (a hybrid model's KV is its attention layers' only; a separate draft model's weights and
+//   KV per token are added to the stage's, DraftFootprint)
 //   state_s     = a hybrid model's Mamba layers of the stage × ((K − 1)·(d_in + 2·G·N) × 2 B of
 //                 convolution inputs + H·P·N × 4 B of fp32 SSM state) / tp, per sequence; vLLM
 //                 keeps one such slot for each of max_sequences
@@ -39,6 +40,16 @@ struct ServingPrecision {
   DType weights = DType::kBf16;
   DType kv_cache = DType::kBf16;
 };
+
+/// What a separate draft model keeps on each GPU of an instance beside the target
+/// (speculative decoding by a draft LLM, pp 1): its weights on the TP group and, per token of
+/// every sequence, its own KV (the engine keeps both caches in the same blocks).
+struct DraftFootprint {
+  Bytes weights;
+  Bytes kv_per_token;
+};
+/// The footprint of `draft` on tp ranks in `precision`.
+DraftFootprint draft_footprint(const ModelConfig& draft, int tp, ServingPrecision precision = {});
 
 struct KvCapacity {
   int64_t blocks = 0;       ///< the instance's (its tightest stage's)
@@ -77,13 +88,14 @@ struct StepMemory {
   bool fits() const { return total() <= memory; }
 };
 StepMemory step_memory(const ModelConfig& model, const GpuSpec& gpu, InstanceShape shape, const RaggedBatch& batch,
-                       ServingPrecision precision = {});
+                       ServingPrecision precision = {}, DraftFootprint draft = {});
 
 /// The instance's capacity (with data-parallel attention, dp ranks' caches: dp times a GPU's
 /// blocks, and each rank's Mamba slots for a dp-th of max_sequences). Throws
 /// std::invalid_argument when the weights and workspace leave
 /// no room for a single block, naming the numbers.
 KvCapacity kv_capacity(const ModelConfig& model, const GpuSpec& gpu, InstanceShape shape, int64_t block_size,
-                       double reserve_fraction, Bytes workspace, int max_sequences, ServingPrecision precision = {});
+                       double reserve_fraction, Bytes workspace, int max_sequences, ServingPrecision precision = {},
+                       DraftFootprint draft = {});
 
 }  // namespace parallax

@@ -116,6 +116,7 @@ StepModel::StepModel(ModelConfig model, const Topology& topology, InstanceShape 
     throw std::invalid_argument("speculative decoding by MTP needs the model's multi-token-prediction module; " +
                                 model_.name + " has none (num_nextn_predict_layers)");
   }
+  if (options_.speculative == SpeculativeMethod::kDraftModel) make_draft_model(topology, node_offset);
   RaggedBatch probe;
   probe.sequences = {SequenceChunk{}};
   if (std::string p = sharding_problem(model_, probe, sharding_); !p.empty()) throw std::invalid_argument(p);
@@ -291,6 +292,27 @@ StepBreakdown StepModel::stages(const RaggedBatch& batch) const {
   return b;
 }
 
+void StepModel::make_draft_model(const Topology& topology, int node_offset) {
+  if (!options_.draft_model) throw std::invalid_argument("speculative decoding by a draft model needs the draft model");
+  const ModelConfig& draft = *options_.draft_model;
+  if (draft.vocab != model_.vocab) {
+    throw std::invalid_argument("the draft model " + draft.name + " has a vocabulary of " + std::to_string(draft.vocab) +
+                                " tokens, the target " + model_.name + " " + std::to_string(model_.vocab) +
+                                ": a draft model must share the target's tokenizer");
+  }
+  StepModelOptions options = options_;
+  options.speculative = SpeculativeMethod::kNone;
+  options.draft_model.reset();
+  options.step_overhead = Time::zero();  // the engine's step overhead is the target's, once
+  options.expert_skew = 0;
+  options.two_batch_overlap = false;
+  try {
+    draft_ = std::make_unique<StepModel>(draft, topology, InstanceShape{shape_.tp, 1}, options, node_offset);
+  } catch (const std::invalid_argument& e) {
+    throw std::invalid_argument("the draft model " + draft.name + ": " + e.what());
+  }
+}
+
 Time StepModel::drafting(const RaggedBatch& batch, StepBreakdown& b) const {
   if (options_.speculative == SpeculativeMethod::kNone) return Time::zero();
   RaggedBatch draft = batch;
@@ -302,6 +324,18 @@ Time StepModel::drafting(const RaggedBatch& batch, StepBreakdown& b) const {
     passes = std::max(passes, c.drafts);
   }
   if (draft.sequences.empty()) return Time::zero();
+  if (draft_) {
+    // One pass: a decode step of the draft model over the speculating sequences.
+    const StepBreakdown one = draft_->step(draft);
+    b.gemm += one.gemm * passes;
+    b.attention += one.attention * passes;
+    b.other += one.other * passes;
+    b.tp_communication += one.tp_communication * passes;
+    b.flops += one.flops * static_cast<double>(passes);
+    b.hbm_bytes += one.hbm_bytes * static_cast<double>(passes);
+    b.drafting = one.total * passes;
+    return b.drafting;
+  }
   // One pass: the draft layer, its input projection (the token's hidden state beside its
   // embedding, 2h → h) and the output head, on one token of each speculating sequence.
   constexpr Validation trusted = Validation::kTrusted;

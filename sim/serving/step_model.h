@@ -36,7 +36,8 @@
 // micro-batches, one's all-to-alls beside the other's layers.
 // Redundant experts (InstanceShape::redundant_experts) are placed as an expert-parallel load
 // balancer places them.
-// Not modelled: CUDA graphs (folded into the overhead term), separate draft LLMs.
+// Not modelled: CUDA graphs (folded into the overhead term), a draft LLM catching up on the
+// tokens accepted in the step before (its passes are one token a sequence each).
 #pragma once
 
 #include <memory>
@@ -76,9 +77,11 @@ struct InstanceShape {
 
 /// How a speculating instance drafts (SequenceChunk::drafts): none; the model's own
 /// multi-token-prediction module (DeepSeek-V3's, GLM-4.5's, Nemotron 3's: one MTP layer, its
-/// 2h → h input projection and the shared output head a draft token); or an EAGLE head, costed
-/// as one layer of the target's first layer's shape with the same projection and head.
-enum class SpeculativeMethod { kNone, kMtp, kEagle };
+/// 2h → h input projection and the shared output head a draft token); an EAGLE head, costed
+/// as one layer of the target's first layer's shape with the same projection and head; or a
+/// separate, smaller LLM of the same vocabulary (vLLM's draft model: Llama 3.2 1B for Llama 3.1
+/// 70B), a whole decode step of it, on the instance's TP group, a draft token.
+enum class SpeculativeMethod { kNone, kMtp, kEagle, kDraftModel };
 
 struct StepModelOptions {
   ComputeModelOptions compute;
@@ -91,6 +94,9 @@ struct StepModelOptions {
   DType dtype = DType::kBf16;           ///< the GEMMs' weights (fp8: with bf16 activations)
   DType kv_cache_dtype = DType::kBf16;  ///< the KV cache (fp8: the attention reads it at 1 B)
   SpeculativeMethod speculative = SpeculativeMethod::kNone;
+  /// kDraftModel: the draft LLM (its weights and KV cache beside the target's: kv_capacity.h's
+  /// DraftFootprint).
+  std::shared_ptr<const ModelConfig> draft_model;
   /// A skewed router (Zipf exponent; 0 even): with the experts spread over GPUs (ep > 1) the
   /// GPU holding the most-chosen ones computes its experts' share of the slots, and the others
   /// wait for it (busiest_expert_group_load). Experts split by TP see no skew.
@@ -162,6 +168,8 @@ class StepModel {
   static void add_parts(StepBreakdown& sum, const StepBreakdown& part);
   /// The draft passes before a step (added to `b`): the passes' time.
   Time drafting(const RaggedBatch& batch, StepBreakdown& b) const;
+  /// kDraftModel: checks the draft LLM against the target and builds its step model.
+  void make_draft_model(const Topology& topology, int node_offset);
 
   ModelConfig model_;
   InstanceShape shape_;
@@ -172,6 +180,7 @@ class StepModel {
   ShardingFactors sharding_;
   std::unique_ptr<CollectiveSimulator> tp_group_;
   std::unique_ptr<CollectiveSimulator> ep_group_;  ///< data-parallel attention: all dp·tp GPUs
+  std::unique_ptr<StepModel> draft_;  ///< kDraftModel: the draft LLM on the same TP group, no overhead term
   int moe_layers_ = 0;
   double expert_rows_ = 1;  ///< the busiest GPU's routed rows over an even share
   /// Per stage boundary: the two ranks' send/recv (same node or not).

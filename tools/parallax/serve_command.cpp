@@ -56,6 +56,7 @@ struct StepArgs {
   std::string dtype = "bf16";
   std::string kv_cache_dtype = "bf16";
   std::string speculative = "none";
+  std::string draft_model;
   double expert_skew = 0;
   bool two_batch_overlap = false;
   int draft_tokens = 0;
@@ -133,7 +134,12 @@ void run_step(const StepArgs& a) {
   options.kv_cache_dtype = a.kv_cache_dtype == "fp8" ? DType::kFp8 : DType::kBf16;
   options.speculative = a.speculative == "mtp"     ? SpeculativeMethod::kMtp
                         : a.speculative == "eagle" ? SpeculativeMethod::kEagle
+                        : a.speculative == "draft" ? SpeculativeMethod::kDraftModel
                                                    : SpeculativeMethod::kNone;
+  if ((a.speculative == "draft") != !a.draft_model.empty()) {
+    throw InputError("", "--speculative draft/--draft-model", "a draft model is named with --speculative draft, and only then");
+  }
+  if (!a.draft_model.empty()) options.draft_model = std::make_shared<const ModelConfig>(load_model_arg(a.draft_model));
   if ((options.speculative != SpeculativeMethod::kNone) != (a.draft_tokens > 0) || (a.draft_tokens > 0) != a.acceptance.has_value()) {
     throw InputError("", "--speculative/--draft-tokens/--acceptance", "give all three, or none");
   }
@@ -185,11 +191,13 @@ void run_step(const StepArgs& a) {
                 a.speculative.c_str(), a.draft_tokens, *a.acceptance, per_sequence,
                 per_sequence * static_cast<double>(*a.decode) / b.total.seconds());
   }
-  const StepMemory memory = step_memory(model, topo.gpu_spec_of(topo.gpus().front()), shape, batch,
-                                        ServingPrecision{options.dtype, options.kv_cache_dtype});
-  std::printf("  memory per GPU%s: %.1f GiB of weights + %.1f GiB of KV cache%s = %.1f GiB of %.1f GiB: %s\n",
+  const ServingPrecision precision{options.dtype, options.kv_cache_dtype};
+  const StepMemory memory =
+      step_memory(model, topo.gpu_spec_of(topo.gpus().front()), shape, batch, precision,
+                  options.draft_model ? draft_footprint(*options.draft_model, shape.tp, precision) : DraftFootprint{});
+  std::printf("  memory per GPU%s: %.1f GiB of weights + %.1f GiB of KV cache%s%s = %.1f GiB of %.1f GiB: %s\n",
               a.pp > 1 ? strprintf(" (stage %d, the fullest)", memory.stage).c_str() : "", in_gib(memory.weights),
-              in_gib(memory.kv_cache),
+              in_gib(memory.kv_cache), options.draft_model ? " (the draft model's included)" : "",
               memory.states.value() > 0 ? strprintf(" + %.1f GiB of Mamba states", in_gib(memory.states)).c_str() : "",
               in_gib(memory.total()), in_gib(memory.memory),
               memory.fits() ? "fits" : "DOES NOT FIT (the time is what the step would take if it did)");
@@ -482,9 +490,12 @@ CLI::App* add_step_subcommand(CLI::App* serve) {
   step->add_option("--overhead", a->overhead, "framework time per step")->capture_default_str();
   step->add_option("--gemm-table", a->gemm_table, "measured GEMM rates (parallax-nccl-bench --gemm lines), and attention kernels' (attention-bench.py lines)");
   step->add_option("--json", a->json, "write the breakdown as JSON (step_time_ms and its parts)");
-  step->add_option("--speculative", a->speculative, "decode: drafting by the model's MTP module or an EAGLE head")
-      ->check(CLI::IsMember({"none", "mtp", "eagle"}))
+  step->add_option("--speculative", a->speculative,
+                   "decode: drafting by the model's MTP module, an EAGLE head, or a draft model (--draft-model)")
+      ->check(CLI::IsMember({"none", "mtp", "eagle", "draft"}))
       ->capture_default_str();
+  step->add_option("--draft-model", a->draft_model,
+                   "with --speculative draft: the draft LLM (a bundled name or a config.json; the target's vocabulary)");
   step->add_option("--draft-tokens", a->draft_tokens, "decode: draft tokens each sequence verifies")
       ->check(CLI::Range(0, 16));
   step->add_option("--acceptance", a->acceptance, "decode: the chance each draft token is accepted, given the ones before")
