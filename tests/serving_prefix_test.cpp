@@ -11,6 +11,7 @@
 #include "model/model_loader.h"
 #include "serving/fleet.h"
 #include "serving/fleet_report.h"
+#include "serving/prefix_cache.h"
 #include "serving/prefix_index.h"
 #include "serving/trace_reader.h"
 #include "test_support.h"
@@ -71,6 +72,83 @@ TEST(ServingPrefixCache, AnUnboundedCacheHitsTheTracesOwnBlockReuse) {
   const FleetSummary off = run(c);
   EXPECT_EQ(off.completed, 2000);
   EXPECT_FALSE(off.has_prefix_blocks);
+}
+
+TEST(ServingPrefixCache, AHostTierGivesBackWhatASmallGpuCacheEvicts) {
+  const auto trace = mooncake(2000);
+  std::unordered_set<uint64_t> seen;
+  int64_t reused = 0, total = 0;
+  for (const Request& r : *trace) {
+    for (uint64_t id : r.prefix_blocks) reused += seen.count(id);
+    total += static_cast<int64_t>(r.prefix_blocks.size());
+    seen.insert(r.prefix_blocks.begin(), r.prefix_blocks.end());
+  }
+  // 10,000 blocks (160k tokens, about a dozen of the trace's prompts) on the GPU: most of what
+  // the trace reuses has been evicted by the time it comes back.
+  FleetConfig c = fleet(trace, 1, 10000);
+  c.pools[0].batching.max_sequences = 1;
+  const FleetSummary gpu_only = run(c);
+  EXPECT_LT(gpu_only.prefix_block_hit_ratio, static_cast<double>(reused) / static_cast<double>(total));
+  // An unbounded host tier keeps every evicted block: the hit ratio is the trace's own reuse
+  // again, and every block found there was copied back over PCIe on its step.
+  c.pools[0].host_cache = Bytes(1e15);
+  const FleetResult r = simulate_fleet(c, [](const PoolConfig&, int) { return std::make_unique<MillisecondTimer>(); });
+  const FleetSummary tiered = summarize(c, r);
+  EXPECT_DOUBLE_EQ(tiered.prefix_block_hit_ratio, static_cast<double>(reused) / static_cast<double>(total));
+  EXPECT_GT(tiered.prefix_host_hit_ratio, 0.5 * (tiered.prefix_block_hit_ratio - gpu_only.prefix_block_hit_ratio));
+  EXPECT_GT(tiered.prefix_token_hit_ratio, gpu_only.prefix_token_hit_ratio);
+  // Llama-3 8B at TP 1: a KV block is 16 tokens × 32 layers × 2 × 8 KV heads × 128 × 2 B =
+  // 2 MiB, a hashed Mooncake block of 512 tokens 32 of them, copied at 85% of the DGX H100's
+  // 64 GB/s PCIe link.
+  int64_t host_blocks = 0;
+  for (const RequestRecord& rec : r.requests) host_blocks += rec.prefix_host_blocks;
+  EXPECT_GT(host_blocks, 0);
+  EXPECT_DOUBLE_EQ(r.host_cache_bytes.value(), static_cast<double>(host_blocks) * 32 * 2 * 1024 * 1024);
+  // (each copy's time in whole picoseconds)
+  EXPECT_NEAR(r.host_cache_time.seconds(), r.host_cache_bytes.value() / (0.85 * 64e9), 1e-6 * r.host_cache_time.seconds());
+  // A host tier of 20,000 blocks (40 GiB) holds less of it.
+  c.pools[0].host_cache = Bytes(20000.0 * 2 * 1024 * 1024);
+  const FleetSummary bounded = run(c);
+  EXPECT_GT(bounded.prefix_block_hit_ratio, gpu_only.prefix_block_hit_ratio);
+  EXPECT_LT(bounded.prefix_block_hit_ratio, tiered.prefix_block_hit_ratio);
+}
+
+TEST(ServingPrefixCache, TheHostTierTakesEvictedEntriesLeastRecentlyUsedFirst) {
+  PrefixCache cache(3);
+  cache.insert_pinned(1, 16, 1);
+  cache.insert_pinned(2, 32, 2);
+  cache.unpin(1);
+  cache.unpin(2);
+  EXPECT_EQ(cache.evict(3), 3);  // both to the host: 3 blocks of its 3
+  EXPECT_EQ(cache.kv_blocks(), 0);
+  EXPECT_EQ(cache.host_kv_blocks(), 3);
+  EXPECT_EQ(cache.host_match({1, 2, 9}, 0), 2);
+  EXPECT_EQ(cache.tokens(2), 32);
+  // Copied back, an entry is on the GPU again, pinned, and gone from the host.
+  EXPECT_EQ(cache.promote(1), 1);
+  EXPECT_TRUE(cache.contains(1));
+  EXPECT_FALSE(cache.in_host(1));
+  EXPECT_EQ(cache.host_kv_blocks(), 2);
+  // Evicted again with a third entry of 2 blocks: 1 (the older) goes first and fits beside 2
+  // (2 + 1 = 3); then 3 needs 2 blocks of a full tier, and 2, the least recently used there,
+  // is dropped for it.
+  cache.unpin(1);
+  cache.insert_pinned(3, 32, 2);
+  cache.unpin(3);
+  EXPECT_EQ(cache.evict(2), 3);
+  EXPECT_TRUE(cache.in_host(1));
+  EXPECT_TRUE(cache.in_host(3));
+  EXPECT_FALSE(cache.in_host(2));
+  EXPECT_EQ(cache.host_kv_blocks(), 3);
+  // Recomputed on the GPU, an entry's host copy is dropped.
+  cache.insert_pinned(3, 32, 2);
+  EXPECT_FALSE(cache.in_host(3));
+  // Without a host tier eviction drops entries, as before.
+  PrefixCache plain;
+  plain.insert_pinned(1, 16, 1);
+  plain.unpin(1);
+  plain.evict(1);
+  EXPECT_FALSE(plain.in_host(1));
 }
 
 TEST(ServingPrefixCache, CacheAwareRoutersHitMoreThanRoundRobin) {

@@ -152,6 +152,16 @@ add_test(NAME example.serve.search_bad_attainment
                  $<TARGET_FILE:parallax> serve search ${PROJECT_SOURCE_DIR}/tests/data/serve/pd-split.json --attainment 2)
 
 # ---- request traces and their replay -------------------------------------------------------------------
+# Prefix caching with a host-memory tier on the Mooncake conversation trace: blocks the GPUs
+# evicted come back over PCIe.
+add_test(NAME example.serve.host_cache_mooncake
+         COMMAND parallax serve ${PROJECT_SOURCE_DIR}/workloads/serve/llama3-8b-host-cache-4xtp2-h100.json
+                 --replay ${PROJECT_SOURCE_DIR}/tests/data/serving-traces/mooncake-conversation.jsonl)
+set_tests_properties(example.serve.host_cache_mooncake PROPERTIES
+                     PASS_REGULAR_EXPRESSION "prefix cache: 2[0-9].[0-9]% of prompt blocks found cached.*from host memory: [1-9][0-9]*.[0-9]% of prompt blocks")
+add_test(NAME example.serve.bad_host_cache
+         COMMAND bash ${check_exit} 2 "bad-host-cache.json: /pools/0/kv_cache/host_cache: a host tier extends the prefix cache"
+                 $<TARGET_FILE:parallax> serve ${serve_data}/bad-host-cache.json)
 add_test(NAME example.serve.replay_azure_code
          COMMAND parallax serve ${serve_fleet} --replay ${PROJECT_SOURCE_DIR}/tests/data/serving-traces/azure-llm-2023-code.csv
                  --rate-scale 4)

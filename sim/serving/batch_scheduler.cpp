@@ -45,7 +45,7 @@ RaggedBatch StepPlan::batch() const {
   return b;
 }
 
-BatchScheduler::BatchScheduler(BatchingConfig config) : config_(config) {
+BatchScheduler::BatchScheduler(BatchingConfig config) : config_(config), cache_(config.host_cache_blocks) {
   if (config_.max_sequences < 1 || config_.token_budget < 1 || config_.block_size < 1 || config_.kv_blocks < 1) {
     throw std::invalid_argument("max_sequences, token_budget, block_size and kv_blocks must be at least 1");
   }
@@ -151,18 +151,48 @@ void BatchScheduler::settle_own_blocks(Sequence& s) {
   s.blocks = own;
 }
 
-void BatchScheduler::admit_prefix(Sequence& s) {
+void BatchScheduler::admit_prefix(Sequence& s, StepPlan& plan) {
   if (s.prefix_blocks.empty() || s.cached != 0) return;
-  int m = cache_.match(s.prefix_blocks);
-  s.matched = m;
+  const auto id = [&](int i) { return s.prefix_blocks[static_cast<size_t>(i)]; };
+  const int on_gpu = cache_.match(s.prefix_blocks);
+  const int found = on_gpu + cache_.host_match(s.prefix_blocks, on_gpu);
+  int m = found;
   // At least the last known token is computed, so that the step samples from it.
   int64_t tokens = 0;
-  for (int i = 0; i < m; ++i) tokens += cache_.tokens(s.prefix_blocks[static_cast<size_t>(i)]);
-  while (m > 0 && tokens > known(s) - 1) tokens -= cache_.tokens(s.prefix_blocks[static_cast<size_t>(--m)]);
-  for (int i = 0; i < m; ++i) cache_.pin(s.prefix_blocks[static_cast<size_t>(i)]);
+  for (int i = 0; i < m; ++i) tokens += cache_.tokens(id(i));
+  while (m > 0 && tokens > known(s) - 1) tokens -= cache_.tokens(id(--m));
+  const int pinned = std::min(on_gpu, m);
+  for (int i = 0; i < pinned; ++i) cache_.pin(id(i));
+  const int loaded = load_from_host(s, pinned, m, plan);
+  const int not_loaded = m - pinned - loaded;  // no room on the GPU for them
+  m = pinned + loaded;
+  tokens = 0;
+  for (int i = 0; i < m; ++i) tokens += cache_.tokens(id(i));
+  s.matched = found - not_loaded;
+  s.host_matched = loaded;
   s.pinned = m;
   s.shared_tokens = tokens;
   s.cached = tokens;
+}
+
+int BatchScheduler::load_from_host(const Sequence& s, int from, int to, StepPlan& plan) {
+  const auto id = [&](int i) { return s.prefix_blocks[static_cast<size_t>(i)]; };
+  int64_t need = 0;
+  for (int i = from; i < to; ++i) {
+    cache_.touch_host(id(i));
+    need += cache_.host_entry_blocks(id(i));
+  }
+  // Room as grow makes it: evict only what eviction can free.
+  while (to > from && need > free_blocks() + cache_.evictable_kv_blocks()) need -= cache_.host_entry_blocks(id(--to));
+  if (need > free_blocks()) used_blocks_ -= cache_.evict(need - free_blocks());
+  int n = 0;
+  // The evictions may have pushed a small host tier's oldest entries out: stop at the first gone.
+  for (int i = from; i < to && cache_.in_host(id(i)) && cache_.host_entry_blocks(id(i)) <= free_blocks(); ++i, ++n) {
+    const int64_t blocks = cache_.promote(id(i));
+    used_blocks_ += blocks;
+    plan.host_loaded_blocks += blocks;
+  }
+  return n;
 }
 
 void BatchScheduler::publish_prefix(Sequence& s) {
@@ -286,7 +316,7 @@ bool BatchScheduler::admit_front(StepPlan& plan, int64_t& budget, bool whole) {
   const int slot = waiting_.front();
   Sequence& s = slots_[static_cast<size_t>(slot)];
   if (s.remote) return admit_remote(plan, slot);
-  admit_prefix(s);
+  admit_prefix(s, plan);
   const int64_t pending = known(s) - s.cached;
   const int64_t q = whole ? pending : std::min({pending, budget, chunk_cap()});
   if ((whole && q > budget && !plan.chunks.empty()) || !grow(s, s.cached + q)) {
@@ -302,7 +332,8 @@ bool BatchScheduler::admit_front(StepPlan& plan, int64_t& budget, bool whole) {
   }
   if (!s.prefix_blocks.empty() && !s.admitted_before) {
     s.admitted_before = true;
-    plan.hits.push_back(PrefixHit{s.request, s.matched, static_cast<int>(s.prefix_blocks.size()), s.shared_tokens});
+    plan.hits.push_back(
+        PrefixHit{s.request, s.matched, static_cast<int>(s.prefix_blocks.size()), s.shared_tokens, s.host_matched});
   }
   waiting_.pop_front();
   running_.push_back(slot);

@@ -70,6 +70,10 @@ struct BatchingConfig {
   /// Keep finished prompts' blocks for reuse by later prompts with the same leading blocks
   /// (prefix_cache.h); only requests that carry prefix block hashes can hit.
   bool prefix_caching = false;
+  /// Prefix caching's host-memory tier, in KV blocks (0: none; prefix_cache.h): evicted cache
+  /// entries move there and are copied back, not recomputed, by a later prompt that starts
+  /// with them (StepPlan::host_loaded_blocks).
+  int64_t host_cache_blocks = 0;
   /// A prefill instance of a disaggregated fleet: a finished sequence keeps its blocks until
   /// release_held (its KV is still being sent to a decode instance).
   bool hold_finished = false;
@@ -100,6 +104,7 @@ struct PrefixHit {
   int matched_blocks = 0;     ///< leading blocks the cache held
   int total_blocks = 0;       ///< blocks its prompt has hashes for
   int64_t skipped_tokens = 0; ///< prefill tokens saved (whole cached blocks short of the last token)
+  int host_blocks = 0;        ///< of the matched, those copied back from the host tier
 };
 
 struct StepPlan {
@@ -111,6 +116,7 @@ struct StepPlan {
   std::vector<int64_t> receiving;
   int64_t swapped_out_blocks = 0;  ///< copied to host by the preemptions while forming it
   int64_t swapped_in_blocks = 0;   ///< copied back for swapped sequences it re-admits
+  int64_t host_loaded_blocks = 0;  ///< prefix-cache blocks copied back from the host tier
   int swaps = 0;                   ///< preemptions that swapped (the others recompute)
   bool empty() const { return chunks.empty(); }
   RaggedBatch batch() const;
@@ -172,6 +178,7 @@ class BatchScheduler {
     int64_t block_tokens = 0;
     int pinned = 0;             ///< leading prefix blocks it uses from the cache
     int matched = 0;            ///< leading blocks the cache held at its last admission try
+    int host_matched = 0;       ///< … of them copied back from the host tier
     int64_t shared_tokens = 0;  ///< their tokens
     bool admitted_before = false;
     bool published = false;     ///< its prompt's blocks are in the cache
@@ -198,7 +205,10 @@ class BatchScheduler {
   int64_t drafts_for(const Sequence& s, int64_t budget) const;
   /// Of `drafts` verified, how many are accepted: the expected count, counted out per sequence.
   int64_t accepted(Sequence& s, int64_t drafts) const;
-  void admit_prefix(Sequence& s);  ///< a waiting sequence's cache hits, pinned
+  void admit_prefix(Sequence& s, StepPlan& plan);  ///< a waiting sequence's cache hits, pinned
+  /// Copies its prefix blocks [from, to) back from the host tier, as many as the GPU has room
+  /// for in order; returns how many.
+  int load_from_host(const Sequence& s, int from, int to, StepPlan& plan);
   void publish_prefix(Sequence& s);                ///< its finished prompt into the cache
   void release(Sequence& s);                       ///< its own blocks and its pins
   void settle_own_blocks(Sequence& s);

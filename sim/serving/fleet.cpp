@@ -115,7 +115,7 @@ class Simulation {
       const PoolConfig& pool = c_.pools[p];
       const BatchingConfig batching = pool_batching(pool);
       const Bytes block = swap_block_bytes(pool, batching.block_size);
-      const Time per_block = batching.preemption == PreemptionMode::kSwap
+      const Time per_block = batching.preemption == PreemptionMode::kSwap || batching.host_cache_blocks > 0
                                  ? Time::from_seconds(block.value() / swap_bandwidth(pool).value())
                                  : Time::zero();
       if (pool.first_gpu) cursor = *pool.first_gpu;
@@ -164,6 +164,10 @@ class Simulation {
     if (batching.preemption == PreemptionMode::kSwap) {
       batching.swap_blocks =
           static_cast<int64_t>(pool.swap_space.value() / swap_block_bytes(pool, batching.block_size).value());
+    }
+    if (pool.host_cache.value() > 0) {
+      batching.host_cache_blocks =
+          static_cast<int64_t>(pool.host_cache.value() / swap_block_bytes(pool, batching.block_size).value());
     }
     capacities_.push_back(capacity);
     block_counts_.push_back(batching.kv_blocks);
@@ -515,6 +519,7 @@ class Simulation {
       rec.prefix_matched_blocks = hit.matched_blocks;
       rec.prefix_blocks = hit.total_blocks;
       rec.prefix_hit_tokens = hit.skipped_tokens;
+      rec.prefix_host_blocks = hit.host_blocks;
     }
     return plan;
   }
@@ -542,7 +547,8 @@ class Simulation {
       }
     }
     StepTiming t = in.timer->timing(plan.batch());
-    // vLLM's swap mode copies the blocks before the step's forward, on the step's critical path.
+    // vLLM's swap mode copies the blocks before the step's forward, on the step's critical path;
+    // so do prefix-cache blocks coming back from the host tier.
     const int64_t copied = plan.swapped_out_blocks + plan.swapped_in_blocks;
     if (copied > 0) {
       const Time swap = in.swap_per_block * copied;
@@ -550,6 +556,13 @@ class Simulation {
       t.interval += swap;
       swap_time_ += swap;
       swap_bytes_ += in.swap_block * static_cast<double>(copied);
+    }
+    if (plan.host_loaded_blocks > 0) {
+      const Time load = in.swap_per_block * plan.host_loaded_blocks;
+      t.latency += load;
+      t.interval += load;
+      host_cache_time_ += load;
+      host_cache_bytes_ += in.swap_block * static_cast<double>(plan.host_loaded_blocks);
     }
     if (c_.record_steps) record_step(k, now, t.latency, plan);
     in.busy_time += t.interval;
@@ -645,6 +658,8 @@ class Simulation {
     r.swaps = swaps_;
     r.swap_bytes = swap_bytes_;
     r.swap_time = swap_time_;
+    r.host_cache_bytes = host_cache_bytes_;
+    r.host_cache_time = host_cache_time_;
     r.total_gpus = total_gpus_;
     population(0);
     const double seconds = r.duration.seconds();
@@ -731,6 +746,8 @@ class Simulation {
   int64_t swaps_ = 0;
   Bytes swap_bytes_;
   Time swap_time_;
+  Bytes host_cache_bytes_;
+  Time host_cache_time_;
   int64_t in_system_ = 0;
   double population_area_ = 0;
   Time population_since_;

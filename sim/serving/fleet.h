@@ -95,6 +95,9 @@ struct PoolConfig {
   /// the rate it is copied at (nullopt: 85% of the GPU's PCIe link in the topology, the payload
   /// share of PCIe's packets).
   Bytes swap_space = Bytes(4.0 * 1024 * 1024 * 1024);
+  /// Prefix caching's host-memory tier, per GPU (0: none): BatchingConfig::host_cache_blocks of
+  /// its KV blocks, copied back at swap_bandwidth on the step that reuses them.
+  Bytes host_cache;
   std::optional<Bandwidth> swap_bandwidth;
   StepModelOptions step;
 };
@@ -167,6 +170,8 @@ struct FleetResult {
   int64_t swaps = 0;          ///< preemptions that swapped the KV to host memory
   Bytes swap_bytes;           ///< copied out and in, all GPUs together
   Time swap_time;             ///< steps' time spent copying it
+  Bytes host_cache_bytes;     ///< prefix-cache blocks copied back from host memory, all GPUs together
+  Time host_cache_time;       ///< steps' time spent copying them
   /// Little's law: the time-average number of requests in the system, and arrival rate × mean
   /// time in system, over the completed requests.
   double mean_in_system = 0;

@@ -220,6 +220,12 @@ PoolConfig read_pool(JsonReader p, int index, const Topology& topology, const st
       pool.swap_bandwidth = v->as_bandwidth();
       if (!(pool.swap_bandwidth->value() > 0)) v->fail("the swap bandwidth must be positive");
     }
+    if (auto v = k->find("host_cache")) {
+      pool.host_cache = v->as_bytes();
+      if (pool.host_cache.value() > 0 && !pool.batching.prefix_caching) {
+        v->fail("a host tier extends the prefix cache: set \"prefix_caching\": true");
+      }
+    }
     k->finish();
   }
   if (auto v = p.find("step_overhead")) pool.step.step_overhead = non_negative_time(*v);

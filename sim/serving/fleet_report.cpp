@@ -63,7 +63,7 @@ FleetSummary summarize(const FleetConfig& c, const FleetResult& r) {
   s.has_slo = c.slo_ttft > Time::zero() || c.slo_tpot > Time::zero();
   std::vector<double> ttft, tpot, e2e, queueing, transfers;
   double input = 0, output = 0;
-  int64_t good = 0, matched_blocks = 0, hashed_blocks = 0, hit_tokens = 0;
+  int64_t good = 0, matched_blocks = 0, hashed_blocks = 0, hit_tokens = 0, host_blocks = 0;
   for (const RequestRecord& rec : r.requests) {
     if (rec.rejected) {
       if (s.first_rejection.empty()) s.first_rejection = "request " + std::to_string(rec.id) + ": " + rec.rejection;
@@ -75,6 +75,7 @@ FleetSummary summarize(const FleetConfig& c, const FleetResult& r) {
     matched_blocks += rec.prefix_matched_blocks;
     hashed_blocks += rec.prefix_blocks;
     hit_tokens += rec.prefix_hit_tokens;
+    host_blocks += rec.prefix_host_blocks;
     input += static_cast<double>(rec.prompt_tokens);
     output += static_cast<double>(rec.output_tokens);
     ttft.push_back(rec.ttft().seconds());
@@ -107,6 +108,7 @@ FleetSummary summarize(const FleetConfig& c, const FleetResult& r) {
   if (s.has_prefix_blocks) {
     s.prefix_block_hit_ratio = static_cast<double>(matched_blocks) / static_cast<double>(hashed_blocks);
     s.prefix_token_hit_ratio = input > 0 ? static_cast<double>(hit_tokens) / input : 0;
+    s.prefix_host_hit_ratio = static_cast<double>(host_blocks) / static_cast<double>(hashed_blocks);
   }
   s.slo_attainment = s.requests > 0 ? static_cast<double>(good) / static_cast<double>(s.requests) : 0;
   return s;
@@ -150,7 +152,11 @@ nlohmann::ordered_json fleet_json(const FleetConfig& c, const std::string& topol
     j["swap"] = {{"preemptions", r.swaps}, {"bytes", r.swap_bytes.value()}, {"step_time_s", r.swap_time.seconds()}};
   }
   if (s.has_prefix_blocks) {
-    j["prefix_cache"] = {{"block_hit_ratio", s.prefix_block_hit_ratio}, {"token_hit_ratio", s.prefix_token_hit_ratio}};
+    j["prefix_cache"] = {{"block_hit_ratio", s.prefix_block_hit_ratio},
+                         {"token_hit_ratio", s.prefix_token_hit_ratio},
+                         {"host_block_hit_ratio", s.prefix_host_hit_ratio},
+                         {"host_bytes", r.host_cache_bytes.value()},
+                         {"host_step_time_s", r.host_cache_time.seconds()}};
   }
   j["mean_in_system"] = r.mean_in_system;
   nlohmann::ordered_json pools = nlohmann::ordered_json::array();
@@ -170,6 +176,7 @@ nlohmann::ordered_json fleet_json(const FleetConfig& c, const std::string& topol
                      {"token_budget", pc.batching.token_budget},
                      {"block_size", pc.batching.block_size},
                      {"prefix_caching", pc.batching.prefix_caching},
+                     {"host_cache_bytes_per_gpu", pc.host_cache.value()},
                      {"preemption", to_string(pc.batching.preemption)},
                      {"kv_blocks", ps.kv_blocks},
                      {"steps", ps.steps},
@@ -254,6 +261,13 @@ std::string fleet_text(const FleetConfig& c, const std::string& topology_name, c
     std::snprintf(buf, sizeof buf, "  prefix cache: %.1f%% of prompt blocks found cached, %.1f%% of prompt tokens not recomputed\n",
                   100 * s.prefix_block_hit_ratio, 100 * s.prefix_token_hit_ratio);
     out += buf;
+    if (r.host_cache_bytes.value() > 0) {
+      std::snprintf(buf, sizeof buf,
+                    "    from host memory: %.1f%% of prompt blocks, %.2f GiB copied back over PCIe, %.3f s of step time\n",
+                    100 * s.prefix_host_hit_ratio, r.host_cache_bytes.value() / (1024.0 * 1024 * 1024),
+                    r.host_cache_time.seconds());
+      out += buf;
+    }
   }
   return out;
 }

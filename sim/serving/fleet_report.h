@@ -32,6 +32,7 @@ struct FleetSummary {
   /// prefill tokens saved over all prompt tokens (0 when nothing had hashes).
   double prefix_block_hit_ratio = 0;
   double prefix_token_hit_ratio = 0;
+  double prefix_host_hit_ratio = 0;  ///< prompt blocks copied back from the host tier, over those with hashes
   bool has_prefix_blocks = false;
   std::string first_rejection;   ///< the reason of the first rejected request
 };

@@ -40,6 +40,7 @@ struct RequestRecord {
   int prefix_matched_blocks = 0;
   int prefix_blocks = 0;
   int64_t prefix_hit_tokens = 0;
+  int prefix_host_blocks = 0;  ///< of the matched, copied back from the cache's host tier
   /// Disaggregated fleets: the decode instance, and how long its KV took to move there (from
   /// the decode instance's block allocation to the last byte).
   int decode_instance = -1;
