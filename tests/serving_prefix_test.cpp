@@ -49,22 +49,26 @@ FleetSummary run(const FleetConfig& c) {
   return summarize(c, simulate_fleet(c, [](const PoolConfig&, int) { return std::make_unique<MillisecondTimer>(); }));
 }
 
-TEST(ServingPrefixCache, AnUnboundedCacheHitsTheTracesOwnBlockReuse) {
-  const auto trace = mooncake(2000);
-  // The reuse in the trace itself: hash ids seen in an earlier request, over all hash ids.
+// The reuse in a trace itself: hash ids seen in an earlier request, over all hash ids.
+double own_reuse(const std::vector<Request>& trace) {
   std::unordered_set<uint64_t> seen;
   int64_t reused = 0, total = 0;
-  for (const Request& r : *trace) {
-    for (uint64_t id : r.prefix_blocks) reused += seen.count(id);
+  for (const Request& r : trace) {
+    for (uint64_t id : r.prefix_blocks) reused += static_cast<int64_t>(seen.count(id));
     total += static_cast<int64_t>(r.prefix_blocks.size());
     seen.insert(r.prefix_blocks.begin(), r.prefix_blocks.end());
   }
+  return static_cast<double>(reused) / static_cast<double>(total);
+}
+
+TEST(ServingPrefixCache, AnUnboundedCacheHitsTheTracesOwnBlockReuse) {
+  const auto trace = mooncake(2000);
   // One sequence at a time, so every earlier prompt is in the cache when the next is admitted.
   FleetConfig c = fleet(trace, 1, int64_t{1} << 40);
   c.pools[0].batching.max_sequences = 1;
   const FleetSummary s = run(c);
   EXPECT_EQ(s.completed, 2000);
-  EXPECT_DOUBLE_EQ(s.prefix_block_hit_ratio, static_cast<double>(reused) / static_cast<double>(total));
+  EXPECT_DOUBLE_EQ(s.prefix_block_hit_ratio, own_reuse(*trace));
   EXPECT_GT(s.prefix_block_hit_ratio, 0.2);  // the conversation trace reuses a good third of its blocks
   EXPECT_GT(s.prefix_token_hit_ratio, 0.2);
   // Without prefix caching nothing is skipped and the same requests complete.
@@ -76,25 +80,18 @@ TEST(ServingPrefixCache, AnUnboundedCacheHitsTheTracesOwnBlockReuse) {
 
 TEST(ServingPrefixCache, AHostTierGivesBackWhatASmallGpuCacheEvicts) {
   const auto trace = mooncake(2000);
-  std::unordered_set<uint64_t> seen;
-  int64_t reused = 0, total = 0;
-  for (const Request& r : *trace) {
-    for (uint64_t id : r.prefix_blocks) reused += seen.count(id);
-    total += static_cast<int64_t>(r.prefix_blocks.size());
-    seen.insert(r.prefix_blocks.begin(), r.prefix_blocks.end());
-  }
   // 10,000 blocks (160k tokens, about a dozen of the trace's prompts) on the GPU: most of what
   // the trace reuses has been evicted by the time it comes back.
   FleetConfig c = fleet(trace, 1, 10000);
   c.pools[0].batching.max_sequences = 1;
   const FleetSummary gpu_only = run(c);
-  EXPECT_LT(gpu_only.prefix_block_hit_ratio, static_cast<double>(reused) / static_cast<double>(total));
+  EXPECT_LT(gpu_only.prefix_block_hit_ratio, own_reuse(*trace));
   // An unbounded host tier keeps every evicted block: the hit ratio is the trace's own reuse
   // again, and every block found there was copied back over PCIe on its step.
   c.pools[0].host_cache = Bytes(1e15);
   const FleetResult r = simulate_fleet(c, [](const PoolConfig&, int) { return std::make_unique<MillisecondTimer>(); });
   const FleetSummary tiered = summarize(c, r);
-  EXPECT_DOUBLE_EQ(tiered.prefix_block_hit_ratio, static_cast<double>(reused) / static_cast<double>(total));
+  EXPECT_DOUBLE_EQ(tiered.prefix_block_hit_ratio, own_reuse(*trace));
   EXPECT_GT(tiered.prefix_host_hit_ratio, 0.5 * (tiered.prefix_block_hit_ratio - gpu_only.prefix_block_hit_ratio));
   EXPECT_GT(tiered.prefix_token_hit_ratio, gpu_only.prefix_token_hit_ratio);
   // Llama-3 8B at TP 1: a KV block is 16 tokens × 32 layers × 2 × 8 KV heads × 128 × 2 B =

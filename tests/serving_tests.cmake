@@ -8,7 +8,9 @@ parallax_test(serving_test serving_step_test.cpp serving_fleet_test.cpp serving_
                    ServingQueue.JoinShortestQueueWaitsLessThanPowerOfTwoThanRoundRobin
                    ServingPrefixCache.CacheAwareRoutersHitMoreThanRoundRobin ServingPrefixIndex.AForgetfulRouterIndexLosesAffinity
                    ServingPrefixCache.AnUnboundedCacheHitsTheTracesOwnBlockReuse ServingTrace.MooncakeKeepsItsPrefixBlocks
-                   ServingSearch.EveryShapeFillsTheGpusAndTheRankingIsTheCapacitysWhateverTheThreads)
+                   ServingSearch.EveryShapeFillsTheGpusAndTheRankingIsTheCapacitysWhateverTheThreads
+                   ServingSplitSearch.PruningKeepsTheExhaustiveBestAndTheCountsAddUp
+                   ServingPrefixCache.AHostTierGivesBackWhatASmallGpuCacheEvicts)
 target_link_libraries(serving_test PRIVATE parallax_serving)
 
 # ---- parallax serve step through the CLI -------------------------------------------------------------
@@ -139,13 +141,13 @@ set_tests_properties(example.serve.draft_model_fleet PROPERTIES PASS_REGULAR_EXP
 # rising rates to its capacity at the SLO; the best written as a fleet file that runs.
 add_test(NAME example.serve.search
          COMMAND bash -c "set -e; $<TARGET_FILE:parallax> serve search ${serve_fleet} --requests 200 --jobs 2 --emit ${serve_scratch}/best-fleet.json --json ${serve_scratch}/search.json --plot ${serve_scratch}/search-plot; test -s ${serve_scratch}/search-plot/shapes.png; $<TARGET_FILE:parallax> serve ${serve_scratch}/best-fleet.json --requests 100")
-set_tests_properties(example.serve.search PROPERTIES
+set_tests_properties(example.serve.search PROPERTIES LABELS long
                      PASS_REGULAR_EXPRESSION "capacity.*shapes: 10 enumerated = 0 rejected by rule \\+ 0 rejected by memory \\+ 10 simulated.*100 completed, 0 rejected")
 # A disaggregated fleet: how many of the 8 GPUs prefill and how many decode, each side's shape;
 # splits whose rate bound cannot reach the best are pruned unsimulated; the best fleet runs.
 add_test(NAME example.serve.search_split
          COMMAND bash -c "set -e; $<TARGET_FILE:parallax> serve search ${PROJECT_SOURCE_DIR}/tests/data/serve/pd-split.json --jobs 2 --emit ${serve_scratch}/best-split.json --json ${serve_scratch}/split.json --plot ${serve_scratch}/split-plot; test -s ${serve_scratch}/split-plot/shapes.png; $<TARGET_FILE:parallax> serve ${serve_scratch}/best-split.json --requests 100")
-set_tests_properties(example.serve.search_split PROPERTIES
+set_tests_properties(example.serve.search_split PROPERTIES LABELS long
                      PASS_REGULAR_EXPRESSION "prefill/decode splits.*splits: [0-9]+ fill the GPUs = 0 unplaceable \\+ [1-9][0-9]* pruned by bound \\+ 0 refused \\+ [0-9]+ simulated.*100 completed, 0 rejected")
 add_test(NAME example.serve.search_bad_attainment
          COMMAND bash ${check_exit} 2 "--attainment: a fraction in"
@@ -157,7 +159,7 @@ add_test(NAME example.serve.search_bad_attainment
 add_test(NAME example.serve.host_cache_mooncake
          COMMAND parallax serve ${PROJECT_SOURCE_DIR}/workloads/serve/llama3-8b-host-cache-4xtp2-h100.json
                  --replay ${PROJECT_SOURCE_DIR}/tests/data/serving-traces/mooncake-conversation.jsonl)
-set_tests_properties(example.serve.host_cache_mooncake PROPERTIES
+set_tests_properties(example.serve.host_cache_mooncake PROPERTIES LABELS long
                      PASS_REGULAR_EXPRESSION "prefix cache: 2[0-9].[0-9]% of prompt blocks found cached.*from host memory: [1-9][0-9]*.[0-9]% of prompt blocks")
 add_test(NAME example.serve.bad_host_cache
          COMMAND bash ${check_exit} 2 "bad-host-cache.json: /pools/0/kv_cache/host_cache: a host tier extends the prefix cache"

@@ -243,23 +243,23 @@ nlohmann::ordered_json shape_json(const ShapeSearch& s) {
   j["rejections"] = s.rejections;
   nlohmann::ordered_json runs = nlohmann::ordered_json::array();
   for (const ShapeRun& r : s.ranked) {
-    const FleetSummary& f = r.summary;
-    runs.push_back({{"tp", r.shape.tp},
-                     {"pp", r.shape.pp},
-                     {"dp", r.shape.dp},
-                     {"ep", r.shape.ep},
-                     {"instances", r.instances},
-                     {"kv_blocks", r.kv_blocks},
-                     {"capacity", r.capacity},
-                     {"goodput_per_s", f.goodput_per_s},
-                     {"requests_per_s", f.requests_per_s},
-                     {"output_tokens_per_s_per_gpu", f.output_tokens_per_s_per_gpu},
-                     {"ttft_p99_s", f.ttft.p99},
-                     {"tpot_p99_s", f.tpot.p99},
-                     {"slo_attainment", f.slo_attainment}});
+    nlohmann::ordered_json run{{"tp", r.shape.tp}, {"pp", r.shape.pp},           {"dp", r.shape.dp},
+                               {"ep", r.shape.ep}, {"instances", r.instances}, {"kv_blocks", r.kv_blocks}};
+    add_run_figures(run, r.capacity, r.summary);
+    runs.push_back(std::move(run));
   }
   j["shapes"] = std::move(runs);
   return j;
+}
+
+void add_run_figures(nlohmann::ordered_json& j, double capacity, const FleetSummary& f) {
+  j["capacity"] = capacity;
+  j["goodput_per_s"] = f.goodput_per_s;
+  j["requests_per_s"] = f.requests_per_s;
+  j["output_tokens_per_s_per_gpu"] = f.output_tokens_per_s_per_gpu;
+  j["ttft_p99_s"] = f.ttft.p99;
+  j["tpot_p99_s"] = f.tpot.p99;
+  j["slo_attainment"] = f.slo_attainment;
 }
 
 void set_pool_shape(nlohmann::json& pool, const InstanceShape& shape, int instances) {

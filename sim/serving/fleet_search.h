@@ -72,6 +72,9 @@ std::string shape_data(const ShapeSearch& search);
 std::string shape_gnuplot(const std::string& data_file, const std::string& png, bool by_capacity,
                           const std::string& title);
 nlohmann::ordered_json shape_json(const ShapeSearch& search);
+/// A searched fleet's figures, added to `j`: its capacity, goodput, requests/s, output tokens/s
+/// per GPU, p99 TTFT and TPOT (s) and SLO attainment.
+void add_run_figures(nlohmann::ordered_json& j, double capacity, const FleetSummary& summary);
 /// A fleet file's pool (JSON) set to `instances` of `shape`, packed (its placement dropped).
 void set_pool_shape(nlohmann::json& pool, const InstanceShape& shape, int instances);
 /// The fleet file `original` with its pool re-shaped as `run` (tp, pp, dp, ep, count), the rest

@@ -351,17 +351,9 @@ nlohmann::ordered_json split_json(const SplitSearch& s) {
   j["rejections"] = s.rejections;
   nlohmann::ordered_json runs = nlohmann::ordered_json::array();
   for (const SplitRun& r : s.ranked) {
-    const FleetSummary& f = r.summary;
-    runs.push_back({{"prefill", side(r.prefill)},
-                     {"decode", side(r.decode)},
-                     {"bound", r.bound},
-                     {"capacity", r.capacity},
-                     {"goodput_per_s", f.goodput_per_s},
-                     {"requests_per_s", f.requests_per_s},
-                     {"output_tokens_per_s_per_gpu", f.output_tokens_per_s_per_gpu},
-                     {"ttft_p99_s", f.ttft.p99},
-                     {"tpot_p99_s", f.tpot.p99},
-                     {"slo_attainment", f.slo_attainment}});
+    nlohmann::ordered_json run{{"prefill", side(r.prefill)}, {"decode", side(r.decode)}, {"bound", r.bound}};
+    add_run_figures(run, r.capacity, r.summary);
+    runs.push_back(std::move(run));
   }
   j["splits_simulated"] = std::move(runs);
   return j;
