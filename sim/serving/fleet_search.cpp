@@ -199,13 +199,7 @@ std::string shape_table(const ShapeSearch& s, size_t top) {
                   f.tpot.p99 * 1e3, 100.0 * f.slo_attainment);
     t += line;
   }
-  if (s.by_capacity) {
-    std::snprintf(line, sizeof line,
-                  "  capacity: the highest rate (requests/s; replaying, the trace's speed-up) at which %.0f%% of the "
-                  "requests meet the SLO; the other columns at it\n",
-                  100.0 * s.attainment);
-    t += line;
-  }
+  if (s.by_capacity) t += capacity_note(s.attainment);
   std::snprintf(line, sizeof line, "\nshapes: %zu enumerated = %zu rejected by rule + %zu rejected by memory + %zu simulated\n",
                 s.enumerated, s.rejected_by_rule, s.rejected_by_memory, s.ranked.size());
   t += line;
@@ -215,12 +209,8 @@ std::string shape_table(const ShapeSearch& s, size_t top) {
 
 std::string shape_data(const ShapeSearch& s) {
   std::string out = "# rate tpot_p99_ms ttft_p99_ms label\n";
-  char line[256];
   for (const ShapeRun& r : s.ranked) {
-    const std::string label = shape_label(r.shape);
-    std::snprintf(line, sizeof line, "%.6g %.6g %.6g \"%s\"\n", s.by_capacity ? r.capacity : r.summary.requests_per_s,
-                  r.summary.tpot.p99 * 1e3, r.summary.ttft.p99 * 1e3, label.c_str());
-    out += line;
+    out += data_row(s.by_capacity ? r.capacity : r.summary.requests_per_s, r.summary, shape_label(r.shape));
   }
   return out;
 }
@@ -250,6 +240,21 @@ nlohmann::ordered_json shape_json(const ShapeSearch& s) {
   }
   j["shapes"] = std::move(runs);
   return j;
+}
+
+std::string capacity_note(double attainment) {
+  char line[256];
+  std::snprintf(line, sizeof line,
+                "  capacity: the highest rate (requests/s; replaying, the trace's speed-up) at which %.0f%% of the "
+                "requests meet the SLO; the other columns at it\n",
+                100.0 * attainment);
+  return line;
+}
+
+std::string data_row(double rate, const FleetSummary& f, const std::string& label) {
+  char line[256];
+  std::snprintf(line, sizeof line, "%.6g %.6g %.6g \"%s\"\n", rate, f.tpot.p99 * 1e3, f.ttft.p99 * 1e3, label.c_str());
+  return line;
 }
 
 void add_run_figures(nlohmann::ordered_json& j, double capacity, const FleetSummary& f) {

@@ -72,6 +72,10 @@ std::string shape_data(const ShapeSearch& search);
 std::string shape_gnuplot(const std::string& data_file, const std::string& png, bool by_capacity,
                           const std::string& title);
 nlohmann::ordered_json shape_json(const ShapeSearch& search);
+/// The table's footnote on what capacity means, at `attainment`.
+std::string capacity_note(double attainment);
+/// A plot data row: the rate, p99 TPOT and TTFT (ms) and the quoted label.
+std::string data_row(double rate, const FleetSummary& summary, const std::string& label);
 /// A searched fleet's figures, added to `j`: its capacity, goodput, requests/s, output tokens/s
 /// per GPU, p99 TTFT and TPOT (s) and SLO attainment.
 void add_run_figures(nlohmann::ordered_json& j, double capacity, const FleetSummary& summary);

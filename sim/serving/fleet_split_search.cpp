@@ -302,13 +302,7 @@ std::string split_table(const SplitSearch& s, size_t top) {
   std::snprintf(line, sizeof line,
                 "  bound: the requests/s the smaller side sustains with full batches at the traffic's mean lengths\n");
   t += line;
-  if (s.by_capacity) {
-    std::snprintf(line, sizeof line,
-                  "  capacity: the highest rate (requests/s; replaying, the trace's speed-up) at which %.0f%% of the "
-                  "requests meet the SLO; the other columns at it\n",
-                  100.0 * s.attainment);
-    t += line;
-  }
+  if (s.by_capacity) t += capacity_note(s.attainment);
   std::snprintf(line, sizeof line,
                 "\nshapes: %zu prefill, %zu decode enumerated; %zu rejected by rule, %zu rejected by memory\n"
                 "splits: %zu fill the GPUs = %zu unplaceable + %zu pruned by bound + %zu refused + %zu simulated\n",
@@ -321,13 +315,10 @@ std::string split_table(const SplitSearch& s, size_t top) {
 
 std::string split_data(const SplitSearch& s) {
   std::string out = "# rate tpot_p99_ms ttft_p99_ms label\n";
-  char line[256];
   for (const SplitRun& r : s.ranked) {
     const std::string label = std::to_string(r.prefill.instances) + "x" + shape_label(r.prefill.shape) + " / " +
                               std::to_string(r.decode.instances) + "x" + shape_label(r.decode.shape);
-    std::snprintf(line, sizeof line, "%.6g %.6g %.6g \"%s\"\n", s.by_capacity ? r.capacity : r.summary.requests_per_s,
-                  r.summary.tpot.p99 * 1e3, r.summary.ttft.p99 * 1e3, label.c_str());
-    out += line;
+    out += data_row(s.by_capacity ? r.capacity : r.summary.requests_per_s, r.summary, label);
   }
   return out;
 }
