@@ -436,9 +436,20 @@ TEST(ServingSearch, EveryShapeFillsTheGpusAndTheRankingIsTheCapacitysWhateverThe
   c.traffic.requests = 120;
   c.slo_ttft = Time::ms(1500);
   c.slo_tpot = Time::ms(60);
-  const ShapeSearch one = search_shapes(c, 1), two = search_shapes(c, 2);
+  ShapeSearchOptions serial, parallel, every;
+  parallel.threads = 2;
+  every.threads = 2;
+  every.prune = false;
+  const ShapeSearch one = search_shapes(c, serial), two = search_shapes(c, parallel), all = search_shapes(c, every);
   EXPECT_TRUE(one.by_capacity);
-  EXPECT_EQ(one.enumerated, one.rejected_by_rule + one.rejected_by_memory + one.ranked.size());
+  EXPECT_EQ(one.enumerated, one.rejected_by_rule + one.rejected_by_memory + one.pruned_by_bound + one.ranked.size());
+  EXPECT_EQ(all.pruned_by_bound, 0u);
+  // Pruning by the rate bound keeps the best of simulating every shape, and no capacity beats its
+  // bound by the margin.
+  ASSERT_FALSE(all.ranked.empty());
+  EXPECT_EQ(one.ranked.front().capacity, all.ranked.front().capacity);
+  EXPECT_EQ(describe_shape(one.ranked.front().shape), describe_shape(all.ranked.front().shape));
+  for (const ShapeRun& r : all.ranked) EXPECT_LE(r.capacity, r.bound * (1 + kBoundMargin)) << describe_shape(r.shape);
   ASSERT_EQ(one.ranked.size(), two.ranked.size());
   for (size_t i = 0; i < one.ranked.size(); ++i) {
     EXPECT_EQ(one.ranked[i].shape.tp, two.ranked[i].shape.tp);
@@ -463,7 +474,7 @@ TEST(ServingSearch, EveryShapeFillsTheGpusAndTheRankingIsTheCapacitysWhateverThe
   pd.pools = {pool, pool};
   pd.pools[0].role = PoolRole::kPrefill;
   pd.pools[1].role = PoolRole::kDecode;
-  EXPECT_THROW(search_shapes(pd, 1), std::invalid_argument);
+  EXPECT_THROW(search_shapes(pd), std::invalid_argument);
 }
 
 TEST(ServingSweep, RatesAndTheHighestRateMeetingTheSlos) {

@@ -140,9 +140,9 @@ set_tests_properties(example.serve.draft_model_fleet PROPERTIES PASS_REGULAR_EXP
 # Which instance shape serves the example's traffic best on its 8 H100s: every shape simulated at
 # rising rates to its capacity at the SLO; the best written as a fleet file that runs.
 add_test(NAME example.serve.search
-         COMMAND bash -c "set -e; $<TARGET_FILE:parallax> serve search ${serve_fleet} --requests 200 --jobs 2 --emit ${serve_scratch}/best-fleet.json --json ${serve_scratch}/search.json --plot ${serve_scratch}/search-plot; test -s ${serve_scratch}/search-plot/shapes.png; $<TARGET_FILE:parallax> serve ${serve_scratch}/best-fleet.json --requests 100")
+         COMMAND bash -c "set -e; $<TARGET_FILE:parallax> serve search ${serve_fleet} --requests 200 --jobs 2 --max-sequences 64,256 --token-budgets 2048,8192 --emit ${serve_scratch}/best-fleet.json --json ${serve_scratch}/search.json --plot ${serve_scratch}/search-plot; test -s ${serve_scratch}/search-plot/shapes.png; $<TARGET_FILE:parallax> serve ${serve_scratch}/best-fleet.json --requests 100")
 set_tests_properties(example.serve.search PROPERTIES LABELS long
-                     PASS_REGULAR_EXPRESSION "capacity.*shapes: 10 enumerated = 0 rejected by rule \\+ 0 rejected by memory \\+ 10 simulated.*100 completed, 0 rejected")
+                     PASS_REGULAR_EXPRESSION "batching.*seqs / .* tokens.*capacity.*shapes: 40 enumerated = 0 rejected by rule \\+ 0 rejected by memory \\+ [1-9][0-9]* pruned by bound \\+ [1-9][0-9]* simulated.*100 completed, 0 rejected")
 # A disaggregated fleet: how many of the 8 GPUs prefill and how many decode, each side's shape;
 # splits whose rate bound cannot reach the best are pruned unsimulated; the best fleet runs.
 add_test(NAME example.serve.search_split

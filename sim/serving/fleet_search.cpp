@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <limits>
 #include <mutex>
 #include <optional>
 #include <stdexcept>
@@ -26,7 +27,8 @@ bool better(const ShapeRun& a, const ShapeRun& b, bool by_capacity) {
     return a.summary.output_tokens_per_s > b.summary.output_tokens_per_s;
   }
   if (a.shape.gpus() != b.shape.gpus()) return a.shape.gpus() < b.shape.gpus();
-  return describe_shape(a.shape) < describe_shape(b.shape);
+  if (describe_shape(a.shape) != describe_shape(b.shape)) return describe_shape(a.shape) < describe_shape(b.shape);
+  return std::pair(a.max_sequences, a.token_budget) < std::pair(b.max_sequences, b.token_budget);
 }
 
 double offered_rate(const FleetConfig& c) { return c.replay ? 1.0 : c.traffic.rate_per_s; }
@@ -122,61 +124,139 @@ std::pair<double, FleetSummary> capacity_at_slo(const FleetConfig& config, doubl
   return {low, best};
 }
 
-ShapeSearch search_shapes(const FleetConfig& config, int threads, double attainment,
-                          const std::function<void(size_t, size_t)>& progress) {
-  if (config.pools.size() != 1 || config.pools.front().role != PoolRole::kColocated) {
-    throw std::invalid_argument("the shape search re-shapes a fleet of one colocated pool");
+size_t run_best_bound_first(const std::vector<double>& bounds, bool prune, int threads,
+                            const std::function<std::optional<double>(size_t)>& run,
+                            const std::function<void(size_t, size_t)>& progress) {
+  constexpr size_t kRound = 8;  // candidates run between two pruning decisions
+  double best = 0;
+  size_t next = 0, done = 0;
+  std::mutex reporting;
+  const auto hopeless = [&](size_t i) { return prune && best > 0 && bounds[i] * (1 + kBoundMargin) < best; };
+  while (next < bounds.size() && !hopeless(next)) {
+    size_t end = next;
+    while (end < bounds.size() && end - next < kRound && !hopeless(end)) ++end;
+    std::vector<std::optional<double>> figures(end - next);
+    parallel_for(end - next, std::max(1, threads), [&](size_t, size_t k) {
+      figures[k] = run(next + k);
+      const std::lock_guard<std::mutex> lock(reporting);
+      ++done;
+      if (progress) progress(done, bounds.size());
+    });
+    for (const std::optional<double>& f : figures) {
+      if (f) best = std::max(best, *f);
+    }
+    next = end;
   }
+  if (progress && next < bounds.size()) progress(bounds.size(), bounds.size());
+  return next;
+}
+
+namespace {
+
+// One shape with one batching, checked and bounded, ready to simulate.
+struct ShapeCandidate {
+  PoolConfig pool;
+  ShapeRun run;
+  std::string label;
+};
+
+std::string batching_label(int max_sequences, int64_t token_budget) {
+  return std::to_string(max_sequences) + " seqs / " + std::to_string(token_budget) + " tokens";
+}
+
+// Every shape × batching of the search, those the model or the memory refuse counted in `out`.
+std::vector<ShapeCandidate> shape_candidates(const FleetConfig& config, const ShapeSearchOptions& options,
+                                             ShapeSearch& out) {
   const int gpus = static_cast<int>(config.topology->gpu_count());
   const PoolConfig& base = config.pools.front();
   const bool pipeline = base.step.speculative == SpeculativeMethod::kNone && !base.step.two_batch_overlap;
   std::vector<InstanceShape> shapes = candidate_shapes(config.model, gpus, pipeline);
-  if (base.step.two_batch_overlap) {
-    std::erase_if(shapes, [](const InstanceShape& s) { return s.dp < 2; });
-  }
-  ShapeSearch out;
-  out.enumerated = shapes.size();
-  out.attainment = attainment;
-  out.by_capacity = (config.slo_ttft > Time::zero() || config.slo_tpot > Time::zero()) &&
-                    (config.replay || config.traffic.arrival != TrafficSpec::Arrival::kClosedLoop);
-  std::vector<std::string> why(shapes.size());
-  std::vector<std::optional<ShapeRun>> runs(shapes.size());
-  for (size_t i = 0; i < shapes.size(); ++i) {
-    PoolConfig pool = base;
-    pool.shape = shapes[i];
-    pool.first_gpu.reset();
-    why[i] = shape_refusal(config, pool);
-  }
-  std::mutex reporting;
-  size_t done = 0;
-  parallel_for(shapes.size(), std::max(1, threads), [&](size_t, size_t i) {
-    if (why[i].empty()) {
-      FleetConfig c = config;
-      PoolConfig& pool = c.pools.front();
-      pool.shape = shapes[i];
-      pool.count = gpus / shapes[i].gpus();
-      pool.first_gpu.reset();
-      try {
-        const FleetResult r = simulate_fleet(c);
-        ShapeRun run{shapes[i], pool.count, r.pools.front().kv_blocks, 0.0, summarize(c, r)};
-        if (out.by_capacity) std::tie(run.capacity, run.summary) = capacity_at_slo(c, attainment);
-        runs[i] = run;
-      } catch (const std::invalid_argument& e) {
-        why[i] = e.what();
+  if (base.step.two_batch_overlap) std::erase_if(shapes, [](const InstanceShape& s) { return s.dp < 2; });
+  const std::vector<int> caps = options.max_sequences.empty() ? std::vector{base.batching.max_sequences} : options.max_sequences;
+  const std::vector<int64_t> budgets =
+      options.token_budgets.empty() ? std::vector{base.batching.token_budget} : options.token_budgets;
+  out.enumerated = shapes.size() * caps.size() * budgets.size();
+  out.batching_varied = caps.size() * budgets.size() > 1;
+  const TrafficMeans means = traffic_means(config);
+  std::vector<ShapeCandidate> candidates;
+  for (const InstanceShape& shape : shapes) {
+    for (const int cap : caps) {
+      for (const int64_t budget : budgets) {
+        PoolConfig pool = base;
+        pool.shape = shape;
+        pool.count = gpus / shape.gpus();
+        pool.first_gpu.reset();
+        pool.batching.max_sequences = cap;
+        pool.batching.token_budget = budget;
+        std::string label = describe_shape(shape);
+        if (out.batching_varied) label += ", " + batching_label(cap, budget);
+        if (const std::string why = shape_refusal(config, pool); !why.empty()) {
+          const bool memory = why.find("does not fit") != std::string::npos;
+          if ((memory ? out.rejected_by_memory : out.rejected_by_rule)++ == 0) out.rejections.push_back(label + ": " + why);
+          continue;
+        }
+        const int64_t kv = pool.batching.kv_blocks > 0 ? pool.batching.kv_blocks : pool_kv_capacity(config, pool).blocks;
+        const StepModel model(config.model, *config.topology, shape, pool.step, 0);
+        const BatchingConfig b = instance_batching(pool);
+        // A prefix cache spares prefill work the bound cannot count: that side is then not bounded.
+        const double prefill =
+            b.prefix_caching ? std::numeric_limits<double>::infinity() : prefill_rate_bound(model, b, means);
+        const double bound = pool.count * std::min(prefill, decode_rate_bound(model, b, kv, means, config.slo_tpot));
+        candidates.push_back({pool, ShapeRun{shape, pool.count, kv, cap, budget, bound, 0.0, {}}, label});
       }
     }
-    const std::lock_guard<std::mutex> lock(reporting);
-    ++done;
-    if (progress) progress(done, shapes.size());
+  }
+  std::stable_sort(candidates.begin(), candidates.end(), [](const ShapeCandidate& a, const ShapeCandidate& b) {
+    return a.run.bound != b.run.bound ? a.run.bound > b.run.bound : a.label < b.label;
   });
-  for (size_t i = 0; i < shapes.size(); ++i) {
+  return candidates;
+}
+
+}  // namespace
+
+ShapeSearch search_shapes(const FleetConfig& config, const ShapeSearchOptions& options,
+                          const std::function<void(size_t, size_t)>& progress) {
+  if (config.pools.size() != 1 || config.pools.front().role != PoolRole::kColocated) {
+    throw std::invalid_argument("the shape search re-shapes a fleet of one colocated pool");
+  }
+  ShapeSearch out;
+  out.attainment = options.attainment;
+  out.by_capacity = (config.slo_ttft > Time::zero() || config.slo_tpot > Time::zero()) &&
+                    (config.replay || config.traffic.arrival != TrafficSpec::Arrival::kClosedLoop);
+  const std::vector<ShapeCandidate> candidates = shape_candidates(config, options, out);
+  std::vector<std::optional<ShapeRun>> runs(candidates.size());
+  std::vector<std::string> why(candidates.size());
+  std::vector<double> bounds;
+  for (const ShapeCandidate& c : candidates) bounds.push_back(c.run.bound);
+  const size_t examined = run_best_bound_first(
+      bounds, options.prune, options.threads,
+      [&](size_t i) -> std::optional<double> {
+        FleetConfig c = config;
+        c.pools.front() = candidates[i].pool;
+        ShapeRun run = candidates[i].run;
+        try {
+          if (out.by_capacity) {
+            std::tie(run.capacity, run.summary) = capacity_at_slo(c, options.attainment);
+          } else {
+            run.summary = summarize(c, simulate_fleet(c));
+          }
+        } catch (const std::invalid_argument& e) {
+          why[i] = e.what();
+          return std::nullopt;
+        }
+        runs[i] = run;
+        return out.by_capacity ? run.capacity : run.summary.requests_per_s;
+      },
+      progress);
+  out.pruned_by_bound = candidates.size() - examined;
+  for (size_t i = 0; i < examined; ++i) {
     if (runs[i]) {
       out.ranked.push_back(*runs[i]);
       continue;
     }
     const bool memory = why[i].find("does not fit") != std::string::npos;
     size_t& count = memory ? out.rejected_by_memory : out.rejected_by_rule;
-    if (count++ == 0) out.rejections.push_back(describe_shape(shapes[i]) + ": " + why[i]);
+    if (count++ == 0) out.rejections.push_back(candidates[i].label + ": " + why[i]);
   }
   std::stable_sort(out.ranked.begin(), out.ranked.end(),
                    [&](const ShapeRun& a, const ShapeRun& b) { return better(a, b, out.by_capacity); });
@@ -186,22 +266,27 @@ ShapeSearch search_shapes(const FleetConfig& config, int threads, double attainm
 std::string shape_table(const ShapeSearch& s, size_t top) {
   std::string t;
   char line[512];
-  std::snprintf(line, sizeof line, "  %4s  %-28s %9s %10s %10s %13s %10s %10s %8s\n", "rank", "instance", "instances",
-                "KV blocks", s.by_capacity ? "capacity" : "requests/s", "out tok/s/GPU", "TTFT p99", "TPOT p99",
-                "SLO met");
+  const int batching_width = s.batching_varied ? 26 : 0;
+  std::snprintf(line, sizeof line, "  %4s  %-28s %-*s %9s %10s %9s %10s %13s %10s %10s %8s\n", "rank", "instance",
+                batching_width, s.batching_varied ? "batching" : "", "instances", "KV blocks", "bound",
+                s.by_capacity ? "capacity" : "requests/s", "out tok/s/GPU", "TTFT p99", "TPOT p99", "SLO met");
   t += line;
   for (size_t i = 0; i < s.ranked.size() && i < top; ++i) {
     const ShapeRun& r = s.ranked[i];
     const FleetSummary& f = r.summary;
-    std::snprintf(line, sizeof line, "  %4zu  %-28s %9d %10lld %10.2f %13.1f %7.0f ms %7.1f ms %7.1f%%\n", i + 1,
-                  describe_shape(r.shape).c_str(), r.instances, static_cast<long long>(r.kv_blocks),
-                  s.by_capacity ? r.capacity : f.requests_per_s, f.output_tokens_per_s_per_gpu, f.ttft.p99 * 1e3,
-                  f.tpot.p99 * 1e3, 100.0 * f.slo_attainment);
+    std::snprintf(line, sizeof line, "  %4zu  %-28s %-*s %9d %10lld %9.2f %10.2f %13.1f %7.0f ms %7.1f ms %7.1f%%\n",
+                  i + 1, describe_shape(r.shape).c_str(), batching_width,
+                  s.batching_varied ? batching_label(r.max_sequences, r.token_budget).c_str() : "", r.instances,
+                  static_cast<long long>(r.kv_blocks), r.bound, s.by_capacity ? r.capacity : f.requests_per_s,
+                  f.output_tokens_per_s_per_gpu, f.ttft.p99 * 1e3, f.tpot.p99 * 1e3, 100.0 * f.slo_attainment);
     t += line;
   }
+  t += bound_note("the instances");
   if (s.by_capacity) t += capacity_note(s.attainment);
-  std::snprintf(line, sizeof line, "\nshapes: %zu enumerated = %zu rejected by rule + %zu rejected by memory + %zu simulated\n",
-                s.enumerated, s.rejected_by_rule, s.rejected_by_memory, s.ranked.size());
+  std::snprintf(line, sizeof line,
+                "\nshapes: %zu enumerated = %zu rejected by rule + %zu rejected by memory + %zu pruned by bound + %zu "
+                "simulated\n",
+                s.enumerated, s.rejected_by_rule, s.rejected_by_memory, s.pruned_by_bound, s.ranked.size());
   t += line;
   for (const std::string& r : s.rejections) t += "  rejected, e.g. " + r + "\n";
   return t;
@@ -210,7 +295,10 @@ std::string shape_table(const ShapeSearch& s, size_t top) {
 std::string shape_data(const ShapeSearch& s) {
   std::string out = "# rate tpot_p99_ms ttft_p99_ms label\n";
   for (const ShapeRun& r : s.ranked) {
-    out += data_row(s.by_capacity ? r.capacity : r.summary.requests_per_s, r.summary, shape_label(r.shape));
+    const std::string label = shape_label(r.shape) + (s.batching_varied ? " " + std::to_string(r.max_sequences) + "/" +
+                                                                             std::to_string(r.token_budget)
+                                                                       : "");
+    out += data_row(s.by_capacity ? r.capacity : r.summary.requests_per_s, r.summary, label);
   }
   return out;
 }
@@ -228,18 +316,30 @@ nlohmann::ordered_json shape_json(const ShapeSearch& s) {
   j["enumerated"] = s.enumerated;
   j["rejected_by_rule"] = s.rejected_by_rule;
   j["rejected_by_memory"] = s.rejected_by_memory;
+  j["pruned_by_bound"] = s.pruned_by_bound;
   j["ranked_by"] = s.by_capacity ? "capacity_at_slo" : "output_throughput";
   j["attainment"] = s.attainment;
   j["rejections"] = s.rejections;
   nlohmann::ordered_json runs = nlohmann::ordered_json::array();
   for (const ShapeRun& r : s.ranked) {
-    nlohmann::ordered_json run{{"tp", r.shape.tp}, {"pp", r.shape.pp},           {"dp", r.shape.dp},
-                               {"ep", r.shape.ep}, {"instances", r.instances}, {"kv_blocks", r.kv_blocks}};
+    nlohmann::ordered_json run{{"tp", r.shape.tp},
+                               {"pp", r.shape.pp},
+                               {"dp", r.shape.dp},
+                               {"ep", r.shape.ep},
+                               {"instances", r.instances},
+                               {"kv_blocks", r.kv_blocks},
+                               {"max_sequences", r.max_sequences},
+                               {"token_budget", r.token_budget},
+                               {"bound", r.bound}};
     add_run_figures(run, r.capacity, r.summary);
     runs.push_back(std::move(run));
   }
   j["shapes"] = std::move(runs);
   return j;
+}
+
+std::string bound_note(const std::string& whose) {
+  return "  bound: the requests/s " + whose + " sustain with full batches at the traffic's mean lengths\n";
 }
 
 std::string capacity_note(double attainment) {
@@ -282,7 +382,10 @@ void set_pool_shape(nlohmann::json& pool, const InstanceShape& shape, int instan
 
 nlohmann::json fleet_with_shape(const nlohmann::json& original, const ShapeRun& run) {
   nlohmann::json out = original;
-  set_pool_shape(out["pools"][0], run.shape, run.instances);
+  nlohmann::json& pool = out["pools"][0];
+  set_pool_shape(pool, run.shape, run.instances);
+  pool["batching"]["max_sequences"] = run.max_sequences;
+  pool["batching"]["token_budget"] = run.token_budget;
   return out;
 }
 

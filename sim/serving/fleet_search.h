@@ -1,8 +1,10 @@
 // Which instance shape serves this traffic best on these GPUs? The fleet's one colocated pool
 // re-shaped every valid way to fill the same GPUs — TP (up to the GPUs, across nodes too), PP,
 // data-parallel attention with the experts spread over every GPU (MoE), experts spread over the
-// TP group or split by it — each run through the whole fleet simulation on the fleet's own
-// traffic mix and seed. With an SLO, each shape's capacity: the highest offered rate (for a
+// TP group or split by it — and, if asked, with each of several sequence caps and token
+// budgets; each run through the whole fleet simulation on the fleet's own traffic mix and seed,
+// best rate bound first (rate_bound.h: the smaller of what the instances' prefill and decode
+// sustain with full batches), those whose bound cannot reach the best found left unsimulated. With an SLO, each shape's capacity: the highest offered rate (for a
 // replayed trace, speed-up) at which the given share of requests meets it, found by doubling
 // from the fleet's rate and then bisecting; ranked by it. Without one, the output throughput at
 // the fleet's rate. Shapes the model cannot take (heads, layers, experts) or whose weights leave
@@ -17,6 +19,7 @@
 
 #include "serving/fleet.h"
 #include "serving/fleet_report.h"
+#include "serving/rate_bound.h"
 
 namespace parallax {
 
@@ -24,14 +27,19 @@ struct ShapeRun {
   InstanceShape shape;
   int instances = 0;
   int64_t kv_blocks = 0;  ///< per instance
+  int max_sequences = 0;  ///< the batching it ran with
+  int64_t token_budget = 0;
+  double bound = 0;       ///< requests/s: the instances' rate bound
   double capacity = 0;    ///< with an SLO: the highest rate meeting it (0: none tried did)
   FleetSummary summary;   ///< at the capacity (or, below every rate tried, at the fleet's)
 };
 
 struct ShapeSearch {
-  size_t enumerated = 0;
+  size_t enumerated = 0;          ///< shapes × batching variants
   size_t rejected_by_rule = 0;    ///< shapes the model cannot take (heads, layers, experts, …)
   size_t rejected_by_memory = 0;  ///< shapes whose weights leave no room for the KV cache
+  size_t pruned_by_bound = 0;
+  bool batching_varied = false;   ///< more than one (max_sequences, token_budget) tried
   std::vector<std::string> rejections;  ///< "shape: reason", the first of each kind
   std::vector<ShapeRun> ranked;         ///< best first
   bool by_capacity = false;             ///< ranked by capacity at the SLO, else by output throughput
@@ -44,10 +52,18 @@ struct ShapeSearch {
 /// `pipeline` false keeps pp 1 (speculating pools).
 std::vector<InstanceShape> candidate_shapes(const ModelConfig& model, int gpus, bool pipeline = true);
 
-/// Runs every candidate shape of `config`'s single colocated pool on all the topology's GPUs
-/// (`threads` at once; the ranking does not depend on them). `progress(done, total)` after each.
-/// Throws std::invalid_argument when the fleet has more than one pool or a disaggregated one.
-ShapeSearch search_shapes(const FleetConfig& config, int threads, double attainment = 0.9,
+struct ShapeSearchOptions {
+  int threads = 1;  ///< simulations at once (the ranking does not depend on them)
+  double attainment = 0.9;
+  bool prune = true;                   ///< false: simulate every valid candidate
+  std::vector<int> max_sequences;      ///< sequence caps to try (empty: the pool's own)
+  std::vector<int64_t> token_budgets;  ///< token budgets to try (empty: the pool's own)
+};
+
+/// Runs the candidate shapes (× batching variants) of `config`'s single colocated pool on all
+/// the topology's GPUs. `progress(done, total)` after each. Throws std::invalid_argument when
+/// the fleet has more than one pool or a disaggregated one.
+ShapeSearch search_shapes(const FleetConfig& config, const ShapeSearchOptions& options = {},
                           const std::function<void(size_t, size_t)>& progress = nullptr);
 
 /// The highest rate (or, replaying, speed-up) at which `attainment` of the requests meet the
@@ -56,6 +72,15 @@ ShapeSearch search_shapes(const FleetConfig& config, int threads, double attainm
 /// traffic keeps the fleet's window (its requests over its rate): a run at twice the rate has
 /// twice the requests.
 std::pair<double, FleetSummary> capacity_at_slo(const FleetConfig& config, double attainment);
+
+/// Runs candidates 0…n−1, sorted best `bounds` first, in rounds of eight (`threads` at once;
+/// which are run does not depend on the threads): `run(i)` simulates candidate i and returns its
+/// figure in the bounds' units (requests/s), nullopt when it cannot run. With `prune`, stops
+/// before the first candidate whose bound × (1 + kBoundMargin) is below the best figure so far
+/// (sorted, none after it can reach it either). Returns how many were run, the first ones.
+size_t run_best_bound_first(const std::vector<double>& bounds, bool prune, int threads,
+                            const std::function<std::optional<double>(size_t)>& run,
+                            const std::function<void(size_t, size_t)>& progress);
 
 /// "tp 4 · pp 1 · ep 4": a shape's dimensions, dp and ep where they are not 1.
 std::string describe_shape(const InstanceShape& shape);
@@ -72,6 +97,8 @@ std::string shape_data(const ShapeSearch& search);
 std::string shape_gnuplot(const std::string& data_file, const std::string& png, bool by_capacity,
                           const std::string& title);
 nlohmann::ordered_json shape_json(const ShapeSearch& search);
+/// The table's footnote on what the bound column means (`whose`: who sustains it).
+std::string bound_note(const std::string& whose);
 /// The table's footnote on what capacity means, at `attainment`.
 std::string capacity_note(double attainment);
 /// A plot data row: the rate, p99 TPOT and TTFT (ms) and the quoted label.

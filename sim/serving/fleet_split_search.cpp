@@ -5,20 +5,15 @@
 #include <cmath>
 #include <cstdio>
 #include <limits>
-#include <mutex>
 #include <optional>
 #include <stdexcept>
 #include <tuple>
 
-#include "engine/parallel_for.h"
 #include "serving/fleet_search.h"
-#include "serving/random.h"
 #include "serving/step_model.h"
 
 namespace parallax {
 namespace {
-
-constexpr size_t kRound = 8;  // splits simulated between two pruning decisions
 
 // One pool's valid shapes with their KV blocks and the rate bound of one instance.
 struct ShapeOption {
@@ -36,20 +31,6 @@ struct Candidate {
 std::string split_description(const PoolShape& prefill, const PoolShape& decode) {
   return std::to_string(prefill.instances) + " × (" + describe_shape(prefill.shape) + ") + " +
          std::to_string(decode.instances) + " × (" + describe_shape(decode.shape) + ")";
-}
-
-// The batching the fleet gives a pool's instances: data-parallel attention ranks each take
-// their share of the budget as their largest chunk (fleet.cpp's pool_batching).
-BatchingConfig instance_batching(const PoolConfig& pool) {
-  BatchingConfig b = pool.batching;
-  if (pool.shape.dp > 1) b.chunk_limit = (b.token_budget + pool.shape.dp - 1) / pool.shape.dp;
-  return b;
-}
-
-// The time after which the instance's first stage takes its next batch (ModelStepTimer's).
-double interval_s(const StepModel& model, const RaggedBatch& batch) {
-  const StepBreakdown b = model.step(batch);
-  return (model.shape().pp > 1 ? b.bottleneck_stage + b.overhead : b.total).seconds();
 }
 
 std::vector<ShapeOption> pool_options(const FleetConfig& config, const PoolConfig& base, const TrafficMeans& means,
@@ -117,77 +98,6 @@ bool better(const SplitRun& a, const SplitRun& b, bool by_capacity) {
 
 }  // namespace
 
-TrafficMeans traffic_means(const FleetConfig& config) {
-  std::vector<Request> sample;
-  Rng rng(config.seed);
-  if (config.replay) {
-    sample = *config.replay;
-  } else if (config.traffic.arrival == TrafficSpec::Arrival::kClosedLoop) {
-    for (int64_t i = 0; i < config.traffic.requests; ++i) {
-      sample.push_back(closed_loop_request(config.traffic, rng, i, Time::zero(), static_cast<uint64_t>(i)));
-    }
-  } else {
-    sample = open_loop_requests(config.traffic, rng);
-  }
-  double prompt = 0, decode = 0, weighted_context = 0;
-  for (const Request& r : sample) {
-    const auto p = static_cast<double>(r.prompt_tokens);
-    const auto d = static_cast<double>(r.output_tokens - 1);
-    prompt += p;
-    decode += d;
-    weighted_context += p * d + d * d / 2;
-  }
-  const auto n = static_cast<double>(std::max<size_t>(1, sample.size()));
-  TrafficMeans m{prompt / n, decode / n, 0.0};
-  m.decode_context = decode > 0 ? weighted_context / decode : m.prompt;
-  return m;
-}
-
-double prefill_rate_bound(const StepModel& model, const BatchingConfig& batching, const TrafficMeans& means) {
-  const int64_t budget = batching.token_budget;
-  const int64_t limit = batching.chunk_limit > 0 ? std::min(batching.chunk_limit, budget) : budget;
-  const int64_t prompt = std::max<int64_t>(1, std::llround(means.prompt));
-  const int64_t chunk = std::min(prompt, limit);
-  RaggedBatch batch;
-  int64_t tokens = 0;
-  while (tokens + chunk <= budget && static_cast<int>(batch.sequences.size()) < batching.max_sequences) {
-    batch.sequences.push_back(SequenceChunk{chunk, chunk, chunk == prompt, 0});
-    tokens += chunk;
-  }
-  return static_cast<double>(tokens) / interval_s(model, batch) / means.prompt;
-}
-
-double decode_rate_bound(const StepModel& model, const BatchingConfig& batching, int64_t kv_blocks,
-                         const TrafficMeans& means, Time slo_tpot) {
-  if (!(means.decode > 0)) return std::numeric_limits<double>::infinity();
-  const int64_t drafts = batching.speculative_tokens;
-  const double tokens_per_step = expected_tokens_per_step(drafts, batching.acceptance);
-  const int64_t context = std::max<int64_t>(1, std::llround(means.decode_context)) + 1 + drafts;
-  const int pp = model.shape().pp;
-  // Up to pp batches are in flight, each sequence in one of them: they share the KV blocks.
-  const int64_t most = std::min({static_cast<int64_t>(batching.max_sequences), batching.token_budget / (1 + drafts),
-                                 kv_blocks / blocks_for(context, batching.block_size) / pp});
-  if (most < 1) return 0;
-  const auto interval = [&](int64_t b) {
-    RaggedBatch batch;
-    batch.sequences.assign(static_cast<size_t>(b), SequenceChunk{1 + drafts, context, true, drafts});
-    return interval_s(model, batch);
-  };
-  // A sequence steps once every pp intervals (its batch's turn).
-  const auto tpot = [&](int64_t b) { return pp * interval(b) / tokens_per_step; };
-  int64_t b = most;
-  if (slo_tpot > Time::zero() && tpot(most) > slo_tpot.seconds()) {
-    if (tpot(1) > slo_tpot.seconds()) return 0;
-    int64_t low = 1, high = most;  // tpot(low) meets it, tpot(high) does not
-    while (high - low > 1) {
-      const int64_t mid = (low + high) / 2;
-      (tpot(mid) <= slo_tpot.seconds() ? low : high) = mid;
-    }
-    b = low;
-  }
-  return static_cast<double>(b) * tokens_per_step / interval(b) / means.decode;
-}
-
 SplitSearch search_splits(const FleetConfig& config, int threads, double attainment, bool prune,
                           const std::function<void(size_t, size_t)>& progress) {
   const auto role_index = [&](PoolRole role) {
@@ -229,55 +139,44 @@ SplitSearch search_splits(const FleetConfig& config, int threads, double attainm
     return a.bound != b.bound ? a.bound > b.bound : a.label < b.label;
   });
 
-  std::vector<std::string> refused;
-  double best = 0;
-  size_t next = 0, done = 0;
-  std::mutex reporting;
-  while (next < candidates.size()) {
-    // Sorted by bound: once one cannot beat the best, none after it can.
-    const auto hopeless = [&](const Candidate& c) { return prune && best > 0 && c.bound * (1 + kBoundMargin) < best; };
-    if (hopeless(candidates[next])) break;
-    size_t end = next;
-    while (end < candidates.size() && end - next < kRound && !hopeless(candidates[end])) ++end;
-    std::vector<std::optional<SplitRun>> runs(end - next);
-    std::vector<std::string> why(end - next);
-    parallel_for(end - next, std::max(1, threads), [&](size_t, size_t k) {
-      const Candidate& cand = candidates[next + k];
-      FleetConfig c = config;
-      c.pools[ip].shape = cand.prefill.shape;
-      c.pools[ip].count = cand.prefill.instances;
-      c.pools[id].shape = cand.decode.shape;
-      c.pools[id].count = cand.decode.instances;
-      c.pools[ip].first_gpu.reset();
-      c.pools[id].first_gpu.reset();
-      try {
+  std::vector<std::optional<SplitRun>> runs(candidates.size());
+  std::vector<std::string> why(candidates.size());
+  std::vector<double> bounds;
+  for (const Candidate& c : candidates) bounds.push_back(c.bound);
+  const size_t examined = run_best_bound_first(
+      bounds, prune, threads,
+      [&](size_t i) -> std::optional<double> {
+        const Candidate& cand = candidates[i];
+        FleetConfig c = config;
+        c.pools[ip].shape = cand.prefill.shape;
+        c.pools[ip].count = cand.prefill.instances;
+        c.pools[id].shape = cand.decode.shape;
+        c.pools[id].count = cand.decode.instances;
+        c.pools[ip].first_gpu.reset();
+        c.pools[id].first_gpu.reset();
         SplitRun run{cand.prefill, cand.decode, cand.bound, 0.0, {}};
-        if (out.by_capacity) {
-          std::tie(run.capacity, run.summary) = capacity_at_slo(c, attainment);
-        } else {
-          run.summary = summarize(c, simulate_fleet(c));
+        try {
+          if (out.by_capacity) {
+            std::tie(run.capacity, run.summary) = capacity_at_slo(c, attainment);
+          } else {
+            run.summary = summarize(c, simulate_fleet(c));
+          }
+        } catch (const std::invalid_argument& e) {
+          why[i] = cand.label + ": " + e.what();
+          return std::nullopt;
         }
-        runs[k] = run;
-      } catch (const std::invalid_argument& e) {
-        why[k] = cand.label + ": " + e.what();
-      }
-      const std::lock_guard<std::mutex> lock(reporting);
-      ++done;
-      if (progress) progress(done, candidates.size());
-    });
-    for (size_t k = 0; k < runs.size(); ++k) {
-      if (runs[k]) {
-        best = std::max(best, metric(*runs[k], out.by_capacity));
-        out.ranked.push_back(*runs[k]);
-      } else if (out.refused++ == 0) {
-        refused.push_back(why[k]);
-      }
+        runs[i] = run;
+        return metric(run, out.by_capacity);
+      },
+      progress);
+  for (size_t i = 0; i < examined; ++i) {
+    if (runs[i]) {
+      out.ranked.push_back(*runs[i]);
+    } else if (out.refused++ == 0) {
+      out.rejections.push_back(why[i]);
     }
-    next = end;
   }
-  out.pruned_by_bound = candidates.size() - next;
-  for (const std::string& r : refused) out.rejections.push_back(r);
-  if (progress && out.pruned_by_bound > 0) progress(candidates.size(), candidates.size());
+  out.pruned_by_bound = candidates.size() - examined;
   std::stable_sort(out.ranked.begin(), out.ranked.end(),
                    [&](const SplitRun& a, const SplitRun& b) { return better(a, b, out.by_capacity); });
   return out;
@@ -299,9 +198,7 @@ std::string split_table(const SplitSearch& s, size_t top) {
                   f.tpot.p99 * 1e3, 100.0 * f.slo_attainment);
     t += line;
   }
-  std::snprintf(line, sizeof line,
-                "  bound: the requests/s the smaller side sustains with full batches at the traffic's mean lengths\n");
-  t += line;
+  t += bound_note("the smaller side");
   if (s.by_capacity) t += capacity_note(s.attainment);
   std::snprintf(line, sizeof line,
                 "\nshapes: %zu prefill, %zu decode enumerated; %zu rejected by rule, %zu rejected by memory\n"

@@ -241,6 +241,8 @@ struct FleetArgs {
   size_t top = 10;
   int jobs = 0;
   bool exhaustive = false;
+  std::vector<int> max_sequences;
+  std::vector<int64_t> token_budgets;
   std::string emit;
 };
 
@@ -405,12 +407,21 @@ void run_search(const FleetArgs& a) {
               split ? "prefill/decode splits" : "instance shapes",
               c.slo_ttft > Time::zero() || c.slo_tpot > Time::zero() ? "capacity at the SLO" : "output throughput");
   if (split) {
+    if (!a.max_sequences.empty() || !a.token_budgets.empty()) {
+      throw InputError("", "--max-sequences/--token-budgets", "vary a colocated pool's batching; a split keeps each pool's own");
+    }
     run_split_search(a, f, threads);
     return;
   }
+  ShapeSearchOptions options;
+  options.threads = threads;
+  options.attainment = a.attainment;
+  options.prune = !a.exhaustive;
+  options.max_sequences = a.max_sequences;
+  options.token_budgets = a.token_budgets;
   ShapeSearch s;
   try {
-    s = search_shapes(c, threads, a.attainment, progress_counter("shapes"));
+    s = search_shapes(c, options, progress_counter("shapes"));
   } catch (const std::invalid_argument& e) {
     throw InputError(a.fleet, "/pools", e.what());
   }
@@ -566,7 +577,15 @@ CLI::App* add_search_subcommand(CLI::App* serve) {
   search->add_option("--top", w->top, "rows of the table")->capture_default_str();
   search->add_option("--jobs", w->jobs, "fleet simulations at once (default: all cores)");
   search->add_flag("--exhaustive", w->exhaustive,
-                   "disaggregated: simulate every split, none pruned by its bound (slower; to check the pruning)");
+                   "simulate every candidate, none pruned by its rate bound (slower; to check the pruning)");
+  search->add_option("--max-sequences", w->max_sequences,
+                     "colocated: sequence caps to try with every shape, e.g. 64,128,256 (default: the pool's)")
+      ->delimiter(',')
+      ->check(CLI::Range(1, 1 << 20));
+  search->add_option("--token-budgets", w->token_budgets,
+                     "colocated: token budgets (chunk sizes) to try with every shape, e.g. 2048,8192 (default: the pool's)")
+      ->delimiter(',')
+      ->check(CLI::Range(int64_t{1}, int64_t{10000000}));
   search->add_option("--json", w->json, "write every simulated shape as JSON");
   search->add_option("--emit", w->emit, "write the fleet file with the best shape");
   search->add_option("--plot", w->plot, "write each shape's capacity against its p99 TPOT (PNG, gnuplot) here");

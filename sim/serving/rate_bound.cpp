@@ -1,0 +1,98 @@
+// Rate bounds of serving instances (rate_bound.h).
+#include "serving/rate_bound.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "serving/random.h"
+
+namespace parallax {
+namespace {
+
+// The time after which the instance's first stage takes its next batch (ModelStepTimer's).
+double interval_s(const StepModel& model, const RaggedBatch& batch) {
+  const StepBreakdown b = model.step(batch);
+  return (model.shape().pp > 1 ? b.bottleneck_stage + b.overhead : b.total).seconds();
+}
+
+}  // namespace
+
+BatchingConfig instance_batching(const PoolConfig& pool) {
+  BatchingConfig b = pool.batching;
+  if (pool.shape.dp > 1) b.chunk_limit = (b.token_budget + pool.shape.dp - 1) / pool.shape.dp;
+  return b;
+}
+
+TrafficMeans traffic_means(const FleetConfig& config) {
+  std::vector<Request> sample;
+  Rng rng(config.seed);
+  if (config.replay) {
+    sample = *config.replay;
+  } else if (config.traffic.arrival == TrafficSpec::Arrival::kClosedLoop) {
+    for (int64_t i = 0; i < config.traffic.requests; ++i) {
+      sample.push_back(closed_loop_request(config.traffic, rng, i, Time::zero(), static_cast<uint64_t>(i)));
+    }
+  } else {
+    sample = open_loop_requests(config.traffic, rng);
+  }
+  double prompt = 0, decode = 0, weighted_context = 0;
+  for (const Request& r : sample) {
+    const auto p = static_cast<double>(r.prompt_tokens);
+    const auto d = static_cast<double>(r.output_tokens - 1);
+    prompt += p;
+    decode += d;
+    weighted_context += p * d + d * d / 2;
+  }
+  const auto n = static_cast<double>(std::max<size_t>(1, sample.size()));
+  TrafficMeans m{prompt / n, decode / n, 0.0};
+  m.decode_context = decode > 0 ? weighted_context / decode : m.prompt;
+  return m;
+}
+
+double prefill_rate_bound(const StepModel& model, const BatchingConfig& batching, const TrafficMeans& means) {
+  const int64_t budget = batching.token_budget;
+  const int64_t limit = batching.chunk_limit > 0 ? std::min(batching.chunk_limit, budget) : budget;
+  const int64_t prompt = std::max<int64_t>(1, std::llround(means.prompt));
+  const int64_t chunk = std::min(prompt, limit);
+  RaggedBatch batch;
+  int64_t tokens = 0;
+  while (tokens + chunk <= budget && static_cast<int>(batch.sequences.size()) < batching.max_sequences) {
+    batch.sequences.push_back(SequenceChunk{chunk, chunk, chunk == prompt, 0});
+    tokens += chunk;
+  }
+  return static_cast<double>(tokens) / interval_s(model, batch) / means.prompt;
+}
+
+double decode_rate_bound(const StepModel& model, const BatchingConfig& batching, int64_t kv_blocks,
+                         const TrafficMeans& means, Time slo_tpot) {
+  if (!(means.decode > 0)) return std::numeric_limits<double>::infinity();
+  const int64_t drafts = batching.speculative_tokens;
+  const double tokens_per_step = expected_tokens_per_step(drafts, batching.acceptance);
+  const int64_t context = std::max<int64_t>(1, std::llround(means.decode_context)) + 1 + drafts;
+  const int pp = model.shape().pp;
+  // Up to pp batches are in flight, each sequence in one of them: they share the KV blocks.
+  const int64_t most = std::min({static_cast<int64_t>(batching.max_sequences), batching.token_budget / (1 + drafts),
+                                 kv_blocks / blocks_for(context, batching.block_size) / pp});
+  if (most < 1) return 0;
+  const auto interval = [&](int64_t b) {
+    RaggedBatch batch;
+    batch.sequences.assign(static_cast<size_t>(b), SequenceChunk{1 + drafts, context, true, drafts});
+    return interval_s(model, batch);
+  };
+  // A sequence steps once every pp intervals (its batch's turn).
+  const auto tpot = [&](int64_t b) { return pp * interval(b) / tokens_per_step; };
+  int64_t b = most;
+  if (slo_tpot > Time::zero() && tpot(most) > slo_tpot.seconds()) {
+    if (tpot(1) > slo_tpot.seconds()) return 0;
+    int64_t low = 1, high = most;  // tpot(low) meets it, tpot(high) does not
+    while (high - low > 1) {
+      const int64_t mid = (low + high) / 2;
+      (tpot(mid) <= slo_tpot.seconds() ? low : high) = mid;
+    }
+    b = low;
+  }
+  return static_cast<double>(b) * tokens_per_step / interval(b) / means.decode;
+}
+
+}  // namespace parallax

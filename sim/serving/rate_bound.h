@@ -1,0 +1,47 @@
+// What a serving instance sustains at most, before any simulation: the requests per second its
+// prefill and its decode each reach with full batches at the traffic's mean lengths. The
+// searches (fleet_search.h, fleet_split_search.h) simulate the layouts with the best bounds first
+// and leave unsimulated those whose bound cannot reach the best capacity already found.
+//   prefill: new tokens of a full-budget step of mean-length prompts / the step's interval
+//            / the mean prompt;
+//   decode:  b · tokens per step / the interval of a step of b sequences at the decode-weighted
+//            mean context / the mean decode tokens of a request, b the largest batch the
+//            sequence cap, the KV blocks and the TPOT objective allow.
+// A colocated instance does both on the same GPUs: it sustains at most the smaller of the two.
+#pragma once
+
+#include "serving/batch_scheduler.h"
+#include "serving/fleet.h"
+#include "serving/step_model.h"
+
+namespace parallax {
+
+/// The margin on a bound: a layout is left unsimulated when bound · (1 + kBoundMargin) is below
+/// the best simulated capacity. The bound leaves out the spread of lengths around their means and that a
+/// short run lets a slightly overloaded decode side meet a TPOT objective for a while: checked
+/// exhaustively on the bundled disaggregated fleets, no capacity exceeded its bound at the
+/// files' request counts, and the most was 1.245× it at a sixth of them (docs/serving-format.md).
+inline constexpr double kBoundMargin = 0.3;
+
+/// The mean prompt, the mean decode tokens of a request (its outputs after the first) and the
+/// decode-weighted mean context (over decode steps: Σ(P·D + D²/2) / ΣD) of the fleet's traffic
+/// (its replayed trace, or its synthetic stream drawn with its seed).
+struct TrafficMeans {
+  double prompt = 0;
+  double decode = 0;
+  double decode_context = 0;
+};
+TrafficMeans traffic_means(const FleetConfig& config);
+
+/// Requests/s one prefill instance sustains with full-budget steps of mean-length prompts.
+double prefill_rate_bound(const StepModel& model, const BatchingConfig& batching, const TrafficMeans& means);
+/// Requests/s one decode instance sustains: its largest batch that fits the sequence cap, its
+/// `kv_blocks` and, when `slo_tpot` > 0, meets it. 0 when one sequence alone misses the TPOT.
+double decode_rate_bound(const StepModel& model, const BatchingConfig& batching, int64_t kv_blocks,
+                         const TrafficMeans& means, Time slo_tpot);
+
+/// The batching the fleet gives `pool`'s instances (data-parallel attention ranks each take
+/// their share of the token budget as their largest chunk, as simulate_fleet does).
+BatchingConfig instance_batching(const PoolConfig& pool);
+
+}  // namespace parallax
