@@ -69,7 +69,8 @@ Time non_negative_time(JsonReader v) {
 }
 
 std::shared_ptr<const Topology> read_topology(JsonReader t, const std::string& fleet, const std::string& dir,
-                                              std::string& name) {
+                                              FleetFile& f) {
+  std::string& name = f.topology_name;
   std::string file;
   TopologyLoadOptions load;
   if (t.is_string()) {
@@ -88,6 +89,11 @@ std::shared_ptr<const Topology> read_topology(JsonReader t, const std::string& f
   }
   if (name.find('/') != std::string::npos && !t.has("file")) t.fail("a preset name, not a path (use \"file\")");
   if (!fs::exists(file)) t.fail("no topology file " + file);
+  f.topology_with_nodes = [file, load](int nodes) {
+    TopologyLoadOptions more = load;
+    more.nodes = nodes;
+    return std::make_shared<const Topology>(load_topology(file, more));
+  };
   return std::make_shared<const Topology>(load_topology(file, load));
 }
 
@@ -306,7 +312,7 @@ FleetFile load_fleet(const std::string& path, const std::string& models_dir, con
   FleetConfig& c = f.config;
   if (auto d = root.find("description")) d->as_string();  // for people; not read
   c.model = read_model(root.at("model"), models_dir);
-  c.topology = read_topology(root.at("topology"), path, topologies_dir, f.topology_name);
+  c.topology = read_topology(root.at("topology"), path, topologies_dir, f);
   JsonReader pools = root.at("pools");
   int index = 0;
   for (const JsonReader& p : pools.elements()) c.pools.push_back(read_pool(p, index++, *c.topology, models_dir));

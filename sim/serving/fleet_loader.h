@@ -3,6 +3,8 @@
 // keys and bad values fail with the file and JSON pointer).
 #pragma once
 
+#include <functional>
+#include <memory>
 #include <string>
 
 #include "serving/fleet.h"
@@ -12,6 +14,9 @@ namespace parallax {
 struct FleetFile {
   FleetConfig config;
   std::string topology_name;  ///< the preset or file it came from, for the report
+  /// The same topology loaded again with another node count (compact forms; an explicit device
+  /// list throws InputError).
+  std::function<std::shared_ptr<const Topology>(int nodes)> topology_with_nodes;
 };
 
 /// Reads `path`. Bundled model names are looked up in `models_dir`, topology presets in

@@ -24,6 +24,7 @@
 #include "serving/fleet_loader.h"
 #include "serving/fleet_report.h"
 #include "serving/fleet_search.h"
+#include "serving/fleet_sizing.h"
 #include "serving/fleet_split_search.h"
 #include "serving/fleet_sweep.h"
 #include "serving/kv_capacity.h"
@@ -243,6 +244,7 @@ struct FleetArgs {
   bool exhaustive = false;
   std::vector<int> max_sequences;
   std::vector<int64_t> token_budgets;
+  std::optional<double> target;
   std::string emit;
 };
 
@@ -435,6 +437,31 @@ void run_search(const FleetArgs& a) {
   if (!a.plot.empty()) write_search_plot(a, f, shape_data(s), s.by_capacity, "instance shapes");
 }
 
+// How many instances the fleet's pools need for a target load within the SLO.
+void run_size(const FleetArgs& a) {
+  FleetFile f = load_with_overrides(a);
+  const FleetConfig& c = f.config;
+  if (!(a.attainment > 0 && a.attainment <= 1)) throw InputError("", "--attainment", "a fraction in (0, 1]");
+  if (!(*a.target > 0 && *a.target <= 1e7)) throw InputError("", "--target", "must be in (0, 1e7]");
+  std::printf("serve size: %s on %s, %s (seed %llu); target %g %s\n", c.model.name.c_str(), f.topology_name.c_str(),
+              c.replay ? ("replay of " + c.replay_name).c_str() : c.traffic.describe().c_str(),
+              static_cast<unsigned long long>(c.seed), *a.target,
+              c.replay ? "times the trace's own rate" : "requests/s");
+  FleetSizing s;
+  try {
+    s = size_fleet(c, *a.target, a.attainment, f.topology_with_nodes, progress_counter("fleets"));
+  } catch (const std::invalid_argument& e) {
+    throw InputError(a.fleet, "/pools", e.what());
+  }
+  std::fputs(sizing_table(c, s).c_str(), stdout);
+  if (!a.json.empty()) write_file_atomically(a.json, sizing_json(c, s).dump(2) + "\n");
+  if (!s.chosen) throw InputError(a.fleet, "/pools", "no fleet tried meets the SLO at the target");
+  if (!a.emit.empty()) {
+    write_file_atomically(a.emit, sized_fleet_file(load_json_file(a.fleet), s.tried[*s.chosen]).dump(2) + "\n");
+    std::printf("  wrote the sized fleet to %s\n", a.emit.c_str());
+  }
+}
+
 void run_fleet(const FleetArgs& a) {
   FleetFile f = load_with_overrides(a);
   if (!a.compare_routers.empty()) {
@@ -565,6 +592,22 @@ CLI::App* add_sweep_subcommand(CLI::App* serve) {
   return sweep;
 }
 
+CLI::App* add_size_subcommand(CLI::App* serve) {
+  auto w = std::make_shared<FleetArgs>();
+  CLI::App* size = serve->add_subcommand(
+      "size", "how many instances of each pool serve a target load within the SLO, on the fewest GPUs");
+  size->add_option("fleet", w->fleet, "fleet file (its pools' shapes are kept; their counts and the nodes are sized)")
+      ->required();
+  add_run_options(size, *w);
+  size->add_option("--target", w->target, "the load to serve: requests/s (with --replay, the trace's speed-up)")
+      ->required();
+  size->add_option("--attainment", w->attainment, "the share of requests that must meet the SLO")->capture_default_str();
+  size->add_option("--json", w->json, "write every fleet tried as JSON");
+  size->add_option("--emit", w->emit, "write the sized fleet file (counts and the topology's nodes)");
+  size->callback([w] { run_size(*w); });
+  return size;
+}
+
 CLI::App* add_search_subcommand(CLI::App* serve) {
   auto w = std::make_shared<FleetArgs>();
   CLI::App* search = serve->add_subcommand(
@@ -613,8 +656,9 @@ void add_serve_command(CLI::App& app) {
   CLI::App* validate = add_validate_subcommand(serve);
   CLI::App* sweep = add_sweep_subcommand(serve);
   CLI::App* search = add_search_subcommand(serve);
-  serve->callback([step, sweep, validate, search, f] {
-    if (step->parsed() || sweep->parsed() || validate->parsed() || search->parsed()) return;
+  CLI::App* size = add_size_subcommand(serve);
+  serve->callback([step, sweep, validate, search, size, f] {
+    if (step->parsed() || sweep->parsed() || validate->parsed() || search->parsed() || size->parsed()) return;
     if (f->fleet.empty()) throw CLI::CallForHelp();
     run_fleet(*f);
   });

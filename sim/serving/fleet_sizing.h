@@ -1,0 +1,58 @@
+// How many instances does this traffic need? The fleet's pools, as shaped, grown or shrunk until
+// the fewest GPUs that still serve a target load within the SLO: the capacity planning question.
+//
+// The fleet as given is first run to its capacity at the SLO (capacity_at_slo); every pool's
+// count is scaled by target / capacity (rounded up) as the first guess. Each guess runs the whole
+// fleet simulation at the target rate, on the topology loaded again with as many nodes as the
+// pools need (the open-loop window kept: requests = target × the file's requests / rate; a
+// replayed trace sped up by the target). While a guess misses the SLO, the pools grow (one pool:
+// by about 5%, at least an instance; several: each pool tried grown alone, the one whose growth
+// raises the goodput most kept); then each pool in turn gives up instances one at a time while
+// the fleet still meets it. Every fleet tried is kept, in order, with its result.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "serving/fleet.h"
+#include "serving/fleet_report.h"
+
+namespace parallax {
+
+/// The topology with `nodes` nodes (the fleet's own, loaded again).
+using TopologyAt = std::function<std::shared_ptr<const Topology>(int nodes)>;
+
+struct SizedFleet {
+  std::vector<int> counts;  ///< instances per pool, in the fleet's pool order
+  int nodes = 0;
+  int gpus = 0;             ///< the instances' GPUs
+  FleetSummary summary;     ///< at the target
+  bool meets = false;
+};
+
+struct FleetSizing {
+  double target = 0;
+  double attainment = 0.9;
+  double capacity = 0;                ///< the fleet as given: its capacity at the SLO
+  std::vector<SizedFleet> tried;      ///< every fleet run, in order
+  std::optional<size_t> chosen;       ///< the smallest that meets the SLO at the target
+};
+
+/// Sizes `config`'s pools for `target` requests/s (replaying: a speed-up of the trace).
+/// `progress(done, estimate)` after each fleet run. Throws std::invalid_argument for closed-loop
+/// traffic, a fleet without an SLO, or one that meets its SLO at no rate.
+FleetSizing size_fleet(const FleetConfig& config, double target, double attainment, const TopologyAt& topology_at,
+                       const std::function<void(size_t, size_t)>& progress = nullptr);
+
+std::string sizing_table(const FleetConfig& config, const FleetSizing& sizing);
+nlohmann::ordered_json sizing_json(const FleetConfig& config, const FleetSizing& sizing);
+/// The fleet file `original` with the chosen counts and the topology's node count: what
+/// `serve size --emit` writes.
+nlohmann::json sized_fleet_file(const nlohmann::json& original, const SizedFleet& fleet);
+
+}  // namespace parallax
