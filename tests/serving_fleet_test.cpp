@@ -9,6 +9,7 @@
 
 #include "model/model_loader.h"
 #include "model/parameter_count.h"
+#include "serving/data_parallel_scheduler.h"
 #include "serving/fleet.h"
 #include "serving/fleet_search.h"
 #include "serving/fleet_sweep.h"
@@ -138,6 +139,53 @@ TEST(ServingBatching, PreemptionLosesAndDuplicatesNothing) {
       EXPECT_GT(r.preemptions, 0) << to_string(policy);
     }
   }
+}
+
+TEST(ServingBatching, DataParallelRanksScheduleTheirOwnShareAndKeepTheirRequests) {
+  // 2 ranks of an instance of 8 sequences, 1,000 tokens a step and 100 KV blocks of 16: each
+  // rank 4 sequences, 500 tokens and 50 blocks.
+  BatchingConfig b;
+  b.max_sequences = 8;
+  b.token_budget = 1000;
+  b.kv_blocks = 100;
+  b.block_size = 16;
+  DataParallelScheduler s(b, 2);
+  EXPECT_EQ(s.kv_blocks(), 100);
+  // 900 + 0 tokens need 57 blocks: the instance has them, a rank does not.
+  EXPECT_TRUE(BatchScheduler(b).never_fits(900, 1).empty());
+  EXPECT_NE(s.never_fits(900, 1).find("data-parallel rank"), std::string::npos);
+  // Requests go to the ranks in turn and stay there; each rank plans its own.
+  for (int64_t id = 0; id < 6; ++id) s.enqueue(id, 200, 10, {}, 0);
+  for (int64_t id = 0; id < 6; ++id) EXPECT_EQ(s.rank_of(id), static_cast<int>(id % 2));
+  const StepPlan plan = s.plan();
+  ASSERT_EQ(plan.parts.size(), 2u);
+  // A rank's 500 tokens: two whole prompts of 200 and 100 of the third.
+  for (const StepPlan& part : plan.parts) ASSERT_EQ(part.chunks.size(), 3u);
+  for (const PlannedChunk& c : plan.chunks) EXPECT_EQ(c.rank, s.rank_of(c.request));
+  const std::vector<RaggedBatch> ranks = attention_ranks(plan.batch(), 2);
+  ASSERT_EQ(ranks.size(), 2u);
+  EXPECT_EQ(ranks[0].sequences.size(), 3u);
+  EXPECT_EQ(ranks[1].sequences.size(), 3u);
+  const StepOutcome out = s.complete(plan);
+  EXPECT_EQ(out.first_token.size(), 4u);  // the whole prompts sampled their first token
+  EXPECT_EQ(s.used_blocks(), 2 * (13 + 13 + 7));  // ⌈200/16⌉ twice and ⌈100/16⌉ a rank
+  EXPECT_THROW(DataParallelScheduler(b, 1), std::invalid_argument);
+}
+
+TEST(ServingStep, TaggedSequencesRunOnTheirRank) {
+  // Mixtral with 2 data-parallel attention ranks: two sequences of 8,192 tokens of context both on
+  // rank 0 make a slower step than shared out one a rank.
+  const ModelConfig m = bundled("mixtral-8x7b");
+  const auto node = shared_dgx_h100();
+  const StepModel model(m, *node, InstanceShape{1, 1, 2, 2}, StepModelOptions{});
+  RaggedBatch shared, stacked;
+  shared.sequences = {SequenceChunk{1, 8192, true}, SequenceChunk{1, 8192, true}};
+  stacked.sequences = {SequenceChunk{1, 8192, true, 0, 0}, SequenceChunk{1, 8192, true, 0, 0}};
+  EXPECT_GT(model.step(stacked).attention.seconds(), 1.3 * model.step(shared).attention.seconds());
+  EXPECT_GT(model.step(stacked).total, model.step(shared).total);
+  RaggedBatch partly = stacked;
+  partly.sequences.push_back(SequenceChunk{1, 64, true});
+  EXPECT_THROW(model.step(partly), std::invalid_argument);
 }
 
 TEST(ServingBatching, SpeculationYieldsItsExpectedTokensAndKeepsOnlyAcceptedKv) {

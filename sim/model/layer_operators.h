@@ -252,6 +252,9 @@ struct SequenceChunk {
   /// Speculative decoding: of the q_len tokens, the draft tokens this step verifies (the last
   /// known token and `drafts` guesses after it; 0 without speculation).
   int64_t drafts = 0;
+  /// Data-parallel attention: the rank whose scheduler holds the sequence (its KV lives there);
+  /// −1: any, shared out by the step model.
+  int rank = -1;
 };
 
 /// The sequences of one engine step (forward only); `dtype` as in MicroBatch.

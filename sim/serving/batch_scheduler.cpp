@@ -41,7 +41,7 @@ int64_t blocks_for(int64_t tokens, int64_t block_size) { return (tokens + block_
 RaggedBatch StepPlan::batch() const {
   RaggedBatch b;
   b.sequences.reserve(chunks.size());
-  for (const PlannedChunk& c : chunks) b.sequences.push_back(SequenceChunk{c.q_len, c.kv_len, c.samples, c.drafts});
+  for (const PlannedChunk& c : chunks) b.sequences.push_back(SequenceChunk{c.q_len, c.kv_len, c.samples, c.drafts, c.rank});
   return b;
 }
 

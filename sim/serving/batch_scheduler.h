@@ -96,6 +96,7 @@ struct PlannedChunk {
   int64_t kv_len = 0;
   bool samples = false;
   int64_t drafts = 0;  ///< draft tokens verified (speculative decoding)
+  int rank = -1;       ///< data-parallel attention: the rank that planned it (−1: one scheduler)
 };
 
 /// A request's first admission with prefix caching: its leading blocks found in the cache.
@@ -118,6 +119,8 @@ struct StepPlan {
   int64_t swapped_in_blocks = 0;   ///< copied back for swapped sequences it re-admits
   int64_t host_loaded_blocks = 0;  ///< prefix-cache blocks copied back from the host tier
   int swaps = 0;                   ///< preemptions that swapped (the others recompute)
+  /// Data-parallel attention: each rank's own plan, whose chunks the ones above gather.
+  std::vector<StepPlan> parts;
   bool empty() const { return chunks.empty(); }
   RaggedBatch batch() const;
 };
@@ -130,40 +133,59 @@ struct StepOutcome {
   std::vector<int64_t> finished;    ///< … of which their last (their blocks are freed)
 };
 
-class BatchScheduler {
+/// What the fleet asks of an instance's scheduling: one BatchScheduler, or one per
+/// data-parallel attention rank (data_parallel_scheduler.h).
+class InstanceScheduler {
+ public:
+  virtual ~InstanceScheduler() = default;
+  /// Why the request can never run here (its whole life does not fit the KV cache), or empty.
+  virtual std::string never_fits(int64_t prompt, int64_t output) const = 0;
+  /// Queues a request (never_fits must be empty); `prefix_blocks` are its prompt's
+  /// prefix-chained block hashes of `block_tokens` tokens each (none: it cannot hit).
+  virtual void enqueue(int64_t request, int64_t prompt, int64_t output, std::vector<uint64_t> prefix_blocks,
+                       int64_t block_tokens) = 0;
+  /// Queues a request whose prompt was prefilled on another instance, with its first token
+  /// sampled there: once blocks for its prompt are free here it is admitted and reported in
+  /// StepPlan::receiving, and it decodes once kv_arrived says its KV has landed.
+  virtual void enqueue_prefilled(int64_t request, int64_t prompt, int64_t output) = 0;
+  virtual void kv_arrived(int64_t request) = 0;
+  /// Frees a finished sequence's blocks kept by hold_finished.
+  virtual void release_held(int64_t request) = 0;
+  /// The next step's batch; empty when there is nothing to run.
+  virtual StepPlan plan() = 0;
+  /// Applies the step `plan` described, once it has run.
+  virtual StepOutcome complete(const StepPlan& plan) = 0;
+  virtual size_t waiting() const = 0;
+  virtual int64_t used_blocks() const = 0;
+  /// Cached prefix blocks no running sequence uses (free as far as admission goes).
+  virtual int64_t evictable_blocks() const = 0;
+  virtual int64_t kv_blocks() const = 0;
+};
+
+class BatchScheduler final : public InstanceScheduler {
  public:
   /// Throws std::invalid_argument for a cap, budget, block size or capacity below 1.
   explicit BatchScheduler(BatchingConfig config);
 
-  /// Why the request can never run here (its whole life does not fit the KV cache), or empty.
-  std::string never_fits(int64_t prompt, int64_t output) const;
-  /// Queues a request (never_fits must be empty); `prefix_blocks` are its prompt's
-  /// prefix-chained block hashes of `block_tokens` tokens each (none: it cannot hit).
-  void enqueue(int64_t request, int64_t prompt, int64_t output, std::vector<uint64_t> prefix_blocks = {},
-               int64_t block_tokens = 0);
+  std::string never_fits(int64_t prompt, int64_t output) const override;
+  void enqueue(int64_t request, int64_t prompt, int64_t output, std::vector<uint64_t> prefix_blocks,
+               int64_t block_tokens) override;
+  void enqueue(int64_t request, int64_t prompt, int64_t output) { enqueue(request, prompt, output, {}, 0); }
+  void enqueue_prefilled(int64_t request, int64_t prompt, int64_t output) override;
+  void kv_arrived(int64_t request) override;
+  void release_held(int64_t request) override;
+  StepPlan plan() override;
+  StepOutcome complete(const StepPlan& plan) override;
 
-  /// Queues a request whose prompt was prefilled on another instance, with its first token
-  /// sampled there: once blocks for its prompt are free here it is admitted and reported in
-  /// StepPlan::receiving, and it decodes once kv_arrived says its KV has landed.
-  void enqueue_prefilled(int64_t request, int64_t prompt, int64_t output);
-  void kv_arrived(int64_t request);
-  /// Frees a finished sequence's blocks kept by hold_finished.
-  void release_held(int64_t request);
-
-  /// The next step's batch; empty when there is nothing to run.
-  StepPlan plan();
-  /// Applies the step `plan` described, once it has run.
-  StepOutcome complete(const StepPlan& plan);
-
-  size_t waiting() const { return waiting_.size(); }
+  size_t waiting() const override { return waiting_.size(); }
   size_t running() const { return running_.size(); }
   /// Sequences in planned steps not yet completed.
   size_t in_flight() const { return in_flight_; }
   size_t receiving() const { return receiving_.size(); }
-  int64_t used_blocks() const { return used_blocks_; }
+  int64_t used_blocks() const override { return used_blocks_; }
   int64_t swapped_blocks() const { return host_blocks_; }
-  /// Cached prefix blocks no running sequence uses (free as far as admission goes).
-  int64_t evictable_blocks() const { return cache_.evictable_kv_blocks(); }
+  int64_t evictable_blocks() const override { return cache_.evictable_kv_blocks(); }
+  int64_t kv_blocks() const override { return config_.kv_blocks; }
   const BatchingConfig& config() const { return config_; }
 
  private:

@@ -8,6 +8,7 @@
 #include <stdexcept>
 
 #include "engine/engine.h"
+#include "serving/data_parallel_scheduler.h"
 #include "network/network_model.h"
 #include "topology/router.h"
 
@@ -25,7 +26,7 @@ size_t itl_bucket(double seconds) {
 }
 
 struct Instance {
-  Instance(int pool_index, PoolRole pool_role, std::vector<DeviceId> placed, BatchScheduler batching,
+  Instance(int pool_index, PoolRole pool_role, std::vector<DeviceId> placed, std::unique_ptr<InstanceScheduler> batching,
            std::unique_ptr<StepTimer> step_timer, int stages)
       : pool(pool_index), role(pool_role), gpus(std::move(placed)), scheduler(std::move(batching)),
         timer(std::move(step_timer)), depth(stages) {}
@@ -33,7 +34,7 @@ struct Instance {
   int pool = 0;
   PoolRole role = PoolRole::kColocated;
   std::vector<DeviceId> gpus;
-  BatchScheduler scheduler;
+  std::unique_ptr<InstanceScheduler> scheduler;
   std::unique_ptr<StepTimer> timer;
   int depth = 1;                 ///< steps it can keep in flight (its PP stages)
   std::deque<StepPlan> flight;   ///< steps started and not completed, in start order
@@ -136,12 +137,24 @@ class Simulation {
           }
           timer = std::make_unique<ModelStepTimer>(model);
         }
-        instances_.emplace_back(static_cast<int>(p), pool.role, std::move(placed), BatchScheduler(batching),
+        instances_.emplace_back(static_cast<int>(p), pool.role, std::move(placed), make_scheduler(pool, batching),
                                 std::move(timer), pool.shape.pp);
         instances_.back().swap_per_block = per_block;
         instances_.back().swap_block = block * static_cast<double>(pool.shape.tp * pool.shape.pp);
       }
     }
+  }
+
+  // Data-parallel attention ranks each schedule their own sequences; else one scheduler.
+  static std::unique_ptr<InstanceScheduler> make_scheduler(const PoolConfig& pool, const BatchingConfig& batching) {
+    if (pool.shape.dp > 1) {
+      try {
+        return std::make_unique<DataParallelScheduler>(batching, pool.shape.dp);
+      } catch (const std::invalid_argument& e) {
+        throw std::invalid_argument("pool " + pool.name + ": " + e.what());
+      }
+    }
+    return std::make_unique<BatchScheduler>(batching);
   }
 
   // The pool's batching with its KV capacity (derived from memory unless given) and swap space.
@@ -271,7 +284,7 @@ class Simulation {
     Instance& in = instances_[static_cast<size_t>(target)];
     // A prefill instance computes the prompt and samples the first token only.
     const int64_t output_here = in.role == PoolRole::kPrefill ? 1 : r.output_tokens;
-    std::string why = in.scheduler.never_fits(r.prompt_tokens, output_here);
+    std::string why = in.scheduler->never_fits(r.prompt_tokens, output_here);
     if (why.empty() && disaggregated_) why = fits_a_decode_instance(r);
     if (!why.empty()) {
       rec.rejected = true;
@@ -282,7 +295,7 @@ class Simulation {
     }
     front_.router->sent(local, r);
     population(+1);
-    in.scheduler.enqueue(r.id, r.prompt_tokens, output_here, r.prefix_blocks, r.prefix_block_tokens);
+    in.scheduler->enqueue(r.id, r.prompt_tokens, output_here, r.prefix_blocks, r.prefix_block_tokens);
     poke(static_cast<size_t>(target));
   }
 
@@ -301,7 +314,7 @@ class Simulation {
   std::string fits_a_decode_instance(const Request& r) const {
     std::string why;
     for (int k : decode_.members) {
-      why = instances_[static_cast<size_t>(k)].scheduler.never_fits(r.prompt_tokens, r.output_tokens);
+      why = instances_[static_cast<size_t>(k)].scheduler->never_fits(r.prompt_tokens, r.output_tokens);
       if (why.empty()) return {};
     }
     return "on every decode instance: " + why;
@@ -316,7 +329,7 @@ class Simulation {
     front_.router->first_token(local, r);
     front_.router->finished(local, r);
     if (r.output_tokens == 1) {  // nothing to decode: done here
-      instances_[k].scheduler.release_held(r.id);
+      instances_[k].scheduler->release_held(r.id);
       rec.first_token = rec.completion = engine_.now();
       rec.completed = true;
       rec.tokens_out = 1;
@@ -343,10 +356,10 @@ class Simulation {
     // A router may pick an instance too small for this request (pools of different sizes):
     // then the first decode instance it fits on.
     if (!instances_[static_cast<size_t>(decode_.members[static_cast<size_t>(d_local)])]
-             .scheduler.never_fits(r.prompt_tokens, r.output_tokens)
+             .scheduler->never_fits(r.prompt_tokens, r.output_tokens)
              .empty()) {
       for (size_t m = 0; m < decode_.members.size(); ++m) {
-        if (instances_[static_cast<size_t>(decode_.members[m])].scheduler.never_fits(r.prompt_tokens, r.output_tokens).empty()) {
+        if (instances_[static_cast<size_t>(decode_.members[m])].scheduler->never_fits(r.prompt_tokens, r.output_tokens).empty()) {
           d_local = static_cast<int>(m);
           break;
         }
@@ -360,7 +373,7 @@ class Simulation {
     t.from = k;
     t.to = d;
     transfers_[r.id] = t;
-    instances_[d].scheduler.enqueue_prefilled(r.id, r.prompt_tokens, r.output_tokens);
+    instances_[d].scheduler->enqueue_prefilled(r.id, r.prompt_tokens, r.output_tokens);
     poke(d);
   }
 
@@ -440,8 +453,8 @@ class Simulation {
     ++rec.tokens_out;
     account_kv(instances_[t.to]);
     account_kv(instances_[t.from]);
-    instances_[t.to].scheduler.kv_arrived(id);
-    instances_[t.from].scheduler.release_held(id);
+    instances_[t.to].scheduler->kv_arrived(id);
+    instances_[t.from].scheduler->release_held(id);
     poke(t.from);
     poke(t.to);
   }
@@ -457,9 +470,9 @@ class Simulation {
   EngineReport report(size_t k) const {
     const Instance& in = instances_[k];
     // Unpinned cached blocks count as free, as vLLM reports its cache use.
-    return EngineReport{static_cast<int64_t>(in.scheduler.waiting()),
-                        static_cast<double>(in.scheduler.used_blocks() - in.scheduler.evictable_blocks()) /
-                            static_cast<double>(in.scheduler.config().kv_blocks)};
+    return EngineReport{static_cast<int64_t>(in.scheduler->waiting()),
+                        static_cast<double>(in.scheduler->used_blocks() - in.scheduler->evictable_blocks()) /
+                            static_cast<double>(in.scheduler->kv_blocks())};
   }
 
   void refresh() {
@@ -482,7 +495,7 @@ class Simulation {
 
   void account_kv(Instance& in) {
     const Time now = engine_.now();
-    in.kv_area += static_cast<double>(in.scheduler.used_blocks()) * (now - in.kv_since).seconds();
+    in.kv_area += static_cast<double>(in.scheduler->used_blocks()) * (now - in.kv_since).seconds();
     in.kv_since = now;
   }
 
@@ -504,13 +517,13 @@ class Simulation {
   // Forms the next batch; a plan that only preempted admits nothing by design, so plan again
   // so that the instance does not idle with work queued (at most once per sequence it holds).
   StepPlan form_batch(Instance& in) {
-    StepPlan plan = in.scheduler.plan();
+    StepPlan plan = in.scheduler->plan();
     int64_t swapped_out = 0;  // by plans that only preempted: copied before the step that runs
     for (size_t tries = 0;
-         plan.empty() && plan.receiving.empty() && !plan.preempted.empty() && tries <= in.scheduler.waiting(); ++tries) {
+         plan.empty() && plan.receiving.empty() && !plan.preempted.empty() && tries <= in.scheduler->waiting(); ++tries) {
       count_preemptions(plan);
       swapped_out += plan.swapped_out_blocks;
-      plan = in.scheduler.plan();
+      plan = in.scheduler->plan();
     }
     plan.swapped_out_blocks += swapped_out;
     count_preemptions(plan);
@@ -593,7 +606,7 @@ class Simulation {
     account_kv(in);
     const StepPlan plan = std::move(in.flight.front());
     in.flight.pop_front();
-    const StepOutcome out = in.scheduler.complete(plan);
+    const StepOutcome out = in.scheduler->complete(plan);
     const Time now = engine_.now();
     if (in.role == PoolRole::kPrefill) {
       for (const int64_t id : out.finished) prefill_done(k, static_cast<size_t>(id));
@@ -686,7 +699,7 @@ class Simulation {
         ++s.instances;
         s.steps += in.steps;
         busy += in.busy_time.seconds();
-        kv += in.kv_area / static_cast<double>(in.scheduler.config().kv_blocks);
+        kv += in.kv_area / static_cast<double>(in.scheduler->kv_blocks());
         sequences += in.sequences;
         tokens += in.tokens;
       }

@@ -131,7 +131,7 @@ StepMemory step_memory(const ModelConfig& m, const GpuSpec& gpu, InstanceShape s
   const std::vector<Bytes> weights = stage_weight_bytes(m, shape, precision.weights);
   // The attention rank holding the most context (all of it without data-parallel attention).
   double tokens = 0, sequences = 0;
-  for (const RaggedBatch& rank : split_over_attention_ranks(batch, shape.dp)) {
+  for (const RaggedBatch& rank : attention_ranks(batch, shape.dp)) {
     double held = 0;
     for (const SequenceChunk& c : rank.sequences) held += static_cast<double>(c.kv_len);
     if (held >= tokens) {

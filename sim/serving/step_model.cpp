@@ -195,7 +195,7 @@ StepBreakdown StepModel::ranks_in_step(const RaggedBatch& batch) const {
   const int parts = options_.two_batch_overlap ? 2 : 1;
   StepBreakdown b;
   int64_t busiest = 0, speculating = 0, passes = 0;
-  for (const RaggedBatch& rank : split_over_attention_ranks(batch, shape_.dp)) {
+  for (const RaggedBatch& rank : attention_ranks(batch, shape_.dp)) {
     StepBreakdown r;
     for (const RaggedBatch& part : split_over_attention_ranks(rank, parts)) {
       if (part.sequences.empty()) continue;
@@ -379,6 +379,25 @@ Time StepModel::expert_all_to_alls(int64_t tokens, std::optional<int> layers) co
     return it->second;
   };
   return (timed(Bytes(rows * dispatch_row)) + timed(Bytes(rows * h * activation))) * layers.value_or(moe_layers_);
+}
+
+std::vector<RaggedBatch> attention_ranks(const RaggedBatch& batch, int ranks) {
+  const bool tagged = std::any_of(batch.sequences.begin(), batch.sequences.end(), [](const SequenceChunk& c) { return c.rank >= 0; });
+  if (!tagged) return split_over_attention_ranks(batch, ranks);
+  std::vector<RaggedBatch> out(static_cast<size_t>(std::max(1, ranks)));
+  for (RaggedBatch& r : out) {
+    r.dtype = batch.dtype;
+    r.kv_cache = batch.kv_cache;
+    r.attention = batch.attention;
+  }
+  for (const SequenceChunk& c : batch.sequences) {
+    if (c.rank < 0 || c.rank >= ranks) {
+      throw std::invalid_argument("a sequence of rank " + std::to_string(c.rank) + " in a step of " + std::to_string(ranks) +
+                                  " attention ranks (every sequence tagged, or none)");
+    }
+    out[static_cast<size_t>(c.rank)].sequences.push_back(c);
+  }
+  return out;
 }
 
 std::vector<RaggedBatch> split_over_attention_ranks(const RaggedBatch& batch, int ranks) {

@@ -21,8 +21,9 @@
 // layer's outputs summed by the same TP all-reduce either way; only the experts a batch's
 // tokens reach are computed and read (layer_operators.h). Hybrid models' Mamba layers scan
 // their prompt chunks and advance each decoding sequence's state (layer_operators.h).
-// Data-parallel attention (InstanceShape::dp > 1, MoE models, pp 1): the batch is shared out
-// over dp ranks of tp GPUs (split_over_attention_ranks); each rank's layers as above on its own
+// Data-parallel attention (InstanceShape::dp > 1, MoE models, pp 1): the batch's sequences run on
+// the ranks of tp GPUs their tags name (the fleet's per-rank schedulers), else shared out
+// (split_over_attention_ranks; attention_ranks chooses); each rank's layers as above on its own
 // sequences, its experts receiving every rank's tokens (ShardingFactors::attention_dp); the step
 // is the slowest rank's plus, per MoE layer, a dispatch and a combine all-to-all over all dp·tp
 // GPUs of the busiest rank's T·k_top rows.
@@ -201,6 +202,11 @@ std::string placement_problem(InstanceShape shape, int gpus_per_node, int node_o
 
 /// GPUs per node of `topology` (all of them when it has no nodes).
 int gpus_per_node(const Topology& topology);
+
+/// A step's sequences by data-parallel attention rank: where their tags (SequenceChunk::rank) put
+/// them, else split_over_attention_ranks. Throws std::invalid_argument for a tag out of range or a
+/// batch only partly tagged.
+std::vector<RaggedBatch> attention_ranks(const RaggedBatch& batch, int ranks);
 
 /// A step's sequences shared out over `ranks` data-parallel attention ranks as a DP controller
 /// keeps them even: largest chunk first (new tokens, then context) to the rank with the fewest
