@@ -144,6 +144,15 @@ add_test(NAME example.serve.search
          COMMAND bash -c "set -e; $<TARGET_FILE:parallax> serve search ${serve_fleet} --requests 200 --jobs 2 --max-sequences 64,256 --token-budgets 2048,8192 --emit ${serve_scratch}/best-fleet.json --json ${serve_scratch}/search.json --plot ${serve_scratch}/search-plot; test -s ${serve_scratch}/search-plot/shapes.png; $<TARGET_FILE:parallax> serve ${serve_scratch}/best-fleet.json --requests 100")
 set_tests_properties(example.serve.search PROPERTIES LABELS long
                      PASS_REGULAR_EXPRESSION "batching.*seqs / .* tokens.*capacity.*shapes: 40 enumerated = 0 rejected by rule \\+ 0 rejected by memory \\+ [1-9][0-9]* pruned by bound \\+ [1-9][0-9]* simulated.*100 completed, 0 rejected")
+# A speculating pool: how many draft tokens a step, with each shape.
+add_test(NAME example.serve.search_draft_tokens
+         COMMAND parallax serve search ${PROJECT_SOURCE_DIR}/workloads/serve/llama3-70b-draft-2xtp4-h100.json --requests 200
+                 --draft-tokens 1,2,4 --jobs 2)
+set_tests_properties(example.serve.search_draft_tokens PROPERTIES LABELS long
+                     PASS_REGULAR_EXPRESSION "seqs / 8192 tokens / [124] drafts.*shapes: 12 enumerated = ")
+add_test(NAME example.serve.search_draft_tokens_without_speculation
+         COMMAND bash ${check_exit} 2 "draft tokens to try, but the pool does not speculate"
+                 $<TARGET_FILE:parallax> serve search ${serve_fleet} --draft-tokens 2)
 # A disaggregated fleet: how many of the 8 GPUs prefill and how many decode, each side's shape;
 # splits whose rate bound cannot reach the best are pruned unsimulated; the best fleet runs.
 add_test(NAME example.serve.search_split

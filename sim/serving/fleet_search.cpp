@@ -28,7 +28,8 @@ bool better(const ShapeRun& a, const ShapeRun& b, bool by_capacity) {
   }
   if (a.shape.gpus() != b.shape.gpus()) return a.shape.gpus() < b.shape.gpus();
   if (describe_shape(a.shape) != describe_shape(b.shape)) return describe_shape(a.shape) < describe_shape(b.shape);
-  return std::pair(a.max_sequences, a.token_budget) < std::pair(b.max_sequences, b.token_budget);
+  return std::tuple(a.max_sequences, a.token_budget, a.draft_tokens) <
+         std::tuple(b.max_sequences, b.token_budget, b.draft_tokens);
 }
 
 double offered_rate(const FleetConfig& c) { return c.replay ? 1.0 : c.traffic.rate_per_s; }
@@ -153,6 +154,15 @@ size_t run_best_bound_first(const std::vector<double>& bounds, bool prune, int t
 
 namespace {
 
+// Every (a, b) of two lists, a's order outermost.
+std::vector<std::pair<int64_t, int>> cross(const std::vector<int64_t>& as, const std::vector<int>& bs) {
+  std::vector<std::pair<int64_t, int>> out;
+  for (const int64_t a : as) {
+    for (const int b : bs) out.emplace_back(a, b);
+  }
+  return out;
+}
+
 // One shape with one batching, checked and bounded, ready to simulate.
 struct ShapeCandidate {
   PoolConfig pool;
@@ -160,8 +170,9 @@ struct ShapeCandidate {
   std::string label;
 };
 
-std::string batching_label(int max_sequences, int64_t token_budget) {
-  return std::to_string(max_sequences) + " seqs / " + std::to_string(token_budget) + " tokens";
+std::string batching_label(int max_sequences, int64_t token_budget, int draft_tokens) {
+  return std::to_string(max_sequences) + " seqs / " + std::to_string(token_budget) + " tokens" +
+         (draft_tokens > 0 ? " / " + std::to_string(draft_tokens) + " drafts" : "");
 }
 
 // Every shape × batching of the search, those the model or the memory refuse counted in `out`.
@@ -175,21 +186,27 @@ std::vector<ShapeCandidate> shape_candidates(const FleetConfig& config, const Sh
   const std::vector<int> caps = options.max_sequences.empty() ? std::vector{base.batching.max_sequences} : options.max_sequences;
   const std::vector<int64_t> budgets =
       options.token_budgets.empty() ? std::vector{base.batching.token_budget} : options.token_budgets;
-  out.enumerated = shapes.size() * caps.size() * budgets.size();
-  out.batching_varied = caps.size() * budgets.size() > 1;
+  if (!options.draft_tokens.empty() && base.step.speculative == SpeculativeMethod::kNone) {
+    throw std::invalid_argument("draft tokens to try, but the pool does not speculate (its \"speculative\")");
+  }
+  const std::vector<int> drafts =
+      options.draft_tokens.empty() ? std::vector{base.batching.speculative_tokens} : options.draft_tokens;
+  out.enumerated = shapes.size() * caps.size() * budgets.size() * drafts.size();
+  out.batching_varied = caps.size() * budgets.size() * drafts.size() > 1;
   const TrafficMeans means = traffic_means(config);
   std::vector<ShapeCandidate> candidates;
   for (const InstanceShape& shape : shapes) {
     for (const int cap : caps) {
-      for (const int64_t budget : budgets) {
+      for (const auto& [budget, draft] : cross(budgets, drafts)) {
         PoolConfig pool = base;
         pool.shape = shape;
         pool.count = gpus / shape.gpus();
         pool.first_gpu.reset();
         pool.batching.max_sequences = cap;
         pool.batching.token_budget = budget;
+        pool.batching.speculative_tokens = draft;
         std::string label = describe_shape(shape);
-        if (out.batching_varied) label += ", " + batching_label(cap, budget);
+        if (out.batching_varied) label += ", " + batching_label(cap, budget, draft);
         if (const std::string why = shape_refusal(config, pool); !why.empty()) {
           const bool memory = why.find("does not fit") != std::string::npos;
           if ((memory ? out.rejected_by_memory : out.rejected_by_rule)++ == 0) out.rejections.push_back(label + ": " + why);
@@ -202,7 +219,7 @@ std::vector<ShapeCandidate> shape_candidates(const FleetConfig& config, const Sh
         const double prefill =
             b.prefix_caching ? std::numeric_limits<double>::infinity() : prefill_rate_bound(model, b, means);
         const double bound = pool.count * std::min(prefill, decode_rate_bound(model, b, kv, means, config.slo_tpot));
-        candidates.push_back({pool, ShapeRun{shape, pool.count, kv, cap, budget, bound, 0.0, {}}, label});
+        candidates.push_back({pool, ShapeRun{shape, pool.count, kv, cap, budget, draft, bound, 0.0, {}}, label});
       }
     }
   }
@@ -266,7 +283,7 @@ ShapeSearch search_shapes(const FleetConfig& config, const ShapeSearchOptions& o
 std::string shape_table(const ShapeSearch& s, size_t top) {
   std::string t;
   char line[512];
-  const int batching_width = s.batching_varied ? 26 : 0;
+  const int batching_width = s.batching_varied ? 34 : 0;
   std::snprintf(line, sizeof line, "  %4s  %-28s %-*s %9s %10s %9s %10s %13s %10s %10s %8s\n", "rank", "instance",
                 batching_width, s.batching_varied ? "batching" : "", "instances", "KV blocks", "bound",
                 s.by_capacity ? "capacity" : "requests/s", "out tok/s/GPU", "TTFT p99", "TPOT p99", "SLO met");
@@ -276,7 +293,8 @@ std::string shape_table(const ShapeSearch& s, size_t top) {
     const FleetSummary& f = r.summary;
     std::snprintf(line, sizeof line, "  %4zu  %-28s %-*s %9d %10lld %9.2f %10.2f %13.1f %7.0f ms %7.1f ms %7.1f%%\n",
                   i + 1, describe_shape(r.shape).c_str(), batching_width,
-                  s.batching_varied ? batching_label(r.max_sequences, r.token_budget).c_str() : "", r.instances,
+                  s.batching_varied ? batching_label(r.max_sequences, r.token_budget, r.draft_tokens).c_str() : "",
+                  r.instances,
                   static_cast<long long>(r.kv_blocks), r.bound, s.by_capacity ? r.capacity : f.requests_per_s,
                   f.output_tokens_per_s_per_gpu, f.ttft.p99 * 1e3, f.tpot.p99 * 1e3, 100.0 * f.slo_attainment);
     t += line;
@@ -330,6 +348,7 @@ nlohmann::ordered_json shape_json(const ShapeSearch& s) {
                                {"kv_blocks", r.kv_blocks},
                                {"max_sequences", r.max_sequences},
                                {"token_budget", r.token_budget},
+                               {"draft_tokens", r.draft_tokens},
                                {"bound", r.bound}};
     add_run_figures(run, r.capacity, r.summary);
     runs.push_back(std::move(run));
@@ -386,6 +405,7 @@ nlohmann::json fleet_with_shape(const nlohmann::json& original, const ShapeRun& 
   set_pool_shape(pool, run.shape, run.instances);
   pool["batching"]["max_sequences"] = run.max_sequences;
   pool["batching"]["token_budget"] = run.token_budget;
+  if (run.draft_tokens > 0) pool["speculative"]["tokens"] = run.draft_tokens;
   return out;
 }
 

@@ -29,6 +29,7 @@ struct ShapeRun {
   int64_t kv_blocks = 0;  ///< per instance
   int max_sequences = 0;  ///< the batching it ran with
   int64_t token_budget = 0;
+  int draft_tokens = 0;   ///< speculating: draft tokens a step
   double bound = 0;       ///< requests/s: the instances' rate bound
   double capacity = 0;    ///< with an SLO: the highest rate meeting it (0: none tried did)
   FleetSummary summary;   ///< at the capacity (or, below every rate tried, at the fleet's)
@@ -39,7 +40,7 @@ struct ShapeSearch {
   size_t rejected_by_rule = 0;    ///< shapes the model cannot take (heads, layers, experts, …)
   size_t rejected_by_memory = 0;  ///< shapes whose weights leave no room for the KV cache
   size_t pruned_by_bound = 0;
-  bool batching_varied = false;   ///< more than one (max_sequences, token_budget) tried
+  bool batching_varied = false;   ///< more than one (max_sequences, token_budget, draft tokens) tried
   std::vector<std::string> rejections;  ///< "shape: reason", the first of each kind
   std::vector<ShapeRun> ranked;         ///< best first
   bool by_capacity = false;             ///< ranked by capacity at the SLO, else by output throughput
@@ -58,11 +59,13 @@ struct ShapeSearchOptions {
   bool prune = true;                   ///< false: simulate every valid candidate
   std::vector<int> max_sequences;      ///< sequence caps to try (empty: the pool's own)
   std::vector<int64_t> token_budgets;  ///< token budgets to try (empty: the pool's own)
+  std::vector<int> draft_tokens;       ///< speculating pools: draft tokens a step to try (empty: the pool's)
 };
 
 /// Runs the candidate shapes (× batching variants) of `config`'s single colocated pool on all
 /// the topology's GPUs. `progress(done, total)` after each. Throws std::invalid_argument when
-/// the fleet has more than one pool or a disaggregated one.
+/// the fleet has more than one pool or a disaggregated one, or for draft tokens to try on a
+/// pool that does not speculate.
 ShapeSearch search_shapes(const FleetConfig& config, const ShapeSearchOptions& options = {},
                           const std::function<void(size_t, size_t)>& progress = nullptr);
 

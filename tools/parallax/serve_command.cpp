@@ -244,6 +244,7 @@ struct FleetArgs {
   bool exhaustive = false;
   std::vector<int> max_sequences;
   std::vector<int64_t> token_budgets;
+  std::vector<int> draft_tokens;
   std::optional<double> target;
   std::string emit;
 };
@@ -409,8 +410,9 @@ void run_search(const FleetArgs& a) {
               split ? "prefill/decode splits" : "instance shapes",
               c.slo_ttft > Time::zero() || c.slo_tpot > Time::zero() ? "capacity at the SLO" : "output throughput");
   if (split) {
-    if (!a.max_sequences.empty() || !a.token_budgets.empty()) {
-      throw InputError("", "--max-sequences/--token-budgets", "vary a colocated pool's batching; a split keeps each pool's own");
+    if (!a.max_sequences.empty() || !a.token_budgets.empty() || !a.draft_tokens.empty()) {
+      throw InputError("", "--max-sequences/--token-budgets/--draft-tokens",
+                       "vary a colocated pool's batching; a split keeps each pool's own");
     }
     run_split_search(a, f, threads);
     return;
@@ -421,6 +423,7 @@ void run_search(const FleetArgs& a) {
   options.prune = !a.exhaustive;
   options.max_sequences = a.max_sequences;
   options.token_budgets = a.token_budgets;
+  options.draft_tokens = a.draft_tokens;
   ShapeSearch s;
   try {
     s = search_shapes(c, options, progress_counter("shapes"));
@@ -629,6 +632,10 @@ CLI::App* add_search_subcommand(CLI::App* serve) {
                      "colocated: token budgets (chunk sizes) to try with every shape, e.g. 2048,8192 (default: the pool's)")
       ->delimiter(',')
       ->check(CLI::Range(int64_t{1}, int64_t{10000000}));
+  search->add_option("--draft-tokens", w->draft_tokens,
+                     "colocated, speculating pools: draft tokens a step to try with every shape, e.g. 1,2,4 (default: the pool's)")
+      ->delimiter(',')
+      ->check(CLI::Range(1, 16));
   search->add_option("--json", w->json, "write every simulated shape as JSON");
   search->add_option("--emit", w->emit, "write the fleet file with the best shape");
   search->add_option("--plot", w->plot, "write each shape's capacity against its p99 TPOT (PNG, gnuplot) here");
