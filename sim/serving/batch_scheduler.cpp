@@ -151,48 +151,57 @@ void BatchScheduler::settle_own_blocks(Sequence& s) {
   s.blocks = own;
 }
 
-void BatchScheduler::admit_prefix(Sequence& s, StepPlan& plan) {
+void BatchScheduler::admit_prefix(Sequence& s) {
+  s.host_from = s.host_to = 0;
   if (s.prefix_blocks.empty() || s.cached != 0) return;
   const auto id = [&](int i) { return s.prefix_blocks[static_cast<size_t>(i)]; };
   const int on_gpu = cache_.match(s.prefix_blocks);
-  const int found = on_gpu + cache_.host_match(s.prefix_blocks, on_gpu);
-  int m = found;
+  int m = on_gpu + cache_.host_match(s.prefix_blocks, on_gpu);
+  s.matched = m;
   // At least the last known token is computed, so that the step samples from it.
   int64_t tokens = 0;
   for (int i = 0; i < m; ++i) tokens += cache_.tokens(id(i));
   while (m > 0 && tokens > known(s) - 1) tokens -= cache_.tokens(id(--m));
   const int pinned = std::min(on_gpu, m);
   for (int i = 0; i < pinned; ++i) cache_.pin(id(i));
-  const int loaded = load_from_host(s, pinned, m, plan);
-  const int not_loaded = m - pinned - loaded;  // no room on the GPU for them
-  m = pinned + loaded;
-  tokens = 0;
-  for (int i = 0; i < m; ++i) tokens += cache_.tokens(id(i));
-  s.matched = found - not_loaded;
-  s.host_matched = loaded;
-  s.pinned = m;
+  s.pinned = pinned;
+  s.host_from = pinned;
+  s.host_to = m;
   s.shared_tokens = tokens;
   s.cached = tokens;
 }
 
-int BatchScheduler::load_from_host(const Sequence& s, int from, int to, StepPlan& plan) {
+void BatchScheduler::drop_host_blocks(Sequence& s) {
+  int64_t pending = 0;
+  for (int i = s.host_from; i < s.host_to; ++i) pending += cache_.tokens(s.prefix_blocks[static_cast<size_t>(i)]);
+  s.matched -= s.host_to - s.host_from;
+  s.shared_tokens -= pending;
+  s.cached -= pending;
+  s.host_from = s.host_to = 0;
+}
+
+bool BatchScheduler::load_from_host(Sequence& s, int64_t q, StepPlan& plan) {
   const auto id = [&](int i) { return s.prefix_blocks[static_cast<size_t>(i)]; };
-  int64_t need = 0;
-  for (int i = from; i < to; ++i) {
-    cache_.touch_host(id(i));
+  int64_t need = blocks_for(s.cached + q - s.shared_tokens, config_.block_size) - s.blocks;  // as grow will
+  for (int i = s.host_from; i < s.host_to; ++i) {
+    cache_.touch_host(id(i));  // so that the evictions below do not push them out first
     need += cache_.host_entry_blocks(id(i));
   }
-  // Room as grow makes it: evict only what eviction can free.
-  while (to > from && need > free_blocks() + cache_.evictable_kv_blocks()) need -= cache_.host_entry_blocks(id(--to));
+  if (need > free_blocks() + cache_.evictable_kv_blocks()) return false;
   if (need > free_blocks()) used_blocks_ -= cache_.evict(need - free_blocks());
-  int n = 0;
-  // The evictions may have pushed a small host tier's oldest entries out: stop at the first gone.
-  for (int i = from; i < to && cache_.in_host(id(i)) && cache_.host_entry_blocks(id(i)) <= free_blocks(); ++i, ++n) {
+  // A host tier too small for the evicted and the wanted together may have let one go.
+  for (int i = s.host_from; i < s.host_to; ++i) {
+    if (!cache_.in_host(id(i))) return false;
+  }
+  for (int i = s.host_from; i < s.host_to; ++i) {
     const int64_t blocks = cache_.promote(id(i));
     used_blocks_ += blocks;
     plan.host_loaded_blocks += blocks;
   }
-  return n;
+  s.host_matched = s.host_to - s.host_from;
+  s.pinned = s.host_to;
+  s.host_from = s.host_to = 0;
+  return true;
 }
 
 void BatchScheduler::publish_prefix(Sequence& s) {
@@ -316,11 +325,20 @@ bool BatchScheduler::admit_front(StepPlan& plan, int64_t& budget, bool whole) {
   const int slot = waiting_.front();
   Sequence& s = slots_[static_cast<size_t>(slot)];
   if (s.remote) return admit_remote(plan, slot);
-  admit_prefix(s, plan);
-  const int64_t pending = known(s) - s.cached;
-  const int64_t q = whole ? pending : std::min({pending, budget, chunk_cap()});
-  if ((whole && q > budget && !plan.chunks.empty()) || !grow(s, s.cached + q)) {
+  admit_prefix(s);
+  const auto chunk = [&] {
+    const int64_t pending = known(s) - s.cached;
+    return whole ? pending : std::min({pending, budget, chunk_cap()});
+  };
+  const auto over_budget = [&](int64_t q) { return whole && q > budget && !plan.chunks.empty(); };
+  int64_t q = chunk();
+  if (s.host_to > s.host_from && !over_budget(q) && !load_from_host(s, q, plan)) {
+    drop_host_blocks(s);
+    q = chunk();
+  }
+  if (over_budget(q) || !grow(s, s.cached + q)) {
     if (s.swapped > 0) return false;  // its KV waits on the host
+    s.host_from = s.host_to = 0;
     release(s);  // its pins go back until it can run
     s.cached = 0;
     return false;

@@ -160,6 +160,8 @@ class InstanceScheduler {
   /// Cached prefix blocks no running sequence uses (free as far as admission goes).
   virtual int64_t evictable_blocks() const = 0;
   virtual int64_t kv_blocks() const = 0;
+  /// The data-parallel attention rank holding a request it holds (0 without ranks).
+  virtual int rank_of(int64_t request) const = 0;
 };
 
 class BatchScheduler final : public InstanceScheduler {
@@ -186,6 +188,7 @@ class BatchScheduler final : public InstanceScheduler {
   int64_t swapped_blocks() const { return host_blocks_; }
   int64_t evictable_blocks() const override { return cache_.evictable_kv_blocks(); }
   int64_t kv_blocks() const override { return config_.kv_blocks; }
+  int rank_of(int64_t) const override { return 0; }
   const BatchingConfig& config() const { return config_; }
 
  private:
@@ -201,6 +204,7 @@ class BatchScheduler final : public InstanceScheduler {
     int pinned = 0;             ///< leading prefix blocks it uses from the cache
     int matched = 0;            ///< leading blocks the cache held at its last admission try
     int host_matched = 0;       ///< … of them copied back from the host tier
+    int host_from = 0, host_to = 0;  ///< prefix blocks [from, to) to copy back once it is admitted
     int64_t shared_tokens = 0;  ///< their tokens
     bool admitted_before = false;
     bool published = false;     ///< its prompt's blocks are in the cache
@@ -227,10 +231,14 @@ class BatchScheduler final : public InstanceScheduler {
   int64_t drafts_for(const Sequence& s, int64_t budget) const;
   /// Of `drafts` verified, how many are accepted: the expected count, counted out per sequence.
   int64_t accepted(Sequence& s, int64_t drafts) const;
-  void admit_prefix(Sequence& s, StepPlan& plan);  ///< a waiting sequence's cache hits, pinned
-  /// Copies its prefix blocks [from, to) back from the host tier, as many as the GPU has room
-  /// for in order; returns how many.
-  int load_from_host(const Sequence& s, int from, int to, StepPlan& plan);
+  /// A waiting sequence's cache hits: the GPU's pinned, the host tier's that follow them counted
+  /// as if copied back (Sequence::host_from/to), which load_from_host does on admission.
+  void admit_prefix(Sequence& s);
+  /// Copies the sequence's pending host blocks back when the GPU has room for them and for its
+  /// next `q` tokens; false (nothing copied) when it has not.
+  bool load_from_host(Sequence& s, int64_t q, StepPlan& plan);
+  /// Forgets the pending host blocks: the sequence computes them.
+  void drop_host_blocks(Sequence& s);
   void publish_prefix(Sequence& s);                ///< its finished prompt into the cache
   void release(Sequence& s);                       ///< its own blocks and its pins
   void settle_own_blocks(Sequence& s);

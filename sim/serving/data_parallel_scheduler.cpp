@@ -20,9 +20,8 @@ DataParallelScheduler::DataParallelScheduler(const BatchingConfig& batching, int
   rank.max_sequences = static_cast<int>(share_up(batching.max_sequences, ranks));
   rank.token_budget = share_up(batching.token_budget, ranks);
   rank.chunk_limit = 0;  // a rank's budget is its own
-  rank.kv_blocks = batching.kv_blocks / ranks;
-  rank.swap_blocks = batching.swap_blocks / ranks;
-  rank.host_cache_blocks = batching.host_cache_blocks / ranks;
+  rank.kv_blocks = batching.kv_blocks / ranks;  // the instance's blocks are its ranks' together
+  // Swap space and the host tier are per GPU: every rank's GPUs have their own.
   if (rank.kv_blocks < 1) {
     throw std::invalid_argument(std::to_string(batching.kv_blocks) + " KV blocks leave none to each of " +
                                 std::to_string(ranks) + " data-parallel ranks");
@@ -68,6 +67,16 @@ StepPlan DataParallelScheduler::plan() {
   StepPlan all;
   for (size_t r = 0; r < ranks_.size(); ++r) {
     StepPlan p = ranks_[r].plan();
+    // A plan that only preempted admits nothing by design: plan the rank again so that it does not
+    // sit out the step (at most once per sequence it holds), its preemptions kept.
+    for (size_t tries = 0; p.empty() && p.receiving.empty() && !p.preempted.empty() && tries <= ranks_[r].waiting();
+         ++tries) {
+      StepPlan again = ranks_[r].plan();
+      again.preempted.insert(again.preempted.begin(), p.preempted.begin(), p.preempted.end());
+      again.swapped_out_blocks += p.swapped_out_blocks;
+      again.swaps += p.swaps;
+      p = std::move(again);
+    }
     for (PlannedChunk c : p.chunks) {
       c.rank = static_cast<int>(r);
       all.chunks.push_back(c);

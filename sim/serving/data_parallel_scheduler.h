@@ -18,8 +18,9 @@ namespace parallax {
 class DataParallelScheduler final : public InstanceScheduler {
  public:
   /// `ranks` ≥ 2 schedulers, each with ⌈cap / ranks⌉ sequences, ⌈budget / ranks⌉ tokens a step
-  /// and ⌊blocks / ranks⌋ KV blocks of the instance's `batching` (swap space and host cache
-  /// shared out the same way). Throws std::invalid_argument when a rank gets no block.
+  /// and ⌊blocks / ranks⌋ KV blocks of the instance's `batching` (whose swap space and host cache
+  /// are per GPU: each rank keeps them whole). Throws std::invalid_argument when a rank gets no
+  /// block.
   DataParallelScheduler(const BatchingConfig& batching, int ranks);
 
   std::string never_fits(int64_t prompt, int64_t output) const override;
@@ -36,7 +37,7 @@ class DataParallelScheduler final : public InstanceScheduler {
   int64_t kv_blocks() const override;
 
   /// The rank a request was dispatched to (it must be here).
-  int rank_of(int64_t request) const;
+  int rank_of(int64_t request) const override;
 
  private:
   int dispatch(int64_t request);  ///< the next rank in turn, remembered for the request

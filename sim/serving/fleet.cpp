@@ -161,7 +161,6 @@ class Simulation {
   BatchingConfig pool_batching(const PoolConfig& pool) {
     BatchingConfig batching = pool.batching;
     batching.hold_finished = pool.role == PoolRole::kPrefill;
-    if (pool.shape.dp > 1) batching.chunk_limit = (batching.token_budget + pool.shape.dp - 1) / pool.shape.dp;
     if (pool.role != PoolRole::kColocated && batching.policy == BatchingPolicy::kStatic) {
       throw std::invalid_argument("pool " + pool.name + ": static batching has no place in a disaggregated fleet");
     }
@@ -416,12 +415,12 @@ class Simulation {
   }
 
   // The GPUs of the attention rank of `instance` that holds request `id` (the whole instance
-  // without data-parallel attention): ranks by request id, tp·pp GPUs each.
+  // without data-parallel attention): the rank its scheduler dispatched it to, tp·pp GPUs each.
   std::vector<DeviceId> attention_rank_gpus(const Instance& instance, int64_t id) const {
     const InstanceShape shape = c_.pools[static_cast<size_t>(instance.pool)].shape;
     if (shape.dp == 1) return instance.gpus;
     const size_t per_rank = static_cast<size_t>(shape.tp * shape.pp);
-    const size_t first = static_cast<size_t>(id % shape.dp) * per_rank;
+    const size_t first = static_cast<size_t>(instance.scheduler->rank_of(id)) * per_rank;
     return {instance.gpus.begin() + static_cast<std::ptrdiff_t>(first),
             instance.gpus.begin() + static_cast<std::ptrdiff_t>(first + per_rank)};
   }
@@ -561,17 +560,19 @@ class Simulation {
     }
     StepTiming t = in.timer->timing(plan.batch());
     // vLLM's swap mode copies the blocks before the step's forward, on the step's critical path;
-    // so do prefix-cache blocks coming back from the host tier.
-    const int64_t copied = plan.swapped_out_blocks + plan.swapped_in_blocks;
-    if (copied > 0) {
-      const Time swap = in.swap_per_block * copied;
+    // so do prefix-cache blocks coming back from the host tier. Data-parallel ranks copy over
+    // their own GPUs' links at once: the step waits for the rank with the most.
+    const auto swapped = [](const StepPlan& p) { return p.swapped_out_blocks + p.swapped_in_blocks; };
+    const auto loaded = [](const StepPlan& p) { return p.host_loaded_blocks; };
+    if (const int64_t copied = swapped(plan); copied > 0) {
+      const Time swap = in.swap_per_block * critical_blocks(plan, swapped);
       t.latency += swap;
       t.interval += swap;
       swap_time_ += swap;
       swap_bytes_ += in.swap_block * static_cast<double>(copied);
     }
     if (plan.host_loaded_blocks > 0) {
-      const Time load = in.swap_per_block * plan.host_loaded_blocks;
+      const Time load = in.swap_per_block * critical_blocks(plan, loaded);
       t.latency += load;
       t.interval += load;
       host_cache_time_ += load;
@@ -589,6 +590,19 @@ class Simulation {
     engine_.schedule_at(in.last_done, [this, k] { end_step(k); });
     if (c_.kv_streaming && in.role == PoolRole::kPrefill) stream_from(k, in.flight.back());
     poke(k);  // with room for another step in flight, wake when the first stage frees
+  }
+
+  // The blocks `count` gives a plan that the step waits for: all of them, or with data-parallel
+  // ranks the most of one rank's part, plus what replans before it carried into the whole.
+  template <typename Count>
+  static int64_t critical_blocks(const StepPlan& plan, const Count& count) {
+    if (plan.parts.empty()) return count(plan);
+    int64_t most = 0, sum = 0;
+    for (const StepPlan& part : plan.parts) {
+      most = std::max(most, count(part));
+      sum += count(part);
+    }
+    return most + (count(plan) - sum);
   }
 
   void record_step(size_t k, Time start, Time duration, const StepPlan& plan) {

@@ -79,17 +79,19 @@ std::vector<InstanceShape> candidate_shapes(const ModelConfig& model, int gpus, 
   return out;
 }
 
-std::pair<double, FleetSummary> capacity_at_slo(const FleetConfig& config, double attainment) {
+FleetSummary summary_at(const FleetConfig& config, double rate) {
   // Open-loop arrivals keep the fleet's window (requests over rate), so that a higher rate is a
   // longer queue, not a burst the fleet drains; a replayed trace is sped up as it is.
-  const double window = config.replay ? 0.0 : static_cast<double>(config.traffic.requests) / config.traffic.rate_per_s;
-  const auto at = [&](double rate) {
-    FleetConfig c = config;
-    if (!config.replay) {
-      c.traffic.requests = std::max(config.traffic.requests, static_cast<int64_t>(std::llround(rate * window)));
-    }
-    return sweep_rates(c, {rate}).front().summary;
-  };
+  FleetConfig c = config;
+  if (!config.replay) {
+    const double window = static_cast<double>(config.traffic.requests) / config.traffic.rate_per_s;
+    c.traffic.requests = std::max(config.traffic.requests, static_cast<int64_t>(std::llround(rate * window)));
+  }
+  return sweep_rates(c, {rate}).front().summary;
+}
+
+std::pair<double, FleetSummary> capacity_at_slo(const FleetConfig& config, double attainment) {
+  const auto at = [&](double rate) { return summary_at(config, rate); };
   const auto meets = [&](const FleetSummary& f) { return f.slo_attainment >= attainment; };
   double low = 0, high = offered_rate(config);
   FleetSummary best = at(high), run = best;
@@ -194,6 +196,7 @@ std::vector<ShapeCandidate> shape_candidates(const FleetConfig& config, const Sh
   out.enumerated = shapes.size() * caps.size() * budgets.size() * drafts.size();
   out.batching_varied = caps.size() * budgets.size() * drafts.size() > 1;
   const TrafficMeans means = traffic_means(config);
+  const double unit = requests_per_load_unit(config);
   std::vector<ShapeCandidate> candidates;
   for (const InstanceShape& shape : shapes) {
     for (const int cap : caps) {
@@ -218,7 +221,8 @@ std::vector<ShapeCandidate> shape_candidates(const FleetConfig& config, const Sh
         // A prefix cache spares prefill work the bound cannot count: that side is then not bounded.
         const double prefill =
             b.prefix_caching ? std::numeric_limits<double>::infinity() : prefill_rate_bound(model, b, means);
-        const double bound = pool.count * std::min(prefill, decode_rate_bound(model, b, kv, means, config.slo_tpot));
+        const double bound =
+            pool.count * std::min(prefill, decode_rate_bound(model, b, kv, means, config.slo_tpot)) / unit;
         candidates.push_back({pool, ShapeRun{shape, pool.count, kv, cap, budget, draft, bound, 0.0, {}}, label});
       }
     }
@@ -241,6 +245,7 @@ ShapeSearch search_shapes(const FleetConfig& config, const ShapeSearchOptions& o
   out.by_capacity = (config.slo_ttft > Time::zero() || config.slo_tpot > Time::zero()) &&
                     (config.replay || config.traffic.arrival != TrafficSpec::Arrival::kClosedLoop);
   const std::vector<ShapeCandidate> candidates = shape_candidates(config, options, out);
+  const double unit = requests_per_load_unit(config);
   std::vector<std::optional<ShapeRun>> runs(candidates.size());
   std::vector<std::string> why(candidates.size());
   std::vector<double> bounds;
@@ -262,7 +267,7 @@ ShapeSearch search_shapes(const FleetConfig& config, const ShapeSearchOptions& o
           return std::nullopt;
         }
         runs[i] = run;
-        return out.by_capacity ? run.capacity : run.summary.requests_per_s;
+        return out.by_capacity ? run.capacity : run.summary.requests_per_s / unit;
       },
       progress);
   out.pruned_by_bound = candidates.size() - examined;
@@ -299,7 +304,7 @@ std::string shape_table(const ShapeSearch& s, size_t top) {
                   f.output_tokens_per_s_per_gpu, f.ttft.p99 * 1e3, f.tpot.p99 * 1e3, 100.0 * f.slo_attainment);
     t += line;
   }
-  t += bound_note("the instances");
+  t += bound_note("the instances sustain");
   if (s.by_capacity) t += capacity_note(s.attainment);
   std::snprintf(line, sizeof line,
                 "\nshapes: %zu enumerated = %zu rejected by rule + %zu rejected by memory + %zu pruned by bound + %zu "
@@ -313,9 +318,9 @@ std::string shape_table(const ShapeSearch& s, size_t top) {
 std::string shape_data(const ShapeSearch& s) {
   std::string out = "# rate tpot_p99_ms ttft_p99_ms label\n";
   for (const ShapeRun& r : s.ranked) {
-    const std::string label = shape_label(r.shape) + (s.batching_varied ? " " + std::to_string(r.max_sequences) + "/" +
-                                                                             std::to_string(r.token_budget)
-                                                                       : "");
+    std::string label = shape_label(r.shape);
+    if (s.batching_varied) label += " " + std::to_string(r.max_sequences) + "/" + std::to_string(r.token_budget);
+    if (s.batching_varied && r.draft_tokens > 0) label += "/d" + std::to_string(r.draft_tokens);
     out += data_row(s.by_capacity ? r.capacity : r.summary.requests_per_s, r.summary, label);
   }
   return out;
@@ -357,8 +362,9 @@ nlohmann::ordered_json shape_json(const ShapeSearch& s) {
   return j;
 }
 
-std::string bound_note(const std::string& whose) {
-  return "  bound: the requests/s " + whose + " sustain with full batches at the traffic's mean lengths\n";
+std::string bound_note(const std::string& who_sustains) {
+  return "  bound: the load (requests/s; replaying, the trace's speed-up) " + who_sustains +
+         " with full batches at the traffic's mean lengths\n";
 }
 
 std::string capacity_note(double attainment) {

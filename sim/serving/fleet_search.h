@@ -69,6 +69,11 @@ struct ShapeSearchOptions {
 ShapeSearch search_shapes(const FleetConfig& config, const ShapeSearchOptions& options = {},
                           const std::function<void(size_t, size_t)>& progress = nullptr);
 
+/// The fleet's run at `rate` (replaying: a speed-up of the trace), open-loop traffic keeping the
+/// fleet's window: as many requests as the rate brings in the file's requests / rate, never fewer
+/// than the file's.
+FleetSummary summary_at(const FleetConfig& config, double rate);
+
 /// The highest rate (or, replaying, speed-up) at which `attainment` of the requests meet the
 /// fleet's SLO, within 2% (doubling from the fleet's own up to 256 times it, then bisecting),
 /// and the run at it; 0 and the fleet's own run when even a 64th of its rate does not. Open-loop
@@ -78,7 +83,8 @@ std::pair<double, FleetSummary> capacity_at_slo(const FleetConfig& config, doubl
 
 /// Runs candidates 0…n−1, sorted best `bounds` first, in rounds of eight (`threads` at once;
 /// which are run does not depend on the threads): `run(i)` simulates candidate i and returns its
-/// figure in the bounds' units (requests/s), nullopt when it cannot run. With `prune`, stops
+/// figure in the bounds' units (offered load: requests/s, or a replayed trace's speed-up),
+/// nullopt when it cannot run. With `prune`, stops
 /// before the first candidate whose bound × (1 + kBoundMargin) is below the best figure so far
 /// (sorted, none after it can reach it either). Returns how many were run, the first ones.
 size_t run_best_bound_first(const std::vector<double>& bounds, bool prune, int threads,
@@ -100,8 +106,8 @@ std::string shape_data(const ShapeSearch& search);
 std::string shape_gnuplot(const std::string& data_file, const std::string& png, bool by_capacity,
                           const std::string& title);
 nlohmann::ordered_json shape_json(const ShapeSearch& search);
-/// The table's footnote on what the bound column means (`whose`: who sustains it).
-std::string bound_note(const std::string& whose);
+/// The table's footnote on what the bound column means ("the instances sustain").
+std::string bound_note(const std::string& who_sustains);
 /// The table's footnote on what capacity means, at `attainment`.
 std::string capacity_note(double attainment);
 /// A plot data row: the rate, p99 TPOT and TTFT (ms) and the quoted label.

@@ -7,43 +7,37 @@
 #include <stdexcept>
 
 #include "serving/fleet_search.h"
-#include "serving/fleet_sweep.h"
 
 namespace parallax {
 namespace {
 
 constexpr int kMostGrowths = 40;  // guesses grown before giving up
-constexpr int kMostExtraNodes = 4;
+constexpr double kMostInstances = 100000;  // a pool's count beyond which sizing gives up
 
 int grown(int count) { return count + std::max(1, static_cast<int>(std::ceil(0.05 * count))); }
 
-// The fleet with `counts` instances at the target, on as few nodes as hold them.
+// The fleet with `counts` instances at the target, on as few nodes as hold them packed.
 SizedFleet run_at(const FleetConfig& config, const std::vector<int>& counts, double target, double attainment,
                   const TopologyAt& topology_at) {
   SizedFleet f;
   f.counts = counts;
-  for (size_t i = 0; i < counts.size(); ++i) f.gpus += counts[i] * config.pools[i].shape.gpus();
   const int per_node = gpus_per_node(*config.topology);
-  const double window = config.replay ? 0.0 : static_cast<double>(config.traffic.requests) / config.traffic.rate_per_s;
-  for (int nodes = std::max(1, (f.gpus + per_node - 1) / per_node), extra = 0;; ++nodes, ++extra) {
-    FleetConfig c = config;
-    c.topology = topology_at(nodes);
-    for (size_t i = 0; i < counts.size(); ++i) {
-      c.pools[i].count = counts[i];
-      c.pools[i].first_gpu.reset();
-    }
-    if (!c.replay) c.traffic.requests = std::max(config.traffic.requests, static_cast<int64_t>(std::llround(target * window)));
-    try {
-      f.summary = sweep_rates(c, {target}).front().summary;
-    } catch (const std::invalid_argument& e) {
-      // TP groups kept inside nodes can leave GPUs of a node idle: then one more node.
-      if (extra < kMostExtraNodes && std::string(e.what()).find("need") != std::string::npos) continue;
-      throw;
-    }
-    f.nodes = nodes;
-    f.meets = f.summary.slo_attainment >= attainment;
-    return f;
+  int cursor = 0;  // the instances packed as the fleet packs them, TP groups inside nodes
+  for (size_t i = 0; i < counts.size(); ++i) {
+    f.gpus += counts[i] * config.pools[i].shape.gpus();
+    const InstanceShape shape = config.pools[i].shape;
+    for (int k = 0; k < counts[i]; ++k) cursor = packed_start(shape, per_node, cursor) + shape.gpus();
   }
+  f.nodes = std::max(1, (cursor + per_node - 1) / per_node);
+  FleetConfig c = config;
+  c.topology = topology_at(f.nodes);
+  for (size_t i = 0; i < counts.size(); ++i) {
+    c.pools[i].count = counts[i];
+    c.pools[i].first_gpu.reset();
+  }
+  f.summary = summary_at(c, target);
+  f.meets = f.summary.slo_attainment >= attainment;
+  return f;
 }
 
 std::string fleet_label(const FleetConfig& config, const std::vector<int>& counts) {
@@ -76,7 +70,13 @@ FleetSizing size_fleet(const FleetConfig& config, double target, double attainme
   }
   std::vector<int> counts;
   for (const PoolConfig& p : config.pools) {
-    counts.push_back(std::max(1, static_cast<int>(std::ceil(p.count * target / s.capacity - 1e-9))));
+    const double guess = std::ceil(p.count * target / s.capacity - 1e-9);
+    if (!(guess <= kMostInstances)) {
+      throw std::invalid_argument("the target needs some " + std::to_string(static_cast<int64_t>(std::min(guess, 1e15))) +
+                                  " instances of pool " + p.name + " (at most " +
+                                  std::to_string(static_cast<int>(kMostInstances)) + " are sized)");
+    }
+    counts.push_back(std::max(1, static_cast<int>(guess)));
   }
   const auto run = [&](const std::vector<int>& n) {
     s.tried.push_back(run_at(config, n, target, attainment, topology_at));

@@ -3,9 +3,9 @@
 //
 // The fleet as given is first run to its capacity at the SLO (capacity_at_slo); every pool's
 // count is scaled by target / capacity (rounded up) as the first guess. Each guess runs the whole
-// fleet simulation at the target rate, on the topology loaded again with as many nodes as the
-// pools need (the open-loop window kept: requests = target × the file's requests / rate; a
-// replayed trace sped up by the target). While a guess misses the SLO, the pools grow (one pool:
+// fleet simulation at the target rate (summary_at: the open-loop window kept; a replayed trace
+// sped up by the target), on the topology loaded again with the nodes its instances take packed
+// (TP groups inside nodes). While a guess misses the SLO, the pools grow (one pool:
 // by about 5%, at least an instance; several: each pool tried grown alone, the one whose growth
 // raises the goodput most kept); then each pool in turn gives up instances one at a time while
 // the fleet still meets it. Every fleet tried is kept, in order, with its result.

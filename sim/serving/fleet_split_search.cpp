@@ -83,7 +83,7 @@ bool packs(const FleetConfig& config, const std::vector<PoolShape>& in_order) {
   return true;
 }
 
-double metric(const SplitRun& r, bool by_capacity) { return by_capacity ? r.capacity : r.summary.requests_per_s; }
+
 
 // Better first: capacity (or output throughput), then output throughput, then the text.
 bool better(const SplitRun& a, const SplitRun& b, bool by_capacity) {
@@ -117,6 +117,7 @@ SplitSearch search_splits(const FleetConfig& config, int threads, double attainm
   const std::vector<ShapeOption> decode = pool_options(config, config.pools[id], means, out, out.decode_shapes);
 
   const int gpus = static_cast<int>(config.topology->gpu_count());
+  const double unit = requests_per_load_unit(config);
   std::vector<Candidate> candidates;
   for (const ShapeOption& p : prefill) {
     for (const ShapeOption& d : decode) {
@@ -129,7 +130,7 @@ SplitSearch search_splits(const FleetConfig& config, int threads, double attainm
           ++out.unplaceable;
           continue;
         }
-        c.bound = std::min(np * p.rate, c.decode.instances * d.rate);
+        c.bound = std::min(np * p.rate, c.decode.instances * d.rate) / unit;
         c.label = split_description(c.prefill, c.decode);
         candidates.push_back(std::move(c));
       }
@@ -166,7 +167,7 @@ SplitSearch search_splits(const FleetConfig& config, int threads, double attainm
           return std::nullopt;
         }
         runs[i] = run;
-        return metric(run, out.by_capacity);
+        return out.by_capacity ? run.capacity : run.summary.requests_per_s / unit;
       },
       progress);
   for (size_t i = 0; i < examined; ++i) {
@@ -198,7 +199,7 @@ std::string split_table(const SplitSearch& s, size_t top) {
                   f.tpot.p99 * 1e3, 100.0 * f.slo_attainment);
     t += line;
   }
-  t += bound_note("the smaller side");
+  t += bound_note("the smaller side sustains");
   if (s.by_capacity) t += capacity_note(s.attainment);
   std::snprintf(line, sizeof line,
                 "\nshapes: %zu prefill, %zu decode enumerated; %zu rejected by rule, %zu rejected by memory\n"

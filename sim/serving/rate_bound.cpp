@@ -20,8 +20,20 @@ double interval_s(const StepModel& model, const RaggedBatch& batch) {
 
 BatchingConfig instance_batching(const PoolConfig& pool) {
   BatchingConfig b = pool.batching;
-  if (pool.shape.dp > 1) b.chunk_limit = (b.token_budget + pool.shape.dp - 1) / pool.shape.dp;
+  const int dp = pool.shape.dp;
+  if (dp > 1) {
+    // Each rank schedules a share rounded up: together they may take a little more.
+    b.max_sequences = dp * ((b.max_sequences + dp - 1) / dp);
+    b.chunk_limit = (b.token_budget + dp - 1) / dp;
+    b.token_budget = dp * b.chunk_limit;
+  }
   return b;
+}
+
+double requests_per_load_unit(const FleetConfig& config) {
+  if (!config.replay || config.replay->size() < 2) return 1.0;
+  const double span = (config.replay->back().arrival - config.replay->front().arrival).seconds();
+  return span > 0 ? static_cast<double>(config.replay->size() - 1) / span : 1.0;
 }
 
 TrafficMeans traffic_means(const FleetConfig& config) {
@@ -67,7 +79,8 @@ double prefill_rate_bound(const StepModel& model, const BatchingConfig& batching
 double decode_rate_bound(const StepModel& model, const BatchingConfig& batching, int64_t kv_blocks,
                          const TrafficMeans& means, Time slo_tpot) {
   if (!(means.decode > 0)) return std::numeric_limits<double>::infinity();
-  const int64_t drafts = batching.speculative_tokens;
+  // The scheduler trims the drafts to what the budget leaves (drafts_for).
+  const int64_t drafts = std::min<int64_t>(batching.speculative_tokens, std::max<int64_t>(0, batching.token_budget - 1));
   const double tokens_per_step = expected_tokens_per_step(drafts, batching.acceptance);
   const int64_t context = std::max<int64_t>(1, std::llround(means.decode_context)) + 1 + drafts;
   const int pp = model.shape().pp;

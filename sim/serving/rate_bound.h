@@ -33,6 +33,11 @@ struct TrafficMeans {
 };
 TrafficMeans traffic_means(const FleetConfig& config);
 
+/// The requests/s of one unit of offered load: 1 for synthetic traffic (its loads are
+/// requests/s), a replayed trace's own rate (its requests over their arrival span) when the loads
+/// are the trace's speed-ups. Bounds divided by it compare with capacities.
+double requests_per_load_unit(const FleetConfig& config);
+
 /// Requests/s one prefill instance sustains with full-budget steps of mean-length prompts.
 double prefill_rate_bound(const StepModel& model, const BatchingConfig& batching, const TrafficMeans& means);
 /// Requests/s one decode instance sustains: its largest batch that fits the sequence cap, its
@@ -40,8 +45,9 @@ double prefill_rate_bound(const StepModel& model, const BatchingConfig& batching
 double decode_rate_bound(const StepModel& model, const BatchingConfig& batching, int64_t kv_blocks,
                          const TrafficMeans& means, Time slo_tpot);
 
-/// The batching the fleet gives `pool`'s instances (data-parallel attention ranks each take
-/// their share of the token budget as their largest chunk, as simulate_fleet does).
+/// The batching an instance of `pool` runs with, seen whole: with data-parallel attention its
+/// ranks' shares of the cap and budget (rounded up, as DataParallelScheduler gives them) added
+/// up, a sequence's chunk at most a rank's budget.
 BatchingConfig instance_batching(const PoolConfig& pool);
 
 }  // namespace parallax
