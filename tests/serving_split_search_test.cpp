@@ -70,6 +70,28 @@ TEST(ServingSplitSearch, RateBoundsAreFullBatchesOverTheirStepTime) {
                    10 * 1.75 / model.step(verify).total.seconds() / 100);
 }
 
+TEST(ServingSplitSearch, BoundsAreInTheLoadsUnitsAndCountTheRanksShares) {
+  // A replayed trace's loads are speed-ups: one unit is the trace's own rate, 3 requests over 2 s.
+  FleetConfig c;
+  auto trace = std::make_shared<std::vector<Request>>(3);
+  for (size_t i = 0; i < 3; ++i) (*trace)[i].arrival = Time::from_seconds(static_cast<double>(i));
+  c.replay = trace;
+  EXPECT_DOUBLE_EQ(requests_per_load_unit(c), 1.0);
+  (*trace)[2].arrival = Time::from_seconds(4);
+  EXPECT_DOUBLE_EQ(requests_per_load_unit(c), 0.5);
+  EXPECT_DOUBLE_EQ(requests_per_load_unit(FleetConfig{}), 1.0);
+  // 32 data-parallel ranks of a pool of 16 sequences and 1,000 tokens: each rank takes one
+  // sequence and 32 tokens (rounded up), 32 and 1,024 in all.
+  PoolConfig pool;
+  pool.shape = InstanceShape{1, 1, 32, 32};
+  pool.batching.max_sequences = 16;
+  pool.batching.token_budget = 1000;
+  const BatchingConfig b = instance_batching(pool);
+  EXPECT_EQ(b.max_sequences, 32);
+  EXPECT_EQ(b.token_budget, 1024);
+  EXPECT_EQ(b.chunk_limit, 32);
+}
+
 FleetConfig split_fleet() {
   FleetConfig c;
   c.model = bundled("llama3-8b");

@@ -4,7 +4,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <limits>
 #include <mutex>
 #include <optional>
 #include <stdexcept>
@@ -35,6 +34,13 @@ bool better(const ShapeRun& a, const ShapeRun& b, bool by_capacity) {
 double offered_rate(const FleetConfig& c) { return c.replay ? 1.0 : c.traffic.rate_per_s; }
 
 }  // namespace
+
+bool ranks_by_capacity(const FleetConfig& config) {
+  return (config.slo_ttft > Time::zero() || config.slo_tpot > Time::zero()) &&
+         (config.replay || config.traffic.arrival != TrafficSpec::Arrival::kClosedLoop);
+}
+
+bool refused_for_memory(const std::string& why) { return why.find("does not fit") != std::string::npos; }
 
 std::string describe_shape(const InstanceShape& s) {
   std::string t = "tp " + std::to_string(s.tp) + " · pp " + std::to_string(s.pp);
@@ -211,16 +217,14 @@ std::vector<ShapeCandidate> shape_candidates(const FleetConfig& config, const Sh
         std::string label = describe_shape(shape);
         if (out.batching_varied) label += ", " + batching_label(cap, budget, draft);
         if (const std::string why = shape_refusal(config, pool); !why.empty()) {
-          const bool memory = why.find("does not fit") != std::string::npos;
+          const bool memory = refused_for_memory(why);
           if ((memory ? out.rejected_by_memory : out.rejected_by_rule)++ == 0) out.rejections.push_back(label + ": " + why);
           continue;
         }
         const int64_t kv = pool.batching.kv_blocks > 0 ? pool.batching.kv_blocks : pool_kv_capacity(config, pool).blocks;
         const StepModel model(config.model, *config.topology, shape, pool.step, 0);
         const BatchingConfig b = instance_batching(pool);
-        // A prefix cache spares prefill work the bound cannot count: that side is then not bounded.
-        const double prefill =
-            b.prefix_caching ? std::numeric_limits<double>::infinity() : prefill_rate_bound(model, b, means);
+        const double prefill = prefill_rate_bound(model, b, means);
         const double bound =
             pool.count * std::min(prefill, decode_rate_bound(model, b, kv, means, config.slo_tpot)) / unit;
         candidates.push_back({pool, ShapeRun{shape, pool.count, kv, cap, budget, draft, bound, 0.0, {}}, label});
@@ -242,8 +246,7 @@ ShapeSearch search_shapes(const FleetConfig& config, const ShapeSearchOptions& o
   }
   ShapeSearch out;
   out.attainment = options.attainment;
-  out.by_capacity = (config.slo_ttft > Time::zero() || config.slo_tpot > Time::zero()) &&
-                    (config.replay || config.traffic.arrival != TrafficSpec::Arrival::kClosedLoop);
+  out.by_capacity = ranks_by_capacity(config);
   const std::vector<ShapeCandidate> candidates = shape_candidates(config, options, out);
   const double unit = requests_per_load_unit(config);
   std::vector<std::optional<ShapeRun>> runs(candidates.size());
@@ -276,7 +279,7 @@ ShapeSearch search_shapes(const FleetConfig& config, const ShapeSearchOptions& o
       out.ranked.push_back(*runs[i]);
       continue;
     }
-    const bool memory = why[i].find("does not fit") != std::string::npos;
+    const bool memory = refused_for_memory(why[i]);
     size_t& count = memory ? out.rejected_by_memory : out.rejected_by_rule;
     if (count++ == 0) out.rejections.push_back(candidates[i].label + ": " + why[i]);
   }

@@ -91,6 +91,14 @@ size_t run_best_bound_first(const std::vector<double>& bounds, bool prune, int t
                             const std::function<std::optional<double>(size_t)>& run,
                             const std::function<void(size_t, size_t)>& progress);
 
+/// Whether a search ranks `config`'s candidates by capacity at the SLO: an SLO is set and the
+/// traffic is open-loop or replayed (a closed loop's load follows from its users); else by
+/// output throughput at the fleet's rate.
+bool ranks_by_capacity(const FleetConfig& config);
+/// Whether a refusal (shape_refusal's, or a fleet's) is for memory: the weights leave no room
+/// for the KV cache.
+bool refused_for_memory(const std::string& why);
+
 /// "tp 4 · pp 1 · ep 4": a shape's dimensions, dp and ep where they are not 1.
 std::string describe_shape(const InstanceShape& shape);
 /// "tp4 ep4": the same, short, pp too only where it is not 1 (plot labels).

@@ -4,7 +4,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <limits>
 #include <optional>
 #include <stdexcept>
 #include <tuple>
@@ -49,7 +48,7 @@ std::vector<ShapeOption> pool_options(const FleetConfig& config, const PoolConfi
     pool.first_gpu.reset();
     const std::string why = shape_refusal(config, pool);
     if (!why.empty()) {
-      const bool memory = why.find("does not fit") != std::string::npos;
+      const bool memory = refused_for_memory(why);
       (memory ? out.rejected_by_memory : out.rejected_by_rule)++;
       bool& first = memory ? first_memory : first_rule;
       if (first) out.rejections.push_back(base.name + " " + describe_shape(shape) + ": " + why);
@@ -60,10 +59,8 @@ std::vector<ShapeOption> pool_options(const FleetConfig& config, const PoolConfi
                   0.0};
     const StepModel model(config.model, *config.topology, shape, pool.step, 0);
     const BatchingConfig batching = instance_batching(pool);
-    // A prefix cache spares prefill work the bound cannot count: the prefill side is then not bounded.
     o.rate = decode ? decode_rate_bound(model, batching, o.kv_blocks, means, config.slo_tpot)
-             : batching.prefix_caching ? std::numeric_limits<double>::infinity()
-                                       : prefill_rate_bound(model, batching, means);
+                    : prefill_rate_bound(model, batching, means);
     options.push_back(o);
   }
   return options;
@@ -110,8 +107,7 @@ SplitSearch search_splits(const FleetConfig& config, int threads, double attainm
   }
   SplitSearch out;
   out.attainment = attainment;
-  out.by_capacity = (config.slo_ttft > Time::zero() || config.slo_tpot > Time::zero()) &&
-                    (config.replay || config.traffic.arrival != TrafficSpec::Arrival::kClosedLoop);
+  out.by_capacity = ranks_by_capacity(config);
   const TrafficMeans means = traffic_means(config);
   const std::vector<ShapeOption> prefill = pool_options(config, config.pools[ip], means, out, out.prefill_shapes);
   const std::vector<ShapeOption> decode = pool_options(config, config.pools[id], means, out, out.decode_shapes);

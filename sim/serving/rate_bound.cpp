@@ -63,6 +63,7 @@ TrafficMeans traffic_means(const FleetConfig& config) {
 }
 
 double prefill_rate_bound(const StepModel& model, const BatchingConfig& batching, const TrafficMeans& means) {
+  if (batching.prefix_caching) return std::numeric_limits<double>::infinity();
   const int64_t budget = batching.token_budget;
   const int64_t limit = batching.chunk_limit > 0 ? std::min(batching.chunk_limit, budget) : budget;
   const int64_t prompt = std::max<int64_t>(1, std::llround(means.prompt));

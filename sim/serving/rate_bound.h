@@ -38,7 +38,8 @@ TrafficMeans traffic_means(const FleetConfig& config);
 /// are the trace's speed-ups. Bounds divided by it compare with capacities.
 double requests_per_load_unit(const FleetConfig& config);
 
-/// Requests/s one prefill instance sustains with full-budget steps of mean-length prompts.
+/// Requests/s one prefill instance sustains with full-budget steps of mean-length prompts;
+/// unbounded (infinity) with a prefix cache, which spares prefill work the bound cannot count.
 double prefill_rate_bound(const StepModel& model, const BatchingConfig& batching, const TrafficMeans& means);
 /// Requests/s one decode instance sustains: its largest batch that fits the sequence cap, its
 /// `kv_blocks` and, when `slo_tpot` > 0, meets it. 0 when one sequence alone misses the TPOT.
