@@ -172,6 +172,23 @@ TEST(ServingBatching, DataParallelRanksScheduleTheirOwnShareAndKeepTheirRequests
   EXPECT_THROW(DataParallelScheduler(b, 1), std::invalid_argument);
 }
 
+TEST(ServingBatching, ShortestQueueDispatchSendsARequestToTheEmptierRank) {
+  // Request 0 decodes for long on rank 0, request 1 finishes at its first token on rank 1; the
+  // next request goes to rank 0 in turn, to rank 1 by the shortest queue.
+  for (const DpDispatch d : {DpDispatch::kRoundRobin, DpDispatch::kShortestQueue}) {
+    BatchingConfig b;
+    b.kv_blocks = 100;
+    b.dp_dispatch = d;
+    DataParallelScheduler s(b, 2);
+    s.enqueue(0, 10, 100, {}, 0);
+    s.enqueue(1, 10, 1, {}, 0);
+    const StepOutcome out = s.complete(s.plan());
+    ASSERT_EQ(out.finished, std::vector<int64_t>{1});
+    s.enqueue(2, 10, 10, {}, 0);
+    EXPECT_EQ(s.rank_of(2), d == DpDispatch::kRoundRobin ? 0 : 1);
+  }
+}
+
 TEST(ServingStep, TaggedSequencesRunOnTheirRank) {
   // Mixtral with 2 data-parallel attention ranks: two sequences of 8,192 tokens of context both on
   // rank 0 make a slower step than shared out one a rank.

@@ -60,6 +60,9 @@ add_test(NAME example.serve.bad_kv_dtype
 add_test(NAME example.serve.dp_dense
          COMMAND bash ${check_exit} 2 "dp-dense.json: /pools/0: data-parallel attention \\(dp > 1\\) is for MoE models"
                  $<TARGET_FILE:parallax> serve ${serve_data}/dp-dense.json --json ${serve_scratch}/never.json)
+add_test(NAME example.serve.bad_dp_dispatch
+         COMMAND bash ${check_exit} 2 "bad-dp-dispatch.json: /pools/0/batching/dp_dispatch: \"least_loaded\" is not a dispatch"
+                 $<TARGET_FILE:parallax> serve ${serve_data}/bad-dp-dispatch.json --json ${serve_scratch}/never.json)
 add_test(NAME example.serve.bad_draft
          COMMAND bash ${check_exit} 2 "bad-draft.json: /pools/0/speculative/model: only a draft model"
                  $<TARGET_FILE:parallax> serve ${serve_data}/bad-draft.json --json ${serve_scratch}/never.json)

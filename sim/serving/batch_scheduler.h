@@ -45,6 +45,10 @@
 namespace parallax {
 
 enum class BatchingPolicy : uint8_t { kChunked, kPrefillFirst, kStatic };
+/// How an instance with data-parallel attention ranks dispatches a new request (SGLang's
+/// load_balance_method): in turn, or to the rank holding the fewest sequences (waiting and
+/// running; the lowest index among equals).
+enum class DpDispatch : uint8_t { kRoundRobin, kShortestQueue };
 enum class PreemptionMode : uint8_t { kRecompute, kSwap };
 const char* to_string(PreemptionMode m);
 std::optional<PreemptionMode> preemption_mode_from(const std::string& name);
@@ -78,6 +82,7 @@ struct BatchingConfig {
   /// release_held (its KV is still being sent to a decode instance).
   bool hold_finished = false;
   PreemptionMode preemption = PreemptionMode::kRecompute;
+  DpDispatch dp_dispatch = DpDispatch::kRoundRobin;  ///< data-parallel attention ranks only
   int64_t swap_blocks = 0;  ///< host swap space, in blocks (swap mode)
 };
 

@@ -14,7 +14,7 @@ void append(std::vector<int64_t>& to, const std::vector<int64_t>& from) { to.ins
 }  // namespace
 
 DataParallelScheduler::DataParallelScheduler(const BatchingConfig& batching, int ranks)
-    : hold_finished_(batching.hold_finished) {
+    : dispatch_(batching.dp_dispatch), hold_finished_(batching.hold_finished) {
   if (ranks < 2) throw std::invalid_argument("a data-parallel scheduler needs at least 2 ranks");
   BatchingConfig rank = batching;
   rank.max_sequences = static_cast<int>(share_up(batching.max_sequences, ranks));
@@ -35,8 +35,15 @@ std::string DataParallelScheduler::never_fits(int64_t prompt, int64_t output) co
 }
 
 int DataParallelScheduler::dispatch(int64_t request) {
-  const int r = next_;
-  next_ = (next_ + 1) % static_cast<int>(ranks_.size());
+  int r = next_;
+  if (dispatch_ == DpDispatch::kShortestQueue) {
+    const auto held = [&](size_t i) { return ranks_[i].waiting() + ranks_[i].running() + ranks_[i].receiving(); };
+    r = 0;
+    for (size_t i = 1; i < ranks_.size(); ++i) {
+      if (held(i) < held(static_cast<size_t>(r))) r = static_cast<int>(i);
+    }
+  }
+  next_ = (r + 1) % static_cast<int>(ranks_.size());
   rank_[request] = r;
   return r;
 }

@@ -1,8 +1,8 @@
 // An instance with data-parallel attention schedules each rank on its own, as SGLang's and
 // vLLM's data-parallel ranks do: every rank has its own scheduler with a rank's share of the
 // instance's sequence cap, token budget and KV blocks (its prefix cache too), a request is
-// dispatched to a rank when it arrives (round robin, SGLang's default load_balance_method) and
-// stays there, and a step gathers every rank's batch, each chunk tagged with its rank so that
+// dispatched to a rank when it arrives (round robin, SGLang's default load_balance_method, or
+// to the rank holding the fewest sequences: BatchingConfig::dp_dispatch) and stays there, and a step gathers every rank's batch, each chunk tagged with its rank so that
 // the step model runs it there (SequenceChunk::rank). A rank can thus run out of KV blocks, or
 // hold the longest sequences, while the others have room: the ranks step together at the pace of
 // the slowest.
@@ -45,6 +45,7 @@ class DataParallelScheduler final : public InstanceScheduler {
   std::vector<BatchScheduler> ranks_;
   std::unordered_map<int64_t, int> rank_;  ///< request → rank, while the instance holds it
   int next_ = 0;
+  DpDispatch dispatch_ = DpDispatch::kRoundRobin;
   bool hold_finished_ = false;
 };
 

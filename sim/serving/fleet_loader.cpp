@@ -199,6 +199,16 @@ PoolConfig read_pool(JsonReader p, int index, const Topology& topology, const st
     }
     if (auto v = b->find("max_sequences")) pool.batching.max_sequences = static_cast<int>(integer_in(*v, 1, 100000));
     if (auto v = b->find("token_budget")) pool.batching.token_budget = integer_in(*v, 1, 10000000);
+    if (auto v = b->find("dp_dispatch")) {
+      const std::string d = v->as_string();
+      if (d == "round_robin") {
+        pool.batching.dp_dispatch = DpDispatch::kRoundRobin;
+      } else if (d == "shortest_queue") {
+        pool.batching.dp_dispatch = DpDispatch::kShortestQueue;
+      } else {
+        v->fail("\"" + d + "\" is not a dispatch to data-parallel ranks (round_robin or shortest_queue)");
+      }
+    }
     b->finish();
   }
   if (auto k = p.find("kv_cache")) {
