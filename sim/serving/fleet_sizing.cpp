@@ -168,8 +168,16 @@ nlohmann::ordered_json sizing_json(const FleetConfig& config, const FleetSizing&
   return j;
 }
 
-nlohmann::json sized_fleet_file(const nlohmann::json& original, const SizedFleet& fleet) {
+nlohmann::json sized_fleet_file(const nlohmann::json& original, const FleetConfig& config, const FleetSizing& sizing,
+                                const SizedFleet& fleet) {
   nlohmann::json out = original;
+  // Synthetic open-loop traffic at the target, as the fleet was sized (a replayed trace's
+  // speed-up is the command line's --rate-scale).
+  if (!config.replay && out.contains("traffic") && out["traffic"].contains("rate")) {
+    const double window = static_cast<double>(config.traffic.requests) / config.traffic.rate_per_s;
+    out["traffic"]["rate"] = sizing.target;
+    out["traffic"]["requests"] = std::max(config.traffic.requests, static_cast<int64_t>(std::llround(sizing.target * window)));
+  }
   for (size_t i = 0; i < fleet.counts.size(); ++i) {
     out["pools"][i]["count"] = fleet.counts[i];
     out["pools"][i].erase("placement");

@@ -51,8 +51,10 @@ FleetSizing size_fleet(const FleetConfig& config, double target, double attainme
 
 std::string sizing_table(const FleetConfig& config, const FleetSizing& sizing);
 nlohmann::ordered_json sizing_json(const FleetConfig& config, const FleetSizing& sizing);
-/// The fleet file `original` with the chosen counts and the topology's node count: what
-/// `serve size --emit` writes.
-nlohmann::json sized_fleet_file(const nlohmann::json& original, const SizedFleet& fleet);
+/// The fleet file `original` (loaded as `config`) with `fleet`'s counts, the topology's node
+/// count and, for synthetic open-loop traffic, the target rate with the window kept: what
+/// `serve size --emit` writes, which runs the sized case.
+nlohmann::json sized_fleet_file(const nlohmann::json& original, const FleetConfig& config, const FleetSizing& sizing,
+                                const SizedFleet& fleet);
 
 }  // namespace parallax

@@ -460,7 +460,7 @@ void run_size(const FleetArgs& a) {
   if (!a.json.empty()) write_file_atomically(a.json, sizing_json(c, s).dump(2) + "\n");
   if (!s.chosen) throw InputError(a.fleet, "/pools", "no fleet tried meets the SLO at the target");
   if (!a.emit.empty()) {
-    write_file_atomically(a.emit, sized_fleet_file(load_json_file(a.fleet), s.tried[*s.chosen]).dump(2) + "\n");
+    write_file_atomically(a.emit, sized_fleet_file(load_json_file(a.fleet), c, s, s.tried[*s.chosen]).dump(2) + "\n");
     std::printf("  wrote the sized fleet to %s\n", a.emit.c_str());
   }
 }
