@@ -263,9 +263,9 @@ void BatchScheduler::add_chunk(StepPlan& plan, int slot, int64_t q, int64_t draf
 
 int64_t BatchScheduler::drafts_for(const Sequence& s, int64_t budget) const {
   if (config_.speculative_tokens <= 0 || s.generated < 1 || known(s) - s.cached != 1) return 0;
-  // No guess past the last output token, nor beyond the budget or a sequence's chunk.
-  const int64_t d = std::min({static_cast<int64_t>(config_.speculative_tokens), s.output - s.generated - 1,
-                              budget - 1, chunk_cap() - 1});
+  // No guess past the last output token, nor beyond the budget.
+  const int64_t d =
+      std::min({static_cast<int64_t>(config_.speculative_tokens), s.output - s.generated - 1, budget - 1});
   return std::max<int64_t>(d, 0);
 }
 
@@ -290,7 +290,7 @@ bool BatchScheduler::schedule_running(StepPlan& plan, int64_t& budget, bool deco
       continue;
     }
     const int64_t drafts = drafts_for(s, budget);
-    const int64_t q = std::min({pending, budget, chunk_cap()}) + drafts;
+    const int64_t q = std::min(pending, budget) + drafts;
     bool evicted_self = false;
     bool stuck = false;
     while (!grow(s, s.cached + q)) {
@@ -328,7 +328,7 @@ bool BatchScheduler::admit_front(StepPlan& plan, int64_t& budget, bool whole) {
   admit_prefix(s);
   const auto chunk = [&] {
     const int64_t pending = known(s) - s.cached;
-    return whole ? pending : std::min({pending, budget, chunk_cap()});
+    return whole ? pending : std::min(pending, budget);
   };
   const auto over_budget = [&](int64_t q) { return whole && q > budget && !plan.chunks.empty(); };
   int64_t q = chunk();

@@ -59,10 +59,6 @@ struct BatchingConfig {
   BatchingPolicy policy = BatchingPolicy::kChunked;
   int max_sequences = 256;      ///< sequences per step (vLLM max_num_seqs)
   int64_t token_budget = 8192;  ///< new tokens per step (vLLM max_num_batched_tokens)
-  /// New tokens one sequence may take in a step (0: the whole budget). An instance with
-  /// data-parallel attention runs each sequence on one rank, whose own share of the budget caps
-  /// its chunk.
-  int64_t chunk_limit = 0;
   /// Speculative decoding: each decoding sequence verifies up to this many draft tokens a step
   /// (0: none), each accepted with probability `acceptance` given the ones before it, so a step
   /// yields 1 + Σ_{i≤d} acceptance^i tokens on average (Leviathan et al. 2023), counted out
@@ -220,7 +216,6 @@ class BatchScheduler final : public InstanceScheduler {
   };
 
   int64_t known(const Sequence& s) const { return s.prompt + s.generated; }
-  int64_t chunk_cap() const { return config_.chunk_limit > 0 ? config_.chunk_limit : config_.token_budget; }
   int64_t free_blocks() const { return config_.kv_blocks - used_blocks_; }
   int occupied() const { return static_cast<int>(running_.size() + receiving_.size()); }
   bool prefix_caching_on() const { return config_.prefix_caching && config_.policy != BatchingPolicy::kStatic; }

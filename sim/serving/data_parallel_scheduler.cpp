@@ -19,7 +19,6 @@ DataParallelScheduler::DataParallelScheduler(const BatchingConfig& batching, int
   BatchingConfig rank = batching;
   rank.max_sequences = static_cast<int>(share_up(batching.max_sequences, ranks));
   rank.token_budget = share_up(batching.token_budget, ranks);
-  rank.chunk_limit = 0;  // a rank's budget is its own
   rank.kv_blocks = batching.kv_blocks / ranks;  // the instance's blocks are its ranks' together
   // Swap space and the host tier are per GPU: every rank's GPUs have their own.
   if (rank.kv_blocks < 1) {

@@ -96,6 +96,14 @@ FleetSummary summary_at(const FleetConfig& config, double rate) {
   return sweep_rates(c, {rate}).front().summary;
 }
 
+std::vector<InstanceShape> pool_candidate_shapes(const FleetConfig& config, const PoolConfig& pool) {
+  const bool speculates = pool.role != PoolRole::kPrefill && pool.step.speculative != SpeculativeMethod::kNone;
+  std::vector<InstanceShape> shapes = candidate_shapes(config.model, static_cast<int>(config.topology->gpu_count()),
+                                                       !speculates && !pool.step.two_batch_overlap);
+  if (pool.step.two_batch_overlap) std::erase_if(shapes, [](const InstanceShape& s) { return s.dp < 2; });
+  return shapes;
+}
+
 std::pair<double, FleetSummary> capacity_at_slo(const FleetConfig& config, double attainment) {
   const auto at = [&](double rate) { return summary_at(config, rate); };
   const auto meets = [&](const FleetSummary& f) { return f.slo_attainment >= attainment; };
@@ -188,9 +196,7 @@ std::vector<ShapeCandidate> shape_candidates(const FleetConfig& config, const Sh
                                              ShapeSearch& out) {
   const int gpus = static_cast<int>(config.topology->gpu_count());
   const PoolConfig& base = config.pools.front();
-  const bool pipeline = base.step.speculative == SpeculativeMethod::kNone && !base.step.two_batch_overlap;
-  std::vector<InstanceShape> shapes = candidate_shapes(config.model, gpus, pipeline);
-  if (base.step.two_batch_overlap) std::erase_if(shapes, [](const InstanceShape& s) { return s.dp < 2; });
+  const std::vector<InstanceShape> shapes = pool_candidate_shapes(config, base);
   const std::vector<int> caps = options.max_sequences.empty() ? std::vector{base.batching.max_sequences} : options.max_sequences;
   const std::vector<int64_t> budgets =
       options.token_budgets.empty() ? std::vector{base.batching.token_budget} : options.token_budgets;
@@ -348,16 +354,11 @@ nlohmann::ordered_json shape_json(const ShapeSearch& s) {
   j["rejections"] = s.rejections;
   nlohmann::ordered_json runs = nlohmann::ordered_json::array();
   for (const ShapeRun& r : s.ranked) {
-    nlohmann::ordered_json run{{"tp", r.shape.tp},
-                               {"pp", r.shape.pp},
-                               {"dp", r.shape.dp},
-                               {"ep", r.shape.ep},
-                               {"instances", r.instances},
-                               {"kv_blocks", r.kv_blocks},
-                               {"max_sequences", r.max_sequences},
-                               {"token_budget", r.token_budget},
-                               {"draft_tokens", r.draft_tokens},
-                               {"bound", r.bound}};
+    nlohmann::ordered_json run = pool_shape_json(r.shape, r.instances, r.kv_blocks);
+    run["max_sequences"] = r.max_sequences;
+    run["token_budget"] = r.token_budget;
+    run["draft_tokens"] = r.draft_tokens;
+    run["bound"] = r.bound;
     add_run_figures(run, r.capacity, r.summary);
     runs.push_back(std::move(run));
   }
@@ -383,6 +384,11 @@ std::string data_row(double rate, const FleetSummary& f, const std::string& labe
   char line[256];
   std::snprintf(line, sizeof line, "%.6g %.6g %.6g \"%s\"\n", rate, f.tpot.p99 * 1e3, f.ttft.p99 * 1e3, label.c_str());
   return line;
+}
+
+nlohmann::ordered_json pool_shape_json(const InstanceShape& shape, int instances, int64_t kv_blocks) {
+  return {{"tp", shape.tp}, {"pp", shape.pp},         {"dp", shape.dp},
+          {"ep", shape.ep}, {"instances", instances}, {"kv_blocks", kv_blocks}};
 }
 
 void add_run_figures(nlohmann::ordered_json& j, double capacity, const FleetSummary& f) {

@@ -62,6 +62,11 @@ struct ShapeSearchOptions {
   std::vector<int> draft_tokens;       ///< speculating pools: draft tokens a step to try (empty: the pool's)
 };
 
+/// The shapes tried for `pool` of `config` on all the topology's GPUs: candidate_shapes, with
+/// pipeline stages only where the pool does not speculate (a prefill pool never decodes) nor
+/// overlap two batches, and under two-batch overlap only data-parallel attention.
+std::vector<InstanceShape> pool_candidate_shapes(const FleetConfig& config, const PoolConfig& pool);
+
 /// Runs the candidate shapes (× batching variants) of `config`'s single colocated pool on all
 /// the topology's GPUs. `progress(done, total)` after each. Throws std::invalid_argument when
 /// the fleet has more than one pool or a disaggregated one, or for draft tokens to try on a
@@ -120,6 +125,8 @@ std::string bound_note(const std::string& who_sustains);
 std::string capacity_note(double attainment);
 /// A plot data row: the rate, p99 TPOT and TTFT (ms) and the quoted label.
 std::string data_row(double rate, const FleetSummary& summary, const std::string& label);
+/// A pool's shape as the searches' JSON gives it: tp, pp, dp, ep, instances, KV blocks.
+nlohmann::ordered_json pool_shape_json(const InstanceShape& shape, int instances, int64_t kv_blocks);
 /// A searched fleet's figures, added to `j`: its capacity, goodput, requests/s, output tokens/s
 /// per GPU, p99 TTFT and TPOT (s) and SLO attainment.
 void add_run_figures(nlohmann::ordered_json& j, double capacity, const FleetSummary& summary);

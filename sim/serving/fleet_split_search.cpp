@@ -34,11 +34,8 @@ std::string split_description(const PoolShape& prefill, const PoolShape& decode)
 
 std::vector<ShapeOption> pool_options(const FleetConfig& config, const PoolConfig& base, const TrafficMeans& means,
                                       SplitSearch& out, size_t& enumerated) {
-  const int gpus = static_cast<int>(config.topology->gpu_count());
   const bool decode = base.role == PoolRole::kDecode;
-  const bool pipeline = !decode || (base.step.speculative == SpeculativeMethod::kNone && !base.step.two_batch_overlap);
-  std::vector<InstanceShape> shapes = candidate_shapes(config.model, gpus, pipeline);
-  if (base.step.two_batch_overlap) std::erase_if(shapes, [](const InstanceShape& s) { return s.dp < 2; });
+  const std::vector<InstanceShape> shapes = pool_candidate_shapes(config, base);
   enumerated = shapes.size();
   std::vector<ShapeOption> options;
   bool first_rule = true, first_memory = true;
@@ -218,10 +215,7 @@ std::string split_data(const SplitSearch& s) {
 }
 
 nlohmann::ordered_json split_json(const SplitSearch& s) {
-  const auto side = [](const PoolShape& p) {
-    return nlohmann::ordered_json{{"tp", p.shape.tp},     {"pp", p.shape.pp},         {"dp", p.shape.dp},
-                                  {"ep", p.shape.ep},     {"instances", p.instances}, {"kv_blocks", p.kv_blocks}};
-  };
+  const auto side = [](const PoolShape& p) { return pool_shape_json(p.shape, p.instances, p.kv_blocks); };
   nlohmann::ordered_json j;
   j["prefill_shapes"] = s.prefill_shapes;
   j["decode_shapes"] = s.decode_shapes;

@@ -24,8 +24,7 @@ BatchingConfig instance_batching(const PoolConfig& pool) {
   if (dp > 1) {
     // Each rank schedules a share rounded up: together they may take a little more.
     b.max_sequences = dp * ((b.max_sequences + dp - 1) / dp);
-    b.chunk_limit = (b.token_budget + dp - 1) / dp;
-    b.token_budget = dp * b.chunk_limit;
+    b.token_budget = dp * ((b.token_budget + dp - 1) / dp);
   }
   return b;
 }
@@ -65,9 +64,10 @@ TrafficMeans traffic_means(const FleetConfig& config) {
 double prefill_rate_bound(const StepModel& model, const BatchingConfig& batching, const TrafficMeans& means) {
   if (batching.prefix_caching) return std::numeric_limits<double>::infinity();
   const int64_t budget = batching.token_budget;
-  const int64_t limit = batching.chunk_limit > 0 ? std::min(batching.chunk_limit, budget) : budget;
+  // With data-parallel attention a sequence runs on one rank, whose share of the budget caps its chunk.
+  const int dp = model.shape().dp;
   const int64_t prompt = std::max<int64_t>(1, std::llround(means.prompt));
-  const int64_t chunk = std::min(prompt, limit);
+  const int64_t chunk = std::min(prompt, (budget + dp - 1) / dp);
   RaggedBatch batch;
   int64_t tokens = 0;
   while (tokens + chunk <= budget && static_cast<int>(batch.sequences.size()) < batching.max_sequences) {

@@ -48,7 +48,7 @@ double decode_rate_bound(const StepModel& model, const BatchingConfig& batching,
 
 /// The batching an instance of `pool` runs with, seen whole: with data-parallel attention its
 /// ranks' shares of the cap and budget (rounded up, as DataParallelScheduler gives them) added
-/// up, a sequence's chunk at most a rank's budget.
+/// up.
 BatchingConfig instance_batching(const PoolConfig& pool);
 
 }  // namespace parallax
