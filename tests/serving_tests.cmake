@@ -3,7 +3,7 @@
 # One executable for the serving tests: engine steps of model-parallel instances, the fleet
 # (queues, batching, memory), request traces, prefix caching and routing, P/D disaggregation.
 parallax_test(serving_test serving_step_test.cpp serving_fleet_test.cpp serving_trace_test.cpp serving_prefix_test.cpp
-              serving_pd_test.cpp serving_split_search_test.cpp serving_sizing_test.cpp
+              serving_pd_test.cpp serving_split_search_test.cpp serving_sizing_test.cpp serving_autoscale_test.cpp
               LONG ServingQueue.MM1WaitingTimeIsRhoOverMuMinusLambda ServingQueue.MD1WaitingTimeIsPollaczekKhinchine
                    ServingQueue.JoinShortestQueueWaitsLessThanPowerOfTwoThanRoundRobin
                    ServingPrefixCache.CacheAwareRoutersHitMoreThanRoundRobin ServingPrefixIndex.AForgetfulRouterIndexLosesAffinity
@@ -214,6 +214,25 @@ add_test(NAME example.serve.compare_routers
          COMMAND parallax serve ${serve_fleet} --compare-routers rr,least_tokens,power_of_two --requests 400
                  --plot ${serve_scratch}/router-plots)
 set_tests_properties(example.serve.compare_routers PROPERTIES PASS_REGULAR_EXPRESSION "power_of_two.*routers.png")
+
+# ---- autoscaling and time-varying traffic ------------------------------------------------------------
+# The bundled example: a 6x surge, instances following it, and the plot of both with the SLO met.
+add_test(NAME example.serve.autoscale
+         COMMAND bash -c "set -e; $<TARGET_FILE:parallax> serve ${PROJECT_SOURCE_DIR}/workloads/serve/llama3-70b-autoscale-2xdgx-h100.json --json ${serve_scratch}/autoscale.json --plot ${serve_scratch}/autoscale-plot; test -s ${serve_scratch}/autoscale-plot/autoscale.png")
+set_tests_properties(example.serve.autoscale PROPERTIES
+                     PASS_REGULAR_EXPRESSION "autoscaled on concurrency \\(target 16 an instance.*[1-9][0-9]* started.*GPU-hours.*autoscale.png")
+add_test(NAME example.serve.autoscale_with_count
+         COMMAND bash ${check_exit} 2 "autoscale-with-count.json: /pools/0/count: an autoscaled pool holds autoscale's max instances"
+                 $<TARGET_FILE:parallax> serve ${serve_data}/autoscale-with-count.json --json ${serve_scratch}/never.json)
+add_test(NAME example.serve.bad_autoscale_metric
+         COMMAND bash ${check_exit} 2 "bad-autoscale-metric.json: /pools/0/autoscale/metric: \"gpu_utilization\" is not a scaling metric"
+                 $<TARGET_FILE:parallax> serve ${serve_data}/bad-autoscale-metric.json --json ${serve_scratch}/never.json)
+add_test(NAME example.serve.bad_rate_profile
+         COMMAND bash ${check_exit} 2 "bad-rate-profile.json: /traffic/rate_profile/2/from: steps must start later and later"
+                 $<TARGET_FILE:parallax> serve ${serve_data}/bad-rate-profile.json --json ${serve_scratch}/never.json)
+add_test(NAME example.serve.search_refuses_autoscale
+         COMMAND bash ${check_exit} 2 "pool chat autoscales, and the shape search chooses fixed counts"
+                 $<TARGET_FILE:parallax> serve search ${PROJECT_SOURCE_DIR}/workloads/serve/llama3-70b-autoscale-2xdgx-h100.json)
 
 # ---- published engine-step times: the dev and hold-out sets run end to end -------------------------------
 add_test(NAME example.serve.validate_dev

@@ -36,6 +36,11 @@ struct Instance {
   std::vector<DeviceId> gpus;
   std::unique_ptr<InstanceScheduler> scheduler;
   std::unique_ptr<StepTimer> timer;
+  enum class State : uint8_t { kServing, kStarting, kDraining, kOff };
+  State state = State::kServing;
+  uint64_t generation = 0;       ///< bumped by every start: a cancelled start's wake-up is stale
+  Time held_since;               ///< when it last took its GPUs
+  Time held;                     ///< time it held them before that
   int depth = 1;                 ///< steps it can keep in flight (its PP stages)
   std::deque<StepPlan> flight;   ///< steps started and not completed, in start order
   Time swap_per_block;           ///< PCIe time to copy one KV block to or from the host
@@ -87,11 +92,13 @@ class Simulation {
       path_router_ = std::make_unique<Router>(*c_.topology);
       network_ = make_network_model(c_.kv_network, engine_, *c_.topology, *path_router_);
     }
+    set_up_scalers();
   }
 
   FleetResult run() {
     start_traffic();
     if (c_.refresh_interval > Time::zero()) refresh();
+    if (!scalers_.empty()) sample_load();
     engine_.run();
     return result();
   }
@@ -114,7 +121,8 @@ class Simulation {
     int cursor = 0;
     for (size_t p = 0; p < c_.pools.size(); ++p) {
       const PoolConfig& pool = c_.pools[p];
-      const BatchingConfig batching = pool_batching(pool);
+        const BatchingConfig batching = pool_batching(pool);
+      batchings_.push_back(batching);
       const Bytes block = swap_block_bytes(pool, batching.block_size);
       const Time per_block = batching.preemption == PreemptionMode::kSwap || batching.host_cache_blocks > 0
                                  ? Time::from_seconds(block.value() / swap_bandwidth(pool).value())
@@ -358,7 +366,8 @@ class Simulation {
              .scheduler->never_fits(r.prompt_tokens, r.output_tokens)
              .empty()) {
       for (size_t m = 0; m < decode_.members.size(); ++m) {
-        if (instances_[static_cast<size_t>(decode_.members[m])].scheduler->never_fits(r.prompt_tokens, r.output_tokens).empty()) {
+        if (decode_.router->available(static_cast<int>(m)) &&
+            instances_[static_cast<size_t>(decode_.members[m])].scheduler->never_fits(r.prompt_tokens, r.output_tokens).empty()) {
           d_local = static_cast<int>(m);
           break;
         }
@@ -456,6 +465,8 @@ class Simulation {
     instances_[t.from].scheduler->release_held(id);
     poke(t.from);
     poke(t.to);
+    maybe_release(t.from);
+    maybe_release(t.to);
   }
 
   void next_of_user(const Request& r) {
@@ -625,6 +636,7 @@ class Simulation {
     if (in.role == PoolRole::kPrefill) {
       for (const int64_t id : out.finished) prefill_done(k, static_cast<size_t>(id));
       poke(k);
+      maybe_release(k);
       return;
     }
     for (size_t j = 0; j < out.sampled.size(); ++j) {
@@ -660,6 +672,7 @@ class Simulation {
       if (closed_loop()) next_of_user(requests_[i]);
     }
     poke(k);
+    maybe_release(k);
   }
 
   void report_progress() {
@@ -675,6 +688,195 @@ class Simulation {
     population_area_ += static_cast<double>(in_system_) * (now - population_since_).seconds();
     population_since_ = now;
     in_system_ += delta;
+  }
+
+  // ---- autoscaling (autoscaler.h) -------------------------------------------------------------
+  struct PoolScaler {
+    size_t pool = 0;
+    AutoscaleConfig config;
+    Autoscaler scaler;
+    std::vector<size_t> members;  ///< the pool's instances, fleet-wide
+    double load_sum = 0;          ///< samples since the last decision
+    int samples = 0;
+    Time next_decision;
+    PoolScaling stats;
+  };
+
+  RouterSet& set_of(const Instance& in) { return in.role == PoolRole::kDecode ? decode_ : front_; }
+  const RouterSet& set_of(const Instance& in) const { return in.role == PoolRole::kDecode ? decode_ : front_; }
+
+  // Instances past the pool's initial count start off, unavailable to the router.
+  void set_up_scalers() {
+    scaler_of_pool_.assign(c_.pools.size(), -1);
+    for (size_t p = 0; p < c_.pools.size(); ++p) {
+      const PoolConfig& pool = c_.pools[p];
+      if (!pool.autoscale) continue;
+      const AutoscaleConfig& a = *pool.autoscale;
+      if (a.min < 1 || a.max != pool.count || a.initial_instances() < a.min || a.initial_instances() > a.max) {
+        throw std::invalid_argument("pool " + pool.name + ": autoscaling needs 1 <= min <= initial <= max = count");
+      }
+      PoolScaler s{p, a, Autoscaler(a), {}, 0, 0, a.interval, {}};
+      const std::vector<Bytes> weights = stage_weight_bytes(c_.model, pool.shape, pool.step.dtype);
+      s.stats.startup = startup_time(a, *std::max_element(weights.begin(), weights.end()));
+      for (size_t k = 0; k < instances_.size(); ++k) {
+        if (instances_[k].pool == static_cast<int>(p)) s.members.push_back(k);
+      }
+      for (size_t m = static_cast<size_t>(a.initial_instances()); m < s.members.size(); ++m) {
+        Instance& in = instances_[s.members[m]];
+        in.state = Instance::State::kOff;
+        set_of(in).router->set_available(local_index(set_of(in), s.members[m]), false);
+      }
+      s.stats.timeline.push_back({Time::zero(), a.initial_instances(), 0, 0});
+      s.stats.peak = a.initial_instances();
+      sample_period_ = std::min(sample_period_, a.interval);
+      scaler_of_pool_[p] = static_cast<int>(scalers_.size());
+      scalers_.push_back(std::move(s));
+    }
+  }
+
+  // Every sample period: each scaler's metric, and its decision when an interval has passed.
+  void sample_load() {
+    const Time now = engine_.now();
+    for (PoolScaler& s : scalers_) {
+      s.load_sum += pool_load(s);
+      ++s.samples;
+      if (now >= s.next_decision) {
+        rescale(s, s.load_sum / s.samples);
+        s.load_sum = 0;
+        s.samples = 0;
+        s.next_decision = now + s.config.interval;
+      }
+    }
+    if (engine_.pending_events() > 0 && (arrivals_remain() || in_system_ > 0)) {
+      engine_.schedule_in(sample_period_, [this] { sample_load(); });
+    }
+  }
+
+  double pool_load(const PoolScaler& s) const {
+    double load = 0;
+    for (size_t k : s.members) {
+      const Instance& in = instances_[k];
+      if (in.state != Instance::State::kServing) continue;
+      switch (s.config.metric) {
+        case AutoscaleMetric::kConcurrency:
+          load += static_cast<double>(set_of(in).router->in_flight(local_index(set_of(in), k)));
+          break;
+        case AutoscaleMetric::kWaiting: load += static_cast<double>(in.scheduler->waiting()); break;
+        case AutoscaleMetric::kKvCache: load += report(k).kv_utilization; break;
+      }
+    }
+    return load;
+  }
+
+  void rescale(PoolScaler& s, double load) {
+    int current = 0;
+    for (size_t k : s.members) {
+      const Instance::State state = instances_[k].state;
+      current += state == Instance::State::kServing || state == Instance::State::kStarting ? 1 : 0;
+    }
+    const int wanted = s.scaler.decide(engine_.now(), current, load);
+    if (wanted == current) return;
+    for (; current < wanted; ++current) start_instance(s);
+    for (; current > wanted; --current) {
+      if (!cancel_start(s)) drain_instance(s);
+    }
+    record_scaling(s);
+  }
+
+  // The first instance off starts: a fresh engine, serving after the start-up time.
+  void start_instance(PoolScaler& s) {
+    const auto k = *std::find_if(s.members.begin(), s.members.end(),
+                                 [this](size_t m) { return instances_[m].state == Instance::State::kOff; });
+    Instance& in = instances_[k];
+    in.state = Instance::State::kStarting;
+    in.held_since = engine_.now();
+    in.kv_since = engine_.now();
+    const uint64_t generation = ++in.generation;
+    in.scheduler = make_scheduler(c_.pools[s.pool], batchings_[s.pool]);
+    set_of(in).router->forget(local_index(set_of(in), k));
+    ++s.stats.started;
+    engine_.schedule_in(s.stats.startup, [this, k, generation] {
+      Instance& ready = instances_[k];
+      if (ready.generation != generation || ready.state != Instance::State::kStarting) return;
+      ready.state = Instance::State::kServing;
+      set_of(ready).router->set_available(local_index(set_of(ready), k), true);
+      record_scaling(scalers_[static_cast<size_t>(scaler_of_pool_[static_cast<size_t>(ready.pool)])]);
+    });
+  }
+
+  // The latest start not yet serving is called off; false when there is none.
+  bool cancel_start(PoolScaler& s) {
+    for (auto it = s.members.rbegin(); it != s.members.rend(); ++it) {
+      Instance& in = instances_[*it];
+      if (in.state != Instance::State::kStarting) continue;
+      in.state = Instance::State::kOff;
+      in.held += engine_.now() - in.held_since;
+      ++s.stats.cancelled;
+      return true;
+    }
+    return false;
+  }
+
+  // The serving instance holding the fewest requests (the latest on a tie) stops taking new
+  // ones and is released once it has finished them.
+  void drain_instance(PoolScaler& s) {
+    size_t chosen = s.members.front();
+    int64_t fewest = INT64_MAX;
+    for (size_t k : s.members) {
+      const Instance& in = instances_[k];
+      if (in.state != Instance::State::kServing) continue;
+      const int64_t held = set_of(in).router->in_flight(local_index(set_of(in), k));
+      if (held <= fewest) {
+        fewest = held;
+        chosen = k;
+      }
+    }
+    Instance& in = instances_[chosen];
+    in.state = Instance::State::kDraining;
+    set_of(in).router->set_available(local_index(set_of(in), chosen), false);
+    ++s.stats.drained;
+    maybe_release(chosen);
+  }
+
+  // A draining instance with nothing left (no request, step or KV transfer) gives its GPUs back.
+  void maybe_release(size_t k) {
+    Instance& in = instances_[k];
+    if (in.state != Instance::State::kDraining) return;
+    const RouterSet& set = set_of(in);
+    if (set.router->in_flight(local_index(set, k)) > 0 || !in.flight.empty()) return;
+    for (const auto& [id, t] : transfers_) {
+      if (t.from == k || t.to == k) return;
+    }
+    account_kv(in);
+    in.state = Instance::State::kOff;
+    in.held += engine_.now() - in.held_since;
+    record_scaling(scalers_[static_cast<size_t>(scaler_of_pool_[static_cast<size_t>(in.pool)])]);
+  }
+
+  void record_scaling(PoolScaler& s) {
+    InstanceCountPoint point{engine_.now(), 0, 0, 0};
+    for (size_t k : s.members) {
+      switch (instances_[k].state) {
+        case Instance::State::kServing: ++point.serving; break;
+        case Instance::State::kStarting: ++point.starting; break;
+        case Instance::State::kDraining: ++point.draining; break;
+        case Instance::State::kOff: break;
+      }
+    }
+    std::vector<InstanceCountPoint>& line = s.stats.timeline;
+    if (line.back().at == point.at) {
+      line.back() = point;
+    } else {
+      line.push_back(point);
+    }
+    s.stats.peak = std::max(s.stats.peak, point.serving + point.starting + point.draining);
+  }
+
+  // The GPU time of instance k to `end`.
+  static double held_seconds(const Instance& in, Time end) {
+    Time held = in.held;
+    if (in.state != Instance::State::kOff) held += std::max(Time::zero(), end - in.held_since);
+    return held.seconds();
   }
 
   // ---- results ----------------------------------------------------------------------------
@@ -706,10 +908,11 @@ class Simulation {
       s.gpus_per_instance = c_.pools[p].shape.gpus();
       s.kv_blocks = block_counts_[p];
       s.capacity = capacities_[p];
-      double busy = 0, kv = 0, sequences = 0, tokens = 0;
+      double busy = 0, kv = 0, sequences = 0, tokens = 0, held = 0;
       for (Instance& in : instances_) {
         if (in.pool != static_cast<int>(p)) continue;
-        account_kv(in);
+        if (in.state != Instance::State::kOff) account_kv(in);
+        held += held_seconds(in, r.duration);
         ++s.instances;
         s.steps += in.steps;
         busy += in.busy_time.seconds();
@@ -717,7 +920,16 @@ class Simulation {
         sequences += in.sequences;
         tokens += in.tokens;
       }
-      if (seconds > 0) {
+      if (scaler_of_pool_[p] >= 0) {
+        PoolScaling scaling = scalers_[static_cast<size_t>(scaler_of_pool_[p])].stats;
+        scaling.mean_instances = seconds > 0 ? held / seconds : 0;
+        scaling.gpu_hours = held * s.gpus_per_instance / 3600.0;
+        if (held > 0) {
+          s.busy_fraction = busy / held;
+          s.kv_occupancy = kv / held;
+        }
+        s.scaling = std::move(scaling);
+      } else if (seconds > 0) {
         s.busy_fraction = busy / seconds / s.instances;
         s.kv_occupancy = kv / seconds / s.instances;
       }
@@ -759,6 +971,10 @@ class Simulation {
   std::vector<Instance> instances_;
   std::vector<int> owner_;  ///< the pool each GPU went to, −1 for none
   std::vector<KvCapacity> capacities_;
+  std::vector<BatchingConfig> batchings_;  ///< per pool, its KV capacity derived
+  std::vector<PoolScaler> scalers_;
+  std::vector<int> scaler_of_pool_;        ///< index into scalers_, −1 for a fixed pool
+  Time sample_period_ = Time::from_seconds(1);
   std::vector<int64_t> block_counts_;
   std::vector<Request> requests_;
   std::vector<RequestRecord> records_;
@@ -824,6 +1040,15 @@ KvCapacity pool_kv_capacity(const FleetConfig& c, const PoolConfig& pool) {
 void check_pool_shape(const FleetConfig& c, const PoolConfig& pool) {
   const StepModel probe(c.model, *c.topology, pool.shape, pool.step);
   if (pool.batching.kv_blocks <= 0) pool_kv_capacity(c, pool);
+}
+
+void refuse_autoscaled_pools(const FleetConfig& config, const std::string& what) {
+  for (const PoolConfig& pool : config.pools) {
+    if (pool.autoscale) {
+      throw std::invalid_argument("pool " + pool.name + " autoscales, and " + what +
+                                  " chooses fixed counts: give the pool a count instead of \"autoscale\"");
+    }
+  }
 }
 
 FleetResult simulate_fleet(const FleetConfig& config, const StepTimerFactory& timers) {

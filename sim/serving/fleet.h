@@ -13,6 +13,14 @@
 // its step time is that of an instance at the same place in a node (which links its TP groups
 // and stage hand-offs take). No GPU serves two instances.
 //
+// Autoscaling (PoolConfig::autoscale, autoscaler.h): the pool's GPUs hold `max` instances, of
+// which `initial` serve at time 0. Every second the scaler samples its metric over the serving
+// instances; every interval it decides. An instance started serves after its start-up time (a
+// fresh engine: empty KV and prefix caches); one released is drained (the router sends it
+// nothing more, it finishes what it holds) and then gives its GPUs back. Starts not yet
+// serving are cancelled before anything is drained. The pool's GPU-hours count every instance
+// from its start to its release.
+//
 // Prefill/decode disaggregation: with prefill and decode pools, a request goes to a prefill
 // instance (the router), which computes its prompt and samples its first token; a decode
 // instance (the decode router) then allocates blocks for the prompt's KV, which moves as flows
@@ -32,6 +40,7 @@
 #include <vector>
 
 #include "model/model_config.h"
+#include "serving/autoscaler.h"
 #include "serving/batch_scheduler.h"
 #include "serving/kv_capacity.h"
 #include "serving/request.h"
@@ -100,6 +109,7 @@ struct PoolConfig {
   Bytes host_cache;
   std::optional<Bandwidth> swap_bandwidth;
   StepModelOptions step;
+  std::optional<AutoscaleConfig> autoscale;  ///< count is then its max
 };
 
 /// The types a pool keeps its weights and KV cache in (its step options').
@@ -148,6 +158,23 @@ struct StepRecord {
 /// cost model. Tests use it for closed-form queues.
 using StepTimerFactory = std::function<std::unique_ptr<StepTimer>(const PoolConfig& pool, int instance)>;
 
+/// An autoscaled pool's instances from a moment on.
+struct InstanceCountPoint {
+  Time at;
+  int serving = 0, starting = 0, draining = 0;
+};
+
+/// What an autoscaled pool did.
+struct PoolScaling {
+  Time startup;                 ///< an instance's, from being asked for to serving
+  int started = 0, drained = 0;  ///< instances started (not those serving at 0) and released
+  int cancelled = 0;            ///< starts called off before serving
+  int peak = 0;                 ///< most instances holding GPUs at once
+  double mean_instances = 0;    ///< holding GPUs, averaged over the run
+  double gpu_hours = 0;
+  std::vector<InstanceCountPoint> timeline;  ///< from time 0, one point per change
+};
+
 struct PoolStats {
   std::string name;
   PoolRole role = PoolRole::kColocated;
@@ -160,6 +187,7 @@ struct PoolStats {
   double kv_occupancy = 0;     ///< mean over instances and time: used / capacity
   double mean_batch = 0;       ///< sequences per step
   double mean_tokens = 0;      ///< new tokens per step
+  std::optional<PoolScaling> scaling;  ///< autoscaled pools
 };
 
 struct FleetResult {
@@ -203,6 +231,10 @@ KvCapacity pool_kv_capacity(const FleetConfig& config, const PoolConfig& pool);
 /// Throws std::invalid_argument when `pool`'s shape does not suit the model (the step model's
 /// checks) or, its blocks not given, its weights leave no room for the cache.
 void check_pool_shape(const FleetConfig& config, const PoolConfig& pool);
+
+/// Throws std::invalid_argument naming the first autoscaled pool: `what` (a search or sizing)
+/// chooses fixed instance counts.
+void refuse_autoscaled_pools(const FleetConfig& config, const std::string& what);
 
 /// Runs the simulation. Throws std::invalid_argument for a configuration that cannot run
 /// (pools that do not fit the topology or their GPUs' memory, bad shapes), naming the pool.

@@ -123,6 +123,21 @@ LengthDistribution read_lengths(JsonReader v) {
   return d;
 }
 
+// [{"from": "0 s", "scale": 0.5}, {"from": "600 s", "scale": 1.5}, ...]
+std::vector<RateStep> read_rate_profile(JsonReader v) {
+  std::vector<RateStep> steps;
+  for (JsonReader e : v.elements()) {
+    RateStep step{non_negative_time(e.at("from")), number_in(e.at("scale"), 0, 1e6)};
+    if (steps.empty() && step.from != Time::zero()) e.at("from").fail("the first step starts at 0 s");
+    if (!steps.empty() && !(step.from > steps.back().from)) e.at("from").fail("steps must start later and later");
+    steps.push_back(step);
+    e.finish();
+  }
+  if (steps.empty()) v.fail("needs at least one step");
+  if (!(steps.back().scale > 0)) v.fail("the last step's scale must be positive (arrivals must go on)");
+  return steps;
+}
+
 TrafficSpec read_traffic(JsonReader t, const std::string& fleet) {
   TrafficSpec s;
   const std::string arrival = t.has("arrival") ? t.at("arrival").as_string() : "poisson";
@@ -130,6 +145,7 @@ TrafficSpec read_traffic(JsonReader t, const std::string& fleet) {
     s.arrival = arrival == "poisson" ? TrafficSpec::Arrival::kPoisson : TrafficSpec::Arrival::kGamma;
     s.rate_per_s = number_in(t.at("rate"), 1e-6, 1e7);
     if (s.arrival == TrafficSpec::Arrival::kGamma) s.cv = number_in(t.at("cv"), 0.01, 100);
+    if (auto v = t.find("rate_profile")) s.rate_profile = read_rate_profile(*v);
   } else if (arrival == "closed_loop") {
     s.arrival = TrafficSpec::Arrival::kClosedLoop;
     s.users = static_cast<int>(integer_in(t.at("users"), 1, 1000000));
@@ -165,6 +181,42 @@ int read_placement(JsonReader v, const Topology& topology) {
   return static_cast<int>(node) * per_node + static_cast<int>(gpu);
 }
 
+// "autoscale": {"min", "max", "initial", "metric", "target", "interval", "scale_down_window",
+// "tolerance", and "startup" or "engine_init" and "load_bandwidth"}.
+AutoscaleConfig read_autoscale(JsonReader v) {
+  AutoscaleConfig a;
+  a.min = static_cast<int>(integer_in(v.at("min"), 1, 100000));
+  a.max = static_cast<int>(integer_in(v.at("max"), a.min, 100000));
+  if (auto i = v.find("initial")) a.initial = static_cast<int>(integer_in(*i, a.min, a.max));
+  if (auto m = v.find("metric")) {
+    const auto metric = autoscale_metric_from(m->as_string());
+    if (!metric) m->fail("\"" + m->as_string() + "\" is not a scaling metric (concurrency, waiting or kv_cache)");
+    a.metric = *metric;
+  }
+  a.target = a.metric == AutoscaleMetric::kKvCache ? number_in(v.at("target"), 0.01, 1) : number_in(v.at("target"), 0.01, 1e6);
+  const auto positive_time = [](JsonReader t) {
+    const Time x = t.as_time();
+    if (!(x > Time::zero())) t.fail("must be positive");
+    return x;
+  };
+  if (auto t = v.find("interval")) a.interval = positive_time(*t);
+  if (auto t = v.find("scale_down_window")) a.scale_down_window = non_negative_time(*t);
+  if (auto t = v.find("tolerance")) a.tolerance = number_in(*t, 0, 0.99);
+  if (auto t = v.find("startup")) {
+    for (const char* key : {"engine_init", "load_bandwidth"}) {
+      if (v.has(key)) v.at(key).fail("\"startup\" is given: it replaces engine_init and load_bandwidth");
+    }
+    a.startup = non_negative_time(*t);
+  }
+  if (auto t = v.find("engine_init")) a.engine_init = non_negative_time(*t);
+  if (auto t = v.find("load_bandwidth")) {
+    a.load_bandwidth = t->as_bandwidth();
+    if (!(a.load_bandwidth.value() > 0)) t->fail("must be positive");
+  }
+  v.finish();
+  return a;
+}
+
 PoolConfig read_pool(JsonReader p, int index, const Topology& topology, const std::string& models_dir) {
   PoolConfig pool;
   pool.name = p.has("name") ? p.at("name").as_string() : "pool" + std::to_string(index);
@@ -186,7 +238,13 @@ PoolConfig read_pool(JsonReader p, int index, const Topology& topology, const st
     pool.shape.dp = static_cast<int>(integer_in(*v, 1, 4096));
     if (!p.find("ep")) pool.shape.ep = pool.shape.tp * pool.shape.dp;  // the experts over every GPU
   }
-  pool.count = static_cast<int>(integer_in(p.at("count"), 1, 100000));
+  if (auto a = p.find("autoscale")) {
+    if (auto c = p.find("count")) c->fail("an autoscaled pool holds autoscale's max instances: give max, not count");
+    pool.autoscale = read_autoscale(*a);
+    pool.count = pool.autoscale->max;
+  } else {
+    pool.count = static_cast<int>(integer_in(p.at("count"), 1, 100000));
+  }
   if (auto v = p.find("dtype")) pool.step.dtype = serving_dtype(*v);
   if (auto v = p.find("placement")) pool.first_gpu = read_placement(*v, topology);
   if (auto b = p.find("batching")) {

@@ -46,6 +46,37 @@ std::vector<std::string> pool_placement(const FleetConfig& c, const FleetResult&
   return out;
 }
 
+nlohmann::ordered_json scaling_json(const AutoscaleConfig& a, const PoolScaling& s) {
+  nlohmann::ordered_json timeline = nlohmann::ordered_json::array();
+  for (const InstanceCountPoint& p : s.timeline) {
+    timeline.push_back({{"t_s", p.at.seconds()}, {"serving", p.serving}, {"starting", p.starting}, {"draining", p.draining}});
+  }
+  return {{"metric", to_string(a.metric)},
+          {"target", a.target},
+          {"min", a.min},
+          {"max", a.max},
+          {"interval_s", a.interval.seconds()},
+          {"scale_down_window_s", a.scale_down_window.seconds()},
+          {"startup_s", s.startup.seconds()},
+          {"started", s.started},
+          {"released", s.drained},
+          {"cancelled", s.cancelled},
+          {"peak_instances", s.peak},
+          {"mean_instances", s.mean_instances},
+          {"gpu_hours", s.gpu_hours},
+          {"timeline", timeline}};
+}
+
+std::string scaling_text(const AutoscaleConfig& a, const PoolScaling& s, int most, int gpus, Time duration) {
+  char buf[512];
+  std::snprintf(buf, sizeof buf,
+                "    autoscaled on %s (target %g an instance, decided every %g s, %d-%d instances, start-up %.1f s): %d started, "
+                "%d released, %d called off; %.2f instances on average (peak %d), %.2f GPU-hours (%.2f with %d throughout)\n",
+                to_string(a.metric), a.target, a.interval.seconds(), a.min, a.max, s.startup.seconds(), s.started, s.drained, s.cancelled, s.mean_instances, s.peak, s.gpu_hours,
+                duration.seconds() * most * gpus / 3600.0, most);
+  return buf;
+}
+
 }  // namespace
 
 double quantile(std::vector<double>& values, double q) {
@@ -53,6 +84,13 @@ double quantile(std::vector<double>& values, double q) {
   std::sort(values.begin(), values.end());
   const auto rank = static_cast<size_t>(std::ceil(q * static_cast<double>(values.size())));
   return values[std::clamp<size_t>(rank, 1, values.size()) - 1];
+}
+
+bool meets_slo(const FleetConfig& c, const RequestRecord& rec) {
+  if (!rec.completed) return false;
+  const bool ttft_ok = c.slo_ttft == Time::zero() || rec.ttft() <= c.slo_ttft;
+  const bool tpot_ok = c.slo_tpot == Time::zero() || rec.tpot() <= c.slo_tpot;
+  return ttft_ok && tpot_ok;
 }
 
 FleetSummary summarize(const FleetConfig& c, const FleetResult& r) {
@@ -83,9 +121,7 @@ FleetSummary summarize(const FleetConfig& c, const FleetResult& r) {
     e2e.push_back(rec.e2e().seconds());
     queueing.push_back(rec.queueing().seconds());
     if (rec.decode_instance >= 0) transfers.push_back(rec.kv_transfer.seconds());
-    const bool ttft_ok = c.slo_ttft == Time::zero() || rec.ttft() <= c.slo_ttft;
-    const bool tpot_ok = c.slo_tpot == Time::zero() || rec.tpot() <= c.slo_tpot;
-    if (ttft_ok && tpot_ok) ++good;
+    if (meets_slo(c, rec)) ++good;
   }
   s.ttft = stats_of(std::move(ttft));
   s.tpot = stats_of(std::move(tpot));
@@ -184,6 +220,7 @@ nlohmann::ordered_json fleet_json(const FleetConfig& c, const std::string& topol
                      {"kv_occupancy", ps.kv_occupancy},
                      {"mean_batch_sequences", ps.mean_batch},
                      {"mean_batch_tokens", ps.mean_tokens}});
+    if (ps.scaling) pools.back()["autoscale"] = scaling_json(*pc.autoscale, *ps.scaling);
   }
   j["pools"] = pools;
   return j;
@@ -223,9 +260,11 @@ std::string fleet_text(const FleetConfig& c, const std::string& topology_name, c
       out += buf;
     }
     std::snprintf(buf, sizeof buf,
-                  "    busy %.1f%%, KV cache %.1f%% full on average, %.1f sequences and %.0f new tokens per step\n",
-                  100 * ps.busy_fraction, 100 * ps.kv_occupancy, ps.mean_batch, ps.mean_tokens);
+                  "    busy %.1f%%, KV cache %.1f%% full on average, %.1f sequences and %.0f new tokens per step%s\n",
+                  100 * ps.busy_fraction, 100 * ps.kv_occupancy, ps.mean_batch, ps.mean_tokens,
+                  ps.scaling ? " (while running)" : "");
     out += buf;
+    if (ps.scaling) out += scaling_text(*pc.autoscale, *ps.scaling, ps.instances, ps.gpus_per_instance, r.duration);
   }
   std::snprintf(buf, sizeof buf, "\n  %lld requests: %lld completed, %lld rejected, in %.2f s simulated\n",
                 static_cast<long long>(s.requests), static_cast<long long>(s.completed),

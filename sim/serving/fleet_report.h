@@ -40,6 +40,9 @@ struct FleetSummary {
 /// The nearest-rank q-quantile (0 < q ≤ 1) of `values` (sorted in place); 0 when empty.
 double quantile(std::vector<double>& values, double q);
 
+/// Whether a request completed within every objective the fleet gives.
+bool meets_slo(const FleetConfig& config, const RequestRecord& record);
+
 FleetSummary summarize(const FleetConfig& config, const FleetResult& result);
 
 nlohmann::ordered_json fleet_json(const FleetConfig& config, const std::string& topology_name,

@@ -62,7 +62,8 @@ RequestRouter::RequestRouter(RoutingPolicy policy, int instances, uint64_t seed,
     : policy_(policy), instances_(instances), rng_(seed), in_flight_(static_cast<size_t>(instances), 0),
       in_flight_tokens_(static_cast<size_t>(instances), 0),
       index_(static_cast<size_t>(instances), PrefixIndex(index_capacity)),
-      prefill_tokens_(static_cast<size_t>(instances), 0), decode_blocks_(static_cast<size_t>(instances), 0) {
+      prefill_tokens_(static_cast<size_t>(instances), 0), decode_blocks_(static_cast<size_t>(instances), 0),
+      index_capacity_(index_capacity), up_(static_cast<size_t>(instances), 1), up_count_(instances) {
   if (instances < 1) throw std::invalid_argument("a router needs at least one instance");
   if (policy_ == RoutingPolicy::kSession) {
     for (int i = 0; i < instances; ++i) {
@@ -75,15 +76,43 @@ RequestRouter::RequestRouter(RoutingPolicy policy, int instances, uint64_t seed,
 }
 
 int RequestRouter::least_of(const std::vector<double>& load) const {
-  return static_cast<int>(std::min_element(load.begin(), load.end()) - load.begin());
+  int best = -1;
+  for (size_t i = 0; i < load.size(); ++i) {
+    if (up_[i] && (best < 0 || load[i] < load[static_cast<size_t>(best)])) best = static_cast<int>(i);
+  }
+  return best;
+}
+
+void RequestRouter::set_available(int instance, bool available) {
+  char& up = up_.at(static_cast<size_t>(instance));
+  if ((up != 0) == available) return;
+  if (!available && up_count_ == 1) throw std::logic_error("a router needs an available instance");
+  up = available ? 1 : 0;
+  up_count_ += available ? 1 : -1;
+}
+
+void RequestRouter::forget(int instance) {
+  index_.at(static_cast<size_t>(instance)) = PrefixIndex(index_capacity_);
+}
+
+size_t RequestRouter::draw_available() {
+  if (all_up()) return rng_.below(static_cast<size_t>(instances_));
+  size_t k = rng_.below(static_cast<size_t>(up_count_));
+  for (size_t i = 0;; ++i) {
+    if (up_[i] && k-- == 0) return i;
+  }
 }
 
 int RequestRouter::choose(const Request& r, const std::vector<EngineReport>& reports) {
   const auto n = static_cast<size_t>(instances_);
   std::vector<double> load(n);
   switch (policy_) {
-    case RoutingPolicy::kRoundRobin: return static_cast<int>(next_++ % n);
-    case RoutingPolicy::kRandom: return static_cast<int>(rng_.below(n));
+    case RoutingPolicy::kRoundRobin:
+      for (;;) {
+        const size_t k = next_++ % n;
+        if (up_[k]) return static_cast<int>(k);
+      }
+    case RoutingPolicy::kRandom: return static_cast<int>(draw_available());
     case RoutingPolicy::kLeastRequests:
       for (size_t i = 0; i < n; ++i) load[i] = static_cast<double>(in_flight_[i]);
       return least_of(load);
@@ -91,10 +120,16 @@ int RequestRouter::choose(const Request& r, const std::vector<EngineReport>& rep
       for (size_t i = 0; i < n; ++i) load[i] = static_cast<double>(in_flight_tokens_[i]);
       return least_of(load);
     case RoutingPolicy::kPowerOfTwo: {
-      if (n == 1) return 0;
-      const auto a = rng_.below(n);
-      auto b = rng_.below(n - 1);
-      if (b >= a) ++b;  // two distinct instances
+      if (up_count_ == 1) return least_of(load);
+      if (all_up()) {
+        const auto a = rng_.below(n);
+        auto b = rng_.below(n - 1);
+        if (b >= a) ++b;  // two distinct instances
+        return static_cast<int>(in_flight_[b] < in_flight_[a] ? b : a);
+      }
+      const size_t a = draw_available();
+      size_t b = a;
+      while (b == a) b = draw_available();
       return static_cast<int>(in_flight_[b] < in_flight_[a] ? b : a);
     }
     case RoutingPolicy::kLeastWaiting:
@@ -109,8 +144,12 @@ int RequestRouter::choose(const Request& r, const std::vector<EngineReport>& rep
     case RoutingPolicy::kSession: {
       const uint64_t h = mix(r.session + 0x9e3779b97f4a7c15ULL);
       auto it = std::lower_bound(ring_.begin(), ring_.end(), std::make_pair(h, 0));
-      if (it == ring_.end()) it = ring_.begin();
-      return it->second;
+      // The next virtual node clockwise whose instance is available.
+      for (;;) {
+        if (it == ring_.end()) it = ring_.begin();
+        if (up_[static_cast<size_t>(it->second)]) return it->second;
+        ++it;
+      }
     }
   }
   return 0;
@@ -125,14 +164,21 @@ int RequestRouter::matched_blocks(int instance, const Request& r) const {
 
 int RequestRouter::cache_aware(const Request& r) {
   const auto n = static_cast<size_t>(instances_);
-  const auto [lo, hi] = std::minmax_element(in_flight_.begin(), in_flight_.end());
-  const auto least = static_cast<int>(lo - in_flight_.begin());
-  if (static_cast<double>(*hi - *lo) > kBalanceAbs && static_cast<double>(*hi) > kBalanceRel * static_cast<double>(*lo)) {
+  std::vector<double> load(n);
+  int64_t hi = 0;
+  for (size_t i = 0; i < n; ++i) {
+    load[i] = static_cast<double>(in_flight_[i]);
+    if (up_[i]) hi = std::max(hi, in_flight_[i]);
+  }
+  const int least = least_of(load);
+  const int64_t lo = in_flight_[static_cast<size_t>(least)];
+  if (static_cast<double>(hi - lo) > kBalanceAbs && static_cast<double>(hi) > kBalanceRel * static_cast<double>(lo)) {
     return least;
   }
   if (r.prefix_blocks.empty()) return least;
-  int best = 0, best_match = -1;
+  int best = least, best_match = -1;
   for (size_t i = 0; i < n; ++i) {
+    if (!up_[i]) continue;
     const int m = matched_blocks(static_cast<int>(i), r);
     if (m > best_match || (m == best_match && in_flight_[i] < in_flight_[static_cast<size_t>(best)])) {
       best = static_cast<int>(i);
@@ -146,15 +192,16 @@ int RequestRouter::cache_aware(const Request& r) {
 int RequestRouter::kv_cost(const Request& r) const {
   const double b = static_cast<double>(block_tokens(r));
   const double isl = static_cast<double>(r.prompt_tokens);
-  int best = 0;
+  int best = -1;
   double best_logit = 0;
   for (int i = 0; i < instances_; ++i) {
     const auto k = static_cast<size_t>(i);
+    if (!up_[k]) continue;
     const double overlap = static_cast<double>(matched_blocks(i, r));
     const double prefill_blocks = (static_cast<double>(prefill_tokens_[k]) + std::max(0.0, isl - overlap * b)) / b;
     const double decode_blocks = static_cast<double>(decode_blocks_[k]) + std::ceil(isl / b);
     const double logit = prefill_blocks + decode_blocks;
-    if (i == 0 || logit < best_logit) {
+    if (best < 0 || logit < best_logit) {
       best = i;
       best_logit = logit;
     }
@@ -164,14 +211,16 @@ int RequestRouter::kv_cost(const Request& r) const {
 
 int RequestRouter::weighted(const Request& r, const std::vector<EngineReport>& reports) {
   const auto n = static_cast<size_t>(instances_);
-  int64_t min_q = reports[0].waiting, max_q = reports[0].waiting;
-  for (const EngineReport& e : reports) {
-    min_q = std::min(min_q, e.waiting);
-    max_q = std::max(max_q, e.waiting);
+  int64_t min_q = INT64_MAX, max_q = INT64_MIN;
+  for (size_t i = 0; i < n; ++i) {
+    if (!up_[i]) continue;
+    min_q = std::min(min_q, reports[i].waiting);
+    max_q = std::max(max_q, reports[i].waiting);
   }
   std::vector<int> best;
   double best_score = -1;
   for (size_t i = 0; i < n; ++i) {
+    if (!up_[i]) continue;
     const double queue = max_q == min_q ? 1.0
                                         : static_cast<double>(max_q - reports[i].waiting) / static_cast<double>(max_q - min_q);
     const double kv = 1.0 - std::clamp(reports[i].kv_utilization, 0.0, 1.0);

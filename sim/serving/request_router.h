@@ -32,6 +32,8 @@
 //                    (queue (maxQ − Q)/(maxQ − minQ) on the reported waiting queues, 1 when all
 //                    equal; 1 − reported KV use; matched / total prompt blocks); the highest,
 //                    ties broken at random
+// An autoscaled pool's instances come and go: a router chooses among those available only
+// (set_available), and forgets what it sent to an instance that stopped (forget).
 // The index (prefix_index.h) holds every block it was sent, or with a capacity the most
 // recently sent ones, prompts' tails forgotten first (SGLang's router trims its tree likewise).
 #pragma once
@@ -76,11 +78,20 @@ class RequestRouter {
   /// Leading prompt blocks of `r` that the router has sent to `instance` before.
   int matched_blocks(int instance, const Request& r) const;
 
+  /// Whether `instance` may be chosen (all may, at first).
+  void set_available(int instance, bool available);
+  bool available(int instance) const { return up_[static_cast<size_t>(instance)] != 0; }
+  /// Drops the prompt blocks recorded for `instance` (its cache is gone).
+  void forget(int instance);
+
   RoutingPolicy policy() const { return policy_; }
   int64_t in_flight(int instance) const { return in_flight_[static_cast<size_t>(instance)]; }
 
  private:
   int least_of(const std::vector<double>& load) const;
+  bool all_up() const { return up_count_ == instances_; }
+  /// An available instance drawn uniformly.
+  size_t draw_available();
   int cache_aware(const Request& r);
   int kv_cost(const Request& r) const;
   int weighted(const Request& r, const std::vector<EngineReport>& reports);
@@ -96,6 +107,9 @@ class RequestRouter {
   std::vector<PrefixIndex> index_;  ///< prompt blocks sent to each instance
   std::vector<int64_t> prefill_tokens_;   ///< in flight, first token not yet out
   std::vector<int64_t> decode_blocks_;    ///< KV blocks of the requests in flight
+  int64_t index_capacity_;
+  std::vector<char> up_;                  ///< available to choose
+  int up_count_ = 0;
 };
 
 }  // namespace parallax

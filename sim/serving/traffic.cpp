@@ -43,8 +43,19 @@ std::string TrafficSpec::describe() const {
     std::snprintf(buf, sizeof buf, "closed loop: %d users, think time %.3f s, %lld requests", users, think_time.seconds(),
                   static_cast<long long>(requests));
   } else {
-    std::snprintf(buf, sizeof buf, "%s arrivals at %.3f/s%s, %lld requests", arrival == Arrival::kPoisson ? "Poisson" : "Gamma",
-                  rate_per_s, arrival == Arrival::kGamma ? (" (cv " + std::to_string(cv) + ")").c_str() : "",
+    std::string profile;
+    if (!rate_profile.empty()) {
+      double lo = rate_profile.front().scale, hi = lo;
+      for (const RateStep& step : rate_profile) {
+        lo = std::min(lo, step.scale);
+        hi = std::max(hi, step.scale);
+      }
+      char p[128];
+      std::snprintf(p, sizeof p, " x a profile of %zu steps (%.2f-%.2f)", rate_profile.size(), lo, hi);
+      profile = p;
+    }
+    std::snprintf(buf, sizeof buf, "%s arrivals at %.3f/s%s%s, %lld requests", arrival == Arrival::kPoisson ? "Poisson" : "Gamma",
+                  rate_per_s, profile.c_str(), arrival == Arrival::kGamma ? (" (cv " + std::to_string(cv) + ")").c_str() : "",
                   static_cast<long long>(requests));
   }
   if (length_rows) {
@@ -69,6 +80,37 @@ void draw_lengths(const TrafficSpec& spec, Rng& rng, Request& r) {
 
 }  // namespace
 
+namespace {
+
+// Maps operational time (arrivals at unit rate) to wall time under a rate profile.
+class OperationalClock {
+ public:
+  explicit OperationalClock(const TrafficSpec& spec) : spec_(spec) {}
+
+  // The wall time once `units` more of operational time have passed.
+  double advance(double units) {
+    const std::vector<RateStep>& steps = spec_.rate_profile;
+    for (;;) {
+      const double rate = spec_.rate_per_s * steps[step_].scale;
+      const double end = step_ + 1 < steps.size() ? steps[step_ + 1].from.seconds() : INFINITY;
+      if (rate > 0 && wall_ + units / rate < end) {
+        wall_ += units / rate;
+        return wall_;
+      }
+      units -= rate * (end - wall_);
+      wall_ = end;
+      ++step_;
+    }
+  }
+
+ private:
+  const TrafficSpec& spec_;
+  size_t step_ = 0;
+  double wall_ = 0;
+};
+
+}  // namespace
+
 std::vector<Request> open_loop_requests(const TrafficSpec& spec, Rng& rng) {
   if (spec.arrival == TrafficSpec::Arrival::kClosedLoop) throw std::invalid_argument("a closed loop has no fixed stream");
   std::vector<Request> out;
@@ -76,8 +118,10 @@ std::vector<Request> open_loop_requests(const TrafficSpec& spec, Rng& rng) {
   const double mean_gap = 1.0 / spec.rate_per_s;
   const double shape = 1.0 / (spec.cv * spec.cv);
   double t = 0;
+  OperationalClock clock(spec);
   for (int64_t i = 0; i < spec.requests; ++i) {
-    t += spec.arrival == TrafficSpec::Arrival::kPoisson ? rng.exponential(mean_gap) : rng.gamma(shape, mean_gap / shape);
+    const double gap = spec.arrival == TrafficSpec::Arrival::kPoisson ? rng.exponential(mean_gap) : rng.gamma(shape, mean_gap / shape);
+    t = spec.rate_profile.empty() ? t + gap : clock.advance(gap * spec.rate_per_s);
     if (!(t < 9e6)) {  // the picosecond clock ends after ~104 days
       throw std::invalid_argument("the stream would last more than 100 days of simulated time (" +
                                   std::to_string(spec.requests) + " requests at " + std::to_string(spec.rate_per_s) +

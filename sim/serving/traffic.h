@@ -5,6 +5,11 @@
 //
 // Gamma arrivals: inter-arrival times Gamma(k = 1/cv², θ = 1/(rate·k)), mean 1/rate, CV cv
 // (cv = 1 is Poisson; Vidur's `gamma` generator).
+//
+// A rate profile makes the rate vary over time, piecewise constant: rate × scale_i from
+// `from_i` on. Arrivals are drawn at unit rate in operational time Λ(t) = ∫ rate(t) dt and
+// mapped back to wall time (time rescaling: exactly a non-homogeneous Poisson process; Gamma
+// gaps stay Gamma in operational time).
 #pragma once
 
 #include <cstdint>
@@ -31,11 +36,20 @@ struct LengthDistribution {
   std::string describe() const;
 };
 
+/// From `from` on, arrivals come at the base rate × `scale` (until the next step).
+struct RateStep {
+  Time from;
+  double scale = 1;
+};
+
 struct TrafficSpec {
   enum class Arrival : uint8_t { kPoisson, kGamma, kClosedLoop };
   Arrival arrival = Arrival::kPoisson;
   double rate_per_s = 1;   ///< open loop: mean arrivals per second
   double cv = 1;           ///< gamma: coefficient of variation of the inter-arrival times
+  /// Open loop: the rate over time (the first step from 0, times increasing, the last scale
+  /// positive); empty: rate_per_s throughout.
+  std::vector<RateStep> rate_profile;
   int users = 1;           ///< closed loop: concurrent users
   Time think_time;         ///< closed loop: a user's pause between a response and its next request
   int64_t requests = 1000;  ///< how many requests in all

@@ -22,6 +22,7 @@
 #include "parallax/text_table.h"
 #include "serving/batch_scheduler.h"
 #include "serving/fleet_loader.h"
+#include "serving/autoscale_plot.h"
 #include "serving/fleet_report.h"
 #include "serving/fleet_search.h"
 #include "serving/fleet_sizing.h"
@@ -465,6 +466,16 @@ void run_size(const FleetArgs& a) {
   }
 }
 
+// An autoscaled run's instances, arrivals and SLO over time.
+void plot_autoscaling(const std::string& dir, const FleetConfig& c, const FleetResult& result) {
+  make_plot_dir(dir);
+  const std::string instances = dir + "/autoscale-instances.dat", arrivals = dir + "/autoscale-arrivals.dat";
+  write_file_atomically(instances, autoscale_instances_data(result));
+  write_file_atomically(arrivals, autoscale_arrivals_data(c, result));
+  run_gnuplot(dir + "/autoscale.gp", autoscale_gnuplot(c, result, instances, arrivals, dir + "/autoscale.png"));
+  std::printf("  wrote %s/autoscale.png\n", dir.c_str());
+}
+
 void run_fleet(const FleetArgs& a) {
   FleetFile f = load_with_overrides(a);
   if (!a.compare_routers.empty()) {
@@ -472,6 +483,9 @@ void run_fleet(const FleetArgs& a) {
     return;
   }
   FleetConfig& c = f.config;
+  if (!a.plot.empty() && std::none_of(c.pools.begin(), c.pools.end(), [](const PoolConfig& p) { return p.autoscale.has_value(); })) {
+    throw InputError("", "--plot", "draws --compare-routers or an autoscaled pool's run; this fleet has neither");
+  }
   c.record_steps = !a.trace.empty();
   const bool terminal = isatty(STDERR_FILENO) != 0;
   const int64_t total = c.replay ? static_cast<int64_t>(c.replay->size()) : c.traffic.requests;
@@ -496,6 +510,7 @@ void run_fleet(const FleetArgs& a) {
   if (!a.json.empty()) write_file_atomically(a.json, fleet_json(c, f.topology_name, result, summary).dump(2) + "\n");
   if (!a.per_request.empty()) write_file_atomically(a.per_request, per_request_csv(result));
   if (!a.trace.empty()) write_file_atomically(a.trace, chrome_trace(c, result));
+  if (!a.plot.empty()) plot_autoscaling(a.plot, c, result);
 }
 
 // The options `serve` and `serve sweep` share: the fleet, its seed, size, traffic and SLOs.
@@ -658,7 +673,9 @@ void add_serve_command(CLI::App& app) {
   serve->add_option("--trace", f->trace, "write a Chrome/Perfetto trace: one track per instance, its engine steps");
   serve->add_option("--compare-routers", f->compare_routers,
                     "run the same traffic through each of these routers (comma-separated) and compare them");
-  serve->add_option("--plot", f->plot, "with --compare-routers: write a latency CDF plot (PNG, gnuplot) here");
+  serve->add_option("--plot", f->plot,
+                    "write PNGs (gnuplot) here: with --compare-routers latency CDFs; with autoscaled pools their instances, "
+                    "the arrival rate and the SLO met over time");
   CLI::App* step = add_step_subcommand(serve);
   CLI::App* validate = add_validate_subcommand(serve);
   CLI::App* sweep = add_sweep_subcommand(serve);

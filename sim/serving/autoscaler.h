@@ -1,0 +1,69 @@
+// A pool's autoscaler: how many instances it wants, decided every `interval` from a load metric
+// averaged over that interval, as Kubernetes' Horizontal Pod Autoscaler decides (and Knative's,
+// KServe's and AIBrix's on the metrics vLLM exports):
+//
+//   desired = ⌈Σ metric over the serving instances / target⌉, clamped to [min, max];
+//   unchanged while Σ metric / (target · current) is within `tolerance` of 1 (HPA's 10%);
+//   scale up at once, scale down only to the largest recommendation of the last
+//   `scale_down_window` (HPA's stabilization window, 300 s by default), so a dip does not
+//   release instances that the next burst needs.
+//
+// `current` counts the instances serving and those starting: starts already asked for are not
+// asked for again. Metrics, per instance (what vLLM's /metrics exports):
+//   concurrency  requests sent to it and not finished (Knative's and KServe's default)
+//   waiting      requests queued, not yet scheduled (vllm:num_requests_waiting)
+//   kv_cache     the share of its KV blocks in use (vllm:gpu_cache_usage_perc)
+//
+// An instance asked for serves after `startup`: by default the engine's initialisation plus
+// its GPUs loading their weights (startup_time). Both are assumptions, not measurements; set
+// them from your engine's start-up logs.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <optional>
+#include <string>
+#include <utility>
+
+#include "units/units.h"
+
+namespace parallax {
+
+enum class AutoscaleMetric : uint8_t { kConcurrency, kWaiting, kKvCache };
+const char* to_string(AutoscaleMetric m);
+std::optional<AutoscaleMetric> autoscale_metric_from(const std::string& name);
+
+struct AutoscaleConfig {
+  int min = 1;
+  int max = 1;
+  int initial = 0;  ///< instances serving at time 0; 0: min
+  AutoscaleMetric metric = AutoscaleMetric::kConcurrency;
+  double target = 1;  ///< the metric's value per instance that the scaler aims at
+  Time interval = Time::from_seconds(15);             ///< HPA's sync period
+  Time scale_down_window = Time::from_seconds(300);   ///< HPA's scale-down stabilization
+  double tolerance = 0.1;
+  std::optional<Time> startup;                        ///< nullopt: startup_time()
+  Time engine_init = Time::from_seconds(30);          ///< CUDA graphs, compilation, KV allocation
+  Bandwidth load_bandwidth = gigabytes_per_second(2);  ///< weights read per GPU
+
+  int initial_instances() const { return initial > 0 ? initial : min; }
+};
+
+/// Engine initialisation plus one GPU's weights at the load bandwidth (the GPUs of an
+/// instance load their shards at once).
+Time startup_time(const AutoscaleConfig& config, Bytes weights_per_gpu);
+
+class Autoscaler {
+ public:
+  explicit Autoscaler(const AutoscaleConfig& config) : c_(config) {}
+
+  /// The instances wanted at `now` by a pool with `current` serving or starting, whose serving
+  /// instances' metric sums to `load` (averaged over the last interval).
+  int decide(Time now, int current, double load);
+
+ private:
+  AutoscaleConfig c_;
+  std::deque<std::pair<Time, int>> recent_;  ///< recommendations within the scale-down window
+};
+
+}  // namespace parallax

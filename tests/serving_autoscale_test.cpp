@@ -1,0 +1,245 @@
+// Autoscaling (serving/autoscaler.h and the fleet's instance life cycle) and time-varying
+// traffic: the HPA rule by hand (the ratio, its tolerance, the scale-down window), start-up
+// times, routers that never choose an instance that is off, rate profiles' arrival counts, and a
+// fleet that follows a step in load without losing a request, accounting GPU-hours exactly.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <memory>
+
+#include "serving/autoscaler.h"
+#include "serving/fleet.h"
+#include "serving/request_router.h"
+#include "serving/traffic.h"
+#include "test_support.h"
+
+namespace parallax {
+namespace {
+
+using test::bundled;
+using test::shared_dgx_h100;
+
+AutoscaleConfig hpa(int min, int max, double target) {
+  AutoscaleConfig a;
+  a.min = min;
+  a.max = max;
+  a.target = target;
+  return a;
+}
+
+TEST(ServingAutoscaler, DesiredIsTheLoadOverTheTargetRoundedUpWithinMinAndMax) {
+  Autoscaler up(hpa(1, 8, 10));
+  EXPECT_EQ(up.decide(Time::zero(), 2, 55), 6);    // ⌈55 / 10⌉
+  Autoscaler capped(hpa(1, 8, 10));
+  EXPECT_EQ(capped.decide(Time::zero(), 2, 500), 8);
+  Autoscaler floor(hpa(2, 8, 10));
+  EXPECT_EQ(floor.decide(Time::zero(), 2, 0), 2);
+}
+
+TEST(ServingAutoscaler, WithinTheToleranceNothingChanges) {
+  Autoscaler a(hpa(1, 8, 10));
+  EXPECT_EQ(a.decide(Time::zero(), 4, 43), 4);      // ratio 1.075: within 10%
+  EXPECT_EQ(a.decide(Time::from_seconds(15), 4, 45), 5);  // ratio 1.125: ⌈4.5⌉
+}
+
+TEST(ServingAutoscaler, ScaleDownWaitsForTheWindowsLargestRecommendation) {
+  AutoscaleConfig c = hpa(1, 16, 10);
+  c.scale_down_window = Time::from_seconds(300);
+  Autoscaler a(c);
+  EXPECT_EQ(a.decide(Time::zero(), 8, 80), 8);
+  // The load falls to a fifth: ⌈20 / 10⌉ = 2 is recommended, but 8 was 100 s ago.
+  EXPECT_EQ(a.decide(Time::from_seconds(100), 8, 20), 8);
+  EXPECT_EQ(a.decide(Time::from_seconds(300), 8, 20), 8);
+  // Past 300 s the 8 has left the window; the largest left is 2.
+  EXPECT_EQ(a.decide(Time::from_seconds(301), 8, 20), 2);
+  // Up at once whatever the window holds.
+  EXPECT_EQ(a.decide(Time::from_seconds(302), 2, 120), 12);
+}
+
+TEST(ServingAutoscaler, StartUpIsInitialisationPlusOneGpusWeightsAtTheLoadRate) {
+  AutoscaleConfig c;
+  c.engine_init = Time::from_seconds(30);
+  c.load_bandwidth = gigabytes_per_second(2);
+  EXPECT_NEAR(startup_time(c, Bytes(16e9)).seconds(), 38.0, 1e-9);
+  c.startup = Time::from_seconds(90);
+  EXPECT_NEAR(startup_time(c, Bytes(16e9)).seconds(), 90.0, 1e-9);
+}
+
+TEST(ServingRouter, NoPolicyChoosesAnInstanceThatIsOff) {
+  for (const char* name : {"round_robin", "random", "least_requests", "least_tokens", "power_of_two", "least_waiting",
+                           "least_kv", "session", "cache_aware", "kv_cost", "weighted"}) {
+    RequestRouter router(*routing_policy_from(name), 5, 3);
+    router.set_available(1, false);
+    router.set_available(3, false);
+    std::vector<EngineReport> reports(5);
+    reports[1] = {0, 0.0};  // the idlest on every signal, but off
+    reports[0] = reports[2] = reports[4] = {4, 0.5};
+    for (int i = 0; i < 500; ++i) {
+      Request r;
+      r.id = i;
+      r.session = static_cast<uint64_t>(i);
+      r.prompt_tokens = 100 + i % 7;
+      r.prefix_blocks = {static_cast<uint64_t>(i % 11), 99};
+      const int k = router.choose(r, reports);
+      ASSERT_TRUE(k == 0 || k == 2 || k == 4) << name << " chose " << k;
+      router.sent(k, r);
+      if (i % 3 == 0) router.finished(k, r);
+    }
+    EXPECT_THROW({
+      router.set_available(0, false);
+      router.set_available(2, false);
+      router.set_available(4, false);
+    }, std::logic_error) << name;
+  }
+}
+
+TEST(ServingRouter, RoundRobinSkipsWhatIsOffAndResumesItWhenBack) {
+  RequestRouter router(RoutingPolicy::kRoundRobin, 3, 1);
+  router.set_available(1, false);
+  const Request r;
+  std::vector<int> order;
+  for (int i = 0; i < 4; ++i) order.push_back(router.choose(r, std::vector<EngineReport>(3)));
+  EXPECT_EQ(order, (std::vector<int>{0, 2, 0, 2}));
+  router.set_available(1, true);
+  order.clear();
+  for (int i = 0; i < 3; ++i) order.push_back(router.choose(r, std::vector<EngineReport>(3)));
+  EXPECT_EQ(order, (std::vector<int>{0, 1, 2}));  // the counter went on while 1 was off
+}
+
+TEST(ServingTraffic, ARateProfileDrawsEachStepsRateTimesItsLength) {
+  TrafficSpec spec;
+  spec.rate_per_s = 10;
+  spec.requests = 6000;
+  spec.rate_profile = {{Time::zero(), 1.0}, {Time::from_seconds(100), 4.0}, {Time::from_seconds(200), 0.0},
+                       {Time::from_seconds(250), 0.5}};
+  Rng rng(42);
+  const std::vector<Request> stream = open_loop_requests(spec, rng);
+  int first = 0, second = 0, silent = 0, last = 0;
+  for (const Request& r : stream) {
+    const double t = r.arrival.seconds();
+    (t < 100 ? first : t < 200 ? second : t < 250 ? silent : last) += 1;
+  }
+  // Poisson counts: 1,000 ± 4·√1000 and 4,000 ± 4·√4000; none while the scale is 0; the rest at 5/s.
+  EXPECT_NEAR(first, 1000, 4 * std::sqrt(1000.0));
+  EXPECT_NEAR(second, 4000, 4 * std::sqrt(4000.0));
+  EXPECT_EQ(silent, 0);
+  const double tail = stream.back().arrival.seconds() - 250;
+  EXPECT_NEAR(last / tail, 5.0, 4 * std::sqrt(5.0 / tail));
+}
+
+class FixedStepTimer final : public StepTimer {
+ public:
+  explicit FixedStepTimer(Time t) : t_(t) {}
+  Time step_time(const RaggedBatch&) override { return t_; }
+
+ private:
+  Time t_;
+};
+
+// Single-server instances (one 1-token request per 10 ms step: μ = 100/s each) under 50/s, then
+// 400/s from 300 s to 600 s, then 50/s again; concurrency target 0.6 an instance, 5 s start-ups.
+FleetConfig stepped_load(int min, int max) {
+  FleetConfig c;
+  c.model = bundled("llama3-8b");
+  c.topology = shared_dgx_h100();
+  PoolConfig pool;
+  pool.count = max;
+  pool.batching.max_sequences = 1;
+  pool.batching.kv_blocks = 1000;
+  AutoscaleConfig a = hpa(min, max, 0.6);
+  a.interval = Time::from_seconds(5);
+  a.scale_down_window = Time::from_seconds(60);
+  a.startup = Time::from_seconds(5);
+  pool.autoscale = a;
+  c.pools = {pool};
+  c.router = RoutingPolicy::kLeastRequests;
+  c.traffic.rate_per_s = 50;
+  c.traffic.rate_profile = {{Time::zero(), 1.0}, {Time::from_seconds(300), 8.0}, {Time::from_seconds(600), 1.0}};
+  c.traffic.requests = 180000;
+  c.seed = 7;
+  return c;
+}
+
+StepTimerFactory ten_ms() {
+  return [](const PoolConfig&, int) { return std::make_unique<FixedStepTimer>(Time::ms(10)); };
+}
+
+int holding(const InstanceCountPoint& p) { return p.serving + p.starting + p.draining; }
+
+// The instances at time t: the last change at or before it.
+InstanceCountPoint at(const std::vector<InstanceCountPoint>& line, double t) {
+  InstanceCountPoint now = line.front();
+  for (const InstanceCountPoint& p : line) {
+    if (p.at.seconds() <= t) now = p;
+  }
+  return now;
+}
+
+TEST(ServingAutoscale, AFleetFollowsAStepInLoadAndLosesNothing) {
+  const FleetConfig c = stepped_load(1, 8);
+  const FleetResult r = simulate_fleet(c, ten_ms());
+  for (const RequestRecord& rec : r.requests) ASSERT_TRUE(rec.completed) << rec.id;
+  ASSERT_TRUE(r.pools[0].scaling);
+  const PoolScaling& s = *r.pools[0].scaling;
+  int before = 0;
+  for (const InstanceCountPoint& p : s.timeline) {
+    EXPECT_GE(p.serving + p.starting, 1);
+    EXPECT_LE(holding(p), 8);
+    if (p.at.seconds() < 300) before = std::max(before, p.serving);
+  }
+  EXPECT_LE(before, 3);  // 50/s: about half of one instance
+  // 400/s needs more than 4 servers of 100/s: within two intervals and a start-up of the step.
+  for (const double t : {320.0, 450.0, 599.0}) EXPECT_GE(at(s.timeline, t).serving, 5) << t;
+  EXPECT_GE(holding(at(s.timeline, 655)), 5);  // nothing released within 60 s of the drop
+  EXPECT_LE(s.timeline.back().serving, 3);
+  EXPECT_GT(s.started, 0);
+  EXPECT_EQ(s.started - s.cancelled, s.drained + (s.timeline.back().serving + s.timeline.back().starting - 1));
+  // GPU-hours are the integral of the instances holding GPUs, one GPU each.
+  double area = 0;
+  for (size_t i = 0; i < s.timeline.size(); ++i) {
+    const Time end = i + 1 < s.timeline.size() ? s.timeline[i + 1].at : r.duration;
+    area += holding(s.timeline[i]) * (end - s.timeline[i].at).seconds();
+  }
+  EXPECT_NEAR(s.gpu_hours, area / 3600, 1e-9 * area);
+  EXPECT_NEAR(s.mean_instances, area / r.duration.seconds(), 1e-9);
+}
+
+TEST(ServingAutoscale, AStartServesAfterItsStartUpTime) {
+  const FleetResult r = simulate_fleet(stepped_load(1, 8), ten_ms());
+  const std::vector<InstanceCountPoint>& line = r.pools[0].scaling->timeline;
+  // The first start: its instance serves 5 s later, the first change after it.
+  size_t i = 1;
+  while (line[i].starting == 0) ++i;
+  ASSERT_LT(i + 1, line.size());
+  EXPECT_EQ(line[i + 1].at - line[i].at, Time::from_seconds(5));
+  EXPECT_EQ(line[i + 1].serving, line[i].serving + line[i].starting);
+}
+
+TEST(ServingAutoscale, MinEqualToMaxIsAFixedPool) {
+  FleetConfig scaled = stepped_load(4, 4);
+  scaled.traffic.requests = 40000;
+  FleetConfig fixed = scaled;
+  fixed.pools[0].autoscale.reset();
+  const FleetResult a = simulate_fleet(scaled, ten_ms()), b = simulate_fleet(fixed, ten_ms());
+  ASSERT_EQ(a.requests.size(), b.requests.size());
+  for (size_t i = 0; i < a.requests.size(); ++i) {
+    ASSERT_EQ(a.requests[i].instance, b.requests[i].instance) << i;
+    ASSERT_EQ(a.requests[i].completion, b.requests[i].completion) << i;
+  }
+  EXPECT_EQ(a.pools[0].scaling->started, 0);
+  EXPECT_NEAR(a.pools[0].scaling->mean_instances, 4.0, 1e-12);
+}
+
+TEST(ServingAutoscale, RerunsAreIdentical) {
+  FleetConfig c = stepped_load(1, 8);
+  c.traffic.requests = 60000;
+  const FleetResult a = simulate_fleet(c, ten_ms()), b = simulate_fleet(c, ten_ms());
+  ASSERT_EQ(a.pools[0].scaling->timeline.size(), b.pools[0].scaling->timeline.size());
+  for (size_t i = 0; i < a.pools[0].scaling->timeline.size(); ++i) {
+    EXPECT_EQ(a.pools[0].scaling->timeline[i].at, b.pools[0].scaling->timeline[i].at);
+  }
+  for (size_t i = 0; i < a.requests.size(); ++i) ASSERT_EQ(a.requests[i].completion, b.requests[i].completion);
+}
+
+}  // namespace
+}  // namespace parallax
