@@ -190,3 +190,74 @@ TEST(ServingDisaggregation, FleetsMustPairPrefillWithDecode) {
 
 }  // namespace
 }  // namespace parallax
+
+namespace parallax {
+namespace {
+
+// Splitwise-HA on a cluster of node groups: prefill on a DGX H100, decode on a DGX A100 40GB.
+FleetConfig hybrid_split() {
+  FleetConfig c;
+  c.model = test::bundled("llama3-8b");
+  c.topology = std::make_shared<const Topology>(topology_from_json(nlohmann::json::parse(R"({"name": "H100 + A100 40GB",
+      "node_groups": [{"name": "h100", "nodes": 1, "node_from": "dgx-h100.json"},
+                      {"name": "a100", "nodes": 1, "node_from": "dgx-a100-40gb.json"}],
+      "network": {"kind": "fat_tree", "tiers": 1, "link_latency": "0.6 us"}})"), test::source_path("topologies/mixed.json")));
+  PoolConfig prefill = pool("prefill", PoolRole::kPrefill, 2, 2), decode = pool("decode", PoolRole::kDecode, 2, 2);
+  prefill.first_gpu = 0;
+  decode.first_gpu = 8;
+  c.pools = {prefill, decode};
+  c.traffic.rate_per_s = 20;
+  c.traffic.requests = 400;
+  c.traffic.prompt.value = 2000;
+  c.traffic.output.value = 100;
+  return c;
+}
+
+TEST(ServingNodeGroups, EachPoolRunsOnItsGroupsGpus) {
+  const FleetConfig c = hybrid_split();
+  const Topology& decode_gpus = pool_topology(c, c.pools[1]);
+  EXPECT_EQ(decode_gpus.gpu_spec_of(decode_gpus.gpus()[0]).name, "A100-SXM4-40GB");
+  // Its KV blocks come from the A100's 40 GB, as on a DGX A100 40GB alone.
+  FleetConfig alone = c;
+  alone.topology = std::make_shared<const Topology>(test::load_preset("dgx-a100-40gb", 1));
+  alone.pools[1].first_gpu.reset();
+  EXPECT_EQ(pool_kv_capacity(c, c.pools[1]).blocks, pool_kv_capacity(alone, alone.pools[1]).blocks);
+  EXPECT_LT(pool_kv_capacity(c, c.pools[1]).blocks, pool_kv_capacity(c, c.pools[0]).blocks);
+  // Its engine step is the DGX A100's.
+  RaggedBatch batch;
+  for (int i = 0; i < 32; ++i) batch.sequences.push_back(SequenceChunk{1, 2048});
+  const StepModel here(c.model, decode_gpus, c.pools[1].shape, c.pools[1].step);
+  const StepModel there(c.model, *alone.topology, c.pools[1].shape, c.pools[1].step);
+  EXPECT_EQ(here.step(batch).total, there.step(batch).total);
+  // The fleet runs, and its A100 decode is slower than H100 decode would be.
+  const FleetResult mixed = simulate_fleet(c);
+  FleetConfig h100 = c;
+  h100.topology = shared_dgx_h100(2);
+  const FleetResult same = simulate_fleet(h100);
+  double tpot_mixed = 0, tpot_h100 = 0;
+  for (const RequestRecord& r : mixed.requests) {
+    ASSERT_TRUE(r.completed);
+    tpot_mixed += r.tpot().seconds();
+  }
+  for (const RequestRecord& r : same.requests) tpot_h100 += r.tpot().seconds();
+  EXPECT_GT(tpot_mixed, 1.2 * tpot_h100);
+}
+
+TEST(ServingNodeGroups, PoolsArePlacedAndStayInTheirGroup) {
+  FleetConfig unplaced = hybrid_split();
+  unplaced.pools[1].first_gpu.reset();
+  EXPECT_THROW(simulate_fleet(unplaced), std::invalid_argument);
+  FleetConfig spilling = hybrid_split();
+  spilling.pools[0].count = 5;  // 10 GPUs from the H100 node's first
+  spilling.pools[1].first_gpu = 12;
+  spilling.pools[1].count = 1;
+  try {
+    simulate_fleet(spilling);
+    ADD_FAILURE() << "a pool ran past its group";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("past its group h100's nodes"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace parallax

@@ -234,6 +234,16 @@ add_test(NAME example.serve.search_refuses_autoscale
          COMMAND bash ${check_exit} 2 "pool chat autoscales, and the shape search chooses fixed counts"
                  $<TARGET_FILE:parallax> serve search ${PROJECT_SOURCE_DIR}/workloads/serve/llama3-70b-autoscale-2xdgx-h100.json)
 
+# ---- clusters of several kinds of GPU (topology node_groups) ---------------------------------------------
+add_test(NAME example.serve.pd_h100_a100
+         COMMAND parallax serve ${PROJECT_SOURCE_DIR}/workloads/serve/llama3-70b-pd-h100-a100.json --requests 300)
+set_tests_properties(example.serve.pd_h100_a100 PROPERTIES
+                     PASS_REGULAR_EXPRESSION "pool prefill.*\\(H100-SXM5-80GB\\).*pool decode.*\\(A100-SXM4-80GB\\).*300 completed.*KV move")
+add_test(NAME example.topo.node_groups
+         COMMAND parallax topo show ${PROJECT_SOURCE_DIR}/topologies/dgx-h100-a100-mixed.json)
+set_tests_properties(example.topo.node_groups PROPERTIES
+                     PASS_REGULAR_EXPRESSION "node group h100: node 0, H100-SXM5-80GB.*node group a100: node 1, A100-SXM4-80GB")
+
 # ---- published engine-step times: the dev and hold-out sets run end to end -------------------------------
 add_test(NAME example.serve.validate_dev
          COMMAND parallax serve validate ${PROJECT_SOURCE_DIR}/workloads/serve-validation/step-dev.json)

@@ -389,3 +389,61 @@ TEST(Topology, DotRenderingNamesEveryDevice) {
 
 }  // namespace
 }  // namespace parallax
+
+namespace parallax {
+namespace {
+
+// A cluster of two kinds of node (docs/topology-format.md, "node_groups").
+TEST(Topology, NodeGroupsJoinTwoKindsOfNodeOnOneFabric) {
+  const Topology mixed = load_topology(test::source_path("topologies/dgx-h100-a100-mixed.json"));
+  ASSERT_EQ(mixed.node_count(), 2);
+  EXPECT_EQ(mixed.gpu_spec_of(mixed.gpus_of_node(0)[0]).name, "H100-SXM5-80GB");
+  EXPECT_EQ(mixed.gpu_spec_of(mixed.gpus_of_node(1)[7]).name, "A100-SXM4-80GB");
+  // Each node's NICs at its own line rate: 400 Gb/s and 200 Gb/s.
+  for (int n = 0; n < 2; ++n) {
+    const DeviceId nic = *mixed.find_device("n" + std::to_string(n) + ".nic3");
+    for (LinkId l : mixed.out_links(nic)) {
+      if (mixed.link(l).link_class == LinkClass::kNetwork) {
+        EXPECT_DOUBLE_EQ(mixed.link(l).bandwidth.value(), n == 0 ? 50e9 : 25e9);
+      }
+    }
+  }
+  // Each group alone is its preset's node: the same GPUs, NVLink and host link.
+  const std::vector<NodeGroup>& groups = mixed.info().node_groups;
+  ASSERT_EQ(groups.size(), 2u);
+  EXPECT_EQ(node_group_of(mixed.info(), 1), &groups[1]);
+  EXPECT_EQ(groups[1].first_node, 1);
+  for (const auto& [group, preset] : {std::pair{0, "dgx-h100"}, std::pair{1, "dgx-a100"}}) {
+    const Topology& alone = *groups[static_cast<size_t>(group)].alone;
+    const Topology node = load_preset(preset, 1);
+    EXPECT_EQ(alone.gpu_count(), node.gpu_count());
+    EXPECT_EQ(alone.link_count(), node.link_count());
+    EXPECT_EQ(alone.gpu_spec_of(alone.gpus()[0]).name, node.gpu_spec_of(node.gpus()[0]).name);
+    EXPECT_EQ(alone.info().gpu_host_link, node.info().gpu_host_link);
+    EXPECT_TRUE(alone.info().node_groups.empty());
+  }
+  // The fabric joins them: every GPU reaches every other, none through a third GPU (finalize).
+  EXPECT_EQ(gpu_diameter(mixed), 6);
+}
+
+TEST(Topology, NodeGroupsRefuseWhatTheyCannotHold) {
+  const auto load = [](const std::string& text, TopologyLoadOptions o = {}) {
+    return topology_from_json(nlohmann::json::parse(text), test::source_path("topologies/inline.json"), o);
+  };
+  const std::string groups = R"("node_groups": [{"name": "h", "nodes": 1, "node_from": "dgx-h100.json"},
+                                                {"name": "a", "nodes": 1, "node_from": "dgx-a100.json"}],
+      "network": {"kind": "fat_tree", "tiers": 1, "link_latency": "1 us"})";
+  EXPECT_NO_THROW(load("{\"name\": \"x\", " + groups + "}"));
+  EXPECT_THROW(load("{\"name\": \"x\", " + groups + "}", TopologyLoadOptions{4}), InputError);  // --nodes
+  EXPECT_THROW(load("{\"name\": \"x\", \"nodes\": 2, " + groups + "}"), InputError);
+  // A node of another GPU count (an NVL72 rack of 72 beside 8-GPU DGXs) is refused.
+  EXPECT_THROW(load(R"({"name": "x", "node_groups": [{"name": "h", "nodes": 1, "node_from": "dgx-h100.json"},
+                                                     {"name": "r", "nodes": 1, "node_from": "gb200-nvl72.json"}],
+      "network": {"kind": "fat_tree", "tiers": 1, "link_latency": "1 us"}})"),
+               InputError);
+  EXPECT_THROW(load(R"({"name": "x", "node_groups": [{"name": "h", "nodes": 1, "node_from": "missing.json"}]})"),
+               InputError);
+}
+
+}  // namespace
+}  // namespace parallax

@@ -23,6 +23,11 @@ foreach(workload ${train_workloads})
   add_test(NAME example.train.${workload_name} COMMAND parallax train ${workload})
   set_tests_properties(example.train.${workload_name} PROPERTIES PASS_REGULAR_EXPRESSION "MFU / HFU")
 endforeach()
+# A cluster of two kinds of GPU (topology node_groups) is for serving fleets: training refuses it.
+add_test(NAME example.train.refuses_node_groups
+         COMMAND bash ${PROJECT_SOURCE_DIR}/calibrate/harness/check-exit.sh 2
+                 "node-groups-train.json: /topology: .*dgx-h100-a100-mixed.json is a cluster of node groups"
+                 $<TARGET_FILE:parallax> train ${PROJECT_SOURCE_DIR}/tests/data/workloads/node-groups-train.json)
 # --explain ranks re-simulated knobs; the overlap switches are flags too.
 add_test(NAME example.train.explain
          COMMAND parallax train ${PROJECT_SOURCE_DIR}/workloads/train/llama3-70b-64xdgx-h100.json --explain)

@@ -138,7 +138,7 @@ class Simulation {
           std::shared_ptr<const StepModel>& model = models[offset];
           if (!model) {
             try {
-              model = std::make_shared<const StepModel>(c_.model, *c_.topology, pool.shape, pool.step, offset);
+              model = std::make_shared<const StepModel>(c_.model, pool_topology(c_, pool), pool.shape, pool.step, offset);
             } catch (const std::invalid_argument& e) {
               throw std::invalid_argument("pool " + pool.name + ": " + e.what());
             }
@@ -212,6 +212,9 @@ class Simulation {
     }
     std::vector<DeviceId> placed;
     for (int g = cursor; g < cursor + n; ++g) {
+      if (const std::string why = outside_group(pool, g); !why.empty()) {
+        throw std::invalid_argument("pool " + pool.name + ": instance " + std::to_string(k) + " " + why);
+      }
       if (owner_[static_cast<size_t>(g)] >= 0) {
         throw std::invalid_argument("pool " + pool.name + ": GPU " + gpu_name(g) + " is already pool " +
                                     c_.pools[static_cast<size_t>(owner_[static_cast<size_t>(g)])].name + "'s");
@@ -221,6 +224,18 @@ class Simulation {
     }
     cursor += n;
     return placed;
+  }
+
+  // On a cluster of node groups: why GPU g is not the pool's group's (empty when it is).
+  std::string outside_group(const PoolConfig& pool, int g) const {
+    const TopologyInfo& info = c_.topology->info();
+    if (info.node_groups.empty()) return {};
+    const auto node_of = [&](int gpu) { return c_.topology->device(c_.topology->gpus()[static_cast<size_t>(gpu)]).node; };
+    const NodeGroup* own = node_group_of(info, node_of(*pool.first_gpu));
+    const NodeGroup* here = node_group_of(info, node_of(g));
+    if (own == here) return {};
+    return "would run on " + c_.topology->device(c_.topology->gpus()[static_cast<size_t>(g)]).name + ", in group " +
+           here->name + ", past its group " + own->name + "'s nodes";
   }
 
   // One KV block on one GPU of the stage with the most layers (every GPU copies its own shard
@@ -237,7 +252,7 @@ class Simulation {
   Bandwidth swap_bandwidth(const PoolConfig& pool) const {
     if (pool.swap_bandwidth) return *pool.swap_bandwidth;
     constexpr double kPciePayload = 0.85;  // 256-byte payloads in ~300-byte packets
-    const Bandwidth link = c_.topology->info().gpu_host_link;
+    const Bandwidth link = pool_topology(c_, pool).info().gpu_host_link;
     if (!(link.value() > 0)) {
       throw std::invalid_argument("pool " + pool.name +
                                   ": the topology gives its GPUs no PCIe link; set kv_cache.swap_bandwidth");
@@ -1031,18 +1046,36 @@ KvCapacity pool_kv_capacity(const FleetConfig& c, const PoolConfig& pool) {
   const BatchingConfig& b = pool.batching;
   const DraftFootprint draft =
       pool.step.draft_model ? draft_footprint(*pool.step.draft_model, pool.shape.tp, precision_of(pool)) : DraftFootprint{};
-  return kv_capacity(c.model, c.topology->gpu_spec_of(c.topology->gpus().front()), pool.shape, b.block_size,
+  const Topology& gpus = pool_topology(c, pool);
+  return kv_capacity(c.model, gpus.gpu_spec_of(gpus.gpus().front()), pool.shape, b.block_size,
                      pool.memory_reserve,
                      pool.workspace.value_or(instance_workspace(c.model, pool.shape, b.token_budget, b.max_sequences)),
                      b.max_sequences, precision_of(pool), draft);
 }
 
 void check_pool_shape(const FleetConfig& c, const PoolConfig& pool) {
-  const StepModel probe(c.model, *c.topology, pool.shape, pool.step);
+  const StepModel probe(c.model, pool_topology(c, pool), pool.shape, pool.step);
   if (pool.batching.kv_blocks <= 0) pool_kv_capacity(c, pool);
 }
 
-void refuse_autoscaled_pools(const FleetConfig& config, const std::string& what) {
+const Topology& pool_topology(const FleetConfig& c, const PoolConfig& pool) {
+  const TopologyInfo& info = c.topology->info();
+  if (info.node_groups.empty()) return *c.topology;
+  if (!pool.first_gpu) {
+    std::string names;
+    for (const NodeGroup& g : info.node_groups) names += (names.empty() ? "" : ", ") + g.name;
+    throw std::invalid_argument("on a cluster of node groups (" + names + ") every pool is placed on its group's nodes " +
+                                "(\"placement\": {\"node\": N})");
+  }
+  const int node = c.topology->device(c.topology->gpus()[static_cast<size_t>(*pool.first_gpu)]).node;
+  return *node_group_of(info, node)->alone;
+}
+
+void check_searchable(const FleetConfig& config, const std::string& what) {
+  if (!config.topology->info().node_groups.empty()) {
+    throw std::invalid_argument(what + " re-shapes pools on one kind of GPU; " + config.topology->info().name +
+                                " is a cluster of node groups: run it on one group's own topology");
+  }
   for (const PoolConfig& pool : config.pools) {
     if (pool.autoscale) {
       throw std::invalid_argument("pool " + pool.name + " autoscales, and " + what +

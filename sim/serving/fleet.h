@@ -7,6 +7,10 @@
 // virtual engines): a step may start when fewer than pp are in flight and the interval of the
 // one before it (StepTiming) has passed; steps complete in the order they started.
 //
+// On a cluster of node groups (several kinds of GPU) every pool is placed, its instances stay in
+// its group and their steps are timed on the group's own topology; KV transfers between pools
+// cross the whole cluster's network.
+//
 // Every instance of a pool is the same TP × PP shape on tp·pp consecutive GPUs; instances take
 // the topology's GPUs in order, pool after pool, or from where a pool is placed
 // (PoolConfig::first_gpu), each moved to the next node when its TP groups would straddle one;
@@ -232,9 +236,14 @@ KvCapacity pool_kv_capacity(const FleetConfig& config, const PoolConfig& pool);
 /// checks) or, its blocks not given, its weights leave no room for the cache.
 void check_pool_shape(const FleetConfig& config, const PoolConfig& pool);
 
-/// Throws std::invalid_argument naming the first autoscaled pool: `what` (a search or sizing)
-/// chooses fixed instance counts.
-void refuse_autoscaled_pools(const FleetConfig& config, const std::string& what);
+/// The cluster `pool`'s instances run on: the topology, or on a cluster of node groups
+/// (TopologyInfo::node_groups) the group holding the node its placement names, as a topology of
+/// its own (one kind of GPU). Throws std::invalid_argument for an unplaced pool on node groups.
+const Topology& pool_topology(const FleetConfig& config, const PoolConfig& pool);
+
+/// Throws std::invalid_argument for what `what` (a search or sizing, which re-shapes pools on
+/// one kind of GPU with fixed counts) cannot take: an autoscaled pool, a cluster of node groups.
+void check_searchable(const FleetConfig& config, const std::string& what);
 
 /// Runs the simulation. Throws std::invalid_argument for a configuration that cannot run
 /// (pools that do not fit the topology or their GPUs' memory, bad shapes), naming the pool.

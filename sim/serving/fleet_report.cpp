@@ -221,6 +221,10 @@ nlohmann::ordered_json fleet_json(const FleetConfig& c, const std::string& topol
                      {"mean_batch_sequences", ps.mean_batch},
                      {"mean_batch_tokens", ps.mean_tokens}});
     if (ps.scaling) pools.back()["autoscale"] = scaling_json(*pc.autoscale, *ps.scaling);
+    if (!c.topology->info().node_groups.empty()) {
+      const Topology& gpus = pool_topology(c, pc);
+      pools.back()["gpu"] = gpus.gpu_spec_of(gpus.gpus().front()).name;
+    }
   }
   j["pools"] = pools;
   return j;
@@ -239,12 +243,17 @@ std::string fleet_text(const FleetConfig& c, const std::string& topology_name, c
   for (size_t p = 0; p < r.pools.size(); ++p) {
     const PoolStats& ps = r.pools[p];
     const PoolConfig& pc = c.pools[p];
+    std::string from = pool_placement(c, r, p).front();
+    if (!c.topology->info().node_groups.empty()) {
+      const Topology& gpus = pool_topology(c, pc);
+      from += " (" + gpus.gpu_spec_of(gpus.gpus().front()).name + ")";
+    }
     std::snprintf(buf, sizeof buf,
                   "  pool %s (%s): %d x (tp %d, pp %d%s) from %s, %s batching (max %d sequences, %lld tokens per step), %lld "
                   "KV blocks of %lld tokens each\n",
                   ps.name.c_str(), to_string(ps.role), ps.instances, pc.shape.tp, pc.shape.pp,
                   pc.shape.dp > 1 ? (", dp " + std::to_string(pc.shape.dp) + " attention ranks, ep " + std::to_string(pc.shape.ep)).c_str() : "",
-                  pool_placement(c, r, p).front().c_str(), to_string(pc.batching.policy),
+                  from.c_str(), to_string(pc.batching.policy),
                   pc.batching.max_sequences, static_cast<long long>(pc.batching.token_budget),
                   static_cast<long long>(ps.kv_blocks), static_cast<long long>(pc.batching.block_size));
     out += buf;

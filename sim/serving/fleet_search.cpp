@@ -250,7 +250,7 @@ ShapeSearch search_shapes(const FleetConfig& config, const ShapeSearchOptions& o
   if (config.pools.size() != 1 || config.pools.front().role != PoolRole::kColocated) {
     throw std::invalid_argument("the shape search re-shapes a fleet of one colocated pool");
   }
-  refuse_autoscaled_pools(config, "the shape search");
+  check_searchable(config, "the shape search");
   ShapeSearch out;
   out.attainment = options.attainment;
   out.by_capacity = ranks_by_capacity(config);

@@ -53,7 +53,7 @@ std::string fleet_label(const FleetConfig& config, const std::vector<int>& count
 
 FleetSizing size_fleet(const FleetConfig& config, double target, double attainment, const TopologyAt& topology_at,
                        const std::function<void(size_t, size_t)>& progress) {
-  refuse_autoscaled_pools(config, "serve size");
+  check_searchable(config, "serve size");
   if (!config.replay && config.traffic.arrival == TrafficSpec::Arrival::kClosedLoop) {
     throw std::invalid_argument("sizing needs open-loop traffic or a replayed trace (a closed loop's load is its users)");
   }

@@ -94,7 +94,7 @@ bool better(const SplitRun& a, const SplitRun& b, bool by_capacity) {
 
 SplitSearch search_splits(const FleetConfig& config, int threads, double attainment, bool prune,
                           const std::function<void(size_t, size_t)>& progress) {
-  refuse_autoscaled_pools(config, "the split search");
+  check_searchable(config, "the split search");
   const auto role_index = [&](PoolRole role) {
     const auto it = std::find_if(config.pools.begin(), config.pools.end(), [&](const PoolConfig& p) { return p.role == role; });
     return static_cast<size_t>(it - config.pools.begin());

@@ -95,6 +95,13 @@ LinkId Topology::add_link(DeviceId a, DeviceId b, LinkClass cls, Bandwidth per_d
   return forward;
 }
 
+const NodeGroup* node_group_of(const TopologyInfo& info, int node) {
+  for (const NodeGroup& g : info.node_groups) {
+    if (node >= g.first_node && node < g.first_node + g.nodes) return &g;
+  }
+  return nullptr;
+}
+
 const GpuSpec& Topology::gpu_spec_of(DeviceId gpu) const {
   return gpu_specs_.at(static_cast<size_t>(devices_[gpu.value].gpu_spec));
 }

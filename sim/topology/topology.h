@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <compare>
 #include <map>
+#include <memory>
 #include <optional>
 #include <span>
 #include <string>
@@ -97,6 +98,19 @@ struct Link {
   uint32_t resource = 0;  ///< capacity resource: shared by both directions when half duplex
 };
 
+class Topology;
+
+/// A group of identical nodes in a cluster of several kinds (a compact file's `node_groups`,
+/// e.g. DGX H100 and DGX A100 on one fabric): nodes first_node … first_node + nodes − 1, and the
+/// cluster those nodes make alone (the same network, only them), for the layers that assume
+/// one GPU type (a serving instance's engine step runs on its group's).
+struct NodeGroup {
+  std::string name;
+  int first_node = 0;
+  int nodes = 0;
+  std::shared_ptr<const Topology> alone;
+};
+
 /// Who and what a topology file describes.
 struct TopologyInfo {
   std::string name;
@@ -113,7 +127,12 @@ struct TopologyInfo {
   /// attachment (a NIC hangs off its GPU's x16 port or switch); 0 when the file gives neither.
   /// Present whatever the node count, for host copies (KV swap) on one node too.
   Bandwidth gpu_host_link;
+  /// A cluster of several kinds of node, in node order; empty for one kind.
+  std::vector<NodeGroup> node_groups;
 };
+
+/// The group holding `node`, or null for a cluster of one kind of node.
+const NodeGroup* node_group_of(const TopologyInfo& info, int node);
 
 class Topology {
  public:

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
 #include <stdexcept>
 
 #include "io/json_reader.h"
@@ -332,26 +333,36 @@ std::vector<DeviceId> add_node(Topology& topo, const CompactNode& c, int n, bool
   return add_node_nics(topo, c, p, n, gpu_ids, pcie_switches);
 }
 
-// The fat tree over every node's NICs: one leaf (tiers 1), or leaves per rail (rail-optimized)
-// and group of nodes_per_leaf nodes under spines whose uplinks the oversubscription cuts.
-void add_fat_tree(Topology& topo, const FatTree& tree, const CompactNode& c,
+// The fat tree over every node's NICs (node n of kinds[n], each NIC at its own line rate): one
+// leaf (tiers 1), or leaves per rail (rail-optimized) and group of nodes_per_leaf nodes under
+// spines whose uplinks the oversubscription cuts, leaves designed for the most NICs and the
+// fastest line of any node.
+void add_fat_tree(Topology& topo, const FatTree& tree, const std::vector<const CompactNode*>& kinds,
                   const std::vector<std::vector<DeviceId>>& node_nics) {
   const auto nodes = static_cast<int>(node_nics.size());
-  const LinkSpec& line = c.nic_line;
+  int most_nics = 0;
+  Bandwidth fastest;
+  for (const CompactNode* k : kinds) {
+    most_nics = std::max(most_nics, k->nics);
+    fastest = std::max(fastest, k->nic_line.bandwidth);
+  }
   auto add_switch = [&](const std::string& name, SwitchKind k) {
     return topo.add_device(Device{name, DeviceKind::kSwitch, k, -1, -1, -1, false, tree.sharp, {}});
   };
+  const auto line_of = [&](int n) { return kinds[static_cast<size_t>(n)]->nic_line; };
   if (tree.tiers == 1) {
     DeviceId sw = add_switch("leaf.g0", SwitchKind::kLeaf);
-    for (auto& list : node_nics) {
-      for (DeviceId nic : list) topo.add_link(nic, sw, LinkClass::kNetwork, line.bandwidth, line.latency);
+    for (int n = 0; n < nodes; ++n) {
+      for (DeviceId nic : node_nics[static_cast<size_t>(n)]) {
+        topo.add_link(nic, sw, LinkClass::kNetwork, line_of(n).bandwidth, line_of(n).latency);
+      }
     }
     return;
   }
   int groups = (nodes + tree.nodes_per_leaf - 1) / tree.nodes_per_leaf;
-  int rails = tree.rail_optimized ? c.nics : 1;
+  int rails = tree.rail_optimized ? most_nics : 1;
   // Designed (full-group) ports per leaf, so every leaf has the same uplink whatever the fill.
-  int ports_down = tree.rail_optimized ? tree.nodes_per_leaf : tree.nodes_per_leaf * c.nics;
+  int ports_down = tree.rail_optimized ? tree.nodes_per_leaf : tree.nodes_per_leaf * most_nics;
   std::vector<DeviceId> leaves;
   for (int r = 0; r < rails; ++r) {
     for (int g = 0; g < groups; ++g) {
@@ -362,22 +373,42 @@ void add_fat_tree(Topology& topo, const FatTree& tree, const CompactNode& c,
   }
   for (int n = 0; n < nodes; ++n) {
     int g = n / tree.nodes_per_leaf;
-    for (int k = 0; k < c.nics; ++k) {
-      int r = tree.rail_optimized ? k : 0;
+    const std::vector<DeviceId>& nics = node_nics[static_cast<size_t>(n)];
+    for (size_t k = 0; k < nics.size(); ++k) {
+      int r = tree.rail_optimized ? static_cast<int>(k) : 0;
       DeviceId leaf = leaves[static_cast<size_t>(r * groups + g)];
-      topo.add_link(node_nics[static_cast<size_t>(n)][static_cast<size_t>(k)], leaf, LinkClass::kNetwork,
-                    line.bandwidth, line.latency);
+      topo.add_link(nics[k], leaf, LinkClass::kNetwork, line_of(n).bandwidth, line_of(n).latency);
     }
   }
   if (leaves.size() == 1) return;
   double ideal_spines = std::ceil(ports_down / tree.oversubscription);
   int spines = tree.spines.value_or(std::max(1, static_cast<int>(ideal_spines)));
-  Bandwidth uplink = line.bandwidth * (ports_down / tree.oversubscription) / static_cast<double>(spines);
+  Bandwidth uplink = fastest * (ports_down / tree.oversubscription) / static_cast<double>(spines);
   std::vector<DeviceId> spine_ids;
   for (int s = 0; s < spines; ++s) spine_ids.push_back(add_switch("spine" + std::to_string(s), SwitchKind::kSpine));
   for (DeviceId leaf : leaves) {
     for (DeviceId sp : spine_ids) topo.add_link(leaf, sp, LinkClass::kNetwork, uplink, tree.link_latency);
   }
+}
+
+// What a node kind needs to join a network of more than one node.
+void check_networked(JsonReader& at, const CompactNode& c) {
+  if (c.nics == 0) at.fail("a topology with more than one node needs \"nics\"");
+  if (c.scale_up == ScaleUp::kNone && c.nics < c.gpus) {
+    at.fail("without a scale-up fabric every GPU needs its own NIC (count >= gpus)");
+  }
+}
+
+Bandwidth host_link_of(const CompactNode& c) {
+  return c.scale_up == ScaleUp::kPcie ? c.pcie.gpu_link.bandwidth : c.nic_attach.bandwidth;
+}
+
+// Node n of kinds[n], and with more than one node the fat tree over their NICs.
+void build_nodes(Topology& topo, const std::vector<const CompactNode*>& kinds, const std::optional<FatTree>& tree) {
+  const auto nodes = static_cast<int>(kinds.size());
+  std::vector<std::vector<DeviceId>> node_nics;
+  for (int n = 0; n < nodes; ++n) node_nics.push_back(add_node(topo, *kinds[static_cast<size_t>(n)], n, nodes > 1));
+  if (nodes > 1) add_fat_tree(topo, *tree, kinds, node_nics);
 }
 
 void generate_compact(JsonReader& root, Topology& topo, const TopologyLoadOptions& opt) {
@@ -394,15 +425,83 @@ void generate_compact(JsonReader& root, Topology& topo, const TopologyLoadOption
   std::optional<FatTree> tree;
   if (auto net = root.find("network")) tree = read_fat_tree(*net);
   if (nodes > 1 && !tree) root.fail("a topology with more than one node needs a \"network\" section");
-  if (nodes > 1 && c.nics == 0) root.fail_at("node", "a topology with more than one node needs \"nics\"");
-  if (nodes > 1 && c.scale_up == ScaleUp::kNone && c.nics < c.gpus) {
-    root.fail_at("node", "without a scale-up fabric every GPU needs its own NIC (count >= gpus)");
+  if (nodes > 1) {
+    JsonReader node = root.at("node");
+    check_networked(node, c);
   }
-  topo.info().gpu_host_link = c.scale_up == ScaleUp::kPcie ? c.pcie.gpu_link.bandwidth : c.nic_attach.bandwidth;
+  topo.info().gpu_host_link = host_link_of(c);
+  build_nodes(topo, std::vector<const CompactNode*>(static_cast<size_t>(nodes), &c), tree);
+}
 
-  std::vector<std::vector<DeviceId>> node_nics;
-  for (int n = 0; n < nodes; ++n) node_nics.push_back(add_node(topo, c, n, nodes > 1));
-  if (nodes > 1) add_fat_tree(topo, *tree, c, node_nics);
+// A cluster of several kinds of node on one network: "node_groups", each with its name, node
+// count and node (inline, or "node_from" another compact file); every group's nodes hold as many
+// GPUs. Each group also becomes a topology of its own (NodeGroup::alone).
+void generate_grouped(JsonReader& root, Topology& topo, const TopologyLoadOptions& opt) {
+  if (opt.nodes || opt.gpus_per_node) {
+    root.fail_at("node_groups", "a cluster of node groups gives each group's nodes itself (no --nodes, no partial nodes); "
+                                "training, layout search and scaling run on one kind of GPU: use a group's own file");
+  }
+  for (const char* key : {"nodes", "node"}) {
+    if (root.has(key)) root.fail_at(key, "\"node_groups\" gives the nodes; drop \"" + std::string(key) + "\"");
+  }
+  JsonReader list = root.at("node_groups");
+  std::vector<nlohmann::json> sources;  // the files groups take their node from, kept while read
+  sources.reserve(list.elements().size());
+  std::vector<CompactNode> kinds;
+  std::vector<std::pair<std::string, int>> groups;  // name, nodes
+  int total = 0;
+  for (JsonReader g : list.elements()) {
+    const std::string name = g.at("name").as_string();
+    for (const auto& [seen, n] : groups) {
+      if (seen == name) g.at("name").fail("two groups are named \"" + name + "\"");
+    }
+    const int nodes = read_positive_int(g.at("nodes"), kMaxNodes);
+    total += nodes;
+    if (total > kMaxNodes) g.at("nodes").fail("the groups exceed " + std::to_string(kMaxNodes) + " nodes");
+    if (auto inline_node = g.find("node")) {
+      if (g.has("node_from")) g.at("node_from").fail("give \"node\" or \"node_from\", not both");
+      kinds.push_back(read_compact_node(root, *inline_node, total, topo));
+    } else {
+      JsonReader from = g.at("node_from");
+      const std::string path =
+          (std::filesystem::path(topo.info().file).parent_path() / from.as_string()).string();
+      if (!std::filesystem::exists(path)) from.fail("no topology file " + path);
+      sources.push_back(load_json_file(path));
+      JsonReader other(sources.back(), path);
+      kinds.push_back(read_compact_node(other, other.at("node"), total, topo));
+    }
+    if (kinds.back().gpus != kinds.front().gpus) {
+      g.fail("every group's nodes hold the same number of GPUs (" + std::to_string(kinds.front().gpus) + " in the first, " +
+             std::to_string(kinds.back().gpus) + " here)");
+    }
+    if (total > 1) check_networked(g, kinds.back());
+    groups.emplace_back(name, nodes);
+    g.finish();
+  }
+  if (groups.empty()) list.fail("needs at least one group");
+  std::optional<FatTree> tree;
+  if (auto net = root.find("network")) tree = read_fat_tree(*net);
+  if (total > 1 && !tree) root.fail("a topology with more than one node needs a \"network\" section");
+  topo.info().gpu_host_link = host_link_of(kinds.front());
+  std::vector<const CompactNode*> node_kinds;
+  int first = 0;
+  for (size_t i = 0; i < groups.size(); ++i) {
+    node_kinds.insert(node_kinds.end(), static_cast<size_t>(groups[i].second), &kinds[i]);
+    // The group alone: its nodes on the same network, its own GPU spec and host link.
+    Topology alone;
+    alone.info() = topo.info();
+    alone.info().node_groups.clear();
+    alone.info().name = topo.info().name + " / " + groups[i].first;
+    alone.info().gpu_host_link = host_link_of(kinds[i]);
+    CompactNode kind = kinds[i];
+    kind.spec = alone.add_gpu_spec(topo.gpu_specs()[static_cast<size_t>(kinds[i].spec)]);
+    build_nodes(alone, std::vector<const CompactNode*>(static_cast<size_t>(groups[i].second), &kind), tree);
+    alone.finalize();
+    topo.info().node_groups.push_back(
+        NodeGroup{groups[i].first, first, groups[i].second, std::make_shared<const Topology>(std::move(alone))});
+    first += groups[i].second;
+  }
+  build_nodes(topo, node_kinds, tree);
 }
 
 // ---------------------------------------------------------------- explicit form
@@ -497,11 +596,13 @@ Topology topology_from_json(const nlohmann::json& doc, const std::string& file,
   if (!root.is_object()) root.fail("a topology must be a JSON object");
   Topology topo;
   read_info(root, topo, file);
-  bool compact = root.has("node");
+  bool compact = root.has("node") || root.has("node_groups");
   bool expl = root.has("devices") || root.has("links");
   if (compact && expl) root.fail("a topology is either compact (\"node\") or explicit (\"devices\", \"links\"), not both");
   if (!compact && !expl) root.fail("a topology needs \"node\" (compact form) or \"devices\" and \"links\" (explicit form)");
-  if (compact) {
+  if (compact && root.has("node_groups")) {
+    generate_grouped(root, topo, options);
+  } else if (compact) {
     generate_compact(root, topo, options);
   } else {
     if (options.nodes) root.fail("--nodes applies only to compact topologies; this one lists its devices");

@@ -171,11 +171,16 @@ TopologySpec read_topology_spec(JsonReader t, const std::string& workload, const
 // given neither nodes nor GPUs is then sized to them.
 Topology load_job_topology(const TopologySpec& spec, const std::string& workload, std::optional<int> nodes_flag,
                            std::optional<int> job_gpus) {
+  const nlohmann::json doc = load_json_file(spec.file);
+  if (doc.contains("node_groups")) {
+    throw InputError(workload, spec.pointer, spec.file + " is a cluster of node groups (several kinds of GPU); training runs "
+                                             "on one kind: name one group's own topology");
+  }
   TopologyLoadOptions load;
   load.nodes = spec.nodes;
   std::optional<int> gpus = spec.gpus;
   // An explicit topology (a device list) is what it is: validate() compares the layout to it.
-  if (!gpus && !spec.nodes && !nodes_flag && load_json_file(spec.file).contains("node")) gpus = job_gpus;
+  if (!gpus && !spec.nodes && !nodes_flag && doc.contains("node")) gpus = job_gpus;
   if (nodes_flag) {
     load.nodes = nodes_flag;
     gpus.reset();

@@ -80,7 +80,12 @@ Topology load_topology_arg(const std::string& text, std::optional<int> nodes) {
       throw InputError("", "--topology", "no topology file or preset named \"" + text + "\"");
     }
   }
-  return load_topology(file, TopologyLoadOptions{nodes});
+  Topology topology = load_topology(file, TopologyLoadOptions{nodes});
+  if (!topology.info().node_groups.empty()) {
+    throw InputError(file, "/node_groups", "one engine step runs on one kind of GPU; this is a cluster of node groups "
+                                           "(name one group's own topology)");
+  }
+  return topology;
 }
 
 // "LENxBATCH": BATCH prompts of LEN tokens.

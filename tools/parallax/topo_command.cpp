@@ -91,6 +91,11 @@ std::string topology_text(const Topology& topo, const std::string& file, const T
   if (!topo.info().description.empty()) text += "  " + topo.info().description + "\n";
   text += "\ndevices: " + describe_devices(topo) + "\n";
   for (const GpuSpec& g : topo.gpu_specs()) text += gpu_spec_line(g);
+  for (const NodeGroup& g : topo.info().node_groups) {
+    const std::string gpu = g.alone->gpu_spec_of(g.alone->gpus().front()).name;
+    text += "node group " + g.name + ": node" + (g.nodes > 1 ? "s " : " ") + std::to_string(g.first_node) +
+            (g.nodes > 1 ? "-" + std::to_string(g.first_node + g.nodes - 1) : std::string()) + ", " + gpu + "\n";
+  }
   text += "\nlink classes:\n";
   TextTable table({"class", "per direction", "latency", "cables"},
                   {TextTable::Align::kLeft, TextTable::Align::kRight, TextTable::Align::kRight,
