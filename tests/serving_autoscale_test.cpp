@@ -9,6 +9,7 @@
 
 #include "serving/autoscaler.h"
 #include "serving/fleet.h"
+#include "serving/fleet_report.h"
 #include "serving/request_router.h"
 #include "serving/traffic.h"
 #include "test_support.h"
@@ -239,6 +240,34 @@ TEST(ServingAutoscale, RerunsAreIdentical) {
     EXPECT_EQ(a.pools[0].scaling->timeline[i].at, b.pools[0].scaling->timeline[i].at);
   }
   for (size_t i = 0; i < a.requests.size(); ++i) ASSERT_EQ(a.requests[i].completion, b.requests[i].completion);
+}
+
+}  // namespace
+}  // namespace parallax
+
+namespace parallax {
+namespace {
+
+TEST(ServingCost, GpuHoursAtTheirPricesOverTheTokens) {
+  // A fixed pool of 3 one-GPU instances and an autoscaled one: GPU-hours are the fixed pool's
+  // instances throughout the run plus what the autoscaled pool held.
+  FleetConfig c = stepped_load(1, 4);
+  c.traffic.requests = 20000;
+  PoolConfig fixed = c.pools[0];
+  fixed.name = "fixed";
+  fixed.autoscale.reset();
+  fixed.count = 3;
+  c.pools.push_back(fixed);
+  const FleetResult r = simulate_fleet(c, ten_ms());
+  const FleetSummary s = summarize(c, r);
+  const FleetCost cost = fleet_cost(c, r, s, GpuHourPrices{{"H100-SXM5-80GB", 2.0}});
+  const double hours = r.pools[0].scaling->gpu_hours + 3 * r.duration.seconds() / 3600;
+  EXPECT_NEAR(cost.gpu_hours, hours, 1e-12);
+  EXPECT_NEAR(cost.dollars, 2.0 * hours, 1e-12);
+  EXPECT_NEAR(cost.per_million_output_tokens, 2.0 * hours / 20000 * 1e6, 1e-9);  // one output token each
+  EXPECT_NEAR(cost.per_million_tokens, 2.0 * hours / 40000 * 1e6, 1e-9);         // and one prompt token
+  EXPECT_EQ(unpriced_gpu(c, GpuHourPrices{{"A100-SXM4-80GB", 1.0}}), "H100-SXM5-80GB (pool pool)");
+  EXPECT_TRUE(unpriced_gpu(c, GpuHourPrices{{"*", 1.0}}).empty());
 }
 
 }  // namespace

@@ -239,6 +239,16 @@ add_test(NAME example.serve.pd_h100_a100
          COMMAND parallax serve ${PROJECT_SOURCE_DIR}/workloads/serve/llama3-70b-pd-h100-a100.json --requests 300)
 set_tests_properties(example.serve.pd_h100_a100 PROPERTIES
                      PASS_REGULAR_EXPRESSION "pool prefill.*\\(H100-SXM5-80GB\\).*pool decode.*\\(A100-SXM4-80GB\\).*300 completed.*KV move")
+# Priced by GPU: the H100 prefill and the A100 decode each at their own price.
+add_test(NAME example.serve.cost_by_gpu
+         COMMAND parallax serve ${PROJECT_SOURCE_DIR}/workloads/serve/llama3-70b-pd-h100-a100.json --requests 200
+                 --gpu-hour-price H100-SXM5-80GB=2.99,A100-SXM4-80GB=1.29 --json ${serve_scratch}/cost.json)
+set_tests_properties(example.serve.cost_by_gpu PROPERTIES
+                     PASS_REGULAR_EXPRESSION "cost: [0-9.]+ GPU-hours, \\$[0-9.]+; \\$[0-9.]+ per million output tokens")
+add_test(NAME example.serve.cost_unpriced
+         COMMAND bash ${check_exit} 2 "--gpu-hour-price: no price for H100-SXM5-80GB \\(pool prefill\\)"
+                 $<TARGET_FILE:parallax> serve ${PROJECT_SOURCE_DIR}/workloads/serve/llama3-70b-pd-h100-a100.json
+                 --gpu-hour-price A100-SXM4-80GB=1.29)
 add_test(NAME example.topo.node_groups
          COMMAND parallax topo show ${PROJECT_SOURCE_DIR}/topologies/dgx-h100-a100-mixed.json)
 set_tests_properties(example.topo.node_groups PROPERTIES

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <optional>
 
 namespace parallax {
 namespace {
@@ -318,6 +319,65 @@ std::string fleet_text(const FleetConfig& c, const std::string& topology_name, c
     }
   }
   return out;
+}
+
+namespace {
+
+std::string pool_gpu(const FleetConfig& c, const PoolConfig& pool) {
+  const Topology& gpus = pool_topology(c, pool);
+  return gpus.gpu_spec_of(gpus.gpus().front()).name;
+}
+
+std::optional<double> price_of(const GpuHourPrices& prices, const std::string& gpu) {
+  auto it = prices.find(gpu);
+  if (it == prices.end()) it = prices.find("*");
+  if (it == prices.end()) return std::nullopt;
+  return it->second;
+}
+
+}  // namespace
+
+std::string unpriced_gpu(const FleetConfig& c, const GpuHourPrices& prices) {
+  for (const PoolConfig& pool : c.pools) {
+    const std::string gpu = pool_gpu(c, pool);
+    if (!price_of(prices, gpu)) return gpu + " (pool " + pool.name + ")";
+  }
+  return {};
+}
+
+FleetCost fleet_cost(const FleetConfig& c, const FleetResult& r, const FleetSummary& s, const GpuHourPrices& prices) {
+  if (const std::string gpu = unpriced_gpu(c, prices); !gpu.empty()) {
+    throw std::invalid_argument("no GPU-hour price for " + gpu);
+  }
+  FleetCost cost;
+  for (size_t p = 0; p < r.pools.size(); ++p) {
+    const PoolStats& ps = r.pools[p];
+    const double price = price_of(prices, pool_gpu(c, c.pools[p])).value_or(0.0);
+    const double hours = ps.scaling ? ps.scaling->gpu_hours
+                                    : r.duration.seconds() * ps.instances * ps.gpus_per_instance / 3600.0;
+    cost.gpu_hours += hours;
+    cost.dollars += hours * price;
+  }
+  const double seconds = s.duration_s;
+  const double output = s.output_tokens_per_s * seconds, all = (s.input_tokens_per_s + s.output_tokens_per_s) * seconds;
+  if (output > 0) cost.per_million_output_tokens = cost.dollars / output * 1e6;
+  if (all > 0) cost.per_million_tokens = cost.dollars / all * 1e6;
+  return cost;
+}
+
+std::string cost_text(const FleetCost& cost) {
+  char buf[256];
+  std::snprintf(buf, sizeof buf,
+                "  cost: %.2f GPU-hours, $%.2f; $%.3f per million output tokens ($%.3f per million prompt and output tokens)\n",
+                cost.gpu_hours, cost.dollars, cost.per_million_output_tokens, cost.per_million_tokens);
+  return buf;
+}
+
+nlohmann::ordered_json cost_json(const FleetCost& cost) {
+  return {{"gpu_hours", cost.gpu_hours},
+          {"dollars", cost.dollars},
+          {"dollars_per_million_output_tokens", cost.per_million_output_tokens},
+          {"dollars_per_million_tokens", cost.per_million_tokens}};
 }
 
 std::string chrome_trace(const FleetConfig& c, const FleetResult& r) {

@@ -3,6 +3,7 @@
 // terminal, as JSON (--json) and one CSV row per request (--per-request).
 #pragma once
 
+#include <map>
 #include <string>
 
 #include <nlohmann/json.hpp>
@@ -36,6 +37,26 @@ struct FleetSummary {
   bool has_prefix_blocks = false;
   std::string first_rejection;   ///< the reason of the first rejected request
 };
+
+/// What a run's GPUs cost: each pool's GPU-hours (an autoscaled pool's as it scaled, a fixed one's
+/// instances throughout the run) at its GPU's price per GPU-hour.
+struct FleetCost {
+  double gpu_hours = 0;
+  double dollars = 0;
+  double per_million_output_tokens = 0;  ///< dollars
+  double per_million_tokens = 0;         ///< dollars per million prompt and output tokens
+};
+
+/// GPU-hour prices by GPU name (GpuSpec::name); "*" prices every GPU not named.
+using GpuHourPrices = std::map<std::string, double>;
+
+/// The first GPU of the fleet's pools that `prices` does not price ("pool NAME's GPU"), or empty.
+std::string unpriced_gpu(const FleetConfig& config, const GpuHourPrices& prices);
+/// Throws std::invalid_argument for a GPU that `prices` does not price (unpriced_gpu).
+FleetCost fleet_cost(const FleetConfig& config, const FleetResult& result, const FleetSummary& summary,
+                     const GpuHourPrices& prices);
+std::string cost_text(const FleetCost& cost);
+nlohmann::ordered_json cost_json(const FleetCost& cost);
 
 /// The nearest-rank q-quantile (0 < q ≤ 1) of `values` (sorted in place); 0 when empty.
 double quantile(std::vector<double>& values, double q);

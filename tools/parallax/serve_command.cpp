@@ -253,7 +253,29 @@ struct FleetArgs {
   std::vector<int> draft_tokens;
   std::optional<double> target;
   std::string emit;
+  std::string gpu_hour_price;
 };
+
+// "2.5" (every GPU) or "H100-SXM5-80GB=2.5,A100-SXM4-80GB=1.2" (by GPU name), dollars per GPU-hour.
+GpuHourPrices parse_prices(const std::string& text) {
+  GpuHourPrices prices;
+  std::stringstream in(text);
+  for (std::string item; std::getline(in, item, ',');) {
+    const size_t eq = item.find('=');
+    const std::string name = eq == std::string::npos ? "*" : item.substr(0, eq);
+    const std::string value = eq == std::string::npos ? item : item.substr(eq + 1);
+    char* end = nullptr;
+    const double price = std::strtod(value.c_str(), &end);
+    if (name.empty() || value.empty() || *end != '\0' || !(price >= 0 && price <= 1e6)) {
+      throw InputError("", "--gpu-hour-price",
+                       "expected dollars per GPU-hour (2.5) or GPU=price pairs (H100-SXM5-80GB=2.5,A100-SXM4-80GB=1.2), found \"" +
+                           item + "\"");
+    }
+    prices[name] = price;
+  }
+  if (prices.empty()) throw InputError("", "--gpu-hour-price", "give a price");
+  return prices;
+}
 
 void make_plot_dir(const std::string& dir) {
   std::error_code ec;
@@ -488,6 +510,12 @@ void run_fleet(const FleetArgs& a) {
     return;
   }
   FleetConfig& c = f.config;
+  const GpuHourPrices prices = a.gpu_hour_price.empty() ? GpuHourPrices{} : parse_prices(a.gpu_hour_price);
+  if (!prices.empty()) {
+    if (const std::string gpu = unpriced_gpu(c, prices); !gpu.empty()) {
+      throw InputError("", "--gpu-hour-price", "no price for " + gpu + " (name it, or give one price for every GPU)");
+    }
+  }
   if (!a.plot.empty() && std::none_of(c.pools.begin(), c.pools.end(), [](const PoolConfig& p) { return p.autoscale.has_value(); })) {
     throw InputError("", "--plot", "draws --compare-routers or an autoscaled pool's run; this fleet has neither");
   }
@@ -512,7 +540,13 @@ void run_fleet(const FleetArgs& a) {
   }
   const FleetSummary summary = summarize(c, result);
   std::fputs(fleet_text(c, f.topology_name, result, summary).c_str(), stdout);
-  if (!a.json.empty()) write_file_atomically(a.json, fleet_json(c, f.topology_name, result, summary).dump(2) + "\n");
+  nlohmann::ordered_json json = fleet_json(c, f.topology_name, result, summary);
+  if (!prices.empty()) {
+    const FleetCost cost = fleet_cost(c, result, summary, prices);
+    std::fputs(cost_text(cost).c_str(), stdout);
+    json["cost"] = cost_json(cost);
+  }
+  if (!a.json.empty()) write_file_atomically(a.json, json.dump(2) + "\n");
   if (!a.per_request.empty()) write_file_atomically(a.per_request, per_request_csv(result));
   if (!a.trace.empty()) write_file_atomically(a.trace, chrome_trace(c, result));
   if (!a.plot.empty()) plot_autoscaling(a.plot, c, result);
@@ -674,6 +708,9 @@ void add_serve_command(CLI::App& app) {
   serve->add_option("--rate", f->rate, "open-loop arrival rate, requests per second (default: the fleet's)");
   serve->add_option("--rate-scale", f->rate_scale, "with --replay: arrivals this many times faster")->capture_default_str();
   serve->add_option("--json", f->json, "write the whole summary as JSON");
+  serve->add_option("--gpu-hour-price", f->gpu_hour_price,
+                    "dollars per GPU-hour, one price (2.5) or per GPU (H100-SXM5-80GB=2.5,A100-SXM4-80GB=1.2): the run's "
+                    "GPU-hours, cost and $ per million tokens");
   serve->add_option("--per-request", f->per_request, "write one CSV row per request");
   serve->add_option("--trace", f->trace, "write a Chrome/Perfetto trace: one track per instance, its engine steps");
   serve->add_option("--compare-routers", f->compare_routers,
