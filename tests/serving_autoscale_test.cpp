@@ -9,6 +9,7 @@
 
 #include "serving/autoscaler.h"
 #include "serving/fleet.h"
+#include "serving/fleet_loader.h"
 #include "serving/fleet_report.h"
 #include "serving/request_router.h"
 #include "serving/traffic.h"
@@ -203,6 +204,23 @@ TEST(ServingAutoscale, AFleetFollowsAStepInLoadAndLosesNothing) {
   }
   EXPECT_NEAR(s.gpu_hours, area / 3600, 1e-9 * area);
   EXPECT_NEAR(s.mean_instances, area / r.duration.seconds(), 1e-9);
+}
+
+TEST(ServingAutoscale, ScalingUpAtMaxWhileInstancesDrainRevivesThem) {
+  // No scale-down window and 1 s decisions: a lull releases instances still finishing long
+  // answers, and the surge after it wants all 8 back while some drain. They serve again (warm,
+  // their GPUs still held) instead of a start past the pool's GPUs.
+  const FleetFile f = load_fleet(test::source_path("tests/data/serve/autoscale-revive.json"),
+                                 test::source_path("workloads/models"), test::source_path("topologies"));
+  const FleetResult r = simulate_fleet(f.config);
+  for (const RequestRecord& rec : r.requests) ASSERT_TRUE(rec.completed) << rec.id;
+  const PoolScaling& s = *r.pools[0].scaling;
+  bool revived = false;
+  for (size_t i = 1; i < s.timeline.size(); ++i) {
+    EXPECT_LE(holding(s.timeline[i]), 8);
+    revived |= s.timeline[i - 1].draining > 0 && s.timeline[i].serving == 8;
+  }
+  EXPECT_TRUE(revived);
 }
 
 TEST(ServingAutoscale, AStartServesAfterItsStartUpTime) {

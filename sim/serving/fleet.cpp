@@ -41,6 +41,8 @@ struct Instance {
   uint64_t generation = 0;       ///< bumped by every start: a cancelled start's wake-up is stale
   Time held_since;               ///< when it last took its GPUs
   Time held;                     ///< time it held them before that
+  Time running_since;            ///< when it last began serving
+  Time running;                  ///< time it served (or drained) before that
   int depth = 1;                 ///< steps it can keep in flight (its PP stages)
   std::deque<StepPlan> flight;   ///< steps started and not completed, in start order
   Time swap_per_block;           ///< PCIe time to copy one KV block to or from the host
@@ -121,7 +123,12 @@ class Simulation {
     int cursor = 0;
     for (size_t p = 0; p < c_.pools.size(); ++p) {
       const PoolConfig& pool = c_.pools[p];
-        const BatchingConfig batching = pool_batching(pool);
+      try {
+        pool_topology(c_, pool);  // on node groups: placed, or refused with the reason
+      } catch (const std::invalid_argument& e) {
+        throw std::invalid_argument("pool " + pool.name + ": " + e.what());
+      }
+      const BatchingConfig batching = pool_batching(pool);
       batchings_.push_back(batching);
       const Bytes block = swap_block_bytes(pool, batching.block_size);
       const Time per_block = batching.preemption == PreemptionMode::kSwap || batching.host_cache_blocks > 0
@@ -505,9 +512,21 @@ class Simulation {
       for (size_t m = 0; m < set->members.size(); ++m) set->reports[m] = report(static_cast<size_t>(set->members[m]));
     }
     // Nothing else pending means nothing will change: refreshing on would never end.
-    if (engine_.pending_events() > 0 && (arrivals_remain() || in_system_ > 0)) {
-      engine_.schedule_in(c_.refresh_interval, [this] { refresh(); });
-    }
+    if (work_remains()) schedule_periodic(c_.refresh_interval, [this] { refresh(); });
+  }
+
+  // Events besides the periodic ones (refreshes, autoscaler samples) are pending, and requests
+  // remain: the periodic ones alone would keep each other going for ever.
+  bool work_remains() const {
+    return engine_.pending_events() > periodic_pending_ && (arrivals_remain() || in_system_ > 0);
+  }
+
+  void schedule_periodic(Time in, std::function<void()> run) {
+    ++periodic_pending_;
+    engine_.schedule_in(in, [this, run = std::move(run)] {
+      --periodic_pending_;
+      run();
+    });
   }
 
   bool closed_loop() const { return !c_.replay && c_.traffic.arrival == TrafficSpec::Arrival::kClosedLoop; }
@@ -759,12 +778,10 @@ class Simulation {
         rescale(s, s.load_sum / s.samples);
         s.load_sum = 0;
         s.samples = 0;
-        s.next_decision = now + s.config.interval;
+        s.next_decision += s.config.interval;  // on its own grid, not drifting with the samples'
       }
     }
-    if (engine_.pending_events() > 0 && (arrivals_remain() || in_system_ > 0)) {
-      engine_.schedule_in(sample_period_, [this] { sample_load(); });
-    }
+    if (work_remains()) schedule_periodic(sample_period_, [this] { sample_load(); });
   }
 
   double pool_load(const PoolScaler& s) const {
@@ -791,17 +808,43 @@ class Simulation {
     }
     const int wanted = s.scaler.decide(engine_.now(), current, load);
     if (wanted == current) return;
-    for (; current < wanted; ++current) start_instance(s);
+    // Up: draining instances first (warm, still holding their GPUs), then instances off.
+    while (current < wanted && (revive_draining(s) || start_instance(s))) ++current;
     for (; current > wanted; --current) {
       if (!cancel_start(s)) drain_instance(s);
     }
     record_scaling(s);
   }
 
-  // The first instance off starts: a fresh engine, serving after the start-up time.
-  void start_instance(PoolScaler& s) {
-    const auto k = *std::find_if(s.members.begin(), s.members.end(),
-                                 [this](size_t m) { return instances_[m].state == Instance::State::kOff; });
+  // The draining instance holding the most requests serves again; false when none drains.
+  bool revive_draining(PoolScaler& s) {
+    size_t chosen = s.members.size();
+    int64_t most = -1;
+    for (size_t m = 0; m < s.members.size(); ++m) {
+      const Instance& in = instances_[s.members[m]];
+      if (in.state != Instance::State::kDraining) continue;
+      const int64_t held = set_of(in).router->in_flight(local_index(set_of(in), s.members[m]));
+      if (held > most) {
+        most = held;
+        chosen = m;
+      }
+    }
+    if (chosen == s.members.size()) return false;
+    const size_t k = s.members[chosen];
+    Instance& in = instances_[k];
+    in.state = Instance::State::kServing;
+    set_of(in).router->set_available(local_index(set_of(in), k), true);
+    --s.stats.drained;
+    return true;
+  }
+
+  // The first instance off starts: a fresh engine, serving after the start-up time. False when
+  // every instance holds its GPUs.
+  bool start_instance(PoolScaler& s) {
+    const auto off = std::find_if(s.members.begin(), s.members.end(),
+                                  [this](size_t m) { return instances_[m].state == Instance::State::kOff; });
+    if (off == s.members.end()) return false;
+    const size_t k = *off;
     Instance& in = instances_[k];
     in.state = Instance::State::kStarting;
     in.held_since = engine_.now();
@@ -814,22 +857,25 @@ class Simulation {
       Instance& ready = instances_[k];
       if (ready.generation != generation || ready.state != Instance::State::kStarting) return;
       ready.state = Instance::State::kServing;
+      ready.running_since = engine_.now();
       set_of(ready).router->set_available(local_index(set_of(ready), k), true);
       record_scaling(scalers_[static_cast<size_t>(scaler_of_pool_[static_cast<size_t>(ready.pool)])]);
     });
+    return true;
   }
 
   // The latest start not yet serving is called off; false when there is none.
   bool cancel_start(PoolScaler& s) {
-    for (auto it = s.members.rbegin(); it != s.members.rend(); ++it) {
-      Instance& in = instances_[*it];
-      if (in.state != Instance::State::kStarting) continue;
-      in.state = Instance::State::kOff;
-      in.held += engine_.now() - in.held_since;
-      ++s.stats.cancelled;
-      return true;
+    Instance* latest = nullptr;
+    for (size_t k : s.members) {
+      Instance& in = instances_[k];
+      if (in.state == Instance::State::kStarting && (!latest || in.held_since >= latest->held_since)) latest = &in;
     }
-    return false;
+    if (!latest) return false;
+    latest->state = Instance::State::kOff;
+    latest->held += engine_.now() - latest->held_since;
+    ++s.stats.cancelled;
+    return true;
   }
 
   // The serving instance holding the fewest requests (the latest on a tie) stops taking new
@@ -865,6 +911,7 @@ class Simulation {
     account_kv(in);
     in.state = Instance::State::kOff;
     in.held += engine_.now() - in.held_since;
+    in.running += engine_.now() - in.running_since;
     record_scaling(scalers_[static_cast<size_t>(scaler_of_pool_[static_cast<size_t>(in.pool)])]);
   }
 
@@ -887,11 +934,18 @@ class Simulation {
     s.stats.peak = std::max(s.stats.peak, point.serving + point.starting + point.draining);
   }
 
-  // The GPU time of instance k to `end`.
+  // The time instance k held its GPUs, and the part of it it ran (served or drained), to `end`.
   static double held_seconds(const Instance& in, Time end) {
     Time held = in.held;
     if (in.state != Instance::State::kOff) held += std::max(Time::zero(), end - in.held_since);
     return held.seconds();
+  }
+  static double running_seconds(const Instance& in, Time end) {
+    Time running = in.running;
+    if (in.state == Instance::State::kServing || in.state == Instance::State::kDraining) {
+      running += std::max(Time::zero(), end - in.running_since);
+    }
+    return running.seconds();
   }
 
   // ---- results ----------------------------------------------------------------------------
@@ -923,11 +977,12 @@ class Simulation {
       s.gpus_per_instance = c_.pools[p].shape.gpus();
       s.kv_blocks = block_counts_[p];
       s.capacity = capacities_[p];
-      double busy = 0, kv = 0, sequences = 0, tokens = 0, held = 0;
+      double busy = 0, kv = 0, sequences = 0, tokens = 0, held = 0, running = 0;
       for (Instance& in : instances_) {
         if (in.pool != static_cast<int>(p)) continue;
         if (in.state != Instance::State::kOff) account_kv(in);
         held += held_seconds(in, r.duration);
+        running += running_seconds(in, r.duration);
         ++s.instances;
         s.steps += in.steps;
         busy += in.busy_time.seconds();
@@ -939,9 +994,9 @@ class Simulation {
         PoolScaling scaling = scalers_[static_cast<size_t>(scaler_of_pool_[p])].stats;
         scaling.mean_instances = seconds > 0 ? held / seconds : 0;
         scaling.gpu_hours = held * s.gpus_per_instance / 3600.0;
-        if (held > 0) {
-          s.busy_fraction = busy / held;
-          s.kv_occupancy = kv / held;
+        if (running > 0) {
+          s.busy_fraction = busy / running;
+          s.kv_occupancy = kv / running;
         }
         s.scaling = std::move(scaling);
       } else if (seconds > 0) {
@@ -990,6 +1045,7 @@ class Simulation {
   std::vector<PoolScaler> scalers_;
   std::vector<int> scaler_of_pool_;        ///< index into scalers_, −1 for a fixed pool
   Time sample_period_ = Time::from_seconds(1);
+  size_t periodic_pending_ = 0;  ///< refreshes and samples scheduled
   std::vector<int64_t> block_counts_;
   std::vector<Request> requests_;
   std::vector<RequestRecord> records_;

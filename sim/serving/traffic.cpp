@@ -55,7 +55,7 @@ std::string TrafficSpec::describe() const {
       profile = p;
     }
     std::snprintf(buf, sizeof buf, "%s arrivals at %.3f/s%s%s, %lld requests", arrival == Arrival::kPoisson ? "Poisson" : "Gamma",
-                  rate_per_s, profile.c_str(), arrival == Arrival::kGamma ? (" (cv " + std::to_string(cv) + ")").c_str() : "",
+                  rate_per_s, arrival == Arrival::kGamma ? (" (cv " + std::to_string(cv) + ")").c_str() : "", profile.c_str(),
                   static_cast<long long>(requests));
   }
   if (length_rows) {
@@ -85,7 +85,20 @@ namespace {
 // Maps operational time (arrivals at unit rate) to wall time under a rate profile.
 class OperationalClock {
  public:
-  explicit OperationalClock(const TrafficSpec& spec) : spec_(spec) {}
+  // Throws std::invalid_argument for a profile that does not start at 0, goes back in time or
+  // ends with no arrivals (it would never reach its requests).
+  explicit OperationalClock(const TrafficSpec& spec) : spec_(spec) {
+    const std::vector<RateStep>& steps = spec.rate_profile;
+    for (size_t i = 0; i < steps.size(); ++i) {
+      const bool ordered = i == 0 ? steps[i].from == Time::zero() : steps[i].from > steps[i - 1].from;
+      if (!ordered || !(steps[i].scale >= 0)) {
+        throw std::invalid_argument("a rate profile starts at 0 s, its steps later and later, each scale >= 0");
+      }
+    }
+    if (!steps.empty() && !(spec.rate_per_s * steps.back().scale > 0)) {
+      throw std::invalid_argument("a rate profile's last step needs arrivals (a positive rate)");
+    }
+  }
 
   // The wall time once `units` more of operational time have passed.
   double advance(double units) {

@@ -449,6 +449,7 @@ void generate_grouped(JsonReader& root, Topology& topo, const TopologyLoadOption
   sources.reserve(list.elements().size());
   std::vector<CompactNode> kinds;
   std::vector<std::pair<std::string, int>> groups;  // name, nodes
+  std::vector<JsonReader> readers;
   int total = 0;
   for (JsonReader g : list.elements()) {
     const std::string name = g.at("name").as_string();
@@ -458,9 +459,10 @@ void generate_grouped(JsonReader& root, Topology& topo, const TopologyLoadOption
     const int nodes = read_positive_int(g.at("nodes"), kMaxNodes);
     total += nodes;
     if (total > kMaxNodes) g.at("nodes").fail("the groups exceed " + std::to_string(kMaxNodes) + " nodes");
+    // The group's own reader stands for the file's root: a node count too large fails at its "nodes".
     if (auto inline_node = g.find("node")) {
       if (g.has("node_from")) g.at("node_from").fail("give \"node\" or \"node_from\", not both");
-      kinds.push_back(read_compact_node(root, *inline_node, total, topo));
+      kinds.push_back(read_compact_node(g, *inline_node, nodes, topo));
     } else {
       JsonReader from = g.at("node_from");
       const std::string path =
@@ -468,17 +470,22 @@ void generate_grouped(JsonReader& root, Topology& topo, const TopologyLoadOption
       if (!std::filesystem::exists(path)) from.fail("no topology file " + path);
       sources.push_back(load_json_file(path));
       JsonReader other(sources.back(), path);
-      kinds.push_back(read_compact_node(other, other.at("node"), total, topo));
+      kinds.push_back(read_compact_node(g, other.at("node"), nodes, topo));
     }
     if (kinds.back().gpus != kinds.front().gpus) {
       g.fail("every group's nodes hold the same number of GPUs (" + std::to_string(kinds.front().gpus) + " in the first, " +
              std::to_string(kinds.back().gpus) + " here)");
     }
-    if (total > 1) check_networked(g, kinds.back());
     groups.emplace_back(name, nodes);
+    readers.push_back(g);
     g.finish();
   }
   if (groups.empty()) list.fail("needs at least one group");
+  if (!kinds.empty() && int64_t{total} * kinds[0].gpus > kMaxGpus) {
+    list.fail("the groups' " + std::to_string(total) + " nodes exceed the " + std::to_string(kMaxGpus) +
+              " GPUs a topology may have");
+  }
+  for (size_t i = 0; i < kinds.size() && total > 1; ++i) check_networked(readers[i], kinds[i]);
   std::optional<FatTree> tree;
   if (auto net = root.find("network")) tree = read_fat_tree(*net);
   if (total > 1 && !tree) root.fail("a topology with more than one node needs a \"network\" section");

@@ -93,7 +93,12 @@ Topology load_for(const std::string& path, const MeasurementSet& set) {
   for (const auto& m : set.collectives) nodes = std::max(nodes, m.nodes);
   TopologyLoadOptions load;
   if (nodes > 1) load.nodes = nodes;
-  return load_topology(path, load);
+  Topology topology = load_topology(path, load);
+  // One set of fitted link parameters per class cannot hold two kinds of node's.
+  if (!topology.info().node_groups.empty()) {
+    throw InputError(path, "/node_groups", "calibration fits one kind of node; use a group's own topology");
+  }
+  return topology;
 }
 
 bool from_mpi(const CollectiveMeasurement& m, const MeasurementSet& set) {
