@@ -443,6 +443,16 @@ TEST(Topology, NodeGroupsRefuseWhatTheyCannotHold) {
                InputError);
   EXPECT_THROW(load(R"({"name": "x", "node_groups": [{"name": "h", "nodes": 1, "node_from": "missing.json"}]})"),
                InputError);
+  // A node without NICs cannot join a network, whichever group comes first.
+  std::ifstream in(test::source_path("topologies/dgx-a100.json"));
+  nlohmann::json no_nics = nlohmann::json::parse(in)["node"];
+  no_nics.erase("nics");
+  const std::string lone = R"({"name": "a", "nodes": 1, "node": )" + no_nics.dump() + "}";
+  const std::string dgx = R"({"name": "h", "nodes": 1, "node_from": "dgx-h100.json"})";
+  const std::string net = R"("network": {"kind": "fat_tree", "tiers": 1, "link_latency": "1 us"})";
+  for (const std::string& order : {lone + ", " + dgx, dgx + ", " + lone}) {
+    EXPECT_THROW(load(R"({"name": "x", "node_groups": [)" + order + "], " + net + "}"), InputError) << order;
+  }
 }
 
 }  // namespace
