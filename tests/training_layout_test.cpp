@@ -174,7 +174,7 @@ TEST(LayoutValidation, VirtualStagesNeedTheInterleavedSchedule) {
   l.pp = 4;
   l.dp = 2;
   l.global_batch = 6;  // m = 3, not a multiple of pp = 4
-  expect_error(l, bundled("llama3-8b"), 64, "/parallel/global_batch", "(3) to be a multiple of pp=4");
+  expect_error(l, bundled("llama3-8b"), 64, "/parallel/global_batch", "(3) to be a multiple of the stages (4)");
   l.pp = 1;
   l.dp = 8;
   l.global_batch = 64;

@@ -58,6 +58,40 @@ TEST(PipelineSchedule, InterleavedFollowsMegatron) {
   EXPECT_THROW(make_pipeline_schedule(PipelineScheduleKind::kOneFOneB, 4, 8, 2), std::invalid_argument);
 }
 
+TEST(PipelineSchedule, MicroBatchGroupsFollowMegatronCore) {
+  // Megatron-Core's get_schedule_table docstring: p = 2, N = 3, m = 5, v = 2 runs micro-batches
+  // 0 1 2 0 1 2 3 4 3 4 in chunks 0 0 0 1 1 1 0 0 1 1 (the last group takes the 2 left).
+  const PipelineSchedule s = make_pipeline_schedule(PipelineScheduleKind::kInterleavedOneFOneB, 2, 5, 2, {}, 3);
+  EXPECT_TRUE(schedule_problem(s).empty());
+  for (int stage = 0; stage < 2; ++stage) {
+    std::vector<PipelineOp> forwards, backwards;
+    for (const PipelineOp& op : s.per_stage[static_cast<size_t>(stage)]) {
+      (op.kind == PassKind::kForward ? forwards : backwards).push_back(op);
+    }
+    EXPECT_EQ(listing(forwards, true), "F0.0 F1.0 F2.0 F0.1 F1.1 F2.1 F3.0 F4.0 F3.1 F4.1");
+    EXPECT_EQ(listing(backwards, true), "B0.1 B1.1 B2.1 B0.0 B1.0 B2.0 B3.1 B4.1 B3.0 B4.0");
+  }
+  // Warm-up 2(p − s − 1) + (v − 1)·N: 5 forwards on stage 0, 3 on stage 1; one more forward, then
+  // the first backward: 6 and 4 chunk-passes in flight.
+  EXPECT_EQ(listing(s.per_stage[0], true).substr(0, 29), "F0.0 F1.0 F2.0 F0.1 F1.1 F2.1");
+  EXPECT_EQ(s.per_stage[0][6].kind, PassKind::kBackward);
+  EXPECT_EQ(s.per_stage[1][4].kind, PassKind::kBackward);
+  EXPECT_EQ(peak_in_flight(s, 0), 6);
+  EXPECT_EQ(peak_in_flight(s, 1), 4);
+  // N = p is the depth-first default.
+  const auto plain = make_pipeline_schedule(PipelineScheduleKind::kInterleavedOneFOneB, 4, 8, 2);
+  const auto grouped = make_pipeline_schedule(PipelineScheduleKind::kInterleavedOneFOneB, 4, 8, 2, {}, 4);
+  for (int stage = 0; stage < 4; ++stage) EXPECT_EQ(listing(plain.per_stage[stage], true), listing(grouped.per_stage[stage], true));
+  // p ≤ N ≤ m, and a last group of 0 or at least p: m need not be a multiple of p.
+  EXPECT_TRUE(interleaving_problem(4, 10, 5).empty());
+  EXPECT_TRUE(interleaving_problem(4, 6, 6).empty());
+  EXPECT_FALSE(interleaving_problem(4, 10, 8).empty());  // a last group of 2
+  EXPECT_FALSE(interleaving_problem(4, 10, 3).empty());  // N < p
+  EXPECT_FALSE(interleaving_problem(4, 10, 11).empty()); // N > m
+  EXPECT_FALSE(interleaving_problem(4, 10, 0).empty());  // N = p by default: 10 is not a multiple of 4
+  EXPECT_TRUE(schedule_problem(make_pipeline_schedule(PipelineScheduleKind::kInterleavedOneFOneB, 4, 10, 3, {}, 5)).empty());
+}
+
 TEST(PipelineSchedule, DependenciesFollowTheVirtualStages) {
   PipelineSchedule s = make_pipeline_schedule(PipelineScheduleKind::kInterleavedOneFOneB, 4, 4, 2);
   using K = PassKind;

@@ -28,6 +28,17 @@ add_test(NAME example.train.refuses_node_groups
          COMMAND bash ${PROJECT_SOURCE_DIR}/calibrate/harness/check-exit.sh 2
                  "node-groups-train.json: /topology: .*dgx-h100-a100-mixed.json is a cluster of node groups"
                  $<TARGET_FILE:parallax> train ${PROJECT_SOURCE_DIR}/tests/data/workloads/node-groups-train.json)
+# Megatron-Core's micro-batch groups: 30 micro-batches on 4 stages interleave in groups of 6 (not
+# a multiple of pp, which the depth-first default needs); a group leaving 2 is refused.
+add_test(NAME example.train.microbatch_group
+         COMMAND parallax train ${PROJECT_SOURCE_DIR}/workloads/train/llama3-70b-64xgb200-nvfp4.json --gbs 240
+                 --microbatch-group 6 --network analytical)
+set_tests_properties(example.train.microbatch_group PROPERTIES PASS_REGULAR_EXPRESSION "vpp 5 \\(micro-batch groups of 6\\)")
+add_test(NAME example.train.microbatch_group_short_last
+         COMMAND bash ${PROJECT_SOURCE_DIR}/calibrate/harness/check-exit.sh 2
+                 "/parallel/microbatch_group: the micro-batch group \\(7\\) leaves a last group of 2 micro-batches"
+                 $<TARGET_FILE:parallax> train ${PROJECT_SOURCE_DIR}/workloads/train/llama3-70b-64xgb200-nvfp4.json --gbs 240
+                 --microbatch-group 7)
 # --explain ranks re-simulated knobs; the overlap switches are flags too.
 add_test(NAME example.train.explain
          COMMAND parallax train ${PROJECT_SOURCE_DIR}/workloads/train/llama3-70b-64xdgx-h100.json --explain)

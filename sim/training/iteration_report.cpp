@@ -77,6 +77,7 @@ void link_events(const IterationResult& r, const TraceThreads& threads, nlohmann
 std::string layout_description(const ParallelLayout& l) {
   std::string s = format_text("tp %d · pp %d · dp %d", l.tp, l.pp, l.dp);
   if (l.virtual_stages > 1) s += format_text(" · vpp %d", l.virtual_stages);
+  if (l.microbatch_group > 0) s += format_text(" (micro-batch groups of %d)", l.microbatch_group);
   if (l.cp > 1) s += format_text(" · cp %d (%s)", l.cp, to_string(l.cp_comm));
   if (l.ep > 1) {
     s += format_text(" · ep %d%s%s%s", l.ep, l.moe_dispatcher == MoeDispatcher::kFlex ? " (flex)" : "",

@@ -411,7 +411,8 @@ std::shared_ptr<const PipelineSchedule> schedule_for(const ParallelLayout& layou
       times.weight += u.weight_gradient;
     }
   }
-  return shared_pipeline_schedule(layout.schedule, p, static_cast<int>(layout.micro_batches()), v, pass_times);
+  return shared_pipeline_schedule(layout.schedule, p, static_cast<int>(layout.micro_batches()), v, pass_times,
+                                  layout.microbatch_group);
 }
 
 }  // namespace

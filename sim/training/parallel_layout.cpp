@@ -1,5 +1,6 @@
 // Validation of a parallel layout and the rank ↔ coordinates maps of its rank order.
 #include "training/parallel_layout.h"
+#include "training/pipeline_schedule.h"
 #include "training/pipeline_split.h"
 
 #include <algorithm>
@@ -501,9 +502,13 @@ void validate(const ParallelLayout& l, const ModelConfig& model, int gpus, const
                                to_string(l.schedule));
   }
   if (interleaved && l.pp < 2) fail("pp", "interleaved_1f1b needs pp ≥ 2, got " + num(l.pp));
-  if (interleaved && m % l.pp != 0) {
-    fail("global_batch", "interleaved_1f1b needs the micro-batches per iteration (" + num(m) +
-                             ") to be a multiple of pp=" + num(l.pp));
+  if (!interleaved && l.microbatch_group > 0) {
+    fail("microbatch_group", "a micro-batch group orders interleaved_1f1b's chunks, not " + std::string(to_string(l.schedule)));
+  }
+  if (interleaved) {
+    if (const std::string why = interleaving_problem(l.pp, static_cast<int>(m), l.microbatch_group); !why.empty()) {
+      fail(l.microbatch_group > 0 ? "microbatch_group" : "global_batch", why);
+    }
   }
 
   if (const PipelineSplit split = split_pipeline_layers(l, model.layers); !split.problem.empty()) {

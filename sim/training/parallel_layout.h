@@ -109,6 +109,9 @@ struct ParallelLayout {
   int tp = 1;
   int pp = 1;
   int virtual_stages = 1;  ///< model chunks per pipeline stage (v); > 1 only with interleaving
+  /// Interleaved 1F1B: micro-batches per group, each group run chunk by chunk (Megatron-Core's
+  /// microbatch_group_size_per_vp_stage, N); 0: pp (Megatron's depth-first default).
+  int microbatch_group = 0;
   int cp = 1;
   ContextParallelComm cp_comm = ContextParallelComm::kRing;
   int ep = 1;

@@ -37,19 +37,26 @@ std::vector<PipelineOp> one_f_one_b_stage(int p, int m, int s) {
   return ops;
 }
 
-// Megatron-LM's interleaved order (schedules.py, get_model_chunk_id and the micro-batch of the
-// k-th virtual micro-batch), for m a multiple of p.
-std::vector<PipelineOp> interleaved_stage(int p, int m, int v, int s) {
+// Megatron-Core's interleaved order (schedules.py get_schedule_table): groups of n micro-batches,
+// each run chunk by chunk, the last group taking what is left; backwards in the forwards' order
+// on the mirrored chunk.
+std::vector<PipelineOp> interleaved_stage(int p, int m, int v, int n, int s) {
+  std::vector<PipelineOp> table;  // the forwards, in order
+  for (int first = 0; first < m; first += n) {
+    const int end = first + n >= m ? m : first + n;
+    for (int c = 0; c < v; ++c) {
+      for (int mb = first; mb < end; ++mb) table.push_back({PassKind::kForward, mb, c});
+    }
+  }
   const int total = m * v;
-  auto micro_batch = [&](int k) { return (k / (p * v)) * p + k % p; };
-  auto forward_chunk = [&](int k) { return (k % (p * v)) / p; };
-  auto forward = [&](int k) { return PipelineOp{PassKind::kForward, micro_batch(k), forward_chunk(k)}; };
-  auto backward = [&](int k) { return PipelineOp{PassKind::kBackward, micro_batch(k), v - 1 - forward_chunk(k)}; };
-  const int warmup = std::min((p - s - 1) * 2 + (v - 1) * p, total);
-  std::vector<PipelineOp> ops;
-  for (int k = 0; k < warmup; ++k) ops.push_back(forward(k));
+  auto backward = [&](int k) {
+    const PipelineOp& f = table[static_cast<size_t>(k)];
+    return PipelineOp{PassKind::kBackward, f.micro_batch, v - 1 - f.chunk};
+  };
+  const int warmup = std::min((p - s - 1) * 2 + (v - 1) * n, total);
+  std::vector<PipelineOp> ops(table.begin(), table.begin() + warmup);
   for (int k = 0; k < total - warmup; ++k) {
-    ops.push_back(forward(warmup + k));
+    ops.push_back(table[static_cast<size_t>(warmup + k)]);
     ops.push_back(backward(k));
   }
   for (int k = total - warmup; k < total; ++k) ops.push_back(backward(k));
@@ -311,8 +318,29 @@ std::string to_string(const PipelineOp& op, bool with_chunk) {
   return s;
 }
 
+std::string interleaving_problem(int p, int m, int group) {
+  const int n = group > 0 ? group : p;
+  const std::string N = "the micro-batch group (" + std::to_string(n) + (group > 0 ? ")" : ", pp by default)");
+  if (n < p || n > m) {
+    if (group == 0) {
+      return "interleaved 1F1B needs the micro-batches (" + std::to_string(m) + ") to be a multiple of the stages (" +
+             std::to_string(p) + "), or a micro-batch group between them";
+    }
+    return N + " must lie between the stages (" + std::to_string(p) + ") and the micro-batches (" + std::to_string(m) + ")";
+  }
+  if (const int r = m % n; r > 0 && r < p) {
+    if (group == 0) {
+      return "interleaved 1F1B needs the micro-batches (" + std::to_string(m) + ") to be a multiple of the stages (" +
+             std::to_string(p) + "), or a micro-batch group that leaves 0 or at least " + std::to_string(p);
+    }
+    return N + " leaves a last group of " + std::to_string(r) + " micro-batches, fewer than the stages (" +
+           std::to_string(p) + "): give m mod N = 0 or at least pp";
+  }
+  return {};
+}
+
 PipelineSchedule make_pipeline_schedule(PipelineScheduleKind kind, int p, int m, int v,
-                                        const std::vector<StagePassTimes>& times) {
+                                        const std::vector<StagePassTimes>& times, int group) {
   if (p < 1 || m < 1 || v < 1) throw std::invalid_argument("stages, micro-batches and chunks must be at least 1");
   const bool interleaved = kind == PipelineScheduleKind::kInterleavedOneFOneB;
   if (kind == PipelineScheduleKind::kZeroBubbleH1 || kind == PipelineScheduleKind::kZeroBubbleH2) {
@@ -334,20 +362,20 @@ PipelineSchedule make_pipeline_schedule(PipelineScheduleKind kind, int p, int m,
   if (!interleaved && v != 1) {
     throw std::invalid_argument(std::string(to_string(kind)) + " runs one model chunk per stage, not " + std::to_string(v));
   }
-  if (interleaved && m % p != 0) {
-    throw std::invalid_argument("interleaved 1F1B needs the micro-batches (" + std::to_string(m) +
-                                ") to be a multiple of the stages (" + std::to_string(p) + ")");
+  if (interleaved) {
+    if (const std::string why = interleaving_problem(p, m, group); !why.empty()) throw std::invalid_argument(why);
   }
   PipelineSchedule sch;
   sch.kind = kind;
   sch.stages = p;
   sch.micro_batches = m;
   sch.chunks = v;
+  sch.group = group > 0 ? group : p;
   for (int s = 0; s < p; ++s) {
     switch (kind) {
       case PipelineScheduleKind::kGpipe: sch.per_stage.push_back(gpipe_stage(m)); break;
       case PipelineScheduleKind::kOneFOneB: sch.per_stage.push_back(one_f_one_b_stage(p, m, s)); break;
-      case PipelineScheduleKind::kInterleavedOneFOneB: sch.per_stage.push_back(interleaved_stage(p, m, v, s)); break;
+      case PipelineScheduleKind::kInterleavedOneFOneB: sch.per_stage.push_back(interleaved_stage(p, m, v, sch.group, s)); break;
       case PipelineScheduleKind::kZeroBubbleH1:
       case PipelineScheduleKind::kZeroBubbleH2: break;  // built above
     }
@@ -356,10 +384,10 @@ PipelineSchedule make_pipeline_schedule(PipelineScheduleKind kind, int p, int m,
 }
 
 std::shared_ptr<const PipelineSchedule> shared_pipeline_schedule(PipelineScheduleKind kind, int p, int m, int v,
-                                                                 const std::vector<StagePassTimes>& times) {
+                                                                 const std::vector<StagePassTimes>& times, int group) {
   struct Kept {
     PipelineScheduleKind kind;
-    int p, m, v;
+    int p, m, v, group;
     std::vector<StagePassTimes> times;
     std::shared_ptr<const PipelineSchedule> schedule;
     size_t passes;
@@ -370,12 +398,13 @@ std::shared_ptr<const PipelineSchedule> shared_pipeline_schedule(PipelineSchedul
   thread_local size_t passes_kept = 0;
   const bool reads_times = kind == PipelineScheduleKind::kZeroBubbleH1 || kind == PipelineScheduleKind::kZeroBubbleH2;
   for (auto it = kept.begin(); it != kept.end(); ++it) {
-    if (it->kind == kind && it->p == p && it->m == m && it->v == v && (!reads_times || it->times == times)) {
+    if (it->kind == kind && it->p == p && it->m == m && it->v == v && it->group == group &&
+        (!reads_times || it->times == times)) {
       std::rotate(it, it + 1, kept.end());
       return kept.back().schedule;
     }
   }
-  auto schedule = std::make_shared<const PipelineSchedule>(make_pipeline_schedule(kind, p, m, v, times));
+  auto schedule = std::make_shared<const PipelineSchedule>(make_pipeline_schedule(kind, p, m, v, times, group));
   size_t passes = 0;
   for (const auto& stage : schedule->per_stage) passes += stage.size();
   while (!kept.empty() && (kept.size() >= kEntries || passes_kept + passes > kPasses)) {
@@ -383,7 +412,7 @@ std::shared_ptr<const PipelineSchedule> shared_pipeline_schedule(PipelineSchedul
     kept.erase(kept.begin());
   }
   if (passes <= kPasses) {
-    kept.push_back(Kept{kind, p, m, v, reads_times ? times : std::vector<StagePassTimes>{}, schedule, passes});
+    kept.push_back(Kept{kind, p, m, v, group, reads_times ? times : std::vector<StagePassTimes>{}, schedule, passes});
     passes_kept += passes;
   }
   return schedule;

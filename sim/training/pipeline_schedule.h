@@ -13,10 +13,14 @@
 //   1F1B (PipeDream-Flush, Narayanan et al. 2021): stage s runs min(p−s−1, m) warm-up
 //     forwards, then alternates one forward and one backward, then the remaining backwards.
 //   Interleaved 1F1B (Narayanan et al., SC'21 §2.2; Megatron-LM's
-//     forward_backward_pipelining_with_interleaving): the k-th forward of a stage is
-//     micro-batch ⌊k/(p·v)⌋·p + k mod p in chunk ⌊(k mod p·v)/p⌋, backwards the same with chunk
-//     v−1−⌊(k mod p·v)/p⌋; warm-up min((p−s−1)·2 + (v−1)·p, m·v) forwards, then 1F1B, then
-//     cool-down. Needs m a multiple of p.
+//     forward_backward_pipelining_with_interleaving): micro-batches in groups of N (Megatron-Core's
+//     microbatch_group_size_per_vp_stage, default p; Llama 3's "N set flexibly"): a stage runs
+//     chunk 0 of every micro-batch of a group, then chunk 1, … chunk v−1, then the next group (the
+//     last group takes what is left); the k-th backward is the k-th forward's micro-batch in chunk
+//     v−1−c; warm-up min((p−s−1)·2 + (v−1)·N, m·v) forwards, then 1F1B, then cool-down. Needs
+//     p ≤ N ≤ m and a last group of 0 or at least p micro-batches (m mod N = 0 or ≥ p); with
+//     N = p, m a multiple of p (the k-th forward is micro-batch ⌊k/(p·v)⌋·p + k mod p in chunk
+//     ⌊(k mod p·v)/p⌋).
 //   ZB-H1 (Qi et al., "Zero Bubble Pipeline Parallelism", ICLR 2024): the backward is split
 //     into B (input gradients, which the previous stage waits for) and W (weight gradients,
 //     which nothing downstream waits for), and W passes fill what would be bubbles. Built by
@@ -72,6 +76,7 @@ struct PipelineSchedule {
   int stages = 1;        ///< p
   int micro_batches = 1; ///< m
   int chunks = 1;        ///< v
+  int group = 1;         ///< interleaved: micro-batches per group (N)
   std::vector<std::vector<PipelineOp>> per_stage;  ///< p lists, each of passes_per_micro_batch()·m·v passes
   /// Whether the backward is split into B and W passes (zero-bubble schedules).
   bool split_backward() const {
@@ -96,12 +101,17 @@ struct StagePassTimes {
   bool operator==(const StagePassTimes&) const = default;
 };
 
-/// The schedule of `kind` for p stages, m micro-batches and v chunks. ZB-H1 is ordered with
-/// `times` (one entry per stage), or with F = B = W when empty. Throws std::invalid_argument
-/// when p, m or v < 1, v > 1 without interleaving, interleaving with m not a multiple of p, or
-/// times of the wrong length.
+/// The schedule of `kind` for p stages, m micro-batches and v chunks, interleaved in groups of
+/// `group` micro-batches (0: p). ZB-H1 is ordered with `times` (one entry per stage), or with
+/// F = B = W when empty. Throws std::invalid_argument when p, m or v < 1, v > 1 without
+/// interleaving, an interleaved group that does not fit (interleaving_problem), or times of the
+/// wrong length.
 PipelineSchedule make_pipeline_schedule(PipelineScheduleKind kind, int stages, int micro_batches, int chunks = 1,
-                                        const std::vector<StagePassTimes>& times = {});
+                                        const std::vector<StagePassTimes>& times = {}, int group = 0);
+
+/// Why p stages cannot interleave m micro-batches in groups of `group` (0: p); empty when they
+/// can (Megatron-Core's checks: p ≤ N ≤ m, and m mod N = 0 or ≥ p).
+std::string interleaving_problem(int stages, int micro_batches, int group);
 
 /// make_pipeline_schedule's schedule, shared: each thread keeps the schedules it made last, by
 /// their inputs (the pass times only for the zero-bubble orders, which read them), and hands
@@ -109,7 +119,7 @@ PipelineSchedule make_pipeline_schedule(PipelineScheduleKind kind, int stages, i
 /// again to simulate them) with a few hundred distinct schedules. A pure function's cache.
 std::shared_ptr<const PipelineSchedule> shared_pipeline_schedule(PipelineScheduleKind kind, int stages,
                                                                  int micro_batches, int chunks,
-                                                                 const std::vector<StagePassTimes>& times);
+                                                                 const std::vector<StagePassTimes>& times, int group = 0);
 
 namespace pipeline_detail {
 /// ZB-H1/H2's list scheduling (make_pipeline_schedule) as written: every free stage looks at

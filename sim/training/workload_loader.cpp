@@ -217,6 +217,7 @@ void read_degrees(JsonReader& p, const std::string& path, ParallelLayout& l, boo
   read_int(p, "tp", l.tp);
   read_int(p, "pp", l.pp);
   read_int(p, "vpp", l.virtual_stages);
+  read_int(p, "microbatch_group", l.microbatch_group, 0, int64_t{1} << 20);
   read_int(p, "cp", l.cp);
   if (auto v = p.find("cp_comm")) l.cp_comm = cp_comm_from(v->as_string(), path, v->pointer());
   read_int(p, "ep", l.ep);
@@ -355,6 +356,7 @@ void check_override_ranges(const WorkloadOverrides& a) {
     in_range(flag, wide(v), 1, kMaxDegree);
   }
   in_range("--expert-tp", wide(a.expert_tp), 0, kMaxDegree);
+  in_range("--microbatch-group", wide(a.microbatch_group), 0, int64_t{1} << 20);
   in_range("--cpu-offloading-layers", wide(a.cpu_offloading_layers), 0, kMaxDegree);
   in_range("--recompute-layers", wide(a.recompute_layers), 0, kMaxDegree);
   in_range("--micro-batch", a.micro_batch, 1, kMaxBatch);
@@ -393,6 +395,7 @@ void apply_overrides(const WorkloadOverrides& a, ParallelLayout& l, bool& dp_giv
   if (a.tp) l.tp = *a.tp;
   if (a.pp) l.pp = *a.pp;
   if (a.vpp) l.virtual_stages = *a.vpp;
+  if (a.microbatch_group) l.microbatch_group = *a.microbatch_group;
   if (a.cp) l.cp = *a.cp;
   if (!a.cp_comm.empty()) l.cp_comm = cp_comm_from(a.cp_comm, "", "--cp-comm");
   if (a.ep) l.ep = *a.ep;

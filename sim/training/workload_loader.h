@@ -33,7 +33,8 @@ inline constexpr int64_t kMaxBatch = 1 << 24;
 inline constexpr int64_t kMaxSequence = 1 << 24;
 
 struct WorkloadOverrides {
-  std::optional<int> tp, pp, dp, vpp, cp, ep, expert_tp, zero, nodes, cpu_offloading_layers, recompute_layers, dp_shard;
+  std::optional<int> tp, pp, dp, vpp, cp, ep, expert_tp, zero, nodes, cpu_offloading_layers, recompute_layers, dp_shard,
+      microbatch_group;
   /// The job's GPUs (`--gpus`): the topology sized to them as a launcher places them,
   /// whatever the workload's nodes say.
   std::optional<int> gpus;

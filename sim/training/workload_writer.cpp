@@ -13,6 +13,7 @@ nlohmann::ordered_json parallel_block(const ParallelLayout& l) {
   p["pp"] = l.pp;
   p["dp"] = l.dp;
   if (l.virtual_stages > 1) p["vpp"] = l.virtual_stages;
+  if (l.microbatch_group > 0) p["microbatch_group"] = l.microbatch_group;
   if (l.cp > 1) {
     p["cp"] = l.cp;
     p["cp_comm"] = to_string(l.cp_comm);

@@ -42,7 +42,7 @@ const std::string& kTopologiesDir = topologies_dir();
 
 struct TrainArgs {
   std::string workload;
-  std::optional<int> tp, pp, dp, vpp, cp, ep, expert_tp, zero, nodes, cpu_offloading_layers, recompute_layers, dp_shard;
+  std::optional<int> tp, pp, dp, vpp, cp, ep, expert_tp, zero, nodes, cpu_offloading_layers, recompute_layers, dp_shard, microbatch_group;
   std::optional<int64_t> micro_batch, global_batch, sequence;
   std::string schedule, recompute, dtype, cp_comm, attention, moe_dispatcher, expert_gemm, cuda_graphs,
       moe_router_load_balancing, optimizer;
@@ -74,6 +74,7 @@ Job read_job(const TrainArgs& a) {
   o.pp = a.pp;
   o.dp = a.dp;
   o.vpp = a.vpp;
+  o.microbatch_group = a.microbatch_group;
   o.cp = a.cp;
   o.ep = a.ep;
   o.expert_tp = a.expert_tp;
@@ -351,6 +352,9 @@ void add_train_command(CLI::App& app) {
   cmd->add_option("--pp", args->pp, "override the pipeline-parallel size");
   cmd->add_option("--dp", args->dp, "override the data-parallel size (default: what the cluster leaves)");
   cmd->add_option("--vpp", args->vpp, "virtual stages per pipeline stage (interleaved 1F1B)");
+  cmd->add_option("--microbatch-group", args->microbatch_group,
+                  "interleaved 1F1B: micro-batches per group, each run chunk by chunk (Megatron's "
+                  "--microbatch-group-size-per-virtual-pipeline-stage; default pp)");
   cmd->add_option("--cp", args->cp, "context-parallel size");
   cmd->add_option("--cp-comm", args->cp_comm, "context-parallel attention: ring (K/V blocks passed around) or ulysses (all-to-all)");
   cmd->add_option("--moe-dispatcher", args->moe_dispatcher,
