@@ -260,7 +260,7 @@ TEST(LayoutSearch, ABadSpaceFailsWithItsPointer) {
   fails_at(R"({"rank_order": ["tp-dp-tp"]})", "/rank_order/0");
   fails_at(R"({"tpp": [1]})", "tpp");
   fails_at(R"({"pp": [1, 3]})", "/pp/1: 3 does not divide the 16 GPUs");
-  fails_at(R"({"expert_gemm": ["per_expert", "sequential"]})", "/expert_gemm/1");
+  fails_at(R"({"expert_gemm": ["per_expert", "batched"]})", "/expert_gemm/1");
   // A space whose every layout breaks a rule fails before any simulation.
   std::ofstream(path) << R"({"tp": [16], "pp": [16]})";
   EXPECT_THROW(search_layouts(job.model, job.layout, job.topology, read_search_space(path, defaults, 16), SearchOptions{}),

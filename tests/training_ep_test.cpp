@@ -4,6 +4,8 @@
 // Mixtral-8x7B layout with ep 8 end to end.
 #include <gtest/gtest.h>
 
+#include <map>
+
 #include <fstream>
 #include <iostream>
 #include <optional>
@@ -512,7 +514,7 @@ TEST(IterationExpertParallel, EpOneAddsNothingToThePreEpModel) {
   const IterationResult r = simulate_iteration(model, moe_layout(1, 1), topo, test::kernels_only());
   const ComputeModel cm(topo.gpu_specs()[0], test::kernels_only().compute);
   MicroBatch mb{1, 512, true, DType::kBf16};
-  mb.expert_gemms = ExpertGemms::kPerExpert;  // the layout's default, Megatron-Core's
+  mb.expert_gemms = ExpertGemms::kPerExpert;  // the layout's default, Megatron-Core's TEGroupedMLP
   mb.sort_received_tokens = true;             // its default dispatcher, alltoall, regroups by expert
   Time expected;
   auto add = [&](const std::vector<ModelOperator>& ops, int times) {
@@ -563,6 +565,39 @@ TEST(IterationExpertParallel, ExpertsIssuedPerExpertWaitForTheHost) {
   EXPECT_LT(expert_time(ExpertGemms::kGrouped), Time::from_seconds(1));
   EXPECT_EQ(per_expert.iteration_time - on_device.iteration_time,
             (expert_time(ExpertGemms::kPerExpert) - expert_time(ExpertGemms::kGrouped)) * 8);
+}
+
+TEST(IterationExpertParallel, SequentialExpertsIssueTheirActivationsOneByOneAndConcatenate) {
+  // Megatron-Core's SequentialMLP on 4 local experts: the same GEMMs as TEGroupedMLP's, each
+  // expert's activation a kernel of its own each way (one over all of them in TEGroupedMLP), and
+  // one cat of the experts' outputs forward (its gradient's split is a view: no kernel). With a
+  // host that takes 1 s per kernel dispatch, the activations alone differ by 2 × (4 − 1) s.
+  const ModelConfig model = tiny_moe();
+  const Topology topo = toy_cluster(1);
+  IterationOptions slow = test::kernels_only();
+  slow.compute.host_dispatch = Time::from_seconds(1);
+  const ComputeModel cm(topo.gpu_specs()[0], slow.compute);
+  MicroBatch mb{1, 512, true, DType::kBf16};
+  auto by_name = [&](ExpertGemms g) {
+    mb.expert_gemms = g;
+    std::map<std::string, ModelOperator> ops;
+    for (const ModelOperator& op : layer_operators(model, 0, mb, {})) ops.emplace(op.name, op);
+    return ops;
+  };
+  const auto grouped = by_name(ExpertGemms::kPerExpert), sequential = by_name(ExpertGemms::kSequential);
+  EXPECT_EQ(grouped.at("expert_activation").forward.kernels, 1);
+  EXPECT_EQ(sequential.at("expert_activation").forward.kernels, 4);
+  EXPECT_EQ(sequential.at("expert_activation").backward.kernels, 4);
+  EXPECT_EQ(grouped.count("expert_output_cat"), 0u);
+  EXPECT_EQ(sequential.at("expert_output_cat").backward.kernels, 0);
+  for (const char* gemm : {"expert_gate_up_proj", "expert_down_proj"}) {
+    EXPECT_EQ(sequential.at(gemm).forward.host_issued_kernels, grouped.at(gemm).forward.host_issued_kernels);
+  }
+  const auto issue = [&](const ModelOperator& op) {
+    return cm.timing(op.forward).issue + cm.timing(op.backward).issue;
+  };
+  EXPECT_EQ(issue(sequential.at("expert_activation")) - issue(grouped.at("expert_activation")), Time::from_seconds(6));
+  EXPECT_EQ(expert_gemms_from("sequential"), ExpertGemms::kSequential);
 }
 
 TEST(IterationExpertParallel, ExpertTensorParallelismOfOneKeepsExpertsWholeOnTheirTokens) {

@@ -681,7 +681,7 @@ TEST(ExpertGemms, PerExpertIssueIsOneHostGemmPerLocalExpertAndPass) {
   EXPECT_EQ(find(dense, "mlp_gate_up_proj").forward.host_issued_kernels, 0);
   EXPECT_EQ(to_string(ExpertGemms::kPerExpert), std::string("per_expert"));
   EXPECT_EQ(expert_gemms_from("grouped"), ExpertGemms::kGrouped);
-  EXPECT_FALSE(expert_gemms_from("sequential").has_value());
+  EXPECT_FALSE(expert_gemms_from("batched").has_value());
 }
 
 TEST(RotaryEmbedding, UnfusedRopeMovesSixTimesTheFusedBytes) {

@@ -59,7 +59,7 @@ TEST(PublishedRuns, DefaultsAndBadRows) {
   // A bundled model needs the models folder.
   EXPECT_EQ(runs[6].error, "/6/model/bundled: no bundled model \"deepseek-v3\"");
   EXPECT_EQ(runs[7].error, "/7/layout/exp_avg_sq_dtype: expected fp32, bf16, fp16, fp8 or null, found \"fp64\"");
-  EXPECT_EQ(runs[8].error, "/8/layout/expert_gemm: unknown expert GEMM issue \"sequential\" (expected per_expert, grouped or null)");
+  EXPECT_EQ(runs[8].error, "/8/layout/expert_gemm: unknown expert GEMM issue \"batched\" (expected per_expert, grouped, sequential or null)");
   // Counts of layers may be 0, written out (none in bf16, none offloaded, every layer recomputed).
   EXPECT_EQ(runs[9].error, "");
   EXPECT_EQ(parallel_layout_of(runs[9]).recompute_layers, 0);

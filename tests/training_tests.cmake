@@ -66,8 +66,13 @@ add_test(NAME example.train.expert_gemm_grouped
          COMMAND parallax train ${PROJECT_SOURCE_DIR}/workloads/train/mixtral-8x7b-8xdgx-h100-ep8.json --expert-gemm grouped)
 set_tests_properties(example.train.expert_gemm_grouped PROPERTIES PASS_REGULAR_EXPRESSION "ep 8 \\(grouped expert GEMMs\\)")
 parallax_refuses(train.bad_expert_gemm_is_refused
-                 "--expert-gemm: unknown expert GEMM issue \"sequential\" \\(expected per_expert or grouped\\)"
-                 train ${PROJECT_SOURCE_DIR}/workloads/train/mixtral-8x7b-8xdgx-h100-ep8.json --expert-gemm sequential)
+                 "--expert-gemm: unknown expert GEMM issue \"batched\" \\(expected per_expert, grouped or sequential\\)"
+                 train ${PROJECT_SOURCE_DIR}/workloads/train/mixtral-8x7b-8xdgx-h100-ep8.json --expert-gemm batched)
+# Megatron-Core's default SequentialMLP: each expert's activation a kernel of its own, the outputs
+# concatenated.
+add_test(NAME example.train.expert_gemm_sequential
+         COMMAND parallax train ${PROJECT_SOURCE_DIR}/workloads/train/mixtral-8x7b-8xdgx-h100-ep8.json --expert-gemm sequential --ep 2 --ops)
+set_tests_properties(example.train.expert_gemm_sequential PROPERTIES PASS_REGULAR_EXPRESSION "expert_output_cat")
 # The router's fused kernels and its load-balancing loss from the command line, named in the
 # layout line; an unknown loss refused with exit 2, naming the flag.
 add_test(NAME example.train.moe_router

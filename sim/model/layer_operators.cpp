@@ -130,6 +130,22 @@ class OperatorList {
     ops_.push_back({name, forward, backward, false, Bytes(), Bytes()});
   }
 
+  // Megatron Core's SequentialMLP: the operator `name` added from `first` on runs once per group
+  // (each expert's module issues its own kernel each way), and the groups' `elements` outputs
+  // are concatenated (read and written once; the gradient's split is a view).
+  void one_module_per_group(size_t first, const std::string& name, double groups, double elements) {
+    const int kernels = static_cast<int>(std::ceil(groups));
+    for (size_t i = first; i < ops_.size(); ++i) {
+      if (ops_[i].name != name) continue;
+      ops_[i].forward.kernels = kernels;
+      ops_[i].backward.kernels = kernels;
+    }
+    OperatorCost cat = memory_bound_cost(Bytes(2.0 * elements * element_), Flops(0.0), activation_);
+    OperatorCost split;  // a view: no kernel
+    split.kernels = 0;
+    ops_.push_back({"expert_output_cat", cat, split, false, Bytes(), Bytes()});
+  }
+
   // Megatron Core's TEGroupedMLP with per-expert GEMMs adds the second projection's bias
   // outside the GEMM, in eager PyTorch, weighted by each row's routing probability
   // (TEGroupedMLP._apply_bias: per local expert t + b·p, then one torch.cat of all the rows).
@@ -809,12 +825,15 @@ void add_moe(OperatorList& ops, const ModelConfig& m, const ShardingFactors& sh,
       r.experts_padded ? local_experts : local_experts * -std::expm1(slots * std::log1p(-1.0 / local_experts));
   const double groups = local_experts > 1 ? touched : 1.0;
   const bool per_expert = r.expert_gemms == ExpertGemms::kPerExpert;
-  ops.issue_groups_from_host(per_expert, r.experts_padded);
+  const bool sequential = r.expert_gemms == ExpertGemms::kSequential;
+  ops.issue_groups_from_host(per_expert || sequential, r.experts_padded);
   ops.clamp_glu(m.glu_clamp && per_expert);
+  const size_t expert_mlp = ops.size();
   ops.mlp("expert_", m, slots / groups, expert_ffn, width, slots * width, groups, recompute.moe_act);
   ops.clamp_glu(false);
   ops.issue_groups_from_host(false);
   if (m.mlp_bias && per_expert) ops.expert_output_bias(slots, width, groups, r.fp32_routing_weights);
+  if (sequential && local_experts > 1) ops.one_module_per_group(expert_mlp, "expert_activation", groups, slots * width);
   if (sorted) ops.memory("moe_unsort_by_expert", 2.0 * slots * width * e, 0.0, 1.0);
   ops.in_module(QuantModule::kMoeLatent);
   ops.memory("moe_unpermute", (slots + z.tokens) * width * e, 2.0 * slots * width);
@@ -897,11 +916,19 @@ std::string to_string(const ModulePrecision& p) {
   return s;
 }
 
-const char* to_string(ExpertGemms g) { return g == ExpertGemms::kPerExpert ? "per_expert" : "grouped"; }
+const char* to_string(ExpertGemms g) {
+  switch (g) {
+    case ExpertGemms::kGrouped: return "grouped";
+    case ExpertGemms::kPerExpert: return "per_expert";
+    case ExpertGemms::kSequential: return "sequential";
+  }
+  return "?";
+}
 
 std::optional<ExpertGemms> expert_gemms_from(const std::string& name) {
-  if (name == "grouped") return ExpertGemms::kGrouped;
-  if (name == "per_expert") return ExpertGemms::kPerExpert;
+  for (ExpertGemms g : {ExpertGemms::kGrouped, ExpertGemms::kPerExpert, ExpertGemms::kSequential}) {
+    if (name == to_string(g)) return g;
+  }
   return std::nullopt;
 }
 

@@ -157,12 +157,15 @@ std::string to_string(const RecomputeModules& modules);
 /// the host reads the row counts back from the GPU and issues one GEMM per local expert
 /// (Transformer Engine's GroupedLinear with host-side m_splits: `m_splits.tolist()`, then a
 /// cuBLASLt matmul, with its descriptors and heuristic query, per expert on 4 streams; Megatron
-/// Core's TEGroupedMLP by default, its SequentialMLP too). Each such GEMM is host-issued
-/// (OperatorCost::host_issued_kernels): its forward one per expert, its backward two.
-enum class ExpertGemms : uint8_t { kGrouped, kPerExpert };
-/// "grouped" or "per_expert".
+/// Core's TEGroupedMLP). Each such GEMM is host-issued (OperatorCost::host_issued_kernels): its
+/// forward one per expert, its backward two. kSequential: Megatron Core's SequentialMLP (its
+/// default, moe_grouped_gemm off): every local expert its own MLP module, its GEMMs issued one by
+/// one as kPerExpert and its (fused) activation a kernel of its own each way, the experts'
+/// outputs then concatenated (torch.cat; the gradient's split is a view).
+enum class ExpertGemms : uint8_t { kGrouped, kPerExpert, kSequential };
+/// "grouped", "per_expert" or "sequential".
 const char* to_string(ExpertGemms g);
-/// Parses "grouped" and "per_expert"; nullopt otherwise.
+/// Parses "grouped", "per_expert" and "sequential"; nullopt otherwise.
 std::optional<ExpertGemms> expert_gemms_from(const std::string& name);
 
 /// The modules a per-module quantisation recipe moves off the run's GEMM type (Megatron's

@@ -54,7 +54,7 @@ MoeDispatcher moe_dispatcher_of(JsonReader& r) {
 ExpertGemms expert_gemms_of(JsonReader& r) {
   const std::string s = r.as_string();
   if (auto g = expert_gemms_from(s)) return *g;
-  r.fail("\"" + s + "\" is not a way to issue expert GEMMs (expected per_expert or grouped)");
+  r.fail("\"" + s + "\" is not a way to issue expert GEMMs (expected per_expert, grouped or sequential)");
 }
 
 int positive_int(JsonReader& r) {

@@ -86,6 +86,7 @@ std::string layout_description(const ParallelLayout& l) {
   }
   if (l.expert_tensor_parallel() != l.tp) s += format_text(" · etp %d", l.expert_tensor_parallel());
   if (l.expert_gemms == ExpertGemms::kGrouped) s += " (grouped expert GEMMs)";
+  if (l.expert_gemms == ExpertGemms::kSequential) s += " (experts one module each: SequentialMLP)";
   std::string dtype = to_string(l.dtype);
   if (l.dtype == DType::kFp8 && (l.fp8_recipe != Fp8Recipe::kDelayed || l.fp8_param_gather)) {
     dtype += format_text(" (%s scaling%s)", to_string(l.fp8_recipe), l.fp8_param_gather ? ", fp8 parameters" : "");

@@ -240,7 +240,7 @@ void read_kernel_choices(const nlohmann::json& l, const std::string& where, Publ
       opt_choice(l, "moe_router_load_balancing", where, "aux_loss", load_balancing_loss_from, "load-balancing loss",
                  "none, aux_loss, seq_aux_loss, global_aux_loss");
   p.expert_gemm = opt_choice(l, "expert_gemm", where, "per_expert", expert_gemms_from, "expert GEMM issue",
-                             "per_expert, grouped");
+                             "per_expert, grouped, sequential");
   p.cp_comm = opt_choice(l, "cp_comm", where, "ring", context_parallel_comm_from, "context-parallel communication",
                          "ring, ulysses");
   p.cuda_graphs = opt_choice(l, "cuda_graphs", where, "none", cuda_graphs_from, "CUDA graph scope",

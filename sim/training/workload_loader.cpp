@@ -46,7 +46,7 @@ MoeDispatcher moe_dispatcher_of(const std::string& s, const std::string& file, c
 }
 
 ExpertGemms expert_gemms_of(const std::string& s, const std::string& file, const std::string& where) {
-  return named_choice(expert_gemms_from, s, file, where, "expert GEMM issue", "per_expert or grouped");
+  return named_choice(expert_gemms_from, s, file, where, "expert GEMM issue", "per_expert, grouped or sequential");
 }
 
 // The non-empty parts of a comma-separated flag value.

@@ -368,7 +368,8 @@ void add_train_command(CLI::App& app) {
                   "the MoE load-balancing loss trained with: none, aux_loss, seq_aux_loss or global_aux_loss");
   cmd->add_option("--expert-gemm", args->expert_gemm,
                   "MoE experts' GEMMs: per_expert (the host issues one per local expert after reading their rows back: "
-                  "Megatron-Core's default) or grouped (one device-side grouped kernel, or a CUDA graph)");
+                  "TEGroupedMLP), sequential (Megatron-Core's default SequentialMLP: each expert its own module, its activation "
+                  "a kernel of its own too) or grouped (one device-side grouped kernel, or a CUDA graph)");
   cmd->add_option("--cuda-graphs", args->cuda_graphs,
                   "kernels replayed from CUDA graphs, which the host issues without its per-kernel dispatch: none, layers "
                   "(every Transformer layer's passes), full_iteration, or Megatron's scopes joined by / "
