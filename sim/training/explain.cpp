@@ -33,7 +33,7 @@ std::vector<Knob> knobs(const ModelConfig& model) {
        [](const ParallelLayout& l) { return !l.moe_a2a_overlap && l.moe_a2a_overlap_possible(); },
        [](ParallelLayout& l, WorkloadOverrides& o) { l.moe_a2a_overlap = true; o.moe_a2a_overlap = true; }},
       {"grouped expert GEMMs (Megatron's moe_use_grouped_tensor)", "--expert-gemm grouped",
-       [moe = model.moe.has_value()](const ParallelLayout& l) { return moe && l.expert_gemms == ExpertGemms::kPerExpert; },
+       [moe = model.moe.has_value()](const ParallelLayout& l) { return moe && l.expert_gemms != ExpertGemms::kGrouped; },
        [](ParallelLayout& l, WorkloadOverrides& o) {
          l.expert_gemms = ExpertGemms::kGrouped;
          o.expert_gemm = "grouped";
