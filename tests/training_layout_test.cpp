@@ -173,8 +173,10 @@ TEST(LayoutValidation, VirtualStagesNeedTheInterleavedSchedule) {
   l.virtual_stages = 2;
   l.pp = 4;
   l.dp = 2;
-  l.global_batch = 6;  // m = 3, not a multiple of pp = 4
-  expect_error(l, bundled("llama3-8b"), 64, "/parallel/global_batch", "(3) to be a multiple of the stages (4)");
+  l.global_batch = 12;  // m = 6, not a multiple of pp = 4
+  expect_error(l, bundled("llama3-8b"), 64, "/parallel/global_batch", "(6) to be a multiple of the stages (4)");
+  l.global_batch = 6;  // m = 3, fewer than the stages
+  expect_error(l, bundled("llama3-8b"), 64, "/parallel/global_batch", "at least as many micro-batches (3) as stages (4)");
   l.pp = 1;
   l.dp = 8;
   l.global_batch = 64;

@@ -130,15 +130,19 @@ class OperatorList {
     ops_.push_back({name, forward, backward, false, Bytes(), Bytes()});
   }
 
-  // Megatron Core's SequentialMLP: the operator `name` added from `first` on runs once per group
-  // (each expert's module issues its own kernel each way), and the groups' `elements` outputs
-  // are concatenated (read and written once; the gradient's split is a view).
-  void one_module_per_group(size_t first, const std::string& name, double groups, double elements) {
-    const int kernels = static_cast<int>(std::ceil(groups));
+  // Megatron Core's SequentialMLP: the operators added from `first` on that are not host-issued
+  // GEMMs (the activation, a clamp, the quantisation of each GEMM's input) run once per module,
+  // `modules` times, each module issuing its own kernels each way; then the modules' `elements`
+  // outputs are concatenated (read and written once; the gradient's split is a view).
+  void one_module_per_group(size_t first, int modules, double elements) {
+    const auto per_module = [modules](OperatorCost& c) {
+      if (c.host_issued_kernels > 0 || c.kernels == 0) return;
+      c.kernels *= modules;
+      if (c.host_dispatches > 0) c.host_dispatches *= modules;
+    };
     for (size_t i = first; i < ops_.size(); ++i) {
-      if (ops_[i].name != name) continue;
-      ops_[i].forward.kernels = kernels;
-      ops_[i].backward.kernels = kernels;
+      per_module(ops_[i].forward);
+      per_module(ops_[i].backward);
     }
     OperatorCost cat = memory_bound_cost(Bytes(2.0 * elements * element_), Flops(0.0), activation_);
     OperatorCost split;  // a view: no kernel
@@ -824,16 +828,19 @@ void add_moe(OperatorList& ops, const ModelConfig& m, const ShardingFactors& sh,
   const double touched =
       r.experts_padded ? local_experts : local_experts * -std::expm1(slots * std::log1p(-1.0 / local_experts));
   const double groups = local_experts > 1 ? touched : 1.0;
-  const bool per_expert = r.expert_gemms == ExpertGemms::kPerExpert;
-  const bool sequential = r.expert_gemms == ExpertGemms::kSequential;
-  ops.issue_groups_from_host(per_expert || sequential, r.experts_padded);
+  // SequentialMLP with one local expert is a plain MLP: no row counts read back, nothing issued
+  // per expert.
+  const bool sequential = r.expert_gemms == ExpertGemms::kSequential && local_experts > 1;
+  const bool per_expert = r.expert_gemms == ExpertGemms::kPerExpert || sequential;
+  ops.issue_groups_from_host(per_expert, r.experts_padded);
   ops.clamp_glu(m.glu_clamp && per_expert);
   const size_t expert_mlp = ops.size();
   ops.mlp("expert_", m, slots / groups, expert_ffn, width, slots * width, groups, recompute.moe_act);
   ops.clamp_glu(false);
   ops.issue_groups_from_host(false);
+  // Every local expert's module runs, tokens or not.
+  if (sequential) ops.one_module_per_group(expert_mlp, static_cast<int>(std::ceil(local_experts)), slots * width);
   if (m.mlp_bias && per_expert) ops.expert_output_bias(slots, width, groups, r.fp32_routing_weights);
-  if (sequential && local_experts > 1) ops.one_module_per_group(expert_mlp, "expert_activation", groups, slots * width);
   if (sorted) ops.memory("moe_unsort_by_expert", 2.0 * slots * width * e, 0.0, 1.0);
   ops.in_module(QuantModule::kMoeLatent);
   ops.memory("moe_unpermute", (slots + z.tokens) * width * e, 2.0 * slots * width);

@@ -159,9 +159,11 @@ std::string to_string(const RecomputeModules& modules);
 /// cuBLASLt matmul, with its descriptors and heuristic query, per expert on 4 streams; Megatron
 /// Core's TEGroupedMLP). Each such GEMM is host-issued (OperatorCost::host_issued_kernels): its
 /// forward one per expert, its backward two. kSequential: Megatron Core's SequentialMLP (its
-/// default, moe_grouped_gemm off): every local expert its own MLP module, its GEMMs issued one by
-/// one as kPerExpert and its (fused) activation a kernel of its own each way, the experts'
-/// outputs then concatenated (torch.cat; the gradient's split is a view).
+/// default, moe_grouped_gemm off): every local expert its own MLP module, called whether or not
+/// tokens reached it, its GEMMs issued one by one as kPerExpert and its other kernels (the fused
+/// activation, a clamp, its own input quantisation) each its own each way, the experts' outputs
+/// then concatenated (torch.cat; the gradient's split is a view); with one local expert a plain
+/// MLP. Not modelled: the fp8/fp4 padding of each expert's rows to a multiple of 16 or 32.
 enum class ExpertGemms : uint8_t { kGrouped, kPerExpert, kSequential };
 /// "grouped", "per_expert" or "sequential".
 const char* to_string(ExpertGemms g);

@@ -196,6 +196,7 @@ Layouts degrees(const SearchSpace& space, const ParallelLayout& base, int gpus) 
         l.dp = gpus / (tp * pp * cp);
         l.schedule = PipelineScheduleKind::kOneFOneB;
         l.virtual_stages = 1;
+        l.microbatch_group = 0;  // the depth-first default of whatever interleaving follows
         l.sequence_parallel = l.tp_comm_overlap = false;
         l.expert_tp = 0;
         l.cpu_offloading_layers = 0;

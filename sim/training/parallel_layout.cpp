@@ -323,6 +323,12 @@ void validate_moe_routing(const ParallelLayout& l, const ModelConfig& model, Fai
   if (!std::isfinite(load.zipf_exponent) || load.zipf_exponent < 0) {
     fail("moe_expert_load/zipf", "the Zipf exponent must be finite and >= 0");
   }
+  // Megatron refuses it (transformer_config.py: moe_act recomputation needs moe_grouped_gemm):
+  // SequentialMLP's experts are plain MLP modules, which recompute no activation of their own.
+  if (l.expert_gemms == ExpertGemms::kSequential && l.recompute_modules.moe_act) {
+    fail("recompute_modules", "moe_act recomputation needs grouped expert MLPs (Megatron's moe_grouped_gemm): "
+                              "not with expert_gemm sequential");
+  }
   if (l.moe_capacity_factor) {
     if (!std::isfinite(*l.moe_capacity_factor) || *l.moe_capacity_factor <= 0) {
       fail("moe_capacity_factor", "must be > 0");

@@ -321,6 +321,10 @@ std::string to_string(const PipelineOp& op, bool with_chunk) {
 std::string interleaving_problem(int p, int m, int group) {
   const int n = group > 0 ? group : p;
   const std::string N = "the micro-batch group (" + std::to_string(n) + (group > 0 ? ")" : ", pp by default)");
+  if (m < p) {
+    return "interleaved 1F1B needs at least as many micro-batches (" + std::to_string(m) + ") as stages (" +
+           std::to_string(p) + ")";
+  }
   if (n < p || n > m) {
     if (group == 0) {
       return "interleaved 1F1B needs the micro-batches (" + std::to_string(m) + ") to be a multiple of the stages (" +
