@@ -300,7 +300,7 @@ TEST(LayoutSearch, TheEmittedWorkloadRunsTheBestLayout) {
   const SearchOutcome found = search_layouts(job.model, job.layout, job.topology, small_space(job), SearchOptions{});
   const std::string original = test::source_path("tests/data/workloads/gpt-1.3b-16xa100.json");
   const std::string emitted = ::testing::TempDir() + "/best.json";
-  std::ofstream(emitted) << workload_with_layout(load_json_file(original), original, job.topology_file, 2,
+  std::ofstream(emitted) << workload_with_layout(load_json_file(original), original, job.topology_file,
                                                  found.ranked.front().layout)
                                 .dump(2);
   const TrainingWorkload again =

@@ -356,6 +356,11 @@ add_test(NAME example.search.small_case
                  $<TARGET_FILE:parallax> ${PROJECT_SOURCE_DIR}/tests/data/workloads/gpt-1.3b-16xa100.json ${train_scratch})
 set_tests_properties(example.search.small_case PROPERTIES PASS_REGULAR_EXPRESSION
                      "layouts: [0-9]+ enumerated = .*simulated.*\n.*best layout written.*\n.*Parallax train: gpt-1.3b")
+# A job on part of a node (64 of an NVL72 rack's 72 GPUs): the emitted workload keeps its 64 GPUs.
+add_test(NAME example.search.partial_rack_emit
+         COMMAND bash -c "\"$0\" search \"$1\" --jobs 2 --top 1 --network analytical --emit \"$2/best-rack.json\" && \"$0\" train \"$2/best-rack.json\" --network analytical"
+                 $<TARGET_FILE:parallax> ${PROJECT_SOURCE_DIR}/workloads/train/llama3-70b-64xgb200-nvfp4.json ${train_scratch})
+set_tests_properties(example.search.partial_rack_emit PROPERTIES PASS_REGULAR_EXPRESSION "Parallax train: llama3-70b .* on GB200 NVL72, 64 GPUs")
 file(WRITE ${train_scratch}/space.json "{\"tp\": [0]}\n")
 parallax_refuses(search.bad_space "space.json: /tp/0: must be between 1"
                  search ${PROJECT_SOURCE_DIR}/tests/data/workloads/gpt-1.3b-16xa100.json --space ${train_scratch}/space.json)

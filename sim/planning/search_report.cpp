@@ -91,7 +91,7 @@ nlohmann::ordered_json search_json(const SearchOutcome& o) {
 }
 
 nlohmann::ordered_json workload_with_layout(const nlohmann::json& original, const std::string& original_path,
-                                            const std::string& topology_file, int nodes, const ParallelLayout& layout) {
+                                            const std::string& topology_file, const ParallelLayout& layout) {
   nlohmann::ordered_json w;
   w["description"] = "The best layout parallax search found for " + original_path + ": " + layout_description(layout);
   nlohmann::json model = original.at("model");
@@ -100,7 +100,8 @@ nlohmann::ordered_json workload_with_layout(const nlohmann::json& original, cons
     if (m.size() > 5 && m.compare(m.size() - 5, 5, ".json") == 0) model = absolute_beside(m, original_path);
   }
   w["model"] = model;
-  w["topology"] = {{"file", fs::absolute(topology_file).lexically_normal().string()}, {"nodes", nodes}};
+  w["topology"] = {{"file", fs::absolute(topology_file).lexically_normal().string()},
+                   {"gpus", layout.dp * layout.tp * layout.pp * layout.cp}};
   w["sequence_length"] = layout.sequence_length;
   w["parallel"] = parallel_block(layout);
   if (original.contains("compute")) {

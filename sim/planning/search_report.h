@@ -35,9 +35,11 @@ std::string no_layout_fits(const SearchOutcome& outcome);
 nlohmann::ordered_json search_json(const SearchOutcome& outcome);
 
 /// The workload file `original` (read from `original_path`) with its parallel block replaced by
-/// `layout`, its topology sized to `nodes`, and its relative paths made absolute.
+/// `layout`, its topology sized to the layout's GPUs (placed as a launcher places them: part of
+/// each node where the job takes part of a node, 64 of an NVL72 rack), and its relative paths
+/// made absolute.
 nlohmann::ordered_json workload_with_layout(const nlohmann::json& original, const std::string& original_path,
-                                            const std::string& topology_file, int nodes, const ParallelLayout& layout);
+                                            const std::string& topology_file, const ParallelLayout& layout);
 
 /// gnuplot data: every simulated layout (peak memory GiB, tokens/s per GPU), then, as a second
 /// block, its Pareto front; and the script that draws them into `png`.

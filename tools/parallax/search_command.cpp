@@ -102,10 +102,9 @@ void run_search(const SearchArgs& a) {
   CostColumn cost{a.gpu_hour_price};
   std::printf("%s", search_table(outcome, a.top, *objective == SearchObjective::kCost ? &cost : nullptr).c_str());
   if (outcome.ranked.empty()) throw InputError(a.workload, "", no_layout_fits(outcome));
-  const int nodes = job.topology.node_count();
   if (!a.emit.empty()) {
     const nlohmann::json original = load_json_file(a.workload);
-    write_file_atomically(a.emit, workload_with_layout(original, a.workload, job.topology_file, nodes,
+    write_file_atomically(a.emit, workload_with_layout(original, a.workload, job.topology_file,
                                                        outcome.ranked.front().layout)
                                           .dump(2) +
                                       "\n");
