@@ -13,6 +13,7 @@
 #include "serving/fleet_report.h"
 #include "serving/request_router.h"
 #include "serving/traffic.h"
+#include "serving_test_support.h"
 #include "test_support.h"
 
 namespace parallax {
@@ -129,15 +130,6 @@ TEST(ServingTraffic, ARateProfileDrawsEachStepsRateTimesItsLength) {
   EXPECT_NEAR(last / tail, 5.0, 4 * std::sqrt(5.0 / tail));
 }
 
-class FixedStepTimer final : public StepTimer {
- public:
-  explicit FixedStepTimer(Time t) : t_(t) {}
-  Time step_time(const RaggedBatch&) override { return t_; }
-
- private:
-  Time t_;
-};
-
 // Single-server instances (one 1-token request per 10 ms step: μ = 100/s each) under 50/s, then
 // 400/s from 300 s to 600 s, then 50/s again; concurrency target 0.6 an instance, 5 s start-ups.
 FleetConfig stepped_load(int min, int max) {
@@ -163,7 +155,7 @@ FleetConfig stepped_load(int min, int max) {
 }
 
 StepTimerFactory ten_ms() {
-  return [](const PoolConfig&, int) { return std::make_unique<FixedStepTimer>(Time::ms(10)); };
+  return [](const PoolConfig&, int) { return std::make_unique<test::ConstantTimer>(Time::ms(10)); };
 }
 
 int holding(const InstanceCountPoint& p) { return p.serving + p.starting + p.draining; }

@@ -13,6 +13,7 @@
 #include "serving/fleet.h"
 #include "serving/fleet_search.h"
 #include "serving/fleet_sweep.h"
+#include "serving_test_support.h"
 #include "test_support.h"
 #include "topology/topology_loader.h"
 
@@ -23,14 +24,7 @@ using test::bundled;
 
 using test::shared_dgx_h100;
 
-class ConstantTimer final : public StepTimer {
- public:
-  explicit ConstantTimer(Time t) : t_(t) {}
-  Time step_time(const RaggedBatch&) override { return t_; }
-
- private:
-  Time t_;
-};
+using test::ConstantTimer;
 
 class ExponentialTimer final : public StepTimer {
  public:
