@@ -119,6 +119,15 @@ nlohmann::ordered_json topology_json(const Topology& topo, const std::string& fi
   j["nodes"] = topo.node_count();
   j["gpus"] = topo.gpu_count();
   j["devices"] = topo.device_count();
+  if (!topo.info().node_groups.empty()) {
+    auto& groups = j["node_groups"] = nlohmann::ordered_json::array();
+    for (const NodeGroup& g : topo.info().node_groups) {
+      groups.push_back({{"name", g.name},
+                        {"first_node", g.first_node},
+                        {"nodes", g.nodes},
+                        {"gpu", g.alone->gpu_spec_of(g.alone->gpus().front()).name}});
+    }
+  }
   auto& lc = j["link_classes"] = nlohmann::ordered_json::array();
   for (const auto& l : f.links) {
     lc.push_back({{"class", to_string(l.link_class)},
