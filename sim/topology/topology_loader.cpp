@@ -433,9 +433,73 @@ void generate_compact(JsonReader& root, Topology& topo, const TopologyLoadOption
   build_nodes(topo, std::vector<const CompactNode*>(static_cast<size_t>(nodes), &c), tree);
 }
 
+// The groups of a "node_groups" list as read: each group's name, node count and node kind (its
+// GPU spec added to `topo`), and its reader for later errors.
+struct ReadGroups {
+  std::vector<CompactNode> kinds;
+  std::vector<std::pair<std::string, int>> groups;  // name, nodes
+  std::vector<JsonReader> readers;
+  int total = 0;  // nodes
+};
+
+// Each group's node is inline ("node") or another compact file's ("node_from", relative to this
+// one); every group's nodes hold as many GPUs.
+ReadGroups read_node_groups(JsonReader list, Topology& topo) {
+  ReadGroups r;
+  for (JsonReader g : list.elements()) {
+    const std::string name = g.at("name").as_string();
+    for (const auto& [seen, n] : r.groups) {
+      if (seen == name) g.at("name").fail("two groups are named \"" + name + "\"");
+    }
+    const int nodes = read_positive_int(g.at("nodes"), kMaxNodes);
+    r.total += nodes;
+    if (r.total > kMaxNodes) g.at("nodes").fail("the groups exceed " + std::to_string(kMaxNodes) + " nodes");
+    // The group's own reader stands for the file's root: a node count too large fails at its "nodes".
+    if (auto inline_node = g.find("node")) {
+      if (g.has("node_from")) g.at("node_from").fail("give \"node\" or \"node_from\", not both");
+      r.kinds.push_back(read_compact_node(g, *inline_node, nodes, topo));
+    } else {
+      JsonReader from = g.at("node_from");
+      const std::string path = (std::filesystem::path(topo.info().file).parent_path() / from.as_string()).string();
+      if (!std::filesystem::exists(path)) from.fail("no topology file " + path);
+      const nlohmann::json source = load_json_file(path);
+      JsonReader other(source, path);
+      r.kinds.push_back(read_compact_node(g, other.at("node"), nodes, topo));
+    }
+    if (r.kinds.back().gpus != r.kinds.front().gpus) {
+      g.fail("every group's nodes hold the same number of GPUs (" + std::to_string(r.kinds.front().gpus) +
+             " in the first, " + std::to_string(r.kinds.back().gpus) + " here)");
+    }
+    r.groups.emplace_back(name, nodes);
+    r.readers.push_back(g);
+    g.finish();
+  }
+  if (r.groups.empty()) list.fail("needs at least one group");
+  if (!r.kinds.empty() && int64_t{r.total} * r.kinds[0].gpus > kMaxGpus) {
+    list.fail("the groups' " + std::to_string(r.total) + " nodes exceed the " + std::to_string(kMaxGpus) +
+              " GPUs a topology may have");
+  }
+  for (size_t i = 0; i < r.kinds.size() && r.total > 1; ++i) check_networked(r.readers[i], r.kinds[i]);
+  return r;
+}
+
+// Group `i` alone: its nodes on the same network, its own GPU spec and host link.
+std::shared_ptr<const Topology> group_alone(const Topology& whole, const ReadGroups& r, size_t i,
+                                            const std::optional<FatTree>& tree) {
+  Topology alone;
+  alone.info() = whole.info();
+  alone.info().node_groups.clear();
+  alone.info().name = whole.info().name + " / " + r.groups[i].first;
+  alone.info().gpu_host_link = host_link_of(r.kinds[i]);
+  CompactNode kind = r.kinds[i];
+  kind.spec = alone.add_gpu_spec(whole.gpu_specs()[static_cast<size_t>(r.kinds[i].spec)]);
+  build_nodes(alone, std::vector<const CompactNode*>(static_cast<size_t>(r.groups[i].second), &kind), tree);
+  alone.finalize();
+  return std::make_shared<const Topology>(std::move(alone));
+}
+
 // A cluster of several kinds of node on one network: "node_groups", each with its name, node
-// count and node (inline, or "node_from" another compact file); every group's nodes hold as many
-// GPUs. Each group also becomes a topology of its own (NodeGroup::alone).
+// count and node. Each group also becomes a topology of its own (NodeGroup::alone).
 void generate_grouped(JsonReader& root, Topology& topo, const TopologyLoadOptions& opt) {
   if (opt.nodes || opt.gpus_per_node) {
     root.fail_at("node_groups", "a cluster of node groups gives each group's nodes itself (no --nodes, no partial nodes); "
@@ -444,69 +508,17 @@ void generate_grouped(JsonReader& root, Topology& topo, const TopologyLoadOption
   for (const char* key : {"nodes", "node"}) {
     if (root.has(key)) root.fail_at(key, "\"node_groups\" gives the nodes; drop \"" + std::string(key) + "\"");
   }
-  JsonReader list = root.at("node_groups");
-  std::vector<nlohmann::json> sources;  // the files groups take their node from, kept while read
-  sources.reserve(list.elements().size());
-  std::vector<CompactNode> kinds;
-  std::vector<std::pair<std::string, int>> groups;  // name, nodes
-  std::vector<JsonReader> readers;
-  int total = 0;
-  for (JsonReader g : list.elements()) {
-    const std::string name = g.at("name").as_string();
-    for (const auto& [seen, n] : groups) {
-      if (seen == name) g.at("name").fail("two groups are named \"" + name + "\"");
-    }
-    const int nodes = read_positive_int(g.at("nodes"), kMaxNodes);
-    total += nodes;
-    if (total > kMaxNodes) g.at("nodes").fail("the groups exceed " + std::to_string(kMaxNodes) + " nodes");
-    // The group's own reader stands for the file's root: a node count too large fails at its "nodes".
-    if (auto inline_node = g.find("node")) {
-      if (g.has("node_from")) g.at("node_from").fail("give \"node\" or \"node_from\", not both");
-      kinds.push_back(read_compact_node(g, *inline_node, nodes, topo));
-    } else {
-      JsonReader from = g.at("node_from");
-      const std::string path =
-          (std::filesystem::path(topo.info().file).parent_path() / from.as_string()).string();
-      if (!std::filesystem::exists(path)) from.fail("no topology file " + path);
-      sources.push_back(load_json_file(path));
-      JsonReader other(sources.back(), path);
-      kinds.push_back(read_compact_node(g, other.at("node"), nodes, topo));
-    }
-    if (kinds.back().gpus != kinds.front().gpus) {
-      g.fail("every group's nodes hold the same number of GPUs (" + std::to_string(kinds.front().gpus) + " in the first, " +
-             std::to_string(kinds.back().gpus) + " here)");
-    }
-    groups.emplace_back(name, nodes);
-    readers.push_back(g);
-    g.finish();
-  }
-  if (groups.empty()) list.fail("needs at least one group");
-  if (!kinds.empty() && int64_t{total} * kinds[0].gpus > kMaxGpus) {
-    list.fail("the groups' " + std::to_string(total) + " nodes exceed the " + std::to_string(kMaxGpus) +
-              " GPUs a topology may have");
-  }
-  for (size_t i = 0; i < kinds.size() && total > 1; ++i) check_networked(readers[i], kinds[i]);
+  const ReadGroups r = read_node_groups(root.at("node_groups"), topo);
   std::optional<FatTree> tree;
   if (auto net = root.find("network")) tree = read_fat_tree(*net);
-  if (total > 1 && !tree) root.fail("a topology with more than one node needs a \"network\" section");
-  topo.info().gpu_host_link = host_link_of(kinds.front());
+  if (r.total > 1 && !tree) root.fail("a topology with more than one node needs a \"network\" section");
+  topo.info().gpu_host_link = host_link_of(r.kinds.front());
   std::vector<const CompactNode*> node_kinds;
   int first = 0;
-  for (size_t i = 0; i < groups.size(); ++i) {
-    node_kinds.insert(node_kinds.end(), static_cast<size_t>(groups[i].second), &kinds[i]);
-    // The group alone: its nodes on the same network, its own GPU spec and host link.
-    Topology alone;
-    alone.info() = topo.info();
-    alone.info().node_groups.clear();
-    alone.info().name = topo.info().name + " / " + groups[i].first;
-    alone.info().gpu_host_link = host_link_of(kinds[i]);
-    CompactNode kind = kinds[i];
-    kind.spec = alone.add_gpu_spec(topo.gpu_specs()[static_cast<size_t>(kinds[i].spec)]);
-    build_nodes(alone, std::vector<const CompactNode*>(static_cast<size_t>(groups[i].second), &kind), tree);
-    alone.finalize();
-    topo.info().node_groups.push_back(
-        NodeGroup{groups[i].first, first, groups[i].second, std::make_shared<const Topology>(std::move(alone))});
-    first += groups[i].second;
+  for (size_t i = 0; i < r.groups.size(); ++i) {
+    node_kinds.insert(node_kinds.end(), static_cast<size_t>(r.groups[i].second), &r.kinds[i]);
+    topo.info().node_groups.push_back(NodeGroup{r.groups[i].first, first, r.groups[i].second, group_alone(topo, r, i, tree)});
+    first += r.groups[i].second;
   }
   build_nodes(topo, node_kinds, tree);
 }
