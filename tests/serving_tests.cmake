@@ -221,6 +221,10 @@ add_test(NAME example.serve.autoscale
          COMMAND bash -c "set -e; $<TARGET_FILE:parallax> serve ${PROJECT_SOURCE_DIR}/workloads/serve/llama3-70b-autoscale-2xdgx-h100.json --json ${serve_scratch}/autoscale.json --plot ${serve_scratch}/autoscale-plot; test -s ${serve_scratch}/autoscale-plot/autoscale.png")
 set_tests_properties(example.serve.autoscale PROPERTIES
                      PASS_REGULAR_EXPRESSION "autoscaled on concurrency \\(target 16 an instance.*[1-9][0-9]* started.*GPU-hours.*autoscale.png")
+# The capacity curve of an autoscaled fleet adds its mean instances and GPU-hours per rate.
+add_test(NAME example.serve.autoscale_sweep
+         COMMAND parallax serve sweep ${PROJECT_SOURCE_DIR}/workloads/serve/llama3-70b-autoscale-2xdgx-h100.json --rates 1:4:x2 --requests 1000)
+set_tests_properties(example.serve.autoscale_sweep PROPERTIES PASS_REGULAR_EXPRESSION "instances  GPU-hours\n +1.00 .*highest rate")
 add_test(NAME example.serve.autoscale_with_count
          COMMAND bash ${check_exit} 2 "autoscale-with-count.json: /pools/0/count: an autoscaled pool holds autoscale's max instances"
                  $<TARGET_FILE:parallax> serve ${serve_data}/autoscale-with-count.json --json ${serve_scratch}/never.json)

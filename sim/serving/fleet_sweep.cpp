@@ -74,7 +74,16 @@ std::vector<RatePoint> sweep_rates(const FleetConfig& config, const std::vector<
       c.traffic.rate_per_s = rates[i];
     }
     const FleetResult r = simulate_fleet(c);
-    out.push_back(RatePoint{rates[i], summarize(c, r)});
+    RatePoint point{rates[i], summarize(c, r), std::nullopt, 0.0};
+    if (std::any_of(r.pools.begin(), r.pools.end(), [](const PoolStats& p) { return p.scaling.has_value(); })) {
+      double instances = 0;
+      for (const PoolStats& p : r.pools) {
+        instances += p.scaling ? p.scaling->mean_instances : p.instances;
+        point.gpu_hours += p.scaling ? p.scaling->gpu_hours : r.duration.seconds() * p.instances * p.gpus_per_instance / 3600.0;
+      }
+      point.mean_instances = instances;
+    }
+    out.push_back(std::move(point));
     if (progress) progress(i + 1, rates.size());
   }
   return out;
@@ -89,14 +98,21 @@ double highest_rate_meeting(const std::vector<RatePoint>& points, double attainm
 }
 
 std::string sweep_table(const std::vector<RatePoint>& points, double attainment) {
-  std::string out = "  rate/s   SLO met   TTFT p50   TTFT p99   TPOT p50   TPOT p99    E2E p99   out tok/s\n";
+  const bool scaled = !points.empty() && points.front().mean_instances.has_value();
+  std::string out = "  rate/s   SLO met   TTFT p50   TTFT p99   TPOT p50   TPOT p99    E2E p99   out tok/s";
+  out += scaled ? "  instances  GPU-hours\n" : "\n";
   for (const RatePoint& p : points) {
     const FleetSummary& s = p.summary;
     char buf[256];
-    std::snprintf(buf, sizeof buf, "  %6.2f  %7.1f%%  %8.1fms %8.1fms %8.1fms %8.1fms %9.2fs  %10.0f%s\n", p.rate,
+    std::snprintf(buf, sizeof buf, "  %6.2f  %7.1f%%  %8.1fms %8.1fms %8.1fms %8.1fms %9.2fs  %10.0f", p.rate,
                   100 * s.slo_attainment, 1e3 * s.ttft.p50, 1e3 * s.ttft.p99, 1e3 * s.tpot.p50, 1e3 * s.tpot.p99,
-                  s.e2e.p99, s.output_tokens_per_s, s.slo_attainment >= attainment ? "" : "   <- misses");
+                  s.e2e.p99, s.output_tokens_per_s);
     out += buf;
+    if (p.mean_instances) {
+      std::snprintf(buf, sizeof buf, "  %9.2f  %9.2f", *p.mean_instances, p.gpu_hours);
+      out += buf;
+    }
+    out += s.slo_attainment >= attainment ? "\n" : "   <- misses\n";
   }
   const double best = highest_rate_meeting(points, attainment);
   out += best > 0 ? "  highest rate meeting the SLOs for " + fmt("%.0f", 100 * attainment) + "% of requests: " +
@@ -114,6 +130,10 @@ nlohmann::ordered_json sweep_json(const std::vector<RatePoint>& points, double a
     j["points"].push_back({{"rate", p.rate}, {"slo_attainment", p.summary.slo_attainment},
                            {"ttft_p99_s", p.summary.ttft.p99}, {"tpot_p99_s", p.summary.tpot.p99},
                            {"e2e_p99_s", p.summary.e2e.p99}, {"output_tokens_per_s", p.summary.output_tokens_per_s}});
+    if (p.mean_instances) {
+      j["points"].back()["mean_instances"] = *p.mean_instances;
+      j["points"].back()["gpu_hours"] = p.gpu_hours;
+    }
   }
   return j;
 }

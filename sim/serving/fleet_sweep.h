@@ -5,6 +5,7 @@
 #pragma once
 
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -20,6 +21,10 @@ std::vector<double> parse_rates(const std::string& text);
 struct RatePoint {
   double rate = 0;
   FleetSummary summary;
+  /// With an autoscaled pool: the instances that held GPUs on average, over every pool (a fixed
+  /// pool's count, an autoscaled one's mean), and the run's GPU-hours. Empty otherwise.
+  std::optional<double> mean_instances;
+  double gpu_hours = 0;
 };
 
 /// Runs `config` at each rate: requests per second of its open-loop traffic or, when it
