@@ -198,6 +198,21 @@ TEST(ServingAutoscale, AFleetFollowsAStepInLoadAndLosesNothing) {
   EXPECT_NEAR(s.mean_instances, area / r.duration.seconds(), 1e-9);
 }
 
+TEST(ServingAutoscale, ScalingOnTimeToFirstTokenFollowsTheStepToo) {
+  // The same step in load scaled on the interval's mean TTFT, target 30 ms: one 10 ms server at
+  // 50/s waits ρ·D/(2(1 − ρ)) = 5 ms (TTFT 15 ms, no change); at 400/s queues grow until
+  // enough servers run; after the drop TTFTs fall to ~10 ms and instances go, a window later.
+  FleetConfig c = stepped_load(1, 8);
+  c.pools[0].autoscale->metric = AutoscaleMetric::kTtft;
+  c.pools[0].autoscale->target = 0.03;
+  const FleetResult r = simulate_fleet(c, ten_ms());
+  for (const RequestRecord& rec : r.requests) ASSERT_TRUE(rec.completed) << rec.id;
+  const std::vector<InstanceCountPoint>& line = r.pools[0].scaling->timeline;
+  EXPECT_EQ(at(line, 299).serving, 1);
+  EXPECT_GE(at(line, 450).serving, 5);
+  EXPECT_LT(line.back().serving, at(line, 599).serving);
+}
+
 TEST(ServingAutoscale, ScalingUpAtMaxWhileInstancesDrainRevivesThem) {
   // No scale-down window and 1 s decisions: a lull releases instances still finishing long
   // answers, and the surge after it wants all 8 back while some drain. They serve again (warm,

@@ -11,12 +11,14 @@ const char* to_string(AutoscaleMetric m) {
     case AutoscaleMetric::kConcurrency: return "concurrency";
     case AutoscaleMetric::kWaiting: return "waiting";
     case AutoscaleMetric::kKvCache: return "kv_cache";
+    case AutoscaleMetric::kTtft: return "ttft";
   }
   return "?";
 }
 
 std::optional<AutoscaleMetric> autoscale_metric_from(const std::string& name) {
-  for (AutoscaleMetric m : {AutoscaleMetric::kConcurrency, AutoscaleMetric::kWaiting, AutoscaleMetric::kKvCache}) {
+  for (AutoscaleMetric m :
+       {AutoscaleMetric::kConcurrency, AutoscaleMetric::kWaiting, AutoscaleMetric::kKvCache, AutoscaleMetric::kTtft}) {
     if (name == to_string(m)) return m;
   }
   return std::nullopt;

@@ -13,6 +13,11 @@
 //   concurrency  requests sent to it and not finished (Knative's and KServe's default)
 //   waiting      requests queued, not yet scheduled (vllm:num_requests_waiting)
 //   kv_cache     the share of its KV blocks in use (vllm:gpu_cache_usage_perc)
+// and, per pool, a latency (as KEDA scales on a Prometheus query of vllm:time_to_first_token):
+//   ttft         the mean time to first token, in seconds, of the requests that got theirs in
+//                the interval (from the pool they entered); desired = ⌈current × ttft / target⌉,
+//                HPA's rule for a value that does not add up over instances; no change when no
+//                request got its first token
 //
 // An instance asked for serves after `startup`: by default the engine's initialisation plus
 // its GPUs loading their weights (startup_time). Both are assumptions, not measurements; set
@@ -29,7 +34,7 @@
 
 namespace parallax {
 
-enum class AutoscaleMetric : uint8_t { kConcurrency, kWaiting, kKvCache };
+enum class AutoscaleMetric : uint8_t { kConcurrency, kWaiting, kKvCache, kTtft };
 const char* to_string(AutoscaleMetric m);
 std::optional<AutoscaleMetric> autoscale_metric_from(const std::string& name);
 

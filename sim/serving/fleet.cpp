@@ -360,6 +360,7 @@ class Simulation {
     if (r.output_tokens == 1) {  // nothing to decode: done here
       instances_[k].scheduler->release_held(r.id);
       rec.first_token = rec.completion = engine_.now();
+      first_token_seen(rec);
       rec.completed = true;
       rec.tokens_out = 1;
       population(-1);
@@ -479,6 +480,7 @@ class Simulation {
     const Time now = engine_.now();
     rec.kv_transfer = now - t.start;
     rec.first_token = now;
+    first_token_seen(rec);
     last_token_[i] = now;
     ++rec.tokens_out;
     account_kv(instances_[t.to]);
@@ -681,6 +683,7 @@ class Simulation {
       rec.tokens_out += produced;
       if (std::find(out.first_token.begin(), out.first_token.end(), id) != out.first_token.end()) {
         rec.first_token = now;
+        first_token_seen(rec);
         front_.router->first_token(local_index(front_, k), requests_[i]);
       } else {
         const Time gap = now - last_token_[i];
@@ -732,6 +735,8 @@ class Simulation {
     std::vector<size_t> members;  ///< the pool's instances, fleet-wide
     double load_sum = 0;          ///< samples since the last decision
     int samples = 0;
+    double ttft_sum = 0;          ///< first tokens since the last decision (the ttft metric)
+    int64_t ttfts = 0;
     Time next_decision;
     PoolScaling stats;
   };
@@ -749,7 +754,7 @@ class Simulation {
       if (a.min < 1 || a.max != pool.count || a.initial_instances() < a.min || a.initial_instances() > a.max) {
         throw std::invalid_argument("pool " + pool.name + ": autoscaling needs 1 <= min <= initial <= max = count");
       }
-      PoolScaler s{p, a, Autoscaler(a), {}, 0, 0, a.interval, {}};
+      PoolScaler s{p, a, Autoscaler(a), {}, 0, 0, 0, 0, a.interval, {}};
       const std::vector<Bytes> weights = stage_weight_bytes(c_.model, pool.shape, pool.step.dtype);
       s.stats.startup = startup_time(a, *std::max_element(weights.begin(), weights.end()));
       for (size_t k = 0; k < instances_.size(); ++k) {
@@ -775,9 +780,11 @@ class Simulation {
       s.load_sum += pool_load(s);
       ++s.samples;
       if (now >= s.next_decision) {
-        rescale(s, s.load_sum / s.samples);
+        rescale(s, s.config.metric == AutoscaleMetric::kTtft ? -1.0 : s.load_sum / s.samples);
         s.load_sum = 0;
         s.samples = 0;
+        s.ttft_sum = 0;
+        s.ttfts = 0;
         s.next_decision += s.config.interval;  // on its own grid, not drifting with the samples'
       }
     }
@@ -795,16 +802,22 @@ class Simulation {
           break;
         case AutoscaleMetric::kWaiting: load += static_cast<double>(in.scheduler->waiting()); break;
         case AutoscaleMetric::kKvCache: load += report(k).kv_utilization; break;
+        case AutoscaleMetric::kTtft: break;  // per request, at its first token (first_token_seen)
       }
     }
     return load;
   }
 
+  // `load`: the metric summed over the serving instances; for a latency (negative here) the
+  // interval's mean, as the sum that gives ⌈current × mean / target⌉, or no change without one.
   void rescale(PoolScaler& s, double load) {
     int current = 0;
     for (size_t k : s.members) {
       const Instance::State state = instances_[k].state;
       current += state == Instance::State::kServing || state == Instance::State::kStarting ? 1 : 0;
+    }
+    if (load < 0) {
+      load = s.ttfts > 0 ? current * s.ttft_sum / static_cast<double>(s.ttfts) : current * s.config.target;
     }
     const int wanted = s.scaler.decide(engine_.now(), current, load);
     if (wanted == current) return;
@@ -932,6 +945,16 @@ class Simulation {
       line.push_back(point);
     }
     s.stats.peak = std::max(s.stats.peak, point.serving + point.starting + point.draining);
+  }
+
+  // A request's first token: its TTFT counts for the scaler of the pool it entered.
+  void first_token_seen(const RequestRecord& rec) {
+    if (scalers_.empty()) return;
+    const int scaler = scaler_of_pool_[static_cast<size_t>(instances_[static_cast<size_t>(rec.instance)].pool)];
+    if (scaler < 0) return;
+    PoolScaler& s = scalers_[static_cast<size_t>(scaler)];
+    s.ttft_sum += rec.ttft().seconds();
+    ++s.ttfts;
   }
 
   // The time instance k held its GPUs, and the part of it it ran (served or drained), to `end`.

@@ -70,11 +70,12 @@ nlohmann::ordered_json scaling_json(const AutoscaleConfig& a, const PoolScaling&
 
 std::string scaling_text(const AutoscaleConfig& a, const PoolScaling& s, int most, int gpus, Time duration) {
   char buf[512];
+  const char* per = a.metric == AutoscaleMetric::kTtft ? " s" : " an instance";
   std::snprintf(buf, sizeof buf,
-                "    autoscaled on %s (target %g an instance, decided every %g s, %d-%d instances, start-up %.1f s): %d started, "
+                "    autoscaled on %s (target %g%s, decided every %g s, %d-%d instances, start-up %.1f s): %d started, "
                 "%d released, %d called off; %.2f instances on average (peak %d), %.2f GPU-hours (%.2f with %d throughout)\n",
-                to_string(a.metric), a.target, a.interval.seconds(), a.min, a.max, s.startup.seconds(), s.started, s.drained, s.cancelled, s.mean_instances, s.peak, s.gpu_hours,
-                duration.seconds() * most * gpus / 3600.0, most);
+                to_string(a.metric), a.target, per, a.interval.seconds(), a.min, a.max, s.startup.seconds(), s.started,
+                s.drained, s.cancelled, s.mean_instances, s.peak, s.gpu_hours, duration.seconds() * most * gpus / 3600.0, most);
   return buf;
 }
 
