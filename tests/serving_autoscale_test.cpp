@@ -19,9 +19,6 @@
 namespace parallax {
 namespace {
 
-using test::bundled;
-using test::shared_dgx_h100;
-
 AutoscaleConfig hpa(int min, int max, double target) {
   AutoscaleConfig a;
   a.min = min;
@@ -133,23 +130,13 @@ TEST(ServingTraffic, ARateProfileDrawsEachStepsRateTimesItsLength) {
 // Single-server instances (one 1-token request per 10 ms step: μ = 100/s each) under 50/s, then
 // 400/s from 300 s to 600 s, then 50/s again; concurrency target 0.6 an instance, 5 s start-ups.
 FleetConfig stepped_load(int min, int max) {
-  FleetConfig c;
-  c.model = bundled("llama3-8b");
-  c.topology = shared_dgx_h100();
-  PoolConfig pool;
-  pool.count = max;
-  pool.batching.max_sequences = 1;
-  pool.batching.kv_blocks = 1000;
+  FleetConfig c = test::queue(max, 50, 180000, RoutingPolicy::kLeastRequests);
   AutoscaleConfig a = hpa(min, max, 0.6);
   a.interval = Time::from_seconds(5);
   a.scale_down_window = Time::from_seconds(60);
   a.startup = Time::from_seconds(5);
-  pool.autoscale = a;
-  c.pools = {pool};
-  c.router = RoutingPolicy::kLeastRequests;
-  c.traffic.rate_per_s = 50;
+  c.pools[0].autoscale = a;
   c.traffic.rate_profile = {{Time::zero(), 1.0}, {Time::from_seconds(300), 8.0}, {Time::from_seconds(600), 1.0}};
-  c.traffic.requests = 180000;
   c.seed = 7;
   return c;
 }
@@ -194,8 +181,8 @@ TEST(ServingAutoscale, AFleetFollowsAStepInLoadAndLosesNothing) {
     const Time end = i + 1 < s.timeline.size() ? s.timeline[i + 1].at : r.duration;
     area += holding(s.timeline[i]) * (end - s.timeline[i].at).seconds();
   }
-  EXPECT_NEAR(s.gpu_hours, area / 3600, 1e-9 * area);
-  EXPECT_NEAR(s.mean_instances, area / r.duration.seconds(), 1e-9);
+  EXPECT_NEAR(r.pools[0].gpu_hours, area / 3600, 1e-9 * area);
+  EXPECT_NEAR(r.pools[0].mean_instances, area / r.duration.seconds(), 1e-9);
 }
 
 TEST(ServingAutoscale, ScalingOnTimeToFirstTokenFollowsTheStepToo) {
@@ -253,7 +240,7 @@ TEST(ServingAutoscale, MinEqualToMaxIsAFixedPool) {
     ASSERT_EQ(a.requests[i].completion, b.requests[i].completion) << i;
   }
   EXPECT_EQ(a.pools[0].scaling->started, 0);
-  EXPECT_NEAR(a.pools[0].scaling->mean_instances, 4.0, 1e-12);
+  EXPECT_NEAR(a.pools[0].mean_instances, 4.0, 1e-12);
 }
 
 TEST(ServingAutoscale, RerunsAreIdentical) {
@@ -286,7 +273,8 @@ TEST(ServingCost, GpuHoursAtTheirPricesOverTheTokens) {
   const FleetResult r = simulate_fleet(c, ten_ms());
   const FleetSummary s = summarize(c, r);
   const FleetCost cost = fleet_cost(c, r, s, GpuHourPrices{{"H100-SXM5-80GB", 2.0}});
-  const double hours = r.pools[0].scaling->gpu_hours + 3 * r.duration.seconds() / 3600;
+  EXPECT_NEAR(r.pools[1].gpu_hours, 3 * r.duration.seconds() / 3600, 1e-12);  // 3 one-GPU instances throughout
+  const double hours = r.pools[0].gpu_hours + r.pools[1].gpu_hours;
   EXPECT_NEAR(cost.gpu_hours, hours, 1e-12);
   EXPECT_NEAR(cost.dollars, 2.0 * hours, 1e-12);
   EXPECT_NEAR(cost.per_million_output_tokens, 2.0 * hours / 20000 * 1e6, 1e-9);  // one output token each

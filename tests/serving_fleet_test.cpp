@@ -36,23 +36,7 @@ class ExponentialTimer final : public StepTimer {
   Rng rng_;
 };
 
-// One request per step (a 1-token prompt that samples its only output): each instance is a
-// single server whose service time is the timer's.
-FleetConfig queue(int instances, double rate, int64_t requests, RoutingPolicy router = RoutingPolicy::kRoundRobin) {
-  FleetConfig c;
-  c.model = bundled("llama3-8b");
-  c.topology = shared_dgx_h100();
-  PoolConfig pool;
-  pool.count = instances;
-  pool.batching.max_sequences = 1;
-  pool.batching.kv_blocks = 1000;
-  c.pools = {pool};
-  c.router = router;
-  c.traffic.rate_per_s = rate;
-  c.traffic.requests = requests;
-  c.seed = 20261201;
-  return c;
-}
+using test::queue;
 
 double mean_wait(const FleetResult& r) {
   double sum = 0;

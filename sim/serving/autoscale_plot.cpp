@@ -17,10 +17,6 @@ double bin_seconds(const FleetResult& r) {
 
 }  // namespace
 
-bool has_autoscaled_pool(const FleetResult& result) {
-  return std::any_of(result.pools.begin(), result.pools.end(), [](const PoolStats& p) { return p.scaling.has_value(); });
-}
-
 std::string autoscale_instances_data(const FleetResult& result) {
   std::string out;
   char buf[128];

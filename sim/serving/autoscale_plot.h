@@ -10,9 +10,6 @@
 
 namespace parallax {
 
-/// Whether the run has an autoscaled pool to draw.
-bool has_autoscaled_pool(const FleetResult& result);
-
 /// The instance counts as gnuplot steps: one block per autoscaled pool (minutes, serving,
 /// holding GPUs), separated by two blank lines, each ending at the run's end.
 std::string autoscale_instances_data(const FleetResult& result);

@@ -1014,17 +1014,20 @@ class Simulation {
         tokens += in.tokens;
       }
       if (scaler_of_pool_[p] >= 0) {
-        PoolScaling scaling = scalers_[static_cast<size_t>(scaler_of_pool_[p])].stats;
-        scaling.mean_instances = seconds > 0 ? held / seconds : 0;
-        scaling.gpu_hours = held * s.gpus_per_instance / 3600.0;
+        s.mean_instances = seconds > 0 ? held / seconds : 0;
+        s.gpu_hours = held * s.gpus_per_instance / 3600.0;
         if (running > 0) {
           s.busy_fraction = busy / running;
           s.kv_occupancy = kv / running;
         }
-        s.scaling = std::move(scaling);
-      } else if (seconds > 0) {
-        s.busy_fraction = busy / seconds / s.instances;
-        s.kv_occupancy = kv / seconds / s.instances;
+        s.scaling = scalers_[static_cast<size_t>(scaler_of_pool_[p])].stats;
+      } else {
+        s.mean_instances = s.instances;
+        s.gpu_hours = seconds * s.instances * s.gpus_per_instance / 3600.0;
+        if (seconds > 0) {
+          s.busy_fraction = busy / seconds / s.instances;
+          s.kv_occupancy = kv / seconds / s.instances;
+        }
       }
       if (s.steps > 0) {
         s.mean_batch = sequences / static_cast<double>(s.steps);
@@ -1148,6 +1151,10 @@ const Topology& pool_topology(const FleetConfig& c, const PoolConfig& pool) {
   }
   const int node = c.topology->device(c.topology->gpus()[static_cast<size_t>(*pool.first_gpu)]).node;
   return *node_group_of(info, node)->alone;
+}
+
+bool has_autoscaled_pool(const FleetResult& result) {
+  return std::any_of(result.pools.begin(), result.pools.end(), [](const PoolStats& p) { return p.scaling.has_value(); });
 }
 
 void check_searchable(const FleetConfig& config, const std::string& what) {

@@ -174,8 +174,6 @@ struct PoolScaling {
   int started = 0, drained = 0;  ///< instances started (not those serving at 0) and released
   int cancelled = 0;            ///< starts called off before serving
   int peak = 0;                 ///< most instances holding GPUs at once
-  double mean_instances = 0;    ///< holding GPUs, averaged over the run
-  double gpu_hours = 0;
   std::vector<InstanceCountPoint> timeline;  ///< from time 0, one point per change
 };
 
@@ -191,6 +189,9 @@ struct PoolStats {
   double kv_occupancy = 0;     ///< mean over instances and time: used / capacity
   double mean_batch = 0;       ///< sequences per step
   double mean_tokens = 0;      ///< new tokens per step
+  /// Instances holding GPUs, averaged over the run (a fixed pool's count), and their GPU-hours.
+  double mean_instances = 0;
+  double gpu_hours = 0;
   std::optional<PoolScaling> scaling;  ///< autoscaled pools
 };
 
@@ -240,6 +241,9 @@ void check_pool_shape(const FleetConfig& config, const PoolConfig& pool);
 /// (TopologyInfo::node_groups) the group holding the node its placement names, as a topology of
 /// its own (one kind of GPU). Throws std::invalid_argument for an unplaced pool on node groups.
 const Topology& pool_topology(const FleetConfig& config, const PoolConfig& pool);
+
+/// Whether a pool of the run autoscaled.
+bool has_autoscaled_pool(const FleetResult& result);
 
 /// Throws std::invalid_argument for what `what` (a search or sizing, which re-shapes pools on
 /// one kind of GPU with fixed counts) cannot take: an autoscaled pool, a cluster of node groups.

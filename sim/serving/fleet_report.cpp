@@ -47,7 +47,8 @@ std::vector<std::string> pool_placement(const FleetConfig& c, const FleetResult&
   return out;
 }
 
-nlohmann::ordered_json scaling_json(const AutoscaleConfig& a, const PoolScaling& s) {
+nlohmann::ordered_json scaling_json(const AutoscaleConfig& a, const PoolStats& ps) {
+  const PoolScaling& s = *ps.scaling;
   nlohmann::ordered_json timeline = nlohmann::ordered_json::array();
   for (const InstanceCountPoint& p : s.timeline) {
     timeline.push_back({{"t_s", p.at.seconds()}, {"serving", p.serving}, {"starting", p.starting}, {"draining", p.draining}});
@@ -63,19 +64,21 @@ nlohmann::ordered_json scaling_json(const AutoscaleConfig& a, const PoolScaling&
           {"released", s.drained},
           {"cancelled", s.cancelled},
           {"peak_instances", s.peak},
-          {"mean_instances", s.mean_instances},
-          {"gpu_hours", s.gpu_hours},
+          {"mean_instances", ps.mean_instances},
+          {"gpu_hours", ps.gpu_hours},
           {"timeline", timeline}};
 }
 
-std::string scaling_text(const AutoscaleConfig& a, const PoolScaling& s, int most, int gpus, Time duration) {
+std::string scaling_text(const AutoscaleConfig& a, const PoolStats& ps, Time duration) {
+  const PoolScaling& s = *ps.scaling;
   char buf[512];
   const char* per = a.metric == AutoscaleMetric::kTtft ? " s" : " an instance";
   std::snprintf(buf, sizeof buf,
                 "    autoscaled on %s (target %g%s, decided every %g s, %d-%d instances, start-up %.1f s): %d started, "
                 "%d released, %d called off; %.2f instances on average (peak %d), %.2f GPU-hours (%.2f with %d throughout)\n",
                 to_string(a.metric), a.target, per, a.interval.seconds(), a.min, a.max, s.startup.seconds(), s.started,
-                s.drained, s.cancelled, s.mean_instances, s.peak, s.gpu_hours, duration.seconds() * most * gpus / 3600.0, most);
+                s.drained, s.cancelled, ps.mean_instances, s.peak, ps.gpu_hours,
+                duration.seconds() * ps.instances * ps.gpus_per_instance / 3600.0, ps.instances);
   return buf;
 }
 
@@ -222,7 +225,7 @@ nlohmann::ordered_json fleet_json(const FleetConfig& c, const std::string& topol
                      {"kv_occupancy", ps.kv_occupancy},
                      {"mean_batch_sequences", ps.mean_batch},
                      {"mean_batch_tokens", ps.mean_tokens}});
-    if (ps.scaling) pools.back()["autoscale"] = scaling_json(*pc.autoscale, *ps.scaling);
+    if (ps.scaling) pools.back()["autoscale"] = scaling_json(*pc.autoscale, ps);
     if (!c.topology->info().node_groups.empty()) {
       const Topology& gpus = pool_topology(c, pc);
       pools.back()["gpu"] = gpus.gpu_spec_of(gpus.gpus().front()).name;
@@ -275,7 +278,7 @@ std::string fleet_text(const FleetConfig& c, const std::string& topology_name, c
                   100 * ps.busy_fraction, 100 * ps.kv_occupancy, ps.mean_batch, ps.mean_tokens,
                   ps.scaling ? " (while running)" : "");
     out += buf;
-    if (ps.scaling) out += scaling_text(*pc.autoscale, *ps.scaling, ps.instances, ps.gpus_per_instance, r.duration);
+    if (ps.scaling) out += scaling_text(*pc.autoscale, ps, r.duration);
   }
   std::snprintf(buf, sizeof buf, "\n  %lld requests: %lld completed, %lld rejected, in %.2f s simulated\n",
                 static_cast<long long>(s.requests), static_cast<long long>(s.completed),
@@ -354,10 +357,8 @@ FleetCost fleet_cost(const FleetConfig& c, const FleetResult& r, const FleetSumm
   for (size_t p = 0; p < r.pools.size(); ++p) {
     const PoolStats& ps = r.pools[p];
     const double price = price_of(prices, pool_gpu(c, c.pools[p])).value_or(0.0);
-    const double hours = ps.scaling ? ps.scaling->gpu_hours
-                                    : r.duration.seconds() * ps.instances * ps.gpus_per_instance / 3600.0;
-    cost.gpu_hours += hours;
-    cost.dollars += hours * price;
+    cost.gpu_hours += ps.gpu_hours;
+    cost.dollars += ps.gpu_hours * price;
   }
   const double seconds = s.duration_s;
   const double output = s.output_tokens_per_s * seconds, all = (s.input_tokens_per_s + s.output_tokens_per_s) * seconds;

@@ -75,11 +75,11 @@ std::vector<RatePoint> sweep_rates(const FleetConfig& config, const std::vector<
     }
     const FleetResult r = simulate_fleet(c);
     RatePoint point{rates[i], summarize(c, r), std::nullopt, 0.0};
-    if (std::any_of(r.pools.begin(), r.pools.end(), [](const PoolStats& p) { return p.scaling.has_value(); })) {
+    if (has_autoscaled_pool(r)) {
       double instances = 0;
       for (const PoolStats& p : r.pools) {
-        instances += p.scaling ? p.scaling->mean_instances : p.instances;
-        point.gpu_hours += p.scaling ? p.scaling->gpu_hours : r.duration.seconds() * p.instances * p.gpus_per_instance / 3600.0;
+        instances += p.mean_instances;
+        point.gpu_hours += p.gpu_hours;
       }
       point.mean_instances = instances;
     }
