@@ -730,7 +730,6 @@ class Simulation {
   // ---- autoscaling (autoscaler.h) -------------------------------------------------------------
   struct PoolScaler {
     size_t pool = 0;
-    AutoscaleConfig config;
     Autoscaler scaler;
     std::vector<size_t> members;  ///< the pool's instances, fleet-wide
     double load_sum = 0;          ///< samples since the last decision
@@ -740,6 +739,8 @@ class Simulation {
     Time next_decision;
     PoolScaling stats;
   };
+
+  const AutoscaleConfig& config_of(const PoolScaler& s) const { return *c_.pools[s.pool].autoscale; }
 
   RouterSet& set_of(const Instance& in) { return in.role == PoolRole::kDecode ? decode_ : front_; }
   const RouterSet& set_of(const Instance& in) const { return in.role == PoolRole::kDecode ? decode_ : front_; }
@@ -754,7 +755,7 @@ class Simulation {
       if (a.min < 1 || a.max != pool.count || a.initial_instances() < a.min || a.initial_instances() > a.max) {
         throw std::invalid_argument("pool " + pool.name + ": autoscaling needs 1 <= min <= initial <= max = count");
       }
-      PoolScaler s{p, a, Autoscaler(a), {}, 0, 0, 0, 0, a.interval, {}};
+      PoolScaler s{p, Autoscaler(a), {}, 0, 0, 0, 0, a.interval, {}};
       const std::vector<Bytes> weights = stage_weight_bytes(c_.model, pool.shape, pool.step.dtype);
       s.stats.startup = startup_time(a, *std::max_element(weights.begin(), weights.end()));
       for (size_t k = 0; k < instances_.size(); ++k) {
@@ -780,12 +781,12 @@ class Simulation {
       s.load_sum += pool_load(s);
       ++s.samples;
       if (now >= s.next_decision) {
-        rescale(s, s.config.metric == AutoscaleMetric::kTtft ? -1.0 : s.load_sum / s.samples);
+        rescale(s);
         s.load_sum = 0;
         s.samples = 0;
         s.ttft_sum = 0;
         s.ttfts = 0;
-        s.next_decision += s.config.interval;  // on its own grid, not drifting with the samples'
+        s.next_decision += config_of(s).interval;  // on its own grid, not drifting with the samples'
       }
     }
     if (work_remains()) schedule_periodic(sample_period_, [this] { sample_load(); });
@@ -796,7 +797,7 @@ class Simulation {
     for (size_t k : s.members) {
       const Instance& in = instances_[k];
       if (in.state != Instance::State::kServing) continue;
-      switch (s.config.metric) {
+      switch (config_of(s).metric) {
         case AutoscaleMetric::kConcurrency:
           load += static_cast<double>(set_of(in).router->in_flight(local_index(set_of(in), k)));
           break;
@@ -808,17 +809,21 @@ class Simulation {
     return load;
   }
 
-  // `load`: the metric summed over the serving instances; for a latency (negative here) the
-  // interval's mean, as the sum that gives ⌈current × mean / target⌉, or no change without one.
-  void rescale(PoolScaler& s, double load) {
+  // The interval's load for the scaler: its metric summed over the serving instances, averaged
+  // over the samples; for a latency, the interval's mean as the sum that gives ⌈current × mean /
+  // target⌉ (no change without a first token).
+  double interval_load(const PoolScaler& s, int current) const {
+    if (config_of(s).metric != AutoscaleMetric::kTtft) return s.load_sum / s.samples;
+    return s.ttfts > 0 ? current * s.ttft_sum / static_cast<double>(s.ttfts) : current * config_of(s).target;
+  }
+
+  void rescale(PoolScaler& s) {
     int current = 0;
     for (size_t k : s.members) {
       const Instance::State state = instances_[k].state;
       current += state == Instance::State::kServing || state == Instance::State::kStarting ? 1 : 0;
     }
-    if (load < 0) {
-      load = s.ttfts > 0 ? current * s.ttft_sum / static_cast<double>(s.ttfts) : current * s.config.target;
-    }
+    const double load = interval_load(s, current);
     const int wanted = s.scaler.decide(engine_.now(), current, load);
     if (wanted == current) return;
     // Up: draining instances first (warm, still holding their GPUs), then instances off.
