@@ -164,13 +164,13 @@ int RequestRouter::matched_blocks(int instance, const Request& r) const {
 
 int RequestRouter::cache_aware(const Request& r) {
   const auto n = static_cast<size_t>(instances_);
-  std::vector<double> load(n);
+  int least = -1;  // the first available instance of the fewest in flight
   int64_t hi = 0;
   for (size_t i = 0; i < n; ++i) {
-    load[i] = static_cast<double>(in_flight_[i]);
-    if (up_[i]) hi = std::max(hi, in_flight_[i]);
+    if (!up_[i]) continue;
+    if (least < 0 || in_flight_[i] < in_flight_[static_cast<size_t>(least)]) least = static_cast<int>(i);
+    hi = std::max(hi, in_flight_[i]);
   }
-  const int least = least_of(load);
   const int64_t lo = in_flight_[static_cast<size_t>(least)];
   if (static_cast<double>(hi - lo) > kBalanceAbs && static_cast<double>(hi) > kBalanceRel * static_cast<double>(lo)) {
     return least;
