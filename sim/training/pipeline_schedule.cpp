@@ -43,7 +43,7 @@ std::vector<PipelineOp> one_f_one_b_stage(int p, int m, int s) {
 std::vector<PipelineOp> interleaved_stage(int p, int m, int v, int n, int s) {
   std::vector<PipelineOp> table;  // the forwards, in order
   for (int first = 0; first < m; first += n) {
-    const int end = first + n >= m ? m : first + n;
+    const int end = std::min(first + n, m);  // the last group takes what is left
     for (int c = 0; c < v; ++c) {
       for (int mb = first; mb < end; ++mb) table.push_back({PassKind::kForward, mb, c});
     }
