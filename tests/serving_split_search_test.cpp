@@ -3,6 +3,8 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <fstream>
+#include <set>
 
 #include "serving/fleet_search.h"
 #include "serving/fleet_split_search.h"
@@ -155,6 +157,98 @@ TEST(ServingSplitSearch, PruningKeepsTheExhaustiveBestAndTheCountsAddUp) {
   FleetConfig colocated = c;
   colocated.pools = {PoolConfig{}};
   EXPECT_THROW(search_splits(colocated, 1), std::invalid_argument);
+}
+
+// Two kinds of node, two GPUs each: a DGX H100's and a DGX A100 40GB's node cut to two GPUs
+// (and two NICs), on one fabric.
+std::shared_ptr<const Topology> two_kinds_of_two_gpus() {
+  const auto node_of = [](const std::string& preset) {
+    std::ifstream in(test::source_path("topologies/" + preset + ".json"));
+    nlohmann::json node = nlohmann::json::parse(in)["node"];
+    node["gpus"] = 2;
+    node["nics"]["count"] = 2;
+    return node;
+  };
+  const nlohmann::json doc{{"name", "H100 + A100 40GB, two GPUs a node"},
+                           {"node_groups",
+                            {{{"name", "h100"}, {"nodes", 1}, {"node", node_of("dgx-h100")}},
+                             {{"name", "a100"}, {"nodes", 1}, {"node", node_of("dgx-a100-40gb")}}}},
+                           {"network", {{"kind", "fat_tree"}, {"tiers", 1}, {"link_latency", "0.6 us"}}}};
+  return std::make_shared<const Topology>(topology_from_json(doc, test::source_path("topologies/two-kinds.json")));
+}
+
+TEST(ServingSplitSearch, OnNodeGroupsEachPoolRunsOnOneGroup) {
+  FleetConfig c = split_fleet();
+  c.topology = two_kinds_of_two_gpus();
+  c.pools[0].first_gpu = 0;  // as a fleet file on node groups places them; the search re-places
+  c.pools[1].first_gpu = 2;
+  const SplitSearch all = search_splits(c, 2, 0.9, false), pruned = search_splits(c, 2, 0.9, true);
+  ASSERT_TRUE(all.node_groups);
+  // Per pool and group: tp 1, tp 2 and pp 2 on two GPUs (llama3-8b fits an A100 40GB whole).
+  EXPECT_EQ(all.prefill_shapes, 6u);
+  EXPECT_EQ(all.rejected_by_memory + all.rejected_by_rule, 0u);
+  // On two groups each shape fills its group (3 × 3 pairs, twice); on one, only tp 1 + tp 1.
+  EXPECT_EQ(all.splits, 2u * 9u + 2u);
+  for (const SplitSearch* s : {&all, &pruned}) {
+    EXPECT_EQ(s->splits, s->unplaceable + s->pruned_by_bound + s->refused + s->ranked.size());
+  }
+  EXPECT_EQ(all.unplaceable + all.refused, 0u);
+  std::set<std::pair<std::string, std::string>> pairs;
+  for (const SplitRun& r : all.ranked) {
+    pairs.insert({r.prefill.group, r.decode.group});
+    ASSERT_TRUE(r.prefill.first_gpu && r.decode.first_gpu);
+    const auto group_start = [](const std::string& g) { return g == "h100" ? 0 : 2; };
+    const int p = r.prefill.instances * r.prefill.shape.gpus(), d = r.decode.instances * r.decode.shape.gpus();
+    if (r.prefill.group == r.decode.group) {
+      EXPECT_EQ(p + d, 2);
+      EXPECT_EQ(*r.prefill.first_gpu, group_start(r.prefill.group));
+      EXPECT_EQ(*r.decode.first_gpu, group_start(r.decode.group) + 1);
+    } else {
+      EXPECT_EQ(p, 2);
+      EXPECT_EQ(d, 2);
+      EXPECT_EQ(*r.prefill.first_gpu, group_start(r.prefill.group));
+      EXPECT_EQ(*r.decode.first_gpu, group_start(r.decode.group));
+    }
+    EXPECT_LE(r.capacity, r.bound * (1 + kBoundMargin));
+  }
+  EXPECT_EQ(pairs.size(), 4u);  // both ways round, and each group alone
+  // The summary per pair of groups adds up, and the best pair holds the best split.
+  ASSERT_EQ(pruned.group_pairs.size(), 4u);
+  size_t splits = 0, simulated = 0;
+  for (const GroupPair& g : pruned.group_pairs) {
+    splits += g.splits;
+    simulated += g.simulated;
+    EXPECT_EQ(g.splits, g.prefill == g.decode ? 1u : 9u);
+    if (g.prefill == pruned.ranked.front().prefill.group && g.decode == pruned.ranked.front().decode.group) {
+      EXPECT_EQ(g.best, pruned.ranked.front().capacity);
+    }
+  }
+  EXPECT_EQ(splits, pruned.splits - pruned.unplaceable);
+  EXPECT_EQ(simulated, pruned.ranked.size());
+  ASSERT_FALSE(pruned.ranked.empty());
+  EXPECT_EQ(pruned.ranked.front().capacity, all.ranked.front().capacity);
+  EXPECT_EQ(pruned.ranked.front().prefill.group, all.ranked.front().prefill.group);
+  // The best is what capacity_at_slo says of that fleet placed so.
+  const SplitRun& best = all.ranked.front();
+  FleetConfig placed = c;
+  placed.pools[0].shape = best.prefill.shape;
+  placed.pools[0].count = best.prefill.instances;
+  placed.pools[0].first_gpu = best.prefill.first_gpu;
+  placed.pools[1].shape = best.decode.shape;
+  placed.pools[1].count = best.decode.instances;
+  placed.pools[1].first_gpu = best.decode.first_gpu;
+  EXPECT_EQ(capacity_at_slo(placed, 0.9).first, best.capacity);
+  // The fleet written places each pool on its group's node.
+  const nlohmann::json original{{"pools", {{{"name", "prefill"}}, {{"name", "decode"}}}}};
+  const nlohmann::json out = fleet_with_split(original, c, best);
+  EXPECT_EQ(out["pools"][0]["placement"]["node"], *best.prefill.first_gpu / 2);
+  EXPECT_EQ(out["pools"][0]["placement"]["gpu"], *best.prefill.first_gpu % 2);
+  EXPECT_EQ(out["pools"][1]["placement"]["node"], *best.decode.first_gpu / 2);
+  // The shape search and sizing still take one kind of GPU.
+  FleetConfig colocated = c;
+  colocated.pools = {PoolConfig{}};
+  colocated.pools[0].first_gpu = 0;
+  EXPECT_THROW(search_shapes(colocated), std::invalid_argument);
 }
 
 }  // namespace

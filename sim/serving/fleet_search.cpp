@@ -96,10 +96,10 @@ FleetSummary summary_at(const FleetConfig& config, double rate) {
   return sweep_rates(c, {rate}).front().summary;
 }
 
-std::vector<InstanceShape> pool_candidate_shapes(const FleetConfig& config, const PoolConfig& pool) {
+std::vector<InstanceShape> pool_candidate_shapes(const FleetConfig& config, const PoolConfig& pool, int gpus) {
   const bool speculates = pool.role != PoolRole::kPrefill && pool.step.speculative != SpeculativeMethod::kNone;
-  std::vector<InstanceShape> shapes = candidate_shapes(config.model, static_cast<int>(config.topology->gpu_count()),
-                                                       !speculates && !pool.step.two_batch_overlap);
+  if (gpus <= 0) gpus = static_cast<int>(config.topology->gpu_count());
+  std::vector<InstanceShape> shapes = candidate_shapes(config.model, gpus, !speculates && !pool.step.two_batch_overlap);
   if (pool.step.two_batch_overlap) std::erase_if(shapes, [](const InstanceShape& s) { return s.dp < 2; });
   return shapes;
 }

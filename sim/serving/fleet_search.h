@@ -62,10 +62,11 @@ struct ShapeSearchOptions {
   std::vector<int> draft_tokens;       ///< speculating pools: draft tokens a step to try (empty: the pool's)
 };
 
-/// The shapes tried for `pool` of `config` on all the topology's GPUs: candidate_shapes, with
-/// pipeline stages only where the pool does not speculate (a prefill pool never decodes) nor
-/// overlap two batches, and under two-batch overlap only data-parallel attention.
-std::vector<InstanceShape> pool_candidate_shapes(const FleetConfig& config, const PoolConfig& pool);
+/// The shapes tried for `pool` of `config` on `gpus` GPUs (0: all the topology's):
+/// candidate_shapes, with pipeline stages only where the pool does not speculate (a prefill pool
+/// never decodes) nor overlap two batches, and under two-batch overlap only data-parallel
+/// attention.
+std::vector<InstanceShape> pool_candidate_shapes(const FleetConfig& config, const PoolConfig& pool, int gpus = 0);
 
 /// Runs the candidate shapes (× batching variants) of `config`'s single colocated pool on all
 /// the topology's GPUs. `progress(done, total)` after each. Throws std::invalid_argument when

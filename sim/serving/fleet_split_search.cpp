@@ -7,6 +7,7 @@
 #include <optional>
 #include <stdexcept>
 #include <tuple>
+#include <utility>
 
 #include "serving/fleet_search.h"
 #include "serving/step_model.h"
@@ -14,7 +15,23 @@
 namespace parallax {
 namespace {
 
-// One pool's valid shapes with their KV blocks and the rate bound of one instance.
+// Where a side of a split can run: the whole cluster, or on a cluster of node groups one
+// group's GPUs (a pool's instances stay within its group).
+struct Region {
+  std::string group;  ///< empty: the whole cluster
+  int first_gpu = 0, gpus = 0;
+};
+
+std::vector<Region> regions(const FleetConfig& config) {
+  const TopologyInfo& info = config.topology->info();
+  if (info.node_groups.empty()) return {Region{{}, 0, static_cast<int>(config.topology->gpu_count())}};
+  const int per_node = gpus_per_node(*config.topology);
+  std::vector<Region> out;
+  for (const NodeGroup& g : info.node_groups) out.push_back({g.name, g.first_node * per_node, g.nodes * per_node});
+  return out;
+}
+
+// One pool's valid shapes in one region with their KV blocks and the rate bound of one instance.
 struct ShapeOption {
   InstanceShape shape;
   int64_t kv_blocks = 0;
@@ -27,34 +44,49 @@ struct Candidate {
   std::string label;
 };
 
-std::string split_description(const PoolShape& prefill, const PoolShape& decode) {
-  return std::to_string(prefill.instances) + " × (" + describe_shape(prefill.shape) + ") + " +
-         std::to_string(decode.instances) + " × (" + describe_shape(decode.shape) + ")";
+std::string side_description(const PoolShape& p) {
+  return std::to_string(p.instances) + " × (" + describe_shape(p.shape) + ")" + (p.group.empty() ? "" : " on " + p.group);
 }
 
-std::vector<ShapeOption> pool_options(const FleetConfig& config, const PoolConfig& base, const TrafficMeans& means,
-                                      SplitSearch& out, size_t& enumerated) {
+std::string split_description(const PoolShape& prefill, const PoolShape& decode) {
+  return side_description(prefill) + " + " + side_description(decode);
+}
+
+// The pool's first GPU in `region`: set on node groups (which the step model and the KV capacity
+// follow), else left to the packing.
+std::optional<int> region_start(const Region& region) {
+  return region.group.empty() ? std::nullopt : std::optional<int>(region.first_gpu);
+}
+
+// Whether a pool's first refusal of each kind is still to be shown.
+struct FirstRefusals {
+  bool rule = true, memory = true;
+};
+
+std::vector<ShapeOption> pool_options(const FleetConfig& config, const PoolConfig& base, const Region& region,
+                                      const TrafficMeans& means, SplitSearch& out, size_t& enumerated,
+                                      FirstRefusals& first) {
   const bool decode = base.role == PoolRole::kDecode;
-  const std::vector<InstanceShape> shapes = pool_candidate_shapes(config, base);
-  enumerated = shapes.size();
+  const std::vector<InstanceShape> shapes = pool_candidate_shapes(config, base, region.gpus);
+  enumerated += shapes.size();
   std::vector<ShapeOption> options;
-  bool first_rule = true, first_memory = true;
   for (const InstanceShape& shape : shapes) {
     PoolConfig pool = base;
     pool.shape = shape;
-    pool.first_gpu.reset();
+    pool.first_gpu = region_start(region);
     const std::string why = shape_refusal(config, pool);
     if (!why.empty()) {
       const bool memory = refused_for_memory(why);
       (memory ? out.rejected_by_memory : out.rejected_by_rule)++;
-      bool& first = memory ? first_memory : first_rule;
-      if (first) out.rejections.push_back(base.name + " " + describe_shape(shape) + ": " + why);
-      first = false;
+      if (std::exchange(memory ? first.memory : first.rule, false)) {
+        out.rejections.push_back(base.name + " " + describe_shape(shape) +
+                                 (region.group.empty() ? "" : " on " + region.group) + ": " + why);
+      }
       continue;
     }
     ShapeOption o{shape, pool.batching.kv_blocks > 0 ? pool.batching.kv_blocks : pool_kv_capacity(config, pool).blocks,
                   0.0};
-    const StepModel model(config.model, *config.topology, shape, pool.step, 0);
+    const StepModel model(config.model, pool_topology(config, pool), shape, pool.step, 0);
     const BatchingConfig batching = instance_batching(pool);
     o.rate = decode ? decode_rate_bound(model, batching, o.kv_blocks, means, config.slo_tpot)
                     : prefill_rate_bound(model, batching, means);
@@ -63,21 +95,90 @@ std::vector<ShapeOption> pool_options(const FleetConfig& config, const PoolConfi
   return options;
 }
 
-// Whether the two pools' instances, packed in the fleet's pool order, fit the topology's GPUs.
-bool packs(const FleetConfig& config, const std::vector<PoolShape>& in_order) {
-  const int per_node = gpus_per_node(*config.topology);
-  const int gpus = static_cast<int>(config.topology->gpu_count());
-  int cursor = 0;
-  for (const PoolShape& p : in_order) {
-    for (int k = 0; k < p.instances; ++k) {
-      cursor = packed_start(p.shape, per_node, cursor) + p.shape.gpus();
-      if (cursor > gpus) return false;
-    }
+// Packs `p`'s instances from GPU `cursor` with their TP groups inside nodes: the GPU after the
+// last, or nullopt when they pass `end`.
+std::optional<int> pack(const PoolShape& p, int per_node, int cursor, int end) {
+  for (int k = 0; k < p.instances; ++k) {
+    cursor = packed_start(p.shape, per_node, cursor) + p.shape.gpus();
+    if (cursor > end) return std::nullopt;
   }
+  return cursor;
+}
+
+// Places `first` then `second` (the fleet's pool order) in `region`, setting their first GPUs on
+// node groups; false when they cannot all be packed there.
+bool place_in(const Region& region, int per_node, PoolShape& first, PoolShape& second) {
+  const int end = region.first_gpu + region.gpus;
+  const std::optional<int> after = pack(first, per_node, region.first_gpu, end);
+  if (!after) return false;
+  const int start = packed_start(second.shape, per_node, *after);
+  if (!pack(second, per_node, start, end)) return false;
+  first.first_gpu = region_start(region);
+  if (first.first_gpu) second.first_gpu = start;
   return true;
 }
 
+// Each pool alone in its own region, filling it; false when its instances cannot be packed.
+bool place_alone(const Region& region, int per_node, PoolShape& p) {
+  if (!pack(p, per_node, region.first_gpu, region.first_gpu + region.gpus)) return false;
+  p.first_gpu = region_start(region);
+  return true;
+}
 
+// The splits of the prefill side `rp`'s and the decode side `rd`'s options: both sharing one
+// region's GPUs, or each filling its own.
+void add_splits(const FleetConfig& config, const Region& rp, const std::vector<ShapeOption>& prefill, const Region& rd,
+                const std::vector<ShapeOption>& decode, bool prefill_first, SplitSearch& out,
+                std::vector<Candidate>& candidates) {
+  const int per_node = gpus_per_node(*config.topology);
+  const double unit = requests_per_load_unit(config);
+  const bool shared = &rp == &rd;
+  for (const ShapeOption& p : prefill) {
+    for (const ShapeOption& d : decode) {
+      for (int np = 1; np * p.shape.gpus() <= rp.gpus; ++np) {
+        const int rest = shared ? rp.gpus - np * p.shape.gpus() : rd.gpus;
+        if (shared && rest < d.shape.gpus()) break;
+        if (!shared && np * p.shape.gpus() != rp.gpus) continue;
+        if (rest % d.shape.gpus() != 0) continue;
+        Candidate c{{p.shape, np, p.kv_blocks, rp.group, {}}, {d.shape, rest / d.shape.gpus(), d.kv_blocks, rd.group, {}},
+                    0.0, {}};
+        ++out.splits;
+        const bool placed = shared ? (prefill_first ? place_in(rp, per_node, c.prefill, c.decode)
+                                                    : place_in(rp, per_node, c.decode, c.prefill))
+                                   : place_alone(rp, per_node, c.prefill) && place_alone(rd, per_node, c.decode);
+        if (!placed) {
+          ++out.unplaceable;
+          continue;
+        }
+        c.bound = std::min(np * p.rate, c.decode.instances * d.rate) / unit;
+        c.label = split_description(c.prefill, c.decode);
+        candidates.push_back(std::move(c));
+      }
+    }
+  }
+}
+
+// Per pair of groups (prefill's, decode's): its splits, their best bound and best figure.
+std::vector<GroupPair> group_pairs(const std::vector<Region>& where, const std::vector<Candidate>& candidates,
+                                   const std::vector<std::optional<SplitRun>>& runs, bool by_capacity, double unit) {
+  std::vector<GroupPair> pairs;
+  for (const Region& p : where) {
+    for (const Region& d : where) pairs.push_back(GroupPair{p.group, d.group});
+  }
+  for (size_t i = 0; i < candidates.size(); ++i) {
+    const Candidate& c = candidates[i];
+    GroupPair& g = *std::find_if(pairs.begin(), pairs.end(), [&](const GroupPair& x) {
+      return x.prefill == c.prefill.group && x.decode == c.decode.group;
+    });
+    ++g.splits;
+    g.best_bound = std::max(g.best_bound, c.bound);
+    if (runs[i]) {
+      ++g.simulated;
+      g.best = std::max(g.best, by_capacity ? runs[i]->capacity : runs[i]->summary.requests_per_s / unit);
+    }
+  }
+  return pairs;
+}
 
 // Better first: capacity (or output throughput), then output throughput, then the text.
 bool better(const SplitRun& a, const SplitRun& b, bool by_capacity) {
@@ -94,7 +195,7 @@ bool better(const SplitRun& a, const SplitRun& b, bool by_capacity) {
 
 SplitSearch search_splits(const FleetConfig& config, int threads, double attainment, bool prune,
                           const std::function<void(size_t, size_t)>& progress) {
-  check_searchable(config, "the split search");
+  check_searchable(config, "the split search", true);
   const auto role_index = [&](PoolRole role) {
     const auto it = std::find_if(config.pools.begin(), config.pools.end(), [&](const PoolConfig& p) { return p.role == role; });
     return static_cast<size_t>(it - config.pools.begin());
@@ -106,28 +207,22 @@ SplitSearch search_splits(const FleetConfig& config, int threads, double attainm
   SplitSearch out;
   out.attainment = attainment;
   out.by_capacity = ranks_by_capacity(config);
+  out.node_groups = !config.topology->info().node_groups.empty();
   const TrafficMeans means = traffic_means(config);
-  const std::vector<ShapeOption> prefill = pool_options(config, config.pools[ip], means, out, out.prefill_shapes);
-  const std::vector<ShapeOption> decode = pool_options(config, config.pools[id], means, out, out.decode_shapes);
-
-  const int gpus = static_cast<int>(config.topology->gpu_count());
+  const std::vector<Region> where = regions(config);
+  std::vector<std::vector<ShapeOption>> prefill, decode;  // by region
+  FirstRefusals prefill_first, decode_first;
+  for (const Region& r : where) {
+    prefill.push_back(pool_options(config, config.pools[ip], r, means, out, out.prefill_shapes, prefill_first));
+  }
+  for (const Region& r : where) {
+    decode.push_back(pool_options(config, config.pools[id], r, means, out, out.decode_shapes, decode_first));
+  }
   const double unit = requests_per_load_unit(config);
   std::vector<Candidate> candidates;
-  for (const ShapeOption& p : prefill) {
-    for (const ShapeOption& d : decode) {
-      for (int np = 1; gpus - np * p.shape.gpus() >= d.shape.gpus(); ++np) {
-        const int rest = gpus - np * p.shape.gpus();
-        if (rest % d.shape.gpus() != 0) continue;
-        Candidate c{{p.shape, np, p.kv_blocks}, {d.shape, rest / d.shape.gpus(), d.kv_blocks}, 0.0, {}};
-        ++out.splits;
-        if (!packs(config, ip < id ? std::vector{c.prefill, c.decode} : std::vector{c.decode, c.prefill})) {
-          ++out.unplaceable;
-          continue;
-        }
-        c.bound = std::min(np * p.rate, c.decode.instances * d.rate) / unit;
-        c.label = split_description(c.prefill, c.decode);
-        candidates.push_back(std::move(c));
-      }
+  for (size_t a = 0; a < where.size(); ++a) {
+    for (size_t b = 0; b < where.size(); ++b) {
+      add_splits(config, where[a], prefill[a], where[b], decode[b], ip < id, out, candidates);
     }
   }
   std::stable_sort(candidates.begin(), candidates.end(), [](const Candidate& a, const Candidate& b) {
@@ -147,8 +242,8 @@ SplitSearch search_splits(const FleetConfig& config, int threads, double attainm
         c.pools[ip].count = cand.prefill.instances;
         c.pools[id].shape = cand.decode.shape;
         c.pools[id].count = cand.decode.instances;
-        c.pools[ip].first_gpu.reset();
-        c.pools[id].first_gpu.reset();
+        c.pools[ip].first_gpu = cand.prefill.first_gpu;
+        c.pools[id].first_gpu = cand.decode.first_gpu;
         SplitRun run{cand.prefill, cand.decode, cand.bound, 0.0, {}};
         try {
           if (out.by_capacity) {
@@ -174,31 +269,62 @@ SplitSearch search_splits(const FleetConfig& config, int threads, double attainm
   out.pruned_by_bound = candidates.size() - examined;
   std::stable_sort(out.ranked.begin(), out.ranked.end(),
                    [&](const SplitRun& a, const SplitRun& b) { return better(a, b, out.by_capacity); });
+  if (out.node_groups) out.group_pairs = group_pairs(where, candidates, runs, out.by_capacity, unit);
   return out;
+}
+
+// Which kind of GPU should prefill and which decode: the best of each pair of groups.
+std::string group_pair_table(const SplitSearch& s) {
+  std::string t = "\nnode groups: each pool runs on one group's GPUs; both on one group leave the others idle (out "
+                  "tok/s/GPU counts the GPUs used)\n";
+  char line[256];
+  std::snprintf(line, sizeof line, "  %-12s %-12s %7s %11s %10s %10s\n", "prefill on", "decode on", "splits", "best bound",
+                "simulated", s.by_capacity ? "capacity" : "requests/s");
+  t += line;
+  for (const GroupPair& g : s.group_pairs) {
+    std::snprintf(line, sizeof line, "  %-12s %-12s %7zu %11.2f %10zu ", g.prefill.c_str(), g.decode.c_str(), g.splits,
+                  g.best_bound, g.simulated);
+    t += line;
+    if (g.splits == 0) {
+      t += "         -  (no shape fits)\n";
+    } else if (g.simulated == 0) {
+      t += "         -  (pruned: no bound within reach of the best)\n";
+    } else {
+      std::snprintf(line, sizeof line, "%10.2f\n", g.best);
+      t += line;
+    }
+  }
+  return t;
 }
 
 std::string split_table(const SplitSearch& s, size_t top) {
   std::string t;
   char line[640];
-  std::snprintf(line, sizeof line, "  %4s  %-30s %-30s %9s %10s %13s %10s %10s %8s\n", "rank", "prefill", "decode", "bound",
-                s.by_capacity ? "capacity" : "requests/s", "out tok/s/GPU", "TTFT p99", "TPOT p99", "SLO met");
+  const int width = s.node_groups ? 40 : 30;  // bytes: "×" and "·" take two each
+  std::snprintf(line, sizeof line, "  %4s  %-*s %-*s %9s %10s %13s %10s %10s %8s\n", "rank", width, "prefill", width,
+                "decode", "bound", s.by_capacity ? "capacity" : "requests/s", "out tok/s/GPU", "TTFT p99", "TPOT p99",
+                "SLO met");
   t += line;
   for (size_t i = 0; i < s.ranked.size() && i < top; ++i) {
     const SplitRun& r = s.ranked[i];
     const FleetSummary& f = r.summary;
-    const auto side = [](const PoolShape& p) { return std::to_string(p.instances) + " × " + describe_shape(p.shape); };
-    std::snprintf(line, sizeof line, "  %4zu  %-30s %-30s %9.2f %10.2f %13.1f %7.0f ms %7.1f ms %7.1f%%\n", i + 1,
-                  side(r.prefill).c_str(), side(r.decode).c_str(), r.bound,
+    const auto side = [](const PoolShape& p) {
+      return std::to_string(p.instances) + " × " + describe_shape(p.shape) + (p.group.empty() ? "" : " on " + p.group);
+    };
+    std::snprintf(line, sizeof line, "  %4zu  %-*s %-*s %9.2f %10.2f %13.1f %7.0f ms %7.1f ms %7.1f%%\n", i + 1, width,
+                  side(r.prefill).c_str(), width, side(r.decode).c_str(), r.bound,
                   s.by_capacity ? r.capacity : f.requests_per_s, f.output_tokens_per_s_per_gpu, f.ttft.p99 * 1e3,
                   f.tpot.p99 * 1e3, 100.0 * f.slo_attainment);
     t += line;
   }
   t += bound_note("the smaller side sustains");
   if (s.by_capacity) t += capacity_note(s.attainment);
+  if (s.node_groups) t += group_pair_table(s);
   std::snprintf(line, sizeof line,
-                "\nshapes: %zu prefill, %zu decode enumerated; %zu rejected by rule, %zu rejected by memory\n"
-                "splits: %zu fill the GPUs = %zu unplaceable + %zu pruned by bound + %zu refused + %zu simulated\n",
-                s.prefill_shapes, s.decode_shapes, s.rejected_by_rule, s.rejected_by_memory, s.splits, s.unplaceable,
+                "\nshapes: %zu prefill, %zu decode enumerated%s; %zu rejected by rule, %zu rejected by memory\n"
+                "splits: %zu fill the GPUs%s = %zu unplaceable + %zu pruned by bound + %zu refused + %zu simulated\n",
+                s.prefill_shapes, s.decode_shapes, s.node_groups ? " (over the groups)" : "", s.rejected_by_rule,
+                s.rejected_by_memory, s.splits, s.node_groups ? " (of their groups)" : "", s.unplaceable,
                 s.pruned_by_bound, s.refused, s.ranked.size());
   t += line;
   for (const std::string& r : s.rejections) t += "  rejected, e.g. " + r + "\n";
@@ -208,15 +334,22 @@ std::string split_table(const SplitSearch& s, size_t top) {
 std::string split_data(const SplitSearch& s) {
   std::string out = "# rate tpot_p99_ms ttft_p99_ms label\n";
   for (const SplitRun& r : s.ranked) {
-    const std::string label = std::to_string(r.prefill.instances) + "x" + shape_label(r.prefill.shape) + " / " +
-                              std::to_string(r.decode.instances) + "x" + shape_label(r.decode.shape);
+    const auto side = [](const PoolShape& p) {
+      return std::to_string(p.instances) + "x" + shape_label(p.shape) + (p.group.empty() ? "" : "@" + p.group);
+    };
+    const std::string label = side(r.prefill) + " / " + side(r.decode);
     out += data_row(s.by_capacity ? r.capacity : r.summary.requests_per_s, r.summary, label);
   }
   return out;
 }
 
 nlohmann::ordered_json split_json(const SplitSearch& s) {
-  const auto side = [](const PoolShape& p) { return pool_shape_json(p.shape, p.instances, p.kv_blocks); };
+  const auto side = [](const PoolShape& p) {
+    nlohmann::ordered_json j = pool_shape_json(p.shape, p.instances, p.kv_blocks);
+    if (!p.group.empty()) j["group"] = p.group;
+    if (p.first_gpu) j["first_gpu"] = *p.first_gpu;
+    return j;
+  };
   nlohmann::ordered_json j;
   j["prefill_shapes"] = s.prefill_shapes;
   j["decode_shapes"] = s.decode_shapes;
@@ -228,6 +361,18 @@ nlohmann::ordered_json split_json(const SplitSearch& s) {
   j["refused"] = s.refused;
   j["ranked_by"] = s.by_capacity ? "capacity_at_slo" : "output_throughput";
   j["attainment"] = s.attainment;
+  if (s.node_groups) {
+    nlohmann::ordered_json pairs = nlohmann::ordered_json::array();
+    for (const GroupPair& g : s.group_pairs) {
+      pairs.push_back({{"prefill_group", g.prefill},
+                       {"decode_group", g.decode},
+                       {"splits", g.splits},
+                       {"simulated", g.simulated},
+                       {"best_bound", g.best_bound},
+                       {"best", g.best}});
+    }
+    j["group_pairs"] = std::move(pairs);
+  }
   j["rejections"] = s.rejections;
   nlohmann::ordered_json runs = nlohmann::ordered_json::array();
   for (const SplitRun& r : s.ranked) {
@@ -244,6 +389,10 @@ nlohmann::json fleet_with_split(const nlohmann::json& original, const FleetConfi
   for (size_t i = 0; i < config.pools.size(); ++i) {
     const PoolShape& p = config.pools[i].role == PoolRole::kPrefill ? run.prefill : run.decode;
     set_pool_shape(out["pools"][i], p.shape, p.instances);
+    if (p.first_gpu) {
+      const int per_node = gpus_per_node(*config.topology);
+      out["pools"][i]["placement"] = {{"node", *p.first_gpu / per_node}, {"gpu", *p.first_gpu % per_node}};
+    }
   }
   return out;
 }

@@ -1,7 +1,10 @@
 // How should a disaggregated fleet split its GPUs? DistServe's placement question (Zhong et al.
 // 2024): how many GPUs prefill and how many decode, and in what instance shape each. Every pair
 // of valid shapes (candidate_shapes, each pool's own batching and memory) and every count of
-// each that fills the topology's GPUs and packs onto its nodes is a candidate split.
+// each that fills the topology's GPUs and packs onto its nodes is a candidate split. On a cluster
+// of node groups (several kinds of GPU) each pool runs within one group: every pair of groups is
+// tried, each pool filling its own group's GPUs, or both splitting one group's (the others idle),
+// which answers which kind of GPU should prefill and which decode (Splitwise-HA, Patel et al. 2024).
 //
 // Each split gets a rate bound before any simulation (rate_bound.h): the requests per second its
 // prefill side and its decode side each sustain with every instance's batches full, the smaller
@@ -13,6 +16,7 @@
 #pragma once
 
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -28,6 +32,8 @@ struct PoolShape {
   InstanceShape shape;
   int instances = 0;
   int64_t kv_blocks = 0;  ///< per instance
+  std::string group;            ///< on node groups: the group it runs on (else empty)
+  std::optional<int> first_gpu; ///< on node groups: the GPU its first instance starts at
 };
 
 struct SplitRun {
@@ -37,18 +43,30 @@ struct SplitRun {
   FleetSummary summary; ///< at the capacity (or, below every rate tried, at the fleet's)
 };
 
+/// On node groups, the splits with the prefill pool on one group and the decode pool on another
+/// (or the same): which kind of GPU should do which.
+struct GroupPair {
+  std::string prefill, decode;  ///< group names
+  size_t splits = 0;            ///< placeable splits
+  size_t simulated = 0;
+  double best_bound = 0;        ///< of all its splits
+  double best = 0;              ///< the best capacity (or requests/s) of those simulated
+};
+
 struct SplitSearch {
   size_t prefill_shapes = 0, decode_shapes = 0;   ///< enumerated per pool
   size_t rejected_by_rule = 0;                    ///< shapes (both pools) the model cannot take
   size_t rejected_by_memory = 0;                  ///< shapes whose weights leave no room for KV
   std::vector<std::string> rejections;            ///< "pool shape: reason", the first of each kind
-  size_t splits = 0;           ///< pairs of valid shapes and counts filling the GPUs
+  size_t splits = 0;           ///< pairs of valid shapes and counts filling the GPUs (their groups')
   size_t unplaceable = 0;      ///< of those, TP groups that cannot all be packed inside nodes
   size_t pruned_by_bound = 0;
   size_t refused = 0;          ///< simulated, but the fleet refused to run (e.g. a request never fits)
   std::vector<SplitRun> ranked;  ///< the simulated splits, best first
   bool by_capacity = false;
   double attainment = 0.9;
+  bool node_groups = false;  ///< the pools were placed on node groups
+  std::vector<GroupPair> group_pairs;  ///< on node groups, in the topology's group order
 };
 
 /// Searches the splits of `config`'s prefill and decode pools over all the topology's GPUs
