@@ -7,6 +7,7 @@
 #include <set>
 
 #include "serving/fleet_search.h"
+#include "serving/fleet_sizing.h"
 #include "serving/fleet_split_search.h"
 #include "serving/step_model.h"
 #include "test_support.h"
@@ -215,11 +216,12 @@ TEST(ServingSplitSearch, OnNodeGroupsEachPoolRunsOnOneGroup) {
   // The summary per pair of groups adds up, and the best pair holds the best split.
   ASSERT_EQ(pruned.group_pairs.size(), 4u);
   size_t splits = 0, simulated = 0;
-  for (const GroupPair& g : pruned.group_pairs) {
-    splits += g.splits;
+  for (const GroupOutcome& g : pruned.group_pairs) {
+    ASSERT_EQ(g.groups.size(), 2u);
+    splits += g.candidates;
     simulated += g.simulated;
-    EXPECT_EQ(g.splits, g.prefill == g.decode ? 1u : 9u);
-    if (g.prefill == pruned.ranked.front().prefill.group && g.decode == pruned.ranked.front().decode.group) {
+    EXPECT_EQ(g.candidates, g.groups[0] == g.groups[1] ? 1u : 9u);
+    if (g.groups[0] == pruned.ranked.front().prefill.group && g.groups[1] == pruned.ranked.front().decode.group) {
       EXPECT_EQ(g.best, pruned.ranked.front().capacity);
     }
   }
@@ -244,11 +246,63 @@ TEST(ServingSplitSearch, OnNodeGroupsEachPoolRunsOnOneGroup) {
   EXPECT_EQ(out["pools"][0]["placement"]["node"], *best.prefill.first_gpu / 2);
   EXPECT_EQ(out["pools"][0]["placement"]["gpu"], *best.prefill.first_gpu % 2);
   EXPECT_EQ(out["pools"][1]["placement"]["node"], *best.decode.first_gpu / 2);
-  // The shape search and sizing still take one kind of GPU.
-  FleetConfig colocated = c;
-  colocated.pools = {PoolConfig{}};
-  colocated.pools[0].first_gpu = 0;
-  EXPECT_THROW(search_shapes(colocated), std::invalid_argument);
+  // Sizing still takes one kind of GPU.
+  try {
+    size_fleet(c, 10.0, 0.9, nullptr);
+    ADD_FAILURE() << "serve size ran on node groups";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("node groups"), std::string::npos) << e.what();
+  }
+}
+
+TEST(ServingShapeSearch, OnNodeGroupsThePoolTriesEachGroup) {
+  FleetConfig c = split_fleet();
+  c.topology = two_kinds_of_two_gpus();
+  PoolConfig pool;
+  pool.name = "llm";
+  pool.first_gpu = 2;
+  pool.batching.max_sequences = 64;
+  c.pools = {pool};
+  ShapeSearchOptions exhaustive;
+  exhaustive.prune = false;
+  exhaustive.threads = 2;
+  const ShapeSearch all = search_shapes(c, exhaustive), pruned = search_shapes(c);
+  ASSERT_TRUE(all.node_groups);
+  EXPECT_EQ(all.enumerated, 6u);  // tp 1, tp 2 and pp 2 on each group's two GPUs
+  EXPECT_EQ(all.ranked.size(), 6u);
+  EXPECT_EQ(pruned.enumerated, pruned.rejected_by_rule + pruned.rejected_by_memory + pruned.pruned_by_bound + pruned.ranked.size());
+  std::set<std::string> groups;
+  for (const ShapeRun& r : all.ranked) {
+    groups.insert(r.group);
+    ASSERT_TRUE(r.first_gpu);
+    EXPECT_EQ(*r.first_gpu, r.group == "h100" ? 0 : 2);
+    EXPECT_EQ(r.instances * r.shape.gpus(), 2);
+  }
+  EXPECT_EQ(groups, (std::set<std::string>{"h100", "a100"}));
+  ASSERT_EQ(all.groups.size(), 2u);
+  for (const GroupOutcome& g : all.groups) {
+    EXPECT_EQ(g.candidates, 3u);
+    EXPECT_EQ(g.simulated, 3u);
+  }
+  ASSERT_FALSE(pruned.ranked.empty());
+  EXPECT_EQ(pruned.ranked.front().capacity, all.ranked.front().capacity);
+  // The best is what capacity_at_slo says of that pool placed on its group.
+  const ShapeRun& best = all.ranked.front();
+  FleetConfig placed = c;
+  placed.pools[0].shape = best.shape;
+  placed.pools[0].count = best.instances;
+  placed.pools[0].first_gpu = best.first_gpu;
+  EXPECT_EQ(capacity_at_slo(placed, 0.9).first, best.capacity);
+  // The same shape on the H100s carries at least what it carries on the A100s 40GB.
+  const auto on = [&](const std::string& group, const std::string& shape) {
+    for (const ShapeRun& r : all.ranked) {
+      if (r.group == group && describe_shape(r.shape) == shape) return r.capacity;
+    }
+    return -1.0;
+  };
+  EXPECT_GE(on("h100", "tp 2 · pp 1"), on("a100", "tp 2 · pp 1"));
+  const nlohmann::json out = fleet_with_shape(nlohmann::json{{"pools", {{{"name", "llm"}}}}}, c, best);
+  EXPECT_EQ(out["pools"][0]["placement"]["node"], *best.first_gpu / 2);
 }
 
 }  // namespace

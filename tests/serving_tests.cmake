@@ -253,6 +253,15 @@ add_test(NAME example.serve.cost_unpriced
          COMMAND bash ${check_exit} 2 "--gpu-hour-price: no price for H100-SXM5-80GB \\(pool prefill\\)"
                  $<TARGET_FILE:parallax> serve ${PROJECT_SOURCE_DIR}/workloads/serve/llama3-70b-pd-h100-a100.json
                  --gpu-hour-price A100-SXM4-80GB=1.29)
+# The searches place pools on each kind of node: a colocated pool, and a prefill/decode split.
+add_test(NAME example.serve.search_node_groups
+         COMMAND bash -c "set -e; $<TARGET_FILE:parallax> serve search ${PROJECT_SOURCE_DIR}/workloads/serve/llama3-70b-h100-or-a100.json --requests 300 --emit ${serve_scratch}/h100-or-a100.json; grep -q '\"placement\"' ${serve_scratch}/h100-or-a100.json")
+set_tests_properties(example.serve.search_node_groups PROPERTIES
+                     PASS_REGULAR_EXPRESSION "on h100 .*node groups: the pool is placed on one group.*\n  h100 +9 .*\n  a100 +9 ")
+add_test(NAME example.serve.split_search_node_groups
+         COMMAND parallax serve search ${PROJECT_SOURCE_DIR}/workloads/serve/llama3-70b-pd-h100-a100.json --requests 300 --top 3)
+set_tests_properties(example.serve.split_search_node_groups PROPERTIES
+                     PASS_REGULAR_EXPRESSION "prefill on +decode on.*\n  h100 +h100 .*\n  h100 +a100 .*\n  a100 +h100 .*\n  a100 +a100 ")
 add_test(NAME example.topo.node_groups
          COMMAND parallax topo show ${PROJECT_SOURCE_DIR}/topologies/dgx-h100-a100-mixed.json)
 set_tests_properties(example.topo.node_groups PROPERTIES

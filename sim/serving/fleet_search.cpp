@@ -27,6 +27,7 @@ bool better(const ShapeRun& a, const ShapeRun& b, bool by_capacity) {
   }
   if (a.shape.gpus() != b.shape.gpus()) return a.shape.gpus() < b.shape.gpus();
   if (describe_shape(a.shape) != describe_shape(b.shape)) return describe_shape(a.shape) < describe_shape(b.shape);
+  if (a.group != b.group) return a.group < b.group;
   return std::tuple(a.max_sequences, a.token_budget, a.draft_tokens) <
          std::tuple(b.max_sequences, b.token_budget, b.draft_tokens);
 }
@@ -34,6 +35,68 @@ bool better(const ShapeRun& a, const ShapeRun& b, bool by_capacity) {
 double offered_rate(const FleetConfig& c) { return c.replay ? 1.0 : c.traffic.rate_per_s; }
 
 }  // namespace
+
+std::vector<SearchRegion> search_regions(const FleetConfig& config) {
+  const TopologyInfo& info = config.topology->info();
+  if (info.node_groups.empty()) return {SearchRegion{{}, 0, static_cast<int>(config.topology->gpu_count())}};
+  const int per_node = gpus_per_node(*config.topology);
+  std::vector<SearchRegion> out;
+  for (const NodeGroup& g : info.node_groups) out.push_back({g.name, g.first_node * per_node, g.nodes * per_node});
+  return out;
+}
+
+void GroupOutcome::add(double bound, std::optional<double> figure) {
+  ++candidates;
+  best_bound = std::max(best_bound, bound);
+  if (figure) {
+    ++simulated;
+    best = std::max(best, *figure);
+  }
+}
+
+std::string group_outcome_table(const std::vector<GroupOutcome>& outcomes, const std::vector<std::string>& headers,
+                                bool by_capacity) {
+  std::string t;
+  char line[256];
+  for (const std::string& h : headers) {
+    std::snprintf(line, sizeof line, "  %-12s", h.c_str());
+    t += line;
+  }
+  std::snprintf(line, sizeof line, " %10s %11s %10s %10s\n", "candidates", "best bound", "simulated",
+                by_capacity ? "capacity" : "requests/s");
+  t += line;
+  for (const GroupOutcome& g : outcomes) {
+    for (const std::string& name : g.groups) {
+      std::snprintf(line, sizeof line, "  %-12s", name.c_str());
+      t += line;
+    }
+    std::snprintf(line, sizeof line, " %10zu %11.2f %10zu ", g.candidates, g.best_bound, g.simulated);
+    t += line;
+    if (g.candidates == 0) {
+      t += "         -  (nothing fits)\n";
+    } else if (g.simulated == 0) {
+      t += "         -  (pruned: no bound within reach of the best)\n";
+    } else {
+      std::snprintf(line, sizeof line, "%10.2f\n", g.best);
+      t += line;
+    }
+  }
+  return t;
+}
+
+nlohmann::ordered_json group_outcome_json(const std::vector<GroupOutcome>& outcomes, const std::vector<std::string>& keys) {
+  nlohmann::ordered_json out = nlohmann::ordered_json::array();
+  for (const GroupOutcome& g : outcomes) {
+    nlohmann::ordered_json j;
+    for (size_t i = 0; i < keys.size() && i < g.groups.size(); ++i) j[keys[i]] = g.groups[i];
+    j["candidates"] = g.candidates;
+    j["simulated"] = g.simulated;
+    j["best_bound"] = g.best_bound;
+    j["best"] = g.best;
+    out.push_back(std::move(j));
+  }
+  return out;
+}
 
 bool ranks_by_capacity(const FleetConfig& config) {
   return (config.slo_ttft > Time::zero() || config.slo_tpot > Time::zero()) &&
@@ -194,9 +257,7 @@ std::string batching_label(int max_sequences, int64_t token_budget, int draft_to
 // Every shape × batching of the search, those the model or the memory refuse counted in `out`.
 std::vector<ShapeCandidate> shape_candidates(const FleetConfig& config, const ShapeSearchOptions& options,
                                              ShapeSearch& out) {
-  const int gpus = static_cast<int>(config.topology->gpu_count());
   const PoolConfig& base = config.pools.front();
-  const std::vector<InstanceShape> shapes = pool_candidate_shapes(config, base);
   const std::vector<int> caps = options.max_sequences.empty() ? std::vector{base.batching.max_sequences} : options.max_sequences;
   const std::vector<int64_t> budgets =
       options.token_budgets.empty() ? std::vector{base.batching.token_budget} : options.token_budgets;
@@ -205,35 +266,40 @@ std::vector<ShapeCandidate> shape_candidates(const FleetConfig& config, const Sh
   }
   const std::vector<int> drafts =
       options.draft_tokens.empty() ? std::vector{base.batching.speculative_tokens} : options.draft_tokens;
-  out.enumerated = shapes.size() * caps.size() * budgets.size() * drafts.size();
   out.batching_varied = caps.size() * budgets.size() * drafts.size() > 1;
   const TrafficMeans means = traffic_means(config);
   const double unit = requests_per_load_unit(config);
   std::vector<ShapeCandidate> candidates;
-  for (const InstanceShape& shape : shapes) {
-    for (const int cap : caps) {
-      for (const auto& [budget, draft] : cross(budgets, drafts)) {
-        PoolConfig pool = base;
-        pool.shape = shape;
-        pool.count = gpus / shape.gpus();
-        pool.first_gpu.reset();
-        pool.batching.max_sequences = cap;
-        pool.batching.token_budget = budget;
-        pool.batching.speculative_tokens = draft;
-        std::string label = describe_shape(shape);
-        if (out.batching_varied) label += ", " + batching_label(cap, budget, draft);
-        if (const std::string why = shape_refusal(config, pool); !why.empty()) {
-          const bool memory = refused_for_memory(why);
-          if ((memory ? out.rejected_by_memory : out.rejected_by_rule)++ == 0) out.rejections.push_back(label + ": " + why);
-          continue;
+  for (const SearchRegion& region : search_regions(config)) {
+    const std::vector<InstanceShape> shapes = pool_candidate_shapes(config, base, region.gpus);
+    out.enumerated += shapes.size() * caps.size() * budgets.size() * drafts.size();
+    for (const InstanceShape& shape : shapes) {
+      for (const int cap : caps) {
+        for (const auto& [budget, draft] : cross(budgets, drafts)) {
+          PoolConfig pool = base;
+          pool.shape = shape;
+          pool.count = region.gpus / shape.gpus();
+          pool.first_gpu = region.start();
+          pool.batching.max_sequences = cap;
+          pool.batching.token_budget = budget;
+          pool.batching.speculative_tokens = draft;
+          std::string label = describe_shape(shape);
+          if (!region.group.empty()) label += " on " + region.group;
+          if (out.batching_varied) label += ", " + batching_label(cap, budget, draft);
+          if (const std::string why = shape_refusal(config, pool); !why.empty()) {
+            const bool memory = refused_for_memory(why);
+            if ((memory ? out.rejected_by_memory : out.rejected_by_rule)++ == 0) out.rejections.push_back(label + ": " + why);
+            continue;
+          }
+          const int64_t kv = pool.batching.kv_blocks > 0 ? pool.batching.kv_blocks : pool_kv_capacity(config, pool).blocks;
+          const StepModel model(config.model, pool_topology(config, pool), shape, pool.step, 0);
+          const BatchingConfig b = instance_batching(pool);
+          const double prefill = prefill_rate_bound(model, b, means);
+          const double bound =
+              pool.count * std::min(prefill, decode_rate_bound(model, b, kv, means, config.slo_tpot)) / unit;
+          ShapeRun run{shape, region.group, pool.first_gpu, pool.count, kv, cap, budget, draft, bound, 0.0, {}};
+          candidates.push_back({pool, run, label});
         }
-        const int64_t kv = pool.batching.kv_blocks > 0 ? pool.batching.kv_blocks : pool_kv_capacity(config, pool).blocks;
-        const StepModel model(config.model, *config.topology, shape, pool.step, 0);
-        const BatchingConfig b = instance_batching(pool);
-        const double prefill = prefill_rate_bound(model, b, means);
-        const double bound =
-            pool.count * std::min(prefill, decode_rate_bound(model, b, kv, means, config.slo_tpot)) / unit;
-        candidates.push_back({pool, ShapeRun{shape, pool.count, kv, cap, budget, draft, bound, 0.0, {}}, label});
       }
     }
   }
@@ -250,10 +316,11 @@ ShapeSearch search_shapes(const FleetConfig& config, const ShapeSearchOptions& o
   if (config.pools.size() != 1 || config.pools.front().role != PoolRole::kColocated) {
     throw std::invalid_argument("the shape search re-shapes a fleet of one colocated pool");
   }
-  check_searchable(config, "the shape search");
+  check_searchable(config, "the shape search", true);
   ShapeSearch out;
   out.attainment = options.attainment;
   out.by_capacity = ranks_by_capacity(config);
+  out.node_groups = !config.topology->info().node_groups.empty();
   const std::vector<ShapeCandidate> candidates = shape_candidates(config, options, out);
   const double unit = requests_per_load_unit(config);
   std::vector<std::optional<ShapeRun>> runs(candidates.size());
@@ -281,6 +348,17 @@ ShapeSearch search_shapes(const FleetConfig& config, const ShapeSearchOptions& o
       },
       progress);
   out.pruned_by_bound = candidates.size() - examined;
+  if (out.node_groups) {
+    for (const SearchRegion& r : search_regions(config)) out.groups.push_back(GroupOutcome{{r.group}});
+    for (size_t i = 0; i < candidates.size(); ++i) {
+      const ShapeRun& run = candidates[i].run;
+      const auto g = std::find_if(out.groups.begin(), out.groups.end(),
+                                  [&](const GroupOutcome& o) { return o.groups.front() == run.group; });
+      g->add(run.bound, runs[i] ? std::optional<double>(out.by_capacity ? runs[i]->capacity
+                                                                         : runs[i]->summary.requests_per_s / unit)
+                                : std::nullopt);
+    }
+  }
   for (size_t i = 0; i < examined; ++i) {
     if (runs[i]) {
       out.ranked.push_back(*runs[i]);
@@ -299,15 +377,17 @@ std::string shape_table(const ShapeSearch& s, size_t top) {
   std::string t;
   char line[512];
   const int batching_width = s.batching_varied ? 34 : 0;
-  std::snprintf(line, sizeof line, "  %4s  %-28s %-*s %9s %10s %9s %10s %13s %10s %10s %8s\n", "rank", "instance",
-                batching_width, s.batching_varied ? "batching" : "", "instances", "KV blocks", "bound",
+  const int instance_width = s.node_groups ? 38 : 28;  // bytes: "·" takes two
+  std::snprintf(line, sizeof line, "  %4s  %-*s %-*s %9s %10s %9s %10s %13s %10s %10s %8s\n", "rank", instance_width,
+                "instance", batching_width, s.batching_varied ? "batching" : "", "instances", "KV blocks", "bound",
                 s.by_capacity ? "capacity" : "requests/s", "out tok/s/GPU", "TTFT p99", "TPOT p99", "SLO met");
   t += line;
   for (size_t i = 0; i < s.ranked.size() && i < top; ++i) {
     const ShapeRun& r = s.ranked[i];
     const FleetSummary& f = r.summary;
-    std::snprintf(line, sizeof line, "  %4zu  %-28s %-*s %9d %10lld %9.2f %10.2f %13.1f %7.0f ms %7.1f ms %7.1f%%\n",
-                  i + 1, describe_shape(r.shape).c_str(), batching_width,
+    const std::string instance = describe_shape(r.shape) + (r.group.empty() ? "" : " on " + r.group);
+    std::snprintf(line, sizeof line, "  %4zu  %-*s %-*s %9d %10lld %9.2f %10.2f %13.1f %7.0f ms %7.1f ms %7.1f%%\n",
+                  i + 1, instance_width, instance.c_str(), batching_width,
                   s.batching_varied ? batching_label(r.max_sequences, r.token_budget, r.draft_tokens).c_str() : "",
                   r.instances,
                   static_cast<long long>(r.kv_blocks), r.bound, s.by_capacity ? r.capacity : f.requests_per_s,
@@ -316,6 +396,10 @@ std::string shape_table(const ShapeSearch& s, size_t top) {
   }
   t += bound_note("the instances sustain");
   if (s.by_capacity) t += capacity_note(s.attainment);
+  if (s.node_groups) {
+    t += "\nnode groups: the pool is placed on one group at a time, the others idle\n" +
+         group_outcome_table(s.groups, {"on"}, s.by_capacity);
+  }
   std::snprintf(line, sizeof line,
                 "\nshapes: %zu enumerated = %zu rejected by rule + %zu rejected by memory + %zu pruned by bound + %zu "
                 "simulated\n",
@@ -328,7 +412,7 @@ std::string shape_table(const ShapeSearch& s, size_t top) {
 std::string shape_data(const ShapeSearch& s) {
   std::string out = "# rate tpot_p99_ms ttft_p99_ms label\n";
   for (const ShapeRun& r : s.ranked) {
-    std::string label = shape_label(r.shape);
+    std::string label = shape_label(r.shape) + (r.group.empty() ? "" : "@" + r.group);
     if (s.batching_varied) label += " " + std::to_string(r.max_sequences) + "/" + std::to_string(r.token_budget);
     if (s.batching_varied && r.draft_tokens > 0) label += "/d" + std::to_string(r.draft_tokens);
     out += data_row(s.by_capacity ? r.capacity : r.summary.requests_per_s, r.summary, label);
@@ -352,10 +436,13 @@ nlohmann::ordered_json shape_json(const ShapeSearch& s) {
   j["pruned_by_bound"] = s.pruned_by_bound;
   j["ranked_by"] = s.by_capacity ? "capacity_at_slo" : "output_throughput";
   j["attainment"] = s.attainment;
+  if (s.node_groups) j["groups"] = group_outcome_json(s.groups, {"group"});
   j["rejections"] = s.rejections;
   nlohmann::ordered_json runs = nlohmann::ordered_json::array();
   for (const ShapeRun& r : s.ranked) {
     nlohmann::ordered_json run = pool_shape_json(r.shape, r.instances, r.kv_blocks);
+    if (!r.group.empty()) run["group"] = r.group;
+    if (r.first_gpu) run["first_gpu"] = *r.first_gpu;
     run["max_sequences"] = r.max_sequences;
     run["token_budget"] = r.token_budget;
     run["draft_tokens"] = r.draft_tokens;
@@ -402,7 +489,8 @@ void add_run_figures(nlohmann::ordered_json& j, double capacity, const FleetSumm
   j["slo_attainment"] = f.slo_attainment;
 }
 
-void set_pool_shape(nlohmann::json& pool, const InstanceShape& shape, int instances) {
+void set_pool_shape(nlohmann::json& pool, const InstanceShape& shape, int instances, const Topology& topology,
+                    std::optional<int> first_gpu) {
   pool["tp"] = shape.tp;
   pool["pp"] = shape.pp;
   pool["ep"] = shape.ep;
@@ -413,12 +501,16 @@ void set_pool_shape(nlohmann::json& pool, const InstanceShape& shape, int instan
   }
   pool["count"] = instances;
   pool.erase("placement");
+  if (first_gpu) {
+    const int per_node = gpus_per_node(topology);
+    pool["placement"] = {{"node", *first_gpu / per_node}, {"gpu", *first_gpu % per_node}};
+  }
 }
 
-nlohmann::json fleet_with_shape(const nlohmann::json& original, const ShapeRun& run) {
+nlohmann::json fleet_with_shape(const nlohmann::json& original, const FleetConfig& config, const ShapeRun& run) {
   nlohmann::json out = original;
   nlohmann::json& pool = out["pools"][0];
-  set_pool_shape(pool, run.shape, run.instances);
+  set_pool_shape(pool, run.shape, run.instances, *config.topology, run.first_gpu);
   pool["batching"]["max_sequences"] = run.max_sequences;
   pool["batching"]["token_budget"] = run.token_budget;
   if (run.draft_tokens > 0) pool["speculative"]["tokens"] = run.draft_tokens;

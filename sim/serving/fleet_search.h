@@ -8,10 +8,13 @@
 // replayed trace, speed-up) at which the given share of requests meets it, found by doubling
 // from the fleet's rate and then bisecting; ranked by it. Without one, the output throughput at
 // the fleet's rate. Shapes the model cannot take (heads, layers, experts) or whose weights leave
-// no room for the KV cache are counted as rejected, with the first reason of each kind.
+// no room for the KV cache are counted as rejected, with the first reason of each kind. On a
+// cluster of node groups (several kinds of GPU) the pool is placed on each group in turn, its
+// instances filling that group's GPUs (the others idle): which kind serves best, in which shape.
 #pragma once
 
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -23,8 +26,41 @@
 
 namespace parallax {
 
+/// Where a search places a pool: the whole cluster, or on a cluster of node groups one group's
+/// GPUs (a pool's instances stay within its group).
+struct SearchRegion {
+  std::string group;  ///< empty: the whole cluster
+  int first_gpu = 0, gpus = 0;
+  /// The pool's first GPU there: set on node groups (which pool_topology follows), else left to
+  /// the packing.
+  std::optional<int> start() const { return group.empty() ? std::nullopt : std::optional<int>(first_gpu); }
+};
+
+/// One region for the whole cluster, or one per node group, in the topology's order.
+std::vector<SearchRegion> search_regions(const FleetConfig& config);
+
+/// On node groups, the candidates placed one way (on a group; for a split, the prefill pool on
+/// one group and the decode pool on one) and how they fared: which kind of GPU serves best.
+struct GroupOutcome {
+  std::vector<std::string> groups;
+  size_t candidates = 0;  ///< placeable candidates so placed
+  size_t simulated = 0;
+  double best_bound = 0;  ///< of all of them
+  double best = 0;        ///< the best capacity (or requests/s) of those simulated
+  /// Counts a candidate with its `bound`, and its `figure` when it was simulated.
+  void add(double bound, std::optional<double> figure);
+};
+
+/// The outcomes as a table, a column per entry of `headers` for their groups ("prefill on").
+std::string group_outcome_table(const std::vector<GroupOutcome>& outcomes, const std::vector<std::string>& headers,
+                                bool by_capacity);
+/// The outcomes as JSON, each group under its entry of `keys` ("prefill_group").
+nlohmann::ordered_json group_outcome_json(const std::vector<GroupOutcome>& outcomes, const std::vector<std::string>& keys);
+
 struct ShapeRun {
   InstanceShape shape;
+  std::string group;             ///< on node groups: the group it runs on (else empty)
+  std::optional<int> first_gpu;  ///< on node groups: its first GPU
   int instances = 0;
   int64_t kv_blocks = 0;  ///< per instance
   int max_sequences = 0;  ///< the batching it ran with
@@ -45,6 +81,8 @@ struct ShapeSearch {
   std::vector<ShapeRun> ranked;         ///< best first
   bool by_capacity = false;             ///< ranked by capacity at the SLO, else by output throughput
   double attainment = 0.9;
+  bool node_groups = false;             ///< the pool was placed on each node group in turn
+  std::vector<GroupOutcome> groups;     ///< on node groups, per group in the topology's order
 };
 
 /// The shapes tried for `model` on `gpus` GPUs of `per_node` a node: tp and dp·tp·pp powers of
@@ -131,10 +169,13 @@ nlohmann::ordered_json pool_shape_json(const InstanceShape& shape, int instances
 /// A searched fleet's figures, added to `j`: its capacity, goodput, requests/s, output tokens/s
 /// per GPU, p99 TTFT and TPOT (s) and SLO attainment.
 void add_run_figures(nlohmann::ordered_json& j, double capacity, const FleetSummary& summary);
-/// A fleet file's pool (JSON) set to `instances` of `shape`, packed (its placement dropped).
-void set_pool_shape(nlohmann::json& pool, const InstanceShape& shape, int instances);
-/// The fleet file `original` with its pool re-shaped as `run` (tp, pp, dp, ep, count), the rest
-/// as it was: what `serve search --emit` writes.
-nlohmann::json fleet_with_shape(const nlohmann::json& original, const ShapeRun& run);
+/// A fleet file's pool (JSON) set to `instances` of `shape`: packed (its placement dropped), or
+/// with `first_gpu` (node groups) placed there on `topology`'s nodes.
+void set_pool_shape(nlohmann::json& pool, const InstanceShape& shape, int instances, const Topology& topology,
+                    std::optional<int> first_gpu = std::nullopt);
+/// The fleet file `original` (loaded as `config`) with its pool re-shaped as `run` (tp, pp, dp,
+/// ep, count; its group's placement on node groups), the rest as it was: what `serve search
+/// --emit` writes.
+nlohmann::json fleet_with_shape(const nlohmann::json& original, const FleetConfig& config, const ShapeRun& run);
 
 }  // namespace parallax

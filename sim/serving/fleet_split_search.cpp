@@ -15,22 +15,6 @@
 namespace parallax {
 namespace {
 
-// Where a side of a split can run: the whole cluster, or on a cluster of node groups one
-// group's GPUs (a pool's instances stay within its group).
-struct Region {
-  std::string group;  ///< empty: the whole cluster
-  int first_gpu = 0, gpus = 0;
-};
-
-std::vector<Region> regions(const FleetConfig& config) {
-  const TopologyInfo& info = config.topology->info();
-  if (info.node_groups.empty()) return {Region{{}, 0, static_cast<int>(config.topology->gpu_count())}};
-  const int per_node = gpus_per_node(*config.topology);
-  std::vector<Region> out;
-  for (const NodeGroup& g : info.node_groups) out.push_back({g.name, g.first_node * per_node, g.nodes * per_node});
-  return out;
-}
-
 // One pool's valid shapes in one region with their KV blocks and the rate bound of one instance.
 struct ShapeOption {
   InstanceShape shape;
@@ -52,18 +36,12 @@ std::string split_description(const PoolShape& prefill, const PoolShape& decode)
   return side_description(prefill) + " + " + side_description(decode);
 }
 
-// The pool's first GPU in `region`: set on node groups (which the step model and the KV capacity
-// follow), else left to the packing.
-std::optional<int> region_start(const Region& region) {
-  return region.group.empty() ? std::nullopt : std::optional<int>(region.first_gpu);
-}
-
 // Whether a pool's first refusal of each kind is still to be shown.
 struct FirstRefusals {
   bool rule = true, memory = true;
 };
 
-std::vector<ShapeOption> pool_options(const FleetConfig& config, const PoolConfig& base, const Region& region,
+std::vector<ShapeOption> pool_options(const FleetConfig& config, const PoolConfig& base, const SearchRegion& region,
                                       const TrafficMeans& means, SplitSearch& out, size_t& enumerated,
                                       FirstRefusals& first) {
   const bool decode = base.role == PoolRole::kDecode;
@@ -73,7 +51,7 @@ std::vector<ShapeOption> pool_options(const FleetConfig& config, const PoolConfi
   for (const InstanceShape& shape : shapes) {
     PoolConfig pool = base;
     pool.shape = shape;
-    pool.first_gpu = region_start(region);
+    pool.first_gpu = region.start();
     const std::string why = shape_refusal(config, pool);
     if (!why.empty()) {
       const bool memory = refused_for_memory(why);
@@ -107,27 +85,27 @@ std::optional<int> pack(const PoolShape& p, int per_node, int cursor, int end) {
 
 // Places `first` then `second` (the fleet's pool order) in `region`, setting their first GPUs on
 // node groups; false when they cannot all be packed there.
-bool place_in(const Region& region, int per_node, PoolShape& first, PoolShape& second) {
+bool place_in(const SearchRegion& region, int per_node, PoolShape& first, PoolShape& second) {
   const int end = region.first_gpu + region.gpus;
   const std::optional<int> after = pack(first, per_node, region.first_gpu, end);
   if (!after) return false;
   const int start = packed_start(second.shape, per_node, *after);
   if (!pack(second, per_node, start, end)) return false;
-  first.first_gpu = region_start(region);
+  first.first_gpu = region.start();
   if (first.first_gpu) second.first_gpu = start;
   return true;
 }
 
 // Each pool alone in its own region, filling it; false when its instances cannot be packed.
-bool place_alone(const Region& region, int per_node, PoolShape& p) {
+bool place_alone(const SearchRegion& region, int per_node, PoolShape& p) {
   if (!pack(p, per_node, region.first_gpu, region.first_gpu + region.gpus)) return false;
-  p.first_gpu = region_start(region);
+  p.first_gpu = region.start();
   return true;
 }
 
 // The splits of the prefill side `rp`'s and the decode side `rd`'s options: both sharing one
 // region's GPUs, or each filling its own.
-void add_splits(const FleetConfig& config, const Region& rp, const std::vector<ShapeOption>& prefill, const Region& rd,
+void add_splits(const FleetConfig& config, const SearchRegion& rp, const std::vector<ShapeOption>& prefill, const SearchRegion& rd,
                 const std::vector<ShapeOption>& decode, bool prefill_first, SplitSearch& out,
                 std::vector<Candidate>& candidates) {
   const int per_node = gpus_per_node(*config.topology);
@@ -159,23 +137,19 @@ void add_splits(const FleetConfig& config, const Region& rp, const std::vector<S
 }
 
 // Per pair of groups (prefill's, decode's): its splits, their best bound and best figure.
-std::vector<GroupPair> group_pairs(const std::vector<Region>& where, const std::vector<Candidate>& candidates,
-                                   const std::vector<std::optional<SplitRun>>& runs, bool by_capacity, double unit) {
-  std::vector<GroupPair> pairs;
-  for (const Region& p : where) {
-    for (const Region& d : where) pairs.push_back(GroupPair{p.group, d.group});
+std::vector<GroupOutcome> group_pairs(const std::vector<SearchRegion>& where, const std::vector<Candidate>& candidates,
+                                      const std::vector<std::optional<SplitRun>>& runs, bool by_capacity, double unit) {
+  std::vector<GroupOutcome> pairs;
+  for (const SearchRegion& p : where) {
+    for (const SearchRegion& d : where) pairs.push_back(GroupOutcome{{p.group, d.group}});
   }
   for (size_t i = 0; i < candidates.size(); ++i) {
     const Candidate& c = candidates[i];
-    GroupPair& g = *std::find_if(pairs.begin(), pairs.end(), [&](const GroupPair& x) {
-      return x.prefill == c.prefill.group && x.decode == c.decode.group;
+    const auto g = std::find_if(pairs.begin(), pairs.end(), [&](const GroupOutcome& x) {
+      return x.groups[0] == c.prefill.group && x.groups[1] == c.decode.group;
     });
-    ++g.splits;
-    g.best_bound = std::max(g.best_bound, c.bound);
-    if (runs[i]) {
-      ++g.simulated;
-      g.best = std::max(g.best, by_capacity ? runs[i]->capacity : runs[i]->summary.requests_per_s / unit);
-    }
+    g->add(c.bound, runs[i] ? std::optional<double>(by_capacity ? runs[i]->capacity : runs[i]->summary.requests_per_s / unit)
+                            : std::nullopt);
   }
   return pairs;
 }
@@ -209,13 +183,13 @@ SplitSearch search_splits(const FleetConfig& config, int threads, double attainm
   out.by_capacity = ranks_by_capacity(config);
   out.node_groups = !config.topology->info().node_groups.empty();
   const TrafficMeans means = traffic_means(config);
-  const std::vector<Region> where = regions(config);
+  const std::vector<SearchRegion> where = search_regions(config);
   std::vector<std::vector<ShapeOption>> prefill, decode;  // by region
   FirstRefusals prefill_first, decode_first;
-  for (const Region& r : where) {
+  for (const SearchRegion& r : where) {
     prefill.push_back(pool_options(config, config.pools[ip], r, means, out, out.prefill_shapes, prefill_first));
   }
-  for (const Region& r : where) {
+  for (const SearchRegion& r : where) {
     decode.push_back(pool_options(config, config.pools[id], r, means, out, out.decode_shapes, decode_first));
   }
   const double unit = requests_per_load_unit(config);
@@ -273,30 +247,6 @@ SplitSearch search_splits(const FleetConfig& config, int threads, double attainm
   return out;
 }
 
-// Which kind of GPU should prefill and which decode: the best of each pair of groups.
-std::string group_pair_table(const SplitSearch& s) {
-  std::string t = "\nnode groups: each pool runs on one group's GPUs; both on one group leave the others idle (out "
-                  "tok/s/GPU counts the GPUs used)\n";
-  char line[256];
-  std::snprintf(line, sizeof line, "  %-12s %-12s %7s %11s %10s %10s\n", "prefill on", "decode on", "splits", "best bound",
-                "simulated", s.by_capacity ? "capacity" : "requests/s");
-  t += line;
-  for (const GroupPair& g : s.group_pairs) {
-    std::snprintf(line, sizeof line, "  %-12s %-12s %7zu %11.2f %10zu ", g.prefill.c_str(), g.decode.c_str(), g.splits,
-                  g.best_bound, g.simulated);
-    t += line;
-    if (g.splits == 0) {
-      t += "         -  (no shape fits)\n";
-    } else if (g.simulated == 0) {
-      t += "         -  (pruned: no bound within reach of the best)\n";
-    } else {
-      std::snprintf(line, sizeof line, "%10.2f\n", g.best);
-      t += line;
-    }
-  }
-  return t;
-}
-
 std::string split_table(const SplitSearch& s, size_t top) {
   std::string t;
   char line[640];
@@ -319,7 +269,11 @@ std::string split_table(const SplitSearch& s, size_t top) {
   }
   t += bound_note("the smaller side sustains");
   if (s.by_capacity) t += capacity_note(s.attainment);
-  if (s.node_groups) t += group_pair_table(s);
+  if (s.node_groups) {
+    t += "\nnode groups: each pool runs on one group's GPUs; both on one group leave the others idle (out "
+         "tok/s/GPU counts the GPUs used)\n" +
+         group_outcome_table(s.group_pairs, {"prefill on", "decode on"}, s.by_capacity);
+  }
   std::snprintf(line, sizeof line,
                 "\nshapes: %zu prefill, %zu decode enumerated%s; %zu rejected by rule, %zu rejected by memory\n"
                 "splits: %zu fill the GPUs%s = %zu unplaceable + %zu pruned by bound + %zu refused + %zu simulated\n",
@@ -361,18 +315,7 @@ nlohmann::ordered_json split_json(const SplitSearch& s) {
   j["refused"] = s.refused;
   j["ranked_by"] = s.by_capacity ? "capacity_at_slo" : "output_throughput";
   j["attainment"] = s.attainment;
-  if (s.node_groups) {
-    nlohmann::ordered_json pairs = nlohmann::ordered_json::array();
-    for (const GroupPair& g : s.group_pairs) {
-      pairs.push_back({{"prefill_group", g.prefill},
-                       {"decode_group", g.decode},
-                       {"splits", g.splits},
-                       {"simulated", g.simulated},
-                       {"best_bound", g.best_bound},
-                       {"best", g.best}});
-    }
-    j["group_pairs"] = std::move(pairs);
-  }
+  if (s.node_groups) j["group_pairs"] = group_outcome_json(s.group_pairs, {"prefill_group", "decode_group"});
   j["rejections"] = s.rejections;
   nlohmann::ordered_json runs = nlohmann::ordered_json::array();
   for (const SplitRun& r : s.ranked) {
@@ -388,11 +331,7 @@ nlohmann::json fleet_with_split(const nlohmann::json& original, const FleetConfi
   nlohmann::json out = original;
   for (size_t i = 0; i < config.pools.size(); ++i) {
     const PoolShape& p = config.pools[i].role == PoolRole::kPrefill ? run.prefill : run.decode;
-    set_pool_shape(out["pools"][i], p.shape, p.instances);
-    if (p.first_gpu) {
-      const int per_node = gpus_per_node(*config.topology);
-      out["pools"][i]["placement"] = {{"node", *p.first_gpu / per_node}, {"gpu", *p.first_gpu % per_node}};
-    }
+    set_pool_shape(out["pools"][i], p.shape, p.instances, *config.topology, p.first_gpu);
   }
   return out;
 }

@@ -24,6 +24,7 @@
 
 #include "serving/fleet.h"
 #include "serving/fleet_report.h"
+#include "serving/fleet_search.h"
 #include "serving/rate_bound.h"
 
 namespace parallax {
@@ -43,16 +44,6 @@ struct SplitRun {
   FleetSummary summary; ///< at the capacity (or, below every rate tried, at the fleet's)
 };
 
-/// On node groups, the splits with the prefill pool on one group and the decode pool on another
-/// (or the same): which kind of GPU should do which.
-struct GroupPair {
-  std::string prefill, decode;  ///< group names
-  size_t splits = 0;            ///< placeable splits
-  size_t simulated = 0;
-  double best_bound = 0;        ///< of all its splits
-  double best = 0;              ///< the best capacity (or requests/s) of those simulated
-};
-
 struct SplitSearch {
   size_t prefill_shapes = 0, decode_shapes = 0;   ///< enumerated per pool
   size_t rejected_by_rule = 0;                    ///< shapes (both pools) the model cannot take
@@ -66,7 +57,8 @@ struct SplitSearch {
   bool by_capacity = false;
   double attainment = 0.9;
   bool node_groups = false;  ///< the pools were placed on node groups
-  std::vector<GroupPair> group_pairs;  ///< on node groups, in the topology's group order
+  /// On node groups, per (prefill group, decode group) in the topology's group order.
+  std::vector<GroupOutcome> group_pairs;
 };
 
 /// Searches the splits of `config`'s prefill and decode pools over all the topology's GPUs

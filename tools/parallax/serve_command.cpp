@@ -462,7 +462,7 @@ void run_search(const FleetArgs& a) {
   if (s.ranked.empty()) throw InputError(a.fleet, "/pools/0", "no instance shape of the model fits these GPUs");
   if (!a.json.empty()) write_file_atomically(a.json, shape_json(s).dump(2) + "\n");
   if (!a.emit.empty()) {
-    write_file_atomically(a.emit, fleet_with_shape(load_json_file(a.fleet), s.ranked.front()).dump(2) + "\n");
+    write_file_atomically(a.emit, fleet_with_shape(load_json_file(a.fleet), c, s.ranked.front()).dump(2) + "\n");
     std::printf("  wrote the best fleet to %s\n", a.emit.c_str());
   }
   if (!a.plot.empty()) write_search_plot(a, f, shape_data(s), s.by_capacity, "instance shapes");
