@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <fstream>
+#include <limits>
 #include <set>
 
 #include "serving/fleet_search.h"
@@ -303,6 +304,61 @@ TEST(ServingShapeSearch, OnNodeGroupsThePoolTriesEachGroup) {
   EXPECT_GE(on("h100", "tp 2 · pp 1"), on("a100", "tp 2 · pp 1"));
   const nlohmann::json out = fleet_with_shape(nlohmann::json{{"pools", {{{"name", "llm"}}}}}, c, best);
   EXPECT_EQ(out["pools"][0]["placement"]["node"], *best.first_gpu / 2);
+}
+
+TEST(ServingSearchCost, PricedSearchesRankByCapacityPerDollarAnHour) {
+  // Per million output tokens at a capacity of 2 requests/s of 100 output tokens, at $36 an
+  // hour: 720,000 tokens an hour for $36, $50 a million; unranked by capacity, at the measured
+  // output throughput.
+  FleetSummary f;
+  f.output_tokens_per_s = 400;
+  EXPECT_DOUBLE_EQ(dollars_per_million_output(36, true, 2, 1, 100, f), 50);
+  EXPECT_DOUBLE_EQ(dollars_per_million_output(36, false, 2, 1, 100, f), 36 / (400.0 * 3600) * 1e6);
+  EXPECT_DOUBLE_EQ(dollars_per_million_output(0, true, 2, 1, 100, f), 0);
+  EXPECT_DOUBLE_EQ(per_dollar_hour(6, 3), 2);
+  EXPECT_DOUBLE_EQ(per_dollar_hour(6, 0), 6);
+
+  // The colocated pool on two kinds of GPU: with the A100s nearly free, they win per dollar.
+  FleetConfig c = split_fleet();
+  c.topology = two_kinds_of_two_gpus();
+  PoolConfig pool;
+  pool.name = "llm";
+  pool.first_gpu = 0;
+  pool.batching.max_sequences = 64;
+  c.pools = {pool};
+  ShapeSearchOptions options;
+  options.threads = 2;
+  options.prune = false;
+  options.prices = {{"H100-SXM5-80GB", 100.0}, {"A100-SXM4-40GB", 0.01}};
+  const ShapeSearch priced = search_shapes(c, options);
+  ASSERT_TRUE(priced.by_cost);
+  ASSERT_FALSE(priced.ranked.empty());
+  EXPECT_EQ(priced.ranked.front().group, "a100");
+  double last = std::numeric_limits<double>::infinity();
+  for (const ShapeRun& r : priced.ranked) {
+    EXPECT_DOUBLE_EQ(r.dollars_per_hour, r.instances * r.shape.gpus() * (r.group == "h100" ? 100.0 : 0.01));
+    const double figure = r.capacity / r.dollars_per_hour;
+    EXPECT_LE(figure, last);
+    last = figure;
+  }
+  // Unpriced, the same candidates rank by capacity alone.
+  options.prices.clear();
+  const ShapeSearch unpriced = search_shapes(c, options);
+  EXPECT_FALSE(unpriced.by_cost);
+  EXPECT_EQ(unpriced.ranked.front().dollars_per_hour, 0.0);
+
+  // A split pays for both pools' GPUs, and an unpriced GPU is refused.
+  FleetConfig split = split_fleet();
+  split.topology = two_kinds_of_two_gpus();
+  split.pools[0].first_gpu = 0;
+  split.pools[1].first_gpu = 2;
+  const SplitSearch s = search_splits(split, 2, 0.9, true, nullptr, {{"H100-SXM5-80GB", 3.0}, {"A100-SXM4-40GB", 1.0}});
+  ASSERT_TRUE(s.by_cost);
+  for (const SplitRun& r : s.ranked) {
+    const auto price = [](const PoolShape& p) { return p.instances * p.shape.gpus() * (p.group == "h100" ? 3.0 : 1.0); };
+    EXPECT_DOUBLE_EQ(r.dollars_per_hour, price(r.prefill) + price(r.decode));
+  }
+  EXPECT_THROW(search_splits(split, 1, 0.9, true, nullptr, {{"H100-SXM5-80GB", 3.0}}), std::invalid_argument);
 }
 
 }  // namespace

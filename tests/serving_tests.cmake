@@ -262,6 +262,16 @@ add_test(NAME example.serve.split_search_node_groups
          COMMAND parallax serve search ${PROJECT_SOURCE_DIR}/workloads/serve/llama3-70b-pd-h100-a100.json --requests 300 --top 3)
 set_tests_properties(example.serve.split_search_node_groups PROPERTIES
                      PASS_REGULAR_EXPRESSION "prefill on +decode on.*\n  h100 +h100 .*\n  h100 +a100 .*\n  a100 +h100 .*\n  a100 +a100 ")
+# Priced: ranked per dollar an hour of the GPUs in use, every kind of GPU priced or refused.
+add_test(NAME example.serve.search_priced
+         COMMAND parallax serve search ${PROJECT_SOURCE_DIR}/workloads/serve/llama3-70b-h100-or-a100.json --requests 300
+                 --gpu-hour-price H100-SXM5-80GB=2.99,A100-SXM4-80GB=1.29)
+set_tests_properties(example.serve.search_priced PROPERTIES
+                     PASS_REGULAR_EXPRESSION "ranked by capacity at the SLO per dollar an hour.*\\$/hour +\\$/M out.*priced: ranked by capacity per dollar")
+add_test(NAME example.serve.search_unpriced_gpu
+         COMMAND bash ${check_exit} 2 "--gpu-hour-price: no price for H100-SXM5-80GB"
+                 $<TARGET_FILE:parallax> serve search ${PROJECT_SOURCE_DIR}/workloads/serve/llama3-70b-h100-or-a100.json
+                 --gpu-hour-price A100-SXM4-80GB=1.29)
 add_test(NAME example.topo.node_groups
          COMMAND parallax topo show ${PROJECT_SOURCE_DIR}/topologies/dgx-h100-a100-mixed.json)
 set_tests_properties(example.topo.node_groups PROPERTIES

@@ -367,6 +367,25 @@ FleetCost fleet_cost(const FleetConfig& c, const FleetResult& r, const FleetSumm
   return cost;
 }
 
+std::string unpriced_cluster_gpu(const Topology& topology, const GpuHourPrices& prices) {
+  for (const DeviceId gpu : topology.gpus()) {
+    const std::string name = topology.gpu_spec_of(gpu).name;
+    if (!price_of(prices, name)) return name;
+  }
+  return {};
+}
+
+double fleet_dollars_per_hour(const FleetConfig& c, const GpuHourPrices& prices) {
+  if (const std::string gpu = unpriced_gpu(c, prices); !gpu.empty()) {
+    throw std::invalid_argument("no GPU-hour price for " + gpu);
+  }
+  double dollars = 0;
+  for (const PoolConfig& pool : c.pools) {
+    dollars += pool.count * pool.shape.gpus() * price_of(prices, pool_gpu(c, pool)).value_or(0.0);
+  }
+  return dollars;
+}
+
 std::string cost_text(const FleetCost& cost) {
   char buf[256];
   std::snprintf(buf, sizeof buf,

@@ -55,6 +55,12 @@ std::string unpriced_gpu(const FleetConfig& config, const GpuHourPrices& prices)
 /// Throws std::invalid_argument for a GPU that `prices` does not price (unpriced_gpu).
 FleetCost fleet_cost(const FleetConfig& config, const FleetResult& result, const FleetSummary& summary,
                      const GpuHourPrices& prices);
+/// The first kind of GPU in `topology` (each node group's, or the cluster's) that `prices` does
+/// not price, or empty: what a search that may place pools anywhere checks first.
+std::string unpriced_cluster_gpu(const Topology& topology, const GpuHourPrices& prices);
+/// What `config`'s pools cost an hour with every instance up, at `prices`. Throws
+/// std::invalid_argument for a GPU that `prices` does not price.
+double fleet_dollars_per_hour(const FleetConfig& config, const GpuHourPrices& prices);
 std::string cost_text(const FleetCost& cost);
 nlohmann::ordered_json cost_json(const FleetCost& cost);
 

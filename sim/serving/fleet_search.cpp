@@ -16,11 +16,11 @@
 namespace parallax {
 namespace {
 
-// Better first: capacity (or output throughput), then output throughput, then smaller
-// instances, then the text.
+// Better first: capacity (or output throughput; priced, per dollar an hour), then output
+// throughput, then smaller instances, then the text.
 bool better(const ShapeRun& a, const ShapeRun& b, bool by_capacity) {
-  const double ga = by_capacity ? a.capacity : a.summary.output_tokens_per_s;
-  const double gb = by_capacity ? b.capacity : b.summary.output_tokens_per_s;
+  const double ga = ranking_figure(by_capacity, a.capacity, a.summary, a.dollars_per_hour);
+  const double gb = ranking_figure(by_capacity, b.capacity, b.summary, b.dollars_per_hour);
   if (ga != gb) return ga > gb;
   if (a.summary.output_tokens_per_s != b.summary.output_tokens_per_s) {
     return a.summary.output_tokens_per_s > b.summary.output_tokens_per_s;
@@ -43,6 +43,21 @@ std::vector<SearchRegion> search_regions(const FleetConfig& config) {
   std::vector<SearchRegion> out;
   for (const NodeGroup& g : info.node_groups) out.push_back({g.name, g.first_node * per_node, g.nodes * per_node});
   return out;
+}
+
+double per_dollar_hour(double rate, double dollars_per_hour) {
+  return dollars_per_hour > 0 ? rate / dollars_per_hour : rate;
+}
+
+double ranking_figure(bool by_capacity, double capacity, const FleetSummary& summary, double dollars_per_hour) {
+  return per_dollar_hour(by_capacity ? capacity : summary.output_tokens_per_s, dollars_per_hour);
+}
+
+double dollars_per_million_output(double dollars_per_hour, bool by_capacity, double capacity, double requests_per_unit,
+                                  double mean_output, const FleetSummary& summary) {
+  const double tokens_per_s = by_capacity ? capacity * requests_per_unit * mean_output : summary.output_tokens_per_s;
+  if (!(dollars_per_hour > 0) || !(tokens_per_s > 0)) return 0;
+  return dollars_per_hour / (tokens_per_s * 3600.0) * 1e6;
 }
 
 void GroupOutcome::add(double bound, std::optional<double> figure) {
@@ -297,14 +312,20 @@ std::vector<ShapeCandidate> shape_candidates(const FleetConfig& config, const Sh
           const double prefill = prefill_rate_bound(model, b, means);
           const double bound =
               pool.count * std::min(prefill, decode_rate_bound(model, b, kv, means, config.slo_tpot)) / unit;
-          ShapeRun run{shape, region.group, pool.first_gpu, pool.count, kv, cap, budget, draft, bound, 0.0, {}};
+          ShapeRun run{shape, region.group, pool.first_gpu, pool.count, kv, cap, budget, draft, bound, 0.0, {}, 0.0, 0.0};
+          if (!options.prices.empty()) {
+            FleetConfig priced = config;
+            priced.pools.front() = pool;
+            run.dollars_per_hour = fleet_dollars_per_hour(priced, options.prices);
+          }
           candidates.push_back({pool, run, label});
         }
       }
     }
   }
   std::stable_sort(candidates.begin(), candidates.end(), [](const ShapeCandidate& a, const ShapeCandidate& b) {
-    return a.run.bound != b.run.bound ? a.run.bound > b.run.bound : a.label < b.label;
+    const double ka = per_dollar_hour(a.run.bound, a.run.dollars_per_hour), kb = per_dollar_hour(b.run.bound, b.run.dollars_per_hour);
+    return ka != kb ? ka > kb : a.label < b.label;
   });
   return candidates;
 }
@@ -321,12 +342,14 @@ ShapeSearch search_shapes(const FleetConfig& config, const ShapeSearchOptions& o
   out.attainment = options.attainment;
   out.by_capacity = ranks_by_capacity(config);
   out.node_groups = !config.topology->info().node_groups.empty();
+  out.by_cost = !options.prices.empty();
   const std::vector<ShapeCandidate> candidates = shape_candidates(config, options, out);
   const double unit = requests_per_load_unit(config);
+  const double mean_output = out.by_cost ? traffic_means(config).decode + 1 : 0.0;
   std::vector<std::optional<ShapeRun>> runs(candidates.size());
   std::vector<std::string> why(candidates.size());
   std::vector<double> bounds;
-  for (const ShapeCandidate& c : candidates) bounds.push_back(c.run.bound);
+  for (const ShapeCandidate& c : candidates) bounds.push_back(per_dollar_hour(c.run.bound, c.run.dollars_per_hour));
   const size_t examined = run_best_bound_first(
       bounds, options.prune, options.threads,
       [&](size_t i) -> std::optional<double> {
@@ -343,8 +366,10 @@ ShapeSearch search_shapes(const FleetConfig& config, const ShapeSearchOptions& o
           why[i] = e.what();
           return std::nullopt;
         }
+        run.dollars_per_million_output = dollars_per_million_output(run.dollars_per_hour, out.by_capacity, run.capacity,
+                                                                    unit, mean_output, run.summary);
         runs[i] = run;
-        return out.by_capacity ? run.capacity : run.summary.requests_per_s / unit;
+        return per_dollar_hour(out.by_capacity ? run.capacity : run.summary.requests_per_s / unit, run.dollars_per_hour);
       },
       progress);
   out.pruned_by_bound = candidates.size() - examined;
@@ -378,24 +403,25 @@ std::string shape_table(const ShapeSearch& s, size_t top) {
   char line[512];
   const int batching_width = s.batching_varied ? 34 : 0;
   const int instance_width = s.node_groups ? 38 : 28;  // bytes: "·" takes two
-  std::snprintf(line, sizeof line, "  %4s  %-*s %-*s %9s %10s %9s %10s %13s %10s %10s %8s\n", "rank", instance_width,
+  std::snprintf(line, sizeof line, "  %4s  %-*s %-*s %9s %10s %9s %10s %13s %10s %10s %8s", "rank", instance_width,
                 "instance", batching_width, s.batching_varied ? "batching" : "", "instances", "KV blocks", "bound",
                 s.by_capacity ? "capacity" : "requests/s", "out tok/s/GPU", "TTFT p99", "TPOT p99", "SLO met");
-  t += line;
+  t += line + cost_header(s.by_cost) + "\n";
   for (size_t i = 0; i < s.ranked.size() && i < top; ++i) {
     const ShapeRun& r = s.ranked[i];
     const FleetSummary& f = r.summary;
     const std::string instance = describe_shape(r.shape) + (r.group.empty() ? "" : " on " + r.group);
-    std::snprintf(line, sizeof line, "  %4zu  %-*s %-*s %9d %10lld %9.2f %10.2f %13.1f %7.0f ms %7.1f ms %7.1f%%\n",
+    std::snprintf(line, sizeof line, "  %4zu  %-*s %-*s %9d %10lld %9.2f %10.2f %13.1f %7.0f ms %7.1f ms %7.1f%%",
                   i + 1, instance_width, instance.c_str(), batching_width,
                   s.batching_varied ? batching_label(r.max_sequences, r.token_budget, r.draft_tokens).c_str() : "",
                   r.instances,
                   static_cast<long long>(r.kv_blocks), r.bound, s.by_capacity ? r.capacity : f.requests_per_s,
                   f.output_tokens_per_s_per_gpu, f.ttft.p99 * 1e3, f.tpot.p99 * 1e3, 100.0 * f.slo_attainment);
-    t += line;
+    t += line + cost_columns(s.by_cost, r.dollars_per_hour, r.dollars_per_million_output) + "\n";
   }
   t += bound_note("the instances sustain");
   if (s.by_capacity) t += capacity_note(s.attainment);
+  if (s.by_cost) t += cost_note(s.by_capacity);
   if (s.node_groups) {
     t += "\nnode groups: the pool is placed on one group at a time, the others idle\n" +
          group_outcome_table(s.groups, {"on"}, s.by_capacity);
@@ -434,7 +460,7 @@ nlohmann::ordered_json shape_json(const ShapeSearch& s) {
   j["rejected_by_rule"] = s.rejected_by_rule;
   j["rejected_by_memory"] = s.rejected_by_memory;
   j["pruned_by_bound"] = s.pruned_by_bound;
-  j["ranked_by"] = s.by_capacity ? "capacity_at_slo" : "output_throughput";
+  j["ranked_by"] = ranked_by(s.by_capacity, s.by_cost);
   j["attainment"] = s.attainment;
   if (s.node_groups) j["groups"] = group_outcome_json(s.groups, {"group"});
   j["rejections"] = s.rejections;
@@ -448,10 +474,35 @@ nlohmann::ordered_json shape_json(const ShapeSearch& s) {
     run["draft_tokens"] = r.draft_tokens;
     run["bound"] = r.bound;
     add_run_figures(run, r.capacity, r.summary);
+    if (s.by_cost) add_cost_figures(run, r.dollars_per_hour, r.dollars_per_million_output);
     runs.push_back(std::move(run));
   }
   j["shapes"] = std::move(runs);
   return j;
+}
+
+std::string ranked_by(bool by_capacity, bool by_cost) {
+  return std::string(by_capacity ? "capacity_at_slo" : "output_throughput") + (by_cost ? "_per_dollar_hour" : "");
+}
+
+std::string cost_header(bool by_cost) {
+  if (!by_cost) return {};
+  char line[64];
+  std::snprintf(line, sizeof line, " %9s %9s", "$/hour", "$/M out");
+  return line;
+}
+
+std::string cost_columns(bool by_cost, double dollars_per_hour, double dollars_per_million_output) {
+  if (!by_cost) return {};
+  char line[64];
+  std::snprintf(line, sizeof line, " %9.2f %9.3f", dollars_per_hour, dollars_per_million_output);
+  return line;
+}
+
+std::string cost_note(bool by_capacity) {
+  return std::string("  priced: ranked by ") + (by_capacity ? "capacity" : "output throughput") +
+         " per dollar an hour of the GPUs in use; $/M out: dollars per million output tokens " +
+         (by_capacity ? "at the capacity (its requests at the traffic's mean output)\n" : "at that throughput\n");
 }
 
 std::string bound_note(const std::string& who_sustains) {
@@ -487,6 +538,11 @@ void add_run_figures(nlohmann::ordered_json& j, double capacity, const FleetSumm
   j["ttft_p99_s"] = f.ttft.p99;
   j["tpot_p99_s"] = f.tpot.p99;
   j["slo_attainment"] = f.slo_attainment;
+}
+
+void add_cost_figures(nlohmann::ordered_json& j, double dollars_per_hour, double dollars_per_million_output) {
+  j["dollars_per_hour"] = dollars_per_hour;
+  j["dollars_per_million_output_tokens"] = dollars_per_million_output;
 }
 
 void set_pool_shape(nlohmann::json& pool, const InstanceShape& shape, int instances, const Topology& topology,

@@ -51,6 +51,18 @@ struct GroupOutcome {
   void add(double bound, std::optional<double> figure);
 };
 
+/// A rate per dollar an hour when `dollars_per_hour` > 0, else the rate: what the searches'
+/// best-bound-first order and pruning compare when priced.
+double per_dollar_hour(double rate, double dollars_per_hour);
+/// What a search ranks by: capacity at the SLO (or, `by_capacity` false, output tokens/s at the
+/// fleet's rate), per dollar an hour when `dollars_per_hour` > 0.
+double ranking_figure(bool by_capacity, double capacity, const FleetSummary& summary, double dollars_per_hour);
+/// Dollars per million output tokens of a priced run at what it is ranked by: at its capacity
+/// (`requests_per_unit` requests/s a unit of load, each of `mean_output` output tokens) when
+/// `by_capacity`, else at its output throughput; 0 unpriced or when nothing comes out.
+double dollars_per_million_output(double dollars_per_hour, bool by_capacity, double capacity, double requests_per_unit,
+                                  double mean_output, const FleetSummary& summary);
+
 /// The outcomes as a table, a column per entry of `headers` for their groups ("prefill on").
 std::string group_outcome_table(const std::vector<GroupOutcome>& outcomes, const std::vector<std::string>& headers,
                                 bool by_capacity);
@@ -69,6 +81,8 @@ struct ShapeRun {
   double bound = 0;       ///< requests/s: the instances' rate bound
   double capacity = 0;    ///< with an SLO: the highest rate meeting it (0: none tried did)
   FleetSummary summary;   ///< at the capacity (or, below every rate tried, at the fleet's)
+  double dollars_per_hour = 0;            ///< priced: its instances' GPUs an hour
+  double dollars_per_million_output = 0;  ///< priced: at its capacity (dollars_per_million_output)
 };
 
 struct ShapeSearch {
@@ -80,6 +94,7 @@ struct ShapeSearch {
   std::vector<std::string> rejections;  ///< "shape: reason", the first of each kind
   std::vector<ShapeRun> ranked;         ///< best first
   bool by_capacity = false;             ///< ranked by capacity at the SLO, else by output throughput
+  bool by_cost = false;                 ///< priced: ranked by that figure per dollar an hour
   double attainment = 0.9;
   bool node_groups = false;             ///< the pool was placed on each node group in turn
   std::vector<GroupOutcome> groups;     ///< on node groups, per group in the topology's order
@@ -98,6 +113,9 @@ struct ShapeSearchOptions {
   std::vector<int> max_sequences;      ///< sequence caps to try (empty: the pool's own)
   std::vector<int64_t> token_budgets;  ///< token budgets to try (empty: the pool's own)
   std::vector<int> draft_tokens;       ///< speculating pools: draft tokens a step to try (empty: the pool's)
+  /// GPU-hour prices (empty: none): rank by capacity (or output throughput) per dollar an hour
+  /// of the GPUs used, which on node groups favours the cheaper kind where it carries enough.
+  GpuHourPrices prices;
 };
 
 /// The shapes tried for `pool` of `config` on `gpus` GPUs (0: all the topology's):
@@ -160,6 +178,15 @@ std::string shape_gnuplot(const std::string& data_file, const std::string& png, 
 nlohmann::ordered_json shape_json(const ShapeSearch& search);
 /// The table's footnote on what the bound column means ("the instances sustain").
 std::string bound_note(const std::string& who_sustains);
+/// The JSON "ranked_by": "capacity_at_slo" or "output_throughput", "_per_dollar_hour" priced.
+std::string ranked_by(bool by_capacity, bool by_cost);
+/// Priced, the "$/hour" and "$/M out" column heads, a run's values under them, and the note
+/// saying what they are (each empty unpriced).
+std::string cost_header(bool by_cost);
+std::string cost_columns(bool by_cost, double dollars_per_hour, double dollars_per_million_output);
+std::string cost_note(bool by_capacity);
+/// Adds a priced run's dollars an hour and dollars per million output tokens to `j`.
+void add_cost_figures(nlohmann::ordered_json& j, double dollars_per_hour, double dollars_per_million_output);
 /// The table's footnote on what capacity means, at `attainment`.
 std::string capacity_note(double attainment);
 /// A plot data row: the rate, p99 TPOT and TTFT (ms) and the quoted label.

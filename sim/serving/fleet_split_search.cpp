@@ -26,6 +26,7 @@ struct Candidate {
   PoolShape prefill, decode;
   double bound = 0;
   std::string label;
+  double dollars_per_hour = 0;  ///< priced: both pools' GPUs an hour
 };
 
 std::string side_description(const PoolShape& p) {
@@ -154,10 +155,23 @@ std::vector<GroupOutcome> group_pairs(const std::vector<SearchRegion>& where, co
   return pairs;
 }
 
-// Better first: capacity (or output throughput), then output throughput, then the text.
+// The fleet with its prefill pool (index ip) and decode pool (id) re-shaped and placed as `c`.
+FleetConfig split_fleet_config(const FleetConfig& config, size_t ip, size_t id, const Candidate& c) {
+  FleetConfig out = config;
+  out.pools[ip].shape = c.prefill.shape;
+  out.pools[ip].count = c.prefill.instances;
+  out.pools[ip].first_gpu = c.prefill.first_gpu;
+  out.pools[id].shape = c.decode.shape;
+  out.pools[id].count = c.decode.instances;
+  out.pools[id].first_gpu = c.decode.first_gpu;
+  return out;
+}
+
+// Better first: capacity (or output throughput; priced, per dollar an hour), then output
+// throughput, then the text.
 bool better(const SplitRun& a, const SplitRun& b, bool by_capacity) {
-  const double ga = by_capacity ? a.capacity : a.summary.output_tokens_per_s;
-  const double gb = by_capacity ? b.capacity : b.summary.output_tokens_per_s;
+  const double ga = ranking_figure(by_capacity, a.capacity, a.summary, a.dollars_per_hour);
+  const double gb = ranking_figure(by_capacity, b.capacity, b.summary, b.dollars_per_hour);
   if (ga != gb) return ga > gb;
   if (a.summary.output_tokens_per_s != b.summary.output_tokens_per_s) {
     return a.summary.output_tokens_per_s > b.summary.output_tokens_per_s;
@@ -168,7 +182,7 @@ bool better(const SplitRun& a, const SplitRun& b, bool by_capacity) {
 }  // namespace
 
 SplitSearch search_splits(const FleetConfig& config, int threads, double attainment, bool prune,
-                          const std::function<void(size_t, size_t)>& progress) {
+                          const std::function<void(size_t, size_t)>& progress, const GpuHourPrices& prices) {
   check_searchable(config, "the split search", true);
   const auto role_index = [&](PoolRole role) {
     const auto it = std::find_if(config.pools.begin(), config.pools.end(), [&](const PoolConfig& p) { return p.role == role; });
@@ -182,6 +196,7 @@ SplitSearch search_splits(const FleetConfig& config, int threads, double attainm
   out.attainment = attainment;
   out.by_capacity = ranks_by_capacity(config);
   out.node_groups = !config.topology->info().node_groups.empty();
+  out.by_cost = !prices.empty();
   const TrafficMeans means = traffic_means(config);
   const std::vector<SearchRegion> where = search_regions(config);
   std::vector<std::vector<ShapeOption>> prefill, decode;  // by region
@@ -199,26 +214,24 @@ SplitSearch search_splits(const FleetConfig& config, int threads, double attainm
       add_splits(config, where[a], prefill[a], where[b], decode[b], ip < id, out, candidates);
     }
   }
+  if (out.by_cost) {
+    for (Candidate& c : candidates) c.dollars_per_hour = fleet_dollars_per_hour(split_fleet_config(config, ip, id, c), prices);
+  }
   std::stable_sort(candidates.begin(), candidates.end(), [](const Candidate& a, const Candidate& b) {
-    return a.bound != b.bound ? a.bound > b.bound : a.label < b.label;
+    const double ka = per_dollar_hour(a.bound, a.dollars_per_hour), kb = per_dollar_hour(b.bound, b.dollars_per_hour);
+    return ka != kb ? ka > kb : a.label < b.label;
   });
 
   std::vector<std::optional<SplitRun>> runs(candidates.size());
   std::vector<std::string> why(candidates.size());
   std::vector<double> bounds;
-  for (const Candidate& c : candidates) bounds.push_back(c.bound);
+  for (const Candidate& c : candidates) bounds.push_back(per_dollar_hour(c.bound, c.dollars_per_hour));
   const size_t examined = run_best_bound_first(
       bounds, prune, threads,
       [&](size_t i) -> std::optional<double> {
         const Candidate& cand = candidates[i];
-        FleetConfig c = config;
-        c.pools[ip].shape = cand.prefill.shape;
-        c.pools[ip].count = cand.prefill.instances;
-        c.pools[id].shape = cand.decode.shape;
-        c.pools[id].count = cand.decode.instances;
-        c.pools[ip].first_gpu = cand.prefill.first_gpu;
-        c.pools[id].first_gpu = cand.decode.first_gpu;
-        SplitRun run{cand.prefill, cand.decode, cand.bound, 0.0, {}};
+        const FleetConfig c = split_fleet_config(config, ip, id, cand);
+        SplitRun run{cand.prefill, cand.decode, cand.bound, 0.0, {}, cand.dollars_per_hour, 0.0};
         try {
           if (out.by_capacity) {
             std::tie(run.capacity, run.summary) = capacity_at_slo(c, attainment);
@@ -229,8 +242,10 @@ SplitSearch search_splits(const FleetConfig& config, int threads, double attainm
           why[i] = cand.label + ": " + e.what();
           return std::nullopt;
         }
+        run.dollars_per_million_output = dollars_per_million_output(run.dollars_per_hour, out.by_capacity, run.capacity,
+                                                                    unit, means.decode + 1, run.summary);
         runs[i] = run;
-        return out.by_capacity ? run.capacity : run.summary.requests_per_s / unit;
+        return per_dollar_hour(out.by_capacity ? run.capacity : run.summary.requests_per_s / unit, run.dollars_per_hour);
       },
       progress);
   for (size_t i = 0; i < examined; ++i) {
@@ -251,24 +266,25 @@ std::string split_table(const SplitSearch& s, size_t top) {
   std::string t;
   char line[640];
   const int width = s.node_groups ? 40 : 30;  // bytes: "×" and "·" take two each
-  std::snprintf(line, sizeof line, "  %4s  %-*s %-*s %9s %10s %13s %10s %10s %8s\n", "rank", width, "prefill", width,
+  std::snprintf(line, sizeof line, "  %4s  %-*s %-*s %9s %10s %13s %10s %10s %8s", "rank", width, "prefill", width,
                 "decode", "bound", s.by_capacity ? "capacity" : "requests/s", "out tok/s/GPU", "TTFT p99", "TPOT p99",
                 "SLO met");
-  t += line;
+  t += line + cost_header(s.by_cost) + "\n";
   for (size_t i = 0; i < s.ranked.size() && i < top; ++i) {
     const SplitRun& r = s.ranked[i];
     const FleetSummary& f = r.summary;
     const auto side = [](const PoolShape& p) {
       return std::to_string(p.instances) + " × " + describe_shape(p.shape) + (p.group.empty() ? "" : " on " + p.group);
     };
-    std::snprintf(line, sizeof line, "  %4zu  %-*s %-*s %9.2f %10.2f %13.1f %7.0f ms %7.1f ms %7.1f%%\n", i + 1, width,
+    std::snprintf(line, sizeof line, "  %4zu  %-*s %-*s %9.2f %10.2f %13.1f %7.0f ms %7.1f ms %7.1f%%", i + 1, width,
                   side(r.prefill).c_str(), width, side(r.decode).c_str(), r.bound,
                   s.by_capacity ? r.capacity : f.requests_per_s, f.output_tokens_per_s_per_gpu, f.ttft.p99 * 1e3,
                   f.tpot.p99 * 1e3, 100.0 * f.slo_attainment);
-    t += line;
+    t += line + cost_columns(s.by_cost, r.dollars_per_hour, r.dollars_per_million_output) + "\n";
   }
   t += bound_note("the smaller side sustains");
   if (s.by_capacity) t += capacity_note(s.attainment);
+  if (s.by_cost) t += cost_note(s.by_capacity);
   if (s.node_groups) {
     t += "\nnode groups: each pool runs on one group's GPUs; both on one group leave the others idle (out "
          "tok/s/GPU counts the GPUs used)\n" +
@@ -313,7 +329,7 @@ nlohmann::ordered_json split_json(const SplitSearch& s) {
   j["unplaceable"] = s.unplaceable;
   j["pruned_by_bound"] = s.pruned_by_bound;
   j["refused"] = s.refused;
-  j["ranked_by"] = s.by_capacity ? "capacity_at_slo" : "output_throughput";
+  j["ranked_by"] = ranked_by(s.by_capacity, s.by_cost);
   j["attainment"] = s.attainment;
   if (s.node_groups) j["group_pairs"] = group_outcome_json(s.group_pairs, {"prefill_group", "decode_group"});
   j["rejections"] = s.rejections;
@@ -321,6 +337,7 @@ nlohmann::ordered_json split_json(const SplitSearch& s) {
   for (const SplitRun& r : s.ranked) {
     nlohmann::ordered_json run{{"prefill", side(r.prefill)}, {"decode", side(r.decode)}, {"bound", r.bound}};
     add_run_figures(run, r.capacity, r.summary);
+    if (s.by_cost) add_cost_figures(run, r.dollars_per_hour, r.dollars_per_million_output);
     runs.push_back(std::move(run));
   }
   j["splits_simulated"] = std::move(runs);

@@ -42,6 +42,8 @@ struct SplitRun {
   double bound = 0;     ///< requests/s: the smaller side's rate at full batches
   double capacity = 0;  ///< with an SLO: the highest rate meeting it (0: none tried did)
   FleetSummary summary; ///< at the capacity (or, below every rate tried, at the fleet's)
+  double dollars_per_hour = 0;            ///< priced: both pools' GPUs an hour
+  double dollars_per_million_output = 0;  ///< priced: at its capacity (dollars_per_million_output)
 };
 
 struct SplitSearch {
@@ -55,6 +57,7 @@ struct SplitSearch {
   size_t refused = 0;          ///< simulated, but the fleet refused to run (e.g. a request never fits)
   std::vector<SplitRun> ranked;  ///< the simulated splits, best first
   bool by_capacity = false;
+  bool by_cost = false;  ///< priced: ranked by that figure per dollar an hour
   double attainment = 0.9;
   bool node_groups = false;  ///< the pools were placed on node groups
   /// On node groups, per (prefill group, decode group) in the topology's group order.
@@ -63,10 +66,12 @@ struct SplitSearch {
 
 /// Searches the splits of `config`'s prefill and decode pools over all the topology's GPUs
 /// (`threads` simulations at once; the result does not depend on them). `prune` false simulates
-/// every placeable split. Throws std::invalid_argument unless the fleet is one prefill and one
-/// decode pool.
+/// every placeable split. With `prices`, ranked per dollar an hour of the GPUs in use (as
+/// ShapeSearchOptions::prices). Throws std::invalid_argument unless the fleet is one prefill and
+/// one decode pool, or for a GPU that `prices` does not price.
 SplitSearch search_splits(const FleetConfig& config, int threads, double attainment = 0.9, bool prune = true,
-                          const std::function<void(size_t, size_t)>& progress = nullptr);
+                          const std::function<void(size_t, size_t)>& progress = nullptr,
+                          const GpuHourPrices& prices = {});
 
 std::string split_table(const SplitSearch& search, size_t top);
 /// Per simulated split: its capacity (or requests/s), p99 TPOT and TTFT (ms) at it, and its label.

@@ -408,10 +408,10 @@ void write_search_plot(const FleetArgs& a, const FleetFile& f, const std::string
 }
 
 // A disaggregated fleet: how its GPUs split between prefill and decode, and each side's shape.
-void run_split_search(const FleetArgs& a, const FleetFile& f, int threads) {
+void run_split_search(const FleetArgs& a, const FleetFile& f, int threads, const GpuHourPrices& prices) {
   SplitSearch s;
   try {
-    s = search_splits(f.config, threads, a.attainment, !a.exhaustive, progress_counter("splits"));
+    s = search_splits(f.config, threads, a.attainment, !a.exhaustive, progress_counter("splits"), prices);
   } catch (const std::invalid_argument& e) {
     throw InputError(a.fleet, "/pools", e.what());
   }
@@ -425,10 +425,21 @@ void run_split_search(const FleetArgs& a, const FleetFile& f, int threads) {
   if (!a.plot.empty()) write_search_plot(a, f, split_data(s), s.by_capacity, "prefill / decode splits");
 }
 
+// The --gpu-hour-price of a command that may run pools on any of the cluster's GPUs, each priced.
+GpuHourPrices cluster_prices(const FleetArgs& a, const Topology& topology) {
+  if (a.gpu_hour_price.empty()) return {};
+  const GpuHourPrices prices = parse_prices(a.gpu_hour_price);
+  if (const std::string gpu = unpriced_cluster_gpu(topology, prices); !gpu.empty()) {
+    throw InputError("", "--gpu-hour-price", "no price for " + gpu + " (name it, or give one price for every GPU)");
+  }
+  return prices;
+}
+
 void run_search(const FleetArgs& a) {
   FleetFile f = load_with_overrides(a, false);  // the pools' shapes are what is searched
   const FleetConfig& c = f.config;
   if (!(a.attainment > 0 && a.attainment <= 1)) throw InputError("", "--attainment", "a fraction in (0, 1]");
+  const GpuHourPrices prices = cluster_prices(a, *c.topology);
   const int threads = a.jobs > 0 ? a.jobs : std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
   const bool split = c.pools.size() == 2 && c.pools.front().role != PoolRole::kColocated;
   std::printf("serve search: %s on %s (%zu GPUs), %s (seed %llu); %s, ranked by %s\n", c.model.name.c_str(),
@@ -436,13 +447,14 @@ void run_search(const FleetArgs& a) {
               c.replay ? ("replay of " + c.replay_name).c_str() : c.traffic.describe().c_str(),
               static_cast<unsigned long long>(c.seed),
               split ? "prefill/decode splits" : "instance shapes",
-              c.slo_ttft > Time::zero() || c.slo_tpot > Time::zero() ? "capacity at the SLO" : "output throughput");
+              (std::string(c.slo_ttft > Time::zero() || c.slo_tpot > Time::zero() ? "capacity at the SLO" : "output throughput") +
+               (prices.empty() ? "" : " per dollar an hour")).c_str());
   if (split) {
     if (!a.max_sequences.empty() || !a.token_budgets.empty() || !a.draft_tokens.empty()) {
       throw InputError("", "--max-sequences/--token-budgets/--draft-tokens",
                        "vary a colocated pool's batching; a split keeps each pool's own");
     }
-    run_split_search(a, f, threads);
+    run_split_search(a, f, threads, prices);
     return;
   }
   ShapeSearchOptions options;
@@ -452,6 +464,7 @@ void run_search(const FleetArgs& a) {
   options.max_sequences = a.max_sequences;
   options.token_budgets = a.token_budgets;
   options.draft_tokens = a.draft_tokens;
+  options.prices = prices;
   ShapeSearch s;
   try {
     s = search_shapes(c, options, progress_counter("shapes"));
@@ -693,6 +706,10 @@ CLI::App* add_search_subcommand(CLI::App* serve) {
   search->add_option("--json", w->json, "write every simulated shape as JSON");
   search->add_option("--emit", w->emit, "write the fleet file with the best shape");
   search->add_option("--plot", w->plot, "write each shape's capacity against its p99 TPOT (PNG, gnuplot) here");
+  search->add_option("--gpu-hour-price", w->gpu_hour_price,
+                     "dollars per GPU-hour, one price (2.5) or per GPU (H100-SXM5-80GB=2.5,A100-SXM4-80GB=1.2): rank by "
+                     "capacity per dollar an hour of the GPUs in use, with each candidate's $/hour and $ per million "
+                     "output tokens");
   search->callback([w] { run_search(*w); });
   return search;
 }
