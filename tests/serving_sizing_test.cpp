@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <fstream>
 
 #include "serving/fleet_sizing.h"
 #include "test_support.h"
@@ -13,15 +14,15 @@ namespace {
 
 using test::bundled;
 
-std::shared_ptr<const Topology> dgx_h100_nodes(int nodes) {
+std::shared_ptr<const Topology> dgx_h100_nodes(const std::vector<int>& nodes) {
   return std::make_shared<const Topology>(
-      load_topology(test::source_path("topologies/dgx-h100.json"), TopologyLoadOptions{nodes}));
+      load_topology(test::source_path("topologies/dgx-h100.json"), TopologyLoadOptions{nodes.at(0)}));
 }
 
 FleetConfig two_instances() {
   FleetConfig c;
   c.model = bundled("llama3-8b");
-  c.topology = dgx_h100_nodes(1);
+  c.topology = dgx_h100_nodes({1});
   PoolConfig pool;
   pool.shape = InstanceShape{2, 1};
   pool.count = 2;
@@ -66,6 +67,90 @@ TEST(ServingSizing, TheChosenFleetMeetsTheTargetAndOneInstanceFewerDoesNot) {
   FleetConfig closed = c;
   closed.traffic.arrival = TrafficSpec::Arrival::kClosedLoop;
   EXPECT_THROW(size_fleet(closed, 10, 0.9, dgx_h100_nodes), std::invalid_argument);
+}
+
+// Two kinds of node of two GPUs each (a DGX H100's node and a DGX A100 40GB's, cut to two GPUs
+// and two NICs), with `nodes` nodes in each group.
+std::shared_ptr<const Topology> two_kinds(const std::vector<int>& nodes) {
+  const auto node_of = [](const std::string& preset) {
+    std::ifstream in(test::source_path("topologies/" + preset + ".json"));
+    nlohmann::json node = nlohmann::json::parse(in)["node"];
+    node["gpus"] = 2;
+    node["nics"]["count"] = 2;
+    return node;
+  };
+  const nlohmann::json doc{{"name", "H100 + A100 40GB, two GPUs a node"},
+                           {"node_groups",
+                            {{{"name", "h100"}, {"nodes", 1}, {"node", node_of("dgx-h100")}},
+                             {{"name", "a100"}, {"nodes", 1}, {"node", node_of("dgx-a100-40gb")}}}},
+                           {"network", {{"kind", "fat_tree"}, {"tiers", 2}, {"nodes_per_leaf", 4}, {"link_latency", "0.6 us"}}}};
+  TopologyLoadOptions options;
+  options.group_nodes = nodes;
+  return std::make_shared<const Topology>(topology_from_json(doc, test::source_path("topologies/two-kinds.json"), options));
+}
+
+TEST(ServingSizing, GroupNodeCountsReplaceTheFilesAndMoveTheGroups) {
+  const auto t = two_kinds({2, 3});
+  ASSERT_EQ(t->info().node_groups.size(), 2u);
+  EXPECT_EQ(t->node_count(), 5);
+  EXPECT_EQ(t->info().node_groups[1].first_node, 2);
+  EXPECT_EQ(t->info().node_groups[1].nodes, 3);
+  EXPECT_EQ(t->info().node_groups[1].alone->gpu_count(), 6u);
+  EXPECT_THROW(two_kinds({2}), InputError);
+  EXPECT_THROW(two_kinds({0, 1}), InputError);
+  TopologyLoadOptions flat;
+  flat.group_nodes = {1, 1};
+  EXPECT_THROW(load_topology(test::source_path("topologies/dgx-h100.json"), flat), InputError);
+}
+
+TEST(ServingSizing, OnNodeGroupsEachPoolGrowsOnItsGroupAndPricesSeekTheCheapest) {
+  FleetConfig c = two_instances();
+  c.topology = two_kinds({1, 1});
+  PoolConfig h100 = c.pools[0], a100 = c.pools[0];
+  h100.name = "h100";
+  h100.shape = a100.shape = InstanceShape{1, 1};
+  h100.count = a100.count = 1;
+  h100.first_gpu = 0;
+  a100.first_gpu = 2;
+  a100.name = "a100";
+  c.pools = {h100, a100};
+  const double given = capacity_at_slo(c, 0.9).first;
+  ASSERT_GT(given, 0.0);
+  const GpuHourPrices prices{{"H100-SXM5-80GB", 4.0}, {"A100-SXM4-40GB", 1.0}};
+  const FleetSizing s = size_fleet(c, 3 * given, 0.9, two_kinds, nullptr, prices);
+  ASSERT_TRUE(s.priced);
+  ASSERT_TRUE(s.chosen.has_value());
+  for (const SizedFleet& f : s.tried) {
+    // Each group gets the nodes its pool's one-GPU instances take, two a node.
+    ASSERT_EQ(f.group_nodes.size(), 2u);
+    EXPECT_EQ(f.group_nodes[0], (f.counts[0] + 1) / 2);
+    EXPECT_EQ(f.group_nodes[1], (f.counts[1] + 1) / 2);
+    EXPECT_EQ(f.nodes, f.group_nodes[0] + f.group_nodes[1]);
+    EXPECT_DOUBLE_EQ(f.dollars_per_hour, 4.0 * f.counts[0] + 1.0 * f.counts[1]);
+  }
+  const SizedFleet& chosen = s.tried[*s.chosen];
+  EXPECT_TRUE(chosen.meets);
+  // The trimming gave up the dearer H100s first: one fewer of either misses, where tried.
+  for (size_t p = 0; p < 2; ++p) {
+    std::vector<int> fewer = chosen.counts;
+    if (--fewer[p] < 1) continue;
+    for (const SizedFleet& f : s.tried) {
+      if (f.counts == fewer) {
+        EXPECT_FALSE(f.meets);
+      }
+    }
+  }
+  // The fleet written places each pool where its group now starts.
+  const nlohmann::json original{{"topology", {{"file", "x.json"}}}, {"pools", {{{"name", "h100"}}, {{"name", "a100"}}}}};
+  const nlohmann::json out = sized_fleet_file(original, c, s, chosen);
+  EXPECT_EQ(out["topology"]["group_nodes"]["h100"], chosen.group_nodes[0]);
+  EXPECT_EQ(out["topology"]["group_nodes"]["a100"], chosen.group_nodes[1]);
+  EXPECT_EQ(out["pools"][0]["placement"]["node"], 0);
+  EXPECT_EQ(out["pools"][1]["placement"]["node"], chosen.group_nodes[0]);
+  // An unplaced pool on node groups is refused.
+  FleetConfig unplaced = c;
+  unplaced.pools[1].first_gpu.reset();
+  EXPECT_THROW(size_fleet(unplaced, given, 0.9, two_kinds), std::invalid_argument);
 }
 
 }  // namespace

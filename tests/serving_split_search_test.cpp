@@ -8,7 +8,6 @@
 #include <set>
 
 #include "serving/fleet_search.h"
-#include "serving/fleet_sizing.h"
 #include "serving/fleet_split_search.h"
 #include "serving/step_model.h"
 #include "test_support.h"
@@ -247,13 +246,6 @@ TEST(ServingSplitSearch, OnNodeGroupsEachPoolRunsOnOneGroup) {
   EXPECT_EQ(out["pools"][0]["placement"]["node"], *best.prefill.first_gpu / 2);
   EXPECT_EQ(out["pools"][0]["placement"]["gpu"], *best.prefill.first_gpu % 2);
   EXPECT_EQ(out["pools"][1]["placement"]["node"], *best.decode.first_gpu / 2);
-  // Sizing still takes one kind of GPU.
-  try {
-    size_fleet(c, 10.0, 0.9, nullptr);
-    ADD_FAILURE() << "serve size ran on node groups";
-  } catch (const std::invalid_argument& e) {
-    EXPECT_NE(std::string(e.what()).find("node groups"), std::string::npos) << e.what();
-  }
 }
 
 TEST(ServingShapeSearch, OnNodeGroupsThePoolTriesEachGroup) {

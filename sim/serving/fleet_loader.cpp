@@ -68,6 +68,22 @@ Time non_negative_time(JsonReader v) {
   return t;
 }
 
+// "group_nodes": {"h100": 2, "a100": 4}: node counts of the named groups of `groups` (the
+// topology as its file gives it), the others as the file has them; in the groups' order.
+std::vector<int> read_group_nodes(JsonReader v, const Topology& groups) {
+  const std::vector<NodeGroup>& list = groups.info().node_groups;
+  if (list.empty()) v.fail("node counts per group need a topology with \"node_groups\"");
+  std::vector<int> nodes;
+  for (const NodeGroup& g : list) nodes.push_back(g.nodes);
+  for (const std::string& name : v.keys()) {
+    JsonReader count = v.at(name);
+    const auto it = std::find_if(list.begin(), list.end(), [&](const NodeGroup& g) { return g.name == name; });
+    if (it == list.end()) count.fail("no node group is named \"" + name + "\"");
+    nodes[static_cast<size_t>(it - list.begin())] = static_cast<int>(integer_in(count, 1, 100000));
+  }
+  return nodes;
+}
+
 std::shared_ptr<const Topology> read_topology(JsonReader t, const std::string& fleet, const std::string& dir,
                                               FleetFile& f) {
   std::string& name = f.topology_name;
@@ -83,18 +99,27 @@ std::shared_ptr<const Topology> read_topology(JsonReader t, const std::string& f
     name = t.at("file").as_string();
     file = (fs::path(fleet).parent_path() / name).string();
   }
+  std::optional<JsonReader> group_nodes;
   if (!t.is_string()) {
     if (auto n = t.find("nodes")) load.nodes = static_cast<int>(integer_in(*n, 1, 100000));
+    group_nodes = t.find("group_nodes");
     t.finish();
   }
   if (name.find('/') != std::string::npos && !t.has("file")) t.fail("a preset name, not a path (use \"file\")");
   if (!fs::exists(file)) t.fail("no topology file " + file);
-  f.topology_with_nodes = [file, load](int nodes) {
+  if (group_nodes) load.group_nodes = read_group_nodes(*group_nodes, load_topology(file, load));
+  auto topology = std::make_shared<const Topology>(load_topology(file, load));
+  const bool grouped = !topology->info().node_groups.empty();
+  f.topology_with_nodes = [file, load, grouped](const std::vector<int>& nodes) {
     TopologyLoadOptions more = load;
-    more.nodes = nodes;
+    if (grouped) {
+      more.group_nodes = nodes;
+    } else {
+      more.nodes = nodes.at(0);
+    }
     return std::make_shared<const Topology>(load_topology(file, more));
   };
-  return std::make_shared<const Topology>(load_topology(file, load));
+  return topology;
 }
 
 LengthDistribution read_lengths(JsonReader v) {

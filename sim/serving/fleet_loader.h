@@ -14,9 +14,10 @@ namespace parallax {
 struct FleetFile {
   FleetConfig config;
   std::string topology_name;  ///< the preset or file it came from, for the report
-  /// The same topology loaded again with another node count (compact forms; an explicit device
-  /// list throws InputError).
-  std::function<std::shared_ptr<const Topology>(int nodes)> topology_with_nodes;
+  /// The same topology loaded again with other node counts: one for a cluster of one kind
+  /// (compact forms; an explicit device list throws InputError), one per node group in the
+  /// topology's order on node groups.
+  std::function<std::shared_ptr<const Topology>(const std::vector<int>& nodes)> topology_with_nodes;
 };
 
 /// Reads `path`. Bundled model names are looked up in `models_dir`, topology presets in

@@ -16,28 +16,95 @@ constexpr double kMostInstances = 100000;  // a pool's count beyond which sizing
 
 int grown(int count) { return count + std::max(1, static_cast<int>(std::ceil(0.05 * count))); }
 
-// The fleet with `counts` instances at the target, on as few nodes as hold them packed.
+// Each pool's node group on a cluster of node groups (from its placement), else empty.
+std::vector<size_t> pool_groups(const FleetConfig& config) {
+  const TopologyInfo& info = config.topology->info();
+  std::vector<size_t> groups;
+  if (info.node_groups.empty()) return groups;
+  for (const PoolConfig& pool : config.pools) {
+    if (!pool.first_gpu) {
+      throw std::invalid_argument("pool " + pool.name + " has no placement: on a cluster of node groups sizing keeps each " +
+                                  "pool on the group its placement names");
+    }
+    const int node = config.topology->device(config.topology->gpus()[static_cast<size_t>(*pool.first_gpu)]).node;
+    groups.push_back(static_cast<size_t>(node_group_of(info, node) - info.node_groups.data()));
+  }
+  return groups;
+}
+
+// The fleet with `counts` instances at the target, on as few nodes as hold them packed (on node
+// groups, each group's pools packed from its first node in the fleet's pool order).
 SizedFleet run_at(const FleetConfig& config, const std::vector<int>& counts, double target, double attainment,
-                  const TopologyAt& topology_at) {
+                  const TopologyAt& topology_at, const GpuHourPrices& prices) {
   SizedFleet f;
   f.counts = counts;
   const int per_node = gpus_per_node(*config.topology);
-  int cursor = 0;  // the instances packed as the fleet packs them, TP groups inside nodes
+  const std::vector<size_t> groups = pool_groups(config);
+  const size_t regions = groups.empty() ? 1 : config.topology->info().node_groups.size();
+  std::vector<int> cursor(regions, 0), offset(counts.size(), 0);
   for (size_t i = 0; i < counts.size(); ++i) {
     f.gpus += counts[i] * config.pools[i].shape.gpus();
     const InstanceShape shape = config.pools[i].shape;
-    for (int k = 0; k < counts[i]; ++k) cursor = packed_start(shape, per_node, cursor) + shape.gpus();
+    int& at = cursor[groups.empty() ? 0 : groups[i]];
+    offset[i] = packed_start(shape, per_node, at);
+    for (int k = 0; k < counts[i]; ++k) at = packed_start(shape, per_node, at) + shape.gpus();
   }
-  f.nodes = std::max(1, (cursor + per_node - 1) / per_node);
+  for (const int used : cursor) f.group_nodes.push_back(std::max(1, (used + per_node - 1) / per_node));
+  for (const int n : f.group_nodes) f.nodes += n;
   FleetConfig c = config;
-  c.topology = topology_at(f.nodes);
+  c.topology = topology_at(f.group_nodes);
   for (size_t i = 0; i < counts.size(); ++i) {
     c.pools[i].count = counts[i];
     c.pools[i].first_gpu.reset();
+    if (!groups.empty()) c.pools[i].first_gpu = c.topology->info().node_groups[groups[i]].first_node * per_node + offset[i];
   }
+  if (groups.empty()) f.group_nodes.clear();
+  if (!prices.empty()) f.dollars_per_hour = fleet_dollars_per_hour(c, prices);
   f.summary = summary_at(c, target);
   f.meets = f.summary.slo_attainment >= attainment;
   return f;
+}
+
+// The pools in the order the trimming tries them: the fleet's, or priced the dearest instance
+// first (the fleet's order among equals).
+std::vector<size_t> trimming_order(const FleetConfig& config, const GpuHourPrices& prices) {
+  std::vector<size_t> order(config.pools.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  if (prices.empty()) return order;
+  std::vector<double> instance(order.size());
+  for (size_t i = 0; i < order.size(); ++i) {
+    FleetConfig one = config;
+    one.pools = {config.pools[i]};
+    one.pools[0].count = 1;
+    instance[i] = fleet_dollars_per_hour(one, prices);
+  }
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return instance[a] > instance[b]; });
+  return order;
+}
+
+// Of the fleets each with one pool grown, the one to keep: the most goodput, or priced the most
+// goodput gained per dollar an hour added (the most goodput when none gains).
+const SizedFleet& best_growth(const std::vector<SizedFleet>& trials, const SizedFleet& current, bool priced) {
+  const SizedFleet* best = &trials.front();
+  const auto per_dollar = [&](const SizedFleet& r) {
+    const double added = r.dollars_per_hour - current.dollars_per_hour;
+    return added > 0 ? (r.summary.goodput_per_s - current.summary.goodput_per_s) / added : 0.0;
+  };
+  const bool gains = priced && std::any_of(trials.begin(), trials.end(), [&](const SizedFleet& r) { return per_dollar(r) > 0; });
+  for (const SizedFleet& r : trials) {
+    if (gains ? per_dollar(r) > per_dollar(*best) : r.summary.goodput_per_s > best->summary.goodput_per_s) best = &r;
+  }
+  return *best;
+}
+
+// " (h100 2, a100 3)": each group's nodes on node groups, else empty.
+std::string nodes_by_group(const FleetConfig& config, const SizedFleet& f) {
+  if (f.group_nodes.empty()) return {};
+  std::string out;
+  for (size_t g = 0; g < f.group_nodes.size(); ++g) {
+    out += (g > 0 ? ", " : " (") + config.topology->info().node_groups[g].name + " " + std::to_string(f.group_nodes[g]);
+  }
+  return out + ")";
 }
 
 std::string fleet_label(const FleetConfig& config, const std::vector<int>& counts) {
@@ -52,8 +119,9 @@ std::string fleet_label(const FleetConfig& config, const std::vector<int>& count
 }  // namespace
 
 FleetSizing size_fleet(const FleetConfig& config, double target, double attainment, const TopologyAt& topology_at,
-                       const std::function<void(size_t, size_t)>& progress) {
-  check_searchable(config, "serve size");
+                       const std::function<void(size_t, size_t)>& progress, const GpuHourPrices& prices) {
+  check_searchable(config, "serve size", true);
+  pool_groups(config);  // on node groups, every pool placed
   if (!config.replay && config.traffic.arrival == TrafficSpec::Arrival::kClosedLoop) {
     throw std::invalid_argument("sizing needs open-loop traffic or a replayed trace (a closed loop's load is its users)");
   }
@@ -64,6 +132,7 @@ FleetSizing size_fleet(const FleetConfig& config, double target, double attainme
   FleetSizing s;
   s.target = target;
   s.attainment = attainment;
+  s.priced = !prices.empty();
   s.capacity = capacity_at_slo(config, attainment).first;
   if (!(s.capacity > 0)) {
     throw std::invalid_argument("the fleet as given meets the SLO at no rate down to a 64th of its own: no count of its "
@@ -80,24 +149,23 @@ FleetSizing size_fleet(const FleetConfig& config, double target, double attainme
     counts.push_back(std::max(1, static_cast<int>(guess)));
   }
   const auto run = [&](const std::vector<int>& n) {
-    s.tried.push_back(run_at(config, n, target, attainment, topology_at));
+    s.tried.push_back(run_at(config, n, target, attainment, topology_at, prices));
     if (progress) progress(s.tried.size(), s.tried.size() + 1);
     return s.tried.back();
   };
   SizedFleet current = run(counts);
   for (int g = 0; !current.meets && g < kMostGrowths; ++g) {
-    std::optional<SizedFleet> best;
+    std::vector<SizedFleet> trials;
     for (size_t p = 0; p < counts.size(); ++p) {
       std::vector<int> trial = counts;
       trial[p] = grown(trial[p]);
-      SizedFleet r = run(trial);
-      if (!best || r.summary.goodput_per_s > best->summary.goodput_per_s) best = r;
+      trials.push_back(run(trial));
     }
-    counts = best->counts;
-    current = *best;
+    current = best_growth(trials, current, s.priced);
+    counts = current.counts;
   }
   if (current.meets) {
-    for (size_t p = 0; p < counts.size(); ++p) {
+    for (const size_t p : trimming_order(config, prices)) {
       while (counts[p] > 1) {
         std::vector<int> trial = counts;
         --trial[p];
@@ -128,25 +196,33 @@ std::string sizing_table(const FleetConfig& config, const FleetSizing& s) {
                 "%.2f\n\n",
                 given, s.capacity, 100 * s.attainment, s.target);
   t += line;
-  std::snprintf(line, sizeof line, "  %3s  %-52s %6s %6s %9s %10s %10s %10s  %s\n", "run", "instances", "GPUs", "nodes",
-                "SLO met", "goodput/s", "TTFT p99", "TPOT p99", "");
+  const char* chosen = s.priced ? "<- the cheapest found that meets it" : "<- the smallest that meets it";
+  std::snprintf(line, sizeof line, "  %3s  %-52s %6s %6s%s %9s %10s %10s %10s  %s\n", "run", "instances", "GPUs", "nodes",
+                s.priced ? "    $/hour" : "", "SLO met", "goodput/s", "TTFT p99", "TPOT p99", "");
   t += line;
   for (size_t i = 0; i < s.tried.size(); ++i) {
     const SizedFleet& f = s.tried[i];
-    std::snprintf(line, sizeof line, "  %3zu  %-52s %6d %6d %8.1f%% %10.2f %7.0f ms %7.1f ms  %s\n", i + 1,
-                  fleet_label(config, f.counts).c_str(), f.gpus, f.nodes, 100 * f.summary.slo_attainment,
+    char dollars[32] = "";
+    if (s.priced) std::snprintf(dollars, sizeof dollars, " %9.2f", f.dollars_per_hour);
+    std::snprintf(line, sizeof line, "  %3zu  %-52s %6d %6d%s %8.1f%% %10.2f %7.0f ms %7.1f ms  %s\n", i + 1,
+                  fleet_label(config, f.counts).c_str(), f.gpus, f.nodes, dollars, 100 * f.summary.slo_attainment,
                   f.summary.goodput_per_s, f.summary.ttft.p99 * 1e3, f.summary.tpot.p99 * 1e3,
-                  s.chosen == i ? "<- the smallest that meets it" : f.meets ? "meets" : "");
+                  s.chosen == i ? chosen : f.meets ? "meets" : "");
     t += line;
   }
   if (s.chosen) {
     const SizedFleet& f = s.tried[*s.chosen];
-    std::snprintf(line, sizeof line, "\n  to serve %.2f: %s, %d GPUs on %d nodes\n", s.target,
-                  fleet_label(config, f.counts).c_str(), f.gpus, f.nodes);
+    std::snprintf(line, sizeof line, "\n  to serve %.2f: %s, %d GPUs on %d nodes%s\n", s.target,
+                  fleet_label(config, f.counts).c_str(), f.gpus, f.nodes, nodes_by_group(config, f).c_str());
+    t += line;
+    if (s.priced) {
+      std::snprintf(line, sizeof line, "  at $%.2f an hour\n", f.dollars_per_hour);
+      t += line;
+    }
   } else {
     std::snprintf(line, sizeof line, "\n  no fleet tried met the SLO at %.2f (grown %d times)\n", s.target, kMostGrowths);
+    t += line;
   }
-  t += line;
   return t;
 }
 
@@ -160,6 +236,12 @@ nlohmann::ordered_json sizing_json(const FleetConfig& config, const FleetSizing&
     nlohmann::ordered_json pools = nlohmann::ordered_json::object();
     for (size_t i = 0; i < f.counts.size(); ++i) pools[config.pools[i].name] = f.counts[i];
     nlohmann::ordered_json row{{"instances", pools}, {"gpus", f.gpus}, {"nodes", f.nodes}, {"meets", f.meets}};
+    if (!f.group_nodes.empty()) {
+      nlohmann::ordered_json groups = nlohmann::ordered_json::object();
+      for (size_t g = 0; g < f.group_nodes.size(); ++g) groups[config.topology->info().node_groups[g].name] = f.group_nodes[g];
+      row["group_nodes"] = std::move(groups);
+    }
+    if (s.priced) row["dollars_per_hour"] = f.dollars_per_hour;
     add_run_figures(row, s.target, f.summary);
     row.erase("capacity");  // every run is at the target
     tried.push_back(std::move(row));
@@ -179,12 +261,34 @@ nlohmann::json sized_fleet_file(const nlohmann::json& original, const FleetConfi
     out["traffic"]["rate"] = sizing.target;
     out["traffic"]["requests"] = std::max(config.traffic.requests, static_cast<int64_t>(std::llround(sizing.target * window)));
   }
-  for (size_t i = 0; i < fleet.counts.size(); ++i) {
-    out["pools"][i]["count"] = fleet.counts[i];
-    out["pools"][i].erase("placement");
-  }
   if (out["topology"].is_string()) out["topology"] = nlohmann::json{{"preset", out["topology"]}};
-  out["topology"]["nodes"] = fleet.nodes;
+  if (fleet.group_nodes.empty()) {
+    for (size_t i = 0; i < fleet.counts.size(); ++i) {
+      out["pools"][i]["count"] = fleet.counts[i];
+      out["pools"][i].erase("placement");
+    }
+    out["topology"]["nodes"] = fleet.nodes;
+    return out;
+  }
+  // On node groups: each group's nodes, and each pool placed where its group now starts.
+  const std::vector<NodeGroup>& groups = config.topology->info().node_groups;
+  const std::vector<size_t> group_of = pool_groups(config);
+  nlohmann::json nodes = nlohmann::json::object();
+  std::vector<int> first_node(groups.size(), 0), cursor(groups.size(), 0);
+  for (size_t g = 0; g < groups.size(); ++g) {
+    nodes[groups[g].name] = fleet.group_nodes[g];
+    if (g > 0) first_node[g] = first_node[g - 1] + fleet.group_nodes[g - 1];
+  }
+  out["topology"]["group_nodes"] = nodes;
+  const int per_node = gpus_per_node(*config.topology);
+  for (size_t i = 0; i < fleet.counts.size(); ++i) {
+    const InstanceShape shape = config.pools[i].shape;
+    int& at = cursor[group_of[i]];
+    const int start = packed_start(shape, per_node, at);
+    for (int k = 0; k < fleet.counts[i]; ++k) at = packed_start(shape, per_node, at) + shape.gpus();
+    out["pools"][i]["count"] = fleet.counts[i];
+    out["pools"][i]["placement"] = {{"node", first_node[group_of[i]] + start / per_node}, {"gpu", start % per_node}};
+  }
   return out;
 }
 

@@ -9,6 +9,12 @@
 // by about 5%, at least an instance; several: each pool tried grown alone, the one whose growth
 // raises the goodput most kept); then each pool in turn gives up instances one at a time while
 // the fleet still meets it. Every fleet tried is kept, in order, with its result.
+//
+// On a cluster of node groups each pool stays on the group its placement names, packed after the
+// pools before it there, and each group gets the nodes its pools take (at least one). With GPU-hour
+// prices the cheapest fleet is sought instead of the smallest (Mélange, Griggs et al. 2024, on a
+// mix of GPU kinds): a growth keeps the pool whose growth raises the goodput most per added
+// dollar an hour, and the trimming gives up instances of the dearest instance first.
 #pragma once
 
 #include <functional>
@@ -24,13 +30,16 @@
 
 namespace parallax {
 
-/// The topology with `nodes` nodes (the fleet's own, loaded again).
-using TopologyAt = std::function<std::shared_ptr<const Topology>(int nodes)>;
+/// The fleet's own topology loaded again with `nodes` nodes: one count for a cluster of one
+/// kind, one per node group (in the topology's order) on node groups.
+using TopologyAt = std::function<std::shared_ptr<const Topology>(const std::vector<int>& nodes)>;
 
 struct SizedFleet {
   std::vector<int> counts;  ///< instances per pool, in the fleet's pool order
   int nodes = 0;
+  std::vector<int> group_nodes;  ///< on node groups: each group's nodes
   int gpus = 0;             ///< the instances' GPUs
+  double dollars_per_hour = 0;   ///< priced: the instances' GPUs an hour
   FleetSummary summary;     ///< at the target
   bool meets = false;
 };
@@ -40,20 +49,23 @@ struct FleetSizing {
   double attainment = 0.9;
   double capacity = 0;                ///< the fleet as given: its capacity at the SLO
   std::vector<SizedFleet> tried;      ///< every fleet run, in order
-  std::optional<size_t> chosen;       ///< the smallest that meets the SLO at the target
+  std::optional<size_t> chosen;       ///< the smallest (priced: cheapest) that meets the SLO at the target
+  bool priced = false;
 };
 
 /// Sizes `config`'s pools for `target` requests/s (replaying: a speed-up of the trace).
-/// `progress(done, estimate)` after each fleet run. Throws std::invalid_argument for closed-loop
-/// traffic, a fleet without an SLO, or one that meets its SLO at no rate.
+/// `progress(done, estimate)` after each fleet run; `prices` (empty: none) seek the cheapest
+/// fleet. Throws std::invalid_argument for closed-loop traffic, a fleet without an SLO, one that
+/// meets its SLO at no rate, an unplaced pool on node groups, or a GPU `prices` does not price.
 FleetSizing size_fleet(const FleetConfig& config, double target, double attainment, const TopologyAt& topology_at,
-                       const std::function<void(size_t, size_t)>& progress = nullptr);
+                       const std::function<void(size_t, size_t)>& progress = nullptr, const GpuHourPrices& prices = {});
 
 std::string sizing_table(const FleetConfig& config, const FleetSizing& sizing);
 nlohmann::ordered_json sizing_json(const FleetConfig& config, const FleetSizing& sizing);
 /// The fleet file `original` (loaded as `config`) with `fleet`'s counts, the topology's node
-/// count and, for synthetic open-loop traffic, the target rate with the window kept: what
-/// `serve size --emit` writes, which runs the sized case.
+/// count (on node groups each group's, "group_nodes", and the pools' placements) and, for
+/// synthetic open-loop traffic, the target rate with the window kept: what `serve size --emit`
+/// writes, which runs the sized case.
 nlohmann::json sized_fleet_file(const nlohmann::json& original, const FleetConfig& config, const FleetSizing& sizing,
                                 const SizedFleet& fleet);
 

@@ -444,14 +444,22 @@ struct ReadGroups {
 
 // Each group's node is inline ("node") or another compact file's ("node_from", relative to this
 // one); every group's nodes hold as many GPUs.
-ReadGroups read_node_groups(JsonReader list, Topology& topo) {
+ReadGroups read_node_groups(JsonReader list, Topology& topo, const std::vector<int>& group_nodes) {
   ReadGroups r;
+  if (!group_nodes.empty() && group_nodes.size() != list.elements().size()) {
+    list.fail(std::to_string(group_nodes.size()) + " node counts given for " + std::to_string(list.elements().size()) +
+              " groups");
+  }
   for (JsonReader g : list.elements()) {
     const std::string name = g.at("name").as_string();
     for (const auto& [seen, n] : r.groups) {
       if (seen == name) g.at("name").fail("two groups are named \"" + name + "\"");
     }
-    const int nodes = read_positive_int(g.at("nodes"), kMaxNodes);
+    int nodes = read_positive_int(g.at("nodes"), kMaxNodes);
+    if (!group_nodes.empty()) {
+      nodes = group_nodes[r.groups.size()];
+      if (nodes < 1 || nodes > kMaxNodes) g.at("nodes").fail("a group's node count must be 1 to " + std::to_string(kMaxNodes));
+    }
     r.total += nodes;
     if (r.total > kMaxNodes) g.at("nodes").fail("the groups exceed " + std::to_string(kMaxNodes) + " nodes");
     // The group's own reader stands for the file's root: a node count too large fails at its "nodes".
@@ -508,7 +516,7 @@ void generate_grouped(JsonReader& root, Topology& topo, const TopologyLoadOption
   for (const char* key : {"nodes", "node"}) {
     if (root.has(key)) root.fail_at(key, "\"node_groups\" gives the nodes; drop \"" + std::string(key) + "\"");
   }
-  const ReadGroups r = read_node_groups(root.at("node_groups"), topo);
+  const ReadGroups r = read_node_groups(root.at("node_groups"), topo, opt.group_nodes);
   std::optional<FatTree> tree;
   if (auto net = root.find("network")) tree = read_fat_tree(*net);
   if (r.total > 1 && !tree) root.fail("a topology with more than one node needs a \"network\" section");
@@ -619,6 +627,9 @@ Topology topology_from_json(const nlohmann::json& doc, const std::string& file,
   bool expl = root.has("devices") || root.has("links");
   if (compact && expl) root.fail("a topology is either compact (\"node\") or explicit (\"devices\", \"links\"), not both");
   if (!compact && !expl) root.fail("a topology needs \"node\" (compact form) or \"devices\" and \"links\" (explicit form)");
+  if (!options.group_nodes.empty() && !root.has("node_groups")) {
+    root.fail("node counts per node group apply only to a topology with \"node_groups\"");
+  }
   if (compact && root.has("node_groups")) {
     generate_grouped(root, topo, options);
   } else if (compact) {

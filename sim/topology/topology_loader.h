@@ -5,6 +5,7 @@
 #pragma once
 
 #include <optional>
+#include <vector>
 #include <string>
 
 #include <nlohmann/json.hpp>
@@ -27,6 +28,9 @@ struct TopologyLoadOptions {
   /// A job on part of each node (compact form): only its first k GPUs, and the NICs that
   /// serve them, are built (4 of a DGX's 8; 64 of an NVL72 rack's 72). Not for PCIe trees.
   std::optional<int> gpus_per_node;
+  /// On a cluster of node groups: each group's node count, in the file's group order, in place
+  /// of the file's (empty: the file's). An error for any other topology.
+  std::vector<int> group_nodes;
 };
 
 /// How a launcher spreads a job of `gpus` GPUs over nodes (scale-up domains) of `node_gpus`:

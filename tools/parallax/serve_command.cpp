@@ -493,7 +493,8 @@ void run_size(const FleetArgs& a) {
               c.replay ? "times the trace's own rate" : "requests/s");
   FleetSizing s;
   try {
-    s = size_fleet(c, *a.target, a.attainment, f.topology_with_nodes, progress_counter("fleets"));
+    s = size_fleet(c, *a.target, a.attainment, f.topology_with_nodes, progress_counter("fleets"),
+                   cluster_prices(a, *c.topology));
   } catch (const std::invalid_argument& e) {
     throw InputError(a.fleet, "/pools", e.what());
   }
@@ -674,6 +675,9 @@ CLI::App* add_size_subcommand(CLI::App* serve) {
   size->add_option("--attainment", w->attainment, "the share of requests that must meet the SLO")->capture_default_str();
   size->add_option("--json", w->json, "write every fleet tried as JSON");
   size->add_option("--emit", w->emit, "write the sized fleet file (counts and the topology's nodes)");
+  size->add_option("--gpu-hour-price", w->gpu_hour_price,
+                   "dollars per GPU-hour, one price (2.5) or per GPU (H100-SXM5-80GB=2.5,A100-SXM4-80GB=1.2): seek the "
+                   "cheapest fleet rather than the smallest (pools on several kinds of GPU: which mix)");
   size->callback([w] { run_size(*w); });
   return size;
 }
