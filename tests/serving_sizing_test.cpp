@@ -3,9 +3,9 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
-#include <fstream>
 
 #include "serving/fleet_sizing.h"
+#include "serving_test_support.h"
 #include "test_support.h"
 #include "topology/topology_loader.h"
 
@@ -13,6 +13,7 @@ namespace parallax {
 namespace {
 
 using test::bundled;
+using test::two_kinds;
 
 std::shared_ptr<const Topology> dgx_h100_nodes(const std::vector<int>& nodes) {
   return std::make_shared<const Topology>(
@@ -69,26 +70,6 @@ TEST(ServingSizing, TheChosenFleetMeetsTheTargetAndOneInstanceFewerDoesNot) {
   EXPECT_THROW(size_fleet(closed, 10, 0.9, dgx_h100_nodes), std::invalid_argument);
 }
 
-// Two kinds of node of two GPUs each (a DGX H100's node and a DGX A100 40GB's, cut to two GPUs
-// and two NICs), with `nodes` nodes in each group.
-std::shared_ptr<const Topology> two_kinds(const std::vector<int>& nodes) {
-  const auto node_of = [](const std::string& preset) {
-    std::ifstream in(test::source_path("topologies/" + preset + ".json"));
-    nlohmann::json node = nlohmann::json::parse(in)["node"];
-    node["gpus"] = 2;
-    node["nics"]["count"] = 2;
-    return node;
-  };
-  const nlohmann::json doc{{"name", "H100 + A100 40GB, two GPUs a node"},
-                           {"node_groups",
-                            {{{"name", "h100"}, {"nodes", 1}, {"node", node_of("dgx-h100")}},
-                             {{"name", "a100"}, {"nodes", 1}, {"node", node_of("dgx-a100-40gb")}}}},
-                           {"network", {{"kind", "fat_tree"}, {"tiers", 2}, {"nodes_per_leaf", 4}, {"link_latency", "0.6 us"}}}};
-  TopologyLoadOptions options;
-  options.group_nodes = nodes;
-  return std::make_shared<const Topology>(topology_from_json(doc, test::source_path("topologies/two-kinds.json"), options));
-}
-
 TEST(ServingSizing, GroupNodeCountsReplaceTheFilesAndMoveTheGroups) {
   const auto t = two_kinds({2, 3});
   ASSERT_EQ(t->info().node_groups.size(), 2u);
@@ -140,6 +121,17 @@ TEST(ServingSizing, OnNodeGroupsEachPoolGrowsOnItsGroupAndPricesSeekTheCheapest)
       }
     }
   }
+  // Priced, the fleet chosen is the cheapest of those tried that meet the SLO.
+  for (const SizedFleet& f : s.tried) {
+    if (f.meets) {
+      EXPECT_GE(f.dollars_per_hour, chosen.dollars_per_hour);
+    }
+  }
+  // With the A100s a thousand times cheaper, growth goes to them and the H100s are trimmed.
+  const FleetSizing cheap = size_fleet(c, 3 * given, 0.9, two_kinds, nullptr,
+                                       GpuHourPrices{{"H100-SXM5-80GB", 4.0}, {"A100-SXM4-40GB", 0.004}});
+  ASSERT_TRUE(cheap.chosen.has_value());
+  EXPECT_GE(cheap.tried[*cheap.chosen].counts[1], cheap.tried[*cheap.chosen].counts[0]);
   // The fleet written places each pool where its group now starts.
   const nlohmann::json original{{"topology", {{"file", "x.json"}}}, {"pools", {{{"name", "h100"}}, {{"name", "a100"}}}}};
   const nlohmann::json out = sized_fleet_file(original, c, s, chosen);
@@ -151,6 +143,32 @@ TEST(ServingSizing, OnNodeGroupsEachPoolGrowsOnItsGroupAndPricesSeekTheCheapest)
   FleetConfig unplaced = c;
   unplaced.pools[1].first_gpu.reset();
   EXPECT_THROW(size_fleet(unplaced, given, 0.9, two_kinds), std::invalid_argument);
+}
+
+TEST(ServingSizing, TwoPoolsOnOneGroupArePackedInTheFleetsOrder) {
+  // Three one-GPU instances then two: GPUs 0-2 and 3-4 of the H100 group's nodes of two, the
+  // second pool from node 1's second GPU; the A100 group (one node) after the H100's three.
+  FleetConfig c = two_instances();
+  c.topology = two_kinds({1, 1});
+  PoolConfig a = c.pools[0], b = c.pools[0], d = c.pools[0];
+  a.name = "a", b.name = "b", d.name = "d";
+  a.shape = b.shape = d.shape = InstanceShape{1, 1};
+  a.first_gpu = 0;
+  b.first_gpu = 1;
+  d.first_gpu = 2;
+  c.pools = {a, b, d};
+  SizedFleet f;
+  f.counts = {3, 2, 1};
+  f.group_nodes = {3, 1};
+  f.nodes = 4;
+  FleetSizing s;
+  s.target = 1;
+  const nlohmann::json original{{"topology", {{"file", "x.json"}}}, {"pools", {{{"name", "a"}}, {{"name", "b"}}, {{"name", "d"}}}}};
+  const nlohmann::json out = sized_fleet_file(original, c, s, f);
+  EXPECT_EQ(out["pools"][0]["placement"], (nlohmann::json{{"node", 0}, {"gpu", 0}}));
+  EXPECT_EQ(out["pools"][1]["placement"], (nlohmann::json{{"node", 1}, {"gpu", 1}}));
+  EXPECT_EQ(out["pools"][2]["placement"], (nlohmann::json{{"node", 3}, {"gpu", 0}}));
+  EXPECT_EQ(out["topology"]["group_nodes"], (nlohmann::json{{"h100", 3}, {"a100", 1}}));
 }
 
 }  // namespace

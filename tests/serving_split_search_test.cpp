@@ -3,13 +3,13 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
-#include <fstream>
 #include <limits>
 #include <set>
 
 #include "serving/fleet_search.h"
 #include "serving/fleet_split_search.h"
 #include "serving/step_model.h"
+#include "serving_test_support.h"
 #include "test_support.h"
 #include "topology/topology_loader.h"
 
@@ -160,27 +160,21 @@ TEST(ServingSplitSearch, PruningKeepsTheExhaustiveBestAndTheCountsAddUp) {
   EXPECT_THROW(search_splits(colocated, 1), std::invalid_argument);
 }
 
-// Two kinds of node, two GPUs each: a DGX H100's and a DGX A100 40GB's node cut to two GPUs
-// (and two NICs), on one fabric.
-std::shared_ptr<const Topology> two_kinds_of_two_gpus() {
-  const auto node_of = [](const std::string& preset) {
-    std::ifstream in(test::source_path("topologies/" + preset + ".json"));
-    nlohmann::json node = nlohmann::json::parse(in)["node"];
-    node["gpus"] = 2;
-    node["nics"]["count"] = 2;
-    return node;
-  };
-  const nlohmann::json doc{{"name", "H100 + A100 40GB, two GPUs a node"},
-                           {"node_groups",
-                            {{{"name", "h100"}, {"nodes", 1}, {"node", node_of("dgx-h100")}},
-                             {{"name", "a100"}, {"nodes", 1}, {"node", node_of("dgx-a100-40gb")}}}},
-                           {"network", {{"kind", "fat_tree"}, {"tiers", 1}, {"link_latency", "0.6 us"}}}};
-  return std::make_shared<const Topology>(topology_from_json(doc, test::source_path("topologies/two-kinds.json")));
+// A colocated pool of `split_fleet`'s traffic on two kinds of node, placed at `first_gpu`.
+FleetConfig colocated_on_two_kinds(int first_gpu) {
+  FleetConfig c = split_fleet();
+  c.topology = test::two_kinds();
+  PoolConfig pool;
+  pool.name = "llm";
+  pool.first_gpu = first_gpu;
+  pool.batching.max_sequences = 64;
+  c.pools = {pool};
+  return c;
 }
 
 TEST(ServingSplitSearch, OnNodeGroupsEachPoolRunsOnOneGroup) {
   FleetConfig c = split_fleet();
-  c.topology = two_kinds_of_two_gpus();
+  c.topology = test::two_kinds();
   c.pools[0].first_gpu = 0;  // as a fleet file on node groups places them; the search re-places
   c.pools[1].first_gpu = 2;
   const SplitSearch all = search_splits(c, 2, 0.9, false), pruned = search_splits(c, 2, 0.9, true);
@@ -249,13 +243,7 @@ TEST(ServingSplitSearch, OnNodeGroupsEachPoolRunsOnOneGroup) {
 }
 
 TEST(ServingShapeSearch, OnNodeGroupsThePoolTriesEachGroup) {
-  FleetConfig c = split_fleet();
-  c.topology = two_kinds_of_two_gpus();
-  PoolConfig pool;
-  pool.name = "llm";
-  pool.first_gpu = 2;
-  pool.batching.max_sequences = 64;
-  c.pools = {pool};
+  const FleetConfig c = colocated_on_two_kinds(2);
   ShapeSearchOptions exhaustive;
   exhaustive.prune = false;
   exhaustive.threads = 2;
@@ -311,13 +299,7 @@ TEST(ServingSearchCost, PricedSearchesRankByCapacityPerDollarAnHour) {
   EXPECT_DOUBLE_EQ(per_dollar_hour(6, 0), 6);
 
   // The colocated pool on two kinds of GPU: with the A100s nearly free, they win per dollar.
-  FleetConfig c = split_fleet();
-  c.topology = two_kinds_of_two_gpus();
-  PoolConfig pool;
-  pool.name = "llm";
-  pool.first_gpu = 0;
-  pool.batching.max_sequences = 64;
-  c.pools = {pool};
+  const FleetConfig c = colocated_on_two_kinds(0);
   ShapeSearchOptions options;
   options.threads = 2;
   options.prune = false;
@@ -333,6 +315,13 @@ TEST(ServingSearchCost, PricedSearchesRankByCapacityPerDollarAnHour) {
     EXPECT_LE(figure, last);
     last = figure;
   }
+  // Pruned per dollar, the same best.
+  ShapeSearchOptions pruned_options = options;
+  pruned_options.prune = true;
+  const ShapeSearch pruned = search_shapes(c, pruned_options);
+  ASSERT_FALSE(pruned.ranked.empty());
+  EXPECT_EQ(pruned.ranked.front().capacity, priced.ranked.front().capacity);
+  EXPECT_EQ(pruned.ranked.front().group, priced.ranked.front().group);
   // Unpriced, the same candidates rank by capacity alone.
   options.prices.clear();
   const ShapeSearch unpriced = search_shapes(c, options);
@@ -341,7 +330,7 @@ TEST(ServingSearchCost, PricedSearchesRankByCapacityPerDollarAnHour) {
 
   // A split pays for both pools' GPUs, and an unpriced GPU is refused.
   FleetConfig split = split_fleet();
-  split.topology = two_kinds_of_two_gpus();
+  split.topology = test::two_kinds();
   split.pools[0].first_gpu = 0;
   split.pools[1].first_gpu = 2;
   const SplitSearch s = search_splits(split, 2, 0.9, true, nullptr, {{"H100-SXM5-80GB", 3.0}, {"A100-SXM4-40GB", 1.0}});

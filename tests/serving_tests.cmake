@@ -10,6 +10,8 @@ parallax_test(serving_test serving_step_test.cpp serving_fleet_test.cpp serving_
                    ServingPrefixCache.AnUnboundedCacheHitsTheTracesOwnBlockReuse ServingTrace.MooncakeKeepsItsPrefixBlocks
                    ServingSearch.EveryShapeFillsTheGpusAndTheRankingIsTheCapacitysWhateverTheThreads
                    ServingSplitSearch.PruningKeepsTheExhaustiveBestAndTheCountsAddUp
+                   ServingSplitSearch.OnNodeGroupsEachPoolRunsOnOneGroup
+                   ServingSearchCost.PricedSearchesRankByCapacityPerDollarAnHour
                    ServingPrefixCache.AHostTierGivesBackWhatASmallGpuCacheEvicts
                    ServingSizing.TheChosenFleetMeetsTheTargetAndOneInstanceFewerDoesNot)
 target_link_libraries(serving_test PRIVATE parallax_serving)
@@ -255,19 +257,23 @@ add_test(NAME example.serve.cost_unpriced
                  --gpu-hour-price A100-SXM4-80GB=1.29)
 # The searches place pools on each kind of node: a colocated pool, and a prefill/decode split.
 add_test(NAME example.serve.search_node_groups
-         COMMAND bash -c "set -e; $<TARGET_FILE:parallax> serve search ${PROJECT_SOURCE_DIR}/workloads/serve/llama3-70b-h100-or-a100.json --requests 300 --emit ${serve_scratch}/h100-or-a100.json; grep -q '\"placement\"' ${serve_scratch}/h100-or-a100.json")
-set_tests_properties(example.serve.search_node_groups PROPERTIES
-                     PASS_REGULAR_EXPRESSION "on h100 .*node groups: the pool is placed on one group.*\n  h100 +9 .*\n  a100 +9 ")
+         COMMAND bash -c "set -e; $<TARGET_FILE:parallax> serve search ${PROJECT_SOURCE_DIR}/workloads/serve/llama3-70b-h100-or-a100.json --requests 300 --emit ${serve_scratch}/h100-or-a100.json; grep -q '\"placement\"' ${serve_scratch}/h100-or-a100.json; echo EMITTED_PLACED")
+set_tests_properties(example.serve.search_node_groups PROPERTIES LABELS long
+                     PASS_REGULAR_EXPRESSION "on h100 .*node groups: the pool is placed on one group.*\n  h100 +9 .*\n  a100 +9 .*EMITTED_PLACED")
 add_test(NAME example.serve.split_search_node_groups
          COMMAND parallax serve search ${PROJECT_SOURCE_DIR}/workloads/serve/llama3-70b-pd-h100-a100.json --requests 300 --top 3)
-set_tests_properties(example.serve.split_search_node_groups PROPERTIES
+set_tests_properties(example.serve.split_search_node_groups PROPERTIES LABELS long
                      PASS_REGULAR_EXPRESSION "prefill on +decode on.*\n  h100 +h100 .*\n  h100 +a100 .*\n  a100 +h100 .*\n  a100 +a100 ")
 # Priced: ranked per dollar an hour of the GPUs in use, every kind of GPU priced or refused.
 add_test(NAME example.serve.search_priced
          COMMAND parallax serve search ${PROJECT_SOURCE_DIR}/workloads/serve/llama3-70b-h100-or-a100.json --requests 300
                  --gpu-hour-price H100-SXM5-80GB=2.99,A100-SXM4-80GB=1.29)
-set_tests_properties(example.serve.search_priced PROPERTIES
+set_tests_properties(example.serve.search_priced PROPERTIES LABELS long
                      PASS_REGULAR_EXPRESSION "ranked by capacity at the SLO per dollar an hour.*\\$/hour +\\$/M out.*priced: ranked by capacity per dollar")
+add_test(NAME example.serve.search_free_gpu
+         COMMAND bash ${check_exit} 2 "--gpu-hour-price: ranking by cost needs every price above 0"
+                 $<TARGET_FILE:parallax> serve search ${PROJECT_SOURCE_DIR}/workloads/serve/llama3-70b-h100-or-a100.json
+                 --gpu-hour-price H100-SXM5-80GB=2.99,A100-SXM4-80GB=0)
 add_test(NAME example.serve.search_unpriced_gpu
          COMMAND bash ${check_exit} 2 "--gpu-hour-price: no price for H100-SXM5-80GB"
                  $<TARGET_FILE:parallax> serve search ${PROJECT_SOURCE_DIR}/workloads/serve/llama3-70b-h100-or-a100.json
@@ -276,7 +282,7 @@ add_test(NAME example.serve.search_unpriced_gpu
 # fleet placed and runnable.
 add_test(NAME example.serve.size_mix_priced
          COMMAND bash -c "set -e; d=${serve_scratch}/size-mix; mkdir -p $d/topologies $d/workloads/serve; cp ${PROJECT_SOURCE_DIR}/topologies/*.json $d/topologies/; $<TARGET_FILE:parallax> serve size ${PROJECT_SOURCE_DIR}/workloads/serve/llama3-70b-mix-h100-a100.json --target 12 --gpu-hour-price H100-SXM5-80GB=2.99,A100-SXM4-80GB=1.29 --emit $d/workloads/serve/sized.json; $<TARGET_FILE:parallax> serve $d/workloads/serve/sized.json --requests 200")
-set_tests_properties(example.serve.size_mix_priced PROPERTIES
+set_tests_properties(example.serve.size_mix_priced PROPERTIES LABELS long
                      PASS_REGULAR_EXPRESSION "\\$/hour.*the cheapest found that meets it.*nodes \\(h100 [0-9]+, a100 [0-9]+\\).*at \\$[0-9.]+ an hour.*pool h100.*pool a100.*200 completed")
 add_test(NAME example.serve.bad_group_nodes
          COMMAND bash ${check_exit} 2 "bad-group-nodes.json: /topology/group_nodes/b200: no node group is named \"b200\""

@@ -1162,11 +1162,7 @@ bool has_autoscaled_pool(const FleetResult& result) {
   return std::any_of(result.pools.begin(), result.pools.end(), [](const PoolStats& p) { return p.scaling.has_value(); });
 }
 
-void check_searchable(const FleetConfig& config, const std::string& what, bool node_groups) {
-  if (!node_groups && !config.topology->info().node_groups.empty()) {
-    throw std::invalid_argument(what + " re-shapes pools on one kind of GPU; " + config.topology->info().name +
-                                " is a cluster of node groups: run it on one group's own topology");
-  }
+void check_searchable(const FleetConfig& config, const std::string& what) {
   for (const PoolConfig& pool : config.pools) {
     if (pool.autoscale) {
       throw std::invalid_argument("pool " + pool.name + " autoscales, and " + what +

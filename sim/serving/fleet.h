@@ -246,9 +246,8 @@ const Topology& pool_topology(const FleetConfig& config, const PoolConfig& pool)
 bool has_autoscaled_pool(const FleetResult& result);
 
 /// Throws std::invalid_argument for what `what` (a search or sizing, which re-shapes pools with
-/// fixed counts) cannot take: an autoscaled pool, and unless `node_groups` a cluster of node
-/// groups (the shape search and sizing re-shape pools on one kind of GPU).
-void check_searchable(const FleetConfig& config, const std::string& what, bool node_groups = false);
+/// fixed counts) cannot take: an autoscaled pool.
+void check_searchable(const FleetConfig& config, const std::string& what);
 
 /// Runs the simulation. Throws std::invalid_argument for a configuration that cannot run
 /// (pools that do not fit the topology or their GPUs' memory, bad shapes), naming the pool.

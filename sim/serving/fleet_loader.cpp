@@ -79,7 +79,7 @@ std::vector<int> read_group_nodes(JsonReader v, const Topology& groups) {
     JsonReader count = v.at(name);
     const auto it = std::find_if(list.begin(), list.end(), [&](const NodeGroup& g) { return g.name == name; });
     if (it == list.end()) count.fail("no node group is named \"" + name + "\"");
-    nodes[static_cast<size_t>(it - list.begin())] = static_cast<int>(integer_in(count, 1, 100000));
+    nodes[static_cast<size_t>(it - list.begin())] = static_cast<int>(integer_in(count, 1, kMaxNodes));
   }
   return nodes;
 }

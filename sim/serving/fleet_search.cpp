@@ -60,9 +60,10 @@ double dollars_per_million_output(double dollars_per_hour, bool by_capacity, dou
   return dollars_per_hour / (tokens_per_s * 3600.0) * 1e6;
 }
 
-void GroupOutcome::add(double bound, std::optional<double> figure) {
+void GroupOutcome::add(double bound, std::optional<double> figure, bool was_refused) {
   ++candidates;
   best_bound = std::max(best_bound, bound);
+  if (was_refused) ++refused;
   if (figure) {
     ++simulated;
     best = std::max(best, *figure);
@@ -89,6 +90,8 @@ std::string group_outcome_table(const std::vector<GroupOutcome>& outcomes, const
     t += line;
     if (g.candidates == 0) {
       t += "         -  (nothing fits)\n";
+    } else if (g.simulated == 0 && g.refused > 0) {
+      t += "         -  (the fleet refused every one simulated)\n";
     } else if (g.simulated == 0) {
       t += "         -  (pruned: no bound within reach of the best)\n";
     } else {
@@ -106,6 +109,7 @@ nlohmann::ordered_json group_outcome_json(const std::vector<GroupOutcome>& outco
     for (size_t i = 0; i < keys.size() && i < g.groups.size(); ++i) j[keys[i]] = g.groups[i];
     j["candidates"] = g.candidates;
     j["simulated"] = g.simulated;
+    j["refused"] = g.refused;
     j["best_bound"] = g.best_bound;
     j["best"] = g.best;
     out.push_back(std::move(j));
@@ -337,7 +341,7 @@ ShapeSearch search_shapes(const FleetConfig& config, const ShapeSearchOptions& o
   if (config.pools.size() != 1 || config.pools.front().role != PoolRole::kColocated) {
     throw std::invalid_argument("the shape search re-shapes a fleet of one colocated pool");
   }
-  check_searchable(config, "the shape search", true);
+  check_searchable(config, "the shape search");
   ShapeSearch out;
   out.attainment = options.attainment;
   out.by_capacity = ranks_by_capacity(config);
@@ -379,9 +383,10 @@ ShapeSearch search_shapes(const FleetConfig& config, const ShapeSearchOptions& o
       const ShapeRun& run = candidates[i].run;
       const auto g = std::find_if(out.groups.begin(), out.groups.end(),
                                   [&](const GroupOutcome& o) { return o.groups.front() == run.group; });
-      g->add(run.bound, runs[i] ? std::optional<double>(out.by_capacity ? runs[i]->capacity
-                                                                         : runs[i]->summary.requests_per_s / unit)
-                                : std::nullopt);
+      g->add(run.bound,
+             runs[i] ? std::optional<double>(out.by_capacity ? runs[i]->capacity : runs[i]->summary.requests_per_s / unit)
+                     : std::nullopt,
+             i < examined && !runs[i]);
     }
   }
   for (size_t i = 0; i < examined; ++i) {

@@ -45,10 +45,12 @@ struct GroupOutcome {
   std::vector<std::string> groups;
   size_t candidates = 0;  ///< placeable candidates so placed
   size_t simulated = 0;
+  size_t refused = 0;     ///< simulated, but the fleet refused to run
   double best_bound = 0;  ///< of all of them
   double best = 0;        ///< the best capacity (or requests/s) of those simulated
-  /// Counts a candidate with its `bound`, and its `figure` when it was simulated.
-  void add(double bound, std::optional<double> figure);
+  /// Counts a candidate with its `bound`, and its `figure` when it was simulated (refused: it
+  /// was run and the fleet refused it).
+  void add(double bound, std::optional<double> figure, bool refused = false);
 };
 
 /// A rate per dollar an hour when `dollars_per_hour` > 0, else the rate: what the searches'

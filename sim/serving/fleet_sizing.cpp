@@ -120,7 +120,7 @@ std::string fleet_label(const FleetConfig& config, const std::vector<int>& count
 
 FleetSizing size_fleet(const FleetConfig& config, double target, double attainment, const TopologyAt& topology_at,
                        const std::function<void(size_t, size_t)>& progress, const GpuHourPrices& prices) {
-  check_searchable(config, "serve size", true);
+  check_searchable(config, "serve size");
   pool_groups(config);  // on node groups, every pool placed
   if (!config.replay && config.traffic.arrival == TrafficSpec::Arrival::kClosedLoop) {
     throw std::invalid_argument("sizing needs open-loop traffic or a replayed trace (a closed loop's load is its users)");
@@ -179,6 +179,15 @@ FleetSizing size_fleet(const FleetConfig& config, double target, double attainme
       if (s.tried[i].meets && s.tried[i].counts == current.counts) {
         s.chosen = i;
         break;
+      }
+    }
+    // Priced, a growth kept for its goodput per dollar may have passed a cheaper fleet that
+    // meets the SLO too: the cheapest of all tried (fewer GPUs, then the earlier, among equals).
+    for (size_t i = 0; i < s.tried.size() && s.priced; ++i) {
+      const SizedFleet& f = s.tried[i];
+      const SizedFleet& c = s.tried[*s.chosen];
+      if (f.meets && (f.dollars_per_hour < c.dollars_per_hour || (f.dollars_per_hour == c.dollars_per_hour && f.gpus < c.gpus))) {
+        s.chosen = i;
       }
     }
   }

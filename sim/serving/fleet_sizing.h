@@ -14,7 +14,8 @@
 // pools before it there, and each group gets the nodes its pools take (at least one). With GPU-hour
 // prices the cheapest fleet is sought instead of the smallest (Mélange, Griggs et al. 2024, on a
 // mix of GPU kinds): a growth keeps the pool whose growth raises the goodput most per added
-// dollar an hour, and the trimming gives up instances of the dearest instance first.
+// dollar an hour, the trimming gives up instances of the pool whose instance costs most first,
+// and the fleet chosen is the cheapest of all tried that meet the SLO.
 #pragma once
 
 #include <functional>

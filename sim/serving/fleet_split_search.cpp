@@ -139,7 +139,8 @@ void add_splits(const FleetConfig& config, const SearchRegion& rp, const std::ve
 
 // Per pair of groups (prefill's, decode's): its splits, their best bound and best figure.
 std::vector<GroupOutcome> group_pairs(const std::vector<SearchRegion>& where, const std::vector<Candidate>& candidates,
-                                      const std::vector<std::optional<SplitRun>>& runs, bool by_capacity, double unit) {
+                                      const std::vector<std::optional<SplitRun>>& runs, size_t examined, bool by_capacity,
+                                      double unit) {
   std::vector<GroupOutcome> pairs;
   for (const SearchRegion& p : where) {
     for (const SearchRegion& d : where) pairs.push_back(GroupOutcome{{p.group, d.group}});
@@ -150,7 +151,8 @@ std::vector<GroupOutcome> group_pairs(const std::vector<SearchRegion>& where, co
       return x.groups[0] == c.prefill.group && x.groups[1] == c.decode.group;
     });
     g->add(c.bound, runs[i] ? std::optional<double>(by_capacity ? runs[i]->capacity : runs[i]->summary.requests_per_s / unit)
-                            : std::nullopt);
+                            : std::nullopt,
+           i < examined && !runs[i]);
   }
   return pairs;
 }
@@ -183,7 +185,7 @@ bool better(const SplitRun& a, const SplitRun& b, bool by_capacity) {
 
 SplitSearch search_splits(const FleetConfig& config, int threads, double attainment, bool prune,
                           const std::function<void(size_t, size_t)>& progress, const GpuHourPrices& prices) {
-  check_searchable(config, "the split search", true);
+  check_searchable(config, "the split search");
   const auto role_index = [&](PoolRole role) {
     const auto it = std::find_if(config.pools.begin(), config.pools.end(), [&](const PoolConfig& p) { return p.role == role; });
     return static_cast<size_t>(it - config.pools.begin());
@@ -258,7 +260,7 @@ SplitSearch search_splits(const FleetConfig& config, int threads, double attainm
   out.pruned_by_bound = candidates.size() - examined;
   std::stable_sort(out.ranked.begin(), out.ranked.end(),
                    [&](const SplitRun& a, const SplitRun& b) { return better(a, b, out.by_capacity); });
-  if (out.node_groups) out.group_pairs = group_pairs(where, candidates, runs, out.by_capacity, unit);
+  if (out.node_groups) out.group_pairs = group_pairs(where, candidates, runs, examined, out.by_capacity, unit);
   return out;
 }
 

@@ -429,6 +429,12 @@ void run_split_search(const FleetArgs& a, const FleetFile& f, int threads, const
 GpuHourPrices cluster_prices(const FleetArgs& a, const Topology& topology) {
   if (a.gpu_hour_price.empty()) return {};
   const GpuHourPrices prices = parse_prices(a.gpu_hour_price);
+  for (const auto& [gpu, price] : prices) {
+    if (!(price > 0)) {
+      throw InputError("", "--gpu-hour-price", "ranking by cost needs every price above 0 (" +
+                                                   (gpu == "*" ? std::string("the one price") : gpu) + " is 0)");
+    }
+  }
   if (const std::string gpu = unpriced_cluster_gpu(topology, prices); !gpu.empty()) {
     throw InputError("", "--gpu-hour-price", "no price for " + gpu + " (name it, or give one price for every GPU)");
   }
