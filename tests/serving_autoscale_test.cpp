@@ -67,7 +67,7 @@ TEST(ServingAutoscaler, StartUpIsInitialisationPlusOneGpusWeightsAtTheLoadRate) 
 
 TEST(ServingRouter, NoPolicyChoosesAnInstanceThatIsOff) {
   for (const char* name : {"round_robin", "random", "least_requests", "least_tokens", "power_of_two", "least_waiting",
-                           "least_kv", "session", "cache_aware", "kv_cost", "weighted"}) {
+                           "least_kv", "session", "cache_aware", "kv_cost", "weighted", "least_time"}) {
     RequestRouter router(*routing_policy_from(name), 5, 3);
     router.set_available(1, false);
     router.set_available(3, false);
@@ -91,6 +91,70 @@ TEST(ServingRouter, NoPolicyChoosesAnInstanceThatIsOff) {
       router.set_available(4, false);
     }, std::logic_error) << name;
   }
+}
+
+TEST(ServingRouter, LeastTimeSharesRequestsInProportionToTheRates) {
+  // Nothing finishes: each choice is the least (n + 1) / rate, so after 400 requests the
+  // instances hold 400 · rate / Σ rates each (within one, ties going to the lower index).
+  RequestRouter router(RoutingPolicy::kLeastTime, 3, 1);
+  router.set_rates({1.0, 3.0, 4.0});
+  const Request r;
+  for (int i = 0; i < 400; ++i) router.sent(router.choose(r, std::vector<EngineReport>(3)), r);
+  EXPECT_NEAR(static_cast<double>(router.in_flight(0)), 50, 1);
+  EXPECT_NEAR(static_cast<double>(router.in_flight(1)), 150, 1);
+  EXPECT_NEAR(static_cast<double>(router.in_flight(2)), 200, 1);
+  // Equal rates choose as least_requests does.
+  RequestRouter time(RoutingPolicy::kLeastTime, 4, 1), requests(RoutingPolicy::kLeastRequests, 4, 1);
+  time.set_rates({2.5, 2.5, 2.5, 2.5});
+  for (int i = 0; i < 200; ++i) {
+    Request q;
+    q.prompt_tokens = 1 + i % 13;
+    const int a = time.choose(q, std::vector<EngineReport>(4)), b = requests.choose(q, std::vector<EngineReport>(4));
+    ASSERT_EQ(a, b) << i;
+    time.sent(a, q);
+    requests.sent(b, q);
+    if (i % 3 == 0) {
+      time.finished(a, q);
+      requests.finished(b, q);
+    }
+  }
+  EXPECT_THROW(router.set_rates({1.0, 2.0}), std::invalid_argument);
+  EXPECT_THROW(router.set_rates({1.0, 0.0, 2.0}), std::invalid_argument);
+}
+
+// Two H100s and two A100s 40GB behind one router: least_time weighs each by what its pool
+// sustains (rate_bound.h), so the faster H100s take a larger share than least_requests, which
+// sees only what is in flight, gives them, and the fleet meets the SLO at least as often.
+TEST(ServingRouter, LeastTimeGivesTheFasterKindMore) {
+  FleetConfig c;
+  c.model = test::bundled("llama3-8b");
+  c.topology = test::two_kinds();
+  PoolConfig h100, a100;
+  h100.name = "h100";
+  a100.name = "a100";
+  h100.count = a100.count = 2;
+  h100.first_gpu = 0;
+  a100.first_gpu = 2;
+  c.pools = {h100, a100};
+  c.traffic.rate_per_s = 30;
+  c.traffic.requests = 600;
+  c.traffic.prompt.value = 1500;
+  c.traffic.output.value = 150;
+  c.slo_ttft = Time::ms(1000);
+  c.slo_tpot = Time::ms(40);
+  const auto run = [&](RoutingPolicy policy) {
+    FleetConfig f = c;
+    f.router = policy;
+    const FleetResult r = simulate_fleet(f);
+    double fast = 0;
+    for (const RequestRecord& q : r.requests) fast += q.instance < 2 ? 1 : 0;
+    return std::pair(fast / static_cast<double>(r.requests.size()), summarize(f, r).slo_attainment);
+  };
+  const auto [time_share, time_slo] = run(RoutingPolicy::kLeastTime);
+  const auto [requests_share, requests_slo] = run(RoutingPolicy::kLeastRequests);
+  EXPECT_GT(time_share, requests_share);
+  EXPECT_GT(requests_share, 0.5);  // least_requests leans to the faster kind too: they finish sooner
+  EXPECT_GE(time_slo, requests_slo);
 }
 
 TEST(ServingRouter, RoundRobinSkipsWhatIsOffAndResumesItWhenBack) {

@@ -9,6 +9,7 @@
 
 #include "engine/engine.h"
 #include "serving/data_parallel_scheduler.h"
+#include "serving/rate_bound.h"
 #include "network/network_model.h"
 #include "topology/router.h"
 
@@ -94,6 +95,8 @@ class Simulation {
       path_router_ = std::make_unique<Router>(*c_.topology);
       network_ = make_network_model(c_.kv_network, engine_, *c_.topology, *path_router_);
     }
+    if (c_.router == RoutingPolicy::kLeastTime) front_.router->set_rates(member_rates(front_));
+    if (disaggregated_ && c_.decode_router == RoutingPolicy::kLeastTime) decode_.router->set_rates(member_rates(decode_));
     set_up_scalers();
   }
 
@@ -157,7 +160,31 @@ class Simulation {
         instances_.back().swap_per_block = per_block;
         instances_.back().swap_block = block * static_cast<double>(pool.shape.tp * pool.shape.pp);
       }
+      pool_models_.push_back(models.empty() ? nullptr : models.begin()->second);
     }
+  }
+
+  // least_time's weight of each instance a router chooses among: the requests/s an instance of
+  // its pool sustains at full batches at the traffic's mean lengths (rate_bound.h; a prefill
+  // pool's prefill, a decode pool's decode, the smaller of the two colocated; the decode side
+  // without the TPOT objective, which would give 0 to a pool that misses it; a prefix-cached
+  // prefill side, which the bound cannot count, left out); 1 where a custom timer hides the model.
+  std::vector<double> member_rates(const RouterSet& set) const {
+    const TrafficMeans means = traffic_means(c_);
+    std::vector<double> pool_rate(c_.pools.size(), 1.0);
+    for (size_t p = 0; p < c_.pools.size(); ++p) {
+      if (!pool_models_[p]) continue;
+      const PoolConfig& pool = c_.pools[p];
+      const BatchingConfig b = instance_batching(pool);
+      const double prefill = prefill_rate_bound(*pool_models_[p], b, means);
+      const double decode = decode_rate_bound(*pool_models_[p], b, block_counts_[p], means, Time::zero());
+      double rate = pool.role == PoolRole::kPrefill ? prefill : pool.role == PoolRole::kDecode ? decode : std::min(prefill, decode);
+      if (!std::isfinite(rate)) rate = decode;
+      if (rate > 0 && std::isfinite(rate)) pool_rate[p] = rate;
+    }
+    std::vector<double> rates;
+    for (const int k : set.members) rates.push_back(pool_rate[static_cast<size_t>(instances_[static_cast<size_t>(k)].pool)]);
+    return rates;
   }
 
   // Data-parallel attention ranks each schedule their own sequences; else one scheduler.
@@ -1073,6 +1100,7 @@ class Simulation {
   std::vector<int> owner_;  ///< the pool each GPU went to, −1 for none
   std::vector<KvCapacity> capacities_;
   std::vector<BatchingConfig> batchings_;  ///< per pool, its KV capacity derived
+  std::vector<std::shared_ptr<const StepModel>> pool_models_;  ///< per pool (null under custom timers)
   std::vector<PoolScaler> scalers_;
   std::vector<int> scaler_of_pool_;        ///< index into scalers_, −1 for a fixed pool
   Time sample_period_ = Time::from_seconds(1);

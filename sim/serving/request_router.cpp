@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <stdexcept>
+#include <string>
 
 namespace parallax {
 namespace {
@@ -18,7 +19,7 @@ constexpr Named kPolicies[] = {
     {RoutingPolicy::kPowerOfTwo, "power_of_two"},    {RoutingPolicy::kLeastWaiting, "least_waiting"},
     {RoutingPolicy::kLeastKv, "least_kv"},           {RoutingPolicy::kSession, "session"},
     {RoutingPolicy::kCacheAware, "cache_aware"},     {RoutingPolicy::kKvCost, "kv_cost"},
-    {RoutingPolicy::kWeighted, "weighted"},
+    {RoutingPolicy::kWeighted, "weighted"},         {RoutingPolicy::kLeastTime, "least_time"},
 };
 
 constexpr double kBalanceAbs = 64;     // SGLang launcher: balance_abs_threshold
@@ -63,7 +64,8 @@ RequestRouter::RequestRouter(RoutingPolicy policy, int instances, uint64_t seed,
       in_flight_tokens_(static_cast<size_t>(instances), 0),
       index_(static_cast<size_t>(instances), PrefixIndex(index_capacity)),
       prefill_tokens_(static_cast<size_t>(instances), 0), decode_blocks_(static_cast<size_t>(instances), 0),
-      index_capacity_(index_capacity), up_(static_cast<size_t>(instances), 1), up_count_(instances) {
+      index_capacity_(index_capacity), up_(static_cast<size_t>(instances), 1), up_count_(instances),
+      rates_(static_cast<size_t>(instances), 1.0) {
   if (instances < 1) throw std::invalid_argument("a router needs at least one instance");
   if (policy_ == RoutingPolicy::kSession) {
     for (int i = 0; i < instances; ++i) {
@@ -95,6 +97,16 @@ void RequestRouter::forget(int instance) {
   index_.at(static_cast<size_t>(instance)) = PrefixIndex(index_capacity_);
 }
 
+void RequestRouter::set_rates(const std::vector<double>& rates) {
+  if (rates.size() != rates_.size()) {
+    throw std::invalid_argument("least_time needs a rate for each of the " + std::to_string(rates_.size()) + " instances");
+  }
+  for (const double r : rates) {
+    if (!(r > 0 && std::isfinite(r))) throw std::invalid_argument("least_time's instance rates must be finite and above 0");
+  }
+  rates_ = rates;
+}
+
 size_t RequestRouter::draw_available() {
   if (all_up()) return rng_.below(static_cast<size_t>(instances_));
   size_t k = rng_.below(static_cast<size_t>(up_count_));
@@ -118,6 +130,9 @@ int RequestRouter::choose(const Request& r, const std::vector<EngineReport>& rep
       return least_of(load);
     case RoutingPolicy::kLeastTokens:
       for (size_t i = 0; i < n; ++i) load[i] = static_cast<double>(in_flight_tokens_[i]);
+      return least_of(load);
+    case RoutingPolicy::kLeastTime:
+      for (size_t i = 0; i < n; ++i) load[i] = static_cast<double>(in_flight_[i] + 1) / rates_[i];
       return least_of(load);
     case RoutingPolicy::kPowerOfTwo: {
       if (up_count_ == 1) return least_of(load);

@@ -28,6 +28,10 @@
 //                    (in-flight prompt tokens not yet prefilled + the uncached part of this
 //                    prompt, in blocks) + decode blocks (KV blocks of the requests in flight,
 //                    this one included), weight 1, temperature 0
+//   least_time       the least (in flight + 1) / rate: Envoy's and NGINX's weighted least
+//                    request with each instance's speed as its weight (set_rates: the fleet
+//                    gives the requests/s an instance sustains at full batches, rate_bound.h),
+//                    for pools of several kinds of GPU; equal rates choose as least_requests
 //   weighted         llm-d's default scorers: 2·queue + 2·KV-cache + 3·prefix, each in [0, 1]
 //                    (queue (maxQ − Q)/(maxQ − minQ) on the reported waiting queues, 1 when all
 //                    equal; 1 − reported KV use; matched / total prompt blocks); the highest,
@@ -51,7 +55,7 @@ namespace parallax {
 
 enum class RoutingPolicy : uint8_t {
   kRoundRobin, kRandom, kLeastRequests, kLeastTokens, kPowerOfTwo, kLeastWaiting, kLeastKv, kSession,
-  kCacheAware, kKvCost, kWeighted
+  kCacheAware, kKvCost, kWeighted, kLeastTime
 };
 const char* to_string(RoutingPolicy p);
 std::optional<RoutingPolicy> routing_policy_from(const std::string& name);
@@ -83,6 +87,9 @@ class RequestRouter {
   bool available(int instance) const { return up_[static_cast<size_t>(instance)] != 0; }
   /// Drops the prompt blocks recorded for `instance` (its cache is gone).
   void forget(int instance);
+  /// Each instance's speed for least_time (requests/s; all 1 until set). Throws
+  /// std::invalid_argument for a count that is not the instances' or a rate that is not above 0.
+  void set_rates(const std::vector<double>& rates);
 
   RoutingPolicy policy() const { return policy_; }
   int64_t in_flight(int instance) const { return in_flight_[static_cast<size_t>(instance)]; }
@@ -110,6 +117,7 @@ class RequestRouter {
   int64_t index_capacity_;
   std::vector<char> up_;                  ///< available to choose
   int up_count_ = 0;
+  std::vector<double> rates_;             ///< least_time's weights
 };
 
 }  // namespace parallax
