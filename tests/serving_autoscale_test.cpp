@@ -11,6 +11,7 @@
 #include "serving/fleet.h"
 #include "serving/fleet_loader.h"
 #include "serving/fleet_report.h"
+#include "serving/rate_bound.h"
 #include "serving/request_router.h"
 #include "serving/traffic.h"
 #include "serving_test_support.h"
@@ -262,6 +263,48 @@ TEST(ServingAutoscale, ScalingOnTimeToFirstTokenFollowsTheStepToo) {
   EXPECT_EQ(at(line, 299).serving, 1);
   EXPECT_GE(at(line, 450).serving, 5);
   EXPECT_LT(line.back().serving, at(line, 599).serving);
+}
+
+TEST(ServingAutoscale, ScalingOnTheArrivalRateRunsEachInstanceAtTheTargetShareOfItsRate) {
+  // Llama 3 8B at TP 1, fixed lengths, 4/s then 24/s from 300 s: arrival_rate wants
+  // ⌈λ / (target · r)⌉ instances, r what one sustains at full batches (rate_bound.h), as Dynamo's
+  // planner divides the request rate by a replica's throughput. Poisson counts over 15 s
+  // intervals move it by about one.
+  FleetConfig c;
+  c.model = test::bundled("llama3-8b");
+  c.topology = test::shared_dgx_h100();
+  PoolConfig pool;
+  pool.name = "chat";
+  pool.count = 8;
+  pool.batching.max_sequences = 64;
+  AutoscaleConfig a;
+  a.min = 1;
+  a.max = 8;
+  a.metric = AutoscaleMetric::kArrivalRate;
+  a.target = 0.25;
+  a.interval = Time::from_seconds(15);
+  a.scale_down_window = Time::from_seconds(60);
+  a.startup = Time::from_seconds(10);
+  pool.autoscale = a;
+  c.pools = {pool};
+  c.traffic.rate_per_s = 4;
+  c.traffic.requests = 9000;
+  c.traffic.prompt.value = 2000;
+  c.traffic.output.value = 200;
+  c.traffic.rate_profile = {{Time::zero(), 1.0}, {Time::from_seconds(300), 6.0}};
+  const TrafficMeans means = traffic_means(c);
+  const StepModel model(c.model, *c.topology, pool.shape, pool.step);
+  const BatchingConfig b = instance_batching(pool);
+  const double rate = std::min(prefill_rate_bound(model, b, means),
+                               decode_rate_bound(model, b, pool_kv_capacity(c, pool).blocks, means, Time::zero()));
+  const auto wanted = [&](double lambda) { return static_cast<int>(std::ceil(lambda / (a.target * rate))); };
+  ASSERT_EQ(wanted(4), 1);   // one instance sustains some 17/s here
+  ASSERT_GE(wanted(24), 5);  // and within max, so the count is the formula's
+  ASSERT_LT(wanted(24), 8);
+  const FleetResult r = simulate_fleet(c);
+  const std::vector<InstanceCountPoint>& line = r.pools[0].scaling->timeline;
+  for (const double t : {200.0, 280.0}) EXPECT_NEAR(at(line, t).serving, std::max(1, wanted(4)), 1) << t;
+  for (const double t : {400.0, 500.0}) EXPECT_NEAR(at(line, t).serving, wanted(24), 1) << t;
 }
 
 TEST(ServingAutoscale, ScalingUpAtMaxWhileInstancesDrainRevivesThem) {

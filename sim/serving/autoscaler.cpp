@@ -12,13 +12,15 @@ const char* to_string(AutoscaleMetric m) {
     case AutoscaleMetric::kWaiting: return "waiting";
     case AutoscaleMetric::kKvCache: return "kv_cache";
     case AutoscaleMetric::kTtft: return "ttft";
+    case AutoscaleMetric::kArrivalRate: return "arrival_rate";
   }
   return "?";
 }
 
 std::optional<AutoscaleMetric> autoscale_metric_from(const std::string& name) {
   for (AutoscaleMetric m :
-       {AutoscaleMetric::kConcurrency, AutoscaleMetric::kWaiting, AutoscaleMetric::kKvCache, AutoscaleMetric::kTtft}) {
+       {AutoscaleMetric::kConcurrency, AutoscaleMetric::kWaiting, AutoscaleMetric::kKvCache, AutoscaleMetric::kTtft,
+        AutoscaleMetric::kArrivalRate}) {
     if (name == to_string(m)) return m;
   }
   return std::nullopt;

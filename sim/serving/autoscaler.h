@@ -18,6 +18,12 @@
 //                the interval (from the pool they entered); desired = ⌈current × ttft / target⌉,
 //                HPA's rule for a value that does not add up over instances; no change when no
 //                request got its first token
+//   arrival_rate the requests the pool's instances were sent over the interval, per second,
+//                over what one instance sustains at full batches at the traffic's mean lengths
+//                (rate_bound.h): the load in instances' worth, and `target` the share of an
+//                instance's rate to run at (0.7: 70%); desired = ⌈load / target⌉. NVIDIA
+//                Dynamo's planner scales so, from the observed request rate over a replica's
+//                profiled throughput, ahead of the queues that the metrics above wait for
 //
 // An instance asked for serves after `startup`: by default the engine's initialisation plus
 // its GPUs loading their weights (startup_time). Both are assumptions, not measurements; set
@@ -34,7 +40,7 @@
 
 namespace parallax {
 
-enum class AutoscaleMetric : uint8_t { kConcurrency, kWaiting, kKvCache, kTtft };
+enum class AutoscaleMetric : uint8_t { kConcurrency, kWaiting, kKvCache, kTtft, kArrivalRate };
 const char* to_string(AutoscaleMetric m);
 std::optional<AutoscaleMetric> autoscale_metric_from(const std::string& name);
 

@@ -164,14 +164,14 @@ class Simulation {
     }
   }
 
-  // least_time's weight of each instance a router chooses among: the requests/s an instance of
-  // its pool sustains at full batches at the traffic's mean lengths (rate_bound.h; a prefill
-  // pool's prefill, a decode pool's decode, the smaller of the two colocated; the decode side
-  // without the TPOT objective, which would give 0 to a pool that misses it; a prefix-cached
-  // prefill side, which the bound cannot count, left out); 1 where a custom timer hides the model.
-  std::vector<double> member_rates(const RouterSet& set) const {
+  // The requests/s an instance of each pool sustains at full batches at the traffic's mean
+  // lengths (rate_bound.h; a prefill pool's prefill, a decode pool's decode, the smaller of the
+  // two colocated; the decode side without the TPOT objective, which would give 0 to a pool that
+  // misses it; a prefix-cached prefill side, which the bound cannot count, left out); 1 where a
+  // custom timer hides the model. least_time's weights and the arrival_rate metric's unit.
+  std::vector<double> pool_rates() const {
     const TrafficMeans means = traffic_means(c_);
-    std::vector<double> pool_rate(c_.pools.size(), 1.0);
+    std::vector<double> rates(c_.pools.size(), 1.0);
     for (size_t p = 0; p < c_.pools.size(); ++p) {
       if (!pool_models_[p]) continue;
       const PoolConfig& pool = c_.pools[p];
@@ -180,8 +180,13 @@ class Simulation {
       const double decode = decode_rate_bound(*pool_models_[p], b, block_counts_[p], means, Time::zero());
       double rate = pool.role == PoolRole::kPrefill ? prefill : pool.role == PoolRole::kDecode ? decode : std::min(prefill, decode);
       if (!std::isfinite(rate)) rate = decode;
-      if (rate > 0 && std::isfinite(rate)) pool_rate[p] = rate;
+      if (rate > 0 && std::isfinite(rate)) rates[p] = rate;
     }
+    return rates;
+  }
+
+  std::vector<double> member_rates(const RouterSet& set) const {
+    const std::vector<double> pool_rate = pool_rates();
     std::vector<double> rates;
     for (const int k : set.members) rates.push_back(pool_rate[static_cast<size_t>(instances_[static_cast<size_t>(k)].pool)]);
     return rates;
@@ -350,6 +355,7 @@ class Simulation {
       return;
     }
     front_.router->sent(local, r);
+    count_sent(static_cast<size_t>(target));
     population(+1);
     in.scheduler->enqueue(r.id, r.prompt_tokens, output_here, r.prefix_blocks, r.prefix_block_tokens);
     poke(static_cast<size_t>(target));
@@ -425,6 +431,7 @@ class Simulation {
     }
     const auto d = static_cast<size_t>(decode_.members[static_cast<size_t>(d_local)]);
     decode_.router->sent(d_local, r);
+    count_sent(d);
     decode_.router->first_token(d_local, r);  // no prefill there
     records_[id].decode_instance = static_cast<int>(d);
     Transfer t;
@@ -763,6 +770,8 @@ class Simulation {
     int samples = 0;
     double ttft_sum = 0;          ///< first tokens since the last decision (the ttft metric)
     int64_t ttfts = 0;
+    int64_t sent = 0;             ///< requests its instances were sent since (arrival_rate)
+    double instance_rate = 1;     ///< requests/s an instance sustains (arrival_rate's unit)
     Time next_decision;
     PoolScaling stats;
   };
@@ -782,7 +791,8 @@ class Simulation {
       if (a.min < 1 || a.max != pool.count || a.initial_instances() < a.min || a.initial_instances() > a.max) {
         throw std::invalid_argument("pool " + pool.name + ": autoscaling needs 1 <= min <= initial <= max = count");
       }
-      PoolScaler s{p, Autoscaler(a), {}, 0, 0, 0, 0, a.interval, {}};
+      PoolScaler s{p, Autoscaler(a), {}, 0, 0, 0, 0, 0, 1, a.interval, {}};
+      if (a.metric == AutoscaleMetric::kArrivalRate) s.instance_rate = pool_rates()[p];
       const std::vector<Bytes> weights = stage_weight_bytes(c_.model, pool.shape, pool.step.dtype);
       s.stats.startup = startup_time(a, *std::max_element(weights.begin(), weights.end()));
       for (size_t k = 0; k < instances_.size(); ++k) {
@@ -813,6 +823,7 @@ class Simulation {
         s.samples = 0;
         s.ttft_sum = 0;
         s.ttfts = 0;
+        s.sent = 0;
         s.next_decision += config_of(s).interval;  // on its own grid, not drifting with the samples'
       }
     }
@@ -831,6 +842,7 @@ class Simulation {
         case AutoscaleMetric::kWaiting: load += static_cast<double>(in.scheduler->waiting()); break;
         case AutoscaleMetric::kKvCache: load += report(k).kv_utilization; break;
         case AutoscaleMetric::kTtft: break;  // per request, at its first token (first_token_seen)
+        case AutoscaleMetric::kArrivalRate: break;  // per request, as it is sent (count_sent)
       }
     }
     return load;
@@ -840,6 +852,9 @@ class Simulation {
   // over the samples; for a latency, the interval's mean as the sum that gives ⌈current × mean /
   // target⌉ (no change without a first token).
   double interval_load(const PoolScaler& s, int current) const {
+    if (config_of(s).metric == AutoscaleMetric::kArrivalRate) {
+      return static_cast<double>(s.sent) / config_of(s).interval.seconds() / s.instance_rate;
+    }
     if (config_of(s).metric != AutoscaleMetric::kTtft) return s.load_sum / s.samples;
     return s.ttfts > 0 ? current * s.ttft_sum / static_cast<double>(s.ttfts) : current * config_of(s).target;
   }
@@ -977,6 +992,13 @@ class Simulation {
       line.push_back(point);
     }
     s.stats.peak = std::max(s.stats.peak, point.serving + point.starting + point.draining);
+  }
+
+  // A request sent to instance k counts for its pool's scaler (the arrival_rate metric).
+  void count_sent(size_t k) {
+    if (scalers_.empty()) return;
+    const int scaler = scaler_of_pool_[static_cast<size_t>(instances_[k].pool)];
+    if (scaler >= 0) ++scalers_[static_cast<size_t>(scaler)].sent;
   }
 
   // A request's first token: its TTFT counts for the scaler of the pool it entered.

@@ -215,10 +215,11 @@ AutoscaleConfig read_autoscale(JsonReader v) {
   if (auto i = v.find("initial")) a.initial = static_cast<int>(integer_in(*i, a.min, a.max));
   if (auto m = v.find("metric")) {
     const auto metric = autoscale_metric_from(m->as_string());
-    if (!metric) m->fail("\"" + m->as_string() + "\" is not a scaling metric (concurrency, waiting, kv_cache or ttft)");
+    if (!metric) m->fail("\"" + m->as_string() + "\" is not a scaling metric (concurrency, waiting, kv_cache, ttft or arrival_rate)");
     a.metric = *metric;
   }
-  a.target = a.metric == AutoscaleMetric::kKvCache ? number_in(v.at("target"), 0.01, 1) : number_in(v.at("target"), 0.01, 1e6);
+  const bool share = a.metric == AutoscaleMetric::kKvCache || a.metric == AutoscaleMetric::kArrivalRate;
+  a.target = share ? number_in(v.at("target"), 0.01, 1) : number_in(v.at("target"), 0.01, 1e6);
   const auto positive_time = [](JsonReader t) {
     const Time x = t.as_time();
     if (!(x > Time::zero())) t.fail("must be positive");

@@ -72,7 +72,9 @@ nlohmann::ordered_json scaling_json(const AutoscaleConfig& a, const PoolStats& p
 std::string scaling_text(const AutoscaleConfig& a, const PoolStats& ps, Time duration) {
   const PoolScaling& s = *ps.scaling;
   char buf[512];
-  const char* per = a.metric == AutoscaleMetric::kTtft ? " s" : " an instance";
+  const char* per = a.metric == AutoscaleMetric::kTtft          ? " s"
+                    : a.metric == AutoscaleMetric::kArrivalRate ? " of an instance's rate"
+                                                                : " an instance";
   std::snprintf(buf, sizeof buf,
                 "    autoscaled on %s (target %g%s, decided every %g s, %d-%d instances, start-up %.1f s): %d started, "
                 "%d released, %d called off; %.2f instances on average (peak %d), %.2f GPU-hours (%.2f with %d throughout)\n",
