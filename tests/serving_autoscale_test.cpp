@@ -86,11 +86,14 @@ TEST(ServingRouter, NoPolicyChoosesAnInstanceThatIsOff) {
       router.sent(k, r);
       if (i % 3 == 0) router.finished(k, r);
     }
-    EXPECT_THROW({
-      router.set_available(0, false);
-      router.set_available(2, false);
-      router.set_available(4, false);
-    }, std::logic_error) << name;
+    // All off (a pool scaled to zero): nothing may be chosen until one is back.
+    router.set_available(0, false);
+    router.set_available(2, false);
+    router.set_available(4, false);
+    EXPECT_FALSE(router.any_available());
+    EXPECT_THROW(router.choose(Request{}, reports), std::logic_error) << name;
+    router.set_available(2, true);
+    EXPECT_EQ(router.choose(Request{}, reports), 2) << name;
   }
 }
 
@@ -305,6 +308,48 @@ TEST(ServingAutoscale, ScalingOnTheArrivalRateRunsEachInstanceAtTheTargetShareOf
   const std::vector<InstanceCountPoint>& line = r.pools[0].scaling->timeline;
   for (const double t : {200.0, 280.0}) EXPECT_NEAR(at(line, t).serving, std::max(1, wanted(4)), 1) << t;
   for (const double t : {400.0, 500.0}) EXPECT_NEAR(at(line, t).serving, wanted(24), 1) << t;
+}
+
+TEST(ServingAutoscale, APoolScaledToZeroWakesForTheNextRequest) {
+  // min 0, one 10 ms server, 5 s start-ups: 20 s of 50/s, 200 s of nothing, then 20 s more.
+  // In the lull the pool goes to zero after its 60 s window; the first request after it waits
+  // at the activator for a whole start-up, the ones behind it less, and every one completes.
+  FleetConfig c = test::queue(2, 50, 2000, RoutingPolicy::kLeastRequests);
+  AutoscaleConfig a = hpa(0, 2, 0.6);
+  a.interval = Time::from_seconds(5);
+  a.scale_down_window = Time::from_seconds(60);
+  a.startup = Time::from_seconds(5);
+  c.pools[0].autoscale = a;
+  c.traffic.rate_profile = {{Time::zero(), 1.0}, {Time::from_seconds(20), 0.0}, {Time::from_seconds(220), 1.0}};
+  const FleetResult r = simulate_fleet(c, ten_ms());
+  const std::vector<InstanceCountPoint>& line = r.pools[0].scaling->timeline;
+  // It starts at zero (min 0, no initial): the first request wakes it.
+  EXPECT_EQ(holding(line.front()), 0);
+  double first_after = -1, ttft_after = 0;
+  for (const RequestRecord& rec : r.requests) {
+    ASSERT_TRUE(rec.completed) << rec.id;
+    if (rec.id == 0) {
+      EXPECT_GE(rec.ttft().seconds(), 5.0);
+    }
+    if (rec.arrival.seconds() >= 220 && first_after < 0) {
+      first_after = rec.arrival.seconds();
+      ttft_after = rec.ttft().seconds();
+    }
+  }
+  EXPECT_EQ(holding(at(line, 200)), 0);  // released in the lull
+  ASSERT_GE(first_after, 220.0);
+  EXPECT_GE(ttft_after, 5.0);            // a whole cold start
+  EXPECT_LT(ttft_after, 5.5);
+  EXPECT_GE(at(line, 230).serving, 1);
+  // Held GPU time: no more than the two bursts, their start-ups and windows.
+  EXPECT_LT(r.pools[0].gpu_hours * 3600, 2 * (20 + 5 + 60 + 5) * 2);
+  // A decode pool cannot go to zero: a prefilled request would have nowhere to go.
+  FleetFile pd = load_fleet(test::source_path("tests/data/serve/pd-split.json"), test::source_path("workloads/models"),
+                            test::source_path("topologies"));
+  for (PoolConfig& pool : pd.config.pools) {
+    if (pool.role == PoolRole::kDecode) pool.autoscale = hpa(0, pool.count, 4);
+  }
+  EXPECT_THROW(simulate_fleet(pd.config), std::invalid_argument);
 }
 
 TEST(ServingAutoscale, ScalingUpAtMaxWhileInstancesDrainRevivesThem) {

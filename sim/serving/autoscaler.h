@@ -25,6 +25,10 @@
 //                Dynamo's planner scales so, from the observed request rate over a replica's
 //                profiled throughput, ahead of the queues that the metrics above wait for
 //
+// min 0 scales a pool to zero in a lull: requests then wait at the fleet's gateway (Knative's
+// activator), count as in flight for the concurrency and waiting metrics, and start an instance
+// at once (fleet.cpp); a scaler keeps one while any waits.
+//
 // An instance asked for serves after `startup`: by default the engine's initialisation plus
 // its GPUs loading their weights (startup_time). Both are assumptions, not measurements; set
 // them from your engine's start-up logs.
@@ -47,7 +51,7 @@ std::optional<AutoscaleMetric> autoscale_metric_from(const std::string& name);
 struct AutoscaleConfig {
   int min = 1;
   int max = 1;
-  int initial = 0;  ///< instances serving at time 0; 0: min
+  int initial = 0;  ///< instances serving at time 0; 0: min (with min 0, none until a request)
   AutoscaleMetric metric = AutoscaleMetric::kConcurrency;
   double target = 1;  ///< the metric's value per instance that the scaler aims at
   Time interval = Time::from_seconds(15);             ///< HPA's sync period

@@ -339,6 +339,22 @@ class Simulation {
     rec.arrival = r.arrival;
     rec.prompt_tokens = r.prompt_tokens;
     rec.output_tokens = r.output_tokens;
+    if (!front_.router->any_available()) {
+      // Every instance scaled to zero: the request waits at the gateway (Knative's activator)
+      // and asks for an instance at once.
+      population(+1);
+      activator_.push_back(i);
+      scale_from_zero();
+      return;
+    }
+    dispatch(i, false);
+  }
+
+  // Routes request i to an instance of the front pools; `waited` when it comes from the
+  // activator's queue (already counted in the system).
+  void dispatch(size_t i, bool waited) {
+    const Request& r = requests_[i];
+    RequestRecord& rec = records_[i];
     const int local = choose(front_, r);
     const int target = front_.members[static_cast<size_t>(local)];
     rec.instance = target;
@@ -350,13 +366,17 @@ class Simulation {
     if (!why.empty()) {
       rec.rejected = true;
       rec.rejection = why;
-      report_progress();
+      if (waited) {
+        population(-1);
+      } else {
+        report_progress();
+      }
       if (closed_loop()) next_of_user(r);
       return;
     }
     front_.router->sent(local, r);
     count_sent(static_cast<size_t>(target));
-    population(+1);
+    if (!waited) population(+1);
     in.scheduler->enqueue(r.id, r.prompt_tokens, output_here, r.prefix_blocks, r.prefix_block_tokens);
     poke(static_cast<size_t>(target));
   }
@@ -788,8 +808,12 @@ class Simulation {
       const PoolConfig& pool = c_.pools[p];
       if (!pool.autoscale) continue;
       const AutoscaleConfig& a = *pool.autoscale;
-      if (a.min < 1 || a.max != pool.count || a.initial_instances() < a.min || a.initial_instances() > a.max) {
-        throw std::invalid_argument("pool " + pool.name + ": autoscaling needs 1 <= min <= initial <= max = count");
+      if (a.min < 0 || a.max < 1 || a.max != pool.count || a.initial_instances() < a.min || a.initial_instances() > a.max) {
+        throw std::invalid_argument("pool " + pool.name + ": autoscaling needs 0 <= min <= initial <= max = count, max >= 1");
+      }
+      if (a.min == 0 && pool.role == PoolRole::kDecode) {
+        throw std::invalid_argument("pool " + pool.name + ": a decode pool cannot scale to zero (min 0): prefilled requests "
+                                    "would have nowhere to go");
       }
       PoolScaler s{p, Autoscaler(a), {}, 0, 0, 0, 0, 0, 1, a.interval, {}};
       if (a.metric == AutoscaleMetric::kArrivalRate) s.instance_rate = pool_rates()[p];
@@ -831,7 +855,13 @@ class Simulation {
   }
 
   double pool_load(const PoolScaler& s) const {
-    double load = 0;
+    // Requests at the activator are in flight and queued for the front pools (Knative's
+    // activator reports them as the revision's concurrency).
+    const AutoscaleMetric metric = config_of(s).metric;
+    double load = (metric == AutoscaleMetric::kConcurrency || metric == AutoscaleMetric::kWaiting) &&
+                          c_.pools[s.pool].role != PoolRole::kDecode
+                      ? static_cast<double>(activator_.size())
+                      : 0.0;
     for (size_t k : s.members) {
       const Instance& in = instances_[k];
       if (in.state != Instance::State::kServing) continue;
@@ -866,10 +896,12 @@ class Simulation {
       current += state == Instance::State::kServing || state == Instance::State::kStarting ? 1 : 0;
     }
     const double load = interval_load(s, current);
-    const int wanted = s.scaler.decide(engine_.now(), current, load);
+    // Never none while requests wait at the activator.
+    const int wanted = std::max(s.scaler.decide(engine_.now(), current, load), activator_.empty() ? 0 : 1);
     if (wanted == current) return;
     // Up: draining instances first (warm, still holding their GPUs), then instances off.
     while (current < wanted && (revive_draining(s) || start_instance(s))) ++current;
+    if (!activator_.empty() && front_.router->any_available()) release_activator();
     for (; current > wanted; --current) {
       if (!cancel_start(s)) drain_instance(s);
     }
@@ -920,8 +952,28 @@ class Simulation {
       ready.running_since = engine_.now();
       set_of(ready).router->set_available(local_index(set_of(ready), k), true);
       record_scaling(scalers_[static_cast<size_t>(scaler_of_pool_[static_cast<size_t>(ready.pool)])]);
+      if (ready.role != PoolRole::kDecode) release_activator();
     });
     return true;
+  }
+
+  // A request at the activator: every front pool scaled to zero that is not already starting an
+  // instance starts one now, as Knative's activator wakes the autoscaler.
+  void scale_from_zero() {
+    for (PoolScaler& s : scalers_) {
+      if (c_.pools[s.pool].role == PoolRole::kDecode) continue;
+      const bool held = std::any_of(s.members.begin(), s.members.end(), [this](size_t k) {
+        return instances_[k].state == Instance::State::kServing || instances_[k].state == Instance::State::kStarting;
+      });
+      if (!held && start_instance(s)) record_scaling(s);
+    }
+  }
+
+  // An instance serves again: the requests waiting at the activator go to the router, in order.
+  void release_activator() {
+    std::deque<size_t> waiting;
+    waiting.swap(activator_);
+    for (const size_t i : waiting) dispatch(i, true);
   }
 
   // The latest start not yet serving is called off; false when there is none.
@@ -1123,6 +1175,7 @@ class Simulation {
   std::vector<KvCapacity> capacities_;
   std::vector<BatchingConfig> batchings_;  ///< per pool, its KV capacity derived
   std::vector<std::shared_ptr<const StepModel>> pool_models_;  ///< per pool (null under custom timers)
+  std::deque<size_t> activator_;  ///< requests waiting for a pool scaled to zero to start an instance
   std::vector<PoolScaler> scalers_;
   std::vector<int> scaler_of_pool_;        ///< index into scalers_, −1 for a fixed pool
   Time sample_period_ = Time::from_seconds(1);

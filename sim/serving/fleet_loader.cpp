@@ -210,9 +210,9 @@ int read_placement(JsonReader v, const Topology& topology) {
 // "tolerance", and "startup" or "engine_init" and "load_bandwidth"}.
 AutoscaleConfig read_autoscale(JsonReader v) {
   AutoscaleConfig a;
-  a.min = static_cast<int>(integer_in(v.at("min"), 1, 100000));
-  a.max = static_cast<int>(integer_in(v.at("max"), a.min, 100000));
-  if (auto i = v.find("initial")) a.initial = static_cast<int>(integer_in(*i, a.min, a.max));
+  a.min = static_cast<int>(integer_in(v.at("min"), 0, 100000));
+  a.max = static_cast<int>(integer_in(v.at("max"), std::max(a.min, 1), 100000));
+  if (auto i = v.find("initial")) a.initial = static_cast<int>(integer_in(*i, std::max(a.min, 1), a.max));
   if (auto m = v.find("metric")) {
     const auto metric = autoscale_metric_from(m->as_string());
     if (!metric) m->fail("\"" + m->as_string() + "\" is not a scaling metric (concurrency, waiting, kv_cache, ttft or arrival_rate)");

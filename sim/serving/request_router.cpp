@@ -88,7 +88,6 @@ int RequestRouter::least_of(const std::vector<double>& load) const {
 void RequestRouter::set_available(int instance, bool available) {
   char& up = up_.at(static_cast<size_t>(instance));
   if ((up != 0) == available) return;
-  if (!available && up_count_ == 1) throw std::logic_error("a router needs an available instance");
   up = available ? 1 : 0;
   up_count_ += available ? 1 : -1;
 }
@@ -116,6 +115,7 @@ size_t RequestRouter::draw_available() {
 }
 
 int RequestRouter::choose(const Request& r, const std::vector<EngineReport>& reports) {
+  if (up_count_ == 0) throw std::logic_error("no instance is available to route to");
   const auto n = static_cast<size_t>(instances_);
   std::vector<double> load(n);
   switch (policy_) {

@@ -73,7 +73,8 @@ class RequestRouter {
   /// `index_capacity`: prompt blocks the prefix index keeps per instance (0: all).
   RequestRouter(RoutingPolicy policy, int instances, uint64_t seed, int64_t index_capacity = 0);
 
-  /// The instance for `r`, given the engines' last reports (one per instance).
+  /// The instance for `r`, given the engines' last reports (one per instance). Throws
+  /// std::logic_error when no instance is available.
   int choose(const Request& r, const std::vector<EngineReport>& reports);
   /// The router's own bookkeeping: a request sent, its first token, and its end.
   void sent(int instance, const Request& r);
@@ -82,9 +83,11 @@ class RequestRouter {
   /// Leading prompt blocks of `r` that the router has sent to `instance` before.
   int matched_blocks(int instance, const Request& r) const;
 
-  /// Whether `instance` may be chosen (all may, at first).
+  /// Whether `instance` may be chosen (all may, at first). None may be (a pool scaled to zero):
+  /// then choose() must wait until one is again.
   void set_available(int instance, bool available);
   bool available(int instance) const { return up_[static_cast<size_t>(instance)] != 0; }
+  bool any_available() const { return up_count_ > 0; }
   /// Drops the prompt blocks recorded for `instance` (its cache is gone).
   void forget(int instance);
   /// Each instance's speed for least_time (requests/s; all 1 until set). Throws
