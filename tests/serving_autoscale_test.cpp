@@ -4,6 +4,7 @@
 // fleet that follows a step in load without losing a request, accounting GPU-hours exactly.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <memory>
 
@@ -343,13 +344,61 @@ TEST(ServingAutoscale, APoolScaledToZeroWakesForTheNextRequest) {
   EXPECT_GE(at(line, 230).serving, 1);
   // Held GPU time: no more than the two bursts, their start-ups and windows.
   EXPECT_LT(r.pools[0].gpu_hours * 3600, 2 * (20 + 5 + 60 + 5) * 2);
-  // A decode pool cannot go to zero: a prefilled request would have nowhere to go.
+  // A decode pool cannot go to zero (a prefilled request would have nowhere to go), nor a pool
+  // beside others behind one router (nothing would send it load to wake it).
+  const auto refused = [](const FleetConfig& f, const std::string& why) {
+    try {
+      simulate_fleet(f, ten_ms());
+      ADD_FAILURE() << "ran: " << why;
+    } catch (const std::invalid_argument& e) {
+      EXPECT_NE(std::string(e.what()).find(why), std::string::npos) << e.what();
+    }
+  };
   FleetFile pd = load_fleet(test::source_path("tests/data/serve/pd-split.json"), test::source_path("workloads/models"),
                             test::source_path("topologies"));
   for (PoolConfig& pool : pd.config.pools) {
     if (pool.role == PoolRole::kDecode) pool.autoscale = hpa(0, pool.count, 4);
   }
-  EXPECT_THROW(simulate_fleet(pd.config), std::invalid_argument);
+  refused(pd.config, "a decode pool cannot scale to zero");
+  FleetConfig two = c;
+  two.pools.push_back(two.pools[0]);
+  two.pools[1].autoscale.reset();
+  two.pools[1].count = 1;
+  refused(two, "only as the one pool behind its router");
+}
+
+TEST(ServingAutoscale, ARequestDuringTheLastDrainRevivesTheInstance) {
+  // One 2 s server scaled on arrivals (target 1 a second): A at 0.5 s keeps it at the 1 s
+  // decision; none in (1, 2] s releases it at 2 s while A still runs (to 2.5 s); B at 2.2 s
+  // finds nothing serving and waits at the activator, which takes the draining instance back at
+  // once rather than a start of 100 s. Both complete, B within its step of arriving.
+  FleetConfig c = test::queue(1, 1, 2);
+  auto trace = std::make_shared<std::vector<Request>>(2);
+  for (size_t i = 0; i < 2; ++i) {
+    (*trace)[i].id = static_cast<int64_t>(i);
+    (*trace)[i].prompt_tokens = 1;
+    (*trace)[i].output_tokens = 1;
+  }
+  (*trace)[0].arrival = Time::from_seconds(0.5);
+  (*trace)[1].arrival = Time::from_seconds(2.2);
+  c.replay = trace;
+  AutoscaleConfig a = hpa(0, 1, 1);
+  a.initial = 1;
+  a.metric = AutoscaleMetric::kArrivalRate;
+  a.interval = Time::from_seconds(1);
+  a.scale_down_window = Time::zero();
+  a.startup = Time::from_seconds(100);
+  c.pools[0].autoscale = a;
+  const FleetResult r = simulate_fleet(c, [](const PoolConfig&, int) {
+    return std::make_unique<test::ConstantTimer>(Time::from_seconds(2));
+  });
+  ASSERT_EQ(r.requests.size(), 2u);
+  for (const RequestRecord& rec : r.requests) ASSERT_TRUE(rec.completed) << rec.id;
+  const PoolScaling& s = *r.pools[0].scaling;
+  EXPECT_TRUE(std::any_of(s.timeline.begin(), s.timeline.end(),
+                          [](const InstanceCountPoint& p) { return p.draining == 1 && p.serving == 0; }));
+  EXPECT_EQ(s.started, 0);  // no cold start: the draining instance came back
+  EXPECT_LT(r.requests[1].ttft().seconds(), 2.5);
 }
 
 TEST(ServingAutoscale, ScalingUpAtMaxWhileInstancesDrainRevivesThem) {

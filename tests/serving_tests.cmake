@@ -233,6 +233,9 @@ add_test(NAME example.serve.autoscale_with_count
 add_test(NAME example.serve.bad_autoscale_metric
          COMMAND bash ${check_exit} 2 "bad-autoscale-metric.json: /pools/0/autoscale/metric: \"gpu_utilization\" is not a scaling metric"
                  $<TARGET_FILE:parallax> serve ${serve_data}/bad-autoscale-metric.json --json ${serve_scratch}/never.json)
+add_test(NAME example.serve.bad_arrival_target
+         COMMAND bash ${check_exit} 2 "bad-arrival-target.json: /pools/0/autoscale/target: must be between 0.010000 and 1.000000"
+                 $<TARGET_FILE:parallax> serve ${serve_data}/bad-arrival-target.json --json ${serve_scratch}/never.json)
 add_test(NAME example.serve.bad_rate_profile
          COMMAND bash ${check_exit} 2 "bad-rate-profile.json: /traffic/rate_profile/2/from: steps must start later and later"
                  $<TARGET_FILE:parallax> serve ${serve_data}/bad-rate-profile.json --json ${serve_scratch}/never.json)

@@ -167,26 +167,29 @@ class Simulation {
   // The requests/s an instance of each pool sustains at full batches at the traffic's mean
   // lengths (rate_bound.h; a prefill pool's prefill, a decode pool's decode, the smaller of the
   // two colocated; the decode side without the TPOT objective, which would give 0 to a pool that
-  // misses it; a prefix-cached prefill side, which the bound cannot count, left out); 1 where a
-  // custom timer hides the model. least_time's weights and the arrival_rate metric's unit.
-  std::vector<double> pool_rates() const {
+  // misses it; the prefill side without its prefix cache, whose savings the bound cannot count);
+  // 1 where a custom timer hides the model. least_time's weights and the arrival_rate metric's
+  // unit, computed once.
+  const std::vector<double>& pool_rates() {
+    if (pool_rates_) return *pool_rates_;
     const TrafficMeans means = traffic_means(c_);
-    std::vector<double> rates(c_.pools.size(), 1.0);
+    std::vector<double>& rates = pool_rates_.emplace(c_.pools.size(), 1.0);
     for (size_t p = 0; p < c_.pools.size(); ++p) {
       if (!pool_models_[p]) continue;
       const PoolConfig& pool = c_.pools[p];
-      const BatchingConfig b = instance_batching(pool);
+      BatchingConfig b = instance_batching(pool);
+      b.prefix_caching = false;  // the bound cannot count what a cache spares: the cold rate
       const double prefill = prefill_rate_bound(*pool_models_[p], b, means);
       const double decode = decode_rate_bound(*pool_models_[p], b, block_counts_[p], means, Time::zero());
-      double rate = pool.role == PoolRole::kPrefill ? prefill : pool.role == PoolRole::kDecode ? decode : std::min(prefill, decode);
-      if (!std::isfinite(rate)) rate = decode;
+      const double rate =
+          pool.role == PoolRole::kPrefill ? prefill : pool.role == PoolRole::kDecode ? decode : std::min(prefill, decode);
       if (rate > 0 && std::isfinite(rate)) rates[p] = rate;
     }
     return rates;
   }
 
-  std::vector<double> member_rates(const RouterSet& set) const {
-    const std::vector<double> pool_rate = pool_rates();
+  std::vector<double> member_rates(const RouterSet& set) {
+    const std::vector<double>& pool_rate = pool_rates();
     std::vector<double> rates;
     for (const int k : set.members) rates.push_back(pool_rate[static_cast<size_t>(instances_[static_cast<size_t>(k)].pool)]);
     return rates;
@@ -341,13 +344,46 @@ class Simulation {
     rec.output_tokens = r.output_tokens;
     if (!front_.router->any_available()) {
       // Every instance scaled to zero: the request waits at the gateway (Knative's activator)
-      // and asks for an instance at once.
+      // and asks for an instance at once (a draining one serves again at once), unless no
+      // instance could ever take it.
+      if (std::string why = never_fits_front(r); !why.empty()) {
+        reject(i, why);
+        return;
+      }
       population(+1);
       activator_.push_back(i);
       scale_from_zero();
+      if (front_.router->any_available()) release_activator();
       return;
     }
     dispatch(i, false);
+  }
+
+  // Why instance `in` (of the front pools) could never take `r`, else empty. A prefill instance
+  // computes the prompt and samples the first token only.
+  std::string never_fits(const Instance& in, const Request& r) const {
+    const int64_t output_here = in.role == PoolRole::kPrefill ? 1 : r.output_tokens;
+    std::string why = in.scheduler->never_fits(r.prompt_tokens, output_here);
+    if (why.empty() && disaggregated_) why = fits_a_decode_instance(r);
+    return why;
+  }
+
+  // The same for the front pool at zero (the only pool behind its router: set_up_scalers).
+  std::string never_fits_front(const Request& r) const {
+    return never_fits(instances_[static_cast<size_t>(front_.members.front())], r);
+  }
+
+  // Request i refused; `in_system` when it had been counted in (population() then reports it).
+  void reject(size_t i, const std::string& why, bool in_system = false) {
+    RequestRecord& rec = records_[i];
+    rec.rejected = true;
+    rec.rejection = why;
+    if (in_system) {
+      population(-1);
+    } else {
+      report_progress();
+    }
+    if (closed_loop()) next_of_user(requests_[i]);
   }
 
   // Routes request i to an instance of the front pools; `waited` when it comes from the
@@ -359,21 +395,11 @@ class Simulation {
     const int target = front_.members[static_cast<size_t>(local)];
     rec.instance = target;
     Instance& in = instances_[static_cast<size_t>(target)];
-    // A prefill instance computes the prompt and samples the first token only.
-    const int64_t output_here = in.role == PoolRole::kPrefill ? 1 : r.output_tokens;
-    std::string why = in.scheduler->never_fits(r.prompt_tokens, output_here);
-    if (why.empty() && disaggregated_) why = fits_a_decode_instance(r);
-    if (!why.empty()) {
-      rec.rejected = true;
-      rec.rejection = why;
-      if (waited) {
-        population(-1);
-      } else {
-        report_progress();
-      }
-      if (closed_loop()) next_of_user(r);
+    if (std::string why = never_fits(in, r); !why.empty()) {
+      reject(i, why, waited);  // not after a wait: never_fits_front checked it first
       return;
     }
+    const int64_t output_here = in.role == PoolRole::kPrefill ? 1 : r.output_tokens;
     front_.router->sent(local, r);
     count_sent(static_cast<size_t>(target));
     if (!waited) population(+1);
@@ -574,7 +600,7 @@ class Simulation {
   // Events besides the periodic ones (refreshes, autoscaler samples) are pending, and requests
   // remain: the periodic ones alone would keep each other going for ever.
   bool work_remains() const {
-    return engine_.pending_events() > periodic_pending_ && (arrivals_remain() || in_system_ > 0);
+    return engine_.pending_events() > periodic_pending_ && (arrivals_remain() || in_system_ > 0 || !activator_.empty());
   }
 
   void schedule_periodic(Time in, std::function<void()> run) {
@@ -791,6 +817,7 @@ class Simulation {
     double ttft_sum = 0;          ///< first tokens since the last decision (the ttft metric)
     int64_t ttfts = 0;
     int64_t sent = 0;             ///< requests its instances were sent since (arrival_rate)
+    Time last_decision;           ///< when the sums above began
     double instance_rate = 1;     ///< requests/s an instance sustains (arrival_rate's unit)
     Time next_decision;
     PoolScaling stats;
@@ -815,7 +842,12 @@ class Simulation {
         throw std::invalid_argument("pool " + pool.name + ": a decode pool cannot scale to zero (min 0): prefilled requests "
                                     "would have nowhere to go");
       }
-      PoolScaler s{p, Autoscaler(a), {}, 0, 0, 0, 0, 0, 1, a.interval, {}};
+      const auto front = std::count_if(c_.pools.begin(), c_.pools.end(), [](const PoolConfig& q) { return q.role != PoolRole::kDecode; });
+      if (a.min == 0 && front > 1) {
+        throw std::invalid_argument("pool " + pool.name + ": a pool scales to zero (min 0) only as the one pool behind its "
+                                    "router (with others beside it, nothing would send it load to wake it)");
+      }
+      PoolScaler s{p, Autoscaler(a), {}, 0, 0, 0, 0, 0, Time::zero(), 1, a.interval, {}};
       if (a.metric == AutoscaleMetric::kArrivalRate) s.instance_rate = pool_rates()[p];
       const std::vector<Bytes> weights = stage_weight_bytes(c_.model, pool.shape, pool.step.dtype);
       s.stats.startup = startup_time(a, *std::max_element(weights.begin(), weights.end()));
@@ -843,11 +875,6 @@ class Simulation {
       ++s.samples;
       if (now >= s.next_decision) {
         rescale(s);
-        s.load_sum = 0;
-        s.samples = 0;
-        s.ttft_sum = 0;
-        s.ttfts = 0;
-        s.sent = 0;
         s.next_decision += config_of(s).interval;  // on its own grid, not drifting with the samples'
       }
     }
@@ -883,7 +910,8 @@ class Simulation {
   // target⌉ (no change without a first token).
   double interval_load(const PoolScaler& s, int current) const {
     if (config_of(s).metric == AutoscaleMetric::kArrivalRate) {
-      return static_cast<double>(s.sent) / config_of(s).interval.seconds() / s.instance_rate;
+      const Time since = engine_.now() - s.last_decision;
+      return since > Time::zero() ? static_cast<double>(s.sent) / since.seconds() / s.instance_rate : 0.0;
     }
     if (config_of(s).metric != AutoscaleMetric::kTtft) return s.load_sum / s.samples;
     return s.ttfts > 0 ? current * s.ttft_sum / static_cast<double>(s.ttfts) : current * config_of(s).target;
@@ -896,6 +924,13 @@ class Simulation {
       current += state == Instance::State::kServing || state == Instance::State::kStarting ? 1 : 0;
     }
     const double load = interval_load(s, current);
+    // The next interval's sums start now (what the scaling below sends counts there).
+    s.load_sum = 0;
+    s.samples = 0;
+    s.ttft_sum = 0;
+    s.ttfts = 0;
+    s.sent = 0;
+    s.last_decision = engine_.now();
     // Never none while requests wait at the activator.
     const int wanted = std::max(s.scaler.decide(engine_.now(), current, load), activator_.empty() ? 0 : 1);
     if (wanted == current) return;
@@ -965,7 +1000,7 @@ class Simulation {
       const bool held = std::any_of(s.members.begin(), s.members.end(), [this](size_t k) {
         return instances_[k].state == Instance::State::kServing || instances_[k].state == Instance::State::kStarting;
       });
-      if (!held && start_instance(s)) record_scaling(s);
+      if (!held && (revive_draining(s) || start_instance(s))) record_scaling(s);
     }
   }
 
@@ -1176,6 +1211,7 @@ class Simulation {
   std::vector<BatchingConfig> batchings_;  ///< per pool, its KV capacity derived
   std::vector<std::shared_ptr<const StepModel>> pool_models_;  ///< per pool (null under custom timers)
   std::deque<size_t> activator_;  ///< requests waiting for a pool scaled to zero to start an instance
+  std::optional<std::vector<double>> pool_rates_;  ///< pool_rates(), once computed
   std::vector<PoolScaler> scalers_;
   std::vector<int> scaler_of_pool_;        ///< index into scalers_, −1 for a fixed pool
   Time sample_period_ = Time::from_seconds(1);
