@@ -534,7 +534,7 @@ TEST(ServingSweep, RatesAndTheHighestRateMeetingTheSlos) {
   std::vector<RatePoint> points;
   for (const double rate : {200.0, 500.0, 900.0}) {
     c.traffic.rate_per_s = rate;
-    points.push_back(RatePoint{rate, summarize(c, simulate_fleet(c, exponential(1e-3))), std::nullopt, 0.0});
+    points.push_back(RatePoint{rate, summarize(c, simulate_fleet(c, exponential(1e-3))), std::nullopt, 0.0, std::nullopt});
   }
   EXPECT_GT(points[0].summary.slo_attainment, points[1].summary.slo_attainment);
   EXPECT_GT(points[1].summary.slo_attainment, points[2].summary.slo_attainment);

@@ -227,6 +227,12 @@ set_tests_properties(example.serve.autoscale PROPERTIES
 add_test(NAME example.serve.autoscale_sweep
          COMMAND parallax serve sweep ${PROJECT_SOURCE_DIR}/workloads/serve/llama3-70b-autoscale-2xdgx-h100.json --rates 1:4:x2 --requests 1000)
 set_tests_properties(example.serve.autoscale_sweep PROPERTIES PASS_REGULAR_EXPRESSION "instances  GPU-hours\n +1.00 .*highest rate")
+# Priced, each rate's cost per million output tokens falls as the fixed GPUs carry more.
+add_test(NAME example.serve.sweep_priced
+         COMMAND parallax serve sweep ${PROJECT_SOURCE_DIR}/workloads/serve/llama3-8b-4xtp2-h100.json --rates 10,40 --requests 400
+                 --gpu-hour-price 2.5 --json ${serve_scratch}/sweep-priced.json)
+set_tests_properties(example.serve.sweep_priced PROPERTIES
+                     PASS_REGULAR_EXPRESSION "out tok/s   \\$/M out\n +10.00 .* [0-9]+\\.[0-9]+\n +40.00 .* [0-9]+\\.[0-9]+")
 add_test(NAME example.serve.autoscale_with_count
          COMMAND bash ${check_exit} 2 "autoscale-with-count.json: /pools/0/count: an autoscaled pool holds autoscale's max instances"
                  $<TARGET_FILE:parallax> serve ${serve_data}/autoscale-with-count.json --json ${serve_scratch}/never.json)

@@ -55,7 +55,7 @@ std::vector<double> parse_rates(const std::string& text) {
 }
 
 std::vector<RatePoint> sweep_rates(const FleetConfig& config, const std::vector<double>& rates,
-                                   const std::function<void(size_t, size_t)>& progress) {
+                                   const std::function<void(size_t, size_t)>& progress, const GpuHourPrices& prices) {
   if (!config.replay && config.traffic.arrival == TrafficSpec::Arrival::kClosedLoop) {
     throw std::invalid_argument("a closed loop has no offered rate to sweep (its load follows from its users)");
   }
@@ -74,7 +74,8 @@ std::vector<RatePoint> sweep_rates(const FleetConfig& config, const std::vector<
       c.traffic.rate_per_s = rates[i];
     }
     const FleetResult r = simulate_fleet(c);
-    RatePoint point{rates[i], summarize(c, r), std::nullopt, 0.0};
+    RatePoint point{rates[i], summarize(c, r), std::nullopt, 0.0, std::nullopt};
+    if (!prices.empty()) point.cost = fleet_cost(c, r, point.summary, prices);
     if (has_autoscaled_pool(r)) {
       double instances = 0;
       for (const PoolStats& p : r.pools) {
@@ -99,8 +100,10 @@ double highest_rate_meeting(const std::vector<RatePoint>& points, double attainm
 
 std::string sweep_table(const std::vector<RatePoint>& points, double attainment) {
   const bool scaled = !points.empty() && points.front().mean_instances.has_value();
+  const bool priced = !points.empty() && points.front().cost.has_value();
   std::string out = "  rate/s   SLO met   TTFT p50   TTFT p99   TPOT p50   TPOT p99    E2E p99   out tok/s";
-  out += scaled ? "  instances  GPU-hours\n" : "\n";
+  out += scaled ? "  instances  GPU-hours" : "";
+  out += priced ? "   $/M out\n" : "\n";
   for (const RatePoint& p : points) {
     const FleetSummary& s = p.summary;
     char buf[256];
@@ -110,6 +113,10 @@ std::string sweep_table(const std::vector<RatePoint>& points, double attainment)
     out += buf;
     if (p.mean_instances) {
       std::snprintf(buf, sizeof buf, "  %9.2f  %9.2f", *p.mean_instances, p.gpu_hours);
+      out += buf;
+    }
+    if (p.cost) {
+      std::snprintf(buf, sizeof buf, "  %8.3f", p.cost->per_million_output_tokens);
       out += buf;
     }
     out += s.slo_attainment >= attainment ? "\n" : "   <- misses\n";
@@ -134,6 +141,7 @@ nlohmann::ordered_json sweep_json(const std::vector<RatePoint>& points, double a
       j["points"].back()["mean_instances"] = *p.mean_instances;
       j["points"].back()["gpu_hours"] = p.gpu_hours;
     }
+    if (p.cost) j["points"].back()["cost"] = cost_json(*p.cost);
   }
   return j;
 }

@@ -25,14 +25,18 @@ struct RatePoint {
   /// pool's count, an autoscaled one's mean), and the run's GPU-hours. Empty otherwise.
   std::optional<double> mean_instances;
   double gpu_hours = 0;
+  /// Priced: what the run's GPUs cost (fleet_cost), per million output tokens among the rest.
+  std::optional<FleetCost> cost;
 };
 
 /// Runs `config` at each rate: requests per second of its open-loop traffic or, when it
 /// replays a trace, factors by which the trace is sped up (2 = twice its own rate).
-/// `progress(i, n)` is called after each run. Throws std::invalid_argument for closed-loop
-/// traffic (its load follows from its users).
+/// `progress(i, n)` is called after each run. With `prices`, each point's cost too. Throws
+/// std::invalid_argument for closed-loop traffic (its load follows from its users) or a GPU
+/// that `prices` does not price.
 std::vector<RatePoint> sweep_rates(const FleetConfig& config, const std::vector<double>& rates,
-                                   const std::function<void(size_t, size_t)>& progress = nullptr);
+                                   const std::function<void(size_t, size_t)>& progress = nullptr,
+                                   const GpuHourPrices& prices = {});
 
 /// The highest rate whose SLO attainment is at least `attainment`, or 0 when none is.
 double highest_rate_meeting(const std::vector<RatePoint>& points, double attainment);

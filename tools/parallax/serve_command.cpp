@@ -277,6 +277,33 @@ GpuHourPrices parse_prices(const std::string& text) {
   return prices;
 }
 
+// The --gpu-hour-price of a command that runs the pools as placed: each pool's GPU priced.
+GpuHourPrices pool_prices(const FleetArgs& a, const FleetConfig& c) {
+  const GpuHourPrices prices = a.gpu_hour_price.empty() ? GpuHourPrices{} : parse_prices(a.gpu_hour_price);
+  if (!prices.empty()) {
+    if (const std::string gpu = unpriced_gpu(c, prices); !gpu.empty()) {
+      throw InputError("", "--gpu-hour-price", "no price for " + gpu + " (name it, or give one price for every GPU)");
+    }
+  }
+  return prices;
+}
+
+// The --gpu-hour-price of a command that may run pools on any of the cluster's GPUs, each priced.
+GpuHourPrices cluster_prices(const FleetArgs& a, const Topology& topology) {
+  if (a.gpu_hour_price.empty()) return {};
+  const GpuHourPrices prices = parse_prices(a.gpu_hour_price);
+  for (const auto& [gpu, price] : prices) {
+    if (!(price > 0)) {
+      throw InputError("", "--gpu-hour-price", "ranking by cost needs every price above 0 (" +
+                                                   (gpu == "*" ? std::string("the one price") : gpu) + " is 0)");
+    }
+  }
+  if (const std::string gpu = unpriced_cluster_gpu(topology, prices); !gpu.empty()) {
+    throw InputError("", "--gpu-hour-price", "no price for " + gpu + " (name it, or give one price for every GPU)");
+  }
+  return prices;
+}
+
 void make_plot_dir(const std::string& dir) {
   std::error_code ec;
   fs::create_directories(dir, ec);
@@ -383,7 +410,7 @@ void run_sweep(const FleetArgs& a) {
               c.replay ? "speed-ups of the trace" : "rates", static_cast<unsigned long long>(c.seed));
   std::vector<RatePoint> points;
   try {
-    points = sweep_rates(c, rates, progress_counter("runs"));
+    points = sweep_rates(c, rates, progress_counter("runs"), pool_prices(a, c));
   } catch (const std::invalid_argument& e) {
     throw InputError(a.fleet, "/traffic", e.what());
   }
@@ -423,22 +450,6 @@ void run_split_search(const FleetArgs& a, const FleetFile& f, int threads, const
     std::printf("  wrote the best fleet to %s\n", a.emit.c_str());
   }
   if (!a.plot.empty()) write_search_plot(a, f, split_data(s), s.by_capacity, "prefill / decode splits");
-}
-
-// The --gpu-hour-price of a command that may run pools on any of the cluster's GPUs, each priced.
-GpuHourPrices cluster_prices(const FleetArgs& a, const Topology& topology) {
-  if (a.gpu_hour_price.empty()) return {};
-  const GpuHourPrices prices = parse_prices(a.gpu_hour_price);
-  for (const auto& [gpu, price] : prices) {
-    if (!(price > 0)) {
-      throw InputError("", "--gpu-hour-price", "ranking by cost needs every price above 0 (" +
-                                                   (gpu == "*" ? std::string("the one price") : gpu) + " is 0)");
-    }
-  }
-  if (const std::string gpu = unpriced_cluster_gpu(topology, prices); !gpu.empty()) {
-    throw InputError("", "--gpu-hour-price", "no price for " + gpu + " (name it, or give one price for every GPU)");
-  }
-  return prices;
 }
 
 void run_search(const FleetArgs& a) {
@@ -530,12 +541,7 @@ void run_fleet(const FleetArgs& a) {
     return;
   }
   FleetConfig& c = f.config;
-  const GpuHourPrices prices = a.gpu_hour_price.empty() ? GpuHourPrices{} : parse_prices(a.gpu_hour_price);
-  if (!prices.empty()) {
-    if (const std::string gpu = unpriced_gpu(c, prices); !gpu.empty()) {
-      throw InputError("", "--gpu-hour-price", "no price for " + gpu + " (name it, or give one price for every GPU)");
-    }
-  }
+  const GpuHourPrices prices = pool_prices(a, c);
   if (!a.plot.empty() && std::none_of(c.pools.begin(), c.pools.end(), [](const PoolConfig& p) { return p.autoscale.has_value(); })) {
     throw InputError("", "--plot", "draws --compare-routers or an autoscaled pool's run; this fleet has neither");
   }
@@ -665,6 +671,9 @@ CLI::App* add_sweep_subcommand(CLI::App* serve) {
   add_run_options(sweep, *w);
   sweep->add_option("--json", w->json, "write the curve as JSON");
   sweep->add_option("--plot", w->plot, "write the capacity plot (PNG, gnuplot) into this folder");
+  sweep->add_option("--gpu-hour-price", w->gpu_hour_price,
+                    "dollars per GPU-hour, one price (2.5) or per GPU (H100-SXM5-80GB=2.5,A100-SXM4-80GB=1.2): each "
+                    "rate's $ per million output tokens");
   sweep->callback([w] { run_sweep(*w); });
   return sweep;
 }
