@@ -58,6 +58,18 @@ TEST(ServingAutoscaler, ScaleDownWaitsForTheWindowsLargestRecommendation) {
   EXPECT_EQ(a.decide(Time::from_seconds(302), 2, 120), 12);
 }
 
+TEST(ServingAutoscaler, AForcedMinimumIsRememberedByTheScaleDownWindow) {
+  // Min 0: a decision forced to one (requests waiting at the activator) holds that one through
+  // the window, though the load says none.
+  AutoscaleConfig c = hpa(0, 4, 1);
+  c.scale_down_window = Time::from_seconds(60);
+  Autoscaler a(c);
+  EXPECT_EQ(a.decide(Time::from_seconds(0), 0, 0.0, 1), 1);
+  EXPECT_EQ(a.decide(Time::from_seconds(30), 1, 0.0), 1);  // within the window
+  EXPECT_EQ(a.decide(Time::from_seconds(61), 1, 0.0), 0);  // past it
+  EXPECT_EQ(Autoscaler(hpa(0, 4, 1)).decide(Time::zero(), 0, 0.0), 0);
+}
+
 TEST(ServingAutoscaler, StartUpIsInitialisationPlusOneGpusWeightsAtTheLoadRate) {
   AutoscaleConfig c;
   c.engine_init = Time::from_seconds(30);

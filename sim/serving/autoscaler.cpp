@@ -31,13 +31,13 @@ Time startup_time(const AutoscaleConfig& config, Bytes weights_per_gpu) {
   return config.engine_init + transfer_time(weights_per_gpu, config.load_bandwidth);
 }
 
-int Autoscaler::decide(Time now, int current, double load) {
+int Autoscaler::decide(Time now, int current, double load, int at_least) {
   int wanted = current;
   const double ratio = current > 0 ? load / (c_.target * current) : 1.0;
   if (current == 0 || std::abs(ratio - 1.0) > c_.tolerance) {
     wanted = static_cast<int>(std::ceil(load / c_.target - 1e-9));
   }
-  wanted = std::clamp(wanted, c_.min, c_.max);
+  wanted = std::clamp(std::max(wanted, at_least), c_.min, c_.max);
   recent_.emplace_back(now, wanted);
   while (!recent_.empty() && recent_.front().first + c_.scale_down_window < now) recent_.pop_front();
   if (wanted >= current) return wanted;

@@ -73,8 +73,10 @@ class Autoscaler {
   explicit Autoscaler(const AutoscaleConfig& config) : c_(config) {}
 
   /// The instances wanted at `now` by a pool with `current` serving or starting, whose serving
-  /// instances' metric sums to `load` (averaged over the last interval).
-  int decide(Time now, int current, double load);
+  /// instances' metric sums to `load` (averaged over the last interval); never fewer than
+  /// `at_least` (a pool scaled to zero while requests wait for it), which the scale-down window
+  /// then remembers like any recommendation.
+  int decide(Time now, int current, double load, int at_least = 0);
 
  private:
   AutoscaleConfig c_;

@@ -932,7 +932,7 @@ class Simulation {
     s.sent = 0;
     s.last_decision = engine_.now();
     // Never none while requests wait at the activator.
-    const int wanted = std::max(s.scaler.decide(engine_.now(), current, load), activator_.empty() ? 0 : 1);
+    const int wanted = s.scaler.decide(engine_.now(), current, load, activator_.empty() ? 0 : 1);
     if (wanted == current) return;
     // Up: draining instances first (warm, still holding their GPUs), then instances off.
     while (current < wanted && (revive_draining(s) || start_instance(s))) ++current;
