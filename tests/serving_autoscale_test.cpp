@@ -354,7 +354,9 @@ TEST(ServingAutoscale, APoolScaledToZeroWakesForTheNextRequest) {
   EXPECT_GE(ttft_after, 5.0);            // a whole cold start
   EXPECT_LT(ttft_after, 5.5);
   EXPECT_GE(at(line, 230).serving, 1);
-  // Held GPU time: no more than the two bursts, their start-ups and windows.
+  // Held GPU time, one GPU an instance: at most both instances through each burst (20 s), its
+  // start-up (5 s), the window after it (60 s) and the decision interval that ends it (5 s),
+  // twice: 2 × 90 s × 2 bursts. Held throughout the 240 s it would be 480 GPU-seconds.
   EXPECT_LT(r.pools[0].gpu_hours * 3600, 2 * (20 + 5 + 60 + 5) * 2);
   // A decode pool cannot go to zero (a prefilled request would have nowhere to go), nor a pool
   // beside others behind one router (nothing would send it load to wake it).

@@ -146,8 +146,9 @@ TEST(ServingSizing, OnNodeGroupsEachPoolGrowsOnItsGroupAndPricesSeekTheCheapest)
 }
 
 TEST(ServingSizing, TwoPoolsOnOneGroupArePackedInTheFleetsOrder) {
-  // Three one-GPU instances then two: GPUs 0-2 and 3-4 of the H100 group's nodes of two, the
-  // second pool from node 1's second GPU; the A100 group (one node) after the H100's three.
+  // Three one-GPU instances then two on the H100 group's nodes of two GPUs: GPUs 0-2 and 3-4,
+  // three nodes, the second pool from GPU 3 (node 1's second); the A100 group's one instance
+  // on its one node, after the H100's three: GPU 6.
   FleetConfig c = two_instances();
   c.topology = two_kinds({1, 1});
   PoolConfig a = c.pools[0], b = c.pools[0], d = c.pools[0];
@@ -157,9 +158,18 @@ TEST(ServingSizing, TwoPoolsOnOneGroupArePackedInTheFleetsOrder) {
   b.first_gpu = 1;
   d.first_gpu = 2;
   c.pools = {a, b, d};
+  const PackedFleet packed = pack_fleet(c, {3, 2, 1});
+  EXPECT_EQ(packed.nodes, (std::vector<int>{3, 1}));
+  EXPECT_EQ(packed.first_gpus, (std::vector<int>{0, 3, 6}));
+  // On one kind of GPU: one node count, no placements.
+  const PackedFleet flat = pack_fleet(two_instances(), {5});
+  EXPECT_EQ(flat.nodes, (std::vector<int>{2}));  // ten GPUs of TP 2 on nodes of eight
+  EXPECT_TRUE(flat.first_gpus.empty());
+  // The fleet written places each pool there.
   SizedFleet f;
   f.counts = {3, 2, 1};
-  f.group_nodes = {3, 1};
+  f.group_nodes = packed.nodes;
+  f.first_gpus = packed.first_gpus;
   f.nodes = 4;
   FleetSizing s;
   s.target = 1;

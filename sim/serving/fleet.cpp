@@ -917,12 +917,15 @@ class Simulation {
     return s.ttfts > 0 ? current * s.ttft_sum / static_cast<double>(s.ttfts) : current * config_of(s).target;
   }
 
+  // The scaler's instances serving or starting: HPA's current count.
+  int serving_or_starting(const PoolScaler& s) const {
+    return static_cast<int>(std::count_if(s.members.begin(), s.members.end(), [this](size_t k) {
+      return instances_[k].state == Instance::State::kServing || instances_[k].state == Instance::State::kStarting;
+    }));
+  }
+
   void rescale(PoolScaler& s) {
-    int current = 0;
-    for (size_t k : s.members) {
-      const Instance::State state = instances_[k].state;
-      current += state == Instance::State::kServing || state == Instance::State::kStarting ? 1 : 0;
-    }
+    int current = serving_or_starting(s);
     const double load = interval_load(s, current);
     // The next interval's sums start now (what the scaling below sends counts there).
     s.load_sum = 0;
@@ -986,7 +989,7 @@ class Simulation {
       ready.state = Instance::State::kServing;
       ready.running_since = engine_.now();
       set_of(ready).router->set_available(local_index(set_of(ready), k), true);
-      record_scaling(scalers_[static_cast<size_t>(scaler_of_pool_[static_cast<size_t>(ready.pool)])]);
+      record_scaling(*scaler_of(k));
       if (ready.role != PoolRole::kDecode) release_activator();
     });
     return true;
@@ -997,10 +1000,7 @@ class Simulation {
   void scale_from_zero() {
     for (PoolScaler& s : scalers_) {
       if (c_.pools[s.pool].role == PoolRole::kDecode) continue;
-      const bool held = std::any_of(s.members.begin(), s.members.end(), [this](size_t k) {
-        return instances_[k].state == Instance::State::kServing || instances_[k].state == Instance::State::kStarting;
-      });
-      if (!held && (revive_draining(s) || start_instance(s))) record_scaling(s);
+      if (serving_or_starting(s) == 0 && (revive_draining(s) || start_instance(s))) record_scaling(s);
     }
   }
 
@@ -1059,7 +1059,7 @@ class Simulation {
     in.state = Instance::State::kOff;
     in.held += engine_.now() - in.held_since;
     in.running += engine_.now() - in.running_since;
-    record_scaling(scalers_[static_cast<size_t>(scaler_of_pool_[static_cast<size_t>(in.pool)])]);
+    record_scaling(*scaler_of(k));
   }
 
   void record_scaling(PoolScaler& s) {
@@ -1081,21 +1081,24 @@ class Simulation {
     s.stats.peak = std::max(s.stats.peak, point.serving + point.starting + point.draining);
   }
 
+  // The scaler of instance k's pool, or null when that pool does not autoscale.
+  PoolScaler* scaler_of(size_t k) {
+    if (scalers_.empty()) return nullptr;
+    const int scaler = scaler_of_pool_[static_cast<size_t>(instances_[k].pool)];
+    return scaler >= 0 ? &scalers_[static_cast<size_t>(scaler)] : nullptr;
+  }
+
   // A request sent to instance k counts for its pool's scaler (the arrival_rate metric).
   void count_sent(size_t k) {
-    if (scalers_.empty()) return;
-    const int scaler = scaler_of_pool_[static_cast<size_t>(instances_[k].pool)];
-    if (scaler >= 0) ++scalers_[static_cast<size_t>(scaler)].sent;
+    if (PoolScaler* s = scaler_of(k)) ++s->sent;
   }
 
   // A request's first token: its TTFT counts for the scaler of the pool it entered.
   void first_token_seen(const RequestRecord& rec) {
-    if (scalers_.empty()) return;
-    const int scaler = scaler_of_pool_[static_cast<size_t>(instances_[static_cast<size_t>(rec.instance)].pool)];
-    if (scaler < 0) return;
-    PoolScaler& s = scalers_[static_cast<size_t>(scaler)];
-    s.ttft_sum += rec.ttft().seconds();
-    ++s.ttfts;
+    if (PoolScaler* s = scaler_of(static_cast<size_t>(rec.instance))) {
+      s->ttft_sum += rec.ttft().seconds();
+      ++s->ttfts;
+    }
   }
 
   // The time instance k held its GPUs, and the part of it it ran (served or drained), to `end`.
@@ -1266,6 +1269,11 @@ double itl_quantile(const FleetResult& r, double q) {
 int packed_start(InstanceShape shape, int per_node, int cursor) {
   if (placement_problem(shape, per_node, cursor % per_node).empty()) return cursor;
   return cursor + per_node - cursor % per_node;
+}
+
+int packed_end(InstanceShape shape, int count, int per_node, int cursor) {
+  for (int k = 0; k < count; ++k) cursor = packed_start(shape, per_node, cursor) + shape.gpus();
+  return cursor;
 }
 
 KvCapacity pool_kv_capacity(const FleetConfig& c, const PoolConfig& pool) {

@@ -228,6 +228,8 @@ double itl_quantile(const FleetResult& r, double q);
 /// Where an instance of `shape` packed from GPU `cursor` starts: there, or at the next node's
 /// first GPU when its TP groups would straddle a node (placement_problem).
 int packed_start(InstanceShape shape, int gpus_per_node, int cursor);
+/// The GPU after `count` instances of `shape` packed from `cursor` (packed_start for each).
+int packed_end(InstanceShape shape, int count, int gpus_per_node, int cursor);
 
 /// The KV capacity `pool`'s instances take from their GPUs' memory (kv_capacity.h), with the
 /// pool's workspace or one estimated from its batching. Throws std::invalid_argument when the

@@ -49,6 +49,10 @@ double per_dollar_hour(double rate, double dollars_per_hour) {
   return dollars_per_hour > 0 ? rate / dollars_per_hour : rate;
 }
 
+double bound_figure(bool by_capacity, double capacity, const FleetSummary& summary, double requests_per_unit) {
+  return by_capacity ? capacity : summary.requests_per_s / requests_per_unit;
+}
+
 double ranking_figure(bool by_capacity, double capacity, const FleetSummary& summary, double dollars_per_hour) {
   return per_dollar_hour(by_capacity ? capacity : summary.output_tokens_per_s, dollars_per_hour);
 }
@@ -373,7 +377,7 @@ ShapeSearch search_shapes(const FleetConfig& config, const ShapeSearchOptions& o
         run.dollars_per_million_output = dollars_per_million_output(run.dollars_per_hour, out.by_capacity, run.capacity,
                                                                     unit, mean_output, run.summary);
         runs[i] = run;
-        return per_dollar_hour(out.by_capacity ? run.capacity : run.summary.requests_per_s / unit, run.dollars_per_hour);
+        return per_dollar_hour(bound_figure(out.by_capacity, run.capacity, run.summary, unit), run.dollars_per_hour);
       },
       progress);
   out.pruned_by_bound = candidates.size() - examined;
@@ -384,7 +388,7 @@ ShapeSearch search_shapes(const FleetConfig& config, const ShapeSearchOptions& o
       const auto g = std::find_if(out.groups.begin(), out.groups.end(),
                                   [&](const GroupOutcome& o) { return o.groups.front() == run.group; });
       g->add(run.bound,
-             runs[i] ? std::optional<double>(out.by_capacity ? runs[i]->capacity : runs[i]->summary.requests_per_s / unit)
+             runs[i] ? std::optional<double>(bound_figure(out.by_capacity, runs[i]->capacity, runs[i]->summary, unit))
                      : std::nullopt,
              i < examined && !runs[i]);
     }
@@ -562,10 +566,11 @@ void set_pool_shape(nlohmann::json& pool, const InstanceShape& shape, int instan
   }
   pool["count"] = instances;
   pool.erase("placement");
-  if (first_gpu) {
-    const int per_node = gpus_per_node(topology);
-    pool["placement"] = {{"node", *first_gpu / per_node}, {"gpu", *first_gpu % per_node}};
-  }
+  if (first_gpu) pool["placement"] = placement_json(*first_gpu, gpus_per_node(topology));
+}
+
+nlohmann::json placement_json(int first_gpu, int gpus_per_node) {
+  return {{"node", first_gpu / gpus_per_node}, {"gpu", first_gpu % gpus_per_node}};
 }
 
 nlohmann::json fleet_with_shape(const nlohmann::json& original, const FleetConfig& config, const ShapeRun& run) {

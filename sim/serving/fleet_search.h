@@ -56,6 +56,9 @@ struct GroupOutcome {
 /// A rate per dollar an hour when `dollars_per_hour` > 0, else the rate: what the searches'
 /// best-bound-first order and pruning compare when priced.
 double per_dollar_hour(double rate, double dollars_per_hour);
+/// What a simulated candidate's bound compares with: its capacity, or (ranked by throughput) its
+/// requests/s in load units (`requests_per_unit` requests/s a unit).
+double bound_figure(bool by_capacity, double capacity, const FleetSummary& summary, double requests_per_unit);
 /// What a search ranks by: capacity at the SLO (or, `by_capacity` false, output tokens/s at the
 /// fleet's rate), per dollar an hour when `dollars_per_hour` > 0.
 double ranking_figure(bool by_capacity, double capacity, const FleetSummary& summary, double dollars_per_hour);
@@ -198,6 +201,8 @@ nlohmann::ordered_json pool_shape_json(const InstanceShape& shape, int instances
 /// A searched fleet's figures, added to `j`: its capacity, goodput, requests/s, output tokens/s
 /// per GPU, p99 TTFT and TPOT (s) and SLO attainment.
 void add_run_figures(nlohmann::ordered_json& j, double capacity, const FleetSummary& summary);
+/// A pool's "placement" in a fleet file: its first GPU `first_gpu` as node and GPU of a node.
+nlohmann::json placement_json(int first_gpu, int gpus_per_node);
 /// A fleet file's pool (JSON) set to `instances` of `shape`: packed (its placement dropped), or
 /// with `first_gpu` (node groups) placed there on `topology`'s nodes.
 void set_pool_shape(nlohmann::json& pool, const InstanceShape& shape, int instances, const Topology& topology,

@@ -32,33 +32,25 @@ std::vector<size_t> pool_groups(const FleetConfig& config) {
   return groups;
 }
 
-// The fleet with `counts` instances at the target, on as few nodes as hold them packed (on node
-// groups, each group's pools packed from its first node in the fleet's pool order).
+// The fleet with `counts` instances at the target, on as few nodes as hold them packed.
 SizedFleet run_at(const FleetConfig& config, const std::vector<int>& counts, double target, double attainment,
                   const TopologyAt& topology_at, const GpuHourPrices& prices) {
   SizedFleet f;
   f.counts = counts;
-  const int per_node = gpus_per_node(*config.topology);
-  const std::vector<size_t> groups = pool_groups(config);
-  const size_t regions = groups.empty() ? 1 : config.topology->info().node_groups.size();
-  std::vector<int> cursor(regions, 0), offset(counts.size(), 0);
-  for (size_t i = 0; i < counts.size(); ++i) {
-    f.gpus += counts[i] * config.pools[i].shape.gpus();
-    const InstanceShape shape = config.pools[i].shape;
-    int& at = cursor[groups.empty() ? 0 : groups[i]];
-    offset[i] = packed_start(shape, per_node, at);
-    for (int k = 0; k < counts[i]; ++k) at = packed_start(shape, per_node, at) + shape.gpus();
-  }
-  for (const int used : cursor) f.group_nodes.push_back(std::max(1, (used + per_node - 1) / per_node));
-  for (const int n : f.group_nodes) f.nodes += n;
+  const PackedFleet packed = pack_fleet(config, counts);
+  for (size_t i = 0; i < counts.size(); ++i) f.gpus += counts[i] * config.pools[i].shape.gpus();
+  for (const int n : packed.nodes) f.nodes += n;
   FleetConfig c = config;
-  c.topology = topology_at(f.group_nodes);
+  c.topology = topology_at(packed.nodes);
   for (size_t i = 0; i < counts.size(); ++i) {
     c.pools[i].count = counts[i];
     c.pools[i].first_gpu.reset();
-    if (!groups.empty()) c.pools[i].first_gpu = c.topology->info().node_groups[groups[i]].first_node * per_node + offset[i];
+    if (!packed.first_gpus.empty()) c.pools[i].first_gpu = packed.first_gpus[i];
   }
-  if (groups.empty()) f.group_nodes.clear();
+  if (!packed.first_gpus.empty()) {
+    f.group_nodes = packed.nodes;
+    f.first_gpus = packed.first_gpus;
+  }
   if (!prices.empty()) f.dollars_per_hour = fleet_dollars_per_hour(c, prices);
   f.summary = summary_at(c, target);
   f.meets = f.summary.slo_attainment >= attainment;
@@ -117,6 +109,24 @@ std::string fleet_label(const FleetConfig& config, const std::vector<int>& count
 }
 
 }  // namespace
+
+PackedFleet pack_fleet(const FleetConfig& config, const std::vector<int>& counts) {
+  const int per_node = gpus_per_node(*config.topology);
+  const std::vector<size_t> groups = pool_groups(config);
+  std::vector<int> cursor(groups.empty() ? 1 : config.topology->info().node_groups.size(), 0), offset(counts.size(), 0);
+  for (size_t i = 0; i < counts.size(); ++i) {
+    int& at = cursor[groups.empty() ? 0 : groups[i]];
+    offset[i] = packed_start(config.pools[i].shape, per_node, at);
+    at = packed_end(config.pools[i].shape, counts[i], per_node, at);
+  }
+  PackedFleet out;
+  for (const int used : cursor) out.nodes.push_back(std::max(1, (used + per_node - 1) / per_node));
+  if (groups.empty()) return out;
+  std::vector<int> first_node(out.nodes.size(), 0);  // each group's, in the resized cluster
+  for (size_t g = 1; g < out.nodes.size(); ++g) first_node[g] = first_node[g - 1] + out.nodes[g - 1];
+  for (size_t i = 0; i < counts.size(); ++i) out.first_gpus.push_back(first_node[groups[i]] * per_node + offset[i]);
+  return out;
+}
 
 FleetSizing size_fleet(const FleetConfig& config, double target, double attainment, const TopologyAt& topology_at,
                        const std::function<void(size_t, size_t)>& progress, const GpuHourPrices& prices) {
@@ -281,22 +291,12 @@ nlohmann::json sized_fleet_file(const nlohmann::json& original, const FleetConfi
   }
   // On node groups: each group's nodes, and each pool placed where its group now starts.
   const std::vector<NodeGroup>& groups = config.topology->info().node_groups;
-  const std::vector<size_t> group_of = pool_groups(config);
   nlohmann::json nodes = nlohmann::json::object();
-  std::vector<int> first_node(groups.size(), 0), cursor(groups.size(), 0);
-  for (size_t g = 0; g < groups.size(); ++g) {
-    nodes[groups[g].name] = fleet.group_nodes[g];
-    if (g > 0) first_node[g] = first_node[g - 1] + fleet.group_nodes[g - 1];
-  }
+  for (size_t g = 0; g < groups.size(); ++g) nodes[groups[g].name] = fleet.group_nodes[g];
   out["topology"]["group_nodes"] = nodes;
-  const int per_node = gpus_per_node(*config.topology);
   for (size_t i = 0; i < fleet.counts.size(); ++i) {
-    const InstanceShape shape = config.pools[i].shape;
-    int& at = cursor[group_of[i]];
-    const int start = packed_start(shape, per_node, at);
-    for (int k = 0; k < fleet.counts[i]; ++k) at = packed_start(shape, per_node, at) + shape.gpus();
     out["pools"][i]["count"] = fleet.counts[i];
-    out["pools"][i]["placement"] = {{"node", first_node[group_of[i]] + start / per_node}, {"gpu", start % per_node}};
+    out["pools"][i]["placement"] = placement_json(fleet.first_gpus[i], gpus_per_node(*config.topology));
   }
   return out;
 }

@@ -35,10 +35,22 @@ namespace parallax {
 /// kind, one per node group (in the topology's order) on node groups.
 using TopologyAt = std::function<std::shared_ptr<const Topology>(const std::vector<int>& nodes)>;
 
+/// `counts` instances of each of `config`'s pools packed as the fleet packs them (TP groups inside
+/// nodes) on as few nodes as hold them: the nodes (one count; on node groups one per group, each
+/// pool on the group its placement names, after the pools before it there, at least one node a
+/// group) and, on node groups, each pool's first GPU in the cluster so resized. Throws
+/// std::invalid_argument for an unplaced pool on node groups.
+struct PackedFleet {
+  std::vector<int> nodes;
+  std::vector<int> first_gpus;
+};
+PackedFleet pack_fleet(const FleetConfig& config, const std::vector<int>& counts);
+
 struct SizedFleet {
   std::vector<int> counts;  ///< instances per pool, in the fleet's pool order
   int nodes = 0;
   std::vector<int> group_nodes;  ///< on node groups: each group's nodes
+  std::vector<int> first_gpus;   ///< on node groups: each pool's first GPU (pack_fleet)
   int gpus = 0;             ///< the instances' GPUs
   double dollars_per_hour = 0;   ///< priced: the instances' GPUs an hour
   FleetSummary summary;     ///< at the target

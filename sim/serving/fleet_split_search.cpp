@@ -77,11 +77,8 @@ std::vector<ShapeOption> pool_options(const FleetConfig& config, const PoolConfi
 // Packs `p`'s instances from GPU `cursor` with their TP groups inside nodes: the GPU after the
 // last, or nullopt when they pass `end`.
 std::optional<int> pack(const PoolShape& p, int per_node, int cursor, int end) {
-  for (int k = 0; k < p.instances; ++k) {
-    cursor = packed_start(p.shape, per_node, cursor) + p.shape.gpus();
-    if (cursor > end) return std::nullopt;
-  }
-  return cursor;
+  const int after = packed_end(p.shape, p.instances, per_node, cursor);
+  return after <= end ? std::optional<int>(after) : std::nullopt;
 }
 
 // Places `first` then `second` (the fleet's pool order) in `region`, setting their first GPUs on
@@ -150,8 +147,8 @@ std::vector<GroupOutcome> group_pairs(const std::vector<SearchRegion>& where, co
     const auto g = std::find_if(pairs.begin(), pairs.end(), [&](const GroupOutcome& x) {
       return x.groups[0] == c.prefill.group && x.groups[1] == c.decode.group;
     });
-    g->add(c.bound, runs[i] ? std::optional<double>(by_capacity ? runs[i]->capacity : runs[i]->summary.requests_per_s / unit)
-                            : std::nullopt,
+    g->add(c.bound,
+           runs[i] ? std::optional<double>(bound_figure(by_capacity, runs[i]->capacity, runs[i]->summary, unit)) : std::nullopt,
            i < examined && !runs[i]);
   }
   return pairs;
@@ -247,7 +244,7 @@ SplitSearch search_splits(const FleetConfig& config, int threads, double attainm
         run.dollars_per_million_output = dollars_per_million_output(run.dollars_per_hour, out.by_capacity, run.capacity,
                                                                     unit, means.decode + 1, run.summary);
         runs[i] = run;
-        return per_dollar_hour(out.by_capacity ? run.capacity : run.summary.requests_per_s / unit, run.dollars_per_hour);
+        return per_dollar_hour(bound_figure(out.by_capacity, run.capacity, run.summary, unit), run.dollars_per_hour);
       },
       progress);
   for (size_t i = 0; i < examined; ++i) {
