@@ -1163,6 +1163,53 @@ TEST(IterationBubble, ZeroBubbleSplitsTheBackwardAndShrinksTheBubble) {
   }
 }
 
+TEST(IterationBubble, ZeroBubbleVRunsTheModelDownTheStagesAndBack) {
+  // ZB-V on 4 stages of 2 one-layer chunks: the same work as 1F1B, placed in a V. Stage 0 holds
+  // the first and the last virtual stage, so the output layer (and its loss) runs there and a
+  // tied head needs no copy of the embedding on another stage; every stage sends twice what it
+  // sends in 1F1B (each micro-batch crosses 2p − 2 stage boundaries each way instead of p − 1)
+  // but nothing where the V turns round on stage 3; and no stage holds more than 1F1B's peak of
+  // p micro-batches.
+  const Topology topo = toy_cluster(4);
+  ModelConfig model = tiny(8);
+  model.tied_embeddings = true;
+  ParallelLayout l = layout(1, 1, 4, 8);
+  const IterationResult one_f_one_b = simulate_iteration(model, l, topo, test::kernels_only());
+  l.schedule = PipelineScheduleKind::kZeroBubbleV;
+  l.virtual_stages = 2;
+  const IterationResult v = simulate_iteration(model, l, topo, test::kernels_only());
+  expect_parts_add_up(v);
+  double params_1f1b = 0, params_v = 0;
+  Time forward_1f1b, forward_v;
+  for (int s = 0; s < 4; ++s) {
+    const size_t i = static_cast<size_t>(s);
+    params_1f1b += one_f_one_b.stages[i].parameters;
+    params_v += v.stages[i].parameters;
+    forward_1f1b += one_f_one_b.stages[i].forward_compute;
+    forward_v += v.stages[i].forward_compute;
+    EXPECT_EQ(v.stages[i].layers, 2);
+    EXPECT_LE(v.stages[i].in_flight_micro_batches, 4.0);
+    const size_t pp = kind_index(WorkKind::kPpComm);
+    EXPECT_EQ(v.stages[i].communication[pp].sent, one_f_one_b.stages[i].communication[pp].sent * 2.0) << s;
+  }
+  EXPECT_EQ(forward_v, forward_1f1b);
+  EXPECT_DOUBLE_EQ(params_1f1b - params_v, static_cast<double>(count_parameters(model).embedding));
+  // The output layer has moved from the last stage to the first.
+  EXPECT_GT(v.stages[0].forward_compute, v.stages[1].forward_compute);
+  EXPECT_EQ(v.stages[3].forward_compute, v.stages[1].forward_compute);
+  EXPECT_GT(one_f_one_b.stages[3].forward_compute, one_f_one_b.stages[1].forward_compute);
+  // Without communication, its bubble is below ZB-H1's at the same memory.
+  IterationOptions free = test::kernels_only();
+  free.free_communication = true;
+  free.transformer_layers_only = true;
+  const IterationResult v_free = simulate_iteration(model, l, topo, free);
+  l.schedule = PipelineScheduleKind::kZeroBubbleH1;
+  l.virtual_stages = 1;
+  const IterationResult h1_free = simulate_iteration(model, l, topo, free);
+  EXPECT_LT(v_free.pipeline_bubble_fraction, h1_free.pipeline_bubble_fraction);
+  EXPECT_LT(v_free.iteration_time, h1_free.iteration_time);
+}
+
 TEST(IterationTime, IsDeterministic) {
   const Topology topo = toy_cluster(4);
   ParallelLayout l = layout(2, 1, 2, 8);

@@ -183,6 +183,29 @@ TEST(LayoutValidation, VirtualStagesNeedTheInterleavedSchedule) {
   expect_error(l, bundled("llama3-8b"), 64, "/parallel/pp", "needs pp ≥ 2");
 }
 
+TEST(LayoutValidation, TheVScheduleTakesTwoChunksAStage) {
+  ParallelLayout l = llama_layout();
+  l.schedule = PipelineScheduleKind::kZeroBubbleV;
+  expect_error(l, bundled("llama3-8b"), 64, "/parallel/vpp", "zb_v places 2 model chunks per stage in a V, not 1");
+  l.virtual_stages = 2;
+  EXPECT_NO_THROW(validate(l, bundled("llama3-8b"), 64));
+  // Stage 0 holds virtual stages 0 and 3 of 4: 8 layers each, the V's order.
+  EXPECT_EQ(split_pipeline_layers(l, 32).layers, (std::vector<int>{8, 8, 8, 8}));
+  l.stage_layers = {7, 8, 8, 9};
+  EXPECT_NO_THROW(validate(l, bundled("llama3-8b"), 64));
+  l.stage_layers.clear();
+  // The first and last layers share stage 0: a first/last stage count does not say which.
+  l.first_stage_layers = 14;
+  expect_error(l, bundled("llama3-8b"), 64, "/parallel/decoder_first_pipeline_num_layers", "both on stage 0");
+  l.first_stage_layers = -1;
+  l.virtual_stages = 3;
+  expect_error(l, bundled("llama3-8b"), 64, "/parallel/vpp", "not 3");
+  l.virtual_stages = 2;
+  l.pp = 1;
+  l.dp = 8;
+  expect_error(l, bundled("llama3-8b"), 64, "/parallel/pp", "zb_v needs pp ≥ 2");
+}
+
 TEST(LayoutValidation, ExpertParallelRules) {
   ModelConfig mixtral = bundled("mixtral-8x7b");  // 8 experts
   ParallelLayout l = llama_layout();

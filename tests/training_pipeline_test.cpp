@@ -5,6 +5,7 @@
 
 #include <numeric>
 #include <random>
+#include <tuple>
 
 #include "network/network_model.h"
 #include "topology/router.h"
@@ -253,6 +254,87 @@ TEST(PipelineBubble, ZeroBubbleH2ReachesTheStartUpBound) {
   EXPECT_GE(h2, Time::ms(102));
   EXPECT_EQ(h2, Time::ms(105));
   EXPECT_EQ(h1, Time::ms(131));
+}
+
+// ZB-V (Qi et al. 2024): two chunks a stage in a V. Chunk 0 of stage s is virtual stage s and
+// chunk 1 is 2p − 1 − s, so the model goes down the stages and back up: the first and the last
+// virtual stage (embedding, loss) sit on stage 0, and a micro-batch turns round on stage p − 1
+// without leaving it.
+TEST(PipelineSchedule, ZeroBubbleVPlacesTheChunksInAV) {
+  const PipelineSchedule s = make_pipeline_schedule(PipelineScheduleKind::kZeroBubbleV, 4, 8, 2);
+  EXPECT_EQ(s.virtual_stage(0, 0), 0);
+  EXPECT_EQ(s.virtual_stage(0, 1), 7);
+  EXPECT_EQ(s.virtual_stage(3, 0), 3);
+  EXPECT_EQ(s.virtual_stage(3, 1), 4);
+  for (int vs = 0; vs < 8; ++vs) {
+    const StageChunk at = s.stage_chunk(vs);
+    EXPECT_EQ(s.virtual_stage(at.stage, at.chunk), vs);
+  }
+  auto dep = [&](int stage, PassKind kind, int chunk) {
+    const auto d = pipeline_dependency(s, stage, PipelineOp{kind, 5, chunk});
+    return d ? std::to_string(d->stage) + ":" + to_string(d->op) : std::string("none");
+  };
+  EXPECT_EQ(dep(0, PassKind::kForward, 0), "none");
+  EXPECT_EQ(dep(2, PassKind::kForward, 0), "1:F5.0");
+  EXPECT_EQ(dep(3, PassKind::kForward, 1), "3:F5.0");  // the turn: on its own stage
+  EXPECT_EQ(dep(1, PassKind::kForward, 1), "2:F5.1");  // back up
+  EXPECT_EQ(dep(0, PassKind::kBackward, 1), "0:F5.1");  // the loss's stage
+  EXPECT_EQ(dep(2, PassKind::kBackward, 1), "1:B5.1");
+  EXPECT_EQ(dep(3, PassKind::kBackward, 0), "3:B5.1");
+  EXPECT_EQ(dep(0, PassKind::kBackward, 0), "1:B5.0");
+  EXPECT_EQ(dep(1, PassKind::kWeight, 0), "1:B5.0");
+  // Interleaving keeps Megatron's placement: chunk c of stage s is c·p + s.
+  const PipelineSchedule interleaved = make_pipeline_schedule(PipelineScheduleKind::kInterleavedOneFOneB, 4, 8, 2);
+  EXPECT_EQ(interleaved.virtual_stage(0, 1), 4);
+  EXPECT_EQ(interleaved.stage_chunk(7).stage, 3);
+  // A V is two chunks.
+  EXPECT_THROW(make_pipeline_schedule(PipelineScheduleKind::kZeroBubbleV, 4, 8, 1), std::invalid_argument);
+  EXPECT_THROW(make_pipeline_schedule(PipelineScheduleKind::kZeroBubbleV, 4, 8, 3), std::invalid_argument);
+}
+
+TEST(PipelineBubble, ZeroBubbleVReachesTheStartUpBoundAtOneFOneBsMemory) {
+  // Each chunk's F, B and W take 1 ms (a stage's forward 2 ms, backward 4 ms, W half of it).
+  // No order ends before (p − 1) + 6m ms: stage p − 1 cannot start before the first micro-batch's
+  // chunk-0 forward has crossed the p − 1 stages ahead of it, then has 6m ms of work. ZB-V
+  // reaches it for every m ≥ p while holding no more than 1F1B's peak, p micro-batches' worth
+  // (2p chunks) on any stage; ZB-H1 at that memory does not once m > p (p = 4, m = 8: 51
+  // against 58 ms).
+  const Time tf = Time::ms(2), tb = Time::ms(4), tw = Time::ms(2);
+  for (int p : {2, 3, 4, 8}) {
+    for (int m : {p, 2 * p, 4 * p}) {
+      SCOPED_TRACE("p=" + std::to_string(p) + " m=" + std::to_string(m));
+      const PipelineSchedule v = make_pipeline_schedule(PipelineScheduleKind::kZeroBubbleV, p, m, 2);
+      EXPECT_EQ(schedule_problem(v), "");
+      EXPECT_EQ(run_pipeline(v, tf, tb, tw).makespan, Time::ms(p - 1 + 6 * m));
+      for (int stage = 0; stage < p; ++stage) EXPECT_LE(peak_in_flight(v, stage), 2 * p);
+      EXPECT_EQ(v.per_stage[0].size(), static_cast<size_t>(6 * m));
+    }
+  }
+  EXPECT_EQ(run_pipeline(make_pipeline_schedule(PipelineScheduleKind::kZeroBubbleH1, 4, 8), tf, tb, tw).makespan,
+            Time::ms(58));
+}
+
+TEST(PipelineBubble, ZeroBubbleVOrdersAnyPassTimes) {
+  // Unequal stages and passes (the loss's chunk heavier, backward passes long beside W as under
+  // full recomputation): every order is complete, free of deadlock and within 2p chunks.
+  for (int p : {2, 3, 5, 8}) {
+    for (int m : {1, 3, p, 3 * p + 1}) {
+      for (const auto& [f, b, w] : {std::tuple{1, 1, 1}, {2, 5, 1}, {3, 2, 4}}) {
+        SCOPED_TRACE("p=" + std::to_string(p) + " m=" + std::to_string(m) + " F/B/W=" + std::to_string(f) + "/" +
+                     std::to_string(b) + "/" + std::to_string(w));
+        std::vector<StagePassTimes> times(static_cast<size_t>(2 * p), {Time::us(f), Time::us(b), Time::us(w)});
+        times.back().forward = Time::us(3 * f);
+        times.back().input_backward = Time::us(3 * b);
+        const PipelineSchedule v = make_pipeline_schedule(PipelineScheduleKind::kZeroBubbleV, p, m, 2, times);
+        EXPECT_EQ(schedule_problem(v), "");
+        for (int stage = 0; stage < p; ++stage) EXPECT_LE(peak_in_flight(v, stage), 2 * p);
+      }
+    }
+  }
+  // Pass times are one per virtual stage.
+  EXPECT_THROW(make_pipeline_schedule(PipelineScheduleKind::kZeroBubbleV, 4, 8, 2,
+                                      std::vector<StagePassTimes>(4, {Time::us(1), Time::us(1), Time::us(1)})),
+               std::invalid_argument);
 }
 
 TEST(PipelineBubble, RejectsTimesThatDoNotSplitIntoChunks) {

@@ -249,9 +249,12 @@ Enumeration enumerate_layouts(const SearchSpace& space, const ModelConfig& model
   // A block of layers is a choice of full recomputation.
   l = expand(l, space.recompute_layers, [](const ParallelLayout& x) { return x.recompute == Recomputation::kFull; },
              [](ParallelLayout& x, int v) { x.recompute_layers = v; });
-  // Only pipelines have schedules; only the interleaved one has chunks.
+  // Only pipelines have schedules; the interleaved one has vpp chunks, ZB-V's V two.
   l = expand(l, space.schedule, [](const ParallelLayout& x) { return x.pp > 1; },
-             [](ParallelLayout& x, PipelineScheduleKind v) { x.schedule = v; });
+             [](ParallelLayout& x, PipelineScheduleKind v) {
+               x.schedule = v;
+               if (v_shaped(v)) x.virtual_stages = 2;
+             });
   l = expand(l, space.vpp, [](const ParallelLayout& x) { return x.schedule == PipelineScheduleKind::kInterleavedOneFOneB; },
              [](ParallelLayout& x, int v) { x.virtual_stages = v; });
   l = expand(l, space.cp_comm, [](const ParallelLayout& x) { return x.cp > 1; },

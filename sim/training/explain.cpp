@@ -63,6 +63,12 @@ std::vector<Knob> knobs(const ModelConfig& model) {
          l.schedule = PipelineScheduleKind::kZeroBubbleH1;
          o.schedule = "zb_h1";
        }},
+      {"zero-bubble V schedule (ZB-V)", "--schedule zb_v", is_1f1b,
+       [](ParallelLayout& l, WorkloadOverrides& o) {
+         l.schedule = PipelineScheduleKind::kZeroBubbleV;
+         l.virtual_stages = 2;
+         o.schedule = "zb_v";
+       }},
       {"recompute selective instead of full", "--recompute selective",
        [](const ParallelLayout& l) { return l.recompute == Recomputation::kFull; },
        [](ParallelLayout& l, WorkloadOverrides& o) { l.recompute = Recomputation::kSelective; o.recompute = "selective"; }},

@@ -246,7 +246,7 @@ IterationResult simulate_iteration(const ModelConfig& model, const ParallelLayou
   const bool expert_parallel = layout.ep > 1;
 
   // ---- units of each virtual stage and the schedule -----------------------------------------
-  const StagePlan plan = plan_stages(model, layout, cm, options);
+  StagePlan plan = plan_stages(model, layout, cm, options);
   const std::vector<std::vector<Unit>>& units = plan.units;
   const std::vector<int>& vs_layers = plan.virtual_stage_layers;
   const int moe_layers = plan.moe_layers;
@@ -261,6 +261,11 @@ IterationResult simulate_iteration(const ModelConfig& model, const ParallelLayou
       options.cosimulate && !options.free_communication ? std::make_unique<CoSimulation>(simulators) : nullptr;
   const bool every_replica = cosim && options.cosimulate_every_replica;
   CommunicationPlan comm(model, layout, topo, options, plan, every_replica, simulators);
+  // A V's micro-batches go down the stages and back before its first stage can go on: its order
+  // is made again with what each pass really takes, the collectives in line with the kernels
+  // included. (The memory that a search filters by is from the kernels' order; both hold at most
+  // p micro-batches a stage.)
+  if (v_shaped(layout.schedule)) plan.schedule = pipeline_schedule_from(layout, in_line_pass_times(layout, plan, comm));
   // Without co-simulation the rank order acts only through the plan's timings (iteration_memo.h).
   IterationMemo* const memo = cosim ? nullptr : options.result_memo;
   std::vector<double> signature;
@@ -340,7 +345,7 @@ IterationResult simulate_iteration(const ModelConfig& model, const ParallelLayou
     }
     bubble_total += stage.time.bubble;
     for (int c = 0; c < v; ++c) {
-      const int vs = c * p + s;
+      const int vs = layout.virtual_stage(s, c);
       stage.layers += vs_layers[static_cast<size_t>(vs)];
       for (const Unit& u : units[static_cast<size_t>(vs)]) {
         stage.forward_compute += u.forward;

@@ -50,6 +50,41 @@ Time take_shared_expert(SegmentList& segments, Time shared) {
   return taken;
 }
 
+// What a pass of unit u on stage s runs in line with its kernels, as add_layer_communication
+// adds it: the dispatch and combine (MoE, ep > 1), the embedding's or output layer's TP, the
+// layer's TP.
+const CommTask& ep_task(const CommunicationPlan& comm, int s, const Unit& u, bool forward) {
+  const size_t i = static_cast<size_t>(s);
+  const bool moe_recomputed = !forward && (u.recomputed || u.moe_recomputed);
+  return forward ? comm.ep_forward[i] : moe_recomputed ? comm.ep_recomputed_backward[i] : comm.ep_backward[i];
+}
+
+const CommTask& end_tp_task(const CommunicationPlan& comm, int s, const Unit& u, bool forward) {
+  const size_t i = static_cast<size_t>(s);
+  return u.embedding ? (forward ? comm.embedding_tp_forward[i] : comm.embedding_tp_backward[i])
+                     : (forward ? comm.output_tp_forward[i] : comm.output_tp_backward[i]);
+}
+
+const CommTask& layer_tp_task(const CommunicationPlan& comm, const ParallelLayout& layout, int s, const Unit& u,
+                              bool forward) {
+  const bool op_checkpointed = !forward && layout.recompute == Recomputation::kSelectiveOp;
+  return comm.layer_tp(s, u, forward, !forward && u.recomputed, op_checkpointed,
+                       !forward && (u.recomputed || u.moe_recomputed));
+}
+
+// Their time alone, TP under tp_comm_overlap only its exposed last chunk.
+Time in_line_communication(const CommunicationPlan& comm, const ParallelLayout& layout, int s, const Unit& u,
+                           bool forward) {
+  Time t;
+  if (u.moe_layer && layout.ep > 1 && !layout.moe_a2a_overlap) t += ep_task(comm, s, u, forward).time;
+  if ((u.embedding || u.output_layer) && layout.tp > 1) t += end_tp_task(comm, s, u, forward).time;
+  if (u.transformer_layer) {
+    const Time tp = layer_tp_task(comm, layout, s, u, forward).time;
+    t += layout.tp_comm_overlap ? Time::from_seconds(tp.seconds() / layout.tp) : tp;
+  }
+  return t;
+}
+
 class IterationGraphBuilder {
  public:
   IterationGraphBuilder(const ParallelLayout& layout, const IterationOptions& options, const GpuSpec& gpu,
@@ -324,7 +359,7 @@ void IterationGraphBuilder::prefetch_zero12_gathers() {
   if (!zero12_ || !dp_comm_ || !layout_.param_gather_prefetch) return;
   for (int s = 0; s < p_; ++s) {
     for (int c = 0; c < v_; ++c) {
-      const int vs = c * p_ + s;
+      const int vs = layout_.virtual_stage(s, c);
       for (size_t k = 0; k < plan_.units[static_cast<size_t>(vs)].size(); ++k) {
         prefetched_[{vs, k}] = add_comm(s, streams_[static_cast<size_t>(s)].dp,
                                         comm_.parameter_gather(s, plan_.units[static_cast<size_t>(vs)][k]),
@@ -340,11 +375,7 @@ void IterationGraphBuilder::prefetch_zero12_gathers() {
 WorkIdList IterationGraphBuilder::add_layer_communication(int s, const Unit& u, bool forward, const WorkIdList& deps,
                                                           WorkIdList prev, Time shared_expert, bool overlapped) {
   const size_t i = static_cast<size_t>(s);
-  const bool recomputed = !forward && u.recomputed;
-  const bool moe_recomputed = !forward && (u.recomputed || u.moe_recomputed);
-  const CommTask& ep = forward          ? comm_.ep_forward[i]
-                       : moe_recomputed ? comm_.ep_recomputed_backward[i]
-                                        : comm_.ep_backward[i];
+  const CommTask& ep = ep_task(comm_, s, u, forward);
   if (u.moe_layer && layout_.ep > 1 && overlapped) {
     // On the EP stream: the other pass's kernels, next on the compute stream, run beside them.
     prev = {add_comm(s, streams_[i].ep, ep, WorkKind::kEpComm, prev)};
@@ -364,12 +395,10 @@ WorkIdList IterationGraphBuilder::add_layer_communication(int s, const Unit& u, 
   }
   if ((u.embedding || u.output_layer) && t_ > 1) {
     // In line with the kernels that need them (the next layer's input, the logits).
-    const CommTask& tp = u.embedding ? (forward ? comm_.embedding_tp_forward[i] : comm_.embedding_tp_backward[i])
-                                     : (forward ? comm_.output_tp_forward[i] : comm_.output_tp_backward[i]);
+    const CommTask& tp = end_tp_task(comm_, s, u, forward);
     if (tp.collectives > 0) prev = {add_blocking_comm(s, tp, WorkKind::kTpComm)};
   }
-  const bool op_checkpointed = !forward && layout_.recompute == Recomputation::kSelectiveOp;
-  const CommTask& tp = comm_.layer_tp(s, u, forward, recomputed, op_checkpointed, moe_recomputed);
+  const CommTask& tp = layer_tp_task(comm_, layout_, s, u, forward);
   if (u.transformer_layer && tp.collectives > 0) {
     if (!layout_.tp_comm_overlap) return {add_blocking_comm(s, tp, WorkKind::kTpComm)};
     // TransformerEngine's overlap: each all-gather / reduce-scatter is cut into t chunks
@@ -421,7 +450,7 @@ IterationGraphBuilder::PassBuild IterationGraphBuilder::begin_pass(int s, const 
   PassBuild b;
   b.s = s;
   b.op = op;
-  b.vs = op.chunk * p_ + s;
+  b.vs = layout_.virtual_stage(s, op.chunk);
   b.list = &plan_.units[static_cast<size_t>(b.vs)];
   b.forward = op.kind == PassKind::kForward;
   b.weight = op.kind == PassKind::kWeight;  // W: no communication but the reduction
@@ -508,11 +537,15 @@ void IterationGraphBuilder::finish_pass(PassBuild& b) {
   }
   PassTasks tasks;
   tasks.done = b.prev;
-  if (b.forward && b.vs < p_ * v_ - 1) {
-    tasks.send = add_comm(s, st.pp, comm_.pp_send_forward[static_cast<size_t>(s)], WorkKind::kPpComm, b.prev, (s + 1) % p_);
-  } else if (b.op.kind == PassKind::kBackward && b.vs > 0) {
-    tasks.send =
-        add_comm(s, st.pp, comm_.pp_send_backward[static_cast<size_t>(s)], WorkKind::kPpComm, b.prev, (s + p_ - 1) % p_);
+  // To the stage of the next virtual stage (the previous one's, backward); none where a V turns
+  // round on one stage.
+  const int to = b.forward && b.vs < p_ * v_ - 1                   ? layout_.stage_of(b.vs + 1)
+                 : b.op.kind == PassKind::kBackward && b.vs > 0 ? layout_.stage_of(b.vs - 1)
+                                                                : s;
+  if (to != s) {
+    const CommTask& send = to == (s + 1) % p_ ? comm_.pp_send_forward[static_cast<size_t>(s)]
+                                              : comm_.pp_send_backward[static_cast<size_t>(s)];
+    tasks.send = add_comm(s, st.pp, send, WorkKind::kPpComm, b.prev, to);
   }
   if (!b.forward) built_.backward_ends.insert(built_.backward_ends.end(), b.prev.begin(), b.prev.end());
   passes_[pass_slot(s, b.op)] = std::move(tasks);
@@ -559,7 +592,7 @@ void IterationGraphBuilder::add_optimizer_steps() {
     double parameters = 0, experts = 0, ends = 0;
     Time orthogonalisation;  // Muon's, beside the state it moves
     for (int c = 0; c < v_; ++c) {
-      for (const Unit& u : plan_.units[static_cast<size_t>(c * p_ + s)]) {
+      for (const Unit& u : plan_.units[static_cast<size_t>(layout_.virtual_stage(s, c))]) {
         parameters += u.parameters;
         experts += u.expert_parameters;
         if (!u.transformer_layer) ends += u.parameters;
@@ -582,7 +615,7 @@ void IterationGraphBuilder::add_optimizer_steps() {
     const WorkId optimizer = add_compute(s, step, WorkKind::kCompute, WorkIdList{barrier});
     if (!zero12_ || !dp_comm_ || layout_.param_gather_prefetch) continue;
     for (int c = 0; c < v_; ++c) {
-      for (const Unit& u : plan_.units[static_cast<size_t>(c * p_ + s)]) {
+      for (const Unit& u : plan_.units[static_cast<size_t>(layout_.virtual_stage(s, c))]) {
         add_comm(s, streams_[static_cast<size_t>(s)].dp, comm_.parameter_gather(s, u), WorkKind::kDpComm,
                  WorkIdList{optimizer});
       }
@@ -596,7 +629,7 @@ IterationGraph IterationGraphBuilder::build() {
   size_t unit_passes = 0;
   for (int s = 0; s < p_; ++s) {
     for (const PipelineOp& op : plan_.schedule->per_stage[static_cast<size_t>(s)]) {
-      unit_passes += plan_.units[static_cast<size_t>(op.chunk * p_ + s)].size();
+      unit_passes += plan_.units[static_cast<size_t>(layout_.virtual_stage(s, op.chunk))].size();
     }
   }
   graph_.reserve(3 * unit_passes);
@@ -624,6 +657,19 @@ IterationGraph IterationGraphBuilder::build() {
 }
 
 }  // namespace
+
+std::vector<StagePassTimes> in_line_pass_times(const ParallelLayout& layout, const StagePlan& plan,
+                                               const CommunicationPlan& comm) {
+  std::vector<StagePassTimes> times = compute_pass_times(plan.units);
+  for (size_t vs = 0; vs < times.size(); ++vs) {
+    const int s = layout.stage_of(static_cast<int>(vs));
+    for (const Unit& u : plan.units[vs]) {
+      times[vs].forward += in_line_communication(comm, layout, s, u, true);
+      times[vs].input_backward += in_line_communication(comm, layout, s, u, false);
+    }
+  }
+  return times;
+}
 
 IterationGraph build_iteration_graph(const ParallelLayout& layout, const IterationOptions& options, const GpuSpec& gpu,
                                      const ComputeModel& cm, const StagePlan& plan, CommunicationPlan& comm,

@@ -26,6 +26,11 @@ struct IterationGraph {
   std::vector<StageResult> stages;      ///< per stage: communication volumes, FLOPs, parameters
 };
 
+/// One micro-batch's passes per virtual stage as each stage's compute stream sees them: the
+/// kernels and the communication that waits in line with them, each collective timed alone.
+std::vector<StagePassTimes> in_line_pass_times(const ParallelLayout& layout, const StagePlan& plan,
+                                               const CommunicationPlan& comm);
+
 /// Builds the graph; `cosim` (null: analytical) gets every communication task's calls, all
 /// sibling replicas' too with `every_replica`.
 IterationGraph build_iteration_graph(const ParallelLayout& layout, const IterationOptions& options, const GpuSpec& gpu,

@@ -70,15 +70,15 @@ void model_states(const ParallelLayout& layout, double psi, double psi_experts, 
 // stage until their B, 1 in 1F1B and the zero-bubble schedules, m in GPipe. Sets the stage's
 // in_flight_micro_batches.
 Bytes stage_activations(const ParallelLayout& layout, const StagePlan& plan, int s, StageMemory& stage) {
-  const int p = layout.pp, v = layout.virtual_stages;
+  const int v = layout.virtual_stages;
   const std::vector<std::vector<Unit>>& units = plan.units;
   std::vector<double> chunk_layers;
-  for (int c = 0; c < v; ++c) chunk_layers.push_back(plan.virtual_stage_layers[static_cast<size_t>(c * p + s)]);
+  for (int c = 0; c < v; ++c) chunk_layers.push_back(plan.virtual_stage_layers[static_cast<size_t>(layout.virtual_stage(s, c))]);
   const double held_layers = peak_in_flight(*plan.schedule, s, chunk_layers);
   stage.in_flight_micro_batches = stage.layers > 0 ? held_layers / stage.layers : 0.0;
   Bytes layer_activations, output_activations, working_set;
   for (int c = 0; c < v; ++c) {
-    for (const Unit& u : units[static_cast<size_t>(c * p + s)]) {
+    for (const Unit& u : units[static_cast<size_t>(layout.virtual_stage(s, c))]) {
       if (u.transformer_layer) layer_activations += u.activations;
       if (u.output_side) output_activations += u.activations;
       working_set = std::max(working_set, u.recomputed_working_set);
@@ -124,8 +124,9 @@ std::vector<StageMemory> stage_memory(const ModelConfig& model, const ParallelLa
     StageMemory& stage = out[static_cast<size_t>(s)];
     double largest_unit = 0;
     for (int c = 0; c < v; ++c) {
-      stage.layers += plan.virtual_stage_layers[static_cast<size_t>(c * p + s)];
-      for (const Unit& u : plan.units[static_cast<size_t>(c * p + s)]) {
+      const size_t vs = static_cast<size_t>(layout.virtual_stage(s, c));
+      stage.layers += plan.virtual_stage_layers[vs];
+      for (const Unit& u : plan.units[vs]) {
         stage.parameters += u.parameters;
         stage.expert_parameters += u.expert_parameters;
         if (!u.transformer_layer) stage.end_parameters += u.parameters;

@@ -358,9 +358,10 @@ Unit output_unit(const ModelConfig& model, const ParallelLayout& layout, const C
   Unit u = unit_from(sum_operators(cm, replayed_under_full_iteration(
                                              output_operators(model, micro_batch_of(layout), sharding_of(layout)), layout)),
                      layout.recompute, false, timed, false);
-  // A tied head is the embedding matrix; a separate last stage keeps its own copy of it.
+  // A tied head is the embedding matrix; a last virtual stage on another stage than the first
+  // keeps its own copy of it (in a V both are on stage 0).
   const int stages = layout.pp * layout.virtual_stages;
-  const double head = model.tied_embeddings ? (stages > 1 ? static_cast<double>(counts.embedding) : 0.0)
+  const double head = model.tied_embeddings ? (layout.stage_of(stages - 1) != 0 ? static_cast<double>(counts.embedding) : 0.0)
                                             : static_cast<double>(counts.output_head);
   u.parameters = head / layout.tp + static_cast<double>(counts.final_norm);
   u.output_layer = timed;
@@ -399,22 +400,6 @@ void append_mtp_modules(std::vector<Unit>& list, const ModelConfig& model, const
 }
 
 // ZB-H1's order follows each stage's pass times (its compute; communication left out).
-std::shared_ptr<const PipelineSchedule> schedule_for(const ParallelLayout& layout,
-                                                     const std::vector<std::vector<Unit>>& units) {
-  const int p = layout.pp, v = layout.virtual_stages;
-  std::vector<StagePassTimes> pass_times(static_cast<size_t>(p));
-  for (int vs = 0; vs < p * v; ++vs) {
-    StagePassTimes& times = pass_times[static_cast<size_t>(vs % p)];
-    for (const Unit& u : units[static_cast<size_t>(vs)]) {
-      times.forward += u.forward;
-      times.input_backward += u.backward - u.weight_gradient;
-      times.weight += u.weight_gradient;
-    }
-  }
-  return shared_pipeline_schedule(layout.schedule, p, static_cast<int>(layout.micro_batches()), v, pass_times,
-                                  layout.microbatch_group);
-}
-
 }  // namespace
 
 StagePlan plan_stages(const ModelConfig& model, const ParallelLayout& layout, const ComputeModel& cm,
@@ -448,18 +433,36 @@ StagePlan plan_stages(const ModelConfig& model, const ParallelLayout& layout, co
       if (u.transformer_layer && u.parameters > 0) u.optimizer_compute = muon_orthogonalisation_time(model, u.layer, layout, cm);
     }
   }
-  plan.schedule = schedule_for(layout, plan.units);
+  plan.schedule = pipeline_schedule_from(layout, compute_pass_times(plan.units));
   return plan;
+}
+
+std::vector<StagePassTimes> compute_pass_times(const std::vector<std::vector<Unit>>& units) {
+  std::vector<StagePassTimes> pass_times(units.size());
+  for (size_t vs = 0; vs < units.size(); ++vs) {
+    StagePassTimes& times = pass_times[vs];
+    for (const Unit& u : units[vs]) {
+      times.forward += u.forward;
+      times.input_backward += u.backward - u.weight_gradient;
+      times.weight += u.weight_gradient;
+    }
+  }
+  return pass_times;
+}
+
+std::shared_ptr<const PipelineSchedule> pipeline_schedule_from(const ParallelLayout& layout,
+                                                               const std::vector<StagePassTimes>& vs_times) {
+  return shared_pipeline_schedule(layout.schedule, layout.pp, static_cast<int>(layout.micro_batches()),
+                                  layout.virtual_stages, vs_times, layout.microbatch_group);
 }
 
 Time compute_time_lower_bound(const StagePlan& plan, const ParallelLayout& layout) {
   const int p = layout.pp;
   const double m = static_cast<double>(std::max<int64_t>(1, layout.micro_batches()));
-  const bool tail = layout.schedule != PipelineScheduleKind::kZeroBubbleH1 &&
-                    layout.schedule != PipelineScheduleKind::kZeroBubbleH2;
+  const bool tail = !splits_backward(layout.schedule);
   std::vector<Time> work(static_cast<size_t>(p));
   for (size_t vs = 0; vs < plan.units.size(); ++vs) {
-    for (const Unit& u : plan.units[vs]) work[vs % static_cast<size_t>(p)] += u.forward + u.backward;
+    for (const Unit& u : plan.units[vs]) work[static_cast<size_t>(layout.stage_of(static_cast<int>(vs)))] += u.forward + u.backward;
   }
   Time ahead, bound;  // ahead: the first virtual stages' passes of stages 0 … s − 1
   for (int s = 0; s < p; ++s) {

@@ -180,6 +180,14 @@ std::vector<ModelOperator> timed_layer_operators(const ModelConfig& model, const
 StagePlan plan_stages(const ModelConfig& model, const ParallelLayout& layout, const ComputeModel& cm,
                       const IterationOptions& options);
 
+/// One micro-batch's forward, input-gradient and weight-gradient kernel times per virtual stage
+/// (the whole backward as B when the schedule does not split it): what zero-bubble orders follow.
+std::vector<StagePassTimes> compute_pass_times(const std::vector<std::vector<Unit>>& units);
+
+/// The layout's schedule, its zero-bubble orders made with `vs_times` (one per virtual stage).
+std::shared_ptr<const PipelineSchedule> pipeline_schedule_from(const ParallelLayout& layout,
+                                                               const std::vector<StagePassTimes>& vs_times);
+
 /// A lower bound on the iteration from the plan's compute alone. Each stage's stream runs its
 /// passes of all m micro-batches one after another; it cannot start before the stages ahead of
 /// it have run the first micro-batch's forward, and (except in the zero-bubble schedules, whose

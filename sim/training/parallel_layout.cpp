@@ -49,8 +49,26 @@ const char* to_string(PipelineScheduleKind k) {
     case PipelineScheduleKind::kInterleavedOneFOneB: return "interleaved_1f1b";
     case PipelineScheduleKind::kZeroBubbleH1: return "zb_h1";
     case PipelineScheduleKind::kZeroBubbleH2: return "zb_h2";
+    case PipelineScheduleKind::kZeroBubbleV: return "zb_v";
   }
   return "?";
+}
+
+bool splits_backward(PipelineScheduleKind k) {
+  return k == PipelineScheduleKind::kZeroBubbleH1 || k == PipelineScheduleKind::kZeroBubbleH2 ||
+         k == PipelineScheduleKind::kZeroBubbleV;
+}
+
+bool v_shaped(PipelineScheduleKind k) { return k == PipelineScheduleKind::kZeroBubbleV; }
+
+int virtual_stage_of(PipelineScheduleKind k, int p, int s, int c) {
+  if (v_shaped(k)) return c == 0 ? s : 2 * p - 1 - s;
+  return c * p + s;
+}
+
+StageChunk stage_chunk_of(PipelineScheduleKind k, int p, int vs) {
+  if (v_shaped(k)) return vs < p ? StageChunk{vs, 0} : StageChunk{2 * p - 1 - vs, 1};
+  return {vs % p, vs / p};
 }
 
 const char* to_string(ContextParallelComm c) { return c == ContextParallelComm::kUlysses ? "ulysses" : "ring"; }
@@ -500,14 +518,19 @@ void validate(const ParallelLayout& l, const ModelConfig& model, int gpus, const
   }
 
   const bool interleaved = l.schedule == PipelineScheduleKind::kInterleavedOneFOneB;
+  const bool v_shape = v_shaped(l.schedule);
   if (interleaved && l.virtual_stages < 2) {
     fail("virtual_stages", "interleaved_1f1b needs at least 2 model chunks per stage, got " + num(l.virtual_stages));
   }
-  if (!interleaved && l.virtual_stages != 1) {
+  if (v_shape && l.virtual_stages != 2) {
+    fail("virtual_stages", "zb_v places 2 model chunks per stage in a V, not " + num(l.virtual_stages));
+  }
+  if (!interleaved && !v_shape && l.virtual_stages != 1) {
     fail("virtual_stages", num(l.virtual_stages) + " model chunks per stage need schedule interleaved_1f1b, not " +
                                to_string(l.schedule));
   }
   if (interleaved && l.pp < 2) fail("pp", "interleaved_1f1b needs pp ≥ 2, got " + num(l.pp));
+  if (v_shape && l.pp < 2) fail("pp", "zb_v needs pp ≥ 2, got " + num(l.pp));
   if (!interleaved && l.microbatch_group > 0) {
     fail("microbatch_group", "a micro-batch group orders interleaved_1f1b's chunks, not " + std::string(to_string(l.schedule)));
   }

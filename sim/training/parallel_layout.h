@@ -30,9 +30,31 @@
 
 namespace parallax {
 
-enum class PipelineScheduleKind : uint8_t { kGpipe, kOneFOneB, kInterleavedOneFOneB, kZeroBubbleH1, kZeroBubbleH2 };
-/// "gpipe", "1f1b", "interleaved_1f1b", "zb_h1".
+enum class PipelineScheduleKind : uint8_t {
+  kGpipe,
+  kOneFOneB,
+  kInterleavedOneFOneB,
+  kZeroBubbleH1,
+  kZeroBubbleH2,
+  kZeroBubbleV
+};
+/// "gpipe", "1f1b", "interleaved_1f1b", "zb_h1", "zb_h2", "zb_v".
 const char* to_string(PipelineScheduleKind k);
+/// Whether the schedule splits the backward into B (input gradients) and W (weight gradients).
+bool splits_backward(PipelineScheduleKind k);
+/// Whether a stage's two model chunks sit in a V (ZB-V, Qi et al. 2024; DualPipeV): chunk 0 of
+/// stage s is virtual stage s, chunk 1 virtual stage 2p − 1 − s, so the model goes down the
+/// stages and back up, and the first and last virtual stages (embedding, loss) share stage 0.
+bool v_shaped(PipelineScheduleKind k);
+/// The virtual stage that chunk c of stage s holds among p stages: c·p + s (Megatron-LM's
+/// interleaving), or in a V as v_shaped says.
+int virtual_stage_of(PipelineScheduleKind k, int p, int s, int c);
+/// The stage and the chunk that hold virtual stage vs (virtual_stage_of's inverse).
+struct StageChunk {
+  int stage = 0;
+  int chunk = 0;
+};
+StageChunk stage_chunk_of(PipelineScheduleKind k, int p, int vs);
 
 /// How context parallelism exchanges what attention needs across the CP group: ring attention
 /// (K/V blocks passed around the ring, overlapped with blockwise attention; Megatron's "p2p")
@@ -108,7 +130,7 @@ struct ParallelLayout {
   int dp = 1;
   int tp = 1;
   int pp = 1;
-  int virtual_stages = 1;  ///< model chunks per pipeline stage (v); > 1 only with interleaving
+  int virtual_stages = 1;  ///< model chunks per pipeline stage (v); > 1 only interleaved, 2 in a V (zb_v)
   /// Interleaved 1F1B: micro-batches per group, each group run chunk by chunk (Megatron-Core's
   /// microbatch_group_size_per_vp_stage, N); 0: pp (Megatron's depth-first default).
   int microbatch_group = 0;
@@ -256,6 +278,10 @@ struct ParallelLayout {
 
   /// Micro-batches per iteration on one pipeline: global_batch / (dp · micro_batch).
   int64_t micro_batches() const { return global_batch / (int64_t{dp} * micro_batch); }
+  /// The virtual stage that chunk c of stage s holds (virtual_stage_of under this schedule).
+  int virtual_stage(int s, int c) const { return virtual_stage_of(schedule, pp, s, c); }
+  /// The stage that holds virtual stage vs.
+  int stage_of(int vs) const { return stage_chunk_of(schedule, pp, vs).stage; }
   int world_size() const { return dp * tp * pp * cp; }
   /// The expert TP degree: expert_tp, or tp when it is 0.
   int expert_tensor_parallel() const { return expert_tp > 0 ? expert_tp : tp; }

@@ -1,8 +1,10 @@
-// Pipeline schedules (GPipe, 1F1B, interleaved 1F1B, ZB-H1), their dependency check and the
-// free-communication executor.
+// Pipeline schedules (GPipe, 1F1B, interleaved 1F1B, ZB-H1/H2, ZB-V), their dependency check and
+// the free-communication executor.
 #include "training/pipeline_schedule.h"
 
 #include <algorithm>
+#include <array>
+#include <deque>
 #include <map>
 #include <optional>
 #include <queue>
@@ -78,6 +80,7 @@ struct ZeroBubbleState {
         order(static_cast<size_t>(p)), f(static_cast<size_t>(p), 0), b(f), w(f) {}
 
   static bool finished(Time at, Time now) { return at != Time::max() && at <= now; }
+  bool work_left(size_t i) const { return w[i] < m; }
 
   // Stage i, free at `now`, starts its next pass if one is ready: how long it takes and what
   // it was; nullopt when none can start.
@@ -113,15 +116,90 @@ struct ZeroBubbleState {
   std::vector<int> f, b, w;
 };
 
-}  // namespace
+// ZB-V's state and rule (the header's): per stage and chunk the passes so far, per virtual
+// stage when each F and B ends, the chunks a stage holds (one per F until its W), the chunk-1
+// weight gradients it has run, and its B passes whose W is pending, in order.
+struct VShapeState {
+  VShapeState(int stages, int micro_batches, const std::vector<StagePassTimes>& pass_times, bool last_chunk_freely)
+      : p(stages), m(micro_batches), limit(2 * stages), lenient(last_chunk_freely), times(pass_times),
+        f_done(static_cast<size_t>(2 * p), std::vector<Time>(static_cast<size_t>(m), Time::max())), b_done(f_done),
+        order(static_cast<size_t>(p)), f(static_cast<size_t>(p), {0, 0}), b(f), held(static_cast<size_t>(p), 0),
+        pending_w(static_cast<size_t>(p)), w_run(static_cast<size_t>(p), 0), w1_run(w_run) {}
 
-// ZB-H1 and ZB-H2 by list scheduling (the rules are in the header), played in continuous time
-// with each stage's pass times: a stage that is free picks its next pass from what has finished
-// by then, or waits for the next pass to finish anywhere. `limit`: micro-batches a stage may
-// hold (F run, W not): p for ZB-H1, 2p − 1 for ZB-H2.
-std::vector<std::vector<PipelineOp>> zero_bubble_by_turns(int p, int m, int limit, const std::vector<StagePassTimes>& times) {
+  int vs(int s, int c) const { return c == 0 ? s : 2 * p - 1 - s; }
+  bool work_left(size_t i) const { return w_run[i] < 2 * m; }
+
+  std::optional<std::pair<Time, PassKind>> act(size_t i, Time now) {
+    const int s = static_cast<int>(i);
+    auto done = [&](const std::vector<std::vector<Time>>& at, int v, int mb) {
+      return ZeroBubbleState::finished(at[static_cast<size_t>(v)][static_cast<size_t>(mb)], now);
+    };
+    // B of chunk c: its F ran here, and the B after it (or, last, its own F) has ended.
+    auto b_ready = [&](int c) {
+      const int mb = b[i][static_cast<size_t>(c)], v = vs(s, c);
+      if (mb >= f[i][static_cast<size_t>(c)] || !done(f_done, v, mb)) return false;
+      return v == 2 * p - 1 || done(b_done, v + 1, mb);
+    };
+    auto f_ready = [&](int c) {
+      const int mb = f[i][static_cast<size_t>(c)], v = vs(s, c);
+      if (mb >= m || (c == 1 && mb >= f[i][0])) return false;
+      return v == 0 || done(f_done, v - 1, mb);
+    };
+    int chosen_b = -1;
+    for (int c : {1, 0}) {
+      if (b_ready(c) && (chosen_b < 0 || b[i][static_cast<size_t>(c)] < b[i][static_cast<size_t>(chosen_b)])) chosen_b = c;
+    }
+    if (chosen_b >= 0) {
+      const int mb = b[i][static_cast<size_t>(chosen_b)]++, v = vs(s, chosen_b);
+      const Time t = times[static_cast<size_t>(v)].input_backward;
+      b_done[static_cast<size_t>(v)][static_cast<size_t>(mb)] = now + t;
+      order[i].push_back({PassKind::kBackward, mb, chosen_b});
+      pending_w[i].push_back({PassKind::kWeight, mb, chosen_b});
+      return std::pair{t, PassKind::kBackward};
+    }
+    // A new micro-batch leaves room for one chunk-1 forward, which can then always run; leniently,
+    // it may take the last chunk when something held will be freed without this stage's next
+    // chunk-1 forward (a chunk-1 activation, whose backward comes from the stages before it, or
+    // a pending W).
+    const bool frees = lenient && (f[i][1] > w1_run[i] || !pending_w[i].empty());
+    for (int c : {1, 0}) {
+      if (!f_ready(c) || held[i] + (c == 0 && !frees ? 2 : 1) > limit) continue;
+      const int mb = f[i][static_cast<size_t>(c)]++, v = vs(s, c);
+      const Time t = times[static_cast<size_t>(v)].forward;
+      f_done[static_cast<size_t>(v)][static_cast<size_t>(mb)] = now + t;
+      ++held[i];
+      order[i].push_back({PassKind::kForward, mb, c});
+      return std::pair{t, PassKind::kForward};
+    }
+    if (!pending_w[i].empty()) {  // its B ran on this stage, which is free: it has ended
+      const PipelineOp op = pending_w[i].front();
+      pending_w[i].pop_front();
+      --held[i];
+      ++w_run[i];
+      if (op.chunk == 1) ++w1_run[i];
+      order[i].push_back(op);
+      return std::pair{times[static_cast<size_t>(vs(s, op.chunk))].weight, PassKind::kWeight};
+    }
+    return std::nullopt;
+  }
+
+  const int p, m, limit;
+  const bool lenient;
+  const std::vector<StagePassTimes>& times;
+  std::vector<std::vector<Time>> f_done, b_done;  // by virtual stage, micro-batch
+  std::vector<std::vector<PipelineOp>> order;
+  std::vector<std::array<int, 2>> f, b;  // per stage and chunk: the next micro-batch
+  std::vector<int> held;
+  std::vector<std::deque<PipelineOp>> pending_w;
+  std::vector<int> w_run, w1_run;
+};
+
+// A list scheduler played in continuous time with each stage's pass times: a stage that is
+// free picks its next pass (State::act) from what has finished by then, or waits for the next
+// pass to finish anywhere.
+template <typename State>
+std::vector<std::vector<PipelineOp>> list_schedule_by_turns(int p, State& zb, Time* makespan = nullptr) {
   const Time never = Time::max();
-  ZeroBubbleState zb(p, m, limit, times);
   const size_t stages = static_cast<size_t>(p);
   std::vector<Time> free_at(stages, Time::zero());
   std::vector<bool> waiting(stages, false);
@@ -138,7 +216,7 @@ std::vector<std::vector<PipelineOp>> zero_bubble_by_turns(int p, int m, int limi
     if (const auto acted = zb.act(i, now)) {
       waiting[i] = false;
       free_at[i] = now + acted->first;
-      if (zb.w[i] < m) by_turn.emplace(free_at[i], false, s);
+      if (zb.work_left(i)) by_turn.emplace(free_at[i], false, s);
       finishes.insert(free_at[i]);
       continue;
     }
@@ -156,7 +234,29 @@ std::vector<std::vector<PipelineOp>> zero_bubble_by_turns(int p, int m, int limi
     free_at[i] = next;
     by_turn.emplace(next, waiting[i], s);
   }
+  if (makespan) *makespan = finishes.empty() ? Time::zero() : *finishes.rbegin();
   return std::move(zb.order);
+}
+
+}  // namespace
+
+// ZB-H1 and ZB-H2 by list scheduling (the rules are in the header). `limit`: micro-batches a
+// stage may hold (F run, W not): p for ZB-H1, 2p − 1 for ZB-H2.
+std::vector<std::vector<PipelineOp>> zero_bubble_by_turns(int p, int m, int limit, const std::vector<StagePassTimes>& times) {
+  ZeroBubbleState zb(p, m, limit, times);
+  return list_schedule_by_turns(p, zb);
+}
+
+// Neither way of admitting micro-batches wins everywhere (the lenient one where backward passes
+// are long beside W, as under full recomputation): both are played and the order that ends
+// first is kept, the strict one on a tie (as the zero-bubble repository's zbv tries its
+// variants and keeps the least bubble).
+std::vector<std::vector<PipelineOp>> zero_bubble_v(int p, int m, const std::vector<StagePassTimes>& times) {
+  Time strict_end, lenient_end;
+  VShapeState strict(p, m, times, false), lenient(p, m, times, true);
+  std::vector<std::vector<PipelineOp>> strict_order = list_schedule_by_turns(p, strict, &strict_end);
+  std::vector<std::vector<PipelineOp>> lenient_order = list_schedule_by_turns(p, lenient, &lenient_end);
+  return lenient_end < strict_end ? lenient_order : strict_order;
 }
 
 // The same list scheduling when every forward and backward takes some time. A stage's choice
@@ -347,20 +447,30 @@ PipelineSchedule make_pipeline_schedule(PipelineScheduleKind kind, int p, int m,
                                         const std::vector<StagePassTimes>& times, int group) {
   if (p < 1 || m < 1 || v < 1) throw std::invalid_argument("stages, micro-batches and chunks must be at least 1");
   const bool interleaved = kind == PipelineScheduleKind::kInterleavedOneFOneB;
-  if (kind == PipelineScheduleKind::kZeroBubbleH1 || kind == PipelineScheduleKind::kZeroBubbleH2) {
+  if (splits_backward(kind)) {
     const std::string name = to_string(kind);
-    if (v != 1) throw std::invalid_argument(name + " runs one model chunk per stage, not " + std::to_string(v));
+    const int chunks = v_shaped(kind) ? 2 : 1;
+    if (v != chunks) {
+      throw std::invalid_argument(name + " runs " + std::to_string(chunks) + " model chunk" + (chunks > 1 ? "s" : "") +
+                                  " per stage, not " + std::to_string(v));
+    }
     PipelineSchedule sch;
     sch.kind = kind;
     sch.stages = p;
     sch.micro_batches = m;
-    if (!times.empty() && static_cast<int>(times.size()) != p) {
-      throw std::invalid_argument(name + " needs the pass times of all " + std::to_string(p) + " stages");
+    sch.chunks = v;
+    const size_t virtual_stages = static_cast<size_t>(p * v);
+    if (!times.empty() && times.size() != virtual_stages) {
+      throw std::invalid_argument(name + " needs the pass times of all " + std::to_string(virtual_stages) +
+                                  (v > 1 ? " virtual stages" : " stages"));
     }
     const StagePassTimes unit{Time::ps(1), Time::ps(1), Time::ps(1)};
-    const int limit = kind == PipelineScheduleKind::kZeroBubbleH1 ? p : 2 * p - 1;
-    sch.per_stage = zero_bubble(
-        p, m, limit, times.empty() ? std::vector<StagePassTimes>(static_cast<size_t>(p), unit) : times);
+    const std::vector<StagePassTimes> timed = times.empty() ? std::vector<StagePassTimes>(virtual_stages, unit) : times;
+    if (v_shaped(kind)) {
+      sch.per_stage = pipeline_detail::zero_bubble_v(p, m, timed);
+    } else {
+      sch.per_stage = zero_bubble(p, m, kind == PipelineScheduleKind::kZeroBubbleH1 ? p : 2 * p - 1, timed);
+    }
     return sch;
   }
   if (!interleaved && v != 1) {
@@ -381,7 +491,8 @@ PipelineSchedule make_pipeline_schedule(PipelineScheduleKind kind, int p, int m,
       case PipelineScheduleKind::kOneFOneB: sch.per_stage.push_back(one_f_one_b_stage(p, m, s)); break;
       case PipelineScheduleKind::kInterleavedOneFOneB: sch.per_stage.push_back(interleaved_stage(p, m, v, sch.group, s)); break;
       case PipelineScheduleKind::kZeroBubbleH1:
-      case PipelineScheduleKind::kZeroBubbleH2: break;  // built above
+      case PipelineScheduleKind::kZeroBubbleH2:
+      case PipelineScheduleKind::kZeroBubbleV: break;  // built above
     }
   }
   return sch;
@@ -400,7 +511,7 @@ std::shared_ptr<const PipelineSchedule> shared_pipeline_schedule(PipelineSchedul
   constexpr size_t kEntries = 64, kPasses = size_t{1} << 21;
   thread_local std::vector<Kept> kept;  // least recently used first
   thread_local size_t passes_kept = 0;
-  const bool reads_times = kind == PipelineScheduleKind::kZeroBubbleH1 || kind == PipelineScheduleKind::kZeroBubbleH2;
+  const bool reads_times = splits_backward(kind);
   for (auto it = kept.begin(); it != kept.end(); ++it) {
     if (it->kind == kind && it->p == p && it->m == m && it->v == v && it->group == group &&
         (!reads_times || it->times == times)) {
@@ -423,16 +534,15 @@ std::shared_ptr<const PipelineSchedule> shared_pipeline_schedule(PipelineSchedul
 }
 
 std::optional<StagedOp> pipeline_dependency(const PipelineSchedule& sch, int s, const PipelineOp& op) {
-  const int p = sch.stages, v = sch.chunks;
   if (op.kind == PassKind::kWeight) return StagedOp{s, {PassKind::kBackward, op.micro_batch, op.chunk}};
-  if (op.kind == PassKind::kForward) {
-    if (s > 0) return StagedOp{s - 1, op};
-    if (op.chunk > 0) return StagedOp{p - 1, {PassKind::kForward, op.micro_batch, op.chunk - 1}};
-    return std::nullopt;
+  const int vs = sch.virtual_stage(s, op.chunk);
+  const int neighbour = op.kind == PassKind::kForward ? vs - 1 : vs + 1;
+  if (op.kind == PassKind::kForward && neighbour < 0) return std::nullopt;
+  if (op.kind == PassKind::kBackward && neighbour == sch.stages * sch.chunks) {
+    return StagedOp{s, {PassKind::kForward, op.micro_batch, op.chunk}};
   }
-  if (s < p - 1) return StagedOp{s + 1, op};
-  if (op.chunk < v - 1) return StagedOp{0, {PassKind::kBackward, op.micro_batch, op.chunk + 1}};
-  return StagedOp{s, {PassKind::kForward, op.micro_batch, op.chunk}};
+  const StageChunk at = sch.stage_chunk(neighbour);
+  return StagedOp{at.stage, {op.kind, op.micro_batch, at.chunk}};
 }
 
 namespace {

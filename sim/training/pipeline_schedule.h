@@ -3,11 +3,14 @@
 // free-communication executor on the engine whose bubbles come out of the schedule.
 //
 // Model chunks: the model is cut into p·v virtual stages in order; virtual stage c·p + s is
-// chunk c of stage s (Megatron-LM's interleaving; v = 1 is the plain pipeline).
-// Dependencies (what pipeline_dependency returns):
-//   F(mb, c, s) after F(mb, c, s−1), or after F(mb, c−1, p−1) when s = 0 and c > 0
-//   B(mb, c, s) after B(mb, c, s+1), or after B(mb, c+1, 0) when s = p−1 and c < v−1,
-//               or after F(mb, v−1, p−1) on the last virtual stage
+// chunk c of stage s (Megatron-LM's interleaving; v = 1 is the plain pipeline), or in ZB-V's V
+// chunk 0 of stage s is virtual stage s and chunk 1 is 2p − 1 − s (virtual_stage_of).
+// Dependencies (what pipeline_dependency returns), with vs the pass's virtual stage:
+//   F(mb, vs) after F(mb, vs − 1) on the stage that holds it; none for vs = 0
+//   B(mb, vs) after B(mb, vs + 1) on the stage that holds it, or after F(mb, vs) on the last
+//             virtual stage
+//   W(mb, vs) after B(mb, vs) on its own stage
+// (interleaved: F(mb, c, s) after F(mb, c, s−1), or after F(mb, c−1, p−1) when s = 0.)
 // Orders:
 //   GPipe (Huang et al. 2019): every forward, then every backward, in micro-batch order.
 //   1F1B (PipeDream-Flush, Narayanan et al. 2021): stage s runs min(p−s−1, m) warm-up
@@ -36,6 +39,19 @@
 //   ZB-H2 (same paper): the same list scheduler with the limit raised to 2p − 1 micro-batches
 //     in flight, the paper's ZB-H2 memory: the extra warm-up forwards fill the start-up
 //     bubble, so with F = B = W a stage is never idle after its first forward.
+//   ZB-V (same authors, "Pipeline Parallelism with Controllable Memory", 2024; the zero-bubble
+//     repository's zbv schedule): two chunks per stage placed in a V (v_shaped: chunk 0 of stage
+//     s is virtual stage s, chunk 1 is 2p − 1 − s), so stage 0 holds both the first and the last
+//     virtual stage and a micro-batch turns round on stage p − 1 without a send. Built by list
+//     scheduling at 1F1B's peak memory: a stage holds at most 2p chunks (p micro-batches'
+//     activations), each from its F to its W. When free, a stage runs a ready B (the older
+//     micro-batch first, chunk 1 before chunk 0); else chunk 1's next F when ready and it fits;
+//     else chunk 0's next F when ready and it fits with room left for one chunk-1 forward (so
+//     that one can always run; leniently, the last chunk may go to it when a chunk-1
+//     activation or a pending W will free one); else a pending W; else it waits. Both ways of
+//     admitting are played and the order that ends first is kept. With F = B = W per chunk it
+//     reaches the start-up bound (p − 1)·t_F + 6m·t_F for m ≥ p; where B is long beside W (full
+//     recomputation) the 2p chunks run short and it can fall behind ZB-H1 and 1F1B.
 // Bubble with free communication, each forward taking t_f/v and each backward t_b/v on every
 // stage, and bubble fraction = idle time / (p × makespan):
 //   GPipe, 1F1B   (p−1)/(m+p−1)      makespan (m+p−1)(t_f+t_b)
@@ -79,9 +95,10 @@ struct PipelineSchedule {
   int group = 1;         ///< interleaved: micro-batches per group (N)
   std::vector<std::vector<PipelineOp>> per_stage;  ///< p lists, each of passes_per_micro_batch()·m·v passes
   /// Whether the backward is split into B and W passes (zero-bubble schedules).
-  bool split_backward() const {
-    return kind == PipelineScheduleKind::kZeroBubbleH1 || kind == PipelineScheduleKind::kZeroBubbleH2;
-  }
+  bool split_backward() const { return splits_backward(kind); }
+  /// The virtual stage that chunk c of stage s holds, and the inverse.
+  int virtual_stage(int s, int c) const { return virtual_stage_of(kind, stages, s, c); }
+  StageChunk stage_chunk(int vs) const { return stage_chunk_of(kind, stages, vs); }
   int passes_per_micro_batch() const { return split_backward() ? 3 : 2; }
   /// One stage's passes numbered by (kind, micro-batch, chunk), 0 to pass_slots() − 1, for flat
   /// tables indexed by pass; `op` must be in range (as schedule_problem checks).
@@ -102,10 +119,10 @@ struct StagePassTimes {
 };
 
 /// The schedule of `kind` for p stages, m micro-batches and v chunks, interleaved in groups of
-/// `group` micro-batches (0: p). ZB-H1 is ordered with `times` (one entry per stage), or with
-/// F = B = W when empty. Throws std::invalid_argument when p, m or v < 1, v > 1 without
-/// interleaving, an interleaved group that does not fit (interleaving_problem), or times of the
-/// wrong length.
+/// `group` micro-batches (0: p). The zero-bubble orders are made with `times` (one entry per
+/// virtual stage: per stage when v = 1), or with F = B = W when empty. Throws
+/// std::invalid_argument when p, m or v < 1, v > 1 without interleaving, v ≠ 2 in ZB-V, an
+/// interleaved group that does not fit (interleaving_problem), or times of the wrong length.
 PipelineSchedule make_pipeline_schedule(PipelineScheduleKind kind, int stages, int micro_batches, int chunks = 1,
                                         const std::vector<StagePassTimes>& times = {}, int group = 0);
 
@@ -125,6 +142,8 @@ namespace pipeline_detail {
 /// ZB-H1/H2's list scheduling (make_pipeline_schedule) as written: every free stage looks at
 /// what has finished, waiting stages wake at every pass's end. Any pass times.
 std::vector<std::vector<PipelineOp>> zero_bubble_by_turns(int p, int m, int limit, const std::vector<StagePassTimes>& times);
+/// ZB-V's list scheduling the same way: `times` per virtual stage (2p entries).
+std::vector<std::vector<PipelineOp>> zero_bubble_v(int p, int m, const std::vector<StagePassTimes>& times);
 /// The same orders, for forward and backward times above zero (weight gradients may take none),
 /// by waking a waiting stage only when the pass
 /// it waits for ends: O(passes · log p) instead of O(passes · p²).

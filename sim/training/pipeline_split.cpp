@@ -17,7 +17,8 @@ PipelineSplit refuse(std::string field, std::string problem) {
 
 std::string n(long long v) { return std::to_string(v); }
 
-// Per pipeline stage counts spread over the vpp chunks of each (virtual stage c·pp + s).
+// Per pipeline stage counts spread over the vpp chunks of each (the virtual stages
+// ParallelLayout::virtual_stage names).
 PipelineSplit over_chunks(const ParallelLayout& l, const std::vector<int>& per_stage, std::string rule) {
   const int v = l.virtual_stages;
   PipelineSplit out;
@@ -27,7 +28,7 @@ PipelineSplit over_chunks(const ParallelLayout& l, const std::vector<int>& per_s
       return refuse("virtual_stages", "stage " + n(s) + " holds " + n(per_stage[static_cast<size_t>(s)]) +
                                           " layers, which its " + n(v) + " chunks cannot share evenly");
     }
-    for (int c = 0; c < v; ++c) out.layers[static_cast<size_t>(c * l.pp + s)] = per_stage[static_cast<size_t>(s)] / v;
+    for (int c = 0; c < v; ++c) out.layers[static_cast<size_t>(l.virtual_stage(s, c))] = per_stage[static_cast<size_t>(s)] / v;
   }
   out.rule = std::move(rule);
   return out;
@@ -36,6 +37,10 @@ PipelineSplit over_chunks(const ParallelLayout& l, const std::vector<int>& per_s
 PipelineSplit first_and_last(const ParallelLayout& l, int layers) {
   const int first = l.first_stage_layers, last = l.last_stage_layers;
   if (first == 0 || last == 0) return refuse(first == 0 ? "first_stage_layers" : "last_stage_layers", "must be at least 1");
+  if (v_shaped(l.schedule)) {
+    return refuse(first >= 0 ? "first_stage_layers" : "last_stage_layers",
+                  "zb_v puts the first and the last layers both on stage 0; give stage_layers per virtual stage instead");
+  }
   if (l.pp < 2) return refuse("pp", "first/last stage layer counts need pp ≥ 2, got " + n(l.pp));
   const int middle_stages = l.pp - 2;
   const int middle = layers - std::max(first, 0) - std::max(last, 0);

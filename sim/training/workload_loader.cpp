@@ -446,7 +446,9 @@ PipelineScheduleKind schedule_from(const std::string& s, const std::string& file
   if (s == "interleaved_1f1b" || s == "interleaved") return PipelineScheduleKind::kInterleavedOneFOneB;
   if (s == "zb_h1" || s == "zero_bubble") return PipelineScheduleKind::kZeroBubbleH1;
   if (s == "zb_h2") return PipelineScheduleKind::kZeroBubbleH2;
-  throw InputError(file, where, "unknown schedule \"" + s + "\" (expected gpipe, 1f1b, interleaved_1f1b, zb_h1 or zb_h2)");
+  if (s == "zb_v") return PipelineScheduleKind::kZeroBubbleV;
+  throw InputError(file, where,
+                   "unknown schedule \"" + s + "\" (expected gpipe, 1f1b, interleaved_1f1b, zb_h1, zb_h2 or zb_v)");
 }
 
 
@@ -498,8 +500,10 @@ TrainingWorkload load_training_workload(const std::string& path, const std::stri
   const int model_parallel = l.tp * l.pp * l.cp;
   // (When tp·pp·cp does not divide the GPUs, validate() names the first field at fault.)
   if (!job.dp_given) l.dp = std::max(1, gpus / model_parallel);
-  if (l.virtual_stages > 1 && l.schedule != PipelineScheduleKind::kInterleavedOneFOneB) {
-    l.schedule = PipelineScheduleKind::kInterleavedOneFOneB;  // v chunks only exist interleaved
+  if (v_shaped(l.schedule) && l.virtual_stages == 1) {
+    l.virtual_stages = 2;  // a V is two chunks a stage
+  } else if (l.virtual_stages > 1 && l.schedule != PipelineScheduleKind::kInterleavedOneFOneB && !v_shaped(l.schedule)) {
+    l.schedule = PipelineScheduleKind::kInterleavedOneFOneB;  // v chunks otherwise only exist interleaved
   }
   if (a.validate_layout) validate(l, job.model, gpus, path);
   return job;

@@ -390,7 +390,7 @@ void add_train_command(CLI::App& app) {
   cmd->add_option("--gbs,--global-batch", args->global_batch, "global batch size (sequences)");
   cmd->add_option("--seq", args->sequence, "sequence length (tokens)");
   cmd->add_option("--nodes", args->nodes, "node count of the topology");
-  cmd->add_option("--schedule", args->schedule, "gpipe, 1f1b, interleaved_1f1b, zb_h1 or zb_h2 (zero bubble at 1F1B's memory, or with up to 2p-1 micro-batches in flight)");
+  cmd->add_option("--schedule", args->schedule, "gpipe, 1f1b, interleaved_1f1b, zb_h1, zb_h2 or zb_v (zero bubble at 1F1B's memory, with up to 2p-1 micro-batches in flight, or two chunks a stage in a V at 1F1B's memory)");
   cmd->add_option("--attention", args->attention,
                   "attention core: flash (the GPU's own fused kernel), flash2 (FlashAttention-2: on Hopper and Blackwell it leaves "
                   "the asynchronous tensor cores unused) or unfused (scores, softmax and context materialised)");
