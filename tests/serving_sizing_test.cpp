@@ -127,6 +127,33 @@ TEST(ServingSizing, OnNodeGroupsEachPoolGrowsOnItsGroupAndPricesSeekTheCheapest)
       EXPECT_GE(f.dollars_per_hour, chosen.dollars_per_hour);
     }
   }
+  // And of every mix: each cheaper one (at $4 and $1 an instance, counted here by hand) was run
+  // and missed, or its rate bound could not reach the target. Here the greedy search's choice
+  // was not the cheapest: a cheaper mix, taken in order of cost, met the SLO.
+  ASSERT_TRUE(s.proof.has_value());
+  const auto mixes_below = [](double dollars) {
+    size_t n = 0;
+    for (int h = 1; 4 * h < dollars; ++h) {
+      for (int a = 1; 4 * h + a < dollars; ++a) ++n;
+    }
+    return n;
+  };
+  ASSERT_TRUE(s.proof->greedy.has_value());
+  EXPECT_LT(chosen.dollars_per_hour, s.tried[*s.proof->greedy].dollars_per_hour);
+  EXPECT_EQ(s.proof->mixes, mixes_below(s.tried[*s.proof->greedy].dollars_per_hour));
+  const size_t cheaper = mixes_below(chosen.dollars_per_hour);
+  EXPECT_EQ(s.proof->tried_before + s.proof->bounded_out + s.proof->simulated - 1, cheaper);
+  size_t cheaper_run = 0;
+  for (const SizedFleet& f : s.tried) {
+    if (f.dollars_per_hour < chosen.dollars_per_hour) {
+      EXPECT_FALSE(f.meets);
+      ++cheaper_run;
+    }
+  }
+  EXPECT_EQ(cheaper_run, s.proof->tried_before + s.proof->simulated - 1);
+  // One pool needs no proof: one instance fewer missed.
+  EXPECT_FALSE(size_fleet(two_instances(), 3 * capacity_at_slo(two_instances(), 0.9).first, 0.9, dgx_h100_nodes)
+                   .proof.has_value());
   // With the A100s a thousand times cheaper, growth goes to them and the H100s are trimmed.
   const FleetSizing cheap = size_fleet(c, 3 * given, 0.9, two_kinds, nullptr,
                                        GpuHourPrices{{"H100-SXM5-80GB", 4.0}, {"A100-SXM4-40GB", 0.004}});

@@ -292,7 +292,7 @@ add_test(NAME example.serve.search_unpriced_gpu
 add_test(NAME example.serve.size_mix_priced
          COMMAND bash -c "set -e; d=${serve_scratch}/size-mix; mkdir -p $d/topologies $d/workloads/serve; cp ${PROJECT_SOURCE_DIR}/topologies/*.json $d/topologies/; $<TARGET_FILE:parallax> serve size ${PROJECT_SOURCE_DIR}/workloads/serve/llama3-70b-mix-h100-a100.json --target 16 --gpu-hour-price H100-SXM5-80GB=2.99,A100-SXM4-80GB=1.29 --emit $d/workloads/serve/sized.json; $<TARGET_FILE:parallax> serve $d/workloads/serve/sized.json --requests 200")
 set_tests_properties(example.serve.size_mix_priced PROPERTIES LABELS long
-                     PASS_REGULAR_EXPRESSION "\\$/hour.*the cheapest found that meets it.*nodes \\(h100 [0-9]+, a100 [0-9]+\\).*at \\$[0-9.]+ an hour.*pool h100.*pool a100.*200 completed")
+                     PASS_REGULAR_EXPRESSION "\\$/hour.*the cheapest that meets it.*nodes \\(h100 [0-9]+, a100 [0-9]+\\).*at \\$[0-9.]+ an hour.*every mix cheaper than it.*none meets the SLO.*pool h100.*pool a100.*200 completed")
 add_test(NAME example.serve.bad_group_nodes
          COMMAND bash ${check_exit} 2 "bad-group-nodes.json: /topology/group_nodes/b200: no node group is named \"b200\""
                  $<TARGET_FILE:parallax> serve ${serve_data}/bad-group-nodes.json)

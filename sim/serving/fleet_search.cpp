@@ -315,11 +315,7 @@ std::vector<ShapeCandidate> shape_candidates(const FleetConfig& config, const Sh
             continue;
           }
           const int64_t kv = pool.batching.kv_blocks > 0 ? pool.batching.kv_blocks : pool_kv_capacity(config, pool).blocks;
-          const StepModel model(config.model, pool_topology(config, pool), shape, pool.step, 0);
-          const BatchingConfig b = instance_batching(pool);
-          const double prefill = prefill_rate_bound(model, b, means);
-          const double bound =
-              pool.count * std::min(prefill, decode_rate_bound(model, b, kv, means, config.slo_tpot)) / unit;
+          const double bound = pool.count * instance_rate_bound(config, pool, means) / unit;
           ShapeRun run{shape, region.group, pool.first_gpu, pool.count, kv, cap, budget, draft, bound, 0.0, {}, 0.0, 0.0};
           if (!options.prices.empty()) {
             FleetConfig priced = config;

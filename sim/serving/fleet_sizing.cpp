@@ -7,12 +7,15 @@
 #include <stdexcept>
 
 #include "serving/fleet_search.h"
+#include "serving/rate_bound.h"
 
 namespace parallax {
 namespace {
 
 constexpr int kMostGrowths = 40;  // guesses grown before giving up
 constexpr double kMostInstances = 100000;  // a pool's count beyond which sizing gives up
+constexpr size_t kMostMixes = 100000;      // cheaper mixes enumerated before the proof gives up
+constexpr size_t kMostProofRuns = 24;      // of them simulated before it gives up
 
 int grown(int count) { return count + std::max(1, static_cast<int>(std::ceil(0.05 * count))); }
 
@@ -74,6 +77,67 @@ std::vector<size_t> trimming_order(const FleetConfig& config, const GpuHourPrice
   return order;
 }
 
+// What one instance of each pool costs: its GPUs' dollars an hour, or unpriced its GPUs.
+std::vector<double> instance_costs(const FleetConfig& config, const GpuHourPrices& prices) {
+  std::vector<double> cost;
+  for (const PoolConfig& pool : config.pools) {
+    FleetConfig one = config;
+    one.pools = {pool};
+    one.pools[0].count = 1;
+    cost.push_back(prices.empty() ? pool.shape.gpus() : fleet_dollars_per_hour(one, prices));
+  }
+  return cost;
+}
+
+// The requests/s `counts` instances sustain at most, in load units: the sum of their rate bounds
+// (rate_bound.h), with decode pools the smaller of the prefill pools' sum and the decode pools'.
+double fleet_rate_bound(const FleetConfig& config, const std::vector<double>& instance_bound, const std::vector<int>& counts) {
+  double front = 0, decode = 0;
+  bool disaggregated = false;
+  for (size_t i = 0; i < counts.size(); ++i) {
+    const double r = counts[i] * instance_bound[i];
+    if (config.pools[i].role == PoolRole::kDecode) {
+      decode += r;
+      disaggregated = true;
+    } else {
+      front += r;
+    }
+  }
+  return (disaggregated ? std::min(front, decode) : front) / requests_per_load_unit(config);
+}
+
+// Every mix of at least one instance a pool that costs less than `ceiling`, cheapest first (then
+// the fewest instances of the first pools); empty with `complete` false past kMostMixes.
+std::vector<std::vector<int>> cheaper_mixes(const std::vector<double>& cost, double ceiling, bool& complete) {
+  std::vector<std::pair<double, std::vector<int>>> found;
+  std::vector<int> counts(cost.size(), 1);
+  double base = 0;
+  for (const double c : cost) base += c;
+  complete = true;
+  // Odometer over the counts, each pool's bounded by what the others' one instance leaves.
+  const std::function<void(size_t, double)> walk = [&](size_t i, double spent) {
+    if (!complete) return;
+    if (i == cost.size()) {
+      if (found.size() >= kMostMixes) {
+        complete = false;
+        return;
+      }
+      found.emplace_back(spent, counts);
+      return;
+    }
+    for (counts[i] = 1; spent + (counts[i] - 1) * cost[i] < ceiling - 1e-9 * ceiling; ++counts[i]) {
+      walk(i + 1, spent + (counts[i] - 1) * cost[i]);
+    }
+    counts[i] = 1;
+  };
+  if (base < ceiling - 1e-9 * ceiling) walk(0, base);
+  if (!complete) return {};
+  std::stable_sort(found.begin(), found.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+  std::vector<std::vector<int>> out;
+  for (auto& f : found) out.push_back(std::move(f.second));
+  return out;
+}
+
 // Of the fleets each with one pool grown, the one to keep: the most goodput, or priced the most
 // goodput gained per dollar an hour added (the most goodput when none gains).
 const SizedFleet& best_growth(const std::vector<SizedFleet>& trials, const SizedFleet& current, bool priced) {
@@ -106,6 +170,47 @@ std::string fleet_label(const FleetConfig& config, const std::vector<int>& count
              describe_shape(config.pools[i].shape) + ")";
   }
   return label;
+}
+
+// With several pools the growth and trimming are greedy: every mix cheaper than the one chosen
+// (fewer GPUs, unpriced) is then tried in order of cost, those whose rate bound, with its margin,
+// cannot reach the target left unsimulated; the first that meets the SLO is the cheapest of all.
+template <typename Run>
+void prove_cheapest(const FleetConfig& config, double target, const Run& run, const GpuHourPrices& prices, FleetSizing& s) {
+  const std::vector<double> cost = instance_costs(config, prices);
+  const auto cost_of = [&](const std::vector<int>& counts) {
+    double c = 0;
+    for (size_t i = 0; i < counts.size(); ++i) c += counts[i] * cost[i];
+    return c;
+  };
+  bool complete = false;
+  const std::vector<std::vector<int>> mixes = cheaper_mixes(cost, cost_of(s.tried[*s.chosen].counts), complete);
+  if (!complete) return;
+  const TrafficMeans means = traffic_means(config);
+  std::vector<double> bound;
+  for (const PoolConfig& pool : config.pools) bound.push_back(instance_rate_bound(config, pool, means));
+  SizingProof proof;
+  proof.mixes = mixes.size();
+  // Runs past kMostProofRuns leave it unproven (no proof kept).
+  for (const std::vector<int>& counts : mixes) {
+    const auto seen = std::find_if(s.tried.begin(), s.tried.end(), [&](const SizedFleet& f) { return f.counts == counts; });
+    if (seen != s.tried.end()) {
+      ++proof.tried_before;  // missed the SLO, or it would be the one chosen
+      continue;
+    }
+    if (fleet_rate_bound(config, bound, counts) * (1 + kBoundMargin) < target) {
+      ++proof.bounded_out;
+      continue;
+    }
+    if (proof.simulated == kMostProofRuns) return;
+    ++proof.simulated;
+    if (run(counts).meets) {
+      proof.greedy = s.chosen;
+      s.chosen = s.tried.size() - 1;
+      break;
+    }
+  }
+  s.proof = proof;
 }
 
 }  // namespace
@@ -200,6 +305,7 @@ FleetSizing size_fleet(const FleetConfig& config, double target, double attainme
         s.chosen = i;
       }
     }
+    if (config.pools.size() > 1) prove_cheapest(config, target, run, prices, s);
   }
   if (progress) progress(s.tried.size(), s.tried.size());
   return s;
@@ -215,7 +321,10 @@ std::string sizing_table(const FleetConfig& config, const FleetSizing& s) {
                 "%.2f\n\n",
                 given, s.capacity, 100 * s.attainment, s.target);
   t += line;
-  const char* chosen = s.priced ? "<- the cheapest found that meets it" : "<- the smallest that meets it";
+  const char* chosen = s.proof ? (s.priced ? "<- the cheapest that meets it" : "<- the smallest that meets it")
+                      : s.priced ? "<- the cheapest found that meets it"
+                                 : config.pools.size() > 1 ? "<- the smallest found that meets it"
+                                                           : "<- the smallest that meets it";
   std::snprintf(line, sizeof line, "  %3s  %-52s %6s %6s%s %9s %10s %10s %10s  %s\n", "run", "instances", "GPUs", "nodes",
                 s.priced ? "    $/hour" : "", "SLO met", "goodput/s", "TTFT p99", "TPOT p99", "");
   t += line;
@@ -236,6 +345,21 @@ std::string sizing_table(const FleetConfig& config, const FleetSizing& s) {
     t += line;
     if (s.priced) {
       std::snprintf(line, sizeof line, "  at $%.2f an hour\n", f.dollars_per_hour);
+      t += line;
+    }
+    if (s.proof) {
+      const char* cheaper = s.priced ? "cheaper" : "smaller";
+      if (s.proof->greedy) {
+        std::snprintf(line, sizeof line, "  (the greedy search chose run %zu; of the %zu mixes %s than it, taken in order, run %zu is "
+                                         "the first that meets the SLO)\n",
+                      *s.proof->greedy + 1, s.proof->mixes, cheaper, *s.chosen + 1);
+        t += line;
+      }
+      std::snprintf(line, sizeof line,
+                    "  every mix %s than it, at least one instance a pool: %zu run before, %zu bounded out (rate bound "
+                    "x %.1f below the target), %zu simulated now: none meets the SLO\n",
+                    cheaper, s.proof->tried_before, s.proof->bounded_out, 1 + kBoundMargin,
+                    s.proof->simulated - (s.proof->greedy ? 1 : 0));
       t += line;
     }
   } else {
@@ -267,6 +391,13 @@ nlohmann::ordered_json sizing_json(const FleetConfig& config, const FleetSizing&
   }
   j["tried"] = std::move(tried);
   j["chosen"] = s.chosen ? nlohmann::ordered_json(*s.chosen) : nlohmann::ordered_json();
+  if (s.proof) {
+    j["cheaper_mixes"] = {{"mixes", s.proof->mixes},
+                          {"run_before", s.proof->tried_before},
+                          {"bounded_out", s.proof->bounded_out},
+                          {"simulated", s.proof->simulated},
+                          {"greedy_choice", s.proof->greedy ? nlohmann::ordered_json(*s.proof->greedy) : nlohmann::ordered_json()}};
+  }
   return j;
 }
 

@@ -16,6 +16,12 @@
 // mix of GPU kinds): a growth keeps the pool whose growth raises the goodput most per added
 // dollar an hour, the trimming gives up instances of the pool whose instance costs most first,
 // and the fleet chosen is the cheapest of all tried that meet the SLO.
+//
+// Growth and trimming are greedy. With several pools every mix cheaper than the fleet they
+// chose (unpriced: on fewer GPUs), at least one instance a pool, is then taken in order of cost:
+// those run before missed the SLO, those whose rate bound with its margin (rate_bound.h) cannot
+// reach the target are left unrun, the rest are simulated until one meets the SLO, which is then
+// the cheapest mix of all (SizingProof).
 #pragma once
 
 #include <functional>
@@ -57,6 +63,18 @@ struct SizedFleet {
   bool meets = false;
 };
 
+/// With several pools: the mixes cheaper than the greedy search's choice (fewer GPUs, unpriced),
+/// at least one instance a pool, taken in order of cost until one meets the SLO, and what became
+/// of each: run before (and missed it), its rate bound with kBoundMargin below the target, or
+/// simulated now. `greedy`: the greedy search's choice, when a cheaper mix met it.
+struct SizingProof {
+  size_t mixes = 0;
+  size_t tried_before = 0;
+  size_t bounded_out = 0;
+  size_t simulated = 0;
+  std::optional<size_t> greedy;
+};
+
 struct FleetSizing {
   double target = 0;
   double attainment = 0.9;
@@ -64,6 +82,9 @@ struct FleetSizing {
   std::vector<SizedFleet> tried;      ///< every fleet run, in order
   std::optional<size_t> chosen;       ///< the smallest (priced: cheapest) that meets the SLO at the target
   bool priced = false;
+  /// Several pools, a fleet chosen and every cheaper mix accounted for (within 100,000 mixes and
+  /// 24 more runs): the fleet chosen is the cheapest of all.
+  std::optional<SizingProof> proof;
 };
 
 /// Sizes `config`'s pools for `target` requests/s (replaying: a speed-up of the trace).

@@ -29,6 +29,15 @@ BatchingConfig instance_batching(const PoolConfig& pool) {
   return b;
 }
 
+double instance_rate_bound(const FleetConfig& config, const PoolConfig& pool, const TrafficMeans& means) {
+  const StepModel model(config.model, pool_topology(config, pool), pool.shape, pool.step, 0);
+  const BatchingConfig b = instance_batching(pool);
+  const int64_t kv = pool.batching.kv_blocks > 0 ? pool.batching.kv_blocks : pool_kv_capacity(config, pool).blocks;
+  if (pool.role == PoolRole::kPrefill) return prefill_rate_bound(model, b, means);
+  const double decode = decode_rate_bound(model, b, kv, means, config.slo_tpot);
+  return pool.role == PoolRole::kDecode ? decode : std::min(prefill_rate_bound(model, b, means), decode);
+}
+
 double requests_per_load_unit(const FleetConfig& config) {
   if (!config.replay || config.replay->size() < 2) return 1.0;
   const double span = (config.replay->back().arrival - config.replay->front().arrival).seconds();

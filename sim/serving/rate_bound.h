@@ -46,6 +46,11 @@ double prefill_rate_bound(const StepModel& model, const BatchingConfig& batching
 double decode_rate_bound(const StepModel& model, const BatchingConfig& batching, int64_t kv_blocks,
                          const TrafficMeans& means, Time slo_tpot);
 
+/// Requests/s one instance of `pool` sustains in `config`'s fleet: its prefill's bound in a
+/// prefill pool, its decode's (under the fleet's TPOT objective) in a decode pool, the smaller of
+/// the two in a colocated one; its KV blocks derived from memory unless given.
+double instance_rate_bound(const FleetConfig& config, const PoolConfig& pool, const TrafficMeans& means);
+
 /// The batching an instance of `pool` runs with, seen whole: with data-parallel attention its
 /// ranks' shares of the cap and budget (rounded up, as DataParallelScheduler gives them) added
 /// up.
