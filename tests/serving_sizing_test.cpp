@@ -142,7 +142,7 @@ TEST(ServingSizing, OnNodeGroupsEachPoolGrowsOnItsGroupAndPricesSeekTheCheapest)
   EXPECT_LT(chosen.dollars_per_hour, s.tried[*s.proof->greedy].dollars_per_hour);
   EXPECT_EQ(s.proof->mixes, mixes_below(s.tried[*s.proof->greedy].dollars_per_hour));
   const size_t cheaper = mixes_below(chosen.dollars_per_hour);
-  EXPECT_EQ(s.proof->tried_before + s.proof->bounded_out + s.proof->simulated - 1, cheaper);
+  EXPECT_EQ(s.proof->tried_before + s.proof->bounded_out + s.proof->simulated, cheaper);
   size_t cheaper_run = 0;
   for (const SizedFleet& f : s.tried) {
     if (f.dollars_per_hour < chosen.dollars_per_hour) {
@@ -150,7 +150,20 @@ TEST(ServingSizing, OnNodeGroupsEachPoolGrowsOnItsGroupAndPricesSeekTheCheapest)
       ++cheaper_run;
     }
   }
-  EXPECT_EQ(cheaper_run, s.proof->tried_before + s.proof->simulated - 1);
+  EXPECT_EQ(cheaper_run, s.proof->tried_before + s.proof->simulated);
+  // Unpriced, the same on GPUs (one an instance): none of the fleets tried on fewer GPUs than
+  // the one chosen meets the SLO, and the mixes on fewer GPUs are all accounted for.
+  const FleetSizing fewest = size_fleet(c, 3 * given, 0.9, two_kinds);
+  ASSERT_TRUE(fewest.chosen.has_value() && fewest.proof.has_value());
+  const int chosen_gpus = fewest.tried[*fewest.chosen].gpus;
+  for (const SizedFleet& f : fewest.tried) {
+    if (f.meets) {
+      EXPECT_GE(f.gpus, chosen_gpus);
+    }
+  }
+  size_t smaller = 0;
+  for (int h = 1; h < chosen_gpus; ++h) smaller += static_cast<size_t>(std::max(0, chosen_gpus - h - 1));
+  EXPECT_EQ(fewest.proof->tried_before + fewest.proof->bounded_out + fewest.proof->simulated, smaller);
   // One pool needs no proof: one instance fewer missed.
   EXPECT_FALSE(size_fleet(two_instances(), 3 * capacity_at_slo(two_instances(), 0.9).first, 0.9, dgx_h100_nodes)
                    .proof.has_value());

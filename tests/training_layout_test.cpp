@@ -2,14 +2,17 @@
 // maps ranks to coordinates as Megatron-core's RankGenerator does (TP innermost → consecutive).
 #include <gtest/gtest.h>
 
+#include <fstream>
 #include <numeric>
-
+#include <optional>
 #include <set>
 
 #include "io/input_error.h"
 #include "model/model_loader.h"
 #include "training/parallel_layout.h"
 #include "training/pipeline_split.h"
+#include "training/workload_loader.h"
+#include "training/workload_writer.h"
 #include "test_support.h"
 
 namespace parallax {
@@ -204,6 +207,30 @@ TEST(LayoutValidation, TheVScheduleTakesTwoChunksAStage) {
   l.pp = 1;
   l.dp = 8;
   expect_error(l, bundled("llama3-8b"), 64, "/parallel/pp", "zb_v needs pp ≥ 2");
+}
+
+// A workload with "schedule": "zb_v" gets its two chunks a stage; written back (a search's
+// --emit), it names the schedule alone, and another --schedule takes the V's chunks away with it.
+TEST(LayoutValidation, TheVsChunksComeAndGoWithItsSchedule) {
+  const std::string path = ::testing::TempDir() + "/zb_v.json";
+  std::ofstream(path) << R"({"model": "llama3-8b", "topology": {"preset": "dgx-h100", "nodes": 2},
+    "parallel": {"tp": 4, "pp": 2, "global_batch": 64, "schedule": "zb_v"}})";
+  auto load = [&](const std::string& schedule, std::optional<int> vpp = std::nullopt) {
+    WorkloadOverrides o;
+    o.schedule = schedule;
+    o.vpp = vpp;
+    return load_training_workload(path, test::source_path("workloads/models"), test::source_path("topologies"), o).layout;
+  };
+  const ParallelLayout v = load("");
+  EXPECT_EQ(v.schedule, PipelineScheduleKind::kZeroBubbleV);
+  EXPECT_EQ(v.virtual_stages, 2);
+  EXPECT_FALSE(parallel_block(v).contains("vpp"));
+  EXPECT_EQ(parallel_block(v)["schedule"], "zb_v");
+  const ParallelLayout h1 = load("zb_h1");
+  EXPECT_EQ(h1.schedule, PipelineScheduleKind::kZeroBubbleH1);
+  EXPECT_EQ(h1.virtual_stages, 1);
+  const ParallelLayout interleaved = load("interleaved_1f1b", 4);
+  EXPECT_EQ(interleaved.virtual_stages, 4);
 }
 
 TEST(LayoutValidation, ExpertParallelRules) {

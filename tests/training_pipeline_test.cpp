@@ -331,6 +331,13 @@ TEST(PipelineBubble, ZeroBubbleVOrdersAnyPassTimes) {
       }
     }
   }
+  // A pass of no time (a virtual stage of the embedding alone, untimed) ends at the instant it
+  // starts: a stage waiting at that instant must look again, not give up (this case threw
+  // "stuck" before).
+  const std::vector<StagePassTimes> zero_forward{
+      {Time::us(1), Time::us(1), Time::us(1)}, {Time::us(1), Time::us(1), Time::us(1)},
+      {Time::zero(), Time::us(1), Time::us(1)}, {Time::us(1), Time::us(1), Time::us(1)}};
+  EXPECT_EQ(schedule_problem(make_pipeline_schedule(PipelineScheduleKind::kZeroBubbleV, 2, 1, 2, zero_forward)), "");
   // Pass times are one per virtual stage.
   EXPECT_THROW(make_pipeline_schedule(PipelineScheduleKind::kZeroBubbleV, 4, 8, 2,
                                       std::vector<StagePassTimes>(4, {Time::us(1), Time::us(1), Time::us(1)})),

@@ -107,8 +107,10 @@ double fleet_rate_bound(const FleetConfig& config, const std::vector<double>& in
 }
 
 // Every mix of at least one instance a pool that costs less than `ceiling`, cheapest first (then
-// the fewest instances of the first pools); empty with `complete` false past kMostMixes.
-std::vector<std::vector<int>> cheaper_mixes(const std::vector<double>& cost, double ceiling, bool& complete) {
+// on the fewest GPUs, then the fewest instances of the first pools); empty with `complete` false
+// past kMostMixes.
+std::vector<std::vector<int>> cheaper_mixes(const std::vector<double>& cost, const std::vector<int>& gpus, double ceiling,
+                                            bool& complete) {
   std::vector<std::pair<double, std::vector<int>>> found;
   std::vector<int> counts(cost.size(), 1);
   double base = 0;
@@ -125,14 +127,21 @@ std::vector<std::vector<int>> cheaper_mixes(const std::vector<double>& cost, dou
       found.emplace_back(spent, counts);
       return;
     }
-    for (counts[i] = 1; spent + (counts[i] - 1) * cost[i] < ceiling - 1e-9 * ceiling; ++counts[i]) {
+    for (counts[i] = 1; complete && spent + (counts[i] - 1) * cost[i] < ceiling - 1e-9 * ceiling; ++counts[i]) {
       walk(i + 1, spent + (counts[i] - 1) * cost[i]);
     }
     counts[i] = 1;
   };
   if (base < ceiling - 1e-9 * ceiling) walk(0, base);
   if (!complete) return {};
-  std::stable_sort(found.begin(), found.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+  const auto gpus_of = [&](const std::vector<int>& n) {
+    int g = 0;
+    for (size_t i = 0; i < n.size(); ++i) g += n[i] * gpus[i];
+    return g;
+  };
+  std::stable_sort(found.begin(), found.end(), [&](const auto& a, const auto& b) {
+    return a.first != b.first ? a.first < b.first : gpus_of(a.second) < gpus_of(b.second);
+  });
   std::vector<std::vector<int>> out;
   for (auto& f : found) out.push_back(std::move(f.second));
   return out;
@@ -173,42 +182,63 @@ std::string fleet_label(const FleetConfig& config, const std::vector<int>& count
 }
 
 // With several pools the growth and trimming are greedy: every mix cheaper than the one chosen
-// (fewer GPUs, unpriced) is then tried in order of cost, those whose rate bound, with its margin,
-// cannot reach the target left unsimulated; the first that meets the SLO is the cheapest of all.
+// (fewer GPUs, unpriced) is then taken in order of cost. One run before either missed the SLO
+// (the cheapest of those tried that meet it is the one chosen priced) or, unpriced, met it with
+// more goodput than the fewest GPUs needed: it is chosen. Those whose rate bound, with its margin,
+// cannot reach the target are left unrun; the rest are simulated until one meets the SLO. What
+// became of each mix cheaper than the fleet finally chosen is counted.
 template <typename Run>
 void prove_cheapest(const FleetConfig& config, double target, const Run& run, const GpuHourPrices& prices, FleetSizing& s) {
   const std::vector<double> cost = instance_costs(config, prices);
+  std::vector<int> gpus;
+  for (const PoolConfig& pool : config.pools) gpus.push_back(pool.shape.gpus());
   const auto cost_of = [&](const std::vector<int>& counts) {
     double c = 0;
     for (size_t i = 0; i < counts.size(); ++i) c += counts[i] * cost[i];
     return c;
   };
   bool complete = false;
-  const std::vector<std::vector<int>> mixes = cheaper_mixes(cost, cost_of(s.tried[*s.chosen].counts), complete);
+  const std::vector<std::vector<int>> mixes = cheaper_mixes(cost, gpus, cost_of(s.tried[*s.chosen].counts), complete);
   if (!complete) return;
   const TrafficMeans means = traffic_means(config);
   std::vector<double> bound;
   for (const PoolConfig& pool : config.pools) bound.push_back(instance_rate_bound(config, pool, means));
-  SizingProof proof;
-  proof.mixes = mixes.size();
-  // Runs past kMostProofRuns leave it unproven (no proof kept).
+  enum class Fate : uint8_t { kRunBefore, kBoundedOut, kSimulated };
+  std::vector<std::pair<double, Fate>> missed;  // the mixes taken before one met the SLO, with their costs
+  std::optional<size_t> found;
+  size_t simulated = 0;
   for (const std::vector<int>& counts : mixes) {
     const auto seen = std::find_if(s.tried.begin(), s.tried.end(), [&](const SizedFleet& f) { return f.counts == counts; });
     if (seen != s.tried.end()) {
-      ++proof.tried_before;  // missed the SLO, or it would be the one chosen
+      if (seen->meets) {
+        found = static_cast<size_t>(seen - s.tried.begin());
+        break;
+      }
+      missed.emplace_back(cost_of(counts), Fate::kRunBefore);
       continue;
     }
     if (fleet_rate_bound(config, bound, counts) * (1 + kBoundMargin) < target) {
-      ++proof.bounded_out;
+      missed.emplace_back(cost_of(counts), Fate::kBoundedOut);
       continue;
     }
-    if (proof.simulated == kMostProofRuns) return;
-    ++proof.simulated;
+    if (simulated++ == kMostProofRuns) return;  // unproven: no proof kept
     if (run(counts).meets) {
-      proof.greedy = s.chosen;
-      s.chosen = s.tried.size() - 1;
+      found = s.tried.size() - 1;
       break;
     }
+    missed.emplace_back(cost_of(counts), Fate::kSimulated);
+  }
+  SizingProof proof;
+  proof.mixes = mixes.size();
+  if (found) {
+    proof.greedy = s.chosen;
+    s.chosen = found;
+  }
+  // Mixes of the chosen fleet's own cost taken before it are not cheaper than it.
+  const double chosen_cost = cost_of(s.tried[*s.chosen].counts);
+  for (const auto& [c, fate] : missed) {
+    if (!(c < chosen_cost - 1e-9 * chosen_cost)) continue;
+    ++(fate == Fate::kRunBefore ? proof.tried_before : fate == Fate::kBoundedOut ? proof.bounded_out : proof.simulated);
   }
   s.proof = proof;
 }
@@ -358,8 +388,7 @@ std::string sizing_table(const FleetConfig& config, const FleetSizing& s) {
       std::snprintf(line, sizeof line,
                     "  every mix %s than it, at least one instance a pool: %zu run before, %zu bounded out (rate bound "
                     "x %.1f below the target), %zu simulated now: none meets the SLO\n",
-                    cheaper, s.proof->tried_before, s.proof->bounded_out, 1 + kBoundMargin,
-                    s.proof->simulated - (s.proof->greedy ? 1 : 0));
+                    cheaper, s.proof->tried_before, s.proof->bounded_out, 1 + kBoundMargin, s.proof->simulated);
       t += line;
     }
   } else {
@@ -392,7 +421,7 @@ nlohmann::ordered_json sizing_json(const FleetConfig& config, const FleetSizing&
   j["tried"] = std::move(tried);
   j["chosen"] = s.chosen ? nlohmann::ordered_json(*s.chosen) : nlohmann::ordered_json();
   if (s.proof) {
-    j["cheaper_mixes"] = {{"mixes", s.proof->mixes},
+    j["cheaper_mixes"] = {{"below_greedy_choice", s.proof->mixes},
                           {"run_before", s.proof->tried_before},
                           {"bounded_out", s.proof->bounded_out},
                           {"simulated", s.proof->simulated},

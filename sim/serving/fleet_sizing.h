@@ -19,9 +19,10 @@
 //
 // Growth and trimming are greedy. With several pools every mix cheaper than the fleet they
 // chose (unpriced: on fewer GPUs), at least one instance a pool, is then taken in order of cost:
-// those run before missed the SLO, those whose rate bound with its margin (rate_bound.h) cannot
-// reach the target are left unrun, the rest are simulated until one meets the SLO, which is then
-// the cheapest mix of all (SizingProof).
+// one run before that met the SLO (unpriced, a growth kept for its goodput can pass one) is
+// chosen; those whose rate bound times 1 + kBoundMargin (rate_bound.h) cannot reach the target
+// are left unrun; the rest are simulated until one meets the SLO. The fleet chosen is then the
+// cheapest mix of all, as far as the bound's margin holds (SizingProof).
 #pragma once
 
 #include <functional>
@@ -64,11 +65,12 @@ struct SizedFleet {
 };
 
 /// With several pools: the mixes cheaper than the greedy search's choice (fewer GPUs, unpriced),
-/// at least one instance a pool, taken in order of cost until one meets the SLO, and what became
-/// of each: run before (and missed it), its rate bound with kBoundMargin below the target, or
-/// simulated now. `greedy`: the greedy search's choice, when a cheaper mix met it.
+/// at least one instance a pool, were taken in order of cost until one met the SLO. Of those
+/// cheaper than the fleet finally chosen, none meets it: each was run before and missed it, or
+/// its rate bound times 1 + kBoundMargin is below the target, or it was simulated now and missed.
+/// `greedy`: the greedy search's choice, when a cheaper mix met the SLO.
 struct SizingProof {
-  size_t mixes = 0;
+  size_t mixes = 0;  ///< cheaper than the greedy search's choice
   size_t tried_before = 0;
   size_t bounded_out = 0;
   size_t simulated = 0;

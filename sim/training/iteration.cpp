@@ -263,8 +263,10 @@ IterationResult simulate_iteration(const ModelConfig& model, const ParallelLayou
   CommunicationPlan comm(model, layout, topo, options, plan, every_replica, simulators);
   // A V's micro-batches go down the stages and back before its first stage can go on: its order
   // is made again with what each pass really takes, the collectives in line with the kernels
-  // included. (The memory that a search filters by is from the kernels' order; both hold at most
-  // p micro-batches a stage.)
+  // included. Its memory stays that of the kernels' order, which a search's memory filter
+  // (estimate_memory) can compute without the network: both orders hold at most 2p chunks a
+  // stage, and their peaks can differ by a chunk.
+  const std::shared_ptr<const PipelineSchedule> kernels_order = plan.schedule;
   if (v_shaped(layout.schedule)) plan.schedule = pipeline_schedule_from(layout, in_line_pass_times(layout, plan, comm));
   // Without co-simulation the rank order acts only through the plan's timings (iteration_memo.h).
   IterationMemo* const memo = cosim ? nullptr : options.result_memo;
@@ -357,6 +359,7 @@ IterationResult simulate_iteration(const ModelConfig& model, const ParallelLayou
       result.pipeline_end > Time::zero() ? bubble_total.seconds() / (p * result.pipeline_end.seconds()) : 0.0;
 
   // ---- memory --------------------------------------------------------------------------------
+  plan.schedule = kernels_order;
   const std::vector<StageMemory> memory = stage_memory(model, layout, plan);
   for (int s = 0; s < p; ++s) {
     StageResult& stage = stages[static_cast<size_t>(s)];

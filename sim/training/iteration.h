@@ -39,7 +39,10 @@
 //            GEMMs' weight gradients, which TP, EP, ZeRO-3 and the PP send go with — and W,
 //            the weight gradients (each timed as its GEMM's forward), after which the DP
 //            reduction of that layer starts; its order is list-scheduled on the stages' own
-//            F, B and W compute times.
+//            F, B and W compute times (ZB-H2 likewise). ZB-V places two chunks a stage in a V
+//            (virtual_stage_of) and its order is made again once the communication is known,
+//            each pass's in-line collectives added to its kernels (in_line_pass_times); its
+//            memory stays the kernels' order's.
 //   EP       Megatron-core's all-to-all token dispatcher with expert TP = tp (layer_operators'
 //            assumption), per MoE layer: a dispatch all-to-all before the expert GEMMs and a
 //            combine after them in the forward, the same two in the backward (four with full
@@ -127,8 +130,8 @@
 // blocks, or Ulysses' Q, K, V). Not counted: transient gradients, allocator fragmentation, CUDA
 // context, workspace.
 //
-// Not modelled yet: contention with other replicas' traffic on shared switches; zero-bubble
-// schedules beyond ZB-H1 (ZB-H2, ZB-V); for MoE: the imbalance of the all-to-all's senders
+// Not modelled yet: contention with other replicas' traffic on shared switches; the V's
+// memory-lean variants (V-Half, V-Min) and DualPipe's bidirectional pipeline; for MoE: the imbalance of the all-to-all's senders
 // (only the busiest receiver is modelled), expert routing that varies by layer or
 // micro-batch, the all-to-all's buffers and the MoE activations in memory, overlap of the
 // all-to-all with computation (DeepEP, 1F1B A2A overlap), the auxiliary losses.

@@ -72,10 +72,18 @@ const CommTask& layer_tp_task(const CommunicationPlan& comm, const ParallelLayou
                        !forward && (u.recomputed || u.moe_recomputed));
 }
 
-// Their time alone, TP under tp_comm_overlap only its exposed last chunk.
+// Their time alone, TP under tp_comm_overlap only its exposed last chunk; with Ulysses' context
+// parallelism also the all-to-alls around each attention core of the pass (a zero-bubble
+// schedule's B: its input-gradient segments).
 Time in_line_communication(const CommunicationPlan& comm, const ParallelLayout& layout, int s, const Unit& u,
                            bool forward) {
   Time t;
+  if (layout.cp > 1 && layout.cp_comm == ContextParallelComm::kUlysses) {
+    const size_t i = static_cast<size_t>(s);
+    for (const Segment& seg : forward ? u.forward_segments : u.input_gradient_segments) {
+      if (seg.attention != AttentionPass::kNone) t += comm.cp_scatter_heads[i].time + comm.cp_gather_heads[i].time;
+    }
+  }
   if (u.moe_layer && layout.ep > 1 && !layout.moe_a2a_overlap) t += ep_task(comm, s, u, forward).time;
   if ((u.embedding || u.output_layer) && layout.tp > 1) t += end_tp_task(comm, s, u, forward).time;
   if (u.transformer_layer) {

@@ -399,7 +399,6 @@ void append_mtp_modules(std::vector<Unit>& list, const ModelConfig& model, const
   }
 }
 
-// ZB-H1's order follows each stage's pass times (its compute; communication left out).
 }  // namespace
 
 StagePlan plan_stages(const ModelConfig& model, const ParallelLayout& layout, const ComputeModel& cm,

@@ -180,8 +180,8 @@ std::vector<ModelOperator> timed_layer_operators(const ModelConfig& model, const
 StagePlan plan_stages(const ModelConfig& model, const ParallelLayout& layout, const ComputeModel& cm,
                       const IterationOptions& options);
 
-/// One micro-batch's forward, input-gradient and weight-gradient kernel times per virtual stage
-/// (the whole backward as B when the schedule does not split it): what zero-bubble orders follow.
+/// One micro-batch's forward, input-gradient (B: the backward less the weight gradients) and
+/// weight-gradient (W) kernel times per virtual stage: what zero-bubble orders follow.
 std::vector<StagePassTimes> compute_pass_times(const std::vector<std::vector<Unit>>& units);
 
 /// The layout's schedule, its zero-bubble orders made with `vs_times` (one per virtual stage).

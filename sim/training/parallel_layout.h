@@ -266,8 +266,8 @@ struct ParallelLayout {
     return ep > 1 && recompute != Recomputation::kFull && combinable;
   }
   std::string rank_order = "tp-cp-ep-dp-pp";  ///< innermost first
-  /// Layers of each virtual stage, pp·v entries in model order (virtual stage c·pp + s is chunk
-  /// c of stage s); empty: layers / (pp·v) each.
+  /// Layers of each virtual stage, pp·v entries in model order (virtual_stage(s, c) is chunk c
+  /// of stage s); empty: layers / (pp·v) each.
   std::vector<int> stage_layers;
   /// Megatron's decoder_first/last_pipeline_num_layers: the first (last) pipeline stage's
   /// transformer layers, the middle stages sharing the rest; −1: not given.

@@ -218,6 +218,15 @@ std::vector<std::vector<PipelineOp>> list_schedule_by_turns(int p, State& zb, Ti
       free_at[i] = now + acted->first;
       if (zb.work_left(i)) by_turn.emplace(free_at[i], false, s);
       finishes.insert(free_at[i]);
+      if (acted->first == Time::zero()) {
+        // It ended at once: the stages waiting at this instant may now have something to do.
+        for (size_t j = 0; j < stages; ++j) {
+          if (!waiting[j] || free_at[j] != now) continue;
+          by_turn.erase({now, true, static_cast<int>(j)});
+          by_turn.emplace(now, false, static_cast<int>(j));
+          waiting[j] = false;
+        }
+      }
       continue;
     }
     // Nothing can start: wait for the next pass to end anywhere, or another stage to move

@@ -13,7 +13,7 @@ namespace parallax {
 struct ParallelLayout;
 
 struct PipelineSplit {
-  std::vector<int> layers;  ///< per virtual stage (c·pp + s is chunk c of stage s), pp·vpp entries
+  std::vector<int> layers;  ///< per virtual stage in model order (ParallelLayout::virtual_stage places them), pp·vpp entries
   std::string rule;         ///< "even", "given", "first/last", "embedding and loss counted", "automatic"
   std::string field;        ///< when it cannot be split: the layout field at fault
   std::string problem;      ///< and why; empty when split

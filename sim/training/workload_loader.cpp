@@ -412,7 +412,12 @@ void apply_overrides(const WorkloadOverrides& a, ParallelLayout& l, bool& dp_giv
   if (a.micro_batch) l.micro_batch = *a.micro_batch;
   if (a.global_batch) l.global_batch = *a.global_batch;
   if (a.sequence) l.sequence_length = *a.sequence;
-  if (!a.schedule.empty()) l.schedule = schedule_from(a.schedule, "", "--schedule");
+  if (!a.schedule.empty()) {
+    const bool was_v = v_shaped(l.schedule);
+    l.schedule = schedule_from(a.schedule, "", "--schedule");
+    // A V's two chunks go with it (unless --vpp says otherwise).
+    if (was_v && !v_shaped(l.schedule) && !a.vpp) l.virtual_stages = 1;
+  }
   if (!a.recompute.empty()) l.recompute = recompute_from(a.recompute, "", "--recompute");
   if (a.recompute_layers) l.recompute_layers = *a.recompute_layers;
   if (!a.dtype.empty()) l.dtype = dtype_from(a.dtype, "", "--dtype");

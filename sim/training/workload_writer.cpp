@@ -12,7 +12,7 @@ nlohmann::ordered_json parallel_block(const ParallelLayout& l) {
   p["tp"] = l.tp;
   p["pp"] = l.pp;
   p["dp"] = l.dp;
-  if (l.virtual_stages > 1) p["vpp"] = l.virtual_stages;
+  if (l.virtual_stages > 1 && !v_shaped(l.schedule)) p["vpp"] = l.virtual_stages;  // a V's 2 are implied
   if (l.microbatch_group > 0) p["microbatch_group"] = l.microbatch_group;
   if (l.cp > 1) {
     p["cp"] = l.cp;
