@@ -1210,6 +1210,36 @@ TEST(IterationBubble, ZeroBubbleVRunsTheModelDownTheStagesAndBack) {
   EXPECT_LT(v_free.iteration_time, h1_free.iteration_time);
 }
 
+// The timeline tags every task of a pass with it: on each stage's compute stream the passes
+// follow one another in the schedule's order (1F1B, ZB-H1's F/B/W, ZB-V's chunks).
+TEST(IterationTimeline, EachStagesComputeRunsItsPassesInTheSchedulesOrder) {
+  const Topology topo = toy_cluster(4);
+  IterationOptions options = test::kernels_only();
+  options.keep_timeline = true;
+  for (PipelineScheduleKind kind :
+       {PipelineScheduleKind::kOneFOneB, PipelineScheduleKind::kZeroBubbleH1, PipelineScheduleKind::kZeroBubbleV}) {
+    SCOPED_TRACE(to_string(kind));
+    ParallelLayout l = layout(1, 1, 4, 8);
+    l.schedule = kind;
+    l.virtual_stages = v_shaped(kind) ? 2 : 1;
+    const IterationResult r = simulate_iteration(tiny(8), l, topo, options);
+    // (The zero-bubble orders follow the simulated pass times: only their lengths compare.)
+    const PipelineSchedule s = make_pipeline_schedule(kind, 4, 8, l.virtual_stages);
+    for (int stage = 0; stage < 4; ++stage) {
+      std::vector<PipelineOp> seen;
+      for (const TimelineSpan& span : r.timeline) {
+        if (span.rank != stage || span.stream != "compute" || !span.pass) continue;
+        if (seen.empty() || !(seen.back() == *span.pass)) seen.push_back(*span.pass);
+      }
+      // Every pass once, as many as the schedule lists; for 1F1B exactly its order.
+      EXPECT_EQ(seen.size(), s.per_stage[static_cast<size_t>(stage)].size()) << stage;
+      if (kind == PipelineScheduleKind::kOneFOneB) {
+        EXPECT_EQ(seen, s.per_stage[static_cast<size_t>(stage)]) << stage;
+      }
+    }
+  }
+}
+
 TEST(IterationTime, IsDeterministic) {
   const Topology topo = toy_cluster(4);
   ParallelLayout l = layout(2, 1, 2, 8);

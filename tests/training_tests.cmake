@@ -191,10 +191,11 @@ add_test(NAME example.validate.fit_without_throughput
          COMMAND bash -c "\"$0\" validate \"$1\" --fit-sustained-fraction 2>&1 >/dev/null | grep -q 'out-of-memory-only-runs.json: --fit-sustained-fraction needs a row with a published throughput' && test \"\${PIPESTATUS[0]}\" = 2"
                  $<TARGET_FILE:parallax> ${PROJECT_SOURCE_DIR}/tests/data/training/out-of-memory-only-runs.json)
 
-# The trace opens in Perfetto: one process per pipeline stage, compute and communication threads;
+# The trace opens in Perfetto: one process per pipeline stage, compute and communication threads
+# (a pass's kernels named by it, F0, B0, ...);
 # co-simulated, a process of the busiest links, with an arrow from each task to the links it crossed.
 add_test(NAME example.train.trace
-         COMMAND bash -c "\"$0\" train \"$1\" --trace \"$2\" > /dev/null && python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); ev=d[\"traceEvents\"]; x=[e for e in ev if e[\"ph\"]==\"X\" and e[\"cat\"]!=\"link\"]; assert {e[\"pid\"] for e in x}=={0,1,2,3}; s=[e for e in ev if e[\"ph\"]==\"s\"]; f=[e for e in ev if e[\"ph\"]==\"f\"]; assert s and sorted(e[\"id\"] for e in s)==sorted(e[\"id\"] for e in f); assert {e[\"pid\"] for e in f}=={4}; assert {\"compute\",\"tp\",\"pp\",\"dp\"} <= {e[\"name\"] for e in x}; assert all(e[\"dur\"]>0 for e in x); c=[e for e in ev if e[\"ph\"]==\"C\"]; assert {e[\"name\"].split()[0] for e in c}=={\"nvlink\",\"pcie\",\"network\"}, sorted({e[\"name\"] for e in c})' \"$2\""
+         COMMAND bash -c "\"$0\" train \"$1\" --trace \"$2\" > /dev/null && python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); ev=d[\"traceEvents\"]; x=[e for e in ev if e[\"ph\"]==\"X\" and e[\"cat\"]!=\"link\"]; assert {e[\"pid\"] for e in x}=={0,1,2,3}; s=[e for e in ev if e[\"ph\"]==\"s\"]; f=[e for e in ev if e[\"ph\"]==\"f\"]; assert s and sorted(e[\"id\"] for e in s)==sorted(e[\"id\"] for e in f); assert {e[\"pid\"] for e in f}=={4}; assert {\"F0\",\"B0\",\"tp\",\"pp\",\"dp\"} <= {e[\"name\"] for e in x}; assert all(e[\"args\"][\"pass\"]==e[\"name\"] for e in x if e[\"name\"][0] in \"FBW\"); assert all(e[\"dur\"]>0 for e in x); c=[e for e in ev if e[\"ph\"]==\"C\"]; assert {e[\"name\"].split()[0] for e in c}=={\"nvlink\",\"pcie\",\"network\"}, sorted({e[\"name\"] for e in c})' \"$2\""
                  $<TARGET_FILE:parallax> ${PROJECT_SOURCE_DIR}/workloads/train/llama3-70b-64xdgx-h100.json ${train_scratch}/trace.json)
 
 # ---- context parallelism through the CLI ---------------------------------------------------------

@@ -301,8 +301,8 @@ IterationResult simulate_iteration(const ModelConfig& model, const ParallelLayou
       const StreamTask& task = graph.task(id);
       const Stream& stream = graph.stream(task.stream);
       if (timings[id].finish > timings[id].start) {
-        result.timeline.push_back(
-            TimelineSpan{stream.rank, stream.name, task.kind, timings[id].start, timings[id].finish, id});
+        result.timeline.push_back(TimelineSpan{stream.rank, stream.name, task.kind, timings[id].start, timings[id].finish, id,
+                                               built.pass_of.empty() ? std::nullopt : built.pass_of[id]});
       }
     }
   }

@@ -149,6 +149,7 @@
 #include "topology/topology.h"
 #include "model/model_config.h"
 #include "training/parallel_layout.h"
+#include "training/pipeline_schedule.h"
 #include "training/stream_graph.h"
 #include "training/stream_graph_memo.h"
 
@@ -233,6 +234,9 @@ struct TimelineSpan {
   Time start;
   Time finish;
   size_t task = 0;     ///< its id in the iteration's stream graph (LinkUse names it)
+  /// The pipeline pass it belongs to (forward, input or weight gradient, micro-batch, chunk);
+  /// none for what runs outside the passes (parameter prefetch, optimizer step, barrier).
+  std::optional<PipelineOp> pass;
 };
 
 /// Bytes one GPU sends and collectives it joins, per iteration, for one kind of communication.

@@ -127,6 +127,7 @@ class IterationGraphBuilder {
     std::vector<const Unit*> offloaded;
   };
   void add_pass(int s, const PipelineOp& op);
+  void tag_pass(size_t from, const PipelineOp& op);
   void add_pass_pair(int s, const PipelineOp& first, const PipelineOp& second);
   bool pairs_with(int s, const PipelineOp& first, const PipelineOp& second) const;
   PassBuild begin_pass(int s, const PipelineOp& op);
@@ -425,9 +426,18 @@ WorkIdList IterationGraphBuilder::add_layer_communication(int s, const Unit& u, 
 // One pass of the schedule on stage s: each unit's ZeRO-3 gather, kernels and communication in
 // the pass's order, the gradient reductions it starts, and its PP send.
 void IterationGraphBuilder::add_pass(int s, const PipelineOp& op) {
+  const size_t from = graph_.size();
   PassBuild pass = begin_pass(s, op);
   for (size_t step = 0; step < pass.list->size(); ++step) add_unit(pass, step);
   finish_pass(pass);
+  tag_pass(from, op);
+}
+
+// For the timeline: the tasks added since `from` belong to pass `op`.
+void IterationGraphBuilder::tag_pass(size_t from, const PipelineOp& op) {
+  if (!options_.keep_timeline) return;
+  built_.pass_of.resize(graph_.size());
+  for (size_t id = from; id < graph_.size(); ++id) built_.pass_of[id] = op;
 }
 
 // moe_a2a_overlap (Megatron's combined 1F1B): two adjacent passes of a stage, a forward and a
@@ -439,11 +449,18 @@ void IterationGraphBuilder::add_pass_pair(int s, const PipelineOp& first, const 
   PassBuild b = begin_pass(s, second);
   a.overlapped = b.overlapped = true;
   for (size_t step = 0; step < std::max(a.list->size(), b.list->size()); ++step) {
-    if (step < a.list->size()) add_unit(a, step);
-    if (step < b.list->size()) add_unit(b, step);
+    for (PassBuild* pass : {&a, &b}) {
+      if (step >= pass->list->size()) continue;
+      const size_t from = graph_.size();
+      add_unit(*pass, step);
+      tag_pass(from, pass->op);
+    }
   }
-  finish_pass(a);
-  finish_pass(b);
+  for (PassBuild* pass : {&a, &b}) {
+    const size_t from = graph_.size();
+    finish_pass(*pass);
+    tag_pass(from, pass->op);
+  }
 }
 
 // Whether `second`, right after `first` on stage s, runs with it as one (add_pass_pair): a
@@ -653,6 +670,7 @@ IterationGraph IterationGraphBuilder::build() {
     }
   }
   add_optimizer_steps();
+  if (options_.keep_timeline) built_.pass_of.resize(graph_.size());
   built_.across_nodes.resize(graph_.size(), false);
   built_.bottleneck.assign(graph_.size(), -1);
   for (WorkId id = 0; id < graph_.size() && cosim_; ++id) {

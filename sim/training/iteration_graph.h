@@ -24,6 +24,8 @@ struct IterationGraph {
   std::vector<int64_t> bottleneck;      ///< per task, co-simulated: its bottleneck link, or −1
   std::vector<WorkId> backward_ends;    ///< the last task of every backward pass
   std::vector<StageResult> stages;      ///< per stage: communication volumes, FLOPs, parameters
+  /// With IterationOptions::keep_timeline, per task: the pipeline pass it belongs to, if any.
+  std::vector<std::optional<PipelineOp>> pass_of;
 };
 
 /// One micro-batch's passes per virtual stage as each stage's compute stream sees them: the

@@ -14,8 +14,10 @@ namespace {
 
 using TraceThreads = std::map<std::pair<int, std::string>, int>;  // (rank, stream) -> tid
 
-// The stages' processes, their streams' threads and every task as a slice; the thread ids.
-TraceThreads stage_events(const IterationResult& r, nlohmann::ordered_json& events) {
+// The stages' processes, their streams' threads and every task as a slice, a pass's kernels
+// named by it ("F3", "B3", "W3"; with chunks "F3.1": micro-batch 3, chunk 1) as the schedule
+// papers draw them and every task of a pass carrying it; the thread ids.
+TraceThreads stage_events(const IterationResult& r, bool chunked, nlohmann::ordered_json& events) {
   TraceThreads threads;
   for (const TimelineSpan& span : r.timeline) {
     auto key = std::make_pair(span.rank, span.stream);
@@ -29,9 +31,16 @@ TraceThreads stage_events(const IterationResult& r, nlohmann::ordered_json& even
                       {"args", {{"name", format_text("pipeline stage %zu (%d layers)", s, r.stages[s].layers)}}}});
   }
   for (const TimelineSpan& span : r.timeline) {
-    events.push_back({{"ph", "X"}, {"name", to_string(span.kind)}, {"cat", span.stream}, {"pid", span.rank},
-                      {"tid", threads.at(std::make_pair(span.rank, span.stream))}, {"ts", span.start.seconds() * 1e6},
-                      {"dur", (span.finish - span.start).seconds() * 1e6}});
+    const std::string pass = span.pass ? to_string(*span.pass, chunked) : "";
+    nlohmann::ordered_json slice{{"ph", "X"},
+                                 {"name", span.pass && span.kind == WorkKind::kCompute ? pass : to_string(span.kind)},
+                                 {"cat", span.stream},
+                                 {"pid", span.rank},
+                                 {"tid", threads.at(std::make_pair(span.rank, span.stream))},
+                                 {"ts", span.start.seconds() * 1e6},
+                                 {"dur", (span.finish - span.start).seconds() * 1e6}};
+    if (span.pass) slice["args"] = {{"pass", pass}};
+    events.push_back(std::move(slice));
   }
   return threads;
 }
@@ -255,7 +264,7 @@ nlohmann::ordered_json iteration_json(const TrainingWorkload& job, const Iterati
 // stage, one thread per stream; the gaps on the compute thread are the pipeline bubbles.
 std::string iteration_trace_json(const TrainingWorkload& job, const IterationResult& r) {
   nlohmann::ordered_json events = nlohmann::ordered_json::array();
-  const TraceThreads threads = stage_events(r, events);
+  const TraceThreads threads = stage_events(r, job.layout.virtual_stages > 1, events);
   link_events(r, threads, events);
   nlohmann::ordered_json doc;
   doc["displayTimeUnit"] = "ms";
