@@ -191,6 +191,13 @@ add_test(NAME example.validate.fit_without_throughput
          COMMAND bash -c "\"$0\" validate \"$1\" --fit-sustained-fraction 2>&1 >/dev/null | grep -q 'out-of-memory-only-runs.json: --fit-sustained-fraction needs a row with a published throughput' && test \"\${PIPESTATUS[0]}\" = 2"
                  $<TARGET_FILE:parallax> ${PROJECT_SOURCE_DIR}/tests/data/training/out-of-memory-only-runs.json)
 
+# --plot: each stage's time and memory as stacked bars; every stage's time columns add up to the
+# same iteration time.
+add_test(NAME example.train.plot
+         COMMAND bash -c "set -e; \"$0\" train \"$1\" --network analytical --plot \"$2\" > /dev/null; test -s \"$2/train.png\"; test $(awk '!/^#/ { t = 0; for (i = 2; i <= 10; i++) t += $i; printf \"%.3f\\n\", t }' \"$2/train.dat\" | sort -u | wc -l) = 1; test $(grep -vc '^#' \"$2/train.dat\") = 4"
+                 $<TARGET_FILE:parallax> ${PROJECT_SOURCE_DIR}/workloads/train/llama3-70b-64xdgx-h100.json ${train_scratch}/plot)
+set_tests_properties(example.train.plot PROPERTIES LABELS long)
+
 # The trace opens in Perfetto: one process per pipeline stage, compute and communication threads
 # (a pass's kernels named by it, F0, B0, ...);
 # co-simulated, a process of the busiest links, with an arrow from each task to the links it crossed.

@@ -27,6 +27,7 @@
 #include "model/model_loader.h"
 #include "model/parameter_count.h"
 #include "training/explain.h"
+#include "training/iteration_plot.h"
 #include "training/iteration_report.h"
 #include "training/operator_breakdown.h"
 #include "training/workload_loader.h"
@@ -49,6 +50,7 @@ struct TrainArgs {
   std::string network = "flow";
   std::string json;
   std::string trace;
+  std::string plot_dir;
   std::string gemm_table;
   std::optional<double> sustained_fraction, moe_capacity_factor, moe_expert_skew;
   std::string measured_step;  // a time string: fit σ to it
@@ -301,7 +303,18 @@ void print_critical_path_and_links(const Job& job, const IterationResult& r) {
               gemm_model_description(job).c_str(), job.compute.sustained_fraction);
 }
 
+// --plot: each stage's time and memory as stacked bars (iteration_plot.h).
+void plot_iteration(const std::string& dir, const Job& job, const IterationResult& r) {
+  std::filesystem::create_directories(dir);
+  write_file_atomically(dir + "/train.dat", iteration_breakdown_data(r));
+  const std::string title = job.model.name + " on " + std::to_string(job.topology.gpu_count()) + " GPUs\\n" +
+                            layout_description(job.layout);
+  cli::run_gnuplot(dir + "/train.gp", iteration_breakdown_script(r, dir + "/train.dat", dir + "/train.png", title));
+  std::printf("# plot: %s/train.png\n", dir.c_str());
+}
+
 void run_train(const TrainArgs& a) {
+  if (!a.plot_dir.empty()) cli::require_gnuplot();
   Job job = read_job(a);
   IterationOptions options;
   // flow: the co-simulation, every collective as flows on one shared network (the closed forms
@@ -340,6 +353,7 @@ void run_train(const TrainArgs& a) {
     write_file_atomically(a.json, j.dump(2) + "\n");
   }
   if (!a.trace.empty()) write_file_atomically(a.trace, iteration_trace_json(job, r));
+  if (!a.plot_dir.empty()) plot_iteration(a.plot_dir, job, r);
 }
 
 }  // namespace
@@ -441,6 +455,9 @@ void add_train_command(CLI::App& app) {
   cmd->add_option("--json", args->json, "write the full result as JSON");
   cmd->add_option("--trace", args->trace, "write a Chrome/Perfetto trace: one process per pipeline stage, one thread per stream; co-simulated, "
                   "the busiest links with their load and an arrow from each task to the links it crossed");
+  cmd->add_option("--plot", args->plot_dir,
+                  "write train.png (gnuplot) into this directory: each pipeline stage's iteration time (compute, exposed "
+                  "communication by kind, bubble) and memory per GPU as stacked bars");
   cmd->add_option("--gemm-table", args->gemm_table,
                   "GEMM rates measured by the calibration harness (its JSON-lines file), and the attention kernels' where "
                   "the file has them (calibrate/scripts/attention-bench.py), instead of the closed forms");
