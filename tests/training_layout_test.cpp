@@ -231,6 +231,11 @@ TEST(LayoutValidation, TheVsChunksComeAndGoWithItsSchedule) {
   EXPECT_EQ(h1.virtual_stages, 1);
   const ParallelLayout interleaved = load("interleaved_1f1b", 4);
   EXPECT_EQ(interleaved.virtual_stages, 4);
+  // From an interleaved file's vpp 4 to a V: its two chunks.
+  std::ofstream(path) << R"({"model": "llama3-8b", "topology": {"preset": "dgx-h100", "nodes": 2},
+    "parallel": {"tp": 4, "pp": 2, "global_batch": 64, "schedule": "interleaved_1f1b", "vpp": 4}})";
+  EXPECT_EQ(load("zb_v").virtual_stages, 2);
+  EXPECT_EQ(load("").virtual_stages, 4);
 }
 
 TEST(LayoutValidation, ExpertParallelRules) {

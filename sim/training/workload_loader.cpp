@@ -415,8 +415,8 @@ void apply_overrides(const WorkloadOverrides& a, ParallelLayout& l, bool& dp_giv
   if (!a.schedule.empty()) {
     const bool was_v = v_shaped(l.schedule);
     l.schedule = schedule_from(a.schedule, "", "--schedule");
-    // A V's two chunks go with it (unless --vpp says otherwise).
-    if (was_v && !v_shaped(l.schedule) && !a.vpp) l.virtual_stages = 1;
+    // A V's two chunks come and go with it (unless --vpp says otherwise).
+    if (!a.vpp && was_v != v_shaped(l.schedule)) l.virtual_stages = v_shaped(l.schedule) ? 2 : 1;
   }
   if (!a.recompute.empty()) l.recompute = recompute_from(a.recompute, "", "--recompute");
   if (a.recompute_layers) l.recompute_layers = *a.recompute_layers;
