@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <sstream>
 
 #include "collectives/collective_simulator.h"
 #include "compute/compute_model.h"
@@ -17,6 +18,7 @@
 #include "model/parameter_count.h"
 #include "training/iteration_units.h"
 #include "training/optimizer_cost.h"
+#include "training/iteration_plot.h"
 #include "training_test_support.h"
 
 namespace parallax {
@@ -1238,6 +1240,39 @@ TEST(IterationTimeline, EachStagesComputeRunsItsPassesInTheSchedulesOrder) {
       }
     }
   }
+}
+
+// train --plot's data: a line per stage whose nine time columns add up to the iteration time and
+// whose memory columns are the stage's breakdown; the script's title keeps a name's quotes and
+// backslashes from ending gnuplot's string.
+TEST(IterationPlot, EachStagesColumnsAddUpAndTheTitleIsEscaped) {
+  const Topology topo = toy_cluster(4);
+  const IterationResult r = simulate_iteration(tiny(8), layout(1, 1, 4, 8), topo, test::kernels_only());
+  std::istringstream data(iteration_breakdown_data(r));
+  std::string line;
+  std::getline(data, line);  // the header
+  int stages = 0;
+  while (std::getline(data, line)) {
+    std::istringstream row(line);
+    int stage = -1;
+    row >> stage;
+    double sum = 0, v = 0;
+    for (int c = 0; c < 9; ++c) {
+      row >> v;
+      sum += v;
+    }
+    EXPECT_NEAR(sum, r.iteration_time.seconds(), 1e-5) << line;
+    double gib = 0;
+    for (int c = 0; c < 5; ++c) {
+      row >> v;
+      gib += v;
+    }
+    EXPECT_NEAR(gib, r.stages[static_cast<size_t>(stage)].memory.total().value() / (1024.0 * 1024 * 1024), 1e-3);
+    ++stages;
+  }
+  EXPECT_EQ(stages, 4);
+  const std::string script = iteration_breakdown_script(r, "d.dat", "p.png", {"a \"quoted\" name\\", "layout"});
+  EXPECT_NE(script.find("title \"a \\\"quoted\\\" name\\\\\\nlayout\""), std::string::npos) << script;
 }
 
 TEST(IterationTime, IsDeterministic) {

@@ -236,6 +236,15 @@ TEST(LayoutValidation, TheVsChunksComeAndGoWithItsSchedule) {
     "parallel": {"tp": 4, "pp": 2, "global_batch": 64, "schedule": "interleaved_1f1b", "vpp": 4}})";
   EXPECT_EQ(load("zb_v").virtual_stages, 2);
   EXPECT_EQ(load("").virtual_stages, 4);
+  // ... and to ZB-H1 one chunk: not interleaved again behind the command line's back.
+  EXPECT_EQ(load("zb_h1").schedule, PipelineScheduleKind::kZeroBubbleH1);
+  EXPECT_EQ(load("zb_h1").virtual_stages, 1);
+  // A V's two chunks carry over to interleaving.
+  std::ofstream(path) << R"({"model": "llama3-8b", "topology": {"preset": "dgx-h100", "nodes": 2},
+    "parallel": {"tp": 4, "pp": 2, "global_batch": 64, "schedule": "zb_v"}})";
+  EXPECT_EQ(load("interleaved_1f1b").virtual_stages, 2);
+  // --vpp 1 with a V is refused, not turned back into 2.
+  EXPECT_THROW(load("", 1), InputError);
 }
 
 TEST(LayoutValidation, ExpertParallelRules) {

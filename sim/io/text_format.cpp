@@ -21,4 +21,13 @@ std::string format_text(const char* fmt, ...) {
   return out;
 }
 
+std::string gnuplot_text(const std::string& text) {
+  std::string out;
+  for (const char c : text) {
+    if (c == '"' || c == '\\') out += '\\';
+    out += c;
+  }
+  return out;
+}
+
 }  // namespace parallax

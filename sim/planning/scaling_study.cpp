@@ -201,7 +201,7 @@ std::string scaling_data(const ScalingStudy& study) {
 std::string scaling_script(const ScalingStudy& study, const std::string& data_file, const std::string& png,
                            const std::string& title) {
   std::string s = "set terminal pngcairo noenhanced size 900,560\nset output '" + png + "'\n";
-  s += "set title \"" + title + "\"\nset logscale x 2\nset xlabel 'GPUs'\nset ylabel 'tokens/s per GPU'\n";
+  s += "set title \"" + gnuplot_text(title) + "\"\nset logscale x 2\nset xlabel 'GPUs'\nset ylabel 'tokens/s per GPU'\n";
   s += "set key outside right\nset grid\nset datafile missing 'NaN'\n";
   if (!study.measured_column.empty()) s += "set offsets 0, 0, graph 0.1, graph 0.05\n";  // room for the error labels
   s += "plot ";

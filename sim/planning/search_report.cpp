@@ -136,7 +136,7 @@ std::string pareto_data(const SearchOutcome& o) {
 
 std::string pareto_script(const std::string& data_file, const std::string& png, const std::string& title) {
   std::string s = "set terminal pngcairo noenhanced size 900,600\nset output '" + png + "'\n";
-  s += "set title \"" + title + "\"\nset xlabel 'peak memory per GPU (GiB)'\nset ylabel 'tokens/s per GPU'\n";
+  s += "set title \"" + gnuplot_text(title) + "\"\nset xlabel 'peak memory per GPU (GiB)'\nset ylabel 'tokens/s per GPU'\n";
   s += "set key top left\nset grid\n";
   s += "plot '" + data_file + "' index 0 using 1:2 with points pt 7 ps 0.6 lc rgb '#8080a0' title 'simulated layouts', \\\n";
   s += "     '' index 1 using 1:2 with linespoints pt 7 lw 2 lc rgb '#d04020' title 'Pareto front'\n";

@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <vector>
 
+#include "io/text_format.h"
 #include "serving/fleet_report.h"
 
 namespace parallax {
@@ -75,7 +76,7 @@ std::string autoscale_gnuplot(const FleetConfig& config, const FleetResult& resu
   if (slo) out += "set multiplot layout 2,1\nset lmargin 10\nset rmargin 12\n";
   char range[64];
   std::snprintf(range, sizeof range, "set xrange [0:%.4f]\n", std::max(result.duration.seconds() / 60, 1e-3));
-  out += std::string(range) + "set title \"" + config.model.name +
+  out += std::string(range) + "set title \"" + gnuplot_text(config.model.name) +
          ": autoscaled instances and arrivals\"\nset grid\nset key right top opaque box\nset xlabel 'time (minutes)'\nset ylabel 'instances'\nset yrange [0:*]\nset ytics nomirror\n"
          "set y2label 'arrivals (requests/s)'\nset y2range [0:*]\nset y2tics\n" + plot;
   if (slo) {

@@ -9,6 +9,7 @@
 #include <stdexcept>
 #include <tuple>
 
+#include "io/text_format.h"
 #include "engine/parallel_for.h"
 #include "serving/fleet_sweep.h"
 #include "serving/step_model.h"
@@ -454,7 +455,7 @@ std::string shape_data(const ShapeSearch& s) {
 std::string shape_gnuplot(const std::string& data_file, const std::string& png, bool by_capacity,
                           const std::string& title) {
   const std::string y = by_capacity ? "capacity at the SLO (requests/s)" : "requests/s at the fleet's rate";
-  return "set terminal pngcairo size 1000,650 noenhanced\nset output '" + png + "'\nset title \"" + title +
+  return "set terminal pngcairo size 1000,650 noenhanced\nset output '" + png + "'\nset title \"" + gnuplot_text(title) +
          "\"\nset xlabel 'TPOT p99 (ms)'\nset ylabel '" + y + "'\nset grid\nset key off\nset offsets 0.05, 0.2, 0.05, 0.05\n" +
          "plot '" + data_file + "' using 2:1 with points pt 7 ps 1.2 lc rgb '#d04020', '' using 2:1:4 with labels offset 0,1 font ',8'\n";
 }

@@ -7,6 +7,8 @@
 #include <sstream>
 #include <stdexcept>
 
+#include "io/text_format.h"
+
 namespace parallax {
 namespace {
 
@@ -159,7 +161,7 @@ std::string sweep_data(const std::vector<RatePoint>& points) {
 }
 
 std::string sweep_gnuplot(const std::string& data_file, const std::string& png, const std::string& title) {
-  return "set terminal pngcairo size 1000,650 noenhanced\nset output '" + png + "'\nset title \"" + title +
+  return "set terminal pngcairo size 1000,650 noenhanced\nset output '" + png + "'\nset title \"" + gnuplot_text(title) +
          "\"\nset xlabel 'offered load (requests/s)'\nset logscale x 2\nset grid\nset key left top\n"
          "set ylabel 'SLO attainment'\nset yrange [0:1.05]\nset y2label 'p99 latency (s)'\nset y2tics\n"
          "set logscale y2\nplot '" + data_file + "' using 1:2 with linespoints lw 2 title 'SLO attainment', '" +

@@ -235,7 +235,8 @@ struct TimelineSpan {
   Time finish;
   size_t task = 0;     ///< its id in the iteration's stream graph (LinkUse names it)
   /// The pipeline pass it belongs to (forward, input or weight gradient, micro-batch, chunk);
-  /// none for what runs outside the passes (parameter prefetch, optimizer step, barrier).
+  /// none for what runs outside the passes (ZeRO-1/2 parameter prefetch and gathers, optimizer
+  /// step, barrier). A ZeRO-3 gather belongs to the pass whose layer it gathers.
   std::optional<PipelineOp> pass;
 };
 

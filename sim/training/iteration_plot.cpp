@@ -4,6 +4,8 @@
 #include <algorithm>
 #include <cstdio>
 
+#include "io/text_format.h"
+
 namespace parallax {
 namespace {
 
@@ -35,7 +37,7 @@ std::string iteration_breakdown_data(const IterationResult& r) {
 }
 
 std::string iteration_breakdown_script(const IterationResult& r, const std::string& data_file, const std::string& png,
-                                       const std::string& title) {
+                                       const std::vector<std::string>& title) {
   // Columns: 1 stage, 2 compute, 3–8 the exposed kinds, 9 bubble, 10 idle, 11–15 memory.
   const char* time_titles[] = {"compute", "TP", "CP", "EP", "PP", "DP", "offload", "bubble", "idle"};
   const char* time_colours[] = {"#4C72B0", "#DD8452", "#8172B3", "#C44E52", "#937860", "#55A868", "#DA8BC3",
@@ -46,7 +48,9 @@ std::string iteration_breakdown_script(const IterationResult& r, const std::stri
   const int width = 1100 + 2 * static_cast<int>(std::min<size_t>(stages, 64) * 12);
   std::string out = "set terminal pngcairo size " + std::to_string(width) + ",600 noenhanced font ',10'\nset output '" +
                     png + "'\n";
-  out += "set multiplot layout 1,2 title \"" + title + "\"\n";
+  std::string lines;
+  for (const std::string& line : title) lines += (lines.empty() ? "" : "\\n") + gnuplot_text(line);
+  out += "set multiplot layout 1,2 title \"" + lines + "\"\n";
   out += "set style data histograms\nset style histogram rowstacked\nset style fill solid 0.9 border -1\n"
          "set boxwidth 0.75\nset grid ytics\nset key outside bottom center horizontal maxrows 3\n"
          "set xlabel 'pipeline stage'\nset yrange [0:*]\n";

@@ -1,12 +1,13 @@
 // `parallax train --plot`: the data and gnuplot script of one iteration's picture. Left, each
-// pipeline stage's iteration time as a stacked bar of where it went (compute, the exposed
-// communication of each kind, offload copies, the pipeline bubble, idle after its last pass):
-// the bars are all the iteration's length, and the stage with the least bubble and idle is the
-// one that sets it. Right, each stage's memory per GPU as a stacked bar (parameters, gradients,
-// optimizer states, activations, communication buffers) against the GPU's memory.
+// pipeline stage's iteration time as a stacked bar of where it went (RankBreakdown: compute, the
+// exposed communication of each kind, offload copies, the pipeline bubble, idle after the
+// pipeline's last backward): every bar is the iteration's length. Right, each stage's memory
+// per GPU as a stacked bar (parameters, gradients, optimizer states, activations, communication
+// buffers) against the GPU's memory.
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include "training/iteration.h"
 
@@ -16,8 +17,9 @@ namespace parallax {
 /// "params grads optimizer activations buffers" in GiB.
 std::string iteration_breakdown_data(const IterationResult& result);
 
-/// The script drawing `data_file` into `png`, titled `title`; the GPU's memory (GiB) as a line.
+/// The script drawing `data_file` into `png`, titled by the lines of `title`; the GPU's memory
+/// (GiB) as a line.
 std::string iteration_breakdown_script(const IterationResult& result, const std::string& data_file,
-                                       const std::string& png, const std::string& title);
+                                       const std::string& png, const std::vector<std::string>& title);
 
 }  // namespace parallax

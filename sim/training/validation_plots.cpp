@@ -4,18 +4,13 @@
 #include <cstdio>
 #include <map>
 
+#include "io/text_format.h"
+
 namespace parallax {
 namespace {
 
-// A name inside a gnuplot double-quoted string.
-std::string quoted(const std::string& name) {
-  std::string q = "\"";
-  for (char c : name) {
-    if (c == '"' || c == '\\') q += '\\';
-    q += c;
-  }
-  return q + "\"";
-}
+// A name as a gnuplot double-quoted string.
+std::string quoted(const std::string& name) { return "\"" + gnuplot_text(name) + "\""; }
 
 // `key`: where the legend goes, inside the plot where its curves leave room.
 std::string png_header(const std::string& png, const std::string& title, const std::string& key) {

@@ -415,8 +415,13 @@ void apply_overrides(const WorkloadOverrides& a, ParallelLayout& l, bool& dp_giv
   if (!a.schedule.empty()) {
     const bool was_v = v_shaped(l.schedule);
     l.schedule = schedule_from(a.schedule, "", "--schedule");
-    // A V's two chunks come and go with it (unless --vpp says otherwise).
-    if (!a.vpp && was_v != v_shaped(l.schedule)) l.virtual_stages = v_shaped(l.schedule) ? 2 : 1;
+    // The chunks and the micro-batch group follow the schedule unless given with it: a V has two
+    // chunks a stage, interleaving keeps the file's (a V's two; one is refused: give --vpp), the
+    // other schedules have one; only interleaving groups micro-batches.
+    const bool interleaved = l.schedule == PipelineScheduleKind::kInterleavedOneFOneB;
+    if (!a.vpp && !interleaved) l.virtual_stages = v_shaped(l.schedule) ? 2 : 1;
+    if (!a.vpp && interleaved && was_v) l.virtual_stages = 2;
+    if (!a.microbatch_group && !interleaved) l.microbatch_group = 0;
   }
   if (!a.recompute.empty()) l.recompute = recompute_from(a.recompute, "", "--recompute");
   if (a.recompute_layers) l.recompute_layers = *a.recompute_layers;
@@ -505,9 +510,10 @@ TrainingWorkload load_training_workload(const std::string& path, const std::stri
   const int model_parallel = l.tp * l.pp * l.cp;
   // (When tp·pp·cp does not divide the GPUs, validate() names the first field at fault.)
   if (!job.dp_given) l.dp = std::max(1, gpus / model_parallel);
-  if (v_shaped(l.schedule) && l.virtual_stages == 1) {
-    l.virtual_stages = 2;  // a V is two chunks a stage
-  } else if (l.virtual_stages > 1 && l.schedule != PipelineScheduleKind::kInterleavedOneFOneB && !v_shaped(l.schedule)) {
+  if (v_shaped(l.schedule) && l.virtual_stages == 1 && !a.vpp) {
+    l.virtual_stages = 2;  // a V is two chunks a stage (an explicit --vpp 1 is refused instead)
+  } else if (a.schedule.empty() && l.virtual_stages > 1 && l.schedule != PipelineScheduleKind::kInterleavedOneFOneB &&
+             !v_shaped(l.schedule)) {
     l.schedule = PipelineScheduleKind::kInterleavedOneFOneB;  // v chunks otherwise only exist interleaved
   }
   if (a.validate_layout) validate(l, job.model, gpus, path);

@@ -307,8 +307,8 @@ void print_critical_path_and_links(const Job& job, const IterationResult& r) {
 void plot_iteration(const std::string& dir, const Job& job, const IterationResult& r) {
   std::filesystem::create_directories(dir);
   write_file_atomically(dir + "/train.dat", iteration_breakdown_data(r));
-  const std::string title = job.model.name + " on " + std::to_string(job.topology.gpu_count()) + " GPUs\\n" +
-                            layout_description(job.layout);
+  const std::vector<std::string> title{job.model.name + " on " + std::to_string(job.topology.gpu_count()) + " GPUs",
+                                       layout_description(job.layout)};
   cli::run_gnuplot(dir + "/train.gp", iteration_breakdown_script(r, dir + "/train.dat", dir + "/train.png", title));
   std::printf("# plot: %s/train.png\n", dir.c_str());
 }
