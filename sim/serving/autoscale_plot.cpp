@@ -65,9 +65,10 @@ std::string autoscale_gnuplot(const FleetConfig& config, const FleetResult& resu
   for (const PoolStats& pool : result.pools) {
     if (!pool.scaling) continue;
     const std::string index = " index " + std::to_string(block++);
-    plot += (plot.empty() ? "plot '" : ", '") + instances_file + "'" + index + " using 1:2 with steps lw 2 title '" +
-            pool.name + ": serving', '" + instances_file + "'" + index + " using 1:3 with steps dt 2 title '" + pool.name +
-            ": holding GPUs'";
+    const std::string name = gnuplot_text(pool.name);
+    plot += (plot.empty() ? "plot '" : ", '") + instances_file + "'" + index + " using 1:2 with steps lw 2 title \"" +
+            name + ": serving\", '" + instances_file + "'" + index + " using 1:3 with steps dt 2 title \"" + name +
+            ": holding GPUs\"";
   }
   plot += ", '" + arrivals_file + "' using 1:2 axes x1y2 with steps lc rgb '#888888' title 'arrivals (requests/s)'\n";
   const bool slo = config.slo_ttft > Time::zero() || config.slo_tpot > Time::zero();
