@@ -247,6 +247,22 @@ TEST(LayoutValidation, TheVsChunksComeAndGoWithItsSchedule) {
   EXPECT_THROW(load("", 1), InputError);
 }
 
+// Megatron's account_for_embedding/loss_in_pipeline_split from the command line: 30 layers and
+// the two ends over 4 stages, 8 units each, so the ends' stages hold 7 layers.
+TEST(LayoutValidation, TheEndsCountedInTheSplitFromTheCommandLine) {
+  const std::string path = ::testing::TempDir() + "/ends.json";
+  std::ofstream(path) << R"({"model": {"name": "thirty", "layers": 30, "hidden": 1024, "heads": 16, "kv_heads": 16,
+    "ffn": 4096, "vocab": 32000, "max_sequence": 4096}, "topology": {"preset": "dgx-h100", "nodes": 1},
+    "parallel": {"tp": 2, "pp": 4, "global_batch": 64}})";
+  WorkloadOverrides o;
+  o.account_for_embedding = true;
+  o.account_for_loss = true;
+  const ParallelLayout l =
+      load_training_workload(path, test::source_path("workloads/models"), test::source_path("topologies"), o).layout;
+  EXPECT_TRUE(l.account_for_embedding && l.account_for_loss);
+  EXPECT_EQ(split_pipeline_layers(l, 30).layers, (std::vector<int>{7, 8, 8, 7}));
+}
+
 TEST(LayoutValidation, ExpertParallelRules) {
   ModelConfig mixtral = bundled("mixtral-8x7b");  // 8 experts
   ParallelLayout l = llama_layout();

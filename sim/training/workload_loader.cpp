@@ -442,6 +442,8 @@ void apply_overrides(const WorkloadOverrides& a, ParallelLayout& l, bool& dp_giv
   if (a.moe_a2a_overlap) l.moe_a2a_overlap = *a.moe_a2a_overlap;
   if (a.cpu_offloading_layers) l.cpu_offloading_layers = *a.cpu_offloading_layers;
   if (a.grad_reduce_overlap) l.grad_reduce_overlap = *a.grad_reduce_overlap;
+  if (a.account_for_embedding) l.account_for_embedding = *a.account_for_embedding;
+  if (a.account_for_loss) l.account_for_loss = *a.account_for_loss;
   if (a.param_gather_prefetch) l.param_gather_prefetch = *a.param_gather_prefetch;
   if (a.param_gather_per_tensor) l.param_gather_per_tensor = *a.param_gather_per_tensor;
   if (!a.rank_order.empty()) l.rank_order = a.rank_order;

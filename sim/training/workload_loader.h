@@ -42,7 +42,8 @@ struct WorkloadOverrides {
   std::string schedule, recompute, dtype, cp_comm, attention, moe_dispatcher, expert_gemm, cuda_graphs,
       moe_router_load_balancing, optimizer;
   std::optional<bool> sequence_parallel, tp_comm_overlap, grad_reduce_overlap, param_gather_prefetch,
-      param_gather_per_tensor, moe_shared_expert_overlap, moe_a2a_overlap, rope_fusion, moe_router_fusion;
+      param_gather_per_tensor, moe_shared_expert_overlap, moe_a2a_overlap, rope_fusion, moe_router_fusion,
+      account_for_embedding, account_for_loss;
   std::string rank_order;
   /// Megatron's module names, comma-separated ("moe,layernorm"): they replace the workload's.
   std::optional<std::string> recompute_modules;

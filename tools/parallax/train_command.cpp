@@ -56,7 +56,7 @@ struct TrainArgs {
   std::string measured_step;  // a time string: fit σ to it
   std::string sequence_parallel, tp_comm_overlap, grad_reduce_overlap, param_gather_prefetch,
       param_gather_per_tensor, moe_shared_expert_overlap, moe_a2a_overlap, rope_fusion, moe_router_fusion,
-      moe_pad_to_capacity;  // "on" / "off"
+      moe_pad_to_capacity, account_for_embedding, account_for_loss;  // "on" / "off"
   std::string rank_order;
   std::optional<std::string> recompute_modules, module_precision;
   bool explain = false;
@@ -110,6 +110,8 @@ Job read_job(const TrainArgs& a) {
   o.moe_pad_to_capacity = switch_of(a.moe_pad_to_capacity);
   o.moe_expert_skew = a.moe_expert_skew;
   o.grad_reduce_overlap = switch_of(a.grad_reduce_overlap);
+  o.account_for_embedding = switch_of(a.account_for_embedding);
+  o.account_for_loss = switch_of(a.account_for_loss);
   o.param_gather_prefetch = switch_of(a.param_gather_prefetch);
   o.param_gather_per_tensor = switch_of(a.param_gather_per_tensor);
   o.rank_order = a.rank_order;
@@ -430,6 +432,11 @@ void add_train_command(CLI::App& app) {
                                               "(Megatron's --moe-pad-expert-input-to-capacity: fixed shapes the host need not read back)"},
                                    std::tuple{"--grad-reduce-overlap", &args->grad_reduce_overlap,
                                               "gradient buckets reduced during the backward"},
+                                   std::tuple{"--account-for-embedding-in-pipeline-split", &args->account_for_embedding,
+                                              "the embedding counted as a layer of the first virtual stage when the "
+                                              "layers are split (Megatron's flag of that name)"},
+                                   std::tuple{"--account-for-loss-in-pipeline-split", &args->account_for_loss,
+                                              "the output layer and loss counted as a layer of the last virtual stage"},
                                    std::tuple{"--param-gather-prefetch", &args->param_gather_prefetch,
                                               "ZeRO parameter gathers one layer ahead"},
                                    std::tuple{"--param-gather-per-tensor", &args->param_gather_per_tensor,
