@@ -638,5 +638,26 @@ TEST(ZeroBubble, EventDrivenOrdersEqualTheTurnByTurnOnes) {
   }
 }
 
+// ZB-V's orders by events equal its turn-by-turn ones too (both admission rules, the one that
+// ends first kept), on random stage counts, micro-batches and positive pass times per virtual
+// stage, many same-instant ends and weight gradients of no time included.
+TEST(ZeroBubble, EventDrivenVOrdersEqualTheTurnByTurnOnes) {
+  std::mt19937 rng(11);
+  std::uniform_int_distribution<int> ps(1, 3000);
+  for (int trial = 0; trial < 200; ++trial) {
+    const int p = 1 + static_cast<int>(rng() % 10), m = 1 + static_cast<int>(rng() % 30);
+    std::vector<StagePassTimes> times(static_cast<size_t>(2 * p));
+    const bool uniform = trial % 3 == 0;
+    for (StagePassTimes& t : times) {
+      t.forward = Time::ps(uniform ? 10 : ps(rng));
+      t.input_backward = Time::ps(uniform ? 20 : ps(rng));
+      t.weight = Time::ps(uniform ? 10 : ps(rng));
+    }
+    if (trial % 5 == 1) times.front().weight = Time::zero();
+    SCOPED_TRACE("p " + std::to_string(p) + " m " + std::to_string(m));
+    EXPECT_EQ(pipeline_detail::zero_bubble_v(p, m, times, true), pipeline_detail::zero_bubble_v(p, m, times, false));
+  }
+}
+
 }  // namespace
 }  // namespace parallax

@@ -81,6 +81,21 @@ struct ZeroBubbleState {
 
   static bool finished(Time at, Time now) { return at != Time::max() && at <= now; }
   bool work_left(size_t i) const { return w[i] < m; }
+  // What idle stage i waits for, if it is scheduled: the earliest end among them, else never.
+  Time awaited(size_t i) const {
+    Time at = Time::max();
+    if (b[i] < f[i] && static_cast<int>(i) + 1 < p) at = std::min(at, b_done[i + 1][static_cast<size_t>(b[i])]);
+    if (f[i] < m && f[i] - w[i] < limit && i > 0) at = std::min(at, f_done[i - 1][static_cast<size_t>(f[i])]);
+    return at;
+  }
+  // The stage that may wait for the pass stage i has just scheduled: the next one for a
+  // forward, the one before for a backward; -1 for none.
+  int waiter(size_t i) const {
+    const PassKind k = order[i].back().kind;
+    const int s = static_cast<int>(i);
+    if (k == PassKind::kForward) return s + 1 < p ? s + 1 : -1;
+    return k == PassKind::kBackward ? s - 1 : -1;
+  }
 
   // Stage i, free at `now`, starts its next pass if one is ready: how long it takes and what
   // it was; nullopt when none can start.
@@ -127,7 +142,31 @@ struct VShapeState {
         pending_w(static_cast<size_t>(p)), w_run(static_cast<size_t>(p), 0), w1_run(w_run) {}
 
   int vs(int s, int c) const { return c == 0 ? s : 2 * p - 1 - s; }
+  int stage_of(int v) const { return v < p ? v : 2 * p - 1 - v; }
   bool work_left(size_t i) const { return w_run[i] < 2 * m; }
+  // What idle stage i waits for (it has no W pending, or it would run it): the earliest end
+  // among the passes after which a B or an F of its could start, else never.
+  Time awaited(size_t i) const {
+    Time at = Time::max();
+    const int s = static_cast<int>(i);
+    for (int c : {0, 1}) {
+      const int v = vs(s, c), nb = b[i][static_cast<size_t>(c)], nf = f[i][static_cast<size_t>(c)];
+      if (nb < nf && v < 2 * p - 1) at = std::min(at, b_done[static_cast<size_t>(v + 1)][static_cast<size_t>(nb)]);
+      const bool room = held[i] + (c == 0 && !(lenient && f[i][1] > w1_run[i]) ? 2 : 1) <= limit;
+      if (nf < m && (c == 0 || nf < f[i][0]) && room && v > 0) {
+        at = std::min(at, f_done[static_cast<size_t>(v - 1)][static_cast<size_t>(nf)]);
+      }
+    }
+    return at;
+  }
+  // The stage that may wait for the pass stage i has just scheduled: the one holding the next
+  // virtual stage for a forward, the one before for a backward; -1 for none.
+  int waiter(size_t i) const {
+    const PipelineOp& op = order[i].back();
+    const int v = vs(static_cast<int>(i), op.chunk);
+    if (op.kind == PassKind::kForward) return v + 1 < 2 * p ? stage_of(v + 1) : -1;
+    return op.kind == PassKind::kBackward && v > 0 ? stage_of(v - 1) : -1;
+  }
 
   std::optional<std::pair<Time, PassKind>> act(size_t i, Time now) {
     const int s = static_cast<int>(i);
@@ -247,6 +286,58 @@ std::vector<std::vector<PipelineOp>> list_schedule_by_turns(int p, State& zb, Ti
   return std::move(zb.order);
 }
 
+// The same list scheduling when every forward and backward takes some time. A stage's choice
+// then reads only other stages' passes that ended before the instant it chooses at, so stages
+// choosing at one instant do not affect one another, and an idle stage (it has no weight
+// gradient pending: those are always ready) can start nothing until a pass it waits for ends
+// (State::awaited). It sleeps until then instead of waking at every pass's end anywhere; a
+// stage that schedules such a pass wakes it (State::waiter).
+template <typename State>
+std::vector<std::vector<PipelineOp>> list_schedule_by_events(int p, State& zb, Time* makespan = nullptr) {
+  const Time never = Time::max();
+  const size_t stages = static_cast<size_t>(p);
+  std::vector<Time> wake(stages, Time::zero());  // never: asleep until a neighbour schedules
+  std::vector<bool> idle(stages, false);
+  using Event = std::pair<Time, int>;
+  std::priority_queue<Event, std::vector<Event>, std::greater<>> events;
+  for (int i = 0; i < p; ++i) events.emplace(Time::zero(), i);
+  Time end;
+  int finished_stages = 0;
+  while (!events.empty()) {
+    const auto [now, s] = events.top();
+    events.pop();
+    const size_t i = static_cast<size_t>(s);
+    if (wake[i] != now) continue;  // superseded
+    const auto acted = zb.act(i, now);
+    if (!acted) {
+      idle[i] = true;
+      wake[i] = zb.awaited(i);
+      if (wake[i] != never) events.emplace(wake[i], s);
+      continue;
+    }
+    end = std::max(end, now + acted->first);
+    if (const int j = zb.waiter(i); j >= 0 && j != s && idle[static_cast<size_t>(j)]) {
+      // It may wait for this pass: wake it when that (or anything else it waits for) ends.
+      const size_t w = static_cast<size_t>(j);
+      if (const Time next = zb.awaited(w); next < wake[w]) {
+        wake[w] = next;
+        events.emplace(next, j);
+      }
+    }
+    idle[i] = false;
+    if (!zb.work_left(i)) {
+      ++finished_stages;
+      wake[i] = never;
+      continue;
+    }
+    wake[i] = now + acted->first;
+    events.emplace(wake[i], s);
+  }
+  if (finished_stages != p) throw std::logic_error("zero bubble: the list scheduler is stuck");
+  if (makespan) *makespan = end;
+  return std::move(zb.order);
+}
+
 }  // namespace
 
 // ZB-H1 and ZB-H2 by list scheduling (the rules are in the header). `limit`: micro-batches a
@@ -260,71 +351,24 @@ std::vector<std::vector<PipelineOp>> zero_bubble_by_turns(int p, int m, int limi
 // are long beside W, as under full recomputation): both are played and the order that ends
 // first is kept, the strict one on a tie (as the zero-bubble repository's zbv tries its
 // variants and keeps the least bubble).
-std::vector<std::vector<PipelineOp>> zero_bubble_v(int p, int m, const std::vector<StagePassTimes>& times) {
+std::vector<std::vector<PipelineOp>> zero_bubble_v(int p, int m, const std::vector<StagePassTimes>& times, bool by_turns) {
+  // By events where every forward and backward takes time (the same orders, tested), else by turns.
+  by_turns = by_turns || !std::all_of(times.begin(), times.end(), [](const StagePassTimes& t) {
+    return t.forward > Time::zero() && t.input_backward > Time::zero();
+  });
   Time strict_end, lenient_end;
   VShapeState strict(p, m, times, false), lenient(p, m, times, true);
-  std::vector<std::vector<PipelineOp>> strict_order = list_schedule_by_turns(p, strict, &strict_end);
-  std::vector<std::vector<PipelineOp>> lenient_order = list_schedule_by_turns(p, lenient, &lenient_end);
+  std::vector<std::vector<PipelineOp>> strict_order =
+      by_turns ? list_schedule_by_turns(p, strict, &strict_end) : list_schedule_by_events(p, strict, &strict_end);
+  std::vector<std::vector<PipelineOp>> lenient_order =
+      by_turns ? list_schedule_by_turns(p, lenient, &lenient_end) : list_schedule_by_events(p, lenient, &lenient_end);
   return lenient_end < strict_end ? lenient_order : strict_order;
 }
 
-// The same list scheduling when every forward and backward takes some time. A stage's choice
-// then reads only other stages' passes that ended before the instant it chooses at, so stages
-// choosing at one instant do not affect one another, and an idle stage (it has no weight
-// gradient pending: those are always ready) can start nothing until the pass it waits for
-// ends: the next forward's on the stage before it, or the next backward's on the stage after
-// it. It sleeps until then instead of waking at every pass's end anywhere; a neighbour that
-// schedules such a pass wakes it.
+// ZB-H1 and ZB-H2 by events (list_schedule_by_events): forward and backward times above zero.
 std::vector<std::vector<PipelineOp>> zero_bubble_by_events(int p, int m, int limit, const std::vector<StagePassTimes>& times) {
-  const Time never = Time::max();
   ZeroBubbleState zb(p, m, limit, times);
-  const size_t stages = static_cast<size_t>(p);
-  std::vector<Time> wake(stages, Time::zero());  // never: asleep until a neighbour schedules
-  std::vector<bool> idle(stages, false);
-  using Event = std::pair<Time, int>;
-  std::priority_queue<Event, std::vector<Event>, std::greater<>> events;
-  for (int i = 0; i < p; ++i) events.emplace(Time::zero(), i);
-  // What idle stage i waits for, if it is scheduled: the earliest end among them, else never.
-  auto awaited = [&](size_t i) {
-    Time at = never;
-    const int f = zb.f[i], b = zb.b[i];
-    if (b < f && i + 1 < stages) at = std::min(at, zb.b_done[i + 1][static_cast<size_t>(b)]);
-    if (f < m && f - zb.w[i] < limit && i > 0) at = std::min(at, zb.f_done[i - 1][static_cast<size_t>(f)]);
-    return at;
-  };
-  auto nudge = [&](size_t j) {  // a neighbour scheduled a pass that idle stage j may wait for
-    if (j >= stages || !idle[j]) return;
-    if (const Time next = awaited(j); next < wake[j]) {
-      wake[j] = next;
-      events.emplace(next, static_cast<int>(j));
-    }
-  };
-  int finished_stages = 0;
-  while (!events.empty()) {
-    const auto [now, s] = events.top();
-    events.pop();
-    const size_t i = static_cast<size_t>(s);
-    if (wake[i] != now) continue;  // superseded
-    const auto acted = zb.act(i, now);
-    if (!acted) {
-      idle[i] = true;
-      wake[i] = awaited(i);
-      if (wake[i] != never) events.emplace(wake[i], s);
-      continue;
-    }
-    if (acted->second == PassKind::kBackward && i > 0) nudge(i - 1);
-    if (acted->second == PassKind::kForward) nudge(i + 1);
-    idle[i] = false;
-    if (zb.w[i] >= m) {
-      ++finished_stages;
-      wake[i] = never;
-      continue;
-    }
-    wake[i] = now + acted->first;
-    events.emplace(wake[i], s);
-  }
-  if (finished_stages != p) throw std::logic_error("zero bubble: the list scheduler is stuck");
-  return std::move(zb.order);
+  return list_schedule_by_events(p, zb);
 }
 
 }  // namespace pipeline_detail

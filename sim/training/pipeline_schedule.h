@@ -142,8 +142,10 @@ namespace pipeline_detail {
 /// ZB-H1/H2's list scheduling (make_pipeline_schedule) as written: every free stage looks at
 /// what has finished, waiting stages wake at every pass's end. Any pass times.
 std::vector<std::vector<PipelineOp>> zero_bubble_by_turns(int p, int m, int limit, const std::vector<StagePassTimes>& times);
-/// ZB-V's list scheduling the same way: `times` per virtual stage (2p entries).
-std::vector<std::vector<PipelineOp>> zero_bubble_v(int p, int m, const std::vector<StagePassTimes>& times);
+/// ZB-V's list scheduling: `times` per virtual stage (2p entries); by events where every forward
+/// and backward takes time (as zero_bubble_by_events), unless `by_turns`.
+std::vector<std::vector<PipelineOp>> zero_bubble_v(int p, int m, const std::vector<StagePassTimes>& times,
+                                                   bool by_turns = false);
 /// The same orders, for forward and backward times above zero (weight gradients may take none),
 /// by waking a waiting stage only when the pass
 /// it waits for ends: O(passes · log p) instead of O(passes · p²).
