@@ -97,7 +97,7 @@ SearchSpace default_search_space(const ModelConfig& model, const ParallelLayout&
   s.recompute = {Recomputation::kNone, Recomputation::kSelective, Recomputation::kFull};
   s.recompute_layers = {base.recompute_layers};
   s.schedule = {PipelineScheduleKind::kOneFOneB, PipelineScheduleKind::kInterleavedOneFOneB,
-                PipelineScheduleKind::kZeroBubbleH1};
+                PipelineScheduleKind::kZeroBubbleH1, PipelineScheduleKind::kZeroBubbleV};
   s.cp_comm = {base.cp_comm};
   s.moe_dispatcher = {base.moe_dispatcher};
   s.expert_gemms = {base.expert_gemms};
