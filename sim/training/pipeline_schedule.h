@@ -140,7 +140,8 @@ std::shared_ptr<const PipelineSchedule> shared_pipeline_schedule(PipelineSchedul
 
 namespace pipeline_detail {
 /// ZB-H1/H2's list scheduling (make_pipeline_schedule) as written: every free stage looks at
-/// what has finished, waiting stages wake at every pass's end. Any pass times.
+/// what has finished, waiting stages wake at every pass's end (and again at an instant when a
+/// pass of no time ends at it). Any pass times.
 std::vector<std::vector<PipelineOp>> zero_bubble_by_turns(int p, int m, int limit, const std::vector<StagePassTimes>& times);
 /// ZB-V's list scheduling: `times` per virtual stage (2p entries); by events where every forward
 /// and backward takes time (as zero_bubble_by_events), unless `by_turns`.
