@@ -60,23 +60,6 @@ SizedFleet run_at(const FleetConfig& config, const std::vector<int>& counts, dou
   return f;
 }
 
-// The pools in the order the trimming tries them: the fleet's, or priced the dearest instance
-// first (the fleet's order among equals).
-std::vector<size_t> trimming_order(const FleetConfig& config, const GpuHourPrices& prices) {
-  std::vector<size_t> order(config.pools.size());
-  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
-  if (prices.empty()) return order;
-  std::vector<double> instance(order.size());
-  for (size_t i = 0; i < order.size(); ++i) {
-    FleetConfig one = config;
-    one.pools = {config.pools[i]};
-    one.pools[0].count = 1;
-    instance[i] = fleet_dollars_per_hour(one, prices);
-  }
-  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return instance[a] > instance[b]; });
-  return order;
-}
-
 // What one instance of each pool costs: its GPUs' dollars an hour, or unpriced its GPUs.
 std::vector<double> instance_costs(const FleetConfig& config, const GpuHourPrices& prices) {
   std::vector<double> cost;
@@ -87,6 +70,17 @@ std::vector<double> instance_costs(const FleetConfig& config, const GpuHourPrice
     cost.push_back(prices.empty() ? pool.shape.gpus() : fleet_dollars_per_hour(one, prices));
   }
   return cost;
+}
+
+// The pools in the order the trimming tries them: the fleet's, or priced the dearest instance
+// first (the fleet's order among equals).
+std::vector<size_t> trimming_order(const FleetConfig& config, const GpuHourPrices& prices) {
+  std::vector<size_t> order(config.pools.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  if (prices.empty()) return order;
+  const std::vector<double> instance = instance_costs(config, prices);
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return instance[a] > instance[b]; });
+  return order;
 }
 
 // The requests/s `counts` instances sustain at most, in load units: the sum of their rate bounds

@@ -143,6 +143,14 @@ struct VShapeState {
 
   int vs(int s, int c) const { return c == 0 ? s : 2 * p - 1 - s; }
   int stage_of(int v) const { return v < p ? v : 2 * p - 1 - v; }
+  // Whether stage i holds room for its next forward of chunk c. A new micro-batch (chunk 0)
+  // leaves room for one chunk-1 forward, which can then always run; leniently, it may take the
+  // last chunk when something held will be freed without this stage's next chunk-1 forward (a
+  // chunk-1 activation, whose backward comes from the stages before it, or a pending W).
+  bool fits(size_t i, int c) const {
+    const bool frees = lenient && (f[i][1] > w1_run[i] || !pending_w[i].empty());
+    return held[i] + (c == 0 && !frees ? 2 : 1) <= limit;
+  }
   bool work_left(size_t i) const { return w_run[i] < 2 * m; }
   // What idle stage i waits for (it has no W pending, or it would run it): the earliest end
   // among the passes after which a B or an F of its could start, else never.
@@ -152,8 +160,7 @@ struct VShapeState {
     for (int c : {0, 1}) {
       const int v = vs(s, c), nb = b[i][static_cast<size_t>(c)], nf = f[i][static_cast<size_t>(c)];
       if (nb < nf && v < 2 * p - 1) at = std::min(at, b_done[static_cast<size_t>(v + 1)][static_cast<size_t>(nb)]);
-      const bool room = held[i] + (c == 0 && !(lenient && f[i][1] > w1_run[i]) ? 2 : 1) <= limit;
-      if (nf < m && (c == 0 || nf < f[i][0]) && room && v > 0) {
+      if (nf < m && (c == 0 || nf < f[i][0]) && fits(i, c) && v > 0) {
         at = std::min(at, f_done[static_cast<size_t>(v - 1)][static_cast<size_t>(nf)]);
       }
     }
@@ -196,13 +203,8 @@ struct VShapeState {
       pending_w[i].push_back({PassKind::kWeight, mb, chosen_b});
       return std::pair{t, PassKind::kBackward};
     }
-    // A new micro-batch leaves room for one chunk-1 forward, which can then always run; leniently,
-    // it may take the last chunk when something held will be freed without this stage's next
-    // chunk-1 forward (a chunk-1 activation, whose backward comes from the stages before it, or
-    // a pending W).
-    const bool frees = lenient && (f[i][1] > w1_run[i] || !pending_w[i].empty());
     for (int c : {1, 0}) {
-      if (!f_ready(c) || held[i] + (c == 0 && !frees ? 2 : 1) > limit) continue;
+      if (!f_ready(c) || !fits(i, c)) continue;
       const int mb = f[i][static_cast<size_t>(c)]++, v = vs(s, c);
       const Time t = times[static_cast<size_t>(v)].forward;
       f_done[static_cast<size_t>(v)][static_cast<size_t>(mb)] = now + t;
