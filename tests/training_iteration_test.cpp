@@ -1213,13 +1213,13 @@ TEST(IterationBubble, ZeroBubbleVRunsTheModelDownTheStagesAndBack) {
 }
 
 // The timeline tags every task of a pass with it: on each stage's compute stream the passes
-// follow one another in the schedule's order (1F1B, ZB-H1's F/B/W, ZB-V's chunks).
+// follow one another in the schedule's order (1F1B, ZB-H1's F/B/W, ZB-V's and DualPipeV's chunks).
 TEST(IterationTimeline, EachStagesComputeRunsItsPassesInTheSchedulesOrder) {
   const Topology topo = toy_cluster(4);
   IterationOptions options = test::kernels_only();
   options.keep_timeline = true;
-  for (PipelineScheduleKind kind :
-       {PipelineScheduleKind::kOneFOneB, PipelineScheduleKind::kZeroBubbleH1, PipelineScheduleKind::kZeroBubbleV}) {
+  for (PipelineScheduleKind kind : {PipelineScheduleKind::kOneFOneB, PipelineScheduleKind::kZeroBubbleH1,
+                                    PipelineScheduleKind::kZeroBubbleV, PipelineScheduleKind::kDualPipeV}) {
     SCOPED_TRACE(to_string(kind));
     ParallelLayout l = layout(1, 1, 4, 8);
     l.schedule = kind;
@@ -1233,9 +1233,10 @@ TEST(IterationTimeline, EachStagesComputeRunsItsPassesInTheSchedulesOrder) {
         if (span.rank != stage || span.stream != "compute" || !span.pass) continue;
         if (seen.empty() || !(seen.back() == *span.pass)) seen.push_back(*span.pass);
       }
-      // Every pass once, as many as the schedule lists; for 1F1B exactly its order.
+      // Every pass once, as many as the schedule lists; for 1F1B and DualPipeV (fixed orders)
+      // exactly its order.
       EXPECT_EQ(seen.size(), s.per_stage[static_cast<size_t>(stage)].size()) << stage;
-      if (kind == PipelineScheduleKind::kOneFOneB) {
+      if (kind == PipelineScheduleKind::kOneFOneB || kind == PipelineScheduleKind::kDualPipeV) {
         EXPECT_EQ(seen, s.per_stage[static_cast<size_t>(stage)]) << stage;
       }
     }

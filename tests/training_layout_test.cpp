@@ -209,6 +209,17 @@ TEST(LayoutValidation, TheVScheduleTakesTwoChunksAStage) {
   expect_error(l, bundled("llama3-8b"), 64, "/parallel/pp", "zb_v needs pp ≥ 2");
 }
 
+TEST(LayoutValidation, DualPipeVTakesTheVAndTwiceTheStagesInMicroBatches) {
+  ParallelLayout l = llama_layout();  // tp 8 · pp 2 · dp 4, 16 micro-batches
+  l.schedule = PipelineScheduleKind::kDualPipeV;
+  expect_error(l, bundled("llama3-8b"), 64, "/parallel/vpp", "dualpipe_v places 2 model chunks per stage in a V, not 1");
+  l.virtual_stages = 2;
+  EXPECT_NO_THROW(validate(l, bundled("llama3-8b"), 64));
+  EXPECT_EQ(split_pipeline_layers(l, 32).layers, (std::vector<int>{8, 8, 8, 8}));
+  l.global_batch = 12;  // 3 micro-batches on 2 stages
+  expect_error(l, bundled("llama3-8b"), 64, "/parallel/global_batch", "dualpipe_v needs at least 2·pp=4 micro-batches");
+}
+
 // A workload with "schedule": "zb_v" gets its two chunks a stage; written back (a search's
 // --emit), it names the schedule alone, and another --schedule takes the V's chunks away with it.
 TEST(LayoutValidation, TheVsChunksComeAndGoWithItsSchedule) {

@@ -3,8 +3,10 @@
 // with free communication against the closed forms (p−1)/(m+p−1) and (p−1)/(v·m+p−1).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <numeric>
 #include <random>
+#include <string>
 #include <tuple>
 
 #include "network/network_model.h"
@@ -343,6 +345,77 @@ TEST(PipelineBubble, ZeroBubbleVOrdersAnyPassTimes) {
   EXPECT_THROW(make_pipeline_schedule(PipelineScheduleKind::kZeroBubbleV, 4, 8, 2,
                                       std::vector<StagePassTimes>(4, {Time::us(1), Time::us(1), Time::us(1)})),
                std::invalid_argument);
+}
+
+// DualPipeV (deepseek-ai/DualPipe, dualpipev.py): each rank's passes as its step() runs them,
+// written out by hand from the code for p = 2, m = 4 ("[" opens an overlapped pair). Rank 0:
+// steps 1-3 give F0.0 F1.0 | F2.0 F0.1 | B0.1 W0.1 F1.1 (its W from the queue at once); step 4
+// runs m − 2p + 1 = 1 round of F0&B1, F1&B0 (each backward whole, B then W); step 5 B1 then
+// F1&B0; step 6 B1 and B0 whole; rank 1 (the last) runs its first step-4 forward and backward
+// apart, and defers the Ws of its second step-6 round, which step 8 runs.
+namespace {
+std::string listing(const PipelineSchedule& s, int stage) {
+  std::string out;
+  const auto& ops = s.per_stage[static_cast<size_t>(stage)];
+  for (size_t i = 0; i < ops.size(); ++i) {
+    out += (out.empty() ? "" : " ") + std::string(s.pairs_with_next(stage, i) ? "[" : "") + to_string(ops[i]);
+  }
+  return out;
+}
+}  // namespace
+
+TEST(PipelineSchedule, DualPipeVRunsDualPipeVsStepCallForCall) {
+  const PipelineSchedule s = make_pipeline_schedule(PipelineScheduleKind::kDualPipeV, 2, 4, 2);
+  EXPECT_EQ(listing(s, 0),
+            "F0.0 F1.0 F2.0 F0.1 B0.1 W0.1 F1.1 [F3.0 B1.1 W1.1 [F2.1 B0.0 W0.0 B2.1 W2.1 [F3.1 B1.0 W1.0 "
+            "B3.1 W3.1 B2.0 W2.0 B3.0 W3.0");
+  EXPECT_EQ(listing(s, 1),
+            "F0.0 F0.1 F1.0 F1.1 F2.0 B0.1 W0.1 [F2.1 B0.0 W0.0 [F3.0 B1.1 W1.1 [F3.1 B1.0 W1.0 B2.1 W2.1 "
+            "B2.0 W2.0 B3.1 B3.0 W3.1 W3.0");
+  EXPECT_EQ(schedule_problem(s), "");
+  // The same V as ZB-V's.
+  EXPECT_EQ(s.virtual_stage(0, 1), 3);
+  EXPECT_EQ(s.virtual_stage(1, 1), 2);
+  // It needs 2p micro-batches (dualpipev.py asserts num_chunks >= num_ranks * 2), and two chunks.
+  EXPECT_THROW(make_pipeline_schedule(PipelineScheduleKind::kDualPipeV, 4, 7, 2), std::invalid_argument);
+  EXPECT_THROW(make_pipeline_schedule(PipelineScheduleKind::kDualPipeV, 4, 8, 1), std::invalid_argument);
+}
+
+TEST(PipelineBubble, DualPipeVReachesTheStartUpBoundAtTwoPPlusOneChunks) {
+  // As for ZB-V: each chunk's F, B and W take 1 ms, and no order ends before (p − 1) + 6m ms.
+  // DualPipeV's fixed order reaches it for every m ≥ 2p, even with each overlapped pair waiting
+  // for both of its inputs, and holds 2p + 1 chunks a stage (its README's PP + 1 for PP = 2p
+  // stages), one more than ZB-V.
+  const Time tf = Time::ms(2), tb = Time::ms(4), tw = Time::ms(2);
+  for (int p : {2, 3, 4, 8}) {
+    for (int m : {2 * p, 2 * p + 1, 3 * p, 4 * p}) {
+      SCOPED_TRACE("p=" + std::to_string(p) + " m=" + std::to_string(m));
+      const PipelineSchedule d = make_pipeline_schedule(PipelineScheduleKind::kDualPipeV, p, m, 2);
+      EXPECT_EQ(schedule_problem(d), "");
+      const PipelineRun run = run_pipeline(d, tf, tb, tw);
+      EXPECT_EQ(run.makespan, Time::ms(p - 1 + 6 * m));
+      for (int stage = 0; stage < p; ++stage) {
+        EXPECT_EQ(peak_in_flight(d, stage), 2 * p + 1);
+        // A pair's forward starts no sooner than its backward's input is there.
+        const auto& ops = d.per_stage[static_cast<size_t>(stage)];
+        for (size_t i = 0; i + 1 < ops.size(); ++i) {
+          if (!d.pairs_with_next(stage, i)) continue;
+          const StagedOp dep = *pipeline_dependency(d, stage, ops[i + 1]);
+          const auto& theirs = d.per_stage[static_cast<size_t>(dep.stage)];
+          const size_t at = static_cast<size_t>(std::find(theirs.begin(), theirs.end(), dep.op) - theirs.begin());
+          EXPECT_GE(run.timings[static_cast<size_t>(stage)][i].first, run.timings[static_cast<size_t>(dep.stage)][at].second);
+        }
+      }
+    }
+  }
+}
+
+TEST(PipelineSchedule, APairIsAForwardAndThenABackward) {
+  PipelineSchedule s = make_pipeline_schedule(PipelineScheduleKind::kDualPipeV, 2, 4, 2);
+  s.runs_with_next[0][4] = 1;  // B0.1, then W0.1
+  EXPECT_NE(schedule_problem(s).find("stage 0 pairs B0.1 with what follows it"), std::string::npos) << schedule_problem(s);
+  s.runs_with_next[0].pop_back();
+  EXPECT_NE(schedule_problem(s).find("marks pairs on 23 of its 24 passes"), std::string::npos) << schedule_problem(s);
 }
 
 TEST(PipelineBubble, RejectsTimesThatDoNotSplitIntoChunks) {

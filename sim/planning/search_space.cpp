@@ -97,7 +97,7 @@ SearchSpace default_search_space(const ModelConfig& model, const ParallelLayout&
   s.recompute = {Recomputation::kNone, Recomputation::kSelective, Recomputation::kFull};
   s.recompute_layers = {base.recompute_layers};
   s.schedule = {PipelineScheduleKind::kOneFOneB, PipelineScheduleKind::kInterleavedOneFOneB,
-                PipelineScheduleKind::kZeroBubbleH1, PipelineScheduleKind::kZeroBubbleV};
+                PipelineScheduleKind::kZeroBubbleH1, PipelineScheduleKind::kZeroBubbleV, PipelineScheduleKind::kDualPipeV};
   s.cp_comm = {base.cp_comm};
   s.moe_dispatcher = {base.moe_dispatcher};
   s.expert_gemms = {base.expert_gemms};
@@ -249,7 +249,7 @@ Enumeration enumerate_layouts(const SearchSpace& space, const ModelConfig& model
   // A block of layers is a choice of full recomputation.
   l = expand(l, space.recompute_layers, [](const ParallelLayout& x) { return x.recompute == Recomputation::kFull; },
              [](ParallelLayout& x, int v) { x.recompute_layers = v; });
-  // Only pipelines have schedules; the interleaved one has vpp chunks, ZB-V's V two.
+  // Only pipelines have schedules; the interleaved one has vpp chunks, a V (ZB-V, DualPipeV) two.
   l = expand(l, space.schedule, [](const ParallelLayout& x) { return x.pp > 1; },
              [](ParallelLayout& x, PipelineScheduleKind v) {
                x.schedule = v;

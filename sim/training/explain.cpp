@@ -69,6 +69,13 @@ std::vector<Knob> knobs(const ModelConfig& model) {
          l.virtual_stages = 2;
          o.schedule = "zb_v";
        }},
+      {"DualPipeV (V-shaped, overlapped forward-and-backward chunks)", "--schedule dualpipe_v",
+       [is_1f1b](const ParallelLayout& l) { return is_1f1b(l) && l.micro_batches() >= 2 * int64_t{l.pp}; },
+       [](ParallelLayout& l, WorkloadOverrides& o) {
+         l.schedule = PipelineScheduleKind::kDualPipeV;
+         l.virtual_stages = 2;
+         o.schedule = "dualpipe_v";
+       }},
       {"recompute selective instead of full", "--recompute selective",
        [](const ParallelLayout& l) { return l.recompute == Recomputation::kFull; },
        [](ParallelLayout& l, WorkloadOverrides& o) { l.recompute = Recomputation::kSelective; o.recompute = "selective"; }},

@@ -261,13 +261,15 @@ IterationResult simulate_iteration(const ModelConfig& model, const ParallelLayou
       options.cosimulate && !options.free_communication ? std::make_unique<CoSimulation>(simulators) : nullptr;
   const bool every_replica = cosim && options.cosimulate_every_replica;
   CommunicationPlan comm(model, layout, topo, options, plan, every_replica, simulators);
-  // A V's micro-batches go down the stages and back before its first stage can go on: its order
-  // is made again with what each pass really takes, the collectives in line with the kernels
-  // included. Its memory stays that of the kernels' order, which a search's memory filter
+  // ZB-V's micro-batches go down the stages and back before its first stage can go on: its
+  // list-scheduled order is made again with what each pass really takes, the collectives in line
+  // with the kernels included (DualPipeV's order is fixed). Its memory stays that of the kernels' order, which a search's memory filter
   // (estimate_memory) can compute without the network: both orders hold at most 2p chunks a
   // stage, and their peaks can differ by a chunk.
   const std::shared_ptr<const PipelineSchedule> kernels_order = plan.schedule;
-  if (v_shaped(layout.schedule)) plan.schedule = pipeline_schedule_from(layout, in_line_pass_times(layout, plan, comm));
+  if (layout.schedule == PipelineScheduleKind::kZeroBubbleV) {
+    plan.schedule = pipeline_schedule_from(layout, in_line_pass_times(layout, plan, comm));
+  }
   // Without co-simulation the rank order acts only through the plan's timings (iteration_memo.h).
   IterationMemo* const memo = cosim ? nullptr : options.result_memo;
   std::vector<double> signature;

@@ -126,11 +126,12 @@ class IterationGraphBuilder {
     std::vector<WorkId> copies;       // offloaded layers' copies, out (forward) or back
     std::vector<const Unit*> offloaded;
   };
-  void add_pass(int s, const PipelineOp& op);
+  void add_pass(int s, const PipelineOp& op, const WorkIdList& also_waits_for = {});
   void tag_pass(size_t from, const PipelineOp& op);
-  void add_pass_pair(int s, const PipelineOp& first, const PipelineOp& second);
-  bool pairs_with(int s, const PipelineOp& first, const PipelineOp& second) const;
-  PassBuild begin_pass(int s, const PipelineOp& op);
+  void add_pass_pair(int s, const PipelineOp& first, const PipelineOp& second, const WorkIdList& also_waits_for = {});
+  bool pairs_with(int s, size_t position) const;
+  WorkIdList pass_input(int s, const PipelineOp& op) const;
+  PassBuild begin_pass(int s, const PipelineOp& op, const WorkIdList& also_waits_for = {});
   void add_unit(PassBuild& b, size_t step);
   void finish_pass(PassBuild& b);
   Time overlapped_shared_expert(const Unit& u, const PipelineOp& op) const;
@@ -425,9 +426,9 @@ WorkIdList IterationGraphBuilder::add_layer_communication(int s, const Unit& u, 
 
 // One pass of the schedule on stage s: each unit's ZeRO-3 gather, kernels and communication in
 // the pass's order, the gradient reductions it starts, and its PP send.
-void IterationGraphBuilder::add_pass(int s, const PipelineOp& op) {
+void IterationGraphBuilder::add_pass(int s, const PipelineOp& op, const WorkIdList& also_waits_for) {
   const size_t from = graph_.size();
-  PassBuild pass = begin_pass(s, op);
+  PassBuild pass = begin_pass(s, op, also_waits_for);
   for (size_t step = 0; step < pass.list->size(); ++step) add_unit(pass, step);
   finish_pass(pass);
   tag_pass(from, op);
@@ -444,8 +445,9 @@ void IterationGraphBuilder::tag_pass(size_t from, const PipelineOp& op) {
 // backward of different micro-batches, run as one, unit by unit in turn on the compute stream;
 // each one's dispatch and combine go to the EP stream, where only its own next unit waits for
 // them, so they run beside the other pass's kernels.
-void IterationGraphBuilder::add_pass_pair(int s, const PipelineOp& first, const PipelineOp& second) {
-  PassBuild a = begin_pass(s, first);
+void IterationGraphBuilder::add_pass_pair(int s, const PipelineOp& first, const PipelineOp& second,
+                                          const WorkIdList& also_waits_for) {
+  PassBuild a = begin_pass(s, first, also_waits_for);
   PassBuild b = begin_pass(s, second);
   a.overlapped = b.overlapped = true;
   for (size_t step = 0; step < std::max(a.list->size(), b.list->size()); ++step) {
@@ -463,15 +465,32 @@ void IterationGraphBuilder::add_pass_pair(int s, const PipelineOp& first, const 
   }
 }
 
-// Whether `second`, right after `first` on stage s, runs with it as one (add_pass_pair): a
-// forward and a backward, with what `second` waits for on other stages already built.
-bool IterationGraphBuilder::pairs_with(int s, const PipelineOp& first, const PipelineOp& second) const {
-  if (!a2a_overlap_ || (first.kind == PassKind::kForward) == (second.kind == PassKind::kForward)) return false;
-  const std::optional<StagedOp> dep = pipeline_dependency(*plan_.schedule, s, second);
+// Whether the pass at `position` of stage s and the one after it run as one (add_pass_pair):
+// DualPipeV's marked pairs (their order puts both inputs first), or else a forward and a
+// backward side by side, with what the second waits for on other stages already built.
+bool IterationGraphBuilder::pairs_with(int s, size_t position) const {
+  const PipelineSchedule& sch = *plan_.schedule;
+  const std::vector<PipelineOp>& ops = sch.per_stage[static_cast<size_t>(s)];
+  if (!a2a_overlap_ || position + 1 >= ops.size()) return false;
+  if (!sch.runs_with_next.empty()) return sch.pairs_with_next(s, position);
+  const PipelineOp& first = ops[position];
+  const PipelineOp& second = ops[position + 1];
+  if ((first.kind == PassKind::kForward) == (second.kind == PassKind::kForward)) return false;
+  const std::optional<StagedOp> dep = pipeline_dependency(sch, s, second);
   return !dep || built_passes_[pass_slot(dep->stage, dep->op)];
 }
 
-IterationGraphBuilder::PassBuild IterationGraphBuilder::begin_pass(int s, const PipelineOp& op) {
+// What pass `op` of stage s waits for: the send from the stage before it, or its dependency on
+// its own stage; nothing for the first forward.
+WorkIdList IterationGraphBuilder::pass_input(int s, const PipelineOp& op) const {
+  const std::optional<StagedOp> dep = pipeline_dependency(*plan_.schedule, s, op);
+  if (!dep) return {};
+  const PassTasks& before = passes_[pass_slot(dep->stage, dep->op)];
+  return dep->stage != s ? WorkIdList{*before.send} : before.done;
+}
+
+IterationGraphBuilder::PassBuild IterationGraphBuilder::begin_pass(int s, const PipelineOp& op,
+                                                                   const WorkIdList& also_waits_for) {
   PassBuild b;
   b.s = s;
   b.op = op;
@@ -479,10 +498,8 @@ IterationGraphBuilder::PassBuild IterationGraphBuilder::begin_pass(int s, const 
   b.list = &plan_.units[static_cast<size_t>(b.vs)];
   b.forward = op.kind == PassKind::kForward;
   b.weight = op.kind == PassKind::kWeight;  // W: no communication but the reduction
-  if (auto dep = pipeline_dependency(*plan_.schedule, s, op)) {
-    const PassTasks& before = passes_[pass_slot(dep->stage, dep->op)];
-    b.input = dep->stage != s ? WorkIdList{*before.send} : before.done;
-  }
+  b.input = pass_input(s, op);
+  for (WorkId id : also_waits_for) b.input.push_back(id);
   b.reducing = dp_comm_ && op.kind == gradient_kind_ &&
                (layout_.zero_stage == ZeroStage::kStage2 || zero3_ || last_backward_.at({s, op.chunk}) == op.micro_batch);
   b.before_pass = last_compute_[static_cast<size_t>(s)];
@@ -663,8 +680,14 @@ IterationGraph IterationGraphBuilder::build() {
   for (auto [s, position] : pipeline_pass_order(*plan_.schedule)) {
     const std::vector<PipelineOp>& ops = plan_.schedule->per_stage[static_cast<size_t>(s)];
     if (built_passes_[pass_slot(s, ops[position])]) continue;  // run with the pass before it
-    if (position + 1 < ops.size() && pairs_with(s, ops[position], ops[position + 1])) {
-      add_pass_pair(s, ops[position], ops[position + 1]);
+    // A DualPipeV pair starts once both passes have their inputs (dualpipev.py waits for both
+    // receives); without the all-to-all overlap its forward then runs before its backward.
+    const bool marked = plan_.schedule->pairs_with_next(s, position);
+    const WorkIdList both = marked ? pass_input(s, ops[position + 1]) : WorkIdList{};
+    if (pairs_with(s, position)) {
+      add_pass_pair(s, ops[position], ops[position + 1], both);
+    } else if (marked) {
+      add_pass(s, ops[position], both);
     } else {
       add_pass(s, ops[position]);
     }

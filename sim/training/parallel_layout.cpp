@@ -50,16 +50,19 @@ const char* to_string(PipelineScheduleKind k) {
     case PipelineScheduleKind::kZeroBubbleH1: return "zb_h1";
     case PipelineScheduleKind::kZeroBubbleH2: return "zb_h2";
     case PipelineScheduleKind::kZeroBubbleV: return "zb_v";
+    case PipelineScheduleKind::kDualPipeV: return "dualpipe_v";
   }
   return "?";
 }
 
 bool splits_backward(PipelineScheduleKind k) {
   return k == PipelineScheduleKind::kZeroBubbleH1 || k == PipelineScheduleKind::kZeroBubbleH2 ||
-         k == PipelineScheduleKind::kZeroBubbleV;
+         k == PipelineScheduleKind::kZeroBubbleV || k == PipelineScheduleKind::kDualPipeV;
 }
 
-bool v_shaped(PipelineScheduleKind k) { return k == PipelineScheduleKind::kZeroBubbleV; }
+bool v_shaped(PipelineScheduleKind k) {
+  return k == PipelineScheduleKind::kZeroBubbleV || k == PipelineScheduleKind::kDualPipeV;
+}
 
 int virtual_stage_of(PipelineScheduleKind k, int p, int s, int c) {
   if (v_shaped(k)) return c == 0 ? s : 2 * p - 1 - s;
@@ -485,9 +488,10 @@ void validate(const ParallelLayout& l, const ModelConfig& model, int gpus, const
     // Megatron-Core's rules for --overlap-moe-expert-parallel-comm (transformer_config.py).
     if (l.ep < 2) fail("moe_a2a_overlap", "needs expert parallelism (ep > 1), got ep=" + num(l.ep));
     if (l.recompute == Recomputation::kFull) fail("moe_a2a_overlap", "does not run with full recomputation");
-    if (l.pp > 1 ? l.schedule != PipelineScheduleKind::kInterleavedOneFOneB : l.schedule != PipelineScheduleKind::kOneFOneB) {
-      fail("moe_a2a_overlap", "needs interleaved_1f1b with pp > 1 (or 1f1b on one stage), not " + std::string(to_string(l.schedule)) +
-                                  " with pp=" + num(l.pp));
+    // DualPipeV's overlapped forward-and-backward chunks are the same overlap (DeepSeek-V3 §3.2.1).
+    if (!l.pairs_passes()) {
+      fail("moe_a2a_overlap", "needs interleaved_1f1b or dualpipe_v with pp > 1 (or 1f1b on one stage), not " +
+                                  std::string(to_string(l.schedule)) + " with pp=" + num(l.pp));
     }
   }
 
@@ -523,14 +527,20 @@ void validate(const ParallelLayout& l, const ModelConfig& model, int gpus, const
     fail("virtual_stages", "interleaved_1f1b needs at least 2 model chunks per stage, got " + num(l.virtual_stages));
   }
   if (v_shape && l.virtual_stages != 2) {
-    fail("virtual_stages", "zb_v places 2 model chunks per stage in a V, not " + num(l.virtual_stages));
+    fail("virtual_stages", std::string(to_string(l.schedule)) + " places 2 model chunks per stage in a V, not " +
+                               num(l.virtual_stages));
   }
   if (!interleaved && !v_shape && l.virtual_stages != 1) {
     fail("virtual_stages", num(l.virtual_stages) + " model chunks per stage need schedule interleaved_1f1b, not " +
                                to_string(l.schedule));
   }
   if (interleaved && l.pp < 2) fail("pp", "interleaved_1f1b needs pp ≥ 2, got " + num(l.pp));
-  if (v_shape && l.pp < 2) fail("pp", "zb_v needs pp ≥ 2, got " + num(l.pp));
+  if (v_shape && l.pp < 2) fail("pp", std::string(to_string(l.schedule)) + " needs pp ≥ 2, got " + num(l.pp));
+  if (l.schedule == PipelineScheduleKind::kDualPipeV && m < 2 * int64_t{l.pp}) {
+    // DualPipeV's step asserts num_chunks >= 2·num_ranks: its warm-up alone runs 2p forwards.
+    fail("global_batch", "dualpipe_v needs at least 2·pp=" + num(2 * int64_t{l.pp}) +
+                             " micro-batches (global_batch / (dp·micro_batch)), got " + num(m));
+  }
   if (!interleaved && l.microbatch_group > 0) {
     fail("microbatch_group", "a micro-batch group orders interleaved_1f1b's chunks, not " + std::string(to_string(l.schedule)));
   }

@@ -36,9 +36,10 @@ enum class PipelineScheduleKind : uint8_t {
   kInterleavedOneFOneB,
   kZeroBubbleH1,
   kZeroBubbleH2,
-  kZeroBubbleV
+  kZeroBubbleV,
+  kDualPipeV
 };
-/// "gpipe", "1f1b", "interleaved_1f1b", "zb_h1", "zb_h2", "zb_v".
+/// "gpipe", "1f1b", "interleaved_1f1b", "zb_h1", "zb_h2", "zb_v", "dualpipe_v".
 const char* to_string(PipelineScheduleKind k);
 /// Whether the schedule splits the backward into B (input gradients) and W (weight gradients).
 bool splits_backward(PipelineScheduleKind k);
@@ -130,7 +131,7 @@ struct ParallelLayout {
   int dp = 1;
   int tp = 1;
   int pp = 1;
-  int virtual_stages = 1;  ///< model chunks per pipeline stage (v); > 1 only interleaved, 2 in a V (zb_v)
+  int virtual_stages = 1;  ///< model chunks per pipeline stage (v); > 1 only interleaved, 2 in a V (zb_v, dualpipe_v)
   /// Interleaved 1F1B: micro-batches per group, each group run chunk by chunk (Megatron-Core's
   /// microbatch_group_size_per_vp_stage, N); 0: pp (Megatron's depth-first default).
   int microbatch_group = 0;
@@ -257,14 +258,16 @@ struct ParallelLayout {
   /// Whether Megatron-Core would offload this layout's activations: only without pipelining
   /// and without recomputation.
   bool activation_offloading_possible() const { return pp == 1 && recompute == Recomputation::kNone; }
-  /// Whether Megatron-Core would overlap this layout's all-to-alls across micro-batches
-  /// (moe_a2a_overlap): ep > 1, no full recomputation, interleaved 1F1B with a pipeline and
-  /// 1F1B without.
-  bool moe_a2a_overlap_possible() const {
-    const bool combinable = pp > 1 ? schedule == PipelineScheduleKind::kInterleavedOneFOneB
-                                   : schedule == PipelineScheduleKind::kOneFOneB;
-    return ep > 1 && recompute != Recomputation::kFull && combinable;
+  /// Whether the schedule runs a forward and a backward of different micro-batches as one pair:
+  /// Megatron-Core's combined 1F1B (interleaved with a pipeline, 1F1B without) or DualPipeV's
+  /// overlapped chunks.
+  bool pairs_passes() const {
+    return pp > 1 ? schedule == PipelineScheduleKind::kInterleavedOneFOneB || schedule == PipelineScheduleKind::kDualPipeV
+                  : schedule == PipelineScheduleKind::kOneFOneB;
   }
+  /// Whether this layout's all-to-alls can overlap across micro-batches (moe_a2a_overlap, as
+  /// Megatron-Core allows it): ep > 1, no full recomputation, a schedule that pairs passes.
+  bool moe_a2a_overlap_possible() const { return ep > 1 && recompute != Recomputation::kFull && pairs_passes(); }
   std::string rank_order = "tp-cp-ep-dp-pp";  ///< innermost first
   /// Layers of each virtual stage, pp·v entries in model order (virtual_stage(s, c) is chunk c
   /// of stage s); empty: layers / (pp·v) each.

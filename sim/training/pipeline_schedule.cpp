@@ -373,6 +373,99 @@ std::vector<std::vector<PipelineOp>> zero_bubble_by_events(int p, int m, int lim
   return list_schedule_by_events(p, zb);
 }
 
+namespace {
+
+// One rank's list as DualPipeV.step writes it: its calls, each adding passes to the list.
+class DualPipeVRank {
+ public:
+  // Chunk c's next forward (its micro-batches in order).
+  void forward(int c) { add(PassKind::kForward, next_forward_[static_cast<size_t>(c)]++, c); }
+  // Chunk c's next backward: whole (B, then its W), or with `defer` its W queued for weight().
+  void backward(int c, bool defer = false) {
+    const int mb = next_backward_[static_cast<size_t>(c)]++;
+    add(PassKind::kBackward, mb, c);
+    if (defer) {
+      deferred_.push_back({PassKind::kWeight, mb, c});
+    } else {
+      add(PassKind::kWeight, mb, c);
+    }
+  }
+  // The oldest deferred W (WeightGradStore's queue is first in, first out).
+  void weight() {
+    const PipelineOp w = deferred_.front();
+    deferred_.pop_front();
+    add(w.kind, w.micro_batch, w.chunk);
+  }
+  // _forward_backward_chunk(c0, c1): chunk c0's forward overlapped with chunk c1's backward.
+  void pair(int c0, int c1) {
+    forward(c0);
+    orders_.runs_with_next.back().back() = 1;
+    backward(c1);
+  }
+  explicit DualPipeVRank(StageOrders& orders) : orders_(orders) {
+    orders_.per_stage.emplace_back();
+    orders_.runs_with_next.emplace_back();
+  }
+
+ private:
+  void add(PassKind kind, int mb, int c) {
+    orders_.per_stage.back().push_back({kind, mb, c});
+    orders_.runs_with_next.back().push_back(0);
+  }
+  StageOrders& orders_;
+  std::array<int, 2> next_forward_{}, next_backward_{};
+  std::deque<PipelineOp> deferred_;
+};
+
+}  // namespace
+
+// dualpipev.py's step, call for call (its steps 1-8), for each rank r (rank 0 holds the first
+// and the last virtual stage).
+StageOrders dual_pipe_v(int p, int m) {
+  if (p < 1 || m < 2 * p) throw std::invalid_argument("dualpipe_v needs at least 2·p micro-batches for p stages");
+  StageOrders orders;
+  for (int r = 0; r < p; ++r) {
+    DualPipeVRank o(orders);
+    const int after = p - r - 1;  // ranks after this one
+    for (int i = 0; i < 2 * after; ++i) o.forward(0);
+    for (int i = 0; i < r + 1; ++i) {
+      o.forward(0);
+      o.forward(1);
+    }
+    for (int i = 0; i < after; ++i) {
+      o.backward(1, true);
+      o.weight();
+      o.forward(1);
+    }
+    for (int i = 0; i < m - 2 * p + r + 1; ++i) {
+      if (i == 0 && r == p - 1) {
+        o.forward(0);  // not overlapped on the last rank, "to further reduce bubble size"
+        o.backward(1);
+      } else {
+        o.pair(0, 1);
+      }
+      o.pair(1, 0);
+    }
+    for (int i = 0; i < after; ++i) {
+      o.backward(1);
+      o.pair(1, 0);
+    }
+    bool defer = false;  // the second half of these backwards leave their W for later
+    for (int i = 0; i < r + 1; ++i) {
+      if (i == (r + 1) / 2 && r % 2 == 1) defer = true;
+      o.backward(1, defer);
+      if (i == (r + 1) / 2 && r % 2 == 0) defer = true;
+      o.backward(0, defer);
+    }
+    for (int i = 0; i < after; ++i) {
+      o.weight();
+      o.backward(0, true);
+    }
+    for (int i = 0; i < r + 1; ++i) o.weight();
+  }
+  return orders;
+}
+
 }  // namespace pipeline_detail
 
 namespace {
@@ -393,6 +486,27 @@ struct AdditionOrder {
   std::vector<std::pair<int, size_t>> order;
   std::string problem;
 };
+
+// Why the marked pairs cannot run: a list of marks that is not one per pass, or a pair that is
+// not a forward followed by a backward.
+std::string pair_problem(const PipelineSchedule& sch) {
+  if (sch.runs_with_next.empty()) return {};
+  for (int s = 0; s < sch.stages; ++s) {
+    const auto& ops = sch.per_stage[static_cast<size_t>(s)];
+    const auto& marks = sch.runs_with_next[static_cast<size_t>(s)];
+    if (marks.size() != ops.size()) {
+      return "stage " + std::to_string(s) + " marks pairs on " + std::to_string(marks.size()) + " of its " +
+             std::to_string(ops.size()) + " passes";
+    }
+    for (size_t i = 0; i < ops.size(); ++i) {
+      if (marks[i] && (i + 1 == ops.size() || ops[i].kind != PassKind::kForward || ops[i + 1].kind != PassKind::kBackward)) {
+        return "stage " + std::to_string(s) + " pairs " + to_string(ops[i], sch.chunks > 1) +
+               " with what follows it, which is not a forward and then a backward";
+      }
+    }
+  }
+  return {};
+}
 
 AdditionOrder addition_order(const PipelineSchedule& sch) {
   AdditionOrder out;
@@ -430,9 +544,17 @@ AdditionOrder addition_order(const PipelineSchedule& sch) {
       }
     }
   }
+  if (const std::string why = pair_problem(sch); !why.empty()) {
+    out.problem = why;
+    return out;
+  }
   std::vector<size_t> next(static_cast<size_t>(p), 0);
   // Per stage, which passes are placed (all in range, checked above).
   std::vector<std::vector<char>> done(static_cast<size_t>(p), std::vector<char>(sch.pass_slots(), 0));
+  const auto ready = [&](int s, const PipelineOp& op) {
+    const auto dep = pipeline_dependency(sch, s, op);
+    return !dep || done[static_cast<size_t>(dep->stage)][sch.pass_slot(dep->op)];
+  };
   bool progress = true;
   while (progress) {
     progress = false;
@@ -440,11 +562,12 @@ AdditionOrder addition_order(const PipelineSchedule& sch) {
       const auto& ops = sch.per_stage[static_cast<size_t>(s)];
       auto& i = next[static_cast<size_t>(s)];
       while (i < ops.size()) {
-        auto dep = pipeline_dependency(sch, s, ops[i]);
-        if (dep && !done[static_cast<size_t>(dep->stage)][sch.pass_slot(dep->op)]) break;
-        done[static_cast<size_t>(s)][sch.pass_slot(ops[i])] = 1;
-        out.order.emplace_back(s, i);
-        ++i;
+        const size_t passes = sch.pairs_with_next(s, i) ? 2 : 1;
+        if (!ready(s, ops[i]) || (passes == 2 && !ready(s, ops[i + 1]))) break;
+        for (size_t k = 0; k < passes; ++k, ++i) {
+          done[static_cast<size_t>(s)][sch.pass_slot(ops[i])] = 1;
+          out.order.emplace_back(s, i);
+        }
         progress = true;
       }
     }
@@ -521,7 +644,11 @@ PipelineSchedule make_pipeline_schedule(PipelineScheduleKind kind, int p, int m,
     }
     const StagePassTimes unit{Time::ps(1), Time::ps(1), Time::ps(1)};
     const std::vector<StagePassTimes> timed = times.empty() ? std::vector<StagePassTimes>(virtual_stages, unit) : times;
-    if (v_shaped(kind)) {
+    if (kind == PipelineScheduleKind::kDualPipeV) {
+      pipeline_detail::StageOrders orders = pipeline_detail::dual_pipe_v(p, m);
+      sch.per_stage = std::move(orders.per_stage);
+      sch.runs_with_next = std::move(orders.runs_with_next);
+    } else if (v_shaped(kind)) {
       sch.per_stage = pipeline_detail::zero_bubble_v(p, m, timed);
     } else {
       sch.per_stage = zero_bubble(p, m, kind == PipelineScheduleKind::kZeroBubbleH1 ? p : 2 * p - 1, timed);
@@ -547,7 +674,8 @@ PipelineSchedule make_pipeline_schedule(PipelineScheduleKind kind, int p, int m,
       case PipelineScheduleKind::kInterleavedOneFOneB: sch.per_stage.push_back(interleaved_stage(p, m, v, sch.group, s)); break;
       case PipelineScheduleKind::kZeroBubbleH1:
       case PipelineScheduleKind::kZeroBubbleH2:
-      case PipelineScheduleKind::kZeroBubbleV: break;  // built above
+      case PipelineScheduleKind::kZeroBubbleV:
+      case PipelineScheduleKind::kDualPipeV: break;  // built above
     }
   }
   return sch;
@@ -566,7 +694,7 @@ std::shared_ptr<const PipelineSchedule> shared_pipeline_schedule(PipelineSchedul
   constexpr size_t kEntries = 64, kPasses = size_t{1} << 21;
   thread_local std::vector<Kept> kept;  // least recently used first
   thread_local size_t passes_kept = 0;
-  const bool reads_times = splits_backward(kind);
+  const bool reads_times = splits_backward(kind) && kind != PipelineScheduleKind::kDualPipeV;
   for (auto it = kept.begin(); it != kept.end(); ++it) {
     if (it->kind == kind && it->p == p && it->m == m && it->v == v && it->group == group &&
         (!reads_times || it->times == times)) {
@@ -608,6 +736,12 @@ AdditionOrder checked_addition_order(const PipelineSchedule& schedule) {
     AdditionOrder out;
     out.problem = "the schedule has " + std::to_string(schedule.per_stage.size()) + " stage lists for " +
                   std::to_string(schedule.stages) + " stages";
+    return out;
+  }
+  if (!schedule.runs_with_next.empty() && static_cast<int>(schedule.runs_with_next.size()) != schedule.stages) {
+    AdditionOrder out;
+    out.problem = "the schedule marks pairs on " + std::to_string(schedule.runs_with_next.size()) + " stage lists of " +
+                  std::to_string(schedule.stages);
     return out;
   }
   return addition_order(schedule);
@@ -662,9 +796,13 @@ PipelineRun run_pipeline(const PipelineSchedule& sch, Time forward, Time backwar
   std::vector<std::vector<WorkId>> by_position(static_cast<size_t>(sch.stages));
   for (int s = 0; s < sch.stages; ++s) by_position[static_cast<size_t>(s)].resize(sch.per_stage[static_cast<size_t>(s)].size());
   for (auto [s, i] : pipeline_pass_order(sch)) {
-    const PipelineOp& op = sch.per_stage[static_cast<size_t>(s)][i];
+    const auto& ops = sch.per_stage[static_cast<size_t>(s)];
+    const PipelineOp& op = ops[i];
     std::vector<WorkId> deps;
-    if (auto dep = pipeline_dependency(sch, s, op)) deps.push_back(ids[static_cast<size_t>(dep->stage)].at(dep->op));
+    for (size_t k = i; k < (sch.pairs_with_next(s, i) ? i + 2 : i + 1); ++k) {
+      const auto dep = pipeline_dependency(sch, s, ops[k]);
+      if (dep && !(dep->stage == s && dep->op == op)) deps.push_back(ids[static_cast<size_t>(dep->stage)].at(dep->op));
+    }
     const WorkId id = graph.add(static_cast<StreamId>(s), duration(op.kind), WorkKind::kCompute, deps);
     ids[static_cast<size_t>(s)][op] = id;
     by_position[static_cast<size_t>(s)][i] = id;

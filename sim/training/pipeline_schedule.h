@@ -52,6 +52,16 @@
 //     admitting are played and the order that ends first is kept. With F = B = W per chunk it
 //     reaches the start-up bound (p − 1)·t_F + 6m·t_F for m ≥ p; where B is long beside W (full
 //     recomputation) the 2p chunks run short and it can fall behind ZB-H1 and 1F1B.
+//   DualPipeV (DeepSeek-AI's DualPipe repository, dualpipev.py: DualPipe "cut in half" by Sea AI
+//     Lab): ZB-V's V, in the fixed order of DualPipeV.step on each rank r: 2(p−r−1) chunk-0
+//     forwards; r+1 pairs of chunk-0 and chunk-1 forwards; p−r−1 times a chunk-1 B, a W and a
+//     chunk-1 forward; m−2p+r+1 times the overlapped pairs F0&B1 then F1&B0; p−r−1 times B1 then
+//     F1&B0; r+1 times B1 then B0; p−r−1 times a W and B0; r+1 Ws. Micro-batches go in order in
+//     each chunk; a backward is whole (B then its W) except where the code defers its W to a
+//     first-in first-out queue (the zero-bubble steps). An overlapped pair (runs_with_next)
+//     starts when both passes' inputs are there, as the code waits for both receives; the last
+//     rank's first pair runs apart. Needs m ≥ 2p. With F = B = W per chunk it ends at
+//     (p − 1)·t_F + 6m·t_F, like ZB-V, at 2p + 1 chunks a stage (the README's PP + 1).
 // Bubble with free communication, each forward taking t_f/v and each backward t_b/v on every
 // stage, and bubble fraction = idle time / (p × makespan):
 //   GPipe, 1F1B   (p−1)/(m+p−1)      makespan (m+p−1)(t_f+t_b)
@@ -94,6 +104,13 @@ struct PipelineSchedule {
   int chunks = 1;        ///< v
   int group = 1;         ///< interleaved: micro-batches per group (N)
   std::vector<std::vector<PipelineOp>> per_stage;  ///< p lists, each of passes_per_micro_batch()·m·v passes
+  /// DualPipeV's overlapped pairs: per stage and position, 1 where that forward and the backward
+  /// after it run as one pair, which starts once both have their inputs. Empty for the other
+  /// schedules, whose pairs (moe_a2a_overlap) form where adjacent passes are ready together.
+  std::vector<std::vector<uint8_t>> runs_with_next;
+  bool pairs_with_next(int stage, size_t position) const {
+    return !runs_with_next.empty() && runs_with_next[static_cast<size_t>(stage)][position] != 0;
+  }
   /// Whether the backward is split into B and W passes (zero-bubble schedules).
   bool split_backward() const { return splits_backward(kind); }
   /// The virtual stage that chunk c of stage s holds, and the inverse.
@@ -143,6 +160,12 @@ namespace pipeline_detail {
 /// what has finished, waiting stages wake at every pass's end (and again at an instant when a
 /// pass of no time ends at it). Any pass times.
 std::vector<std::vector<PipelineOp>> zero_bubble_by_turns(int p, int m, int limit, const std::vector<StagePassTimes>& times);
+/// DualPipeV's order (dualpipev.py's step) for p ranks and m ≥ 2p micro-batches, with its pairs.
+struct StageOrders {
+  std::vector<std::vector<PipelineOp>> per_stage;
+  std::vector<std::vector<uint8_t>> runs_with_next;
+};
+StageOrders dual_pipe_v(int p, int m);
 /// ZB-V's list scheduling: `times` per virtual stage (2p entries); by events where every forward
 /// and backward takes time (as zero_bubble_by_events), unless `by_turns`.
 std::vector<std::vector<PipelineOp>> zero_bubble_v(int p, int m, const std::vector<StagePassTimes>& times,
@@ -161,14 +184,16 @@ struct StagedOp {
 };
 std::optional<StagedOp> pipeline_dependency(const PipelineSchedule& schedule, int stage, const PipelineOp& op);
 
-/// Empty when every stage lists each (kind, micro-batch, chunk) exactly once and the lists
-/// can run to the end under the dependencies (no stage waits forever); otherwise the first
-/// problem ("stage 1 is stuck at B0 waiting for B0 on stage 2 ...").
+/// Empty when every stage lists each (kind, micro-batch, chunk) exactly once, every marked pair
+/// is a forward and a backward, and the lists can run to the end under the dependencies (a pair
+/// waits for both passes' inputs; no stage waits forever); otherwise the first problem ("stage 1
+/// is stuck at B0 waiting for B0 on stage 2 ...").
 std::string schedule_problem(const PipelineSchedule& schedule);
 
 /// Every stage's passes as (stage, position in its list), in one sequence where each pass comes
-/// after its dependency and after the earlier passes of its stage: the order in which a
-/// builder adds them to a StreamGraph. Throws std::invalid_argument with schedule_problem's text.
+/// after its dependency and after the earlier passes of its stage, and a marked pair after both
+/// passes' dependencies, its two passes one after the other: the order in which a builder adds
+/// them to a StreamGraph. Throws std::invalid_argument with schedule_problem's text.
 std::vector<std::pair<int, size_t>> pipeline_pass_order(const PipelineSchedule& schedule);
 
 /// The most (micro-batch, chunk) passes whose forward has run on `stage` and whose backward (W
@@ -190,7 +215,8 @@ struct PipelineRun {
   std::vector<std::vector<std::pair<Time, Time>>> timings;
 };
 
-/// Runs `schedule` on the engine with free communication: every forward takes forward/v and
+/// Runs `schedule` on the engine with free communication (a pair's forward waits for its
+/// backward's input too, then the two run one after the other): every forward takes forward/v and
 /// every backward backward/v on its stage (`forward` and `backward` are one micro-batch's
 /// passes over the whole stage); when the backward is split, W takes `weight`/v of it and B the
 /// rest. Throws std::invalid_argument when a time is not a multiple of v picoseconds, weight

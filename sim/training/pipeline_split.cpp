@@ -39,7 +39,8 @@ PipelineSplit first_and_last(const ParallelLayout& l, int layers) {
   if (first == 0 || last == 0) return refuse(first == 0 ? "first_stage_layers" : "last_stage_layers", "must be at least 1");
   if (v_shaped(l.schedule)) {
     return refuse(first >= 0 ? "first_stage_layers" : "last_stage_layers",
-                  "zb_v puts the first and the last layers both on stage 0; give stage_layers per virtual stage instead");
+                   std::string(to_string(l.schedule)) +
+                      " puts the first and the last layers both on stage 0; give stage_layers per virtual stage instead");
   }
   if (l.pp < 2) return refuse("pp", "first/last stage layer counts need pp ≥ 2, got " + n(l.pp));
   const int middle_stages = l.pp - 2;

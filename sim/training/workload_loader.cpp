@@ -459,8 +459,9 @@ PipelineScheduleKind schedule_from(const std::string& s, const std::string& file
   if (s == "zb_h1" || s == "zero_bubble") return PipelineScheduleKind::kZeroBubbleH1;
   if (s == "zb_h2") return PipelineScheduleKind::kZeroBubbleH2;
   if (s == "zb_v") return PipelineScheduleKind::kZeroBubbleV;
+  if (s == "dualpipe_v") return PipelineScheduleKind::kDualPipeV;
   throw InputError(file, where,
-                   "unknown schedule \"" + s + "\" (expected gpipe, 1f1b, interleaved_1f1b, zb_h1, zb_h2 or zb_v)");
+                   "unknown schedule \"" + s + "\" (expected gpipe, 1f1b, interleaved_1f1b, zb_h1, zb_h2, zb_v or dualpipe_v)");
 }
 
 

@@ -67,7 +67,7 @@ struct WorkloadOverrides {
 TrainingWorkload load_training_workload(const std::string& path, const std::string& models_dir,
                                         const std::string& topologies_dir, const WorkloadOverrides& overrides = {});
 
-/// Parses a schedule name (gpipe, 1f1b, interleaved_1f1b, zb_h1, zb_h2, zb_v); InputError naming
+/// Parses a schedule name (gpipe, 1f1b, interleaved_1f1b, zb_h1, zb_h2, zb_v, dualpipe_v); InputError naming
 /// `file` and `where` otherwise.
 PipelineScheduleKind schedule_from(const std::string& s, const std::string& file, const std::string& where);
 

@@ -406,7 +406,7 @@ void add_train_command(CLI::App& app) {
   cmd->add_option("--gbs,--global-batch", args->global_batch, "global batch size (sequences)");
   cmd->add_option("--seq", args->sequence, "sequence length (tokens)");
   cmd->add_option("--nodes", args->nodes, "node count of the topology");
-  cmd->add_option("--schedule", args->schedule, "gpipe, 1f1b, interleaved_1f1b, zb_h1, zb_h2 or zb_v (zero bubble at 1F1B's memory, with up to 2p-1 micro-batches in flight, or two chunks a stage in a V at 1F1B's memory)");
+  cmd->add_option("--schedule", args->schedule, "gpipe, 1f1b, interleaved_1f1b, zb_h1, zb_h2, zb_v or dualpipe_v (zero bubble at 1F1B's memory, with up to 2p-1 micro-batches in flight, or two chunks a stage in a V at 1F1B's memory; DualPipeV: DeepSeek's order on that V, forward and backward chunks overlapped in pairs (with --moe-a2a-overlap, their all-to-alls), 2p+1 chunks a stage, m >= 2p)");
   cmd->add_option("--attention", args->attention,
                   "attention core: flash (the GPU's own fused kernel), flash2 (FlashAttention-2: on Hopper and Blackwell it leaves "
                   "the asynchronous tensor cores unused) or unfused (scores, softmax and context materialised)");
