@@ -1276,6 +1276,46 @@ TEST(IterationPlot, EachStagesColumnsAddUpAndTheTitleIsEscaped) {
   EXPECT_NE(script.find("title \"a \\\"quoted\\\" name\\\\\\nlayout\""), std::string::npos) << script;
 }
 
+// pipeline.png's boxes: with the kernels alone, each 1F1B pass runs back to back, so each stage
+// has one box per pass, in the schedule's order, coloured by its kind and labelled by its
+// micro-batch; then the optimizer step, grey. No box starts before the one before it ends.
+TEST(IterationPlot, PipelineBoxesFollowEachStagesSchedule) {
+  const Topology topo = toy_cluster(4);
+  IterationOptions options = test::kernels_only();
+  options.keep_timeline = true;
+  const IterationResult r = simulate_iteration(tiny(8), layout(1, 1, 4, 8), topo, options);
+  const PipelineSchedule s = make_pipeline_schedule(PipelineScheduleKind::kOneFOneB, 4, 8);
+  std::istringstream data(pipeline_timeline_data(r, 1, 0.0));
+  std::string line;
+  std::getline(data, line);  // the header
+  std::vector<std::vector<std::string>> seen(4);
+  std::vector<double> end(4, 0.0);
+  while (std::getline(data, line)) {
+    std::istringstream row(line);
+    double start = 0, width = 0;
+    int stage = -1, colour = 0;
+    std::string label;
+    row >> start >> stage >> width >> colour >> label;
+    ASSERT_GE(stage, 0);
+    EXPECT_GE(start, end[static_cast<size_t>(stage)] - 1e-9) << line;
+    end[static_cast<size_t>(stage)] = start + width;
+    EXPECT_LE(start + width, r.iteration_time.seconds() + 1e-9);
+    const std::string kind = colour == 0x4C72B0 ? "F" : colour == 0xDD8452 ? "B" : colour == 0x55A868 ? "W" : "-";
+    seen[static_cast<size_t>(stage)].push_back(kind + label.substr(1, label.size() - 2));
+  }
+  for (int stage = 0; stage < 4; ++stage) {
+    std::vector<std::string> expected;
+    for (const PipelineOp& op : s.per_stage[static_cast<size_t>(stage)]) expected.push_back(to_string(op, false));
+    expected.emplace_back("-");  // the optimizer step
+    EXPECT_EQ(seen[static_cast<size_t>(stage)], expected) << stage;
+  }
+  // A label goes where it fits: at a character a fifth of the iteration, none does.
+  EXPECT_EQ(pipeline_timeline_data(r, 1, 0.2).find("\"1\""), std::string::npos);
+  const std::string script = pipeline_timeline_script(r, "d.dat", "p.png", {"it's"});
+  EXPECT_NE(script.find("with boxxyerror lc rgb variable"), std::string::npos) << script;
+  EXPECT_NE(script.find("set yrange [3.5:-0.5]"), std::string::npos) << script;
+}
+
 TEST(IterationTime, IsDeterministic) {
   const Topology topo = toy_cluster(4);
   ParallelLayout l = layout(2, 1, 2, 8);

@@ -15,6 +15,18 @@ constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
 constexpr WorkKind kExposedKinds[] = {WorkKind::kTpComm, WorkKind::kCpComm, WorkKind::kEpComm,
                                       WorkKind::kPpComm, WorkKind::kDpComm, WorkKind::kOffload};
 
+// A box's colour by its pass: forward, backward (input gradients under the zero-bubble
+// schedules), weight gradients, or outside the passes.
+int pass_colour(const std::optional<PipelineOp>& pass) {
+  if (!pass) return 0xBBBBBB;
+  switch (pass->kind) {
+    case PassKind::kForward: return 0x4C72B0;
+    case PassKind::kBackward: return 0xDD8452;
+    case PassKind::kWeight: return 0x55A868;
+  }
+  return 0xBBBBBB;
+}
+
 }  // namespace
 
 std::string iteration_breakdown_data(const IterationResult& r) {
@@ -71,6 +83,64 @@ std::string iteration_breakdown_script(const IterationResult& r, const std::stri
   }
   out += ", " + std::string(limit) + " with lines lw 2 lc rgb '#C44E52' title 'GPU memory'\n";
   out += "unset multiplot\n";
+  return out;
+}
+
+std::string pipeline_timeline_data(const IterationResult& r, int chunks, double label_width) {
+  std::vector<const TimelineSpan*> compute;
+  for (const TimelineSpan& span : r.timeline) {
+    if (span.stream == "compute") compute.push_back(&span);
+  }
+  std::stable_sort(compute.begin(), compute.end(), [](const TimelineSpan* a, const TimelineSpan* b) {
+    return a->rank != b->rank ? a->rank < b->rank : a->start < b->start;
+  });
+  const double span_s = std::max(r.iteration_time.seconds(), 1e-12);
+  std::string out = "# pass boxes on each stage's compute stream: start (s), stage, width (s), colour, micro-batch\n";
+  char line[160];
+  for (size_t i = 0; i < compute.size();) {
+    // A box: the tasks of one pass (or outside the passes) that follow each other without a gap.
+    size_t j = i + 1;
+    while (j < compute.size() && compute[j]->rank == compute[i]->rank && compute[j]->pass == compute[i]->pass &&
+           compute[j]->start == compute[j - 1]->finish) {
+      ++j;
+    }
+    const TimelineSpan& first = *compute[i];
+    const double start = first.start.seconds(), width = compute[j - 1]->finish.seconds() - start;
+    std::string label;
+    if (first.pass) {
+      label = std::to_string(first.pass->micro_batch) + (chunks > 1 ? "." + std::to_string(first.pass->chunk) : "");
+      if (width < label_width * span_s * static_cast<double>(label.size())) label.clear();
+    }
+    std::snprintf(line, sizeof line, "%.9f %d %.9f %d \"%s\"\n", start, first.rank, width, pass_colour(first.pass),
+                  label.c_str());
+    out += line;
+    i = j;
+  }
+  return out;
+}
+
+std::string pipeline_timeline_script(const IterationResult& r, const std::string& data_file, const std::string& png,
+                                     const std::vector<std::string>& title) {
+  const int stages = static_cast<int>(r.stages.size());
+  const int height = 160 + 36 * std::min(stages, 32);
+  std::string out = "set terminal pngcairo size 1500," + std::to_string(height) + " noenhanced font ',10'\nset output '" +
+                    png + "'\n";
+  std::string lines;
+  for (const std::string& line : title) lines += (lines.empty() ? "" : "\\n") + gnuplot_text(line);
+  char range[160];
+  std::snprintf(range, sizeof range, "set xrange [0:%.9f]\nset yrange [%.1f:-0.5]\n", r.iteration_time.seconds(),
+                stages - 0.5);
+  out += "set title \"" + lines + "\"\n" + range;
+  out += "set xlabel 'seconds'\nset ylabel 'pipeline stage'\nset ytics 1\nset grid xtics\n"
+         "set style fill solid 1.0 border lc rgb 'white'\nset key outside bottom center horizontal\n";
+  if (stages > 32) out += "set ytics " + std::to_string((stages + 31) / 32) + "\n";
+  // Column 1 the box's start, 3 its width: x from start to start + width, y ± 0.4 around the stage.
+  out += "plot '" + data_file + "' using ($1 + $3 / 2):2:($3 / 2):(0.4):4 with boxxyerror lc rgb variable notitle, \\\n"
+         "     '' using ($1 + $3 / 2):2:5 with labels font ',7' tc rgb 'white' notitle, \\\n"
+         "     NaN with boxes lc rgb '#4C72B0' title 'forward (F)', \\\n"
+         "     NaN with boxes lc rgb '#DD8452' title 'backward (B: input gradients where W is apart)', \\\n"
+         "     NaN with boxes lc rgb '#55A868' title 'weight gradients (W)', \\\n"
+         "     NaN with boxes lc rgb '#BBBBBB' title 'outside the passes (optimizer step)'\n";
   return out;
 }
 

@@ -305,14 +305,23 @@ void print_critical_path_and_links(const Job& job, const IterationResult& r) {
               gemm_model_description(job).c_str(), job.compute.sustained_fraction);
 }
 
-// --plot: each stage's time and memory as stacked bars (iteration_plot.h).
+// --plot: each stage's time and memory as stacked bars, and the schedule as it ran
+// (iteration_plot.h).
 void plot_iteration(const std::string& dir, const Job& job, const IterationResult& r) {
   std::filesystem::create_directories(dir);
   write_file_atomically(dir + "/train.dat", iteration_breakdown_data(r));
   const std::vector<std::string> title{job.model.name + " on " + std::to_string(job.topology.gpu_count()) + " GPUs",
                                        layout_description(job.layout)};
   cli::run_gnuplot(dir + "/train.gp", iteration_breakdown_script(r, dir + "/train.dat", dir + "/train.png", title));
-  std::printf("# plot: %s/train.png\n", dir.c_str());
+  write_file_atomically(dir + "/pipeline.dat", pipeline_timeline_data(r, job.layout.virtual_stages));
+  char bubble[96];
+  std::snprintf(bubble, sizeof bubble, "each stage's compute stream: %.3f s, pipeline bubble %.1f%%",
+                r.iteration_time.seconds(), 100 * r.pipeline_bubble_fraction);
+  std::vector<std::string> schedule_title = title;
+  schedule_title.emplace_back(bubble);
+  cli::run_gnuplot(dir + "/pipeline.gp",
+                   pipeline_timeline_script(r, dir + "/pipeline.dat", dir + "/pipeline.png", schedule_title));
+  std::printf("# plot: %s/train.png, %s/pipeline.png\n", dir.c_str(), dir.c_str());
 }
 
 void run_train(const TrainArgs& a) {
@@ -322,7 +331,7 @@ void run_train(const TrainArgs& a) {
   // flow: the co-simulation, every collective as flows on one shared network (the closed forms
   // still give each task's stand-alone duration, for reports).
   options.cosimulate = a.network == "flow";
-  options.keep_timeline = !a.trace.empty();
+  options.keep_timeline = !a.trace.empty() || !a.plot_dir.empty();  // --plot draws the passes as they ran
   options.compute = job.compute;
   options.gemm_efficiency = job.gemm;
   if (!a.measured_step.empty()) fit_measured_step(a.measured_step, job, options);
@@ -464,7 +473,8 @@ void add_train_command(CLI::App& app) {
                   "the busiest links with their load and an arrow from each task to the links it crossed");
   cmd->add_option("--plot", args->plot_dir,
                   "write train.png (gnuplot) into this directory: each pipeline stage's iteration time (compute, exposed "
-                  "communication by kind, bubble) and memory per GPU as stacked bars");
+                  "communication by kind, bubble) and memory per GPU as stacked bars; and pipeline.png: each stage's "
+                  "passes (F, B, W and their micro-batches) over the iteration as they ran");
   cmd->add_option("--gemm-table", args->gemm_table,
                   "GEMM rates measured by the calibration harness (its JSON-lines file), and the attention kernels' where "
                   "the file has them (calibrate/scripts/attention-bench.py), instead of the closed forms");
