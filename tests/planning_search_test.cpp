@@ -39,7 +39,7 @@ TrainingWorkload small_case() {
 // A smaller space than the default, so that the exhaustive check stays quick under the
 // sanitizers: every dimension still has a choice. Its schedules include ZB-V, whose simulated
 // order is made with the communication's times while its memory stays the kernels' order's, as
-// the search's filter estimates it.
+// the search's filter estimates it, and DualPipeV.
 SearchSpace small_space(const TrainingWorkload& job) {
   SearchSpace s = default_search_space(job.model, job.layout, 16, 8);
   s.zero = {ZeroStage::kStage0, ZeroStage::kStage1, ZeroStage::kStage3};

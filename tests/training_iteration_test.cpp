@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <map>
 #include <sstream>
 
 #include "collectives/collective_simulator.h"
@@ -1241,6 +1242,53 @@ TEST(IterationTimeline, EachStagesComputeRunsItsPassesInTheSchedulesOrder) {
       }
     }
   }
+}
+
+// DualPipeV's communication in the iteration as dualpipev.py ties it: a whole backward's input
+// gradient leaves only when its W has run (one autograd call), and a pair starts no sooner than
+// its backward's input has arrived. Read off the timeline of 4 stages × 8 micro-batches.
+TEST(IterationTimeline, DualPipeVsSendsLeaveAsItsCodeSendsThem) {
+  const Topology topo = toy_cluster(4);
+  IterationOptions options = test::kernels_only();
+  options.keep_timeline = true;
+  ParallelLayout l = layout(1, 1, 4, 8);
+  l.schedule = PipelineScheduleKind::kDualPipeV;
+  l.virtual_stages = 2;
+  const IterationResult r = simulate_iteration(tiny(8), l, topo, options);
+  const PipelineSchedule d = make_pipeline_schedule(PipelineScheduleKind::kDualPipeV, 4, 8, 2);
+  // Per stage and pass: its compute's start and end, and its PP send's start.
+  std::map<std::pair<int, PipelineOp>, std::pair<Time, Time>> compute;
+  std::map<std::pair<int, PipelineOp>, std::pair<Time, Time>> send;
+  for (const TimelineSpan& span : r.timeline) {
+    if (!span.pass) continue;
+    const auto key = std::make_pair(span.rank, *span.pass);
+    if (span.stream == "compute") {
+      auto [it, added] = compute.try_emplace(key, span.start, span.finish);
+      if (!added) it->second = {std::min(it->second.first, span.start), std::max(it->second.second, span.finish)};
+    } else if (span.stream == "pp") {
+      send.try_emplace(key, span.start, span.finish);
+    }
+  }
+  int whole = 0, pairs = 0;
+  for (int s = 0; s < 4; ++s) {
+    const auto& ops = d.per_stage[static_cast<size_t>(s)];
+    for (size_t i = 0; i < ops.size(); ++i) {
+      const PipelineSchedule::PassLinks& link = d.links[static_cast<size_t>(s)][d.pass_slot(ops[i])];
+      if (link.output_leaves_after && send.count({s, ops[i]})) {
+        EXPECT_GE(send.at({s, ops[i]}).first, compute.at({s, *link.output_leaves_after}).second) << s << " " << to_string(ops[i]);
+        whole += ops[i].kind == PassKind::kBackward ? 1 : 0;
+      }
+      if (link.overlaps_next) {
+        const std::optional<StagedOp> dep = pipeline_dependency(d, s, ops[i + 1]);
+        if (dep && dep->stage != s) {
+          EXPECT_GE(compute.at({s, ops[i]}).first, send.at({dep->stage, dep->op}).second) << s << " " << to_string(ops[i]);
+          ++pairs;
+        }
+      }
+    }
+  }
+  EXPECT_GT(whole, 0);
+  EXPECT_GT(pairs, 0);
 }
 
 // train --plot's data: a line per stage whose nine time columns add up to the iteration time and

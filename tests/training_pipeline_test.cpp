@@ -381,11 +381,13 @@ TEST(PipelineSchedule, DualPipeVRunsDualPipeVsStepCallForCall) {
   EXPECT_THROW(make_pipeline_schedule(PipelineScheduleKind::kDualPipeV, 4, 8, 1), std::invalid_argument);
 }
 
-TEST(PipelineBubble, DualPipeVReachesTheStartUpBoundAtTwoPPlusOneChunks) {
-  // As for ZB-V: each chunk's F, B and W take 1 ms, and no order ends before (p − 1) + 6m ms.
-  // DualPipeV's fixed order reaches it for every m ≥ 2p, even with each overlapped pair waiting
-  // for both of its inputs, and holds 2p + 1 chunks a stage (its README's PP + 1 for PP = 2p
-  // stages), one more than ZB-V.
+TEST(PipelineBubble, DualPipeVEndsAtItsReadmesBubble) {
+  // Each chunk's F, B and W take 1 ms. DualPipeV's README gives its bubble as
+  // (PP/2 − 1)(F&B + B − 3W) for PP = 2p stages: with F&B = F + B (no overlap) and B the whole
+  // backward (2 ms), (p − 1)(3 + 2 − 3) = 2(p − 1) ms over the 6m ms of work, for every m ≥ 2p:
+  // p − 1 ms more than ZB-V's start-up bound, because a whole backward's input gradient leaves
+  // only with its W (one autograd call). It holds 2p + 1 chunks a stage (the README's PP + 1),
+  // one more than ZB-V.
   const Time tf = Time::ms(2), tb = Time::ms(4), tw = Time::ms(2);
   for (int p : {2, 3, 4, 8}) {
     for (int m : {2 * p, 2 * p + 1, 3 * p, 4 * p}) {
@@ -393,29 +395,91 @@ TEST(PipelineBubble, DualPipeVReachesTheStartUpBoundAtTwoPPlusOneChunks) {
       const PipelineSchedule d = make_pipeline_schedule(PipelineScheduleKind::kDualPipeV, p, m, 2);
       EXPECT_EQ(schedule_problem(d), "");
       const PipelineRun run = run_pipeline(d, tf, tb, tw);
-      EXPECT_EQ(run.makespan, Time::ms(p - 1 + 6 * m));
+      EXPECT_EQ(run.makespan, Time::ms(2 * (p - 1) + 6 * m));
       for (int stage = 0; stage < p; ++stage) {
         EXPECT_EQ(peak_in_flight(d, stage), 2 * p + 1);
-        // A pair's forward starts no sooner than its backward's input is there.
+        // Nothing starts before what it waits for has ended: its own input, and the inputs of
+        // the passes whose receives its batch waits for (an overlapped pair's backward's).
         const auto& ops = d.per_stage[static_cast<size_t>(stage)];
-        for (size_t i = 0; i + 1 < ops.size(); ++i) {
-          if (!d.pairs_with_next(stage, i)) continue;
-          const StagedOp dep = *pipeline_dependency(d, stage, ops[i + 1]);
-          const auto& theirs = d.per_stage[static_cast<size_t>(dep.stage)];
-          const size_t at = static_cast<size_t>(std::find(theirs.begin(), theirs.end(), dep.op) - theirs.begin());
-          EXPECT_GE(run.timings[static_cast<size_t>(stage)][i].first, run.timings[static_cast<size_t>(dep.stage)][at].second);
+        for (size_t i = 0; i < ops.size(); ++i) {
+          for (const StagedOp& input : pipeline_inputs(d, stage, ops[i])) {
+            const auto& theirs = d.per_stage[static_cast<size_t>(input.stage)];
+            const size_t at = static_cast<size_t>(std::find(theirs.begin(), theirs.end(), input.op) - theirs.begin());
+            EXPECT_GE(run.timings[static_cast<size_t>(stage)][i].first,
+                      run.timings[static_cast<size_t>(input.stage)][at].second);
+          }
         }
       }
     }
   }
 }
 
-TEST(PipelineSchedule, APairIsAForwardAndThenABackward) {
+TEST(PipelineBubble, DualPipeVMatchesAnEmulationOfItsCode) {
+  // Unequal passes, against tests/data/dualpipev_emulation.py: dualpipev.py's calls played with
+  // free communication, each batch of receives waited for before the next pass and each queued
+  // send leaving at the next batch (its printed makespans, per chunk F:B:W = 2:5:1 and 3:2:4, for
+  // p = 2, 3, 4, 8 and m = 2p, 3p + 1).
+  const int p_values[] = {2, 3, 4, 8};
+  const int expected[2][4][2] = {{{73, 121}, {116, 180}, {159, 239}, {331, 475}},
+                                 {{79, 133}, {121, 193}, {163, 253}, {331, 493}}};
+  const int fbw[2][3] = {{2, 5, 1}, {3, 2, 4}};
+  for (int t = 0; t < 2; ++t) {
+    // run_pipeline takes a stage's two chunks: forward 2F, backward 2(B + W), weight 2W.
+    const Time tf = Time::ms(2 * fbw[t][0]), tb = Time::ms(2 * (fbw[t][1] + fbw[t][2])), tw = Time::ms(2 * fbw[t][2]);
+    for (int i = 0; i < 4; ++i) {
+      const int p = p_values[i];
+      for (int k = 0; k < 2; ++k) {
+        const int m = k == 0 ? 2 * p : 3 * p + 1;
+        SCOPED_TRACE("F:B:W " + std::to_string(fbw[t][0]) + ":" + std::to_string(fbw[t][1]) + ":" +
+                     std::to_string(fbw[t][2]) + " p=" + std::to_string(p) + " m=" + std::to_string(m));
+        const PipelineSchedule d = make_pipeline_schedule(PipelineScheduleKind::kDualPipeV, p, m, 2);
+        EXPECT_EQ(run_pipeline(d, tf, tb, tw).makespan, Time::ms(expected[t][i][k]));
+      }
+    }
+  }
+}
+
+TEST(PipelineSchedule, DualPipeVsCommunicationIsTiedAsItsCodeTiesIt) {
+  // dualpipev.py waits for the receives posted since its last batch before the next pass, and
+  // sends what it queued at the next batch. On p = 2, m = 4 (the listing above):
+  const PipelineSchedule d = make_pipeline_schedule(PipelineScheduleKind::kDualPipeV, 2, 4, 2);
+  auto links = [&](int stage, PassKind kind, int mb, int chunk) -> const PipelineSchedule::PassLinks& {
+    return d.links.at(static_cast<size_t>(stage)).at(d.pass_slot({kind, mb, chunk}));
+  };
+  // A whole backward's input gradient leaves with its W: one autograd call makes both.
+  EXPECT_EQ(links(1, PassKind::kBackward, 0, 0).output_leaves_after, (PipelineOp{PassKind::kWeight, 0, 0}));
+  const auto inputs = pipeline_inputs(d, 0, {PassKind::kBackward, 0, 0});
+  ASSERT_EQ(inputs.size(), 1u);
+  EXPECT_EQ(inputs[0].stage, 1);
+  EXPECT_EQ(inputs[0].op, (PipelineOp{PassKind::kWeight, 0, 0}));
+  // A deferred one's leaves as it ends (rank 1's B3.0 in step 6 has no W yet).
+  EXPECT_FALSE(links(1, PassKind::kBackward, 3, 0).output_leaves_after.has_value());
+  // In an overlapped pair both outputs leave after the pair (its backward's W): rank 0's F3.0&B1.1.
+  EXPECT_TRUE(links(0, PassKind::kForward, 3, 0).overlaps_next);
+  EXPECT_EQ(links(0, PassKind::kForward, 3, 0).output_leaves_after, (PipelineOp{PassKind::kWeight, 1, 1}));
+  // ... and the pair waits for its backward's input too (rank 0's F2.1 with B0.0, from rank 1).
+  EXPECT_EQ(links(0, PassKind::kForward, 2, 1).also_waits_for, (std::vector<PipelineOp>{{PassKind::kBackward, 0, 0}}));
+  // Step 2 sends each chunk-0 forward after the chunk-1 forward that follows it (rank 0: F2.0,
+  // then F0.1), and that one waits for the next chunk-0 forward's input, posted before it (rank
+  // 1: F0.1 for F1.0's).
+  EXPECT_EQ(links(0, PassKind::kForward, 2, 0).output_leaves_after, (PipelineOp{PassKind::kForward, 0, 1}));
+  EXPECT_EQ(links(1, PassKind::kForward, 0, 1).also_waits_for, (std::vector<PipelineOp>{{PassKind::kForward, 1, 0}}));
+  // The last rank's last step-2 chunk-1 forward leaves after its first step-4 forward.
+  EXPECT_EQ(links(1, PassKind::kForward, 1, 1).output_leaves_after, (PipelineOp{PassKind::kForward, 2, 0}));
+}
+
+TEST(PipelineSchedule, LinksNameLaterPassesAndPairAForwardWithABackward) {
   PipelineSchedule s = make_pipeline_schedule(PipelineScheduleKind::kDualPipeV, 2, 4, 2);
-  s.runs_with_next[0][4] = 1;  // B0.1, then W0.1
+  auto& b = s.links[0][s.pass_slot({PassKind::kBackward, 0, 1})];
+  b.overlaps_next = true;  // B0.1, then W0.1
   EXPECT_NE(schedule_problem(s).find("stage 0 pairs B0.1 with what follows it"), std::string::npos) << schedule_problem(s);
-  s.runs_with_next[0].pop_back();
-  EXPECT_NE(schedule_problem(s).find("marks pairs on 23 of its 24 passes"), std::string::npos) << schedule_problem(s);
+  b.overlaps_next = false;
+  b.output_leaves_after = PipelineOp{PassKind::kForward, 0, 0};  // listed before it
+  EXPECT_NE(schedule_problem(s).find("stage 0 links B0.1's output to the end of F0.0, which is not after it"),
+            std::string::npos)
+      << schedule_problem(s);
+  s.links[0].pop_back();
+  EXPECT_NE(schedule_problem(s).find("stage 0 has links for 23 passes, not 24"), std::string::npos) << schedule_problem(s);
 }
 
 TEST(PipelineBubble, RejectsTimesThatDoNotSplitIntoChunks) {

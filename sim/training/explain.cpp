@@ -29,7 +29,7 @@ std::vector<Knob> knobs(const ModelConfig& model) {
          l.moe_shared_expert_overlap = true;
          o.moe_shared_expert_overlap = true;
        }},
-      {"all-to-alls beside the other micro-batch's kernels (combined 1F1B)", "--moe-a2a-overlap on",
+      {"all-to-alls beside the other micro-batch's kernels (combined 1F1B, DualPipeV's pairs)", "--moe-a2a-overlap on",
        [](const ParallelLayout& l) { return !l.moe_a2a_overlap && l.moe_a2a_overlap_possible(); },
        [](ParallelLayout& l, WorkloadOverrides& o) { l.moe_a2a_overlap = true; o.moe_a2a_overlap = true; }},
       {"grouped expert GEMMs (Megatron's moe_use_grouped_tensor)", "--expert-gemm grouped",

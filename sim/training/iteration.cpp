@@ -263,9 +263,9 @@ IterationResult simulate_iteration(const ModelConfig& model, const ParallelLayou
   CommunicationPlan comm(model, layout, topo, options, plan, every_replica, simulators);
   // ZB-V's micro-batches go down the stages and back before its first stage can go on: its
   // list-scheduled order is made again with what each pass really takes, the collectives in line
-  // with the kernels included (DualPipeV's order is fixed). Its memory stays that of the kernels' order, which a search's memory filter
-  // (estimate_memory) can compute without the network: both orders hold at most 2p chunks a
-  // stage, and their peaks can differ by a chunk.
+  // with the kernels included (DualPipeV's order is fixed). Its memory stays that of the
+  // kernels' order, which a search's memory filter (estimate_memory) can compute without the
+  // network: both ZB-V orders hold at most 2p chunks a stage, and their peaks can differ by one.
   const std::shared_ptr<const PipelineSchedule> kernels_order = plan.schedule;
   if (layout.schedule == PipelineScheduleKind::kZeroBubbleV) {
     plan.schedule = pipeline_schedule_from(layout, in_line_pass_times(layout, plan, comm));

@@ -42,7 +42,10 @@
 //            F, B and W compute times (ZB-H2 likewise). ZB-V places two chunks a stage in a V
 //            (virtual_stage_of) and its order is made again once the communication is known,
 //            each pass's in-line collectives added to its kernels (in_line_pass_times); its
-//            memory stays the kernels' order's.
+//            memory stays the kernels' order's. DualPipeV, on the same V, ties its sends and
+//            receives as dualpipev.py does (PipelineSchedule::links): a send can leave at a
+//            later pass's end (a whole backward's with its W) and a pass can wait for a later
+//            pass's input too (an overlapped pair for its backward's).
 //   EP       Megatron-core's all-to-all token dispatcher with expert TP = tp (layer_operators'
 //            assumption), per MoE layer: a dispatch all-to-all before the expert GEMMs and a
 //            combine after them in the forward, the same two in the backward (four with full
@@ -61,6 +64,8 @@
 //            a stage that follow each other, of different micro-batches, are built as one, unit
 //            by unit in turn, their dispatches and combines on an EP stream where only their
 //            own pass's next unit waits: each pass's all-to-alls run beside the other's kernels.
+//            Under DualPipeV only its overlapped pairs are built so (a whole backward's W
+//            then runs after the pair, where DeepSeek's overlapped call interleaves it too).
 //   routing  expert_load gives each expert's share of the routed slots; experts sit E/ep in a
 //            row per EP rank (Megatron's placement). A capacity factor c caps every expert at
 //            c·T·top_k/E of the T·top_k slots of its EP group (Megatron's token-drop, counted

@@ -126,12 +126,12 @@ class IterationGraphBuilder {
     std::vector<WorkId> copies;       // offloaded layers' copies, out (forward) or back
     std::vector<const Unit*> offloaded;
   };
-  void add_pass(int s, const PipelineOp& op, const WorkIdList& also_waits_for = {});
+  void add_pass(int s, const PipelineOp& op);
   void tag_pass(size_t from, const PipelineOp& op);
-  void add_pass_pair(int s, const PipelineOp& first, const PipelineOp& second, const WorkIdList& also_waits_for = {});
+  void add_pass_pair(int s, const PipelineOp& first, const PipelineOp& second);
   bool pairs_with(int s, size_t position) const;
   WorkIdList pass_input(int s, const PipelineOp& op) const;
-  PassBuild begin_pass(int s, const PipelineOp& op, const WorkIdList& also_waits_for = {});
+  PassBuild begin_pass(int s, const PipelineOp& op);
   void add_unit(PassBuild& b, size_t step);
   void finish_pass(PassBuild& b);
   Time overlapped_shared_expert(const Unit& u, const PipelineOp& op) const;
@@ -169,7 +169,11 @@ class IterationGraphBuilder {
   std::map<std::pair<int, int>, int> last_backward_;     // (stage, chunk) → micro-batch of its last gradient pass
   std::vector<PassTasks> passes_;  // by pass_slot(stage, pass)
   std::vector<char> built_passes_;  // by pass_slot(stage, pass): added to the graph
+  // By pass_slot(stage, pass): the earlier passes of the stage whose outputs leave as it ends
+  // (PipelineSchedule::PassLinks::output_leaves_after).
+  std::vector<std::vector<PipelineOp>> leaving_after_;
   size_t pass_slot(int s, const PipelineOp& op) const;
+  std::optional<WorkId> add_send(int s, const PipelineOp& op, const WorkIdList& after);
   std::vector<WorkId> reductions_;
 };
 
@@ -189,7 +193,7 @@ IterationGraphBuilder::IterationGraphBuilder(const ParallelLayout& layout, const
       gradient_kind_(split_ ? PassKind::kWeight : PassKind::kBackward),
       last_compute_(static_cast<size_t>(layout.pp)),
       passes_(static_cast<size_t>(plan.schedule->stages) * plan.schedule->pass_slots()),
-      built_passes_(passes_.size(), 0) {
+      built_passes_(passes_.size(), 0), leaving_after_(plan.schedule->links.empty() ? 0 : passes_.size()) {
   const bool sm_pools = options.sm_contention && gpu.sms > 0;
   for (int s = 0; s < p_; ++s) {
     streams_.push_back({graph_.add_stream(s, "compute"), graph_.add_stream(s, "tp"), graph_.add_stream(s, "pp"),
@@ -210,6 +214,8 @@ IterationGraphBuilder::IterationGraphBuilder(const ParallelLayout& layout, const
   for (int s = 0; s < p_; ++s) {
     for (const PipelineOp& op : plan.schedule->per_stage[static_cast<size_t>(s)]) {
       if (op.kind == gradient_kind_) last_backward_[{s, op.chunk}] = op.micro_batch;
+      const PipelineSchedule::PassLinks* l = plan.schedule->linked(s, op);
+      if (l && l->output_leaves_after) leaving_after_[pass_slot(s, *l->output_leaves_after)].push_back(op);
     }
   }
 }
@@ -426,28 +432,30 @@ WorkIdList IterationGraphBuilder::add_layer_communication(int s, const Unit& u, 
 
 // One pass of the schedule on stage s: each unit's ZeRO-3 gather, kernels and communication in
 // the pass's order, the gradient reductions it starts, and its PP send.
-void IterationGraphBuilder::add_pass(int s, const PipelineOp& op, const WorkIdList& also_waits_for) {
+void IterationGraphBuilder::add_pass(int s, const PipelineOp& op) {
   const size_t from = graph_.size();
-  PassBuild pass = begin_pass(s, op, also_waits_for);
+  PassBuild pass = begin_pass(s, op);
   for (size_t step = 0; step < pass.list->size(); ++step) add_unit(pass, step);
   finish_pass(pass);
   tag_pass(from, op);
 }
 
 // For the timeline: the tasks added since `from` belong to pass `op`.
+// (A send that leaves at its end for an earlier pass is tagged with that pass already.)
 void IterationGraphBuilder::tag_pass(size_t from, const PipelineOp& op) {
   if (!options_.keep_timeline) return;
   built_.pass_of.resize(graph_.size());
-  for (size_t id = from; id < graph_.size(); ++id) built_.pass_of[id] = op;
+  for (size_t id = from; id < graph_.size(); ++id) {
+    if (!built_.pass_of[id]) built_.pass_of[id] = op;
+  }
 }
 
 // moe_a2a_overlap (Megatron's combined 1F1B): two adjacent passes of a stage, a forward and a
 // backward of different micro-batches, run as one, unit by unit in turn on the compute stream;
 // each one's dispatch and combine go to the EP stream, where only its own next unit waits for
 // them, so they run beside the other pass's kernels.
-void IterationGraphBuilder::add_pass_pair(int s, const PipelineOp& first, const PipelineOp& second,
-                                          const WorkIdList& also_waits_for) {
-  PassBuild a = begin_pass(s, first, also_waits_for);
+void IterationGraphBuilder::add_pass_pair(int s, const PipelineOp& first, const PipelineOp& second) {
+  PassBuild a = begin_pass(s, first);
   PassBuild b = begin_pass(s, second);
   a.overlapped = b.overlapped = true;
   for (size_t step = 0; step < std::max(a.list->size(), b.list->size()); ++step) {
@@ -466,13 +474,13 @@ void IterationGraphBuilder::add_pass_pair(int s, const PipelineOp& first, const 
 }
 
 // Whether the pass at `position` of stage s and the one after it run as one (add_pass_pair):
-// DualPipeV's marked pairs (their order puts both inputs first), or else a forward and a
-// backward side by side, with what the second waits for on other stages already built.
+// DualPipeV's overlapped pairs (the first waits for the second's input too), or else a forward
+// and a backward side by side, with what the second waits for on other stages already built.
 bool IterationGraphBuilder::pairs_with(int s, size_t position) const {
   const PipelineSchedule& sch = *plan_.schedule;
   const std::vector<PipelineOp>& ops = sch.per_stage[static_cast<size_t>(s)];
   if (!a2a_overlap_ || position + 1 >= ops.size()) return false;
-  if (!sch.runs_with_next.empty()) return sch.pairs_with_next(s, position);
+  if (!sch.links.empty()) return sch.pairs_with_next(s, position);
   const PipelineOp& first = ops[position];
   const PipelineOp& second = ops[position + 1];
   if ((first.kind == PassKind::kForward) == (second.kind == PassKind::kForward)) return false;
@@ -481,16 +489,24 @@ bool IterationGraphBuilder::pairs_with(int s, size_t position) const {
 }
 
 // What pass `op` of stage s waits for: the send from the stage before it, or its dependency on
-// its own stage; nothing for the first forward.
+// its own stage; nothing for the first forward. Under DualPipeV also the inputs of the later
+// passes whose receives its batch waits for (PassLinks::also_waits_for).
 WorkIdList IterationGraphBuilder::pass_input(int s, const PipelineOp& op) const {
-  const std::optional<StagedOp> dep = pipeline_dependency(*plan_.schedule, s, op);
-  if (!dep) return {};
-  const PassTasks& before = passes_[pass_slot(dep->stage, dep->op)];
-  return dep->stage != s ? WorkIdList{*before.send} : before.done;
+  WorkIdList inputs;
+  const auto add = [&](const PipelineOp& of) {
+    const std::optional<StagedOp> dep = pipeline_dependency(*plan_.schedule, s, of);
+    if (!dep) return;
+    const PassTasks& before = passes_[pass_slot(dep->stage, dep->op)];
+    for (WorkId id : dep->stage != s ? WorkIdList{*before.send} : before.done) inputs.push_back(id);
+  };
+  add(op);
+  if (const PipelineSchedule::PassLinks* l = plan_.schedule->linked(s, op)) {
+    for (const PipelineOp& other : l->also_waits_for) add(other);
+  }
+  return inputs;
 }
 
-IterationGraphBuilder::PassBuild IterationGraphBuilder::begin_pass(int s, const PipelineOp& op,
-                                                                   const WorkIdList& also_waits_for) {
+IterationGraphBuilder::PassBuild IterationGraphBuilder::begin_pass(int s, const PipelineOp& op) {
   PassBuild b;
   b.s = s;
   b.op = op;
@@ -499,7 +515,6 @@ IterationGraphBuilder::PassBuild IterationGraphBuilder::begin_pass(int s, const 
   b.forward = op.kind == PassKind::kForward;
   b.weight = op.kind == PassKind::kWeight;  // W: no communication but the reduction
   b.input = pass_input(s, op);
-  for (WorkId id : also_waits_for) b.input.push_back(id);
   b.reducing = dp_comm_ && op.kind == gradient_kind_ &&
                (layout_.zero_stage == ZeroStage::kStage2 || zero3_ || last_backward_.at({s, op.chunk}) == op.micro_batch);
   b.before_pass = last_compute_[static_cast<size_t>(s)];
@@ -579,18 +594,35 @@ void IterationGraphBuilder::finish_pass(PassBuild& b) {
   }
   PassTasks tasks;
   tasks.done = b.prev;
-  // To the stage of the next virtual stage (the previous one's, backward); none where a V turns
-  // round on one stage.
-  const int to = b.forward && b.vs < p_ * v_ - 1                   ? layout_.stage_of(b.vs + 1)
-                 : b.op.kind == PassKind::kBackward && b.vs > 0 ? layout_.stage_of(b.vs - 1)
-                                                                : s;
-  if (to != s) {
-    const CommTask& send = to == (s + 1) % p_ ? comm_.pp_send_forward[static_cast<size_t>(s)]
-                                              : comm_.pp_send_backward[static_cast<size_t>(s)];
-    tasks.send = add_comm(s, st.pp, send, WorkKind::kPpComm, b.prev, to);
-  }
+  // Its output leaves as it ends, unless the schedule's code sends it at a later pass's end
+  // (DualPipeV); then so do the outputs of the earlier passes that leave with this one.
+  const PipelineSchedule::PassLinks* l = plan_.schedule->linked(s, b.op);
+  if (!(l && l->output_leaves_after)) tasks.send = add_send(s, b.op, b.prev);
   if (!b.forward) built_.backward_ends.insert(built_.backward_ends.end(), b.prev.begin(), b.prev.end());
   passes_[pass_slot(s, b.op)] = std::move(tasks);
+  if (!leaving_after_.empty()) {
+    for (const PipelineOp& earlier : leaving_after_[pass_slot(s, b.op)]) {
+      const std::optional<WorkId> send = add_send(s, earlier, b.prev);
+      passes_[pass_slot(s, earlier)].send = send;
+      if (send && options_.keep_timeline) {
+        built_.pass_of.resize(graph_.size());
+        built_.pass_of[*send] = earlier;
+      }
+    }
+  }
+}
+
+// Pass `op`'s PP send after `after`: to the stage of the next virtual stage (the previous one's,
+// backward); none from a W, or where a V turns round on one stage.
+std::optional<WorkId> IterationGraphBuilder::add_send(int s, const PipelineOp& op, const WorkIdList& after) {
+  const int vs = layout_.virtual_stage(s, op.chunk);
+  const int to = op.kind == PassKind::kForward && vs < p_ * v_ - 1 ? layout_.stage_of(vs + 1)
+                 : op.kind == PassKind::kBackward && vs > 0       ? layout_.stage_of(vs - 1)
+                                                                  : s;
+  if (to == s) return std::nullopt;
+  const CommTask& send = to == (s + 1) % p_ ? comm_.pp_send_forward[static_cast<size_t>(s)]
+                                            : comm_.pp_send_backward[static_cast<size_t>(s)];
+  return add_comm(s, streams_[static_cast<size_t>(s)].pp, send, WorkKind::kPpComm, after, to);
 }
 
 // One offloaded layer's saved activations over the GPU's link to host memory.
@@ -680,14 +712,9 @@ IterationGraph IterationGraphBuilder::build() {
   for (auto [s, position] : pipeline_pass_order(*plan_.schedule)) {
     const std::vector<PipelineOp>& ops = plan_.schedule->per_stage[static_cast<size_t>(s)];
     if (built_passes_[pass_slot(s, ops[position])]) continue;  // run with the pass before it
-    // A DualPipeV pair starts once both passes have their inputs (dualpipev.py waits for both
-    // receives); without the all-to-all overlap its forward then runs before its backward.
-    const bool marked = plan_.schedule->pairs_with_next(s, position);
-    const WorkIdList both = marked ? pass_input(s, ops[position + 1]) : WorkIdList{};
+    // (A DualPipeV pair without the all-to-all overlap: its forward, then its backward.)
     if (pairs_with(s, position)) {
-      add_pass_pair(s, ops[position], ops[position + 1], both);
-    } else if (marked) {
-      add_pass(s, ops[position], both);
+      add_pass_pair(s, ops[position], ops[position + 1]);
     } else {
       add_pass(s, ops[position]);
     }

@@ -375,93 +375,160 @@ std::vector<std::vector<PipelineOp>> zero_bubble_by_events(int p, int m, int lim
 
 namespace {
 
-// One rank's list as DualPipeV.step writes it: its calls, each adding passes to the list.
+// One rank of DualPipeV.step, call for call as dualpipev.py makes them: the passes it computes
+// and the links its communication makes. A receive posted since the last batch (commit) is
+// waited for before the next pass computes, whoever's input it is; a send queued since the last
+// batch leaves at the next one, when the last pass computed so far has ended.
 class DualPipeVRank {
  public:
-  // Chunk c's next forward (its micro-batches in order).
-  void forward(int c) { add(PassKind::kForward, next_forward_[static_cast<size_t>(c)]++, c); }
-  // Chunk c's next backward: whole (B, then its W), or with `defer` its W queued for weight().
-  void backward(int c, bool defer = false) {
-    const int mb = next_backward_[static_cast<size_t>(c)]++;
-    add(PassKind::kBackward, mb, c);
-    if (defer) {
-      deferred_.push_back({PassKind::kWeight, mb, c});
-    } else {
-      add(PassKind::kWeight, mb, c);
-    }
+  DualPipeVRank(int p, int r, int m, std::vector<PipelineOp>& passes, std::vector<PipelineSchedule::PassLinks>& links)
+      : first_(r == 0), last_(r == p - 1), m_(m), passes_(passes), links_(links) {
+    links_.assign(3 * static_cast<size_t>(m) * 2, {});
   }
-  // The oldest deferred W (WeightGradStore's queue is first in, first out).
-  void weight() {
+
+  // The sends and receives that stay on the rank (the V's ends and its turn) are none.
+  void recv_forward(int c) {
+    if (!((first_ && c == 0) || (last_ && c == 1))) receives_.push_back({PassKind::kForward, received_f_[index(c)]++, c});
+  }
+  void send_forward(int c) {
+    if (!((first_ && c == 1) || (last_ && c == 0))) sends_.push_back({PassKind::kForward, sent_f_[index(c)]++, c});
+  }
+  void recv_backward(int c) {
+    if (!((first_ && c == 1) || (last_ && c == 0))) receives_.push_back({PassKind::kBackward, received_b_[index(c)]++, c});
+  }
+  void send_backward(int c) {
+    if (!((first_ && c == 0) || (last_ && c == 1))) sends_.push_back({PassKind::kBackward, sent_b_[index(c)]++, c});
+  }
+  void commit() {
+    for (const PipelineOp& op : sends_) {
+      if (!(op == passes_.back())) link(op).output_leaves_after = passes_.back();
+    }
+    sends_.clear();
+    waiting_.insert(waiting_.end(), receives_.begin(), receives_.end());
+    receives_.clear();
+  }
+  // _forward_chunk, _backward_chunk (`defer`: enable_zb, its W queued), _forward_backward_chunk,
+  // _weight_chunk (the queue is first in, first out).
+  void forward_chunk(int c, bool recv = true, bool send = true) {
+    if (recv) recv_forward(c);
+    commit();
+    compute({PassKind::kForward, forwards_[index(c)]++, c});
+    if (send) send_forward(c);
+  }
+  void backward_chunk(int c, bool defer = false, bool recv = true, bool send = true) {
+    if (recv) recv_backward(c);
+    commit();
+    backward(c, defer);
+    if (send) send_backward(c);
+  }
+  void forward_backward_chunk(int c0, int c1, bool recv0 = true) {
+    if (recv0) recv_forward(c0);
+    recv_backward(c1);
+    commit();
+    const PipelineOp f{PassKind::kForward, forwards_[index(c0)]++, c0};
+    compute(f);
+    link(f).overlaps_next = true;
+    backward(c1, false);
+    send_forward(c0);
+    send_backward(c1);
+  }
+  void weight_chunk() {
+    commit();
     const PipelineOp w = deferred_.front();
     deferred_.pop_front();
-    add(w.kind, w.micro_batch, w.chunk);
-  }
-  // _forward_backward_chunk(c0, c1): chunk c0's forward overlapped with chunk c1's backward.
-  void pair(int c0, int c1) {
-    forward(c0);
-    orders_.runs_with_next.back().back() = 1;
-    backward(c1);
-  }
-  explicit DualPipeVRank(StageOrders& orders) : orders_(orders) {
-    orders_.per_stage.emplace_back();
-    orders_.runs_with_next.emplace_back();
+    compute(w);
   }
 
  private:
-  void add(PassKind kind, int mb, int c) {
-    orders_.per_stage.back().push_back({kind, mb, c});
-    orders_.runs_with_next.back().push_back(0);
+  static size_t index(int c) { return static_cast<size_t>(c); }
+  PipelineSchedule::PassLinks& link(const PipelineOp& op) {
+    return links_[(static_cast<size_t>(op.kind) * static_cast<size_t>(m_) + static_cast<size_t>(op.micro_batch)) * 2 +
+                  static_cast<size_t>(op.chunk)];
   }
-  StageOrders& orders_;
-  std::array<int, 2> next_forward_{}, next_backward_{};
+  // A whole backward is one autograd call: its W right after its B.
+  void backward(int c, bool defer) {
+    const int mb = backwards_[index(c)]++;
+    compute({PassKind::kBackward, mb, c});
+    if (defer) {
+      deferred_.push_back({PassKind::kWeight, mb, c});
+    } else {
+      compute({PassKind::kWeight, mb, c});
+    }
+  }
+  void compute(const PipelineOp& op) {
+    passes_.push_back(op);
+    for (const PipelineOp& input : waiting_) {
+      if (!(input == op)) link(op).also_waits_for.push_back(input);
+    }
+    waiting_.clear();
+  }
+
+  bool first_, last_;
+  int m_;
+  std::vector<PipelineOp>& passes_;
+  std::vector<PipelineSchedule::PassLinks>& links_;
+  std::array<int, 2> forwards_{}, backwards_{}, received_f_{}, received_b_{}, sent_f_{}, sent_b_{};
+  std::vector<PipelineOp> receives_, sends_, waiting_;  // receives and sends since the last batch
   std::deque<PipelineOp> deferred_;
 };
 
 }  // namespace
 
-// dualpipev.py's step, call for call (its steps 1-8), for each rank r (rank 0 holds the first
-// and the last virtual stage).
+// dualpipev.py's step (its steps 1-8), for each rank r (rank 0 holds the first and the last
+// virtual stage).
 StageOrders dual_pipe_v(int p, int m) {
   if (p < 1 || m < 2 * p) throw std::invalid_argument("dualpipe_v needs at least 2·p micro-batches for p stages");
   StageOrders orders;
+  orders.per_stage.resize(static_cast<size_t>(p));
+  orders.links.resize(static_cast<size_t>(p));
   for (int r = 0; r < p; ++r) {
-    DualPipeVRank o(orders);
+    DualPipeVRank o(p, r, m, orders.per_stage[static_cast<size_t>(r)], orders.links[static_cast<size_t>(r)]);
+    const bool last = r == p - 1;
     const int after = p - r - 1;  // ranks after this one
-    for (int i = 0; i < 2 * after; ++i) o.forward(0);
+    for (int i = 0; i < 2 * after; ++i) o.forward_chunk(0);
+    o.recv_forward(0);
     for (int i = 0; i < r + 1; ++i) {
-      o.forward(0);
-      o.forward(1);
+      o.forward_chunk(0, false, false);
+      o.recv_forward(0);
+      o.forward_chunk(1, true, !last || i < r);
+      o.send_forward(0);
     }
     for (int i = 0; i < after; ++i) {
-      o.backward(1, true);
-      o.weight();
-      o.forward(1);
+      o.backward_chunk(1, true);
+      o.recv_forward(1);
+      o.weight_chunk();
+      o.forward_chunk(1, false);
     }
     for (int i = 0; i < m - 2 * p + r + 1; ++i) {
-      if (i == 0 && r == p - 1) {
-        o.forward(0);  // not overlapped on the last rank, "to further reduce bubble size"
-        o.backward(1);
+      if (i == 0 && last) {
+        // Not overlapped on the last rank, "to further reduce bubble size".
+        o.forward_chunk(0, false, false);
+        o.send_forward(1);
+        o.backward_chunk(1, false, true, false);
+        o.send_forward(0);
+        o.send_backward(1);
       } else {
-        o.pair(0, 1);
+        o.forward_backward_chunk(0, 1, i > 0);
       }
-      o.pair(1, 0);
+      o.forward_backward_chunk(1, 0);
     }
     for (int i = 0; i < after; ++i) {
-      o.backward(1);
-      o.pair(1, 0);
+      o.backward_chunk(1);
+      o.forward_backward_chunk(1, 0);
     }
     bool defer = false;  // the second half of these backwards leave their W for later
     for (int i = 0; i < r + 1; ++i) {
       if (i == (r + 1) / 2 && r % 2 == 1) defer = true;
-      o.backward(1, defer);
+      o.backward_chunk(1, defer);
       if (i == (r + 1) / 2 && r % 2 == 0) defer = true;
-      o.backward(0, defer);
+      o.backward_chunk(0, defer);
     }
     for (int i = 0; i < after; ++i) {
-      o.weight();
-      o.backward(0, true);
+      o.weight_chunk();
+      o.backward_chunk(0, true);
     }
-    for (int i = 0; i < r + 1; ++i) o.weight();
+    for (int i = 0; i < r + 1; ++i) o.weight_chunk();
+    o.commit();
   }
   return orders;
 }
@@ -487,20 +554,39 @@ struct AdditionOrder {
   std::string problem;
 };
 
-// Why the marked pairs cannot run: a list of marks that is not one per pass, or a pair that is
-// not a forward followed by a backward.
-std::string pair_problem(const PipelineSchedule& sch) {
-  if (sch.runs_with_next.empty()) return {};
+// Why the schedule's links cannot hold: a stage whose links are not one per pass, a link to a
+// pass outside the schedule or (for an output's leaving) not after it on its stage, or an
+// overlapped pair that is not a forward followed by a backward.
+std::string links_problem(const PipelineSchedule& sch) {
+  if (sch.links.empty()) return {};
+  if (static_cast<int>(sch.links.size()) != sch.stages) {
+    return "the schedule links passes on " + std::to_string(sch.links.size()) + " stage lists of " + std::to_string(sch.stages);
+  }
+  const bool chunked = sch.chunks > 1;
+  const auto outside = [&](const PipelineOp& op) {
+    return op.micro_batch < 0 || op.micro_batch >= sch.micro_batches || op.chunk < 0 || op.chunk >= sch.chunks;
+  };
   for (int s = 0; s < sch.stages; ++s) {
     const auto& ops = sch.per_stage[static_cast<size_t>(s)];
-    const auto& marks = sch.runs_with_next[static_cast<size_t>(s)];
-    if (marks.size() != ops.size()) {
-      return "stage " + std::to_string(s) + " marks pairs on " + std::to_string(marks.size()) + " of its " +
-             std::to_string(ops.size()) + " passes";
+    if (sch.links[static_cast<size_t>(s)].size() != sch.pass_slots()) {
+      return "stage " + std::to_string(s) + " has links for " + std::to_string(sch.links[static_cast<size_t>(s)].size()) +
+             " passes, not " + std::to_string(sch.pass_slots());
     }
+    std::vector<size_t> position(sch.pass_slots(), 0);
+    for (size_t i = 0; i < ops.size(); ++i) position[sch.pass_slot(ops[i])] = i;
     for (size_t i = 0; i < ops.size(); ++i) {
-      if (marks[i] && (i + 1 == ops.size() || ops[i].kind != PassKind::kForward || ops[i + 1].kind != PassKind::kBackward)) {
-        return "stage " + std::to_string(s) + " pairs " + to_string(ops[i], sch.chunks > 1) +
+      const PipelineSchedule::PassLinks& l = *sch.linked(s, ops[i]);
+      const std::string at = "stage " + std::to_string(s) + " links " + to_string(ops[i], chunked);
+      for (const PipelineOp& other : l.also_waits_for) {
+        if (outside(other)) return at + " to " + to_string(other, chunked) + ", outside the schedule";
+      }
+      if (l.output_leaves_after) {
+        if (outside(*l.output_leaves_after) || position[sch.pass_slot(*l.output_leaves_after)] <= i) {
+          return at + "'s output to the end of " + to_string(*l.output_leaves_after, chunked) + ", which is not after it";
+        }
+      }
+      if (l.overlaps_next && (i + 1 == ops.size() || ops[i].kind != PassKind::kForward || ops[i + 1].kind != PassKind::kBackward)) {
+        return "stage " + std::to_string(s) + " pairs " + to_string(ops[i], chunked) +
                " with what follows it, which is not a forward and then a backward";
       }
     }
@@ -544,16 +630,21 @@ AdditionOrder addition_order(const PipelineSchedule& sch) {
       }
     }
   }
-  if (const std::string why = pair_problem(sch); !why.empty()) {
+  if (const std::string why = links_problem(sch); !why.empty()) {
     out.problem = why;
     return out;
   }
   std::vector<size_t> next(static_cast<size_t>(p), 0);
   // Per stage, which passes are placed (all in range, checked above).
   std::vector<std::vector<char>> done(static_cast<size_t>(p), std::vector<char>(sch.pass_slots(), 0));
-  const auto ready = [&](int s, const PipelineOp& op) {
-    const auto dep = pipeline_dependency(sch, s, op);
-    return !dep || done[static_cast<size_t>(dep->stage)][sch.pass_slot(dep->op)];
+  // The first of the passes `op` waits for that has not ended, if any.
+  const auto awaited = [&](int s, const PipelineOp& op) {
+    std::optional<StagedOp> first;
+    pipeline_detail::visit_inputs(sch, s, op, [&](const StagedOp& input) {
+      if (!done[static_cast<size_t>(input.stage)][sch.pass_slot(input.op)]) first = input;
+      return !first;
+    });
+    return first;
   };
   bool progress = true;
   while (progress) {
@@ -561,13 +652,9 @@ AdditionOrder addition_order(const PipelineSchedule& sch) {
     for (int s = 0; s < p; ++s) {
       const auto& ops = sch.per_stage[static_cast<size_t>(s)];
       auto& i = next[static_cast<size_t>(s)];
-      while (i < ops.size()) {
-        const size_t passes = sch.pairs_with_next(s, i) ? 2 : 1;
-        if (!ready(s, ops[i]) || (passes == 2 && !ready(s, ops[i + 1]))) break;
-        for (size_t k = 0; k < passes; ++k, ++i) {
-          done[static_cast<size_t>(s)][sch.pass_slot(ops[i])] = 1;
-          out.order.emplace_back(s, i);
-        }
+      while (i < ops.size() && !awaited(s, ops[i])) {
+        done[static_cast<size_t>(s)][sch.pass_slot(ops[i])] = 1;
+        out.order.emplace_back(s, i++);
         progress = true;
       }
     }
@@ -578,10 +665,10 @@ AdditionOrder addition_order(const PipelineSchedule& sch) {
     const size_t i = next[static_cast<size_t>(s)];
     if (i < per_stage) {
       const PipelineOp& op = sch.per_stage[static_cast<size_t>(s)][i];
-      auto dep = pipeline_dependency(sch, s, op);
+      const StagedOp input = *awaited(s, op);
       out.problem += (out.problem.empty() ? "deadlock: " : "; ") + std::string("stage ") + std::to_string(s) +
-                     " is stuck at " + to_string(op, chunked) + ", waiting for " + to_string(dep->op, chunked) +
-                     " on stage " + std::to_string(dep->stage);
+                     " is stuck at " + to_string(op, chunked) + ", waiting for " + to_string(input.op, chunked) +
+                     " on stage " + std::to_string(input.stage);
     }
   }
   return out;
@@ -647,7 +734,7 @@ PipelineSchedule make_pipeline_schedule(PipelineScheduleKind kind, int p, int m,
     if (kind == PipelineScheduleKind::kDualPipeV) {
       pipeline_detail::StageOrders orders = pipeline_detail::dual_pipe_v(p, m);
       sch.per_stage = std::move(orders.per_stage);
-      sch.runs_with_next = std::move(orders.runs_with_next);
+      sch.links = std::move(orders.links);
     } else if (v_shaped(kind)) {
       sch.per_stage = pipeline_detail::zero_bubble_v(p, m, timed);
     } else {
@@ -716,6 +803,15 @@ std::shared_ptr<const PipelineSchedule> shared_pipeline_schedule(PipelineSchedul
   return schedule;
 }
 
+std::vector<StagedOp> pipeline_inputs(const PipelineSchedule& sch, int s, const PipelineOp& op) {
+  std::vector<StagedOp> inputs;
+  pipeline_detail::visit_inputs(sch, s, op, [&](const StagedOp& input) {
+    inputs.push_back(input);
+    return true;
+  });
+  return inputs;
+}
+
 std::optional<StagedOp> pipeline_dependency(const PipelineSchedule& sch, int s, const PipelineOp& op) {
   if (op.kind == PassKind::kWeight) return StagedOp{s, {PassKind::kBackward, op.micro_batch, op.chunk}};
   const int vs = sch.virtual_stage(s, op.chunk);
@@ -736,12 +832,6 @@ AdditionOrder checked_addition_order(const PipelineSchedule& schedule) {
     AdditionOrder out;
     out.problem = "the schedule has " + std::to_string(schedule.per_stage.size()) + " stage lists for " +
                   std::to_string(schedule.stages) + " stages";
-    return out;
-  }
-  if (!schedule.runs_with_next.empty() && static_cast<int>(schedule.runs_with_next.size()) != schedule.stages) {
-    AdditionOrder out;
-    out.problem = "the schedule marks pairs on " + std::to_string(schedule.runs_with_next.size()) + " stage lists of " +
-                  std::to_string(schedule.stages);
     return out;
   }
   return addition_order(schedule);
@@ -796,12 +886,10 @@ PipelineRun run_pipeline(const PipelineSchedule& sch, Time forward, Time backwar
   std::vector<std::vector<WorkId>> by_position(static_cast<size_t>(sch.stages));
   for (int s = 0; s < sch.stages; ++s) by_position[static_cast<size_t>(s)].resize(sch.per_stage[static_cast<size_t>(s)].size());
   for (auto [s, i] : pipeline_pass_order(sch)) {
-    const auto& ops = sch.per_stage[static_cast<size_t>(s)];
-    const PipelineOp& op = ops[i];
+    const PipelineOp& op = sch.per_stage[static_cast<size_t>(s)][i];
     std::vector<WorkId> deps;
-    for (size_t k = i; k < (sch.pairs_with_next(s, i) ? i + 2 : i + 1); ++k) {
-      const auto dep = pipeline_dependency(sch, s, ops[k]);
-      if (dep && !(dep->stage == s && dep->op == op)) deps.push_back(ids[static_cast<size_t>(dep->stage)].at(dep->op));
+    for (const StagedOp& input : pipeline_inputs(sch, s, op)) {
+      deps.push_back(ids[static_cast<size_t>(input.stage)].at(input.op));
     }
     const WorkId id = graph.add(static_cast<StreamId>(s), duration(op.kind), WorkKind::kCompute, deps);
     ids[static_cast<size_t>(s)][op] = id;

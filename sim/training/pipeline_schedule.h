@@ -58,10 +58,14 @@
 //     chunk-1 forward; m−2p+r+1 times the overlapped pairs F0&B1 then F1&B0; p−r−1 times B1 then
 //     F1&B0; r+1 times B1 then B0; p−r−1 times a W and B0; r+1 Ws. Micro-batches go in order in
 //     each chunk; a backward is whole (B then its W) except where the code defers its W to a
-//     first-in first-out queue (the zero-bubble steps). An overlapped pair (runs_with_next)
-//     starts when both passes' inputs are there, as the code waits for both receives; the last
-//     rank's first pair runs apart. Needs m ≥ 2p. With F = B = W per chunk it ends at
-//     (p − 1)·t_F + 6m·t_F, like ZB-V, at 2p + 1 chunks a stage (the README's PP + 1).
+//     first-in first-out queue (the zero-bubble steps). Its communication as the code ties it
+//     (`links`): receives posted since the last batch are waited for before the next pass, so a
+//     pass can wait for a later pass's input too (an overlapped pair for its backward's); sends
+//     leave at the next batch, so an output can leave only when a later pass ends (a whole
+//     backward's input gradient with its W, one autograd call). Needs m ≥ 2p. With F = B = W per
+//     chunk it ends at (2p − 2)·t_F + 6m·t_F: its README's bubble (PP/2 − 1)(F&B + B − 3W) with
+//     PP = 2p stages and F&B = F + B, p − 1 chunk-passes more than ZB-V, at 2p + 1 chunks a stage
+//     (the README's PP + 1).
 // Bubble with free communication, each forward taking t_f/v and each backward t_b/v on every
 // stage, and bubble fraction = idle time / (p × makespan):
 //   GPipe, 1F1B   (p−1)/(m+p−1)      makespan (m+p−1)(t_f+t_b)
@@ -104,12 +108,23 @@ struct PipelineSchedule {
   int chunks = 1;        ///< v
   int group = 1;         ///< interleaved: micro-batches per group (N)
   std::vector<std::vector<PipelineOp>> per_stage;  ///< p lists, each of passes_per_micro_batch()·m·v passes
-  /// DualPipeV's overlapped pairs: per stage and position, 1 where that forward and the backward
-  /// after it run as one pair, which starts once both have their inputs. Empty for the other
-  /// schedules, whose pairs (moe_a2a_overlap) form where adjacent passes are ready together.
-  std::vector<std::vector<uint8_t>> runs_with_next;
+  /// Where the schedule's code ties a pass's communication to the passes around it (DualPipeV):
+  /// per stage, per pass_slot. Empty for the other schedules: a pass waits for its own input
+  /// alone and its output leaves as it ends; their pairs (moe_a2a_overlap) form where adjacent
+  /// passes are ready together.
+  struct PassLinks {
+    std::vector<PipelineOp> also_waits_for;         ///< passes of its stage whose inputs it waits for too
+    std::optional<PipelineOp> output_leaves_after;  ///< a later pass of its stage at whose end its output leaves
+    bool overlaps_next = false;                     ///< a forward run as one with the backward after it
+  };
+  std::vector<std::vector<PassLinks>> links;
+  const PassLinks* linked(int stage, const PipelineOp& op) const {
+    return links.empty() ? nullptr : &links[static_cast<size_t>(stage)][pass_slot(op)];
+  }
+  /// Whether the pass at `position` of `stage` runs as one with the next (an overlapped pair).
   bool pairs_with_next(int stage, size_t position) const {
-    return !runs_with_next.empty() && runs_with_next[static_cast<size_t>(stage)][position] != 0;
+    const PassLinks* l = links.empty() ? nullptr : linked(stage, per_stage[static_cast<size_t>(stage)][position]);
+    return l && l->overlaps_next;
   }
   /// Whether the backward is split into B and W passes (zero-bubble schedules).
   bool split_backward() const { return splits_backward(kind); }
@@ -136,10 +151,11 @@ struct StagePassTimes {
 };
 
 /// The schedule of `kind` for p stages, m micro-batches and v chunks, interleaved in groups of
-/// `group` micro-batches (0: p). The zero-bubble orders are made with `times` (one entry per
-/// virtual stage: per stage when v = 1), or with F = B = W when empty. Throws
-/// std::invalid_argument when p, m or v < 1, v > 1 without interleaving, v ≠ 2 in ZB-V, an
-/// interleaved group that does not fit (interleaving_problem), or times of the wrong length.
+/// `group` micro-batches (0: p). The list-scheduled zero-bubble orders are made with `times`
+/// (one entry per virtual stage: per stage when v = 1), or with F = B = W when empty. Throws
+/// std::invalid_argument when p, m or v < 1, v > 1 without interleaving, v ≠ 2 in a V, m < 2p
+/// in DualPipeV, an interleaved group that does not fit (interleaving_problem), or times of the
+/// wrong length.
 PipelineSchedule make_pipeline_schedule(PipelineScheduleKind kind, int stages, int micro_batches, int chunks = 1,
                                         const std::vector<StagePassTimes>& times = {}, int group = 0);
 
@@ -160,10 +176,11 @@ namespace pipeline_detail {
 /// what has finished, waiting stages wake at every pass's end (and again at an instant when a
 /// pass of no time ends at it). Any pass times.
 std::vector<std::vector<PipelineOp>> zero_bubble_by_turns(int p, int m, int limit, const std::vector<StagePassTimes>& times);
-/// DualPipeV's order (dualpipev.py's step) for p ranks and m ≥ 2p micro-batches, with its pairs.
+/// DualPipeV's order (dualpipev.py's step) for p ranks and m ≥ 2p micro-batches, with the links
+/// its receives and sends make: per_stage and links as make_pipeline_schedule fills them.
 struct StageOrders {
   std::vector<std::vector<PipelineOp>> per_stage;
-  std::vector<std::vector<uint8_t>> runs_with_next;
+  std::vector<std::vector<PipelineSchedule::PassLinks>> links;
 };
 StageOrders dual_pipe_v(int p, int m);
 /// ZB-V's list scheduling: `times` per virtual stage (2p entries); by events where every forward
@@ -184,16 +201,42 @@ struct StagedOp {
 };
 std::optional<StagedOp> pipeline_dependency(const PipelineSchedule& schedule, int stage, const PipelineOp& op);
 
-/// Empty when every stage lists each (kind, micro-batch, chunk) exactly once, every marked pair
-/// is a forward and a backward, and the lists can run to the end under the dependencies (a pair
-/// waits for both passes' inputs; no stage waits forever); otherwise the first problem ("stage 1
-/// is stuck at B0 waiting for B0 on stage 2 ...").
+/// The passes that must have ended before `op` on `stage` starts: at whose end its input is
+/// there (its dependency, or the later pass of the dependency's stage whose end lets the
+/// dependency's output leave), and likewise for each pass whose input it also waits for.
+std::vector<StagedOp> pipeline_inputs(const PipelineSchedule& schedule, int stage, const PipelineOp& op);
+
+namespace pipeline_detail {
+/// pipeline_inputs one by one to `f` (which returns false to stop), without a list.
+template <typename F>
+void visit_inputs(const PipelineSchedule& sch, int s, const PipelineOp& op, F&& f) {
+  const auto visit = [&](const PipelineOp& of) {
+    std::optional<StagedOp> dep = pipeline_dependency(sch, s, of);
+    if (!dep) return true;
+    if (dep->stage != s) {
+      const PipelineSchedule::PassLinks* l = sch.linked(dep->stage, dep->op);
+      if (l && l->output_leaves_after) dep->op = *l->output_leaves_after;
+    }
+    return f(*dep);
+  };
+  if (!visit(op)) return;
+  if (const PipelineSchedule::PassLinks* l = sch.linked(s, op)) {
+    for (const PipelineOp& other : l->also_waits_for) {
+      if (!visit(other)) return;
+    }
+  }
+}
+}  // namespace pipeline_detail
+
+/// Empty when every stage lists each (kind, micro-batch, chunk) exactly once, its links (if
+/// any) name passes of the stage and pair a forward with the backward after it, and the lists
+/// can run to the end, each pass once pipeline_inputs have ended (no stage waits forever);
+/// otherwise the first problem ("stage 1 is stuck at B0 waiting for B0 on stage 2 ...").
 std::string schedule_problem(const PipelineSchedule& schedule);
 
 /// Every stage's passes as (stage, position in its list), in one sequence where each pass comes
-/// after its dependency and after the earlier passes of its stage, and a marked pair after both
-/// passes' dependencies, its two passes one after the other: the order in which a builder adds
-/// them to a StreamGraph. Throws std::invalid_argument with schedule_problem's text.
+/// after its pipeline_inputs and after the earlier passes of its stage: the order in which a
+/// builder adds them to a StreamGraph. Throws std::invalid_argument with schedule_problem's text.
 std::vector<std::pair<int, size_t>> pipeline_pass_order(const PipelineSchedule& schedule);
 
 /// The most (micro-batch, chunk) passes whose forward has run on `stage` and whose backward (W
@@ -215,8 +258,8 @@ struct PipelineRun {
   std::vector<std::vector<std::pair<Time, Time>>> timings;
 };
 
-/// Runs `schedule` on the engine with free communication (a pair's forward waits for its
-/// backward's input too, then the two run one after the other): every forward takes forward/v and
+/// Runs `schedule` on the engine with free communication (each pass after its pipeline_inputs;
+/// an overlapped pair's two passes one after the other): every forward takes forward/v and
 /// every backward backward/v on its stage (`forward` and `backward` are one micro-batch's
 /// passes over the whole stage); when the backward is split, W takes `weight`/v of it and B the
 /// rest. Throws std::invalid_argument when a time is not a multiple of v picoseconds, weight
