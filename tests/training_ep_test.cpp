@@ -464,6 +464,36 @@ TEST(IterationExpertParallel, DualPipeVsPairsHideTheAllToAlls) {
   }
 }
 
+// --explain offers the schedules that hide a pipelined MoE layout's all-to-alls behind the other
+// micro-batch's kernels: DualPipeV's pairs and Megatron's combined 1F1B (interleaved), each with
+// the flags that apply it, and DualPipeV's pairs do better with them than without.
+TEST(IterationExpertParallel, ExplainOffersTheSchedulesThatHideTheAllToAlls) {
+  const ModelConfig model = tiny_moe();
+  const Topology topo = toy_cluster(4);
+  ParallelLayout l = moe_layout(2, 2);
+  l.pp = 2;
+  l.global_batch = 16;
+  const IterationResult base = simulate_iteration(model, l, topo);
+  std::map<std::string, Suggestion> by_knob;
+  for (const Suggestion& s : explain_layout(model, l, topo, IterationOptions{}, base)) by_knob.emplace(s.knob, s);
+  ASSERT_TRUE(by_knob.count("DualPipeV, its pairs hiding the all-to-alls"));
+  ASSERT_TRUE(by_knob.count("DualPipeV (V-shaped, overlapped forward-and-backward chunks)"));
+  ASSERT_TRUE(by_knob.count("interleaved 1F1B, vpp 2, all-to-alls overlapped (combined 1F1B)"));
+  const Suggestion& pairs = by_knob.at("DualPipeV, its pairs hiding the all-to-alls");
+  EXPECT_EQ(pairs.flags, "--schedule dualpipe_v --moe-a2a-overlap on");
+  EXPECT_TRUE(pairs.layout.moe_a2a_overlap);
+  EXPECT_LT(pairs.delta, by_knob.at("DualPipeV (V-shaped, overlapped forward-and-backward chunks)").delta);
+  // A dense model has no all-to-alls to hide.
+  ModelConfig dense = model;
+  dense.moe.reset();
+  ParallelLayout d = l;
+  d.ep = 1;
+  const IterationResult dense_base = simulate_iteration(dense, d, topo);
+  for (const Suggestion& s : explain_layout(dense, d, topo, IterationOptions{}, dense_base)) {
+    EXPECT_EQ(s.flags.find("--moe-a2a-overlap"), std::string::npos) << s.knob;
+  }
+}
+
 TEST(IterationExpertParallel, FlexDispatchSendsATokenOncePerRemoteNode) {
   // 16 experts, top-4, ep 16 over two DGX H100 nodes (8 experts per node). The flat all-to-all
   // sends each token's 4 slots, 15/16 of them off the GPU. DeepEP / HybridEP (flex) sends a

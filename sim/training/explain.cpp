@@ -58,6 +58,21 @@ std::vector<Knob> knobs(const ModelConfig& model) {
          o.schedule = "interleaved_1f1b";
          o.vpp = 2;
        }},
+      {"interleaved 1F1B, vpp 2, all-to-alls overlapped (combined 1F1B)",
+       "--schedule interleaved_1f1b --vpp 2 --moe-a2a-overlap on",
+       [is_1f1b](const ParallelLayout& l) {
+         ParallelLayout v = l;
+         v.schedule = PipelineScheduleKind::kInterleavedOneFOneB;
+         return is_1f1b(l) && !l.moe_a2a_overlap && v.moe_a2a_overlap_possible();
+       },
+       [](ParallelLayout& l, WorkloadOverrides& o) {
+         l.schedule = PipelineScheduleKind::kInterleavedOneFOneB;
+         l.virtual_stages = 2;
+         l.moe_a2a_overlap = true;
+         o.schedule = "interleaved_1f1b";
+         o.vpp = 2;
+         o.moe_a2a_overlap = true;
+       }},
       {"zero-bubble schedule (ZB-H1)", "--schedule zb_h1", is_1f1b,
        [](ParallelLayout& l, WorkloadOverrides& o) {
          l.schedule = PipelineScheduleKind::kZeroBubbleH1;
@@ -75,6 +90,20 @@ std::vector<Knob> knobs(const ModelConfig& model) {
          l.schedule = PipelineScheduleKind::kDualPipeV;
          l.virtual_stages = 2;
          o.schedule = "dualpipe_v";
+       }},
+      // What its pairs are for (DeepSeek-V3 §3.2.1): each one's all-to-alls beside the other's kernels.
+      {"DualPipeV, its pairs hiding the all-to-alls", "--schedule dualpipe_v --moe-a2a-overlap on",
+       [is_1f1b](const ParallelLayout& l) {
+         ParallelLayout v = l;
+         v.schedule = PipelineScheduleKind::kDualPipeV;
+         return is_1f1b(l) && l.micro_batches() >= 2 * int64_t{l.pp} && !l.moe_a2a_overlap && v.moe_a2a_overlap_possible();
+       },
+       [](ParallelLayout& l, WorkloadOverrides& o) {
+         l.schedule = PipelineScheduleKind::kDualPipeV;
+         l.virtual_stages = 2;
+         l.moe_a2a_overlap = true;
+         o.schedule = "dualpipe_v";
+         o.moe_a2a_overlap = true;
        }},
       {"recompute selective instead of full", "--recompute selective",
        [](const ParallelLayout& l) { return l.recompute == Recomputation::kFull; },
