@@ -256,6 +256,12 @@ TEST(LayoutValidation, TheVsChunksComeAndGoWithItsSchedule) {
   EXPECT_EQ(load("interleaved_1f1b").virtual_stages, 2);
   // --vpp 1 with a V is refused, not turned back into 2.
   EXPECT_THROW(load("", 1), InputError);
+  // DualPipeV's V likewise: two chunks, written back as its schedule alone.
+  const ParallelLayout dual = load("dualpipe_v");
+  EXPECT_EQ(dual.schedule, PipelineScheduleKind::kDualPipeV);
+  EXPECT_EQ(dual.virtual_stages, 2);
+  EXPECT_FALSE(parallel_block(dual).contains("vpp"));
+  EXPECT_EQ(parallel_block(dual)["schedule"], "dualpipe_v");
 }
 
 // Megatron's account_for_embedding/loss_in_pipeline_split from the command line: 30 layers and
