@@ -12,6 +12,10 @@ parallax_test(serving_test serving_step_test.cpp serving_fleet_test.cpp serving_
                    ServingSplitSearch.PruningKeepsTheExhaustiveBestAndTheCountsAddUp
                    ServingSplitSearch.OnNodeGroupsEachPoolRunsOnOneGroup
                    ServingSearchCost.PricedSearchesRankByCapacityPerDollarAnHour
+                   ServingSizing.OnNodeGroupsEachPoolGrowsOnItsGroupAndPricesSeekTheCheapest
+                   ServingShapeSearch.OnNodeGroupsThePoolTriesEachGroup
+                   ServingAutoscale.ScalingOnTheArrivalRateRunsEachInstanceAtTheTargetShareOfItsRate
+                   ServingAutoscale.ScalingUpAtMaxWhileInstancesDrainRevivesThem
                    ServingPrefixCache.AHostTierGivesBackWhatASmallGpuCacheEvicts
                    ServingSizing.TheChosenFleetMeetsTheTargetAndOneInstanceFewerDoesNot)
 target_link_libraries(serving_test PRIVATE parallax_serving)
@@ -221,7 +225,7 @@ set_tests_properties(example.serve.compare_routers PROPERTIES PASS_REGULAR_EXPRE
 # The bundled example: a 6x surge, instances following it, and the plot of both with the SLO met.
 add_test(NAME example.serve.autoscale
          COMMAND bash -c "set -e; $<TARGET_FILE:parallax> serve ${PROJECT_SOURCE_DIR}/workloads/serve/llama3-70b-autoscale-2xdgx-h100.json --json ${serve_scratch}/autoscale.json --plot ${serve_scratch}/autoscale-plot; test -s ${serve_scratch}/autoscale-plot/autoscale.png")
-set_tests_properties(example.serve.autoscale PROPERTIES
+set_tests_properties(example.serve.autoscale PROPERTIES LABELS long
                      PASS_REGULAR_EXPRESSION "autoscaled on concurrency \\(target 16 an instance.*[1-9][0-9]* started.*GPU-hours.*autoscale.png")
 # The capacity curve of an autoscaled fleet adds its mean instances and GPU-hours per rate.
 add_test(NAME example.serve.autoscale_sweep

@@ -9,6 +9,7 @@ parallax_test(training_test compute_model_test.cpp training_model_test.cpp train
               training_published_runs_test.cpp training_ep_test.cpp training_offload_test.cpp
               training_op_checkpointing_test.cpp training_constant_fit_test.cpp training_hybrid_test.cpp
               LONG IterationSymmetry.EveryReplicaGivesTheFoldedResultOn64Gpus
+                   Explain.FullShardingAcrossNodesOffersHybridShardingWithinANode
                    Explain.FullRecomputationWithMemoryToSpareOffersTheFewestLayersThatFit
                    Explain.EverySuggestionIsASimulationAndItsFlagsReproduceIt
                    PublishedRuns.ARowWrittenAsAWorkloadSimulatesAsTheRow)
@@ -237,7 +238,7 @@ parallax_refuses(train.bad_host_dispatch_is_refused "bad-host-dispatch.json: /co
 # held out, then every row at the fitted value.
 add_test(NAME validate.fit_host_dispatch
          COMMAND parallax validate ${PROJECT_SOURCE_DIR}/tests/data/training/vtrain-single-node-sample.json --fit-host-dispatch --jobs 2)
-set_tests_properties(validate.fit_host_dispatch PROPERTIES PASS_REGULAR_EXPRESSION
+set_tests_properties(validate.fit_host_dispatch PROPERTIES LABELS long PASS_REGULAR_EXPRESSION
                      "fitted t_dispatch [0-9]+ us: MAPE .*\n(.*\n)*# Parallax validate: .* [0-9]+ us to issue one")
 # validate's dispatch time: a time, not negative, refused before any row is simulated.
 parallax_refuses(validate.bad_host_dispatch_is_refused "--host-dispatch: \"fast\" is not a time"
@@ -368,7 +369,7 @@ set_tests_properties(example.search.small_case PROPERTIES PASS_REGULAR_EXPRESSIO
 add_test(NAME example.search.partial_rack_emit
          COMMAND bash -c "\"$0\" search \"$1\" --jobs 2 --top 1 --network analytical --emit \"$2/best-rack.json\" && \"$0\" train \"$2/best-rack.json\" --network analytical"
                  $<TARGET_FILE:parallax> ${PROJECT_SOURCE_DIR}/workloads/train/llama3-70b-64xgb200-nvfp4.json ${train_scratch})
-set_tests_properties(example.search.partial_rack_emit PROPERTIES PASS_REGULAR_EXPRESSION "Parallax train: llama3-70b .* on GB200 NVL72, 64 GPUs")
+set_tests_properties(example.search.partial_rack_emit PROPERTIES LABELS long PASS_REGULAR_EXPRESSION "Parallax train: llama3-70b .* on GB200 NVL72, 64 GPUs")
 file(WRITE ${train_scratch}/space.json "{\"tp\": [0]}\n")
 parallax_refuses(search.bad_space "space.json: /tp/0: must be between 1"
                  search ${PROJECT_SOURCE_DIR}/tests/data/workloads/gpt-1.3b-16xa100.json --space ${train_scratch}/space.json)
