@@ -320,6 +320,9 @@ TEST(LayoutSearch, MoeSpacesVaryExpertTensorParallelismWhereItDiffersFromTp) {
                              test::source_path("workloads/models"), test::source_path("topologies"), o);
   SearchSpace space = default_search_space(job.model, job.layout, 64, 8);
   EXPECT_EQ(space.expert_tp, (std::vector<int>{0, 1}));
+  // The all-to-alls overlapped across micro-batches are tried both ways (checked below).
+  EXPECT_EQ(space.moe_a2a_overlap, (std::vector<bool>{false, true}));
+  space.moe_a2a_overlap = {false};
   space.pp = {1};
   space.zero = {ZeroStage::kStage1};
   space.micro_batch = {1};

@@ -101,7 +101,7 @@ SearchSpace default_search_space(const ModelConfig& model, const ParallelLayout&
   s.cp_comm = {base.cp_comm};
   s.moe_dispatcher = {base.moe_dispatcher};
   s.expert_gemms = {base.expert_gemms};
-  s.moe_a2a_overlap = {base.moe_a2a_overlap};
+  s.moe_a2a_overlap = {false, true};  // where it can run (moe_a2a_overlap_possible): MoE, ep > 1, pairing schedules
   s.sequence_parallel = {true};
   s.tp_comm_overlap = {base.tp_comm_overlap};
   s.cpu_offloading_layers = {base.cpu_offloading_layers};
