@@ -352,6 +352,11 @@ TEST(LayoutSearch, MoeSpacesVaryExpertTensorParallelismWhereItDiffersFromTp) {
   const Enumeration both = enumerate_layouts(space, job.model, job.layout, 64);
   EXPECT_EQ(both.valid.size(), e.valid.size() + allowed);
   for (const ParallelLayout& l : both.valid) EXPECT_TRUE(!l.moe_a2a_overlap || l.ep > 1) << layout_description(l);
+  // A workload that sets the overlap does not carry it where it cannot run (ep 1 here): those
+  // layouts stay, with it off, as from a workload without it.
+  ParallelLayout overlapped = job.layout;
+  overlapped.moe_a2a_overlap = true;
+  EXPECT_EQ(enumerate_layouts(space, job.model, overlapped, 64).valid.size(), both.valid.size());
   // Dense models have no expert TP to vary.
   EXPECT_EQ(default_search_space(small_case().model, small_case().layout, 16, 8).expert_tp, std::vector<int>{0});
 }

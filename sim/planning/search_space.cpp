@@ -181,8 +181,8 @@ Layouts expand(const Layouts& in, const std::vector<T>& values, Applies applies,
 }
 
 // The degrees that fill the GPUs: tp·pp·cp divides them and dp is what is left; the switches
-// that only some degrees have start at their one value (1F1B, no chunks, no SP or TP overlap,
-// the first rank order).
+// that only some degrees have start at their one value (1F1B, no chunks, no SP, TP or all-to-all
+// overlap, the first rank order).
 Layouts degrees(const SearchSpace& space, const ParallelLayout& base, int gpus) {
   Layouts out;
   for (int tp : space.tp) {
@@ -197,7 +197,7 @@ Layouts degrees(const SearchSpace& space, const ParallelLayout& base, int gpus) 
         l.schedule = PipelineScheduleKind::kOneFOneB;
         l.virtual_stages = 1;
         l.microbatch_group = 0;  // the depth-first default of whatever interleaving follows
-        l.sequence_parallel = l.tp_comm_overlap = false;
+        l.sequence_parallel = l.tp_comm_overlap = l.moe_a2a_overlap = false;
         l.expert_tp = 0;
         l.cpu_offloading_layers = 0;
         l.dp_shard = 0;

@@ -289,7 +289,7 @@ IterationResult simulate_iteration(const ModelConfig& model, const ParallelLayou
   const std::unique_ptr<NetworkModel> network =
       cosim ? make_network_model("flow", engine, cosim->topology(), cosim->router()) : nullptr;
   std::vector<PlayedTransfer> played;  // for the trace's link tracks
-  const bool record = network && options.keep_timeline;
+  const bool record = network && options.keep_timeline && options.keep_link_loads;
   const std::vector<WorkTiming> timings = network || !options.graph_memo
                                               ? run_stream_graph(engine, graph, network.get(), record ? &played : nullptr,
                                                                  network ? options.progress : StreamProgress{})

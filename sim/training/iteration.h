@@ -190,8 +190,11 @@ struct IterationOptions {
   std::optional<LinkEfficiency> link_efficiency;
   /// Bytes the optimizer reads and writes per parameter it updates.
   double optimizer_bytes_per_parameter = 28.0;
-  /// Keep every task's place and time (IterationResult::timeline), for traces.
+  /// Keep every task's place and time (IterationResult::timeline), for traces and plots.
   bool keep_timeline = false;
+  /// With keep_timeline, co-simulated: also each busiest link's load over the iteration and the
+  /// tasks that crossed it (LinkUse::load, ::uses), for traces.
+  bool keep_link_loads = true;
   /// Each rank's time broken down (StageResult::time: compute, exposed communication by kind,
   /// bubble, idle), the bubble fraction, the compute slowed by communication and the critical
   /// path. Off, they stay zero: a search that ranks by time alone asks for them only for the

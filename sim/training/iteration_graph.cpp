@@ -7,6 +7,7 @@
 #include <set>
 #include <tuple>
 
+#include "engine/invariant.h"
 #include "training/iteration_memory.h"
 #include "training/pipeline_schedule.h"
 #include "training/work_id_list.h"
@@ -497,6 +498,11 @@ WorkIdList IterationGraphBuilder::pass_input(int s, const PipelineOp& op) const 
     const std::optional<StagedOp> dep = pipeline_dependency(*plan_.schedule, s, of);
     if (!dep) return;
     const PassTasks& before = passes_[pass_slot(dep->stage, dep->op)];
+    // Built before `op` (pipeline_pass_order), and its send with it, or with the later pass its
+    // output leaves with (which pipeline_inputs put first too).
+    PARALLAX_INVARIANT(dep->stage == s || before.send.has_value(), "training/iteration_graph", Time::zero(),
+                       "stage " + std::to_string(s) + " builds " + to_string(op) + " before the send of " +
+                           to_string(dep->op) + " on stage " + std::to_string(dep->stage));
     for (WorkId id : dep->stage != s ? WorkIdList{*before.send} : before.done) inputs.push_back(id);
   };
   add(op);

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <map>
 
 #include "io/text_format.h"
 
@@ -94,27 +95,44 @@ std::string pipeline_timeline_data(const IterationResult& r, int chunks, double 
   std::stable_sort(compute.begin(), compute.end(), [](const TimelineSpan* a, const TimelineSpan* b) {
     return a->rank != b->rank ? a->rank < b->rank : a->start < b->start;
   });
-  const double span_s = std::max(r.iteration_time.seconds(), 1e-12);
-  std::string out = "# pass boxes on each stage's compute stream: start (s), stage, width (s), colour, micro-batch\n";
-  char line[160];
+  // The boxes: the tasks of one pass (or outside the passes) that follow each other without a gap.
+  struct Box {
+    const TimelineSpan* first;
+    double start, width;
+  };
+  std::vector<Box> boxes;
   for (size_t i = 0; i < compute.size();) {
-    // A box: the tasks of one pass (or outside the passes) that follow each other without a gap.
     size_t j = i + 1;
     while (j < compute.size() && compute[j]->rank == compute[i]->rank && compute[j]->pass == compute[i]->pass &&
            compute[j]->start == compute[j - 1]->finish) {
       ++j;
     }
-    const TimelineSpan& first = *compute[i];
-    const double start = first.start.seconds(), width = compute[j - 1]->finish.seconds() - start;
-    std::string label;
-    if (first.pass) {
-      label = std::to_string(first.pass->micro_batch) + (chunks > 1 ? "." + std::to_string(first.pass->chunk) : "");
-      if (width < label_width * span_s * static_cast<double>(label.size())) label.clear();
-    }
-    std::snprintf(line, sizeof line, "%.9f %d %.9f %d \"%s\"\n", start, first.rank, width, pass_colour(first.pass),
-                  label.c_str());
-    out += line;
+    const double start = compute[i]->start.seconds();
+    boxes.push_back({compute[i], start, compute[j - 1]->finish.seconds() - start});
     i = j;
+  }
+  // A pass cut into several boxes (waiting between layers, or in turns with the other pass of a
+  // pair) is labelled once, on its widest box.
+  std::map<std::pair<int, PipelineOp>, size_t> widest;
+  for (size_t k = 0; k < boxes.size(); ++k) {
+    if (!boxes[k].first->pass) continue;
+    auto [it, added] = widest.try_emplace({boxes[k].first->rank, *boxes[k].first->pass}, k);
+    if (!added && boxes[k].width > boxes[it->second].width) it->second = k;
+  }
+  const double span_s = std::max(r.iteration_time.seconds(), 1e-12);
+  std::string out = "# pass boxes on each stage's compute stream: start (s), stage, width (s), colour, micro-batch\n";
+  char line[160];
+  for (size_t k = 0; k < boxes.size(); ++k) {
+    const Box& box = boxes[k];
+    const std::optional<PipelineOp>& pass = box.first->pass;
+    std::string label;
+    if (pass && widest.at({box.first->rank, *pass}) == k) {
+      label = std::to_string(pass->micro_batch) + (chunks > 1 ? "." + std::to_string(pass->chunk) : "");
+      if (box.width < label_width * span_s * static_cast<double>(label.size())) label.clear();
+    }
+    std::snprintf(line, sizeof line, "%.9f %d %.9f %d \"%s\"\n", box.start, box.first->rank, box.width,
+                  pass_colour(pass), label.c_str());
+    out += line;
   }
   return out;
 }
@@ -132,10 +150,15 @@ std::string pipeline_timeline_script(const IterationResult& r, const std::string
                 stages - 0.5);
   out += "set title \"" + lines + "\"\n" + range;
   out += "set xlabel 'seconds'\nset ylabel 'pipeline stage'\nset ytics 1\nset grid xtics\n"
-         "set style fill solid 1.0 border lc rgb 'white'\nset key outside bottom center horizontal\n";
+         "set style fill solid 1.0 noborder\nset key outside bottom center horizontal\n";
   if (stages > 32) out += "set ytics " + std::to_string((stages + 31) / 32) + "\n";
-  // Column 1 the box's start, 3 its width: x from start to start + width, y ± 0.4 around the stage.
-  out += "plot '" + data_file + "' using ($1 + $3 / 2):2:($3 / 2):(0.4):4 with boxxyerror lc rgb variable notitle, \\\n"
+  // Column 1 the box's start, 3 its width: x from start to start + width, y ± 0.4 around the
+  // stage; a box wider than the gap g leaves g free at its end, so that neighbours stand apart.
+  char gap[64];
+  std::snprintf(gap, sizeof gap, "g = %.9f\n", 0.0015 * r.iteration_time.seconds());
+  out += gap;
+  out += "plot '" + data_file + "' using ($1 + $3 / 2):2:($3 > 2 * g ? $3 / 2 - g / 2 : $3 / 2):(0.4):4 "
+         "with boxxyerror lc rgb variable notitle, \\\n"
          "     '' using ($1 + $3 / 2):2:5 with labels font ',7' tc rgb 'white' notitle, \\\n"
          "     NaN with boxes lc rgb '#4C72B0' title 'forward (F)', \\\n"
          "     NaN with boxes lc rgb '#DD8452' title 'backward (B: input gradients where W is apart)', \\\n"

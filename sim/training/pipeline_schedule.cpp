@@ -1,5 +1,5 @@
-// Pipeline schedules (GPipe, 1F1B, interleaved 1F1B, ZB-H1/H2, ZB-V), their dependency check and
-// the free-communication executor.
+// Pipeline schedules (GPipe, 1F1B, interleaved 1F1B, ZB-H1/H2, ZB-V, DualPipeV), their dependency
+// check and the free-communication executor.
 #include "training/pipeline_schedule.h"
 
 #include <algorithm>

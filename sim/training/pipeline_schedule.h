@@ -63,9 +63,9 @@
 //     pass can wait for a later pass's input too (an overlapped pair for its backward's); sends
 //     leave at the next batch, so an output can leave only when a later pass ends (a whole
 //     backward's input gradient with its W, one autograd call). Needs m ≥ 2p. With F = B = W per
-//     chunk it ends at (2p − 2)·t_F + 6m·t_F: its README's bubble (PP/2 − 1)(F&B + B − 3W) with
-//     PP = 2p stages and F&B = F + B, p − 1 chunk-passes more than ZB-V, at 2p + 1 chunks a stage
-//     (the README's PP + 1).
+//     chunk it ends at (2p − 2)·t_F + 6m·t_F: its README's bubble (PP/2 − 1)(F&B + B' − 3W) with
+//     PP = 2p stages, B' the whole backward (B + W) and F&B = F + B', p − 1 chunk-passes more than
+//     ZB-V, at 2p + 1 chunks a stage (the README's PP + 1).
 // Bubble with free communication, each forward taking t_f/v and each backward t_b/v on every
 // stage, and bubble fraction = idle time / (p × makespan):
 //   GPipe, 1F1B   (p−1)/(m+p−1)      makespan (m+p−1)(t_f+t_b)

@@ -332,6 +332,7 @@ void run_train(const TrainArgs& a) {
   // still give each task's stand-alone duration, for reports).
   options.cosimulate = a.network == "flow";
   options.keep_timeline = !a.trace.empty() || !a.plot_dir.empty();  // --plot draws the passes as they ran
+  options.keep_link_loads = !a.trace.empty();
   options.compute = job.compute;
   options.gemm_efficiency = job.gemm;
   if (!a.measured_step.empty()) fit_measured_step(a.measured_step, job, options);
@@ -344,6 +345,7 @@ void run_train(const TrainArgs& a) {
     throw InputError(a.workload, e.pointer(), e.reason());  // the layout came from this file
   }
   options.progress = {};  // --explain's re-simulations count suggestions instead
+  options.keep_timeline = false;  // and keep no timeline of their own
   print_iteration_summary(job, r);
   print_stage_table(job, r);
   print_exposed_links(r);
