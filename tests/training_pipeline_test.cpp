@@ -478,7 +478,7 @@ TEST(PipelineSchedule, LinksNameLaterPassesAndPairAForwardWithABackward) {
   EXPECT_NE(schedule_problem(s).find("stage 0 links B0.1's output to the end of F0.0, which is not after it"),
             std::string::npos)
       << schedule_problem(s);
-  s.links[0].pop_back();
+  s.links[0].pop_back();  // links for every pass slot: 3 kinds · m 4 · 2 chunks = 24, one short
   EXPECT_NE(schedule_problem(s).find("stage 0 has links for 23 passes, not 24"), std::string::npos) << schedule_problem(s);
 }
 

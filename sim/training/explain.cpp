@@ -17,9 +17,37 @@ struct Knob {
   std::function<void(ParallelLayout&, WorkloadOverrides&)> apply;
 };
 
+constexpr PipelineScheduleKind kInterleaved = PipelineScheduleKind::kInterleavedOneFOneB;
+
+// Whether a 1F1B pipeline can move to schedule `kind` (DualPipeV: 2p micro-batches), with
+// `overlap` its all-to-alls overlapped across micro-batches too (where they can be).
+std::function<bool(const ParallelLayout&)> from_1f1b(PipelineScheduleKind kind, bool overlap) {
+  return [kind, overlap](const ParallelLayout& l) {
+    if (l.pp < 2 || l.schedule != PipelineScheduleKind::kOneFOneB) return false;
+    if (kind == PipelineScheduleKind::kDualPipeV && l.micro_batches() < 2 * int64_t{l.pp}) return false;
+    ParallelLayout moved = l;
+    moved.schedule = kind;
+    return !overlap || (!l.moe_a2a_overlap && moved.moe_a2a_overlap_possible());
+  };
+}
+
+// The move itself, in the layout and as flags: the schedule with its chunks (interleaved vpp 2,
+// a V's two), and with `overlap` the all-to-alls overlapped.
+std::function<void(ParallelLayout&, WorkloadOverrides&)> to_schedule(PipelineScheduleKind kind, bool overlap) {
+  return [kind, overlap](ParallelLayout& l, WorkloadOverrides& o) {
+    l.schedule = kind;
+    l.virtual_stages = kind == kInterleaved || v_shaped(kind) ? 2 : 1;
+    o.schedule = to_string(kind);
+    if (kind == kInterleaved) o.vpp = 2;
+    if (overlap) {
+      l.moe_a2a_overlap = true;
+      o.moe_a2a_overlap = true;
+    }
+  };
+}
+
 std::vector<Knob> knobs(const ModelConfig& model) {
   const bool shared_experts = model.moe && model.moe->shared_experts > 0;
-  auto is_1f1b = [](const ParallelLayout& l) { return l.pp > 1 && l.schedule == PipelineScheduleKind::kOneFOneB; };
   return {
       {"tp_comm_overlap on", "--tp-comm-overlap on", [](const ParallelLayout& l) { return l.tp > 1 && !l.tp_comm_overlap; },
        [](ParallelLayout& l, WorkloadOverrides& o) { l.tp_comm_overlap = true; o.tp_comm_overlap = true; }},
@@ -51,60 +79,20 @@ std::vector<Knob> knobs(const ModelConfig& model) {
        [](ParallelLayout& l, WorkloadOverrides& o) { l.param_gather_prefetch = true; o.param_gather_prefetch = true; }},
       {"sequence_parallel on", "--sequence-parallel on", [](const ParallelLayout& l) { return l.tp > 1 && !l.sequence_parallel; },
        [](ParallelLayout& l, WorkloadOverrides& o) { l.sequence_parallel = true; o.sequence_parallel = true; }},
-      {"interleaved 1F1B, vpp 2", "--schedule interleaved_1f1b --vpp 2", is_1f1b,
-       [](ParallelLayout& l, WorkloadOverrides& o) {
-         l.schedule = PipelineScheduleKind::kInterleavedOneFOneB;
-         l.virtual_stages = 2;
-         o.schedule = "interleaved_1f1b";
-         o.vpp = 2;
-       }},
+      {"interleaved 1F1B, vpp 2", "--schedule interleaved_1f1b --vpp 2", from_1f1b(kInterleaved, false),
+       to_schedule(kInterleaved, false)},
       {"interleaved 1F1B, vpp 2, all-to-alls overlapped (combined 1F1B)",
-       "--schedule interleaved_1f1b --vpp 2 --moe-a2a-overlap on",
-       [is_1f1b](const ParallelLayout& l) {
-         ParallelLayout v = l;
-         v.schedule = PipelineScheduleKind::kInterleavedOneFOneB;
-         return is_1f1b(l) && !l.moe_a2a_overlap && v.moe_a2a_overlap_possible();
-       },
-       [](ParallelLayout& l, WorkloadOverrides& o) {
-         l.schedule = PipelineScheduleKind::kInterleavedOneFOneB;
-         l.virtual_stages = 2;
-         l.moe_a2a_overlap = true;
-         o.schedule = "interleaved_1f1b";
-         o.vpp = 2;
-         o.moe_a2a_overlap = true;
-       }},
-      {"zero-bubble schedule (ZB-H1)", "--schedule zb_h1", is_1f1b,
-       [](ParallelLayout& l, WorkloadOverrides& o) {
-         l.schedule = PipelineScheduleKind::kZeroBubbleH1;
-         o.schedule = "zb_h1";
-       }},
-      {"zero-bubble V schedule (ZB-V)", "--schedule zb_v", is_1f1b,
-       [](ParallelLayout& l, WorkloadOverrides& o) {
-         l.schedule = PipelineScheduleKind::kZeroBubbleV;
-         l.virtual_stages = 2;
-         o.schedule = "zb_v";
-       }},
+       "--schedule interleaved_1f1b --vpp 2 --moe-a2a-overlap on", from_1f1b(kInterleaved, true),
+       to_schedule(kInterleaved, true)},
+      {"zero-bubble schedule (ZB-H1)", "--schedule zb_h1", from_1f1b(PipelineScheduleKind::kZeroBubbleH1, false),
+       to_schedule(PipelineScheduleKind::kZeroBubbleH1, false)},
+      {"zero-bubble V schedule (ZB-V)", "--schedule zb_v", from_1f1b(PipelineScheduleKind::kZeroBubbleV, false),
+       to_schedule(PipelineScheduleKind::kZeroBubbleV, false)},
       {"DualPipeV (V-shaped, overlapped forward-and-backward chunks)", "--schedule dualpipe_v",
-       [is_1f1b](const ParallelLayout& l) { return is_1f1b(l) && l.micro_batches() >= 2 * int64_t{l.pp}; },
-       [](ParallelLayout& l, WorkloadOverrides& o) {
-         l.schedule = PipelineScheduleKind::kDualPipeV;
-         l.virtual_stages = 2;
-         o.schedule = "dualpipe_v";
-       }},
+       from_1f1b(PipelineScheduleKind::kDualPipeV, false), to_schedule(PipelineScheduleKind::kDualPipeV, false)},
       // What its pairs are for (DeepSeek-V3 §3.2.1): each one's all-to-alls beside the other's kernels.
       {"DualPipeV, its pairs hiding the all-to-alls", "--schedule dualpipe_v --moe-a2a-overlap on",
-       [is_1f1b](const ParallelLayout& l) {
-         ParallelLayout v = l;
-         v.schedule = PipelineScheduleKind::kDualPipeV;
-         return is_1f1b(l) && l.micro_batches() >= 2 * int64_t{l.pp} && !l.moe_a2a_overlap && v.moe_a2a_overlap_possible();
-       },
-       [](ParallelLayout& l, WorkloadOverrides& o) {
-         l.schedule = PipelineScheduleKind::kDualPipeV;
-         l.virtual_stages = 2;
-         l.moe_a2a_overlap = true;
-         o.schedule = "dualpipe_v";
-         o.moe_a2a_overlap = true;
-       }},
+       from_1f1b(PipelineScheduleKind::kDualPipeV, true), to_schedule(PipelineScheduleKind::kDualPipeV, true)},
       {"recompute selective instead of full", "--recompute selective",
        [](const ParallelLayout& l) { return l.recompute == Recomputation::kFull; },
        [](ParallelLayout& l, WorkloadOverrides& o) { l.recompute = Recomputation::kSelective; o.recompute = "selective"; }},

@@ -136,10 +136,9 @@
 // context, workspace.
 //
 // Not modelled yet: contention with other replicas' traffic on shared switches; the V's
-// memory-lean variants (V-Half, V-Min) and DualPipe's bidirectional pipeline; for MoE: the imbalance of the all-to-all's senders
-// (only the busiest receiver is modelled), expert routing that varies by layer or
-// micro-batch, the all-to-all's buffers and the MoE activations in memory, overlap of the
-// all-to-all with computation (DeepEP, 1F1B A2A overlap), the auxiliary losses.
+// memory-lean variants (V-Half, V-Min) and DualPipe's bidirectional pipeline; for MoE: the
+// imbalance of the all-to-all's senders (only the busiest receiver is modelled), expert routing
+// that varies by layer or micro-batch, the all-to-all's buffers and the MoE activations in memory.
 #pragma once
 
 #include <array>

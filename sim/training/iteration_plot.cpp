@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <iterator>
 #include <map>
 
 #include "io/text_format.h"
@@ -16,16 +17,18 @@ constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
 constexpr WorkKind kExposedKinds[] = {WorkKind::kTpComm, WorkKind::kCpComm, WorkKind::kEpComm,
                                       WorkKind::kPpComm, WorkKind::kDpComm, WorkKind::kOffload};
 
-// A box's colour by its pass: forward, backward (input gradients under the zero-bubble
-// schedules), weight gradients, or outside the passes.
+// pipeline.png's boxes, by pass kind (PassKind's order), then outside the passes: colour and key.
+struct BoxStyle {
+  int rgb;
+  const char* title;
+};
+constexpr BoxStyle kBoxStyles[] = {{0x4C72B0, "forward (F)"},
+                                   {0xDD8452, "backward (B: input gradients where W is apart)"},
+                                   {0x55A868, "weight gradients (W)"},
+                                   {0xBBBBBB, "outside the passes (optimizer step)"}};
+
 int pass_colour(const std::optional<PipelineOp>& pass) {
-  if (!pass) return 0xBBBBBB;
-  switch (pass->kind) {
-    case PassKind::kForward: return 0x4C72B0;
-    case PassKind::kBackward: return 0xDD8452;
-    case PassKind::kWeight: return 0x55A868;
-  }
-  return 0xBBBBBB;
+  return kBoxStyles[pass ? static_cast<size_t>(pass->kind) : std::size(kBoxStyles) - 1].rgb;
 }
 
 }  // namespace
@@ -159,12 +162,13 @@ std::string pipeline_timeline_script(const IterationResult& r, const std::string
   out += gap;
   out += "plot '" + data_file + "' using ($1 + $3 / 2):2:($3 > 2 * g ? $3 / 2 - g / 2 : $3 / 2):(0.4):4 "
          "with boxxyerror lc rgb variable notitle, \\\n"
-         "     '' using ($1 + $3 / 2):2:5 with labels font ',7' tc rgb 'white' notitle, \\\n"
-         "     NaN with boxes lc rgb '#4C72B0' title 'forward (F)', \\\n"
-         "     NaN with boxes lc rgb '#DD8452' title 'backward (B: input gradients where W is apart)', \\\n"
-         "     NaN with boxes lc rgb '#55A868' title 'weight gradients (W)', \\\n"
-         "     NaN with boxes lc rgb '#BBBBBB' title 'outside the passes (optimizer step)'\n";
-  return out;
+         "     '' using ($1 + $3 / 2):2:5 with labels font ',7' tc rgb 'white' notitle";
+  for (const BoxStyle& style : kBoxStyles) {  // the key
+    char entry[160];
+    std::snprintf(entry, sizeof entry, ", \\\n     NaN with boxes lc rgb '#%06X' title '%s'", style.rgb, style.title);
+    out += entry;
+  }
+  return out + "\n";
 }
 
 }  // namespace parallax
