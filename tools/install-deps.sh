@@ -4,10 +4,11 @@
 set -euo pipefail
 
 # openmpi-bin and libopenmpi-dev build parallax-mpi-bench and run its tests (calibrate/harness/);
-# gnuplot-nox draws `parallax calibrate compare --plot`; clang builds the libFuzzer targets (fuzz/).
+# gnuplot-nox draws `parallax calibrate compare --plot`; clang builds the libFuzzer targets (fuzz/);
+# procps (pgrep, pkill) lets the harness's kill test find a killed MPI job's processes.
 packages=(g++ cmake ninja-build nlohmann-json3-dev libcli11-dev libspdlog-dev libboost-graph-dev
           googletest libgtest-dev libgmock-dev libbenchmark-dev openmpi-bin libopenmpi-dev gnuplot-nox
-          python3 clang)
+          python3 clang procps)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -117,11 +117,15 @@ case "$mode" in
       setsid "${launcher[@]}" -np 2 "$bench" -n 500 -w 2 -o "$out" "${sweep2[@]}" >"$scratch/stdout" 2>"$scratch/stderr" &
       job=$!
       while kill -0 "$job" 2>/dev/null && [ "$(count collective)" -lt "$k" ]; do sleep 0.005; done
+      # The job's session: the launcher's group and the ranks, which Open MPI's daemon may have
+      # put in groups of their own.
       kill -KILL -- "-$job" 2>/dev/null || true
+      pkill -KILL -s "$job" 2>/dev/null || true
       wait "$job" 2>/dev/null || true
       # As a user would: rerun once the killed job's processes are gone (a rank still exiting
       # holds the file's lock, and the rerun is refused; on a loaded machine that takes a while).
-      for _ in $(seq 3000); do pgrep -s "$job" >/dev/null || break; sleep 0.01; done
+      # Zombies waiting for a slow init to reap them hold no lock: only live processes count.
+      for _ in $(seq 3000); do pgrep -s "$job" -r R,S,D,T,t >/dev/null || break; sleep 0.01; done
       before=$(count collective)
       run 2 "${sweep2[@]}"
       expect_lines collective 120
