@@ -5,6 +5,7 @@
 
 #include "network/analytical_network.h"
 #include "network/flow_network.h"
+#include "network/packet_network.h"
 
 namespace parallax {
 
@@ -88,6 +89,10 @@ const std::vector<NetworkModelInfo>& network_models() {
       {"flow", "fluid max-min fair sharing of every link among concurrent flows (progressive "
                "filling), re-solved once per timestamp for the flows a change affects; the path "
                "latency (sum of hops) passes before the data flows"},
+      {"packet", "packets of 4 KiB forwarded cut-through link by link, first come first served, "
+                 "with credit-based (lossless) flow control: a link's input buffer of twice its "
+                 "bandwidth x 2 x latency (at least 8 packets); queues, head-of-line blocking and "
+                 "congestion spreading; about three events per packet per hop"},
   };
   return models;
 }
@@ -96,6 +101,7 @@ std::unique_ptr<NetworkModel> make_network_model(std::string_view name, Engine& 
                                                  const Topology& topo, const Router& router) {
   if (name == "analytical") return std::make_unique<AnalyticalNetwork>(engine, topo, router);
   if (name == "flow") return std::make_unique<FlowNetwork>(engine, topo, router);
+  if (name == "packet") return std::make_unique<PacketNetwork>(engine, topo, router);
   std::string known;
   for (const auto& m : network_models()) known += (known.empty() ? "" : ", ") + m.name;
   throw std::invalid_argument("unknown network model \"" + std::string(name) + "\" (expected " + known + ")");

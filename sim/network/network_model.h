@@ -3,9 +3,10 @@
 // callback. What a flow is for (a collective step, a KV-cache transfer) is not its concern.
 //
 // Models are chosen by name (network_models() lists them with a one-line description that
-// states their assumptions): `analytical` (no contention) and `flow` (max-min fair sharing).
-// A lone flow takes the same time in every model: the path latency α (sum of per-hop link
-// latencies) plus size / bottleneck bandwidth, through transfer_time().
+// states their assumptions): `analytical` (no contention), `flow` (max-min fair sharing) and
+// `packet` (packets, queues and credit-based flow control). A lone flow takes the same time in
+// every model: the path latency α (sum of per-hop link latencies) plus size / bottleneck
+// bandwidth, through transfer_time() (the packet model: on a path of one bandwidth).
 #pragma once
 
 #include <cstdint>

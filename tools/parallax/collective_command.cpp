@@ -95,7 +95,7 @@ CollectiveOptions simulation_options(const CollectiveArgs& a) {
   if (a.model != "analytical") {
     bool known = false;
     for (const auto& m : network_models()) known = known || m.name == a.model;
-    if (!known) throw InputError("", "--model", "unknown model \"" + a.model + "\" (expected flow or analytical)");
+    if (!known) throw InputError("", "--model", "unknown model \"" + a.model + "\" (expected flow, packet or analytical)");
   }
   return o;
 }
@@ -470,7 +470,7 @@ void add_collective_command(CLI::App& app) {
                   "log's, else the topology's \"nccl_version\", else the newest modelled, 2.30)");
   cmd->add_option("--channels", args->channels, "channels (default: what NCCL's search would give)");
   cmd->add_option("--root", args->root, "root rank of broadcast and reduce");
-  cmd->add_option("--model", args->model, "flow (max-min fair network simulation) or analytical (closed forms)");
+  cmd->add_option("--model", args->model, "flow (max-min fair network simulation), packet (packets, queues and lossless flow control: slow, for small sizes) or analytical (closed forms)");
   cmd->add_option("--granularity", args->granularity, "auto, steps or pipelined (how ring phases become transfers)");
   cmd->add_option("--compare", args->compare, "an nccl-tests log: predict the same sweep and show the error");
   cmd->add_option("--json", args->json, "write the results as JSON");

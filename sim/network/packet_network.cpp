@@ -1,0 +1,196 @@
+#include "network/packet_network.h"
+
+#include <algorithm>
+#include <cmath>
+#include <stdexcept>
+
+namespace parallax {
+
+PacketNetwork::PacketNetwork(Engine& engine, const Topology& topo, const Router& router, Options options)
+    : NetworkModel(engine, topo, router),
+      options_(options),
+      ports_(topo.link_count()),
+      transmitters_(topo.resource_count()) {
+  const double mtu = options_.mtu.value();
+  if (!(mtu > 0.0)) throw std::invalid_argument("a packet network's MTU must be positive");
+  if (options_.buffer && !(options_.buffer->value() >= mtu)) {
+    throw std::invalid_argument("a packet network's link buffer must hold at least one MTU");
+  }
+  for (uint32_t l = 0; l < topo.link_count(); ++l) {
+    const Link& link = topo.link(LinkId{l});
+    Port& port = ports_[l];
+    port.transmitter = link.resource;
+    transmitters_[link.resource].links.push_back(l);
+    const double credit_loop = bytes_moved(topo.resource_capacity(link.resource), link.latency * 2).value();
+    port.buffer = options_.buffer ? options_.buffer->value() : std::max(8.0 * mtu, 2.0 * credit_loop);
+  }
+}
+
+void PacketNetwork::begin(const FlowStart& start) {
+  if (start.size.value() <= 0.0) {
+    engine_.schedule_in(start.latency, [this, sink = start.sink, tag = start.tag] { complete(sink, tag); });
+    return;
+  }
+  uint32_t id;
+  if (free_flows_.empty()) {
+    id = static_cast<uint32_t>(flows_.size());
+    flows_.emplace_back();
+  } else {
+    id = free_flows_.back();
+    free_flows_.pop_back();
+  }
+  Flow& flow = flows_[id];
+  flow.path.assign(start.path->begin(), start.path->end());
+  flow.size = start.size.value();
+  flow.packets = static_cast<uint64_t>(std::ceil(flow.size / options_.mtu.value()));
+  flow.injected = 0;
+  flow.delivered = 0;
+  flow.sink = start.sink;
+  flow.tag = start.tag;
+  flow.weight = start.weight;
+  Port& first = ports_[flow.path.front().value];
+  first.sources.push_back(id);
+  serve(first.transmitter);
+}
+
+// A free transmitter sends the next packet one of its links has ready, the links taking turns.
+void PacketNetwork::serve(uint32_t transmitter) {
+  Transmitter& tr = transmitters_[transmitter];
+  if (tr.busy) return;
+  const size_t n = tr.links.size();
+  for (size_t i = 0; i < n; ++i) {
+    const size_t at = (tr.next + i) % n;
+    if (send_from(tr.links[at])) {
+      tr.next = (at + 1) % n;
+      return;
+    }
+  }
+}
+
+bool PacketNetwork::send_from(uint32_t link) {
+  Port& port = ports_[link];
+  if (port.forwarded_next) return send_forwarded(port, link) || send_fresh(port, link);
+  return send_fresh(port, link) || send_forwarded(port, link);
+}
+
+// Only the packet at the head of the queue may go: if the buffer ahead cannot take it, every
+// packet behind it waits too.
+bool PacketNetwork::send_forwarded(Port& port, uint32_t link) {
+  if (port.queue.empty()) return false;
+  const uint32_t id = port.queue.front();
+  if (port.used + packets_[id].bytes > port.buffer) return false;
+  port.queue.pop_front();
+  port.forwarded_next = false;
+  transmit(id, link);
+  return true;
+}
+
+bool PacketNetwork::send_fresh(Port& port, uint32_t link) {
+  if (port.sources.empty()) return false;
+  const uint32_t flow_id = port.sources[port.next_source];
+  Flow& flow = flows_[flow_id];
+  const double mtu = options_.mtu.value();
+  const double bytes = flow.injected + 1 < flow.packets ? mtu : flow.size - mtu * static_cast<double>(flow.packets - 1);
+  if (port.used + bytes > port.buffer) return false;
+  if (port.turns_left == 0) port.turns_left = flow.weight;
+  ++flow.injected;
+  --port.turns_left;
+  if (flow.injected == flow.packets) {
+    drop_source(port, port.next_source);
+  } else if (port.turns_left == 0) {
+    port.next_source = (port.next_source + 1) % port.sources.size();
+  }
+  port.forwarded_next = true;
+  transmit(new_packet(Packet{flow_id, 0, bytes, engine_.now()}), link);
+  return true;
+}
+
+void PacketNetwork::drop_source(Port& port, size_t index) {
+  port.sources.erase(port.sources.begin() + static_cast<std::ptrdiff_t>(index));
+  port.turns_left = 0;
+  if (port.next_source >= port.sources.size()) port.next_source = 0;
+}
+
+// Cut-through: the head reaches the next device one latency after the start, the tail one
+// latency after the finish, and the finish waits for the tail to have arrived here.
+void PacketNetwork::transmit(uint32_t id, uint32_t link) {
+  Packet& packet = packets_[id];
+  Port& port = ports_[link];
+  port.used += packet.bytes;
+  port.peak_used = std::max(port.peak_used, port.used);
+  ++packet_hops_;
+  const Link& l = topo_.link(LinkId{link});
+  const Time now = engine_.now();
+  const Time finish = std::max(now + transfer_time(Bytes(packet.bytes), topo_.resource_capacity(l.resource)), packet.tail);
+  transmitters_[port.transmitter].busy = true;
+  engine_.schedule_at(finish, [this, t = port.transmitter] {
+    transmitters_[t].busy = false;
+    serve(t);
+  });
+  const Flow& flow = flows_[packet.flow];
+  if (packet.hop > 0) {
+    // Its tail has left the buffer it held at this end of the previous link.
+    const LinkId previous = flow.path[packet.hop - 1];
+    engine_.schedule_at(finish + topo_.link(previous).latency,
+                        [this, previous, bytes = packet.bytes] { release(previous.value, bytes); });
+  }
+  packet.tail = finish + l.latency;
+  if (packet.hop + 1 == flow.path.size()) {
+    engine_.schedule_at(packet.tail, [this, id] { deliver(id); });
+  } else {
+    engine_.schedule_at(now + l.latency, [this, id] { arrive(id); });
+  }
+}
+
+void PacketNetwork::arrive(uint32_t id) {
+  Packet& packet = packets_[id];
+  ++packet.hop;
+  Port& next = ports_[flows_[packet.flow].path[packet.hop].value];
+  next.queue.push_back(id);
+  serve(next.transmitter);
+}
+
+// The destination takes the packet at once; its credit goes back over the last link.
+void PacketNetwork::deliver(uint32_t id) {
+  const Packet packet = packets_[id];
+  free_packets_.push_back(id);
+  Flow& flow = flows_[packet.flow];
+  const LinkId last = flow.path.back();
+  engine_.schedule_in(topo_.link(last).latency, [this, last, bytes = packet.bytes] { release(last.value, bytes); });
+  if (++flow.delivered < flow.packets) return;
+  FlowSink* sink = flow.sink;
+  const uint32_t tag = flow.tag;
+  flow.path.clear();
+  free_flows_.push_back(packet.flow);
+  complete(sink, tag);
+}
+
+void PacketNetwork::release(uint32_t link, double bytes) {
+  Port& port = ports_[link];
+  port.used -= bytes;
+  serve(port.transmitter);
+}
+
+void PacketNetwork::PacketQueue::pop_front() {
+  ++head;
+  if (head == items.size()) {
+    items.clear();
+    head = 0;
+  } else if (head >= 1024 && 2 * head >= items.size()) {
+    items.erase(items.begin(), items.begin() + static_cast<std::ptrdiff_t>(head));
+    head = 0;
+  }
+}
+
+uint32_t PacketNetwork::new_packet(const Packet& p) {
+  if (free_packets_.empty()) {
+    packets_.push_back(p);
+    return static_cast<uint32_t>(packets_.size() - 1);
+  }
+  const uint32_t id = free_packets_.back();
+  free_packets_.pop_back();
+  packets_[id] = p;
+  return id;
+}
+
+}  // namespace parallax
