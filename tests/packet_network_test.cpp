@@ -5,12 +5,17 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <fstream>
 #include <random>
+
+#include <nlohmann/json.hpp>
 
 #include "collectives/collective_simulator.h"
 #include "network/flow_list.h"
 #include "network/flow_network.h"
 #include "network/packet_network.h"
+#include "io/input_error.h"
+#include "topology/topology_loader.h"
 #include "test_support.h"
 
 namespace parallax {
@@ -184,6 +189,38 @@ TEST(PacketNetwork, RefusesAnMtuOrBufferThatCannotHoldAPacket) {
   PacketNetwork::Options small;
   small.buffer = Bytes(1024);
   EXPECT_THROW(PacketNetwork(engine, t, router, small), std::invalid_argument);
+}
+
+// The topology's `packets` block sets the model's MTU and buffers; out-of-range values are
+// refused with their JSON pointer.
+TEST(PacketNetwork, TheTopologysPacketsBlockSetsMtuAndBuffer) {
+  std::ifstream in(test::source_path("topologies/dgx-h100.json"));
+  nlohmann::json doc = nlohmann::json::parse(in);
+  doc["packets"] = {{"mtu", "2 KiB"}, {"link_buffer", "16 KiB"}};
+  Topology t = topology_from_json(doc, "h100.json", TopologyLoadOptions{2});
+  Engine engine;
+  Router router(t);
+  auto net = make_network_model("packet", engine, t, router);
+  const auto& packets = dynamic_cast<const PacketNetwork&>(*net);
+  EXPECT_EQ(packets.buffer_of(LinkId{0}), Bytes(16384));
+  // 1 MiB between nodes in 2 KiB packets: 512 packets over the path's 4 links.
+  net->start_flow(*t.find_device("n0.gpu0"), *t.find_device("n1.gpu0"), mib(1), [](const FlowCompletion&) {});
+  engine.run();
+  EXPECT_EQ(packets.packet_hops(), 512u * 4u);
+  const std::pair<nlohmann::json, std::string> refused[] = {
+      {{{"mtu", "32 B"}}, "h100.json: /packets/mtu: an MTU of 64 B to 64 KiB"},
+      {{{"link_buffer", "1 KiB"}}, "h100.json: /packets/link_buffer: a buffer of one MTU (4096 B) to 1 GiB"},
+      {{{"mtu", "8 KiB"}, {"link_buffer", "4 KiB"}}, "h100.json: /packets/link_buffer: a buffer of one MTU (8192 B) to 1 GiB"},
+      {{{"buffer", "4 KiB"}}, "h100.json: /packets/buffer: unknown key"}};
+  for (const auto& [block, message] : refused) {
+    doc["packets"] = block;
+    try {
+      topology_from_json(doc, "h100.json", TopologyLoadOptions{2});
+      ADD_FAILURE() << block.dump() << " was accepted";
+    } catch (const InputError& e) {
+      EXPECT_EQ(std::string(e.what()).substr(0, message.size()), message) << e.what();
+    }
+  }
 }
 
 }  // namespace

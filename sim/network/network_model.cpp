@@ -101,7 +101,12 @@ std::unique_ptr<NetworkModel> make_network_model(std::string_view name, Engine& 
                                                  const Topology& topo, const Router& router) {
   if (name == "analytical") return std::make_unique<AnalyticalNetwork>(engine, topo, router);
   if (name == "flow") return std::make_unique<FlowNetwork>(engine, topo, router);
-  if (name == "packet") return std::make_unique<PacketNetwork>(engine, topo, router);
+  if (name == "packet") {
+    PacketNetwork::Options options;
+    if (topo.info().packet_mtu) options.mtu = *topo.info().packet_mtu;
+    options.buffer = topo.info().packet_link_buffer;
+    return std::make_unique<PacketNetwork>(engine, topo, router, options);
+  }
   std::string known;
   for (const auto& m : network_models()) known += (known.empty() ? "" : ", ") + m.name;
   throw std::invalid_argument("unknown network model \"" + std::string(name) + "\" (expected " + known + ")");

@@ -123,6 +123,10 @@ struct TopologyInfo {
   /// The NCCL release the cluster runs ("2.23.4"), from the file's `nccl_version`; empty: the
   /// newest the collectives layer models. Opaque here, like `calibration`.
   std::string nccl_version;
+  /// The packet-level network's MTU and each link's input buffer at its far end, from the file's
+  /// `packets` block; nullopt: that model's defaults (4 KiB; twice the link's credit loop).
+  std::optional<Bytes> packet_mtu;
+  std::optional<Bytes> packet_link_buffer;
   /// Per direction, a GPU's PCIe link towards the host: the PCIe tree's GPU link, else the NIC
   /// attachment (a NIC hangs off its GPU's x16 port or switch); 0 when the file gives neither.
   /// Present whatever the node count, for host copies (KV swap) on one node too.

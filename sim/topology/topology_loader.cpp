@@ -93,12 +93,32 @@ GpuSpec read_gpu_spec(JsonReader r) {
 }
 
 
+// Bounded so that a collective cannot turn into billions of packets, nor a buffer into more than
+// any switch port holds.
+void read_packets(JsonReader& r, TopologyInfo& info) {
+  if (auto v = r.find("mtu")) {
+    const Bytes mtu = v->as_bytes();
+    if (!(mtu.value() >= 64.0 && mtu.value() <= 65536.0)) v->fail("an MTU of 64 B to 64 KiB");
+    info.packet_mtu = mtu;
+  }
+  if (auto v = r.find("link_buffer")) {
+    const Bytes buffer = v->as_bytes();
+    const double mtu = info.packet_mtu ? info.packet_mtu->value() : 4096.0;
+    if (!(buffer.value() >= mtu && buffer.value() <= 1073741824.0)) {
+      v->fail("a buffer of one MTU (" + std::to_string(static_cast<int64_t>(mtu)) + " B) to 1 GiB");
+    }
+    info.packet_link_buffer = buffer;
+  }
+  r.finish();
+}
+
 void read_info(JsonReader& root, Topology& topo, const std::string& file) {
   auto& info = topo.info();
   info.file = file;
   info.name = root.at("name").as_string();
   if (auto d = root.find("description")) info.description = d->as_string();
   if (auto v = root.find("nccl_version")) info.nccl_version = v->as_string();
+  if (auto packets = root.find("packets")) read_packets(*packets, info);
   if (auto s = root.find("sources")) {
     for (auto& e : s->elements()) info.sources.push_back(e.as_string());
   }
