@@ -22,7 +22,7 @@ PacketNetwork::PacketNetwork(Engine& engine, const Topology& topo, const Router&
     port.transmitter = link.resource;
     transmitters_[link.resource].links.push_back(l);
     const double credit_loop = bytes_moved(topo.resource_capacity(link.resource), link.latency * 2).value();
-    port.buffer = options_.buffer ? options_.buffer->value() : std::max(8.0 * mtu, 2.0 * credit_loop);
+    port.buffer = static_cast<uint64_t>(std::ceil(options_.buffer ? options_.buffer->value() : std::max(8.0 * mtu, 2.0 * credit_loop)));
   }
 }
 
@@ -78,7 +78,7 @@ bool PacketNetwork::send_from(uint32_t link) {
 bool PacketNetwork::send_forwarded(Port& port, uint32_t link) {
   if (port.queue.empty()) return false;
   const uint32_t id = port.queue.front();
-  if (port.used + packets_[id].bytes > port.buffer) return false;
+  if (port.used + packets_[id].credit > port.buffer) return false;
   port.queue.pop_front();
   port.forwarded_next = false;
   transmit(id, link);
@@ -91,7 +91,8 @@ bool PacketNetwork::send_fresh(Port& port, uint32_t link) {
   Flow& flow = flows_[flow_id];
   const double mtu = options_.mtu.value();
   const double bytes = flow.injected + 1 < flow.packets ? mtu : flow.size - mtu * static_cast<double>(flow.packets - 1);
-  if (port.used + bytes > port.buffer) return false;
+  const auto credit = static_cast<uint32_t>(std::ceil(bytes));
+  if (port.used + credit > port.buffer) return false;
   if (port.turns_left == 0) port.turns_left = flow.weight;
   ++flow.injected;
   --port.turns_left;
@@ -101,7 +102,7 @@ bool PacketNetwork::send_fresh(Port& port, uint32_t link) {
     port.next_source = (port.next_source + 1) % port.sources.size();
   }
   port.forwarded_next = true;
-  transmit(new_packet(Packet{flow_id, 0, bytes, engine_.now()}), link);
+  transmit(new_packet(Packet{flow_id, 0, bytes, credit, engine_.now()}), link);
   return true;
 }
 
@@ -112,11 +113,13 @@ void PacketNetwork::drop_source(Port& port, size_t index) {
 }
 
 // Cut-through: the head reaches the next device one latency after the start, the tail one
-// latency after the finish, and the finish waits for the tail to have arrived here.
+// latency after the finish; the packet joins the next queue when the head is there and, if
+// the next link is faster, late enough not to outrun the tail (header). Its finish here still
+// waits for its tail, which the first link's packets have with them.
 void PacketNetwork::transmit(uint32_t id, uint32_t link) {
   Packet& packet = packets_[id];
   Port& port = ports_[link];
-  port.used += packet.bytes;
+  port.used += packet.credit;
   port.peak_used = std::max(port.peak_used, port.used);
   ++packet_hops_;
   const Link& l = topo_.link(LinkId{link});
@@ -132,13 +135,16 @@ void PacketNetwork::transmit(uint32_t id, uint32_t link) {
     // Its tail has left the buffer it held at this end of the previous link.
     const LinkId previous = flow.path[packet.hop - 1];
     engine_.schedule_at(finish + topo_.link(previous).latency,
-                        [this, previous, bytes = packet.bytes] { release(previous.value, bytes); });
+                        [this, previous, credit = packet.credit] { release(previous.value, credit); });
   }
   packet.tail = finish + l.latency;
   if (packet.hop + 1 == flow.path.size()) {
     engine_.schedule_at(packet.tail, [this, id] { deliver(id); });
   } else {
-    engine_.schedule_at(now + l.latency, [this, id] { arrive(id); });
+    const Link& next = topo_.link(flow.path[packet.hop + 1]);
+    const Time on_next = transfer_time(Bytes(packet.bytes), topo_.resource_capacity(next.resource));
+    const Time head = now + l.latency;
+    engine_.schedule_at(std::max(head, packet.tail - on_next), [this, id] { arrive(id); });
   }
 }
 
@@ -156,7 +162,7 @@ void PacketNetwork::deliver(uint32_t id) {
   free_packets_.push_back(id);
   Flow& flow = flows_[packet.flow];
   const LinkId last = flow.path.back();
-  engine_.schedule_in(topo_.link(last).latency, [this, last, bytes = packet.bytes] { release(last.value, bytes); });
+  engine_.schedule_in(topo_.link(last).latency, [this, last, credit = packet.credit] { release(last.value, credit); });
   if (++flow.delivered < flow.packets) return;
   FlowSink* sink = flow.sink;
   const uint32_t tag = flow.tag;
@@ -165,9 +171,9 @@ void PacketNetwork::deliver(uint32_t id) {
   complete(sink, tag);
 }
 
-void PacketNetwork::release(uint32_t link, double bytes) {
+void PacketNetwork::release(uint32_t link, uint32_t credit) {
   Port& port = ports_[link];
-  port.used -= bytes;
+  port.used -= credit;
   serve(port.transmitter);
 }
 

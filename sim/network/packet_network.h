@@ -3,11 +3,12 @@
 //
 // - A directed link sends one packet at a time at its bandwidth, first come first served (the
 //   two directions of a half-duplex cable share one transmitter and take turns).
-// - Cut-through forwarding: a packet may start on the next link once its head has crossed the
-//   previous one (its start there + that link's latency), and cannot finish before its tail has
-//   arrived (its finish there + the latency). On a path of one bandwidth a lone flow therefore
-//   takes α + size/β, as in the analytical and flow models; a slower link inside the path adds
-//   at most one packet's time.
+// - Cut-through forwarding: a packet joins the next link's queue once its head has crossed the
+//   previous one (its start there + that link's latency), or later if that link is the faster,
+//   when enough of it has arrived that sending it cannot outrun its tail (its finish there + the
+//   latency − its time on the next link), so a link never idles waiting for a packet's tail. On
+//   a path of one bandwidth a lone flow therefore takes α + size/β, as in the analytical and
+//   flow models, to within a picosecond a packet (each packet's time is rounded up on its own).
 // - Lossless, credit-based flow control (InfiniBand's link-level credits; PFC plays the same
 //   part in RoCE fabrics): the device at a link's far end holds an input buffer of B bytes for
 //   it. A packet starts on the link only when its bytes are free in that buffer, and frees them
@@ -18,12 +19,14 @@
 // - Sources: the first link of a flow serves the flows that start there round-robin, one packet
 //   a turn (w for a flow of weight w), taking a new packet only when the link is free, as a NIC
 //   arbitrates among its queue pairs; on a link that carries forwarded packets as well, the two
-//   take turns.
+//   take turns. A weight counts there only: queues further on serve packets as they come.
 //
 // Defaults, not fitted: MTU 4,096 B (InfiniBand's and RoCE's usual), and a link's input buffer
 // twice its credit loop, bandwidth × 2 × latency (the bytes in flight while a credit makes the
-// round trip), at least 8 MTU: a lone flow never waits for credits, a congested port holds a
-// few microseconds of traffic (a 400 Gb/s hop of 1 µs: 200 kB).
+// round trip), at least 8 MTU: a lone flow's bottleneck link never waits for credits, a
+// congested port holds a few microseconds of traffic (a 400 Gb/s hop of 1 µs: 200 kB). Credits
+// are whole bytes (a packet takes its size rounded up), so fractional flow sizes cannot leave
+// a buffer a hair too full to take the next packet.
 //
 // Assumes deadlock-free routes (the router's up/down shortest paths on trees): credits waiting
 // on each other around a cycle of switches would stop it, as they stop real lossless fabrics.
@@ -55,12 +58,15 @@ class PacketNetwork final : public NetworkModel {
 
   std::string_view name() const override { return "packet"; }
 
-  /// The input buffer of `link` at its far end (Options::buffer or the default).
-  Bytes buffer_of(LinkId link) const { return Bytes(ports_[link.value].buffer); }
+  /// The input buffer of `link` at its far end (Options::buffer or the default, rounded up to a
+  /// whole byte).
+  Bytes buffer_of(LinkId link) const { return Bytes(static_cast<double>(ports_[link.value].buffer)); }
+  /// Bytes of `link`'s buffer held or promised now: 0 once every flow has ended.
+  Bytes held(LinkId link) const { return Bytes(static_cast<double>(ports_[link.value].used)); }
   /// Packets sent so far, counted once per link crossed.
   uint64_t packet_hops() const { return packet_hops_; }
   /// The most bytes ever held in `link`'s input buffer (never above buffer_of(link)).
-  Bytes peak_occupancy(LinkId link) const { return Bytes(ports_[link.value].peak_used); }
+  Bytes peak_occupancy(LinkId link) const { return Bytes(static_cast<double>(ports_[link.value].peak_used)); }
 
  protected:
   void begin(const FlowStart& flow) override;
@@ -80,7 +86,8 @@ class PacketNetwork final : public NetworkModel {
     uint32_t flow = 0;
     uint32_t hop = 0;  ///< index in the flow's path of the link it waits for or crosses
     double bytes = 0.0;
-    Time tail;         ///< when its tail reaches the link's near end
+    uint32_t credit = 0;  ///< the buffer bytes it takes: its size rounded up
+    Time tail;            ///< when its tail reaches the link's near end
   };
   /// First in, first out, in one vector (a link without traffic holds no memory, unlike a
   /// std::deque): taken from `head`, compacted when the taken part is the larger.
@@ -98,9 +105,9 @@ class PacketNetwork final : public NetworkModel {
     size_t next_source = 0;
     uint32_t turns_left = 0;        ///< packets the current source may still send in its turn
     bool forwarded_next = true;     ///< whose turn it is when both kinds wait
-    double buffer = 0.0;            ///< input buffer at the far end
-    double used = 0.0;              ///< bytes of it held or promised
-    double peak_used = 0.0;
+    uint64_t buffer = 0;            ///< input buffer at the far end, bytes
+    uint64_t used = 0;              ///< bytes of it held or promised
+    uint64_t peak_used = 0;
     uint32_t transmitter = 0;
   };
   struct Transmitter {
@@ -116,7 +123,7 @@ class PacketNetwork final : public NetworkModel {
   void transmit(uint32_t packet, uint32_t link);
   void arrive(uint32_t packet);
   void deliver(uint32_t packet);
-  void release(uint32_t link, double bytes);
+  void release(uint32_t link, uint32_t credit);
   uint32_t new_packet(const Packet& p);
   void drop_source(Port& port, size_t index);
 

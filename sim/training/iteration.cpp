@@ -287,7 +287,7 @@ IterationResult simulate_iteration(const ModelConfig& model, const ParallelLayou
   // ---- run ---------------------------------------------------------------------------------
   Engine engine;
   const std::unique_ptr<NetworkModel> network =
-      cosim ? make_network_model("flow", engine, cosim->topology(), cosim->router()) : nullptr;
+      cosim ? make_network_model(options.cosimulation_network, engine, cosim->topology(), cosim->router()) : nullptr;
   std::vector<PlayedTransfer> played;  // for the trace's link tracks
   const bool record = network && options.keep_timeline && options.keep_link_loads;
   const std::vector<WorkTiming> timings = network || !options.graph_memo
@@ -296,7 +296,7 @@ IterationResult simulate_iteration(const ModelConfig& model, const ParallelLayou
                                               : options.graph_memo->run(engine, graph);
   IterationResult result;
   result.tasks = graph.size();
-  result.network = cosim ? "flow (co-simulated)" : "analytical";
+  result.network = cosim ? options.cosimulation_network + " (co-simulated)" : "analytical";
   if (options.keep_timeline) {
     result.timeline.reserve(graph.size());
     for (WorkId id = 0; id < graph.size(); ++id) {

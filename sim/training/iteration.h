@@ -170,6 +170,9 @@ struct IterationOptions {
   /// it really shares; the channels' processor sharing then gives way to the network. The
   /// sibling replicas' load is still folded in as each collective's slowdown.
   bool cosimulate = false;
+  /// With cosimulate: the network model the flows play on ("flow", or "packet" for queues and
+  /// lossless flow control, packet by packet: for small jobs).
+  std::string cosimulation_network = "flow";
   /// With cosimulate: every replica's communication is played too (each collective of the
   /// simulated ranks together with the same collective of every sibling replica — the other
   /// TP, CP and DP coordinates of its stage — at the same moment, as lockstep replicas run
@@ -350,7 +353,8 @@ struct IterationResult {
   /// An uneven pipeline split: its rule and the layers per virtual stage ("automatic: 7, 8×14,
   /// 7"); empty for the even split.
   std::string pipeline_split;
-  /// How communication was timed: "analytical" (each collective alone) or "flow (co-simulated)".
+  /// How communication was timed: "analytical" (each collective alone), "flow (co-simulated)" or
+  /// "packet (co-simulated)".
   std::string network;
   /// Co-simulated: the busiest link of each link class, busiest first.
   std::vector<LinkLoad> busiest_links;

@@ -330,7 +330,8 @@ void run_train(const TrainArgs& a) {
   IterationOptions options;
   // flow: the co-simulation, every collective as flows on one shared network (the closed forms
   // still give each task's stand-alone duration, for reports).
-  options.cosimulate = a.network == "flow";
+  options.cosimulate = a.network != "analytical";
+  options.cosimulation_network = a.network == "analytical" ? "flow" : a.network;
   options.keep_timeline = !a.trace.empty() || !a.plot_dir.empty();  // --plot draws the passes as they ran
   options.keep_link_loads = !a.trace.empty();
   options.compute = job.compute;
@@ -468,8 +469,10 @@ void add_train_command(CLI::App& app) {
                 "after the report, what to try: a fixed list of knobs, each re-simulated alone, ranked by the time it saves");
   cmd->add_option("--network", args->network,
                   "how collectives are timed: flow (the default: co-simulated, every collective as flows on one "
-                  "shared network) or analytical (each alone, closed forms; the fast option for sweeps)")
-      ->check(CLI::IsMember({"analytical", "flow"}));
+                  "shared network), packet (the same flows as packets through queues with lossless flow "
+                  "control: head-of-line blocking; slow, for small jobs) or analytical (each alone, closed forms; "
+                  "the fast option for sweeps)")
+      ->check(CLI::IsMember({"analytical", "flow", "packet"}));
   cmd->add_option("--json", args->json, "write the full result as JSON");
   cmd->add_option("--trace", args->trace, "write a Chrome/Perfetto trace: one process per pipeline stage, one thread per stream; co-simulated, "
                   "the busiest links with their load and an arrow from each task to the links it crossed");
