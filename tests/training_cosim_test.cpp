@@ -195,6 +195,24 @@ ParallelLayout llama_layout(int dp, int tp, int pp, int64_t global_batch) {
   return l;
 }
 
+TEST(CoSimulatedIteration, InPacketsTakesTheFlowModelsTimeWhereNothingCongests) {
+  // Llama 3.2 1B at TP 8 on one DGX H100 (sequence 512, two micro-batches): every collective
+  // is NVSwitch traffic of its own, so playing its flows as packets (cut-through, buffers that
+  // never fill) ends where the fluid model does, to within 1%; the report names the model.
+  const ModelConfig model = load_bundled_model(test::source_path("workloads/models"), "llama3.2-1b");
+  const Topology topo = test::load_preset("dgx-h100", 1);
+  ParallelLayout l = llama_layout(1, 8, 1, 2);
+  l.sequence_length = 512;
+  IterationOptions flow;
+  flow.cosimulate = true;
+  IterationOptions packets = flow;
+  packets.cosimulation_network = "packet";
+  const IterationResult f = simulate_iteration(model, l, topo, flow);
+  const IterationResult p = simulate_iteration(model, l, topo, packets);
+  EXPECT_EQ(p.network, "packet (co-simulated)");
+  EXPECT_NEAR(p.iteration_time.seconds() / f.iteration_time.seconds(), 1.0, 0.01);
+}
+
 TEST(CoSimulatedIteration, EqualsTheAnalyticalOneWithoutContention) {
   // Llama-3 8B, TP 8 inside each of 2 DGX H100 nodes, DP 2 across them: every collective has
   // its links to itself, so the co-simulation may differ from the closed forms only by how

@@ -12,7 +12,8 @@ parallax_test(training_test compute_model_test.cpp training_model_test.cpp train
                    Explain.FullShardingAcrossNodesOffersHybridShardingWithinANode
                    Explain.FullRecomputationWithMemoryToSpareOffersTheFewestLayersThatFit
                    Explain.EverySuggestionIsASimulationAndItsFlagsReproduceIt
-                   PublishedRuns.ARowWrittenAsAWorkloadSimulatesAsTheRow)
+                   PublishedRuns.ARowWrittenAsAWorkloadSimulatesAsTheRow
+                   CoSimulatedIteration.InPacketsTakesTheFlowModelsTimeWhereNothingCongests)
 target_link_libraries(training_test PRIVATE parallax_training)
 
 

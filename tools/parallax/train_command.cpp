@@ -229,6 +229,11 @@ void print_stage_table(const Job& job, const IterationResult& r) {
 
 // Which of the exposed communication went across nodes (NICs and the network), and,
 // co-simulated, the link that bound most of each kind's exposed time.
+// How the report names the co-simulation: "co-simulated", or "co-simulated in packets".
+const char* cosimulated(const IterationResult& r) {
+  return r.network.rfind("packet", 0) == 0 ? "co-simulated in packets" : "co-simulated";
+}
+
 void print_exposed_links(const IterationResult& r) {
   std::string across;
   std::string bound;
@@ -247,7 +252,7 @@ void print_exposed_links(const IterationResult& r) {
     }
   }
   if (!across.empty()) std::printf("of it across nodes (NICs and network): %s\n\n", across.c_str());
-  if (!bound.empty()) std::printf("the link that bound most of each exposed kind (co-simulated):\n%s\n", bound.c_str());
+  if (!bound.empty()) std::printf("the link that bound most of each exposed kind (%s):\n%s\n", cosimulated(r), bound.c_str());
 }
 
 // Where the other replicas' traffic on shared links slowed a kind of collective: one entry per
@@ -295,7 +300,7 @@ void print_critical_path_and_links(const Job& job, const IterationResult& r) {
   std::printf("%s\n%s\n", r.flop_convention.c_str(), r.symmetry.c_str());
   if (!r.pipeline_split.empty()) std::printf("pipeline split (layers per virtual stage): %s\n", r.pipeline_split.c_str());
   if (!r.busiest_links.empty()) {
-    std::printf("\nbusiest link of each class (co-simulated; bytes over what it could carry in the iteration):\n");
+    std::printf("\nbusiest link of each class (%s; bytes over what it could carry in the iteration):\n", cosimulated(r));
     for (const LinkLoad& l : r.busiest_links) {
       std::printf("  %-30s %-8s %6.1f%%  %s\n", (l.from + " -> " + l.to).c_str(), to_string(l.link_class),
                   100 * l.utilisation, gib(l.bytes).c_str());
