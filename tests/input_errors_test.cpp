@@ -171,9 +171,9 @@ TEST_F(InputErrors, BadFlowList) {
 TEST_F(InputErrors, UnknownNetworkModel) {
   std::string topo = write("topo.json", kCompact);
   std::string flows = write("flows.json", R"({ "flows": [ { "src": 0, "dst": 3, "bytes": "1 MiB" } ] })");
-  CliResult r = cli("flows --topology " + topo + " --flows " + flows + " --model packet");
+  CliResult r = cli("flows --topology " + topo + " --flows " + flows + " --model ns3");
   EXPECT_EQ(r.exit_code, 2);
-  EXPECT_NE(r.stderr_text.find("unknown network model \"packet\""), std::string::npos) << r.stderr_text;
+  EXPECT_NE(r.stderr_text.find("unknown network model \"ns3\""), std::string::npos) << r.stderr_text;
 }
 
 TEST_F(InputErrors, MissingFile) {
@@ -196,7 +196,7 @@ TEST_F(InputErrors, CollectiveCommandRefusesBadArgumentsWithExit2) {
       {"--op all_gather --algo tree", "tree does not implement all_gather"},
       {"-b 1G -e 8", "larger than the largest"},
       {"-e 12parsecs", "expected a size"},
-      {"--model packet", "unknown model"},
+      {"--model ns3", "unknown model"},
       {"--compare " + test::source_path("tests/data/nccl-tests/missing.txt"), "missing.txt"},
   };
   for (const Case& c : cases) {
