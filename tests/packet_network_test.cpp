@@ -70,6 +70,28 @@ Topology two_switches() {
   return t;
 }
 
+// Two leaves under two spines: l1 holds a, b; l2 holds c, d. GPU links 200 GB/s, leaf-spine
+// links 100 GB/s, 1 µs each.
+Topology two_spines() {
+  Topology t;
+  const int spec = t.add_gpu_spec(test::toy_gpu());
+  auto sw = [&](const char* name, SwitchKind kind) {
+    return t.add_device(Device{name, DeviceKind::kSwitch, kind, 0, -1, -1, false, false, {}});
+  };
+  DeviceId l1 = sw("l1", SwitchKind::kLeaf), l2 = sw("l2", SwitchKind::kLeaf);
+  DeviceId s1 = sw("s1", SwitchKind::kSpine), s2 = sw("s2", SwitchKind::kSpine);
+  int index = 0;
+  for (auto [name, leaf] : {std::pair{"a", l1}, {"b", l1}, {"c", l2}, {"d", l2}}) {
+    DeviceId g = t.add_device(Device{name, DeviceKind::kGpu, SwitchKind::kNone, 0, index++, spec, false, false, {}});
+    t.add_link(g, leaf, LinkClass::kNetwork, gigabytes_per_second(200), Time::us(1));
+  }
+  for (DeviceId spine : {s1, s2}) {
+    for (DeviceId leaf : {l1, l2}) t.add_link(leaf, spine, LinkClass::kNetwork, gigabytes_per_second(100), Time::us(1));
+  }
+  t.finalize();
+  return t;
+}
+
 TEST(PacketNetwork, ALoneFlowTakesAlphaPlusSizeOverBeta) {
   // g1 -> g0 through a switch, 100 GB/s and 1 µs a hop: 1 MiB is 256 packets of 4,096 B, each
   // 40,960 ps on a link. Cut-through, the last tail arrives at α + S/β = 2e6 + 256 · 40,960 ps,
@@ -222,6 +244,43 @@ TEST(PacketNetwork, ALoneFlowOnNvlinkIsAnalyticalToAPicosecondAPacket) {
   EXPECT_LE((packets - analytical).picoseconds(), 256);
 }
 
+TEST(PacketNetwork, AdaptiveRoutingSpreadsAFlowOverBothSpines) {
+  // a -> c, 4 MiB, over two spines of 100 GB/s each from 200 GB/s GPU links. On its hashed
+  // path (ECMP) the flow has one spine: α + S/1e11 = 4 µs + 41.94 µs. Adaptive, l1 sends each
+  // packet to the spine with fewer bytes waiting, both spines carry half: α + S/2e11, 4 µs +
+  // 20.97 µs, plus at most a few packets' time (40,960 ps each on a spine link).
+  Topology t = two_spines();
+  std::vector<FlowSpec> f{between(t, "a", "c", mib(4))};
+  const double s_ps = 4.0 * 1024 * 1024 / 1e11 * 1e12;  // S/1e11: 41,943,040 ps
+  EXPECT_EQ(run_packets(t, f)[0], Time::ps(4'000'000 + static_cast<int64_t>(s_ps)));
+  PacketNetwork::Options adaptive;
+  adaptive.adaptive_routing = true;
+  const double sprayed = static_cast<double>(run_packets(t, f, adaptive)[0].picoseconds());
+  EXPECT_GE(sprayed, 4e6 + s_ps / 2);
+  EXPECT_LE(sprayed, 4e6 + s_ps / 2 + 4 * 40'960);
+}
+
+TEST(PacketNetwork, AdaptiveRoutingDeliversRandomTrafficOnAFatTree) {
+  // The random traffic of the test above on 4 DGX H100s, switches choosing each packet's spine:
+  // every flow ends (out of order or not), no faster than alone, buffers empty, reruns equal.
+  Topology t = test::load_preset("dgx-h100", 4);
+  std::mt19937_64 rng(11);
+  std::uniform_int_distribution<int> gpu(0, 31);
+  std::vector<FlowSpec> flows;
+  for (int i = 0; i < 64; ++i) {
+    int a = gpu(rng), b = gpu(rng);
+    if (a / 8 == b / 8) b = (b + 8) % 32;
+    std::string src = "n" + std::to_string(a / 8) + ".gpu" + std::to_string(a % 8);
+    std::string dst = "n" + std::to_string(b / 8) + ".gpu" + std::to_string(b % 8);
+    flows.push_back(FlowSpec{"", *t.find_device(src), *t.find_device(dst), mib(1), Time::zero()});
+  }
+  PacketNetwork::Options adaptive;
+  adaptive.adaptive_routing = true;
+  std::vector<Time> packets = run_packets(t, flows, adaptive);
+  for (size_t i = 0; i < flows.size(); ++i) EXPECT_GE(packets[i], run_named(t, "analytical", {flows[i]})[0]) << i;
+  EXPECT_EQ(run_packets(t, flows, adaptive), packets);
+}
+
 TEST(PacketNetwork, AZeroByteFlowTakesThePathLatency) {
   Topology t = test::star(2, gigabytes_per_second(100), Time::us(1));
   EXPECT_EQ(run_packets(t, {between(t, "g1", "g0", Bytes(0))})[0], Time::us(2));
@@ -244,7 +303,7 @@ TEST(PacketNetwork, RefusesAnMtuOrBufferThatCannotHoldAPacket) {
 TEST(PacketNetwork, TheTopologysPacketsBlockSetsMtuAndBuffer) {
   std::ifstream in(test::source_path("topologies/dgx-h100.json"));
   nlohmann::json doc = nlohmann::json::parse(in);
-  doc["packets"] = {{"mtu", "2 KiB"}, {"link_buffer", "16 KiB"}};
+  doc["packets"] = {{"mtu", "2 KiB"}, {"link_buffer", "16 KiB"}, {"routing", "ecmp"}};
   Topology t = topology_from_json(doc, "h100.json", TopologyLoadOptions{2});
   Engine engine;
   Router router(t);
@@ -259,7 +318,8 @@ TEST(PacketNetwork, TheTopologysPacketsBlockSetsMtuAndBuffer) {
       {{{"mtu", "32 B"}}, "h100.json: /packets/mtu: an MTU of 64 B to 64 KiB"},
       {{{"link_buffer", "1 KiB"}}, "h100.json: /packets/link_buffer: a buffer of one MTU (4096 B) to 1 GiB"},
       {{{"mtu", "8 KiB"}, {"link_buffer", "4 KiB"}}, "h100.json: /packets/link_buffer: a buffer of one MTU (8192 B) to 1 GiB"},
-      {{{"buffer", "4 KiB"}}, "h100.json: /packets/buffer: unknown key"}};
+      {{{"buffer", "4 KiB"}}, "h100.json: /packets/buffer: unknown key"},
+      {{{"routing", "spray"}}, "h100.json: /packets/routing: expected ecmp or adaptive"}};
   for (const auto& [block, message] : refused) {
     doc["packets"] = block;
     try {

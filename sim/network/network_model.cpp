@@ -105,6 +105,7 @@ std::unique_ptr<NetworkModel> make_network_model(std::string_view name, Engine& 
     PacketNetwork::Options options;
     if (topo.info().packet_mtu) options.mtu = *topo.info().packet_mtu;
     options.buffer = topo.info().packet_link_buffer;
+    options.adaptive_routing = topo.info().packet_adaptive_routing;
     return std::make_unique<PacketNetwork>(engine, topo, router, options);
   }
   std::string known;

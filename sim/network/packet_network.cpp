@@ -5,12 +5,28 @@
 #include <stdexcept>
 
 namespace parallax {
+namespace {
+
+// A slot of `items` for a new record: a freed one if any, else a new one at the end.
+template <class T>
+uint32_t take_slot(std::vector<T>& items, std::vector<uint32_t>& free) {
+  if (free.empty()) {
+    items.emplace_back();
+    return static_cast<uint32_t>(items.size() - 1);
+  }
+  const uint32_t id = free.back();
+  free.pop_back();
+  return id;
+}
+
+}  // namespace
 
 PacketNetwork::PacketNetwork(Engine& engine, const Topology& topo, const Router& router, Options options)
     : NetworkModel(engine, topo, router),
       options_(options),
       ports_(topo.link_count()),
-      transmitters_(topo.resource_count()) {
+      transmitters_(topo.resource_count()),
+      tie_turn_(options.adaptive_routing ? topo.device_count() : 0) {
   const double mtu = options_.mtu.value();
   if (!(mtu > 0.0)) throw std::invalid_argument("a packet network's MTU must be positive");
   if (options_.buffer && !(options_.buffer->value() >= mtu)) {
@@ -31,16 +47,10 @@ void PacketNetwork::begin(const FlowStart& start) {
     engine_.schedule_in(start.latency, [this, sink = start.sink, tag = start.tag] { complete(sink, tag); });
     return;
   }
-  uint32_t id;
-  if (free_flows_.empty()) {
-    id = static_cast<uint32_t>(flows_.size());
-    flows_.emplace_back();
-  } else {
-    id = free_flows_.back();
-    free_flows_.pop_back();
-  }
+  const uint32_t id = take_slot(flows_, free_flows_);
   Flow& flow = flows_[id];
   flow.path.assign(start.path->begin(), start.path->end());
+  flow.dst = topo_.link(flow.path.back()).to;
   flow.size = start.size.value();
   flow.packets = static_cast<uint64_t>(std::ceil(flow.size / options_.mtu.value()));
   flow.injected = 0;
@@ -80,6 +90,7 @@ bool PacketNetwork::send_forwarded(Port& port, uint32_t link) {
   const uint32_t id = port.queue.front();
   if (port.used + packets_[id].credit > port.buffer) return false;
   port.queue.pop_front();
+  port.waiting -= packets_[id].credit;
   port.forwarded_next = false;
   transmit(id, link);
   return true;
@@ -102,7 +113,9 @@ bool PacketNetwork::send_fresh(Port& port, uint32_t link) {
     port.next_source = (port.next_source + 1) % port.sources.size();
   }
   port.forwarded_next = true;
-  transmit(new_packet(Packet{flow_id, 0, bytes, credit, engine_.now()}), link);
+  const uint32_t id = take_slot(packets_, free_packets_);
+  packets_[id] = Packet{flow_id, 0, bytes, credit, engine_.now(), LinkId{link}, LinkId{}};
+  transmit(id, link);
   return true;
 }
 
@@ -131,29 +144,60 @@ void PacketNetwork::transmit(uint32_t id, uint32_t link) {
     serve(t);
   });
   const Flow& flow = flows_[packet.flow];
-  if (packet.hop > 0) {
+  if (packet.previous.valid()) {
     // Its tail has left the buffer it held at this end of the previous link.
-    const LinkId previous = flow.path[packet.hop - 1];
-    engine_.schedule_at(finish + topo_.link(previous).latency,
-                        [this, previous, credit = packet.credit] { release(previous.value, credit); });
+    engine_.schedule_at(finish + topo_.link(packet.previous).latency,
+                        [this, previous = packet.previous, credit = packet.credit] { release(previous.value, credit); });
   }
   packet.tail = finish + l.latency;
-  if (packet.hop + 1 == flow.path.size()) {
+  const Time head = now + l.latency;
+  if (l.to == flow.dst) {
     engine_.schedule_at(packet.tail, [this, id] { deliver(id); });
+  } else if (options_.adaptive_routing) {
+    engine_.schedule_at(head, [this, id] { choose_port(id); });
   } else {
-    const Link& next = topo_.link(flow.path[packet.hop + 1]);
-    const Time on_next = transfer_time(Bytes(packet.bytes), topo_.resource_capacity(next.resource));
-    const Time head = now + l.latency;
-    engine_.schedule_at(std::max(head, packet.tail - on_next), [this, id] { arrive(id); });
+    forward(id, flow.path[packet.hop + 1], head);
   }
 }
 
-void PacketNetwork::arrive(uint32_t id) {
+// An adaptive switch, when the head arrives: of the ports that lead on along a shortest path,
+// the one with the fewest bytes waiting for it (ties taken in turn).
+void PacketNetwork::choose_port(uint32_t id) {
+  const Packet& packet = packets_[id];
+  const DeviceId at = topo_.link(packet.link).to;
+  router_.equal_next_hops(at, flows_[packet.flow].dst, choices_);
+  uint32_t& turn = tie_turn_[at.value];
+  LinkId best = choices_[turn % choices_.size()];
+  for (size_t i = 1; i < choices_.size(); ++i) {
+    const LinkId candidate = choices_[(turn + i) % choices_.size()];
+    if (ports_[candidate.value].waiting < ports_[best.value].waiting) best = candidate;
+  }
+  ++turn;
+  forward(id, best, engine_.now());
+}
+
+// The packet joins `next`'s queue when its head is at the device (`head`) or, if `next` is the
+// faster link, when sending it there can no longer outrun its tail.
+void PacketNetwork::forward(uint32_t id, LinkId next, Time head) {
+  Packet& packet = packets_[id];
+  const Time on_next = transfer_time(Bytes(packet.bytes), topo_.resource_capacity(topo_.link(next).resource));
+  ports_[next.value].waiting += packet.credit;
+  const Time ready = std::max(head, packet.tail - on_next);
+  if (ready == engine_.now()) {
+    arrive(id, next);
+  } else {
+    engine_.schedule_at(ready, [this, id, next] { arrive(id, next); });
+  }
+}
+
+void PacketNetwork::arrive(uint32_t id, LinkId next) {
   Packet& packet = packets_[id];
   ++packet.hop;
-  Port& next = ports_[flows_[packet.flow].path[packet.hop].value];
-  next.queue.push_back(id);
-  serve(next.transmitter);
+  packet.previous = packet.link;
+  packet.link = next;
+  Port& port = ports_[next.value];
+  port.queue.push_back(id);
+  serve(port.transmitter);
 }
 
 // The destination takes the packet at once; its credit goes back over the last link.
@@ -161,7 +205,7 @@ void PacketNetwork::deliver(uint32_t id) {
   const Packet packet = packets_[id];
   free_packets_.push_back(id);
   Flow& flow = flows_[packet.flow];
-  const LinkId last = flow.path.back();
+  const LinkId last = packet.link;
   engine_.schedule_in(topo_.link(last).latency, [this, last, credit = packet.credit] { release(last.value, credit); });
   if (++flow.delivered < flow.packets) return;
   FlowSink* sink = flow.sink;
@@ -186,17 +230,6 @@ void PacketNetwork::PacketQueue::pop_front() {
     items.erase(items.begin(), items.begin() + static_cast<std::ptrdiff_t>(head));
     head = 0;
   }
-}
-
-uint32_t PacketNetwork::new_packet(const Packet& p) {
-  if (free_packets_.empty()) {
-    packets_.push_back(p);
-    return static_cast<uint32_t>(packets_.size() - 1);
-  }
-  const uint32_t id = free_packets_.back();
-  free_packets_.pop_back();
-  packets_[id] = p;
-  return id;
 }
 
 }  // namespace parallax

@@ -28,6 +28,9 @@
 // are whole bytes (a packet takes its size rounded up), so fractional flow sizes cannot leave
 // a buffer a hair too full to take the next packet.
 //
+// Routing: each flow on its hashed shortest path (ECMP), or adaptive (Options): switches choose
+// each packet's port among the shortest paths' by the bytes waiting for them.
+//
 // Assumes deadlock-free routes (the router's up/down shortest paths on trees): credits waiting
 // on each other around a cycle of switches would stop it, as they stop real lossless fabrics.
 // Costs about three engine events per packet per hop: for collectives and small jobs, where the
@@ -49,6 +52,11 @@ class PacketNetwork final : public NetworkModel {
     /// Every link's input buffer at its far end; nullopt: twice the link's credit loop, at
     /// least 8 MTU (header).
     std::optional<Bytes> buffer;
+    /// Adaptive routing (InfiniBand's AR, Spectrum-X's packet spraying): at every device after
+    /// the first link, each packet takes, of the links that lead on along a shortest path, the
+    /// one with the fewest bytes waiting for it; packets of a flow may then arrive out of order
+    /// (the flow ends with its last). Off: every packet follows its flow's hashed (ECMP) path.
+    bool adaptive_routing = false;
   };
 
   PacketNetwork(Engine& engine, const Topology& topo, const Router& router)
@@ -73,7 +81,8 @@ class PacketNetwork final : public NetworkModel {
 
  private:
   struct Flow {
-    std::vector<LinkId> path;
+    std::vector<LinkId> path;  ///< the hashed path (its first link only, routing adaptively)
+    DeviceId dst;
     double size = 0.0;
     uint64_t packets = 0;    ///< ceil(size / MTU): every packet one MTU but the last
     uint64_t injected = 0;
@@ -84,10 +93,12 @@ class PacketNetwork final : public NetworkModel {
   };
   struct Packet {
     uint32_t flow = 0;
-    uint32_t hop = 0;  ///< index in the flow's path of the link it waits for or crosses
+    uint32_t hop = 0;  ///< links crossed before `link`
     double bytes = 0.0;
     uint32_t credit = 0;  ///< the buffer bytes it takes: its size rounded up
     Time tail;            ///< when its tail reaches the link's near end
+    LinkId link;          ///< the link it waits for or crosses
+    LinkId previous;      ///< the link before, whose buffer it holds until it leaves on `link`
   };
   /// First in, first out, in one vector (a link without traffic holds no memory, unlike a
   /// std::deque): taken from `head`, compacted when the taken part is the larger.
@@ -108,6 +119,7 @@ class PacketNetwork final : public NetworkModel {
     uint64_t buffer = 0;            ///< input buffer at the far end, bytes
     uint64_t used = 0;              ///< bytes of it held or promised
     uint64_t peak_used = 0;
+    uint64_t waiting = 0;           ///< bytes of packets bound for this link, not yet sent
     uint32_t transmitter = 0;
   };
   struct Transmitter {
@@ -121,10 +133,11 @@ class PacketNetwork final : public NetworkModel {
   bool send_forwarded(Port& port, uint32_t link);
   bool send_fresh(Port& port, uint32_t link);
   void transmit(uint32_t packet, uint32_t link);
-  void arrive(uint32_t packet);
+  void choose_port(uint32_t packet);
+  void forward(uint32_t packet, LinkId next, Time head);
+  void arrive(uint32_t packet, LinkId next);
   void deliver(uint32_t packet);
   void release(uint32_t link, uint32_t credit);
-  uint32_t new_packet(const Packet& p);
   void drop_source(Port& port, size_t index);
 
   Options options_;
@@ -134,6 +147,8 @@ class PacketNetwork final : public NetworkModel {
   std::vector<uint32_t> free_flows_;
   std::vector<Packet> packets_;
   std::vector<uint32_t> free_packets_;
+  std::vector<uint32_t> tie_turn_;  ///< adaptive routing: per device, whose turn a tie is
+  std::vector<LinkId> choices_;
   uint64_t packet_hops_ = 0;
 };
 

@@ -94,8 +94,7 @@ int Router::hops(DeviceId src, DeviceId dst) const {
   return d == kUnreachable ? kUnreachable : d;
 }
 
-const Router::Hop& Router::next_hop(DeviceId at, DeviceId dst, uint64_t flow_key,
-                                    const std::vector<uint16_t>& dist) const {
+uint32_t Router::list_next_hops(DeviceId at, DeviceId dst, const std::vector<uint16_t>& dist) const {
   const uint16_t want = static_cast<uint16_t>(dist[at.value] - 1);
   const int dst_node = topo_.device(dst).node;
   const uint32_t first = hop_offsets_[at.value], end = hop_offsets_[at.value + 1];
@@ -112,8 +111,20 @@ const Router::Hop& Router::next_hop(DeviceId at, DeviceId dst, uint64_t flow_key
     n += eligible ? 1 : 0;
   }
   if (n == 0) throw std::logic_error("router: no next hop from " + topo_.device(at).name);  // dist says there is one
+  return n;
+}
+
+const Router::Hop& Router::next_hop(DeviceId at, DeviceId dst, uint64_t flow_key,
+                                    const std::vector<uint16_t>& dist) const {
+  const uint32_t n = list_next_hops(at, dst, dist);
   const size_t pick = n == 1 ? 0 : mix(flow_key ^ mix(at.value)) % n;
   return hops_[eligible_[pick]];
+}
+
+void Router::equal_next_hops(DeviceId at, DeviceId dst, std::vector<LinkId>& out) const {
+  const uint32_t n = list_next_hops(at, dst, distances_to(dst));
+  out.clear();
+  for (uint32_t i = 0; i < n; ++i) out.push_back(LinkId{hops_[eligible_[i]].link});
 }
 
 void Router::route(DeviceId src, DeviceId dst, uint64_t flow_key, std::vector<LinkId>& out) const {

@@ -64,6 +64,10 @@ class Router {
   std::vector<Time> path_latencies_to(DeviceId dst, std::span<const DeviceId> sources) const;
   /// Number of links on a shortest path, or kUnreachable.
   int hops(DeviceId src, DeviceId dst) const;
+  /// Replaces `out` with every link out of `at` (not dst) that starts a shortest path to dst by
+  /// route()'s rules, in out-link order: the ports among which an adaptive switch may choose
+  /// (route() hashes the flow key over the same list).
+  void equal_next_hops(DeviceId at, DeviceId dst, std::vector<LinkId>& out) const;
   const Topology& topology() const { return topo_; }
 
  private:
@@ -85,6 +89,8 @@ class Router {
   mutable std::vector<uint32_t> eligible_;  // next_hop's scratch: the equal next hops, one per out-link
   /// The hop that route() takes from `at` (not dst) toward dst for `flow_key`.
   const Hop& next_hop(DeviceId at, DeviceId dst, uint64_t flow_key, const std::vector<uint16_t>& dist) const;
+  /// Lists the equal next hops from `at` toward dst in eligible_ (indices into hops_); their count.
+  uint32_t list_next_hops(DeviceId at, DeviceId dst, const std::vector<uint16_t>& dist) const;
 };
 
 }  // namespace parallax

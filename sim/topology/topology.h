@@ -127,6 +127,9 @@ struct TopologyInfo {
   /// `packets` block; nullopt: that model's defaults (4 KiB; twice the link's credit loop).
   std::optional<Bytes> packet_mtu;
   std::optional<Bytes> packet_link_buffer;
+  /// The `packets` block's `routing`: "adaptive" (switches choose each packet's port by their
+  /// queues) rather than "ecmp" (each flow on its hashed path, the default).
+  bool packet_adaptive_routing = false;
   /// Per direction, a GPU's PCIe link towards the host: the PCIe tree's GPU link, else the NIC
   /// attachment (a NIC hangs off its GPU's x16 port or switch); 0 when the file gives neither.
   /// Present whatever the node count, for host copies (KV swap) on one node too.

@@ -109,6 +109,11 @@ void read_packets(JsonReader& r, TopologyInfo& info) {
     }
     info.packet_link_buffer = buffer;
   }
+  if (auto v = r.find("routing")) {
+    const std::string routing = v->as_string();
+    if (routing != "ecmp" && routing != "adaptive") v->fail("expected ecmp or adaptive");
+    info.packet_adaptive_routing = routing == "adaptive";
+  }
   r.finish();
 }
 
