@@ -358,10 +358,10 @@ TEST(Network, UnknownModelNameListsTheKnownOnes) {
   Engine e;
   Router r(t);
   try {
-    make_network_model("packet", e, t, r);
+    make_network_model("ns3", e, t, r);
     FAIL();
   } catch (const std::invalid_argument& ex) {
-    EXPECT_NE(std::string(ex.what()).find("analytical, flow"), std::string::npos) << ex.what();
+    EXPECT_NE(std::string(ex.what()).find("analytical, flow, packet"), std::string::npos) << ex.what();
   }
 }
 
