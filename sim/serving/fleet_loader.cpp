@@ -353,9 +353,7 @@ void read_router(JsonReader& r, FleetConfig& c) {
   if (auto v = r.find("decode_policy")) c.decode_router = routing_policy_at(*v);
   if (auto v = r.find("kv_network")) {
     c.kv_network = v->as_string();
-    if (c.kv_network != "flow" && c.kv_network != "packet" && c.kv_network != "analytical") {
-      v->fail("\"flow\", \"packet\" or \"analytical\"");
-    }
+    if (c.kv_network != "flow" && c.kv_network != "analytical") v->fail("\"flow\" or \"analytical\"");
   }
   if (auto v = r.find("kv_streaming")) c.kv_streaming = v->as_bool();
   if (auto v = r.find("index_blocks")) c.router_index_blocks = integer_in(*v, 1, int64_t{1} << 40);
