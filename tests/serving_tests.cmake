@@ -315,3 +315,9 @@ set_tests_properties(example.serve.validate_dev example.serve.validate_holdout P
 # A Chrome/Perfetto trace of the engine steps: valid JSON, one named track per instance.
 add_test(NAME example.serve.chrome_trace
          COMMAND bash -c "$<TARGET_FILE:parallax> serve ${PROJECT_SOURCE_DIR}/workloads/serve/llama3-70b-pd-2xdgx-h100.json --requests 100 --trace ${serve_scratch}/steps.json >/dev/null && python3 -c \"import json,sys; ev=json.load(open(sys.argv[1]))['traceEvents']; names={e['args']['name'] for e in ev if e['name']=='thread_name'}; steps=[e for e in ev if e['ph']=='X']; assert len(names)==4 and steps and {e['name'] for e in steps} <= {'prefill','decode','mixed'}, (names, len(steps))\" ${serve_scratch}/steps.json")
+
+# Variants of examples whose code the sanitizer pass runs elsewhere (example.serve.sweep and
+# ServingSweep for sweeps, the ServingRouter and ServingPrefixCache tests for routers, the byte
+# comparisons of the fleet tests): 3-6 s each under the sanitizers, run once, in the release pass.
+set_tests_properties(example.serve.autoscale_sweep example.serve.sweep_priced example.serve.compare_routers
+                     example.serve.fleet_deterministic PROPERTIES LABELS long)

@@ -92,7 +92,9 @@ const std::vector<NetworkModelInfo>& network_models() {
       {"packet", "packets of 4 KiB forwarded cut-through link by link, first come first served, "
                  "with credit-based (lossless) flow control: a link's input buffer of twice its "
                  "bandwidth x 2 x latency (at least 8 packets); queues, head-of-line blocking and "
-                 "congestion spreading; about three events per packet per hop"},
+                 "congestion spreading; each flow on its ECMP path, or adaptive routing (the "
+                 "topology's packets block sets MTU, buffers and routing); about three events per "
+                 "packet per hop"},
   };
   return models;
 }
