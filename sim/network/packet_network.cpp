@@ -133,7 +133,6 @@ void PacketNetwork::transmit(uint32_t id, uint32_t link) {
   Packet& packet = packets_[id];
   Port& port = ports_[link];
   port.used += packet.credit;
-  port.peak_used = std::max(port.peak_used, port.used);
   ++packet_hops_;
   const Link& l = topo_.link(LinkId{link});
   const Time now = engine_.now();

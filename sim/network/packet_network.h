@@ -48,7 +48,7 @@ namespace parallax {
 class PacketNetwork final : public NetworkModel {
  public:
   struct Options {
-    Bytes mtu = Bytes(4096);
+    Bytes mtu = kDefaultPacketMtu;
     /// Every link's input buffer at its far end; nullopt: twice the link's credit loop, at
     /// least 8 MTU (header).
     std::optional<Bytes> buffer;
@@ -73,8 +73,6 @@ class PacketNetwork final : public NetworkModel {
   Bytes held(LinkId link) const { return Bytes(static_cast<double>(ports_[link.value].used)); }
   /// Packets sent so far, counted once per link crossed.
   uint64_t packet_hops() const { return packet_hops_; }
-  /// The most bytes ever held in `link`'s input buffer (never above buffer_of(link)).
-  Bytes peak_occupancy(LinkId link) const { return Bytes(static_cast<double>(ports_[link.value].peak_used)); }
 
  protected:
   void begin(const FlowStart& flow) override;
@@ -118,7 +116,6 @@ class PacketNetwork final : public NetworkModel {
     bool forwarded_next = true;     ///< whose turn it is when both kinds wait
     uint64_t buffer = 0;            ///< input buffer at the far end, bytes
     uint64_t used = 0;              ///< bytes of it held or promised
-    uint64_t peak_used = 0;
     uint64_t waiting = 0;           ///< bytes of packets bound for this link, not yet sent
     uint32_t transmitter = 0;
   };

@@ -112,6 +112,10 @@ struct NodeGroup {
 };
 
 /// Who and what a topology file describes.
+/// The packet-level network's MTU when the topology's `packets` block gives none: InfiniBand's
+/// and RoCE's usual 4 KiB.
+inline constexpr Bytes kDefaultPacketMtu = Bytes(4096);
+
 struct TopologyInfo {
   std::string name;
   std::string description;
@@ -124,7 +128,8 @@ struct TopologyInfo {
   /// newest the collectives layer models. Opaque here, like `calibration`.
   std::string nccl_version;
   /// The packet-level network's MTU and each link's input buffer at its far end, from the file's
-  /// `packets` block; nullopt: that model's defaults (4 KiB; twice the link's credit loop).
+  /// `packets` block; nullopt: that model's defaults (kDefaultPacketMtu; twice the link's credit
+  /// loop).
   std::optional<Bytes> packet_mtu;
   std::optional<Bytes> packet_link_buffer;
   /// The `packets` block's `routing`: "adaptive" (switches choose each packet's port by their

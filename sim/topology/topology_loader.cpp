@@ -103,7 +103,7 @@ void read_packets(JsonReader& r, TopologyInfo& info) {
   }
   if (auto v = r.find("link_buffer")) {
     const Bytes buffer = v->as_bytes();
-    const double mtu = info.packet_mtu ? info.packet_mtu->value() : 4096.0;
+    const double mtu = info.packet_mtu.value_or(kDefaultPacketMtu).value();
     if (!(buffer.value() >= mtu && buffer.value() <= 1073741824.0)) {
       v->fail("a buffer of one MTU (" + std::to_string(static_cast<int64_t>(mtu)) + " B) to 1 GiB");
     }

@@ -336,7 +336,7 @@ void run_train(const TrainArgs& a) {
   // flow: the co-simulation, every collective as flows on one shared network (the closed forms
   // still give each task's stand-alone duration, for reports).
   options.cosimulate = a.network != "analytical";
-  options.cosimulation_network = a.network == "analytical" ? "flow" : a.network;
+  if (options.cosimulate) options.cosimulation_network = a.network;
   options.keep_timeline = !a.trace.empty() || !a.plot_dir.empty();  // --plot draws the passes as they ran
   options.keep_link_loads = !a.trace.empty();
   options.compute = job.compute;
