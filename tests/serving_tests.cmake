@@ -122,7 +122,9 @@ set_tests_properties(example.serve.step_fp8 PROPERTIES PASS_REGULAR_EXPRESSION "
 # the experts spread over them (SGLang's large-scale EP).
 add_test(NAME example.serve.pd_wide_ep
          COMMAND parallax serve ${PROJECT_SOURCE_DIR}/workloads/serve/deepseek-v3-pd-wide-ep-4xdgx-h100.json --requests 500)
-set_tests_properties(example.serve.pd_wide_ep PROPERTIES
+# 5-6 s under the sanitizers: run once, in the release pass (example.serve.fleet_disaggregated
+# and example.serve.step_dp_attention run its code there).
+set_tests_properties(example.serve.pd_wide_ep PROPERTIES LABELS long
                      PASS_REGULAR_EXPRESSION "dp 16 attention ranks, ep 16.*500 completed, 0 rejected.*KV move")
 add_test(NAME example.serve.step_dp_attention
          COMMAND parallax serve step --model deepseek-v3 --topology dgx-h100 --nodes 2 --tp 1 --dp 16 --decode 1024

@@ -41,7 +41,7 @@ inline Topology load_preset_oversubscribed(const std::string& name, int nodes, c
 
 inline GpuSpec toy_gpu() {
   return GpuSpec{"toy", FlopRate(1e12), FlopRate(0), FlopRate(1e12), FlopRate(1e12), FlopRate(0), FlopRate(0), gib(1),
-                 gigabytes_per_second(100), 0, "", FlopRate(0), FlopRate(0), FlopRate(0), Bandwidth{}};
+                 gigabytes_per_second(100), 0, "", FlopRate(0), FlopRate(0), FlopRate(0), Bandwidth{}, OperationRate{}};
 }
 
 /// `n` GPUs (of `gpu`) each joined to one switch by a link of `bw` per direction and latency `lat`.

@@ -187,6 +187,9 @@ add_test(NAME example.validate.fit_sustained_fraction
          COMMAND bash -c "\"$0\" validate \"$1\" --fit-sustained-fraction --jobs 2 --plot \"$2.plots\" 2>/dev/null > \"$2\" && s=$(sed -nE 's/^fitted sigma (0\\.[0-9]+): MAPE [0-9.]+%, median \\|error\\| [0-9.]+%, median signed error [+-][0-9.]+%$/\\1/p' \"$2\") && test -n \"$s\" && grep -Eq '^  mosaicml/llm-foundry [^ ]+ +7 rows: alone 0\\.[0-9]+ \\(MAPE [0-9.]+%\\); no other source' \"$2\" && grep -q \"kernels at $s of their stand-alone speed\" \"$2\" && test -s \"$2.plots/validate.png\" && test -s \"$2.plots/sigma.png\" && ! \"$0\" validate \"$1\" --fit-sustained-fraction --sustained-fraction 0.8 > /dev/null 2>&1"
                  $<TARGET_FILE:parallax> ${PROJECT_SOURCE_DIR}/workloads/validation/mpt-h100-fp8-holdout.json
                  ${CMAKE_CURRENT_BINARY_DIR}/fit_sustained_fraction.txt)
+# 4 s under the sanitizers: run once, in the release pass (the fit's code runs there in
+# ConstantFit's and HostDispatchSweep's tests).
+set_tests_properties(example.validate.fit_sustained_fraction PROPERTIES LABELS long)
 # A file with no published throughput (one row published as out of memory) cannot fit σ: exit 2
 # before any simulation, naming the file.
 add_test(NAME example.validate.fit_without_throughput

@@ -9,7 +9,7 @@ ComputeModel::ComputeModel(GpuSpec gpu, ComputeModelOptions options, std::shared
     : gpu_(std::move(gpu)), options_(options), gemm_(std::move(gemm)) {
   if (!gemm_) gemm_ = std::make_shared<ShapeEfficiency>();
   auto in_unit = [](double x) { return x > 0 && x <= 1; };
-  if (!in_unit(options_.memory_efficiency) || !in_unit(options_.attention_efficiency) ||
+  if (!in_unit(options_.memory_efficiency) || !in_unit(options_.attention_efficiency.value_or(kAttentionEfficiency)) ||
       !in_unit(options_.sustained_fraction)) {
     throw std::invalid_argument("ComputeModel: efficiencies and the sustained fraction must be in (0, 1]");
   }
@@ -27,12 +27,38 @@ FlopRate ComputeModel::compute_rate(const OperatorCost& op) const {
     case OperatorKind::kGemm: return gemm_->achieved_rate(op.shape, op.dtype, gpu_);
     case OperatorKind::kAttention: {
       if (const std::optional<FlopRate> measured = gemm_->attention_rate(op, gpu_)) return *measured;
+      const bool fused_form = options_.attention_model == AttentionModel::kCudnn && !options_.attention_efficiency &&
+                              !op.warp_mma_only && has_async_tensor_cores(gpu_) && op.keys_per_query > 0 &&
+                              op.flops_per_exponential > 0;
+      if (fused_form) return peak_rate(gpu_, op.dtype) * fused_attention_efficiency(op, gpu_);
       const double share = op.warp_mma_only && has_async_tensor_cores(gpu_) ? kWarpMmaAttentionShare : 1.0;
-      return peak_rate(gpu_, op.dtype) * shape_efficiency(options_.attention_efficiency * share, op.shape, attention_shape_);
+      const double eta = options_.attention_efficiency.value_or(kAttentionEfficiency);
+      return peak_rate(gpu_, op.dtype) * shape_efficiency(eta * share, op.shape, attention_shape_);
     }
     case OperatorKind::kMemoryBound: return gpu_.fp32.value() > 0 ? gpu_.fp32 : gpu_.bf16;
   }
   return gpu_.bf16;
+}
+
+std::optional<AttentionModel> attention_model_named(std::string_view name) {
+  if (name == "shape") return AttentionModel::kShape;
+  if (name == "cudnn") return AttentionModel::kCudnn;
+  return std::nullopt;
+}
+
+const char* attention_model_name(AttentionModel model) { return model == AttentionModel::kCudnn ? "cudnn" : "shape"; }
+
+double fused_attention_efficiency(const OperatorCost& op, const GpuSpec& gpu) {
+  const FusedAttentionConstants& k = op.backward_pass ? kFusedAttentionBackward : kFusedAttentionForward;
+  const double peak = peak_rate(gpu, op.dtype).value();
+  double exponentials = gpu.exponentials.value();
+  if (!(exponentials > 0)) {
+    const double flops_per_sm_clock = gpu.architecture == "blackwell" ? 8192.0 : 4096.0;
+    exponentials = 16.0 * gpu.bf16.value() / flops_per_sm_clock;
+  }
+  const double flops_per_exponential_time = peak / exponentials;
+  const double keys = op.keys_per_query, phi = op.flops_per_exponential;
+  return k.peak_share * keys / (keys + k.half_keys) * phi / (phi + k.exponential_cost * flops_per_exponential_time);
 }
 
 Bandwidth ComputeModel::memory_bandwidth() const { return gpu_.memory_bandwidth * options_.memory_efficiency; }

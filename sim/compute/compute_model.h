@@ -7,7 +7,32 @@
 //
 // η_compute depends on the operator kind:
 // - GEMM: the GemmEfficiency model (closed-form by shape, or a measured table);
-// - attention: ShapeEfficiency's closed form with F = η_attention, on the per-head Q·Kᵀ shape
+// - attention, the fused kernel of a GPU with asynchronous tensor cores (cuDNN's, or
+//   FlashAttention-3/4, on Hopper and Blackwell), per pass:
+//     η = F · k / (k + k½) · φ / (φ + c · P / X)
+//   k the keys each query row is scored against (s/2 causal, about w under a sliding window), φ
+//   the kernel's FLOPs per exponential (one per query-key pair: 2(d_qk + d_v) forward, 2.5 times
+//   that backward), P / X the FLOPs the tensor cores do in the time the special-function units
+//   take for one exponential (the GPU's dense peak over its `exponentials`). The first factor is
+//   each row's fixed work (loading its queries, rescaling, writing its output and statistics,
+//   the masked diagonal) against its keys; the second, the exponentials the tensor cores wait
+//   for, which is why head dimension 64 runs slower than 128, Blackwell Ultra's doubled
+//   exponential rate speeds the forward pass more than the backward, and a 128-token window
+//   reaches a tenth of the peak. Forward F = 1.000, k½ = 989, c = 0.40; backward F = 0.652,
+//   k½ = 676, c = 0.54: fitted once (tools/fit-attention.py; F at most 1) to cuDNN's published
+//   rates on H200, GB200 and GB300 (tests/data/compute/cudnn-sdpa/: cudnn-frontend's SDPA
+//   training benchmark, bf16, Llama 3.1, DeepSeek-V3, Kimi K2.6, Qwen3.5, GPT-OSS, LTX-2 and
+//   Wan 2.2 shapes, 2k–32k tokens; 115 forward and 105 backward rows): median |error| 5.9 % and
+//   6.7 %; each model's shapes held out in turn, 4–12 %, but GPT-OSS's 128-token window with
+//   head dimension 64, the farthest from the rest, 49 % forward and 24 % backward (docs/
+//   performance-and-accuracy.md). On the same rows the closed form below is 23 % too slow
+//   forward on H200 and five times too fast under the 128-token window. It is not the default
+//   (AttentionModel::kCudnn, `--attention-model cudnn`): the published training runs ran older
+//   kernels as well, and with it the hold-out error rises from 11.4 to 12.0 %, NeMo's 2024 H100
+//   long-context runs (16k–1M tokens) by 20–45 %, where the closed form below is within 6 %.
+// - attention, any other kernel (Ampere's FlashAttention-2, FlashAttention-2 on Hopper, or an
+//   operator that does not give k and φ), or any kernel when the job sets η_attention itself:
+//   ShapeEfficiency's closed form with F = η_attention, on the per-head Q·Kᵀ shape
 //   (W and d) and with ShapeEfficiency's default constants. η_attention = 0.55 by default:
 //   FlashAttention-2 reaches 50–73 % of A100's dense peak forward and less backward (Dao 2023),
 //   FlashAttention-3 up to 75 % of H100's bf16 peak forward (Shah et al. 2024), and backward
@@ -73,7 +98,9 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <span>
+#include <string_view>
 
 #include "compute/gemm_efficiency.h"
 #include "compute/operator_cost.h"
@@ -86,9 +113,21 @@ inline constexpr Time kHostGemmIssue = Time::us(55);
 /// t_dispatch of the header: the host's time to issue one kernel from an eager framework.
 inline constexpr Time kHostDispatch = Time::us(74);
 
+/// Which closed form times fused attention kernels on Hopper and Blackwell (header).
+enum class AttentionModel {
+  kShape,  ///< η_attention and the shape saturation, as every other attention kernel (the default)
+  kCudnn,  ///< the form fitted to cuDNN 9.19–9.22's published kernel rates
+};
+/// "shape" or "cudnn"; nullopt for anything else.
+std::optional<AttentionModel> attention_model_named(std::string_view name);
+const char* attention_model_name(AttentionModel model);
+
 struct ComputeModelOptions {
   double memory_efficiency = 0.90;     ///< η_memory, in (0, 1]
-  double attention_efficiency = 0.55;  ///< η_attention, in (0, 1]
+  /// η_attention, in (0, 1]: when given, every attention kernel takes the older closed form at
+  /// this share (header); nullopt: the fused form on Hopper and Blackwell, 0.55 elsewhere.
+  std::optional<double> attention_efficiency;
+  AttentionModel attention_model = AttentionModel::kShape;
   Time kernel_launch_overhead = Time::us(2);
   /// The host's time to issue one GEMM whose shape it learns only at run time (header).
   Time host_gemm_issue = kHostGemmIssue;
@@ -113,6 +152,23 @@ struct OperatorTiming {
 /// ρ of the header: FlashAttention-2's share of the peak on a GPU with asynchronous tensor cores
 /// over its share on A100 (Dao 2023's measured maxima, forward+backward, at the same shape).
 inline constexpr double kWarpMmaAttentionShare = (338.0 / 989.4) / (203.0 / 312.0);
+/// η_attention of the header's older closed form, where the job does not set it.
+inline constexpr double kAttentionEfficiency = 0.55;
+
+/// F, k½ and c of the header's fused attention form, for one pass.
+struct FusedAttentionConstants {
+  double peak_share;        ///< F
+  double half_keys;         ///< k½
+  double exponential_cost;  ///< c
+};
+inline constexpr FusedAttentionConstants kFusedAttentionForward{1.000, 989.0, 0.40};
+inline constexpr FusedAttentionConstants kFusedAttentionBackward{0.652, 676.0, 0.54};
+
+/// The header's fused form: the share of `gpu`'s peak for `op`'s dtype that the fused attention
+/// kernel `op` (keys_per_query and flops_per_exponential given) reaches alone. A GPU without an
+/// `exponentials` figure takes 16 a clock per SM at the clock its bf16 peak implies (4,096 dense
+/// FLOPs a clock per SM on Hopper, 8,192 on Blackwell).
+double fused_attention_efficiency(const OperatorCost& op, const GpuSpec& gpu);
 
 class ComputeModel {
  public:

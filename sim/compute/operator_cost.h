@@ -139,6 +139,12 @@ struct OperatorCost {
   bool warp_mma_only = false;
   /// The backward pass of its operator (a measured attention table has a rate per pass).
   bool backward_pass = false;
+  /// For kAttention: the keys each query row is scored against, on average (s/2 for a causal
+  /// sequence of s, about w under a sliding window of w), and the kernel's FLOPs per exponential
+  /// (one a query-key pair: 2·(d_qk + d_v) forward, 2.5 times that backward). Zero: not given,
+  /// and the compute model's older closed form applies (compute_model.h).
+  double keys_per_query = 0;
+  double flops_per_exponential = 0;
   /// For kernels bound by the latency of their loads rather than by HBM (too few bytes in
   /// flight per SM to fill the memory system): the bytes per second one SM moves. Their
   /// traffic then moves at most at SMs × this, on GPUs whose SM count is known (compute_model.h).

@@ -211,6 +211,9 @@ Bytes JsonReader::as_bytes() const {
 FlopRate JsonReader::as_flop_rate() const {
   return parse_unit(*this, "a compute rate", "\"989 TFLOP/s\"", parse_flop_rate);
 }
+OperationRate JsonReader::as_operation_rate() const {
+  return parse_unit(*this, "an operation rate", "\"3865 Gop/s\"", parse_operation_rate);
+}
 double JsonReader::as_ratio() const { return parse_unit(*this, "a ratio", "\"2:1\"", parse_ratio); }
 
 void JsonReader::finish() const {

@@ -64,6 +64,7 @@ class JsonReader {
   Time as_time() const;
   Bytes as_bytes() const;  ///< a size string or a non-negative integer of bytes
   FlopRate as_flop_rate() const;
+  OperationRate as_operation_rate() const;
   double as_ratio() const;
 
   /// Requires this to be an object whose every key was read; fails on the first unread key

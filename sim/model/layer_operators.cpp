@@ -277,10 +277,13 @@ class OperatorList {
     forward.dtype = activation_;
     forward.shape = GemmShape{w.s_q, w.s_kv, d_qk, w.sequences * heads};
     forward.flops = Flops(flops);
+    forward.keys_per_query = w.keys_per_query();
+    forward.flops_per_exponential = 2.0 * (d_qk + d_v);
     forward.bytes_read_written = Bytes((q + o) * element_ + kv * (kv_element > 0 ? kv_element : element_) + row_stats);
     OperatorCost backward = forward;
     backward.backward_pass = true;
     backward.flops = Flops(2.5 * flops);
+    backward.flops_per_exponential = 2.5 * forward.flops_per_exponential;
     // Reads Q, K, V, O, dO and the row statistics; writes dQ, dK, dV (and the dO·O row sums).
     backward.bytes_read_written = Bytes((2 * q + 2 * kv + 2 * o) * element_ + 2 * row_stats);
     ops_.push_back({"attention", forward, backward, true, Bytes(), Bytes()});
@@ -304,6 +307,8 @@ class OperatorList {
     forward.dtype = activation_;
     forward.shape = GemmShape{w.s_q * heads, w.s_kv, d_key, w.sequences};
     forward.flops = Flops(2.0 * w.score_pairs * heads * (d_key + d_latent));
+    forward.keys_per_query = w.keys_per_query();
+    forward.flops_per_exponential = 2.0 * (d_key + d_latent);
     const double q = w.query_tokens * heads * d_key, o = w.query_tokens * heads * d_latent;
     forward.bytes_read_written =
         Bytes((q + o) * element_ + w.key_tokens * d_key * kv_element + w.query_tokens * heads * kFp32Bytes);

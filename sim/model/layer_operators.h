@@ -280,6 +280,8 @@ struct AttentionWork {
   double score_pairs = 0;
   double s_q = 0;
   double s_kv = 0;
+  /// The keys each query row is scored against, on average.
+  double keys_per_query() const { return query_tokens > 0 ? score_pairs / query_tokens : 0.0; }
 };
 
 /// A ragged batch's attention work (the pairs of the file header); with a sliding `window`

@@ -65,6 +65,11 @@ struct GpuSpec {
   /// GPU↔host memory, per direction, per GPU while every GPU of its node copies at once (NVLink-C2C
   /// on Grace-based nodes, else PCIe); zero when not known. Activation offloading uses it.
   Bandwidth host_bandwidth;
+  /// Exponentials per second of its special-function units (MUFU.EX2: 16 per clock per SM on
+  /// Ampere, Hopper and Blackwell, 32 on Blackwell Ultra), at the clock its dense bf16 peak
+  /// implies; zero when not given. Attention kernels take one per query-key pair
+  /// (compute/compute_model.h).
+  OperationRate exponentials;
 };
 
 /// Hopper's and Blackwell's asynchronous tensor cores (wgmma / tcgen05, fed by TMA): the peak is

@@ -81,6 +81,7 @@ GpuSpec read_gpu_spec(JsonReader r) {
   g.memory_bandwidth = require_positive(r.at("memory_bandwidth"), r.at("memory_bandwidth").as_bandwidth());
   if (auto v = r.find("sms")) g.sms = read_positive_int(*v, 4096);
   if (auto v = r.find("host_bandwidth")) g.host_bandwidth = require_positive(*v, v->as_bandwidth());
+  if (auto v = r.find("exponentials")) g.exponentials = require_positive(*v, v->as_operation_rate());
   if (auto v = r.find("architecture")) {
     g.architecture = v->as_string();
     static const char* const kKnown[] = {"volta", "turing", "ampere", "ada", "hopper", "blackwell"};

@@ -35,6 +35,7 @@ RunPrediction RunValidator::predict(const PublishedRun& run) {
     options.compute.sustained_fraction = sustained_fraction_;
     options.compute.host_dispatch = model_.host_dispatch;
     options.compute.host_gemm_issue = model_.host_gemm_issue;
+    options.compute.attention_model = model_.attention_model;
     options.cosimulate = model_.cosimulate;
     p.result = simulate_iteration(run.model, *p.layout, topo, options);
     p.predicted = p.result.tokens_per_second_per_gpu;
@@ -62,6 +63,7 @@ nlohmann::ordered_json workload_of_run(const PublishedRun& run, double sustained
   w["compute"] = {{"sustained_fraction", sustained_fraction},
                   {"host_dispatch", std::to_string(model.host_dispatch.picoseconds()) + " ps"},
                   {"host_gemm_issue", std::to_string(model.host_gemm_issue.picoseconds()) + " ps"}};
+  if (model.attention_model != AttentionModel::kShape) w["compute"]["attention_model"] = attention_model_name(model.attention_model);
   return w;
 }
 

@@ -30,6 +30,7 @@ struct ValidationModel {
   bool cosimulate = false;              ///< IterationOptions::cosimulate
   Time host_dispatch = kHostDispatch;   ///< ComputeModelOptions::host_dispatch
   Time host_gemm_issue = kHostGemmIssue;  ///< ComputeModelOptions::host_gemm_issue
+  AttentionModel attention_model = AttentionModel::kShape;  ///< ComputeModelOptions::attention_model
 };
 
 /// Simulates published runs, loading each preset's topology once per node count.

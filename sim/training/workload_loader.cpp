@@ -107,7 +107,8 @@ double unit_fraction(JsonReader& v) {
 }
 
 // The compute model of a workload (all keys optional): {"sustained_fraction": σ,
-// "memory_efficiency": η, "attention_efficiency": η, "kernel_launch_overhead": "2 us",
+// "memory_efficiency": η, "attention_efficiency": η, "attention_model": "shape" | "cudnn",
+// "kernel_launch_overhead": "2 us",
 // "host_gemm_issue": "55 us", "host_dispatch": "74 us", "gemm_table": harness JSON lines, relative to the
 // workload}.
 void read_compute(JsonReader c, const std::string& workload, TrainingWorkload& job) {
@@ -117,6 +118,11 @@ void read_compute(JsonReader c, const std::string& workload, TrainingWorkload& j
   }
   if (auto v = c.find("memory_efficiency")) job.compute.memory_efficiency = unit_fraction(*v);
   if (auto v = c.find("attention_efficiency")) job.compute.attention_efficiency = unit_fraction(*v);
+  if (auto v = c.find("attention_model")) {
+    const std::optional<AttentionModel> model = attention_model_named(v->as_string());
+    if (!model) v->fail("expected \"shape\" or \"cudnn\", found " + v->raw().dump());
+    job.compute.attention_model = *model;
+  }
   if (auto v = c.find("kernel_launch_overhead")) {
     job.compute.kernel_launch_overhead = v->as_time();
     if (job.compute.kernel_launch_overhead < Time::zero()) v->fail("must not be negative");

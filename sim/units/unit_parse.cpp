@@ -148,6 +148,14 @@ FlopRate parse_flop_rate(std::string_view text) {
                   " (expected a number and a unit such as \"989 TFLOP/s\" or \"67 TFLOPS\")");
 }
 
+OperationRate parse_operation_rate(std::string_view text) {
+  constexpr const char* kWhat = "an operation rate";
+  auto [number, unit] = split(text, kWhat, "\"3865 Gop/s\"");
+  auto [mult, base] = strip_prefix(unit, false);
+  if (base == "op/s" || base == "ops") return OperationRate(number * mult);
+  throw UnitError(quoted(text) + " is not " + kWhat + " (expected a number and a unit such as \"3865 Gop/s\")");
+}
+
 double parse_ratio(std::string_view text) {
   std::string_view s = trim(text);
   size_t colon = s.find(':');

@@ -27,6 +27,8 @@ Time parse_time(std::string_view text);
 Bytes parse_bytes(std::string_view text);
 /// "989 TFLOP/s", "67 TFLOPS", "1.2 PFLOP/s".
 FlopRate parse_flop_rate(std::string_view text);
+/// "3865 Gop/s", "9.8 Top/s", "4.9e12 ops".
+OperationRate parse_operation_rate(std::string_view text);
 /// "2:1" → 2.0, "1:1" → 1.0; both sides must be positive.
 double parse_ratio(std::string_view text);
 

@@ -78,6 +78,7 @@ struct BytesTag {};
 struct BandwidthTag {};
 struct FlopsTag {};
 struct FlopRateTag {};
+struct OperationRateTag {};
 
 /// A data size in bytes (fractional only inside the fluid network model).
 using Bytes = Quantity<BytesTag>;
@@ -87,6 +88,8 @@ using Bandwidth = Quantity<BandwidthTag>;
 using Flops = Quantity<FlopsTag>;
 /// A compute rate in FLOP per second.
 using FlopRate = Quantity<FlopRateTag>;
+/// A rate of operations that are not FLOPs (a GPU's exponentials), per second.
+using OperationRate = Quantity<OperationRateTag>;
 
 constexpr Bytes bytes(double v) { return Bytes(v); }
 constexpr Bytes kib(double v) { return Bytes(v * 1024.0); }

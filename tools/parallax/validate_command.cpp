@@ -47,6 +47,7 @@ struct ValidateArgs {
   std::string plot_dir;
   std::string host_dispatch;    // a time string; empty: the default
   std::string host_gemm_issue;  // the same
+  std::string attention_model = "shape";
   std::vector<std::string> emit_workload;  // {row id, file}
 };
 
@@ -78,6 +79,7 @@ RunsOfFiles read_runs_files(const ValidateArgs& a) {
 ValidationModel validation_model(const ValidateArgs& a) {
   ValidationModel m;
   m.cosimulate = a.network == "flow";
+  m.attention_model = *attention_model_named(a.attention_model);  // CLI11 checks the name
   for (auto [text, flag, field] : {std::tuple{&a.host_dispatch, "--host-dispatch", &m.host_dispatch},
                                    std::tuple{&a.host_gemm_issue, "--host-gemm-issue", &m.host_gemm_issue}}) {
     if (text->empty()) continue;
@@ -429,6 +431,11 @@ void add_validate_command(CLI::App& app) {
       ->excludes(gemm_issue)
       ->excludes(fit_sigma)
       ->excludes(fit_dispatch);
+  v->add_option("--attention-model", vargs->attention_model,
+                "fused attention on Hopper and Blackwell: shape (the default: one share of the peak with the shape "
+                "saturation) or cudnn (per pass, by keys per query and head dimension, fitted to cuDNN 9.19-9.22's "
+                "published kernel rates: docs/performance-and-accuracy.md)")
+      ->check(CLI::IsMember({"shape", "cudnn"}));
   v->add_option("--emit-workload", vargs->emit_workload,
                 "ID FILE: write row ID as a workload that parallax train runs to the same prediction (to look into one "
                 "row with --ops, --explain or --trace), at the sustained fraction and host times given; nothing "
