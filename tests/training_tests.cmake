@@ -3,7 +3,7 @@
 # One executable for the compute, model and training tests (one link and fewer compiled units
 # than one each): the model layer's serving batches too (model/layer_operators.h); the training
 # job's parallel layout, pipeline schedules, simulated iteration, published runs and EP.
-parallax_test(training_test compute_model_test.cpp training_model_test.cpp training_operators_test.cpp
+parallax_test(training_test compute_model_test.cpp attention_model_test.cpp training_model_test.cpp training_operators_test.cpp
               training_memory_test.cpp model_ragged_test.cpp training_layout_test.cpp training_pipeline_test.cpp
               training_iteration_test.cpp training_cp_test.cpp training_symmetry_test.cpp training_cosim_test.cpp
               training_published_runs_test.cpp training_ep_test.cpp training_offload_test.cpp
@@ -190,6 +190,12 @@ add_test(NAME example.validate.fit_sustained_fraction
 # 4 s under the sanitizers: run once, in the release pass (the fit's code runs there in
 # ConstantFit's and HostDispatchSweep's tests).
 set_tests_properties(example.validate.fit_sustained_fraction PROPERTIES LABELS long)
+# The fused attention form fitted to cuDNN's kernel rates, chosen for a validation; an emitted
+# row carries it into its workload, which train reads back; an unknown model name exits 2.
+add_test(NAME example.validate.attention_model_cudnn
+         COMMAND bash -c "set -e; \"$0\" validate \"$1\" --attention-model cudnn 2>/dev/null | grep -q 'over 7 simulated rows'; \"$0\" validate \"$1\" --attention-model cudnn --emit-workload mbridge_26.06_llama3.1_405b_dgx-gb200_fp8_256 \"$2\" > /dev/null; grep -q '\"attention_model\": \"cudnn\"' \"$2\"; \"$0\" train \"$2\" --network analytical > /dev/null; set +e; \"$0\" validate \"$1\" --attention-model fast > /dev/null 2>&1; test $? = 2"
+                 $<TARGET_FILE:parallax> ${PROJECT_SOURCE_DIR}/workloads/validation/mbridge-holdout.json
+                 ${train_scratch}/attention-model-cudnn.json)
 # A file with no published throughput (one row published as out of memory) cannot fit σ: exit 2
 # before any simulation, naming the file.
 add_test(NAME example.validate.fit_without_throughput
