@@ -378,9 +378,11 @@ void run_validate(ValidateArgs a) {
   const ValidationModel model = validation_model(a);
   std::printf(
       "# Parallax validate: %s (%zu runs; kernels at %.2f of their stand-alone speed, %g us to issue one, %g us a "
-      "per-expert GEMM)\n%s\n",
+      "per-expert GEMM%s)\n%s\n",
       runs_label(a).c_str(), runs.size(), a.sustained_fraction, model.host_dispatch.microseconds(),
-      model.host_gemm_issue.microseconds(), t.render().c_str());
+      model.host_gemm_issue.microseconds(),
+      model.attention_model == AttentionModel::kCudnn ? "; fused attention by the form fitted to cuDNN's rates" : "",
+      t.render().c_str());
   print_error_summaries(runs, predictions);
   if (a.runs.size() > 1) print_file_summaries(a, files, predictions);
   print_rank_agreement(runs, predictions);
