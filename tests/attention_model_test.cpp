@@ -135,8 +135,11 @@ struct BenchmarkRow {
 // Every bf16 row of the bundled benchmark files (a non-deterministic backward) with the cudnn
 // model's prediction on its GPU's preset, as tools/fit-attention.py reads them.
 std::vector<BenchmarkRow> benchmark_rows() {
-  const std::map<std::string, std::string> presets{
-      {"NVIDIA H200", "hgx-h200"}, {"NVIDIA GB200", "gb200-nvl72"}, {"NVIDIA GB300", "gb300-nvl72"}};
+  std::map<std::string, ComputeModel> models;
+  for (auto [gpu, preset] : {std::pair{"NVIDIA H200", "hgx-h200"}, std::pair{"NVIDIA GB200", "gb200-nvl72"},
+                             std::pair{"NVIDIA GB300", "gb300-nvl72"}}) {
+    models.emplace(gpu, ComputeModel(preset_gpu(preset), cudnn_model()));
+  }
   std::vector<BenchmarkRow> rows;
   std::vector<std::filesystem::path> files;
   for (const auto& e : std::filesystem::directory_iterator(source_path("tests/data/compute/cudnn-sdpa"))) {
@@ -167,8 +170,7 @@ std::vector<BenchmarkRow> benchmark_rows() {
         passes.emplace_back(false, std::stod(at("fwd_tflops")));
         passes.emplace_back(true, std::stod(at("bwd_tflops")));
       }
-      const GpuSpec gpu = preset_gpu(presets.at(at("gpu_name")));
-      const ComputeModel cm(gpu, cudnn_model());
+      const ComputeModel& cm = models.at(at("gpu_name"));
       for (auto [backward, tflops] : passes) {
         if (!(tflops > 0)) continue;
         OperatorCost op = fused_attention(s, d / 2, backward);
