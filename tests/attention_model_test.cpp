@@ -9,14 +9,17 @@
 #include <fstream>
 #include <map>
 #include <sstream>
+#include <stdexcept>
 
 #include "compute/compute_model.h"
+#include "model/layer_operators.h"
 #include "test_support.h"
 #include "units/unit_parse.h"
 
 namespace parallax {
 namespace {
 
+using test::bundled;
 using test::load_preset;
 using test::source_path;
 
@@ -107,6 +110,30 @@ TEST(FusedAttention, ExponentialsSetTheShareOfSmallHeadsAndOfBlackwellUltrasForw
   window.keys_per_query = 128;
   EXPECT_GT(share_of_peak(gb200, window), 0.05);
   EXPECT_LT(share_of_peak(gb200, window), 0.10);
+}
+
+// The model's attention operator gives the form its inputs: s/2 keys a row causal, 2(d_qk + d_v)
+// FLOPs an exponential forward (2.5 times backward); ring attention runs cp kernels, each over
+// a cp-th of every row's keys, and Ulysses one over all of them.
+TEST(FusedAttention, TheModelsAttentionOperatorGivesKeysAndFlopsPerExponential) {
+  const ModelConfig m = bundled("llama3-8b");
+  MicroBatch batch;
+  batch.sequence_length = 8192;
+  auto attention_of = [&](int cp, bool ring) {
+    ShardingFactors sh;
+    sh.cp = cp;
+    sh.cp_ring = ring;
+    for (const ModelOperator& op : layer_operators(m, 0, batch, sh)) {
+      if (op.name == "attention") return op;
+    }
+    throw std::logic_error("no attention operator");
+  };
+  const ModelOperator whole = attention_of(1, true);
+  EXPECT_DOUBLE_EQ(whole.forward.keys_per_query, 4096);
+  EXPECT_DOUBLE_EQ(whole.forward.flops_per_exponential, 2.0 * (128 + 128));
+  EXPECT_DOUBLE_EQ(whole.backward.flops_per_exponential, 2.5 * 2.0 * (128 + 128));
+  EXPECT_DOUBLE_EQ(attention_of(4, true).forward.keys_per_query, 1024);
+  EXPECT_DOUBLE_EQ(attention_of(4, false).forward.keys_per_query, 4096);
 }
 
 // A GPU without an `exponentials` figure: 16 a clock per SM at the clock its bf16 peak implies.

@@ -72,9 +72,18 @@ def rows():
                             "gpu": r["gpu_name"].replace("NVIDIA ", ""), "pass": p, "s": s, "keys": keys,
                             "mask": "causal" if causal else "none", "window": window,
                             "d": f"{r['head_dim_qk']}/{r['head_dim_vo']}",
+                            "shape_form": shape_form(int(r["head_dim_qk"]), s * s * int(r["head_dim_qk"]) *
+                                                     int(r["batch_size"]) * int(r["num_q_heads"])),
                             "phi": 2.0 * d * (1.0 if p == "fwd" else 2.5), "flops_per_exp_time": peak / exp_rate,
                             "eta": tflops * 1e12 / peak})
     return out
+
+
+def shape_form(d_qk, volume):
+    """The default closed form's share of the peak (eta_attention 0.55 and the GEMM shape
+    saturation on the per-head Q.K^T product: compute/gemm_efficiency.h), for comparison."""
+    u = d_qk / (d_qk + 32)
+    return 0.55 * u / (1 + u * 2**30 / volume)
 
 
 def shape_terms(x, k_half, c):
@@ -109,11 +118,30 @@ def summary(errors):
     return f"median |error| {100 * a[len(a) // 2]:.1f}%, mean {100 * sum(a) / len(a):.1f}%, worst {100 * a[-1]:.1f}%"
 
 
+def rms_log(points, share):
+    return math.sqrt(sum(math.log(share(x) / x["eta"]) ** 2 for x in points) / len(points))
+
+
+def median(values):
+    v = sorted(values)
+    return v[len(v) // 2]
+
+
 def main():
     points = rows()
+    print("the default form (eta_attention 0.55, shape saturation): median signed error")
+    for p in ("fwd", "bwd"):
+        for gpu in sorted({x["gpu"] for x in points}):
+            pp = [x for x in points if x["pass"] == p and x["gpu"] == gpu]
+            full = [x["shape_form"] / x["eta"] - 1 for x in pp if not x["window"]]
+            win = [x["shape_form"] / x["eta"] for x in pp if x["window"]]
+            print(f"  {p} {gpu:6} {100 * median(full):+.0f}% without a window"
+                  + (f", {min(win):.1f}-{max(win):.1f} times the measured rate under one" if win else ""))
+    fitted = {}
     for p in ("fwd", "bwd"):
         pp = [x for x in points if x["pass"] == p]
         f, k_half, c = fit(pp)
+        fitted[p] = (f, k_half, c)
         print(f"{p}: F = {f:.3f}, k_half = {k_half}, c = {c:.2f} over {len(pp)} rows: "
               f"{summary([error(x, f, k_half, c) for x in pp])}")
         for gpu in sorted({x["gpu"] for x in pp}):
@@ -129,6 +157,8 @@ def main():
                 print(f"    {x['gpu']:6} {x['model']:8} {x['mask']:6} w {x['window'] or '-':>5} d {x['d']:7} "
                       f"s {x['s']:6} measured {x['eta']:.3f} model {f * shape_terms(x, k_half, c):.3f} "
                       f"{100 * error(x, f, k_half, c):+.0f}%")
+    print(f"rms log error over both passes: default form {rms_log(points, lambda x: x['shape_form']):.2f}, "
+          f"fitted {rms_log(points, lambda x: fitted[x['pass']][0] * shape_terms(x, *fitted[x['pass']][1:])):.2f}")
 
 
 if __name__ == "__main__":

@@ -39,7 +39,7 @@ seeds() {  # the real files a target starts from
 dictionary() {  # the format's keys, seen in its seeds, and the units its values take
   local out="$work/$1.dict"
   seeds "$1" | xargs cat | grep -o '"[A-Za-z_][A-Za-z0-9_]*"' | sort -u | sed 's/^/kw=/' > "$out" || true
-  printf '%s\n' 'u1="Gb/s"' 'u2="GB/s"' 'u3="us"' 'u4="ms"' 'u5="GiB"' 'u6="TFLOP/s"' 'u7="ns"' 'u8="TB/s"' \
+  printf '%s\n' 'u1="Gb/s"' 'u2="GB/s"' 'u3="us"' 'u4="ms"' 'u5="GiB"' 'u6="TFLOP/s"' 'u7="ns"' 'u8="TB/s"' 'u9="Gop/s"' \
     'n1="1e308"' 'n2="-1"' 'n3="0"' 'n4="4294967296"' 'n5="null"' 'n6="NaN"' >> "$out"
   # CSV headers are not quoted: the measured-scaling columns by name.
   [ "$1" != scaling_measurements ] || printf '%s\n' 'c1="gpus"' 'c2="step_time_s"' 'c3="step_time_ms"' 'c4="tokens_per_s"' \

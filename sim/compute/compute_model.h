@@ -21,15 +21,17 @@
 //   reaches a tenth of the peak. Forward F = 1.000, k½ = 989, c = 0.40; backward F = 0.652,
 //   k½ = 676, c = 0.54: fitted once (tools/fit-attention.py; F at most 1) to cuDNN's published
 //   rates on H200, GB200 and GB300 (tests/data/compute/cudnn-sdpa/: cudnn-frontend's SDPA
-//   training benchmark, bf16, Llama 3.1, DeepSeek-V3, Kimi K2.6, Qwen3.5, GPT-OSS, LTX-2 and
-//   Wan 2.2 shapes, 2k–32k tokens; 115 forward and 105 backward rows): median |error| 5.9 % and
-//   6.7 %; each model's shapes held out in turn, 4–12 %, but GPT-OSS's 128-token window with
-//   head dimension 64, the farthest from the rest, 49 % forward and 24 % backward (docs/
-//   performance-and-accuracy.md). On the same rows the closed form below is 23 % too slow
-//   forward on H200 and five times too fast under the 128-token window. It is not the default
+//   training benchmark, bf16, Llama 3.1, DeepSeek-V3, Kimi K2.6, Qwen3.5 and GPT-OSS shapes at
+//   2k–32k tokens, LTX-2's and Wan 2.2's at 6k–76k; 115 forward and 105 backward rows): median
+//   |error| 5.9 % and 6.7 %; each model's shapes held out in turn, 5–12 %, but GPT-OSS's
+//   128-token window with head dimension 64, the farthest from the rest, 49 % forward and 24 %
+//   backward (docs/performance-and-accuracy.md). On the same rows the shape form below is
+//   30–41 % too slow forward without a window (its median per GPU), and 5–9 times too fast
+//   under the 128-token window; rms log error 0.60 against 0.11. It is not the default
 //   (AttentionModel::kCudnn, `--attention-model cudnn`): the published training runs ran older
-//   kernels as well, and with it the hold-out error rises from 11.4 to 12.0 %, NeMo's 2024 H100
-//   long-context runs (16k–1M tokens) by 20–45 %, where the closed form below is within 6 %.
+//   kernels as well, and with it the hold-out error rises from 11.4 to 11.9 %, all of it
+//   NeMo's 2024 H100 long-context runs (16k–1M tokens: 8 % too fast at 16k, 18–39 % beyond),
+//   where the shape form is within 6 %.
 // - attention, any other kernel (Ampere's FlashAttention-2, FlashAttention-2 on Hopper, or an
 //   operator that does not give k and φ), or any kernel when the job sets η_attention itself:
 //   ShapeEfficiency's closed form with F = η_attention, on the per-head Q·Kᵀ shape
@@ -124,8 +126,8 @@ const char* attention_model_name(AttentionModel model);
 
 struct ComputeModelOptions {
   double memory_efficiency = 0.90;     ///< η_memory, in (0, 1]
-  /// η_attention, in (0, 1]: when given, every attention kernel takes the older closed form at
-  /// this share (header); nullopt: the fused form on Hopper and Blackwell, 0.55 elsewhere.
+  /// η_attention, in (0, 1]: when given, every attention kernel takes the shape form at this
+  /// share, whatever attention_model says (header); nullopt: 0.55 where the shape form applies.
   std::optional<double> attention_efficiency;
   AttentionModel attention_model = AttentionModel::kShape;
   Time kernel_launch_overhead = Time::us(2);

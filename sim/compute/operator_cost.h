@@ -139,8 +139,9 @@ struct OperatorCost {
   bool warp_mma_only = false;
   /// The backward pass of its operator (a measured attention table has a rate per pass).
   bool backward_pass = false;
-  /// For kAttention: the keys each query row is scored against, on average (s/2 for a causal
-  /// sequence of s, about w under a sliding window of w), and the kernel's FLOPs per exponential
+  /// For kAttention: the keys each query row is scored against in one of its kernels, on average
+  /// (s/2 for a causal sequence of s, about w under a sliding window of w, over cp for ring
+  /// attention's blockwise kernels), and the kernel's FLOPs per exponential
   /// (one a query-key pair: 2·(d_qk + d_v) forward, 2.5 times that backward). Zero: not given,
   /// and the compute model's older closed form applies (compute_model.h).
   double keys_per_query = 0;

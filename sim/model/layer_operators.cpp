@@ -277,7 +277,7 @@ class OperatorList {
     forward.dtype = activation_;
     forward.shape = GemmShape{w.s_q, w.s_kv, d_qk, w.sequences * heads};
     forward.flops = Flops(flops);
-    forward.keys_per_query = w.keys_per_query();
+    forward.keys_per_query = w.keys_per_query() / w.key_blocks;  // in each kernel
     forward.flops_per_exponential = 2.0 * (d_qk + d_v);
     forward.bytes_read_written = Bytes((q + o) * element_ + kv * (kv_element > 0 ? kv_element : element_) + row_stats);
     OperatorCost backward = forward;
@@ -308,7 +308,7 @@ class OperatorList {
     forward.shape = GemmShape{w.s_q * heads, w.s_kv, d_key, w.sequences};
     forward.flops = Flops(2.0 * w.score_pairs * heads * (d_key + d_latent));
     forward.keys_per_query = w.keys_per_query();
-    forward.flops_per_exponential = 2.0 * (d_key + d_latent);
+    forward.flops_per_exponential = 2.0 * (d_key + d_latent);  // the backward is never run (serving)
     const double q = w.query_tokens * heads * d_key, o = w.query_tokens * heads * d_latent;
     forward.bytes_read_written =
         Bytes((q + o) * element_ + w.key_tokens * d_key * kv_element + w.query_tokens * heads * kFp32Bytes);
@@ -568,6 +568,7 @@ struct LocalSizes {
     // rank the same half of the triangle.
     const double pairs_per_query = s * (batch.causal ? 0.5 * causal_pairs_share(m, s) : 1.0);
     work = AttentionWork{b, tokens, b * s, b * (tokens / b) * pairs_per_query, tokens / b, s};
+    if (sh.cp_ring) work.key_blocks = sh.cp;
     scan_tokens = tokens;
   }
 

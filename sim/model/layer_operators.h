@@ -280,6 +280,9 @@ struct AttentionWork {
   double score_pairs = 0;
   double s_q = 0;
   double s_kv = 0;
+  /// The kernels each pass runs as, each over its share of every row's keys: ring attention's
+  /// cp blockwise steps (1: one kernel).
+  double key_blocks = 1;
   /// The keys each query row is scored against, on average.
   double keys_per_query() const { return query_tokens > 0 ? score_pairs / query_tokens : 0.0; }
 };
@@ -316,6 +319,9 @@ struct ShardingFactors {
   /// Redundant experts (serving's expert-parallel load balancer, DeepSeek's EPLB): replicas of
   /// the most chosen experts beside the E routed ones, E + r spread over the ep GPUs.
   int redundant_experts = 0;
+  /// Context parallelism by ring attention: each rank's attention runs as cp blockwise kernels
+  /// (AttentionWork::key_blocks); false: Ulysses' one kernel over the whole sequence.
+  bool cp_ring = true;
 };
 
 /// One operator of the list, with its forward and backward cost on one GPU.

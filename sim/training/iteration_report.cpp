@@ -254,6 +254,9 @@ nlohmann::ordered_json iteration_json(const TrainingWorkload& job, const Iterati
   }
   j["compute"]["gemm_model"] = gemm_model_description(job);
   j["compute"]["sustained_fraction"] = job.compute.sustained_fraction;
+  if (job.compute.attention_model != AttentionModel::kShape) {
+    j["compute"]["attention_model"] = attention_model_name(job.compute.attention_model);
+  }
   nlohmann::ordered_json stages = nlohmann::ordered_json::array();
   for (const StageResult& s : r.stages) stages.push_back(stage_json(job, s));
   j["stages"] = stages;

@@ -190,7 +190,9 @@ MicroBatch micro_batch_of(const ParallelLayout& layout) {
 }
 
 ShardingFactors sharding_of(const ParallelLayout& layout) {
-  return ShardingFactors{layout.tp, layout.cp, layout.ep, layout.sequence_parallel, false, layout.expert_tp};
+  ShardingFactors s{layout.tp, layout.cp, layout.ep, layout.sequence_parallel, false, layout.expert_tp};
+  s.cp_ring = layout.cp_comm == ContextParallelComm::kRing;
+  return s;
 }
 
 namespace {

@@ -306,7 +306,7 @@ void print_critical_path_and_links(const Job& job, const IterationResult& r) {
                   100 * l.utilisation, gib(l.bytes).c_str());
     }
   }
-  const bool cudnn = job.compute.attention_model == AttentionModel::kCudnn;
+  const bool cudnn = job.compute.attention_model == AttentionModel::kCudnn && !job.compute.attention_efficiency;
   std::printf("compute: GEMMs by the %s;%s kernels at %.2f of their stand-alone speed (sustained fraction)\n",
               gemm_model_description(job).c_str(), cudnn ? " fused attention by the form fitted to cuDNN's rates;" : "",
               job.compute.sustained_fraction);
