@@ -59,3 +59,6 @@ parallax_exit2(newline_escaped "unknown collective \"all\\\\nreduce\\\\t\""
                collective --topology ${PROJECT_SOURCE_DIR}/topologies/dgx-h100.json --op "all\nreduce\t")
 parallax_exit2(room_for_ranks "topologies/dgx-h100.json: the topology has room for 16 ranks, not 512"
                collective --topology ${PROJECT_SOURCE_DIR}/topologies/dgx-h100.json -g 512)
+# An unknown attention model in a workload's compute block: its pointer and the two it takes.
+parallax_exit2(bad_attention_model "bad-attention-model.json: /compute/attention_model: expected \"shape\" or \"cudnn\""
+               train ${rel}/bad-attention-model.json)
