@@ -116,11 +116,11 @@ struct NodeGroup {
   std::shared_ptr<const Topology> alone;
 };
 
-/// Who and what a topology file describes.
 /// The packet-level network's MTU when the topology's `packets` block gives none: InfiniBand's
 /// and RoCE's usual 4 KiB.
 inline constexpr Bytes kDefaultPacketMtu = Bytes(4096);
 
+/// Who and what a topology file describes.
 struct TopologyInfo {
   std::string name;
   std::string description;

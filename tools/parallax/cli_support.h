@@ -19,6 +19,8 @@ std::string gib(Bytes b);
 
 /// The help of --sustained-fraction, its default read from the compute model.
 std::string sustained_fraction_help();
+/// How train's and validate's reports name AttentionModel::kCudnn where it applies.
+inline constexpr const char* kCudnnAttentionNote = "fused attention by the form fitted to cuDNN's rates";
 
 /// A progress bar on stderr, "[####    ] 120 of 480 <what>", cleared when done reaches total;
 /// empty (nothing printed) when stderr is not a terminal, so logs and pipes stay clean.

@@ -227,12 +227,13 @@ void print_stage_table(const Job& job, const IterationResult& r) {
   std::printf("per pipeline stage (time columns: exposed, per iteration):\n%s\n", t.render().c_str());
 }
 
-// Which of the exposed communication went across nodes (NICs and the network), and,
-// co-simulated, the link that bound most of each kind's exposed time.
 // How the report names the co-simulation: "co-simulated", or "co-simulated in packets".
 const char* cosimulated(const IterationResult& r) {
   return r.network.rfind("packet", 0) == 0 ? "co-simulated in packets" : "co-simulated";
 }
+
+// Which of the exposed communication went across nodes (NICs and the network), and,
+// co-simulated, the link that bound most of each kind's exposed time.
 
 void print_exposed_links(const IterationResult& r) {
   std::string across;
@@ -307,9 +308,9 @@ void print_critical_path_and_links(const Job& job, const IterationResult& r) {
     }
   }
   const bool cudnn = job.compute.attention_model == AttentionModel::kCudnn && !job.compute.attention_efficiency;
+  const std::string attention = cudnn ? std::string(" ") + cli::kCudnnAttentionNote + ";" : "";
   std::printf("compute: GEMMs by the %s;%s kernels at %.2f of their stand-alone speed (sustained fraction)\n",
-              gemm_model_description(job).c_str(), cudnn ? " fused attention by the form fitted to cuDNN's rates;" : "",
-              job.compute.sustained_fraction);
+              gemm_model_description(job).c_str(), attention.c_str(), job.compute.sustained_fraction);
 }
 
 // --plot: each stage's time and memory as stacked bars, and the schedule as it ran

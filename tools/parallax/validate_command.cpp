@@ -381,7 +381,7 @@ void run_validate(ValidateArgs a) {
       "per-expert GEMM%s)\n%s\n",
       runs_label(a).c_str(), runs.size(), a.sustained_fraction, model.host_dispatch.microseconds(),
       model.host_gemm_issue.microseconds(),
-      model.attention_model == AttentionModel::kCudnn ? "; fused attention by the form fitted to cuDNN's rates" : "",
+      model.attention_model == AttentionModel::kCudnn ? (std::string("; ") + cli::kCudnnAttentionNote).c_str() : "",
       t.render().c_str());
   print_error_summaries(runs, predictions);
   if (a.runs.size() > 1) print_file_summaries(a, files, predictions);
