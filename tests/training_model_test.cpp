@@ -23,11 +23,12 @@ void expect_within_percent(int64_t counted, double published, double percent) {
       << "counted " << static_cast<double>(counted) / 1e9 << " B, published " << published / 1e9 << " B";
 }
 
-TEST(BundledModels, AllSixteenAreThere) {
+TEST(BundledModels, AllTwentyAreThere) {
   EXPECT_EQ(bundled_model_names(models_dir()),
-            (std::vector<std::string>{"deepseek-v2", "deepseek-v3", "glm-4.5", "gpt-oss-120b", "gpt3-175b", "kimi-k2",
-                                      "llama2-13b", "llama2-70b", "llama2-7b", "llama3-405b", "llama3-70b", "llama3-8b",
-                                      "llama3.2-1b", "mixtral-8x7b", "nemotron-3-nano", "nemotron-3-super"}));
+            (std::vector<std::string>{"deepseek-v2", "deepseek-v3", "gemma-3-27b", "glm-4.5", "gpt-oss-120b", "gpt3-175b",
+                                      "kimi-k2", "llama2-13b", "llama2-70b", "llama2-7b", "llama3-405b", "llama3-70b",
+                                      "llama3-8b", "llama3.2-1b", "llama4-maverick", "llama4-scout", "mixtral-8x7b",
+                                      "nemotron-3-nano", "nemotron-3-super", "phi-4"}));
 }
 
 TEST(BundledModels, Llama2) {
@@ -130,6 +131,73 @@ TEST(BundledModels, GptOss120B) {
   EXPECT_DOUBLE_EQ(m.sliding_window_layers, 0.5);
   EXPECT_TRUE(m.qkv_bias && m.attention_output_bias && m.mlp_bias);
   EXPECT_EQ(m.head_dim, 64);
+}
+
+TEST(BundledModels, Gemma3_27B) {
+  // google/gemma-3-27b-it, read through its text_config (the SigLIP vision tower is not the
+  // language model): 62 layers, h 5376, 32 query heads and 16 KV heads of 128, GeGLU of 21504,
+  // tied embedding of Gemma3TextConfig's 262,208 tokens. Per layer: q and out 5376·4096 =
+  // 22,020,096 each, k and v 5376·2048 = 11,010,048 each; MLP 3·5376·21504 = 346,816,512; two
+  // norms 10,752 and the per-head query/key norms 256 → 412,887,808 × 62 = 25,599,044,096, and
+  // the final norm 5,376: the Gemma 3 report's 25,600 M non-embedding parameters (Table 1; its
+  // count has two more norms a layer, after attention and after the MLP, which cost nothing here).
+  // Embedding 262,208·5376 = 1,409,630,208 (the report: 1,416 M).
+  const ParameterCounts p = parameters_of("gemma-3-27b");
+  EXPECT_EQ(p.total - p.embedding, 25'599'049'472);
+  EXPECT_EQ(p.embedding, 1'409'630'208);
+  EXPECT_EQ(p.output_head, 0);
+  expect_within_percent(p.total - p.embedding, 25.6e9, 0.1);
+  const ModelConfig m = load_bundled_model(models_dir(), "gemma-3-27b");
+  EXPECT_EQ(m.sliding_window, 1024);
+  EXPECT_DOUBLE_EQ(m.sliding_window_layers, 52.0 / 62);  // five of every six: layers 5, 11, … 59 global
+  EXPECT_TRUE(m.qk_norm && m.tied_embeddings);
+  EXPECT_EQ(m.head_dim, 128);
+  EXPECT_EQ(m.mlp, MlpKind::kGated);
+}
+
+TEST(BundledModels, Llama4ScoutAndMaverick) {
+  // meta-llama/Llama-4-Scout-17B-16E's text_config: 48 layers, h 5120, 40 query heads and 8 KV
+  // heads of 128; every layer 16 experts of 8192, top-1, and a shared expert of 8192. Per layer:
+  // attention 2·5120² + 2·5120·1024 = 62,914,560; experts 16·3·5120·8192 = 2,013,265,920; shared
+  // 125,829,120; router 81,920; norms 10,240 and query/key norms 256 → 2,202,102,016 × 48 =
+  // 105,700,896,768; untied embedding and head 2·202048·5120 = 2,068,971,520; final norm 5,120.
+  // Total 107.77 B (Meta's 109 B counts the vision encoder too); active: one expert and the shared
+  // one, 314,665,216 a layer → 17.17 B: Meta's "17B active".
+  const ParameterCounts scout = parameters_of("llama4-scout");
+  EXPECT_EQ(scout.total, 107'769'873'408);
+  EXPECT_EQ(scout.active, 17'172'907'008);
+  expect_within_percent(scout.active, 17e9, 1.5);
+  const ModelConfig s = load_bundled_model(models_dir(), "llama4-scout");
+  EXPECT_EQ(s.attention_chunk, 8192);
+  EXPECT_DOUBLE_EQ(s.attention_chunk_layers, 0.75);  // NoPE layers 3, 7, … 47 attend to everything
+  EXPECT_EQ(s.moe_layer_count(), 48);
+  EXPECT_EQ(s.moe->router_score, RouterScore::kSigmoid);
+  EXPECT_TRUE(s.qk_norm);
+  // Maverick: 128 experts on every second layer (interleave_moe_layer_step 2: layers 1, 3, … 47),
+  // dense MLPs of 16384 on the others, no query/key norms. Attention and norms 62,924,800 × 48
+  // = 3,020,390,400; dense 24·3·5120·16384 = 6,039,797,760; MoE 24·(128·125,829,120 +
+  // 125,829,120 + 655,360) = 389,582,684,160; embeddings 2,068,971,520; final norm 5,120 →
+  // 400.71 B: Meta's 400 B total; active 17.18 B: "17B active".
+  const ParameterCounts maverick = parameters_of("llama4-maverick");
+  EXPECT_EQ(maverick.total, 400'711'848'960);
+  expect_within_percent(maverick.total, 400e9, 0.5);
+  expect_within_percent(maverick.active, 17e9, 1.5);
+  const ModelConfig mv = load_bundled_model(models_dir(), "llama4-maverick");
+  EXPECT_EQ(mv.moe_layer_count(), 24);
+  EXPECT_TRUE(mv.is_moe_layer(1) && !mv.is_moe_layer(0));
+  EXPECT_EQ(mv.ffn, 16384);
+  EXPECT_FALSE(mv.qk_norm);
+}
+
+TEST(BundledModels, Phi4) {
+  // microsoft/phi-4 (Phi3ForCausalLM): 40 layers, h 5120, 40 query heads and 10 KV heads of 128,
+  // SwiGLU of 17920, untied vocabulary of 100,352. Per layer 2·5120² + 2·5120·1280 +
+  // 3·5120·17920 + 2·5120 = 340,797,440 × 40 = 13,631,897,600; embeddings 2·100352·5120 =
+  // 1,027,604,480; final norm 5,120: 14,659,507,200, Microsoft's 14.7 B.
+  const ParameterCounts p = parameters_of("phi-4");
+  EXPECT_EQ(p.total, 14'659'507'200);
+  expect_within_percent(p.total, 14.7e9, 0.5);
+  EXPECT_EQ(load_bundled_model(models_dir(), "phi-4").sliding_window, 0);  // "sliding_window": null
 }
 
 TEST(BundledModels, KimiK2) {
@@ -447,6 +515,81 @@ TEST(HfConfig, OlmoeIsEveryLayerAMoeOfIntermediateSizeExperts) {
   const ParameterCounts p = count_parameters(m);
   expect_within_percent(p.total, 6.9e9, 1);
   expect_within_percent(p.active, 1.3e9, 2);
+}
+
+TEST(HfConfig, Gemma2AlternatesWindowsAndCountsAsItsReport) {
+  // google/gemma-2-9b's config.json (Gemma2ForCausalLM): 42 layers, h 3584, 16 query heads and 8
+  // KV heads of 256, GeGLU of 14336, tied vocabulary of 256,000, a 4096-token window on alternate
+  // layers. The Gemma 2 report (Table 1) counts 8,324,201,984 non-embedding parameters: ours are
+  // those less its two extra norms a layer (42·2·3584 = 301,056), exactly.
+  const ModelConfig m = hf(R"({"architectures":["Gemma2ForCausalLM"],"attention_bias":false,
+    "attn_logit_softcapping":50.0,"final_logit_softcapping":30.0,"head_dim":256,"hidden_act":"gelu_pytorch_tanh",
+    "hidden_activation":"gelu_pytorch_tanh","hidden_size":3584,"intermediate_size":14336,"max_position_embeddings":8192,
+    "model_type":"gemma2","num_attention_heads":16,"num_hidden_layers":42,"num_key_value_heads":8,
+    "query_pre_attn_scalar":256,"sliding_window":4096,"vocab_size":256000})");
+  const ParameterCounts p = count_parameters(m);
+  EXPECT_EQ(p.total - p.embedding, 8'324'201'984 - 301'056);
+  EXPECT_TRUE(m.tied_embeddings);
+  EXPECT_FALSE(m.qk_norm);
+  EXPECT_EQ(m.sliding_window, 4096);
+  EXPECT_DOUBLE_EQ(m.sliding_window_layers, 0.5);
+  // Gemma 1 (GemmaForCausalLM): head_dim 256 by default, no window.
+  const ModelConfig g1 = hf(R"({"architectures":["GemmaForCausalLM"],"hidden_size":3072,"intermediate_size":24576,
+    "max_position_embeddings":8192,"num_attention_heads":16,"num_hidden_layers":28,"num_key_value_heads":16,
+    "vocab_size":256000})");
+  EXPECT_EQ(g1.head_dim, 256);
+  EXPECT_EQ(g1.sliding_window, 0);
+  // Gemma 3's defaults where its files leave keys out (Gemma3TextConfig), and layer_types where
+  // a newer file lists them.
+  const ModelConfig g3 = hf(R"({"model_type":"gemma3_text","hidden_size":2560,"intermediate_size":10240,
+    "num_hidden_layers":34,"sliding_window":1024})");
+  EXPECT_EQ(g3.heads, 8);
+  EXPECT_EQ(g3.kv_heads, 4);
+  EXPECT_EQ(g3.head_dim, 256);
+  EXPECT_EQ(g3.vocab, 262208);
+  EXPECT_DOUBLE_EQ(g3.sliding_window_layers, 29.0 / 34);
+  const ModelConfig listed = hf(R"({"model_type":"gemma3_text","hidden_size":256,"intermediate_size":512,
+    "num_hidden_layers":4,"sliding_window":512,"layer_types":["sliding_attention","full_attention",
+    "sliding_attention","sliding_attention"]})");
+  EXPECT_DOUBLE_EQ(listed.sliding_window_layers, 0.75);
+}
+
+TEST(HfConfig, Llama4ChunksTheRopeLayersAndInterleavesItsExperts) {
+  const std::string shape = R"("model_type":"llama4_text","hidden_size":256,"intermediate_size":128,
+    "intermediate_size_mlp":512,"num_hidden_layers":8,"num_attention_heads":4,"num_key_value_heads":2,"head_dim":64,
+    "num_local_experts":4,"vocab_size":1000,"max_position_embeddings":4096)";
+  // Explicit lists: rope (chunked) layers marked 1, MoE layers by index.
+  const ModelConfig m = hf("{" + shape + R"(,"no_rope_layers":[1,0,1,1,1,0,1,1],"moe_layers":[0,3])" + "}");
+  EXPECT_DOUBLE_EQ(m.attention_chunk_layers, 0.75);
+  EXPECT_EQ(m.attention_chunk, 8192);
+  EXPECT_EQ(m.moe_layer_count(), 2);
+  EXPECT_TRUE(m.is_moe_layer(0) && m.is_moe_layer(3) && !m.is_moe_layer(1));
+  EXPECT_EQ(m.ffn, 512);
+  // Without chunks (attention_chunk_size null) every layer attends to its whole context.
+  EXPECT_EQ(hf("{" + shape + R"(,"attention_chunk_size":null})").attention_chunk, 0);
+  // A no_rope_layers list of the wrong length is refused, naming the key.
+  EXPECT_THROW(hf("{" + shape + R"(,"no_rope_layers":[1,0]})"), InputError);
+}
+
+TEST(HfConfig, OlmoAndPhiAreLlamaLike) {
+  // OLMo 2 7B (allenai/OLMo-2-1124-7B): normalised query and key projections; 7.30 B.
+  const ModelConfig olmo2 = hf(R"({"architectures":["Olmo2ForCausalLM"],"attention_bias":false,"hidden_size":4096,
+    "intermediate_size":11008,"max_position_embeddings":4096,"model_type":"olmo2","num_attention_heads":32,
+    "num_hidden_layers":32,"num_key_value_heads":32,"tie_word_embeddings":false,"vocab_size":100352})");
+  EXPECT_TRUE(olmo2.qk_norm);
+  expect_within_percent(count_parameters(olmo2).total, 7.30e9, 0.5);
+  // OLMo 3 windows the layers its layer_types mark.
+  const ModelConfig olmo3 = hf(R"({"architectures":["Olmo3ForCausalLM"],"hidden_size":256,"intermediate_size":512,
+    "max_position_embeddings":4096,"num_attention_heads":4,"num_hidden_layers":4,"vocab_size":1000,
+    "sliding_window":4096,"layer_types":["sliding_attention","sliding_attention","sliding_attention","full_attention"]})");
+  EXPECT_EQ(olmo3.sliding_window, 4096);
+  EXPECT_DOUBLE_EQ(olmo3.sliding_window_layers, 0.75);
+  // Phi-3-mini windows every layer (sliding_window 2047).
+  const ModelConfig phi3 = hf(R"({"architectures":["Phi3ForCausalLM"],"hidden_size":3072,"intermediate_size":8192,
+    "max_position_embeddings":4096,"num_attention_heads":32,"num_hidden_layers":32,"sliding_window":2047,
+    "vocab_size":32064})");
+  EXPECT_EQ(phi3.sliding_window, 2047);
+  expect_within_percent(count_parameters(phi3).total, 3.82e9, 0.5);
 }
 
 TEST(ModelBlock, Llama3_8BWrittenAsABlockCountsLikeItsConfigJson) {

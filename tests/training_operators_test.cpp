@@ -140,6 +140,52 @@ TEST(SlidingWindow, RaggedBatchesCapEachTokensKeys) {
   chunk.sequences = {{10, 4100, false}};  // tokens see 4091 … 4100 keys, capped at 4096
   EXPECT_DOUBLE_EQ(ragged_attention_work(chunk, 4096).score_pairs, 4091.0 + 4092 + 4093 + 4094 + 4095 + 5 * 4096.0);
   EXPECT_DOUBLE_EQ(ragged_attention_work(chunk).score_pairs, 10 * 4090.0 + 55);
+  // What the kernel reads of the cache: the window behind the newest token (and the new tokens
+  // before it), not the whole context.
+  EXPECT_DOUBLE_EQ(ragged_attention_work(decode, 4096).read_key_tokens, 4096.0 + 100.0);
+  EXPECT_DOUBLE_EQ(ragged_attention_work(chunk, 4096).read_key_tokens, 4100.0);  // the first new token still sees key 0
+  EXPECT_DOUBLE_EQ(ragged_attention_work(decode, 4096, 0.5).read_key_tokens, 0.5 * 10100 + 0.5 * 4196);
+  EXPECT_DOUBLE_EQ(ragged_attention_work(decode).read_key_tokens, 10100.0);
+}
+
+// Chunked attention (Llama 4): a sequence of s = k·c + r tokens is k causal squares of c and one
+// of r, (k·c² + r²)/s² of the full causal scores; at s = 2c, one half. On the share f of the
+// layers only; a sequence no longer than a chunk is full causal attention.
+TEST(ChunkedAttention, EachChunkIsACausalSquareOfItsOwn) {
+  const double b = 2, s = 2048, h = 4096;
+  ModelConfig m = gpt(4096, 32);
+  const double full = flops_of(layer_operators(m, 0, batch(2, 2048, true), {}), "attention");
+  EXPECT_DOUBLE_EQ(full, 2 * b * s * s * h);
+  m.attention_chunk = 1024;
+  EXPECT_DOUBLE_EQ(flops_of(layer_operators(m, 0, batch(2, 2048, true), {}), "attention"), 0.5 * full);
+  m.attention_chunk = 768;  // 2 chunks of 768 and one of 512: (2·768² + 512²)/2048² = 0.34375
+  EXPECT_DOUBLE_EQ(flops_of(layer_operators(m, 0, batch(2, 2048, true), {}), "attention"), 0.34375 * full);
+  m.attention_chunk = 1024;
+  m.attention_chunk_layers = 0.75;  // Llama 4: three of every four layers chunked
+  EXPECT_DOUBLE_EQ(flops_of(layer_operators(m, 0, batch(2, 2048, true), {}), "attention"), (0.25 + 0.75 * 0.5) * full);
+  m.attention_chunk = 8192;  // Llama 4's 8,192-token chunk over a 2,048-token sequence: no change
+  EXPECT_DOUBLE_EQ(flops_of(layer_operators(m, 0, batch(2, 2048, true), {}), "attention"), full);
+  m.sliding_window = 512;
+  EXPECT_NE(m.problem(), "");  // a window and chunks together are refused
+}
+
+// Serving under chunks: the token at position p sees the p mod c + 1 keys of its own chunk.
+TEST(ChunkedAttention, RaggedBatchesSeeOnlyTheirChunk) {
+  RaggedBatch decode;
+  decode.sequences = {{1, 10000, true}, {1, 100, true}};  // positions 9999 and 99
+  EXPECT_DOUBLE_EQ(ragged_attention_work(decode, 0, 1.0, 8192).score_pairs, (9999 % 8192 + 1) + 100.0);
+  EXPECT_DOUBLE_EQ(ragged_attention_work(decode, 0, 1.0, 8192, 0.75).score_pairs,
+                   0.25 * (10000 + 100) + 0.75 * (1808 + 100));
+  RaggedBatch across;
+  across.sequences = {{4, 8194, false}};  // positions 8190 … 8193: 8191, 8192 keys, then a new chunk: 1, 2
+  EXPECT_DOUBLE_EQ(ragged_attention_work(across, 0, 1.0, 8192).score_pairs, 8191.0 + 8192 + 1 + 2);
+  RaggedBatch prompt;
+  prompt.sequences = {{20000, 20000, false}};  // two whole chunks and 3,616 tokens
+  EXPECT_DOUBLE_EQ(ragged_attention_work(prompt, 0, 1.0, 8192).score_pairs, 2 * 8192.0 * 8193 / 2 + 3616.0 * 3617 / 2);
+  // The cache read: from the start of the oldest new token's chunk.
+  EXPECT_DOUBLE_EQ(ragged_attention_work(decode, 0, 1.0, 8192).read_key_tokens, 1808.0 + 100);
+  EXPECT_DOUBLE_EQ(ragged_attention_work(across, 0, 1.0, 8192).read_key_tokens, 8194.0);
+  EXPECT_DOUBLE_EQ(ragged_attention_work(prompt, 0, 1.0, 8192).read_key_tokens, 20000.0);
 }
 
 // A parallel block: the MLP reads the attention's normalised input (no norm or kept input of

@@ -269,6 +269,7 @@ class OperatorList {
     const double flops = 2.0 * w.score_pairs * heads * (d_qk + d_v);
     const double q = w.query_tokens * heads * d_qk;
     const double kv = w.key_tokens * kv_heads * (d_qk + d_v);
+    const double kv_read = (w.read_key_tokens > 0 ? w.read_key_tokens : w.key_tokens) * kv_heads * (d_qk + d_v);
     const double o = w.query_tokens * heads * d_v;
     const double row_stats = w.query_tokens * heads * kFp32Bytes;  // log-sum-exp per query row
     OperatorCost forward;
@@ -279,7 +280,7 @@ class OperatorList {
     forward.flops = Flops(flops);
     forward.keys_per_query = w.keys_per_query() / w.key_blocks;  // in each kernel
     forward.flops_per_exponential = 2.0 * (d_qk + d_v);
-    forward.bytes_read_written = Bytes((q + o) * element_ + kv * (kv_element > 0 ? kv_element : element_) + row_stats);
+    forward.bytes_read_written = Bytes((q + o) * element_ + kv_read * (kv_element > 0 ? kv_element : element_) + row_stats);
     OperatorCost backward = forward;
     backward.backward_pass = true;
     backward.flops = Flops(2.5 * flops);
@@ -531,9 +532,15 @@ class OperatorList {
 };
 
 // The share of a causal sequence's s²/2 query-key pairs that the model's attention computes:
-// 1, or with a window w on the share f of the layers (1 − f) + f·(s·w − w²/2)/(s²/2) for s > w
-// (each query past the first w sees w keys).
+// 1; with a window w on the share f of the layers (1 − f) + f·(s·w − w²/2)/(s²/2) for s > w
+// (each query past the first w sees w keys); with chunks of c on the share f,
+// (1 − f) + f·(k·c² + r²)/s², s = k·c + r (each whole chunk is a causal square of its own).
 double causal_pairs_share(const ModelConfig& m, double s) {
+  const double c = static_cast<double>(m.attention_chunk);
+  if (c > 0 && s > c) {
+    const double k = std::floor(s / c), r = s - k * c;
+    return (1.0 - m.attention_chunk_layers) + m.attention_chunk_layers * (k * c * c + r * r) / (s * s);
+  }
   const double w = static_cast<double>(m.sliding_window);
   if (w <= 0 || s <= w) return 1.0;
   return (1.0 - m.sliding_window_layers) + m.sliding_window_layers * (s * w - w * w / 2) / (s * s / 2);
@@ -575,7 +582,7 @@ struct LocalSizes {
   LocalSizes(const ModelConfig& m, const RaggedBatch& batch, const ShardingFactors& sh) : LocalSizes(m, sh) {
     ragged = true;
     cache_bytes = bytes_per_element(batch.kv_cache);
-    work = ragged_attention_work(batch, m.sliding_window, m.sliding_window_layers);
+    work = ragged_attention_work(batch, m.sliding_window, m.sliding_window_layers, m.attention_chunk, m.attention_chunk_layers);
     tokens = work.query_tokens;
     sp_tokens = sh.sp ? tokens / sh.tp : tokens;
     RaggedBatch prompts = batch, decodes = batch;
@@ -593,8 +600,8 @@ struct LocalSizes {
       scan_sequences += 1;
       continued_sequences += c.kv_len > c.q_len ? 1 : 0;
     }
-    prefill_work = ragged_attention_work(prompts, m.sliding_window, m.sliding_window_layers);
-    decode_work = ragged_attention_work(decodes, m.sliding_window, m.sliding_window_layers);
+    prefill_work = ragged_attention_work(prompts, m.sliding_window, m.sliding_window_layers, m.attention_chunk, m.attention_chunk_layers);
+    decode_work = ragged_attention_work(decodes, m.sliding_window, m.sliding_window_layers, m.attention_chunk, m.attention_chunk_layers);
   }
 };
 
@@ -1231,7 +1238,17 @@ double busiest_expert_group_load(int experts, int groups, double zipf, int redun
   return *std::max_element(group.begin(), group.end()) / total * groups;
 }
 
-AttentionWork ragged_attention_work(const RaggedBatch& batch, int64_t window, double window_layers) {
+namespace {
+// Σ over positions p = 0 … n − 1 of the keys a chunked query sees, p mod c + 1: each whole chunk
+// c(c + 1)/2, the partial one r(r + 1)/2.
+double chunked_pairs_before(double n, double c) {
+  const double k = std::floor(n / c), r = n - k * c;
+  return k * c * (c + 1) / 2 + r * (r + 1) / 2;
+}
+}  // namespace
+
+AttentionWork ragged_attention_work(const RaggedBatch& batch, int64_t window, double window_layers, int64_t chunk,
+                                    double chunk_layers) {
   AttentionWork w;
   for (const SequenceChunk& c : batch.sequences) {
     const double q = static_cast<double>(c.q_len), kv = static_cast<double>(c.kv_len);
@@ -1241,14 +1258,22 @@ AttentionWork ragged_attention_work(const RaggedBatch& batch, int64_t window, do
     // New token i (0-based) sees the kv − q cached keys and the new ones up to itself: a + i
     // keys, a = kv − q + 1; under a window at most `window` of them.
     const double full = q * (kv - q) + q * (q + 1) / 2;
-    double pairs = full;
+    double pairs = full, read = kv;
     if (window > 0) {
       const double a = kv - q + 1, cap = static_cast<double>(window);
       const double below = std::clamp(cap - a + 1, 0.0, q);  // tokens that see fewer than the window
       const double windowed = below * a + below * (below - 1) / 2 + (q - below) * cap;
       pairs = (1.0 - window_layers) * full + window_layers * windowed;
+      read = (1.0 - window_layers) * kv + window_layers * std::min(kv, q - 1 + cap);
+    } else if (chunk > 0) {
+      // The new tokens sit at positions kv − q … kv − 1; the first one's chunk starts the keys read.
+      const double size = static_cast<double>(chunk);
+      const double chunked = chunked_pairs_before(kv, size) - chunked_pairs_before(kv - q, size);
+      pairs = (1.0 - chunk_layers) * full + chunk_layers * chunked;
+      read = (1.0 - chunk_layers) * kv + chunk_layers * (kv - std::floor((kv - q) / size) * size);
     }
     w.score_pairs += pairs;
+    w.read_key_tokens += read;
   }
   if (w.sequences > 0) {
     w.s_q = w.query_tokens / w.sequences;

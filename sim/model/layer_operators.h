@@ -283,14 +283,20 @@ struct AttentionWork {
   /// The kernels each pass runs as, each over its share of every row's keys: ring attention's
   /// cp blockwise steps (1: one kernel).
   double key_blocks = 1;
+  /// The key and value tokens the kernel reads: the union of the keys the new tokens attend to,
+  /// fewer than key_tokens where a window or a chunk leaves older cached tokens unread (a decode
+  /// step under a 128-token window reads 128 of them); 0: key_tokens.
+  double read_key_tokens = 0;
   /// The keys each query row is scored against, on average.
   double keys_per_query() const { return query_tokens > 0 ? score_pairs / query_tokens : 0.0; }
 };
 
 /// A ragged batch's attention work (the pairs of the file header); with a sliding `window`
 /// (ModelConfig::sliding_window) on the share `window_layers` of the layers, each new token's
-/// keys capped at the window there.
-AttentionWork ragged_attention_work(const RaggedBatch& batch, int64_t window = 0, double window_layers = 1.0);
+/// keys capped at the window there; or with attention chunks (ModelConfig::attention_chunk) on
+/// the share `chunk_layers`, a token at position p seeing the p mod chunk + 1 keys of its chunk.
+AttentionWork ragged_attention_work(const RaggedBatch& batch, int64_t window = 0, double window_layers = 1.0,
+                                    int64_t chunk = 0, double chunk_layers = 1.0);
 /// The sequences of `batch` that sample a token.
 int64_t sampled_rows(const RaggedBatch& batch);
 

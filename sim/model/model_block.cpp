@@ -65,6 +65,10 @@ nlohmann::ordered_json model_block(const ModelConfig& m) {
   j["hidden_dropout"] = m.hidden_dropout;
   j["sliding_window"] = m.sliding_window;
   j["sliding_window_layers"] = m.sliding_window_layers;
+  if (m.attention_chunk > 0) {
+    j["attention_chunk"] = m.attention_chunk;
+    j["attention_chunk_layers"] = m.attention_chunk_layers;
+  }
   j["parallel_block"] = m.parallel_block;
   if (m.moe) j["moe"] = moe_block(*m.moe);
   if (m.mla) j["mla"] = mla_block(*m.mla);

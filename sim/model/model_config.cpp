@@ -91,6 +91,9 @@ std::string ModelConfig::problem() const {
   if (max_sequence <= 0) return "max_sequence must be positive";
   if (sliding_window < 0) return "sliding_window must be zero (full attention) or positive";
   if (!(sliding_window_layers >= 0 && sliding_window_layers <= 1)) return "sliding_window_layers must be in [0, 1]";
+  if (attention_chunk < 0) return "attention_chunk must be zero (no chunks) or positive";
+  if (!(attention_chunk_layers >= 0 && attention_chunk_layers <= 1)) return "attention_chunk_layers must be in [0, 1]";
+  if (attention_chunk > 0 && sliding_window > 0) return "a model has either a sliding window or attention chunks, not both";
   if (mla) {
     if (mla->kv_lora_rank <= 0 || mla->qk_nope_head_dim < 0 || mla->qk_rope_head_dim < 0 ||
         mla->qk_nope_head_dim + mla->qk_rope_head_dim <= 0 || mla->v_head_dim <= 0 || mla->q_lora_rank < 0) {

@@ -132,6 +132,13 @@ struct ModelConfig {
   /// `sliding_window_layers` of the layers (1: all; Gemma-2's alternation: ½); the others full.
   int64_t sliding_window = 0;
   double sliding_window_layers = 1.0;
+  /// Chunked attention (Llama 4's attention_chunk_size): the sequence is cut into blocks of
+  /// `attention_chunk` tokens and each query attends causally within its own block only, so a
+  /// query at position p sees p mod chunk + 1 keys; 0: none. On the share
+  /// `attention_chunk_layers` of the layers (Llama 4: the three of every four with rotary
+  /// embeddings), the others full. Not combined with a sliding window.
+  int64_t attention_chunk = 0;
+  double attention_chunk_layers = 1.0;
   /// Parallel attention and MLP (GPT-J, GPT-NeoX's parallel residual, PaLM, Falcon, MegaScale's
   /// parallel transformer block): both branches read one normalised input and are summed into
   /// one residual, so a TP group reduces once per block instead of twice.

@@ -16,7 +16,7 @@ constexpr int64_t kMaxSize = int64_t{1} << 24;   // dimensions, vocabulary, sequ
 
 enum class HfFamily {
   kLlama, kMistral, kMixtral, kQwen2, kQwen3, kQwen2Moe, kQwen3Moe, kOlmoe, kDeepseekV2, kDeepseekV3, kGlm4Moe,
-  kGptOss, kNemotronH, kGpt2, kGptNeoX
+  kGptOss, kNemotronH, kGpt2, kGptNeoX, kGemma, kGemma2, kGemma3, kLlama4, kPhi3, kOlmo2, kOlmo3
 };
 
 struct HfArchitecture {
@@ -41,6 +41,13 @@ constexpr HfArchitecture kHfArchitectures[] = {
     {"NemotronHForCausalLM", "nemotron_h", HfFamily::kNemotronH},
     {"GPT2LMHeadModel", "gpt2", HfFamily::kGpt2},
     {"GPTNeoXForCausalLM", "gpt_neox", HfFamily::kGptNeoX},
+    {"GemmaForCausalLM", "gemma", HfFamily::kGemma},
+    {"Gemma2ForCausalLM", "gemma2", HfFamily::kGemma2},
+    {"Gemma3ForCausalLM", "gemma3_text", HfFamily::kGemma3},
+    {"Llama4ForCausalLM", "llama4_text", HfFamily::kLlama4},
+    {"Phi3ForCausalLM", "phi3", HfFamily::kPhi3},
+    {"Olmo2ForCausalLM", "olmo2", HfFamily::kOlmo2},
+    {"Olmo3ForCausalLM", "olmo3", HfFamily::kOlmo3},
 };
 
 std::string supported_list() {
@@ -175,9 +182,11 @@ void read_llama_like(HfFields& f, HfFamily family, ModelConfig& m) {
     m.qkv_bias = m.attention_output_bias = f.flag_or("attention_bias", false);
   }
   m.mlp_bias = f.flag_or("mlp_bias", false);
-  // OLMoE normalises the whole query and key projections, Qwen3 each head: the same elements to
-  // compute (OLMoE's gains, one per element rather than per head dimension, are not counted).
-  m.qk_norm = family == HfFamily::kQwen3 || family == HfFamily::kQwen3Moe || family == HfFamily::kOlmoe;
+  // OLMoE and OLMo 2/3 normalise the whole query and key projections, Qwen3 each head: the same
+  // elements to compute (their gains, one per element rather than per head dimension, are not
+  // counted).
+  m.qk_norm = family == HfFamily::kQwen3 || family == HfFamily::kQwen3Moe || family == HfFamily::kOlmoe ||
+              family == HfFamily::kOlmo2 || family == HfFamily::kOlmo3;
   m.attention_dropout = f.probability_or("attention_dropout", 0.0);
   read_sliding_window(f, family, m);
 }
@@ -460,6 +469,120 @@ void read_gpt_neox(HfFields& f, ModelConfig& m) {
   m.parallel_block = f.flag_or("use_parallel_residual", true);  // GPTNeoXConfig's default
 }
 
+// The share of `layers` layers that a repeating pattern makes local: every `period`-th layer
+// (1-based) full, the others windowed or chunked — (i + 1) % period != 0, as transformers
+// derives Gemma's layer_types from sliding_window_pattern and Llama 4's from
+// no_rope_layer_interval.
+double local_share(int layers, int64_t period) {
+  const int64_t full = period > 0 ? layers / period : 0;
+  return static_cast<double>(layers - full) / static_cast<double>(layers);
+}
+
+// The share of `layers` entries of a layer_types list that name `kind`.
+double layer_types_share(HfFields& f, int layers, const std::string& kind) {
+  JsonReader types = f.at("layer_types");
+  const auto entries = types.elements();
+  if (entries.size() != static_cast<size_t>(layers)) types.fail("expected one entry per layer");
+  double n = 0;
+  for (const JsonReader& t : entries) n += t.as_string() == kind ? 1 : 0;
+  return n / static_cast<double>(layers);
+}
+
+// Gemma 1, 2 and 3 (GemmaForCausalLM, Gemma2ForCausalLM, Gemma3ForCausalLM, and Gemma 3's
+// multimodal wrapper through its text_config): Llama-like GQA with head_dim 256 unless given,
+// a gated GELU MLP (GeGLU: three matrices, as SwiGLU), tied embeddings, no biases. Gemma 2
+// windows alternate layers (sliding_window 4096), Gemma 3 five of every six
+// (sliding_window_pattern 6, window 4096 unless given: the released checkpoints set 1024) and
+// normalises each head's queries and keys. The keys the released Gemma 3 files leave out take
+// Gemma3TextConfig's defaults (vocabulary 262,208, 131,072 positions, 8 heads and 4 KV heads).
+// Not modelled: the extra RMSNorms after attention and after the MLP (two memory-bound passes a
+// layer), Gemma 2's logit soft-capping (a tanh per attention score and per logit).
+void read_gemma(HfFields& f, HfFamily family, ModelConfig& m) {
+  const bool gemma3 = family == HfFamily::kGemma3;
+  m.layers = f.count("num_hidden_layers");
+  m.hidden = f.positive("hidden_size");
+  m.heads = f.count_or("num_attention_heads", gemma3 ? 8 : 16);
+  m.kv_heads = f.count_or("num_key_value_heads", gemma3 ? 4 : m.heads);
+  require_multiple(f, "num_attention_heads", m.heads, "num_key_value_heads", m.kv_heads);
+  m.head_dim = f.positive_or("head_dim", 256);
+  m.ffn = f.positive("intermediate_size");
+  m.vocab = f.positive_or("vocab_size", gemma3 ? 262208 : 256000);
+  m.max_sequence = f.positive_or("max_position_embeddings", gemma3 ? 131072 : 8192);
+  m.tied_embeddings = f.flag_or("tie_word_embeddings", true);
+  m.mlp = MlpKind::kGated;
+  m.norm = NormKind::kRmsNorm;
+  m.position = PositionEmbedding::kRotary;
+  m.qkv_bias = m.attention_output_bias = f.flag_or("attention_bias", false);
+  m.qk_norm = gemma3;
+  m.attention_dropout = f.probability_or("attention_dropout", 0.0);
+  if (family == HfFamily::kGemma) return;
+  m.sliding_window = f.present("sliding_window") ? f.positive("sliding_window") : (f.has("sliding_window") ? 0 : 4096);
+  if (m.sliding_window == 0) return;
+  if (f.present("layer_types")) {
+    m.sliding_window_layers = layer_types_share(f, m.layers, "sliding_attention");
+  } else {
+    m.sliding_window_layers = local_share(m.layers, gemma3 ? f.positive_or("sliding_window_pattern", 6) : 2);
+  }
+}
+
+// Llama 4 (Llama4ForCausalLM; Llama4ForConditionalGeneration through its text_config, model
+// type llama4_text): GQA with per-head query/key norms (use_qk_norm, default true), chunked
+// attention (attention_chunk_size, default 8192) on the layers with rotary embeddings — those
+// marked 1 in no_rope_layers, by default three of every four; the rest are NoPE layers of full
+// attention — and MoE layers of num_local_experts experts of intermediate_size, top
+// num_experts_per_tok by a sigmoid router, each with one shared expert of the same width, on
+// every interleave_moe_layer_step-th layer (or those listed in moe_layers); the other layers are
+// dense MLPs of intermediate_size_mlp. Defaults are Llama4TextConfig's.
+void read_llama4(HfFields& f, ModelConfig& m) {
+  read_decoder_shape(f, m, 128);
+  m.mlp = MlpKind::kGated;
+  m.qkv_bias = m.attention_output_bias = f.flag_or("attention_bias", false);
+  m.qk_norm = f.flag_or("use_qk_norm", true);
+  m.attention_dropout = f.probability_or("attention_dropout", 0.0);
+  m.attention_chunk = f.present("attention_chunk_size") ? f.positive("attention_chunk_size")
+                                                         : (f.has("attention_chunk_size") ? 0 : 8192);
+  if (m.attention_chunk > 0) {
+    if (f.present("layer_types")) {
+      m.attention_chunk_layers = layer_types_share(f, m.layers, "chunked_attention");
+    } else if (f.present("no_rope_layers")) {
+      JsonReader list = f.at("no_rope_layers");
+      const auto entries = list.elements();
+      if (entries.size() != static_cast<size_t>(m.layers)) list.fail("expected one entry per layer");
+      double rope = 0;
+      for (const JsonReader& e : entries) rope += e.as_int() != 0 ? 1 : 0;
+      m.attention_chunk_layers = rope / static_cast<double>(m.layers);
+    } else {
+      m.attention_chunk_layers = local_share(m.layers, 4);
+    }
+  }
+  MoeConfig moe;
+  moe.experts = f.count_or("num_local_experts", 16);
+  moe.top_k = f.count_or("num_experts_per_tok", 1);
+  if (moe.top_k > moe.experts) f.fail_at("num_experts_per_tok", "is larger than num_local_experts");
+  moe.expert_ffn = f.positive_or("intermediate_size", 8192);
+  moe.shared_experts = 1;
+  moe.shared_expert_ffn = moe.expert_ffn;
+  moe.router_score = RouterScore::kSigmoid;
+  if (f.present("moe_layers")) {
+    std::vector<bool> sparse(static_cast<size_t>(m.layers), false);
+    for (const JsonReader& e : f.at("moe_layers").elements()) {
+      const int64_t i = e.as_int();
+      if (i < 0 || i >= m.layers) e.fail("layer " + std::to_string(i) + " is outside 0.." + std::to_string(m.layers - 1));
+      sparse[static_cast<size_t>(i)] = true;
+    }
+    for (int i = 0; i < m.layers; ++i) {
+      if (!sparse[static_cast<size_t>(i)]) moe.dense_layers.push_back(i);
+    }
+  } else {
+    const int step = f.count_or("interleave_moe_layer_step", 1);
+    for (int i = 0; i < m.layers; ++i) {
+      if ((i + 1) % step != 0) moe.dense_layers.push_back(i);
+    }
+  }
+  m.moe = moe;
+  if (m.moe_layer_count() < m.layers) m.ffn = f.positive_or("intermediate_size_mlp", 16384);
+}
+
 std::optional<HfFamily> family_of_architecture(const std::string& a) {
   for (const auto& e : kHfArchitectures) {
     if (a == e.architecture) return e.family;
@@ -648,6 +771,16 @@ ModelConfig read_family(HfFamily family, JsonReader& r, HfFields& f, const std::
     case HfFamily::kNemotronH: read_nemotron_h(f, m); break;
     case HfFamily::kGpt2: read_gpt2(f, m); break;
     case HfFamily::kGptNeoX: read_gpt_neox(f, m); break;
+    case HfFamily::kGemma:
+    case HfFamily::kGemma2:
+    case HfFamily::kGemma3: read_gemma(f, family, m); break;
+    case HfFamily::kLlama4: read_llama4(f, m); break;
+    case HfFamily::kPhi3:
+    case HfFamily::kOlmo2:
+    case HfFamily::kOlmo3:
+      read_llama_like(f, family, m);
+      m.ffn = f.positive("intermediate_size");
+      break;
   }
   if (std::string p = m.problem(); !p.empty()) r.fail(p);
   return m;
@@ -720,6 +853,11 @@ ModelConfig model_from_block(JsonReader r) {
   if (auto v = r.find("sliding_window_layers")) {
     m.sliding_window_layers = v->as_number();
     if (!(m.sliding_window_layers >= 0 && m.sliding_window_layers <= 1)) v->fail("must be a share in [0, 1]");
+  }
+  m.attention_chunk = block_non_negative(r, "attention_chunk", 0, kMaxSize);
+  if (auto v = r.find("attention_chunk_layers")) {
+    m.attention_chunk_layers = v->as_number();
+    if (!(m.attention_chunk_layers >= 0 && m.attention_chunk_layers <= 1)) v->fail("must be a share in [0, 1]");
   }
   m.parallel_block = block_flag(r, "parallel_block", false);
   if (auto moe = r.find("moe")) m.moe = read_moe_block(*moe, m.layers);
