@@ -780,6 +780,7 @@ ModelConfig read_family(HfFamily family, JsonReader& r, HfFields& f, const std::
     case HfFamily::kOlmo3:
       read_llama_like(f, family, m);
       m.ffn = f.positive("intermediate_size");
+      if (family == HfFamily::kPhi3) m.hidden_dropout = f.probability_or("resid_pdrop", 0.0);  // Phi3Config's
       break;
   }
   if (std::string p = m.problem(); !p.empty()) r.fail(p);

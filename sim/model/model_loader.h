@@ -6,15 +6,20 @@
 //    Qwen3MoeForCausalLM, OlmoeForCausalLM, DeepseekV2ForCausalLM, DeepseekV3ForCausalLM (also
 //    model type kimi_k2), Glm4MoeForCausalLM (GLM-4.5 and later: GQA with q/k/v biases and a
 //    DeepSeek-style sigmoid MoE), GptOssForCausalLM, NemotronHForCausalLM (hybrid Mamba-2),
-//    GPT2LMHeadModel, GPTNeoXForCausalLM; a multimodal
-//    wrapper that is none of them is read from its `text_config`. Only the keys that shape cost are
+//    GPT2LMHeadModel, GPTNeoXForCausalLM, GemmaForCausalLM, Gemma2ForCausalLM,
+//    Gemma3ForCausalLM (model type gemma3_text), Llama4ForCausalLM (llama4_text: chunked
+//    attention, interleaved MoE layers with a shared expert), Phi3ForCausalLM (Phi-3, Phi-4),
+//    Olmo2ForCausalLM, Olmo3ForCausalLM; a multimodal wrapper that is none of them (Gemma 3's,
+//    Llama 4's, Kimi-K2.5's) is read from its `text_config`. Only the keys that shape cost are
 //    read and the rest of the file is ignored (these files carry tokenizer ids, rope scaling,
 //    quantisation, …); defaults are those of the transformers configuration classes (e.g. GPT-2
 //    ties its embeddings, n_inner null means 4·n_embd; Qwen3 head_dim defaults to 128).
 //    Sliding windows: `sliding_window` (Mistral's default 4096; Qwen2/3 only with
 //    `use_sliding_window`, from `max_window_layers` on) or `layer_types` (GPT-OSS: alternate
-//    layers when it is absent); GPT-NeoX's `use_parallel_residual` (default true) is the
-//    parallel block.
+//    layers when it is absent; Gemma 2 alternate, Gemma 3 five of every six by
+//    sliding_window_pattern); Llama 4's attention_chunk_size on its rope layers (no_rope_layers
+//    or layer_types; three of every four by default); GPT-NeoX's `use_parallel_residual`
+//    (default true) is the parallel block.
 //    MoE routers: DeepSeek's scoring_func, topk_method (noaux_tc: the expert bias) and
 //    n_group / topk_group (DeepSeek-V2: only under group_limited_greedy); Nemotron-H's and GLM's
 //    sigmoid with its bias (GLM's groups only where n_group > 1); the others a softmax.
@@ -31,7 +36,8 @@
 //        "position_embedding": "rotary" | "learned", "qkv_bias": false,
 //        "attention_output_bias": false, "mlp_bias": false, "glu_clamp": false, "qk_norm": false,
 //        "attention_dropout": 0.0, "hidden_dropout": 0.0, "sliding_window": 0,
-//        "sliding_window_layers": 1.0, "parallel_block": false,
+//        "sliding_window_layers": 1.0, "attention_chunk": 0, "attention_chunk_layers": 1.0,
+//        "parallel_block": false,
 //        "moe": { "experts": 8, "top_k": 2, "expert_ffn": 14336, "shared_experts": 0,
 //                 "shared_expert_ffn": 14336, "first_dense_layers": 0, "layer_frequency": 1,
 //                 "dense_layers": [], "latent_size": 0, "router_score": "softmax" | "sigmoid",
