@@ -592,6 +592,57 @@ TEST(HfConfig, OlmoAndPhiAreLlamaLike) {
   expect_within_percent(count_parameters(phi3).total, 3.82e9, 0.5);
 }
 
+TEST(HfConfig, Qwen3NextIsAHybridOfGatedDeltaNetAndGatedAttention) {
+  // Qwen/Qwen3-Next-80B-A3B-Instruct's config.json: 48 decoder layers, three Gated DeltaNet
+  // layers to one gated attention layer (full_attention_interval 4), each followed by a MoE of
+  // 512 experts of 512, top-10, and a shared expert of 512. Qwen: 80 B total, 3 B activated.
+  const ModelConfig m = hf(R"({"architectures":["Qwen3NextForCausalLM"],"decoder_sparse_step":1,
+    "full_attention_interval":4,"head_dim":256,"hidden_size":2048,"intermediate_size":5120,"linear_conv_kernel_dim":4,
+    "linear_key_head_dim":128,"linear_num_key_heads":16,"linear_num_value_heads":32,"linear_value_head_dim":128,
+    "max_position_embeddings":262144,"mlp_only_layers":[],"model_type":"qwen3_next","moe_intermediate_size":512,
+    "num_attention_heads":16,"num_experts":512,"num_experts_per_tok":10,"num_hidden_layers":48,"num_key_value_heads":2,
+    "partial_rotary_factor":0.25,"shared_expert_intermediate_size":512,"tie_word_embeddings":false,"vocab_size":151936})");
+  std::string twelve;
+  for (int i = 0; i < 12; ++i) twelve += "MEMEME*E";
+  EXPECT_EQ(m.hybrid_pattern, twelve);
+  EXPECT_EQ(m.layers, 96);
+  ASSERT_TRUE(m.mamba && m.moe);
+  EXPECT_EQ(m.mamba->inner(), 4096);               // 32 value heads of 128
+  EXPECT_EQ(m.mamba->groups * m.mamba->state, 2048);  // 16 query/key heads of 128
+  EXPECT_EQ(m.mamba->chunk, 64);
+  EXPECT_TRUE(m.attention_output_gate && m.qk_norm);
+  EXPECT_EQ(m.moe->shared_experts, 1);
+  const ParameterCounts p = count_parameters(m);
+  expect_within_percent(p.total, 80e9, 0.5);
+  expect_within_percent(p.active_without_embedding(), 3.56e9, 1);  // "3B activated" as Qwen rounds it
+  // Qwen3.5 (a multimodal wrapper; the text model's layer_types listed), dense or MoE.
+  const ModelConfig moe35 = hf(R"({"architectures":["Qwen3_5MoeForConditionalGeneration"],"model_type":"qwen3_5_moe",
+    "text_config":{"model_type":"qwen3_5_moe_text","hidden_size":256,"num_hidden_layers":4,"num_attention_heads":4,
+    "num_key_value_heads":1,"head_dim":64,"layer_types":["linear_attention","linear_attention","linear_attention",
+    "full_attention"],"linear_num_key_heads":2,"linear_num_value_heads":4,"linear_key_head_dim":32,
+    "linear_value_head_dim":32,"num_experts":8,"num_experts_per_tok":2,"moe_intermediate_size":64,
+    "shared_expert_intermediate_size":64,"mtp_num_hidden_layers":1,"vocab_size":1000,"max_position_embeddings":4096}})");
+  EXPECT_EQ(moe35.hybrid_pattern, "MEMEME*E");
+  EXPECT_EQ(moe35.mtp_layers, 1);
+  const ModelConfig dense35 = hf(R"({"model_type":"qwen3_5_text","hidden_size":256,"num_hidden_layers":4,
+    "num_attention_heads":4,"num_key_value_heads":1,"intermediate_size":512,"vocab_size":1000,
+    "max_position_embeddings":4096})");
+  EXPECT_EQ(dense35.hybrid_pattern, "M-M-M-*-");
+  EXPECT_EQ(dense35.ffn, 512);
+  EXPECT_FALSE(dense35.moe);
+}
+
+// Gated attention: the query projection's gate is heads·head_dim more outputs, its parameters
+// and its GEMM's FLOPs with it, and a sigmoid-and-multiply pass over the attention's output.
+TEST(HfConfig, AGatedQueryProjectsItsGateToo) {
+  ModelConfig m = hf(R"({"architectures":["LlamaForCausalLM"],"hidden_size":1024,"num_hidden_layers":2,
+    "num_attention_heads":8,"num_key_value_heads":2,"intermediate_size":2048,"vocab_size":1000,
+    "max_position_embeddings":4096})");
+  const int64_t plain = count_parameters(m).attention;
+  m.attention_output_gate = true;
+  EXPECT_EQ(count_parameters(m).attention - plain, 2 * 1024 * 1024);  // two layers of h × heads·d
+}
+
 TEST(ModelBlock, Llama3_8BWrittenAsABlockCountsLikeItsConfigJson) {
   const nlohmann::json doc = parse_json_text(R"({"model":{"name":"llama3-8b-block","layers":32,"hidden":4096,
     "heads":32,"kv_heads":8,"ffn":14336,"mlp":"swiglu","vocab":128256,"max_sequence":8192}})", "w.json");

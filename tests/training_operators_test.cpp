@@ -169,6 +169,19 @@ TEST(ChunkedAttention, EachChunkIsACausalSquareOfItsOwn) {
   EXPECT_NE(m.problem(), "");  // a window and chunks together are refused
 }
 
+// Gated attention (Qwen3-Next): the query projection yields the gate too, b·s·h·(heads·d) more
+// multiply-adds, and one sigmoid-and-multiply pass over the attention's output.
+TEST(GatedAttention, TheQueryProjectionYieldsTheGateAndAPassAppliesIt) {
+  const double b = 2, s = 2048, h = 4096;
+  ModelConfig m = gpt(4096, 32);
+  const double qkv = flops_of(layer_operators(m, 0, batch(2, 2048, true), {}), "qkv_proj");
+  EXPECT_DOUBLE_EQ(qkv, 2 * b * s * h * 3 * h);
+  m.attention_output_gate = true;
+  const auto ops = layer_operators(m, 0, batch(2, 2048, true), {});
+  EXPECT_DOUBLE_EQ(flops_of(ops, "qkv_proj"), 2 * b * s * h * 4 * h);
+  EXPECT_DOUBLE_EQ(flops_of(ops, "attention_output_gate"), 4 * b * s * h);
+}
+
 // Serving under chunks: the token at position p sees the p mod c + 1 keys of its own chunk.
 TEST(ChunkedAttention, RaggedBatchesSeeOnlyTheirChunk) {
   RaggedBatch decode;

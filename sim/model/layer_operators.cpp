@@ -18,6 +18,7 @@ constexpr double kGeluFlops = 8;       // tanh approximation
 constexpr double kRotaryFlops = 3;     // two multiplies and an add per rotated element
 constexpr double kSoftmaxFlops = 5;    // max, subtract, exp, sum, divide
 constexpr double kSiluFlops = 4;       // sigmoid (~3), x·σ
+constexpr double kSigmoidGateFlops = 4;  // sigmoid (~3) of the gate, ·O
 constexpr int kSsdForwardKernels = 5;  // chunk cumsum, chunk states, state passing, C·Bᵀ, chunk scan
 constexpr int kSsdBackwardKernels = 14;
 // The bytes one SM moves a second in mamba_ssm's Triton SSD kernels (ssd_scan below). vLLM PR
@@ -612,6 +613,13 @@ void require_valid(const ModelConfig& model, const Batch& batch, const ShardingF
 
 // The attention's output projection and residual add.
 void add_attention_output(OperatorList& ops, const ModelConfig& m, const LocalSizes& z) {
+  if (m.attention_output_gate && !m.mla) {
+    // O · sigmoid(gate): reads both, writes O; the backward reads O, the gate and the gradient,
+    // writes two. The ungated O (FlashAttention's backward reads it) and the gate are kept.
+    const double elements = z.tokens * z.heads * static_cast<double>(m.head_dim);
+    ops.memory("attention_output_gate", 3.0 * elements * ops.element_bytes(), kSigmoidGateFlops * elements, 5.0 / 3.0);
+    ops.keep(2.0 * elements);
+  }
   ops.gemm("attention_out_proj", z.tokens, z.hidden, z.heads * static_cast<double>(m.v_head_dim()), 1,
            {1, z.sp_tokens / z.tokens});
   const double attention_output = z.tokens * z.heads * static_cast<double>(m.v_head_dim());
@@ -693,13 +701,14 @@ void add_attention(OperatorList& ops, const ModelConfig& m, AttentionKernel atte
     }
   } else {
     const double d = static_cast<double>(m.head_dim);
+    const double query_heads = z.heads * (m.attention_output_gate ? 2 : 1);  // a gated query projects its gate too
     if (ops.separate_projections()) {
-      ops.gemm("q_proj", z.tokens, z.heads * d, z.hidden, 1, {z.sp_tokens / z.tokens, 1});
+      ops.gemm("q_proj", z.tokens, query_heads * d, z.hidden, 1, {z.sp_tokens / z.tokens, 1});
       ops.keep_gemm_input(z.sp_tokens * z.hidden);
       ops.gemm("k_proj", z.tokens, z.kv_heads * d, z.hidden, 1, {0, 1});
       ops.gemm("v_proj", z.tokens, z.kv_heads * d, z.hidden, 1, {0, 1});
     } else {
-      ops.gemm("qkv_proj", z.tokens, (z.heads + 2 * z.kv_heads) * d, z.hidden, 1, {z.sp_tokens / z.tokens, 1});
+      ops.gemm("qkv_proj", z.tokens, (query_heads + 2 * z.kv_heads) * d, z.hidden, 1, {z.sp_tokens / z.tokens, 1});
       ops.keep_gemm_input(z.sp_tokens * z.hidden);
     }
     const double qk_elements = z.tokens * (z.heads + z.kv_heads) * d;

@@ -61,6 +61,7 @@ nlohmann::ordered_json model_block(const ModelConfig& m) {
   j["mlp_bias"] = m.mlp_bias;
   if (m.glu_clamp) j["glu_clamp"] = true;
   j["qk_norm"] = m.qk_norm;
+  if (m.attention_output_gate) j["attention_output_gate"] = true;
   j["attention_dropout"] = m.attention_dropout;
   j["hidden_dropout"] = m.hidden_dropout;
   j["sliding_window"] = m.sliding_window;

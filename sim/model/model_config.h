@@ -121,6 +121,10 @@ struct ModelConfig {
   /// clamps and a cat in eager PyTorch before the fused activation (OperatorList::mlp).
   bool glu_clamp = false;
   bool qk_norm = false;                ///< per-head RMSNorm of queries and keys (Qwen3)
+  /// Gated attention (Qwen3-Next, Qwen3.5): the query projection also yields a gate per query
+  /// element (heads·head_dim more outputs), and the attention's output is multiplied by its
+  /// sigmoid before the output projection.
+  bool attention_output_gate = false;
   /// Dropout probabilities in training, in [0, 1). Above 0 a mask is kept for the backward:
   /// one byte per attention score (a kernel of its own in the unfused core; inside
   /// FlashAttention's kernel it regenerates from the seed) and one per element after each

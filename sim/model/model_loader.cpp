@@ -16,7 +16,8 @@ constexpr int64_t kMaxSize = int64_t{1} << 24;   // dimensions, vocabulary, sequ
 
 enum class HfFamily {
   kLlama, kMistral, kMixtral, kQwen2, kQwen3, kQwen2Moe, kQwen3Moe, kOlmoe, kDeepseekV2, kDeepseekV3, kGlm4Moe,
-  kGptOss, kNemotronH, kGpt2, kGptNeoX, kGemma, kGemma2, kGemma3, kLlama4, kPhi3, kOlmo2, kOlmo3
+  kGptOss, kNemotronH, kGpt2, kGptNeoX, kGemma, kGemma2, kGemma3, kLlama4, kPhi3, kOlmo2, kOlmo3, kQwen3Next,
+  kQwen35
 };
 
 struct HfArchitecture {
@@ -48,6 +49,9 @@ constexpr HfArchitecture kHfArchitectures[] = {
     {"Phi3ForCausalLM", "phi3", HfFamily::kPhi3},
     {"Olmo2ForCausalLM", "olmo2", HfFamily::kOlmo2},
     {"Olmo3ForCausalLM", "olmo3", HfFamily::kOlmo3},
+    {"Qwen3NextForCausalLM", "qwen3_next", HfFamily::kQwen3Next},
+    {"Qwen3_5ForCausalLM", "qwen3_5_text", HfFamily::kQwen35},
+    {"Qwen3_5MoeForCausalLM", "qwen3_5_moe_text", HfFamily::kQwen35},
 };
 
 std::string supported_list() {
@@ -583,6 +587,93 @@ void read_llama4(HfFields& f, ModelConfig& m) {
   if (m.moe_layer_count() < m.layers) m.ffn = f.positive_or("intermediate_size_mlp", 16384);
 }
 
+// Qwen3-Next and Qwen3.5 (Qwen3NextForCausalLM; Qwen3_5ForCausalLM and Qwen3_5MoeForCausalLM, and
+// their multimodal wrappers through text_config): each decoder layer a token mixer — Gated
+// DeltaNet linear attention, or every full_attention_interval-th layer (layer_types where given)
+// gated GQA attention with per-head query/key norms — then a MoE (num_experts of
+// moe_intermediate_size, top num_experts_per_tok by softmax, and a shared expert of
+// shared_expert_intermediate_size) or, on Qwen's dense layers, an MLP of intermediate_size. The
+// decoder layer becomes two blocks of the hybrid pattern (M or *, then E or -), as Nemotron-H's.
+// Gated DeltaNet is costed as the Mamba-2 mixer of the same shape: linear_num_value_heads heads
+// of linear_value_head_dim, a state of linear_key_head_dim per head, linear_num_key_heads groups
+// (queries and keys as Mamba's C and B), the short convolution of linear_conv_kernel_dim over
+// them and the values, a gated RMSNorm, the output projection; chunks of 64 (the flash-linear-
+// attention kernels'). Not modelled: the delta rule's per-chunk triangular solve (C²·d_k a
+// chunk and head, beside the scan's C·(d_k + d_v) per token), the queries' and keys' L2 norms,
+// the partial rotary embedding, the shared expert's sigmoid gate. mtp_num_hidden_layers MTP
+// modules of one attention and one MoE block. Defaults are Qwen3NextConfig's.
+void read_qwen3_next(HfFields& f, HfFamily family, ModelConfig& m) {
+  const int decoder_layers = f.count("num_hidden_layers");
+  std::vector<bool> linear(static_cast<size_t>(decoder_layers));
+  if (f.present("layer_types")) {
+    JsonReader types = f.at("layer_types");
+    const auto entries = types.elements();
+    if (entries.size() != static_cast<size_t>(decoder_layers)) types.fail("expected one entry per layer");
+    for (size_t i = 0; i < entries.size(); ++i) {
+      const std::string t = entries[i].as_string();
+      if (t != "linear_attention" && t != "full_attention") {
+        entries[i].fail("unknown layer type \"" + t + "\" (expected linear_attention or full_attention)");
+      }
+      linear[i] = t == "linear_attention";
+    }
+  } else {
+    const int64_t interval = f.positive_or("full_attention_interval", 4);
+    for (int i = 0; i < decoder_layers; ++i) linear[static_cast<size_t>(i)] = (i + 1) % interval != 0;
+  }
+  const bool moe = family == HfFamily::kQwen3Next || f.present("num_experts");
+  std::vector<bool> sparse(static_cast<size_t>(decoder_layers), moe);
+  if (moe) {
+    const int step = f.count_or("decoder_sparse_step", 1);
+    for (int i = 0; i < decoder_layers; ++i) sparse[static_cast<size_t>(i)] = (i + 1) % step == 0;
+    if (f.present("mlp_only_layers")) {
+      for (const JsonReader& e : f.at("mlp_only_layers").elements()) {
+        const int64_t i = e.as_int();
+        if (i < 0 || i >= decoder_layers) {
+          e.fail("layer " + std::to_string(i) + " is outside 0.." + std::to_string(decoder_layers - 1));
+        }
+        sparse[static_cast<size_t>(i)] = false;
+      }
+    }
+  }
+  for (int i = 0; i < decoder_layers; ++i) {
+    m.hybrid_pattern += linear[static_cast<size_t>(i)] ? 'M' : '*';
+    m.hybrid_pattern += sparse[static_cast<size_t>(i)] ? 'E' : '-';
+  }
+  read_decoder_shape(f, m, 256, static_cast<int64_t>(m.hybrid_pattern.size()));
+  m.layers = static_cast<int>(m.hybrid_pattern.size());
+  m.mlp = MlpKind::kGated;
+  m.qkv_bias = m.attention_output_bias = f.flag_or("attention_bias", false);
+  m.qk_norm = true;
+  m.attention_output_gate = true;
+  m.attention_dropout = f.probability_or("attention_dropout", 0.0);
+  MambaConfig mixer;
+  mixer.heads = f.count_or("linear_num_value_heads", 32);
+  mixer.head_dim = f.positive_or("linear_value_head_dim", 128);
+  mixer.state = f.positive_or("linear_key_head_dim", 128);
+  mixer.groups = f.count_or("linear_num_key_heads", 16);
+  mixer.conv_kernel = f.count_or("linear_conv_kernel_dim", 4);
+  mixer.chunk = 64;
+  if (mixer.heads % mixer.groups != 0) {
+    f.fail_at("linear_num_value_heads", "is not a multiple of linear_num_key_heads=" + std::to_string(mixer.groups));
+  }
+  m.mamba = mixer;
+  if (moe) {
+    MoeConfig e;
+    e.experts = f.count("num_experts");
+    e.top_k = f.count("num_experts_per_tok");
+    if (e.top_k > e.experts) f.fail_at("num_experts_per_tok", "is larger than num_experts");
+    e.expert_ffn = f.positive("moe_intermediate_size");
+    if (f.present("shared_expert_intermediate_size")) {
+      e.shared_experts = 1;
+      e.shared_expert_ffn = f.positive("shared_expert_intermediate_size");
+    }
+    m.moe = e;
+  }
+  if (m.hybrid_pattern.find('-') != std::string::npos) m.ffn = f.positive("intermediate_size");
+  m.mtp_layers = static_cast<int>(f.non_negative_or("mtp_num_hidden_layers", 0, kMaxCount));
+  if (m.mtp_layers > 0 && !m.moe) f.fail_at("mtp_num_hidden_layers", "a dense model's MTP module is not modelled");
+}
+
 std::optional<HfFamily> family_of_architecture(const std::string& a) {
   for (const auto& e : kHfArchitectures) {
     if (a == e.architecture) return e.family;
@@ -775,6 +866,8 @@ ModelConfig read_family(HfFamily family, JsonReader& r, HfFields& f, const std::
     case HfFamily::kGemma2:
     case HfFamily::kGemma3: read_gemma(f, family, m); break;
     case HfFamily::kLlama4: read_llama4(f, m); break;
+    case HfFamily::kQwen3Next:
+    case HfFamily::kQwen35: read_qwen3_next(f, family, m); break;
     case HfFamily::kPhi3:
     case HfFamily::kOlmo2:
     case HfFamily::kOlmo3:
@@ -848,6 +941,7 @@ ModelConfig model_from_block(JsonReader r) {
   m.mlp_bias = block_flag(r, "mlp_bias", false);
   m.glu_clamp = block_flag(r, "glu_clamp", false);
   m.qk_norm = block_flag(r, "qk_norm", false);
+  m.attention_output_gate = block_flag(r, "attention_output_gate", false);
   m.attention_dropout = block_probability(r, "attention_dropout");
   m.hidden_dropout = block_probability(r, "hidden_dropout");
   m.sliding_window = block_non_negative(r, "sliding_window", 0, kMaxSize);

@@ -9,8 +9,10 @@
 //    GPT2LMHeadModel, GPTNeoXForCausalLM, GemmaForCausalLM, Gemma2ForCausalLM,
 //    Gemma3ForCausalLM (model type gemma3_text), Llama4ForCausalLM (llama4_text: chunked
 //    attention, interleaved MoE layers with a shared expert), Phi3ForCausalLM (Phi-3, Phi-4),
-//    Olmo2ForCausalLM, Olmo3ForCausalLM; a multimodal wrapper that is none of them (Gemma 3's,
-//    Llama 4's, Kimi-K2.5's) is read from its `text_config`. Only the keys that shape cost are
+//    Olmo2ForCausalLM, Olmo3ForCausalLM, Qwen3NextForCausalLM, Qwen3_5ForCausalLM and
+//    Qwen3_5MoeForCausalLM (Gated DeltaNet layers costed as Mamba-2 mixers of the same shape,
+//    gated attention, each decoder layer two hybrid blocks); a multimodal wrapper that is none
+//    of them (Gemma 3's, Llama 4's, Qwen3.5's, Kimi-K2.5's) is read from its `text_config`. Only the keys that shape cost are
 //    read and the rest of the file is ignored (these files carry tokenizer ids, rope scaling,
 //    quantisation, …); defaults are those of the transformers configuration classes (e.g. GPT-2
 //    ties its embeddings, n_inner null means 4·n_embd; Qwen3 head_dim defaults to 128).
@@ -35,6 +37,7 @@
 //        "max_sequence": 4096, "norm": "rmsnorm" | "layernorm",
 //        "position_embedding": "rotary" | "learned", "qkv_bias": false,
 //        "attention_output_bias": false, "mlp_bias": false, "glu_clamp": false, "qk_norm": false,
+//        "attention_output_gate": false,
 //        "attention_dropout": 0.0, "hidden_dropout": 0.0, "sliding_window": 0,
 //        "sliding_window_layers": 1.0, "attention_chunk": 0, "attention_chunk_layers": 1.0,
 //        "parallel_block": false,
