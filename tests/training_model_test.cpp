@@ -159,7 +159,9 @@ TEST(BundledModels, Llama4ScoutAndMaverick) {
   // meta-llama/Llama-4-Scout-17B-16E's text_config: 48 layers, h 5120, 40 query heads and 8 KV
   // heads of 128; every layer 16 experts of 8192, top-1, and a shared expert of 8192. Per layer:
   // attention 2·5120² + 2·5120·1024 = 62,914,560; experts 16·3·5120·8192 = 2,013,265,920; shared
-  // 125,829,120; router 81,920; norms 10,240 and query/key norms 256 → 2,202,102,016 × 48 =
+  // 125,829,120; router 81,920; norms 10,240 and query/key norms 256 (gains the model counts for
+  // every query/key norm; Llama 4's are weightless L2 norms, so 12,288 of the total are not in the
+  // checkpoint) → 2,202,102,016 × 48 =
   // 105,700,896,768; untied embedding and head 2·202048·5120 = 2,068,971,520; final norm 5,120.
   // Total 107.77 B (Meta's 109 B counts the vision encoder too); active: one expert and the shared
   // one, 314,665,216 a layer → 17.17 B: Meta's "17B active".
@@ -543,7 +545,7 @@ TEST(HfConfig, Gemma2AlternatesWindowsAndCountsAsItsReport) {
   // a newer file lists them.
   const ModelConfig g3 = hf(R"({"model_type":"gemma3_text","hidden_size":2560,"intermediate_size":10240,
     "num_hidden_layers":34,"sliding_window":1024})");
-  EXPECT_EQ(g3.heads, 8);
+  EXPECT_EQ(g3.heads, 8);  // Gemma3TextConfig's, as Gemma2Config's
   EXPECT_EQ(g3.kv_heads, 4);
   EXPECT_EQ(g3.head_dim, 256);
   EXPECT_EQ(g3.vocab, 262208);
@@ -567,6 +569,21 @@ TEST(HfConfig, Llama4ChunksTheRopeLayersAndInterleavesItsExperts) {
   EXPECT_EQ(m.ffn, 512);
   // Without chunks (attention_chunk_size null) every layer attends to its whole context.
   EXPECT_EQ(hf("{" + shape + R"(,"attention_chunk_size":null})").attention_chunk, 0);
+  // An empty list (as Meta's Scout file writes it) is the default, every 4th layer NoPE, or every
+  // no_rope_layer_interval-th.
+  EXPECT_DOUBLE_EQ(hf("{" + shape + R"(,"no_rope_layers":[]})").attention_chunk_layers, 0.75);
+  EXPECT_DOUBLE_EQ(hf("{" + shape + R"(,"no_rope_layers":[],"no_rope_layer_interval":2})").attention_chunk_layers, 0.5);
+  EXPECT_DOUBLE_EQ(hf("{" + shape + R"(,"layer_types":["chunked_attention","full_attention","chunked_attention",
+    "chunked_attention","chunked_attention","full_attention","chunked_attention","chunked_attention"]})")
+                       .attention_chunk_layers,
+                   0.75);
+  EXPECT_THROW(hf("{" + shape + R"(,"layer_types":["chunked_attention","full_attention","sliding_attention",
+    "chunked_attention","chunked_attention","full_attention","chunked_attention","chunked_attention"]})"),
+               InputError);
+  // No MoE layer listed: a dense model of intermediate_size_mlp.
+  const ModelConfig dense = hf("{" + shape + R"(,"moe_layers":[]})");
+  EXPECT_FALSE(dense.moe);
+  EXPECT_EQ(dense.ffn, 512);
   // A no_rope_layers list of the wrong length is refused, naming the key.
   EXPECT_THROW(hf("{" + shape + R"(,"no_rope_layers":[1,0]})"), InputError);
 }
@@ -578,7 +595,13 @@ TEST(HfConfig, OlmoAndPhiAreLlamaLike) {
     "num_hidden_layers":32,"num_key_value_heads":32,"tie_word_embeddings":false,"vocab_size":100352})");
   EXPECT_TRUE(olmo2.qk_norm);
   expect_within_percent(count_parameters(olmo2).total, 7.30e9, 0.5);
-  // OLMo 3 windows the layers its layer_types mark.
+  // OLMo 3: Olmo3Config's 4096-token window on three of every four layers, or the layers its
+  // layer_types mark.
+  const ModelConfig olmo3_default = hf(R"({"architectures":["Olmo3ForCausalLM"],"hidden_size":256,
+    "intermediate_size":512,"max_position_embeddings":4096,"num_attention_heads":4,"num_hidden_layers":8,
+    "vocab_size":1000})");
+  EXPECT_EQ(olmo3_default.sliding_window, 4096);
+  EXPECT_DOUBLE_EQ(olmo3_default.sliding_window_layers, 0.75);
   const ModelConfig olmo3 = hf(R"({"architectures":["Olmo3ForCausalLM"],"hidden_size":256,"intermediate_size":512,
     "max_position_embeddings":4096,"num_attention_heads":4,"num_hidden_layers":4,"vocab_size":1000,
     "sliding_window":4096,"layer_types":["sliding_attention","sliding_attention","sliding_attention","full_attention"]})");
@@ -624,12 +647,15 @@ TEST(HfConfig, Qwen3NextIsAHybridOfGatedDeltaNetAndGatedAttention) {
     "shared_expert_intermediate_size":64,"mtp_num_hidden_layers":1,"vocab_size":1000,"max_position_embeddings":4096}})");
   EXPECT_EQ(moe35.hybrid_pattern, "MEMEME*E");
   EXPECT_EQ(moe35.mtp_layers, 1);
+  // The dense Qwen3.5 files carry an MTP module too: gated attention and the MLP.
   const ModelConfig dense35 = hf(R"({"model_type":"qwen3_5_text","hidden_size":256,"num_hidden_layers":4,
     "num_attention_heads":4,"num_key_value_heads":1,"intermediate_size":512,"vocab_size":1000,
-    "max_position_embeddings":4096})");
+    "max_position_embeddings":4096,"mtp_num_hidden_layers":1})");
   EXPECT_EQ(dense35.hybrid_pattern, "M-M-M-*-");
   EXPECT_EQ(dense35.ffn, 512);
   EXPECT_FALSE(dense35.moe);
+  EXPECT_EQ(dense35.mtp_layers, 1);
+  EXPECT_GT(count_parameters(dense35).mtp, 0);
 }
 
 // Gated attention: the query projection's gate is heads·head_dim more outputs, its parameters

@@ -179,6 +179,11 @@ struct ModelConfig {
   int64_t rotary_dim() const;
   /// Key/value heads that are materialised for attention: kv_heads, or heads with MLA.
   int attention_kv_heads() const;
+  /// The fused query-key-value projection's outputs (not MLA): the queries, with a gated
+  /// attention's gate beside them, and the keys and values.
+  int64_t qkv_projection_width() const {
+    return (int64_t{heads} * (attention_output_gate ? 2 : 1) + 2 * int64_t{kv_heads}) * head_dim;
+  }
 
   /// Empty when consistent; otherwise the first problem, naming the fields (e.g. "heads=32 is
   /// not a multiple of kv_heads=5"). Loaders check the same things with JSON paths; this is

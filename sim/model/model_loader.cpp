@@ -17,7 +17,7 @@ constexpr int64_t kMaxSize = int64_t{1} << 24;   // dimensions, vocabulary, sequ
 enum class HfFamily {
   kLlama, kMistral, kMixtral, kQwen2, kQwen3, kQwen2Moe, kQwen3Moe, kOlmoe, kDeepseekV2, kDeepseekV3, kGlm4Moe,
   kGptOss, kNemotronH, kGpt2, kGptNeoX, kGemma, kGemma2, kGemma3, kLlama4, kPhi3, kOlmo2, kOlmo3, kQwen3Next,
-  kQwen35
+  kQwen35, kQwen35Moe
 };
 
 struct HfArchitecture {
@@ -51,7 +51,7 @@ constexpr HfArchitecture kHfArchitectures[] = {
     {"Olmo3ForCausalLM", "olmo3", HfFamily::kOlmo3},
     {"Qwen3NextForCausalLM", "qwen3_next", HfFamily::kQwen3Next},
     {"Qwen3_5ForCausalLM", "qwen3_5_text", HfFamily::kQwen35},
-    {"Qwen3_5MoeForCausalLM", "qwen3_5_moe_text", HfFamily::kQwen35},
+    {"Qwen3_5MoeForCausalLM", "qwen3_5_moe_text", HfFamily::kQwen35Moe},
 };
 
 std::string supported_list() {
@@ -130,7 +130,8 @@ void read_sliding_window(HfFields& f, HfFamily family, ModelConfig& m) {
   const bool qwen = family == HfFamily::kQwen2 || family == HfFamily::kQwen3 || family == HfFamily::kQwen2Moe ||
                     family == HfFamily::kQwen3Moe;
   if (qwen && !f.flag_or("use_sliding_window", false)) return;
-  const int64_t fallback = family == HfFamily::kMistral ? 4096 : 0;
+  // MistralConfig's and Olmo3Config's default window.
+  const int64_t fallback = family == HfFamily::kMistral || family == HfFamily::kOlmo3 ? 4096 : 0;
   m.sliding_window = f.present("sliding_window") ? f.positive("sliding_window") : (f.has("sliding_window") ? 0 : fallback);
   if (m.sliding_window == 0) return;
   if (f.present("layer_types")) {
@@ -142,6 +143,8 @@ void read_sliding_window(HfFields& f, HfFamily family, ModelConfig& m) {
     m.sliding_window_layers = sliding / static_cast<double>(m.layers);
   } else if (family == HfFamily::kGptOss) {
     m.sliding_window_layers = 0.5;  // GptOssConfig's default layer_types: sliding, full, sliding, …
+  } else if (family == HfFamily::kOlmo3) {
+    m.sliding_window_layers = static_cast<double>(m.layers - m.layers / 4) / m.layers;  // full every 4th layer
   } else if (qwen) {
     const int64_t full = std::min<int64_t>(f.non_negative_or("max_window_layers", m.layers, kMaxCount), m.layers);
     m.sliding_window_layers = static_cast<double>(m.layers - full) / static_cast<double>(m.layers);
@@ -482,13 +485,18 @@ double local_share(int layers, int64_t period) {
   return static_cast<double>(layers - full) / static_cast<double>(layers);
 }
 
-// The share of `layers` entries of a layer_types list that name `kind`.
+// The share of a layer_types list's `layers` entries that name `kind`; every other entry must be
+// "full_attention".
 double layer_types_share(HfFields& f, int layers, const std::string& kind) {
   JsonReader types = f.at("layer_types");
   const auto entries = types.elements();
   if (entries.size() != static_cast<size_t>(layers)) types.fail("expected one entry per layer");
   double n = 0;
-  for (const JsonReader& t : entries) n += t.as_string() == kind ? 1 : 0;
+  for (const JsonReader& t : entries) {
+    const std::string s = t.as_string();
+    if (s != kind && s != "full_attention") t.fail("unknown layer type \"" + s + "\" (expected " + kind + " or full_attention)");
+    n += s == kind ? 1 : 0;
+  }
   return n / static_cast<double>(layers);
 }
 
@@ -505,8 +513,10 @@ void read_gemma(HfFields& f, HfFamily family, ModelConfig& m) {
   const bool gemma3 = family == HfFamily::kGemma3;
   m.layers = f.count("num_hidden_layers");
   m.hidden = f.positive("hidden_size");
-  m.heads = f.count_or("num_attention_heads", gemma3 ? 8 : 16);
-  m.kv_heads = f.count_or("num_key_value_heads", gemma3 ? 4 : m.heads);
+  // GemmaConfig's 16 heads and 16 KV heads, Gemma2Config's and Gemma3TextConfig's 8 and 4.
+  const bool gemma1 = family == HfFamily::kGemma;
+  m.heads = f.count_or("num_attention_heads", gemma1 ? 16 : 8);
+  m.kv_heads = f.count_or("num_key_value_heads", gemma1 ? 16 : 4);
   require_multiple(f, "num_attention_heads", m.heads, "num_key_value_heads", m.kv_heads);
   m.head_dim = f.positive_or("head_dim", 256);
   m.ffn = f.positive("intermediate_size");
@@ -530,13 +540,16 @@ void read_gemma(HfFields& f, HfFamily family, ModelConfig& m) {
 }
 
 // Llama 4 (Llama4ForCausalLM; Llama4ForConditionalGeneration through its text_config, model
-// type llama4_text): GQA with per-head query/key norms (use_qk_norm, default true), chunked
-// attention (attention_chunk_size, default 8192) on the layers with rotary embeddings — those
-// marked 1 in no_rope_layers, by default three of every four; the rest are NoPE layers of full
+// type llama4_text): GQA with query/key norms (use_qk_norm, default true: Llama 4's are weightless
+// L2 norms on its rope layers, counted here as the per-head RMSNorm on every layer, 2·head_dim
+// gains a layer too many), chunked attention (attention_chunk_size, default 8192) on the layers
+// with rotary embeddings — those marked 1 in no_rope_layers, or where that list is absent or
+// empty all but every no_rope_layer_interval-th (default 4); the rest are NoPE layers of full
 // attention — and MoE layers of num_local_experts experts of intermediate_size, top
 // num_experts_per_tok by a sigmoid router, each with one shared expert of the same width, on
 // every interleave_moe_layer_step-th layer (or those listed in moe_layers); the other layers are
-// dense MLPs of intermediate_size_mlp. Defaults are Llama4TextConfig's.
+// dense MLPs of intermediate_size_mlp. Where the file leaves one of these keys out,
+// Llama4TextConfig's default (head_dim 128); the sizes, vocabulary and context are required.
 void read_llama4(HfFields& f, ModelConfig& m) {
   read_decoder_shape(f, m, 128);
   m.mlp = MlpKind::kGated;
@@ -548,7 +561,7 @@ void read_llama4(HfFields& f, ModelConfig& m) {
   if (m.attention_chunk > 0) {
     if (f.present("layer_types")) {
       m.attention_chunk_layers = layer_types_share(f, m.layers, "chunked_attention");
-    } else if (f.present("no_rope_layers")) {
+    } else if (f.present("no_rope_layers") && !f.at("no_rope_layers").elements().empty()) {
       JsonReader list = f.at("no_rope_layers");
       const auto entries = list.elements();
       if (entries.size() != static_cast<size_t>(m.layers)) list.fail("expected one entry per layer");
@@ -556,7 +569,8 @@ void read_llama4(HfFields& f, ModelConfig& m) {
       for (const JsonReader& e : entries) rope += e.as_int() != 0 ? 1 : 0;
       m.attention_chunk_layers = rope / static_cast<double>(m.layers);
     } else {
-      m.attention_chunk_layers = local_share(m.layers, 4);
+      // An absent or empty list: every no_rope_layer_interval-th layer NoPE (Llama4TextConfig).
+      m.attention_chunk_layers = local_share(m.layers, f.positive_or("no_rope_layer_interval", 4));
     }
   }
   MoeConfig moe;
@@ -576,6 +590,10 @@ void read_llama4(HfFields& f, ModelConfig& m) {
     }
     for (int i = 0; i < m.layers; ++i) {
       if (!sparse[static_cast<size_t>(i)]) moe.dense_layers.push_back(i);
+    }
+    if (moe.dense_layers.size() == static_cast<size_t>(m.layers)) {  // moe_layers []: a dense model
+      m.ffn = f.positive_or("intermediate_size_mlp", 16384);
+      return;
     }
   } else {
     const int step = f.count_or("interleave_moe_layer_step", 1);
@@ -601,7 +619,8 @@ void read_llama4(HfFields& f, ModelConfig& m) {
 // attention kernels'). Not modelled: the delta rule's per-chunk triangular solve (C²·d_k a
 // chunk and head, beside the scan's C·(d_k + d_v) per token), the queries' and keys' L2 norms,
 // the partial rotary embedding, the shared expert's sigmoid gate. mtp_num_hidden_layers MTP
-// modules of one attention and one MoE block. Defaults are Qwen3NextConfig's.
+// modules of one attention block and the model's MoE or MLP. Qwen3_5ForCausalLM (qwen3_5_text)
+// is dense; the others MoE. Defaults are Qwen3NextConfig's.
 void read_qwen3_next(HfFields& f, HfFamily family, ModelConfig& m) {
   const int decoder_layers = f.count("num_hidden_layers");
   std::vector<bool> linear(static_cast<size_t>(decoder_layers));
@@ -610,17 +629,19 @@ void read_qwen3_next(HfFields& f, HfFamily family, ModelConfig& m) {
     const auto entries = types.elements();
     if (entries.size() != static_cast<size_t>(decoder_layers)) types.fail("expected one entry per layer");
     for (size_t i = 0; i < entries.size(); ++i) {
+      // Qwen3.5's older names, as its config class remaps them: attention, mamba.
       const std::string t = entries[i].as_string();
-      if (t != "linear_attention" && t != "full_attention") {
+      const bool is_linear = t == "linear_attention" || t == "mamba";
+      if (!is_linear && t != "full_attention" && t != "attention") {
         entries[i].fail("unknown layer type \"" + t + "\" (expected linear_attention or full_attention)");
       }
-      linear[i] = t == "linear_attention";
+      linear[i] = is_linear;
     }
   } else {
     const int64_t interval = f.positive_or("full_attention_interval", 4);
     for (int i = 0; i < decoder_layers; ++i) linear[static_cast<size_t>(i)] = (i + 1) % interval != 0;
   }
-  const bool moe = family == HfFamily::kQwen3Next || f.present("num_experts");
+  const bool moe = family != HfFamily::kQwen35;
   std::vector<bool> sparse(static_cast<size_t>(decoder_layers), moe);
   if (moe) {
     const int step = f.count_or("decoder_sparse_step", 1);
@@ -663,15 +684,14 @@ void read_qwen3_next(HfFields& f, HfFamily family, ModelConfig& m) {
     e.top_k = f.count("num_experts_per_tok");
     if (e.top_k > e.experts) f.fail_at("num_experts_per_tok", "is larger than num_experts");
     e.expert_ffn = f.positive("moe_intermediate_size");
-    if (f.present("shared_expert_intermediate_size")) {
-      e.shared_experts = 1;
-      e.shared_expert_ffn = f.positive("shared_expert_intermediate_size");
-    }
+    e.shared_experts = 1;  // the sparse block always has one (Qwen3NextSparseMoeBlock)
+    e.shared_expert_ffn = f.positive_or("shared_expert_intermediate_size", 512);
     m.moe = e;
   }
   if (m.hybrid_pattern.find('-') != std::string::npos) m.ffn = f.positive("intermediate_size");
+  // An MTP module is a gated attention and the model's MLP or MoE, as the layers past the pattern
+  // are (ModelConfig::layer_kind).
   m.mtp_layers = static_cast<int>(f.non_negative_or("mtp_num_hidden_layers", 0, kMaxCount));
-  if (m.mtp_layers > 0 && !m.moe) f.fail_at("mtp_num_hidden_layers", "a dense model's MTP module is not modelled");
 }
 
 std::optional<HfFamily> family_of_architecture(const std::string& a) {
@@ -867,7 +887,8 @@ ModelConfig read_family(HfFamily family, JsonReader& r, HfFields& f, const std::
     case HfFamily::kGemma3: read_gemma(f, family, m); break;
     case HfFamily::kLlama4: read_llama4(f, m); break;
     case HfFamily::kQwen3Next:
-    case HfFamily::kQwen35: read_qwen3_next(f, family, m); break;
+    case HfFamily::kQwen35:
+    case HfFamily::kQwen35Moe: read_qwen3_next(f, family, m); break;
     case HfFamily::kPhi3:
     case HfFamily::kOlmo2:
     case HfFamily::kOlmo3:

@@ -12,25 +12,29 @@
 //    Olmo2ForCausalLM, Olmo3ForCausalLM, Qwen3NextForCausalLM, Qwen3_5ForCausalLM and
 //    Qwen3_5MoeForCausalLM (Gated DeltaNet layers costed as Mamba-2 mixers of the same shape,
 //    gated attention, each decoder layer two hybrid blocks); a multimodal wrapper that is none
-//    of them (Gemma 3's, Llama 4's, Qwen3.5's, Kimi-K2.5's) is read from its `text_config`. Only the keys that shape cost are
-//    read and the rest of the file is ignored (these files carry tokenizer ids, rope scaling,
-//    quantisation, …); defaults are those of the transformers configuration classes (e.g. GPT-2
-//    ties its embeddings, n_inner null means 4·n_embd; Qwen3 head_dim defaults to 128).
+//    of them (Gemma 3's, Llama 4's, Qwen3.5's, Kimi-K2.5's) is read from its `text_config`.
+//    Only the keys that shape cost are read and the rest of the file is ignored (these files
+//    carry tokenizer ids, rope scaling, quantisation, …); where a key the released files may
+//    leave out is absent, the default is that of the transformers configuration class (e.g.
+//    GPT-2 ties its embeddings, n_inner null means 4·n_embd; Qwen3 head_dim defaults to 128;
+//    Gemma 3's vocabulary and heads); the sizes are required.
 //    Sliding windows: `sliding_window` (Mistral's default 4096; Qwen2/3 only with
 //    `use_sliding_window`, from `max_window_layers` on) or `layer_types` (GPT-OSS: alternate
 //    layers when it is absent; Gemma 2 alternate, Gemma 3 five of every six by
-//    sliding_window_pattern); Llama 4's attention_chunk_size on its rope layers (no_rope_layers
-//    or layer_types; three of every four by default); GPT-NeoX's `use_parallel_residual`
-//    (default true) is the parallel block.
+//    sliding_window_pattern; OLMo 3 three of every four); Llama 4's attention_chunk_size on its
+//    rope layers (no_rope_layers, or layer_types; all but every no_rope_layer_interval-th where
+//    the list is absent or empty); GPT-NeoX's `use_parallel_residual` (default true) is the
+//    parallel block.
 //    MoE routers: DeepSeek's scoring_func, topk_method (noaux_tc: the expert bias) and
 //    n_group / topk_group (DeepSeek-V2: only under group_limited_greedy); Nemotron-H's and GLM's
 //    sigmoid with its bias (GLM's groups only where n_group > 1); the others a softmax.
-//    Not modelled: GPT-NeoX's and GLM's partial rotary (no parameters), Qwen2-MoE's shared-expert
-//    gate (one h-wide dot product a token), GPT-OSS's router bias and per-head
-//    softmax offsets ("sinks"), embedding dropout. Dropout
-//    probabilities: attn_pdrop / resid_pdrop (GPT-2, default 0.1 each, as GPT2Config),
-//    attention_dropout / hidden_dropout (GPT-NeoX), attention_dropout (the Llama family and
-//    DeepSeek-V3); absent means 0.
+//    Not modelled: GPT-NeoX's, GLM's and Qwen3-Next's partial rotary (no parameters), Qwen2-MoE's
+//    and Qwen3-Next's shared-expert gate (one h-wide dot product a token), GPT-OSS's router bias
+//    and per-head softmax offsets ("sinks"), Gemma 2's logit soft-capping and Gemma 2/3's norms
+//    after attention and after the MLP, embedding dropout. Dropout probabilities: attn_pdrop /
+//    resid_pdrop (GPT-2, default 0.1 each, as GPT2Config), attention_dropout / hidden_dropout
+//    (GPT-NeoX), attention_dropout (the Llama family and DeepSeek-V3), resid_pdrop (Phi-3);
+//    absent means 0.
 // 2. The workloads' own model block, strict (an unknown key is an error):
 //      { "name": "tiny", "layers": 2, "hidden": 256, "heads": 4, "kv_heads": 2, "head_dim": 64,
 //        "ffn": 1024, "mlp": "swiglu" | "gelu", "vocab": 32000, "tied_embeddings": false,

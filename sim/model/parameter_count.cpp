@@ -34,7 +34,7 @@ void count_attention(const ModelConfig& m, LayerParameterCounts& c) {
     if (m.attention_output_bias) c.vectors += h;
     return;
   }
-  const int64_t qkv_width = (heads * (m.attention_output_gate ? 2 : 1) + 2 * int64_t{m.kv_heads}) * m.head_dim;
+  const int64_t qkv_width = m.qkv_projection_width();
   c.attention += h * qkv_width + heads * m.head_dim * h;
   if (m.qkv_bias) c.vectors += qkv_width;
   if (m.attention_output_bias) c.vectors += h;
@@ -64,7 +64,7 @@ void attention_matrices(const ModelConfig& m, std::vector<WeightMatrix>& out) {
     out.push_back({h, heads * a.v_head_dim});
     return;
   }
-  out.push_back({(heads * (m.attention_output_gate ? 2 : 1) + 2 * int64_t{m.kv_heads}) * m.head_dim, h});
+  out.push_back({m.qkv_projection_width(), h});
   out.push_back({h, heads * m.head_dim});
 }
 

@@ -110,10 +110,10 @@ Bytes instance_workspace(const ModelConfig& m, InstanceShape shape, int64_t toke
 
 Bytes activation_workspace(const ModelConfig& m, int tp, int64_t token_budget, int max_sequences) {
   const double h = static_cast<double>(m.hidden);
-  const double d = static_cast<double>(m.head_dim);
-  // The widest projection output a token has in a layer: attention's q, k and v, or a Mamba
-  // mixer's input projection.
-  const double qkv = std::max((m.heads + 2.0 * m.kv_heads) * d, m.mamba ? static_cast<double>(m.mamba->in_proj_width()) : 0.0) / tp;
+  // The widest projection output a token has in a layer: attention's q (and gate), k and v, or a
+  // Mamba mixer's input projection.
+  const double qkv =
+      std::max(static_cast<double>(m.qkv_projection_width()), m.mamba ? static_cast<double>(m.mamba->in_proj_width()) : 0.0) / tp;
   const double ffn = static_cast<double>(m.moe ? std::max(m.ffn, m.moe->expert_ffn * m.moe->top_k) : m.ffn);
   const double per_token = (h + qkv + 2.0 * ffn / tp + h) * 2.0;
   const double vocab = std::ceil(static_cast<double>(m.vocab) / tp);

@@ -25,7 +25,7 @@ std::vector<double> dense_layer_tensor_shares(const ModelConfig& model) {
   const LayerParameterCounts counts = layer_parameters(model, 0);
   const double total = static_cast<double>(counts.total());
   if (!(total > 0) || model.mla) return {};
-  const double qkv = static_cast<double>(model.hidden) * (model.heads + 2.0 * model.kv_heads) * model.head_dim;
+  const double qkv = static_cast<double>(model.hidden) * static_cast<double>(model.qkv_projection_width());
   const double proj = static_cast<double>(model.heads) * model.head_dim * model.hidden;
   std::vector<double> shares;
   for (double m : {qkv, proj}) shares.push_back(static_cast<double>(counts.attention) * m / (qkv + proj) / total);
