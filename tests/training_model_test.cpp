@@ -23,12 +23,12 @@ void expect_within_percent(int64_t counted, double published, double percent) {
       << "counted " << static_cast<double>(counted) / 1e9 << " B, published " << published / 1e9 << " B";
 }
 
-TEST(BundledModels, AllTwentyAreThere) {
+TEST(BundledModels, AllTwentyOneAreThere) {
   EXPECT_EQ(bundled_model_names(models_dir()),
             (std::vector<std::string>{"deepseek-v2", "deepseek-v3", "gemma-3-27b", "glm-4.5", "gpt-oss-120b", "gpt3-175b",
                                       "kimi-k2", "llama2-13b", "llama2-70b", "llama2-7b", "llama3-405b", "llama3-70b",
                                       "llama3-8b", "llama3.2-1b", "llama4-maverick", "llama4-scout", "mixtral-8x7b",
-                                      "nemotron-3-nano", "nemotron-3-super", "phi-4"}));
+                                      "nemotron-3-nano", "nemotron-3-super", "phi-4", "qwen3-next-80b-a3b"}));
 }
 
 TEST(BundledModels, Llama2) {
@@ -616,15 +616,10 @@ TEST(HfConfig, OlmoAndPhiAreLlamaLike) {
 }
 
 TEST(HfConfig, Qwen3NextIsAHybridOfGatedDeltaNetAndGatedAttention) {
-  // Qwen/Qwen3-Next-80B-A3B-Instruct's config.json: 48 decoder layers, three Gated DeltaNet
-  // layers to one gated attention layer (full_attention_interval 4), each followed by a MoE of
-  // 512 experts of 512, top-10, and a shared expert of 512. Qwen: 80 B total, 3 B activated.
-  const ModelConfig m = hf(R"({"architectures":["Qwen3NextForCausalLM"],"decoder_sparse_step":1,
-    "full_attention_interval":4,"head_dim":256,"hidden_size":2048,"intermediate_size":5120,"linear_conv_kernel_dim":4,
-    "linear_key_head_dim":128,"linear_num_key_heads":16,"linear_num_value_heads":32,"linear_value_head_dim":128,
-    "max_position_embeddings":262144,"mlp_only_layers":[],"model_type":"qwen3_next","moe_intermediate_size":512,
-    "num_attention_heads":16,"num_experts":512,"num_experts_per_tok":10,"num_hidden_layers":48,"num_key_value_heads":2,
-    "partial_rotary_factor":0.25,"shared_expert_intermediate_size":512,"tie_word_embeddings":false,"vocab_size":151936})");
+  // Qwen/Qwen3-Next-80B-A3B-Instruct's config.json (bundled): 48 decoder layers, three Gated
+  // DeltaNet layers to one gated attention layer (full_attention_interval 4), each followed by a
+  // MoE of 512 experts of 512, top-10, and a shared expert of 512. Qwen: 80 B total, 3 B activated.
+  const ModelConfig m = load_bundled_model(models_dir(), "qwen3-next-80b-a3b");
   std::string twelve;
   for (int i = 0; i < 12; ++i) twelve += "MEMEME*E";
   EXPECT_EQ(m.hybrid_pattern, twelve);
