@@ -11,6 +11,7 @@
 #include "model/parameter_count.h"
 #include "serving/data_parallel_scheduler.h"
 #include "serving/fleet.h"
+#include "serving/fleet_loader.h"
 #include "serving/fleet_search.h"
 #include "serving/fleet_sweep.h"
 #include "serving_test_support.h"
@@ -181,6 +182,50 @@ TEST(ServingStep, TaggedSequencesRunOnTheirRank) {
   RaggedBatch partly = stacked;
   partly.sequences.push_back(SequenceChunk{1, 64, true});
   EXPECT_THROW(model.step(partly), std::invalid_argument);
+}
+
+// A hybrid allocator (vLLM's since 0.10): on the windowed layers' share s of the KV bytes a
+// sequence keeps only the blocks its last w tokens straddle. GPT-OSS's 128-token window on half
+// the layers, blocks of 16 (w + b − 1 = 143 tokens, 9 blocks): 1,000 tokens hold
+// ⌈0.5·63 + 0.5·9⌉ = 36 blocks instead of 63; 100 tokens, all in the window, hold 7 either way.
+TEST(ServingBatching, AHybridAllocatorKeepsOnlyTheWindowsBlocksOnWindowedLayers) {
+  BatchingConfig b;
+  b.kv_blocks = 1000;
+  b.block_size = 16;
+  EXPECT_EQ(sequence_blocks(1000, b), 63);
+  b.bounded_kv_share = 0.5;
+  b.bounded_kv_tokens = 128 + 16 - 1;
+  EXPECT_EQ(sequence_blocks(1000, b), 36);
+  EXPECT_EQ(sequence_blocks(100, b), 7);
+  EXPECT_EQ(sequence_blocks(143, b), 9);
+  // The scheduler holds that much for a running sequence, and gives it all back at the end.
+  BatchScheduler s(b);
+  s.enqueue(1, 1000, 2);
+  StepPlan plan = s.plan();
+  s.complete(plan);
+  EXPECT_EQ(s.used_blocks(), 36);
+  while (s.used_blocks() > 0) {
+    plan = s.plan();
+    if (plan.chunks.empty()) break;
+    s.complete(plan);
+  }
+  EXPECT_EQ(s.used_blocks(), 0);
+}
+
+// The same fleet with the hybrid allocator and without (kv_cache.hybrid_allocator false): under
+// prompts of thousands of tokens GPT-OSS's windowed half of the layers keeps 143 tokens' blocks,
+// so the cache holds about half as much; the steps, which do not depend on it here, are the same.
+TEST(ServingFleet, AHybridAllocatorHalvesGptOssCacheUnderLongPrompts) {
+  FleetFile f = load_fleet(test::source_path("tests/data/serve/gpt-oss-windowed.json"),
+                           test::source_path("workloads/models"), test::source_path("topologies"));
+  const FleetResult on = simulate_fleet(f.config);
+  f.config.pools.front().hybrid_kv_allocator = false;
+  const FleetResult off = simulate_fleet(f.config);
+  ASSERT_EQ(on.pools.size(), 1u);
+  EXPECT_EQ(on.pools.front().kv_blocks, off.pools.front().kv_blocks);
+  EXPECT_NEAR(on.pools.front().kv_occupancy / off.pools.front().kv_occupancy, 0.5, 0.03);
+  EXPECT_EQ(on.pools.front().steps, off.pools.front().steps);
+  EXPECT_EQ(on.preemptions, 0);
 }
 
 TEST(ServingBatching, SpeculationYieldsItsExpectedTokensAndKeepsOnlyAcceptedKv) {

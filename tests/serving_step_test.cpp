@@ -437,6 +437,13 @@ TEST(ServingStep, AStepsMemoryIsItsWeightsAndItsBatchsCache) {
   const StepMemory staged = step_memory(llama, gpu, InstanceShape{4, 2}, decode_batch(64, 4096));
   EXPECT_EQ(staged.stage, 1);
   EXPECT_DOUBLE_EQ(staged.kv_cache.value(), 64.0 * 4096 * 40 * 2 * 2 * 128 * 2);
+  // Gemma 3 27B on TP 2: its 52 windowed layers of 62 keep the last 1,024 tokens only, the 10
+  // global ones all 32,768 (8 KV heads a rank of 128, 2 B): 32 × (10 × 32768 + 52 × 1024) layers'
+  // tokens.
+  const ModelConfig gemma = bundled("gemma-3-27b");
+  const StepMemory windowed = step_memory(gemma, gpu, InstanceShape{2, 1}, decode_batch(32, 32768));
+  EXPECT_NEAR(windowed.kv_cache.value(), 32.0 * (10 * 32768.0 + 52 * 1024.0) * 2 * 8 * 128 * 2,
+              1e-9 * windowed.kv_cache.value());
 }
 
 TEST(ServingStep, AHybridModelsMambaLayersKeepAStatePerSequence) {

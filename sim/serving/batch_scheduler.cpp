@@ -2,6 +2,7 @@
 #include "serving/batch_scheduler.h"
 
 #include <algorithm>
+#include <cmath>
 #include <stdexcept>
 
 namespace parallax {
@@ -38,6 +39,15 @@ double expected_tokens_per_step(int64_t drafts, double acceptance) {
 
 int64_t blocks_for(int64_t tokens, int64_t block_size) { return (tokens + block_size - 1) / block_size; }
 
+int64_t sequence_blocks(int64_t tokens, const BatchingConfig& config) {
+  const int64_t full = blocks_for(tokens, config.block_size);
+  const double s = config.bounded_kv_share;
+  if (!(s > 0) || config.bounded_kv_tokens <= 0) return full;
+  const int64_t bounded = blocks_for(std::min(tokens, config.bounded_kv_tokens), config.block_size);
+  // The tolerance keeps an exact whole number of blocks from rounding up by a last-bit error.
+  return static_cast<int64_t>(std::ceil((1.0 - s) * static_cast<double>(full) + s * static_cast<double>(bounded) - 1e-9));
+}
+
 RaggedBatch StepPlan::batch() const {
   RaggedBatch b;
   b.sequences.reserve(chunks.size());
@@ -56,7 +66,7 @@ std::string BatchScheduler::never_fits(int64_t prompt, int64_t output) const {
   // their own: ⌈P/b⌉ + ⌈(O − 1)/b⌉, one more than ⌈(P + O − 1)/b⌉ at worst.
   const int64_t need = prefix_caching_on()
                            ? blocks_for(prompt, config_.block_size) + blocks_for(output - 1, config_.block_size)
-                           : blocks_for(prompt + output - 1, config_.block_size);
+                           : sequence_blocks(prompt + output - 1, config_);
   if (need <= config_.kv_blocks) return {};
   return std::to_string(prompt) + " + " + std::to_string(output) + " tokens need " + std::to_string(need) +
          " KV blocks; the instance has " + std::to_string(config_.kv_blocks);
@@ -125,7 +135,7 @@ void BatchScheduler::release_held(int64_t request) {
 }
 
 bool BatchScheduler::grow(Sequence& s, int64_t tokens) {
-  const int64_t need = blocks_for(tokens - s.shared_tokens, config_.block_size) - s.blocks;
+  const int64_t need = sequence_blocks(tokens - s.shared_tokens, config_) - s.blocks;
   // Evict only when eviction can make room: flushing the cache for an admission that fails
   // anyway would thrash it under memory pressure.
   if (need > free_blocks() + cache_.evictable_kv_blocks()) return false;
@@ -146,7 +156,7 @@ void BatchScheduler::release(Sequence& s) {
 }
 
 void BatchScheduler::settle_own_blocks(Sequence& s) {
-  const int64_t own = blocks_for(s.cached - s.shared_tokens, config_.block_size);
+  const int64_t own = sequence_blocks(s.cached - s.shared_tokens, config_);
   used_blocks_ += own - s.blocks;
   s.blocks = own;
 }
@@ -182,7 +192,7 @@ void BatchScheduler::drop_host_blocks(Sequence& s) {
 
 bool BatchScheduler::load_from_host(Sequence& s, int64_t q, StepPlan& plan) {
   const auto id = [&](int i) { return s.prefix_blocks[static_cast<size_t>(i)]; };
-  int64_t need = blocks_for(s.cached + q - s.shared_tokens, config_.block_size) - s.blocks;  // as grow will
+  int64_t need = sequence_blocks(s.cached + q - s.shared_tokens, config_) - s.blocks;  // as grow will
   for (int i = s.host_from; i < s.host_to; ++i) {
     cache_.touch_host(id(i));  // so that the evictions below do not push them out first
     need += cache_.host_entry_blocks(id(i));
@@ -231,7 +241,7 @@ void BatchScheduler::preempt(int slot, StepPlan& plan) {
   Sequence& s = slots_[static_cast<size_t>(slot)];
   plan.preempted.push_back(s.request);
   // Swapped, it keeps every cached token, the shared prefix's too, in blocks of its own.
-  const int64_t blocks = blocks_for(s.cached, config_.block_size);
+  const int64_t blocks = sequence_blocks(s.cached, config_);
   const bool swap = config_.preemption == PreemptionMode::kSwap && s.cached > 0 &&
                     host_blocks_ + blocks <= config_.swap_blocks;
   release(s);

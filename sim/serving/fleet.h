@@ -111,6 +111,11 @@ struct PoolConfig {
   /// Prefix caching's host-memory tier, per GPU (0: none): BatchingConfig::host_cache_blocks of
   /// its KV blocks, copied back at swap_bandwidth on the step that reuses them.
   Bytes host_cache;
+  /// The engine frees the KV blocks that leave a sliding window or an attention chunk (vLLM's
+  /// hybrid KV-cache manager, default since 0.10; SGLang's sliding-window pool): on a model with
+  /// windowed or chunked layers, BatchingConfig::bounded_kv_share. false: vLLM's
+  /// --disable-hybrid-kv-cache-manager, every layer holds every token.
+  bool hybrid_kv_allocator = true;
   std::optional<Bandwidth> swap_bandwidth;
   StepModelOptions step;
   std::optional<AutoscaleConfig> autoscale;  ///< count is then its max

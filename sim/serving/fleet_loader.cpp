@@ -316,6 +316,7 @@ PoolConfig read_pool(JsonReader p, int index, const Topology& topology, const st
       pool.batching.preemption = *mode;
     }
     if (auto v = k->find("swap_space")) pool.swap_space = v->as_bytes();
+    if (auto v = k->find("hybrid_allocator")) pool.hybrid_kv_allocator = v->as_bool();
     if (auto v = k->find("swap_bandwidth")) {
       pool.swap_bandwidth = v->as_bandwidth();
       if (!(pool.swap_bandwidth->value() > 0)) v->fail("the swap bandwidth must be positive");

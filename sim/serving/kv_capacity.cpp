@@ -125,17 +125,38 @@ DraftFootprint draft_footprint(const ModelConfig& draft, int tp, ServingPrecisio
           kv_bytes_per_token(draft, tp, 0, draft.layers, precision.kv_cache)};
 }
 
+namespace {
+// The tokens of a sequence of `kv` that its KV cache holds, averaged over the attention layers:
+// all of them, less, on windowed or chunked layers, those a hybrid allocator has freed (it keeps
+// the last window, or at most a chunk).
+double held_tokens(const ModelConfig& m, double kv) {
+  if (m.sliding_window > 0) {
+    return (1.0 - m.sliding_window_layers) * kv + m.sliding_window_layers * std::min(kv, static_cast<double>(m.sliding_window));
+  }
+  if (m.attention_chunk > 0) {
+    return (1.0 - m.attention_chunk_layers) * kv + m.attention_chunk_layers * std::min(kv, static_cast<double>(m.attention_chunk));
+  }
+  return kv;
+}
+}  // namespace
+
 StepMemory step_memory(const ModelConfig& m, const GpuSpec& gpu, InstanceShape shape, const RaggedBatch& batch,
                        ServingPrecision precision, DraftFootprint draft) {
   const std::vector<int> layers = split_layers(m.layers, shape.pp);
   const std::vector<Bytes> weights = stage_weight_bytes(m, shape, precision.weights);
-  // The attention rank holding the most context (all of it without data-parallel attention).
-  double tokens = 0, sequences = 0;
+  // The attention rank holding the most context (all of it without data-parallel attention);
+  // the target's windowed or chunked layers hold only their window or chunk (a draft model's
+  // every token).
+  double tokens = 0, target_tokens = 0, sequences = 0;
   for (const RaggedBatch& rank : attention_ranks(batch, shape.dp)) {
-    double held = 0;
-    for (const SequenceChunk& c : rank.sequences) held += static_cast<double>(c.kv_len);
+    double held = 0, target = 0;
+    for (const SequenceChunk& c : rank.sequences) {
+      held += static_cast<double>(c.kv_len);
+      target += held_tokens(m, static_cast<double>(c.kv_len));
+    }
     if (held >= tokens) {
       tokens = held;
+      target_tokens = target;
       sequences = static_cast<double>(rank.sequences.size());
     }
   }
@@ -146,7 +167,8 @@ StepMemory step_memory(const ModelConfig& m, const GpuSpec& gpu, InstanceShape s
     c.stage = static_cast<int>(s);
     c.memory = gpu.memory;
     c.weights = weights[s] + draft.weights;
-    c.kv_cache = (kv_bytes_per_token(m, shape.tp, first, layers[s], precision.kv_cache) + draft.kv_per_token) * tokens;
+    c.kv_cache = kv_bytes_per_token(m, shape.tp, first, layers[s], precision.kv_cache) * target_tokens +
+                 draft.kv_per_token * tokens;
     c.states = mamba_state_bytes(m, shape.tp, first, layers[s]) * sequences;
     if (s == 0 || c.total() > fullest.total()) fullest = c;
     first += layers[s];

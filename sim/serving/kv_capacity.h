@@ -2,6 +2,8 @@
 // activation workspace of one step and a reserve, divided by what one block of tokens keeps
 // in KV on that GPU; the instance holds what its tightest pipeline stage holds.
 //
+// A block is block_size tokens of every attention layer of the stage; a hybrid allocator's
+// sequence holds fewer of them on windowed layers (BatchingConfig::bounded_kv_share).
 // Per GPU of stage s, with tp ranks (bf16 weights and cache unless set otherwise):
 //   weights_s   = 2 B × (the stage's share of the layers' parameters + the embedding on the
 //                 first stage + the head and final norm on the last) / tp; with fp8 weights
@@ -79,7 +81,8 @@ Bytes activation_workspace(const ModelConfig& model, int tp, int64_t token_budge
 Bytes instance_workspace(const ModelConfig& model, InstanceShape shape, int64_t token_budget, int max_sequences);
 
 /// What one engine step of `batch` holds on one GPU of its fullest pipeline stage: the weights,
-/// the batch's KV cache (every sequence's kv_len tokens) and a hybrid model's Mamba states,
+/// the batch's KV cache (every sequence's kv_len tokens; on windowed or chunked layers only the
+/// window or the chunk, as a hybrid allocator keeps them) and a hybrid model's Mamba states,
 /// against the GPU's memory (no reserve or workspace: what the step needs at the least).
 struct StepMemory {
   int stage = 0;

@@ -96,7 +96,7 @@ double decode_rate_bound(const StepModel& model, const BatchingConfig& batching,
   const int pp = model.shape().pp;
   // Up to pp batches are in flight, each sequence in one of them: they share the KV blocks.
   const int64_t most = std::min({static_cast<int64_t>(batching.max_sequences), batching.token_budget / (1 + drafts),
-                                 kv_blocks / blocks_for(context, batching.block_size) / pp});
+                                 kv_blocks / sequence_blocks(context, batching) / pp});
   if (most < 1) return 0;
   const auto interval = [&](int64_t b) {
     RaggedBatch batch;
