@@ -12,6 +12,7 @@
 #include "serving/data_parallel_scheduler.h"
 #include "serving/fleet.h"
 #include "serving/fleet_loader.h"
+#include "serving/rate_bound.h"
 #include "serving/fleet_search.h"
 #include "serving/fleet_sweep.h"
 #include "serving_test_support.h"
@@ -194,7 +195,7 @@ TEST(ServingBatching, AHybridAllocatorKeepsOnlyTheWindowsBlocksOnWindowedLayers)
   b.block_size = 16;
   EXPECT_EQ(sequence_blocks(1000, b), 63);
   b.bounded_kv_share = 0.5;
-  b.bounded_kv_tokens = 128 + 16 - 1;
+  b.bounded_kv_span = 128 + 16 - 1;
   EXPECT_EQ(sequence_blocks(1000, b), 36);
   EXPECT_EQ(sequence_blocks(100, b), 7);
   EXPECT_EQ(sequence_blocks(143, b), 9);
@@ -226,6 +227,29 @@ TEST(ServingFleet, AHybridAllocatorHalvesGptOssCacheUnderLongPrompts) {
   EXPECT_NEAR(on.pools.front().kv_occupancy / off.pools.front().kv_occupancy, 0.5, 0.03);
   EXPECT_EQ(on.pools.front().steps, off.pools.front().steps);
   EXPECT_EQ(on.preemptions, 0);
+}
+
+// Where the cache binds (24k-token prompts at 20 requests/s), the freed blocks carry more
+// sequences: more requests completed, fewer preemptions; the decode rate bound, which prunes
+// fleet searches, rises with them and stays above what the simulation reaches.
+TEST(ServingFleet, AHybridAllocatorCarriesMoreWhereTheCacheBinds) {
+  FleetFile f = load_fleet(test::source_path("tests/data/serve/gpt-oss-windowed.json"),
+                           test::source_path("workloads/models"), test::source_path("topologies"));
+  f.config.traffic.rate_per_s = 20;
+  f.config.traffic.prompt.mean = 24000;
+  const FleetResult on = simulate_fleet(f.config);
+  const double bound_on = instance_rate_bound(f.config, f.config.pools.front(), traffic_means(f.config));
+  f.config.pools.front().hybrid_kv_allocator = false;
+  const FleetResult off = simulate_fleet(f.config);
+  const double bound_off = instance_rate_bound(f.config, f.config.pools.front(), traffic_means(f.config));
+  const auto completed = [](const FleetResult& r) {
+    return static_cast<double>(r.requests.size()) / r.duration.seconds();
+  };
+  EXPECT_GT(completed(on), 1.2 * completed(off));
+  EXPECT_LT(on.preemptions, off.preemptions);
+  EXPECT_GT(bound_on, bound_off);
+  EXPECT_GE(2 * bound_on, completed(on));  // two instances
+  EXPECT_GE(2 * bound_off, completed(off));
 }
 
 TEST(ServingBatching, SpeculationYieldsItsExpectedTokensAndKeepsOnlyAcceptedKv) {

@@ -444,6 +444,11 @@ TEST(ServingStep, AStepsMemoryIsItsWeightsAndItsBatchsCache) {
   const StepMemory windowed = step_memory(gemma, gpu, InstanceShape{2, 1}, decode_batch(32, 32768));
   EXPECT_NEAR(windowed.kv_cache.value(), 32.0 * (10 * 32768.0 + 52 * 1024.0) * 2 * 8 * 128 * 2,
               1e-9 * windowed.kv_cache.value());
+  // A prompt computed in one step writes every token on every layer before the window frees any.
+  RaggedBatch prompt;
+  prompt.sequences = {SequenceChunk{32768, 32768, true}};
+  EXPECT_DOUBLE_EQ(step_memory(gemma, gpu, InstanceShape{2, 1}, prompt).kv_cache.value(),
+                   32768.0 * 62 * 2 * 8 * 128 * 2);
 }
 
 TEST(ServingStep, AHybridModelsMambaLayersKeepAStatePerSequence) {

@@ -39,11 +39,11 @@ double expected_tokens_per_step(int64_t drafts, double acceptance) {
 
 int64_t blocks_for(int64_t tokens, int64_t block_size) { return (tokens + block_size - 1) / block_size; }
 
-int64_t sequence_blocks(int64_t tokens, const BatchingConfig& config) {
+int64_t sequence_blocks(int64_t tokens, const BatchingConfig& config, int64_t new_tokens) {
   const int64_t full = blocks_for(tokens, config.block_size);
   const double s = config.bounded_kv_share;
-  if (!(s > 0) || config.bounded_kv_tokens <= 0) return full;
-  const int64_t bounded = blocks_for(std::min(tokens, config.bounded_kv_tokens), config.block_size);
+  if (!(s > 0) || config.bounded_kv_span <= 0) return full;
+  const int64_t bounded = blocks_for(std::min(tokens, config.bounded_kv_span + new_tokens), config.block_size);
   // The tolerance keeps an exact whole number of blocks from rounding up by a last-bit error.
   return static_cast<int64_t>(std::ceil((1.0 - s) * static_cast<double>(full) + s * static_cast<double>(bounded) - 1e-9));
 }
@@ -135,7 +135,7 @@ void BatchScheduler::release_held(int64_t request) {
 }
 
 bool BatchScheduler::grow(Sequence& s, int64_t tokens) {
-  const int64_t need = sequence_blocks(tokens - s.shared_tokens, config_) - s.blocks;
+  const int64_t need = sequence_blocks(tokens - s.shared_tokens, config_, std::max<int64_t>(0, tokens - s.cached)) - s.blocks;
   // Evict only when eviction can make room: flushing the cache for an admission that fails
   // anyway would thrash it under memory pressure.
   if (need > free_blocks() + cache_.evictable_kv_blocks()) return false;
@@ -192,7 +192,7 @@ void BatchScheduler::drop_host_blocks(Sequence& s) {
 
 bool BatchScheduler::load_from_host(Sequence& s, int64_t q, StepPlan& plan) {
   const auto id = [&](int i) { return s.prefix_blocks[static_cast<size_t>(i)]; };
-  int64_t need = sequence_blocks(s.cached + q - s.shared_tokens, config_) - s.blocks;  // as grow will
+  int64_t need = sequence_blocks(s.cached + q - s.shared_tokens, config_, q) - s.blocks;  // as grow will
   for (int i = s.host_from; i < s.host_to; ++i) {
     cache_.touch_host(id(i));  // so that the evictions below do not push them out first
     need += cache_.host_entry_blocks(id(i));
@@ -423,7 +423,8 @@ StepOutcome BatchScheduler::complete(const StepPlan& plan) {
     // Speculating, the last known token and the accepted drafts keep their KV, the rest is dropped.
     const int64_t extra = c.drafts > 0 ? accepted(s, c.drafts) : 0;
     s.cached += c.q_len - c.drafts + extra;
-    if (c.drafts > 0) settle_own_blocks(s);
+    // The dropped drafts' blocks, and under a hybrid allocator those that left the window, freed.
+    if (c.drafts > 0 || config_.bounded_kv_share > 0) settle_own_blocks(s);
     publish_prefix(s);
     if (!c.samples) continue;
     const int64_t produced = std::min(1 + extra, s.output - s.generated);

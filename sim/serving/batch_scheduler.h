@@ -80,12 +80,13 @@ struct BatchingConfig {
   PreemptionMode preemption = PreemptionMode::kRecompute;
   DpDispatch dp_dispatch = DpDispatch::kRoundRobin;  ///< data-parallel attention ranks only
   int64_t swap_blocks = 0;  ///< host swap space, in blocks (swap mode)
-  /// An engine's hybrid KV-cache allocator (vLLM's since 0.10, SGLang's sliding-window pool):
-  /// on the share `bounded_kv_share` of a token's KV bytes — its windowed or chunked attention
-  /// layers' — a sequence holds the blocks of its last `bounded_kv_tokens` tokens only, the
-  /// older ones freed as the window slides (sequence_blocks). 0: every layer holds every token.
+  /// An engine's hybrid KV-cache allocator (vLLM's hybrid KV-cache manager, SGLang's
+  /// sliding-window pool): on the share `bounded_kv_share` of a token's KV bytes — its windowed or
+  /// chunked attention layers' — a sequence holds only the blocks that its last
+  /// `bounded_kv_span` tokens straddle (a window of w: w + b − 1), the older ones freed as the
+  /// window slides (sequence_blocks). 0: every layer holds every token.
   double bounded_kv_share = 0;
-  int64_t bounded_kv_tokens = 0;
+  int64_t bounded_kv_span = 0;
 };
 
 /// The tokens a speculating sequence gets from a step verifying `drafts` drafts, each accepted
@@ -95,9 +96,10 @@ double expected_tokens_per_step(int64_t drafts, double acceptance);
 /// ⌈tokens / block_size⌉.
 int64_t blocks_for(int64_t tokens, int64_t block_size);
 /// The blocks a sequence of `tokens` holds of its own: ⌈tokens / b⌉, or under a hybrid allocator
-/// (BatchingConfig::bounded_kv_share s and bounded_kv_tokens w) ⌈(1 − s)·⌈tokens / b⌉ +
-/// s·⌈min(tokens, w) / b⌉⌉, in blocks of every layer's bytes.
-int64_t sequence_blocks(int64_t tokens, const BatchingConfig& config);
+/// (BatchingConfig::bounded_kv_share s and bounded_kv_span w) ⌈(1 − s)·⌈tokens / b⌉ +
+/// s·⌈min(tokens, w + new_tokens) / b⌉⌉, in blocks of every layer's bytes: during a step the
+/// `new_tokens` it computes get blocks on the windowed layers before the old ones are freed.
+int64_t sequence_blocks(int64_t tokens, const BatchingConfig& config, int64_t new_tokens = 0);
 
 /// One sequence's share of a step.
 struct PlannedChunk {

@@ -121,6 +121,8 @@ const std::vector<double>& Simulation::pool_rates() {
     const PoolConfig& pool = c_.pools[p];
     BatchingConfig b = instance_batching(pool);
     b.prefix_caching = false;  // the bound cannot count what a cache spares: the cold rate
+    b.bounded_kv_share = batchings_[p].bounded_kv_share;  // as the instances hold their blocks
+    b.bounded_kv_span = batchings_[p].bounded_kv_span;
     const double prefill = prefill_rate_bound(*pool_models_[p], b, means);
     const double decode = decode_rate_bound(*pool_models_[p], b, block_counts_[p], means, Time::zero());
     const double rate =
@@ -173,36 +175,13 @@ BatchingConfig Simulation::pool_batching(const PoolConfig& pool) {
     batching.host_cache_blocks =
         static_cast<int64_t>(pool.host_cache.value() / swap_block_bytes(pool, batching.block_size).value());
   }
-  if (pool.hybrid_kv_allocator) bound_windowed_kv(pool, batching);
+  apply_hybrid_kv_allocator(c_.model, pool, batching);
   capacities_.push_back(capacity);
   block_counts_.push_back(batching.kv_blocks);
   return batching;
 }
 
-// A hybrid allocator's rule (BatchingConfig::bounded_kv_share): the windowed or chunked layers'
-// share of a token's KV bytes (with a draft model's KV beside them, of both together), and the
-// tokens whose blocks they keep: a window of w straddles ⌈(w + b − 1)/b⌉ blocks at most; a
-// chunk of c starts at a multiple of c, so it spans ⌈c/b⌉ when b divides c and one more when not.
-void Simulation::bound_windowed_kv(const PoolConfig& pool, BatchingConfig& batching) const {
-  const ModelConfig& m = c_.model;
-  const int64_t b = batching.block_size;
-  double share = 0;
-  if (m.sliding_window > 0) {
-    share = m.sliding_window_layers;
-    batching.bounded_kv_tokens = m.sliding_window + b - 1;
-  } else if (m.attention_chunk > 0) {
-    share = m.attention_chunk_layers;
-    batching.bounded_kv_tokens = m.attention_chunk + (m.attention_chunk % b == 0 ? 0 : b - 1);
-  }
-  if (!(share > 0)) return;
-  if (pool.step.draft_model) {
-    const std::vector<int> layers = split_layers(m.layers, pool.shape.pp);
-    const double target = kv_bytes_per_token(m, pool.shape.tp, 0, layers.front(), pool.step.kv_cache_dtype).value();
-    const double draft = draft_footprint(*pool.step.draft_model, pool.shape.tp, precision_of(pool)).kv_per_token.value();
-    share *= target / (target + draft);
-  }
-  batching.bounded_kv_share = share;
-}
+
 
 // Instance k of pool p takes tp·pp consecutive GPUs from `cursor`: packed, it first moves to
 // the next node when its TP groups would straddle one (placement_problem); placed by the

@@ -89,7 +89,6 @@ class Simulation {
   std::vector<DeviceId> place(const PoolConfig& pool, int k, int& cursor, int p);
   std::string outside_group(const PoolConfig& pool, int g) const;
   Bytes swap_block_bytes(const PoolConfig& pool, int64_t block_size) const;
-  void bound_windowed_kv(const PoolConfig& pool, BatchingConfig& batching) const;
   Bandwidth swap_bandwidth(const PoolConfig& pool) const;
   // ---- traffic and routing (fleet.cpp) ------------------------------------------------------
   void start_traffic();

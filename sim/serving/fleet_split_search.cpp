@@ -66,7 +66,8 @@ std::vector<ShapeOption> pool_options(const FleetConfig& config, const PoolConfi
     ShapeOption o{shape, pool.batching.kv_blocks > 0 ? pool.batching.kv_blocks : pool_kv_capacity(config, pool).blocks,
                   0.0};
     const StepModel model(config.model, pool_topology(config, pool), shape, pool.step, 0);
-    const BatchingConfig batching = instance_batching(pool);
+    BatchingConfig batching = instance_batching(pool);
+    apply_hybrid_kv_allocator(config.model, pool, batching);
     o.rate = decode ? decode_rate_bound(model, batching, o.kv_blocks, means, config.slo_tpot)
                     : prefill_rate_bound(model, batching, means);
     options.push_back(o);

@@ -126,17 +126,23 @@ DraftFootprint draft_footprint(const ModelConfig& draft, int tp, ServingPrecisio
 }
 
 namespace {
-// The tokens of a sequence of `kv` that its KV cache holds, averaged over the attention layers:
-// all of them, less, on windowed or chunked layers, those a hybrid allocator has freed (it keeps
-// the last window, or at most a chunk).
-double held_tokens(const ModelConfig& m, double kv) {
+// The tokens of a sequence of `kv` (`q` of them computed in this step) that a stage of `layers`
+// layers holds, averaged over its attention layers: all of them, less, on its windowed or chunked
+// layers, those a hybrid allocator has freed — it keeps the last window (or at most a chunk) and
+// the step's new tokens, whose blocks come before the old ones are freed. The stage's windowed
+// layers counted as ⌊s·layers⌋, the fewest an evenly spread pattern gives it.
+double held_tokens(const ModelConfig& m, int layers, double kv, double q) {
+  double share = 0, bound = 0;
   if (m.sliding_window > 0) {
-    return (1.0 - m.sliding_window_layers) * kv + m.sliding_window_layers * std::min(kv, static_cast<double>(m.sliding_window));
+    share = m.sliding_window_layers;
+    bound = static_cast<double>(m.sliding_window);
+  } else if (m.attention_chunk > 0) {
+    share = m.attention_chunk_layers;
+    bound = static_cast<double>(m.attention_chunk);
   }
-  if (m.attention_chunk > 0) {
-    return (1.0 - m.attention_chunk_layers) * kv + m.attention_chunk_layers * std::min(kv, static_cast<double>(m.attention_chunk));
-  }
-  return kv;
+  if (!(share > 0) || layers <= 0) return kv;
+  share = std::floor(share * layers + 1e-9) / layers;
+  return (1.0 - share) * kv + share * std::min(kv, bound - 1 + q);
 }
 }  // namespace
 
@@ -144,22 +150,7 @@ StepMemory step_memory(const ModelConfig& m, const GpuSpec& gpu, InstanceShape s
                        ServingPrecision precision, DraftFootprint draft) {
   const std::vector<int> layers = split_layers(m.layers, shape.pp);
   const std::vector<Bytes> weights = stage_weight_bytes(m, shape, precision.weights);
-  // The attention rank holding the most context (all of it without data-parallel attention);
-  // the target's windowed or chunked layers hold only their window or chunk (a draft model's
-  // every token).
-  double tokens = 0, target_tokens = 0, sequences = 0;
-  for (const RaggedBatch& rank : attention_ranks(batch, shape.dp)) {
-    double held = 0, target = 0;
-    for (const SequenceChunk& c : rank.sequences) {
-      held += static_cast<double>(c.kv_len);
-      target += held_tokens(m, static_cast<double>(c.kv_len));
-    }
-    if (held >= tokens) {
-      tokens = held;
-      target_tokens = target;
-      sequences = static_cast<double>(rank.sequences.size());
-    }
-  }
+  const std::vector<RaggedBatch> ranks = attention_ranks(batch, shape.dp);
   StepMemory fullest;
   int first = 0;
   for (size_t s = 0; s < layers.size(); ++s) {
@@ -167,9 +158,23 @@ StepMemory step_memory(const ModelConfig& m, const GpuSpec& gpu, InstanceShape s
     c.stage = static_cast<int>(s);
     c.memory = gpu.memory;
     c.weights = weights[s] + draft.weights;
-    c.kv_cache = kv_bytes_per_token(m, shape.tp, first, layers[s], precision.kv_cache) * target_tokens +
-                 draft.kv_per_token * tokens;
-    c.states = mamba_state_bytes(m, shape.tp, first, layers[s]) * sequences;
+    const Bytes per_token = kv_bytes_per_token(m, shape.tp, first, layers[s], precision.kv_cache);
+    const Bytes state = mamba_state_bytes(m, shape.tp, first, layers[s]);
+    // The attention rank holding the most (all of the batch without data-parallel attention);
+    // a draft model keeps every token.
+    for (const RaggedBatch& rank : ranks) {
+      double held = 0, all = 0;
+      for (const SequenceChunk& q : rank.sequences) {
+        all += static_cast<double>(q.kv_len);
+        held += held_tokens(m, layers[s], static_cast<double>(q.kv_len), static_cast<double>(q.q_len));
+      }
+      const Bytes kv = per_token * held + draft.kv_per_token * all;
+      const Bytes states = state * static_cast<double>(rank.sequences.size());
+      if (kv + states >= c.kv_cache + c.states) {
+        c.kv_cache = kv;
+        c.states = states;
+      }
+    }
     if (s == 0 || c.total() > fullest.total()) fullest = c;
     first += layers[s];
   }

@@ -81,8 +81,9 @@ Bytes activation_workspace(const ModelConfig& model, int tp, int64_t token_budge
 Bytes instance_workspace(const ModelConfig& model, InstanceShape shape, int64_t token_budget, int max_sequences);
 
 /// What one engine step of `batch` holds on one GPU of its fullest pipeline stage: the weights,
-/// the batch's KV cache (every sequence's kv_len tokens; on windowed or chunked layers only the
-/// window or the chunk, as a hybrid allocator keeps them) and a hybrid model's Mamba states,
+/// the batch's KV cache (every sequence's kv_len tokens; on windowed or chunked layers the window
+/// or the chunk and the step's new tokens, as a hybrid allocator keeps them) and a hybrid model's
+/// Mamba states,
 /// against the GPU's memory (no reserve or workspace: what the step needs at the least).
 struct StepMemory {
   int stage = 0;

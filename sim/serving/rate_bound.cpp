@@ -18,6 +18,35 @@ double interval_s(const StepModel& model, const RaggedBatch& batch) {
 
 }  // namespace
 
+void apply_hybrid_kv_allocator(const ModelConfig& m, const PoolConfig& pool, BatchingConfig& batching) {
+  batching.bounded_kv_share = 0;
+  batching.bounded_kv_span = 0;
+  if (!pool.hybrid_kv_allocator || batching.prefix_caching) return;
+  const int64_t b = batching.block_size;
+  double share = 0;
+  int64_t span = 0;
+  if (m.sliding_window > 0) {
+    share = m.sliding_window_layers;
+    span = m.sliding_window + b - 1;
+  } else if (m.attention_chunk > 0) {
+    share = m.attention_chunk_layers;
+    span = m.attention_chunk + (m.attention_chunk % b == 0 ? 0 : b - 1);
+  }
+  if (!(share > 0)) return;
+  // The stage with the fewest windowed layers for its size holds the most blocks a token.
+  const std::vector<int> layers = split_layers(m.layers, pool.shape.pp);
+  double least = 1;
+  for (const int l : layers) least = std::min(least, std::floor(share * l + 1e-9) / l);
+  if (pool.step.draft_model) {
+    const double target = kv_bytes_per_token(m, pool.shape.tp, 0, layers.front(), pool.step.kv_cache_dtype).value();
+    const double draft = draft_footprint(*pool.step.draft_model, pool.shape.tp, precision_of(pool)).kv_per_token.value();
+    least *= target / (target + draft);
+  }
+  if (!(least > 0)) return;
+  batching.bounded_kv_share = least;
+  batching.bounded_kv_span = span;
+}
+
 BatchingConfig instance_batching(const PoolConfig& pool) {
   BatchingConfig b = pool.batching;
   const int dp = pool.shape.dp;
@@ -31,7 +60,8 @@ BatchingConfig instance_batching(const PoolConfig& pool) {
 
 double instance_rate_bound(const FleetConfig& config, const PoolConfig& pool, const TrafficMeans& means) {
   const StepModel model(config.model, pool_topology(config, pool), pool.shape, pool.step, 0);
-  const BatchingConfig b = instance_batching(pool);
+  BatchingConfig b = instance_batching(pool);
+  apply_hybrid_kv_allocator(config.model, pool, b);
   const int64_t kv = pool.batching.kv_blocks > 0 ? pool.batching.kv_blocks : pool_kv_capacity(config, pool).blocks;
   if (pool.role == PoolRole::kPrefill) return prefill_rate_bound(model, b, means);
   const double decode = decode_rate_bound(model, b, kv, means, config.slo_tpot);
@@ -94,9 +124,16 @@ double decode_rate_bound(const StepModel& model, const BatchingConfig& batching,
   const double tokens_per_step = expected_tokens_per_step(drafts, batching.acceptance);
   const int64_t context = std::max<int64_t>(1, std::llround(means.decode_context)) + 1 + drafts;
   const int pp = model.shape().pp;
-  // Up to pp batches are in flight, each sequence in one of them: they share the KV blocks.
+  // Up to pp batches are in flight, each sequence in one of them: they share the KV blocks. Under
+  // a hybrid allocator a sequence's blocks are concave in its context, so at the mean context
+  // they would be more than the mean; the unbounded layers' part alone, (1 − s)·context/b, is
+  // less, and keeps this an upper bound.
+  const double per_sequence = batching.bounded_kv_share > 0
+                                  ? std::max(1.0, (1.0 - batching.bounded_kv_share) * static_cast<double>(context) /
+                                                      static_cast<double>(batching.block_size))
+                                  : static_cast<double>(blocks_for(context, batching.block_size));
   const int64_t most = std::min({static_cast<int64_t>(batching.max_sequences), batching.token_budget / (1 + drafts),
-                                 kv_blocks / sequence_blocks(context, batching) / pp});
+                                 static_cast<int64_t>(static_cast<double>(kv_blocks) / per_sequence) / pp});
   if (most < 1) return 0;
   const auto interval = [&](int64_t b) {
     RaggedBatch batch;

@@ -56,4 +56,13 @@ double instance_rate_bound(const FleetConfig& config, const PoolConfig& pool, co
 /// up.
 BatchingConfig instance_batching(const PoolConfig& pool);
 
+/// Sets `batching`'s hybrid-allocator rule (BatchingConfig::bounded_kv_share and
+/// bounded_kv_span) for `model` served by `pool`, where the pool's engine frees the blocks that
+/// leave a window or a chunk (PoolConfig::hybrid_kv_allocator) and keeps no prefix cache (whose
+/// blocks hold every token: the rule is left off there). The share is the windowed or chunked
+/// layers' share of a token's KV bytes on the pipeline stage where it is least (⌊s·L_stage⌋ of
+/// a stage's L_stage layers), with a draft model's KV beside the target's; the span, a window w's
+/// w + b − 1 tokens, or a chunk c's c (c + b − 1 when b does not divide it).
+void apply_hybrid_kv_allocator(const ModelConfig& model, const PoolConfig& pool, BatchingConfig& batching);
+
 }  // namespace parallax
