@@ -423,8 +423,9 @@ StepOutcome BatchScheduler::complete(const StepPlan& plan) {
     // Speculating, the last known token and the accepted drafts keep their KV, the rest is dropped.
     const int64_t extra = c.drafts > 0 ? accepted(s, c.drafts) : 0;
     s.cached += c.q_len - c.drafts + extra;
-    // The dropped drafts' blocks, and under a hybrid allocator those that left the window, freed.
-    if (c.drafts > 0 || config_.bounded_kv_share > 0) settle_own_blocks(s);
+    // The dropped drafts' blocks, and under a hybrid allocator those that left the window, freed
+    // (static batching keeps the whole life it reserved).
+    if (c.drafts > 0 || (config_.bounded_kv_share > 0 && config_.policy != BatchingPolicy::kStatic)) settle_own_blocks(s);
     publish_prefix(s);
     if (!c.samples) continue;
     const int64_t produced = std::min(1 + extra, s.output - s.generated);
