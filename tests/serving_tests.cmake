@@ -126,6 +126,13 @@ add_test(NAME example.serve.pd_wide_ep
 # and example.serve.step_dp_attention run its code there).
 set_tests_properties(example.serve.pd_wide_ep PROPERTIES LABELS long
                      PASS_REGULAR_EXPRESSION "dp 16 attention ranks, ep 16.*500 completed, 0 rejected.*KV move")
+# A windowed model served (GPT-OSS: 128 tokens on half its layers): the report names the hybrid
+# allocator's rule. Run once, in the release pass (ServingFleet.AHybridAllocator* run the same
+# fleet under the sanitizers).
+add_test(NAME example.serve.hybrid_allocator
+         COMMAND parallax serve ${PROJECT_SOURCE_DIR}/tests/data/serve/gpt-oss-windowed.json --requests 40)
+set_tests_properties(example.serve.hybrid_allocator PROPERTIES LABELS long
+                     PASS_REGULAR_EXPRESSION "hybrid KV allocator: on 50% of the KV bytes .* last 143 tokens")
 add_test(NAME example.serve.step_dp_attention
          COMMAND parallax serve step --model deepseek-v3 --topology dgx-h100 --nodes 2 --tp 1 --dp 16 --decode 1024
                  --context 2400 --dtype fp8)

@@ -6,6 +6,8 @@
 #include <cstdio>
 #include <optional>
 
+#include "serving/rate_bound.h"
+
 namespace parallax {
 namespace {
 
@@ -227,6 +229,12 @@ nlohmann::ordered_json fleet_json(const FleetConfig& c, const std::string& topol
                      {"kv_occupancy", ps.kv_occupancy},
                      {"mean_batch_sequences", ps.mean_batch},
                      {"mean_batch_tokens", ps.mean_tokens}});
+    if (c.model.sliding_window > 0 || c.model.attention_chunk > 0) {
+      BatchingConfig rule = pc.batching;
+      apply_hybrid_kv_allocator(c.model, pc, rule);
+      pools.back()["hybrid_allocator"] = {{"bounded_kv_share", rule.bounded_kv_share},
+                                          {"bounded_kv_tokens", rule.bounded_kv_span}};
+    }
     if (ps.scaling) pools.back()["autoscale"] = scaling_json(*pc.autoscale, ps);
     if (!c.topology->info().node_groups.empty()) {
       const Topology& gpus = pool_topology(c, pc);
@@ -264,6 +272,19 @@ std::string fleet_text(const FleetConfig& c, const std::string& topology_name, c
                   pc.batching.max_sequences, static_cast<long long>(pc.batching.token_budget),
                   static_cast<long long>(ps.kv_blocks), static_cast<long long>(pc.batching.block_size));
     out += buf;
+    if (c.model.sliding_window > 0 || c.model.attention_chunk > 0) {
+      BatchingConfig rule = pc.batching;
+      apply_hybrid_kv_allocator(c.model, pc, rule);
+      if (rule.bounded_kv_share > 0) {
+        std::snprintf(buf, sizeof buf,
+                      "    hybrid KV allocator: on %.0f%% of the KV bytes (the windowed or chunked layers') a sequence "
+                      "keeps the blocks of its last %lld tokens\n",
+                      100 * rule.bounded_kv_share, static_cast<long long>(rule.bounded_kv_span));
+        out += buf;
+      } else {
+        out += "    every layer keeps every token's KV (no hybrid allocator, or a prefix cache)\n";
+      }
+    }
     if (pc.step.speculative != SpeculativeMethod::kNone) {
       const std::string by = pc.step.speculative == SpeculativeMethod::kMtp     ? "its MTP module"
                              : pc.step.speculative == SpeculativeMethod::kEagle ? "an EAGLE head"
