@@ -170,7 +170,8 @@ TEST(ChunkedAttention, EachChunkIsACausalSquareOfItsOwn) {
 }
 
 // Gated attention (Qwen3-Next): the query projection yields the gate too, b·s·h·(heads·d) more
-// multiply-adds, and one sigmoid-and-multiply pass over the attention's output.
+// multiply-adds (qkv 3h → 4h outputs, heads·d = h here), and one sigmoid-and-multiply pass over
+// the attention's output: b·s·heads·d = b·s·h elements at 4 FLOPs each (sigmoid ~3, the product).
 TEST(GatedAttention, TheQueryProjectionYieldsTheGateAndAPassAppliesIt) {
   const double b = 2, s = 2048, h = 4096;
   ModelConfig m = gpt(4096, 32);

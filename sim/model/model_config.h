@@ -179,6 +179,18 @@ struct ModelConfig {
   int64_t rotary_dim() const;
   /// Key/value heads that are materialised for attention: kv_heads, or heads with MLA.
   int attention_kv_heads() const;
+  /// The layers whose queries reach back over a bounded number of tokens: the share of the layers
+  /// with a sliding window (the window's tokens) or with attention chunks (the chunk's); share 0
+  /// where every layer attends to its whole context.
+  struct BoundedAttention {
+    double share = 0;
+    int64_t tokens = 0;
+  };
+  BoundedAttention bounded_attention() const {
+    if (sliding_window > 0) return {sliding_window_layers, sliding_window};
+    if (attention_chunk > 0) return {attention_chunk_layers, attention_chunk};
+    return {};
+  }
   /// The fused query-key-value projection's outputs (not MLA): the queries, with a gated
   /// attention's gate beside them, and the keys and values.
   int64_t qkv_projection_width() const {

@@ -123,6 +123,30 @@ void require_multiple(HfFields& f, const std::string& key, int64_t value, const 
   }
 }
 
+// The share of `layers` layers that a repeating pattern makes local: every `period`-th layer
+// (1-based) full, the others windowed or chunked — (i + 1) % period != 0, as transformers
+// derives Gemma's layer_types from sliding_window_pattern and Llama 4's from
+// no_rope_layer_interval.
+double local_share(int layers, int64_t period) {
+  const int64_t full = period > 0 ? layers / period : 0;
+  return static_cast<double>(layers - full) / static_cast<double>(layers);
+}
+
+// The share of a layer_types list's `layers` entries that name `kind`; every other entry must be
+// "full_attention".
+double layer_types_share(HfFields& f, int layers, const std::string& kind) {
+  JsonReader types = f.at("layer_types");
+  const auto entries = types.elements();
+  if (entries.size() != static_cast<size_t>(layers)) types.fail("expected one entry per layer");
+  double n = 0;
+  for (const JsonReader& t : entries) {
+    const std::string s = t.as_string();
+    if (s != kind && s != "full_attention") t.fail("unknown layer type \"" + s + "\" (expected " + kind + " or full_attention)");
+    n += s == kind ? 1 : 0;
+  }
+  return n / static_cast<double>(layers);
+}
+
 // Sliding-window attention as transformers reads it: `sliding_window` (MistralConfig's default
 // 4096, null = full attention; Qwen2/3 only with `use_sliding_window`, on the layers from
 // `max_window_layers` on), or the share of "sliding_attention" entries in `layer_types`.
@@ -135,16 +159,11 @@ void read_sliding_window(HfFields& f, HfFamily family, ModelConfig& m) {
   m.sliding_window = f.present("sliding_window") ? f.positive("sliding_window") : (f.has("sliding_window") ? 0 : fallback);
   if (m.sliding_window == 0) return;
   if (f.present("layer_types")) {
-    JsonReader types = f.at("layer_types");
-    const auto entries = types.elements();
-    if (entries.size() != static_cast<size_t>(m.layers)) types.fail("expected one entry per layer");
-    double sliding = 0;
-    for (const JsonReader& t : entries) sliding += t.as_string() == "sliding_attention" ? 1 : 0;
-    m.sliding_window_layers = sliding / static_cast<double>(m.layers);
+    m.sliding_window_layers = layer_types_share(f, m.layers, "sliding_attention");
   } else if (family == HfFamily::kGptOss) {
     m.sliding_window_layers = 0.5;  // GptOssConfig's default layer_types: sliding, full, sliding, …
   } else if (family == HfFamily::kOlmo3) {
-    m.sliding_window_layers = static_cast<double>(m.layers - m.layers / 4) / m.layers;  // full every 4th layer
+    m.sliding_window_layers = local_share(m.layers, 4);  // Olmo3Config's: full every 4th layer
   } else if (qwen) {
     const int64_t full = std::min<int64_t>(f.non_negative_or("max_window_layers", m.layers, kMaxCount), m.layers);
     m.sliding_window_layers = static_cast<double>(m.layers - full) / static_cast<double>(m.layers);
@@ -474,30 +493,6 @@ void read_gpt_neox(HfFields& f, ModelConfig& m) {
   m.attention_dropout = f.probability_or("attention_dropout", 0.0);
   m.hidden_dropout = f.probability_or("hidden_dropout", 0.0);
   m.parallel_block = f.flag_or("use_parallel_residual", true);  // GPTNeoXConfig's default
-}
-
-// The share of `layers` layers that a repeating pattern makes local: every `period`-th layer
-// (1-based) full, the others windowed or chunked — (i + 1) % period != 0, as transformers
-// derives Gemma's layer_types from sliding_window_pattern and Llama 4's from
-// no_rope_layer_interval.
-double local_share(int layers, int64_t period) {
-  const int64_t full = period > 0 ? layers / period : 0;
-  return static_cast<double>(layers - full) / static_cast<double>(layers);
-}
-
-// The share of a layer_types list's `layers` entries that name `kind`; every other entry must be
-// "full_attention".
-double layer_types_share(HfFields& f, int layers, const std::string& kind) {
-  JsonReader types = f.at("layer_types");
-  const auto entries = types.elements();
-  if (entries.size() != static_cast<size_t>(layers)) types.fail("expected one entry per layer");
-  double n = 0;
-  for (const JsonReader& t : entries) {
-    const std::string s = t.as_string();
-    if (s != kind && s != "full_attention") t.fail("unknown layer type \"" + s + "\" (expected " + kind + " or full_attention)");
-    n += s == kind ? 1 : 0;
-  }
-  return n / static_cast<double>(layers);
 }
 
 // Gemma 1, 2 and 3 (GemmaForCausalLM, Gemma2ForCausalLM, Gemma3ForCausalLM, and Gemma 3's

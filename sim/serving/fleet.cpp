@@ -181,8 +181,6 @@ BatchingConfig Simulation::pool_batching(const PoolConfig& pool) {
   return batching;
 }
 
-
-
 // Instance k of pool p takes tp·pp consecutive GPUs from `cursor`: packed, it first moves to
 // the next node when its TP groups would straddle one (placement_problem); placed by the
 // pool, its first instance must fit where it was put. No GPU goes to two instances.

@@ -11,6 +11,15 @@
 namespace parallax {
 namespace {
 
+// The hybrid allocator's rule for a pool of a model with windowed or chunked layers (share 0
+// where the pool holds every token); nullopt for a model without such layers.
+std::optional<BatchingConfig> hybrid_rule(const FleetConfig& c, const PoolConfig& pc) {
+  if (!(c.model.bounded_attention().share > 0)) return std::nullopt;
+  BatchingConfig rule = pc.batching;
+  apply_hybrid_kv_allocator(c.model, pc, rule);
+  return rule;
+}
+
 LatencyStats stats_of(std::vector<double> v) {
   LatencyStats s;
   if (v.empty()) return s;
@@ -229,11 +238,9 @@ nlohmann::ordered_json fleet_json(const FleetConfig& c, const std::string& topol
                      {"kv_occupancy", ps.kv_occupancy},
                      {"mean_batch_sequences", ps.mean_batch},
                      {"mean_batch_tokens", ps.mean_tokens}});
-    if (c.model.sliding_window > 0 || c.model.attention_chunk > 0) {
-      BatchingConfig rule = pc.batching;
-      apply_hybrid_kv_allocator(c.model, pc, rule);
-      pools.back()["hybrid_allocator"] = {{"bounded_kv_share", rule.bounded_kv_share},
-                                          {"bounded_kv_tokens", rule.bounded_kv_span}};
+    if (const auto rule = hybrid_rule(c, pc)) {
+      pools.back()["hybrid_allocator"] = {{"bounded_kv_share", rule->bounded_kv_share},
+                                          {"bounded_kv_tokens", rule->bounded_kv_span}};
     }
     if (ps.scaling) pools.back()["autoscale"] = scaling_json(*pc.autoscale, ps);
     if (!c.topology->info().node_groups.empty()) {
@@ -272,14 +279,12 @@ std::string fleet_text(const FleetConfig& c, const std::string& topology_name, c
                   pc.batching.max_sequences, static_cast<long long>(pc.batching.token_budget),
                   static_cast<long long>(ps.kv_blocks), static_cast<long long>(pc.batching.block_size));
     out += buf;
-    if (c.model.sliding_window > 0 || c.model.attention_chunk > 0) {
-      BatchingConfig rule = pc.batching;
-      apply_hybrid_kv_allocator(c.model, pc, rule);
-      if (rule.bounded_kv_share > 0) {
+    if (const auto rule = hybrid_rule(c, pc)) {
+      if (rule->bounded_kv_share > 0) {
         std::snprintf(buf, sizeof buf,
                       "    hybrid KV allocator: on %.0f%% of the KV bytes (the windowed or chunked layers') a sequence "
                       "keeps the blocks of its last %lld tokens\n",
-                      100 * rule.bounded_kv_share, static_cast<long long>(rule.bounded_kv_span));
+                      100 * rule->bounded_kv_share, static_cast<long long>(rule->bounded_kv_span));
         out += buf;
       } else {
         out += "    every layer keeps every token's KV (no hybrid allocator, or a prefix cache)\n";

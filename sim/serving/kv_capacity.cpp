@@ -125,24 +125,21 @@ DraftFootprint draft_footprint(const ModelConfig& draft, int tp, ServingPrecisio
           kv_bytes_per_token(draft, tp, 0, draft.layers, precision.kv_cache)};
 }
 
+double stage_bounded_share(const ModelConfig& m, int layers) {
+  const double share = m.bounded_attention().share;
+  if (!(share > 0) || layers <= 0) return 0;
+  return std::floor(share * layers + 1e-9) / layers;  // the tolerance: 52/62 · 62 is 51.999…
+}
+
 namespace {
 // The tokens of a sequence of `kv` (`q` of them computed in this step) that a stage of `layers`
 // layers holds, averaged over its attention layers: all of them, less, on its windowed or chunked
 // layers, those a hybrid allocator has freed — it keeps the last window (or at most a chunk) and
-// the step's new tokens, whose blocks come before the old ones are freed. The stage's windowed
-// layers counted as ⌊s·layers⌋, the fewest an evenly spread pattern gives it.
+// the step's new tokens, whose blocks come before the old ones are freed.
 double held_tokens(const ModelConfig& m, int layers, double kv, double q) {
-  double share = 0, bound = 0;
-  if (m.sliding_window > 0) {
-    share = m.sliding_window_layers;
-    bound = static_cast<double>(m.sliding_window);
-  } else if (m.attention_chunk > 0) {
-    share = m.attention_chunk_layers;
-    bound = static_cast<double>(m.attention_chunk);
-  }
-  if (!(share > 0) || layers <= 0) return kv;
-  share = std::floor(share * layers + 1e-9) / layers;
-  return (1.0 - share) * kv + share * std::min(kv, bound - 1 + q);
+  const double share = stage_bounded_share(m, layers);
+  if (!(share > 0)) return kv;
+  return (1.0 - share) * kv + share * std::min(kv, static_cast<double>(m.bounded_attention().tokens) - 1 + q);
 }
 }  // namespace
 

@@ -69,6 +69,10 @@ Bytes kv_bytes_per_token(const ModelConfig& model, int tp, int first, int layers
 /// The Mamba state one sequence keeps on one GPU of a stage holding layers [first, first +
 /// layers): zero for a model without Mamba layers.
 Bytes mamba_state_bytes(const ModelConfig& model, int tp, int first, int layers);
+/// The share of a pipeline stage's `layers` layers whose attention is windowed or chunked
+/// (ModelConfig::bounded_attention), at its least: ⌊share·layers⌋ / layers, the fewest an evenly
+/// spread pattern gives a stage of that size.
+double stage_bounded_share(const ModelConfig& model, int layers);
 
 /// Weight bytes on one GPU of each pipeline stage (2 B per parameter in bf16; in fp8, 1 B per
 /// parameter of the layers' matrices).

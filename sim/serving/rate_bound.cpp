@@ -22,21 +22,17 @@ void apply_hybrid_kv_allocator(const ModelConfig& m, const PoolConfig& pool, Bat
   batching.bounded_kv_share = 0;
   batching.bounded_kv_span = 0;
   if (!pool.hybrid_kv_allocator || batching.prefix_caching) return;
+  const ModelConfig::BoundedAttention bounded = m.bounded_attention();
+  if (!(bounded.share > 0)) return;
+  // A window straddles one block more than its tokens fill; a chunk starts at a multiple of its
+  // size, so only where b does not divide it.
   const int64_t b = batching.block_size;
-  double share = 0;
-  int64_t span = 0;
-  if (m.sliding_window > 0) {
-    share = m.sliding_window_layers;
-    span = m.sliding_window + b - 1;
-  } else if (m.attention_chunk > 0) {
-    share = m.attention_chunk_layers;
-    span = m.attention_chunk + (m.attention_chunk % b == 0 ? 0 : b - 1);
-  }
-  if (!(share > 0)) return;
+  const bool straddles = m.sliding_window > 0 || bounded.tokens % b != 0;
+  const int64_t span = bounded.tokens + (straddles ? b - 1 : 0);
   // The stage with the fewest windowed layers for its size holds the most blocks a token.
   const std::vector<int> layers = split_layers(m.layers, pool.shape.pp);
   double least = 1;
-  for (const int l : layers) least = std::min(least, std::floor(share * l + 1e-9) / l);
+  for (const int l : layers) least = std::min(least, stage_bounded_share(m, l));
   if (pool.step.draft_model) {
     const double target = kv_bytes_per_token(m, pool.shape.tp, 0, layers.front(), pool.step.kv_cache_dtype).value();
     const double draft = draft_footprint(*pool.step.draft_model, pool.shape.tp, precision_of(pool)).kv_per_token.value();

@@ -234,7 +234,6 @@ const char* cosimulated(const IterationResult& r) {
 
 // Which of the exposed communication went across nodes (NICs and the network), and,
 // co-simulated, the link that bound most of each kind's exposed time.
-
 void print_exposed_links(const IterationResult& r) {
   std::string across;
   std::string bound;
