@@ -23,9 +23,9 @@ void expect_within_percent(int64_t counted, double published, double percent) {
       << "counted " << static_cast<double>(counted) / 1e9 << " B, published " << published / 1e9 << " B";
 }
 
-TEST(BundledModels, AllTwentyOneAreThere) {
+TEST(BundledModels, AllTwentyTwoAreThere) {
   EXPECT_EQ(bundled_model_names(models_dir()),
-            (std::vector<std::string>{"deepseek-v2", "deepseek-v3", "gemma-3-27b", "glm-4.5", "gpt-oss-120b", "gpt3-175b",
+            (std::vector<std::string>{"deepseek-v2", "deepseek-v3", "deepseek-v3.2", "gemma-3-27b", "glm-4.5", "gpt-oss-120b", "gpt3-175b",
                                       "kimi-k2", "llama2-13b", "llama2-70b", "llama2-7b", "llama3-405b", "llama3-70b",
                                       "llama3-8b", "llama3.2-1b", "llama4-maverick", "llama4-scout", "mixtral-8x7b",
                                       "nemotron-3-nano", "nemotron-3-super", "phi-4", "qwen3-next-80b-a3b"}));
@@ -709,7 +709,7 @@ TEST(ParameterCounts, WeightMatricesAddUpToEachLayersMatrices) {
         sum += w.rows * w.cols * w.count;
         if (w.routed_expert) routed += w.rows * w.cols * w.count;
       }
-      EXPECT_EQ(sum, c.attention + c.mlp + c.routed_experts + c.router + c.latent_projections) << name << " " << layer;
+      EXPECT_EQ(sum, c.attention + c.mlp + c.routed_experts + c.router + c.latent_projections + c.indexer) << name << " " << layer;
       EXPECT_EQ(routed, c.routed_experts) << name << " " << layer;
     }
   }

@@ -8,6 +8,7 @@ parallax_test(training_test compute_model_test.cpp attention_model_test.cpp trai
               training_iteration_test.cpp training_cp_test.cpp training_symmetry_test.cpp training_cosim_test.cpp
               training_published_runs_test.cpp training_ep_test.cpp training_offload_test.cpp
               training_op_checkpointing_test.cpp training_constant_fit_test.cpp training_hybrid_test.cpp
+              model_sparse_attention_test.cpp
               LONG IterationSymmetry.EveryReplicaGivesTheFoldedResultOn64Gpus
                    Explain.FullShardingAcrossNodesOffersHybridShardingWithinANode
                    Explain.FullRecomputationWithMemoryToSpareOffersTheFewestLayersThatFit

@@ -312,11 +312,44 @@ class OperatorList {
     forward.keys_per_query = w.keys_per_query();
     forward.flops_per_exponential = 2.0 * (d_key + d_latent);  // the backward is never run (serving)
     const double q = w.query_tokens * heads * d_key, o = w.query_tokens * heads * d_latent;
+    const double read = w.read_key_tokens > 0 ? w.read_key_tokens : w.key_tokens;
     forward.bytes_read_written =
-        Bytes((q + o) * element_ + w.key_tokens * d_key * kv_element + w.query_tokens * heads * kFp32Bytes);
+        Bytes((q + o) * element_ + read * d_key * kv_element + w.query_tokens * heads * kFp32Bytes);
     OperatorCost backward = forward;  // serving runs it forward only
     backward.backward_pass = true;
     ops_.push_back({"mla_latent_attention", forward, backward, true, Bytes(), Bytes()});
+  }
+
+  // A DSA lightning indexer's scores and top-k (DeepGEMM's mqa_logits kernels in serving, the
+  // fused indexer kernels of Megatron-Core's DSA in training): every query's `index_heads` heads
+  // of `index_dim` against one shared key a token over `all` (the causal pairs, every earlier
+  // key), then ReLU, the heads' weights and their sum (3 FLOPs a pair and head), the fp32 logits
+  // written and read by the top-k, and an int32 index written for each key a query keeps (the
+  // pairs of `sparse`). The heads share the
+  // key, so the kernel packs them into the rows of one product a sequence (as MLA's latent
+  // attention). `serving`: in fp8 (q quantised, the cached keys fp8 with an fp32 scale per 128),
+  // forward only; training in the activation type, whose backward trains the indexer on its
+  // selected keys (`sparse`: the pairs the attention computes) by the KL loss against the
+  // attention's distribution there: the `main_heads` attention probabilities again (q·k of
+  // `main_qk`), the index scores again and their gradients to q, k and the weights.
+  void lightning_indexer(const AttentionWork& all, const AttentionWork& sparse, double index_heads, double index_dim,
+                         double main_heads, double main_qk, bool serving) {
+    const DType type = serving ? DType::kFp8 : activation_;
+    const double key_bytes = serving ? index_dim + kFp32Bytes * std::ceil(index_dim / 128) : index_dim * element_;
+    const double q_bytes = all.query_tokens * index_heads * index_dim * bytes_per_element(type);
+    const double weights_bytes = all.query_tokens * index_heads * kFp32Bytes;
+    const double indices_bytes = sparse.score_pairs * kFp32Bytes;  // one a key attended to
+    OperatorCost forward = gemm_cost(GemmShape{all.s_q * index_heads, all.s_kv, index_dim, all.sequences}, type);
+    forward.flops = Flops(all.score_pairs * index_heads * (2.0 * index_dim + 3.0));
+    forward.bytes_read_written =
+        Bytes(q_bytes + weights_bytes + all.key_tokens * key_bytes + 2.0 * all.score_pairs * kFp32Bytes + indices_bytes);
+    forward.kernels = 2;  // the scores, the top-k
+    OperatorCost backward = forward;
+    backward.backward_pass = true;
+    backward.flops = Flops(2.0 * sparse.score_pairs * (main_heads * main_qk + 3.0 * index_heads * index_dim));
+    backward.bytes_read_written = Bytes(2.0 * (q_bytes + weights_bytes + all.key_tokens * key_bytes) + indices_bytes);
+    ops_.push_back({"indexer_scores_topk", forward, backward, false, Bytes(), Bytes()});
+    if (!serving) keep(indices_bytes, 1.0);  // the indices the sparse attention's backward reads
   }
 
   // PyTorch's selective checkpointing by operator (MicroBatch::op_checkpointing) over the
@@ -535,8 +568,12 @@ class OperatorList {
 // The share of a causal sequence's s²/2 query-key pairs that the model's attention computes:
 // 1; with a window w on the share f of the layers (1 − f) + f·(s·w − w²/2)/(s²/2) for s > w
 // (each query past the first w sees w keys); with chunks of c on the share f,
-// (1 − f) + f·(k·c² + r²)/s², s = k·c + r (each whole chunk is a causal square of its own).
+// (1 − f) + f·(k·c² + r²)/s², s = k·c + r (each whole chunk is a causal square of its own); with
+// sparse attention's top-k, a window of k on every layer (each query past the first k sees k).
 double causal_pairs_share(const ModelConfig& m, double s) {
+  if (const double k = static_cast<double>(m.attended_keys_cap()); k > 0) {
+    return s <= k ? 1.0 : (s * k - k * k / 2) / (s * s / 2);
+  }
   const double c = static_cast<double>(m.attention_chunk);
   if (c > 0 && s > c) {
     const double k = std::floor(s / c), r = s - k * c;
@@ -545,6 +582,13 @@ double causal_pairs_share(const ModelConfig& m, double s) {
   const double w = static_cast<double>(m.sliding_window);
   if (w <= 0 || s <= w) return 1.0;
   return (1.0 - m.sliding_window_layers) + m.sliding_window_layers * (s * w - w * w / 2) / (s * s / 2);
+}
+
+// A ragged batch's attention work under the model's bounds on the keys a query sees: a window or
+// chunks on a share of the layers, or sparse attention's top-k on all of them.
+AttentionWork bounded_ragged_work(const ModelConfig& m, const RaggedBatch& batch) {
+  if (const int64_t k = m.attended_keys_cap(); k > 0) return ragged_attention_work(batch, k, 1.0);
+  return ragged_attention_work(batch, m.sliding_window, m.sliding_window_layers, m.attention_chunk, m.attention_chunk_layers);
 }
 
 // The per-GPU sizes of the file header, for a uniform micro-batch or a ragged batch.
@@ -559,6 +603,8 @@ struct LocalSizes {
   // (2+ new tokens) and the sequences decoding (one token, or one and its drafts).
   bool ragged = false;
   AttentionWork prefill_work, decode_work;
+  // A DSA indexer's work: every causal pair, whatever the top-k leaves to the attention.
+  AttentionWork index_work;
   double cache_bytes = 0;  ///< a serving batch's KV-cache element (0: the activations')
 
   LocalSizes(const ModelConfig& m, const ShardingFactors& sh)
@@ -576,6 +622,7 @@ struct LocalSizes {
     // rank the same half of the triangle.
     const double pairs_per_query = s * (batch.causal ? 0.5 * causal_pairs_share(m, s) : 1.0);
     work = AttentionWork{b, tokens, b * s, b * (tokens / b) * pairs_per_query, tokens / b, s};
+    index_work = AttentionWork{b, tokens, b * s, b * (tokens / b) * s * (batch.causal ? 0.5 : 1.0), tokens / b, s};
     if (sh.cp_ring) work.key_blocks = sh.cp;
     scan_tokens = tokens;
   }
@@ -583,7 +630,8 @@ struct LocalSizes {
   LocalSizes(const ModelConfig& m, const RaggedBatch& batch, const ShardingFactors& sh) : LocalSizes(m, sh) {
     ragged = true;
     cache_bytes = bytes_per_element(batch.kv_cache);
-    work = ragged_attention_work(batch, m.sliding_window, m.sliding_window_layers, m.attention_chunk, m.attention_chunk_layers);
+    work = bounded_ragged_work(m, batch);
+    index_work = ragged_attention_work(batch);
     tokens = work.query_tokens;
     sp_tokens = sh.sp ? tokens / sh.tp : tokens;
     RaggedBatch prompts = batch, decodes = batch;
@@ -601,8 +649,8 @@ struct LocalSizes {
       scan_sequences += 1;
       continued_sequences += c.kv_len > c.q_len ? 1 : 0;
     }
-    prefill_work = ragged_attention_work(prompts, m.sliding_window, m.sliding_window_layers, m.attention_chunk, m.attention_chunk_layers);
-    decode_work = ragged_attention_work(decodes, m.sliding_window, m.sliding_window_layers, m.attention_chunk, m.attention_chunk_layers);
+    prefill_work = bounded_ragged_work(m, prompts);
+    decode_work = bounded_ragged_work(m, decodes);
   }
 };
 
@@ -642,6 +690,14 @@ void add_mla_serving_core(OperatorList& ops, const ModelConfig& m, AttentionKern
   const double latent = static_cast<double>(a.kv_lora_rank), v = static_cast<double>(a.v_head_dim);
   const bool flash2 = attention == AttentionKernel::kFlash2;
   if (rope > 0) ops.rotary(z.tokens * (z.heads + 1) * rope);
+  if (m.sparse_attention) {
+    // Sparse attention runs every token absorbed (vLLM's and SGLang's sparse FlashMLA kernels
+    // gather each query's top-k latents, prompt chunks too).
+    ops.gemm("q_absorb_key_up_proj", z.tokens, latent, nope, z.heads);
+    ops.mla_latent_attention(z.work, z.heads, latent, rope, flash2, z.cache_bytes);
+    ops.gemm("value_up_proj", z.tokens, v, latent, z.heads);
+    return;
+  }
   const AttentionWork& prompt = z.prefill_work;
   if (prompt.sequences > 0) {
     ops.gemm("kv_up_proj", prompt.key_tokens, z.heads * (nope + v), latent);
@@ -655,8 +711,27 @@ void add_mla_serving_core(OperatorList& ops, const ModelConfig& m, AttentionKern
   }
 }
 
+// A DSA lightning indexer (ModelConfig::sparse_attention), whole on every TP rank as Megatron-Core
+// and vLLM replicate it: its query from the MLA query latent (or the hidden state), its key and
+// the heads' weights from the hidden state; the key's LayerNorm, the rotary embedding on both
+// and their Hadamard rotation (two passes over q and k); then the scores and the top-k.
+void add_indexer(OperatorList& ops, const ModelConfig& m, const LocalSizes& z) {
+  const SparseAttentionConfig& a = *m.sparse_attention;
+  const double heads = a.index_heads, d = static_cast<double>(a.index_head_dim);
+  const double q_in = static_cast<double>(m.mla->q_lora_rank > 0 ? m.mla->q_lora_rank : m.hidden);
+  ops.gemm("indexer_q_proj", z.tokens, heads * d, q_in);
+  ops.keep_gemm_input(z.tokens * q_in);
+  ops.gemm("indexer_k_proj", z.tokens, d, z.hidden);
+  ops.keep_gemm_input(z.tokens * z.hidden);
+  ops.gemm("indexer_weights_proj", z.tokens, heads, z.hidden);
+  const double qk = z.tokens * (heads + 1) * d;
+  ops.memory("indexer_qk_prep", 4.0 * qk * ops.element_bytes(), qk * (std::log2(d) + kLayerNormFlops));
+  ops.keep(qk + z.tokens * heads);  // q, k and the weights, for the indexer's own backward
+  ops.lightning_indexer(z.index_work, z.work, heads, d, z.heads, static_cast<double>(m.qk_head_dim()), z.ragged);
+}
+
 void add_attention(OperatorList& ops, const ModelConfig& m, AttentionKernel attention, const LocalSizes& z,
-                   const RecomputeModules& recompute) {
+                   const RecomputeModules& recompute, bool indexer) {
   const double e = ops.element_bytes();
   ops.norm("attention_norm", m, z.sp_tokens, z.hidden);
   ops.recompute_norm(recompute.layernorm && m.mla, z.sp_tokens * z.hidden);  // else fused into the QKV projection
@@ -681,6 +756,7 @@ void add_attention(OperatorList& ops, const ModelConfig& m, AttentionKernel atte
     }
     ops.gemm("kv_down_proj", z.sp_tokens, kv_lora + static_cast<double>(a.qk_rope_head_dim), z.hidden);
     ops.norm("kv_latent_norm", m, z.sp_tokens, kv_lora);
+    if (indexer) add_indexer(ops, m, z);
     if (z.ragged) {
       add_mla_serving_core(ops, m, attention, z);
       return add_attention_output(ops, m, z);
@@ -1045,7 +1121,9 @@ std::vector<ModelOperator> layer_ops(const ModelConfig& m, int layer, const Loca
     add_mamba(ops, m, sh, z);
     return ops.take();
   }
-  if (kind == LayerKind::kTransformer || kind == LayerKind::kAttention) add_attention(ops, m, r.attention, z, recompute);
+  if (kind == LayerKind::kTransformer || kind == LayerKind::kAttention) {
+    add_attention(ops, m, r.attention, z, recompute, m.has_indexer(layer));
+  }
   if (kind == LayerKind::kAttention) return ops.take();
   // A parallel block's MLP reads the attention's normalised input, which that keeps already.
   const bool own_norm = !m.parallel_block || kind != LayerKind::kTransformer;

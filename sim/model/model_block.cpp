@@ -34,6 +34,12 @@ nlohmann::ordered_json mla_block(const MlaConfig& mla) {
           {"v_head_dim", mla.v_head_dim}};
 }
 
+nlohmann::ordered_json sparse_attention_block(const SparseAttentionConfig& a) {
+  nlohmann::ordered_json j = {{"index_heads", a.index_heads}, {"index_head_dim", a.index_head_dim}, {"topk", a.topk}};
+  if (!a.shared_index_layers.empty()) j["shared_index_layers"] = a.shared_index_layers;
+  return j;
+}
+
 nlohmann::ordered_json mamba_block(const MambaConfig& a) {
   return {{"heads", a.heads},           {"head_dim", a.head_dim},       {"state", a.state},
           {"groups", a.groups},         {"conv_kernel", a.conv_kernel}, {"chunk", a.chunk}};
@@ -73,6 +79,7 @@ nlohmann::ordered_json model_block(const ModelConfig& m) {
   j["parallel_block"] = m.parallel_block;
   if (m.moe) j["moe"] = moe_block(*m.moe);
   if (m.mla) j["mla"] = mla_block(*m.mla);
+  if (m.sparse_attention) j["sparse_attention"] = sparse_attention_block(*m.sparse_attention);
   j["mtp_layers"] = m.mtp_layers;
   if (m.mtp_repeated) j["mtp_repeated"] = true;
   if (m.hybrid()) j["hybrid_pattern"] = m.hybrid_pattern;

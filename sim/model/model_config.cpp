@@ -81,6 +81,11 @@ int64_t ModelConfig::rotary_dim() const {
   return mla ? mla->qk_rope_head_dim : head_dim;
 }
 int ModelConfig::attention_kv_heads() const { return mla ? heads : kv_heads; }
+bool ModelConfig::has_indexer(int layer) const {
+  if (!sparse_attention || !has_attention(layer)) return false;
+  const std::vector<int>& shared = sparse_attention->shared_index_layers;
+  return std::find(shared.begin(), shared.end(), layer) == shared.end();
+}
 
 std::string ModelConfig::problem() const {
   auto s = [](int64_t v) { return std::to_string(v); };
@@ -103,6 +108,22 @@ std::string ModelConfig::problem() const {
     if (head_dim <= 0) return "head_dim must be positive";
     if (kv_heads <= 0) return "kv_heads must be positive";
     if (heads % kv_heads != 0) return "heads=" + s(heads) + " is not a multiple of kv_heads=" + s(kv_heads);
+  }
+  if (sparse_attention) {
+    const SparseAttentionConfig& a = *sparse_attention;
+    if (!mla) return "sparse_attention (DSA) is modelled on MLA attention: the model has no mla block";
+    if (a.index_heads <= 0 || a.index_head_dim <= 0 || a.topk <= 0) {
+      return "sparse_attention: index_heads, index_head_dim and topk must be positive";
+    }
+    if (sliding_window > 0 || attention_chunk > 0) return "sparse attention does not combine with a sliding window or chunks";
+    for (int l : a.shared_index_layers) {
+      if (l < 0 || l >= layers) return "sparse_attention.shared_index_layers: layer " + s(l) + " is outside 0.." + s(layers - 1);
+    }
+    int first = 0;
+    while (first < layers && !has_attention(first)) ++first;
+    if (first < layers && !has_indexer(first)) {
+      return "sparse_attention: the first attention layer (" + s(first) + ") must run an indexer of its own";
+    }
   }
   if (hybrid()) {
     if (static_cast<int64_t>(hybrid_pattern.size()) != layers) {

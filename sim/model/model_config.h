@@ -72,6 +72,20 @@ struct MlaConfig {
   int64_t v_head_dim = 0;
 };
 
+/// DeepSeek Sparse Attention (DSA: DeepSeek-V3.2, GLM-5) on MLA. A lightning indexer scores every
+/// earlier key for each query, Σ over its `index_heads` heads of w·ReLU(q·k) in `index_head_dim`
+/// dims (q from the MLA query latent, or the hidden state without one; one key a token; a weight
+/// a head from the hidden state), and the MLA core attends only to the `topk` keys it scores
+/// highest (every key while the context is shorter). The layers listed in `shared_index_layers`
+/// have no indexer of their own and reuse the top-k of the last one that ran (GLM-5's "shared"
+/// indexer_types).
+struct SparseAttentionConfig {
+  int index_heads = 0;
+  int64_t index_head_dim = 0;
+  int64_t topk = 0;
+  std::vector<int> shared_index_layers;
+};
+
 /// The Mamba-2 mixer (Dao & Gu 2024, its state-space dual form), as Megatron-Core's MambaMixer
 /// and the Nemotron-H family run it: inner width d_in = heads·head_dim; the input projection
 /// gives z (d_in), x (d_in), B and C (groups·state each) and dt (heads); a causal depthwise
@@ -149,6 +163,7 @@ struct ModelConfig {
   bool parallel_block = false;
   std::optional<MoeConfig> moe;
   std::optional<MlaConfig> mla;
+  std::optional<SparseAttentionConfig> sparse_attention;
   int mtp_layers = 0;  ///< DeepSeek-V3 multi-token-prediction modules (counted apart)
   /// The MTP depths run one module's weights again (Megatron's mtp_use_repeated_layer):
   /// mtp_layers passes, one module's parameters.
@@ -179,6 +194,12 @@ struct ModelConfig {
   int64_t rotary_dim() const;
   /// Key/value heads that are materialised for attention: kv_heads, or heads with MLA.
   int attention_kv_heads() const;
+  /// The layer runs a DSA lightning indexer of its own (an attention layer of a sparse-attention
+  /// model that is not one of its shared_index_layers; MTP layers have theirs).
+  bool has_indexer(int layer) const;
+  /// The most keys a query attends to: the sparse attention's top-k on every attention layer
+  /// (0: no such cap; windows and chunks are bounded_attention's, on a share of the layers).
+  int64_t attended_keys_cap() const { return sparse_attention ? sparse_attention->topk : 0; }
   /// The layers whose queries reach back over a bounded number of tokens: the share of the layers
   /// with a sliding window (the window's tokens) or with attention chunks (the chunk's); share 0
   /// where every layer attends to its whole context.

@@ -17,7 +17,7 @@ constexpr int64_t kMaxSize = int64_t{1} << 24;   // dimensions, vocabulary, sequ
 enum class HfFamily {
   kLlama, kMistral, kMixtral, kQwen2, kQwen3, kQwen2Moe, kQwen3Moe, kOlmoe, kDeepseekV2, kDeepseekV3, kGlm4Moe,
   kGptOss, kNemotronH, kGpt2, kGptNeoX, kGemma, kGemma2, kGemma3, kLlama4, kPhi3, kOlmo2, kOlmo3, kQwen3Next,
-  kQwen35, kQwen35Moe
+  kQwen35, kQwen35Moe, kDeepseekV32, kGlmMoeDsa
 };
 
 struct HfArchitecture {
@@ -37,7 +37,9 @@ constexpr HfArchitecture kHfArchitectures[] = {
     {"OlmoeForCausalLM", "olmoe", HfFamily::kOlmoe},
     {"DeepseekV2ForCausalLM", "deepseek_v2", HfFamily::kDeepseekV2},
     {"DeepseekV3ForCausalLM", "deepseek_v3", HfFamily::kDeepseekV3},
+    {"DeepseekV32ForCausalLM", "deepseek_v32", HfFamily::kDeepseekV32},
     {"Glm4MoeForCausalLM", "glm4_moe", HfFamily::kGlm4Moe},
+    {"GlmMoeDsaForCausalLM", "glm_moe_dsa", HfFamily::kGlmMoeDsa},
     {"GptOssForCausalLM", "gpt_oss", HfFamily::kGptOss},
     {"NemotronHForCausalLM", "nemotron_h", HfFamily::kNemotronH},
     {"GPT2LMHeadModel", "gpt2", HfFamily::kGpt2},
@@ -346,6 +348,78 @@ void read_deepseek(HfFields& f, HfFamily family, ModelConfig& m) {
     m.moe = moe;
   }
   if (m.moe_layer_count() < m.layers) m.ffn = f.positive("intermediate_size");
+}
+
+// DeepSeek Sparse Attention's lightning indexer (DeepSeek-V3.2, GLM-5): index_n_heads heads
+// (`default_heads` where absent: DeepseekV32Config's 64, GlmMoeDsaConfig's 32) of index_head_dim
+// (128), the top index_topk (2048) keys a query. GLM-5's layers marked "shared" reuse the last
+// full layer's top-k: by indexer_types, else index_topk_pattern (F and S), else, as
+// GlmMoeDsaConfig derives them, layer i is full where max(i − offset + 1, 0) is a multiple of
+// index_topk_freq (default 1: every layer) for offset index_skip_topk_offset (default 2).
+void read_sparse_attention(HfFields& f, ModelConfig& m, int default_heads) {
+  SparseAttentionConfig a;
+  a.index_heads = f.count_or("index_n_heads", default_heads);
+  a.index_head_dim = f.positive_or("index_head_dim", 128);
+  a.topk = f.positive_or("index_topk", 2048);
+  const auto shared_from = [&](const std::string& key, auto is_shared) {
+    JsonReader list = f.at(key);
+    const auto entries = list.elements();
+    if (entries.size() != static_cast<size_t>(m.layers)) list.fail("expected one entry per layer");
+    for (size_t i = 0; i < entries.size(); ++i) {
+      if (is_shared(entries[i])) a.shared_index_layers.push_back(static_cast<int>(i));
+    }
+  };
+  const auto kind = [](const JsonReader& e, const std::string& full, const std::string& shared) {
+    const std::string v = e.as_string();
+    if (v != full && v != shared) e.fail("unknown indexer type \"" + v + "\" (expected " + full + " or " + shared + ")");
+    return v == shared;
+  };
+  if (f.present("indexer_types")) {
+    shared_from("indexer_types", [&](const JsonReader& e) { return kind(e, "full", "shared"); });
+  } else if (f.present("index_topk_pattern")) {
+    JsonReader pattern = f.at("index_topk_pattern");
+    if (pattern.raw().is_string()) {
+      const std::string p = pattern.as_string();
+      if (p.size() != static_cast<size_t>(m.layers)) pattern.fail("expected one letter per layer");
+      const size_t odd = p.find_first_not_of("FS");
+      if (odd != std::string::npos) pattern.fail(std::string("'") + p[odd] + "' is not F (full) or S (shared)");
+      for (size_t i = 0; i < p.size(); ++i) {
+        if (p[i] == 'S') a.shared_index_layers.push_back(static_cast<int>(i));
+      }
+    } else {
+      shared_from("index_topk_pattern", [&](const JsonReader& e) { return kind(e, "full", "shared"); });
+    }
+  } else {
+    const int64_t freq = f.positive_or("index_topk_freq", 1, kMaxCount);
+    const int64_t offset = f.non_negative_or("index_skip_topk_offset", 2, kMaxCount);
+    for (int i = 0; i < m.layers; ++i) {
+      if (std::max<int64_t>(i - offset + 1, 0) % freq != 0) a.shared_index_layers.push_back(i);
+    }
+  }
+  m.sparse_attention = a;
+}
+
+// GLM-5 (GlmMoeDsaForCausalLM): DeepSeek-V3.2's attention (MLA with the DSA indexer) and MoE,
+// with GlmMoeDsaConfig's defaults where the file leaves a key out: three dense layers first
+// (first_k_dense_replace), or the layers mlp_layer_types marks "dense"; 32 index heads.
+void read_glm_moe_dsa(HfFields& f, ModelConfig& m) {
+  read_deepseek(f, HfFamily::kDeepseekV3, m);
+  if (m.moe) {
+    if (!f.present("first_k_dense_replace")) m.moe->first_dense_layers = 3;
+    if (f.present("mlp_layer_types")) {
+      m.moe->first_dense_layers = 0;
+      JsonReader list = f.at("mlp_layer_types");
+      const auto entries = list.elements();
+      if (entries.size() != static_cast<size_t>(m.layers)) list.fail("expected one entry per layer");
+      for (size_t i = 0; i < entries.size(); ++i) {
+        const std::string v = entries[i].as_string();
+        if (v != "dense" && v != "sparse") entries[i].fail("unknown MLP type \"" + v + "\" (expected dense or sparse)");
+        if (v == "dense") m.moe->dense_layers.push_back(static_cast<int>(i));
+      }
+    }
+    if (m.moe_layer_count() < m.layers) m.ffn = f.positive("intermediate_size");
+  }
+  read_sparse_attention(f, m, 32);
 }
 
 // GLM-4.5 and its successors (Glm4MoeForCausalLM): GQA attention whose q/k/v projections carry
@@ -803,6 +877,22 @@ MlaConfig read_mla_block(JsonReader r) {
   return mla;
 }
 
+SparseAttentionConfig read_sparse_attention_block(JsonReader r, int layers) {
+  SparseAttentionConfig a;
+  a.index_heads = block_count(r, "index_heads");
+  a.index_head_dim = block_size(r, "index_head_dim");
+  a.topk = block_size(r, "topk");
+  if (auto list = r.find("shared_index_layers")) {
+    for (const JsonReader& e : list->elements()) {
+      const int64_t i = e.as_int();
+      if (i < 0 || i >= layers) e.fail("layer " + std::to_string(i) + " is outside 0.." + std::to_string(layers - 1));
+      a.shared_index_layers.push_back(static_cast<int>(i));
+    }
+  }
+  r.finish();
+  return a;
+}
+
 MambaConfig read_mamba_block(JsonReader r) {
   MambaConfig a;
   a.heads = block_count(r, "heads");
@@ -872,6 +962,11 @@ ModelConfig read_family(HfFamily family, JsonReader& r, HfFields& f, const std::
       break;
     case HfFamily::kDeepseekV2:
     case HfFamily::kDeepseekV3: read_deepseek(f, family, m); break;
+    case HfFamily::kDeepseekV32:
+      read_deepseek(f, HfFamily::kDeepseekV3, m);
+      read_sparse_attention(f, m, 64);
+      break;
+    case HfFamily::kGlmMoeDsa: read_glm_moe_dsa(f, m); break;
     case HfFamily::kGlm4Moe: read_glm4_moe(f, m); break;
     case HfFamily::kGptOss: read_gpt_oss(f, m); break;
     case HfFamily::kNemotronH: read_nemotron_h(f, m); break;
@@ -977,6 +1072,7 @@ ModelConfig model_from_block(JsonReader r) {
     m.head_dim = m.qk_head_dim();
     m.kv_heads = m.heads;
   }
+  if (auto sparse = r.find("sparse_attention")) m.sparse_attention = read_sparse_attention_block(*sparse, m.layers);
   m.mtp_layers = static_cast<int>(block_non_negative(r, "mtp_layers", 0, kMaxCount));
   m.mtp_repeated = block_flag(r, "mtp_repeated", false);
   if (auto pattern = r.find("hybrid_pattern")) m.hybrid_pattern = pattern->as_string();

@@ -41,6 +41,16 @@ void count_attention(const ModelConfig& m, LayerParameterCounts& c) {
   if (m.qk_norm) c.vectors += 2 * m.head_dim;
 }
 
+// A DSA lightning indexer: its query projection from the MLA query latent (the hidden state
+// without one), its key projection and the per-head weights from the hidden state, and the
+// key's LayerNorm (gain and bias).
+int64_t indexer_query_input(const ModelConfig& m) { return m.mla->q_lora_rank > 0 ? m.mla->q_lora_rank : m.hidden; }
+void count_indexer(const ModelConfig& m, LayerParameterCounts& c) {
+  const SparseAttentionConfig& a = *m.sparse_attention;
+  c.indexer = indexer_query_input(m) * a.index_heads * a.index_head_dim + m.hidden * (a.index_head_dim + a.index_heads);
+  c.vectors += 2 * a.index_head_dim;
+}
+
 // The projections split over TP count as the attention's: they shard the same way.
 void count_mamba(const ModelConfig& m, LayerParameterCounts& c) {
   const MambaConfig& a = *m.mamba;
@@ -82,6 +92,12 @@ std::vector<WeightMatrix> layer_weight_matrices(const ModelConfig& m, int layer)
   std::vector<WeightMatrix> out;
   const LayerKind kind = m.layer_kind(layer);
   if (m.has_attention(layer)) attention_matrices(m, out);
+  if (m.has_indexer(layer)) {
+    const SparseAttentionConfig& a = *m.sparse_attention;
+    out.push_back({a.index_heads * a.index_head_dim, indexer_query_input(m)});
+    out.push_back({a.index_head_dim, m.hidden});
+    out.push_back({a.index_heads, m.hidden});
+  }
   if (kind == LayerKind::kMamba) {
     const MambaConfig& a = *m.mamba;
     out.push_back({a.in_proj_width(), m.hidden});
@@ -109,6 +125,7 @@ LayerParameterCounts layer_parameters(const ModelConfig& m, int layer) {
   const LayerKind kind = m.layer_kind(layer);
   c.vectors += (kind == LayerKind::kTransformer ? 2 : 1) * norm_size(m, m.hidden);
   if (m.has_attention(layer)) count_attention(m, c);
+  if (m.has_indexer(layer)) count_indexer(m, c);
   if (kind == LayerKind::kMamba) count_mamba(m, c);
   if (kind == LayerKind::kAttention || kind == LayerKind::kMamba) return c;
   if (m.is_moe_layer(layer)) {
@@ -150,13 +167,14 @@ ParameterCounts count_parameters(const ModelConfig& m) {
     p.routed_experts += c.routed_experts;
     p.router += c.router;
     p.latent_projections += c.latent_projections;
+    p.indexer += c.indexer;
     p.layer_vectors += c.vectors + c.routed_vectors;
     layers_active += c.active();
     layers_matmul += c.matmul_active();
   }
   const int64_t outside = p.embedding + p.output_head + p.final_norm;
   p.total = outside + p.attention + p.dense_mlp + p.shared_experts + p.routed_experts + p.router +
-            p.latent_projections + p.layer_vectors;
+            p.latent_projections + p.indexer + p.layer_vectors;
   p.active = outside + layers_active;
   p.matmul_active = layers_matmul + head;
   if (m.mtp_layers > 0) {

@@ -12,6 +12,8 @@
 //   norms      two per layer: h each (RMSNorm) or 2h (LayerNorm); Qwen3's q/k norms 2·d
 //   Mamba-2    h·(2·d_in + 2·G·N + H_m) + d_in·h (matrices), and (d_in + 2·G·N)·(K + 1)
 //              conv taps and biases, 3·H_m (dt bias, A, D), d_in (the gated norm) as vectors
+//   DSA indexer q_in·I·d_I + h·(d_I + I) (q_in: q_lora, or h), + 2·d_I key-norm gain and bias,
+//              on the layers with an indexer of their own (I index heads of d_I)
 //   A hybrid model's layer has one block (attention, Mamba, MLP or MoE) and one norm.
 // Model: token embedding V·h (+ learned positions max_sequence·h), output head V·h unless tied,
 // final norm. DeepSeek-V3's multi-token-prediction modules are counted apart (mtp) and left
@@ -35,19 +37,20 @@ struct LayerParameterCounts {
   int64_t routed_per_token = 0;  ///< matrices of the top-k experts one token uses
   int64_t router = 0;            ///< router matrix
   int64_t latent_projections = 0;  ///< a latent MoE's down and up projections (whole on every TP rank)
+  int64_t indexer = 0;           ///< a DSA lightning indexer's three projections (whole on every TP rank)
   int64_t vectors = 0;           ///< biases and norm gains, the routed experts' biases apart
   int64_t routed_vectors = 0;    ///< biases of all routed experts
   int64_t routed_vectors_per_token = 0;  ///< biases of the top-k experts one token uses
 
   int64_t total() const {
-    return attention + mlp + routed_experts + router + latent_projections + vectors + routed_vectors;
+    return attention + mlp + routed_experts + router + latent_projections + indexer + vectors + routed_vectors;
   }
   /// What one token touches: the unselected routed experts (and their biases) left out.
   int64_t active() const {
-    return attention + mlp + routed_per_token + router + latent_projections + vectors + routed_vectors_per_token;
+    return attention + mlp + routed_per_token + router + latent_projections + indexer + vectors + routed_vectors_per_token;
   }
   /// Matrices one token is multiplied by (the N of 6N, per layer).
-  int64_t matmul_active() const { return attention + mlp + routed_per_token + router + latent_projections; }
+  int64_t matmul_active() const { return attention + mlp + routed_per_token + router + latent_projections + indexer; }
 };
 
 /// Parameters of layer `layer` (0-based) of `model`.
@@ -63,6 +66,7 @@ struct ParameterCounts {
   int64_t routed_experts = 0;
   int64_t router = 0;
   int64_t latent_projections = 0;  ///< a latent MoE's projections, all layers
+  int64_t indexer = 0;       ///< DSA lightning indexers' projections, all layers
   int64_t layer_vectors = 0; ///< biases and norm gains inside the layers
   int64_t total = 0;         ///< every parameter once, MTP modules excluded
   int64_t active = 0;        ///< touched by one token: total minus the unselected routed experts

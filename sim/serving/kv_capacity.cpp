@@ -14,6 +14,7 @@ namespace {
 
 constexpr double kBf16Bytes = 2;
 constexpr double kFp32StateBytes = 4;  // vLLM's mamba_ssm_cache_dtype float32, Nemotron's config
+constexpr double kIndexScaleBytes = 4;  // an fp32 scale per 128 elements of a DSA index key
 
 std::string gib(Bytes b) {
   char buf[32];
@@ -34,7 +35,14 @@ Bytes kv_bytes_per_token(const ModelConfig& m, int tp, int first, int layers, DT
     const double heads = std::ceil(static_cast<double>(m.kv_heads) / tp);
     per_layer = 2.0 * heads * static_cast<double>(m.head_dim) * cache_bytes;
   }
-  return Bytes(per_layer * attention_layers);
+  // A DSA indexer keeps each token's key too, in fp8 with an fp32 scale per 128 elements
+  // whatever the cache type (vLLM's and SGLang's indexer caches, which DeepGEMM's fp8 kernels read).
+  double index_keys = 0;
+  if (m.sparse_attention) {
+    const double d = static_cast<double>(m.sparse_attention->index_head_dim);
+    for (int l = first; l < first + layers; ++l) index_keys += m.has_indexer(l) ? d + kIndexScaleBytes * std::ceil(d / 128) : 0;
+  }
+  return Bytes(per_layer * attention_layers + index_keys);
 }
 
 Bytes mamba_state_bytes(const ModelConfig& m, int tp, int first, int layers) {
@@ -54,12 +62,12 @@ std::vector<Bytes> stage_weight_bytes(const ModelConfig& m, InstanceShape shape,
   // A stage's bytes: its layers' matrices in the weight type, the rest (norms, biases, router,
   // embedding, head) in bf16.
   // With data-parallel attention every rank keeps the dense weights (split by its tp) and a
-  // 1/(tp·dp) share of the routed experts.
-  const auto stage_bytes = [&](double matrices, double others, double routed, size_t s) {
+  // 1/(tp·dp) share of the routed experts. A DSA indexer is whole on every rank (replicated).
+  const auto stage_bytes = [&](double matrices, double others, double routed, double replicated, size_t s) {
     if (s == 0) others += static_cast<double>(p.embedding);
     if (s + 1 == layers.size()) others += static_cast<double>(p.output_head + p.final_norm);
     const double copies = m.moe ? 1.0 + static_cast<double>(shape.redundant_experts) / m.moe->experts : 1.0;
-    return Bytes((matrix_bytes * matrices + kBf16Bytes * others) / shape.tp +
+    return Bytes((matrix_bytes * matrices + kBf16Bytes * others) / shape.tp + matrix_bytes * replicated +
                  matrix_bytes * routed * copies / (shape.tp * shape.dp));
   };
   if (m.hybrid()) {
@@ -67,14 +75,15 @@ std::vector<Bytes> stage_weight_bytes(const ModelConfig& m, InstanceShape shape,
     std::vector<Bytes> out;
     int first = 0;
     for (size_t s = 0; s < layers.size(); ++s) {
-      double matrices = 0, others = 0, routed = 0;
+      double matrices = 0, others = 0, routed = 0, replicated = 0;
       for (int l = first; l < first + layers[s]; ++l) {
         const LayerParameterCounts c = layer_parameters(m, l);
         matrices += static_cast<double>(c.attention + c.mlp + c.latent_projections);
         routed += static_cast<double>(c.routed_experts);
         others += static_cast<double>(c.router + c.vectors + c.routed_vectors);
+        replicated += static_cast<double>(c.indexer);
       }
-      out.push_back(stage_bytes(matrices, others, routed, s));
+      out.push_back(stage_bytes(matrices, others, routed, replicated, s));
       first += layers[s];
     }
     return out;
@@ -90,14 +99,15 @@ std::vector<Bytes> stage_weight_bytes(const ModelConfig& m, InstanceShape shape,
     const int dense = layers[s] - moe;
     double matrices = static_cast<double>(p.attention) * layers[s] / m.layers;
     double others = static_cast<double>(p.layer_vectors) * layers[s] / m.layers;
-    double routed = 0;
+    double routed = 0, replicated = 0;
+    for (int l = first; l < first + layers[s]; ++l) replicated += static_cast<double>(layer_parameters(m, l).indexer);
     if (dense_layers > 0) matrices += static_cast<double>(p.dense_mlp) * dense / dense_layers;
     if (moe_layers > 0) {
       matrices += static_cast<double>(p.shared_experts + p.latent_projections) * moe / moe_layers;
       routed = static_cast<double>(p.routed_experts) * moe / moe_layers;
       others += static_cast<double>(p.router) * moe / moe_layers;
     }
-    out.push_back(stage_bytes(matrices, others, routed, s));
+    out.push_back(stage_bytes(matrices, others, routed, replicated, s));
     first += layers[s];
   }
   return out;

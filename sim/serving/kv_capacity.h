@@ -64,7 +64,8 @@ struct KvCapacity {
   Bytes block_bytes;        ///< one block on one GPU of the tightest stage
 };
 
-/// KV bytes one token keeps on one GPU of a stage holding layers [first, first + layers).
+/// KV bytes one token keeps on one GPU of a stage holding layers [first, first + layers): its keys
+/// and values (MLA: its latent and rope key), and a DSA indexer's key in fp8 beside them.
 Bytes kv_bytes_per_token(const ModelConfig& model, int tp, int first, int layers, DType cache = DType::kBf16);
 /// The Mamba state one sequence keeps on one GPU of a stage holding layers [first, first +
 /// layers): zero for a model without Mamba layers.

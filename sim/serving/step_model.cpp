@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
+#include <tuple>
 #include <stdexcept>
 
 namespace parallax {
@@ -26,16 +27,17 @@ Time add_forward(const ComputeModel& cm, const std::vector<ModelOperator>& ops, 
   return sum;
 }
 
-// Each stage's layers by kind (a hybrid model's) and as dense or MoE: they differ in nothing
-// else, so one of each is costed, then counted.
+// Each stage's layers by kind (a hybrid model's), as dense or MoE, and with a DSA indexer of their
+// own or not: they differ in nothing else, so one of each is costed, then counted.
 std::vector<StageLayerKinds> stage_layer_kinds(const ModelConfig& model, const std::vector<int>& stage_layers) {
   std::vector<StageLayerKinds> out;
   int first = 0;
   for (const int layers : stage_layers) {
     StageLayerKinds stage;
-    std::map<std::pair<LayerKind, bool>, std::pair<int, int>> kinds;  // → (an example, how many)
+    // (kind, MoE, a DSA indexer of its own) → (an example, how many)
+    std::map<std::tuple<LayerKind, bool, bool>, std::pair<int, int>> kinds;
     for (int l = first; l < first + layers; ++l) {
-      auto [it, added] = kinds.try_emplace({model.layer_kind(l), model.is_moe_layer(l)}, l, 0);
+      auto [it, added] = kinds.try_emplace({model.layer_kind(l), model.is_moe_layer(l), model.has_indexer(l)}, l, 0);
       ++it->second.second;
       // A Transformer layer reduces its attention and MLP branches (once if parallel); a
       // hybrid model's single block once.

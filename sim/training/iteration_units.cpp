@@ -271,8 +271,8 @@ MessageSizes message_sizes(const ModelConfig& model, const ParallelLayout& layou
 
 namespace {
 
-// Layers differ in cost only by kind (a hybrid model's blocks), dense vs MoE, and by bf16 GEMMs at
-// the ends of a quantised run:
+// Layers differ in cost only by kind (a hybrid model's blocks), dense vs MoE, by bf16 GEMMs at
+// the ends of a quantised run, and by a DSA indexer of their own or a reused top-k:
 // the operator sums of each kind, computed once. A MoE layer is timed at the busiest expert's
 // pace, with the FLOPs of the slots actually processed.
 class LayerSums {
@@ -281,7 +281,7 @@ class LayerSums {
       : model_(model), layout_(layout), cm_(cm), routing_(routing) {}
 
   const OperatorSums& of(int l, bool moe, bool bf16) {
-    auto [it, added] = sums_.try_emplace({model_.layer_kind(l), moe, bf16});
+    auto [it, added] = sums_.try_emplace({model_.layer_kind(l), moe, bf16, model_.has_indexer(l)});
     if (added) it->second = compute(l, moe, bf16);
     return it->second;
   }
@@ -301,7 +301,7 @@ class LayerSums {
   const ParallelLayout& layout_;
   const ComputeModel& cm_;
   const Routing& routing_;
-  std::map<std::tuple<LayerKind, bool, bool>, OperatorSums> sums_;
+  std::map<std::tuple<LayerKind, bool, bool, bool>, OperatorSums> sums_;
 };
 
 // Transformer layer l, the `index`-th of its virtual stage: its passes, what it keeps, and its
@@ -338,7 +338,7 @@ Unit layer_unit(const ModelConfig& model, const ParallelLayout& layout, LayerSum
   const double experts =
       static_cast<double>(lp.routed_experts + lp.routed_vectors) / (layout.expert_tensor_parallel() * layout.ep);
   u.parameters =
-      static_cast<double>(lp.attention + lp.mlp) / t + experts + static_cast<double>(lp.router + lp.latent_projections + lp.vectors);
+      static_cast<double>(lp.attention + lp.mlp) / t + experts + static_cast<double>(lp.router + lp.latent_projections + lp.indexer + lp.vectors);
   u.expert_parameters = layout.ep > 1 || layout.expert_tensor_parallel() != t ? experts : 0.0;
   return u;
 }

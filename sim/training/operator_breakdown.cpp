@@ -48,7 +48,7 @@ UnitBreakdown timed(std::string unit, int count, const ComputeModel& cm, const s
   return u;
 }
 
-std::string layer_unit_name(LayerKind kind, bool moe, bool bf16, bool recomputed) {
+std::string layer_unit_name(LayerKind kind, bool moe, bool bf16, bool recomputed, bool reused_topk = false) {
   std::string name = moe ? "MoE layer" : "Transformer layer";
   if (kind == LayerKind::kMamba) name = "Mamba layer";
   if (kind == LayerKind::kAttention) name = "attention layer";
@@ -56,6 +56,7 @@ std::string layer_unit_name(LayerKind kind, bool moe, bool bf16, bool recomputed
   std::string notes;
   if (bf16) notes = "bf16 GEMMs";
   if (recomputed) notes += std::string(notes.empty() ? "" : ", ") + "recomputed";
+  if (reused_topk) notes += std::string(notes.empty() ? "" : ", ") + "the last indexer's top-k";
   return notes.empty() ? name : name + " (" + notes + ")";
 }
 
@@ -104,8 +105,9 @@ std::vector<UnitBreakdown> operator_breakdown(const ModelConfig& model, const Pa
   const ComputeModel cm(gpu, options.compute, options.gemm_efficiency);
   const double pace = model.moe ? iteration_detail::route(*model.moe, layout).pace : 1.0;
   const bool selective = layout.recompute == Recomputation::kSelective;
-  // Layers differ only by kind, dense vs MoE, 16-bit ends and (block method) full recomputation.
-  std::map<std::tuple<LayerKind, bool, bool, bool>, size_t> index;
+  // Layers differ only by kind, dense vs MoE, 16-bit ends, (block method) full recomputation and
+  // a DSA indexer's top-k reused.
+  std::map<std::tuple<LayerKind, bool, bool, bool, bool>, size_t> index;
   std::vector<UnitBreakdown> units;
   int first = 0, last_stage_layers = 0;
   for (const int stage_layers : virtual_stage_layers(layout, model)) {
@@ -115,9 +117,10 @@ std::vector<UnitBreakdown> operator_breakdown(const ModelConfig& model, const Pa
       const bool bf16 = is_quantised(layout.dtype) && layout.bf16_layer(l, model.layers);
       const bool recomputed = layout.fully_recomputed(l - first);
       const LayerKind kind = model.layer_kind(l);
-      const auto [it, added] = index.try_emplace({kind, moe, bf16, recomputed}, units.size());
+      const bool reused_topk = model.sparse_attention && model.has_attention(l) && !model.has_indexer(l);
+      const auto [it, added] = index.try_emplace({kind, moe, bf16, recomputed, reused_topk}, units.size());
       if (added) {
-        units.push_back(timed(layer_unit_name(kind, moe, bf16, recomputed), 0, cm,
+        units.push_back(timed(layer_unit_name(kind, moe, bf16, recomputed, reused_topk), 0, cm,
                               timed_layer_operators(model, layout, l, bf16, moe ? pace : 1.0), recomputed, selective));
       }
       ++units[it->second].count;
