@@ -4,8 +4,12 @@
 //    absent or not one we know): LlamaForCausalLM, MistralForCausalLM, MixtralForCausalLM,
 //    Qwen2ForCausalLM, Qwen3ForCausalLM, Qwen2MoeForCausalLM (its shared expert),
 //    Qwen3MoeForCausalLM, OlmoeForCausalLM, DeepseekV2ForCausalLM, DeepseekV3ForCausalLM (also
-//    model type kimi_k2), Glm4MoeForCausalLM (GLM-4.5 and later: GQA with q/k/v biases and a
-//    DeepSeek-style sigmoid MoE), GptOssForCausalLM, NemotronHForCausalLM (hybrid Mamba-2),
+//    model type kimi_k2), DeepseekV32ForCausalLM (DeepSeek-V3.2: V3 with DeepSeek Sparse
+//    Attention's indexer, index_n_heads / index_head_dim / index_topk), Glm4MoeForCausalLM
+//    (GLM-4.5 and later: GQA with q/k/v biases and a DeepSeek-style sigmoid MoE),
+//    GlmMoeDsaForCausalLM (GLM-5: MLA with the DSA indexer, some layers reusing the last one's
+//    top-k by indexer_types, index_topk_pattern or index_topk_freq / index_skip_topk_offset;
+//    dense layers by first_k_dense_replace or mlp_layer_types), GptOssForCausalLM, NemotronHForCausalLM (hybrid Mamba-2),
 //    GPT2LMHeadModel, GPTNeoXForCausalLM, GemmaForCausalLM, Gemma2ForCausalLM,
 //    Gemma3ForCausalLM (model type gemma3_text), Llama4ForCausalLM (llama4_text: chunked
 //    attention, interleaved MoE layers with a shared expert), Phi3ForCausalLM (Phi-3, Phi-4),
@@ -51,6 +55,8 @@
 //                 "router_expert_bias": false, "router_groups": 0, "router_group_topk": 0 },
 //        "mla": { "q_lora_rank": 1536, "kv_lora_rank": 512, "qk_nope_head_dim": 128,
 //                 "qk_rope_head_dim": 64, "v_head_dim": 128 },
+//        "sparse_attention": { "index_heads": 64, "index_head_dim": 128, "topk": 2048,
+//                              "shared_index_layers": [] },   (DSA; needs "mla")
 //        "mtp_layers": 0, "mtp_repeated": false, "hybrid_pattern": "MEM*E",
 //        "mamba": { "heads": 64, "head_dim": 64, "state": 128, "groups": 8, "conv_kernel": 4,
 //                   "chunk": 128 },
