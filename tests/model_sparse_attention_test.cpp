@@ -135,16 +135,26 @@ TEST(SparseAttention, TrainingAttendsToTheTopKAndIndexesEveryPair) {
   const ShardingFactors tp8{8, 1, 1, false};
   const auto sparse_ops = layer_operators(m, 3, micro_batch(1, 8192), tp8);
   const auto dense_ops = layer_operators(dense, 3, micro_batch(1, 8192), tp8);
-  EXPECT_DOUBLE_EQ(op_named(sparse_ops, "attention").forward.flops.value(),
-                   0.4375 * op_named(dense_ops, "attention").forward.flops.value());
+  // The core runs absorbed (Megatron-Core's AbsorbedMLASelfAttention): per pair and head a key of
+  // 512 + 64 and a value of 512, against the materialised 192 and 128 of V3's; no kv_up_proj.
+  EXPECT_FALSE(has_op(sparse_ops, "kv_up_proj"));
+  EXPECT_FALSE(has_op(sparse_ops, "attention"));
+  const OperatorCost& core = op_named(sparse_ops, "mla_latent_attention").forward;
+  EXPECT_DOUBLE_EQ(core.flops.value(),
+                   0.4375 * op_named(dense_ops, "attention").forward.flops.value() * (576 + 512) / (192 + 128));
+  EXPECT_DOUBLE_EQ(op_named(sparse_ops, "mla_latent_attention").backward.flops.value(), 2.5 * core.flops.value());
   const OperatorCost& index = op_named(sparse_ops, "indexer_scores_topk").forward;
   const double pairs = 8192.0 * 8192 / 2;
   EXPECT_DOUBLE_EQ(index.flops.value(), pairs * 64 * (2 * 128 + 3));
   // Its query projection is whole on each rank: 8,192 rows of 1,536 → 64·128.
   EXPECT_DOUBLE_EQ(op_named(sparse_ops, "indexer_q_proj").forward.flops.value(), 2.0 * 8192 * 1536 * 64 * 128);
   // A sequence no longer than k attends to every key.
-  EXPECT_DOUBLE_EQ(op_named(layer_operators(m, 3, micro_batch(1, 2048), tp8), "attention").forward.flops.value(),
-                   op_named(layer_operators(dense, 3, micro_batch(1, 2048), tp8), "attention").forward.flops.value());
+  EXPECT_DOUBLE_EQ(op_named(layer_operators(m, 3, micro_batch(1, 2048), tp8), "mla_latent_attention").forward.flops.value(),
+                   2.0 * (2048.0 * 2048 / 2) * 16 * (576 + 512));
+  // The indexer's scores are part of the attention core, not a weight GEMM.
+  EXPECT_TRUE(op_named(sparse_ops, "indexer_scores_topk").attention_core);
+  // Context parallelism is refused (Megatron-Core's DSA all-gathers instead).
+  EXPECT_THROW(layer_operators(m, 3, micro_batch(1, 8192), ShardingFactors{1, 2, 1, false}), std::invalid_argument);
   // MFU's model FLOPs count the same pairs.
   const double per_layer_dense = 6.0 * 8192 * 128 * (192 + 128) * 0.5;
   EXPECT_NEAR(model_flops_per_token(dense, 8192).value() - model_flops_per_token(m, 8192).value(),
@@ -174,6 +184,10 @@ TEST(SparseAttention, AServingStepReadsTheTopKLatentsAndEveryIndexKey) {
   EXPECT_FALSE(has_op(prompt, "kv_up_proj"));
   const double chunk_pairs = 2048.0 * 2049 / 2 + (4096.0 - 2048) * 2048;
   EXPECT_DOUBLE_EQ(op_named(prompt, "mla_latent_attention").forward.flops.value(), 2.0 * chunk_pairs * 16 * (576 + 512));
+  // Each query gathers its own top-k latents: the kernel reads the pairs' rows, not the context once.
+  const double prompt_q = 4096.0 * 16 * 576, prompt_o = 4096.0 * 16 * 512;
+  EXPECT_DOUBLE_EQ(op_named(prompt, "mla_latent_attention").forward.bytes_read_written.value(),
+                   (prompt_q + prompt_o) * 2 + chunk_pairs * 576 * 2 + 4096.0 * 16 * 4);
 }
 
 }  // namespace

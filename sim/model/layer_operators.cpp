@@ -300,8 +300,10 @@ class OperatorList {
   // head, its key part absorbed into the latent (d_latent) plus its rope part (d_rope), against
   // one shared key per token of d_latent + d_rope whose first d_latent are also its value. The
   // heads share the keys, so the kernel packs them into the rows of one product a sequence.
+  // `training`: Megatron-Core's AbsorbedMLASelfAttention (DSA's core): a backward of 2.5× the
+  // forward as FlashAttention's, and the absorbed queries, the latents and the row statistics kept.
   void mla_latent_attention(const AttentionWork& w, double heads, double d_latent, double d_rope, bool warp_mma_only,
-                            double kv_element) {
+                            double kv_element, bool training = false) {
     const double d_key = d_latent + d_rope;
     OperatorCost forward;
     forward.kind = OperatorKind::kAttention;
@@ -314,10 +316,21 @@ class OperatorList {
     const double q = w.query_tokens * heads * d_key, o = w.query_tokens * heads * d_latent;
     const double read = w.read_key_tokens > 0 ? w.read_key_tokens : w.key_tokens;
     forward.bytes_read_written =
-        Bytes((q + o) * element_ + read * d_key * kv_element + w.query_tokens * heads * kFp32Bytes);
+        Bytes((q + o) * element_ + read * d_key * (kv_element > 0 ? kv_element : element_) + w.query_tokens * heads * kFp32Bytes);
     OperatorCost backward = forward;  // serving runs it forward only
     backward.backward_pass = true;
+    const double row_stats = w.query_tokens * heads * kFp32Bytes, latents = w.key_tokens * d_key;
+    if (training) {
+      forward.flops_per_exponential = 2.0 * (d_key + d_latent);
+      backward.flops = forward.flops * 2.5;
+      backward.flops_per_exponential = 2.5 * forward.flops_per_exponential;
+      backward.bytes_read_written = Bytes((2 * q + 2 * latents + 2 * o) * element_ + 2 * row_stats);
+    }
     ops_.push_back({"mla_latent_attention", forward, backward, true, Bytes(), Bytes()});
+    if (!training) return;
+    attention_output_ = Bytes(o * element_ + row_stats);
+    keep(q + latents);
+    keep(row_stats, 1.0);
   }
 
   // A DSA lightning indexer's scores and top-k (DeepGEMM's mqa_logits kernels in serving, the
@@ -348,7 +361,8 @@ class OperatorList {
     backward.backward_pass = true;
     backward.flops = Flops(2.0 * sparse.score_pairs * (main_heads * main_qk + 3.0 * index_heads * index_dim));
     backward.bytes_read_written = Bytes(2.0 * (q_bytes + weights_bytes + all.key_tokens * key_bytes) + indices_bytes);
-    ops_.push_back({"indexer_scores_topk", forward, backward, false, Bytes(), Bytes()});
+    // Part of the attention core: not a weight GEMM (no W pass of its own).
+    ops_.push_back({"indexer_scores_topk", forward, backward, true, Bytes(), Bytes()});
     if (!serving) keep(indices_bytes, 1.0);  // the indices the sparse attention's backward reads
   }
 
@@ -587,7 +601,12 @@ double causal_pairs_share(const ModelConfig& m, double s) {
 // A ragged batch's attention work under the model's bounds on the keys a query sees: a window or
 // chunks on a share of the layers, or sparse attention's top-k on all of them.
 AttentionWork bounded_ragged_work(const ModelConfig& m, const RaggedBatch& batch) {
-  if (const int64_t k = m.attended_keys_cap(); k > 0) return ragged_attention_work(batch, k, 1.0);
+  if (const int64_t k = m.attended_keys_cap(); k > 0) {
+    // The sparse kernels gather each query's own top-k rows: the pairs, not a window's union.
+    AttentionWork w = ragged_attention_work(batch, k, 1.0);
+    w.read_key_tokens = w.score_pairs;
+    return w;
+  }
   return ragged_attention_work(batch, m.sliding_window, m.sliding_window_layers, m.attention_chunk, m.attention_chunk_layers);
 }
 
@@ -711,6 +730,22 @@ void add_mla_serving_core(OperatorList& ops, const ModelConfig& m, AttentionKern
   }
 }
 
+// DSA's core in training, as Megatron-Core's AbsorbedMLASelfAttention runs it: each head's query
+// absorbs the key up-projection (q_nope·W_UK into the latent), the sparse kernel attends over the
+// latents and rope keys themselves (one shared key of kv_lora + rope a token, its first kv_lora the
+// value), and each head's output is up-projected (o·W_UV). No per-head keys or values are built.
+void add_absorbed_training_core(OperatorList& ops, const ModelConfig& m, AttentionKernel attention, const LocalSizes& z) {
+  const MlaConfig& a = *m.mla;
+  const double nope = static_cast<double>(a.qk_nope_head_dim), rope = static_cast<double>(a.qk_rope_head_dim);
+  const double latent = static_cast<double>(a.kv_lora_rank), v = static_cast<double>(a.v_head_dim);
+  if (rope > 0) ops.rotary(z.tokens * (z.heads + 1) * rope);
+  ops.gemm("q_absorb_key_up_proj", z.tokens, latent, nope, z.heads);
+  ops.keep_gemm_input(z.tokens * z.heads * nope);
+  ops.mla_latent_attention(z.work, z.heads, latent, rope, attention == AttentionKernel::kFlash2, 0.0, true);
+  ops.gemm("value_up_proj", z.tokens, v, latent, z.heads);
+  ops.keep_gemm_input(z.tokens * z.heads * latent);
+}
+
 // A DSA lightning indexer (ModelConfig::sparse_attention), whole on every TP rank as Megatron-Core
 // and vLLM replicate it: its query from the MLA query latent (or the hidden state), its key and
 // the heads' weights from the hidden state; the key's LayerNorm, the rotary embedding on both
@@ -719,15 +754,20 @@ void add_indexer(OperatorList& ops, const ModelConfig& m, const LocalSizes& z) {
   const SparseAttentionConfig& a = *m.sparse_attention;
   const double heads = a.index_heads, d = static_cast<double>(a.index_head_dim);
   const double q_in = static_cast<double>(m.mla->q_lora_rank > 0 ? m.mla->q_lora_rank : m.hidden);
+  // Their inputs are the query latent and the norm's output, which the MLA projections keep
+  // already; under sequence parallelism the indexer's are gathered copies, kept too.
+  const bool gathered = z.sp_tokens < z.tokens;
   ops.gemm("indexer_q_proj", z.tokens, heads * d, q_in);
-  ops.keep_gemm_input(z.tokens * q_in);
+  if (gathered) ops.keep_gemm_input(z.tokens * q_in);
   ops.gemm("indexer_k_proj", z.tokens, d, z.hidden);
-  ops.keep_gemm_input(z.tokens * z.hidden);
+  if (gathered) ops.keep_gemm_input(z.tokens * z.hidden);
   ops.gemm("indexer_weights_proj", z.tokens, heads, z.hidden);
   const double qk = z.tokens * (heads + 1) * d;
   ops.memory("indexer_qk_prep", 4.0 * qk * ops.element_bytes(), qk * (std::log2(d) + kLayerNormFlops));
   ops.keep(qk + z.tokens * heads);  // q, k and the weights, for the indexer's own backward
-  ops.lightning_indexer(z.index_work, z.work, heads, d, z.heads, static_cast<double>(m.qk_head_dim()), z.ragged);
+  // The KL target's attention scores are the absorbed core's: keys of kv_lora + rope.
+  const double main_qk = static_cast<double>(m.mla->kv_lora_rank + m.mla->qk_rope_head_dim);
+  ops.lightning_indexer(z.index_work, z.work, heads, d, z.heads, main_qk, z.ragged);
 }
 
 void add_attention(OperatorList& ops, const ModelConfig& m, AttentionKernel attention, const LocalSizes& z,
@@ -759,6 +799,10 @@ void add_attention(OperatorList& ops, const ModelConfig& m, AttentionKernel atte
     if (indexer) add_indexer(ops, m, z);
     if (z.ragged) {
       add_mla_serving_core(ops, m, attention, z);
+      return add_attention_output(ops, m, z);
+    }
+    if (m.sparse_attention && attention != AttentionKernel::kUnfused) {
+      add_absorbed_training_core(ops, m, attention, z);
       return add_attention_output(ops, m, z);
     }
     const size_t up = ops.size();
@@ -1061,6 +1105,10 @@ std::string sharding_problem(const ModelConfig& m, const MicroBatch& batch, cons
   if (sh.tp <= 0 || sh.cp <= 0 || sh.ep <= 0 || sh.attention_dp <= 0) return "tp, cp, ep and dp must be positive";
   if (sh.attention_dp > 1 && !(m.moe && sh.experts_in_tp_group)) {
     return "data-parallel attention (dp=" + n(sh.attention_dp) + ") needs a MoE model with its experts spread over every rank";
+  }
+  if (m.sparse_attention && sh.cp > 1) {
+    return "context parallelism (cp=" + n(sh.cp) + ") with sparse attention (DSA) is not modelled: Megatron-Core runs it by "
+           "all-gathering the latents and the indexer's keys, neither ring nor Ulysses";
   }
   if (m.heads % sh.tp != 0) return "tp=" + n(sh.tp) + " does not divide heads=" + n(m.heads);
   if (!m.mla && m.kv_heads % sh.tp != 0 && sh.tp % m.kv_heads != 0) {

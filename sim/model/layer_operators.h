@@ -59,7 +59,22 @@
 // MLA (DeepSeek-V3): the down projections (q_down, kv_down) are replicated across TP ranks and
 // run on the T_sp tokens, the up projections are split by heads; the attention core uses the
 // materialised per-head dims (d_qk = nope + rope = 192, d_v = 128), as training does — the
-// absorbed-weight form of MLA only pays off in decoding.
+// absorbed-weight form of MLA only pays off in decoding, and under DeepSeek Sparse Attention.
+// DSA (ModelConfig::sparse_attention: DeepSeek-V3.2, GLM-5), with I index heads of d_I and top-k:
+//   indexer_q_proj     m=T, k=q_lora (or h), n=I·d_I    whole on every TP rank (not split)
+//   indexer_k_proj     m=T, k=h, n=d_I;  indexer_weights_proj m=T, k=h, n=I
+//   indexer_qk_prep    the key's LayerNorm, rotary and the Hadamard rotation of q and k
+//   indexer_scores_topk  P·I·(2·d_I + 3) FLOPs over the P causal pairs (every earlier key), the
+//                      fp32 logits written and read by the top-k, an int32 index per pair kept;
+//                      in serving in fp8 over the cached fp8 index keys; its backward the KL loss
+//                      on the P_k selected pairs (DeepSeek's sparse stage), 2·P_k·(H·d_key + 3·I·d_I)
+//   the core           each query attends to min(p + 1, k) keys, (s·k − k²/2)/(s²/2) of the causal
+//                      pairs; in training and serving alike the absorbed form (Megatron-Core's
+//                      AbsorbedMLASelfAttention, sparse FlashMLA): q_nope·W_UK per head into the
+//                      latent, MQA over the latents and rope keys (d_key = kv_lora + rope, values
+//                      kv_lora), o·W_UV per head; a serving step reads each query's top-k latents.
+//   Not modelled: the indexer's TP communication (the sequence-parallel gathers, the KL target's
+//   all-reduce), Megatron's dense KL loss (its default), context parallelism (refused).
 // Dropout (ModelConfig::attention_dropout, hidden_dropout > 0): in the unfused core a kernel of
 // its own on the probabilities (reads them, writes the output and a 1-byte mask; its backward
 // reads the gradient and the mask and writes the gradient); in FlashAttention it runs inside
