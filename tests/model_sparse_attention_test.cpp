@@ -9,6 +9,7 @@
 #include "model/model_block.h"
 #include "model/model_loader.h"
 #include "model/parameter_count.h"
+#include "training/parallel_layout.h"
 #include "test_support.h"
 
 namespace parallax::sparse_attention_test {
@@ -108,7 +109,26 @@ TEST(SparseAttention, BadIndexerFieldsNameTheirJsonPointer) {
     hf(std::string(kGlm5) + R"(,"num_hidden_layers":2,"indexer_types":["shared","full"]})");
     FAIL() << "a first layer without an indexer was accepted";
   } catch (const InputError& e) {
-    EXPECT_NE(std::string(e.what()).find("indexer of its own"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("/indexer_types/0"), std::string::npos) << e.what();
+  }
+  try {
+    hf(std::string(kGlm5) + R"(,"num_hidden_layers":4,"index_topk_freq":2,"index_skip_topk_offset":-2})");
+    FAIL() << "an offset that leaves layer 0 without an indexer was accepted";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("/index_skip_topk_offset"), std::string::npos) << e.what();
+  }
+  // As GlmMoeDsaConfig: a frequency of 0 counts as 1 (every layer runs its indexer).
+  EXPECT_TRUE(hf(std::string(kGlm5) + R"(,"num_hidden_layers":4,"index_topk_freq":0})")
+                  .sparse_attention->shared_index_layers.empty());
+  const nlohmann::json twice = parse_json_text(R"({"model":{"name":"m","layers":4,"hidden":256,"heads":4,"ffn":512,
+    "vocab":1000,"max_sequence":4096,"mla":{"kv_lora_rank":64,"qk_nope_head_dim":32,"qk_rope_head_dim":16,
+    "v_head_dim":32},"sparse_attention":{"index_heads":4,"index_head_dim":32,"topk":64,
+    "shared_index_layers":[2,2]}}})", "w.json");
+  try {
+    read_model(JsonReader(twice, "w.json").at("model"), models_dir());
+    FAIL() << "a layer listed twice was accepted";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("/model/sparse_attention/shared_index_layers/1"), std::string::npos) << e.what();
   }
   ModelConfig m = bundled("deepseek-v3.2");
   m.mla.reset();
@@ -123,6 +143,39 @@ TEST(SparseAttention, ItsModelBlockRoundTrips) {
   ASSERT_TRUE(back.sparse_attention);
   EXPECT_EQ(back.sparse_attention->shared_index_layers, m.sparse_attention->shared_index_layers);
   EXPECT_EQ(count_parameters(back).total, count_parameters(m).total);
+}
+
+// A pipeline stage must start on a layer that runs its own indexer: the top-k is not sent
+// between stages (Megatron-Core refuses such a split). Shared layers here: 2, 4 and 6.
+TEST(SparseAttention, APipelineStageStartsOnALayerWithAnIndexer) {
+  const ModelConfig m = hf(std::string(kGlm5) + R"(,"num_hidden_layers":8,"index_topk_freq":2})");
+  ASSERT_EQ(m.sparse_attention->shared_index_layers, (std::vector<int>{2, 4, 6}));
+  ParallelLayout l;
+  l.tp = 8;
+  l.pp = 2;
+  l.dp = 1;
+  l.micro_batch = 1;
+  l.global_batch = 8;
+  l.sequence_length = 4096;
+  try {
+    validate(l, m, 16, "job.json");
+    ADD_FAILURE() << "a stage starting on layer 4 (shared) was accepted";
+  } catch (const InputError& e) {
+    EXPECT_EQ(e.pointer(), "/parallel/pp") << e.what();
+    EXPECT_NE(e.reason().find("layer 4"), std::string::npos) << e.what();
+  }
+  l.stage_layers = {3, 5};  // the second stage starts on layer 3, which runs its own
+  EXPECT_NO_THROW(validate(l, m, 16, "job.json"));
+  l.stage_layers.clear();
+  l.pp = 1;
+  l.cp = 2;
+  l.dp = 1;
+  try {
+    validate(l, m, 16, "job.json");
+    ADD_FAILURE() << "context parallelism with DSA was accepted";
+  } catch (const InputError& e) {
+    EXPECT_EQ(e.pointer(), "/parallel/cp") << e.what();
+  }
 }
 
 // Each query past the first k attends to k keys, a window of k on every layer: of a causal
@@ -173,7 +226,8 @@ TEST(SparseAttention, AServingStepReadsTheTopKLatentsAndEveryIndexKey) {
   const OperatorCost& core = op_named(ops, "mla_latent_attention").forward;
   EXPECT_DOUBLE_EQ(core.flops.value(), 2.0 * (2048 + 1000) * 16 * (576 + 512));
   const double q = 2.0 * 16 * 576, o = 2.0 * 16 * 512;
-  EXPECT_DOUBLE_EQ(core.bytes_read_written.value(), (q + o) * 2 + (2048.0 + 1000) * 576 * 1 + 2.0 * 16 * 4);
+  // Each latent read in the sparse FlashMLA fp8 format: 512 fp8, 4 fp32 scales, 64 bf16 rope values.
+  EXPECT_DOUBLE_EQ(core.bytes_read_written.value(), (q + o) * 2 + (2048.0 + 1000) * 656 + 2.0 * 16 * 4);
   const OperatorCost& index = op_named(ops, "indexer_scores_topk").forward;
   EXPECT_EQ(index.dtype, DType::kFp8);
   EXPECT_DOUBLE_EQ(index.flops.value(), 101000.0 * 64 * (2 * 128 + 3));

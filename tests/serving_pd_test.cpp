@@ -82,6 +82,37 @@ TEST(ServingDisaggregation, ALoneRequestsTtftIsItsPrefillPlusItsKvTransfer) {
   EXPECT_EQ(rec.tokens_out, 10);
 }
 
+// A windowed model's decode instance keeps only the window's blocks on those layers (the hybrid
+// allocator), so only they cross the network: GPT-OSS windows half its layers at 128 tokens.
+TEST(ServingDisaggregation, AHybridAllocatorIsSentOnlyTheWindowsBlocks) {
+  FleetConfig c;
+  c.model = load_bundled_model(test::source_path("workloads/models"), "gpt-oss-120b");
+  c.topology = shared_dgx_h100(2);
+  c.pools = {pool("prefill", PoolRole::kPrefill, 8, 1), pool("decode", PoolRole::kDecode, 8, 1)};
+  c.replay = at_once(1, 4096, 10);
+  const double per_token = kv_bytes_per_token(c.model, 8, 0, c.model.layers).value() * 8;
+  Time full, windowed;
+  for (const bool hybrid : {false, true}) {
+    c.pools[1].hybrid_kv_allocator = hybrid;
+    const FleetResult r = simulate_fleet(c);
+    ASSERT_TRUE(r.requests[0].completed);
+    (hybrid ? windowed : full) = r.requests[0].kv_transfer;
+  }
+  // Half the bytes for all 4,096 tokens, half for the window's 128 and the block it straddles.
+  const double span = 128.0 + static_cast<double>(c.pools[1].batching.block_size) - 1;
+  const auto flows = [&](double tokens) {
+    Time t = Time::zero();
+    for (int g = 0; g < 8; ++g) {
+      t = std::max(t, lone_flow(*c.topology, c.topology->gpus()[static_cast<size_t>(g)],
+                                c.topology->gpus()[static_cast<size_t>(8 + g)], Bytes(tokens * per_token / 8),
+                                static_cast<uint64_t>(g)));
+    }
+    return t;
+  };
+  EXPECT_EQ(full, flows(4096.0));
+  EXPECT_EQ(windowed, flows(0.5 * 4096 + 0.5 * span));
+}
+
 TEST(ServingDisaggregation, StreamedKvOverlapsThePrefillAndLandsAfterItsLastLayer) {
   FleetConfig c;
   c.model = load_bundled_model(test::source_path("workloads/models"), "llama3-8b");

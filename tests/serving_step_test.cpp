@@ -451,6 +451,22 @@ TEST(ServingStep, AStepsMemoryIsItsWeightsAndItsBatchsCache) {
                    32768.0 * 62 * 2 * 8 * 128 * 2);
 }
 
+// DeepSeek Sparse Attention caches each token's fp8 index key (128 B and an fp32 scale) beside its
+// latent on every layer, and its fp8 latent in the sparse FlashMLA format: 512 fp8 values, 4 fp32
+// scales, the rope key in bf16 (656 B). The indexer's weights are whole on every TP rank.
+TEST(ServingStep, SparseAttentionCachesIndexKeysBesideTheLatents) {
+  const ModelConfig v32 = bundled("deepseek-v3.2"), v3 = bundled("deepseek-v3");
+  EXPECT_DOUBLE_EQ(kv_bytes_per_token(v32, 8, 0, 61).value(), 61.0 * ((512 + 64) * 2 + 128 + 4));
+  EXPECT_DOUBLE_EQ(kv_bytes_per_token(v32, 8, 0, 61, DType::kFp8).value(), 61.0 * (512 + 16 + 128 + 128 + 4));
+  EXPECT_DOUBLE_EQ(kv_bytes_per_token(v3, 8, 0, 61, DType::kFp8).value(), 61.0 * 576);
+  const double indexer = static_cast<double>(count_parameters(v32).indexer);
+  for (int tp : {1, 8}) {
+    const double extra = stage_weight_bytes(v32, InstanceShape{tp, 1}, DType::kBf16).front().value() -
+                         stage_weight_bytes(v3, InstanceShape{tp, 1}, DType::kBf16).front().value();
+    EXPECT_NEAR(extra, 2.0 * indexer + 2.0 * 61 * 256 / tp, 1.0) << tp;  // the key norms split as the vectors are
+  }
+}
+
 TEST(ServingStep, AHybridModelsMambaLayersKeepAStatePerSequence) {
   const ModelConfig m = bundled("nemotron-3-nano");
   // KV: 6 layers × 2 × 2 KV heads × 128 × 2 B = 6,144 B a token at TP 1 (TP 2: one KV head a rank).

@@ -302,8 +302,9 @@ class OperatorList {
   // heads share the keys, so the kernel packs them into the rows of one product a sequence.
   // `training`: Megatron-Core's AbsorbedMLASelfAttention (DSA's core): a backward of 2.5× the
   // forward as FlashAttention's, and the absorbed queries, the latents and the row statistics kept.
+  // `row_bytes`: one cached latent and rope key as the kernel reads it (0: in the activation type).
   void mla_latent_attention(const AttentionWork& w, double heads, double d_latent, double d_rope, bool warp_mma_only,
-                            double kv_element, bool training = false) {
+                            double row_bytes, bool training = false) {
     const double d_key = d_latent + d_rope;
     OperatorCost forward;
     forward.kind = OperatorKind::kAttention;
@@ -312,16 +313,15 @@ class OperatorList {
     forward.shape = GemmShape{w.s_q * heads, w.s_kv, d_key, w.sequences};
     forward.flops = Flops(2.0 * w.score_pairs * heads * (d_key + d_latent));
     forward.keys_per_query = w.keys_per_query();
-    forward.flops_per_exponential = 2.0 * (d_key + d_latent);  // the backward is never run (serving)
+    forward.flops_per_exponential = 2.0 * (d_key + d_latent);
     const double q = w.query_tokens * heads * d_key, o = w.query_tokens * heads * d_latent;
     const double read = w.read_key_tokens > 0 ? w.read_key_tokens : w.key_tokens;
     forward.bytes_read_written =
-        Bytes((q + o) * element_ + read * d_key * (kv_element > 0 ? kv_element : element_) + w.query_tokens * heads * kFp32Bytes);
+        Bytes((q + o) * element_ + read * (row_bytes > 0 ? row_bytes : d_key * element_) + w.query_tokens * heads * kFp32Bytes);
     OperatorCost backward = forward;  // serving runs it forward only
     backward.backward_pass = true;
     const double row_stats = w.query_tokens * heads * kFp32Bytes, latents = w.key_tokens * d_key;
     if (training) {
-      forward.flops_per_exponential = 2.0 * (d_key + d_latent);
       backward.flops = forward.flops * 2.5;
       backward.flops_per_exponential = 2.5 * forward.flops_per_exponential;
       backward.bytes_read_written = Bytes((2 * q + 2 * latents + 2 * o) * element_ + 2 * row_stats);
@@ -338,9 +338,8 @@ class OperatorList {
   // of `index_dim` against one shared key a token over `all` (the causal pairs, every earlier
   // key), then ReLU, the heads' weights and their sum (3 FLOPs a pair and head), the fp32 logits
   // written and read by the top-k, and an int32 index written for each key a query keeps (the
-  // pairs of `sparse`). The heads share the
-  // key, so the kernel packs them into the rows of one product a sequence (as MLA's latent
-  // attention). `serving`: in fp8 (q quantised, the cached keys fp8 with an fp32 scale per 128),
+  // pairs of `sparse`). The heads share the key, so the kernel packs them into the rows of one
+  // product a sequence (as MLA's latent attention). `serving`: in fp8 (q quantised, the cached keys fp8 with an fp32 scale per 128),
   // forward only; training in the activation type, whose backward trains the indexer on its
   // selected keys (`sparse`: the pairs the attention computes) by the KL loss against the
   // attention's distribution there: the `main_heads` attention probabilities again (q·k of
@@ -625,6 +624,7 @@ struct LocalSizes {
   // A DSA indexer's work: every causal pair, whatever the top-k leaves to the attention.
   AttentionWork index_work;
   double cache_bytes = 0;  ///< a serving batch's KV-cache element (0: the activations')
+  double mla_row_bytes = 0;  ///< a serving batch's cached MLA token on one layer (mla_cache_token_bytes)
 
   LocalSizes(const ModelConfig& m, const ShardingFactors& sh)
       : hidden(static_cast<double>(m.hidden)),
@@ -649,6 +649,7 @@ struct LocalSizes {
   LocalSizes(const ModelConfig& m, const RaggedBatch& batch, const ShardingFactors& sh) : LocalSizes(m, sh) {
     ragged = true;
     cache_bytes = bytes_per_element(batch.kv_cache);
+    if (m.mla) mla_row_bytes = mla_cache_token_bytes(m, batch.kv_cache);
     work = bounded_ragged_work(m, batch);
     index_work = ragged_attention_work(batch);
     tokens = work.query_tokens;
@@ -713,7 +714,7 @@ void add_mla_serving_core(OperatorList& ops, const ModelConfig& m, AttentionKern
     // Sparse attention runs every token absorbed (vLLM's and SGLang's sparse FlashMLA kernels
     // gather each query's top-k latents, prompt chunks too).
     ops.gemm("q_absorb_key_up_proj", z.tokens, latent, nope, z.heads);
-    ops.mla_latent_attention(z.work, z.heads, latent, rope, flash2, z.cache_bytes);
+    ops.mla_latent_attention(z.work, z.heads, latent, rope, flash2, z.mla_row_bytes);
     ops.gemm("value_up_proj", z.tokens, v, latent, z.heads);
     return;
   }
@@ -725,7 +726,7 @@ void add_mla_serving_core(OperatorList& ops, const ModelConfig& m, AttentionKern
   const AttentionWork& decode = z.decode_work;
   if (decode.sequences > 0) {
     ops.gemm("q_absorb_key_up_proj", decode.query_tokens, latent, nope, z.heads);
-    ops.mla_latent_attention(decode, z.heads, latent, rope, flash2, z.cache_bytes);
+    ops.mla_latent_attention(decode, z.heads, latent, rope, flash2, z.mla_row_bytes);
     ops.gemm("value_up_proj", decode.query_tokens, v, latent, z.heads);
   }
 }
@@ -1415,6 +1416,12 @@ AttentionWork ragged_attention_work(const RaggedBatch& batch, int64_t window, do
     w.s_kv = w.key_tokens / w.sequences;
   }
   return w;
+}
+
+double mla_cache_token_bytes(const ModelConfig& m, DType cache) {
+  const double latent = static_cast<double>(m.mla->kv_lora_rank), rope = static_cast<double>(m.mla->qk_rope_head_dim);
+  if (m.sparse_attention && cache == DType::kFp8) return latent + kFp32Bytes * std::ceil(latent / 128) + rope * kActivationBytes;
+  return (latent + rope) * bytes_per_element(cache);
 }
 
 int64_t sampled_rows(const RaggedBatch& batch) {

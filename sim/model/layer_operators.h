@@ -394,6 +394,11 @@ Bytes saved_activation_bytes(const std::vector<ModelOperator>& ops, bool selecti
 /// numbers ("tp=6 does not divide heads=32"). The operator functions throw
 /// std::invalid_argument with it.
 std::string sharding_problem(const ModelConfig& model, const MicroBatch& batch, const ShardingFactors& sharding);
+/// The bytes one cached MLA token (its latent and rope key) takes on one layer in a cache of
+/// `cache`: (kv_lora + rope)·element; under sparse attention in fp8, the sparse FlashMLA kernels'
+/// format instead: the latent in fp8 with an fp32 scale per 128 and the rope key in bf16
+/// (512 + 16 + 128 = 656 B for DeepSeek-V3.2).
+double mla_cache_token_bytes(const ModelConfig& model, DType cache);
 /// The same for a serving batch: sequences with 1 ≤ q ≤ kv, no context parallelism.
 std::string sharding_problem(const ModelConfig& model, const RaggedBatch& batch, const ShardingFactors& sharding);
 

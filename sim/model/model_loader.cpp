@@ -361,40 +361,50 @@ void read_sparse_attention(HfFields& f, ModelConfig& m, int default_heads) {
   a.index_heads = f.count_or("index_n_heads", default_heads);
   a.index_head_dim = f.positive_or("index_head_dim", 128);
   a.topk = f.positive_or("index_topk", 2048);
-  const auto shared_from = [&](const std::string& key, auto is_shared) {
+  std::optional<JsonReader> first;  // what says whether layer 0 runs an indexer
+  const auto shared_from = [&](const std::string& key) {
     JsonReader list = f.at(key);
     const auto entries = list.elements();
     if (entries.size() != static_cast<size_t>(m.layers)) list.fail("expected one entry per layer");
     for (size_t i = 0; i < entries.size(); ++i) {
-      if (is_shared(entries[i])) a.shared_index_layers.push_back(static_cast<int>(i));
+      const std::string v = entries[i].as_string();
+      if (v != "full" && v != "shared") entries[i].fail("unknown indexer type \"" + v + "\" (expected full or shared)");
+      if (v == "shared") a.shared_index_layers.push_back(static_cast<int>(i));
     }
-  };
-  const auto kind = [](const JsonReader& e, const std::string& full, const std::string& shared) {
-    const std::string v = e.as_string();
-    if (v != full && v != shared) e.fail("unknown indexer type \"" + v + "\" (expected " + full + " or " + shared + ")");
-    return v == shared;
+    first = entries.front();
   };
   if (f.present("indexer_types")) {
-    shared_from("indexer_types", [&](const JsonReader& e) { return kind(e, "full", "shared"); });
+    shared_from("indexer_types");
+  } else if (f.present("index_topk_pattern") && !f.at("index_topk_pattern").raw().is_string()) {
+    shared_from("index_topk_pattern");
   } else if (f.present("index_topk_pattern")) {
     JsonReader pattern = f.at("index_topk_pattern");
-    if (pattern.raw().is_string()) {
-      const std::string p = pattern.as_string();
-      if (p.size() != static_cast<size_t>(m.layers)) pattern.fail("expected one letter per layer");
-      const size_t odd = p.find_first_not_of("FS");
-      if (odd != std::string::npos) pattern.fail(std::string("'") + p[odd] + "' is not F (full) or S (shared)");
-      for (size_t i = 0; i < p.size(); ++i) {
-        if (p[i] == 'S') a.shared_index_layers.push_back(static_cast<int>(i));
-      }
-    } else {
-      shared_from("index_topk_pattern", [&](const JsonReader& e) { return kind(e, "full", "shared"); });
+    const std::string p = pattern.as_string();
+    if (p.size() != static_cast<size_t>(m.layers)) pattern.fail("expected one letter per layer");
+    const size_t odd = p.find_first_not_of("FS");
+    if (odd != std::string::npos) pattern.fail(std::string("'") + p[odd] + "' is not F (full) or S (shared)");
+    for (size_t i = 0; i < p.size(); ++i) {
+      if (p[i] == 'S') a.shared_index_layers.push_back(static_cast<int>(i));
     }
+    first = pattern;
   } else {
-    const int64_t freq = f.positive_or("index_topk_freq", 1, kMaxCount);
-    const int64_t offset = f.non_negative_or("index_skip_topk_offset", 2, kMaxCount);
+    // As GlmMoeDsaConfig: a frequency below 1 counts as 1, any offset is taken.
+    const int64_t freq = std::max<int64_t>(f.non_negative_or("index_topk_freq", 1, kMaxCount), 1);
+    int64_t offset = 2;
+    if (f.present("index_skip_topk_offset")) {
+      JsonReader v = f.at("index_skip_topk_offset");
+      offset = v.as_int();
+      if (offset < -kMaxCount || offset > kMaxCount) v.fail("is out of range");
+      first = v;
+    }
     for (int i = 0; i < m.layers; ++i) {
       if (std::max<int64_t>(i - offset + 1, 0) % freq != 0) a.shared_index_layers.push_back(i);
     }
+  }
+  if (!a.shared_index_layers.empty() && a.shared_index_layers.front() == 0) {
+    const std::string reason = "makes layer 0 reuse a top-k, but no indexer runs before it (the first layer must be full)";
+    if (first) first->fail(reason);
+    f.fail_at("index_topk_freq", reason);
   }
   m.sparse_attention = a;
 }
@@ -408,6 +418,7 @@ void read_glm_moe_dsa(HfFields& f, ModelConfig& m) {
     if (!f.present("first_k_dense_replace")) m.moe->first_dense_layers = 3;
     if (f.present("mlp_layer_types")) {
       m.moe->first_dense_layers = 0;
+      m.moe->layer_frequency = 1;
       JsonReader list = f.at("mlp_layer_types");
       const auto entries = list.elements();
       if (entries.size() != static_cast<size_t>(m.layers)) list.fail("expected one entry per layer");
@@ -886,6 +897,10 @@ SparseAttentionConfig read_sparse_attention_block(JsonReader r, int layers) {
     for (const JsonReader& e : list->elements()) {
       const int64_t i = e.as_int();
       if (i < 0 || i >= layers) e.fail("layer " + std::to_string(i) + " is outside 0.." + std::to_string(layers - 1));
+      if (std::find(a.shared_index_layers.begin(), a.shared_index_layers.end(), i) != a.shared_index_layers.end()) {
+        e.fail("layer " + std::to_string(i) + " is listed twice");
+      }
+      if (i == 0) e.fail("layer 0 has no indexer before it whose top-k it could reuse");
       a.shared_index_layers.push_back(static_cast<int>(i));
     }
   }

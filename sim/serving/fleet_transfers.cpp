@@ -2,6 +2,8 @@
 // request goes to a decode instance and its KV cache crosses the network as flows.
 #include "serving/fleet_simulation.h"
 
+#include <algorithm>
+
 namespace parallax::fleet_detail {
 
 // A prefill instance finished request `id`'s prompt.
@@ -78,10 +80,15 @@ void Simulation::start_transfer(int64_t id) {
   const Instance& from = instances_[t.from];
   const Instance& to = instances_[t.to];
   const PoolConfig& pool = c_.pools[static_cast<size_t>(from.pool)];
-  // The prompt's KV, and a hybrid model's Mamba state of the sequence.
+  // The prompt's KV, and a hybrid model's Mamba state of the sequence. Under a hybrid allocator
+  // the decode instance keeps only the last window's (or chunk's) blocks on those layers: only
+  // they are sent (the share s of a token's bytes on the others' terms, as held_tokens counts).
   const int layers = c_.model.layers;
-  const double total = (static_cast<double>(requests_[static_cast<size_t>(id)].prompt_tokens) *
-                            kv_bytes_per_token(c_.model, pool.shape.tp, 0, layers, pool.step.kv_cache_dtype).value() +
+  const BatchingConfig& kept = batchings_[static_cast<size_t>(to.pool)];
+  const double prompt = static_cast<double>(requests_[static_cast<size_t>(id)].prompt_tokens);
+  const double s = kept.bounded_kv_share;
+  const double tokens = (1.0 - s) * prompt + s * std::min(prompt, static_cast<double>(kept.bounded_kv_span));
+  const double total = (tokens * kv_bytes_per_token(c_.model, pool.shape.tp, 0, layers, pool.step.kv_cache_dtype).value() +
                         mamba_state_bytes(c_.model, pool.shape.tp, 0, layers).value()) *
                        pool.shape.tp;
   // With data-parallel attention the sequence's KV sits on one rank of each instance.

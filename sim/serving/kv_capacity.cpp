@@ -7,6 +7,7 @@
 #include <numeric>
 #include <stdexcept>
 
+#include "model/layer_operators.h"
 #include "model/parameter_count.h"
 
 namespace parallax {
@@ -30,7 +31,7 @@ Bytes kv_bytes_per_token(const ModelConfig& m, int tp, int first, int layers, DT
   for (int l = first; l < first + layers; ++l) attention_layers += m.has_attention(l) ? 1 : 0;
   double per_layer = 0;
   if (m.mla) {
-    per_layer = static_cast<double>(m.mla->kv_lora_rank + m.mla->qk_rope_head_dim) * cache_bytes;
+    per_layer = mla_cache_token_bytes(m, cache);
   } else {
     const double heads = std::ceil(static_cast<double>(m.kv_heads) / tp);
     per_layer = 2.0 * heads * static_cast<double>(m.head_dim) * cache_bytes;

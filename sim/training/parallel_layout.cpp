@@ -552,6 +552,22 @@ void validate(const ParallelLayout& l, const ModelConfig& model, int gpus, const
 
   if (const PipelineSplit split = split_pipeline_layers(l, model.layers); !split.problem.empty()) {
     fail(split.field, split.problem);
+  } else if (model.sparse_attention) {
+    // A layer that reuses the last indexer's top-k needs that indexer on its own (virtual)
+    // stage: Megatron-Core refuses the split otherwise (the top-k is not sent between stages).
+    int first = 0;
+    for (const int layers : split.layers) {
+      if (layers > 0 && model.has_attention(first) && !model.has_indexer(first)) {
+        fail(l.pp > 1 ? "pp" : "virtual_stages",
+             "a pipeline stage starts at layer " + num(first) + ", which reuses the top-k of a DSA indexer on the " +
+                 "stage before it (Megatron-Core needs each stage to start on a layer that runs its own indexer)");
+      }
+      first += layers;
+    }
+  }
+  if (l.cp > 1 && model.sparse_attention) {
+    fail("cp", "context parallelism (cp=" + num(l.cp) + ") with sparse attention (DSA) is not modelled: Megatron-Core " +
+                   "all-gathers the latents and the indexer's keys, neither ring nor Ulysses");
   }
 
   const int64_t chunks = l.cp > 1 ? 2 * int64_t{l.cp} : 1;  // causal load balancing: 2·cp chunks

@@ -310,7 +310,9 @@ std::vector<int> cpu_offloading_sync_layers(int n, int layers);
 /// chunks when causal) and, with SP, the tokens over tp; Ulysses CP needs cp to divide the
 /// heads of a TP rank and to divide, or be a multiple of, its KV heads; the rank order is a permutation of
 /// tp, cp, ep, dp, pp (cp and ep may be left out when their degree is 1); activation offloading
-/// (cpu_offloading_layers below the layers) needs pp = 1 and no recomputation, as Megatron-Core's.
+/// (cpu_offloading_layers below the layers) needs pp = 1 and no recomputation, as Megatron-Core's;
+/// with sparse attention (DSA) every (virtual) stage starts on a layer that runs its own indexer,
+/// and cp is 1.
 void validate(const ParallelLayout& layout, const ModelConfig& model, int gpus, const std::string& file = "",
               const std::string& pointer = "/parallel");
 
