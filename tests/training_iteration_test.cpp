@@ -46,6 +46,29 @@ Time sum_time(const ComputeModel& cm, const std::vector<ModelOperator>& ops, boo
   return t;
 }
 
+// DSA's indexer on a TP group all-reduces its loss's target (fp32, each token's top-k keys) every
+// layer's forward, and under SP gathers the hidden state and the query latent first: more
+// exposed TP time than the same layers with the indexer's cost but no communication (tp 1 has none).
+TEST(SparseAttention, TheIndexerAddsItsTpCollectivesToEachLayer) {
+  const Topology topo = toy_cluster(2);
+  ModelConfig m = tiny(2);
+  m.mla = MlaConfig{64, 128, 32, 16, 32};
+  m.head_dim = 48;
+  ModelConfig dsa = m;
+  dsa.sparse_attention = SparseAttentionConfig{4, 32, 128, {}};
+  const auto tp = static_cast<size_t>(WorkKind::kTpComm);
+  ParallelLayout l = layout(1, 2, 1, 4);
+  const auto tp_time = [&](const ModelConfig& model, const ParallelLayout& at) {
+    return simulate_iteration(model, at, topo, test::kernels_only()).stages[0].time.exposed[tp];
+  };
+  const Time plain = tp_time(m, l), sparse = tp_time(dsa, l);
+  EXPECT_GT(sparse, plain);
+  l.sequence_parallel = true;
+  EXPECT_GT(tp_time(dsa, l) - tp_time(m, l), sparse - plain);  // the two gathers besides
+  l = layout(2, 1, 1, 4);
+  EXPECT_EQ(tp_time(dsa, l), Time::zero());
+}
+
 // DeepSeek's multi-token-prediction module runs on the last pipeline stage after the model's
 // layers: its input (the shifted tokens' embedding, two norms, the 2h → h projection), one more
 // Transformer layer (index layers) and the output head it shares. The last stage's forward grows

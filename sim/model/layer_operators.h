@@ -73,8 +73,9 @@
 //                      AbsorbedMLASelfAttention, sparse FlashMLA): q_nope·W_UK per head into the
 //                      latent, MQA over the latents and rope keys (d_key = kv_lora + rope, values
 //                      kv_lora), o·W_UV per head; a serving step reads each query's top-k latents.
-//   Not modelled: the indexer's TP communication (the sequence-parallel gathers, the KL target's
-//   all-reduce), Megatron's dense KL loss (its default), context parallelism (refused).
+//   Its TP collectives (the KL target's fp32 all-reduce, the sequence-parallel gathers of the
+//   hidden state and the query latent) are training/iteration_comm's. Not modelled: Megatron's
+//   dense KL loss (its default), context parallelism (refused).
 // Dropout (ModelConfig::attention_dropout, hidden_dropout > 0): in the unfused core a kernel of
 // its own on the probabilities (reads them, writes the output and a 1-byte mask; its backward
 // reads the gradient and the mask and writes the gradient); in FlashAttention it runs inside
