@@ -82,11 +82,12 @@ void Simulation::start_transfer(int64_t id) {
   const PoolConfig& pool = c_.pools[static_cast<size_t>(from.pool)];
   // The prompt's KV, and a hybrid model's Mamba state of the sequence. Under a hybrid allocator
   // the decode instance keeps only the last window's (or chunk's) blocks on those layers: only
-  // they are sent (the share s of a token's bytes on the others' terms, as held_tokens counts).
+  // they are sent (s: the windowed layers' share of the model's KV bytes; the pool's own share is
+  // its tightest stage's, less a draft model's KV beside it).
   const int layers = c_.model.layers;
   const BatchingConfig& kept = batchings_[static_cast<size_t>(to.pool)];
   const double prompt = static_cast<double>(requests_[static_cast<size_t>(id)].prompt_tokens);
-  const double s = kept.bounded_kv_share;
+  const double s = kept.bounded_kv_share > 0 ? stage_bounded_share(c_.model, layers) : 0.0;
   const double tokens = (1.0 - s) * prompt + s * std::min(prompt, static_cast<double>(kept.bounded_kv_span));
   const double total = (tokens * kv_bytes_per_token(c_.model, pool.shape.tp, 0, layers, pool.step.kv_cache_dtype).value() +
                         mamba_state_bytes(c_.model, pool.shape.tp, 0, layers).value()) *
