@@ -67,6 +67,19 @@ TEST(SparseAttention, TheIndexerAddsItsTpCollectivesToEachLayer) {
   EXPECT_GT(tp_time(dsa, l) - tp_time(m, l), sparse - plain);  // the two gathers besides
   l = layout(2, 1, 1, 4);
   EXPECT_EQ(tp_time(dsa, l), Time::zero());
+  // MoE layers too, with the experts split by TP or folded (expert TP 1): all-MoE models.
+  MoeConfig moe;
+  moe.experts = 4;
+  moe.top_k = 2;
+  moe.expert_ffn = 256;
+  m.moe = moe;
+  dsa.moe = moe;
+  for (const int expert_tp : {0, 1}) {
+    l = layout(1, 2, 1, 4);
+    l.expert_tp = expert_tp;
+    l.sequence_parallel = true;
+    EXPECT_GT(tp_time(dsa, l), tp_time(m, l)) << expert_tp;
+  }
 }
 
 // DeepSeek's multi-token-prediction module runs on the last pipeline stage after the model's

@@ -378,12 +378,15 @@ class OperatorList {
     int matmuls = 0;
     for (size_t i = first; i < ops_.size(); ++i) {
       ModelOperator& op = ops_[i];
+      const Bytes own = op.saved;
       listed += op.saved + op.saved_scores;
       op.saved = op.saved_scores = Bytes();
       const bool weight_gemm = op.forward.kind == OperatorKind::kGemm && !op.attention_core;
       const bool saved = op.attention_core || (weight_gemm && ++matmuls % 2 == 1);
       const GemmShape& y = op.forward.shape;  // a GEMM's output: m×n, `batch` times, 16-bit
-      if (saved) op.saved = op.attention_core ? attention_output_ : Bytes(y.m * y.n * y.batch * element_);
+      // The attention core's output once (a DSA indexer, part of the core, keeps its indices).
+      const bool core_output = op.attention_core && op.name != "indexer_scores_topk";
+      if (saved) op.saved = core_output ? attention_output_ : op.attention_core ? own : Bytes(y.m * y.n * y.batch * element_);
       op.recomputed = !saved;
       kept += op.saved;
     }

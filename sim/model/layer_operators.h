@@ -301,7 +301,8 @@ struct AttentionWork {
   double key_blocks = 1;
   /// The key and value tokens the kernel reads: the union of the keys the new tokens attend to,
   /// fewer than key_tokens where a window or a chunk leaves older cached tokens unread (a decode
-  /// step under a 128-token window reads 128 of them); 0: key_tokens.
+  /// step under a 128-token window reads 128 of them); under sparse attention in a serving step,
+  /// each query's own top-k rows (the pairs: the kernel gathers them); 0: key_tokens.
   double read_key_tokens = 0;
   /// The keys each query row is scored against, on average.
   double keys_per_query() const { return query_tokens > 0 ? score_pairs / query_tokens : 0.0; }
@@ -395,11 +396,6 @@ Bytes saved_activation_bytes(const std::vector<ModelOperator>& ops, bool selecti
 /// numbers ("tp=6 does not divide heads=32"). The operator functions throw
 /// std::invalid_argument with it.
 std::string sharding_problem(const ModelConfig& model, const MicroBatch& batch, const ShardingFactors& sharding);
-/// The bytes one cached MLA token (its latent and rope key) takes on one layer in a cache of
-/// `cache`: (kv_lora + rope)·element; under sparse attention in fp8, the sparse FlashMLA kernels'
-/// format instead: the latent in fp8 with an fp32 scale per 128 and the rope key in bf16
-/// (512 + 16 + 128 = 656 B for DeepSeek-V3.2).
-double mla_cache_token_bytes(const ModelConfig& model, DType cache);
 /// The same for a serving batch: sequences with 1 ≤ q ≤ kv, no context parallelism.
 std::string sharding_problem(const ModelConfig& model, const RaggedBatch& batch, const ShardingFactors& sharding);
 
@@ -421,6 +417,12 @@ std::vector<ModelOperator> mtp_input_operators(const ModelConfig& model, const M
 /// The output side (last pipeline stage): final norm, logits, cross-entropy.
 std::vector<ModelOperator> output_operators(const ModelConfig& model, const MicroBatch& batch,
                                             const ShardingFactors& sharding);
+
+/// The bytes one cached MLA token (its latent and rope key) takes on one layer in a cache of
+/// `cache`: (kv_lora + rope)·element; under sparse attention in fp8, the sparse FlashMLA kernels'
+/// format instead: the latent in fp8 with an fp32 scale per 128 and the rope key in bf16
+/// (512 + 16 + 128 = 656 B for DeepSeek-V3.2).
+double mla_cache_token_bytes(const ModelConfig& model, DType cache);
 
 /// kTrusted: the caller has already checked sharding_problem for this model, batch and
 /// sharding (a serving step model checks the model and shape once and each batch's lengths

@@ -388,7 +388,7 @@ void read_sparse_attention(HfFields& f, ModelConfig& m, int default_heads) {
     }
     first = pattern;
   } else {
-    // As GlmMoeDsaConfig: a frequency below 1 counts as 1, any offset is taken.
+    // As GlmMoeDsaConfig: a frequency of 0 counts as 1, any offset is taken.
     const int64_t freq = std::max<int64_t>(f.non_negative_or("index_topk_freq", 1, kMaxCount), 1);
     int64_t offset = 2;
     if (f.present("index_skip_topk_offset")) {

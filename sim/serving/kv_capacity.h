@@ -12,6 +12,8 @@
 //   kv per token = layers_s × (2 · ⌈kv_heads / tp⌉ · head_dim) × 2 B   (K and V; a KV head is
 //                 replicated on each rank when kv_heads < tp); with MLA, layers_s ×
 //                 (kv_lora_rank + qk_rope_head_dim) × 2 B, the latent, kept whole on every rank
+//                 (mla_cache_token_bytes; sparse attention in fp8: 656 B for 512 + 64); with
+//                 DSA, + index_head_dim + 4 B of fp8 index key a layer that runs an indexer
 //   (a hybrid model's KV is its attention layers' only; a separate draft model's weights and
 //   KV per token are added to the stage's, DraftFootprint)
 //   state_s     = a hybrid model's Mamba layers of the stage × ((K − 1)·(d_in + 2·G·N) × 2 B of

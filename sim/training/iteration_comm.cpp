@@ -446,23 +446,6 @@ CommunicationPlan::CommunicationPlan(const ModelConfig& model, const ParallelLay
     tp_forward[static_cast<size_t>(s)] = model.parallel_block ? one_block : twice(one_block);
     tp_backward[static_cast<size_t>(s)] = tp_forward[static_cast<size_t>(s)];
     tp_recomputed_backward[static_cast<size_t>(s)] = twice(tp_forward[static_cast<size_t>(s)]);
-    if (model.sparse_attention && t > 1) {
-      // DSA's indexer, whole on every TP rank (Megatron-Core's DSAttention): its loss's target,
-      // the attention's probabilities summed over the rank's heads at each query's top-k keys,
-      // all-reduced in fp32; under SP it gathers the hidden state and the query latent first.
-      // Forward only (DeepSeek's sparse stage detaches the indexer's input); recomputed with it.
-      const double q_in = static_cast<double>(model.mla->q_lora_rank > 0 ? model.mla->q_lora_rank : model.hidden);
-      const Bytes kl_target(static_cast<double>(layout.micro_batch) * static_cast<double>(layout.sequence_length) *
-                            static_cast<double>(std::min<int64_t>(model.sparse_attention->topk, layout.sequence_length)) * 4.0);
-      CommTask indexer = tp_collective(CollectiveOp::kAllReduce, kl_target);
-      if (layout.sequence_parallel) {
-        indexer = plus(indexer, plus(tp_collective(CollectiveOp::kAllGather, activation_message),
-                                     tp_collective(CollectiveOp::kAllGather,
-                                                   activation_message * (q_in / static_cast<double>(model.hidden)))));
-      }
-      tp_forward[static_cast<size_t>(s)] = plus(tp_forward[static_cast<size_t>(s)], indexer);
-      tp_recomputed_backward[static_cast<size_t>(s)] = plus(tp_recomputed_backward[static_cast<size_t>(s)], indexer);
-    }
     // torchtitan's op-level policy saves each block's reduce-scatter output but not its
     // all-gather's (its TP plan always shards the norms' sequence): the backward gathers each
     // block's input again for the weight gradients of the GEMMs it feeds.
@@ -500,6 +483,28 @@ CommunicationPlan::CommunicationPlan(const ModelConfig& model, const ParallelLay
     moe_module_recomputed_backward[static_cast<size_t>(s)] =
         plus(moe_block_tp_forward[static_cast<size_t>(s)], moe_tp_backward[static_cast<size_t>(s)]);
     moe_tp_recomputed_backward[static_cast<size_t>(s)] = twice(moe_tp_forward[static_cast<size_t>(s)]);
+    if (model.sparse_attention && t > 1) {
+      // DSA's indexer, whole on every TP rank (Megatron-Core's DSAttention): its loss's target,
+      // the attention's probabilities summed over the rank's heads at each query's top-k keys,
+      // all-reduced in fp32; under SP it gathers the hidden state and the query latent first.
+      // Forward only (DeepSeek's sparse stage detaches the indexer's input); recomputed with it.
+      // On every attention layer of the stage, dense or MoE (GLM-5's layers that reuse a top-k
+      // are charged it too: the collectives are per stage, not per layer).
+      const double q_in = static_cast<double>(model.mla->q_lora_rank > 0 ? model.mla->q_lora_rank : model.hidden);
+      const Bytes kl_target(static_cast<double>(layout.micro_batch) * static_cast<double>(layout.sequence_length) *
+                            static_cast<double>(std::min<int64_t>(model.sparse_attention->topk, layout.sequence_length)) * 4.0);
+      CommTask indexer = tp_collective(CollectiveOp::kAllReduce, kl_target);
+      if (layout.sequence_parallel) {
+        indexer = plus(indexer, plus(tp_collective(CollectiveOp::kAllGather, activation_message),
+                                     tp_collective(CollectiveOp::kAllGather,
+                                                   activation_message * (q_in / static_cast<double>(model.hidden)))));
+      }
+      const auto s_ = static_cast<size_t>(s);
+      tp_forward[s_] = plus(tp_forward[s_], indexer);
+      tp_recomputed_backward[s_] = plus(tp_recomputed_backward[s_], indexer);
+      moe_tp_forward[s_] = plus(moe_tp_forward[s_], indexer);
+      moe_tp_recomputed_backward[s_] = plus(moe_tp_recomputed_backward[s_], indexer);
+    }
     if (p > 1) {
       // Every rank of the stage sends to its peer of the next (previous) stage at once.
       auto send = [&](int to) {
