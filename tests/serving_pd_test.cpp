@@ -51,6 +51,16 @@ Time lone_flow(const Topology& topo, DeviceId src, DeviceId dst, Bytes size, uin
   return latency + transfer_time(size, Bandwidth(narrowest));
 }
 
+// `total` bytes from node 0's 8 GPUs to node 1's, GPU i to GPU i, each flow alone on its rail.
+Time rail_flows(const Topology& topo, double total) {
+  Time t = Time::zero();
+  for (int g = 0; g < 8; ++g) {
+    t = std::max(t, lone_flow(topo, topo.gpus()[static_cast<size_t>(g)], topo.gpus()[static_cast<size_t>(8 + g)],
+                              Bytes(total / 8), static_cast<uint64_t>(g)));
+  }
+  return t;
+}
+
 TEST(ServingDisaggregation, ALoneRequestsTtftIsItsPrefillPlusItsKvTransfer) {
   FleetConfig c;
   c.model = load_bundled_model(test::source_path("workloads/models"), "llama3-8b");
@@ -71,12 +81,7 @@ TEST(ServingDisaggregation, ALoneRequestsTtftIsItsPrefillPlusItsKvTransfer) {
   // flows of 64 MiB from GPU i of node 0 to GPU i of node 1, each alone on its rail.
   const double total = 4096.0 * kv_bytes_per_token(c.model, 8, 0, 32).value() * 8;
   EXPECT_EQ(total, 512.0 * 1024 * 1024);
-  Time transfer = Time::zero();
-  for (int g = 0; g < 8; ++g) {
-    transfer = std::max(transfer, lone_flow(*c.topology, c.topology->gpus()[static_cast<size_t>(g)],
-                                            c.topology->gpus()[static_cast<size_t>(8 + g)], Bytes(total / 8),
-                                            static_cast<uint64_t>(g)));
-  }
+  const Time transfer = rail_flows(*c.topology, total);
   EXPECT_EQ(rec.kv_transfer, transfer);
   EXPECT_EQ(rec.ttft(), prefill_time + transfer);
   EXPECT_EQ(rec.tokens_out, 10);
@@ -100,17 +105,8 @@ TEST(ServingDisaggregation, AHybridAllocatorIsSentOnlyTheWindowsBlocks) {
   }
   // Half the bytes for all 4,096 tokens, half for the window's 128 and the block it straddles.
   const double span = 128.0 + static_cast<double>(c.pools[1].batching.block_size) - 1;
-  const auto flows = [&](double tokens) {
-    Time t = Time::zero();
-    for (int g = 0; g < 8; ++g) {
-      t = std::max(t, lone_flow(*c.topology, c.topology->gpus()[static_cast<size_t>(g)],
-                                c.topology->gpus()[static_cast<size_t>(8 + g)], Bytes(tokens * per_token / 8),
-                                static_cast<uint64_t>(g)));
-    }
-    return t;
-  };
-  EXPECT_EQ(full, flows(4096.0));
-  EXPECT_EQ(windowed, flows(0.5 * 4096 + 0.5 * span));
+  EXPECT_EQ(full, rail_flows(*c.topology, 4096.0 * per_token));
+  EXPECT_EQ(windowed, rail_flows(*c.topology, (0.5 * 4096 + 0.5 * span) * per_token));
 }
 
 TEST(ServingDisaggregation, StreamedKvOverlapsThePrefillAndLandsAfterItsLastLayer) {
@@ -133,12 +129,7 @@ TEST(ServingDisaggregation, StreamedKvOverlapsThePrefillAndLandsAfterItsLastLaye
     // prefill, at 0; alone on their rails they take D (as in the test above). The KV lands at
     // max(D, prefill + D/32): the last of 32 layers' share follows the prefill.
     const double total = static_cast<double>(length) * kv_bytes_per_token(c.model, 8, 0, 32).value() * 8;
-    Time flows = Time::zero();
-    for (int g = 0; g < 8; ++g) {
-      flows = std::max(flows, lone_flow(*c.topology, c.topology->gpus()[static_cast<size_t>(g)],
-                                        c.topology->gpus()[static_cast<size_t>(8 + g)], Bytes(total / 8),
-                                        static_cast<uint64_t>(g)));
-    }
+    const Time flows = rail_flows(*c.topology, total);
     const Time landed = std::max(flows, prefill_time + Time::ps(flows.picoseconds() / 32));
     EXPECT_EQ(rec.ttft(), landed) << length;
     EXPECT_EQ(rec.kv_transfer, landed) << length;

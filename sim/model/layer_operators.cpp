@@ -376,6 +376,9 @@ class OperatorList {
     const Bytes always((input_elements + reduced_elements) * kActivationBytes);
     Bytes listed, kept = always;
     int matmuls = 0;
+    // The core's output goes to its last operator (a DSA indexer before it keeps its indices).
+    size_t core = ops_.size();
+    for (size_t i = first; i < ops_.size(); ++i) core = ops_[i].attention_core ? i : core;
     for (size_t i = first; i < ops_.size(); ++i) {
       ModelOperator& op = ops_[i];
       const Bytes own = op.saved;
@@ -384,9 +387,7 @@ class OperatorList {
       const bool weight_gemm = op.forward.kind == OperatorKind::kGemm && !op.attention_core;
       const bool saved = op.attention_core || (weight_gemm && ++matmuls % 2 == 1);
       const GemmShape& y = op.forward.shape;  // a GEMM's output: m×n, `batch` times, 16-bit
-      // The attention core's output once (a DSA indexer, part of the core, keeps its indices).
-      const bool core_output = op.attention_core && op.name != "indexer_scores_topk";
-      if (saved) op.saved = core_output ? attention_output_ : op.attention_core ? own : Bytes(y.m * y.n * y.batch * element_);
+      if (saved) op.saved = i == core ? attention_output_ : op.attention_core ? own : Bytes(y.m * y.n * y.batch * element_);
       op.recomputed = !saved;
       kept += op.saved;
     }
